@@ -1,0 +1,1 @@
+//! The MPI-5.0 standard ABI as data (placeholder).

@@ -1,0 +1,27 @@
+//! gpumpi: a CUDA-aware MPI library with the MPI-5.0 standard ABI.
+//!
+//! A call flows down one way:
+//! `abi` (C ABI: validate, convert handles, catch panics, map errors) ->
+//! `mpi` (communicators, groups, datatypes, ops, requests; no transport code) ->
+//! `coll` (collective algorithms as pure schedules, selection table as data) ->
+//! `engine` (executes schedules, matching, progress, request completion) ->
+//! `transport` (shared memory; each transport behind one narrow trait) ->
+//! hardware. `bootstrap` wires a job up (own mpirun, singleton, later PMIx/PMI-1).
+//! `sys` is the only place with unsafe FFI to foreign libraries.
+//! `config` is the one registry of environment variables.
+//!
+//! Progress model: there is no hidden thread. Progress is made by whichever
+//! application thread is inside an MPI call, under one process-wide lock
+//! (see `engine`). Waiting threads spin briefly, then yield, then sleep with
+//! a bounded back-off so oversubscribed ranks still make progress.
+
+#![allow(clippy::missing_safety_doc)]
+
+pub mod abi;
+pub mod bootstrap;
+pub mod coll;
+pub mod config;
+pub mod engine;
+pub mod mpi;
+pub mod sys;
+pub mod transport;

@@ -1,0 +1,4 @@
+//! MPI semantics without transport code: error type, datatypes, reduction
+//! operations, groups, matching rules.
+
+pub mod error;

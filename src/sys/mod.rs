@@ -1,0 +1,1 @@
+//! sys (see ARCHITECTURE.md)
