@@ -1,6 +1,7 @@
 //! TEMPORARY hand-written subset of the ABI constants; replaced by the file generated from mpi-abi/.
 #![allow(dead_code)]
 use std::os::raw::c_int;
+use super::ffi::*;
 
 pub const MPI_SUCCESS: c_int = 0;
 pub const MPI_ERR_BUFFER: c_int = 1;
@@ -78,6 +79,40 @@ pub const MPI_IDENT: c_int = 201;
 pub const MPI_CONGRUENT: c_int = 202;
 pub const MPI_SIMILAR: c_int = 203;
 pub const MPI_UNEQUAL: c_int = 204;
+
+pub const MPI_OP_NULL: MPI_Op = 0x20 as MPI_Op;
+pub const MPI_SUM: MPI_Op = 0x21 as MPI_Op;
+pub const MPI_MIN: MPI_Op = 0x22 as MPI_Op;
+pub const MPI_MAX: MPI_Op = 0x23 as MPI_Op;
+pub const MPI_PROD: MPI_Op = 0x24 as MPI_Op;
+pub const MPI_BAND: MPI_Op = 0x28 as MPI_Op;
+pub const MPI_BOR: MPI_Op = 0x29 as MPI_Op;
+pub const MPI_BXOR: MPI_Op = 0x2a as MPI_Op;
+pub const MPI_LAND: MPI_Op = 0x30 as MPI_Op;
+pub const MPI_LOR: MPI_Op = 0x31 as MPI_Op;
+pub const MPI_LXOR: MPI_Op = 0x32 as MPI_Op;
+pub const MPI_MINLOC: MPI_Op = 0x38 as MPI_Op;
+pub const MPI_MAXLOC: MPI_Op = 0x39 as MPI_Op;
+pub const MPI_REPLACE: MPI_Op = 0x3c as MPI_Op;
+pub const MPI_NO_OP: MPI_Op = 0x3d as MPI_Op;
+pub const MPI_COMM_NULL: MPI_Comm = 0x100 as MPI_Comm;
+pub const MPI_COMM_WORLD: MPI_Comm = 0x101 as MPI_Comm;
+pub const MPI_COMM_SELF: MPI_Comm = 0x102 as MPI_Comm;
+pub const MPI_GROUP_NULL: MPI_Group = 0x108 as MPI_Group;
+pub const MPI_GROUP_EMPTY: MPI_Group = 0x109 as MPI_Group;
+pub const MPI_WIN_NULL: MPI_Win = 0x110 as MPI_Win;
+pub const MPI_FILE_NULL: MPI_File = 0x118 as MPI_File;
+pub const MPI_SESSION_NULL: MPI_Session = 0x120 as MPI_Session;
+pub const MPI_MESSAGE_NULL: MPI_Message = 0x128 as MPI_Message;
+pub const MPI_MESSAGE_NO_PROC: MPI_Message = 0x129 as MPI_Message;
+pub const MPI_INFO_NULL: MPI_Info = 0x130 as MPI_Info;
+pub const MPI_INFO_ENV: MPI_Info = 0x131 as MPI_Info;
+pub const MPI_ERRHANDLER_NULL: MPI_Errhandler = 0x140 as MPI_Errhandler;
+pub const MPI_ERRORS_ARE_FATAL: MPI_Errhandler = 0x141 as MPI_Errhandler;
+pub const MPI_ERRORS_RETURN: MPI_Errhandler = 0x142 as MPI_Errhandler;
+pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x143 as MPI_Errhandler;
+pub const MPI_REQUEST_NULL: MPI_Request = 0x180 as MPI_Request;
+pub const MPI_DATATYPE_NULL: MPI_Datatype = 0x200 as MPI_Datatype;
 
 pub fn error_class_name(class: c_int) -> Option<&'static str> {
     Some(match class {

@@ -6,6 +6,9 @@
 pub mod consts;
 pub mod ffi;
 pub mod imp;
+pub mod errh;
+pub mod objects;
+pub mod state;
 
 use crate::mpi::error::{MpiError, MpiResult};
 use ffi::*;
@@ -63,8 +66,6 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Raise `err` from `func` on `obj`'s error handler and return the code to give back to the caller.
-/// (The lead replaces this minimal version with the error-handler machinery.)
-pub fn raise(func: &'static str, _obj: ErrObj, err: MpiError) -> c_int {
-    eprintln!("{func}: {err}");
-    err.class
+pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
+    errh::raise(func, obj, err)
 }

@@ -1,0 +1,161 @@
+//! Error handlers: every error detected in an MPI call is raised here, on the
+//! handler of the object the call was made on (MPI 5.0 §9.3). Predefined
+//! handlers: ERRORS_ARE_FATAL (default) and ERRORS_ABORT print the message and
+//! end the job; ERRORS_RETURN returns the code; user handlers are called with
+//! the object and the code, then the code is returned.
+
+use super::consts as c;
+use super::objects::{self, ErrhObj, ObjKind};
+use super::ErrObj;
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::mpi_bail;
+use std::cell::RefCell;
+use std::os::raw::c_int;
+use std::sync::Arc;
+
+thread_local! {
+    /// The full text of the last error raised on this thread ("MPI_Send: MPI_ERR_RANK: ...").
+    pub static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Resolve an error handler handle.
+pub fn lookup(h: usize) -> MpiResult<Option<Arc<ErrhObj>>> {
+    if h == c::MPI_ERRORS_ARE_FATAL as usize || h == c::MPI_ERRORS_RETURN as usize || h == c::MPI_ERRORS_ABORT as usize {
+        return Ok(None);
+    }
+    if h == c::MPI_ERRHANDLER_NULL as usize {
+        mpi_bail!(MPI_ERR_ERRHANDLER, "the error handler is MPI_ERRHANDLER_NULL");
+    }
+    match objects::objects().errhs.get(h) {
+        Some(e) => Ok(Some(e)),
+        None => mpi_bail!(MPI_ERR_ERRHANDLER, "invalid error handler handle {h:#x}"),
+    }
+}
+
+/// The error class of an error code (user codes from MPI_Add_error_code map to their class).
+pub fn class_of(code: i32) -> i32 {
+    if (0..=c::MPI_ERR_LASTCODE).contains(&code) && code <= 61 {
+        return code;
+    }
+    objects::objects().errors.codes.get(&code).map(|e| e.0).unwrap_or(code)
+}
+
+pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
+    let text = format!("{func}: {err}");
+    tracing::debug!("{text}");
+    LAST_ERROR.with(|l| *l.borrow_mut() = text.clone());
+    let code = err.class;
+    // Which handler, and the handle to pass to a user handler.
+    let (handler, handle) = match obj {
+        ErrObj::Comm(h) => match objects::comm(h) {
+            Ok(cm) => (*cm.errh.lock().unwrap_or_else(|e| e.into_inner()), h as usize),
+            Err(_) => (world_handler(), c::MPI_COMM_WORLD as usize),
+        },
+        // Files default to ERRORS_RETURN (MPI 5.0 §14.7); windows and sessions are not implemented yet.
+        ErrObj::File(_) => (c::MPI_ERRORS_RETURN as usize, 0),
+        ErrObj::Win(h) => (world_handler(), h as usize),
+        ErrObj::Session(h) => (world_handler(), h as usize),
+        ErrObj::None => (world_handler(), c::MPI_COMM_WORLD as usize),
+    };
+    if handler == c::MPI_ERRORS_RETURN as usize {
+        return code;
+    }
+    if handler == c::MPI_ERRORS_ARE_FATAL as usize || handler == c::MPI_ERRORS_ABORT as usize {
+        super::state::fatal(&text, code);
+    }
+    match lookup(handler) {
+        Ok(Some(e)) => {
+            let mut h = handle;
+            let mut code = code;
+            // SAFETY: the user registered this function for this kind of object; it receives a
+            // pointer to the handle and to the code, as MPI_Comm_errhandler_function specifies.
+            unsafe { (e.func)(&mut h, &mut code) };
+            code
+        }
+        _ => super::state::fatal(&text, code),
+    }
+}
+
+/// The handler of MPI_COMM_WORLD (used for errors not tied to an object).
+fn world_handler() -> usize {
+    let o = objects::objects();
+    match &o.world {
+        Some(w) => *w.errh.lock().unwrap_or_else(|e| e.into_inner()),
+        None => c::MPI_ERRORS_ARE_FATAL as usize,
+    }
+}
+
+/// Create a user error handler object.
+pub fn create(kind: ObjKind, func: Option<objects::ErrhFn>) -> MpiResult<usize> {
+    let Some(func) = func else { mpi_bail!(MPI_ERR_ARG, "the error handler function is NULL") };
+    Ok(objects::objects().errhs.insert(Arc::new(ErrhObj { kind, func })))
+}
+
+/// The standard's description of an error class.
+pub fn class_string(class: i32) -> &'static str {
+    match class {
+        0 => "No error",
+        1 => "Invalid buffer pointer",
+        2 => "Invalid count argument",
+        3 => "Invalid datatype argument",
+        4 => "Invalid tag argument",
+        5 => "Invalid communicator",
+        6 => "Invalid rank",
+        7 => "Invalid request (handle)",
+        8 => "Invalid root",
+        9 => "Invalid group",
+        10 => "Invalid operation",
+        11 => "Invalid topology",
+        12 => "Invalid dimension argument",
+        13 => "Invalid argument of some other kind",
+        14 => "Unknown error",
+        15 => "Message truncated on receive",
+        16 => "Known error not in this list",
+        17 => "Internal MPI (implementation) error",
+        18 => "Pending request",
+        19 => "Error code is in status",
+        20 => "Permission denied",
+        21 => "Error related to the amode passed to MPI_FILE_OPEN",
+        22 => "Invalid assertion argument",
+        23 => "Invalid file name",
+        24 => "Invalid base passed to MPI_FREE_MEM",
+        25 => "An error occurred in a user supplied data conversion function",
+        26 => "Invalid displacement argument",
+        27 => "Conversion functions could not be registered because a data representation identifier was already defined",
+        28 => "File exists",
+        29 => "File operation could not be completed, as the file is currently open by some process",
+        30 => "Invalid file handle",
+        31 => "Key longer than MPI_MAX_INFO_KEY",
+        32 => "Invalid key passed to MPI_INFO_DELETE",
+        33 => "Value longer than MPI_MAX_INFO_VAL",
+        34 => "Invalid info argument",
+        35 => "Other I/O error",
+        36 => "Invalid keyval has been passed",
+        37 => "Invalid locktype argument",
+        38 => "Invalid service name passed to MPI_LOOKUP_NAME",
+        39 => "MPI_ALLOC_MEM failed because memory is exhausted",
+        40 => "Collective argument not identical on all processes",
+        41 => "Not enough space",
+        42 => "File does not exist",
+        43 => "Invalid port name",
+        44 => "Quota exceeded",
+        45 => "Read-only file or file system",
+        46 => "Memory cannot be attached",
+        47 => "Conflicting accesses to window",
+        48 => "Target memory is not part of the window",
+        49 => "Memory cannot be shared",
+        50 => "Wrong synchronization of RMA calls",
+        51 => "Invalid service name passed to MPI_UNPUBLISH_NAME",
+        52 => "Invalid size argument",
+        53 => "Error in spawning processes",
+        54 => "Unsupported datarep passed to MPI_FILE_SET_VIEW",
+        55 => "Unsupported operation",
+        56 => "Invalid window argument",
+        57 => "Passed window has the wrong flavor for the called function",
+        58 => "Operation failed because a peer process has aborted",
+        59 => "Value is too large to store",
+        60 => "Invalid session handle",
+        61 => "Invalid error handler",
+        _ => "Unknown error code",
+    }
+}

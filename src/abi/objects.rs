@@ -1,0 +1,229 @@
+//! The process-wide object registry behind MPI handles: communicators,
+//! groups, error handlers, info objects, keyvals and attributes, user ops.
+//! Datatypes and requests have their own tables (see `types.rs`, `request.rs`).
+//!
+//! Locking: `OBJECTS` is held only to look up or store objects, never while
+//! user callbacks run or while the engine makes progress.
+
+use super::consts as c;
+use super::ffi::*;
+use crate::mpi::error::MpiResult;
+use crate::mpi::group::Group;
+use crate::mpi::handles::{Kind, Table};
+use crate::mpi_bail;
+use std::collections::BTreeMap;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Cartesian topology attached to a communicator.
+#[derive(Clone, Debug)]
+pub struct Cart {
+    pub dims: Vec<i32>,
+    pub periods: Vec<bool>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Topo {
+    Cart(Cart),
+    Graph { index: Vec<i32>, edges: Vec<i32> },
+}
+
+pub struct CommObj {
+    /// Context id of point-to-point traffic; collectives use `ctx | COLL_CTX_BIT`.
+    pub ctx: u32,
+    pub group: Arc<Group>,
+    /// My rank in `group`.
+    pub rank: usize,
+    pub name: Mutex<String>,
+    /// Error handler (handle value).
+    pub errh: Mutex<usize>,
+    /// keyval -> attribute value.
+    pub attrs: Mutex<BTreeMap<i32, usize>>,
+    pub topo: Option<Topo>,
+    /// Sequence number of collective operations: the tag of the next collective.
+    pub coll_seq: AtomicU32,
+    pub info: Mutex<Vec<(String, String)>>,
+}
+
+/// Context ids: bit 31 set marks collective traffic of a communicator.
+pub const COLL_CTX_BIT: u32 = 1 << 31;
+
+impl CommObj {
+    pub fn new(ctx: u32, group: Arc<Group>, rank: usize, name: &str) -> Self {
+        CommObj {
+            ctx,
+            group,
+            rank,
+            name: Mutex::new(name.to_string()),
+            errh: Mutex::new(c::MPI_ERRORS_ARE_FATAL as usize),
+            attrs: Mutex::new(BTreeMap::new()),
+            topo: None,
+            coll_seq: AtomicU32::new(0),
+            info: Mutex::new(Vec::new()),
+        }
+    }
+    pub fn size(&self) -> usize {
+        self.group.size()
+    }
+    /// The tag of the next collective on this communicator (same on every rank,
+    /// since MPI requires collectives to be called in the same order).
+    pub fn next_coll_tag(&self) -> i32 {
+        (self.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff) as i32
+    }
+    pub fn world_rank(&self, r: usize) -> usize {
+        self.group.ranks[r]
+    }
+}
+
+/// Which kind of object an error handler or keyval is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjKind {
+    Comm,
+    Win,
+    File,
+    Session,
+    Type,
+}
+
+pub type ErrhFn = unsafe extern "C" fn(*mut usize, *mut c_int, ...);
+
+pub struct ErrhObj {
+    pub kind: ObjKind,
+    pub func: ErrhFn,
+}
+
+pub struct Keyval {
+    pub kind: ObjKind,
+    /// Copy callback: 0 = NULL_COPY_FN, 1 = DUP_FN, else a function pointer.
+    pub copy: usize,
+    /// Delete callback: 0 = NULL_DELETE_FN, else a function pointer.
+    pub delete: usize,
+    pub extra: usize,
+    pub freed: bool,
+    pub refs: usize,
+}
+
+pub enum OpObj {
+    User { func: usize, commute: bool, large_count: bool },
+}
+
+/// User-defined error classes and codes: code -> (class, string).
+#[derive(Default)]
+pub struct ErrorCodes {
+    pub codes: BTreeMap<i32, (i32, String)>,
+    pub strings: BTreeMap<i32, String>,
+    pub last: i32,
+}
+
+pub struct Objects {
+    pub comms: Table<CommObj>,
+    pub groups: Table<Group>,
+    pub errhs: Table<ErrhObj>,
+    pub infos: Table<Mutex<Vec<(String, String)>>>,
+    pub ops: Table<OpObj>,
+    pub keyvals: BTreeMap<i32, Keyval>,
+    pub next_keyval: i32,
+    pub errors: ErrorCodes,
+    pub world: Option<Arc<CommObj>>,
+    pub self_: Option<Arc<CommObj>>,
+    pub errh_world: usize,
+}
+
+pub static OBJECTS: Mutex<Objects> = Mutex::new(Objects {
+    comms: Table::new(Kind::Comm),
+    groups: Table::new(Kind::Group),
+    errhs: Table::new(Kind::Errhandler),
+    infos: Table::new(Kind::Info),
+    ops: Table::new(Kind::Op),
+    keyvals: BTreeMap::new(),
+    next_keyval: 1000,
+    errors: ErrorCodes { codes: BTreeMap::new(), strings: BTreeMap::new(), last: 0 },
+    world: None,
+    self_: None,
+    errh_world: 0,
+});
+
+/// Lock the registry (recovering from poisoning: a panic elsewhere must not wedge MPI).
+pub fn objects() -> MutexGuard<'static, Objects> {
+    OBJECTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Resolve a communicator handle (predefined or user) to its object.
+pub fn comm(h: MPI_Comm) -> MpiResult<Arc<CommObj>> {
+    let v = h as usize;
+    let o = objects();
+    let found = if v == c::MPI_COMM_WORLD as usize {
+        o.world.clone()
+    } else if v == c::MPI_COMM_SELF as usize {
+        o.self_.clone()
+    } else if v == c::MPI_COMM_NULL as usize {
+        mpi_bail!(MPI_ERR_COMM, "the communicator is MPI_COMM_NULL")
+    } else {
+        o.comms.get(v)
+    };
+    match found {
+        Some(c) => Ok(c),
+        None if o.world.is_none() && (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize) => {
+            mpi_bail!(MPI_ERR_OTHER, "MPI is not initialized (or already finalized)")
+        }
+        None => mpi_bail!(MPI_ERR_COMM, "invalid communicator handle {v:#x} (freed, or not a communicator)"),
+    }
+}
+
+/// Store a new communicator and return its handle.
+pub fn new_comm(c: CommObj) -> MPI_Comm {
+    objects().comms.insert(Arc::new(c)) as MPI_Comm
+}
+
+pub fn group(h: MPI_Group) -> MpiResult<Arc<Group>> {
+    let v = h as usize;
+    if v == c::MPI_GROUP_EMPTY as usize {
+        return Ok(Arc::new(Group::default()));
+    }
+    if v == c::MPI_GROUP_NULL as usize {
+        mpi_bail!(MPI_ERR_GROUP, "the group is MPI_GROUP_NULL");
+    }
+    match objects().groups.get(v) {
+        Some(g) => Ok(g),
+        None => mpi_bail!(MPI_ERR_GROUP, "invalid group handle {v:#x} (freed, or not a group)"),
+    }
+}
+
+pub fn new_group(g: Group) -> MPI_Group {
+    if g.size() == 0 {
+        return c::MPI_GROUP_EMPTY;
+    }
+    objects().groups.insert(Arc::new(g)) as MPI_Group
+}
+
+/// Check a pointer argument the standard says must not be NULL.
+pub fn nonnull<T>(p: *const T, what: &str) -> MpiResult<()> {
+    if p.is_null() {
+        mpi_bail!(MPI_ERR_ARG, "{what} is NULL");
+    }
+    Ok(())
+}
+
+pub fn info_obj(h: MPI_Info) -> MpiResult<Arc<Mutex<Vec<(String, String)>>>> {
+    let v = h as usize;
+    if v == c::MPI_INFO_NULL as usize {
+        mpi_bail!(MPI_ERR_INFO, "the info object is MPI_INFO_NULL");
+    }
+    if v == c::MPI_INFO_ENV as usize {
+        return Ok(Arc::new(Mutex::new(Vec::new())));
+    }
+    match objects().infos.get(v) {
+        Some(i) => Ok(i),
+        None => mpi_bail!(MPI_ERR_INFO, "invalid info handle {v:#x} (freed, or not an info object)"),
+    }
+}
+
+/// An info argument that may be MPI_INFO_NULL: validated, contents ignored by most calls.
+pub fn check_info(h: MPI_Info) -> MpiResult<()> {
+    if h as usize == c::MPI_INFO_NULL as usize {
+        return Ok(());
+    }
+    info_obj(h).map(|_| ())
+}
+
