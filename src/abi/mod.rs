@@ -8,7 +8,10 @@ pub mod ffi;
 pub mod imp;
 pub mod errh;
 pub mod objects;
+pub mod request;
+pub mod runtime;
 pub mod state;
+pub mod types;
 
 use crate::mpi::error::{MpiError, MpiResult};
 use ffi::*;

@@ -33,6 +33,8 @@ pub struct CommObj {
     /// Context id of point-to-point traffic; collectives use `ctx | COLL_CTX_BIT`.
     pub ctx: u32,
     pub group: Arc<Group>,
+    /// Rank in the communicator -> world rank (shared with collective executors).
+    pub peers: Arc<[usize]>,
     /// My rank in `group`.
     pub rank: usize,
     pub name: Mutex<String>,
@@ -53,6 +55,7 @@ impl CommObj {
     pub fn new(ctx: u32, group: Arc<Group>, rank: usize, name: &str) -> Self {
         CommObj {
             ctx,
+            peers: Arc::from(group.ranks.as_slice()),
             group,
             rank,
             name: Mutex::new(name.to_string()),

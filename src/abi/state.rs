@@ -28,6 +28,5 @@ pub fn fatal(text: &str, code: i32) -> ! {
 
 /// End the whole job (MPI_Abort semantics): through the launcher when there is one.
 pub fn abort_job(code: i32, msg: &str) -> ! {
-    eprintln!("{msg}");
-    std::process::exit(code)
+    super::runtime::abort(code, msg)
 }

@@ -24,6 +24,35 @@ pub enum Kind {
     File = 11,
 }
 
+/// Generations cycle through 1..=255 so that a handle also fits a Fortran integer (see [`to_int`]).
+fn next_gen(g: u16) -> u16 {
+    if g >= 255 {
+        1
+    } else {
+        g + 1
+    }
+}
+
+/// A handle as a C int (MPI_*_c2f / MPI_*_toint): predefined values are kept, user handles
+/// become `0x1000 + (index << 8 | generation)`.
+pub fn to_int(h: usize) -> i32 {
+    if h < 0x1000 {
+        return h as i32;
+    }
+    let idx = h & 0xffff_ffff;
+    let gen = (h >> 32) & 0xff;
+    (0x1000 + ((idx << 8) | gen)) as i32
+}
+
+/// The inverse of [`to_int`] for handles of `kind`.
+pub fn from_int(kind: Kind, i: i32) -> usize {
+    if i < 0x1000 {
+        return i.max(0) as usize;
+    }
+    let v = (i - 0x1000) as usize;
+    ((kind as usize) << 48) | ((v & 0xff) << 32) | (v >> 8)
+}
+
 struct Slot<T> {
     gen: u16,
     val: Option<Arc<T>>,
@@ -80,7 +109,7 @@ impl<T> Table<T> {
     pub fn remove(&mut self, h: usize) -> Option<Arc<T>> {
         let (idx, _) = self.decode(h)?;
         let s = &mut self.slots[idx];
-        s.gen = s.gen.wrapping_add(1).max(1);
+        s.gen = next_gen(s.gen);
         self.free.push(idx as u32);
         self.live -= 1;
         s.val.take()
@@ -128,5 +157,81 @@ mod tests {
         assert!(t.get(0x101).is_none(), "predefined values are not table handles");
         let other: Table<i32> = Table::new(Kind::Group);
         assert!(other.get(b).is_none(), "a handle of another kind is refused");
+        assert_eq!(from_int(Kind::Comm, to_int(c)), c);
+        assert_eq!(to_int(0x101), 0x101);
+    }
+}
+
+/// A table whose objects are owned and mutated in place (requests): the same
+/// generation-checked encoding as [`Table`], without shared ownership.
+pub struct Slab<T> {
+    kind: Kind,
+    slots: Vec<(u16, Option<T>)>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    pub const fn new(kind: Kind) -> Self {
+        Slab { kind, slots: Vec::new(), free: Vec::new() }
+    }
+    pub fn insert(&mut self, val: T) -> usize {
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize].1 = Some(val);
+                i
+            }
+            None => {
+                self.slots.push((1, Some(val)));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let gen = self.slots[idx as usize].0;
+        ((self.kind as usize) << 48) | ((gen as usize) << 32) | idx as usize
+    }
+    fn index(&self, h: usize) -> Option<usize> {
+        if h >> 48 != self.kind as usize {
+            return None;
+        }
+        let idx = h & 0xffff_ffff;
+        let s = self.slots.get(idx)?;
+        (s.0 == ((h >> 32) & 0xffff) as u16 && s.1.is_some()).then_some(idx)
+    }
+    pub fn get_mut(&mut self, h: usize) -> Option<&mut T> {
+        let i = self.index(h)?;
+        self.slots[i].1.as_mut()
+    }
+    pub fn get(&self, h: usize) -> Option<&T> {
+        let i = self.index(h)?;
+        self.slots[i].1.as_ref()
+    }
+    pub fn remove(&mut self, h: usize) -> Option<T> {
+        let i = self.index(h)?;
+        let s = &mut self.slots[i];
+        s.0 = next_gen(s.0);
+        self.free.push(i as u32);
+        s.1.take()
+    }
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod slab_tests {
+    use super::*;
+
+    #[test]
+    fn slab_generations() {
+        let mut s = Slab::new(Kind::Request);
+        let a = s.insert(10);
+        *s.get_mut(a).unwrap() += 1;
+        assert_eq!(s.remove(a), Some(11));
+        assert!(s.get(a).is_none());
+        let b = s.insert(5);
+        assert_ne!(a, b);
+        assert_eq!(s.len(), 1);
     }
 }

@@ -1,0 +1,798 @@
+//! Collective operations, blocking, nonblocking and persistent (MPI 5.0 chapter 6).
+//!
+//! Each call is turned into a [`CollSpec`]: the user's typed buffers described
+//! as blocks, resolved and validated once. Starting it maps the blocks into a
+//! packed byte space (the user's memory directly when every block is
+//! contiguous, else temporaries packed now and unpacked at completion), builds
+//! the schedule selected by `coll::build`, and hands it to the engine's
+//! executor. Blocking calls wait for it; `MPI_I*` return a request; `*_init`
+//! keep the spec and start it anew at every `MPI_Start`.
+
+use super::p2p::check_count;
+use super::util::*;
+use crate::abi::consts as c;
+use crate::abi::ffi::*;
+use crate::abi::objects::{comm, nonnull, objects, CommObj, OpObj, COLL_CTX_BIT};
+use crate::abi::request::{Post, ReqKind, Request, Status, Starter};
+use crate::abi::runtime::{self, new_request, Runtime};
+use crate::abi::types::{self, DtypeObj};
+use crate::coll::{self, Block, CollArgs, CollKind};
+use crate::engine::coll::CollExec;
+use crate::mpi::datatype::Elem;
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::mpi::op::{self as ops, BuiltinOp};
+use crate::mpi_bail;
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+fn in_place(p: *const c_void) -> bool {
+    p as usize == 1
+}
+
+/// One typed block of a user buffer: `count` elements of `dt` at byte offset `disp` from the base.
+#[derive(Clone)]
+struct TBlock {
+    disp: isize,
+    count: usize,
+    dt: Arc<DtypeObj>,
+}
+
+/// A user buffer as blocks (per peer for the v/w collectives, one block otherwise).
+#[derive(Clone)]
+struct Side {
+    base: usize,
+    blocks: Vec<TBlock>,
+}
+
+impl Side {
+    fn one(buf: *const c_void, count: usize, dt: &Arc<DtypeObj>) -> Side {
+        Side { base: buf as usize, blocks: vec![TBlock { disp: 0, count, dt: dt.clone() }] }
+    }
+    /// `n` blocks of `count` elements, block i at i * count * extent.
+    fn regular(buf: *const c_void, n: usize, count: usize, dt: &Arc<DtypeObj>) -> Side {
+        let ext = dt.extent();
+        Side {
+            base: buf as usize,
+            blocks: (0..n).map(|i| TBlock { disp: i as isize * count as isize * ext, count, dt: dt.clone() }).collect(),
+        }
+    }
+    /// Blocks from counts and displacements in units of the type's extent.
+    fn varying(buf: *const c_void, counts: &[i64], displs: &[i64], dt: &Arc<DtypeObj>) -> MpiResult<Side> {
+        let ext = dt.extent();
+        let mut blocks = Vec::with_capacity(counts.len());
+        for (&n, &d) in counts.iter().zip(displs) {
+            blocks.push(TBlock { disp: d as isize * ext, count: check_count(n)?, dt: dt.clone() });
+        }
+        Ok(Side { base: buf as usize, blocks })
+    }
+    fn packed_len(&self) -> usize {
+        self.blocks.iter().map(|b| b.dt.desc.packed_size(b.count)).sum()
+    }
+    /// Whether the user's memory can serve as the packed space directly.
+    fn direct(&self) -> bool {
+        self.blocks.iter().all(|b| b.count == 0 || (b.dt.desc.is_contiguous(b.count) && b.disp + b.dt.desc.true_lb() >= 0))
+    }
+    /// Map into packed space: (base pointer, blocks in packed space, temporary if packed).
+    /// `fill`: pack the user's data into the temporary (inputs).
+    unsafe fn map(&self, fill: bool) -> (*mut u8, Vec<Block>, Option<Vec<u8>>) {
+        if self.direct() {
+            let blocks = self
+                .blocks
+                .iter()
+                .map(|b| Block::new(if b.count == 0 { 0 } else { (b.disp + b.dt.desc.true_lb()) as usize }, b.dt.desc.packed_size(b.count)))
+                .collect();
+            return (self.base as *mut u8, blocks, None);
+        }
+        let mut tmp = vec![0u8; self.packed_len()];
+        let mut blocks = Vec::with_capacity(self.blocks.len());
+        let mut off = 0;
+        for b in &self.blocks {
+            let len = b.dt.desc.packed_size(b.count);
+            if fill && len > 0 {
+                b.dt.desc.pack(b.count, (self.base as *const u8).wrapping_offset(b.disp), &mut tmp[off..off + len]);
+            }
+            blocks.push(Block::new(off, len));
+            off += len;
+        }
+        (tmp.as_mut_ptr(), blocks, Some(tmp))
+    }
+    /// Unpack a temporary made by `map` back into the user's buffer.
+    unsafe fn unpack(&self, tmp: &[u8], only: Option<usize>) {
+        let mut off = 0;
+        for (i, b) in self.blocks.iter().enumerate() {
+            let len = b.dt.desc.packed_size(b.count);
+            if only.is_none_or(|o| o == i) && len > 0 {
+                b.dt.desc.unpack(b.count, &tmp[off..off + len], (self.base as *mut u8).wrapping_offset(b.disp));
+            }
+            off += len;
+        }
+    }
+}
+
+/// The reduction of a call: a builtin op on an element type, or a user function.
+#[derive(Clone)]
+enum Reduction {
+    Builtin(BuiltinOp, Elem),
+    User { func: usize, large: bool, dt: MPI_Datatype, size: usize },
+}
+
+// SAFETY: a user function pointer and a datatype handle value are plain values.
+unsafe impl Send for Reduction {}
+
+impl Reduction {
+    fn elem_size(&self) -> usize {
+        match self {
+            Reduction::Builtin(_, e) => e.size(),
+            Reduction::User { size, .. } => *size,
+        }
+    }
+    fn apply(&self, input: &[u8], inout: &mut [u8]) -> MpiResult<()> {
+        match self {
+            Reduction::Builtin(op, e) => ops::reduce(*op, *e, input, inout),
+            Reduction::User { func, large, dt, size } => {
+                if *size == 0 {
+                    return Ok(());
+                }
+                let n = inout.len() / size;
+                let mut dt = *dt;
+                // SAFETY: the user registered this MPI_User_function (or _c variant); buffers hold
+                // n elements of the type in its own (contiguous) layout.
+                unsafe {
+                    if *large {
+                        let f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype) = std::mem::transmute(*func);
+                        let mut len = n as MPI_Count;
+                        f(input.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void, &mut len, &mut dt);
+                    } else {
+                        let f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype) = std::mem::transmute(*func);
+                        let mut len = n as c_int;
+                        f(input.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void, &mut len, &mut dt);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+    fn commutative(&self) -> bool {
+        match self {
+            Reduction::Builtin(..) => true,
+            Reduction::User { .. } => false,
+        }
+    }
+}
+
+pub fn builtin_op(h: MPI_Op) -> Option<BuiltinOp> {
+    Some(match h as usize {
+        0x21 => BuiltinOp::Sum,
+        0x22 => BuiltinOp::Min,
+        0x23 => BuiltinOp::Max,
+        0x24 => BuiltinOp::Prod,
+        0x28 => BuiltinOp::Band,
+        0x29 => BuiltinOp::Bor,
+        0x2a => BuiltinOp::Bxor,
+        0x30 => BuiltinOp::Land,
+        0x31 => BuiltinOp::Lor,
+        0x32 => BuiltinOp::Lxor,
+        0x38 => BuiltinOp::Minloc,
+        0x39 => BuiltinOp::Maxloc,
+        0x3c => BuiltinOp::Replace,
+        0x3d => BuiltinOp::NoOp,
+        _ => return None,
+    })
+}
+
+/// Resolve (op, datatype) into a reduction; `commute` reports the op's commutativity.
+fn reduction(op: MPI_Op, dth: MPI_Datatype, dt: &DtypeObj) -> MpiResult<(Reduction, bool)> {
+    if op == c::MPI_OP_NULL {
+        mpi_bail!(MPI_ERR_OP, "the operation is MPI_OP_NULL");
+    }
+    if let Some(b) = builtin_op(op) {
+        let Some(e) = dt.desc.elem() else {
+            mpi_bail!(MPI_ERR_TYPE, "a predefined operation needs a datatype made of one basic type (or a MINLOC/MAXLOC pair type)")
+        };
+        ops::check(b, e)?;
+        return Ok((Reduction::Builtin(b, e), true));
+    }
+    let o = objects().ops.get(op as usize);
+    match o.as_deref() {
+        Some(OpObj::User { func, commute, large_count }) => {
+            if !dt.desc.is_contiguous(1) {
+                mpi_bail!(MPI_ERR_TYPE, "user-defined operations on non-contiguous datatypes are not supported yet");
+            }
+            Ok((Reduction::User { func: *func, large: *large_count, dt: dth, size: dt.size() }, *commute))
+        }
+        None => mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x} (freed, or not an op)", op as usize),
+    }
+}
+
+/// A validated collective call, ready to start (once, or at each MPI_Start).
+struct CollSpec {
+    kind: CollKind,
+    comm: Arc<CommObj>,
+    root: usize,
+    bytes: usize,
+    send: Option<Side>,
+    recv: Option<Side>,
+    /// Whether the Recv side holds input (bcast root, in-place) and must be packed at start.
+    recv_is_input: bool,
+    in_place: bool,
+    red: Option<(Reduction, bool)>,
+    /// Whether to unpack only this rank's recv block (reduce_scatter lays blocks differently).
+    unpack_only: Option<usize>,
+    /// reduce_scatter: result lengths per rank (offsets unused).
+    rs_lens: Option<Vec<usize>>,
+}
+// SAFETY: raw user buffer addresses stored as usize; used only during the call per MPI semantics.
+unsafe impl Send for CollSpec {}
+
+impl CollSpec {
+    fn new(kind: CollKind, comm: Arc<CommObj>) -> Self {
+        CollSpec { kind, comm, root: 0, bytes: 0, send: None, recv: None, recv_is_input: false, in_place: false, red: None, unpack_only: None, rs_lens: None }
+    }
+
+    unsafe fn start(&self) -> MpiResult<ReqKind> {
+        let (sptr, sblocks, shold) = match &self.send {
+            Some(s) => s.map(true),
+            None => (std::ptr::null_mut(), Vec::new(), None),
+        };
+        let (rptr, mut rblocks, rhold) = match &self.recv {
+            Some(r) => r.map(self.recv_is_input),
+            None => (std::ptr::null_mut(), Vec::new(), None),
+        };
+        if let Some(l) = &self.rs_lens {
+            rblocks = l.iter().map(|&len| Block::new(0, len)).collect();
+        }
+        let (elem_size, commutative) = match &self.red {
+            Some((r, commute)) => (r.elem_size().max(1), *commute && r.commutative() || *commute),
+            None => (1, true),
+        };
+        let args = CollArgs {
+            rank: self.comm.rank,
+            size: self.comm.size(),
+            root: self.root,
+            bytes: self.bytes,
+            send_blocks: &sblocks,
+            recv_blocks: &rblocks,
+            elem_size,
+            in_place: self.in_place,
+            commutative,
+        };
+        let (algo, sched) = coll::build(self.kind, &args)?;
+        tracing::debug!(coll = self.kind.name(), algo, bytes = self.bytes, ranks = self.comm.size(), "collective over shared memory");
+        let reduce: Option<Box<dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + Send>> =
+            self.red.clone().map(|(r, _)| Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)) as _);
+        let tag = self.comm.next_coll_tag();
+        let exec = CollExec::new(sched, sptr as *const u8, rptr, self.comm.ctx | COLL_CTX_BIT, tag, self.comm.peers.clone(), self.comm.rank, reduce);
+        let mut hold = Vec::new();
+        if let Some(h) = shold {
+            hold.push(h);
+        }
+        let post: Option<Post> = match (rhold, &self.recv) {
+            (Some(tmp), Some(side)) => {
+                let side = side.clone();
+                let only = self.unpack_only;
+                Some(Box::new(move |_st: &mut Status| {
+                    side.unpack(&tmp, only);
+                    Ok(())
+                }))
+            }
+            _ => None,
+        };
+        Ok(ReqKind::Coll { exec: Box::new(exec), post, result: None, hold })
+    }
+}
+
+/// How a collective call is completed.
+#[derive(Clone, Copy)]
+enum Mode {
+    Blocking,
+    Nonblocking(*mut MPI_Request),
+    Persistent(*mut MPI_Request),
+}
+
+unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
+    match mode {
+        Mode::Blocking => {
+            let k = spec.start()?;
+            let st = super::p2p::wait_kind(k)?;
+            if st.error != 0 {
+                return Err(MpiError::new(st.error, "collective failed"));
+            }
+            Ok(())
+        }
+        Mode::Nonblocking(req) => {
+            nonnull(req, "request")?;
+            let k = spec.start()?;
+            *req = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
+            Ok(())
+        }
+        Mode::Persistent(req) => {
+            nonnull(req, "request")?;
+            let starter: Starter = Box::new(move |_rt: &mut Runtime| spec.start());
+            *req = runtime::with(|rt| Ok(new_request(rt, Request { kind: ReqKind::Inactive, persistent: Some(starter) })))? as MPI_Request;
+            Ok(())
+        }
+    }
+}
+
+fn check_root(cm: &CommObj, root: c_int) -> MpiResult<usize> {
+    if root < 0 || root as usize >= cm.size() {
+        mpi_bail!(MPI_ERR_ROOT, "root {root} is not in a communicator of size {}", cm.size());
+    }
+    Ok(root as usize)
+}
+
+fn counts(p: *const c_int, n: usize, what: &str) -> MpiResult<Vec<i64>> {
+    // SAFETY: the caller passes n ints.
+    Ok(unsafe { slice(p, n, what)? }.iter().map(|&x| x as i64).collect())
+}
+
+fn check_buf(p: *const c_void, bytes: usize, what: &str) -> MpiResult<()> {
+    if bytes > 0 && p.is_null() {
+        mpi_bail!(MPI_ERR_BUFFER, "{what} is NULL but {bytes} bytes are to be transferred");
+    }
+    Ok(())
+}
+
+// ---- specs per collective ----
+
+fn barrier_spec(cm: MPI_Comm) -> MpiResult<CollSpec> {
+    Ok(CollSpec::new(CollKind::Barrier, comm(cm)?))
+}
+
+unsafe fn bcast_spec(buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let count = check_count(count)?;
+    let dt = types::committed(dt)?;
+    let mut s = CollSpec::new(CollKind::Bcast, comm.clone());
+    s.root = check_root(&comm, root)?;
+    s.bytes = dt.desc.packed_size(count);
+    check_buf(buf, s.bytes, "buffer")?;
+    s.recv = Some(Side::one(buf, count, &dt));
+    s.recv_is_input = s.root == comm.rank;
+    Ok(s)
+}
+
+unsafe fn reduce_like(kind: CollKind, sendbuf: *const c_void, recvbuf: *mut c_void, count: i64, dth: MPI_Datatype, op: MPI_Op, root: Option<c_int>, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let count = check_count(count)?;
+    let dt = types::committed(dth)?;
+    let mut s = CollSpec::new(kind, comm.clone());
+    if let Some(r) = root {
+        s.root = check_root(&comm, r)?;
+    }
+    s.red = Some(reduction(op, dth, &dt)?);
+    s.bytes = dt.desc.packed_size(count);
+    let i_am_root = root.is_none() || s.root == comm.rank;
+    s.in_place = in_place(sendbuf) && i_am_root;
+    if in_place(sendbuf) && !i_am_root {
+        mpi_bail!(MPI_ERR_BUFFER, "MPI_IN_PLACE is only valid at the root");
+    }
+    if !s.in_place {
+        check_buf(sendbuf, s.bytes, "sendbuf")?;
+        s.send = Some(Side::one(sendbuf, count, &dt));
+    }
+    if i_am_root {
+        check_buf(recvbuf, s.bytes, "recvbuf")?;
+        s.recv = Some(Side::one(recvbuf, count, &dt));
+        s.recv_is_input = s.in_place;
+    }
+    Ok(s)
+}
+
+unsafe fn gather_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Gather, comm.clone());
+    s.root = check_root(&comm, root)?;
+    let me_root = s.root == comm.rank;
+    s.in_place = in_place(sendbuf) && me_root;
+    if me_root {
+        let rt = types::committed(recvtype)?;
+        let rc = check_count(recvcount)?;
+        s.recv = Some(Side::regular(recvbuf, comm.size(), rc, &rt));
+        s.recv_is_input = s.in_place;
+        s.bytes = rt.desc.packed_size(rc);
+    }
+    if !s.in_place {
+        let st = types::committed(sendtype)?;
+        let sc = check_count(sendcount)?;
+        s.send = Some(Side::one(sendbuf, sc, &st));
+        s.bytes = st.desc.packed_size(sc);
+    }
+    Ok(s)
+}
+
+unsafe fn gatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: &[i64], displs: &[i64], recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Gatherv, comm.clone());
+    s.root = check_root(&comm, root)?;
+    let me_root = s.root == comm.rank;
+    s.in_place = in_place(sendbuf) && me_root;
+    if me_root {
+        let rt = types::committed(recvtype)?;
+        let side = Side::varying(recvbuf, recvcounts, displs, &rt)?;
+        s.bytes = side.blocks[comm.rank].dt.desc.packed_size(side.blocks[comm.rank].count);
+        s.recv = Some(side);
+        s.recv_is_input = s.in_place;
+    }
+    if !s.in_place {
+        let st = types::committed(sendtype)?;
+        let sc = check_count(sendcount)?;
+        s.send = Some(Side::one(sendbuf, sc, &st));
+        s.bytes = st.desc.packed_size(sc);
+    }
+    Ok(s)
+}
+
+unsafe fn scatter_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Scatter, comm.clone());
+    s.root = check_root(&comm, root)?;
+    let me_root = s.root == comm.rank;
+    s.in_place = in_place(recvbuf) && me_root;
+    if me_root {
+        let st = types::committed(sendtype)?;
+        let sc = check_count(sendcount)?;
+        s.send = Some(Side::regular(sendbuf, comm.size(), sc, &st));
+        s.bytes = st.desc.packed_size(sc);
+    }
+    if !s.in_place {
+        let rt = types::committed(recvtype)?;
+        let rc = check_count(recvcount)?;
+        s.recv = Some(Side::one(recvbuf, rc, &rt));
+        s.bytes = rt.desc.packed_size(rc);
+    }
+    Ok(s)
+}
+
+unsafe fn scatterv_spec(sendbuf: *const c_void, sendcounts: &[i64], displs: &[i64], sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Scatterv, comm.clone());
+    s.root = check_root(&comm, root)?;
+    let me_root = s.root == comm.rank;
+    s.in_place = in_place(recvbuf) && me_root;
+    if me_root {
+        let st = types::committed(sendtype)?;
+        let side = Side::varying(sendbuf, sendcounts, displs, &st)?;
+        s.bytes = side.blocks[comm.rank].dt.desc.packed_size(side.blocks[comm.rank].count);
+        s.send = Some(side);
+    }
+    if !s.in_place {
+        let rt = types::committed(recvtype)?;
+        let rc = check_count(recvcount)?;
+        s.recv = Some(Side::one(recvbuf, rc, &rt));
+        s.bytes = rt.desc.packed_size(rc);
+    }
+    Ok(s)
+}
+
+unsafe fn allgather_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Allgather, comm.clone());
+    let rt = types::committed(recvtype)?;
+    let rc = check_count(recvcount)?;
+    s.in_place = in_place(sendbuf);
+    s.recv = Some(Side::regular(recvbuf, comm.size(), rc, &rt));
+    s.recv_is_input = s.in_place;
+    s.bytes = rt.desc.packed_size(rc);
+    if !s.in_place {
+        let st = types::committed(sendtype)?;
+        let sc = check_count(sendcount)?;
+        if st.desc.packed_size(sc) != s.bytes {
+            mpi_bail!(MPI_ERR_TRUNCATE, "send block of {} bytes does not match the receive block of {} bytes", st.desc.packed_size(sc), s.bytes);
+        }
+        s.send = Some(Side::one(sendbuf, sc, &st));
+    }
+    Ok(s)
+}
+
+unsafe fn allgatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: &[i64], displs: &[i64], recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Allgatherv, comm.clone());
+    let rt = types::committed(recvtype)?;
+    s.in_place = in_place(sendbuf);
+    let side = Side::varying(recvbuf, recvcounts, displs, &rt)?;
+    s.bytes = side.blocks[comm.rank].dt.desc.packed_size(side.blocks[comm.rank].count);
+    s.recv = Some(side);
+    s.recv_is_input = s.in_place;
+    if !s.in_place {
+        let st = types::committed(sendtype)?;
+        let sc = check_count(sendcount)?;
+        s.send = Some(Side::one(sendbuf, sc, &st));
+    }
+    Ok(s)
+}
+
+unsafe fn alltoall_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Alltoall, comm.clone());
+    let rt = types::committed(recvtype)?;
+    let rc = check_count(recvcount)?;
+    s.in_place = in_place(sendbuf);
+    s.recv = Some(Side::regular(recvbuf, comm.size(), rc, &rt));
+    s.recv_is_input = s.in_place;
+    s.bytes = rt.desc.packed_size(rc);
+    if !s.in_place {
+        let st = types::committed(sendtype)?;
+        let sc = check_count(sendcount)?;
+        s.send = Some(Side::regular(sendbuf, comm.size(), sc, &st));
+    }
+    Ok(s)
+}
+
+unsafe fn alltoallv_spec(kind: CollKind, send: Option<Side>, recv: Side, cm: Arc<CommObj>) -> MpiResult<CollSpec> {
+    let mut s = CollSpec::new(kind, cm);
+    s.in_place = send.is_none();
+    s.recv_is_input = s.in_place;
+    s.send = send;
+    s.recv = Some(recv);
+    Ok(s)
+}
+
+unsafe fn reduce_scatter_spec(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: &[i64], dth: MPI_Datatype, op: MPI_Op, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let dt = types::committed(dth)?;
+    let mut s = CollSpec::new(CollKind::ReduceScatter, comm.clone());
+    s.red = Some(reduction(op, dth, &dt)?);
+    let total: i64 = recvcounts.iter().sum();
+    for &n in recvcounts {
+        check_count(n)?;
+    }
+    s.rs_lens = Some(recvcounts.iter().map(|&n| dt.desc.packed_size(n as usize)).collect());
+    s.in_place = in_place(sendbuf);
+    if s.in_place {
+        // Input in recvbuf (the whole vector), result at its start.
+        s.recv = Some(Side::one(recvbuf, total as usize, &dt));
+        s.recv_is_input = true;
+    } else {
+        s.send = Some(Side::one(sendbuf, total as usize, &dt));
+        s.recv = Some(Side::one(recvbuf, recvcounts[comm.rank] as usize, &dt));
+    }
+    Ok(s)
+}
+
+unsafe fn reduce_scatter_block_spec(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: i64, dth: MPI_Datatype, op: MPI_Op, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let comm = comm(cm)?;
+    let dt = types::committed(dth)?;
+    let rc = check_count(recvcount)?;
+    let mut s = CollSpec::new(CollKind::ReduceScatterBlock, comm.clone());
+    s.red = Some(reduction(op, dth, &dt)?);
+    s.bytes = dt.desc.packed_size(rc);
+    s.in_place = in_place(sendbuf);
+    if s.in_place {
+        s.recv = Some(Side::one(recvbuf, rc * comm.size(), &dt));
+        s.recv_is_input = true;
+    } else {
+        s.send = Some(Side::one(sendbuf, rc * comm.size(), &dt));
+        s.recv = Some(Side::one(recvbuf, rc, &dt));
+    }
+    Ok(s)
+}
+
+/// MPI_Barrier on MPI_COMM_WORLD (used by MPI_Finalize).
+pub fn barrier_world() -> MpiResult<()> {
+    // SAFETY: no user buffers.
+    unsafe { run(barrier_spec(c::MPI_COMM_WORLD)?, Mode::Blocking) }
+}
+
+/// An allreduce of u64 words with bitwise AND over a communicator (context-id agreement).
+pub fn allreduce_band_u64(cm: &Arc<CommObj>, words: &mut [u64]) -> MpiResult<()> {
+    let dt = types::committed(c::MPI_UINT64_T)?;
+    let mut s = CollSpec::new(CollKind::Allreduce, cm.clone());
+    s.red = Some((Reduction::Builtin(BuiltinOp::Band, Elem::Basic(crate::mpi::datatype::Basic::Uint64)), true));
+    s.bytes = words.len() * 8;
+    s.in_place = true;
+    s.recv = Some(Side::one(words.as_mut_ptr() as *const c_void, words.len(), &dt));
+    s.recv_is_input = true;
+    // SAFETY: `words` outlives the blocking call.
+    unsafe { run(s, Mode::Blocking) }
+}
+
+/// An allgather of fixed-size byte records over a communicator (split, create_group).
+pub fn allgather_bytes(cm: &Arc<CommObj>, mine: &[u8]) -> MpiResult<Vec<u8>> {
+    let n = mine.len();
+    let mut out = vec![0u8; n * cm.size()];
+    out[cm.rank * n..(cm.rank + 1) * n].copy_from_slice(mine);
+    let dt = types::BYTE.clone();
+    let mut s = CollSpec::new(CollKind::Allgather, cm.clone());
+    s.bytes = n;
+    s.in_place = true;
+    s.recv = Some(Side::regular(out.as_mut_ptr() as *const c_void, cm.size(), n, &dt));
+    s.recv_is_input = true;
+    // SAFETY: `out` outlives the blocking call.
+    unsafe { run(s, Mode::Blocking)? };
+    Ok(out)
+}
+
+// ---- the C entry points ----
+
+macro_rules! three_modes {
+    ($blocking:ident, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
+        pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> { run($spec, Mode::Blocking) }
+        pub unsafe fn $nb($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec, Mode::Nonblocking(request)) }
+        pub unsafe fn $init($($arg: $ty,)* info: MPI_Info, request: *mut MPI_Request) -> MpiResult<()> {
+            crate::abi::objects::check_info(info)?;
+            run($spec, Mode::Persistent(request))
+        }
+    };
+}
+
+three_modes!(MPI_Barrier, MPI_Ibarrier, MPI_Barrier_init, (cm: MPI_Comm), barrier_spec(cm)?);
+
+three_modes!(MPI_Bcast, MPI_Ibcast, MPI_Bcast_init,
+    (buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    bcast_spec(buffer, count as i64, datatype, root, cm)?);
+
+three_modes!(MPI_Reduce, MPI_Ireduce, MPI_Reduce_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
+    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count as i64, datatype, op, Some(root), cm)?);
+
+three_modes!(MPI_Allreduce, MPI_Iallreduce, MPI_Allreduce_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?);
+
+three_modes!(MPI_Scan, MPI_Iscan, MPI_Scan_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Scan, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?);
+
+three_modes!(MPI_Exscan, MPI_Iexscan, MPI_Exscan_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Exscan, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?);
+
+three_modes!(MPI_Gather, MPI_Igather, MPI_Gather_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    gather_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, root, cm)?);
+
+three_modes!(MPI_Scatter, MPI_Iscatter, MPI_Scatter_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    scatter_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, root, cm)?);
+
+three_modes!(MPI_Allgather, MPI_Iallgather, MPI_Allgather_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
+    allgather_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, cm)?);
+
+three_modes!(MPI_Alltoall, MPI_Ialltoall, MPI_Alltoall_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
+    alltoall_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, cm)?);
+
+three_modes!(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_scatter_block_spec(sendbuf, recvbuf, recvcount as i64, datatype, op, cm)?);
+
+fn size_of(cm: MPI_Comm) -> MpiResult<usize> {
+    Ok(comm(cm)?.size())
+}
+
+unsafe fn gatherv_args(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let cmo = comm(cm)?;
+    let root_u = check_root(&cmo, root)?;
+    let n = if root_u == cmo.rank { cmo.size() } else { 0 };
+    gatherv_spec(sendbuf, sendcount as i64, sendtype, recvbuf, &counts(recvcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, recvtype, root, cm)
+}
+
+three_modes!(MPI_Gatherv, MPI_Igatherv, MPI_Gatherv_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    gatherv_args(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, cm)?);
+
+unsafe fn scatterv_args(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let cmo = comm(cm)?;
+    let root_u = check_root(&cmo, root)?;
+    let n = if root_u == cmo.rank { cmo.size() } else { 0 };
+    scatterv_spec(sendbuf, &counts(sendcounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sendtype, recvbuf, recvcount as i64, recvtype, root, cm)
+}
+
+three_modes!(MPI_Scatterv, MPI_Iscatterv, MPI_Scatterv_init,
+    (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    scatterv_args(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
+
+three_modes!(MPI_Allgatherv, MPI_Iallgatherv, MPI_Allgatherv_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
+    allgatherv_spec(sendbuf, sendcount as i64, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
+
+unsafe fn alltoallv_args(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let cmo = comm(cm)?;
+    let n = cmo.size();
+    let rt = types::committed(recvtype)?;
+    let recv = Side::varying(recvbuf, &counts(recvcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, &rt)?;
+    let send = if in_place(sendbuf) {
+        None
+    } else {
+        let st = types::committed(sendtype)?;
+        Some(Side::varying(sendbuf, &counts(sendcounts, n, "sendcounts")?, &counts(sdispls, n, "sdispls")?, &st)?)
+    };
+    alltoallv_spec(CollKind::Alltoallv, send, recv, cmo)
+}
+
+three_modes!(MPI_Alltoallv, MPI_Ialltoallv, MPI_Alltoallv_init,
+    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
+    alltoallv_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
+
+unsafe fn w_side(buf: *const c_void, cnts: *const c_int, displs: *const c_int, tys: *const MPI_Datatype, n: usize) -> MpiResult<Side> {
+    let cnts = counts(cnts, n, "counts")?;
+    let displs = counts(displs, n, "displs")?;
+    let tys = slice(tys, n, "datatypes")?;
+    let mut blocks = Vec::with_capacity(n);
+    for i in 0..n {
+        blocks.push(TBlock { disp: displs[i] as isize, count: check_count(cnts[i])?, dt: types::committed(tys[i])? });
+    }
+    Ok(Side { base: buf as usize, blocks })
+}
+
+unsafe fn alltoallw_args(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+    let cmo = comm(cm)?;
+    let n = cmo.size();
+    let recv = w_side(recvbuf, recvcounts, rdispls, recvtypes, n)?;
+    let send = if in_place(sendbuf) { None } else { Some(w_side(sendbuf, sendcounts, sdispls, sendtypes, n)?) };
+    alltoallv_spec(CollKind::Alltoallw, send, recv, cmo)
+}
+
+three_modes!(MPI_Alltoallw, MPI_Ialltoallw, MPI_Alltoallw_init,
+    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, cm: MPI_Comm),
+    alltoallw_args(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, cm)?);
+
+three_modes!(MPI_Reduce_scatter, MPI_Ireduce_scatter, MPI_Reduce_scatter_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_scatter_spec(sendbuf, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, datatype, op, cm)?);
+
+// ---- local reduction and user ops ----
+
+pub unsafe fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> MpiResult<()> {
+    let n = check_count(count as i64)?;
+    let dt = types::committed(datatype)?;
+    let (red, _) = reduction(op, datatype, &dt)?;
+    let bytes = dt.desc.packed_size(n);
+    if bytes == 0 {
+        return Ok(());
+    }
+    check_buf(inbuf, bytes, "inbuf")?;
+    check_buf(inoutbuf, bytes, "inoutbuf")?;
+    if dt.desc.is_contiguous(n) {
+        let off = dt.desc.true_lb();
+        let i = std::slice::from_raw_parts((inbuf as *const u8).wrapping_offset(off), bytes);
+        let o = std::slice::from_raw_parts_mut((inoutbuf as *mut u8).wrapping_offset(off), bytes);
+        return red.apply(i, o);
+    }
+    let i = types::pack_all(inbuf, n, &dt);
+    let mut o = types::pack_all(inoutbuf, n, &dt);
+    red.apply(&i, &mut o)?;
+    dt.desc.unpack(n, &o, inoutbuf as *mut u8);
+    Ok(())
+}
+
+pub unsafe fn MPI_Op_create(user_fn: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>, commute: c_int, op: *mut MPI_Op) -> MpiResult<()> {
+    let Some(f) = user_fn else { mpi_bail!(MPI_ERR_ARG, "the user function is NULL") };
+    nonnull(op, "op")?;
+    let h = objects().ops.insert(Arc::new(OpObj::User { func: f as usize, commute: commute != 0, large_count: false }));
+    *op = h as MPI_Op;
+    Ok(())
+}
+
+pub unsafe fn MPI_Op_create_c(user_fn: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype)>, commute: c_int, op: *mut MPI_Op) -> MpiResult<()> {
+    let Some(f) = user_fn else { mpi_bail!(MPI_ERR_ARG, "the user function is NULL") };
+    nonnull(op, "op")?;
+    let h = objects().ops.insert(Arc::new(OpObj::User { func: f as usize, commute: commute != 0, large_count: true }));
+    *op = h as MPI_Op;
+    Ok(())
+}
+
+pub unsafe fn MPI_Op_free(op: *mut MPI_Op) -> MpiResult<()> {
+    nonnull(op, "op")?;
+    let h = *op as usize;
+    if builtin_op(*op).is_some() {
+        mpi_bail!(MPI_ERR_OP, "predefined operation {h:#x} cannot be freed");
+    }
+    if objects().ops.remove(h).is_none() {
+        mpi_bail!(MPI_ERR_OP, "invalid operation handle {h:#x}");
+    }
+    *op = c::MPI_OP_NULL;
+    Ok(())
+}
+
+pub unsafe fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> MpiResult<()> {
+    if builtin_op(op).is_some() {
+        return out(commute, "commute", 1);
+    }
+    match objects().ops.get(op as usize).as_deref() {
+        Some(OpObj::User { commute: c, .. }) => out(commute, "commute", *c as c_int),
+        None => mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x}", op as usize),
+    }
+}

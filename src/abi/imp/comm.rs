@@ -1,0 +1,246 @@
+//! Communicator management (MPI 5.0 §7.4): dup, split, create, free, compare,
+//! names. New communicators agree on a context id with one allreduce of the
+//! members' free-id bitmaps over the parent (the lowest id free everywhere).
+
+use super::coll::{allgather_bytes, allreduce_band_u64};
+use super::util::*;
+use crate::abi::consts as c;
+use crate::abi::ffi::*;
+use crate::abi::objects::{comm, group, new_comm, nonnull, objects, CommObj, Topo};
+use crate::abi::runtime::{self, CTX_WORDS};
+use crate::mpi::error::MpiResult;
+use crate::mpi::group::Group;
+use crate::mpi_bail;
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+/// Agree on a new context id with every rank of `parent` (collective over `parent`).
+pub fn alloc_ctx(parent: &Arc<CommObj>) -> MpiResult<u32> {
+    let mut free: Vec<u64> = runtime::with(|rt| Ok(rt.ctx_used.iter().map(|w| !w).collect()))?;
+    allreduce_band_u64(parent, &mut free)?;
+    for (w, bits) in free.iter().enumerate() {
+        if *bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            let id = w * 64 + b;
+            runtime::with(|rt| {
+                rt.ctx_used[w] |= 1 << b;
+                Ok(())
+            })?;
+            return Ok(id as u32);
+        }
+    }
+    mpi_bail!(MPI_ERR_INTERN, "out of communicator context ids ({} in use): free some communicators", CTX_WORDS * 64)
+}
+
+pub fn release_ctx(id: u32) {
+    let _ = runtime::with(|rt| {
+        let (w, b) = (id as usize / 64, id as usize % 64);
+        if w < CTX_WORDS && id > 1 {
+            rt.ctx_used[w] &= !(1 << b);
+        }
+        Ok(())
+    });
+}
+
+/// Build the communicator object for `group` if this process is in it.
+pub fn make_comm(ctx: u32, group: Group, topo: Option<Topo>, parent: &CommObj) -> MpiResult<MPI_Comm> {
+    let me = parent.world_rank(parent.rank);
+    let Some(rank) = group.rank_of(me) else { return Ok(c::MPI_COMM_NULL) };
+    let mut cm = CommObj::new(ctx, Arc::new(group), rank, "");
+    cm.topo = topo;
+    *cm.errh.get_mut().unwrap() = *parent.errh.lock().unwrap();
+    Ok(new_comm(cm))
+}
+
+pub unsafe fn MPI_Comm_dup(cm: MPI_Comm, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+    nonnull(newcomm, "newcomm")?;
+    let parent = comm(cm)?;
+    let ctx = alloc_ctx(&parent)?;
+    let attrs = parent.attrs.lock().unwrap().clone();
+    let copied = super::attr::copy_attrs(cm as usize, &attrs)?;
+    let h = make_comm(ctx, (*parent.group).clone(), parent.topo.clone(), &parent)?;
+    *comm(h)?.attrs.lock().unwrap() = copied;
+    *comm(h)?.info.lock().unwrap() = parent.info.lock().unwrap().clone();
+    *newcomm = h;
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_dup_with_info(cm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+    crate::abi::objects::check_info(info)?;
+    MPI_Comm_dup(cm, newcomm)
+}
+
+pub unsafe fn MPI_Comm_idup(cm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    MPI_Comm_dup(cm, newcomm)?;
+    let h = runtime::with(|rt| {
+        let st = crate::abi::request::Status::EMPTY;
+        Ok(runtime::new_request(rt, crate::abi::request::Request::new(crate::abi::request::ReqKind::Done(st))))
+    })?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_idup_with_info(cm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    crate::abi::objects::check_info(info)?;
+    MPI_Comm_idup(cm, newcomm, request)
+}
+
+/// The new group of each color from everyone's (color, key).
+fn split_group(parent: &Arc<CommObj>, color: c_int, key: c_int) -> MpiResult<Option<Group>> {
+    if color < 0 && color != c::MPI_UNDEFINED {
+        mpi_bail!(MPI_ERR_ARG, "color {color} is negative (and not MPI_UNDEFINED)");
+    }
+    let mut mine = [0u8; 8];
+    mine[..4].copy_from_slice(&color.to_le_bytes());
+    mine[4..].copy_from_slice(&key.to_le_bytes());
+    let all = allgather_bytes(parent, &mine)?;
+    if color == c::MPI_UNDEFINED {
+        return Ok(None);
+    }
+    let entries: Vec<(i32, i32, usize)> = (0..parent.size())
+        .map(|r| {
+            let c = i32::from_le_bytes(all[r * 8..r * 8 + 4].try_into().unwrap());
+            let k = i32::from_le_bytes(all[r * 8 + 4..r * 8 + 8].try_into().unwrap());
+            (c, k, parent.world_rank(r))
+        })
+        .collect();
+    Ok(Some(Group::new(Group::split_order(&entries, color))))
+}
+
+pub unsafe fn MPI_Comm_split(cm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+    nonnull(newcomm, "newcomm")?;
+    let parent = comm(cm)?;
+    let g = split_group(&parent, color, key)?;
+    let ctx = alloc_ctx(&parent)?;
+    *newcomm = match g {
+        Some(g) => make_comm(ctx, g, None, &parent)?,
+        None => {
+            release_ctx(ctx);
+            c::MPI_COMM_NULL
+        }
+    };
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_split_type(cm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+    crate::abi::objects::check_info(info)?;
+    let color = if split_type == c::MPI_UNDEFINED {
+        c::MPI_UNDEFINED
+    } else if [c::MPI_COMM_TYPE_SHARED, c::MPI_COMM_TYPE_HW_UNGUIDED, c::MPI_COMM_TYPE_HW_GUIDED, c::MPI_COMM_TYPE_RESOURCE_GUIDED].contains(&split_type) {
+        // One node = one shared-memory domain: color by the lowest world rank on my node.
+        runtime::with(|rt| Ok(rt.boot.node_ranks().into_iter().min().unwrap_or(0) as c_int))?
+    } else {
+        mpi_bail!(MPI_ERR_ARG, "split_type {split_type} is not a known MPI_COMM_TYPE_*");
+    };
+    MPI_Comm_split(cm, color, key, newcomm)
+}
+
+pub unsafe fn MPI_Comm_create(cm: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+    nonnull(newcomm, "newcomm")?;
+    let parent = comm(cm)?;
+    let g = group(g)?;
+    if g.ranks.iter().any(|w| parent.group.rank_of(*w).is_none()) {
+        mpi_bail!(MPI_ERR_GROUP, "the group is not a subset of the communicator's group");
+    }
+    let ctx = alloc_ctx(&parent)?;
+    let h = make_comm(ctx, (*g).clone(), None, &parent)?;
+    if h == c::MPI_COMM_NULL {
+        release_ctx(ctx);
+    }
+    *newcomm = h;
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_create_group(cm: MPI_Comm, g: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+    nonnull(newcomm, "newcomm")?;
+    let parent = comm(cm)?;
+    let g = group(g)?;
+    super::p2p::check_send_tag(tag)?;
+    let me = parent.world_rank(parent.rank);
+    let Some(my) = g.rank_of(me) else {
+        mpi_bail!(MPI_ERR_GROUP, "the calling process is not in the group")
+    };
+    if g.ranks.iter().any(|w| parent.group.rank_of(*w).is_none()) {
+        mpi_bail!(MPI_ERR_GROUP, "the group is not a subset of the communicator's group");
+    }
+    // Only the group's members take part: agree on a context id over a temporary communicator
+    // made of the group, in a context derived from the parent's and the user's tag.
+    let mut tmp = CommObj::new(parent.ctx | (1 << 30), Arc::new((*g).clone()), my, "");
+    tmp.coll_seq = AtomicU32::new((tag as u32) << 8);
+    let tmp = Arc::new(tmp);
+    let ctx = alloc_ctx(&tmp)?;
+    *newcomm = make_comm(ctx, (*g).clone(), None, &parent)?;
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
+    nonnull(cm, "comm")?;
+    let h = *cm;
+    if h == c::MPI_COMM_WORLD || h == c::MPI_COMM_SELF {
+        mpi_bail!(MPI_ERR_COMM, "a predefined communicator cannot be freed");
+    }
+    let o = comm(h)?;
+    super::attr::delete_all_comm_attrs(h, &o)?;
+    objects().comms.remove(h as usize);
+    release_ctx(o.ctx);
+    *cm = c::MPI_COMM_NULL;
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_disconnect(cm: *mut MPI_Comm) -> MpiResult<()> {
+    MPI_Comm_free(cm)
+}
+
+pub unsafe fn MPI_Comm_compare(a: MPI_Comm, b: MPI_Comm, result: *mut c_int) -> MpiResult<()> {
+    let (ca, cb) = (comm(a)?, comm(b)?);
+    let r = if a == b {
+        c::MPI_IDENT
+    } else {
+        match ca.group.compare(&cb.group) {
+            x if x == c::MPI_IDENT => c::MPI_CONGRUENT,
+            x => x,
+        }
+    };
+    out(result, "result", r)
+}
+
+pub unsafe fn MPI_Comm_set_name(cm: MPI_Comm, name: *const c_char) -> MpiResult<()> {
+    let n = read_cstr(name, "comm_name")?;
+    *comm(cm)?.name.lock().unwrap() = n.chars().take(127).collect();
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_get_name(cm: MPI_Comm, name: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+    let n = comm(cm)?.name.lock().unwrap().clone();
+    write_cstr(&n, name, 128, resultlen)
+}
+
+pub unsafe fn MPI_Comm_test_inter(cm: MPI_Comm, flag: *mut c_int) -> MpiResult<()> {
+    comm(cm)?;
+    out(flag, "flag", 0)
+}
+
+pub unsafe fn MPI_Comm_remote_size(cm: MPI_Comm, _size: *mut c_int) -> MpiResult<()> {
+    comm(cm)?;
+    mpi_bail!(MPI_ERR_COMM, "the communicator is not an intercommunicator")
+}
+
+pub unsafe fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> MpiResult<()> {
+    runtime::with(|_| Ok(()))?;
+    out(parent, "parent", c::MPI_COMM_NULL)
+}
+
+pub unsafe fn MPI_Comm_set_info(cm: MPI_Comm, info: MPI_Info) -> MpiResult<()> {
+    let o = comm(cm)?;
+    let v = crate::abi::objects::info_obj(info)?.lock().unwrap().clone();
+    *o.info.lock().unwrap() = v;
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_get_info(cm: MPI_Comm, info_used: *mut MPI_Info) -> MpiResult<()> {
+    let v = comm(cm)?.info.lock().unwrap().clone();
+    let h = objects().infos.insert(Arc::new(std::sync::Mutex::new(v)));
+    out(info_used, "info_used", h as MPI_Info)
+}

@@ -1,0 +1,136 @@
+//! Initialization, finalization, environment inquiry (MPI 5.0 §11).
+
+use super::util::*;
+use crate::abi::consts as c;
+use crate::abi::ffi::*;
+use crate::abi::objects::{check_info, comm};
+use crate::abi::{runtime, state};
+use crate::mpi::error::MpiResult;
+use crate::mpi_bail;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub unsafe fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> MpiResult<()> {
+    runtime::init(c::MPI_THREAD_SINGLE).map(|_| ())
+}
+
+pub unsafe fn MPI_Init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> MpiResult<()> {
+    if ![c::MPI_THREAD_SINGLE, c::MPI_THREAD_FUNNELED, c::MPI_THREAD_SERIALIZED, c::MPI_THREAD_MULTIPLE].contains(&required) {
+        mpi_bail!(MPI_ERR_ARG, "required thread level {required} is not one of MPI_THREAD_SINGLE/FUNNELED/SERIALIZED/MULTIPLE");
+    }
+    crate::abi::objects::nonnull(provided, "provided")?;
+    let p = runtime::init(required)?;
+    *provided = p;
+    Ok(())
+}
+
+pub unsafe fn MPI_Initialized(flag: *mut c_int) -> MpiResult<()> {
+    out(flag, "flag", state::is_initialized() as c_int)
+}
+
+pub unsafe fn MPI_Finalized(flag: *mut c_int) -> MpiResult<()> {
+    out(flag, "flag", state::is_finalized() as c_int)
+}
+
+pub unsafe fn MPI_Finalize() -> MpiResult<()> {
+    runtime::finalize()
+}
+
+pub unsafe fn MPI_Abort(cm: MPI_Comm, errorcode: c_int) -> MpiResult<()> {
+    let name = match comm(cm) {
+        Ok(c) => c.name.lock().unwrap().clone(),
+        Err(_) => format!("{:#x}", cm as usize),
+    };
+    let code = if errorcode == 0 { 1 } else { errorcode & 0xff };
+    let code = if code == 0 { 1 } else { code };
+    runtime::abort(code, &format!("MPI_Abort({name}, {errorcode}) called"))
+}
+
+pub unsafe fn MPI_Query_thread(provided: *mut c_int) -> MpiResult<()> {
+    let p = runtime::with(|rt| Ok(rt.thread_level))?;
+    out(provided, "provided", p)
+}
+
+pub unsafe fn MPI_Is_thread_main(flag: *mut c_int) -> MpiResult<()> {
+    let f = runtime::with(|rt| Ok(rt.main_thread == std::thread::current().id()))?;
+    out(flag, "flag", f as c_int)
+}
+
+fn epoch() -> Instant {
+    static T0: OnceLock<Instant> = OnceLock::new();
+    *T0.get_or_init(Instant::now)
+}
+
+pub unsafe fn MPI_Wtime() -> f64 {
+    // Seconds since the first call: monotonic; offset by 1 s so it is never 0.
+    1.0 + epoch().elapsed().as_secs_f64()
+}
+
+pub unsafe fn MPI_Wtick() -> f64 {
+    1e-9
+}
+
+pub unsafe fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> MpiResult<()> {
+    out(version, "version", 5)?;
+    out(subversion, "subversion", 0)
+}
+
+pub const LIBRARY_VERSION: &str = concat!("gpumpi ", env!("CARGO_PKG_VERSION"), " (MPI 5.0, standard ABI 1.0)");
+
+pub unsafe fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+    write_cstr(LIBRARY_VERSION, version, 8192, resultlen)
+}
+
+pub unsafe fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> MpiResult<()> {
+    out(abi_major, "abi_major", 1)?;
+    out(abi_minor, "abi_minor", 0)
+}
+
+pub unsafe fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
+    let rc = libc::gethostname(buf.as_mut_ptr() as *mut c_char, buf.len() - 1);
+    let host = if rc == 0 {
+        let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    } else {
+        "localhost".into()
+    };
+    write_cstr(&host, name, 256, resultlen)
+}
+
+pub unsafe fn MPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> MpiResult<()> {
+    if size < 0 {
+        mpi_bail!(MPI_ERR_SIZE, "size {size} is negative");
+    }
+    check_info(info)?;
+    crate::abi::objects::nonnull(baseptr, "baseptr")?;
+    // SAFETY: plain allocation; at least one byte so a zero-size request still gets a unique pointer.
+    let p = libc::malloc((size as usize).max(1));
+    if p.is_null() {
+        mpi_bail!(MPI_ERR_NO_MEM, "cannot allocate {size} bytes");
+    }
+    *(baseptr as *mut *mut c_void) = p;
+    Ok(())
+}
+
+pub unsafe fn MPI_Free_mem(base: *mut c_void) -> MpiResult<()> {
+    // SAFETY: base came from MPI_Alloc_mem (malloc) or is NULL.
+    libc::free(base);
+    Ok(())
+}
+
+pub unsafe fn MPI_Pcontrol(_level: c_int) -> MpiResult<()> {
+    Ok(())
+}
+
+pub unsafe fn MPI_Comm_rank(cm: MPI_Comm, rank: *mut c_int) -> MpiResult<()> {
+    let r = comm(cm)?.rank;
+    out(rank, "rank", r as c_int)
+}
+
+pub unsafe fn MPI_Comm_size(cm: MPI_Comm, size: *mut c_int) -> MpiResult<()> {
+    let s = comm(cm)?.size();
+    out(size, "size", s as c_int)
+}

@@ -1,0 +1,15 @@
+//! Matched-message handles (MPI_Message) from MPI_Mprobe/Improbe.
+
+use crate::engine::MsgId;
+use crate::mpi::handles::{Kind, Slab};
+use std::sync::Mutex;
+
+static MESSAGES: Mutex<Slab<MsgId>> = Mutex::new(Slab::new(Kind::Message));
+
+pub fn insert(m: MsgId) -> usize {
+    MESSAGES.lock().unwrap().insert(m)
+}
+
+pub fn take(h: usize) -> Option<MsgId> {
+    MESSAGES.lock().unwrap().remove(h)
+}

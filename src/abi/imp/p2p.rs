@@ -1,0 +1,510 @@
+//! Point-to-point communication and requests (MPI 5.0 chapter 3).
+
+use super::util::*;
+use crate::abi::consts as c;
+use crate::abi::ffi::*;
+use crate::abi::objects::{comm, nonnull, CommObj};
+use crate::abi::request::{ReqKind, Request, Status};
+use crate::abi::runtime::{self, new_request, wait_until, Runtime};
+use crate::abi::types::{self, DtypeObj};
+use crate::engine::SendArgs;
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::mpi_bail;
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+/// The largest tag value (the MPI_TAG_UB attribute).
+pub const TAG_UB: c_int = 0x3fff_ffff;
+
+pub fn check_count(count: i64) -> MpiResult<usize> {
+    if count < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "count {count} is negative");
+    }
+    Ok(count as usize)
+}
+
+pub fn check_send_tag(tag: c_int) -> MpiResult<()> {
+    if !(0..=TAG_UB).contains(&tag) {
+        mpi_bail!(MPI_ERR_TAG, "tag {tag} is not in 0..={TAG_UB} (MPI_TAG_UB)");
+    }
+    Ok(())
+}
+
+pub fn check_recv_tag(tag: c_int) -> MpiResult<()> {
+    if tag != c::MPI_ANY_TAG {
+        check_send_tag(tag)?;
+    }
+    Ok(())
+}
+
+/// Validate a destination/source rank. Returns None for MPI_PROC_NULL.
+pub fn check_peer(cm: &CommObj, rank: c_int, any_ok: bool) -> MpiResult<Option<c_int>> {
+    if rank == c::MPI_PROC_NULL {
+        return Ok(None);
+    }
+    if any_ok && rank == c::MPI_ANY_SOURCE {
+        return Ok(Some(rank));
+    }
+    if rank < 0 || rank as usize >= cm.size() {
+        mpi_bail!(MPI_ERR_RANK, "rank {rank} is not in a communicator of size {}", cm.size());
+    }
+    Ok(Some(rank))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Standard,
+    Sync,
+    Buffered,
+    Ready,
+}
+
+/// Everything needed to start a send, resolved and validated once.
+pub struct SendSpec {
+    pub buf: *const c_void,
+    pub count: usize,
+    pub dt: Arc<DtypeObj>,
+    pub dest: Option<c_int>,
+    pub tag: c_int,
+    pub comm: Arc<CommObj>,
+    pub mode: Mode,
+}
+// SAFETY: the buffer pointer is owned by the caller until completion, per MPI semantics.
+unsafe impl Send for SendSpec {}
+
+pub unsafe fn send_spec(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode) -> MpiResult<SendSpec> {
+    let comm = comm(cm)?;
+    let count = check_count(count)?;
+    let dt = types::committed(dt)?;
+    check_send_tag(tag)?;
+    let dest = check_peer(&comm, dest, false)?;
+    if count > 0 && buf.is_null() && dt.desc.true_lb() == 0 && dest.is_some() {
+        // MPI_BOTTOM (NULL) with absolute addresses is legal only for types with displacements.
+        if dt.desc.size() > 0 && types::is_predefined(&dt) {
+            mpi_bail!(MPI_ERR_BUFFER, "the send buffer is NULL with count {count}");
+        }
+    }
+    Ok(SendSpec { buf, count, dt, dest, tag, comm, mode })
+}
+
+/// Post a send in the engine.
+pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
+    let Some(dest) = s.dest else { return Ok(ReqKind::Done(Status::proc_null())) };
+    let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt);
+    let (ptr, hold) = if s.mode == Mode::Buffered {
+        // Buffered mode: the data is copied now, so the user's buffer is free on return.
+        let v = match hold {
+            Some(v) => v,
+            None => std::slice::from_raw_parts(ptr, len).to_vec(),
+        };
+        super::bsend::reserve(len)?;
+        (v.as_ptr(), Some(v))
+    } else {
+        (ptr, hold)
+    };
+    let id = rt.engine.isend(SendArgs {
+        buf: ptr,
+        len,
+        dst_world: s.comm.world_rank(dest as usize),
+        ctx: s.comm.ctx,
+        src_rank: s.comm.rank as i32,
+        tag: s.tag,
+        sync: s.mode == Mode::Sync,
+    });
+    let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
+        Some(Box::new(move |_st: &mut Status| {
+            super::bsend::release(len);
+            Ok(())
+        }))
+    } else {
+        None
+    };
+    Ok(ReqKind::Engine { id, post, hold })
+}
+
+pub struct RecvSpec {
+    pub buf: *mut c_void,
+    pub count: usize,
+    pub dt: Arc<DtypeObj>,
+    pub source: Option<c_int>,
+    pub tag: c_int,
+    pub comm: Arc<CommObj>,
+}
+// SAFETY: as for SendSpec.
+unsafe impl Send for RecvSpec {}
+
+pub unsafe fn recv_spec(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<RecvSpec> {
+    let comm = comm(cm)?;
+    let count = check_count(count)?;
+    let dt = types::committed(dt)?;
+    check_recv_tag(tag)?;
+    let source = check_peer(&comm, source, true)?;
+    Ok(RecvSpec { buf, count, dt, source, tag, comm })
+}
+
+pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
+    let Some(src) = r.source else { return Ok(ReqKind::Done(Status::proc_null())) };
+    let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt);
+    let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag);
+    Ok(ReqKind::Engine { id, post, hold: None })
+}
+
+/// Block until the operation completes; return its status (error in the status -> Err).
+pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
+    let mut req = Some(Request::new(kind));
+    let mut out = None;
+    wait_until(|rt| {
+        let r = req.as_mut().unwrap();
+        match r.test(&mut rt.engine)? {
+            Some(st) => {
+                out = Some(st);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    })?;
+    Ok(out.unwrap())
+}
+
+fn status_result(st: Status) -> MpiResult<()> {
+    if st.error != 0 {
+        let msg = if st.error == c::MPI_ERR_TRUNCATE {
+            format!("message of {} bytes from rank {} (tag {}) truncated to fit the receive buffer", st.bytes, st.source, st.tag)
+        } else {
+            "the operation failed".to_string()
+        };
+        return Err(MpiError::new(st.error, msg));
+    }
+    Ok(())
+}
+
+unsafe fn blocking_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode) -> MpiResult<()> {
+    let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
+    let kind = runtime::with(|rt| start_send(rt, &s))?;
+    if mode == Mode::Buffered {
+        // The data is already copied: let it complete in the background.
+        return runtime::with(|rt| {
+            let h = new_request(rt, Request::new(kind));
+            super::bsend::detach_later(h);
+            Ok(())
+        });
+    }
+    status_result(wait_kind(kind)?)
+}
+
+unsafe fn nonblocking_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode, request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
+    let h = runtime::with(|rt| {
+        let k = start_send(rt, &s)?;
+        Ok(new_request(rt, Request::new(k)))
+    })?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+pub unsafe fn MPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Standard)
+}
+pub unsafe fn MPI_Send_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Standard)
+}
+pub unsafe fn MPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Sync)
+}
+pub unsafe fn MPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Ready)
+}
+pub unsafe fn MPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Buffered)
+}
+pub unsafe fn MPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Standard, request)
+}
+pub unsafe fn MPI_Isend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Standard, request)
+}
+pub unsafe fn MPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Sync, request)
+}
+pub unsafe fn MPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Ready, request)
+}
+pub unsafe fn MPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Buffered, request)
+}
+
+unsafe fn blocking_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+    let r = recv_spec(buf, count, dt, source, tag, cm)?;
+    let kind = runtime::with(|rt| start_recv(rt, &r))?;
+    let st = wait_kind(kind)?;
+    st.store(status, false);
+    status_result(st)
+}
+
+pub unsafe fn MPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+    blocking_recv(buf, count as i64, datatype, source, tag, cm, status)
+}
+pub unsafe fn MPI_Recv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+    blocking_recv(buf, count, datatype, source, tag, cm, status)
+}
+
+unsafe fn nonblocking_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let r = recv_spec(buf, count, dt, source, tag, cm)?;
+    let h = runtime::with(|rt| {
+        let k = start_recv(rt, &r)?;
+        Ok(new_request(rt, Request::new(k)))
+    })?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+pub unsafe fn MPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_recv(buf, count as i64, datatype, source, tag, cm, request)
+}
+pub unsafe fn MPI_Irecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    nonblocking_recv(buf, count, datatype, source, tag, cm, request)
+}
+
+pub unsafe fn MPI_Sendrecv(
+    sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+    recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+    cm: MPI_Comm, status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let s = send_spec(sendbuf, sendcount as i64, sendtype, dest, sendtag, cm, Mode::Standard)?;
+    let r = recv_spec(recvbuf, recvcount as i64, recvtype, source, recvtag, cm)?;
+    let (rk, sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &s)?)))?;
+    let rst = wait_kind(rk)?;
+    let sst = wait_kind(sk)?;
+    rst.store(status, false);
+    status_result(sst)?;
+    status_result(rst)
+}
+
+pub unsafe fn MPI_Sendrecv_replace(
+    buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
+    cm: MPI_Comm, status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let s = send_spec(buf, count as i64, datatype, dest, sendtag, cm, Mode::Standard)?;
+    let r = recv_spec(buf, count as i64, datatype, source, recvtag, cm)?;
+    // Send from a packed copy so the receive can land in the same buffer.
+    let packed = types::pack_all(buf, s.count, &s.dt);
+    let bytes = types::BYTE.clone();
+    let copy = SendSpec { buf: packed.as_ptr() as *const c_void, count: packed.len(), dt: bytes, ..s };
+    let (rk, sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &copy)?)))?;
+    let rst = wait_kind(rk)?;
+    let sst = wait_kind(sk)?;
+    drop(packed);
+    rst.store(status, false);
+    status_result(sst)?;
+    status_result(rst)
+}
+
+// ---- probe and matched receive ----
+
+pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, cm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+    let comm = comm(cm)?;
+    check_recv_tag(tag)?;
+    nonnull(flag, "flag")?;
+    let Some(src) = check_peer(&comm, source, true)? else {
+        *flag = 1;
+        Status::proc_null().store(status, false);
+        return Ok(());
+    };
+    let st = runtime::with(|rt| {
+        rt.progress();
+        Ok(rt.engine.iprobe(comm.ctx, src, tag))
+    })?;
+    *flag = st.is_some() as c_int;
+    if let Some(st) = st {
+        Status::from(st).store(status, false);
+    }
+    Ok(())
+}
+
+pub unsafe fn MPI_Probe(source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+    let comm = comm(cm)?;
+    check_recv_tag(tag)?;
+    let Some(src) = check_peer(&comm, source, true)? else {
+        Status::proc_null().store(status, false);
+        return Ok(());
+    };
+    let mut found = None;
+    wait_until(|rt| {
+        found = rt.engine.iprobe(comm.ctx, src, tag);
+        Ok(found.is_some())
+    })?;
+    Status::from(found.unwrap()).store(status, false);
+    Ok(())
+}
+
+unsafe fn improbe_inner(source: c_int, tag: c_int, cm: MPI_Comm, block: bool, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+    let comm = comm(cm)?;
+    check_recv_tag(tag)?;
+    nonnull(message, "message")?;
+    let Some(src) = check_peer(&comm, source, true)? else {
+        if !flag.is_null() {
+            *flag = 1;
+        }
+        *message = c::MPI_MESSAGE_NO_PROC;
+        Status::proc_null().store(status, false);
+        return Ok(());
+    };
+    let mut found = None;
+    if block {
+        wait_until(|rt| {
+            found = rt.engine.improbe(comm.ctx, src, tag);
+            Ok(found.is_some())
+        })?;
+    } else {
+        found = runtime::with(|rt| {
+            rt.progress();
+            Ok(rt.engine.improbe(comm.ctx, src, tag))
+        })?;
+        *flag = found.is_some() as c_int;
+    }
+    if let Some((msg, st)) = found {
+        *message = super::message::insert(msg) as MPI_Message;
+        Status::from(st).store(status, false);
+    } else if !block {
+        *message = c::MPI_MESSAGE_NULL;
+    }
+    Ok(())
+}
+
+pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, cm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+    improbe_inner(source, tag, cm, true, std::ptr::null_mut(), message, status)
+}
+
+pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, cm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+    nonnull(flag, "flag")?;
+    improbe_inner(source, tag, cm, false, flag, message, status)
+}
+
+unsafe fn matched_recv_kind(buf: *mut c_void, count: i64, dt: MPI_Datatype, message: *mut MPI_Message) -> MpiResult<ReqKind> {
+    nonnull(message, "message")?;
+    let count = check_count(count)?;
+    let dt = types::committed(dt)?;
+    let m = *message;
+    if m == c::MPI_MESSAGE_NO_PROC {
+        *message = c::MPI_MESSAGE_NULL;
+        return Ok(ReqKind::Done(Status::proc_null()));
+    }
+    let Some(msg) = super::message::take(m as usize) else {
+        mpi_bail!(MPI_ERR_REQUEST, "invalid message handle {:#x} (already received, or not a message)", m as usize)
+    };
+    *message = c::MPI_MESSAGE_NULL;
+    let (ptr, cap, post) = types::recv_view(buf, count, &dt);
+    runtime::with(|rt| Ok(ReqKind::Engine { id: rt.engine.imrecv(msg, ptr, cap), post, hold: None }))
+}
+
+pub unsafe fn MPI_Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+    let k = matched_recv_kind(buf, count as i64, datatype, message)?;
+    let st = wait_kind(k)?;
+    st.store(status, false);
+    status_result(st)
+}
+
+pub unsafe fn MPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let k = matched_recv_kind(buf, count as i64, datatype, message)?;
+    *request = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
+    Ok(())
+}
+
+// ---- status inspection ----
+
+pub unsafe fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    let dt = types::committed(datatype)?;
+    let bytes = Status::bytes_of(&*status);
+    let n = if dt.desc.size() == 0 {
+        0
+    } else if bytes % dt.desc.size() as i64 != 0 {
+        c::MPI_UNDEFINED as i64
+    } else {
+        bytes / dt.desc.size() as i64
+    };
+    out(count, "count", n.min(i32::MAX as i64) as c_int)
+}
+
+pub unsafe fn MPI_Get_count_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> MpiResult<()> {
+    let mut n = 0;
+    MPI_Get_count(status, datatype, &mut n)?;
+    out(count, "count", n as MPI_Count)
+}
+
+pub unsafe fn MPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    let dt = types::committed(datatype)?;
+    let bytes = Status::bytes_of(&*status) as usize;
+    out(count, "count", types::elements_in(&dt, bytes))
+}
+
+pub unsafe fn MPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> MpiResult<()> {
+    let mut n: MPI_Count = 0;
+    MPI_Get_elements_x(status, datatype, &mut n)?;
+    out(count, "count", n as c_int)
+}
+
+pub unsafe fn MPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> MpiResult<()> {
+    MPI_Get_elements_x(status, datatype, count)
+}
+
+pub unsafe fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    let dt = types::committed(datatype)?;
+    let bytes = types::bytes_for_elements(&dt, count.max(0) as usize);
+    let cancelled = Status::cancelled_of(&*status);
+    Status::set_count(&mut *status, bytes as i64, cancelled);
+    Ok(())
+}
+
+pub unsafe fn MPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> MpiResult<()> {
+    MPI_Status_set_elements_x(status, datatype, count as MPI_Count)
+}
+
+pub unsafe fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> MpiResult<()> {
+    MPI_Status_set_elements_x(status, datatype, count)
+}
+
+pub unsafe fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    let bytes = Status::bytes_of(&*status);
+    Status::set_count(&mut *status, bytes, flag != 0);
+    Ok(())
+}
+
+pub unsafe fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    out(flag, "flag", Status::cancelled_of(&*status) as c_int)
+}
+
+pub unsafe fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    out(source, "source", (*status).MPI_SOURCE)
+}
+pub unsafe fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    out(tag, "tag", (*status).MPI_TAG)
+}
+pub unsafe fn MPI_Status_get_error(status: *const MPI_Status, err: *mut c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    out(err, "error", (*status).MPI_ERROR)
+}
+pub unsafe fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    (*status).MPI_SOURCE = source;
+    Ok(())
+}
+pub unsafe fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    (*status).MPI_TAG = tag;
+    Ok(())
+}
+pub unsafe fn MPI_Status_set_error(status: *mut MPI_Status, err: c_int) -> MpiResult<()> {
+    nonnull(status, "status")?;
+    (*status).MPI_ERROR = err;
+    Ok(())
+}

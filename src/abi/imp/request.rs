@@ -1,0 +1,505 @@
+//! Completion: Wait/Test families, persistent requests, cancel, generalized
+//! requests (MPI 5.0 §3.7-3.9, §13.2).
+
+use super::p2p::{recv_spec, send_spec, start_recv, start_send, Mode, RecvSpec, SendSpec};
+use super::util::*;
+use crate::abi::consts as c;
+use crate::abi::ffi::*;
+use crate::abi::objects::nonnull;
+use crate::abi::request::{Grequest, ReqKind, Request, Starter, Status};
+use crate::abi::runtime::{self, new_request, wait_until, Runtime};
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::mpi_bail;
+use std::os::raw::{c_int, c_void};
+
+fn is_null(h: MPI_Request) -> bool {
+    h == c::MPI_REQUEST_NULL
+}
+
+/// Test one request handle; on completion frees it (non-persistent) and sets the handle to NULL.
+pub fn test_one(rt: &mut Runtime, h: &mut MPI_Request) -> MpiResult<Option<Status>> {
+    if is_null(*h) {
+        return Ok(Some(Status::EMPTY));
+    }
+    let key = *h as usize;
+    let Some(r) = rt.reqs.get_mut(key) else {
+        mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {key:#x} (freed, completed, or not a request)")
+    };
+    let res = r.test(&mut rt.engine);
+    let persistent = r.is_persistent();
+    match res {
+        Ok(None) => Ok(None),
+        Ok(Some(st)) => {
+            if !persistent {
+                rt.reqs.remove(key);
+                *h = c::MPI_REQUEST_NULL;
+            }
+            Ok(Some(st))
+        }
+        Err(e) => {
+            if !persistent {
+                rt.reqs.remove(key);
+                *h = c::MPI_REQUEST_NULL;
+            }
+            Err(e)
+        }
+    }
+}
+
+fn is_active(rt: &Runtime, h: MPI_Request) -> bool {
+    !is_null(h) && rt.reqs.get(h as usize).map(|r| !matches!(r.kind, ReqKind::Inactive)).unwrap_or(true)
+}
+
+fn err_of(st: &Status) -> MpiResult<()> {
+    if st.error != 0 {
+        return Err(MpiError::new(st.error, format!("request completed with error (source {}, tag {})", st.source, st.tag)));
+    }
+    Ok(())
+}
+
+pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let mut st = None;
+    wait_until(|rt| {
+        st = test_one(rt, &mut *request)?;
+        Ok(st.is_some())
+    })?;
+    let st = st.unwrap();
+    st.store(status, false);
+    err_of(&st)
+}
+
+pub unsafe fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    nonnull(flag, "flag")?;
+    let st = runtime::with(|rt| {
+        rt.progress();
+        test_one(rt, &mut *request)
+    })?;
+    *flag = st.is_some() as c_int;
+    if let Some(st) = st {
+        st.store(status, false);
+        err_of(&st)?;
+    }
+    Ok(())
+}
+
+unsafe fn reqs_arg<'a>(count: c_int, reqs: *mut MPI_Request) -> MpiResult<&'a mut [MPI_Request]> {
+    let n = nonneg(count, "count")?;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    nonnull(reqs, "array_of_requests")?;
+    Ok(std::slice::from_raw_parts_mut(reqs, n))
+}
+
+/// Shared body of Waitall/Testall: complete as many as possible; `all_or_none` for Testall.
+unsafe fn complete_all(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, block: bool) -> MpiResult<bool> {
+    let n = reqs.len();
+    let mut done: Vec<Option<Status>> = vec![None; n];
+    let mut any_err = false;
+    let check = |rt: &mut Runtime, reqs: &mut [MPI_Request], done: &mut Vec<Option<Status>>, any_err: &mut bool| -> bool {
+        for i in 0..n {
+            if done[i].is_some() {
+                continue;
+            }
+            if !block {
+                // Testall must not complete some requests and report not done: only peek here.
+                if is_null(reqs[i]) {
+                    done[i] = Some(Status::EMPTY);
+                }
+                continue;
+            }
+            match test_one(rt, &mut reqs[i]) {
+                Ok(Some(st)) => {
+                    *any_err |= st.error != 0;
+                    done[i] = Some(st);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    *any_err = true;
+                    done[i] = Some(Status { error: e.class, ..Status::EMPTY });
+                }
+            }
+        }
+        done.iter().all(|d| d.is_some())
+    };
+    if block {
+        wait_until(|rt| Ok(check(rt, reqs, &mut done, &mut any_err)))?;
+    } else {
+        let ready = runtime::with(|rt| {
+            rt.progress();
+            // All complete? Test without completing first.
+            let all = reqs.iter().all(|&h| {
+                is_null(h) || rt.reqs.get_mut(h as usize).map(|r| peek_done(r, &mut rt.engine)).unwrap_or(true)
+            });
+            if !all {
+                return Ok(false);
+            }
+            for i in 0..n {
+                match test_one(rt, &mut reqs[i]) {
+                    Ok(st) => {
+                        let st = st.unwrap_or(Status::EMPTY);
+                        any_err |= st.error != 0;
+                        done[i] = Some(st);
+                    }
+                    Err(e) => {
+                        any_err = true;
+                        done[i] = Some(Status { error: e.class, ..Status::EMPTY });
+                    }
+                }
+            }
+            Ok(true)
+        })?;
+        if !ready {
+            return Ok(false);
+        }
+    }
+    if !statuses.is_null() {
+        for (i, d) in done.iter().enumerate() {
+            d.unwrap().store(statuses.add(i), true);
+        }
+    }
+    if any_err {
+        mpi_bail!(MPI_ERR_IN_STATUS, "one or more requests failed; see the MPI_ERROR field of their statuses");
+    }
+    Ok(true)
+}
+
+/// Whether a request would complete if tested now (without completing it).
+fn peek_done(r: &mut Request, engine: &mut crate::engine::Engine) -> bool {
+    match &mut r.kind {
+        ReqKind::Engine { id, .. } => engine.is_complete(*id),
+        ReqKind::Coll { result, .. } => {
+            r.advance(engine);
+            matches!(&r.kind, ReqKind::Coll { result: Some(_), .. }) || result.is_some()
+        }
+        ReqKind::Grequest(g) => g.complete,
+        _ => true,
+    }
+}
+
+pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) -> MpiResult<()> {
+    let reqs = reqs_arg(count, reqs)?;
+    complete_all(reqs, statuses, true).map(|_| ())
+}
+
+pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<()> {
+    nonnull(flag, "flag")?;
+    let reqs = reqs_arg(count, reqs)?;
+    *flag = complete_all(reqs, statuses, false)? as c_int;
+    Ok(())
+}
+
+/// One pass over the array: the index and status of the first completed active request.
+fn any_pass(rt: &mut Runtime, reqs: &mut [MPI_Request]) -> MpiResult<(bool, Option<(usize, Status)>)> {
+    let mut any_active = false;
+    for i in 0..reqs.len() {
+        if !is_active(rt, reqs[i]) {
+            continue;
+        }
+        any_active = true;
+        if let Some(st) = test_one(rt, &mut reqs[i])? {
+            return Ok((true, Some((i, st))));
+        }
+    }
+    Ok((any_active, None))
+}
+
+pub unsafe fn MPI_Waitany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+    let reqs = reqs_arg(count, reqs)?;
+    nonnull(index, "index")?;
+    let mut res = None;
+    wait_until(|rt| {
+        let (active, r) = any_pass(rt, reqs)?;
+        res = Some(r);
+        Ok(!active || r.is_some())
+    })?;
+    match res.flatten() {
+        Some((i, st)) => {
+            *index = i as c_int;
+            st.store(status, false);
+            err_of(&st)
+        }
+        None => {
+            *index = c::MPI_UNDEFINED;
+            Status::EMPTY.store(status, false);
+            Ok(())
+        }
+    }
+}
+
+pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+    let reqs = reqs_arg(count, reqs)?;
+    nonnull(index, "index")?;
+    nonnull(flag, "flag")?;
+    let (active, r) = runtime::with(|rt| {
+        rt.progress();
+        any_pass(rt, reqs)
+    })?;
+    match r {
+        Some((i, st)) => {
+            *flag = 1;
+            *index = i as c_int;
+            st.store(status, false);
+            err_of(&st)
+        }
+        None => {
+            *flag = !active as c_int;
+            *index = c::MPI_UNDEFINED;
+            if !active {
+                Status::EMPTY.store(status, false);
+            }
+            Ok(())
+        }
+    }
+}
+
+unsafe fn some_pass(rt: &mut Runtime, reqs: &mut [MPI_Request], indices: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<(bool, usize, bool)> {
+    let mut any_active = false;
+    let mut n = 0;
+    let mut any_err = false;
+    for i in 0..reqs.len() {
+        if !is_active(rt, reqs[i]) {
+            continue;
+        }
+        any_active = true;
+        let st = match test_one(rt, &mut reqs[i]) {
+            Ok(Some(st)) => st,
+            Ok(None) => continue,
+            Err(e) => Status { error: e.class, ..Status::EMPTY },
+        };
+        any_err |= st.error != 0;
+        *indices.add(n) = i as c_int;
+        if !statuses.is_null() {
+            st.store(statuses.add(n), true);
+        }
+        n += 1;
+    }
+    Ok((any_active, n, any_err))
+}
+
+unsafe fn some_common(count: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status, block: bool) -> MpiResult<()> {
+    let reqs = reqs_arg(count, reqs)?;
+    nonnull(outcount, "outcount")?;
+    if !reqs.is_empty() {
+        nonnull(indices, "array_of_indices")?;
+    }
+    let mut res = (false, 0, false);
+    if block {
+        wait_until(|rt| {
+            res = some_pass(rt, reqs, indices, statuses)?;
+            Ok(!res.0 || res.1 > 0)
+        })?;
+    } else {
+        res = runtime::with(|rt| {
+            rt.progress();
+            some_pass(rt, reqs, indices, statuses)
+        })?;
+    }
+    *outcount = if res.0 { res.1 as c_int } else { c::MPI_UNDEFINED };
+    if res.2 {
+        mpi_bail!(MPI_ERR_IN_STATUS, "one or more requests failed; see the MPI_ERROR field of their statuses");
+    }
+    Ok(())
+}
+
+pub unsafe fn MPI_Waitsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<()> {
+    some_common(incount, reqs, outcount, indices, statuses, true)
+}
+
+pub unsafe fn MPI_Testsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<()> {
+    some_common(incount, reqs, outcount, indices, statuses, false)
+}
+
+pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+    nonnull(flag, "flag")?;
+    if is_null(request) {
+        *flag = 1;
+        Status::EMPTY.store(status, false);
+        return Ok(());
+    }
+    let done = runtime::with(|rt| {
+        rt.progress();
+        let Some(r) = rt.reqs.get_mut(request as usize) else {
+            mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {:#x}", request as usize)
+        };
+        Ok(peek_done(r, &mut rt.engine))
+    })?;
+    *flag = done as c_int;
+    if done {
+        // Peeking must not free the request: report an empty-but-complete status for
+        // collectives, and the engine status for point-to-point operations.
+        let st = runtime::with(|rt| {
+            let r = rt.reqs.get_mut(request as usize).unwrap();
+            Ok(match &r.kind {
+                ReqKind::Engine { id, .. } => rt.engine.peek_status(*id).map(Status::from).unwrap_or(Status::EMPTY),
+                ReqKind::Done(s) => *s,
+                _ => Status::EMPTY,
+            })
+        })?;
+        st.store(status, false);
+    }
+    Ok(())
+}
+
+pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let h = *request;
+    if is_null(h) {
+        mpi_bail!(MPI_ERR_REQUEST, "the request is MPI_REQUEST_NULL");
+    }
+    runtime::with(|rt| {
+        let Some(r) = rt.reqs.get_mut(h as usize) else {
+            mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {:#x}", h as usize)
+        };
+        // An active operation still completes; we let it finish in the background.
+        r.persistent = None;
+        if matches!(r.kind, ReqKind::Inactive | ReqKind::Done(_)) {
+            rt.reqs.remove(h as usize);
+        } else {
+            super::bsend::detach_later(h as usize);
+        }
+        Ok(())
+    })?;
+    *request = c::MPI_REQUEST_NULL;
+    Ok(())
+}
+
+pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let h = *request;
+    if is_null(h) {
+        mpi_bail!(MPI_ERR_REQUEST, "the request is MPI_REQUEST_NULL");
+    }
+    let grequest = runtime::with(|rt| {
+        let Some(r) = rt.reqs.get_mut(h as usize) else {
+            mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {:#x}", h as usize)
+        };
+        Ok(match &r.kind {
+            ReqKind::Engine { id, .. } => {
+                rt.engine.cancel(*id);
+                None
+            }
+            ReqKind::Grequest(g) => Some((g.cancel, g.extra, g.complete)),
+            _ => None,
+        })
+    })?;
+    if let Some((f, extra, complete)) = grequest {
+        if f != 0 {
+            // SAFETY: the user registered this MPI_Grequest_cancel_function.
+            let f: unsafe extern "C" fn(*mut c_void, c_int) -> c_int = std::mem::transmute(f);
+            let rc = f(extra as *mut c_void, complete as c_int);
+            if rc != 0 {
+                return Err(MpiError::new(rc, "the generalized request's cancel function failed"));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---- persistent point-to-point ----
+
+unsafe fn persistent(request: *mut MPI_Request, starter: Starter) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let h = runtime::with(|rt| Ok(new_request(rt, Request { kind: ReqKind::Inactive, persistent: Some(starter) })))?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+unsafe fn send_init(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode, request: *mut MPI_Request) -> MpiResult<()> {
+    let s: SendSpec = send_spec(buf, count as i64, dt, dest, tag, cm, mode)?;
+    persistent(request, Box::new(move |rt| start_send(rt, &s)))
+}
+
+pub unsafe fn MPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    send_init(buf, count, datatype, dest, tag, cm, Mode::Standard, request)
+}
+pub unsafe fn MPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    send_init(buf, count, datatype, dest, tag, cm, Mode::Sync, request)
+}
+pub unsafe fn MPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    send_init(buf, count, datatype, dest, tag, cm, Mode::Ready, request)
+}
+pub unsafe fn MPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    send_init(buf, count, datatype, dest, tag, cm, Mode::Buffered, request)
+}
+
+pub unsafe fn MPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    let r: RecvSpec = recv_spec(buf, count as i64, datatype, source, tag, cm)?;
+    persistent(request, Box::new(move |rt| start_recv(rt, &r)))
+}
+
+pub fn start(rt: &mut Runtime, h: MPI_Request) -> MpiResult<()> {
+    let key = h as usize;
+    let Some(r) = rt.reqs.get_mut(key) else {
+        mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {key:#x}")
+    };
+    let Some(st) = r.persistent.as_mut() else {
+        mpi_bail!(MPI_ERR_REQUEST, "the request is not a persistent request")
+    };
+    if !matches!(r.kind, ReqKind::Inactive) {
+        mpi_bail!(MPI_ERR_REQUEST, "the persistent request is already active");
+    }
+    // Take the starter out while it runs (it needs the runtime).
+    let mut starter = r.persistent.take().unwrap();
+    let _ = st;
+    let kind = starter(rt);
+    let r = rt.reqs.get_mut(key).unwrap();
+    r.persistent = Some(starter);
+    let kind = kind?;
+    let coll = matches!(kind, ReqKind::Coll { .. });
+    r.kind = kind;
+    if coll {
+        rt.active.push(key);
+    }
+    Ok(())
+}
+
+pub unsafe fn MPI_Start(request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let h = *request;
+    runtime::with(|rt| start(rt, h))
+}
+
+pub unsafe fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> MpiResult<()> {
+    let reqs = reqs_arg(count, reqs)?;
+    runtime::with(|rt| {
+        for &h in reqs.iter() {
+            start(rt, h)?;
+        }
+        Ok(())
+    })
+}
+
+// ---- generalized requests ----
+
+pub unsafe fn MPI_Grequest_start(
+    query_fn: Option<unsafe extern "C" fn(*mut c_void, *mut MPI_Status) -> c_int>,
+    free_fn: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    cancel_fn: Option<unsafe extern "C" fn(*mut c_void, c_int) -> c_int>,
+    extra_state: *mut c_void,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let g = Grequest {
+        query: query_fn.map(|f| f as usize).unwrap_or(0),
+        free: free_fn.map(|f| f as usize).unwrap_or(0),
+        cancel: cancel_fn.map(|f| f as usize).unwrap_or(0),
+        extra: extra_state as usize,
+        complete: false,
+    };
+    let h = runtime::with(|rt| Ok(new_request(rt, Request::new(ReqKind::Grequest(g)))))?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> MpiResult<()> {
+    runtime::with(|rt| match rt.reqs.get_mut(request as usize) {
+        Some(Request { kind: ReqKind::Grequest(g), .. }) => {
+            g.complete = true;
+            Ok(())
+        }
+        _ => mpi_bail!(MPI_ERR_REQUEST, "the request is not a generalized request"),
+    })
+}

@@ -1,0 +1,199 @@
+//! Request objects behind `MPI_Request` handles: point-to-point operations in
+//! the engine, nonblocking collectives, persistent templates, generalized
+//! requests. Completion runs the request's post-processing step (unpacking a
+//! derived-datatype receive into the user's buffer) exactly once.
+
+use super::consts as c;
+use super::ffi::MPI_Status;
+use super::runtime::Runtime;
+use crate::engine::coll::CollExec;
+use crate::engine::{Engine, ReqId};
+use crate::mpi::error::{MpiError, MpiResult};
+
+/// Completion information, independent of the C layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub source: i32,
+    pub tag: i32,
+    pub error: i32,
+    pub bytes: usize,
+    pub cancelled: bool,
+}
+
+impl Status {
+    /// The "empty" status of MPI 5.0 §3.7.3 (PROC_NULL, inactive requests).
+    pub const EMPTY: Status = Status { source: c::MPI_ANY_SOURCE, tag: c::MPI_ANY_TAG, error: 0, bytes: 0, cancelled: false };
+
+    pub fn proc_null() -> Status {
+        Status { source: c::MPI_PROC_NULL, ..Status::EMPTY }
+    }
+
+    /// Write into a C status (unless it is MPI_STATUS_IGNORE). `set_error` only for multiple completions.
+    pub unsafe fn store(&self, st: *mut MPI_Status, set_error: bool) {
+        if st.is_null() {
+            return;
+        }
+        // SAFETY: non-null status pointers point at a caller-owned MPI_Status.
+        let s = &mut *st;
+        s.MPI_SOURCE = self.source;
+        s.MPI_TAG = self.tag;
+        if set_error {
+            s.MPI_ERROR = self.error;
+        }
+        Self::set_count(s, self.bytes as i64, self.cancelled);
+    }
+
+    pub fn set_count(s: &mut MPI_Status, bytes: i64, cancelled: bool) {
+        s.MPI_internal[0] = bytes as u32 as i32;
+        s.MPI_internal[1] = (bytes >> 32) as i32;
+        s.MPI_internal[2] = cancelled as i32;
+    }
+
+    /// Bytes recorded in a C status.
+    pub fn bytes_of(s: &MPI_Status) -> i64 {
+        (s.MPI_internal[0] as u32 as i64) | ((s.MPI_internal[1] as i64) << 32)
+    }
+
+    pub fn cancelled_of(s: &MPI_Status) -> bool {
+        s.MPI_internal[2] != 0
+    }
+}
+
+impl From<crate::engine::Status> for Status {
+    fn from(s: crate::engine::Status) -> Self {
+        Status { source: s.source, tag: s.tag, error: s.error, bytes: s.bytes, cancelled: s.cancelled }
+    }
+}
+
+/// Work to do when a request completes (e.g. unpack a temporary buffer).
+pub type Post = Box<dyn FnOnce(&mut Status) -> MpiResult<()> + Send>;
+
+/// Builds a fresh active operation each time a persistent request is started.
+pub type Starter = Box<dyn FnMut(&mut Runtime) -> MpiResult<ReqKind> + Send>;
+
+/// Generalized request callbacks (MPI 5.0 §13.2).
+pub struct Grequest {
+    pub query: usize,
+    pub free: usize,
+    pub cancel: usize,
+    pub extra: usize,
+    pub complete: bool,
+}
+
+pub enum ReqKind {
+    /// A point-to-point operation in the engine; `hold` keeps a packed temporary alive.
+    Engine { id: ReqId, post: Option<Post>, hold: Option<Vec<u8>> },
+    /// A nonblocking collective; `hold` keeps packed temporaries alive.
+    Coll { exec: Box<CollExec>, post: Option<Post>, result: Option<MpiResult<()>>, hold: Vec<Vec<u8>> },
+    /// Complete from the start (PROC_NULL and the like).
+    Done(Status),
+    Grequest(Grequest),
+    /// A persistent request that has not been started (or has completed).
+    Inactive,
+}
+
+pub struct Request {
+    pub kind: ReqKind,
+    pub persistent: Option<Starter>,
+}
+
+// SAFETY: requests hold raw user-buffer pointers that MPI semantics give to the library until
+// completion; they are only touched under the runtime lock.
+unsafe impl Send for Request {}
+
+impl Request {
+    pub fn new(kind: ReqKind) -> Self {
+        Request { kind, persistent: None }
+    }
+
+    /// Advance a nonblocking collective; true when it needs no more progress calls.
+    pub fn advance(&mut self, engine: &mut Engine) -> bool {
+        match &mut self.kind {
+            ReqKind::Coll { exec, result, .. } => {
+                if result.is_some() {
+                    return true;
+                }
+                match exec.advance(engine) {
+                    Ok(false) => false,
+                    Ok(true) => {
+                        *result = Some(Ok(()));
+                        true
+                    }
+                    Err(e) => {
+                        *result = Some(Err(e));
+                        true
+                    }
+                }
+            }
+            _ => true,
+        }
+    }
+
+    /// Test for completion. On completion the post step runs and the request becomes
+    /// `Inactive` (persistent) or should be freed by the caller (`Ok(Some(..))`).
+    pub fn test(&mut self, engine: &mut Engine) -> MpiResult<Option<Status>> {
+        let st = match &mut self.kind {
+            ReqKind::Inactive => return Ok(Some(Status::EMPTY)),
+            ReqKind::Done(s) => *s,
+            ReqKind::Engine { id, .. } => match engine.test(*id) {
+                Some(s) => Status::from(s),
+                None => return Ok(None),
+            },
+            ReqKind::Coll { .. } => {
+                self.advance(engine);
+                let ReqKind::Coll { result, .. } = &mut self.kind else { unreachable!() };
+                match result.take() {
+                    None => return Ok(None),
+                    Some(Err(e)) => {
+                        self.kind = ReqKind::Inactive;
+                        return Err(e);
+                    }
+                    Some(Ok(())) => Status::EMPTY,
+                }
+            }
+            ReqKind::Grequest(g) => {
+                if !g.complete {
+                    return Ok(None);
+                }
+                let mut cs = MPI_Status::default();
+                if g.query != 0 {
+                    // SAFETY: the user registered this MPI_Grequest_query_function.
+                    let f: unsafe extern "C" fn(*mut std::ffi::c_void, *mut MPI_Status) -> i32 = unsafe { std::mem::transmute(g.query) };
+                    let rc = unsafe { f(g.extra as *mut _, &mut cs) };
+                    if rc != 0 {
+                        return Err(MpiError::new(rc, "the generalized request's query function failed"));
+                    }
+                }
+                if g.free != 0 {
+                    // SAFETY: the user registered this MPI_Grequest_free_function.
+                    let f: unsafe extern "C" fn(*mut std::ffi::c_void) -> i32 = unsafe { std::mem::transmute(g.free) };
+                    unsafe { f(g.extra as *mut _) };
+                }
+                Status {
+                    source: cs.MPI_SOURCE,
+                    tag: cs.MPI_TAG,
+                    error: cs.MPI_ERROR,
+                    bytes: Status::bytes_of(&cs).max(0) as usize,
+                    cancelled: Status::cancelled_of(&cs),
+                }
+            }
+        };
+        let mut st = st;
+        let old = std::mem::replace(&mut self.kind, ReqKind::Inactive);
+        let post = match old {
+            ReqKind::Engine { post, .. } | ReqKind::Coll { post, .. } => post,
+            _ => None,
+        };
+        if let Some(p) = post {
+            if !st.cancelled {
+                p(&mut st)?;
+            }
+        }
+        Ok(Some(st))
+    }
+
+    /// Whether the request is a persistent one.
+    pub fn is_persistent(&self) -> bool {
+        self.persistent.is_some()
+    }
+}

@@ -1,0 +1,179 @@
+//! The process-wide runtime: bootstrap, engine, requests, and the one lock
+//! under which progress is made.
+//!
+//! Progress model (the only place it is decided): no hidden threads. Any
+//! application thread inside an MPI call takes `RT`, makes progress (engine +
+//! active nonblocking collectives), checks its condition and releases the
+//! lock; blocking calls repeat this with a [`Backoff`] (spin, yield, sleep),
+//! so several threads (MPI_THREAD_MULTIPLE) and oversubscribed ranks all make
+//! progress. User callbacks (reduction ops excepted) never run under `RT`.
+
+use super::consts as c;
+use super::objects::{self, CommObj};
+use super::request::{ReqKind, Request};
+use crate::bootstrap::{self, Bootstrap};
+use crate::engine::{Backoff, Engine};
+use crate::mpi::error::MpiResult;
+use crate::mpi::group::Group;
+use crate::mpi::handles::{Kind, Slab};
+use crate::mpi_bail;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+pub struct Runtime {
+    pub boot: Box<dyn Bootstrap + Send>,
+    pub engine: Engine,
+    pub reqs: Slab<Request>,
+    /// Handles of nonblocking collectives still running (advanced by every progress call).
+    pub active: Vec<usize>,
+    pub thread_level: i32,
+    pub main_thread: ThreadId,
+    /// Context-id allocation bitmap: bit set = id in use (ids 0 and 1: WORLD and SELF).
+    pub ctx_used: [u64; CTX_WORDS],
+}
+
+pub const CTX_WORDS: usize = 64;
+
+static RT: Mutex<Option<Runtime>> = Mutex::new(None);
+
+pub fn lock() -> MutexGuard<'static, Option<Runtime>> {
+    RT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Run `f` on the runtime; MPI_ERR_OTHER before MPI_Init or after MPI_Finalize.
+pub fn with<R>(f: impl FnOnce(&mut Runtime) -> MpiResult<R>) -> MpiResult<R> {
+    let mut g = lock();
+    match g.as_mut() {
+        Some(rt) => f(rt),
+        None => not_running(),
+    }
+}
+
+fn not_running<R>() -> MpiResult<R> {
+    if super::state::is_finalized() {
+        mpi_bail!(MPI_ERR_OTHER, "called after MPI_Finalize")
+    } else {
+        mpi_bail!(MPI_ERR_OTHER, "called before MPI_Init")
+    }
+}
+
+pub fn world_rank() -> MpiResult<usize> {
+    with(|rt| Ok(rt.boot.rank()))
+}
+
+pub fn world_size() -> MpiResult<usize> {
+    with(|rt| Ok(rt.boot.size()))
+}
+
+impl Runtime {
+    /// One round of progress: the engine, then every active nonblocking collective.
+    pub fn progress(&mut self) {
+        self.engine.progress();
+        let mut i = 0;
+        while i < self.active.len() {
+            let h = self.active[i];
+            let done = match self.reqs.get_mut(h) {
+                Some(r) => r.advance(&mut self.engine),
+                None => true,
+            };
+            if done {
+                self.active.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Block until `done` returns true, making progress in between.
+pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiResult<()> {
+    let mut backoff = Backoff::new();
+    loop {
+        {
+            let mut g = lock();
+            let Some(rt) = g.as_mut() else { return not_running() };
+            rt.progress();
+            if done(rt)? {
+                return Ok(());
+            }
+        }
+        backoff.snooze();
+    }
+}
+
+/// MPI_Init / MPI_Init_thread.
+pub fn init(required: i32) -> MpiResult<i32> {
+    if super::state::is_initialized() {
+        if super::state::is_finalized() {
+            mpi_bail!(MPI_ERR_OTHER, "MPI cannot be initialized again after MPI_Finalize");
+        }
+        mpi_bail!(MPI_ERR_OTHER, "MPI is already initialized");
+    }
+    crate::sys::log::init();
+    let t0 = std::time::Instant::now();
+    let mut boot = bootstrap::init()?;
+    let (rank, size) = (boot.rank(), boot.size());
+    let transport = crate::transport::shm::ShmTransport::setup(&mut *boot)?;
+    let engine = Engine::new(Box::new(transport), rank, size);
+    let world = CommObj::new(0, Arc::new(Group::new((0..size).collect())), rank, "MPI_COMM_WORLD");
+    let selfc = CommObj::new(1, Arc::new(Group::new(vec![rank])), 0, "MPI_COMM_SELF");
+    {
+        let mut o = objects::objects();
+        o.world = Some(Arc::new(world));
+        o.self_ = Some(Arc::new(selfc));
+    }
+    let provided = required.clamp(c::MPI_THREAD_SINGLE, c::MPI_THREAD_MULTIPLE);
+    let mut ctx_used = [0u64; CTX_WORDS];
+    ctx_used[0] = 0b11;
+    *lock() = Some(Runtime {
+        boot,
+        engine,
+        reqs: Slab::new(Kind::Request),
+        active: Vec::new(),
+        thread_level: provided,
+        main_thread: std::thread::current().id(),
+        ctx_used,
+    });
+    super::state::set_initialized();
+    tracing::info!(rank, size, "MPI_Init done in {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
+    Ok(provided)
+}
+
+/// MPI_Finalize: synchronize (so every message sent has been received), then tear down.
+pub fn finalize() -> MpiResult<()> {
+    with(|_| Ok(()))?;
+    super::imp::coll::barrier_world()?;
+    let rt = lock().take();
+    if let Some(mut rt) = rt {
+        rt.boot.finalize();
+    }
+    {
+        let mut o = objects::objects();
+        o.world = None;
+        o.self_ = None;
+    }
+    super::state::set_finalized();
+    Ok(())
+}
+
+/// End the whole job through the launcher (MPI_Abort and fatal errors).
+pub fn abort(code: i32, msg: &str) -> ! {
+    // Never block here: if another thread holds the lock, fall back to exiting.
+    if let Ok(mut g) = RT.try_lock() {
+        if let Some(rt) = g.as_mut() {
+            rt.boot.abort(code, msg);
+        }
+    }
+    eprintln!("{msg}");
+    std::process::exit(code)
+}
+
+/// Insert a request and return its handle.
+pub fn new_request(rt: &mut Runtime, r: Request) -> usize {
+    let coll = matches!(r.kind, ReqKind::Coll { .. });
+    let h = rt.reqs.insert(r);
+    if coll {
+        rt.active.push(h);
+    }
+    h
+}

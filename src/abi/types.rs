@@ -1,0 +1,230 @@
+//! Datatype handles: the predefined datatypes of the standard ABI mapped to
+//! `mpi::datatype` descriptions, user types in a handle table, and the views
+//! point-to-point and collectives use to move typed data as packed bytes.
+
+use super::consts as c;
+use super::ffi::*;
+use super::request::{Post, Status};
+use crate::mpi::datatype::{Basic, Combiner, Elem, TypeDesc};
+use crate::mpi::error::MpiResult;
+use crate::mpi::handles::{Kind, Table};
+use crate::mpi_bail;
+use std::collections::{BTreeMap, HashMap};
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+
+pub struct DtypeObj {
+    pub desc: Arc<TypeDesc>,
+    pub committed: AtomicBool,
+    pub name: Mutex<String>,
+    pub attrs: Mutex<BTreeMap<i32, usize>>,
+    /// The handle value of a predefined type (0 for user types).
+    pub predefined: usize,
+}
+
+impl DtypeObj {
+    pub fn new(desc: TypeDesc) -> Self {
+        Self::from_arc(Arc::new(desc), false)
+    }
+    pub fn from_arc(desc: Arc<TypeDesc>, committed: bool) -> Self {
+        DtypeObj { desc, committed: AtomicBool::new(committed), name: Mutex::new(String::new()), attrs: Mutex::new(BTreeMap::new()), predefined: 0 }
+    }
+    pub fn size(&self) -> usize {
+        self.desc.size()
+    }
+    pub fn extent(&self) -> isize {
+        self.desc.extent()
+    }
+}
+
+/// Predefined datatype handle values -> the element they describe.
+const PREDEFINED: &[(usize, Elem)] = {
+    use Basic::*;
+    use Elem::Basic as B;
+    &[
+        (0x201, B(Aint)), (0x202, B(Count)), (0x203, B(Offset)), (0x207, B(Packed)),
+        (0x208, B(Short)), (0x209, B(Int)), (0x20a, B(Long)), (0x20b, B(LongLong)),
+        (0x20c, B(UnsignedShort)), (0x20d, B(Unsigned)), (0x20e, B(UnsignedLong)), (0x20f, B(UnsignedLongLong)),
+        (0x210, B(Float)), (0x212, B(FloatComplex)), (0x213, B(FloatComplex)), (0x214, B(Double)),
+        (0x216, B(DoubleComplex)), (0x217, B(DoubleComplex)), (0x218, B(FLogical)), (0x219, B(FInteger)),
+        (0x21a, B(FReal)), (0x21b, B(FComplex)), (0x21c, B(FDoublePrecision)), (0x21d, B(FDoubleComplex)),
+        (0x220, B(LongDouble)), (0x224, B(LongDoubleComplex)), (0x225, B(LongDoubleComplex)),
+        (0x228, Elem::FLOAT_INT), (0x229, Elem::DOUBLE_INT), (0x22a, Elem::LONG_INT), (0x22b, Elem::TWO_INT),
+        (0x22c, Elem::SHORT_INT), (0x22d, Elem::LONG_DOUBLE_INT), (0x230, Elem::TWO_REAL),
+        (0x231, Elem::TWO_DOUBLE_PRECISION), (0x232, Elem::TWO_INTEGER),
+        (0x238, B(CBool)), (0x239, B(CBool)), (0x23c, B(WChar)), (0x240, B(Int8)), (0x241, B(Uint8)),
+        (0x243, B(Char)), (0x244, B(SignedChar)), (0x245, B(UnsignedChar)), (0x247, B(Byte)),
+        (0x248, B(Int16)), (0x249, B(Uint16)), (0x250, B(Int32)), (0x251, B(Uint32)),
+        (0x258, B(Int64)), (0x259, B(Uint64)), (0x2c1, B(FInteger1)), (0x2c3, B(FCharacter)),
+        (0x2c9, B(FInteger2)), (0x2d1, B(FInteger4)), (0x2d2, B(FReal4)), (0x2d9, B(FInteger8)),
+        (0x2da, B(FReal8)), (0x2db, B(FComplex8)), (0x2e3, B(FComplex16)),
+    ]
+};
+
+/// Names of predefined types whose handle value is shared by two names use the C one.
+fn predefined_name(h: usize, e: Elem) -> &'static str {
+    match h {
+        0x213 => "MPI_CXX_FLOAT_COMPLEX",
+        0x217 => "MPI_CXX_DOUBLE_COMPLEX",
+        0x225 => "MPI_CXX_LONG_DOUBLE_COMPLEX",
+        0x239 => "MPI_CXX_BOOL",
+        _ => e.name(),
+    }
+}
+
+static BUILTIN: LazyLock<HashMap<usize, Arc<DtypeObj>>> = LazyLock::new(|| {
+    PREDEFINED
+        .iter()
+        .map(|&(h, e)| {
+            let desc = match e {
+                Elem::Basic(b) => TypeDesc::predefined(b),
+                Elem::Pair(..) => TypeDesc::pair(e),
+            };
+            let o = DtypeObj {
+                desc: Arc::new(desc),
+                committed: AtomicBool::new(true),
+                name: Mutex::new(predefined_name(h, e).to_string()),
+                attrs: Mutex::new(BTreeMap::new()),
+                predefined: h,
+            };
+            (h, Arc::new(o))
+        })
+        .collect()
+});
+
+/// MPI_BYTE, for internal byte transfers.
+pub static BYTE: LazyLock<Arc<DtypeObj>> = LazyLock::new(|| BUILTIN[&(c::MPI_BYTE as usize)].clone());
+
+pub static TYPES: Mutex<Table<DtypeObj>> = Mutex::new(Table::new(Kind::Datatype));
+
+/// The handle value of the predefined type for an element, if there is one.
+pub fn predefined_handle(e: Elem) -> Option<usize> {
+    PREDEFINED.iter().find(|p| p.1 == e).map(|p| p.0)
+}
+
+pub fn is_predefined(d: &DtypeObj) -> bool {
+    d.predefined != 0
+}
+
+/// Resolve a datatype handle (committed or not).
+pub fn dtype(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
+    let v = h as usize;
+    if v == c::MPI_DATATYPE_NULL as usize {
+        mpi_bail!(MPI_ERR_TYPE, "the datatype is MPI_DATATYPE_NULL");
+    }
+    if v < 0x1000 {
+        return match BUILTIN.get(&v) {
+            Some(d) => Ok(d.clone()),
+            None if (0x200..0x300).contains(&v) => mpi_bail!(MPI_ERR_TYPE, "predefined datatype {v:#x} is not supported by gpumpi"),
+            None => mpi_bail!(MPI_ERR_TYPE, "invalid datatype handle {v:#x}"),
+        };
+    }
+    match TYPES.lock().unwrap().get(v) {
+        Some(d) => Ok(d),
+        None => mpi_bail!(MPI_ERR_TYPE, "invalid datatype handle {v:#x} (freed, or not a datatype)"),
+    }
+}
+
+/// Resolve a datatype handle that must be committed (every communication call).
+pub fn committed(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
+    let d = dtype(h)?;
+    if !d.committed.load(Ordering::Acquire) {
+        mpi_bail!(MPI_ERR_TYPE, "datatype {:#x} is not committed (call MPI_Type_commit first)", h as usize);
+    }
+    Ok(d)
+}
+
+pub fn insert(d: DtypeObj) -> MPI_Datatype {
+    TYPES.lock().unwrap().insert(Arc::new(d)) as MPI_Datatype
+}
+
+/// A new handle for a type description (used by MPI_Type_get_contents for derived children).
+pub fn handle_for(desc: &Arc<TypeDesc>) -> MPI_Datatype {
+    if let Combiner::Named(e) = desc.combiner() {
+        if let Some(h) = predefined_handle(*e) {
+            return h as MPI_Datatype;
+        }
+    }
+    insert(DtypeObj::from_arc(desc.clone(), true))
+}
+
+/// The bytes of `count` elements as one contiguous run, packing if needed.
+/// Returns (pointer, length, temporary that must outlive the transfer).
+pub unsafe fn send_view(buf: *const c_void, count: usize, d: &DtypeObj) -> (*const u8, usize, Option<Vec<u8>>) {
+    let len = d.desc.packed_size(count);
+    if d.desc.is_contiguous(count) {
+        // SAFETY: a contiguous type's data starts true_lb bytes from the buffer address.
+        return ((buf as *const u8).wrapping_offset(d.desc.true_lb()), len, None);
+    }
+    let v = pack_all(buf, count, d);
+    (v.as_ptr(), len, Some(v))
+}
+
+/// Pack `count` elements into a new vector.
+pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> Vec<u8> {
+    let mut v = vec![0u8; d.desc.packed_size(count)];
+    d.desc.pack(count, buf as *const u8, &mut v);
+    v
+}
+
+/// Where to receive `count` elements: the user's memory directly when contiguous, else a
+/// temporary unpacked by the returned post step (only the bytes actually received).
+pub unsafe fn recv_view(buf: *mut c_void, count: usize, d: &Arc<DtypeObj>) -> (*mut u8, usize, Option<Post>) {
+    let len = d.desc.packed_size(count);
+    if d.desc.is_contiguous(count) {
+        return ((buf as *mut u8).wrapping_offset(d.desc.true_lb()), len, None);
+    }
+    let mut v = vec![0u8; len];
+    let ptr = v.as_mut_ptr();
+    let d = d.clone();
+    let dst = buf as usize;
+    let post: Post = Box::new(move |st: &mut Status| {
+        let n = st.bytes.min(v.len());
+        // SAFETY: the user's buffer holds `count` elements of the type (MPI semantics).
+        d.desc.unpack_range(count, &v[..n], 0, dst as *mut u8);
+        Ok(())
+    });
+    (ptr, len, Some(post))
+}
+
+/// Number of basic elements in `bytes` of packed data of type `d` (MPI_Get_elements).
+pub fn elements_in(d: &DtypeObj, bytes: usize) -> i64 {
+    let size = d.desc.size();
+    if size == 0 {
+        return 0;
+    }
+    let per: usize = d.desc.blocks().iter().map(|b| b.count).sum();
+    let full = bytes / size;
+    let mut rem = bytes % size;
+    let mut n = full * per;
+    for b in d.desc.blocks() {
+        let bs = b.basic.size();
+        let take = (rem / bs).min(b.count);
+        n += take;
+        rem -= take * bs;
+        if take < b.count {
+            break;
+        }
+    }
+    n as i64
+}
+
+/// Bytes occupied by the first `n` basic elements of a packed stream of type `d`.
+pub fn bytes_for_elements(d: &DtypeObj, n: usize) -> usize {
+    let per: usize = d.desc.blocks().iter().map(|b| b.count).sum();
+    if per == 0 {
+        return 0;
+    }
+    let mut bytes = (n / per) * d.desc.size();
+    let mut rem = n % per;
+    for b in d.desc.blocks() {
+        let take = rem.min(b.count);
+        bytes += take * b.basic.size();
+        rem -= take;
+        if rem == 0 {
+            break;
+        }
+    }
+    bytes
+}
