@@ -109,7 +109,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
         }
         mpi_bail!(MPI_ERR_OTHER, "MPI is already initialized");
     }
-    crate::sys::log::init();
+    crate::config::init_logging();
     let t0 = std::time::Instant::now();
     let mut boot = bootstrap::init()?;
     let (rank, size) = (boot.rank(), boot.size());
