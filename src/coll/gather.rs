@@ -47,7 +47,10 @@ pub fn binomial(a: &CollArgs) -> Schedule {
         for (first, cnt, t) in fixups {
             let k = n - first; // blocks up to the end of the buffer
             b.copy(t.sub(0, k * bs), Region::recv(first * bs, k * bs));
-            b.copy(t.sub(k * bs, (cnt - k) * bs), Region::recv(0, (cnt - k) * bs));
+            b.copy(
+                t.sub(k * bs, (cnt - k) * bs),
+                Region::recv(0, (cnt - k) * bs),
+            );
         }
         return b.finish();
     }
@@ -81,7 +84,10 @@ pub fn linear_v(a: &CollArgs) -> Schedule {
         let dst = Region::recv(blk.off, blk.len);
         if i == a.rank {
             if !a.in_place {
-                b.copy(Region::send(0, blk.len.min(a.bytes)), dst.sub(0, blk.len.min(a.bytes)));
+                b.copy(
+                    Region::send(0, blk.len.min(a.bytes)),
+                    dst.sub(0, blk.len.min(a.bytes)),
+                );
             }
         } else {
             b.recv(i, dst);

@@ -225,17 +225,23 @@ impl<'a> CollArgs<'a> {
         let sum = |b: &[Block]| b.iter().map(|b| b.len).sum::<usize>();
         match kind {
             CollKind::Barrier => 0,
-            CollKind::Bcast | CollKind::Reduce | CollKind::Allreduce | CollKind::Scan | CollKind::Exscan => {
-                self.bytes
-            }
+            CollKind::Bcast
+            | CollKind::Reduce
+            | CollKind::Allreduce
+            | CollKind::Scan
+            | CollKind::Exscan => self.bytes,
             CollKind::Gather
             | CollKind::Scatter
             | CollKind::Allgather
             | CollKind::Alltoall
             | CollKind::ReduceScatterBlock => self.bytes.saturating_mul(self.size),
-            CollKind::Gatherv | CollKind::Allgatherv | CollKind::ReduceScatter => sum(self.recv_blocks),
+            CollKind::Gatherv | CollKind::Allgatherv | CollKind::ReduceScatter => {
+                sum(self.recv_blocks)
+            }
             CollKind::Scatterv => sum(self.send_blocks).max(self.bytes),
-            CollKind::Alltoallv | CollKind::Alltoallw => sum(self.recv_blocks).max(sum(self.send_blocks)),
+            CollKind::Alltoallv | CollKind::Alltoallw => {
+                sum(self.recv_blocks).max(sum(self.send_blocks))
+            }
         }
     }
 }
@@ -251,7 +257,12 @@ pub struct AlgoInfo {
 
 macro_rules! algo {
     ($kind:ident, $name:literal, $ordered:literal, $f:path) => {
-        AlgoInfo { kind: CollKind::$kind, name: $name, ordered: $ordered, build: $f }
+        AlgoInfo {
+            kind: CollKind::$kind,
+            name: $name,
+            ordered: $ordered,
+            build: $f,
+        }
     };
 }
 
@@ -259,17 +270,37 @@ macro_rules! algo {
 pub static ALGORITHMS: &[AlgoInfo] = &[
     algo!(Barrier, "dissemination", true, barrier::dissemination),
     algo!(Bcast, "binomial", true, bcast::binomial::build),
-    algo!(Bcast, "scatter_ring_allgather", true, bcast::scatter_ring::build),
+    algo!(
+        Bcast,
+        "scatter_ring_allgather",
+        true,
+        bcast::scatter_ring::build
+    ),
     algo!(Reduce, "binomial", true, reduce::binomial::build),
     algo!(Reduce, "rabenseifner", true, reduce::rabenseifner::build),
-    algo!(Allreduce, "recursive_doubling", true, allreduce::recursive_doubling::build),
-    algo!(Allreduce, "rabenseifner", true, allreduce::rabenseifner::build),
+    algo!(
+        Allreduce,
+        "recursive_doubling",
+        true,
+        allreduce::recursive_doubling::build
+    ),
+    algo!(
+        Allreduce,
+        "rabenseifner",
+        true,
+        allreduce::rabenseifner::build
+    ),
     algo!(Allreduce, "ring", false, allreduce::ring::build),
     algo!(Gather, "binomial", true, gather::binomial),
     algo!(Gatherv, "linear", true, gather::linear_v),
     algo!(Scatter, "binomial", true, scatter::binomial),
     algo!(Scatterv, "linear", true, scatter::linear_v),
-    algo!(Allgather, "recursive_doubling", true, allgather::recursive_doubling::build),
+    algo!(
+        Allgather,
+        "recursive_doubling",
+        true,
+        allgather::recursive_doubling::build
+    ),
     algo!(Allgather, "bruck", true, allgather::bruck::build),
     algo!(Allgather, "ring", true, allgather::ring::build),
     algo!(Allgatherv, "ring", true, allgather::ring::build_v),
@@ -277,12 +308,37 @@ pub static ALGORITHMS: &[AlgoInfo] = &[
     algo!(Alltoall, "pairwise", true, alltoall::pairwise::build),
     algo!(Alltoallv, "pairwise", true, alltoall::pairwise::build_v),
     algo!(Alltoallw, "pairwise", true, alltoall::pairwise::build_v),
-    algo!(ReduceScatter, "recursive_halving", false, reduce_scatter::recursive_halving),
+    algo!(
+        ReduceScatter,
+        "recursive_halving",
+        false,
+        reduce_scatter::recursive_halving
+    ),
     algo!(ReduceScatter, "pairwise", true, reduce_scatter::pairwise),
-    algo!(ReduceScatterBlock, "recursive_halving", false, reduce_scatter::recursive_halving),
-    algo!(ReduceScatterBlock, "pairwise", true, reduce_scatter::pairwise),
-    algo!(Scan, "recursive_doubling", true, scan::scan_recursive_doubling),
-    algo!(Exscan, "recursive_doubling", true, scan::exscan_recursive_doubling),
+    algo!(
+        ReduceScatterBlock,
+        "recursive_halving",
+        false,
+        reduce_scatter::recursive_halving
+    ),
+    algo!(
+        ReduceScatterBlock,
+        "pairwise",
+        true,
+        reduce_scatter::pairwise
+    ),
+    algo!(
+        Scan,
+        "recursive_doubling",
+        true,
+        scan::scan_recursive_doubling
+    ),
+    algo!(
+        Exscan,
+        "recursive_doubling",
+        true,
+        scan::exscan_recursive_doubling
+    ),
 ];
 
 /// The algorithms of one collective, in registry order.
@@ -298,14 +354,29 @@ pub fn algorithm(kind: CollKind, name: &str) -> Option<&'static AlgoInfo> {
 /// Check the arguments of `kind` (ranks, root, block lists, element alignment).
 pub fn validate(kind: CollKind, a: &CollArgs) -> MpiResult<()> {
     if a.size == 0 || a.rank >= a.size {
-        mpi_bail!(MPI_ERR_RANK, "rank {} is not in a communicator of size {}", a.rank, a.size);
+        mpi_bail!(
+            MPI_ERR_RANK,
+            "rank {} is not in a communicator of size {}",
+            a.rank,
+            a.size
+        );
     }
     let rooted = matches!(
         kind,
-        CollKind::Bcast | CollKind::Reduce | CollKind::Gather | CollKind::Gatherv | CollKind::Scatter | CollKind::Scatterv
+        CollKind::Bcast
+            | CollKind::Reduce
+            | CollKind::Gather
+            | CollKind::Gatherv
+            | CollKind::Scatter
+            | CollKind::Scatterv
     );
     if rooted && a.root >= a.size {
-        mpi_bail!(MPI_ERR_ROOT, "root {} is not in a communicator of size {}", a.root, a.size);
+        mpi_bail!(
+            MPI_ERR_ROOT,
+            "root {} is not in a communicator of size {}",
+            a.root,
+            a.size
+        );
     }
     if kind.is_reduction() {
         if a.elem_size == 0 {
@@ -316,16 +387,30 @@ pub fn validate(kind: CollKind, a: &CollArgs) -> MpiResult<()> {
             _ => vec![a.bytes],
         };
         if let Some(l) = lens.iter().find(|l| *l % a.elem_size != 0) {
-            mpi_bail!(MPI_ERR_COUNT, "{} bytes is not a whole number of {}-byte elements", l, a.elem_size);
+            mpi_bail!(
+                MPI_ERR_COUNT,
+                "{} bytes is not a whole number of {}-byte elements",
+                l,
+                a.elem_size
+            );
         }
     }
     let need_recv = match kind {
-        CollKind::Allgatherv | CollKind::Alltoallv | CollKind::Alltoallw | CollKind::ReduceScatter => true,
+        CollKind::Allgatherv
+        | CollKind::Alltoallv
+        | CollKind::Alltoallw
+        | CollKind::ReduceScatter => true,
         CollKind::Gatherv => a.rank == a.root,
         _ => false,
     };
     if need_recv && a.recv_blocks.len() != a.size {
-        mpi_bail!(MPI_ERR_ARG, "{}: {} receive blocks for {} ranks", kind.name(), a.recv_blocks.len(), a.size);
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "{}: {} receive blocks for {} ranks",
+            kind.name(),
+            a.recv_blocks.len(),
+            a.size
+        );
     }
     let need_send = match kind {
         CollKind::Alltoallv | CollKind::Alltoallw => !a.in_place,
@@ -333,12 +418,24 @@ pub fn validate(kind: CollKind, a: &CollArgs) -> MpiResult<()> {
         _ => false,
     };
     if need_send && a.send_blocks.len() != a.size {
-        mpi_bail!(MPI_ERR_ARG, "{}: {} send blocks for {} ranks", kind.name(), a.send_blocks.len(), a.size);
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "{}: {} send blocks for {} ranks",
+            kind.name(),
+            a.send_blocks.len(),
+            a.size
+        );
     }
     if need_send && need_recv {
         for (i, (s, r)) in a.send_blocks.iter().zip(a.recv_blocks).enumerate() {
             if i == a.rank && s.len != r.len {
-                mpi_bail!(MPI_ERR_TRUNCATE, "{}: own block is {} bytes sent, {} received", kind.name(), s.len, r.len);
+                mpi_bail!(
+                    MPI_ERR_TRUNCATE,
+                    "{}: own block is {} bytes sent, {} received",
+                    kind.name(),
+                    s.len,
+                    r.len
+                );
             }
         }
     }
@@ -352,7 +449,11 @@ pub fn build_with(kind: CollKind, name: &str, a: &CollArgs) -> MpiResult<Schedul
         mpi_bail!(MPI_ERR_ARG, "{} has no algorithm {name:?}", kind.name());
     };
     if kind.is_reduction() && !a.commutative && !info.ordered {
-        mpi_bail!(MPI_ERR_OP, "{} algorithm {name} needs a commutative op", kind.name());
+        mpi_bail!(
+            MPI_ERR_OP,
+            "{} algorithm {name} needs a commutative op",
+            kind.name()
+        );
     }
     Ok((info.build)(a))
 }

@@ -34,7 +34,11 @@ pub fn recursive_halving(a: &CollArgs) -> Schedule {
     if total == 0 {
         return b.finish();
     }
-    let input = if a.in_place { Region::recv(0, total) } else { Region::send(0, total) };
+    let input = if a.in_place {
+        Region::recv(0, total)
+    } else {
+        Region::send(0, total)
+    };
     let out = Region::recv(0, blocks[r].1);
     let acc = Region::tmp(0, total);
     let tmp = Region::tmp(total, total);
@@ -45,8 +49,15 @@ pub fn recursive_halving(a: &CollArgs) -> Schedule {
         // Superblock j: the blocks of the ranks new rank j stands for (contiguous).
         let sup: Vec<(usize, usize)> = (0..fold.pof2)
             .map(|j| {
-                let (first, last) = if j < fold.rem { (2 * j, 2 * j + 1) } else { (j + fold.rem, j + fold.rem) };
-                (blocks[first].0, blocks[last].0 + blocks[last].1 - blocks[first].0)
+                let (first, last) = if j < fold.rem {
+                    (2 * j, 2 * j + 1)
+                } else {
+                    (j + fold.rem, j + fold.rem)
+                };
+                (
+                    blocks[first].0,
+                    blocks[last].0 + blocks[last].1 - blocks[first].0,
+                )
             })
             .collect();
         let (mut lo, mut hi) = (0, fold.pof2);
@@ -54,11 +65,18 @@ pub fn recursive_halving(a: &CollArgs) -> Schedule {
         while mask > 0 {
             let peer = fold.real(nr ^ mask);
             let mid = lo + (hi - lo) / 2;
-            let (klo, khi, slo, shi) = if nr & mask == 0 { (lo, mid, mid, hi) } else { (mid, hi, lo, mid) };
+            let (klo, khi, slo, shi) = if nr & mask == 0 {
+                (lo, mid, mid, hi)
+            } else {
+                (mid, hi, lo, mid)
+            };
             b.send_nz(peer, blocks_region(acc, &sup, slo, shi));
             b.recv_nz(peer, blocks_region(tmp, &sup, klo, khi));
             b.wait();
-            b.reduce(blocks_region(tmp, &sup, klo, khi), blocks_region(acc, &sup, klo, khi));
+            b.reduce(
+                blocks_region(tmp, &sup, klo, khi),
+                blocks_region(acc, &sup, klo, khi),
+            );
             lo = klo;
             hi = khi;
             mask >>= 1;
@@ -83,7 +101,11 @@ pub fn pairwise(a: &CollArgs) -> Schedule {
     if total == 0 {
         return b.finish();
     }
-    let input = if a.in_place { Region::recv(0, total) } else { Region::send(0, total) };
+    let input = if a.in_place {
+        Region::recv(0, total)
+    } else {
+        Region::send(0, total)
+    };
     let c = blocks[r].1;
     let blk = |i: usize| input.sub(blocks[i].0, blocks[i].1);
     let out = Region::recv(0, c);
@@ -116,4 +138,3 @@ pub fn pairwise(a: &CollArgs) -> Schedule {
     }
     b.finish()
 }
-

@@ -9,7 +9,11 @@ fn build(a: &CollArgs, inclusive: bool) -> Schedule {
     if len == 0 {
         return b.finish();
     }
-    let input = if a.in_place { Region::recv(0, len) } else { Region::send(0, len) };
+    let input = if a.in_place {
+        Region::recv(0, len)
+    } else {
+        Region::send(0, len)
+    };
     let out = Region::recv(0, len);
     // partial: the reduction over this rank's aligned group so far; incoming: the partner's.
     let (partial, incoming) = (Region::tmp(0, len), Region::tmp(len, len));

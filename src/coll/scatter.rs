@@ -34,7 +34,10 @@ pub fn binomial(a: &CollArgs) -> Schedule {
                 let t = Region::tmp(lo * bs, cnt * bs);
                 let k = n - first;
                 b.copy(Region::send(first * bs, k * bs), t.sub(0, k * bs));
-                b.copy(Region::send(0, (cnt - k) * bs), t.sub(k * bs, (cnt - k) * bs));
+                b.copy(
+                    Region::send(0, (cnt - k) * bs),
+                    t.sub(k * bs, (cnt - k) * bs),
+                );
                 b.send(first, t);
             }
             mask >>= 1;

@@ -37,7 +37,11 @@ impl Region {
     /// The sub-range `[off, off + len)` of this region.
     pub fn sub(&self, off: usize, len: usize) -> Self {
         debug_assert!(off + len <= self.len, "sub-region out of range");
-        Region { buf: self.buf, off: self.off + off, len }
+        Region {
+            buf: self.buf,
+            off: self.off + off,
+            len,
+        }
     }
     pub fn end(&self) -> usize {
         self.off + self.len
@@ -50,13 +54,28 @@ impl Region {
 /// One step of a schedule. See the module docs of `coll` for the execution rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    Send { peer: usize, src: Region },
-    Recv { peer: usize, dst: Region },
+    Send {
+        peer: usize,
+        src: Region,
+    },
+    Recv {
+        peer: usize,
+        dst: Region,
+    },
     /// dst = src (op) dst   (src is the left operand)   -- len multiple of elem size
-    Reduce { src: Region, dst: Region },
+    Reduce {
+        src: Region,
+        dst: Region,
+    },
     /// dst = dst (op) src   (dst is the left operand)
-    ReduceRev { src: Region, dst: Region },
-    Copy { src: Region, dst: Region },
+    ReduceRev {
+        src: Region,
+        dst: Region,
+    },
+    Copy {
+        src: Region,
+        dst: Region,
+    },
     /// All Sends/Recvs issued before this point must complete before later steps start.
     Wait,
 }
@@ -69,9 +88,30 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The bytes of `buf` the schedule touches: the largest region end in that buffer. An
+    /// executor can check the user's buffers against it.
+    pub fn extent(&self, buf: BufId) -> usize {
+        let end = |r: &Region| if r.buf == buf { r.end() } else { 0 };
+        self.steps
+            .iter()
+            .map(|s| match s {
+                Step::Send { src, .. } => end(src),
+                Step::Recv { dst, .. } => end(dst),
+                Step::Reduce { src, dst }
+                | Step::ReduceRev { src, dst }
+                | Step::Copy { src, dst } => end(src).max(end(dst)),
+                Step::Wait => 0,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Number of Send steps (for tests and debug logs).
     pub fn sends(&self) -> usize {
-        self.steps.iter().filter(|s| matches!(s, Step::Send { .. })).count()
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Send { .. }))
+            .count()
     }
 }
 
@@ -149,7 +189,10 @@ impl Builder {
     }
     pub fn finish(mut self) -> Schedule {
         self.wait();
-        Schedule { steps: self.steps, tmp_len: self.tmp_len }
+        Schedule {
+            steps: self.steps,
+            tmp_len: self.tmp_len,
+        }
     }
 }
 

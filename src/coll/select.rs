@@ -88,23 +88,47 @@ pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
         }
         let toks: Vec<&str> = line.split_whitespace().collect();
         if toks.len() < 2 {
-            mpi_bail!(MPI_ERR_ARG, "tuning table line {}: need <collective> [conditions] <algorithm>", i + 1);
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: need <collective> [conditions] <algorithm>",
+                i + 1
+            );
         }
         let Some(kind) = CollKind::from_name(toks[0]) else {
-            mpi_bail!(MPI_ERR_ARG, "tuning table line {}: unknown collective {:?}", i + 1, toks[0]);
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: unknown collective {:?}",
+                i + 1,
+                toks[0]
+            );
         };
         let name = toks[toks.len() - 1];
         let Some(info) = algorithm(kind, name) else {
-            mpi_bail!(MPI_ERR_ARG, "tuning table line {}: {} has no algorithm {:?}", i + 1, kind.name(), name);
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: {} has no algorithm {:?}",
+                i + 1,
+                kind.name(),
+                name
+            );
         };
         let mut conds = Vec::new();
         for t in &toks[1..toks.len() - 1] {
             match parse_cond(t) {
                 Some(c) => conds.push(c),
-                None => mpi_bail!(MPI_ERR_ARG, "tuning table line {}: bad condition {:?}", i + 1, t),
+                None => mpi_bail!(
+                    MPI_ERR_ARG,
+                    "tuning table line {}: bad condition {:?}",
+                    i + 1,
+                    t
+                ),
             }
         }
-        rows.push(Row { kind, conds, algo: info.name });
+        rows.push(Row {
+            kind,
+            conds,
+            algo: info.name,
+        });
     }
     Ok(rows)
 }
@@ -129,7 +153,12 @@ fn usable(info: &AlgoInfo, kind: CollKind, a: &CollArgs) -> bool {
 
 /// Pure selection: the forced name if usable, else the first matching usable row, else the
 /// first usable registered algorithm.
-pub fn select_from(rows: &[Row], forced: Option<&str>, kind: CollKind, a: &CollArgs) -> &'static AlgoInfo {
+pub fn select_from(
+    rows: &[Row],
+    forced: Option<&str>,
+    kind: CollKind,
+    a: &CollArgs,
+) -> &'static AlgoInfo {
     if let Some(name) = forced {
         match algorithm(kind, name) {
             Some(info) if usable(info, kind, a) => return info,
@@ -137,7 +166,11 @@ pub fn select_from(rows: &[Row], forced: Option<&str>, kind: CollKind, a: &CollA
                 "{}: algorithm {name} reorders operands; not used for a non-commutative op",
                 kind.algorithm_var()
             ),
-            None => tracing::warn!("{}: {} has no algorithm {name:?}; ignored", kind.algorithm_var(), kind.name()),
+            None => tracing::warn!(
+                "{}: {} has no algorithm {name:?}; ignored",
+                kind.algorithm_var(),
+                kind.name()
+            ),
         }
     }
     let bytes = a.msg_bytes(kind);
@@ -149,7 +182,9 @@ pub fn select_from(rows: &[Row], forced: Option<&str>, kind: CollKind, a: &CollA
             }
         }
     }
-    algorithms(kind).find(|i| usable(i, kind, a)).expect("every collective has a rank-ordered algorithm")
+    algorithms(kind)
+        .find(|i| usable(i, kind, a))
+        .expect("every collective has a rank-ordered algorithm")
 }
 
 /// The table in use: `GPUMPI_COLL_TUNING` if set and valid, else the built-in one.
@@ -157,12 +192,17 @@ pub fn table() -> &'static [Row] {
     static TABLE: OnceLock<Vec<Row>> = OnceLock::new();
     TABLE.get_or_init(|| {
         if let Some(path) = crate::config::get("GPUMPI_COLL_TUNING") {
-            match std::fs::read_to_string(&path).map_err(Into::into).and_then(|t| parse_table(&t)) {
+            match std::fs::read_to_string(&path)
+                .map_err(Into::into)
+                .and_then(|t| parse_table(&t))
+            {
                 Ok(rows) => {
                     tracing::debug!("collective tuning table from {path} ({} rows)", rows.len());
                     return rows;
                 }
-                Err(e) => tracing::warn!("GPUMPI_COLL_TUNING={path}: {e}; using the built-in table"),
+                Err(e) => {
+                    tracing::warn!("GPUMPI_COLL_TUNING={path}: {e}; using the built-in table")
+                }
             }
         }
         parse_table(DEFAULT_TABLE).expect("built-in tuning table parses")

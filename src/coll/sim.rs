@@ -37,7 +37,11 @@ fn buf<'a>(b: &'a RankBufs, tmp: &'a [u8], r: &Region, rank: usize, pc: usize) -
         BufId::Recv => &b.recv,
         BufId::Tmp => tmp,
     };
-    assert!(r.end() <= v.len(), "rank {rank} step {pc}: {r:?} outside its buffer of {} bytes", v.len());
+    assert!(
+        r.end() <= v.len(),
+        "rank {rank} step {pc}: {r:?} outside its buffer of {} bytes",
+        v.len()
+    );
     &v[r.off..r.end()]
 }
 
@@ -47,7 +51,11 @@ fn write(b: &mut RankBufs, tmp: &mut [u8], r: &Region, data: &[u8], rank: usize,
         BufId::Recv => &mut b.recv,
         BufId::Tmp => tmp,
     };
-    assert!(r.end() <= v.len(), "rank {rank} step {pc}: {r:?} outside its buffer of {} bytes", v.len());
+    assert!(
+        r.end() <= v.len(),
+        "rank {rank} step {pc}: {r:?} outside its buffer of {} bytes",
+        v.len()
+    );
     v[r.off..r.end()].copy_from_slice(data);
 }
 
@@ -58,7 +66,12 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
     let mut queues: Vec<VecDeque<Vec<u8>>> = vec![VecDeque::new(); n * n]; // [src * n + dst]
     let mut st: Vec<RankState> = scheds
         .iter()
-        .map(|s| RankState { pc: 0, tmp: vec![0xA5; s.tmp_len], pending_sends: vec![], pending_recvs: vec![] })
+        .map(|s| RankState {
+            pc: 0,
+            tmp: vec![0xA5; s.tmp_len],
+            pending_sends: vec![],
+            pending_recvs: vec![],
+        })
         .collect();
     loop {
         let mut progressed = false;
@@ -99,42 +112,77 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                 let pc = s.pc;
                 let check_free = |r: &Region, write: bool, s: &RankState, what: &str| {
                     for (_, p, _) in &s.pending_recvs {
-                        assert!(!p.overlaps(r), "rank {rank} step {pc}: {what} {r:?} touches pending receive {p:?}");
+                        assert!(
+                            !p.overlaps(r),
+                            "rank {rank} step {pc}: {what} {r:?} touches pending receive {p:?}"
+                        );
                     }
                     if write {
                         for p in &s.pending_sends {
-                            assert!(!p.overlaps(r), "rank {rank} step {pc}: {what} {r:?} overwrites pending send {p:?}");
+                            assert!(
+                                !p.overlaps(r),
+                                "rank {rank} step {pc}: {what} {r:?} overwrites pending send {p:?}"
+                            );
                         }
                     }
                 };
                 match steps[pc] {
                     Step::Send { peer, src } => {
-                        assert!(peer < n && peer != rank, "rank {rank} step {pc}: bad peer {peer}");
+                        assert!(
+                            peer < n && peer != rank,
+                            "rank {rank} step {pc}: bad peer {peer}"
+                        );
                         check_free(&src, false, s, "send");
                         let data = buf(&bufs[rank], &s.tmp, &src, rank, pc).to_vec();
                         queues[rank * n + peer].push_back(data);
                         s.pending_sends.push(src);
                     }
                     Step::Recv { peer, dst } => {
-                        assert!(peer < n && peer != rank, "rank {rank} step {pc}: bad peer {peer}");
-                        assert!(dst.buf != BufId::Send, "rank {rank} step {pc}: receives into the send buffer");
+                        assert!(
+                            peer < n && peer != rank,
+                            "rank {rank} step {pc}: bad peer {peer}"
+                        );
+                        assert!(
+                            dst.buf != BufId::Send,
+                            "rank {rank} step {pc}: receives into the send buffer"
+                        );
                         check_free(&dst, true, s, "recv");
                         s.pending_recvs.push((peer, dst, false));
                     }
                     Step::Reduce { src, dst } | Step::ReduceRev { src, dst } => {
-                        assert_eq!(src.len, dst.len, "rank {rank} step {pc}: reduce lengths differ");
-                        assert!(dst.len % elem_size == 0, "rank {rank} step {pc}: {} bytes is not whole elements", dst.len);
-                        assert!(!src.overlaps(&dst), "rank {rank} step {pc}: reduce operands overlap");
+                        assert_eq!(
+                            src.len, dst.len,
+                            "rank {rank} step {pc}: reduce lengths differ"
+                        );
+                        assert!(
+                            dst.len % elem_size == 0,
+                            "rank {rank} step {pc}: {} bytes is not whole elements",
+                            dst.len
+                        );
+                        assert!(
+                            !src.overlaps(&dst),
+                            "rank {rank} step {pc}: reduce operands overlap"
+                        );
                         check_free(&src, false, s, "reduce src");
                         check_free(&dst, true, s, "reduce dst");
                         let a = buf(&bufs[rank], &s.tmp, &src, rank, pc).to_vec();
                         let b = buf(&bufs[rank], &s.tmp, &dst, rank, pc).to_vec();
-                        let res = if matches!(steps[pc], Step::Reduce { .. }) { op(&a, &b) } else { op(&b, &a) };
+                        let res = if matches!(steps[pc], Step::Reduce { .. }) {
+                            op(&a, &b)
+                        } else {
+                            op(&b, &a)
+                        };
                         write(&mut bufs[rank], &mut s.tmp, &dst, &res, rank, pc);
                     }
                     Step::Copy { src, dst } => {
-                        assert_eq!(src.len, dst.len, "rank {rank} step {pc}: copy lengths differ");
-                        assert!(!src.overlaps(&dst), "rank {rank} step {pc}: copy regions overlap");
+                        assert_eq!(
+                            src.len, dst.len,
+                            "rank {rank} step {pc}: copy lengths differ"
+                        );
+                        assert!(
+                            !src.overlaps(&dst),
+                            "rank {rank} step {pc}: copy regions overlap"
+                        );
                         check_free(&src, false, s, "copy src");
                         check_free(&dst, true, s, "copy dst");
                         let a = buf(&bufs[rank], &s.tmp, &src, rank, pc).to_vec();
@@ -164,7 +212,12 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                 .enumerate()
                 .filter(|(r, s)| s.pc < scheds[*r].steps.len())
                 .map(|(r, s)| {
-                    let waiting: Vec<usize> = s.pending_recvs.iter().filter(|p| !p.2).map(|p| p.0).collect();
+                    let waiting: Vec<usize> = s
+                        .pending_recvs
+                        .iter()
+                        .filter(|p| !p.2)
+                        .map(|p| p.0)
+                        .collect();
                     format!("rank {r} at step {} waiting on {waiting:?}", s.pc)
                 })
                 .collect();
@@ -172,6 +225,12 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
         }
     }
     for (i, q) in queues.iter().enumerate() {
-        assert!(q.is_empty(), "{} unconsumed message(s) from rank {} to rank {}", q.len(), i / n, i % n);
+        assert!(
+            q.is_empty(),
+            "{} unconsumed message(s) from rank {} to rank {}",
+            q.len(),
+            i / n,
+            i % n
+        );
     }
 }

@@ -3,6 +3,8 @@
 //! commutative op (wrapping i32 sum) and, for rank-ordered algorithms, a non-commutative one
 //! (composition of affine maps x -> a*x + b over u32, which only matches in rank order).
 
+#![allow(clippy::needless_range_loop)]
+
 use super::sim::{simulate, RankBufs};
 use super::*;
 
@@ -16,7 +18,8 @@ fn sum_op(l: &[u8], r: &[u8]) -> Vec<u8> {
     l.chunks(4)
         .zip(r.chunks(4))
         .flat_map(|(a, b)| {
-            let x = i32::from_le_bytes(a.try_into().unwrap()).wrapping_add(i32::from_le_bytes(b.try_into().unwrap()));
+            let x = i32::from_le_bytes(a.try_into().unwrap())
+                .wrapping_add(i32::from_le_bytes(b.try_into().unwrap()));
             x.to_le_bytes()
         })
         .collect()
@@ -43,8 +46,16 @@ struct Op {
     f: fn(&[u8], &[u8]) -> Vec<u8>,
 }
 
-const SUM: Op = Op { es: 4, commutative: true, f: sum_op };
-const AFFINE: Op = Op { es: 8, commutative: false, f: affine_op };
+const SUM: Op = Op {
+    es: 4,
+    commutative: true,
+    f: sum_op,
+};
+const AFFINE: Op = Op {
+    es: 8,
+    commutative: false,
+    f: affine_op,
+};
 
 #[test]
 fn affine_op_is_not_commutative_but_associative() {
@@ -52,7 +63,10 @@ fn affine_op_is_not_commutative_but_associative() {
     let y = gen(1, 8, 2);
     let z = gen(2, 8, 3);
     assert_ne!(affine_op(&x, &y), affine_op(&y, &x));
-    assert_eq!(affine_op(&affine_op(&x, &y), &z), affine_op(&x, &affine_op(&y, &z)));
+    assert_eq!(
+        affine_op(&affine_op(&x, &y), &z),
+        affine_op(&x, &affine_op(&y, &z))
+    );
 }
 
 // ---------- data ----------
@@ -101,7 +115,14 @@ struct Owned {
     commutative: bool,
 }
 
-fn run(kind: CollKind, algo: &str, n: usize, args: &[Owned], mut bufs: Vec<RankBufs>, op: Option<Op>) -> Vec<RankBufs> {
+fn run(
+    kind: CollKind,
+    algo: &str,
+    n: usize,
+    args: &[Owned],
+    mut bufs: Vec<RankBufs>,
+    op: Option<Op>,
+) -> Vec<RankBufs> {
     let scheds: Vec<Schedule> = (0..n)
         .map(|r| {
             let o = &args[r];
@@ -116,7 +137,8 @@ fn run(kind: CollKind, algo: &str, n: usize, args: &[Owned], mut bufs: Vec<RankB
                 in_place: o.in_place,
                 commutative: o.commutative,
             };
-            build_with(kind, algo, &a).unwrap_or_else(|e| panic!("{} {algo} n={n}: {e}", kind.name()))
+            build_with(kind, algo, &a)
+                .unwrap_or_else(|e| panic!("{} {algo} n={n}: {e}", kind.name()))
         })
         .collect();
     let f = op.map(|o| o.f).unwrap_or(sum_op);
@@ -152,7 +174,14 @@ fn barrier() {
         let args = vec![Owned::default(); n];
         let s = build_with(CollKind::Barrier, "dissemination", &CollArgs::new(0, n, 0)).unwrap();
         assert_eq!(s.sends(), (n as f64).log2().ceil() as usize);
-        run(CollKind::Barrier, "dissemination", n, &args, vec![RankBufs::default(); n], None);
+        run(
+            CollKind::Barrier,
+            "dissemination",
+            n,
+            &args,
+            vec![RankBufs::default(); n],
+            None,
+        );
     }
 }
 
@@ -162,14 +191,33 @@ fn bcast() {
         for n in RANKS {
             for count in COUNTS {
                 for root in roots(n) {
-                    let args = vec![Owned { root, bytes: count, ..Default::default() }; n];
+                    let args = vec![
+                        Owned {
+                            root,
+                            bytes: count,
+                            ..Default::default()
+                        };
+                        n
+                    ];
                     let data = gen(root, count, 1);
                     let bufs = (0..n)
-                        .map(|r| RankBufs { send: vec![], recv: if r == root { data.clone() } else { vec![SENTINEL; count] } })
+                        .map(|r| RankBufs {
+                            send: vec![],
+                            recv: if r == root {
+                                data.clone()
+                            } else {
+                                vec![SENTINEL; count]
+                            },
+                        })
                         .collect();
                     let out = run(CollKind::Bcast, algo, n, &args, bufs, None);
                     for (r, b) in out.iter().enumerate() {
-                        assert_eq!(b.recv, data, "{} rank {r}", ctx(CollKind::Bcast, algo, n, count, &format!("root={root}")));
+                        assert_eq!(
+                            b.recv,
+                            data,
+                            "{} rank {r}",
+                            ctx(CollKind::Bcast, algo, n, count, &format!("root={root}"))
+                        );
                     }
                 }
             }
@@ -187,7 +235,11 @@ fn vector_reduction(kind: CollKind) {
             for n in RANKS {
                 for count in COUNTS {
                     let len = count * op.es;
-                    let rts = if kind == CollKind::Reduce { roots(n) } else { vec![0] };
+                    let rts = if kind == CollKind::Reduce {
+                        roots(n)
+                    } else {
+                        vec![0]
+                    };
                     for root in rts {
                         for in_place in [false, true] {
                             let inputs: Vec<Vec<u8>> = (0..n).map(|r| gen(r, len, 7)).collect();
@@ -204,14 +256,26 @@ fn vector_reduction(kind: CollKind) {
                             let bufs = (0..n)
                                 .map(|r| {
                                     if args[r].in_place {
-                                        RankBufs { send: vec![], recv: inputs[r].clone() }
+                                        RankBufs {
+                                            send: vec![],
+                                            recv: inputs[r].clone(),
+                                        }
                                     } else {
-                                        RankBufs { send: inputs[r].clone(), recv: vec![SENTINEL; len] }
+                                        RankBufs {
+                                            send: inputs[r].clone(),
+                                            recv: vec![SENTINEL; len],
+                                        }
                                     }
                                 })
                                 .collect();
                             let out = run(kind, algo, n, &args, bufs, Some(op));
-                            let c = ctx(kind, algo, n, count, &format!("root={root} in_place={in_place} comm={}", op.commutative));
+                            let c = ctx(
+                                kind,
+                                algo,
+                                n,
+                                count,
+                                &format!("root={root} in_place={in_place} comm={}", op.commutative),
+                            );
                             for r in 0..n {
                                 let expect = match kind {
                                     CollKind::Allreduce => fold(&inputs, op.f),
@@ -219,7 +283,11 @@ fn vector_reduction(kind: CollKind) {
                                     CollKind::Reduce => continue,
                                     CollKind::Scan => fold(&inputs[..=r], op.f),
                                     CollKind::Exscan if r == 0 => {
-                                        if args[0].in_place { inputs[0].clone() } else { vec![SENTINEL; len] }
+                                        if args[0].in_place {
+                                            inputs[0].clone()
+                                        } else {
+                                            vec![SENTINEL; len]
+                                        }
                                     }
                                     CollKind::Exscan => fold(&inputs[..r], op.f),
                                     _ => unreachable!(),
@@ -256,7 +324,15 @@ fn exscan() {
 
 /// Per-rank result lengths (elements) of reduce_scatter tests: varied, some zero.
 fn rs_counts(n: usize, count: usize) -> Vec<usize> {
-    (0..n).map(|i| if count == 0 { 0 } else { (count + 7 * i) % (count + 3) }).collect()
+    (0..n)
+        .map(|i| {
+            if count == 0 {
+                0
+            } else {
+                (count + 7 * i) % (count + 3)
+            }
+        })
+        .collect()
 }
 
 fn reduce_scatter_kind(kind: CollKind) {
@@ -295,9 +371,15 @@ fn reduce_scatter_kind(kind: CollKind) {
                         let bufs = (0..n)
                             .map(|r| {
                                 if in_place {
-                                    RankBufs { send: vec![], recv: inputs[r].clone() }
+                                    RankBufs {
+                                        send: vec![],
+                                        recv: inputs[r].clone(),
+                                    }
                                 } else {
-                                    RankBufs { send: inputs[r].clone(), recv: vec![SENTINEL; lens[r]] }
+                                    RankBufs {
+                                        send: inputs[r].clone(),
+                                        recv: vec![SENTINEL; lens[r]],
+                                    }
                                 }
                             })
                             .collect();
@@ -305,8 +387,17 @@ fn reduce_scatter_kind(kind: CollKind) {
                         let full = fold(&inputs, op.f);
                         let mut off = 0;
                         for r in 0..n {
-                            let c = ctx(kind, algo, n, count, &format!("in_place={in_place} comm={}", op.commutative));
-                            assert!(out[r].recv[..lens[r]] == full[off..off + lens[r]], "{c} rank {r}: wrong result");
+                            let c = ctx(
+                                kind,
+                                algo,
+                                n,
+                                count,
+                                &format!("in_place={in_place} comm={}", op.commutative),
+                            );
+                            assert!(
+                                out[r].recv[..lens[r]] == full[off..off + lens[r]],
+                                "{c} rank {r}: wrong result"
+                            );
                             off += lens[r];
                         }
                     }
@@ -328,7 +419,10 @@ fn reduce_scatter_block() {
 
 #[test]
 fn gather_scatter() {
-    for (kind, algo) in [(CollKind::Gather, "binomial"), (CollKind::Scatter, "binomial")] {
+    for (kind, algo) in [
+        (CollKind::Gather, "binomial"),
+        (CollKind::Scatter, "binomial"),
+    ] {
         for n in RANKS {
             for count in COUNTS {
                 for root in roots(n) {
@@ -336,21 +430,39 @@ fn gather_scatter() {
                         let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, count, 3)).collect();
                         let whole: Vec<u8> = blocks.concat();
                         let args: Vec<Owned> = (0..n)
-                            .map(|r| Owned { root, bytes: count, in_place: in_place && r == root, ..Default::default() })
+                            .map(|r| Owned {
+                                root,
+                                bytes: count,
+                                in_place: in_place && r == root,
+                                ..Default::default()
+                            })
                             .collect();
-                        let c = ctx(kind, algo, n, count, &format!("root={root} in_place={in_place}"));
+                        let c = ctx(
+                            kind,
+                            algo,
+                            n,
+                            count,
+                            &format!("root={root} in_place={in_place}"),
+                        );
                         if kind == CollKind::Gather {
                             let bufs = (0..n)
                                 .map(|r| {
                                     if r != root {
-                                        return RankBufs { send: blocks[r].clone(), recv: vec![] };
+                                        return RankBufs {
+                                            send: blocks[r].clone(),
+                                            recv: vec![],
+                                        };
                                     }
                                     let mut recv = vec![SENTINEL; n * count];
                                     if in_place {
-                                        recv[r * count..(r + 1) * count].copy_from_slice(&blocks[r]);
+                                        recv[r * count..(r + 1) * count]
+                                            .copy_from_slice(&blocks[r]);
                                         RankBufs { send: vec![], recv }
                                     } else {
-                                        RankBufs { send: blocks[r].clone(), recv }
+                                        RankBufs {
+                                            send: blocks[r].clone(),
+                                            recv,
+                                        }
                                     }
                                 })
                                 .collect();
@@ -360,9 +472,19 @@ fn gather_scatter() {
                             let bufs = (0..n)
                                 .map(|r| {
                                     if r == root {
-                                        RankBufs { send: whole.clone(), recv: if in_place { vec![] } else { vec![SENTINEL; count] } }
+                                        RankBufs {
+                                            send: whole.clone(),
+                                            recv: if in_place {
+                                                vec![]
+                                            } else {
+                                                vec![SENTINEL; count]
+                                            },
+                                        }
                                     } else {
-                                        RankBufs { send: vec![], recv: vec![SENTINEL; count] }
+                                        RankBufs {
+                                            send: vec![],
+                                            recv: vec![SENTINEL; count],
+                                        }
                                     }
                                 })
                                 .collect();
@@ -385,7 +507,11 @@ fn v_blocks(n: usize, count: usize, salt: usize) -> (Vec<Block>, usize) {
     let mut off = 0;
     let v = (0..n)
         .map(|i| {
-            let len = if count == 0 { 0 } else { (count + 5 * i + salt) % (count + 2) };
+            let len = if count == 0 {
+                0
+            } else {
+                (count + 5 * i + salt) % (count + 2)
+            };
             let b = Block::new(off + (i % 2), len);
             off += len + (i % 2);
             b
@@ -417,12 +543,21 @@ fn gatherv_scatterv() {
                                 ..Default::default()
                             })
                             .collect();
-                        let c = ctx(kind, "linear", n, count, &format!("root={root} in_place={in_place}"));
+                        let c = ctx(
+                            kind,
+                            "linear",
+                            n,
+                            count,
+                            &format!("root={root} in_place={in_place}"),
+                        );
                         if kind == CollKind::Gatherv {
                             let bufs = (0..n)
                                 .map(|r| {
                                     if r != root {
-                                        return RankBufs { send: data[r].clone(), recv: vec![] };
+                                        return RankBufs {
+                                            send: data[r].clone(),
+                                            recv: vec![],
+                                        };
                                     }
                                     let mut recv = vec![SENTINEL; total];
                                     if in_place {
@@ -430,7 +565,10 @@ fn gatherv_scatterv() {
                                         recv[b.off..b.off + b.len].copy_from_slice(&data[r]);
                                         RankBufs { send: vec![], recv }
                                     } else {
-                                        RankBufs { send: data[r].clone(), recv }
+                                        RankBufs {
+                                            send: data[r].clone(),
+                                            recv,
+                                        }
                                     }
                                 })
                                 .collect();
@@ -439,8 +577,15 @@ fn gatherv_scatterv() {
                         } else {
                             let bufs = (0..n)
                                 .map(|r| {
-                                    let recv = if in_place && r == root { vec![] } else { vec![SENTINEL; blocks[r].len] };
-                                    RankBufs { send: if r == root { whole.clone() } else { vec![] }, recv }
+                                    let recv = if in_place && r == root {
+                                        vec![]
+                                    } else {
+                                        vec![SENTINEL; blocks[r].len]
+                                    };
+                                    RankBufs {
+                                        send: if r == root { whole.clone() } else { vec![] },
+                                        recv,
+                                    }
                                 })
                                 .collect();
                             let out = run(kind, "linear", n, &args, bufs, None);
@@ -465,7 +610,10 @@ fn allgather_allgatherv() {
                 for count in COUNTS {
                     for in_place in [false, true] {
                         let (blocks, total) = if kind == CollKind::Allgather {
-                            ((0..n).map(|i| Block::new(i * count, count)).collect(), n * count)
+                            (
+                                (0..n).map(|i| Block::new(i * count, count)).collect(),
+                                n * count,
+                            )
                         } else {
                             v_blocks(n, count, 1)
                         };
@@ -475,7 +623,12 @@ fn allgather_allgatherv() {
                             whole[b.off..b.off + b.len].copy_from_slice(d);
                         }
                         let args: Vec<Owned> = (0..n)
-                            .map(|r| Owned { bytes: blocks[r].len, rb: blocks.clone(), in_place, ..Default::default() })
+                            .map(|r| Owned {
+                                bytes: blocks[r].len,
+                                rb: blocks.clone(),
+                                in_place,
+                                ..Default::default()
+                            })
                             .collect();
                         let bufs = (0..n)
                             .map(|r| {
@@ -485,13 +638,20 @@ fn allgather_allgatherv() {
                                     recv[b.off..b.off + b.len].copy_from_slice(&data[r]);
                                     RankBufs { send: vec![], recv }
                                 } else {
-                                    RankBufs { send: data[r].clone(), recv }
+                                    RankBufs {
+                                        send: data[r].clone(),
+                                        recv,
+                                    }
                                 }
                             })
                             .collect();
                         let out = run(kind, algo, n, &args, bufs, None);
                         for r in 0..n {
-                            assert!(out[r].recv == whole, "{} rank {r}", ctx(kind, algo, n, count, &format!("in_place={in_place}")));
+                            assert!(
+                                out[r].recv == whole,
+                                "{} rank {r}",
+                                ctx(kind, algo, n, count, &format!("in_place={in_place}"))
+                            );
                         }
                     }
                 }
@@ -517,7 +677,15 @@ fn alltoall_all_variants() {
                 for count in COUNTS {
                     for in_place in [false, true] {
                         let regular = kind == CollKind::Alltoall;
-                        let len = |s: usize, d: usize| if regular { count } else if in_place { a2a_len(s.min(d), s.max(d), count) } else { a2a_len(s, d, count) };
+                        let len = |s: usize, d: usize| {
+                            if regular {
+                                count
+                            } else if in_place {
+                                a2a_len(s.min(d), s.max(d), count)
+                            } else {
+                                a2a_len(s, d, count)
+                            }
+                        };
                         // layout[r][p]: where rank r keeps the block for/from peer p (gaps for v).
                         let lay = |r: usize, send: bool| -> (Vec<Block>, usize) {
                             let mut off = 0;
@@ -544,11 +712,23 @@ fn alltoall_all_variants() {
                             }
                             if in_place {
                                 assert_eq!(sb, rb);
-                                bufs.push(RankBufs { send: vec![], recv: send });
+                                bufs.push(RankBufs {
+                                    send: vec![],
+                                    recv: send,
+                                });
                             } else {
-                                bufs.push(RankBufs { send, recv: vec![SENTINEL; rtot] });
+                                bufs.push(RankBufs {
+                                    send,
+                                    recv: vec![SENTINEL; rtot],
+                                });
                             }
-                            args.push(Owned { bytes: count, sb, rb, in_place, ..Default::default() });
+                            args.push(Owned {
+                                bytes: count,
+                                sb,
+                                rb,
+                                in_place,
+                                ..Default::default()
+                            });
                         }
                         let out = run(kind, algo, n, &args, bufs, None);
                         for r in 0..n {
@@ -557,7 +737,11 @@ fn alltoall_all_variants() {
                             for (p, b) in rb.iter().enumerate() {
                                 expect[b.off..b.off + b.len].copy_from_slice(&msg(p, r));
                             }
-                            assert!(out[r].recv == expect, "{} rank {r}", ctx(kind, algo, n, count, &format!("in_place={in_place}")));
+                            assert!(
+                                out[r].recv == expect,
+                                "{} rank {r}",
+                                ctx(kind, algo, n, count, &format!("in_place={in_place}"))
+                            );
                         }
                     }
                 }
@@ -594,7 +778,11 @@ fn reductions_split_on_element_boundaries() {
 fn scalable_message_counts() {
     // log-depth algorithms send O(log n) messages per rank, rings O(n).
     let n = 16;
-    let cnt = |kind, algo: &str, bytes| build_with(kind, algo, &CollArgs::new(5, n, bytes)).unwrap().sends();
+    let cnt = |kind, algo: &str, bytes| {
+        build_with(kind, algo, &CollArgs::new(5, n, bytes))
+            .unwrap()
+            .sends()
+    };
     assert_eq!(cnt(CollKind::Allreduce, "recursive_doubling", 64), 4);
     assert_eq!(cnt(CollKind::Allreduce, "rabenseifner", 4096), 8);
     assert_eq!(cnt(CollKind::Allreduce, "ring", 4096), 30);
@@ -604,20 +792,57 @@ fn scalable_message_counts() {
 }
 
 #[test]
+fn extents_match_the_documented_layout() {
+    for n in [1, 5, 8] {
+        for algo in algos(CollKind::Allreduce) {
+            let s = build_with(CollKind::Allreduce, algo, &CollArgs::new(n - 1, n, 400)).unwrap();
+            assert_eq!(s.extent(BufId::Recv), 400, "{algo} n={n}");
+            assert_eq!(s.extent(BufId::Send), 400, "{algo} n={n}");
+            assert!(s.extent(BufId::Tmp) <= s.tmp_len);
+        }
+        let mut a = CollArgs::new(0, n, 400);
+        a.in_place = true;
+        let s = build_with(CollKind::Allreduce, "ring", &a).unwrap();
+        assert_eq!(s.extent(BufId::Send), 0, "in place never reads Send");
+    }
+}
+
+#[test]
 fn validation_errors() {
     let a = CollArgs::new(4, 4, 8);
-    assert!(build_with(CollKind::Allreduce, "ring", &a).is_err(), "rank out of range");
+    assert!(
+        build_with(CollKind::Allreduce, "ring", &a).is_err(),
+        "rank out of range"
+    );
     let mut a = CollArgs::new(0, 4, 10);
     a.elem_size = 4;
-    assert_eq!(build_with(CollKind::Allreduce, "ring", &a).unwrap_err().class, crate::abi::consts::MPI_ERR_COUNT);
+    assert_eq!(
+        build_with(CollKind::Allreduce, "ring", &a)
+            .unwrap_err()
+            .class,
+        crate::abi::consts::MPI_ERR_COUNT
+    );
     let mut a = CollArgs::new(0, 4, 8);
     a.commutative = false;
-    assert_eq!(build_with(CollKind::Allreduce, "ring", &a).unwrap_err().class, crate::abi::consts::MPI_ERR_OP);
+    assert_eq!(
+        build_with(CollKind::Allreduce, "ring", &a)
+            .unwrap_err()
+            .class,
+        crate::abi::consts::MPI_ERR_OP
+    );
     assert!(build_with(CollKind::Allreduce, "nope", &CollArgs::new(0, 4, 8)).is_err());
     let mut a = CollArgs::new(0, 4, 8);
     a.root = 9;
-    assert_eq!(build_with(CollKind::Bcast, "binomial", &a).unwrap_err().class, crate::abi::consts::MPI_ERR_ROOT);
-    assert!(build_with(CollKind::Allgatherv, "ring", &CollArgs::new(0, 4, 8)).is_err(), "missing blocks");
+    assert_eq!(
+        build_with(CollKind::Bcast, "binomial", &a)
+            .unwrap_err()
+            .class,
+        crate::abi::consts::MPI_ERR_ROOT
+    );
+    assert!(
+        build_with(CollKind::Allgatherv, "ring", &CollArgs::new(0, 4, 8)).is_err(),
+        "missing blocks"
+    );
 }
 
 // ---------- selection ----------
@@ -639,17 +864,30 @@ fn selection_by_size_ranks_and_commutativity() {
         select::select_from(&rows, None, kind, &a).name
     };
     assert_eq!(pick(CollKind::Allreduce, 16, 8, true), "recursive_doubling");
-    assert_eq!(pick(CollKind::Allreduce, 16, 64 << 10, true), "rabenseifner");
+    assert_eq!(
+        pick(CollKind::Allreduce, 16, 64 << 10, true),
+        "rabenseifner"
+    );
     assert_eq!(pick(CollKind::Allreduce, 16, 64 << 20, true), "ring");
-    assert_eq!(pick(CollKind::Allreduce, 16, 64 << 20, false), "rabenseifner", "ring reorders operands");
+    assert_eq!(
+        pick(CollKind::Allreduce, 16, 64 << 20, false),
+        "rabenseifner",
+        "ring reorders operands"
+    );
     assert_eq!(pick(CollKind::Bcast, 16, 8, true), "binomial");
-    assert_eq!(pick(CollKind::Bcast, 16, 1 << 20, true), "scatter_ring_allgather");
+    assert_eq!(
+        pick(CollKind::Bcast, 16, 1 << 20, true),
+        "scatter_ring_allgather"
+    );
     assert_eq!(pick(CollKind::Allgather, 16, 8, true), "recursive_doubling");
     assert_eq!(pick(CollKind::Allgather, 12, 8, true), "bruck");
     assert_eq!(pick(CollKind::Alltoall, 16, 8, true), "bruck");
     assert_eq!(pick(CollKind::Alltoall, 16, 1 << 20, true), "pairwise");
     assert_eq!(pick(CollKind::ReduceScatterBlock, 16, 8, false), "pairwise");
-    assert_eq!(pick(CollKind::ReduceScatterBlock, 16, 8, true), "recursive_halving");
+    assert_eq!(
+        pick(CollKind::ReduceScatterBlock, 16, 8, true),
+        "recursive_halving"
+    );
     // Every selection for every size is buildable and never reorders a non-commutative op.
     for k in CollKind::ALL.iter().filter(|k| k.is_reduction()) {
         for bytes in [0, 8, 1 << 12, 1 << 20, 1 << 26] {
@@ -664,21 +902,52 @@ fn selection_by_size_ranks_and_commutativity() {
 
 #[test]
 fn forcing_and_custom_tables() {
-    let rows = select::parse_table("allreduce nranks>=4 bytes<=1k ring\nallreduce rabenseifner\n").unwrap();
+    let rows = select::parse_table("allreduce nranks>=4 bytes<=1k ring\nallreduce rabenseifner\n")
+        .unwrap();
     let a = CollArgs::new(0, 8, 512);
-    assert_eq!(select::select_from(&rows, None, CollKind::Allreduce, &a).name, "ring");
-    assert_eq!(select::select_from(&rows, None, CollKind::Allreduce, &CollArgs::new(0, 2, 512)).name, "rabenseifner");
-    assert_eq!(select::select_from(&rows, Some("recursive_doubling"), CollKind::Allreduce, &a).name, "recursive_doubling");
-    assert_eq!(select::select_from(&rows, Some("bogus"), CollKind::Allreduce, &a).name, "ring");
+    assert_eq!(
+        select::select_from(&rows, None, CollKind::Allreduce, &a).name,
+        "ring"
+    );
+    assert_eq!(
+        select::select_from(&rows, None, CollKind::Allreduce, &CollArgs::new(0, 2, 512)).name,
+        "rabenseifner"
+    );
+    assert_eq!(
+        select::select_from(&rows, Some("recursive_doubling"), CollKind::Allreduce, &a).name,
+        "recursive_doubling"
+    );
+    assert_eq!(
+        select::select_from(&rows, Some("bogus"), CollKind::Allreduce, &a).name,
+        "ring"
+    );
     let mut nc = a;
     nc.commutative = false;
-    assert_eq!(select::select_from(&rows, Some("ring"), CollKind::Allreduce, &nc).name, "rabenseifner");
+    assert_eq!(
+        select::select_from(&rows, Some("ring"), CollKind::Allreduce, &nc).name,
+        "rabenseifner"
+    );
     // A collective missing from the table falls back to its first algorithm.
-    assert_eq!(select::select_from(&rows, None, CollKind::Bcast, &a).name, "binomial");
-    for bad in ["allreduce", "allreduce bytes<1q ring", "frobnicate ring", "allreduce bytes<8 bogus", "allreduce size<3 ring"] {
-        assert!(select::parse_table(bad).is_err(), "{bad:?} should not parse");
+    assert_eq!(
+        select::select_from(&rows, None, CollKind::Bcast, &a).name,
+        "binomial"
+    );
+    for bad in [
+        "allreduce",
+        "allreduce bytes<1q ring",
+        "frobnicate ring",
+        "allreduce bytes<8 bogus",
+        "allreduce size<3 ring",
+    ] {
+        assert!(
+            select::parse_table(bad).is_err(),
+            "{bad:?} should not parse"
+        );
     }
-    assert!(select::parse_table("# only a comment\n\n  alltoall pof2 !pof2 bytes>=1m pairwise # trailing\n").is_ok());
+    assert!(select::parse_table(
+        "# only a comment\n\n  alltoall pof2 !pof2 bytes>=1m pairwise # trailing\n"
+    )
+    .is_ok());
 }
 
 #[test]
@@ -693,41 +962,130 @@ fn build_uses_the_table() {
 #[test]
 #[should_panic(expected = "deadlock")]
 fn sim_detects_deadlock() {
-    let s = Schedule { steps: vec![Step::Recv { peer: 1, dst: Region::recv(0, 1) }, Step::Wait], tmp_len: 0 };
-    let t = Schedule { steps: vec![Step::Recv { peer: 0, dst: Region::recv(0, 1) }, Step::Wait], tmp_len: 0 };
-    let mut bufs = vec![RankBufs { send: vec![], recv: vec![0] }; 2];
+    let s = Schedule {
+        steps: vec![
+            Step::Recv {
+                peer: 1,
+                dst: Region::recv(0, 1),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let t = Schedule {
+        steps: vec![
+            Step::Recv {
+                peer: 0,
+                dst: Region::recv(0, 1),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let mut bufs = vec![
+        RankBufs {
+            send: vec![],
+            recv: vec![0]
+        };
+        2
+    ];
     simulate(&[s, t], &mut bufs, 1, &|l: &[u8], _: &[u8]| l.to_vec());
 }
 
 #[test]
 #[should_panic(expected = "unconsumed")]
 fn sim_detects_unconsumed_messages() {
-    let s = Schedule { steps: vec![Step::Send { peer: 1, src: Region::recv(0, 1) }, Step::Wait], tmp_len: 0 };
-    let mut bufs = vec![RankBufs { send: vec![], recv: vec![0] }; 2];
-    simulate(&[s, Schedule::default()], &mut bufs, 1, &|l: &[u8], _: &[u8]| l.to_vec());
+    let s = Schedule {
+        steps: vec![
+            Step::Send {
+                peer: 1,
+                src: Region::recv(0, 1),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let mut bufs = vec![
+        RankBufs {
+            send: vec![],
+            recv: vec![0]
+        };
+        2
+    ];
+    simulate(
+        &[s, Schedule::default()],
+        &mut bufs,
+        1,
+        &|l: &[u8], _: &[u8]| l.to_vec(),
+    );
 }
 
 #[test]
 #[should_panic(expected = "pending receive")]
 fn sim_detects_use_before_wait() {
-    let s = Schedule { steps: vec![Step::Send { peer: 1, src: Region::recv(0, 1) }, Step::Wait], tmp_len: 0 };
-    let t = Schedule {
+    let s = Schedule {
         steps: vec![
-            Step::Recv { peer: 0, dst: Region::recv(0, 1) },
-            Step::Copy { src: Region::recv(0, 1), dst: Region::recv(1, 1) },
+            Step::Send {
+                peer: 1,
+                src: Region::recv(0, 1),
+            },
             Step::Wait,
         ],
         tmp_len: 0,
     };
-    let mut bufs = vec![RankBufs { send: vec![], recv: vec![0, 0] }; 2];
+    let t = Schedule {
+        steps: vec![
+            Step::Recv {
+                peer: 0,
+                dst: Region::recv(0, 1),
+            },
+            Step::Copy {
+                src: Region::recv(0, 1),
+                dst: Region::recv(1, 1),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let mut bufs = vec![
+        RankBufs {
+            send: vec![],
+            recv: vec![0, 0]
+        };
+        2
+    ];
     simulate(&[s, t], &mut bufs, 1, &|l: &[u8], _: &[u8]| l.to_vec());
 }
 
 #[test]
 #[should_panic(expected = "expects")]
 fn sim_detects_length_mismatch() {
-    let s = Schedule { steps: vec![Step::Send { peer: 1, src: Region::recv(0, 2) }, Step::Wait], tmp_len: 0 };
-    let t = Schedule { steps: vec![Step::Recv { peer: 0, dst: Region::recv(0, 1) }, Step::Wait], tmp_len: 0 };
-    let mut bufs = vec![RankBufs { send: vec![], recv: vec![0, 0] }; 2];
+    let s = Schedule {
+        steps: vec![
+            Step::Send {
+                peer: 1,
+                src: Region::recv(0, 2),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let t = Schedule {
+        steps: vec![
+            Step::Recv {
+                peer: 0,
+                dst: Region::recv(0, 1),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let mut bufs = vec![
+        RankBufs {
+            send: vec![],
+            recv: vec![0, 0]
+        };
+        2
+    ];
     simulate(&[s, t], &mut bufs, 1, &|l: &[u8], _: &[u8]| l.to_vec());
 }

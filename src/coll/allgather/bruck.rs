@@ -11,7 +11,11 @@ pub fn build(a: &CollArgs) -> Schedule {
     if bs == 0 {
         return b.finish();
     }
-    let own = if a.in_place { Region::recv(r * bs, bs) } else { Region::send(0, bs) };
+    let own = if a.in_place {
+        Region::recv(r * bs, bs)
+    } else {
+        Region::send(0, bs)
+    };
     if n == 1 {
         b.copy(own, Region::recv(0, bs));
         return b.finish();
@@ -27,7 +31,10 @@ pub fn build(a: &CollArgs) -> Schedule {
         k <<= 1;
     }
     // Slots [0, n - r) are ranks r..n, slots [n - r, n) are ranks 0..r.
-    b.copy(Region::tmp(0, (n - r) * bs), Region::recv(r * bs, (n - r) * bs));
+    b.copy(
+        Region::tmp(0, (n - r) * bs),
+        Region::recv(r * bs, (n - r) * bs),
+    );
     b.copy(Region::tmp((n - r) * bs, r * bs), Region::recv(0, r * bs));
     b.finish()
 }

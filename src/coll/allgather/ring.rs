@@ -24,7 +24,9 @@ pub fn build(a: &CollArgs) -> Schedule {
     if a.bytes == 0 {
         return Schedule::default();
     }
-    let blocks: Vec<Block> = (0..a.size).map(|i| Block::new(i * a.bytes, a.bytes)).collect();
+    let blocks: Vec<Block> = (0..a.size)
+        .map(|i| Block::new(i * a.bytes, a.bytes))
+        .collect();
     ring(a, &blocks, a.bytes)
 }
 

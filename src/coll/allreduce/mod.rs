@@ -23,12 +23,15 @@ pub(crate) struct Fold {
 impl Fold {
     pub fn new(n: usize) -> Self {
         let pof2 = pof2_floor(n);
-        Fold { pof2, rem: n - pof2 }
+        Fold {
+            pof2,
+            rem: n - pof2,
+        }
     }
     /// The new rank of `r`, or None when r sits out.
     pub fn newrank(&self, r: usize) -> Option<usize> {
         if r < 2 * self.rem {
-            (r % 2 == 1).then_some(r / 2)
+            (r & 1 == 1).then_some(r / 2)
         } else {
             Some(r - self.rem)
         }
@@ -44,7 +47,7 @@ impl Fold {
     /// Pre-step: fold `acc` of the sitting-out ranks into their partner. `tmp` has acc's length.
     pub fn pre(&self, b: &mut Builder, r: usize, acc: Region, tmp: Region) -> Option<usize> {
         if r < 2 * self.rem {
-            if r % 2 == 0 {
+            if r & 1 == 0 {
                 b.send_nz(r + 1, acc);
                 b.wait();
             } else {
@@ -58,7 +61,7 @@ impl Fold {
     /// Post-step: hand the result back to the ranks that sat out.
     pub fn post(&self, b: &mut Builder, r: usize, acc: Region) {
         if r < 2 * self.rem {
-            if r % 2 == 1 {
+            if r & 1 == 1 {
                 b.send_nz(r - 1, acc);
             } else {
                 b.recv_nz(r + 1, acc);
@@ -81,7 +84,12 @@ pub(crate) struct HalvingStep {
 
 /// Byte region of blocks [lo, hi) of `blocks` (byte (off, len) per block) in `base`'s buffer,
 /// offsets relative to `base.off`.
-pub(crate) fn blocks_region(base: Region, blocks: &[(usize, usize)], lo: usize, hi: usize) -> Region {
+pub(crate) fn blocks_region(
+    base: Region,
+    blocks: &[(usize, usize)],
+    lo: usize,
+    hi: usize,
+) -> Region {
     if lo >= hi {
         return base.sub(0, 0);
     }
@@ -110,12 +118,26 @@ pub(crate) fn halving(
         let peer = fold.real(partner);
         let mid = lo + (hi - lo) / 2;
         let keep_low = nr & mask == 0;
-        let (klo, khi, slo, shi) = if keep_low { (lo, mid, mid, hi) } else { (mid, hi, lo, mid) };
+        let (klo, khi, slo, shi) = if keep_low {
+            (lo, mid, mid, hi)
+        } else {
+            (mid, hi, lo, mid)
+        };
         b.send_nz(peer, blocks_region(acc, blocks, slo, shi));
         b.recv_nz(peer, blocks_region(tmp, blocks, klo, khi));
         b.wait();
-        b.combine(blocks_region(tmp, blocks, klo, khi), blocks_region(acc, blocks, klo, khi), partner < nr);
-        steps.push(HalvingStep { lo, hi, mid, mask, keep_low });
+        b.combine(
+            blocks_region(tmp, blocks, klo, khi),
+            blocks_region(acc, blocks, klo, khi),
+            partner < nr,
+        );
+        steps.push(HalvingStep {
+            lo,
+            hi,
+            mid,
+            mask,
+            keep_low,
+        });
         lo = klo;
         hi = khi;
         mask <<= 1;

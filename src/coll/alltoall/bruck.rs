@@ -11,7 +11,11 @@ pub fn build(a: &CollArgs) -> Schedule {
     if bs == 0 {
         return b.finish();
     }
-    let input = if a.in_place { Region::recv(0, n * bs) } else { Region::send(0, n * bs) };
+    let input = if a.in_place {
+        Region::recv(0, n * bs)
+    } else {
+        Region::send(0, n * bs)
+    };
     if n == 1 {
         b.copy(input, Region::recv(0, bs));
         return b.finish();
@@ -22,7 +26,10 @@ pub fn build(a: &CollArgs) -> Schedule {
     let unpack = Region::tmp((n + half) * bs, half * bs);
     b.tmp_at_least((n + 2 * half) * bs);
     // Slot i = block for rank (r + i) % n.
-    b.copy(input.sub(r * bs, (n - r) * bs), Region::tmp(0, (n - r) * bs));
+    b.copy(
+        input.sub(r * bs, (n - r) * bs),
+        Region::tmp(0, (n - r) * bs),
+    );
     b.copy(input.sub(0, r * bs), Region::tmp((n - r) * bs, r * bs));
     let mut k = 1;
     while k < n {

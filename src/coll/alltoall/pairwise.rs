@@ -31,7 +31,11 @@ fn pairwise(a: &CollArgs, send: &[Block], recv: &[Block]) -> Schedule {
     }
     let pof2 = n.is_power_of_two();
     for k in 1..n {
-        let (to, from) = if pof2 { (r ^ k, r ^ k) } else { ((r + k) % n, (r + n - k) % n) };
+        let (to, from) = if pof2 {
+            (r ^ k, r ^ k)
+        } else {
+            ((r + k) % n, (r + n - k) % n)
+        };
         b.send(to, src[to]);
         b.recv(from, dst(from));
         b.wait();
@@ -43,7 +47,9 @@ pub fn build(a: &CollArgs) -> Schedule {
     if a.bytes == 0 {
         return Schedule::default();
     }
-    let blocks: Vec<Block> = (0..a.size).map(|i| Block::new(i * a.bytes, a.bytes)).collect();
+    let blocks: Vec<Block> = (0..a.size)
+        .map(|i| Block::new(i * a.bytes, a.bytes))
+        .collect();
     pairwise(a, &blocks, &blocks)
 }
 

@@ -17,7 +17,11 @@ pub fn build(a: &CollArgs) -> Schedule {
     let vr = (r + n - tree_root) % n;
     let real = |v: usize| (v + tree_root) % n;
     // The input, the writable accumulator and the landing zone for children's data.
-    let input = if is_root && a.in_place { Region::recv(0, nbytes) } else { Region::send(0, nbytes) };
+    let input = if is_root && a.in_place {
+        Region::recv(0, nbytes)
+    } else {
+        Region::send(0, nbytes)
+    };
     let (target, incoming) = if is_root {
         (Region::recv(0, nbytes), Region::tmp(0, nbytes))
     } else {
@@ -36,7 +40,11 @@ pub fn build(a: &CollArgs) -> Schedule {
                     b.reduce_rev(incoming, acc); // acc = acc op child
                 } else {
                     // First child: land it in the accumulator and put our input on the left.
-                    b.tmp_at_least(if target.buf == crate::coll::BufId::Tmp { target.end() } else { 0 });
+                    b.tmp_at_least(if target.buf == crate::coll::BufId::Tmp {
+                        target.end()
+                    } else {
+                        0
+                    });
                     b.recv(real(child), target);
                     b.wait();
                     b.reduce(acc, target);

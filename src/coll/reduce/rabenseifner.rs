@@ -32,7 +32,11 @@ pub fn build(a: &CollArgs) -> Schedule {
         let steps = halving(&mut b, &fold, nr, &blocks, acc, tmp);
         for s in steps.iter().rev() {
             let peer = fold.real(nr ^ s.mask);
-            let (mine, theirs) = if s.keep_low { ((s.lo, s.mid), (s.mid, s.hi)) } else { ((s.mid, s.hi), (s.lo, s.mid)) };
+            let (mine, theirs) = if s.keep_low {
+                ((s.lo, s.mid), (s.mid, s.hi))
+            } else {
+                ((s.mid, s.hi), (s.lo, s.mid))
+            };
             if nr & s.mask != 0 {
                 b.send_nz(peer, blocks_region(acc, &blocks, mine.0, mine.1));
                 b.wait();
