@@ -220,7 +220,9 @@ impl<'a> CollArgs<'a> {
     }
 
     /// The message size the tuning table compares against: the reduced vector for
-    /// bcast/reduce/allreduce/scan/exscan, the whole (receive-side) buffer for the others.
+    /// bcast/reduce/allreduce/scan/exscan, the whole (receive-side) buffer for the others, and 0
+    /// for gatherv/scatterv/alltoallv/alltoallw, whose total is not known alike on every rank
+    /// (selection must agree on all ranks, so it may only use what all ranks know).
     pub fn msg_bytes(&self, kind: CollKind) -> usize {
         let sum = |b: &[Block]| b.iter().map(|b| b.len).sum::<usize>();
         match kind {
@@ -235,13 +237,9 @@ impl<'a> CollArgs<'a> {
             | CollKind::Allgather
             | CollKind::Alltoall
             | CollKind::ReduceScatterBlock => self.bytes.saturating_mul(self.size),
-            CollKind::Gatherv | CollKind::Allgatherv | CollKind::ReduceScatter => {
-                sum(self.recv_blocks)
-            }
-            CollKind::Scatterv => sum(self.send_blocks).max(self.bytes),
-            CollKind::Alltoallv | CollKind::Alltoallw => {
-                sum(self.recv_blocks).max(sum(self.send_blocks))
-            }
+            CollKind::Allgatherv | CollKind::ReduceScatter => sum(self.recv_blocks),
+            // Not known alike on every rank: every rank must select the same algorithm.
+            CollKind::Gatherv | CollKind::Scatterv | CollKind::Alltoallv | CollKind::Alltoallw => 0,
         }
     }
 }

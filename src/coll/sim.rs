@@ -1,7 +1,9 @@
 //! A simulator that executes one schedule per rank in one process over in-memory byte buffers,
 //! the way an executor must (see the `coll` module docs), and checks the rules builders rely on:
-//! - sends are buffered; messages between a pair are matched in FIFO order; a Recv's length
-//!   must equal the message's;
+//! - messages between a pair are matched in FIFO order; a Recv's length must equal the
+//!   message's; by default a Send completes only once its Recv has matched it (as with
+//!   rendezvous or MPI_Ssend), so a schedule that passes cannot deadlock under any buffering;
+//!   [`SendMode::Buffered`] models unlimited eager buffering instead;
 //! - no step touches a region that an uncompleted Send/Recv of the same epoch uses in a
 //!   conflicting way (write after send, any access to a pending receive), copies do not overlap,
 //!   reductions cover whole elements, regions lie inside their buffers;
@@ -23,10 +25,20 @@ pub struct RankBufs {
 /// `op(left, right) -> result` over whole regions (a multiple of the element size).
 pub type OpFn<'a> = &'a dyn Fn(&[u8], &[u8]) -> Vec<u8>;
 
+/// When a Send completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    /// At once (unlimited buffering).
+    Buffered,
+    /// When the receiver has matched it.
+    Synchronous,
+}
+
 struct RankState {
     pc: usize,
     tmp: Vec<u8>,
-    pending_sends: Vec<Region>,
+    /// (region, queue index, sequence number on that queue)
+    pending_sends: Vec<(Region, usize, usize)>,
     /// (peer, region, matched)
     pending_recvs: Vec<(usize, Region, bool)>,
 }
@@ -59,11 +71,25 @@ fn write(b: &mut RankBufs, tmp: &mut [u8], r: &Region, data: &[u8], rank: usize,
     v[r.off..r.end()].copy_from_slice(data);
 }
 
-/// Run the schedules (`scheds[i]` on rank i) to completion. Panics on any rule violation.
+/// Run the schedules (`scheds[i]` on rank i) to completion with synchronous sends. Panics on
+/// any rule violation.
 pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op: OpFn) {
+    simulate_mode(scheds, bufs, elem_size, op, SendMode::Synchronous)
+}
+
+/// Run the schedules with the given send completion model.
+pub fn simulate_mode(
+    scheds: &[Schedule],
+    bufs: &mut [RankBufs],
+    elem_size: usize,
+    op: OpFn,
+    mode: SendMode,
+) {
     let n = scheds.len();
     assert_eq!(bufs.len(), n);
     let mut queues: Vec<VecDeque<Vec<u8>>> = vec![VecDeque::new(); n * n]; // [src * n + dst]
+    let mut pushed = vec![0usize; n * n];
+    let mut taken = vec![0usize; n * n];
     let mut st: Vec<RankState> = scheds
         .iter()
         .map(|s| RankState {
@@ -81,11 +107,13 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
             let s = &mut st[rank];
             loop {
                 // Match pending receives in order (FIFO per peer).
+                let mut blocked_peers: Vec<usize> = Vec::new();
                 for (peer, region, matched) in s.pending_recvs.iter_mut() {
-                    if *matched {
+                    if *matched || blocked_peers.contains(peer) {
                         continue;
                     }
                     if let Some(msg) = queues[*peer * n + rank].pop_front() {
+                        taken[*peer * n + rank] += 1;
                         assert_eq!(
                             msg.len(),
                             region.len,
@@ -98,7 +126,7 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                         progressed = true;
                     } else {
                         // A later receive from the same peer must not overtake this one.
-                        break;
+                        blocked_peers.push(*peer);
                     }
                 }
                 let at_end = s.pc >= steps.len();
@@ -118,7 +146,7 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                         );
                     }
                     if write {
-                        for p in &s.pending_sends {
+                        for (p, _, _) in &s.pending_sends {
                             assert!(
                                 !p.overlaps(r),
                                 "rank {rank} step {pc}: {what} {r:?} overwrites pending send {p:?}"
@@ -134,8 +162,10 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                         );
                         check_free(&src, false, s, "send");
                         let data = buf(&bufs[rank], &s.tmp, &src, rank, pc).to_vec();
-                        queues[rank * n + peer].push_back(data);
-                        s.pending_sends.push(src);
+                        let q = rank * n + peer;
+                        queues[q].push_back(data);
+                        s.pending_sends.push((src, q, pushed[q]));
+                        pushed[q] += 1;
                     }
                     Step::Recv { peer, dst } => {
                         assert!(
@@ -190,7 +220,12 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                     }
                     Step::Wait => {
                         if s.pending_recvs.iter().any(|p| !p.2) {
-                            break; // blocked
+                            break; // blocked on a receive
+                        }
+                        if mode == SendMode::Synchronous
+                            && s.pending_sends.iter().any(|&(_, q, seq)| taken[q] <= seq)
+                        {
+                            break; // blocked on an unmatched send
                         }
                         s.pending_recvs.clear();
                         s.pending_sends.clear();
@@ -212,13 +247,22 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [RankBufs], elem_size: usize, op
                 .enumerate()
                 .filter(|(r, s)| s.pc < scheds[*r].steps.len())
                 .map(|(r, s)| {
+                    let unmatched: Vec<usize> = s
+                        .pending_sends
+                        .iter()
+                        .filter(|&&(_, q, seq)| taken[q] <= seq)
+                        .map(|&(_, q, _)| q % n)
+                        .collect();
                     let waiting: Vec<usize> = s
                         .pending_recvs
                         .iter()
                         .filter(|p| !p.2)
                         .map(|p| p.0)
                         .collect();
-                    format!("rank {r} at step {} waiting on {waiting:?}", s.pc)
+                    format!(
+                        "rank {r} at step {}: receives from {waiting:?}, sends to {unmatched:?} unmatched",
+                        s.pc
+                    )
                 })
                 .collect();
             panic!("deadlock: {}", stuck.join("; "));

@@ -993,6 +993,39 @@ fn sim_detects_deadlock() {
 }
 
 #[test]
+#[should_panic(expected = "deadlock")]
+fn sim_synchronous_sends_expose_send_send_cycles() {
+    // Both ranks send, wait, then receive: fine with buffering, a deadlock with rendezvous.
+    let s = |peer| Schedule {
+        steps: vec![
+            Step::Send {
+                peer,
+                src: Region::recv(0, 1),
+            },
+            Step::Wait,
+            Step::Recv {
+                peer,
+                dst: Region::recv(1, 1),
+            },
+            Step::Wait,
+        ],
+        tmp_len: 0,
+    };
+    let scheds = [s(1), s(0)];
+    let mut bufs = vec![
+        RankBufs {
+            send: vec![],
+            recv: vec![1, 0]
+        };
+        2
+    ];
+    let id = |l: &[u8], _: &[u8]| l.to_vec();
+    super::sim::simulate_mode(&scheds, &mut bufs, 1, &id, super::sim::SendMode::Buffered);
+    assert_eq!(bufs[0].recv, [1, 1]);
+    simulate(&scheds, &mut bufs, 1, &id);
+}
+
+#[test]
 #[should_panic(expected = "unconsumed")]
 fn sim_detects_unconsumed_messages() {
     let s = Schedule {
@@ -1012,12 +1045,9 @@ fn sim_detects_unconsumed_messages() {
         };
         2
     ];
-    simulate(
-        &[s, Schedule::default()],
-        &mut bufs,
-        1,
-        &|l: &[u8], _: &[u8]| l.to_vec(),
-    );
+    let id = |l: &[u8], _: &[u8]| l.to_vec();
+    let scheds = [s, Schedule::default()];
+    super::sim::simulate_mode(&scheds, &mut bufs, 1, &id, super::sim::SendMode::Buffered);
 }
 
 #[test]
