@@ -52,7 +52,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_BCAST_ALGORITHM",
         default: "",
-        doc: "Force the bcast algorithm: binomial, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
     },
     Param {
         name: "GPUMPI_COLL_TUNING",

@@ -270,6 +270,12 @@ pub static ALGORITHMS: &[AlgoInfo] = &[
     algo!(Bcast, "binomial", true, bcast::binomial::build),
     algo!(
         Bcast,
+        "scatter_recursive_doubling_allgather",
+        true,
+        bcast::scatter_rdb::build
+    ),
+    algo!(
+        Bcast,
         "scatter_ring_allgather",
         true,
         bcast::scatter_ring::build

@@ -879,6 +879,14 @@ fn selection_by_size_ranks_and_commutativity() {
         pick(CollKind::Bcast, 16, 1 << 20, true),
         "scatter_ring_allgather"
     );
+    assert_eq!(
+        pick(CollKind::Bcast, 16, 64 << 10, true),
+        "scatter_recursive_doubling_allgather"
+    );
+    assert_eq!(
+        pick(CollKind::Bcast, 12, 64 << 10, true),
+        "scatter_ring_allgather"
+    );
     assert_eq!(pick(CollKind::Allgather, 16, 8, true), "recursive_doubling");
     assert_eq!(pick(CollKind::Allgather, 12, 8, true), "bruck");
     assert_eq!(pick(CollKind::Alltoall, 16, 8, true), "bruck");
