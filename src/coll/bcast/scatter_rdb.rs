@@ -22,7 +22,7 @@ pub fn build(a: &CollArgs) -> Schedule {
         let peer = vr ^ mask;
         let (mine, theirs) = (vr & !(mask - 1), peer & !(mask - 1));
         b.send_nz(real(peer), c.range(mine, mine + mask));
-        b.recv_nz(real(peer), c.range(theirs, theirs + mask / 2 + 1));
+        b.recv_nz(real(peer), c.range(theirs, theirs + mask));
         b.wait();
         mask <<= 1;
     }
