@@ -6,6 +6,16 @@
 //! (scratch of `tmp_len` bytes). All layouts are in a packed contiguous byte space; the caller
 //! packs and unpacks derived datatypes. Nothing here touches a transport, CUDA or an MPI handle.
 //!
+//! # Algorithms (registry: [`ALGORITHMS`]; choice: `select.rs` + `tuning.txt`)
+//! barrier: dissemination. bcast: binomial, scatter_recursive_doubling_allgather,
+//! scatter_ring_allgather. reduce: binomial, rabenseifner. allreduce: recursive_doubling,
+//! rabenseifner, ring (commutative only). gather: binomial; gatherv: linear. scatter: binomial;
+//! scatterv: linear. allgather: recursive_doubling (power-of-two sizes; else Bruck), bruck,
+//! ring; allgatherv: ring. alltoall: bruck, pairwise; alltoallv, alltoallw: pairwise.
+//! reduce_scatter(_block): recursive_halving (commutative only), pairwise. scan, exscan:
+//! recursive_doubling. Every algorithm marked `ordered` combines operands in rank order
+//! (a0 op a1 op ... op a(n-1)) and so serves non-commutative ops.
+//!
 //! # What an executor must guarantee
 //! - Steps are started in order. Send/Recv steps between two `Wait`s may run concurrently
 //!   with each other; a `Wait` completes every Send and Recv issued before it before any later
@@ -467,7 +477,15 @@ pub fn build_with(kind: CollKind, name: &str, a: &CollArgs) -> MpiResult<Schedul
 pub fn build(kind: CollKind, a: &CollArgs) -> MpiResult<(&'static str, Schedule)> {
     validate(kind, a)?;
     let info = select::select(kind, a);
-    Ok((info.name, (info.build)(a)))
+    let sched = (info.build)(a);
+    tracing::trace!(
+        "{} {} rank {}/{}:\n{sched}",
+        kind.name(),
+        info.name,
+        a.rank,
+        a.size
+    );
+    Ok((info.name, sched))
 }
 
 #[cfg(test)]

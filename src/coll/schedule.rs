@@ -115,6 +115,36 @@ impl Schedule {
     }
 }
 
+impl std::fmt::Display for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = match self.buf {
+            BufId::Send => "send",
+            BufId::Recv => "recv",
+            BufId::Tmp => "tmp",
+        };
+        write!(f, "{b}[{}..{}]", self.off, self.end())
+    }
+}
+
+/// One step per line ("send 3 recv[0..16]", "reduce tmp[0..16] -> recv[0..16]", "wait"), for
+/// trace logs and test failure messages.
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "tmp_len {}", self.tmp_len)?;
+        for s in &self.steps {
+            match s {
+                Step::Send { peer, src } => writeln!(f, "send {peer} {src}")?,
+                Step::Recv { peer, dst } => writeln!(f, "recv {peer} {dst}")?,
+                Step::Reduce { src, dst } => writeln!(f, "reduce {src} -> {dst}")?,
+                Step::ReduceRev { src, dst } => writeln!(f, "reduce_rev {src} -> {dst}")?,
+                Step::Copy { src, dst } => writeln!(f, "copy {src} -> {dst}")?,
+                Step::Wait => writeln!(f, "wait")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Incremental construction of a `Schedule`. Tracks whether communication is pending so
 /// that `wait()` never emits an empty Wait and `finish()` closes the last epoch.
 #[derive(Default)]

@@ -808,6 +808,20 @@ fn extents_match_the_documented_layout() {
 }
 
 #[test]
+fn schedule_display() {
+    let s = build_with(
+        CollKind::Allreduce,
+        "recursive_doubling",
+        &CollArgs::new(0, 2, 8),
+    )
+    .unwrap();
+    assert_eq!(
+        s.to_string(),
+        "tmp_len 8\ncopy send[0..8] -> recv[0..8]\nsend 1 recv[0..8]\nrecv 1 tmp[0..8]\nwait\nreduce_rev tmp[0..8] -> recv[0..8]\n"
+    );
+}
+
+#[test]
 fn validation_errors() {
     let a = CollArgs::new(4, 4, 8);
     assert!(
