@@ -12,6 +12,10 @@ const RANKS: std::ops::RangeInclusive<usize> = 1..=17;
 const COUNTS: [usize; 5] = [0, 1, 3, 17, 1001];
 const SENTINEL: u8 = 0xEE;
 
+fn all_ranks() -> Vec<usize> {
+    RANKS.collect()
+}
+
 // ---------- ops ----------
 
 fn sum_op(l: &[u8], r: &[u8]) -> Vec<u8> {
@@ -187,9 +191,13 @@ fn barrier() {
 
 #[test]
 fn bcast() {
+    bcast_with(&all_ranks(), &COUNTS);
+}
+
+fn bcast_with(ranks: &[usize], counts: &[usize]) {
     for algo in algos(CollKind::Bcast) {
-        for n in RANKS {
-            for count in COUNTS {
+        for n in ranks.iter().copied() {
+            for count in counts.iter().copied() {
                 for root in roots(n) {
                     let args = vec![
                         Owned {
@@ -226,14 +234,14 @@ fn bcast() {
 }
 
 /// Reductions to one vector: reduce, allreduce, scan, exscan.
-fn vector_reduction(kind: CollKind) {
+fn vector_reduction(kind: CollKind, ranks: &[usize], counts: &[usize]) {
     for algo in algos(kind) {
         for op in [SUM, AFFINE] {
             if !op.commutative && !ordered(kind, algo) {
                 continue;
             }
-            for n in RANKS {
-                for count in COUNTS {
+            for n in ranks.iter().copied() {
+                for count in counts.iter().copied() {
                     let len = count * op.es;
                     let rts = if kind == CollKind::Reduce {
                         roots(n)
@@ -304,22 +312,22 @@ fn vector_reduction(kind: CollKind) {
 
 #[test]
 fn reduce() {
-    vector_reduction(CollKind::Reduce);
+    vector_reduction(CollKind::Reduce, &all_ranks(), &COUNTS);
 }
 
 #[test]
 fn allreduce() {
-    vector_reduction(CollKind::Allreduce);
+    vector_reduction(CollKind::Allreduce, &all_ranks(), &COUNTS);
 }
 
 #[test]
 fn scan() {
-    vector_reduction(CollKind::Scan);
+    vector_reduction(CollKind::Scan, &all_ranks(), &COUNTS);
 }
 
 #[test]
 fn exscan() {
-    vector_reduction(CollKind::Exscan);
+    vector_reduction(CollKind::Exscan, &all_ranks(), &COUNTS);
 }
 
 /// Per-rank result lengths (elements) of reduce_scatter tests: varied, some zero.
@@ -335,14 +343,14 @@ fn rs_counts(n: usize, count: usize) -> Vec<usize> {
         .collect()
 }
 
-fn reduce_scatter_kind(kind: CollKind) {
+fn reduce_scatter_kind(kind: CollKind, ranks: &[usize], counts: &[usize]) {
     for algo in algos(kind) {
         for op in [SUM, AFFINE] {
             if !op.commutative && !ordered(kind, algo) {
                 continue;
             }
-            for n in RANKS {
-                for count in COUNTS {
+            for n in ranks.iter().copied() {
+                for count in counts.iter().copied() {
                     for in_place in [false, true] {
                         let cnts: Vec<usize> = if kind == CollKind::ReduceScatterBlock {
                             vec![count; n]
@@ -409,22 +417,26 @@ fn reduce_scatter_kind(kind: CollKind) {
 
 #[test]
 fn reduce_scatter() {
-    reduce_scatter_kind(CollKind::ReduceScatter);
+    reduce_scatter_kind(CollKind::ReduceScatter, &all_ranks(), &COUNTS);
 }
 
 #[test]
 fn reduce_scatter_block() {
-    reduce_scatter_kind(CollKind::ReduceScatterBlock);
+    reduce_scatter_kind(CollKind::ReduceScatterBlock, &all_ranks(), &COUNTS);
 }
 
 #[test]
 fn gather_scatter() {
+    gather_scatter_with(&all_ranks(), &COUNTS);
+}
+
+fn gather_scatter_with(ranks: &[usize], counts: &[usize]) {
     for (kind, algo) in [
         (CollKind::Gather, "binomial"),
         (CollKind::Scatter, "binomial"),
     ] {
-        for n in RANKS {
-            for count in COUNTS {
+        for n in ranks.iter().copied() {
+            for count in counts.iter().copied() {
                 for root in roots(n) {
                     for in_place in [false, true] {
                         let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, count, 3)).collect();
@@ -522,9 +534,13 @@ fn v_blocks(n: usize, count: usize, salt: usize) -> (Vec<Block>, usize) {
 
 #[test]
 fn gatherv_scatterv() {
+    gatherv_scatterv_with(&all_ranks(), &COUNTS);
+}
+
+fn gatherv_scatterv_with(ranks: &[usize], counts: &[usize]) {
     for kind in [CollKind::Gatherv, CollKind::Scatterv] {
-        for n in RANKS {
-            for count in COUNTS {
+        for n in ranks.iter().copied() {
+            for count in counts.iter().copied() {
                 for root in roots(n) {
                     for in_place in [false, true] {
                         let (blocks, total) = v_blocks(n, count, root);
@@ -604,10 +620,14 @@ fn gatherv_scatterv() {
 
 #[test]
 fn allgather_allgatherv() {
+    allgather_allgatherv_with(&all_ranks(), &COUNTS);
+}
+
+fn allgather_allgatherv_with(ranks: &[usize], counts: &[usize]) {
     for kind in [CollKind::Allgather, CollKind::Allgatherv] {
         for algo in algos(kind) {
-            for n in RANKS {
-                for count in COUNTS {
+            for n in ranks.iter().copied() {
+                for count in counts.iter().copied() {
                     for in_place in [false, true] {
                         let (blocks, total) = if kind == CollKind::Allgather {
                             (
@@ -671,10 +691,14 @@ fn a2a_len(s: usize, d: usize, count: usize) -> usize {
 
 #[test]
 fn alltoall_all_variants() {
+    alltoall_all_variants_with(&all_ranks(), &COUNTS);
+}
+
+fn alltoall_all_variants_with(ranks: &[usize], counts: &[usize]) {
     for kind in [CollKind::Alltoall, CollKind::Alltoallv, CollKind::Alltoallw] {
         for algo in algos(kind) {
-            for n in RANKS {
-                for count in COUNTS {
+            for n in ranks.iter().copied() {
+                for count in counts.iter().copied() {
                     for in_place in [false, true] {
                         let regular = kind == CollKind::Alltoall;
                         let len = |s: usize, d: usize| {
@@ -748,6 +772,25 @@ fn alltoall_all_variants() {
             }
         }
     }
+}
+
+/// Larger communicators (deeper trees, more halving steps, non-power-of-two folds of 2^5).
+#[test]
+fn larger_communicators() {
+    let (ranks, counts) = ([31, 32, 33], [3, 67]);
+    bcast_with(&ranks, &counts);
+    for k in [
+        CollKind::Reduce,
+        CollKind::Allreduce,
+        CollKind::Scan,
+        CollKind::Exscan,
+    ] {
+        vector_reduction(k, &ranks, &counts);
+    }
+    reduce_scatter_kind(CollKind::ReduceScatter, &ranks, &counts);
+    gather_scatter_with(&ranks, &counts);
+    allgather_allgatherv_with(&ranks, &counts);
+    alltoall_all_variants_with(&ranks, &counts);
 }
 
 // ---------- schedule properties ----------
