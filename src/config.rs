@@ -88,12 +88,12 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_REDUCE_SCATTER_ALGORITHM",
         default: "",
-        doc: "Force the reduce_scatter algorithm: recursive_halving, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the reduce_scatter algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
     },
     Param {
         name: "GPUMPI_REDUCE_SCATTER_BLOCK_ALGORITHM",
         default: "",
-        doc: "Force the reduce_scatter_block algorithm: recursive_halving, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the reduce_scatter_block algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
     },
     Param {
         name: "GPUMPI_SCAN_ALGORITHM",

@@ -12,7 +12,8 @@
 //! rabenseifner, ring (commutative only). gather: binomial; gatherv: linear. scatter: binomial;
 //! scatterv: linear. allgather: recursive_doubling (power-of-two sizes; else Bruck), bruck,
 //! ring; allgatherv: ring. alltoall: bruck, pairwise; alltoallv, alltoallw: pairwise.
-//! reduce_scatter(_block): recursive_halving (commutative only), pairwise. scan, exscan:
+//! reduce_scatter(_block): recursive_halving (commutative only), recursive_halving_ordered,
+//! pairwise. scan, exscan:
 //! recursive_doubling. Every algorithm marked `ordered` combines operands in rank order
 //! (a0 op a1 op ... op a(n-1)) and so serves non-commutative ops.
 //!
@@ -328,12 +329,24 @@ pub static ALGORITHMS: &[AlgoInfo] = &[
         false,
         reduce_scatter::recursive_halving
     ),
+    algo!(
+        ReduceScatter,
+        "recursive_halving_ordered",
+        true,
+        reduce_scatter::recursive_halving_ordered
+    ),
     algo!(ReduceScatter, "pairwise", true, reduce_scatter::pairwise),
     algo!(
         ReduceScatterBlock,
         "recursive_halving",
         false,
         reduce_scatter::recursive_halving
+    ),
+    algo!(
+        ReduceScatterBlock,
+        "recursive_halving_ordered",
+        true,
+        reduce_scatter::recursive_halving_ordered
     ),
     algo!(
         ReduceScatterBlock,

@@ -948,7 +948,14 @@ fn selection_by_size_ranks_and_commutativity() {
     assert_eq!(pick(CollKind::Allgather, 12, 8, true), "bruck");
     assert_eq!(pick(CollKind::Alltoall, 16, 8, true), "bruck");
     assert_eq!(pick(CollKind::Alltoall, 16, 1 << 20, true), "pairwise");
-    assert_eq!(pick(CollKind::ReduceScatterBlock, 16, 8, false), "pairwise");
+    assert_eq!(
+        pick(CollKind::ReduceScatterBlock, 16, 8, false),
+        "recursive_halving_ordered"
+    );
+    assert_eq!(
+        pick(CollKind::ReduceScatterBlock, 16, 1 << 20, false),
+        "pairwise"
+    );
     assert_eq!(
         pick(CollKind::ReduceScatterBlock, 16, 8, true),
         "recursive_halving"
