@@ -466,6 +466,21 @@ pub fn validate(kind: CollKind, a: &CollArgs) -> MpiResult<()> {
             }
         }
     }
+    // The root's own block of gatherv/scatterv is copied locally: it must fit.
+    if a.rank == a.root && !a.in_place {
+        let (from, to) = match kind {
+            CollKind::Gatherv => (a.bytes, a.recv_blocks[a.rank].len),
+            CollKind::Scatterv => (a.send_blocks[a.rank].len, a.bytes),
+            _ => (0, 0),
+        };
+        if from > to {
+            mpi_bail!(
+                MPI_ERR_TRUNCATE,
+                "{}: root's own block of {from} bytes does not fit in {to}",
+                kind.name()
+            );
+        }
+    }
     Ok(())
 }
 

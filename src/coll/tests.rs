@@ -866,6 +866,17 @@ fn schedule_display() {
 
 #[test]
 fn validation_errors() {
+    let blocks = [Block::new(0, 4), Block::new(4, 4)];
+    let mut g = CollArgs::new(0, 2, 5);
+    g.recv_blocks = &blocks;
+    assert_eq!(
+        build_with(CollKind::Gatherv, "linear", &g)
+            .unwrap_err()
+            .class,
+        crate::abi::consts::MPI_ERR_TRUNCATE
+    );
+    g.bytes = 3;
+    assert!(build_with(CollKind::Gatherv, "linear", &g).is_ok());
     let a = CollArgs::new(4, 4, 8);
     assert!(
         build_with(CollKind::Allreduce, "ring", &a).is_err(),
