@@ -15,10 +15,100 @@ pub struct Param {
 /// Every environment variable gpumpi reads. Keep sorted by name.
 pub static PARAMS: &[Param] = &[
     Param {
+        name: "GPUMPI_ALLGATHERV_ALGORITHM",
+        default: "",
+        doc: "Force the allgatherv algorithm: ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_ALLGATHER_ALGORITHM",
+        default: "",
+        doc: "Force the allgather algorithm: recursive_doubling, bruck, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_ALLREDUCE_ALGORITHM",
+        default: "",
+        doc: "Force the allreduce algorithm: recursive_doubling, rabenseifner, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_ALLTOALLV_ALGORITHM",
+        default: "",
+        doc: "Force the alltoallv algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_ALLTOALLW_ALGORITHM",
+        default: "",
+        doc: "Force the alltoallw algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_ALLTOALL_ALGORITHM",
+        default: "",
+        doc: "Force the alltoall algorithm: bruck, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_BARRIER_ALGORITHM",
+        default: "",
+        doc: "Force the barrier algorithm: dissemination. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_BCAST_ALGORITHM",
+        default: "",
+        doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_COLL_TUNING",
+        default: "",
+        doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
+    },
+    Param {
         name: "GPUMPI_DEBUG",
         default: "",
         doc: "Debug log to stderr via tracing: unset/0 = off, 1 = info, 2 = debug, 3 = trace. \
               Reports the transport and algorithm each operation uses and the shared-memory footprint.",
+    },
+    Param {
+        name: "GPUMPI_EXSCAN_ALGORITHM",
+        default: "",
+        doc: "Force the exscan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_GATHERV_ALGORITHM",
+        default: "",
+        doc: "Force the gatherv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_GATHER_ALGORITHM",
+        default: "",
+        doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_REDUCE_ALGORITHM",
+        default: "",
+        doc: "Force the reduce algorithm: binomial, rabenseifner. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_REDUCE_SCATTER_ALGORITHM",
+        default: "",
+        doc: "Force the reduce_scatter algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_REDUCE_SCATTER_BLOCK_ALGORITHM",
+        default: "",
+        doc: "Force the reduce_scatter_block algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_SCAN_ALGORITHM",
+        default: "",
+        doc: "Force the scan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_SCATTERV_ALGORITHM",
+        default: "",
+        doc: "Force the scatterv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_SCATTER_ALGORITHM",
+        default: "",
+        doc: "Force the scatter algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
     },
 ];
 

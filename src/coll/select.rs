@@ -1,0 +1,225 @@
+//! Algorithm selection: a table that is data (`tuning.txt`, embedded; replaced by the file named
+//! in `GPUMPI_COLL_TUNING`), with per-collective forcing by `GPUMPI_<COLL>_ALGORITHM=<name>`.
+//! Non-commutative ops never get an algorithm that reorders operands.
+
+use super::{algorithm, algorithms, AlgoInfo, CollArgs, CollKind};
+use crate::mpi::error::MpiResult;
+use crate::mpi_bail;
+use std::sync::OnceLock;
+
+/// The built-in table.
+pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Var {
+    Nranks,
+    Bytes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cond {
+    Lt(Var, usize),
+    Le(Var, usize),
+    Gt(Var, usize),
+    Ge(Var, usize),
+    Pof2(bool),
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub kind: CollKind,
+    conds: Vec<Cond>,
+    pub algo: &'static str,
+}
+
+fn parse_num(s: &str) -> Option<usize> {
+    let s = s.to_ascii_lowercase();
+    let (num, mul) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1usize << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (&s[..], 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+fn parse_cond(tok: &str) -> Option<Cond> {
+    match tok {
+        "pof2" => return Some(Cond::Pof2(true)),
+        "!pof2" => return Some(Cond::Pof2(false)),
+        _ => {}
+    }
+    let (var, rest) = if let Some(r) = tok.strip_prefix("nranks") {
+        (Var::Nranks, r)
+    } else if let Some(r) = tok.strip_prefix("bytes") {
+        (Var::Bytes, r)
+    } else {
+        return None;
+    };
+    let (op, num) = if let Some(n) = rest.strip_prefix("<=") {
+        ("<=", n)
+    } else if let Some(n) = rest.strip_prefix(">=") {
+        (">=", n)
+    } else if let Some(n) = rest.strip_prefix('<') {
+        ("<", n)
+    } else if let Some(n) = rest.strip_prefix('>') {
+        (">", n)
+    } else {
+        return None;
+    };
+    let n = parse_num(num)?;
+    Some(match op {
+        "<" => Cond::Lt(var, n),
+        "<=" => Cond::Le(var, n),
+        ">" => Cond::Gt(var, n),
+        _ => Cond::Ge(var, n),
+    })
+}
+
+/// Parse a table. Unknown collectives, conditions or algorithm names are errors (line numbers
+/// start at 1).
+pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        if toks.len() < 2 {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: need <collective> [conditions] <algorithm>",
+                i + 1
+            );
+        }
+        let Some(kind) = CollKind::from_name(toks[0]) else {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: unknown collective {:?}",
+                i + 1,
+                toks[0]
+            );
+        };
+        let name = toks[toks.len() - 1];
+        let Some(info) = algorithm(kind, name) else {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: {} has no algorithm {:?}",
+                i + 1,
+                kind.name(),
+                name
+            );
+        };
+        let mut conds = Vec::new();
+        for t in &toks[1..toks.len() - 1] {
+            match parse_cond(t) {
+                Some(c) => conds.push(c),
+                None => mpi_bail!(
+                    MPI_ERR_ARG,
+                    "tuning table line {}: bad condition {:?}",
+                    i + 1,
+                    t
+                ),
+            }
+        }
+        rows.push(Row {
+            kind,
+            conds,
+            algo: info.name,
+        });
+    }
+    Ok(rows)
+}
+
+fn holds(c: &Cond, nranks: usize, bytes: usize) -> bool {
+    let v = |var: &Var| match var {
+        Var::Nranks => nranks,
+        Var::Bytes => bytes,
+    };
+    match c {
+        Cond::Lt(var, n) => v(var) < *n,
+        Cond::Le(var, n) => v(var) <= *n,
+        Cond::Gt(var, n) => v(var) > *n,
+        Cond::Ge(var, n) => v(var) >= *n,
+        Cond::Pof2(p) => nranks.is_power_of_two() == *p,
+    }
+}
+
+fn usable(info: &AlgoInfo, kind: CollKind, a: &CollArgs) -> bool {
+    !kind.is_reduction() || a.commutative || info.ordered
+}
+
+/// Pure selection: the forced name if usable, else the first matching usable row, else the
+/// first usable registered algorithm.
+pub fn select_from(
+    rows: &[Row],
+    forced: Option<&str>,
+    kind: CollKind,
+    a: &CollArgs,
+) -> &'static AlgoInfo {
+    if let Some(name) = forced {
+        match algorithm(kind, name) {
+            Some(info) if usable(info, kind, a) => return info,
+            Some(_) => tracing::warn!(
+                "{}: algorithm {name} reorders operands; not used for a non-commutative op",
+                kind.algorithm_var()
+            ),
+            None => tracing::warn!(
+                "{}: {} has no algorithm {name:?}; ignored",
+                kind.algorithm_var(),
+                kind.name()
+            ),
+        }
+    }
+    let bytes = a.msg_bytes(kind);
+    for row in rows.iter().filter(|r| r.kind == kind) {
+        if row.conds.iter().all(|c| holds(c, a.size, bytes)) {
+            let info = algorithm(kind, row.algo).expect("rows name registered algorithms");
+            if usable(info, kind, a) {
+                return info;
+            }
+        }
+    }
+    algorithms(kind)
+        .find(|i| usable(i, kind, a))
+        .expect("every collective has a rank-ordered algorithm")
+}
+
+/// The table in use: `GPUMPI_COLL_TUNING` if set and valid, else the built-in one.
+pub fn table() -> &'static [Row] {
+    static TABLE: OnceLock<Vec<Row>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        if let Some(path) = crate::config::get("GPUMPI_COLL_TUNING") {
+            match std::fs::read_to_string(&path)
+                .map_err(Into::into)
+                .and_then(|t| parse_table(&t))
+            {
+                Ok(rows) => {
+                    tracing::debug!("collective tuning table from {path} ({} rows)", rows.len());
+                    return rows;
+                }
+                Err(e) => {
+                    tracing::warn!("GPUMPI_COLL_TUNING={path}: {e}; using the built-in table")
+                }
+            }
+        }
+        parse_table(DEFAULT_TABLE).expect("built-in tuning table parses")
+    })
+}
+
+/// Choose the algorithm for one call (logged at debug level).
+pub fn select(kind: CollKind, a: &CollArgs) -> &'static AlgoInfo {
+    let forced = crate::config::get(kind.algorithm_var());
+    let info = select_from(table(), forced.as_deref(), kind, a);
+    tracing::debug!(
+        "{}: {} ranks, {} bytes, commutative={} -> {}",
+        kind.name(),
+        a.size,
+        a.msg_bytes(kind),
+        a.commutative,
+        info.name
+    );
+    info
+}
