@@ -2,3 +2,5 @@
 //! operations, groups, matching rules.
 
 pub mod error;
+pub mod datatype;
+pub mod op;

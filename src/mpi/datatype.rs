@@ -1,0 +1,1351 @@
+//! Datatypes as pure data: predefined basic types, the MINLOC/MAXLOC pair
+//! types, and derived types flattened into a type map of blocks.
+//!
+//! Contract (see docs/CONTRACTS.md §2):
+//! - A `TypeDesc` is immutable once built. Derived constructors take their
+//!   children as `&Arc<TypeDesc>` and keep those `Arc`s in the `Combiner`, so
+//!   `MPI_Type_get_contents` can hand out new handles to the very same child
+//!   descriptions. A child that is predefined has `Combiner::Named`.
+//! - The type map is flattened: `blocks()` lists `(disp, basic, count)` runs in
+//!   type-map order (the order data is packed in); consecutive runs of the same
+//!   basic type that touch in memory are merged.
+//! - The packed stream of `count` elements is the data of each block in order,
+//!   element after element, in native representation with no padding. The
+//!   stream may be cut at any byte (`pack_range`/`unpack_range`).
+//! - Bounds follow the standard: a type built with `resized` carries explicit
+//!   lb/ub markers; markers win over data in every type built from it. A
+//!   struct without markers has its extent rounded up to the largest alignment
+//!   of its basic types (the C rule, as MPICH and Open MPI do).
+//! - Target is x86-64 Linux (LP64): `long` is 8 bytes, `long double` is the
+//!   80-bit x87 format in 16 bytes of storage, `wchar_t` is 4 bytes.
+//!
+//! Limitation: the map is fully flattened, so a type whose data is in many
+//! separate pieces costs 24 bytes per piece (a vector of 10^6 separate blocks
+//! holds 10^6 entries). Packing `count` elements does not replicate the map.
+
+use crate::mpi::error::MpiResult;
+use crate::mpi_bail;
+use std::sync::Arc;
+
+/// Kind of a basic type, for the op/type table of reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TypeClass {
+    /// C integer and Fortran integer types (incl. MPI_AINT, MPI_OFFSET, MPI_COUNT).
+    Integer,
+    /// C and Fortran floating point types.
+    Floating,
+    /// C `_Bool` and Fortran LOGICAL.
+    Logical,
+    /// C and Fortran complex types.
+    Complex,
+    /// MPI_BYTE.
+    Byte,
+    /// MPI_CHAR, MPI_WCHAR, MPI_CHARACTER: no arithmetic.
+    Character,
+    /// MPI_PACKED.
+    Packed,
+}
+
+macro_rules! basics {
+    ($( $v:ident = $name:literal, $size:literal, $align:literal, $class:ident; )*) => {
+        /// Every predefined basic (non-pair) MPI datatype.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Basic { $( $v, )* }
+
+        impl Basic {
+            /// All basic types, in declaration order.
+            pub const ALL: &'static [Basic] = &[ $( Basic::$v, )* ];
+
+            /// Bytes of storage of one value (also its packed size).
+            pub const fn size(self) -> usize {
+                match self { $( Basic::$v => $size, )* }
+            }
+            /// C alignment of the type on x86-64.
+            pub const fn align(self) -> usize {
+                match self { $( Basic::$v => $align, )* }
+            }
+            /// The class used by the op/type table.
+            pub const fn class(self) -> TypeClass {
+                match self { $( Basic::$v => TypeClass::$class, )* }
+            }
+            /// The MPI name, e.g. "MPI_INT".
+            pub const fn name(self) -> &'static str {
+                match self { $( Basic::$v => $name, )* }
+            }
+        }
+    };
+}
+
+basics! {
+    Char = "MPI_CHAR", 1, 1, Character;
+    SignedChar = "MPI_SIGNED_CHAR", 1, 1, Integer;
+    UnsignedChar = "MPI_UNSIGNED_CHAR", 1, 1, Integer;
+    Short = "MPI_SHORT", 2, 2, Integer;
+    UnsignedShort = "MPI_UNSIGNED_SHORT", 2, 2, Integer;
+    Int = "MPI_INT", 4, 4, Integer;
+    Unsigned = "MPI_UNSIGNED", 4, 4, Integer;
+    Long = "MPI_LONG", 8, 8, Integer;
+    UnsignedLong = "MPI_UNSIGNED_LONG", 8, 8, Integer;
+    LongLong = "MPI_LONG_LONG", 8, 8, Integer;
+    UnsignedLongLong = "MPI_UNSIGNED_LONG_LONG", 8, 8, Integer;
+    Int8 = "MPI_INT8_T", 1, 1, Integer;
+    Int16 = "MPI_INT16_T", 2, 2, Integer;
+    Int32 = "MPI_INT32_T", 4, 4, Integer;
+    Int64 = "MPI_INT64_T", 8, 8, Integer;
+    Uint8 = "MPI_UINT8_T", 1, 1, Integer;
+    Uint16 = "MPI_UINT16_T", 2, 2, Integer;
+    Uint32 = "MPI_UINT32_T", 4, 4, Integer;
+    Uint64 = "MPI_UINT64_T", 8, 8, Integer;
+    Float = "MPI_FLOAT", 4, 4, Floating;
+    Double = "MPI_DOUBLE", 8, 8, Floating;
+    LongDouble = "MPI_LONG_DOUBLE", 16, 16, Floating;
+    CBool = "MPI_C_BOOL", 1, 1, Logical;
+    WChar = "MPI_WCHAR", 4, 4, Character;
+    FloatComplex = "MPI_C_FLOAT_COMPLEX", 8, 4, Complex;
+    DoubleComplex = "MPI_C_DOUBLE_COMPLEX", 16, 8, Complex;
+    LongDoubleComplex = "MPI_C_LONG_DOUBLE_COMPLEX", 32, 16, Complex;
+    Byte = "MPI_BYTE", 1, 1, Byte;
+    Packed = "MPI_PACKED", 1, 1, Packed;
+    Aint = "MPI_AINT", 8, 8, Integer;
+    Offset = "MPI_OFFSET", 8, 8, Integer;
+    Count = "MPI_COUNT", 8, 8, Integer;
+    // Fortran types with the usual gfortran sizes (default INTEGER/REAL/LOGICAL of 4 bytes).
+    FInteger = "MPI_INTEGER", 4, 4, Integer;
+    FInteger1 = "MPI_INTEGER1", 1, 1, Integer;
+    FInteger2 = "MPI_INTEGER2", 2, 2, Integer;
+    FInteger4 = "MPI_INTEGER4", 4, 4, Integer;
+    FInteger8 = "MPI_INTEGER8", 8, 8, Integer;
+    FReal = "MPI_REAL", 4, 4, Floating;
+    FDoublePrecision = "MPI_DOUBLE_PRECISION", 8, 8, Floating;
+    FReal4 = "MPI_REAL4", 4, 4, Floating;
+    FReal8 = "MPI_REAL8", 8, 8, Floating;
+    FLogical = "MPI_LOGICAL", 4, 4, Logical;
+    FComplex = "MPI_COMPLEX", 8, 4, Complex;
+    FDoubleComplex = "MPI_DOUBLE_COMPLEX", 16, 8, Complex;
+    FComplex8 = "MPI_COMPLEX8", 8, 4, Complex;
+    FComplex16 = "MPI_COMPLEX16", 16, 8, Complex;
+    FCharacter = "MPI_CHARACTER", 1, 1, Character;
+}
+
+/// The unit a reduction works on: one basic value, or a (value, index) pair
+/// for MINLOC/MAXLOC.
+///
+/// In memory (the user's buffer) a pair has C struct layout with padding
+/// (`extent()`); in the packed stream, which is what `op::reduce` works on,
+/// it is the value followed directly by the index (`size()` bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Elem {
+    Basic(Basic),
+    /// (value type, index type)
+    Pair(Basic, Basic),
+}
+
+impl Elem {
+    pub const FLOAT_INT: Elem = Elem::Pair(Basic::Float, Basic::Int);
+    pub const DOUBLE_INT: Elem = Elem::Pair(Basic::Double, Basic::Int);
+    pub const LONG_INT: Elem = Elem::Pair(Basic::Long, Basic::Int);
+    pub const TWO_INT: Elem = Elem::Pair(Basic::Int, Basic::Int);
+    pub const SHORT_INT: Elem = Elem::Pair(Basic::Short, Basic::Int);
+    pub const LONG_DOUBLE_INT: Elem = Elem::Pair(Basic::LongDouble, Basic::Int);
+    pub const TWO_INTEGER: Elem = Elem::Pair(Basic::FInteger, Basic::FInteger);
+    pub const TWO_REAL: Elem = Elem::Pair(Basic::FReal, Basic::FReal);
+    pub const TWO_DOUBLE_PRECISION: Elem =
+        Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision);
+
+    /// The predefined pair types.
+    pub const PAIRS: &'static [Elem] = &[
+        Elem::FLOAT_INT,
+        Elem::DOUBLE_INT,
+        Elem::LONG_INT,
+        Elem::TWO_INT,
+        Elem::SHORT_INT,
+        Elem::LONG_DOUBLE_INT,
+        Elem::TWO_INTEGER,
+        Elem::TWO_REAL,
+        Elem::TWO_DOUBLE_PRECISION,
+    ];
+
+    /// Bytes of data (packed size): value + index, no padding.
+    pub const fn size(self) -> usize {
+        match self {
+            Elem::Basic(b) => b.size(),
+            Elem::Pair(v, i) => v.size() + i.size(),
+        }
+    }
+    /// Alignment of the C struct.
+    pub const fn align(self) -> usize {
+        match self {
+            Elem::Basic(b) => b.align(),
+            Elem::Pair(v, i) => {
+                if v.align() > i.align() {
+                    v.align()
+                } else {
+                    i.align()
+                }
+            }
+        }
+    }
+    /// Offset of the index inside the C struct `{ value; index; }`.
+    pub const fn index_offset(self) -> usize {
+        match self {
+            Elem::Basic(b) => b.size(),
+            Elem::Pair(v, i) => round_up(v.size(), i.align()),
+        }
+    }
+    /// Extent of the C struct (with trailing padding), e.g. 16 for MPI_DOUBLE_INT.
+    pub const fn extent(self) -> usize {
+        match self {
+            Elem::Basic(b) => b.size(),
+            Elem::Pair(_, i) => round_up(self.index_offset() + i.size(), self.align()),
+        }
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            Elem::Basic(b) => b.name(),
+            Elem::Pair(Basic::Float, Basic::Int) => "MPI_FLOAT_INT",
+            Elem::Pair(Basic::Double, Basic::Int) => "MPI_DOUBLE_INT",
+            Elem::Pair(Basic::Long, Basic::Int) => "MPI_LONG_INT",
+            Elem::Pair(Basic::Int, Basic::Int) => "MPI_2INT",
+            Elem::Pair(Basic::Short, Basic::Int) => "MPI_SHORT_INT",
+            Elem::Pair(Basic::LongDouble, Basic::Int) => "MPI_LONG_DOUBLE_INT",
+            Elem::Pair(Basic::FInteger, Basic::FInteger) => "MPI_2INTEGER",
+            Elem::Pair(Basic::FReal, Basic::FReal) => "MPI_2REAL",
+            Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision) => {
+                "MPI_2DOUBLE_PRECISION"
+            }
+            Elem::Pair(..) => "(pair type)",
+        }
+    }
+}
+
+const fn round_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+/// One run of `count` consecutive values of `basic` at byte displacement `disp`
+/// (relative to the buffer address of the element).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub disp: isize,
+    pub basic: Basic,
+    pub count: usize,
+}
+
+impl Block {
+    pub fn bytes(&self) -> usize {
+        self.count * self.basic.size()
+    }
+}
+
+/// Array storage order of `subarray`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    C,
+    Fortran,
+}
+
+/// How a type was made, with the constructor's arguments as given
+/// (for `MPI_Type_get_envelope` / `MPI_Type_get_contents`).
+#[derive(Clone, Debug)]
+pub enum Combiner {
+    /// A predefined type (basic or pair).
+    Named(Elem),
+    Dup(Arc<TypeDesc>),
+    Contiguous { count: i64, old: Arc<TypeDesc> },
+    Vector { count: i64, blocklen: i64, stride: i64, old: Arc<TypeDesc> },
+    /// `stride` in bytes.
+    Hvector { count: i64, blocklen: i64, stride: isize, old: Arc<TypeDesc> },
+    Indexed { blocklens: Vec<i64>, disps: Vec<i64>, old: Arc<TypeDesc> },
+    Hindexed { blocklens: Vec<i64>, disps: Vec<isize>, old: Arc<TypeDesc> },
+    IndexedBlock { blocklen: i64, disps: Vec<i64>, old: Arc<TypeDesc> },
+    HindexedBlock { blocklen: i64, disps: Vec<isize>, old: Arc<TypeDesc> },
+    Struct { blocklens: Vec<i64>, disps: Vec<isize>, types: Vec<Arc<TypeDesc>> },
+    Subarray { sizes: Vec<i64>, subsizes: Vec<i64>, starts: Vec<i64>, order: Order, old: Arc<TypeDesc> },
+    Resized { lb: isize, extent: isize, old: Arc<TypeDesc> },
+}
+
+/// The combiner kind, for `MPI_Type_get_envelope` (the ABI layer maps it to
+/// the `MPI_COMBINER_*` value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CombinerKind {
+    Named,
+    Dup,
+    Contiguous,
+    Vector,
+    Hvector,
+    Indexed,
+    Hindexed,
+    IndexedBlock,
+    HindexedBlock,
+    Struct,
+    Subarray,
+    Resized,
+}
+
+/// Arguments of a constructor in the layout of `MPI_Type_get_contents`
+/// (the non-large-count variant): integers, addresses, datatypes.
+/// For SUBARRAY the last integer is the order: 0 = C, 1 = Fortran; the ABI
+/// layer maps it to `MPI_ORDER_C` / `MPI_ORDER_FORTRAN`.
+#[derive(Clone, Debug, Default)]
+pub struct Contents {
+    pub ints: Vec<i64>,
+    pub addrs: Vec<isize>,
+    pub types: Vec<Arc<TypeDesc>>,
+}
+
+/// A datatype: flattened type map plus bounds and the combiner.
+#[derive(Clone, Debug)]
+pub struct TypeDesc {
+    blocks: Vec<Block>,
+    /// Packed offset of each block inside one element (same length as `blocks`).
+    offs: Vec<usize>,
+    lb: isize,
+    ub: isize,
+    true_lb: isize,
+    true_ub: isize,
+    size: usize,
+    align: usize,
+    lb_marker: bool,
+    ub_marker: bool,
+    elem: Option<Elem>,
+    combiner: Combiner,
+}
+
+fn check_count(what: &str, n: i64) -> MpiResult<usize> {
+    if n < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "{} {} is negative", what, n);
+    }
+    match usize::try_from(n) {
+        Ok(v) => Ok(v),
+        Err(_) => mpi_bail!(MPI_ERR_COUNT, "{} {} is too large", what, n),
+    }
+}
+
+fn check_blocklen(n: i64) -> MpiResult<usize> {
+    if n < 0 {
+        mpi_bail!(MPI_ERR_ARG, "block length {} is negative", n);
+    }
+    Ok(n as usize)
+}
+
+fn mul_disp(a: i64, b: isize) -> MpiResult<isize> {
+    match isize::try_from(a).ok().and_then(|a| a.checked_mul(b)) {
+        Some(v) => Ok(v),
+        None => mpi_bail!(MPI_ERR_ARG, "displacement {} * {} overflows", a, b),
+    }
+}
+
+/// Accumulates the type map and bounds of a derived type.
+struct Builder {
+    blocks: Vec<Block>,
+    size: usize,
+    align: usize,
+    // (marked min, unmarked min) for lb, (marked max, unmarked max) for ub
+    lb_m: Option<isize>,
+    lb_u: Option<isize>,
+    ub_m: Option<isize>,
+    ub_u: Option<isize>,
+    true_lb: Option<isize>,
+    true_ub: Option<isize>,
+    /// None = no child yet; Some(None) = children disagree.
+    elem: Option<Option<Elem>>,
+}
+
+fn min_opt(a: Option<isize>, b: isize) -> Option<isize> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+fn max_opt(a: Option<isize>, b: isize) -> Option<isize> {
+    Some(a.map_or(b, |a| a.max(b)))
+}
+
+impl Builder {
+    fn new() -> Self {
+        Builder {
+            blocks: Vec::new(),
+            size: 0,
+            align: 1,
+            lb_m: None,
+            lb_u: None,
+            ub_m: None,
+            ub_u: None,
+            true_lb: None,
+            true_ub: None,
+            elem: None,
+        }
+    }
+
+    fn push_block(&mut self, b: Block) {
+        if b.count == 0 {
+            return;
+        }
+        if let Some(last) = self.blocks.last_mut() {
+            if last.basic == b.basic && last.disp + last.bytes() as isize == b.disp {
+                last.count += b.count;
+                return;
+            }
+        }
+        self.blocks.push(b);
+    }
+
+    /// `reps` copies of `child`, the k-th at byte displacement `disp + k * child.extent()`.
+    fn push(&mut self, disp: isize, reps: usize, child: &TypeDesc) -> MpiResult<()> {
+        if reps == 0 {
+            return Ok(());
+        }
+        let ext = child.extent();
+        let last = match isize::try_from(reps - 1).ok().and_then(|r| r.checked_mul(ext)) {
+            Some(v) => disp.checked_add(v),
+            None => None,
+        };
+        let Some(last) = last else {
+            mpi_bail!(MPI_ERR_ARG, "type map displacement overflows");
+        };
+        let has_data = !child.blocks.is_empty();
+        if !has_data && !child.lb_marker && !child.ub_marker {
+            return Ok(());
+        }
+        let (lo, hi) = (disp.min(last), disp.max(last));
+        if child.lb_marker {
+            self.lb_m = min_opt(self.lb_m, lo + child.lb);
+        } else {
+            self.lb_u = min_opt(self.lb_u, lo + child.lb);
+        }
+        if child.ub_marker {
+            self.ub_m = max_opt(self.ub_m, hi + child.ub);
+        } else {
+            self.ub_u = max_opt(self.ub_u, hi + child.ub);
+        }
+        if has_data {
+            self.true_lb = min_opt(self.true_lb, lo + child.true_lb);
+            self.true_ub = max_opt(self.true_ub, hi + child.true_ub);
+        }
+        self.align = self.align.max(child.align);
+        self.size += reps * child.size;
+        self.elem = Some(match self.elem {
+            None => child.elem,
+            Some(e) if e == child.elem => e,
+            Some(_) => None,
+        });
+        self.blocks.reserve(reps.saturating_mul(child.blocks.len()).min(1 << 20));
+        for k in 0..reps {
+            let base = disp + k as isize * ext;
+            for b in &child.blocks {
+                self.push_block(Block { disp: base + b.disp, ..*b });
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self, combiner: Combiner, pad_struct: bool) -> TypeDesc {
+        let lb_marker = self.lb_m.is_some();
+        let ub_marker = self.ub_m.is_some();
+        let lb = self.lb_m.or(self.lb_u).unwrap_or(0);
+        let mut ub = self.ub_m.or(self.ub_u).unwrap_or(0);
+        if pad_struct && !lb_marker && !ub_marker {
+            let ext = ub - lb;
+            let a = self.align as isize;
+            if ext.rem_euclid(a) != 0 {
+                ub += a - ext.rem_euclid(a);
+            }
+        }
+        // Elem: the children's common elem, or the one basic type of all blocks.
+        let mut elem = self.elem.flatten();
+        if elem.is_none() {
+            if let Some(first) = self.blocks.first() {
+                if self.blocks.iter().all(|b| b.basic == first.basic) {
+                    elem = Some(Elem::Basic(first.basic));
+                }
+            }
+        }
+        TypeDesc::from_parts(
+            self.blocks,
+            lb,
+            ub,
+            self.true_lb.unwrap_or(0),
+            self.true_ub.unwrap_or(0),
+            self.align,
+            lb_marker,
+            ub_marker,
+            elem,
+            combiner,
+        )
+    }
+}
+
+impl TypeDesc {
+    #[allow(clippy::too_many_arguments)]
+    fn from_parts(
+        blocks: Vec<Block>,
+        lb: isize,
+        ub: isize,
+        true_lb: isize,
+        true_ub: isize,
+        align: usize,
+        lb_marker: bool,
+        ub_marker: bool,
+        elem: Option<Elem>,
+        combiner: Combiner,
+    ) -> TypeDesc {
+        let mut offs = Vec::with_capacity(blocks.len());
+        let mut size = 0usize;
+        for b in &blocks {
+            offs.push(size);
+            size += b.bytes();
+        }
+        TypeDesc {
+            blocks,
+            offs,
+            lb,
+            ub,
+            true_lb,
+            true_ub,
+            size,
+            align,
+            lb_marker,
+            ub_marker,
+            elem,
+            combiner,
+        }
+    }
+
+    // ---------------------------------------------------------------- constructors
+
+    /// A predefined basic type.
+    pub fn predefined(b: Basic) -> TypeDesc {
+        let sz = b.size() as isize;
+        TypeDesc::from_parts(
+            vec![Block { disp: 0, basic: b, count: 1 }],
+            0,
+            sz,
+            0,
+            sz,
+            b.align(),
+            false,
+            false,
+            Some(Elem::Basic(b)),
+            Combiner::Named(Elem::Basic(b)),
+        )
+    }
+
+    /// A predefined type given as an `Elem`: a basic type or a pair type
+    /// (MPI_DOUBLE_INT, ...) with its C struct layout.
+    pub fn pair(e: Elem) -> TypeDesc {
+        match e {
+            Elem::Basic(b) => TypeDesc::predefined(b),
+            Elem::Pair(v, i) => {
+                let ioff = e.index_offset() as isize;
+                let mut blocks = vec![Block { disp: 0, basic: v, count: 1 }];
+                if v == i && ioff == v.size() as isize {
+                    blocks[0].count = 2;
+                } else {
+                    blocks.push(Block { disp: ioff, basic: i, count: 1 });
+                }
+                TypeDesc::from_parts(
+                    blocks,
+                    0,
+                    e.extent() as isize,
+                    0,
+                    ioff + i.size() as isize,
+                    e.align(),
+                    false,
+                    false,
+                    Some(e),
+                    Combiner::Named(e),
+                )
+            }
+        }
+    }
+
+    pub fn contiguous(count: i64, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let n = check_count("count", count)?;
+        let mut b = Builder::new();
+        b.push(0, n, old)?;
+        Ok(b.finish(Combiner::Contiguous { count, old: old.clone() }, false))
+    }
+
+    /// `stride` in multiples of `old`'s extent.
+    pub fn vector(count: i64, blocklen: i64, stride: i64, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let stride_bytes = mul_disp(stride, old.extent())?;
+        let mut t = Self::hvector_inner(count, blocklen, stride_bytes, old)?;
+        t.combiner = Combiner::Vector { count, blocklen, stride, old: old.clone() };
+        Ok(t)
+    }
+
+    /// `stride` in bytes.
+    pub fn hvector(count: i64, blocklen: i64, stride: isize, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let mut t = Self::hvector_inner(count, blocklen, stride, old)?;
+        t.combiner = Combiner::Hvector { count, blocklen, stride, old: old.clone() };
+        Ok(t)
+    }
+
+    fn hvector_inner(count: i64, blocklen: i64, stride: isize, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let n = check_count("count", count)?;
+        let bl = check_blocklen(blocklen)?;
+        let mut b = Builder::new();
+        for i in 0..n {
+            b.push(mul_disp(i as i64, stride)?, bl, old)?;
+        }
+        Ok(b.finish(Combiner::Dup(old.clone()), false))
+    }
+
+    /// Displacements in multiples of `old`'s extent.
+    pub fn indexed(blocklens: &[i64], disps: &[i64], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let bytes: Vec<isize> = disps.iter().map(|&d| mul_disp(d, old.extent())).collect::<MpiResult<_>>()?;
+        let mut t = Self::hindexed_inner(blocklens, &bytes, old)?;
+        t.combiner = Combiner::Indexed { blocklens: blocklens.to_vec(), disps: disps.to_vec(), old: old.clone() };
+        Ok(t)
+    }
+
+    /// Displacements in bytes.
+    pub fn hindexed(blocklens: &[i64], disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let mut t = Self::hindexed_inner(blocklens, disps, old)?;
+        t.combiner = Combiner::Hindexed { blocklens: blocklens.to_vec(), disps: disps.to_vec(), old: old.clone() };
+        Ok(t)
+    }
+
+    fn hindexed_inner(blocklens: &[i64], disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        if blocklens.len() != disps.len() {
+            mpi_bail!(MPI_ERR_ARG, "{} block lengths but {} displacements", blocklens.len(), disps.len());
+        }
+        let mut b = Builder::new();
+        for (&bl, &d) in blocklens.iter().zip(disps) {
+            b.push(d, check_blocklen(bl)?, old)?;
+        }
+        Ok(b.finish(Combiner::Dup(old.clone()), false))
+    }
+
+    /// Displacements in multiples of `old`'s extent.
+    pub fn indexed_block(blocklen: i64, disps: &[i64], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        check_blocklen(blocklen)?;
+        let bytes: Vec<isize> = disps.iter().map(|&d| mul_disp(d, old.extent())).collect::<MpiResult<_>>()?;
+        let bls = vec![blocklen; disps.len()];
+        let mut t = Self::hindexed_inner(&bls, &bytes, old)?;
+        t.combiner = Combiner::IndexedBlock { blocklen, disps: disps.to_vec(), old: old.clone() };
+        Ok(t)
+    }
+
+    /// Displacements in bytes.
+    pub fn hindexed_block(blocklen: i64, disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        check_blocklen(blocklen)?;
+        let bls = vec![blocklen; disps.len()];
+        let mut t = Self::hindexed_inner(&bls, disps, old)?;
+        t.combiner = Combiner::HindexedBlock { blocklen, disps: disps.to_vec(), old: old.clone() };
+        Ok(t)
+    }
+
+    /// Displacements in bytes. Without explicit bounds (no `resized` child)
+    /// the extent is rounded up to the largest alignment of the members.
+    pub fn create_struct(blocklens: &[i64], disps: &[isize], types: &[&Arc<TypeDesc>]) -> MpiResult<TypeDesc> {
+        if blocklens.len() != disps.len() || blocklens.len() != types.len() {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "{} block lengths, {} displacements and {} types",
+                blocklens.len(),
+                disps.len(),
+                types.len()
+            );
+        }
+        let mut b = Builder::new();
+        for ((&bl, &d), t) in blocklens.iter().zip(disps).zip(types) {
+            b.push(d, check_blocklen(bl)?, t)?;
+        }
+        let comb = Combiner::Struct {
+            blocklens: blocklens.to_vec(),
+            disps: disps.to_vec(),
+            types: types.iter().map(|t| (*t).clone()).collect(),
+        };
+        Ok(b.finish(comb, true))
+    }
+
+    /// New bounds: lb and extent become explicit markers.
+    pub fn resized(old: &Arc<TypeDesc>, lb: isize, extent: isize) -> MpiResult<TypeDesc> {
+        let Some(ub) = lb.checked_add(extent) else {
+            mpi_bail!(MPI_ERR_ARG, "lb {} + extent {} overflows", lb, extent);
+        };
+        let mut t = (**old).clone();
+        t.lb = lb;
+        t.ub = ub;
+        t.lb_marker = true;
+        t.ub_marker = true;
+        t.combiner = Combiner::Resized { lb, extent, old: old.clone() };
+        Ok(t)
+    }
+
+    pub fn dup(old: &Arc<TypeDesc>) -> TypeDesc {
+        let mut t = (**old).clone();
+        t.combiner = Combiner::Dup(old.clone());
+        t
+    }
+
+    /// An `ndims`-dimensional subarray of an array of `sizes` elements of `old`,
+    /// `subsizes` elements starting at `starts`. The result has lb 0 and the
+    /// extent of the whole array.
+    pub fn subarray(sizes: &[i64], subsizes: &[i64], starts: &[i64], order: Order, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+        let nd = sizes.len();
+        if nd == 0 {
+            mpi_bail!(MPI_ERR_ARG, "subarray needs at least one dimension");
+        }
+        if subsizes.len() != nd || starts.len() != nd {
+            mpi_bail!(MPI_ERR_ARG, "subarray: sizes, subsizes and starts differ in length");
+        }
+        for d in 0..nd {
+            if sizes[d] < 1 {
+                mpi_bail!(MPI_ERR_ARG, "subarray: size {} of dimension {} is not positive", sizes[d], d);
+            }
+            if subsizes[d] < 0 || subsizes[d] > sizes[d] {
+                mpi_bail!(MPI_ERR_ARG, "subarray: subsize {} of dimension {} is not in 0..={}", subsizes[d], d, sizes[d]);
+            }
+            if starts[d] < 0 || starts[d] > sizes[d] - subsizes[d] {
+                mpi_bail!(MPI_ERR_ARG, "subarray: start {} of dimension {} is out of range", starts[d], d);
+            }
+        }
+        // Dimensions from fastest to slowest varying.
+        let dims: Vec<usize> = match order {
+            Order::C => (0..nd).rev().collect(),
+            Order::Fortran => (0..nd).collect(),
+        };
+        let ext = old.extent();
+        let mut t: Arc<TypeDesc> = Arc::new(Self::contiguous(subsizes[dims[0]], old)?);
+        let mut stride = mul_disp(sizes[dims[0]], ext)?;
+        let mut disp = mul_disp(starts[dims[0]], ext)?;
+        for &d in &dims[1..] {
+            t = Arc::new(Self::hvector(subsizes[d], 1, stride, &t)?);
+            disp += mul_disp(starts[d], stride)?;
+            stride = mul_disp(sizes[d], stride)?;
+        }
+        let t = Arc::new(Self::hindexed(&[1], &[disp], &t)?);
+        let mut t = Self::resized(&t, 0, stride)?;
+        t.combiner = Combiner::Subarray {
+            sizes: sizes.to_vec(),
+            subsizes: subsizes.to_vec(),
+            starts: starts.to_vec(),
+            order,
+            old: old.clone(),
+        };
+        Ok(t)
+    }
+
+    // ---------------------------------------------------------------- queries
+
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+    pub fn lb(&self) -> isize {
+        self.lb
+    }
+    pub fn ub(&self) -> isize {
+        self.ub
+    }
+    pub fn extent(&self) -> isize {
+        self.ub - self.lb
+    }
+    pub fn true_lb(&self) -> isize {
+        self.true_lb
+    }
+    pub fn true_ub(&self) -> isize {
+        self.true_ub
+    }
+    pub fn true_extent(&self) -> isize {
+        self.true_ub - self.true_lb
+    }
+    /// Bytes of data in one element (`MPI_Type_size`).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    /// Largest alignment of the basic types in the map.
+    pub fn align(&self) -> usize {
+        self.align
+    }
+    pub fn combiner(&self) -> &Combiner {
+        &self.combiner
+    }
+    /// True for predefined types (basic and pair).
+    pub fn is_predefined(&self) -> bool {
+        matches!(self.combiner, Combiner::Named(_))
+    }
+    /// The single `Elem` the type is made of, for reductions: Some when every
+    /// block has the same basic type, or the type is (made of) one pair type.
+    pub fn elem(&self) -> Option<Elem> {
+        self.elem
+    }
+
+    /// Bytes of the packed stream of `count` elements.
+    pub fn packed_size(&self, count: usize) -> usize {
+        self.size.saturating_mul(count)
+    }
+
+    /// True when the data of `count` elements is one contiguous run of
+    /// `packed_size(count)` bytes starting at `buf + true_lb()`, in packed
+    /// order: then no packing is needed.
+    pub fn is_contiguous(&self, count: usize) -> bool {
+        if count == 0 || self.size == 0 {
+            return true;
+        }
+        self.blocks.len() == 1
+            && self.blocks[0].disp == self.true_lb
+            && (count == 1 || self.extent() == self.size as isize)
+    }
+
+    pub fn kind(&self) -> CombinerKind {
+        match self.combiner {
+            Combiner::Named(_) => CombinerKind::Named,
+            Combiner::Dup(_) => CombinerKind::Dup,
+            Combiner::Contiguous { .. } => CombinerKind::Contiguous,
+            Combiner::Vector { .. } => CombinerKind::Vector,
+            Combiner::Hvector { .. } => CombinerKind::Hvector,
+            Combiner::Indexed { .. } => CombinerKind::Indexed,
+            Combiner::Hindexed { .. } => CombinerKind::Hindexed,
+            Combiner::IndexedBlock { .. } => CombinerKind::IndexedBlock,
+            Combiner::HindexedBlock { .. } => CombinerKind::HindexedBlock,
+            Combiner::Struct { .. } => CombinerKind::Struct,
+            Combiner::Subarray { .. } => CombinerKind::Subarray,
+            Combiner::Resized { .. } => CombinerKind::Resized,
+        }
+    }
+
+    /// Constructor arguments in `MPI_Type_get_contents` layout; `envelope()`
+    /// is their lengths. Empty for predefined types.
+    pub fn contents(&self) -> Contents {
+        let mut c = Contents::default();
+        match &self.combiner {
+            Combiner::Named(_) => {}
+            Combiner::Dup(old) => c.types.push(old.clone()),
+            Combiner::Contiguous { count, old } => {
+                c.ints.push(*count);
+                c.types.push(old.clone());
+            }
+            Combiner::Vector { count, blocklen, stride, old } => {
+                c.ints.extend([*count, *blocklen, *stride]);
+                c.types.push(old.clone());
+            }
+            Combiner::Hvector { count, blocklen, stride, old } => {
+                c.ints.extend([*count, *blocklen]);
+                c.addrs.push(*stride);
+                c.types.push(old.clone());
+            }
+            Combiner::Indexed { blocklens, disps, old } => {
+                c.ints.push(blocklens.len() as i64);
+                c.ints.extend(blocklens);
+                c.ints.extend(disps);
+                c.types.push(old.clone());
+            }
+            Combiner::Hindexed { blocklens, disps, old } => {
+                c.ints.push(blocklens.len() as i64);
+                c.ints.extend(blocklens);
+                c.addrs.extend(disps);
+                c.types.push(old.clone());
+            }
+            Combiner::IndexedBlock { blocklen, disps, old } => {
+                c.ints.extend([disps.len() as i64, *blocklen]);
+                c.ints.extend(disps);
+                c.types.push(old.clone());
+            }
+            Combiner::HindexedBlock { blocklen, disps, old } => {
+                c.ints.extend([disps.len() as i64, *blocklen]);
+                c.addrs.extend(disps);
+                c.types.push(old.clone());
+            }
+            Combiner::Struct { blocklens, disps, types } => {
+                c.ints.push(blocklens.len() as i64);
+                c.ints.extend(blocklens);
+                c.addrs.extend(disps);
+                c.types.extend(types.iter().cloned());
+            }
+            Combiner::Subarray { sizes, subsizes, starts, order, old } => {
+                c.ints.push(sizes.len() as i64);
+                c.ints.extend(sizes);
+                c.ints.extend(subsizes);
+                c.ints.extend(starts);
+                c.ints.push(match order {
+                    Order::C => 0,
+                    Order::Fortran => 1,
+                });
+                c.types.push(old.clone());
+            }
+            Combiner::Resized { lb, extent, old } => {
+                c.addrs.extend([*lb, *extent]);
+                c.types.push(old.clone());
+            }
+        }
+        c
+    }
+
+    /// (num_integers, num_addresses, num_datatypes) of `MPI_Type_get_envelope`.
+    pub fn envelope(&self) -> (usize, usize, usize) {
+        let c = self.contents();
+        (c.ints.len(), c.addrs.len(), c.types.len())
+    }
+
+    // ---------------------------------------------------------------- packing
+
+    /// Pack `count` elements at `src` into `dst`; returns the bytes written
+    /// (`min(dst.len(), packed_size(count))`: a short `dst` gets a prefix).
+    ///
+    /// # Safety
+    /// `src` must point to a buffer holding `count` elements of this type
+    /// (every byte the type map touches must be readable).
+    pub unsafe fn pack(&self, count: usize, src: *const u8, dst: &mut [u8]) -> usize {
+        // SAFETY: forwarded contract.
+        unsafe { self.pack_range(count, src, 0, dst) }
+    }
+
+    /// Unpack the packed stream `src` into `count` elements at `dst`; returns
+    /// the bytes consumed (`min(src.len(), packed_size(count))`).
+    ///
+    /// # Safety
+    /// `dst` must point to a buffer holding `count` elements of this type
+    /// (every byte the type map touches must be writable), not overlapping `src`.
+    pub unsafe fn unpack(&self, count: usize, src: &[u8], dst: *mut u8) -> usize {
+        // SAFETY: forwarded contract.
+        unsafe { self.unpack_range(count, src, 0, dst) }
+    }
+
+    /// Pack bytes `[skip, skip + dst.len())` of the packed stream of `count`
+    /// elements at `src` into `dst`; returns the bytes written (fewer when the
+    /// stream ends first).
+    ///
+    /// # Safety
+    /// As `pack`.
+    pub unsafe fn pack_range(&self, count: usize, src: *const u8, skip: usize, dst: &mut [u8]) -> usize {
+        let dp = dst.as_mut_ptr();
+        let len = dst.len();
+        // SAFETY: the caller guarantees the type map of `count` elements is
+        // readable at `src`; `walk` stays inside `dst[..len]`.
+        unsafe {
+            self.walk(count, skip, len, |mem_off, pk_off, n| {
+                copy_small(src.offset(mem_off), dp.add(pk_off), n)
+            })
+        }
+    }
+
+    /// Unpack `src`, which holds bytes `[skip, skip + src.len())` of the packed
+    /// stream of `count` elements, into the elements at `dst`; returns the
+    /// bytes consumed.
+    ///
+    /// # Safety
+    /// As `unpack`.
+    pub unsafe fn unpack_range(&self, count: usize, src: &[u8], skip: usize, dst: *mut u8) -> usize {
+        let sp = src.as_ptr();
+        let len = src.len();
+        // SAFETY: the caller guarantees the type map of `count` elements is
+        // writable at `dst`; `walk` stays inside `src[..len]`.
+        unsafe {
+            self.walk(count, skip, len, |mem_off, pk_off, n| {
+                copy_small(sp.add(pk_off), dst.offset(mem_off), n)
+            })
+        }
+    }
+
+    /// Calls `f(memory offset, offset in the caller's packed window, bytes)`
+    /// for each piece of packed-stream bytes `[skip, skip + len)`, in order.
+    /// Returns the number of bytes visited.
+    #[inline]
+    fn walk(&self, count: usize, skip: usize, len: usize, mut f: impl FnMut(isize, usize, usize)) -> usize {
+        let total = self.packed_size(count);
+        if skip >= total || len == 0 {
+            return 0;
+        }
+        let len = len.min(total - skip);
+        if self.is_contiguous(count) {
+            f(self.true_lb + skip as isize, 0, len);
+            return len;
+        }
+        let ext = self.extent();
+        let mut i = skip / self.size;
+        let r = skip % self.size;
+        // Block holding packed offset r inside the element.
+        let mut j = self.offs.partition_point(|&o| o <= r) - 1;
+        let mut in_block = r - self.offs[j];
+        let mut done = 0usize;
+        while done < len {
+            let base = i as isize * ext;
+            while j < self.blocks.len() && done < len {
+                let b = &self.blocks[j];
+                let n = (b.bytes() - in_block).min(len - done);
+                f(base + b.disp + in_block as isize, done, n);
+                done += n;
+                in_block = 0;
+                j += 1;
+            }
+            j = 0;
+            i += 1;
+        }
+        len
+    }
+}
+
+/// Copy `n` bytes; small power-of-two sizes without a memcpy call.
+///
+/// # Safety
+/// `s` readable and `d` writable for `n` bytes, not overlapping.
+#[inline(always)]
+unsafe fn copy_small(s: *const u8, d: *mut u8, n: usize) {
+    // SAFETY: caller guarantees both ranges; unaligned accesses are used.
+    unsafe {
+        match n {
+            4 => (d as *mut u32).write_unaligned((s as *const u32).read_unaligned()),
+            8 => (d as *mut u64).write_unaligned((s as *const u64).read_unaligned()),
+            16 => (d as *mut u128).write_unaligned((s as *const u128).read_unaligned()),
+            2 => (d as *mut u16).write_unaligned((s as *const u16).read_unaligned()),
+            1 => *d = *s,
+            _ => std::ptr::copy_nonoverlapping(s, d, n),
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::consts as c;
+
+    fn p(b: Basic) -> Arc<TypeDesc> {
+        Arc::new(TypeDesc::predefined(b))
+    }
+    fn a(t: TypeDesc) -> Arc<TypeDesc> {
+        Arc::new(t)
+    }
+    /// (lb, ub, extent, size, true_lb, true_ub)
+    fn bounds(t: &TypeDesc) -> (isize, isize, isize, usize, isize, isize) {
+        (t.lb(), t.ub(), t.extent(), t.size(), t.true_lb(), t.true_ub())
+    }
+    fn blk(t: &TypeDesc) -> Vec<(isize, Basic, usize)> {
+        t.blocks().iter().map(|b| (b.disp, b.basic, b.count)).collect()
+    }
+
+    #[test]
+    fn basic_sizes() {
+        assert_eq!(Basic::LongDouble.size(), 16);
+        assert_eq!(Basic::LongDoubleComplex.size(), 32);
+        assert_eq!(Basic::WChar.size(), 4);
+        assert_eq!(Basic::CBool.size(), 1);
+        assert_eq!(Basic::Long.size(), 8);
+        assert_eq!(Basic::Aint.size(), 8);
+        assert_eq!(Basic::FloatComplex.align(), 4);
+        for b in Basic::ALL {
+            assert!(b.size() % b.align() == 0, "{}", b.name());
+            let t = TypeDesc::predefined(*b);
+            assert_eq!(bounds(&t), (0, b.size() as isize, b.size() as isize, b.size(), 0, b.size() as isize));
+            assert!(t.is_contiguous(7));
+            assert_eq!(t.elem(), Some(Elem::Basic(*b)));
+            assert_eq!(t.envelope(), (0, 0, 0));
+        }
+    }
+
+    #[test]
+    fn pair_layouts() {
+        let cases = [
+            (Elem::FLOAT_INT, 8, 8, 4),
+            (Elem::DOUBLE_INT, 16, 12, 8),
+            (Elem::LONG_INT, 16, 12, 8),
+            (Elem::TWO_INT, 8, 8, 4),
+            (Elem::SHORT_INT, 8, 6, 4),
+            (Elem::LONG_DOUBLE_INT, 32, 20, 16),
+        ];
+        for (e, ext, size, ioff) in cases {
+            assert_eq!(e.extent(), ext, "{}", e.name());
+            assert_eq!(e.size(), size, "{}", e.name());
+            assert_eq!(e.index_offset(), ioff, "{}", e.name());
+            let t = TypeDesc::pair(e);
+            assert_eq!(t.extent(), ext as isize);
+            assert_eq!(t.size(), size);
+            assert_eq!(t.true_ub(), (ioff + 4) as isize);
+            assert_eq!(t.elem(), Some(e));
+        }
+        assert!(TypeDesc::pair(Elem::TWO_INT).is_contiguous(5));
+        assert!(!TypeDesc::pair(Elem::DOUBLE_INT).is_contiguous(1));
+        // contiguous of pairs keeps the pair elem
+        let di = a(TypeDesc::pair(Elem::DOUBLE_INT));
+        let t = TypeDesc::contiguous(3, &di).unwrap();
+        assert_eq!(t.elem(), Some(Elem::DOUBLE_INT));
+        assert_eq!(bounds(&t), (0, 48, 48, 36, 0, 44));
+    }
+
+    #[test]
+    fn contiguous_and_zero() {
+        let t = TypeDesc::contiguous(3, &p(Basic::Int)).unwrap();
+        assert_eq!(bounds(&t), (0, 12, 12, 12, 0, 12));
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 3)]);
+        assert!(t.is_contiguous(10));
+        let z = TypeDesc::contiguous(0, &p(Basic::Int)).unwrap();
+        assert_eq!(bounds(&z), (0, 0, 0, 0, 0, 0));
+        assert!(z.blocks().is_empty());
+        assert_eq!(TypeDesc::contiguous(-1, &p(Basic::Int)).unwrap_err().class, c::MPI_ERR_COUNT);
+    }
+
+    #[test]
+    fn vector_bounds() {
+        let t = TypeDesc::vector(3, 2, 4, &p(Basic::Double)).unwrap();
+        assert_eq!(bounds(&t), (0, 80, 80, 48, 0, 80));
+        assert_eq!(blk(&t), vec![(0, Basic::Double, 2), (32, Basic::Double, 2), (64, Basic::Double, 2)]);
+        assert!(!t.is_contiguous(1));
+        // stride == blocklen: merged to one block, contiguous
+        let t = TypeDesc::vector(4, 2, 2, &p(Basic::Int)).unwrap();
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 8)]);
+        assert!(t.is_contiguous(3));
+        // negative stride
+        let t = TypeDesc::vector(3, 1, -2, &p(Basic::Int)).unwrap();
+        assert_eq!(bounds(&t), (-16, 4, 20, 12, -16, 4));
+        assert_eq!(blk(&t)[0], (0, Basic::Int, 1));
+        assert_eq!(TypeDesc::vector(2, -1, 2, &p(Basic::Int)).unwrap_err().class, c::MPI_ERR_ARG);
+        assert_eq!(TypeDesc::vector(-2, 1, 2, &p(Basic::Int)).unwrap_err().class, c::MPI_ERR_COUNT);
+        // hvector, bytes
+        let t = TypeDesc::hvector(2, 3, 100, &p(Basic::Int)).unwrap();
+        assert_eq!(bounds(&t), (0, 112, 112, 24, 0, 112));
+        assert_eq!(t.kind(), CombinerKind::Hvector);
+        let c = t.contents();
+        assert_eq!((c.ints, c.addrs, c.types.len()), (vec![2, 3], vec![100], 1));
+    }
+
+    #[test]
+    fn vector_of_vector() {
+        let inner = a(TypeDesc::vector(2, 1, 2, &p(Basic::Int)).unwrap());
+        assert_eq!(bounds(&inner), (0, 12, 12, 8, 0, 12));
+        let t = TypeDesc::vector(3, 1, 2, &inner).unwrap();
+        assert_eq!(bounds(&t), (0, 60, 60, 24, 0, 60));
+        let d: Vec<isize> = t.blocks().iter().map(|b| b.disp).collect();
+        assert_eq!(d, vec![0, 8, 24, 32, 48, 56]);
+        assert_eq!(t.elem(), Some(Elem::Basic(Basic::Int)));
+        let c = t.contents();
+        assert_eq!(c.ints, vec![3, 1, 2]);
+        assert!(Arc::ptr_eq(&c.types[0], &inner));
+    }
+
+    #[test]
+    fn indexed_family() {
+        let int = p(Basic::Int);
+        let t = TypeDesc::indexed(&[2, 1], &[4, -1], &int).unwrap();
+        assert_eq!(bounds(&t), (-4, 24, 28, 12, -4, 24));
+        assert_eq!(blk(&t), vec![(16, Basic::Int, 2), (-4, Basic::Int, 1)]);
+        assert_eq!(t.contents().ints, vec![2, 2, 1, 4, -1]);
+        let t = TypeDesc::hindexed(&[1, 0, 2], &[3, 1000, 20], &int).unwrap();
+        // zero-length block contributes nothing
+        assert_eq!(bounds(&t), (3, 28, 25, 12, 3, 28));
+        assert_eq!(t.contents().addrs, vec![3, 1000, 20]);
+        let t = TypeDesc::indexed_block(2, &[0, 5], &int).unwrap();
+        assert_eq!(bounds(&t), (0, 28, 28, 16, 0, 28));
+        assert_eq!(t.contents().ints, vec![2, 2, 0, 5]);
+        let t = TypeDesc::hindexed_block(1, &[-8, 8], &p(Basic::Double)).unwrap();
+        assert_eq!(bounds(&t), (-8, 16, 24, 16, -8, 16));
+        assert_eq!(TypeDesc::indexed(&[1, -1], &[0, 1], &int).unwrap_err().class, c::MPI_ERR_ARG);
+        assert_eq!(TypeDesc::indexed_block(-1, &[0], &int).unwrap_err().class, c::MPI_ERR_ARG);
+    }
+
+    #[test]
+    fn struct_padding() {
+        let (ch, db, int) = (p(Basic::Char), p(Basic::Double), p(Basic::Int));
+        let t = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&ch, &db]).unwrap();
+        assert_eq!(bounds(&t), (0, 16, 16, 9, 0, 16));
+        let t = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&db, &ch]).unwrap();
+        assert_eq!(bounds(&t), (0, 16, 16, 9, 0, 9));
+        assert_eq!(t.elem(), None);
+        let t = TypeDesc::create_struct(&[1, 1], &[0, 4], &[&int, &ch]).unwrap();
+        assert_eq!(bounds(&t), (0, 8, 8, 5, 0, 5));
+        // struct { char c[3]; } : align 1, no padding
+        let t = TypeDesc::create_struct(&[3], &[0], &[&ch]).unwrap();
+        assert_eq!(bounds(&t), (0, 3, 3, 3, 0, 3));
+        // negative displacement, padding relative to lb
+        let t = TypeDesc::create_struct(&[1, 1], &[-8, 0], &[&db, &ch]).unwrap();
+        assert_eq!(bounds(&t), (-8, 8, 16, 9, -8, 1));
+        // contiguous of a padded struct uses the padded extent
+        let s = a(TypeDesc::create_struct(&[1, 1], &[0, 8], &[&db, &ch]).unwrap());
+        let t = TypeDesc::contiguous(2, &s).unwrap();
+        assert_eq!(bounds(&t), (0, 32, 32, 18, 0, 25));
+        assert_eq!(blk(&t), vec![(0, Basic::Double, 1), (8, Basic::Char, 1), (16, Basic::Double, 1), (24, Basic::Char, 1)]);
+        let c = s.contents();
+        assert_eq!((c.ints, c.addrs, c.types.len()), (vec![2, 1, 1], vec![0, 8], 2));
+        assert_eq!(TypeDesc::create_struct(&[1], &[0, 1], &[&ch]).unwrap_err().class, c::MPI_ERR_ARG);
+    }
+
+    #[test]
+    fn resized_markers() {
+        let int = p(Basic::Int);
+        let r = a(TypeDesc::resized(&int, -2, 10).unwrap());
+        assert_eq!(bounds(&r), (-2, 8, 10, 4, 0, 4));
+        let t = TypeDesc::contiguous(2, &r).unwrap();
+        assert_eq!(bounds(&t), (-2, 18, 20, 8, 0, 14));
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 1), (10, Basic::Int, 1)]);
+        // markers win over data in a struct, and suppress padding
+        let db = p(Basic::Double);
+        let t = TypeDesc::create_struct(&[1, 1], &[0, 16], &[&r, &db]).unwrap();
+        assert_eq!(bounds(&t), (-2, 8, 10, 12, 0, 24));
+        assert_eq!(t.elem(), None);
+        // resize to a larger extent makes a strided "vector"
+        let r16 = a(TypeDesc::resized(&int, 0, 16).unwrap());
+        let t = TypeDesc::contiguous(3, &r16).unwrap();
+        assert_eq!(bounds(&t), (0, 48, 48, 12, 0, 36));
+        assert_eq!(t.elem(), Some(Elem::Basic(Basic::Int)));
+        assert!(!t.is_contiguous(1));
+        // resized contiguous stays contiguous for one element only
+        assert!(r16.is_contiguous(1));
+        assert!(!r16.is_contiguous(2));
+        let c = r.contents();
+        assert_eq!((c.ints.len(), c.addrs, c.types.len()), (0, vec![-2, 10], 1));
+        let d = TypeDesc::dup(&r);
+        assert_eq!(bounds(&d), bounds(&r));
+        assert_eq!(d.kind(), CombinerKind::Dup);
+        assert_eq!(d.envelope(), (0, 0, 1));
+    }
+
+    #[test]
+    fn subarray_orders() {
+        let int = p(Basic::Int);
+        let t = TypeDesc::subarray(&[4, 5], &[2, 3], &[1, 2], Order::C, &int).unwrap();
+        assert_eq!(bounds(&t), (0, 80, 80, 24, 28, 60));
+        assert_eq!(blk(&t), vec![(28, Basic::Int, 3), (48, Basic::Int, 3)]);
+        let t = TypeDesc::subarray(&[4, 5], &[2, 3], &[1, 2], Order::Fortran, &int).unwrap();
+        assert_eq!(bounds(&t), (0, 80, 80, 24, 36, 76));
+        assert_eq!(blk(&t), vec![(36, Basic::Int, 2), (52, Basic::Int, 2), (68, Basic::Int, 2)]);
+        assert_eq!(t.kind(), CombinerKind::Subarray);
+        assert_eq!(t.contents().ints, vec![2, 4, 5, 2, 3, 1, 2, 1]);
+        // 3-d, C order, whole array = contiguous
+        let t = TypeDesc::subarray(&[2, 3, 4], &[2, 3, 4], &[0, 0, 0], Order::C, &int).unwrap();
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 24)]);
+        assert!(t.is_contiguous(2));
+        assert!(TypeDesc::subarray(&[4], &[3], &[2], Order::C, &int).is_err());
+        assert!(TypeDesc::subarray(&[4], &[5], &[0], Order::C, &int).is_err());
+    }
+
+    #[test]
+    fn elem_detection() {
+        let (int, db) = (p(Basic::Int), p(Basic::Double));
+        assert_eq!(TypeDesc::vector(3, 1, 2, &db).unwrap().elem(), Some(Elem::Basic(Basic::Double)));
+        assert_eq!(TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db]).unwrap().elem(), None);
+        assert_eq!(TypeDesc::create_struct(&[1, 2], &[0, 8], &[&int, &int]).unwrap().elem(), Some(Elem::Basic(Basic::Int)));
+        let pi = a(TypeDesc::pair(Elem::SHORT_INT));
+        assert_eq!(TypeDesc::vector(2, 1, 3, &pi).unwrap().elem(), Some(Elem::SHORT_INT));
+        // a user struct {double, int} is not a pair type
+        let t = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&db, &int]).unwrap();
+        assert_eq!(bounds(&t), (0, 16, 16, 12, 0, 12));
+        assert_eq!(t.elem(), None);
+        // pairs mixed with ints are nothing
+        assert_eq!(TypeDesc::create_struct(&[1, 1], &[0, 8], &[&pi, &int]).unwrap().elem(), None);
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    /// Reference pack through the type map, element by element, byte by byte.
+    fn ref_pack(t: &TypeDesc, count: usize, buf: &[u8], origin: isize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..count {
+            for b in t.blocks() {
+                for k in 0..b.bytes() {
+                    out.push(buf[(origin + i as isize * t.extent() + b.disp + k as isize) as usize]);
+                }
+            }
+        }
+        out
+    }
+
+    fn check_roundtrip(t: &TypeDesc, count: usize) {
+        // origin so that negative displacements stay in the buffer
+        let lo = t.true_lb().min(t.true_lb() + (count as isize - 1).max(0) * t.extent()).min(0);
+        let origin = -lo + 3; // odd: unaligned
+        let span = (origin + t.true_ub().max(t.true_ub() + (count as isize - 1).max(0) * t.extent()) + 8) as usize;
+        let buf = pattern(span);
+        let expect = ref_pack(t, count, &buf, origin);
+        assert_eq!(expect.len(), t.packed_size(count));
+        let mut packed = vec![0u8; t.packed_size(count)];
+        // SAFETY: buf covers every byte of the type map of `count` elements at origin.
+        let n = unsafe { t.pack(count, buf.as_ptr().offset(origin), &mut packed) };
+        assert_eq!(n, packed.len());
+        assert_eq!(packed, expect);
+        // partial packing by every chunk size in a small set equals the whole
+        for chunk in [1usize, 3, 5, 8, 13, 64] {
+            let mut part = vec![0u8; packed.len()];
+            let mut off = 0;
+            while off < part.len() {
+                let end = (off + chunk).min(part.len());
+                // SAFETY: as above.
+                let n = unsafe { t.pack_range(count, buf.as_ptr().offset(origin), off, &mut part[off..end]) };
+                assert_eq!(n, end - off);
+                off = end;
+            }
+            assert_eq!(part, packed, "chunk {chunk}");
+        }
+        // unpack into zeroes, whole and in pieces: touched bytes equal, others stay 0
+        for chunk in [usize::MAX, 1, 7] {
+            let mut out = vec![0u8; span];
+            let mut off = 0;
+            while off < packed.len() {
+                let end = off.saturating_add(chunk).min(packed.len());
+                // SAFETY: out has the same span as buf.
+                let n = unsafe { t.unpack_range(count, &packed[off..end], off, out.as_mut_ptr().offset(origin)) };
+                assert_eq!(n, end - off);
+                off = end;
+            }
+            assert_eq!(ref_pack(t, count, &out, origin), packed);
+            let touched: usize = out.iter().zip(&buf).filter(|(o, b)| o == b && **o != 0).count();
+            assert!(touched <= packed.len());
+        }
+        // a short destination gets a prefix
+        if packed.len() > 2 {
+            let mut short = vec![0u8; packed.len() - 2];
+            // SAFETY: as above.
+            let n = unsafe { t.pack(count, buf.as_ptr().offset(origin), &mut short) };
+            assert_eq!(n, short.len());
+            assert_eq!(short[..], packed[..short.len()]);
+        }
+    }
+
+    #[test]
+    fn pack_roundtrips() {
+        let (int, db, ch) = (p(Basic::Int), p(Basic::Double), p(Basic::Char));
+        let inner = a(TypeDesc::vector(2, 1, 2, &int).unwrap());
+        let r = a(TypeDesc::resized(&int, -2, 10).unwrap());
+        let types = vec![
+            TypeDesc::predefined(Basic::Double),
+            TypeDesc::pair(Elem::DOUBLE_INT),
+            TypeDesc::pair(Elem::LONG_DOUBLE_INT),
+            TypeDesc::contiguous(5, &int).unwrap(),
+            TypeDesc::vector(3, 2, 4, &db).unwrap(),
+            TypeDesc::vector(3, 1, -2, &int).unwrap(),
+            TypeDesc::vector(3, 1, 2, &inner).unwrap(),
+            TypeDesc::indexed(&[2, 1], &[4, -1], &int).unwrap(),
+            TypeDesc::create_struct(&[1, 3, 1], &[0, 8, 20], &[&db, &ch, &int]).unwrap(),
+            TypeDesc::contiguous(2, &r).unwrap(),
+            TypeDesc::subarray(&[4, 5], &[2, 3], &[1, 2], Order::C, &int).unwrap(),
+            TypeDesc::contiguous(0, &int).unwrap(),
+        ];
+        for t in &types {
+            for count in [0, 1, 2, 5] {
+                check_roundtrip(t, count);
+            }
+        }
+    }
+
+    #[test]
+    fn contiguous_pack_offsets_true_lb() {
+        // a contiguous type whose data starts at true_lb = 8
+        let t = TypeDesc::hindexed(&[2], &[8], &p(Basic::Int)).unwrap();
+        assert!(t.is_contiguous(1));
+        let buf = pattern(32);
+        let mut out = [0u8; 8];
+        // SAFETY: buf holds bytes 8..16.
+        unsafe { t.pack(1, buf.as_ptr(), &mut out) };
+        assert_eq!(out[..], buf[8..16]);
+    }
+
+    #[test]
+    fn many_small_blocks() {
+        let n = 1_000_000usize;
+        let t = TypeDesc::vector(n as i64, 1, 2, &p(Basic::Int)).unwrap();
+        assert_eq!(t.blocks().len(), n);
+        let src: Vec<i32> = (0..2 * n as i32).collect();
+        let mut packed = vec![0u8; t.packed_size(1)];
+        // SAFETY: src holds 2n ints, the type touches ints 0, 2, .., 2n-2.
+        unsafe { t.pack(1, src.as_ptr() as *const u8, &mut packed) };
+        for (i, ch) in packed.chunks_exact(4).enumerate() {
+            assert_eq!(i32::from_ne_bytes(ch.try_into().unwrap()), 2 * i as i32);
+        }
+        let mut back = vec![-1i32; 2 * n];
+        // SAFETY: back has the same size as src.
+        unsafe { t.unpack(1, &packed, back.as_mut_ptr() as *mut u8) };
+        for i in 0..n {
+            assert_eq!(back[2 * i], 2 * i as i32);
+            assert_eq!(back[2 * i + 1], -1);
+        }
+    }
+}
