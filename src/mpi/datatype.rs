@@ -149,8 +149,7 @@ impl Elem {
     pub const LONG_DOUBLE_INT: Elem = Elem::Pair(Basic::LongDouble, Basic::Int);
     pub const TWO_INTEGER: Elem = Elem::Pair(Basic::FInteger, Basic::FInteger);
     pub const TWO_REAL: Elem = Elem::Pair(Basic::FReal, Basic::FReal);
-    pub const TWO_DOUBLE_PRECISION: Elem =
-        Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision);
+    pub const TWO_DOUBLE_PRECISION: Elem = Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision);
 
     /// The predefined pair types.
     pub const PAIRS: &'static [Elem] = &[
@@ -210,9 +209,7 @@ impl Elem {
             Elem::Pair(Basic::LongDouble, Basic::Int) => "MPI_LONG_DOUBLE_INT",
             Elem::Pair(Basic::FInteger, Basic::FInteger) => "MPI_2INTEGER",
             Elem::Pair(Basic::FReal, Basic::FReal) => "MPI_2REAL",
-            Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision) => {
-                "MPI_2DOUBLE_PRECISION"
-            }
+            Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision) => "MPI_2DOUBLE_PRECISION",
             Elem::Pair(..) => "(pair type)",
         }
     }
@@ -251,17 +248,60 @@ pub enum Combiner {
     /// A predefined type (basic or pair).
     Named(Elem),
     Dup(Arc<TypeDesc>),
-    Contiguous { count: i64, old: Arc<TypeDesc> },
-    Vector { count: i64, blocklen: i64, stride: i64, old: Arc<TypeDesc> },
+    Contiguous {
+        count: i64,
+        old: Arc<TypeDesc>,
+    },
+    Vector {
+        count: i64,
+        blocklen: i64,
+        stride: i64,
+        old: Arc<TypeDesc>,
+    },
     /// `stride` in bytes.
-    Hvector { count: i64, blocklen: i64, stride: isize, old: Arc<TypeDesc> },
-    Indexed { blocklens: Vec<i64>, disps: Vec<i64>, old: Arc<TypeDesc> },
-    Hindexed { blocklens: Vec<i64>, disps: Vec<isize>, old: Arc<TypeDesc> },
-    IndexedBlock { blocklen: i64, disps: Vec<i64>, old: Arc<TypeDesc> },
-    HindexedBlock { blocklen: i64, disps: Vec<isize>, old: Arc<TypeDesc> },
-    Struct { blocklens: Vec<i64>, disps: Vec<isize>, types: Vec<Arc<TypeDesc>> },
-    Subarray { sizes: Vec<i64>, subsizes: Vec<i64>, starts: Vec<i64>, order: Order, old: Arc<TypeDesc> },
-    Resized { lb: isize, extent: isize, old: Arc<TypeDesc> },
+    Hvector {
+        count: i64,
+        blocklen: i64,
+        stride: isize,
+        old: Arc<TypeDesc>,
+    },
+    Indexed {
+        blocklens: Vec<i64>,
+        disps: Vec<i64>,
+        old: Arc<TypeDesc>,
+    },
+    Hindexed {
+        blocklens: Vec<i64>,
+        disps: Vec<isize>,
+        old: Arc<TypeDesc>,
+    },
+    IndexedBlock {
+        blocklen: i64,
+        disps: Vec<i64>,
+        old: Arc<TypeDesc>,
+    },
+    HindexedBlock {
+        blocklen: i64,
+        disps: Vec<isize>,
+        old: Arc<TypeDesc>,
+    },
+    Struct {
+        blocklens: Vec<i64>,
+        disps: Vec<isize>,
+        types: Vec<Arc<TypeDesc>>,
+    },
+    Subarray {
+        sizes: Vec<i64>,
+        subsizes: Vec<i64>,
+        starts: Vec<i64>,
+        order: Order,
+        old: Arc<TypeDesc>,
+    },
+    Resized {
+        lb: isize,
+        extent: isize,
+        old: Arc<TypeDesc>,
+    },
 }
 
 /// The combiner kind, for `MPI_Type_get_envelope` (the ABI layer maps it to
@@ -426,11 +466,15 @@ impl Builder {
             Some(e) if e == child.elem => e,
             Some(_) => None,
         });
-        self.blocks.reserve(reps.saturating_mul(child.blocks.len()).min(1 << 20));
+        self.blocks
+            .reserve(reps.saturating_mul(child.blocks.len()).min(1 << 20));
         for k in 0..reps {
             let base = disp + k as isize * ext;
             for b in &child.blocks {
-                self.push_block(Block { disp: base + b.disp, ..*b });
+                self.push_block(Block {
+                    disp: base + b.disp,
+                    ..*b
+                });
             }
         }
         Ok(())
@@ -514,7 +558,11 @@ impl TypeDesc {
     pub fn predefined(b: Basic) -> TypeDesc {
         let sz = b.size() as isize;
         TypeDesc::from_parts(
-            vec![Block { disp: 0, basic: b, count: 1 }],
+            vec![Block {
+                disp: 0,
+                basic: b,
+                count: 1,
+            }],
             0,
             sz,
             0,
@@ -534,11 +582,19 @@ impl TypeDesc {
             Elem::Basic(b) => TypeDesc::predefined(b),
             Elem::Pair(v, i) => {
                 let ioff = e.index_offset() as isize;
-                let mut blocks = vec![Block { disp: 0, basic: v, count: 1 }];
+                let mut blocks = vec![Block {
+                    disp: 0,
+                    basic: v,
+                    count: 1,
+                }];
                 if v == i && ioff == v.size() as isize {
                     blocks[0].count = 2;
                 } else {
-                    blocks.push(Block { disp: ioff, basic: i, count: 1 });
+                    blocks.push(Block {
+                        disp: ioff,
+                        basic: i,
+                        count: 1,
+                    });
                 }
                 TypeDesc::from_parts(
                     blocks,
@@ -560,21 +616,37 @@ impl TypeDesc {
         let n = check_count("count", count)?;
         let mut b = Builder::new();
         b.push(0, n, old)?;
-        Ok(b.finish(Combiner::Contiguous { count, old: old.clone() }, false))
+        Ok(b.finish(
+            Combiner::Contiguous {
+                count,
+                old: old.clone(),
+            },
+            false,
+        ))
     }
 
     /// `stride` in multiples of `old`'s extent.
     pub fn vector(count: i64, blocklen: i64, stride: i64, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
         let stride_bytes = mul_disp(stride, old.extent())?;
         let mut t = Self::hvector_inner(count, blocklen, stride_bytes, old)?;
-        t.combiner = Combiner::Vector { count, blocklen, stride, old: old.clone() };
+        t.combiner = Combiner::Vector {
+            count,
+            blocklen,
+            stride,
+            old: old.clone(),
+        };
         Ok(t)
     }
 
     /// `stride` in bytes.
     pub fn hvector(count: i64, blocklen: i64, stride: isize, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
         let mut t = Self::hvector_inner(count, blocklen, stride, old)?;
-        t.combiner = Combiner::Hvector { count, blocklen, stride, old: old.clone() };
+        t.combiner = Combiner::Hvector {
+            count,
+            blocklen,
+            stride,
+            old: old.clone(),
+        };
         Ok(t)
     }
 
@@ -590,22 +662,38 @@ impl TypeDesc {
 
     /// Displacements in multiples of `old`'s extent.
     pub fn indexed(blocklens: &[i64], disps: &[i64], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
-        let bytes: Vec<isize> = disps.iter().map(|&d| mul_disp(d, old.extent())).collect::<MpiResult<_>>()?;
+        let bytes: Vec<isize> = disps
+            .iter()
+            .map(|&d| mul_disp(d, old.extent()))
+            .collect::<MpiResult<_>>()?;
         let mut t = Self::hindexed_inner(blocklens, &bytes, old)?;
-        t.combiner = Combiner::Indexed { blocklens: blocklens.to_vec(), disps: disps.to_vec(), old: old.clone() };
+        t.combiner = Combiner::Indexed {
+            blocklens: blocklens.to_vec(),
+            disps: disps.to_vec(),
+            old: old.clone(),
+        };
         Ok(t)
     }
 
     /// Displacements in bytes.
     pub fn hindexed(blocklens: &[i64], disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
         let mut t = Self::hindexed_inner(blocklens, disps, old)?;
-        t.combiner = Combiner::Hindexed { blocklens: blocklens.to_vec(), disps: disps.to_vec(), old: old.clone() };
+        t.combiner = Combiner::Hindexed {
+            blocklens: blocklens.to_vec(),
+            disps: disps.to_vec(),
+            old: old.clone(),
+        };
         Ok(t)
     }
 
     fn hindexed_inner(blocklens: &[i64], disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
         if blocklens.len() != disps.len() {
-            mpi_bail!(MPI_ERR_ARG, "{} block lengths but {} displacements", blocklens.len(), disps.len());
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "{} block lengths but {} displacements",
+                blocklens.len(),
+                disps.len()
+            );
         }
         let mut b = Builder::new();
         for (&bl, &d) in blocklens.iter().zip(disps) {
@@ -617,10 +705,17 @@ impl TypeDesc {
     /// Displacements in multiples of `old`'s extent.
     pub fn indexed_block(blocklen: i64, disps: &[i64], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
         check_blocklen(blocklen)?;
-        let bytes: Vec<isize> = disps.iter().map(|&d| mul_disp(d, old.extent())).collect::<MpiResult<_>>()?;
+        let bytes: Vec<isize> = disps
+            .iter()
+            .map(|&d| mul_disp(d, old.extent()))
+            .collect::<MpiResult<_>>()?;
         let bls = vec![blocklen; disps.len()];
         let mut t = Self::hindexed_inner(&bls, &bytes, old)?;
-        t.combiner = Combiner::IndexedBlock { blocklen, disps: disps.to_vec(), old: old.clone() };
+        t.combiner = Combiner::IndexedBlock {
+            blocklen,
+            disps: disps.to_vec(),
+            old: old.clone(),
+        };
         Ok(t)
     }
 
@@ -629,7 +724,11 @@ impl TypeDesc {
         check_blocklen(blocklen)?;
         let bls = vec![blocklen; disps.len()];
         let mut t = Self::hindexed_inner(&bls, disps, old)?;
-        t.combiner = Combiner::HindexedBlock { blocklen, disps: disps.to_vec(), old: old.clone() };
+        t.combiner = Combiner::HindexedBlock {
+            blocklen,
+            disps: disps.to_vec(),
+            old: old.clone(),
+        };
         Ok(t)
     }
 
@@ -667,7 +766,11 @@ impl TypeDesc {
         t.ub = ub;
         t.lb_marker = true;
         t.ub_marker = true;
-        t.combiner = Combiner::Resized { lb, extent, old: old.clone() };
+        t.combiner = Combiner::Resized {
+            lb,
+            extent,
+            old: old.clone(),
+        };
         Ok(t)
     }
 
@@ -680,7 +783,13 @@ impl TypeDesc {
     /// An `ndims`-dimensional subarray of an array of `sizes` elements of `old`,
     /// `subsizes` elements starting at `starts`. The result has lb 0 and the
     /// extent of the whole array.
-    pub fn subarray(sizes: &[i64], subsizes: &[i64], starts: &[i64], order: Order, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    pub fn subarray(
+        sizes: &[i64],
+        subsizes: &[i64],
+        starts: &[i64],
+        order: Order,
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         let nd = sizes.len();
         if nd == 0 {
             mpi_bail!(MPI_ERR_ARG, "subarray needs at least one dimension");
@@ -690,13 +799,29 @@ impl TypeDesc {
         }
         for d in 0..nd {
             if sizes[d] < 1 {
-                mpi_bail!(MPI_ERR_ARG, "subarray: size {} of dimension {} is not positive", sizes[d], d);
+                mpi_bail!(
+                    MPI_ERR_ARG,
+                    "subarray: size {} of dimension {} is not positive",
+                    sizes[d],
+                    d
+                );
             }
             if subsizes[d] < 0 || subsizes[d] > sizes[d] {
-                mpi_bail!(MPI_ERR_ARG, "subarray: subsize {} of dimension {} is not in 0..={}", subsizes[d], d, sizes[d]);
+                mpi_bail!(
+                    MPI_ERR_ARG,
+                    "subarray: subsize {} of dimension {} is not in 0..={}",
+                    subsizes[d],
+                    d,
+                    sizes[d]
+                );
             }
             if starts[d] < 0 || starts[d] > sizes[d] - subsizes[d] {
-                mpi_bail!(MPI_ERR_ARG, "subarray: start {} of dimension {} is out of range", starts[d], d);
+                mpi_bail!(
+                    MPI_ERR_ARG,
+                    "subarray: start {} of dimension {} is out of range",
+                    starts[d],
+                    d
+                );
             }
         }
         // Dimensions from fastest to slowest varying.
@@ -814,11 +939,21 @@ impl TypeDesc {
                 c.ints.push(*count);
                 c.types.push(old.clone());
             }
-            Combiner::Vector { count, blocklen, stride, old } => {
+            Combiner::Vector {
+                count,
+                blocklen,
+                stride,
+                old,
+            } => {
                 c.ints.extend([*count, *blocklen, *stride]);
                 c.types.push(old.clone());
             }
-            Combiner::Hvector { count, blocklen, stride, old } => {
+            Combiner::Hvector {
+                count,
+                blocklen,
+                stride,
+                old,
+            } => {
                 c.ints.extend([*count, *blocklen]);
                 c.addrs.push(*stride);
                 c.types.push(old.clone());
@@ -845,13 +980,23 @@ impl TypeDesc {
                 c.addrs.extend(disps);
                 c.types.push(old.clone());
             }
-            Combiner::Struct { blocklens, disps, types } => {
+            Combiner::Struct {
+                blocklens,
+                disps,
+                types,
+            } => {
                 c.ints.push(blocklens.len() as i64);
                 c.ints.extend(blocklens);
                 c.addrs.extend(disps);
                 c.types.extend(types.iter().cloned());
             }
-            Combiner::Subarray { sizes, subsizes, starts, order, old } => {
+            Combiner::Subarray {
+                sizes,
+                subsizes,
+                starts,
+                order,
+                old,
+            } => {
                 c.ints.push(sizes.len() as i64);
                 c.ints.extend(sizes);
                 c.ints.extend(subsizes);
@@ -993,7 +1138,6 @@ unsafe fn copy_small(s: *const u8, d: *mut u8, n: usize) {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1025,7 +1169,10 @@ mod tests {
         for b in Basic::ALL {
             assert!(b.size() % b.align() == 0, "{}", b.name());
             let t = TypeDesc::predefined(*b);
-            assert_eq!(bounds(&t), (0, b.size() as isize, b.size() as isize, b.size(), 0, b.size() as isize));
+            assert_eq!(
+                bounds(&t),
+                (0, b.size() as isize, b.size() as isize, b.size(), 0, b.size() as isize)
+            );
             assert!(t.is_contiguous(7));
             assert_eq!(t.elem(), Some(Elem::Basic(*b)));
             assert_eq!(t.envelope(), (0, 0, 0));
@@ -1070,14 +1217,20 @@ mod tests {
         let z = TypeDesc::contiguous(0, &p(Basic::Int)).unwrap();
         assert_eq!(bounds(&z), (0, 0, 0, 0, 0, 0));
         assert!(z.blocks().is_empty());
-        assert_eq!(TypeDesc::contiguous(-1, &p(Basic::Int)).unwrap_err().class, c::MPI_ERR_COUNT);
+        assert_eq!(
+            TypeDesc::contiguous(-1, &p(Basic::Int)).unwrap_err().class,
+            c::MPI_ERR_COUNT
+        );
     }
 
     #[test]
     fn vector_bounds() {
         let t = TypeDesc::vector(3, 2, 4, &p(Basic::Double)).unwrap();
         assert_eq!(bounds(&t), (0, 80, 80, 48, 0, 80));
-        assert_eq!(blk(&t), vec![(0, Basic::Double, 2), (32, Basic::Double, 2), (64, Basic::Double, 2)]);
+        assert_eq!(
+            blk(&t),
+            vec![(0, Basic::Double, 2), (32, Basic::Double, 2), (64, Basic::Double, 2)]
+        );
         assert!(!t.is_contiguous(1));
         // stride == blocklen: merged to one block, contiguous
         let t = TypeDesc::vector(4, 2, 2, &p(Basic::Int)).unwrap();
@@ -1087,8 +1240,14 @@ mod tests {
         let t = TypeDesc::vector(3, 1, -2, &p(Basic::Int)).unwrap();
         assert_eq!(bounds(&t), (-16, 4, 20, 12, -16, 4));
         assert_eq!(blk(&t)[0], (0, Basic::Int, 1));
-        assert_eq!(TypeDesc::vector(2, -1, 2, &p(Basic::Int)).unwrap_err().class, c::MPI_ERR_ARG);
-        assert_eq!(TypeDesc::vector(-2, 1, 2, &p(Basic::Int)).unwrap_err().class, c::MPI_ERR_COUNT);
+        assert_eq!(
+            TypeDesc::vector(2, -1, 2, &p(Basic::Int)).unwrap_err().class,
+            c::MPI_ERR_ARG
+        );
+        assert_eq!(
+            TypeDesc::vector(-2, 1, 2, &p(Basic::Int)).unwrap_err().class,
+            c::MPI_ERR_COUNT
+        );
         // hvector, bytes
         let t = TypeDesc::hvector(2, 3, 100, &p(Basic::Int)).unwrap();
         assert_eq!(bounds(&t), (0, 112, 112, 24, 0, 112));
@@ -1127,8 +1286,14 @@ mod tests {
         assert_eq!(t.contents().ints, vec![2, 2, 0, 5]);
         let t = TypeDesc::hindexed_block(1, &[-8, 8], &p(Basic::Double)).unwrap();
         assert_eq!(bounds(&t), (-8, 16, 24, 16, -8, 16));
-        assert_eq!(TypeDesc::indexed(&[1, -1], &[0, 1], &int).unwrap_err().class, c::MPI_ERR_ARG);
-        assert_eq!(TypeDesc::indexed_block(-1, &[0], &int).unwrap_err().class, c::MPI_ERR_ARG);
+        assert_eq!(
+            TypeDesc::indexed(&[1, -1], &[0, 1], &int).unwrap_err().class,
+            c::MPI_ERR_ARG
+        );
+        assert_eq!(
+            TypeDesc::indexed_block(-1, &[0], &int).unwrap_err().class,
+            c::MPI_ERR_ARG
+        );
     }
 
     #[test]
@@ -1151,10 +1316,21 @@ mod tests {
         let s = a(TypeDesc::create_struct(&[1, 1], &[0, 8], &[&db, &ch]).unwrap());
         let t = TypeDesc::contiguous(2, &s).unwrap();
         assert_eq!(bounds(&t), (0, 32, 32, 18, 0, 25));
-        assert_eq!(blk(&t), vec![(0, Basic::Double, 1), (8, Basic::Char, 1), (16, Basic::Double, 1), (24, Basic::Char, 1)]);
+        assert_eq!(
+            blk(&t),
+            vec![
+                (0, Basic::Double, 1),
+                (8, Basic::Char, 1),
+                (16, Basic::Double, 1),
+                (24, Basic::Char, 1)
+            ]
+        );
         let c = s.contents();
         assert_eq!((c.ints, c.addrs, c.types.len()), (vec![2, 1, 1], vec![0, 8], 2));
-        assert_eq!(TypeDesc::create_struct(&[1], &[0, 1], &[&ch]).unwrap_err().class, c::MPI_ERR_ARG);
+        assert_eq!(
+            TypeDesc::create_struct(&[1], &[0, 1], &[&ch]).unwrap_err().class,
+            c::MPI_ERR_ARG
+        );
     }
 
     #[test]
@@ -1195,7 +1371,10 @@ mod tests {
         assert_eq!(blk(&t), vec![(28, Basic::Int, 3), (48, Basic::Int, 3)]);
         let t = TypeDesc::subarray(&[4, 5], &[2, 3], &[1, 2], Order::Fortran, &int).unwrap();
         assert_eq!(bounds(&t), (0, 80, 80, 24, 36, 76));
-        assert_eq!(blk(&t), vec![(36, Basic::Int, 2), (52, Basic::Int, 2), (68, Basic::Int, 2)]);
+        assert_eq!(
+            blk(&t),
+            vec![(36, Basic::Int, 2), (52, Basic::Int, 2), (68, Basic::Int, 2)]
+        );
         assert_eq!(t.kind(), CombinerKind::Subarray);
         assert_eq!(t.contents().ints, vec![2, 4, 5, 2, 3, 1, 2, 1]);
         // 3-d, C order, whole array = contiguous
@@ -1209,9 +1388,18 @@ mod tests {
     #[test]
     fn elem_detection() {
         let (int, db) = (p(Basic::Int), p(Basic::Double));
-        assert_eq!(TypeDesc::vector(3, 1, 2, &db).unwrap().elem(), Some(Elem::Basic(Basic::Double)));
-        assert_eq!(TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db]).unwrap().elem(), None);
-        assert_eq!(TypeDesc::create_struct(&[1, 2], &[0, 8], &[&int, &int]).unwrap().elem(), Some(Elem::Basic(Basic::Int)));
+        assert_eq!(
+            TypeDesc::vector(3, 1, 2, &db).unwrap().elem(),
+            Some(Elem::Basic(Basic::Double))
+        );
+        assert_eq!(
+            TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db]).unwrap().elem(),
+            None
+        );
+        assert_eq!(
+            TypeDesc::create_struct(&[1, 2], &[0, 8], &[&int, &int]).unwrap().elem(),
+            Some(Elem::Basic(Basic::Int))
+        );
         let pi = a(TypeDesc::pair(Elem::SHORT_INT));
         assert_eq!(TypeDesc::vector(2, 1, 3, &pi).unwrap().elem(), Some(Elem::SHORT_INT));
         // a user struct {double, int} is not a pair type
@@ -1219,7 +1407,10 @@ mod tests {
         assert_eq!(bounds(&t), (0, 16, 16, 12, 0, 12));
         assert_eq!(t.elem(), None);
         // pairs mixed with ints are nothing
-        assert_eq!(TypeDesc::create_struct(&[1, 1], &[0, 8], &[&pi, &int]).unwrap().elem(), None);
+        assert_eq!(
+            TypeDesc::create_struct(&[1, 1], &[0, 8], &[&pi, &int]).unwrap().elem(),
+            None
+        );
     }
 
     fn pattern(n: usize) -> Vec<u8> {
@@ -1241,7 +1432,10 @@ mod tests {
 
     fn check_roundtrip(t: &TypeDesc, count: usize) {
         // origin so that negative displacements stay in the buffer
-        let lo = t.true_lb().min(t.true_lb() + (count as isize - 1).max(0) * t.extent()).min(0);
+        let lo = t
+            .true_lb()
+            .min(t.true_lb() + (count as isize - 1).max(0) * t.extent())
+            .min(0);
         let origin = -lo + 3; // odd: unaligned
         let span = (origin + t.true_ub().max(t.true_ub() + (count as isize - 1).max(0) * t.extent()) + 8) as usize;
         let buf = pattern(span);

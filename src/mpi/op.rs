@@ -100,8 +100,10 @@ pub fn check(op: BuiltinOp, elem: Elem) -> MpiResult<()> {
         Elem::Basic(b) => class_allows(op, b.class()),
         Elem::Pair(v, i) => {
             let num = |c: TypeClass| matches!(c, TypeClass::Integer | TypeClass::Floating);
-            matches!(op, BuiltinOp::Minloc | BuiltinOp::Maxloc | BuiltinOp::Replace | BuiltinOp::NoOp)
-                && num(v.class())
+            matches!(
+                op,
+                BuiltinOp::Minloc | BuiltinOp::Maxloc | BuiltinOp::Replace | BuiltinOp::NoOp
+            ) && num(v.class())
                 && num(i.class())
         }
     };
@@ -180,7 +182,10 @@ impl<T: Prim> Prim for Cx<T> {
     const N: usize = 2 * T::N;
     #[inline(always)]
     fn ld(b: &[u8]) -> Self {
-        Cx { re: T::ld(&b[..T::N]), im: T::ld(&b[T::N..2 * T::N]) }
+        Cx {
+            re: T::ld(&b[..T::N]),
+            im: T::ld(&b[T::N..2 * T::N]),
+        }
     }
     #[inline(always)]
     fn st(self, b: &mut [u8]) {
@@ -198,7 +203,7 @@ fn map2<T: Prim>(input: &[u8], inout: &mut [u8], f: impl Fn(T, T) -> T) {
     debug_assert_eq!(inout.len() % T::N, 0);
     let n = inout.len() / T::N;
     let al = std::mem::align_of::<T>();
-    if input.as_ptr() as usize % al == 0 && inout.as_ptr() as usize % al == 0 {
+    if (input.as_ptr() as usize).is_multiple_of(al) && (inout.as_ptr() as usize).is_multiple_of(al) {
         // SAFETY: both pointers are aligned for T and cover n * size_of::<T>()
         // bytes (T::N == size_of::<T>() for every Prim); T is plain numbers, so
         // every bit pattern is valid; `input` and `inout` cannot overlap (one
@@ -316,10 +321,8 @@ fn reduce_loc(min: bool, v: Basic, i: Basic, a: &[u8], io: &mut [u8]) -> MpiResu
     for (x, y) in a.chunks_exact(sz).zip(io.chunks_exact_mut(sz)) {
         match cmp_val(v, &x[..vs], &y[..vs]) {
             Some(o) if o == better => y.copy_from_slice(x),
-            Some(Ordering::Equal) => {
-                if cmp_val(i, &x[vs..], &y[vs..]) == Some(Ordering::Less) {
-                    y[vs..].copy_from_slice(&x[vs..]);
-                }
+            Some(Ordering::Equal) if cmp_val(i, &x[vs..], &y[vs..]) == Some(Ordering::Less) => {
+                y[vs..].copy_from_slice(&x[vs..]);
             }
             _ => {}
         }
@@ -464,12 +467,20 @@ mod f80 {
 
     #[cfg(not(target_arch = "x86_64"))]
     pub(super) fn reduce_real(op: BuiltinOp, _a: &[u8], _io: &mut [u8]) -> MpiResult<()> {
-        crate::mpi_bail!(MPI_ERR_OP, "{} on MPI_LONG_DOUBLE is only implemented on x86-64", op.name())
+        crate::mpi_bail!(
+            MPI_ERR_OP,
+            "{} on MPI_LONG_DOUBLE is only implemented on x86-64",
+            op.name()
+        )
     }
 
     #[cfg(not(target_arch = "x86_64"))]
     pub(super) fn reduce_complex(op: BuiltinOp, _a: &[u8], _io: &mut [u8]) -> MpiResult<()> {
-        crate::mpi_bail!(MPI_ERR_OP, "{} on MPI_C_LONG_DOUBLE_COMPLEX is only implemented on x86-64", op.name())
+        crate::mpi_bail!(
+            MPI_ERR_OP,
+            "{} on MPI_C_LONG_DOUBLE_COMPLEX is only implemented on x86-64",
+            op.name()
+        )
     }
 }
 
@@ -514,7 +525,19 @@ mod tests {
             assert!(ok(Replace, b(t)) && ok(NoOp, b(t)), "{}", t.name());
             assert!(!ok(Minloc, b(t)) && !ok(Maxloc, b(t)), "{}", t.name());
         }
-        for t in [Int, Unsigned, Long, UnsignedLongLong, Int8, Uint64, SignedChar, Aint, Offset, Count, FInteger] {
+        for t in [
+            Int,
+            Unsigned,
+            Long,
+            UnsignedLongLong,
+            Int8,
+            Uint64,
+            SignedChar,
+            Aint,
+            Offset,
+            Count,
+            FInteger,
+        ] {
             for op in [Sum, Prod, Min, Max, Band, Bor, Bxor, Land, Lor, Lxor] {
                 assert!(ok(op, b(t)), "{} {}", op.name(), t.name());
             }
@@ -575,7 +598,10 @@ mod tests {
         assert_eq!(red::<u8>(Sum, UnsignedChar, &[250, 1], &[10, 2]), vec![4, 3]);
         assert_eq!(red::<i8>(Sum, Int8, &[127, -128], &[1, -1]), vec![-128, 127]);
         assert_eq!(red::<i8>(Min, SignedChar, &[-3, 4], &[2, -9]), vec![-3, -9]);
-        assert_eq!(red::<u16>(Prod, Uint16, &[300, 2], &[300, 3]), vec![(90000u32 % 65536) as u16, 6]);
+        assert_eq!(
+            red::<u16>(Prod, Uint16, &[300, 2], &[300, 3]),
+            vec![(90000u32 % 65536) as u16, 6]
+        );
         assert_eq!(red::<i16>(Max, Short, &[-300, 2], &[-301, 3]), vec![-300, 3]);
         assert_eq!(red::<u32>(Min, Unsigned, &[u32::MAX, 0], &[1, 5]), vec![1, 0]);
         assert_eq!(red::<i64>(Sum, Long, &[i64::MAX, -5], &[1, 2]), vec![i64::MIN, -3]);
@@ -631,17 +657,29 @@ mod tests {
         }
         let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let b: Vec<f32> = (0..n).map(|i| (n - i) as f32).collect();
-        assert!(red(Max, Basic::Float, &a, &b).iter().enumerate().all(|(i, &v)| v == a[i].max(b[i])));
+        assert!(red(Max, Basic::Float, &a, &b)
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == a[i].max(b[i])));
         let a: Vec<i32> = (0..n as i32).collect();
-        assert!(red(Sum, Basic::Int, &a, &a).iter().enumerate().all(|(i, &v)| v == 2 * i as i32));
+        assert!(red(Sum, Basic::Int, &a, &a)
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == 2 * i as i32));
     }
 
     #[test]
     fn complex_ops() {
         let a = [Cx { re: 1.0f64, im: 2.0 }, Cx { re: 0.5, im: -1.0 }];
         let b = [Cx { re: 3.0f64, im: 4.0 }, Cx { re: 2.0, im: 2.0 }];
-        assert_eq!(red(Prod, Basic::DoubleComplex, &a, &b), vec![Cx { re: -5.0, im: 10.0 }, Cx { re: 3.0, im: -1.0 }]);
-        assert_eq!(red(Sum, Basic::DoubleComplex, &a, &b), vec![Cx { re: 4.0, im: 6.0 }, Cx { re: 2.5, im: 1.0 }]);
+        assert_eq!(
+            red(Prod, Basic::DoubleComplex, &a, &b),
+            vec![Cx { re: -5.0, im: 10.0 }, Cx { re: 3.0, im: -1.0 }]
+        );
+        assert_eq!(
+            red(Sum, Basic::DoubleComplex, &a, &b),
+            vec![Cx { re: 4.0, im: 6.0 }, Cx { re: 2.5, im: 1.0 }]
+        );
         let a = [Cx { re: 1.0f32, im: 2.0 }];
         let b = [Cx { re: 3.0f32, im: 4.0 }];
         assert_eq!(red(Prod, Basic::FloatComplex, &a, &b), vec![Cx { re: -5.0, im: 10.0 }]);
@@ -660,7 +698,9 @@ mod tests {
         out
     }
     fn unpairs<V: Prim>(b: &[u8]) -> Vec<(V, i32)> {
-        b.chunks_exact(V::N + 4).map(|c| (V::ld(&c[..V::N]), i32::ld(&c[V::N..]))).collect()
+        b.chunks_exact(V::N + 4)
+            .map(|c| (V::ld(&c[..V::N]), i32::ld(&c[V::N..])))
+            .collect()
     }
 
     #[test]
