@@ -336,9 +336,10 @@ pub struct Contents {
 /// A datatype: flattened type map plus bounds and the combiner.
 #[derive(Clone, Debug)]
 pub struct TypeDesc {
-    blocks: Vec<Block>,
+    /// Shared, so `dup` and `resized` do not copy large maps.
+    blocks: Arc<[Block]>,
     /// Packed offset of each block inside one element (same length as `blocks`).
-    offs: Vec<usize>,
+    offs: Arc<[usize]>,
     lb: isize,
     ub: isize,
     true_lb: isize,
@@ -350,6 +351,9 @@ pub struct TypeDesc {
     elem: Option<Elem>,
     combiner: Combiner,
 }
+
+/// Most separate pieces a flattened type map may hold (24 bytes each).
+pub const MAX_BLOCKS: usize = 1 << 26;
 
 fn check_count(what: &str, n: i64) -> MpiResult<usize> {
     if n < 0 {
@@ -460,17 +464,37 @@ impl Builder {
             self.true_ub = max_opt(self.true_ub, hi + child.true_ub);
         }
         self.align = self.align.max(child.align);
-        self.size += reps * child.size;
+        let Some(size) = reps.checked_mul(child.size).and_then(|s| s.checked_add(self.size)) else {
+            mpi_bail!(MPI_ERR_ARG, "type size overflows");
+        };
+        self.size = size;
         self.elem = Some(match self.elem {
             None => child.elem,
             Some(e) if e == child.elem => e,
             Some(_) => None,
         });
-        self.blocks
-            .reserve(reps.saturating_mul(child.blocks.len()).min(1 << 20));
+        if child.is_dense() {
+            // One run: `reps` copies side by side are a single longer block.
+            let b = child.blocks[0];
+            self.push_block(Block {
+                disp: disp + b.disp,
+                basic: b.basic,
+                count: b.count * reps,
+            });
+            return Ok(());
+        }
+        let pieces = reps.saturating_mul(child.blocks.len());
+        if pieces > MAX_BLOCKS || self.blocks.len() + pieces > MAX_BLOCKS {
+            mpi_bail!(
+                MPI_ERR_NO_MEM,
+                "type map of more than {} separate pieces (gpumpi flattens type maps)",
+                MAX_BLOCKS
+            );
+        }
+        self.blocks.reserve(pieces.min(1 << 20));
         for k in 0..reps {
             let base = disp + k as isize * ext;
-            for b in &child.blocks {
+            for b in child.blocks.iter() {
                 self.push_block(Block {
                     disp: base + b.disp,
                     ..*b
@@ -537,8 +561,8 @@ impl TypeDesc {
             size += b.bytes();
         }
         TypeDesc {
-            blocks,
-            offs,
+            blocks: blocks.into(),
+            offs: offs.into(),
             lb,
             ub,
             true_lb,
@@ -654,8 +678,28 @@ impl TypeDesc {
         let n = check_count("count", count)?;
         let bl = check_blocklen(blocklen)?;
         let mut b = Builder::new();
-        for i in 0..n {
-            b.push(mul_disp(i as i64, stride)?, bl, old)?;
+        if old.is_dense() && Some(stride) == isize::try_from(bl).ok().and_then(|bl| bl.checked_mul(old.extent())) {
+            // Blocks side by side: one run (no per-block loop for huge counts).
+            let Some(total) = n.checked_mul(bl) else {
+                mpi_bail!(MPI_ERR_COUNT, "count {} * block length {} overflows", n, bl);
+            };
+            b.push(0, total, old)?;
+        } else if bl > 0 && (old.size() > 0 || old.lb_marker || old.ub_marker) {
+            let per = if old.is_dense() {
+                1
+            } else {
+                bl.saturating_mul(old.blocks.len())
+            };
+            if n.saturating_mul(per) > MAX_BLOCKS {
+                mpi_bail!(
+                    MPI_ERR_NO_MEM,
+                    "type map of more than {} separate pieces (gpumpi flattens type maps)",
+                    MAX_BLOCKS
+                );
+            }
+            for i in 0..n {
+                b.push(mul_disp(i as i64, stride)?, bl, old)?;
+            }
         }
         Ok(b.finish(Combiner::Dup(old.clone()), false))
     }
@@ -852,6 +896,12 @@ impl TypeDesc {
 
     // ---------------------------------------------------------------- queries
 
+    /// One block whose copies at multiples of the extent touch: `n` elements
+    /// are one run of `n * size` bytes.
+    fn is_dense(&self) -> bool {
+        self.blocks.len() == 1 && self.extent() == self.size as isize
+    }
+
     pub fn blocks(&self) -> &[Block] {
         &self.blocks
     }
@@ -897,6 +947,39 @@ impl TypeDesc {
     /// Bytes of the packed stream of `count` elements.
     pub fn packed_size(&self, count: usize) -> usize {
         self.size.saturating_mul(count)
+    }
+
+    /// `MPI_Get_count`: whole elements in `bytes` of packed data, None
+    /// (MPI_UNDEFINED) when `bytes` is not a whole number of elements.
+    pub fn count_of(&self, bytes: usize) -> Option<usize> {
+        if self.size == 0 {
+            return if bytes == 0 { Some(0) } else { None };
+        }
+        (bytes % self.size == 0).then_some(bytes / self.size)
+    }
+
+    /// `MPI_Get_elements`: basic elements in the first `bytes` bytes of the
+    /// packed stream, None (MPI_UNDEFINED) when `bytes` ends inside a basic
+    /// element. A pair type counts as two basic elements (value and index).
+    pub fn elements_of(&self, bytes: usize) -> Option<usize> {
+        if self.size == 0 {
+            return if bytes == 0 { Some(0) } else { None };
+        }
+        let per: usize = self.blocks.iter().map(|b| b.count).sum();
+        let mut n = (bytes / self.size) * per;
+        let mut rem = bytes % self.size;
+        for b in self.blocks.iter() {
+            if rem == 0 {
+                break;
+            }
+            let take = rem.min(b.bytes());
+            if take % b.basic.size() != 0 {
+                return None;
+            }
+            n += take / b.basic.size();
+            rem -= take;
+        }
+        Some(n)
     }
 
     /// True when the data of `count` elements is one contiguous run of
@@ -1520,6 +1603,49 @@ mod tests {
         // SAFETY: buf holds bytes 8..16.
         unsafe { t.pack(1, buf.as_ptr(), &mut out) };
         assert_eq!(out[..], buf[8..16]);
+    }
+
+    #[test]
+    fn huge_counts() {
+        let int = p(Basic::Int);
+        let t = TypeDesc::contiguous(1 << 40, &int).unwrap();
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 1 << 40)]);
+        assert_eq!(t.size(), 4 << 40);
+        let t = TypeDesc::vector(1 << 40, 2, 2, &int).unwrap();
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 2 << 40)]);
+        let t = TypeDesc::vector(1 << 40, 0, 2, &int).unwrap();
+        assert_eq!(bounds(&t), (0, 0, 0, 0, 0, 0));
+        let e = TypeDesc::vector(1 << 40, 1, 2, &int).unwrap_err();
+        assert_eq!(e.class, c::MPI_ERR_NO_MEM);
+        let v = a(TypeDesc::vector(2, 1, 2, &int).unwrap());
+        let e = TypeDesc::contiguous(1 << 40, &v).unwrap_err();
+        assert_eq!(e.class, c::MPI_ERR_NO_MEM);
+        // contiguous of a dense struct merges
+        let s = a(TypeDesc::create_struct(&[2], &[0], &[&int]).unwrap());
+        assert_eq!(
+            blk(&TypeDesc::contiguous(1000, &s).unwrap()),
+            vec![(0, Basic::Int, 2000)]
+        );
+    }
+
+    #[test]
+    fn count_and_elements() {
+        let (int, db, ch) = (p(Basic::Int), p(Basic::Double), p(Basic::Char));
+        let s = TypeDesc::create_struct(&[1, 3], &[0, 8], &[&db, &ch]).unwrap();
+        assert_eq!(s.size(), 11);
+        assert_eq!(s.count_of(22), Some(2));
+        assert_eq!(s.count_of(23), None);
+        assert_eq!(s.elements_of(22), Some(8));
+        assert_eq!(s.elements_of(22 + 8), Some(9));
+        assert_eq!(s.elements_of(22 + 10), Some(11));
+        assert_eq!(s.elements_of(22 + 4), None);
+        assert_eq!(TypeDesc::pair(Elem::DOUBLE_INT).elements_of(24), Some(4));
+        let z = TypeDesc::contiguous(0, &int).unwrap();
+        assert_eq!(
+            (z.count_of(0), z.elements_of(0), z.count_of(4)),
+            (Some(0), Some(0), None)
+        );
+        assert_eq!(TypeDesc::predefined(Basic::Int).elements_of(6), None);
     }
 
     #[test]
