@@ -297,11 +297,30 @@ pub enum Combiner {
         order: Order,
         old: Arc<TypeDesc>,
     },
+    Darray {
+        size: i64,
+        rank: i64,
+        gsizes: Vec<i64>,
+        distribs: Vec<Distrib>,
+        /// `None` = `MPI_DISTRIBUTE_DFLT_DARG`.
+        dargs: Vec<Option<i64>>,
+        psizes: Vec<i64>,
+        order: Order,
+        old: Arc<TypeDesc>,
+    },
     Resized {
         lb: isize,
         extent: isize,
         old: Arc<TypeDesc>,
     },
+}
+
+/// Distribution of one dimension of `darray`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Distrib {
+    Block,
+    Cyclic,
+    None,
 }
 
 /// The combiner kind, for `MPI_Type_get_envelope` (the ABI layer maps it to
@@ -319,17 +338,23 @@ pub enum CombinerKind {
     HindexedBlock,
     Struct,
     Subarray,
+    Darray,
     Resized,
 }
 
-/// Arguments of a constructor in the layout of `MPI_Type_get_contents`
-/// (the non-large-count variant): integers, addresses, datatypes.
-/// For SUBARRAY the last integer is the order: 0 = C, 1 = Fortran; the ABI
-/// layer maps it to `MPI_ORDER_C` / `MPI_ORDER_FORTRAN`.
+/// Arguments of a constructor in the layout of `MPI_Type_get_contents`:
+/// integers, addresses, large counts, datatypes. A type marked with
+/// `with_large_counts` (made by an `_c` constructor) has its counts and
+/// displacements in `large` as the standard's large-count table says.
+///
+/// Enumerated values are encoded here and must be mapped to the ABI's
+/// constants by the ABI layer: order 0 = C, 1 = Fortran; distribution
+/// 0 = BLOCK, 1 = CYCLIC, 2 = NONE; darg -1 = `MPI_DISTRIBUTE_DFLT_DARG`.
 #[derive(Clone, Debug, Default)]
 pub struct Contents {
     pub ints: Vec<i64>,
     pub addrs: Vec<isize>,
+    pub large: Vec<i64>,
     pub types: Vec<Arc<TypeDesc>>,
 }
 
@@ -354,6 +379,8 @@ pub struct TypeDesc {
     ub_marker: bool,
     elem: Option<Elem>,
     combiner: Combiner,
+    /// Made by a large-count (`_c`) constructor: changes `contents()`.
+    large: bool,
 }
 
 /// Most separate pieces a flattened type map may hold (24 bytes each).
@@ -584,6 +611,7 @@ impl TypeDesc {
             ub_marker,
             elem,
             combiner,
+            large: false,
         }
     }
 
@@ -905,6 +933,124 @@ impl TypeDesc {
         Ok(t)
     }
 
+    /// `MPI_Type_create_darray`: the part of a `gsizes` global array (of
+    /// `old`) that process `rank` of a `psizes` process grid (row-major) owns
+    /// under the given distributions. `dargs[i]` None is
+    /// `MPI_DISTRIBUTE_DFLT_DARG`. The result has lb 0 and the extent of the
+    /// whole array. A dimension with `Distrib::None` is not split (its psize
+    /// is ignored, as MPICH does).
+    #[allow(clippy::too_many_arguments)]
+    pub fn darray(
+        size: i64,
+        rank: i64,
+        gsizes: &[i64],
+        distribs: &[Distrib],
+        dargs: &[Option<i64>],
+        psizes: &[i64],
+        order: Order,
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
+        let nd = gsizes.len();
+        if nd == 0 || distribs.len() != nd || dargs.len() != nd || psizes.len() != nd {
+            mpi_bail!(MPI_ERR_ARG, "darray: ndims {} and argument array lengths disagree", nd);
+        }
+        if gsizes.iter().chain(psizes).any(|&g| g < 1) {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "darray: global sizes and process grid sizes must be positive"
+            );
+        }
+        if psizes.iter().try_fold(1i64, |a, &p| a.checked_mul(p)) != Some(size) {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "darray: process grid {:?} does not have {} processes",
+                psizes,
+                size
+            );
+        }
+        if rank < 0 || rank >= size {
+            mpi_bail!(MPI_ERR_RANK, "darray: rank {} is not in 0..{}", rank, size);
+        }
+        // Process grid coordinates, row-major.
+        let mut coords = vec![0i64; nd];
+        let (mut left, mut r) = (size, rank);
+        for d in 0..nd {
+            left /= psizes[d];
+            coords[d] = r / left;
+            r %= left;
+        }
+        // Local runs (start, len) of global indices of each dimension.
+        let mut runs: Vec<Vec<(i64, i64)>> = Vec::with_capacity(nd);
+        for d in 0..nd {
+            let (g, p, c) = (gsizes[d], psizes[d], coords[d]);
+            let mut v = Vec::new();
+            match distribs[d] {
+                Distrib::None => v.push((0, g)),
+                Distrib::Block => {
+                    let b = match dargs[d] {
+                        None => (g + p - 1) / p,
+                        Some(b) if b > 0 && b.saturating_mul(p) >= g => b,
+                        Some(b) => mpi_bail!(
+                            MPI_ERR_ARG,
+                            "darray: block size {} of dimension {} does not cover {} elements on {} processes",
+                            b,
+                            d,
+                            g,
+                            p
+                        ),
+                    };
+                    let start = c.saturating_mul(b);
+                    if start < g {
+                        v.push((start, b.min(g - start)));
+                    }
+                }
+                Distrib::Cyclic => {
+                    let b = match dargs[d] {
+                        None => 1,
+                        Some(b) if b > 0 => b,
+                        Some(b) => mpi_bail!(MPI_ERR_ARG, "darray: cyclic block size {} is not positive", b),
+                    };
+                    if g / p.saturating_mul(b) > MAX_BLOCKS as i64 {
+                        mpi_bail!(MPI_ERR_NO_MEM, "darray: too many cyclic blocks in dimension {}", d);
+                    }
+                    let mut k = c.saturating_mul(b);
+                    while k < g {
+                        v.push((k, b.min(g - k)));
+                        k = k.saturating_add(p.saturating_mul(b));
+                    }
+                }
+            }
+            runs.push(v);
+        }
+        // Build from the fastest varying dimension outwards; after each
+        // dimension the type is resized to span that whole sub-array, so the
+        // next dimension steps by it.
+        let dims: Vec<usize> = match order {
+            Order::C => (0..nd).rev().collect(),
+            Order::Fortran => (0..nd).collect(),
+        };
+        let mut t: Arc<TypeDesc> = old.clone();
+        for &d in &dims {
+            let ext = t.extent();
+            let bls: Vec<i64> = runs[d].iter().map(|r| r.1).collect();
+            let disps: Vec<isize> = runs[d].iter().map(|r| mul_disp(r.0, ext)).collect::<MpiResult<_>>()?;
+            let h = Arc::new(Self::hindexed(&bls, &disps, &t)?);
+            t = Arc::new(Self::resized(&h, 0, mul_disp(gsizes[d], ext)?)?);
+        }
+        let mut t = (*t).clone();
+        t.combiner = Combiner::Darray {
+            size,
+            rank,
+            gsizes: gsizes.to_vec(),
+            distribs: distribs.to_vec(),
+            dargs: dargs.to_vec(),
+            psizes: psizes.to_vec(),
+            order,
+            old: old.clone(),
+        };
+        Ok(t)
+    }
+
     // ---------------------------------------------------------------- queries
 
     /// One block whose copies at multiples of the extent touch: `n` elements
@@ -1018,6 +1164,7 @@ impl TypeDesc {
             Combiner::HindexedBlock { .. } => CombinerKind::HindexedBlock,
             Combiner::Struct { .. } => CombinerKind::Struct,
             Combiner::Subarray { .. } => CombinerKind::Subarray,
+            Combiner::Darray { .. } => CombinerKind::Darray,
             Combiner::Resized { .. } => CombinerKind::Resized,
         }
     }
@@ -1095,10 +1242,29 @@ impl TypeDesc {
                 c.ints.extend(sizes);
                 c.ints.extend(subsizes);
                 c.ints.extend(starts);
-                c.ints.push(match order {
-                    Order::C => 0,
-                    Order::Fortran => 1,
-                });
+                c.ints.push(order_code(*order));
+                c.types.push(old.clone());
+            }
+            Combiner::Darray {
+                size,
+                rank,
+                gsizes,
+                distribs,
+                dargs,
+                psizes,
+                order,
+                old,
+            } => {
+                c.ints.extend([*size, *rank, gsizes.len() as i64]);
+                c.ints.extend(gsizes);
+                c.ints.extend(distribs.iter().map(|d| match d {
+                    Distrib::Block => 0,
+                    Distrib::Cyclic => 1,
+                    Distrib::None => 2,
+                }));
+                c.ints.extend(dargs.iter().map(|d| d.unwrap_or(-1)));
+                c.ints.extend(psizes);
+                c.ints.push(order_code(*order));
                 c.types.push(old.clone());
             }
             Combiner::Resized { lb, extent, old } => {
@@ -1106,13 +1272,39 @@ impl TypeDesc {
                 c.types.push(old.clone());
             }
         }
+        if self.large {
+            match &self.combiner {
+                Combiner::Subarray { sizes, .. } => {
+                    // ints [ndims, order], large [sizes, subsizes, starts]
+                    let nd = sizes.len();
+                    c.large = c.ints[1..1 + 3 * nd].to_vec();
+                    c.ints = vec![nd as i64, c.ints[1 + 3 * nd]];
+                }
+                Combiner::Darray { gsizes, .. } => {
+                    // ints without gsizes, large [gsizes]
+                    let nd = gsizes.len();
+                    c.large = c.ints.drain(3..3 + nd).collect();
+                }
+                _ => {
+                    c.large = c.ints.drain(..).chain(c.addrs.drain(..).map(|a| a as i64)).collect();
+                }
+            }
+        }
         c
     }
 
-    /// (num_integers, num_addresses, num_datatypes) of `MPI_Type_get_envelope`.
-    pub fn envelope(&self) -> (usize, usize, usize) {
+    /// Mark the type as made by a large-count (`_c`) constructor, which
+    /// moves its counts and displacements to `Contents::large`.
+    pub fn with_large_counts(mut self) -> TypeDesc {
+        self.large = !matches!(self.combiner, Combiner::Named(_));
+        self
+    }
+
+    /// (num_integers, num_addresses, num_large_counts, num_datatypes) of
+    /// `MPI_Type_get_envelope_c` (`MPI_Type_get_envelope` has no large counts).
+    pub fn envelope(&self) -> (usize, usize, usize, usize) {
         let c = self.contents();
-        (c.ints.len(), c.addrs.len(), c.types.len())
+        (c.ints.len(), c.addrs.len(), c.large.len(), c.types.len())
     }
 
     // ---------------------------------------------------------------- packing
@@ -1262,6 +1454,13 @@ fn whole_elems<const L: usize>(
     done
 }
 
+fn order_code(o: Order) -> i64 {
+    match o {
+        Order::C => 0,
+        Order::Fortran => 1,
+    }
+}
+
 /// Copy `n` bytes; small power-of-two sizes without a memcpy call.
 ///
 /// # Safety
@@ -1318,7 +1517,7 @@ mod tests {
             );
             assert!(t.is_contiguous(7));
             assert_eq!(t.elem(), Some(Elem::Basic(*b)));
-            assert_eq!(t.envelope(), (0, 0, 0));
+            assert_eq!(t.envelope(), (0, 0, 0, 0));
         }
     }
 
@@ -1503,7 +1702,7 @@ mod tests {
         let d = TypeDesc::dup(&r);
         assert_eq!(bounds(&d), bounds(&r));
         assert_eq!(d.kind(), CombinerKind::Dup);
-        assert_eq!(d.envelope(), (0, 0, 1));
+        assert_eq!(d.envelope(), (0, 0, 0, 1));
     }
 
     #[test]
@@ -1526,6 +1725,113 @@ mod tests {
         assert!(t.is_contiguous(2));
         assert!(TypeDesc::subarray(&[4], &[3], &[2], Order::C, &int).is_err());
         assert!(TypeDesc::subarray(&[4], &[5], &[0], Order::C, &int).is_err());
+    }
+
+    #[test]
+    fn darray_layouts() {
+        let int = p(Basic::Int);
+        use Distrib::{Block, Cyclic};
+        const NONE: Distrib = Distrib::None;
+        // 1-d block over 3 processes of 10 elements: 4, 4, 2
+        for (rank, start, n) in [(0, 0, 4), (1, 4, 4), (2, 8, 2)] {
+            let t = TypeDesc::darray(3, rank, &[10], &[Block], &[None], &[3], Order::C, &int).unwrap();
+            assert_eq!(blk(&t), vec![(start * 4, Basic::Int, n)]);
+            assert_eq!((t.lb(), t.extent()), (0, 40));
+        }
+        // 1-d cyclic(2) over 2 processes of 7 elements: rank 1 has 2,3,6
+        let t = TypeDesc::darray(2, 1, &[7], &[Cyclic], &[Some(2)], &[2], Order::C, &int).unwrap();
+        assert_eq!(blk(&t), vec![(8, Basic::Int, 2), (24, Basic::Int, 1)]);
+        assert_eq!((t.lb(), t.extent(), t.size()), (0, 28, 12));
+        // 2-d 4x6, C order, 2x2 grid, block x block: rank 3 has rows 2..4, cols 3..6
+        let t = TypeDesc::darray(4, 3, &[4, 6], &[Block, Block], &[None, None], &[2, 2], Order::C, &int).unwrap();
+        assert_eq!(
+            blk(&t),
+            vec![((2 * 6 + 3) * 4, Basic::Int, 3), ((3 * 6 + 3) * 4, Basic::Int, 3)]
+        );
+        assert_eq!((t.lb(), t.extent(), t.size()), (0, 96, 24));
+        // equals the subarray with the same box
+        let s = TypeDesc::subarray(&[4, 6], &[2, 3], &[2, 3], Order::C, &int).unwrap();
+        assert_eq!(blk(&s), blk(&t));
+        // 2-d 4x3 Fortran order, 2x1 grid, cyclic rows x none: rank 1 has rows 1 and 3
+        let t = TypeDesc::darray(
+            2,
+            1,
+            &[4, 3],
+            &[Cyclic, NONE],
+            &[None, None],
+            &[2, 1],
+            Order::Fortran,
+            &int,
+        )
+        .unwrap();
+        let d: Vec<isize> = t.blocks().iter().map(|b| b.disp / 4).collect();
+        assert_eq!(d, vec![1, 3, 5, 7, 9, 11]);
+        // 2-d cyclic(2) in the outer dimension of a C array: rows 0,1 and 4 of 5 rows, 2 cols
+        let t = TypeDesc::darray(
+            2,
+            0,
+            &[5, 2],
+            &[Cyclic, NONE],
+            &[Some(2), None],
+            &[2, 1],
+            Order::C,
+            &int,
+        )
+        .unwrap();
+        assert_eq!(blk(&t), vec![(0, Basic::Int, 4), (32, Basic::Int, 2)]);
+        assert_eq!(t.extent(), 40);
+        // every element is owned exactly once over all ranks
+        let (g, ps) = ([5i64, 7, 3], [2i64, 3, 1]);
+        let mut seen = vec![0; 105];
+        for rank in 0..6 {
+            let t = TypeDesc::darray(
+                6,
+                rank,
+                &g,
+                &[Cyclic, Block, NONE],
+                &[Some(2), None, None],
+                &ps,
+                Order::C,
+                &int,
+            )
+            .unwrap();
+            for b in t.blocks() {
+                for k in 0..b.count {
+                    seen[b.disp as usize / 4 + k] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        let c = t.contents();
+        assert_eq!(c.ints, vec![2, 0, 2, 5, 2, 1, 2, 2, -1, 2, 1, 0]);
+        assert!(TypeDesc::darray(4, 4, &[4], &[Block], &[None], &[4], Order::C, &int).is_err());
+        assert!(TypeDesc::darray(3, 0, &[4], &[Block], &[None], &[2], Order::C, &int).is_err());
+        assert!(TypeDesc::darray(2, 0, &[9], &[Block], &[Some(4)], &[2], Order::C, &int).is_err());
+    }
+
+    #[test]
+    fn large_count_contents() {
+        let int = p(Basic::Int);
+        let t = TypeDesc::hvector(2, 3, 100, &int).unwrap().with_large_counts();
+        let c = t.contents();
+        assert_eq!((c.ints.len(), c.addrs.len(), c.large.clone()), (0, 0, vec![2, 3, 100]));
+        assert_eq!(t.envelope(), (0, 0, 3, 1));
+        let t = TypeDesc::subarray(&[4, 5], &[2, 3], &[1, 2], Order::Fortran, &int)
+            .unwrap()
+            .with_large_counts();
+        let c = t.contents();
+        assert_eq!((c.ints, c.large), (vec![2, 1], vec![4, 5, 2, 3, 1, 2]));
+        let t = TypeDesc::darray(2, 1, &[7], &[Distrib::Cyclic], &[Some(2)], &[2], Order::C, &int)
+            .unwrap()
+            .with_large_counts();
+        let c = t.contents();
+        assert_eq!((c.ints, c.large), (vec![2, 1, 1, 1, 2, 2, 0], vec![7]));
+        let r = TypeDesc::resized(&int, -4, 16).unwrap().with_large_counts();
+        assert_eq!(r.contents().large, vec![-4, 16]);
+        assert_eq!(
+            TypeDesc::predefined(Basic::Int).with_large_counts().envelope(),
+            (0, 0, 0, 0)
+        );
     }
 
     #[test]
