@@ -2034,6 +2034,319 @@ mod tests {
             assert_eq!(back[2 * i + 1], -1);
         }
     }
+
+    /// The type map of `t` expanded naively from its constructor arguments,
+    /// independently of the flattening code: one (disp, basic) per value.
+    fn naive(t: &TypeDesc) -> Vec<(isize, Basic)> {
+        let shift = |v: &[(isize, Basic)], by: isize, out: &mut Vec<(isize, Basic)>| {
+            out.extend(v.iter().map(|&(d, b)| (d + by, b)));
+        };
+        let mut out = Vec::new();
+        match t.combiner() {
+            Combiner::Named(Elem::Basic(b)) => out.push((0, *b)),
+            Combiner::Named(e @ Elem::Pair(v, i)) => {
+                out.push((0, *v));
+                out.push((e.index_offset() as isize, *i));
+            }
+            Combiner::Dup(old) | Combiner::Resized { old, .. } => out = naive(old),
+            Combiner::Contiguous { count, old } => {
+                let m = naive(old);
+                for k in 0..*count as isize {
+                    shift(&m, k * old.extent(), &mut out);
+                }
+            }
+            Combiner::Vector {
+                count,
+                blocklen,
+                stride,
+                old,
+            } => {
+                let m = naive(old);
+                for i in 0..*count as isize {
+                    for j in 0..*blocklen as isize {
+                        shift(&m, (i * *stride as isize + j) * old.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::Hvector {
+                count,
+                blocklen,
+                stride,
+                old,
+            } => {
+                let m = naive(old);
+                for i in 0..*count as isize {
+                    for j in 0..*blocklen as isize {
+                        shift(&m, i * stride + j * old.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::Indexed { blocklens, disps, old } => {
+                let m = naive(old);
+                for (bl, d) in blocklens.iter().zip(disps) {
+                    for j in 0..*bl as isize {
+                        shift(&m, (*d as isize + j) * old.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::Hindexed { blocklens, disps, old } => {
+                let m = naive(old);
+                for (bl, d) in blocklens.iter().zip(disps) {
+                    for j in 0..*bl as isize {
+                        shift(&m, d + j * old.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::IndexedBlock { blocklen, disps, old } => {
+                let m = naive(old);
+                for d in disps {
+                    for j in 0..*blocklen as isize {
+                        shift(&m, (*d as isize + j) * old.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::HindexedBlock { blocklen, disps, old } => {
+                let m = naive(old);
+                for d in disps {
+                    for j in 0..*blocklen as isize {
+                        shift(&m, d + j * old.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::Struct {
+                blocklens,
+                disps,
+                types,
+            } => {
+                for ((bl, d), ty) in blocklens.iter().zip(disps).zip(types) {
+                    let m = naive(ty);
+                    for j in 0..*bl as isize {
+                        shift(&m, d + j * ty.extent(), &mut out);
+                    }
+                }
+            }
+            Combiner::Subarray {
+                sizes,
+                subsizes,
+                starts,
+                order,
+                old,
+            } => {
+                let m = naive(old);
+                let nd = sizes.len();
+                let fast: Vec<usize> = match order {
+                    Order::C => (0..nd).rev().collect(),
+                    Order::Fortran => (0..nd).collect(),
+                };
+                let mut stride = vec![0isize; nd];
+                let mut acc = old.extent();
+                for &d in &fast {
+                    stride[d] = acc;
+                    acc *= sizes[d] as isize;
+                }
+                let total: i64 = subsizes.iter().product();
+                for mut lin in 0..total {
+                    let mut disp = 0;
+                    for &d in &fast {
+                        disp += (starts[d] + lin % subsizes[d]) as isize * stride[d];
+                        lin /= subsizes[d];
+                    }
+                    shift(&m, disp, &mut out);
+                }
+            }
+            Combiner::Darray {
+                size,
+                rank,
+                gsizes,
+                distribs,
+                dargs,
+                psizes,
+                order,
+                old,
+            } => {
+                let m = naive(old);
+                let nd = gsizes.len();
+                let fast: Vec<usize> = match order {
+                    Order::C => (0..nd).rev().collect(),
+                    Order::Fortran => (0..nd).collect(),
+                };
+                let mut coords = vec![0i64; nd];
+                let (mut left, mut r) = (*size, *rank);
+                for d in 0..nd {
+                    left /= psizes[d];
+                    coords[d] = r / left;
+                    r %= left;
+                }
+                let owner = |d: usize, g: i64| -> i64 {
+                    let p = psizes[d];
+                    match distribs[d] {
+                        Distrib::None => coords[d],
+                        Distrib::Block => g / dargs[d].unwrap_or((gsizes[d] + p - 1) / p),
+                        Distrib::Cyclic => (g / dargs[d].unwrap_or(1)) % p,
+                    }
+                };
+                let total: i64 = gsizes.iter().product();
+                for lin0 in 0..total {
+                    let (mut lin, mut disp, mut mine, mut acc) = (lin0, 0isize, true, old.extent());
+                    for &d in &fast {
+                        let g = lin % gsizes[d];
+                        lin /= gsizes[d];
+                        mine &= owner(d, g) == coords[d];
+                        disp += g as isize * acc;
+                        acc *= gsizes[d] as isize;
+                    }
+                    if mine {
+                        shift(&m, disp, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn expand(t: &TypeDesc) -> Vec<(isize, Basic)> {
+        let mut out = Vec::new();
+        for b in t.blocks() {
+            for k in 0..b.count {
+                out.push((b.disp + (k * b.basic.size()) as isize, b.basic));
+            }
+        }
+        out
+    }
+
+    /// Small deterministic generator (no dependencies).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+        fn int(&mut self, lo: i64, hi: i64) -> i64 {
+            lo + self.next((hi - lo + 1) as u64) as i64
+        }
+    }
+
+    fn random_type(g: &mut Lcg, depth: u32) -> Arc<TypeDesc> {
+        let leaf = [
+            Basic::Char,
+            Basic::Short,
+            Basic::Int,
+            Basic::Double,
+            Basic::LongDouble,
+            Basic::FloatComplex,
+        ];
+        if depth == 0 || g.next(4) == 0 {
+            return match g.next(6) {
+                0 => a(TypeDesc::pair(Elem::PAIRS[g.next(6) as usize])),
+                _ => p(leaf[g.next(leaf.len() as u64) as usize]),
+            };
+        }
+        let old = random_type(g, depth - 1);
+        let n = g.int(0, 3);
+        let t = match g.next(12) {
+            0 => TypeDesc::contiguous(n, &old),
+            1 => TypeDesc::vector(n, g.int(0, 3), g.int(-4, 4), &old),
+            2 => TypeDesc::hvector(n, g.int(0, 2), g.int(-40, 40) as isize, &old),
+            3 => {
+                let bl: Vec<i64> = (0..n).map(|_| g.int(0, 3)).collect();
+                let d: Vec<i64> = (0..n).map(|_| g.int(-5, 5)).collect();
+                TypeDesc::indexed(&bl, &d, &old)
+            }
+            4 => {
+                let bl: Vec<i64> = (0..n).map(|_| g.int(0, 3)).collect();
+                let d: Vec<isize> = (0..n).map(|_| g.int(-50, 50) as isize).collect();
+                TypeDesc::hindexed(&bl, &d, &old)
+            }
+            5 => {
+                let d: Vec<i64> = (0..n).map(|_| g.int(-5, 5)).collect();
+                TypeDesc::indexed_block(g.int(0, 2), &d, &old)
+            }
+            6 => {
+                let other = random_type(g, depth - 1);
+                let d = [g.int(-30, 30) as isize, g.int(-30, 30) as isize];
+                TypeDesc::create_struct(&[g.int(0, 2), g.int(1, 2)], &d, &[&old, &other])
+            }
+            7 => TypeDesc::resized(&old, g.int(-8, 8) as isize, g.int(0, 48) as isize),
+            8 => {
+                let nd = g.int(1, 3) as usize;
+                let sizes: Vec<i64> = (0..nd).map(|_| g.int(1, 4)).collect();
+                let sub: Vec<i64> = sizes.iter().map(|&s| g.int(0, s)).collect();
+                let st: Vec<i64> = sizes.iter().zip(&sub).map(|(&s, &u)| g.int(0, s - u)).collect();
+                let o = if g.next(2) == 0 { Order::C } else { Order::Fortran };
+                TypeDesc::subarray(&sizes, &sub, &st, o, &old)
+            }
+            9 => {
+                let nd = g.int(1, 3) as usize;
+                let gs: Vec<i64> = (0..nd).map(|_| g.int(1, 6)).collect();
+                let ps: Vec<i64> = (0..nd).map(|_| g.int(1, 3)).collect();
+                let mut ds = Vec::new();
+                let mut da = Vec::new();
+                let mut ps2 = ps.clone();
+                for d in 0..nd {
+                    match g.next(3) {
+                        0 => {
+                            ds.push(Distrib::None);
+                            da.push(None);
+                            ps2[d] = 1;
+                        }
+                        1 => {
+                            ds.push(Distrib::Block);
+                            da.push(None);
+                        }
+                        _ => {
+                            ds.push(Distrib::Cyclic);
+                            da.push(if g.next(2) == 0 { None } else { Some(g.int(1, 3)) });
+                        }
+                    }
+                }
+                let size: i64 = ps2.iter().product();
+                let o = if g.next(2) == 0 { Order::C } else { Order::Fortran };
+                TypeDesc::darray(size, g.int(0, size - 1), &gs, &ds, &da, &ps2, o, &old)
+            }
+            10 => {
+                let d: Vec<isize> = (0..n).map(|_| g.int(-50, 50) as isize).collect();
+                TypeDesc::hindexed_block(g.int(0, 2), &d, &old)
+            }
+            _ => Ok(TypeDesc::dup(&old)),
+        };
+        a(t.unwrap())
+    }
+
+    #[test]
+    fn random_types_match_naive_expansion() {
+        let mut g = Lcg(0x5eed);
+        let mut kinds = Vec::new();
+        let mut nonempty = 0;
+        for iter in 0..3000 {
+            let t = random_type(&mut g, 3);
+            let want = naive(&t);
+            if !kinds.contains(&t.kind()) {
+                kinds.push(t.kind());
+            }
+            nonempty += (t.blocks().len() > 1) as usize;
+            assert_eq!(expand(&t), want, "type map, iteration {iter}: {:?}", t.combiner());
+            assert_eq!(t.size(), want.iter().map(|x| x.1.size()).sum::<usize>());
+            if let Some(lo) = want.iter().map(|x| x.0).min() {
+                assert_eq!(t.true_lb(), lo, "iteration {iter}");
+                assert_eq!(
+                    t.true_ub(),
+                    want.iter().map(|x| x.0 + x.1.size() as isize).max().unwrap()
+                );
+            }
+            // blocks are maximal: no two neighbours could have been merged
+            for w in t.blocks().windows(2) {
+                assert!(!(w[0].basic == w[1].basic && w[0].disp + w[0].bytes() as isize == w[1].disp));
+            }
+            if t.size() > 0 && t.size() < 4096 && t.extent() >= 0 {
+                check_roundtrip(&t, (iter % 3) + 1);
+            }
+        }
+        assert_eq!(kinds.len(), 13, "{kinds:?}");
+        assert!(nonempty > 500, "{nonempty}");
+    }
 }
 
 #[cfg(test)]
