@@ -2284,13 +2284,13 @@ mod tests {
                 let ps: Vec<i64> = (0..nd).map(|_| g.int(1, 3)).collect();
                 let mut ds = Vec::new();
                 let mut da = Vec::new();
-                let mut ps2 = ps.clone();
-                for d in 0..nd {
+                let mut ps2 = ps;
+                for psize in ps2.iter_mut() {
                     match g.next(3) {
                         0 => {
                             ds.push(Distrib::None);
                             da.push(None);
-                            ps2[d] = 1;
+                            *psize = 1;
                         }
                         1 => {
                             ds.push(Distrib::Block);
