@@ -198,6 +198,28 @@ impl Elem {
             Elem::Pair(_, i) => round_up(self.index_offset() + i.size(), self.align()),
         }
     }
+    /// The predefined type of an MPI name, aliases included ("MPI_LONG_LONG_INT",
+    /// "MPI_C_COMPLEX", "MPI_CXX_BOOL", ...), so the ABI layer can build its
+    /// handle table from the generated constants by name. None for names
+    /// gpumpi does not support.
+    pub fn from_name(name: &str) -> Option<Elem> {
+        if let Some(b) = Basic::ALL.iter().find(|b| b.name() == name) {
+            return Some(Elem::Basic(*b));
+        }
+        if let Some(p) = Elem::PAIRS.iter().find(|p| p.name() == name) {
+            return Some(*p);
+        }
+        let b = match name {
+            "MPI_LONG_LONG_INT" => Basic::LongLong,
+            "MPI_C_COMPLEX" | "MPI_CXX_FLOAT_COMPLEX" => Basic::FloatComplex,
+            "MPI_CXX_DOUBLE_COMPLEX" => Basic::DoubleComplex,
+            "MPI_CXX_LONG_DOUBLE_COMPLEX" => Basic::LongDoubleComplex,
+            "MPI_CXX_BOOL" => Basic::CBool,
+            _ => return None,
+        };
+        Some(Elem::Basic(b))
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Elem::Basic(b) => b.name(),
@@ -636,6 +658,11 @@ impl TypeDesc {
             Some(Elem::Basic(b)),
             Combiner::Named(Elem::Basic(b)),
         )
+    }
+
+    /// A predefined type (basic or pair); the same as `pair`.
+    pub fn named(e: Elem) -> TypeDesc {
+        Self::pair(e)
     }
 
     /// A predefined type given as an `Elem`: a basic type or a pair type
@@ -1519,6 +1546,21 @@ mod tests {
             assert_eq!(t.elem(), Some(Elem::Basic(*b)));
             assert_eq!(t.envelope(), (0, 0, 0, 0));
         }
+    }
+
+    #[test]
+    fn names() {
+        for &b in Basic::ALL {
+            assert_eq!(Elem::from_name(b.name()), Some(Elem::Basic(b)));
+        }
+        for &e in Elem::PAIRS {
+            assert_eq!(Elem::from_name(e.name()), Some(e));
+        }
+        assert_eq!(Elem::from_name("MPI_2INT"), Some(Elem::TWO_INT));
+        assert_eq!(Elem::from_name("MPI_LONG_LONG_INT"), Some(Elem::Basic(Basic::LongLong)));
+        assert_eq!(Elem::from_name("MPI_CXX_BOOL"), Some(Elem::Basic(Basic::CBool)));
+        assert_eq!(Elem::from_name("MPI_REAL16"), None);
+        assert_eq!(TypeDesc::named(Elem::DOUBLE_INT).extent(), 16);
     }
 
     #[test]
