@@ -13,7 +13,7 @@
 //!   by an exact software comparison. On other architectures reductions on
 //!   `long double` fail with MPI_ERR_OP.
 
-use crate::mpi::datatype::{Basic, Elem, TypeClass};
+use crate::mpi::datatype::{Basic, Elem, TypeClass, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
 use std::cmp::Ordering;
@@ -142,6 +142,76 @@ pub fn reduce(op: BuiltinOp, elem: Elem, input: &[u8], inout: &mut [u8]) -> MpiR
             Elem::Pair(v, i) => reduce_loc(op == BuiltinOp::Minloc, v, i, input, inout),
         },
     }
+}
+
+/// Packed bytes handled per step by `reduce_into` for non-contiguous types.
+const REDUCE_CHUNK: usize = 64 * 1024;
+
+/// Reduce packed data into typed memory: for the packed-stream bytes
+/// `[skip, skip + src.len())` of `count` elements of `t` at `dst`, compute
+/// `dst = src op dst` (MPI_Accumulate, MPI_Reduce_local on derived types).
+/// `t` must be made of one `Elem` (`t.elem()`), and `skip` and `src.len()`
+/// must be whole elements of it. Returns the bytes of `src` consumed
+/// (fewer when the stream of `count` elements ends first).
+///
+/// Non-contiguous types are handled by packing a chunk of `dst`, reducing
+/// it and unpacking it back, so padding inside `dst` is never touched.
+///
+/// # Safety
+/// `dst` must point to `count` elements of `t` (every byte of the type map
+/// readable and writable), not overlapping `src`.
+pub unsafe fn reduce_into(
+    op: BuiltinOp,
+    t: &TypeDesc,
+    count: usize,
+    src: &[u8],
+    skip: usize,
+    dst: *mut u8,
+) -> MpiResult<usize> {
+    let Some(elem) = t.elem() else {
+        mpi_bail!(
+            MPI_ERR_TYPE,
+            "{} needs a datatype made of one predefined type",
+            op.name()
+        );
+    };
+    check(op, elem)?;
+    let es = elem.size();
+    if skip % es != 0 || src.len() % es != 0 {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "reduction range {}+{} is not whole elements of {}",
+            skip,
+            src.len(),
+            elem.name()
+        );
+    }
+    let total = t.packed_size(count);
+    let len = src.len().min(total.saturating_sub(skip));
+    if len == 0 || op == BuiltinOp::NoOp {
+        return Ok(len);
+    }
+    if t.is_contiguous(count) {
+        // SAFETY: the data of `count` elements is one run of `total` bytes at
+        // dst + true_lb (caller's contract); [skip, skip + len) lies inside it.
+        let io = unsafe { std::slice::from_raw_parts_mut(dst.offset(t.true_lb() + skip as isize), len) };
+        reduce(op, elem, &src[..len], io)?;
+        return Ok(len);
+    }
+    let chunk = (REDUCE_CHUNK / es).max(1) * es;
+    let mut tmp = vec![0u8; chunk.min(len)];
+    let mut off = 0;
+    while off < len {
+        let n = chunk.min(len - off);
+        let buf = &mut tmp[..n];
+        // SAFETY: caller's contract on dst; the range is inside the stream.
+        unsafe { t.pack_range(count, dst, skip + off, buf) };
+        reduce(op, elem, &src[off..off + n], buf)?;
+        // SAFETY: as above.
+        unsafe { t.unpack_range(count, buf, skip + off, dst) };
+        off += n;
+    }
+    Ok(len)
 }
 
 // ------------------------------------------------------------------ kernels
@@ -806,6 +876,72 @@ mod tests {
         reduce(Sum, Elem::Basic(Basic::LongDoubleComplex), &x, &mut y).unwrap();
         assert_eq!(val10(&y[..16]), val10(&f80(4.0)));
         assert_eq!(val10(&y[16..]), val10(&f80(6.0)));
+    }
+
+    #[test]
+    fn reduce_into_typed_memory() {
+        use std::sync::Arc;
+        let int = Arc::new(TypeDesc::predefined(Basic::Int));
+        // every other int of 8: [0, 2, 4, 6] get += 10, 20, 30, 40
+        let v = TypeDesc::vector(4, 1, 2, &int).unwrap();
+        let mut mem: Vec<i32> = (0..8).collect();
+        let src = bytes(&[10i32, 20, 30, 40]);
+        // SAFETY: mem holds one element of v (8 ints).
+        let n = unsafe { reduce_into(Sum, &v, 1, &src, 0, mem.as_mut_ptr() as *mut u8) }.unwrap();
+        assert_eq!(n, 16);
+        assert_eq!(mem, vec![10, 1, 22, 3, 34, 5, 46, 7]);
+        // a window of the stream: elements 1..3 only
+        let mut mem: Vec<i32> = (0..8).collect();
+        // SAFETY: as above.
+        unsafe { reduce_into(Max, &v, 1, &bytes(&[100i32, -1]), 4, mem.as_mut_ptr() as *mut u8) }.unwrap();
+        assert_eq!(mem, vec![0, 1, 100, 3, 4, 5, 6, 7]);
+        // contiguous fast path, large enough for several chunks elsewhere
+        let c = TypeDesc::contiguous(3, &int).unwrap();
+        let mut mem = vec![1i32; 3 * 40_000];
+        let src = bytes(&vec![2i32; 3 * 40_000]);
+        // SAFETY: mem holds 40000 elements of c.
+        unsafe { reduce_into(Prod, &c, 40_000, &src, 0, mem.as_mut_ptr() as *mut u8) }.unwrap();
+        assert!(mem.iter().all(|&x| x == 2));
+        // strided, many chunks
+        let r = TypeDesc::resized(&int, 0, 8).unwrap();
+        let mut mem = vec![5i32; 2 * 50_000];
+        let src = bytes(&(0..50_000).collect::<Vec<i32>>());
+        // SAFETY: mem holds 50000 elements of r (extent 8).
+        let n = unsafe { reduce_into(Sum, &r, 50_000, &src, 0, mem.as_mut_ptr() as *mut u8) }.unwrap();
+        assert_eq!(n, 200_000);
+        assert!((0..50_000).all(|i| mem[2 * i] == 5 + i as i32 && mem[2 * i + 1] == 5));
+        // DOUBLE_INT in memory: 16-byte structs with 4 bytes of padding left alone
+        let di = Arc::new(TypeDesc::pair(Elem::DOUBLE_INT));
+        let t = TypeDesc::contiguous(2, &di).unwrap();
+        let mut mem = [0xeeu8; 32];
+        mem[..8].copy_from_slice(&3.0f64.to_ne_bytes());
+        mem[8..12].copy_from_slice(&7i32.to_ne_bytes());
+        mem[16..24].copy_from_slice(&1.0f64.to_ne_bytes());
+        mem[24..28].copy_from_slice(&2i32.to_ne_bytes());
+        let src = pairs(&[(3.0f64, 4), (0.5, 9)]);
+        // SAFETY: mem holds one element of t.
+        unsafe { reduce_into(Minloc, &t, 1, &src, 0, mem.as_mut_ptr()) }.unwrap();
+        assert_eq!(f64::from_ne_bytes(mem[..8].try_into().unwrap()), 3.0);
+        assert_eq!(i32::from_ne_bytes(mem[8..12].try_into().unwrap()), 4);
+        assert_eq!(f64::from_ne_bytes(mem[16..24].try_into().unwrap()), 0.5);
+        assert_eq!(i32::from_ne_bytes(mem[24..28].try_into().unwrap()), 9);
+        assert_eq!((&mem[12..16], &mem[28..32]), (&[0xee; 4][..], &[0xee; 4][..]));
+        // errors: mixed type, split element, wrong op
+        let db = Arc::new(TypeDesc::predefined(Basic::Double));
+        let s = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db]).unwrap();
+        let mut m = [0u8; 16];
+        // SAFETY: m holds one element of s; nothing is written on error.
+        let e = unsafe { reduce_into(Sum, &s, 1, &[0; 12], 0, m.as_mut_ptr()) }.unwrap_err();
+        assert_eq!(e.class, c::MPI_ERR_TYPE);
+        // SAFETY: as above.
+        let e = unsafe { reduce_into(Sum, &v, 1, &[0; 6], 0, m.as_mut_ptr()) }.unwrap_err();
+        assert_eq!(e.class, c::MPI_ERR_ARG);
+        // SAFETY: as above.
+        let e = unsafe { reduce_into(Band, &r, 1, &[0; 4], 0, m.as_mut_ptr()) };
+        assert!(e.is_ok());
+        // SAFETY: as above.
+        let e = unsafe { reduce_into(Minloc, &r, 1, &[0; 4], 0, m.as_mut_ptr()) }.unwrap_err();
+        assert_eq!(e.class, c::MPI_ERR_OP);
     }
 
     #[test]
