@@ -177,7 +177,7 @@ pub unsafe fn reduce_into(
     };
     check(op, elem)?;
     let es = elem.size();
-    if skip % es != 0 || src.len() % es != 0 {
+    if !skip.is_multiple_of(es) || !src.len().is_multiple_of(es) {
         mpi_bail!(
             MPI_ERR_ARG,
             "reduction range {}+{} is not whole elements of {}",
