@@ -16,12 +16,22 @@
 //!   lb/ub markers; markers win over data in every type built from it. A
 //!   struct without markers has its extent rounded up to the largest alignment
 //!   of its basic types (the C rule, as MPICH and Open MPI do).
+//! - `subarray` and `darray` build their map from hindexed/resized steps but
+//!   keep their own combiner; both have lb 0 and the extent of the global array.
+//! - Large counts: constructors take `i64` counts (negative ones are errors:
+//!   MPI_ERR_COUNT for counts, MPI_ERR_ARG for block lengths). A type made by
+//!   an `_c` function is marked with `with_large_counts()`, which only changes
+//!   where `contents()` reports the arguments.
 //! - Target is x86-64 Linux (LP64): `long` is 8 bytes, `long double` is the
 //!   80-bit x87 format in 16 bytes of storage, `wchar_t` is 4 bytes.
+//! - `count_of` / `elements_of` answer MPI_Get_count / MPI_Get_elements.
 //!
 //! Limitation: the map is fully flattened, so a type whose data is in many
-//! separate pieces costs 24 bytes per piece (a vector of 10^6 separate blocks
-//! holds 10^6 entries). Packing `count` elements does not replicate the map.
+//! separate pieces costs about 48 bytes per piece (block, packed offset, run)
+//! and at most `MAX_BLOCKS` pieces are allowed (MPI_ERR_NO_MEM beyond).
+//! Repetitions that merge into one run (contiguous of a dense type, vectors
+//! whose stride equals the block) cost one piece whatever the count. Packing
+//! `count` elements never replicates the map.
 
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
