@@ -454,8 +454,19 @@ struct Builder {
     ub_u: Option<isize>,
     true_lb: Option<isize>,
     true_ub: Option<isize>,
-    /// None = no child yet; Some(None) = children disagree.
+    /// Common elem of the children with data. None = no child yet; Some(None) = children disagree.
     elem: Option<Option<Elem>>,
+    /// The same over children without data (used when no child has data, so
+    /// that `contiguous(0, MPI_INT)` still reports MPI_INT).
+    empty_elem: Option<Option<Elem>>,
+}
+
+fn merge_elem(acc: Option<Option<Elem>>, e: Option<Elem>) -> Option<Option<Elem>> {
+    Some(match acc {
+        None => e,
+        Some(a) if a == e => a,
+        Some(_) => None,
+    })
 }
 
 fn min_opt(a: Option<isize>, b: isize) -> Option<isize> {
@@ -478,6 +489,7 @@ impl Builder {
             true_lb: None,
             true_ub: None,
             elem: None,
+            empty_elem: None,
         }
     }
 
@@ -496,6 +508,9 @@ impl Builder {
 
     /// `reps` copies of `child`, the k-th at byte displacement `disp + k * child.extent()`.
     fn push(&mut self, disp: isize, reps: usize, child: &TypeDesc) -> MpiResult<()> {
+        if reps == 0 || child.size == 0 {
+            self.empty_elem = merge_elem(self.empty_elem, child.elem);
+        }
         if reps == 0 {
             return Ok(());
         }
@@ -531,11 +546,9 @@ impl Builder {
             mpi_bail!(MPI_ERR_ARG, "type size overflows");
         };
         self.size = size;
-        self.elem = Some(match self.elem {
-            None => child.elem,
-            Some(e) if e == child.elem => e,
-            Some(_) => None,
-        });
+        if has_data {
+            self.elem = merge_elem(self.elem, child.elem);
+        }
         if child.is_dense() {
             // One run: `reps` copies side by side are a single longer block.
             let b = child.blocks[0];
@@ -580,7 +593,10 @@ impl Builder {
             }
         }
         // Elem: the children's common elem, or the one basic type of all blocks.
-        let mut elem = self.elem.flatten();
+        let mut elem = match self.elem {
+            Some(e) => e,
+            None => self.empty_elem.flatten(),
+        };
         if elem.is_none() {
             if let Some(first) = self.blocks.first() {
                 if self.blocks.iter().all(|b| b.basic == first.basic) {
@@ -1610,6 +1626,11 @@ mod tests {
         assert!(t.is_contiguous(10));
         let z = TypeDesc::contiguous(0, &p(Basic::Int)).unwrap();
         assert_eq!(bounds(&z), (0, 0, 0, 0, 0, 0));
+        assert_eq!(z.elem(), Some(Elem::Basic(Basic::Int)));
+        // an empty member does not spoil the elem of a struct
+        let za = a(z.clone());
+        let s = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&p(Basic::Int), &za]).unwrap();
+        assert_eq!(s.elem(), Some(Elem::Basic(Basic::Int)));
         assert!(z.blocks().is_empty());
         assert_eq!(
             TypeDesc::contiguous(-1, &p(Basic::Int)).unwrap_err().class,
