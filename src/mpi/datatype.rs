@@ -1446,6 +1446,15 @@ impl TypeDesc {
         done
     }
 
+    /// The pieces of memory holding packed-stream bytes `[skip, skip + len)`
+    /// of `count` elements, in stream order, as `f(offset from the buffer
+    /// address, offset inside the window, bytes)`; returns the bytes covered.
+    /// For building iovecs (CMA `process_vm_readv`, scatter/gather copies)
+    /// without packing. A contiguous layout gives one piece.
+    pub fn for_each_piece(&self, count: usize, skip: usize, len: usize, f: impl FnMut(isize, usize, usize)) -> usize {
+        self.walk(count, skip, len, f)
+    }
+
     /// Calls `f(memory offset, offset in the caller's packed window, bytes)`
     /// for each piece of packed-stream bytes `[skip, skip + len)`, in order.
     /// Returns the number of bytes visited.
@@ -2030,6 +2039,30 @@ mod tests {
                 check_roundtrip(t, count);
             }
         }
+    }
+
+    #[test]
+    fn pieces() {
+        let t = TypeDesc::vector(3, 2, 4, &p(Basic::Int)).unwrap();
+        let mut v = Vec::new();
+        let n = t.for_each_piece(2, 6, 100, |m, w, l| v.push((m, w, l)));
+        // stream of 2 elements: 48 bytes; from byte 6: rest of run 0, runs 1, 2, then element 1
+        assert_eq!(n, 42);
+        assert_eq!(
+            v,
+            vec![
+                (6, 0, 2),
+                (16, 2, 8),
+                (32, 10, 8),
+                (40, 18, 8),
+                (56, 26, 8),
+                (72, 34, 8)
+            ]
+        );
+        let c = TypeDesc::contiguous(4, &p(Basic::Int)).unwrap();
+        let mut v = Vec::new();
+        c.for_each_piece(10, 4, 20, |m, w, l| v.push((m, w, l)));
+        assert_eq!(v, vec![(4, 0, 20)]);
     }
 
     #[test]
