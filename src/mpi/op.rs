@@ -226,7 +226,9 @@ pub unsafe fn reduce_into(
 
 // ------------------------------------------------------------------ kernels
 
-/// A plain number read from / written to native-endian bytes.
+/// A plain number read from / written to native-endian bytes. Implementors
+/// are plain numbers (or `repr(C)` pairs of them) with `N == size_of::<Self>()`,
+/// so every bit pattern is a valid value.
 trait Prim: Copy {
     const N: usize;
     fn ld(b: &[u8]) -> Self;
@@ -298,8 +300,14 @@ fn map2<T: Prim>(input: &[u8], inout: &mut [u8], f: impl Fn(T, T) -> T) {
             *y = f(*x, *y);
         }
     } else {
-        for (x, y) in input.chunks_exact(T::N).zip(inout.chunks_exact_mut(T::N)) {
-            f(T::ld(x), T::ld(y)).st(y);
+        let (pa, pb) = (input.as_ptr() as *const T, inout.as_mut_ptr() as *mut T);
+        for k in 0..n {
+            // SAFETY: k < n and both slices hold n * size_of::<T>() bytes;
+            // unaligned reads/writes of plain numbers (every bit pattern valid).
+            unsafe {
+                let y = pb.add(k).read_unaligned();
+                pb.add(k).write_unaligned(f(pa.add(k).read_unaligned(), y));
+            }
         }
     }
 }
