@@ -232,6 +232,7 @@ pub unsafe fn reduce_into(
 trait Prim: Copy {
     const N: usize;
     fn ld(b: &[u8]) -> Self;
+    #[cfg_attr(not(test), allow(dead_code))] // used by the tests
     fn st(self, b: &mut [u8]);
 }
 
