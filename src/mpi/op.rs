@@ -84,6 +84,12 @@ impl BuiltinOp {
         }
     }
 
+    /// The op of an MPI name ("MPI_SUM"), for building the ABI handle table
+    /// from the generated constants by name.
+    pub fn from_name(name: &str) -> Option<BuiltinOp> {
+        BuiltinOp::ALL.iter().copied().find(|o| o.name() == name)
+    }
+
     /// All builtin ops are commutative except REPLACE (and NO_OP, which keeps
     /// the target): collectives may reorder operands only when this is true.
     pub const fn is_commutative(self) -> bool {

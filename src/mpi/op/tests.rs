@@ -407,4 +407,8 @@ fn replace_noop_and_lengths() {
     assert_eq!(e.class, c::MPI_ERR_ARG);
     reduce(Sum, Elem::Basic(Basic::Int), &[], &mut []).unwrap();
     assert!(Sum.is_commutative() && Minloc.is_commutative() && !Replace.is_commutative());
+    for &op in BuiltinOp::ALL {
+        assert_eq!(BuiltinOp::from_name(op.name()), Some(op));
+    }
+    assert_eq!(BuiltinOp::from_name("MPI_OP_NULL"), None);
 }
