@@ -1368,6 +1368,7 @@ fn order_code(o: Order) -> i64 {
     }
 }
 
+mod external32;
 mod pack;
 
 #[cfg(test)]

@@ -909,3 +909,118 @@ fn random_types_match_naive_expansion() {
     assert_eq!(kinds.len(), 13, "{kinds:?}");
     assert!(nonempty > 500, "{nonempty}");
 }
+
+/// x87 80-bit value of an f64 (exact), in 16 bytes of storage.
+fn f80(x: f64) -> [u8; 16] {
+    let bits = x.to_bits();
+    let s = (bits >> 63) as u16;
+    let e = ((bits >> 52) & 0x7ff) as i32;
+    let f = bits & ((1 << 52) - 1);
+    let (exp, mant): (u16, u64) = if e == 0 && f == 0 {
+        (0, 0)
+    } else if e == 0x7ff {
+        (0x7fff, 1 << 63 | f << 11)
+    } else if e == 0 {
+        let lz = f.leading_zeros() as i32;
+        ((63 - 1074 - lz + 16383) as u16, f << lz)
+    } else {
+        ((e - 1023 + 16383) as u16, 1 << 63 | f << 11)
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&mant.to_le_bytes());
+    out[8..10].copy_from_slice(&(s << 15 | exp).to_le_bytes());
+    out
+}
+
+#[test]
+fn external32_values() {
+    // one value of each interesting basic, as a struct
+    let (int, long, ul, wc, db, ld, sh, b) = (
+        p(Basic::Int),
+        p(Basic::Long),
+        p(Basic::UnsignedLong),
+        p(Basic::WChar),
+        p(Basic::Double),
+        p(Basic::LongDouble),
+        p(Basic::Short),
+        p(Basic::CBool),
+    );
+    let t = TypeDesc::create_struct(
+        &[1, 1, 1, 1, 1, 1, 1, 1],
+        &[0, 8, 16, 24, 32, 48, 64, 66],
+        &[&int, &long, &ul, &wc, &db, &ld, &sh, &b],
+    )
+    .unwrap();
+    assert_eq!(t.external32_size(1), 4 + 4 + 4 + 2 + 8 + 16 + 2 + 1);
+    let mut mem = [0u8; 80];
+    mem[0..4].copy_from_slice(&0x01020304i32.to_ne_bytes());
+    mem[8..16].copy_from_slice(&(-2i64).to_ne_bytes());
+    mem[16..24].copy_from_slice(&0xfedcba98u64.to_ne_bytes());
+    mem[24..28].copy_from_slice(&0x263au32.to_ne_bytes());
+    mem[32..40].copy_from_slice(&1.0f64.to_ne_bytes());
+    mem[48..64].copy_from_slice(&f80(-1.5));
+    mem[64..66].copy_from_slice(&(-3i16).to_ne_bytes());
+    mem[66] = 1;
+    let mut out = vec![0u8; t.external32_size(1)];
+    // SAFETY: mem holds one element of t.
+    let n = unsafe { t.pack_external(1, mem.as_ptr(), &mut out) }.unwrap();
+    assert_eq!(n, out.len());
+    let mut want = vec![1, 2, 3, 4, 0xff, 0xff, 0xff, 0xfe, 0xfe, 0xdc, 0xba, 0x98, 0x26, 0x3a];
+    want.extend([0x3f, 0xf0, 0, 0, 0, 0, 0, 0]);
+    // binary128 -1.5: sign 1, exponent 0x3fff, fraction .1
+    want.extend([0xbf, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    want.extend([0xff, 0xfd, 1]);
+    assert_eq!(out, want);
+    let mut back = [0u8; 80];
+    // SAFETY: back holds one element of t.
+    let n = unsafe { t.unpack_external(1, &out, back.as_mut_ptr()) }.unwrap();
+    assert_eq!(n, out.len());
+    for (lo, hi) in [(0, 4), (8, 16), (16, 24), (24, 28), (32, 40), (48, 64), (64, 67)] {
+        assert_eq!(back[lo..hi], mem[lo..hi], "bytes {lo}..{hi}");
+    }
+    let mut short = vec![0u8; out.len() - 1];
+    // SAFETY: as above.
+    let e = unsafe { t.pack_external(1, mem.as_ptr(), &mut short) }.unwrap_err();
+    assert_eq!(e.class, c::MPI_ERR_TRUNCATE);
+}
+
+#[test]
+fn external32_long_double_roundtrip() {
+    let ld = p(Basic::LongDouble);
+    let t = TypeDesc::contiguous(6, &ld).unwrap();
+    // 1 + 2^-60 needs the full x87 mantissa; a denormal; zero; -inf; a NaN; max
+    let mut one_eps = f80(1.0);
+    one_eps[0] = 8; // mantissa bit 3 = 2^-60
+    let mut max = [0u8; 16];
+    max[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    max[8..10].copy_from_slice(&0x7ffeu16.to_le_bytes());
+    let vals = [
+        one_eps,
+        f80(5e-324),
+        f80(0.0),
+        f80(f64::NEG_INFINITY),
+        f80(f64::NAN),
+        max,
+    ];
+    let mem: Vec<u8> = vals.concat();
+    let mut ext = vec![0u8; t.external32_size(1)];
+    // SAFETY: mem holds one element of t.
+    unsafe { t.pack_external(1, mem.as_ptr(), &mut ext) }.unwrap();
+    let mut back = vec![0u8; 96];
+    // SAFETY: back holds one element of t.
+    unsafe { t.unpack_external(1, &ext, back.as_mut_ptr()) }.unwrap();
+    for i in 0..6 {
+        assert_eq!(back[16 * i..16 * i + 10], mem[16 * i..16 * i + 10], "value {i}");
+    }
+    // rounding on the way back: binary128 1 + 2^-64 + 2^-100 rounds up to 1 + 2^-63
+    let v: u128 = (0x3fffu128 << 112) | (1u128 << (112 - 64)) | (1u128 << (112 - 100));
+    let mut out = [0u8; 16];
+    // SAFETY: out holds one long double.
+    unsafe { ld.unpack_external(1, &v.to_be_bytes(), out.as_mut_ptr()) }.unwrap();
+    assert_eq!(u64::from_le_bytes(out[..8].try_into().unwrap()), (1 << 63) | 1);
+    // a tie (exactly 2^-64) stays even
+    let v: u128 = (0x3fffu128 << 112) | (1u128 << (112 - 64));
+    // SAFETY: as above.
+    unsafe { ld.unpack_external(1, &v.to_be_bytes(), out.as_mut_ptr()) }.unwrap();
+    assert_eq!(u64::from_le_bytes(out[..8].try_into().unwrap()), 1 << 63);
+}
