@@ -24,7 +24,11 @@
 //!   where `contents()` reports the arguments.
 //! - Target is x86-64 Linux (LP64): `long` is 8 bytes, `long double` is the
 //!   80-bit x87 format in 16 bytes of storage, `wchar_t` is 4 bytes.
-//! - `count_of` / `elements_of` answer MPI_Get_count / MPI_Get_elements.
+//! - `count_of` / `elements_of` answer MPI_Get_count / MPI_Get_elements;
+//!   `for_each_piece` walks the memory pieces of a stream window (iovecs);
+//!   `pack_external` / `unpack_external` speak external32 (see `external32.rs`).
+//! - Files: this one (types, constructors, queries), `pack.rs` (native
+//!   packing by byte window), `external32.rs`, `tests.rs`, `bench.rs`.
 //!
 //! Limitation: the map is fully flattened, so a type whose data is in many
 //! separate pieces costs about 48 bytes per piece (block, packed offset, run)
