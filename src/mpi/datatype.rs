@@ -405,6 +405,9 @@ pub struct TypeDesc {
     runs: Arc<[(isize, usize)]>,
     /// The byte length shared by all runs, or 0.
     uniform: usize,
+    /// Every block starts where the previous one ends (one run in memory,
+    /// possibly of several basic types, e.g. MPI_FLOAT_INT).
+    adjacent: bool,
     lb: isize,
     ub: isize,
     true_lb: isize,
@@ -648,11 +651,13 @@ impl TypeDesc {
             Some(&(_, n)) if runs.iter().all(|r| r.1 == n) => n,
             _ => 0,
         };
+        let adjacent = runs.windows(2).all(|w| w[0].0 + w[0].1 as isize == w[1].0);
         TypeDesc {
             blocks: blocks.into(),
             offs: offs.into(),
             runs: runs.into(),
             uniform,
+            adjacent,
             lb,
             ub,
             true_lb,
@@ -1203,9 +1208,7 @@ impl TypeDesc {
         if count == 0 || self.size == 0 {
             return true;
         }
-        self.blocks.len() == 1
-            && self.blocks[0].disp == self.true_lb
-            && (count == 1 || self.extent() == self.size as isize)
+        self.adjacent && self.blocks[0].disp == self.true_lb && (count == 1 || self.extent() == self.size as isize)
     }
 
     pub fn kind(&self) -> CombinerKind {

@@ -75,7 +75,15 @@ fn pair_layouts() {
         assert_eq!(t.elem(), Some(e));
     }
     assert!(TypeDesc::pair(Elem::TWO_INT).is_contiguous(5));
-    assert!(!TypeDesc::pair(Elem::DOUBLE_INT).is_contiguous(1));
+    // one run of 12 bytes, but 16 bytes apart
+    assert!(TypeDesc::pair(Elem::DOUBLE_INT).is_contiguous(1));
+    assert!(!TypeDesc::pair(Elem::DOUBLE_INT).is_contiguous(2));
+    // value and index of different types, no padding: contiguous
+    assert!(TypeDesc::pair(Elem::FLOAT_INT).is_contiguous(9));
+    let t = TypeDesc::create_struct(&[1, 1], &[0, 4], &[&p(Basic::Int), &p(Basic::Float)]).unwrap();
+    assert!(t.is_contiguous(3));
+    let t = TypeDesc::create_struct(&[1, 1], &[4, 0], &[&p(Basic::Int), &p(Basic::Float)]).unwrap();
+    assert!(!t.is_contiguous(1), "out of order is not one run in packed order");
     // contiguous of pairs keeps the pair elem
     let di = a(TypeDesc::pair(Elem::DOUBLE_INT));
     let t = TypeDesc::contiguous(3, &di).unwrap();
