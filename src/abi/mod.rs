@@ -68,3 +68,4 @@ pub fn raise(func: &'static str, _obj: ErrObj, err: MpiError) -> c_int {
     eprintln!("{func}: {err}");
     err.class
 }
+include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));
