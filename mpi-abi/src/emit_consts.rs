@@ -40,7 +40,11 @@ pub fn rust_consts(abi: &Abi) -> String {
         writeln!(o, "// {}", s.title).unwrap();
         for c in &s.constants {
             let ty = const_rust_type(abi, &c.ctype);
-            let value = if ty.starts_with('*') { format!("{} as {}", c.text, ty) } else { c.text.clone() };
+            let value = match (ty.starts_with('*'), c.value) {
+                (true, 0) => "::std::ptr::null_mut()".to_string(),
+                (true, v) => format!("::std::ptr::without_provenance_mut({v})"),
+                (false, _) => c.text.clone(),
+            };
             if let Some(n) = &c.note {
                 writeln!(o, "/// {n}").unwrap();
             }

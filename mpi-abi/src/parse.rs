@@ -153,7 +153,9 @@ pub fn parse_proto(text: &str) -> Result<Proto, String> {
     Ok(Proto { ret, name, params, variadic })
 }
 
-fn parse_typedefs(text: &str) -> Result<(Vec<Scalar>, Vec<Struct>, Vec<Callback>), String> {
+type Typedefs = (Vec<Scalar>, Vec<Struct>, Vec<Callback>);
+
+fn parse_typedefs(text: &str) -> Result<Typedefs, String> {
     let (mut scalars, mut structs, mut callbacks) = (vec![], vec![], vec![]);
     for (n, line) in lines(text) {
         let (kw, rest) = line.split_once(char::is_whitespace).ok_or_else(|| format!("{n}: empty"))?;
