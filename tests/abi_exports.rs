@@ -18,7 +18,11 @@ fn target_profile_dir() -> PathBuf {
 fn shared_library_exports_every_function() {
     let so = target_profile_dir().join("libmpi_abi.so");
     assert!(so.exists(), "{} not built", so.display());
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&so).output().expect("run nm");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .expect("run nm");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let exported: HashSet<&str> = text
@@ -44,14 +48,21 @@ fn shared_library_exports_every_function() {
         }
     }
     assert!(missing.is_empty(), "not exported: {missing:?}");
-    let mpi_symbols = exported.iter().filter(|n| n.starts_with("MPI") || n.starts_with("PMPI")).count();
+    let mpi_symbols = exported
+        .iter()
+        .filter(|n| n.starts_with("MPI") || n.starts_with("PMPI"))
+        .count();
     assert_eq!(mpi_symbols, 2 * 684 + 1, "exactly the data's functions are exported");
 }
 
 #[test]
 fn shared_library_has_the_abi_soname() {
     let so = target_profile_dir().join("libmpi_abi.so");
-    let out = Command::new("readelf").arg("-d").arg(&so).output().expect("run readelf");
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(&so)
+        .output()
+        .expect("run readelf");
     assert!(String::from_utf8_lossy(&out.stdout).contains("[libmpi_abi.so.1]"));
 }
 
@@ -71,7 +82,10 @@ fn rust_constants_have_standard_values_and_types() {
     assert_eq!(std::mem::size_of::<MPI_Status>(), 32);
     assert_eq!(std::mem::size_of::<MPI_Aint>(), std::mem::size_of::<usize>());
     assert_eq!(error_class_name(MPI_ERR_TRUNCATE), Some("MPI_ERR_TRUNCATE"));
-    assert_eq!(error_class_name(MPI_T_ERR_PVAR_NO_ATOMIC), Some("MPI_T_ERR_PVAR_NO_ATOMIC"));
+    assert_eq!(
+        error_class_name(MPI_T_ERR_PVAR_NO_ATOMIC),
+        Some("MPI_T_ERR_PVAR_NO_ATOMIC")
+    );
     assert_eq!(error_class_name(MPI_ERR_LASTCODE), None);
     assert_eq!(error_class_name(62), None);
 }

@@ -23,11 +23,10 @@ pub struct CParam {
 
 /// Rust keywords that can appear as C parameter names get a trailing `_`.
 const RUST_KEYWORDS: &[&str] = &[
-    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate", "do",
-    "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "if", "impl", "in", "let", "loop",
-    "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref", "return", "self", "Self",
-    "static", "struct", "super", "trait", "true", "try", "type", "typeof", "unsafe", "unsized", "use",
-    "virtual", "where", "while", "yield",
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate", "do", "dyn", "else",
+    "enum", "extern", "false", "final", "fn", "for", "if", "impl", "in", "let", "loop", "macro", "match", "mod",
+    "move", "mut", "override", "priv", "pub", "ref", "return", "self", "Self", "static", "struct", "super", "trait",
+    "true", "try", "type", "typeof", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
 ];
 
 pub fn rust_ident(name: &str) -> String {
@@ -48,7 +47,11 @@ pub fn parse_param(text: &str) -> Result<CParam, String> {
         let dim = if inner.is_empty() {
             None
         } else {
-            Some(inner.parse::<usize>().map_err(|_| format!("bad array size in `{text}`"))?)
+            Some(
+                inner
+                    .parse::<usize>()
+                    .map_err(|_| format!("bad array size in `{text}`"))?,
+            )
         };
         arrays.insert(0, dim);
         s.truncate(open);
@@ -74,7 +77,15 @@ pub fn parse_param(text: &str) -> Result<CParam, String> {
     if name.is_empty() || base.len() != 1 {
         return Err(format!("cannot parse parameter `{text}`"));
     }
-    Ok(CParam { name, ty: CType { is_const, base: base[0].to_string(), ptrs, arrays } })
+    Ok(CParam {
+        name,
+        ty: CType {
+            is_const,
+            base: base[0].to_string(),
+            ptrs,
+            arrays,
+        },
+    })
 }
 
 impl CType {
@@ -146,7 +157,15 @@ mod tests {
     fn params() {
         let p = parse_param("const MPI_Count recvcounts[]").unwrap();
         assert_eq!(p.name, "recvcounts");
-        assert_eq!(p.ty, CType { is_const: true, base: "MPI_Count".into(), ptrs: 0, arrays: vec![None] });
+        assert_eq!(
+            p.ty,
+            CType {
+                is_const: true,
+                base: "MPI_Count".into(),
+                ptrs: 0,
+                arrays: vec![None]
+            }
+        );
         let p = parse_param("int ranges[][3]").unwrap();
         assert_eq!(p.ty.arrays, vec![None, Some(3)]);
         assert_eq!(p.ty.c_decl("ranges"), "int ranges[][3]");

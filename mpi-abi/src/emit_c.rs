@@ -11,7 +11,11 @@ fn proto_c(p: &Proto, name: &str) -> String {
     if p.variadic {
         params.push("...".into());
     }
-    let params = if params.is_empty() { "void".to_string() } else { params.join(", ") };
+    let params = if params.is_empty() {
+        "void".to_string()
+    } else {
+        params.join(", ")
+    };
     format!("{} {}({})", p.ret, name, params)
 }
 
@@ -68,7 +72,11 @@ fn handle_value_c(h: &HandleType, v: &HandleValue) -> String {
 /// `include/mpi.h`.
 pub fn c_header(abi: &Abi) -> String {
     let mut o = String::new();
-    writeln!(o, "/* mpi.h: the MPI-5.0 standard ABI (MPI 5.0 chapter 20), as implemented by gpumpi").unwrap();
+    writeln!(
+        o,
+        "/* mpi.h: the MPI-5.0 standard ABI (MPI 5.0 chapter 20), as implemented by gpumpi"
+    )
+    .unwrap();
     writeln!(o, " * (libmpi_abi.so.1). {GENERATED} */").unwrap();
     o.push_str("#ifndef MPI_H_ABI\n#define MPI_H_ABI\n\n#include <stdint.h>\n\n");
     o.push_str("#if defined(__cplusplus)\nextern \"C\" {\n#endif\n\n");
@@ -78,7 +86,11 @@ pub fn c_header(abi: &Abi) -> String {
 
     o.push_str("/* Integer types */\n");
     for s in &abi.scalars {
-        let note = if s.ext { " /* gpumpi addition: Fortran handle conversions */" } else { "" };
+        let note = if s.ext {
+            " /* gpumpi addition: Fortran handle conversions */"
+        } else {
+            ""
+        };
         writeln!(o, "typedef {} {};{}", s.c_def, s.name, note).unwrap();
     }
     o.push('\n');

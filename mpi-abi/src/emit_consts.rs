@@ -13,11 +13,21 @@ fn const_rust_type(abi: &Abi, ctype: &str) -> String {
         // cannot hold them in a const, so they are addresses. Compare with `f.map_or(0, |f| f as usize)`.
         return "usize".into();
     }
-    if abi.sections.iter().any(|s| s.kind == SectionKind::NamedEnum(base.to_string())) {
+    if abi
+        .sections
+        .iter()
+        .any(|s| s.kind == SectionKind::NamedEnum(base.to_string()))
+    {
         return base.into();
     }
     let ptrs = ctype.len() - base.len();
-    CType { is_const: false, base: base.into(), ptrs, arrays: vec![] }.rust(abi)
+    CType {
+        is_const: false,
+        base: base.into(),
+        ptrs,
+        arrays: vec![],
+    }
+    .rust(abi)
 }
 
 pub fn rust_consts(abi: &Abi) -> String {

@@ -6,8 +6,11 @@ use std::fmt::Write;
 
 /// `unsafe extern "C" fn(a: T, ...) -> R` for a prototype.
 pub(crate) fn fn_type(abi: &Abi, p: &Proto) -> String {
-    let mut params: Vec<String> =
-        p.params.iter().map(|q| format!("{}: {}", rust_ident(&q.name), q.ty.rust(abi))).collect();
+    let mut params: Vec<String> = p
+        .params
+        .iter()
+        .map(|q| format!("{}: {}", rust_ident(&q.name), q.ty.rust(abi)))
+        .collect();
     if p.variadic {
         params.push("...".into());
     }
@@ -30,7 +33,12 @@ pub fn rust_ffi(abi: &Abi) -> String {
     }
     o.push('\n');
     for h in &abi.handles {
-        writeln!(o, "#[repr(C)]\npub struct {} {{\n    _private: [u8; 0],\n}}", h.abi_struct).unwrap();
+        writeln!(
+            o,
+            "#[repr(C)]\npub struct {} {{\n    _private: [u8; 0],\n}}",
+            h.abi_struct
+        )
+        .unwrap();
         writeln!(o, "pub type {} = *mut {};", h.name, h.abi_struct).unwrap();
     }
     o.push('\n');
@@ -41,7 +49,12 @@ pub fn rust_ffi(abi: &Abi) -> String {
     }
     o.push('\n');
     for st in &abi.structs {
-        writeln!(o, "#[repr(C)]\n#[derive(Clone, Copy, Debug, Default)]\npub struct {} {{", st.name).unwrap();
+        writeln!(
+            o,
+            "#[repr(C)]\n#[derive(Clone, Copy, Debug, Default)]\npub struct {} {{",
+            st.name
+        )
+        .unwrap();
         for (ty, name, len) in &st.fields {
             let ty = crate::ctype::rust_base(ty);
             match len {

@@ -38,7 +38,9 @@ pub fn scan_source(src: &str) -> Vec<String> {
         }
         let Some(i) = line.find(KEY) else { continue };
         let rest = &line[i + KEY.len()..];
-        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
         let (name, after) = rest.split_at(end);
         if name.starts_with("MPI") && after.starts_with('(') {
             out.push(name.to_string());
@@ -85,11 +87,17 @@ fn body(abi: &Abi, f: &Function, implemented: bool) -> String {
     match (implemented, f.returns_error_code()) {
         (true, true) => format!("crate::abi::guard(\"{name}\", {}, || {call})", err_obj(f)),
         (true, false) => {
-            format!("crate::abi::guard_value(\"{name}\", {}, || {call})", default_value(abi, &f.proto.ret))
+            format!(
+                "crate::abi::guard_value(\"{name}\", {}, || {call})",
+                default_value(abi, &f.proto.ret)
+            )
         }
         (false, true) => format!("crate::abi::unsupported(\"{name}\")"),
         (false, false) => {
-            format!("crate::abi::unsupported(\"{name}\");\n    {}", default_value(abi, &f.proto.ret))
+            format!(
+                "crate::abi::unsupported(\"{name}\");\n    {}",
+                default_value(abi, &f.proto.ret)
+            )
         }
     }
 }
@@ -115,8 +123,12 @@ pub fn rust_wrappers(abi: &Abi, implemented: &BTreeSet<String>) -> String {
 
     for f in &abi.functions {
         let imp = implemented.contains(f.name());
-        let params: Vec<String> =
-            f.proto.params.iter().map(|p| format!("{}: {}", rust_ident(&p.name), p.ty.rust(abi))).collect();
+        let params: Vec<String> = f
+            .proto
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", rust_ident(&p.name), p.ty.rust(abi)))
+            .collect();
         let ret = ret_rust(&f.proto.ret);
         let body = body(abi, f, imp);
         let mut names = vec![f.name().to_string()];
@@ -132,8 +144,12 @@ pub fn rust_wrappers(abi: &Abi, implemented: &BTreeSet<String>) -> String {
                      // non-variadic callee, and the extra arguments are ignored.\n",
                 );
             }
-            writeln!(o, "#[no_mangle]\npub unsafe extern \"C\" fn {n}({}){ret} {{\n    {body}\n}}\n", params.join(", "))
-                .unwrap();
+            writeln!(
+                o,
+                "#[no_mangle]\npub unsafe extern \"C\" fn {n}({}){ret} {{\n    {body}\n}}\n",
+                params.join(", ")
+            )
+            .unwrap();
         }
     }
     o.push_str("}\n");
@@ -149,6 +165,9 @@ mod tests {
         let src = "pub unsafe fn MPI_Send(buf: *const c_void) -> MpiResult<()> {\n\
                    fn helper() {}\n    pub unsafe fn MPIX_Query_cuda_support() -> c_int {\n\
                    pub unsafe fn not_mpi(\npub unsafe fn MPI_Recv<T>(\n//! `pub unsafe fn MPI_Xxx(`";
-        assert_eq!(scan_source(src), vec!["MPI_Send".to_string(), "MPIX_Query_cuda_support".to_string()]);
+        assert_eq!(
+            scan_source(src),
+            vec!["MPI_Send".to_string(), "MPIX_Query_cuda_support".to_string()]
+        );
     }
 }

@@ -16,7 +16,7 @@ mod emit_wrappers;
 mod parse;
 
 pub use ctype::{CParam, CType};
-pub use emit_c::{c_header, c_ext_header, c_reference_test};
+pub use emit_c::{c_ext_header, c_header, c_reference_test};
 pub use emit_consts::rust_consts;
 pub use emit_ffi::rust_ffi;
 pub use emit_wrappers::{rust_wrappers, scan_implemented};
@@ -177,7 +177,10 @@ impl Abi {
     }
     /// The error classes (for `error_class_name`): every constant of the `error-classes` section.
     pub fn error_classes(&self) -> impl Iterator<Item = &Constant> {
-        self.sections.iter().filter(|s| s.id == "error-classes").flat_map(|s| s.constants.iter())
+        self.sections
+            .iter()
+            .filter(|s| s.id == "error-classes")
+            .flat_map(|s| s.constants.iter())
     }
     /// Every exported symbol name: MPI_X and PMPI_X.
     pub fn exported_symbols(&self) -> Vec<String> {

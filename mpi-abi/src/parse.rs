@@ -38,7 +38,14 @@ pub fn parse_all(handles: &str, constants: &str, typedefs: &str, functions: &str
     let sections = parse_constants(constants).map_err(|e| format!("constants.txt:{e}"))?;
     let (scalars, structs, callbacks) = parse_typedefs(typedefs).map_err(|e| format!("typedefs.txt:{e}"))?;
     let functions = parse_functions(functions).map_err(|e| format!("functions.txt:{e}"))?;
-    let abi = Abi { handles, sections, scalars, structs, callbacks, functions };
+    let abi = Abi {
+        handles,
+        sections,
+        scalars,
+        structs,
+        callbacks,
+        functions,
+    };
     check(&abi)?;
     Ok(abi)
 }
@@ -79,7 +86,10 @@ fn parse_handles(text: &str) -> Result<Vec<HandleType>, String> {
             [_, v] => HandleValueKind::Value(parse_int(v).map_err(|e| format!("{n}: {e}"))? as u64),
             _ => return Err(format!("{n}: expected `NAME value` or `NAME = OTHER`")),
         };
-        h.values.push(HandleValue { name: toks[0].into(), value });
+        h.values.push(HandleValue {
+            name: toks[0].into(),
+            value,
+        });
     }
     Ok(out)
 }
@@ -101,10 +111,17 @@ fn parse_constants(text: &str) -> Result<Vec<Section>, String> {
                 k => return Err(format!("{n}: unknown section kind `{k}`")),
             };
             let title = it.collect::<Vec<_>>().join(" ");
-            out.push(Section { id: id.into(), kind, title, constants: vec![] });
+            out.push(Section {
+                id: id.into(),
+                kind,
+                title,
+                constants: vec![],
+            });
             continue;
         }
-        let sec = out.last_mut().ok_or_else(|| format!("{n}: constant before any @section"))?;
+        let sec = out
+            .last_mut()
+            .ok_or_else(|| format!("{n}: constant before any @section"))?;
         let (body, note) = split_note(line);
         let toks: Vec<&str> = body.split_whitespace().collect();
         if toks.len() != 3 {
@@ -150,7 +167,12 @@ pub fn parse_proto(text: &str) -> Result<Proto, String> {
             }
         }
     }
-    Ok(Proto { ret, name, params, variadic })
+    Ok(Proto {
+        ret,
+        name,
+        params,
+        variadic,
+    })
 }
 
 type Typedefs = (Vec<Scalar>, Vec<Struct>, Vec<Callback>);
@@ -158,7 +180,9 @@ type Typedefs = (Vec<Scalar>, Vec<Struct>, Vec<Callback>);
 fn parse_typedefs(text: &str) -> Result<Typedefs, String> {
     let (mut scalars, mut structs, mut callbacks) = (vec![], vec![], vec![]);
     for (n, line) in lines(text) {
-        let (kw, rest) = line.split_once(char::is_whitespace).ok_or_else(|| format!("{n}: empty"))?;
+        let (kw, rest) = line
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| format!("{n}: empty"))?;
         let rest = rest.trim();
         match kw {
             "scalar" | "ext-scalar" => {
@@ -166,10 +190,17 @@ fn parse_typedefs(text: &str) -> Result<Typedefs, String> {
                 if t.len() != 3 {
                     return Err(format!("{n}: `scalar <name> <c-def> <rust>`"));
                 }
-                scalars.push(Scalar { name: t[0].into(), c_def: t[1].into(), rust: t[2].into(), ext: kw == "ext-scalar" });
+                scalars.push(Scalar {
+                    name: t[0].into(),
+                    c_def: t[1].into(),
+                    rust: t[2].into(),
+                    ext: kw == "ext-scalar",
+                });
             }
             "struct" => {
-                let (name, fields) = rest.split_once(char::is_whitespace).ok_or_else(|| format!("{n}: struct"))?;
+                let (name, fields) = rest
+                    .split_once(char::is_whitespace)
+                    .ok_or_else(|| format!("{n}: struct"))?;
                 let mut fs = vec![];
                 for f in fields.split(';').map(str::trim).filter(|f| !f.is_empty()) {
                     let p = parse_param(f).map_err(|e| format!("{n}: {e}"))?;
@@ -183,18 +214,29 @@ fn parse_typedefs(text: &str) -> Result<Typedefs, String> {
                     };
                     fs.push((p.ty.base.clone(), p.name.clone(), len));
                 }
-                structs.push(Struct { name: name.into(), fields: fs });
+                structs.push(Struct {
+                    name: name.into(),
+                    fields: fs,
+                });
             }
             "callback" => {
                 let proto = parse_proto(rest).map_err(|e| format!("{n}: {e}"))?;
-                callbacks.push(Callback { name: proto.name.clone(), proto: Some(proto), alias_of: None });
+                callbacks.push(Callback {
+                    name: proto.name.clone(),
+                    proto: Some(proto),
+                    alias_of: None,
+                });
             }
             "alias" => {
                 let t: Vec<&str> = rest.split_whitespace().collect();
                 if t.len() != 2 {
                     return Err(format!("{n}: `alias <new> <callback>`"));
                 }
-                callbacks.push(Callback { name: t[0].into(), proto: None, alias_of: Some(t[1].into()) });
+                callbacks.push(Callback {
+                    name: t[0].into(),
+                    proto: None,
+                    alias_of: Some(t[1].into()),
+                });
             }
             k => return Err(format!("{n}: unknown typedef kind `{k}`")),
         }
@@ -226,7 +268,12 @@ fn parse_functions(text: &str) -> Result<Vec<Function>, String> {
         if int_value && proto.ret != "int" {
             return Err(format!("{n}: @value only applies to int results"));
         }
-        out.push(Function { proto, group, int_value, note });
+        out.push(Function {
+            proto,
+            group,
+            int_value,
+            note,
+        });
     }
     Ok(out)
 }
@@ -251,7 +298,10 @@ fn check(abi: &Abi) -> Result<(), String> {
             || abi.scalar(t).is_some()
             || abi.callback(t).is_some()
             || abi.structs.iter().any(|s| s.name == t)
-            || abi.sections.iter().any(|s| s.kind == SectionKind::NamedEnum(t.to_string()))
+            || abi
+                .sections
+                .iter()
+                .any(|s| s.kind == SectionKind::NamedEnum(t.to_string()))
     };
     let protos = abi
         .functions

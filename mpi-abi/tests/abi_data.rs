@@ -26,9 +26,19 @@ fn function_counts() {
         assert!(abi.function(base).is_some(), "{} has no {base}", f.name());
     }
     assert_eq!(abi.exported_symbols().len(), 2 * (609 + 51 + 24) + 1);
-    for name in ["MPI_Abi_get_version", "MPI_Abi_get_info", "MPI_Comm_toint", "MPI_Comm_fromint", "MPI_Wtime",
-        "MPI_Wtick", "MPI_Aint_add", "MPI_Aint_diff", "MPI_Pcontrol", "MPI_T_init_thread", "MPI_Send_c"]
-    {
+    for name in [
+        "MPI_Abi_get_version",
+        "MPI_Abi_get_info",
+        "MPI_Comm_toint",
+        "MPI_Comm_fromint",
+        "MPI_Wtime",
+        "MPI_Wtick",
+        "MPI_Aint_add",
+        "MPI_Aint_diff",
+        "MPI_Pcontrol",
+        "MPI_T_init_thread",
+        "MPI_Send_c",
+    ] {
         assert!(abi.function(name).is_some(), "{name} missing");
     }
 }
@@ -41,7 +51,12 @@ fn constant_counts_and_values() {
     assert_eq!(abi.handles.len(), 17);
     assert_eq!(abi.handles.iter().map(|h| h.values.len()).sum::<usize>(), 110);
     assert_eq!(abi.error_classes().count(), 1 + 61 + 18);
-    let c = |n: &str| abi.constants().find(|c| c.name == n).unwrap_or_else(|| panic!("{n}")).value;
+    let c = |n: &str| {
+        abi.constants()
+            .find(|c| c.name == n)
+            .unwrap_or_else(|| panic!("{n}"))
+            .value
+    };
     assert_eq!(c("MPI_ERR_TRUNCATE"), 15);
     assert_eq!(c("MPI_THREAD_MULTIPLE"), 4096);
     assert_eq!(c("MPI_UNDEFINED"), -32766);
@@ -67,7 +82,10 @@ fn constant_counts_and_values() {
 fn every_handle_type_has_conversions() {
     let abi = mpi_abi::load();
     for h in abi.handles.iter().filter(|h| !h.tool) {
-        let stem = h.conv_stem.as_ref().unwrap_or_else(|| panic!("{} has no c2f stem", h.name));
+        let stem = h
+            .conv_stem
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} has no c2f stem", h.name));
         for suffix in ["c2f", "f2c", "toint", "fromint"] {
             let f = format!("MPI_{stem}_{suffix}");
             let f = abi.function(&f).unwrap_or_else(|| panic!("{f} missing"));
@@ -79,14 +97,24 @@ fn every_handle_type_has_conversions() {
 #[test]
 fn committed_headers_are_current() {
     let abi = mpi_abi::load();
-    for (name, text) in [("mpi.h", mpi_abi::c_header(&abi)), ("mpi-ext.h", mpi_abi::c_ext_header(&abi))] {
+    for (name, text) in [
+        ("mpi.h", mpi_abi::c_header(&abi)),
+        ("mpi-ext.h", mpi_abi::c_ext_header(&abi)),
+    ] {
         let committed = std::fs::read_to_string(root().join("include").join(name)).unwrap();
-        assert!(committed == text, "include/{name} is stale: run `cargo run -p mpi-abi --bin gen-headers`");
+        assert!(
+            committed == text,
+            "include/{name} is stale: run `cargo run -p mpi-abi --bin gen-headers`"
+        );
     }
 }
 
 fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -111,7 +139,11 @@ fn headers_compile_as_c_and_cxx_and_reference_everything() {
             .arg(&src)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{cc} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{cc} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = std::fs::read_to_string(&src).unwrap();
     // One pointer per exported symbol.
@@ -157,7 +189,11 @@ int main(void) {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "gcc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "gcc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&run.stdout), "OK\n");
 }

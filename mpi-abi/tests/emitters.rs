@@ -10,22 +10,38 @@ fn wrappers(implemented: &[&str]) -> String {
 
 /// The body of exported function `name` in `text`.
 fn item<'a>(text: &'a str, name: &str) -> &'a str {
-    let start = text.find(&format!("pub unsafe extern \"C\" fn {name}(")).unwrap_or_else(|| panic!("{name}"));
+    let start = text
+        .find(&format!("pub unsafe extern \"C\" fn {name}("))
+        .unwrap_or_else(|| panic!("{name}"));
     let end = text[start..].find("\n}\n").unwrap() + start;
     &text[start..end]
 }
 
 #[test]
 fn implemented_functions_call_imp_under_guard() {
-    let w = wrappers(&["MPI_Send", "MPI_Wtime", "MPI_Comm_f2c", "MPI_Win_fence", "MPI_Comm_toint"]);
+    let w = wrappers(&[
+        "MPI_Send",
+        "MPI_Wtime",
+        "MPI_Comm_f2c",
+        "MPI_Win_fence",
+        "MPI_Comm_toint",
+    ]);
     let send = item(&w, "MPI_Send");
-    assert!(send.contains("buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int"));
+    assert!(send.contains(
+        "buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int"
+    ));
     assert!(send.contains(
         "crate::abi::guard(\"MPI_Send\", crate::abi::ErrObj::Comm(comm), || crate::abi::imp::MPI_Send(buf, count, datatype, dest, tag, comm))"
     ));
-    assert_eq!(item(&w, "PMPI_Send").replace("PMPI_Send", "MPI_Send"), send, "PMPI twin is identical");
+    assert_eq!(
+        item(&w, "PMPI_Send").replace("PMPI_Send", "MPI_Send"),
+        send,
+        "PMPI twin is identical"
+    );
     assert!(item(&w, "MPI_Win_fence").contains("crate::abi::ErrObj::Win(win)"));
-    assert!(item(&w, "MPI_Wtime").contains("crate::abi::guard_value(\"MPI_Wtime\", 0.0, || crate::abi::imp::MPI_Wtime())"));
+    assert!(
+        item(&w, "MPI_Wtime").contains("crate::abi::guard_value(\"MPI_Wtime\", 0.0, || crate::abi::imp::MPI_Wtime())")
+    );
     assert!(item(&w, "MPI_Comm_f2c").contains("-> MPI_Comm"));
     assert!(item(&w, "MPI_Comm_f2c").contains("guard_value(\"MPI_Comm_f2c\", crate::abi::consts::MPI_COMM_NULL,"));
     assert!(item(&w, "MPI_Comm_toint").contains("guard_value(\"MPI_Comm_toint\", 0,"));
@@ -38,7 +54,9 @@ fn unimplemented_functions_report_unsupported() {
     assert!(item(&w, "MPI_Recv").contains("crate::abi::unsupported(\"MPI_Recv\")"));
     let wtick = item(&w, "MPI_Wtick");
     assert!(wtick.contains("crate::abi::unsupported(\"MPI_Wtick\");") && wtick.trim_end().ends_with("0.0"));
-    assert!(item(&w, "MPI_Type_f2c").trim_end().ends_with("crate::abi::consts::MPI_DATATYPE_NULL"));
+    assert!(item(&w, "MPI_Type_f2c")
+        .trim_end()
+        .ends_with("crate::abi::consts::MPI_DATATYPE_NULL"));
     // ErrObj::None when there is no by-value comm/win/file/session.
     let w = wrappers(&["MPI_Comm_free", "MPI_Type_size"]);
     assert!(item(&w, "MPI_Comm_free").contains("crate::abi::ErrObj::None"));

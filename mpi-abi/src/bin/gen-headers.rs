@@ -8,7 +8,10 @@ fn main() {
     let abi = mpi_abi::load();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include");
     let mut stale = false;
-    for (name, text) in [("mpi.h", mpi_abi::c_header(&abi)), ("mpi-ext.h", mpi_abi::c_ext_header(&abi))] {
+    for (name, text) in [
+        ("mpi.h", mpi_abi::c_header(&abi)),
+        ("mpi-ext.h", mpi_abi::c_ext_header(&abi)),
+    ] {
         let path = dir.join(name);
         if check {
             if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
