@@ -72,3 +72,4 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
     errh::raise(func, obj, err)
 }
+include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));

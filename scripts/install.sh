@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build gpumpi and install it under a prefix:
+#   lib/libmpi_abi.so.1 (+ libmpi_abi.so), include/{mpi.h,mpi-ext.h}, bin/{mpicc,mpicxx,mpirun},
+#   lib/pkgconfig/{mpi.pc,mpi-c.pc}.
+# Usage: scripts/install.sh [--prefix DIR] [--debug] [--no-build]
+#   --prefix DIR  install there (default: ./build/install in the repository)
+#   --debug       use the debug build (cargo build) instead of the release build
+#   --no-build    install what target/ already holds
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+prefix="$root/build/install"
+profile=release
+build=yes
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix) prefix="$2"; shift 2 ;;
+        --prefix=*) prefix="${1#--prefix=}"; shift ;;
+        --debug) profile=debug; shift ;;
+        --no-build) build=no; shift ;;
+        -h|--help) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+if [ "$build" = yes ]; then
+    if [ "$profile" = release ]; then
+        (cd "$root" && cargo build --release -p gpumpi)
+    else
+        (cd "$root" && cargo build -p gpumpi)
+    fi
+fi
+target="${CARGO_TARGET_DIR:-$root/target}/$profile"
+[ -f "$target/libmpi_abi.so" ] || { echo "install.sh: $target/libmpi_abi.so not built" >&2; exit 1; }
+
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
+mkdir -p "$prefix/lib/pkgconfig" "$prefix/include" "$prefix/bin"
+version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)
+
+install -m 755 "$target/libmpi_abi.so" "$prefix/lib/libmpi_abi.so.1"
+ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so"
+install -m 644 "$root/include/mpi.h" "$root/include/mpi-ext.h" "$prefix/include/"
+if [ -x "$target/mpirun" ]; then
+    install -m 755 "$target/mpirun" "$prefix/bin/mpirun"
+fi
+
+subst() { # template output name cc_var cc_default pcname
+    sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" -e "s|@NAME@|$3|g" \
+        -e "s|@CC_VAR@|$4|g" -e "s|@CC_DEFAULT@|$5|g" -e "s|@PCNAME@|$3|g" "$1" > "$2"
+}
+subst "$root/scripts/mpicc.in" "$prefix/bin/mpicc" mpicc MPICC_CC cc
+subst "$root/scripts/mpicc.in" "$prefix/bin/mpicxx" mpicxx MPICXX_CXX c++
+chmod 755 "$prefix/bin/mpicc" "$prefix/bin/mpicxx"
+subst "$root/scripts/mpi.pc.in" "$prefix/lib/pkgconfig/mpi.pc" mpi - -
+subst "$root/scripts/mpi.pc.in" "$prefix/lib/pkgconfig/mpi-c.pc" mpi-c - -
+
+echo "installed gpumpi $version ($profile) to $prefix"
