@@ -114,7 +114,7 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
                     Some((k, v)) => (k.to_string(), Some(v.to_string())),
                     None => (v, None),
                 };
-                if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                if k.is_empty() || k.starts_with(|c: char| c.is_ascii_digit()) || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(format!("-x {k:?}: not a valid environment variable name"));
                 }
                 o.env.push((k, v));

@@ -115,5 +115,8 @@ pub fn init() -> MpiResult<Box<dyn Bootstrap + Send>> {
             m
         }
     };
-    method.start()
+    method.start().map_err(|mut e| {
+        e.msg = format!("bootstrap method {:?} failed: {}", method.name(), e.msg);
+        e
+    })
 }

@@ -111,6 +111,8 @@ impl Drop for Server {
         self.shared.cv.notify_all();
         // Wake the accept loop so that it sees `stop`.
         let _ = UnixStream::connect(&self.path);
+        // Later clients get a clear "no such file" instead of a connection nobody serves.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
