@@ -288,3 +288,25 @@ fn usage_errors_help_and_version() {
     assert_eq!(code, 127);
     assert!(err.contains("cannot start rank 0"), "{err}");
 }
+
+#[test]
+fn ranks_die_with_a_killed_mpirun() {
+    let mut child = mpirun(&["-n", "2", HELPER, "--hang"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let mut out = String::new();
+    for _ in 0..2 {
+        r.read_line(&mut out).unwrap();
+    }
+    let p = pids(&out);
+    assert_eq!(p.len(), 2, "{out}");
+    child.kill().unwrap(); // SIGKILL: no chance to clean up; PR_SET_PDEATHSIG must do it
+    child.wait().unwrap();
+    let t = Instant::now();
+    while p.iter().any(|&q| alive(q)) && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_all_gone(&p);
+    // What a SIGKILLed mpirun could not remove.
+    let job = job_id(&out);
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("gpumpi-{job}")));
+}

@@ -1,7 +1,8 @@
 //! Test helper for `tests/mpirun.rs` (MPI programs cannot be linked yet): uses
 //! `bootstrap::init()` directly. Every rank puts a value, fences, reads every
 //! peer's value and prints `rank R/N pid P job J local L/LS peers v0,v1,...`.
-//! Then, by option (each names the rank that misbehaves; the others wait in a
+//! Then a fence (every line is printed before anyone misbehaves) and, by option
+//! (each names the rank that misbehaves; the others wait in a
 //! second fence that never completes, to be killed by mpirun):
 //!   --exit R CODE    rank R exits with CODE
 //!   --kill R         rank R kills itself with SIGKILL
@@ -55,6 +56,8 @@ fn main() {
     }
     use std::io::Write;
     std::io::stdout().flush().unwrap();
+    // Every rank has printed its line before anyone misbehaves.
+    b.fence().expect("fence after printing");
     let me = |name: &str| num(name, 1) == Some(rank as i64);
     if arg("--hang", 0).is_some() {
         loop {

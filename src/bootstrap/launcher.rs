@@ -257,8 +257,17 @@ struct Rank {
 }
 
 /// Why the job ends early.
-enum Stop {
-    Failed { msg: String, code: i32 },
+struct Stop {
+    msg: String,
+    code: i32,
+    /// The signal sent first to every rank (then SIGKILL after the grace period).
+    first_signal: i32,
+}
+
+impl Stop {
+    fn failed(msg: String, code: i32) -> Option<Stop> {
+        Some(Stop { msg, code, first_signal: libc::SIGTERM })
+    }
 }
 
 fn describe_exit(rank: usize, pid: i32, st: ExitStatus) -> Option<(String, i32)> {
@@ -423,7 +432,7 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
             }
             Err(e) => {
                 let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-                stop = Some(Stop::Failed { msg: format!("cannot start rank {r}: {:?}: {e}", o.program), code });
+                stop = Stop::failed(format!("cannot start rank {r}: {:?}: {e}", o.program), code);
                 break;
             }
         }
@@ -433,27 +442,28 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
     while stop.is_none() {
         let sig = SIGNALLED.swap(0, Ordering::SeqCst);
         if sig != 0 {
-            stop = Some(Stop::Failed {
-                msg: format!("received signal {sig} ({}); stopping the job", signal_name(sig)),
+            stop = Some(Stop {
+                msg: format!("received signal {sig} ({}); forwarding it to the ranks and stopping the job", signal_name(sig)),
                 code: 128 + sig,
+                first_signal: sig,
             });
             break;
         }
         if let Some(t) = o.timeout {
             if start.elapsed() >= t {
-                stop = Some(Stop::Failed {
-                    msg: format!("the job ran longer than --timeout {} s; stopping it", t.as_secs_f64()),
-                    code: TIMEOUT_EXIT,
-                });
+                stop = Stop::failed(
+                    format!("the job ran longer than --timeout {} s; stopping it", t.as_secs_f64()),
+                    TIMEOUT_EXIT,
+                );
                 break;
             }
         }
         match server.events().recv_timeout(Duration::from_millis(10)) {
             Ok(Event::Abort { rank, code, msg }) => {
-                stop = Some(Stop::Failed {
-                    msg: format!("rank {rank} called MPI_Abort(MPI_COMM_WORLD, {code}): {msg}"),
-                    code: if code == 0 { 1 } else { code },
-                });
+                stop = Stop::failed(
+                    format!("rank {rank} called MPI_Abort(MPI_COMM_WORLD, {code}): {msg}"),
+                    if code == 0 { 1 } else { code },
+                );
                 break;
             }
             Ok(Event::Lost { rank }) => lost.push((rank, Instant::now())),
@@ -467,14 +477,14 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
             if let Ok(Some(st)) = rk.child.try_wait() {
                 rk.status = Some(st);
                 if let Some((msg, code)) = describe_exit(r, rk.pid, st) {
-                    stop = Some(Stop::Failed { msg, code });
+                    stop = Stop::failed(msg, code);
                     break;
                 }
                 if server.rank_state(r) == RankState::Connected || server.rank_state(r) == RankState::Lost {
-                    stop = Some(Stop::Failed {
-                        msg: format!("rank {r} (pid {}) exited without finalizing; stopping the job", rk.pid),
-                        code: 1,
-                    });
+                    stop = Stop::failed(
+                        format!("rank {r} (pid {}) exited without finalizing; stopping the job", rk.pid),
+                        1,
+                    );
                     break;
                 }
             }
@@ -484,13 +494,13 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
         }
         // A dropped connection whose process is still alive after a grace period is a dead rank.
         if let Some(&(r, _)) = lost.iter().find(|(r, t)| ranks[*r].status.is_none() && t.elapsed() >= LOST_GRACE) {
-            stop = Some(Stop::Failed {
-                msg: format!(
+            stop = Stop::failed(
+                format!(
                     "rank {r} (pid {}) closed its connection to mpirun without finalizing; stopping the job",
                     ranks[r].pid
                 ),
-                code: 1,
-            });
+                1,
+            );
             break;
         }
         if ranks.iter().all(|r| r.status.is_some()) {
@@ -500,9 +510,9 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
 
     let code = match stop {
         None => 0,
-        Some(Stop::Failed { msg, code }) => {
+        Some(Stop { msg, code, first_signal }) => {
             eprintln!("mpirun: {msg}");
-            terminate_all(&mut ranks);
+            terminate_all(&mut ranks, first_signal);
             code
         }
     };
@@ -520,8 +530,9 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
     code
 }
 
-/// SIGTERM to every live rank's process group, SIGKILL after [`KILL_GRACE`], reap all.
-fn terminate_all(ranks: &mut [Rank]) {
+/// `first` (SIGTERM, or the signal mpirun received) to every live rank's process group,
+/// SIGKILL after [`KILL_GRACE`], reap all.
+fn terminate_all(ranks: &mut [Rank], first: i32) {
     let signal_live = |ranks: &mut [Rank], sig: i32| {
         for rk in ranks.iter_mut() {
             if rk.status.is_none() {
@@ -544,7 +555,7 @@ fn terminate_all(ranks: &mut [Rank]) {
         }
         ranks.iter().all(|r| r.status.is_some())
     };
-    signal_live(ranks, libc::SIGTERM);
+    signal_live(ranks, first);
     let t = Instant::now();
     while !reap(ranks) && t.elapsed() < KILL_GRACE {
         std::thread::sleep(Duration::from_millis(5));
