@@ -109,7 +109,11 @@ fn exchange_and_tagged_output_at_several_sizes() {
             let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&want)).collect();
             assert_eq!(lines.len(), 1, "n={n} rank {r}:\n{out}");
             assert!(lines[0].ends_with(&format!("job {job} local {r}/{n} peers {peers}")), "{}", lines[0]);
-            assert_eq!(err.matches(&format!("[1,{r}]<stderr>:rank {r} says hello on stderr\n")).count(), 1, "{err}");
+            assert_eq!(
+                err.matches(&format!("[1,{r}]<stderr>:rank {r} says hello on stderr\n")).count(),
+                1,
+                "{err}"
+            );
         }
         assert_eq!(out.lines().count(), n);
         assert_all_gone(&pids(&out));
@@ -151,7 +155,10 @@ fn killed_rank_stops_the_job_quickly_and_cleans_up() {
 fn nonzero_exit_code_is_returned() {
     let (code, out, err, took) = run(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--exit", "1", "5"]));
     assert_eq!(code, 5, "{err}");
-    assert!(err.contains("mpirun: rank 1 (pid ") && err.contains("exited with code 5; stopping the job"), "{err}");
+    assert!(
+        err.contains("mpirun: rank 1 (pid ") && err.contains("exited with code 5; stopping the job"),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(2));
     assert_all_gone(&pids(&out));
 }
@@ -160,7 +167,10 @@ fn nonzero_exit_code_is_returned() {
 fn abort_through_the_bootstrap() {
     let (code, out, err, took) = run(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--abort", "1", "3"]));
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 3): helper rank 1 gives up"), "{err}");
+    assert!(
+        err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 3): helper rank 1 gives up"),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert_all_gone(&pids(&out));
 }
@@ -208,7 +218,17 @@ fn sigterm_to_mpirun_is_forwarded() {
 
 #[test]
 fn env_options_and_non_mpi_programs() {
-    let mut c = mpirun(&["-n", "2", "-x", "FOO=bar baz", "-x", "GPUMPI_T_FWD", "sh", "-c", "echo \"$GPUMPI_RANK|$GPUMPI_SIZE|$GPUMPI_LOCAL_RANK|$FOO|$GPUMPI_T_FWD\""]);
+    let mut c = mpirun(&[
+        "-n",
+        "2",
+        "-x",
+        "FOO=bar baz",
+        "-x",
+        "GPUMPI_T_FWD",
+        "sh",
+        "-c",
+        "echo \"$GPUMPI_RANK|$GPUMPI_SIZE|$GPUMPI_LOCAL_RANK|$FOO|$GPUMPI_T_FWD\"",
+    ]);
     c.env("GPUMPI_T_FWD", "fwd");
     let (code, out, err, _) = run(c);
     assert_eq!(code, 0, "{err}");
@@ -251,7 +271,12 @@ fn missing_server_fails_fast() {
         .env("GPUMPI_SECRET", "0011");
     let (code, _out, err, took) = run(c);
     assert_eq!(code, 3);
-    assert!(err.contains("\"mpirun\"") && err.contains("/nonexistent/gpumpi.sock") && err.contains("cannot connect"), "{err}");
+    assert!(
+        err.contains("\"mpirun\"")
+            && err.contains("/nonexistent/gpumpi.sock")
+            && err.contains("cannot connect"),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(5));
 }
 
@@ -291,7 +316,8 @@ fn usage_errors_help_and_version() {
 
 #[test]
 fn ranks_die_with_a_killed_mpirun() {
-    let mut child = mpirun(&["-n", "2", HELPER, "--hang"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child =
+        mpirun(&["-n", "2", HELPER, "--hang"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut r = BufReader::new(child.stdout.take().unwrap());
     let mut out = String::new();
     for _ in 0..2 {

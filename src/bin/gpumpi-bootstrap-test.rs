@@ -49,7 +49,7 @@ fn main() {
         eprintln!("rank {rank} says hello on stderr");
     }
     if let Some(k) = num("--lines", 1) {
-        let body: String = std::iter::repeat((b'a' + rank as u8) as char).take(3000).collect();
+        let body: String = std::iter::repeat_n((b'a' + rank as u8) as char, 3000).collect();
         for i in 0..k {
             println!("L {rank} {i} {body}");
         }

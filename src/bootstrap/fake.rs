@@ -46,7 +46,9 @@ pub fn job_on_nodes(size: usize, per_node: usize) -> Vec<FakeBootstrap> {
         st: Mutex::new(State { gen: 0, arrived: 0, pending: Vec::new(), visible: HashMap::new() }),
         cv: Condvar::new(),
     });
-    (0..size).map(|rank| FakeBootstrap { rank, shared: shared.clone(), mine: Mutex::new(Vec::new()) }).collect()
+    (0..size)
+        .map(|rank| FakeBootstrap { rank, shared: shared.clone(), mine: Mutex::new(Vec::new()) })
+        .collect()
 }
 
 impl Bootstrap for FakeBootstrap {
@@ -98,11 +100,18 @@ impl Bootstrap for FakeBootstrap {
     }
     fn get(&self, rank: usize, key: &str) -> MpiResult<Vec<u8>> {
         if rank >= self.shared.size {
-            crate::mpi_bail!(MPI_ERR_RANK, "bootstrap get: rank {rank} is not in a job of {}", self.shared.size);
+            crate::mpi_bail!(
+                MPI_ERR_RANK,
+                "bootstrap get: rank {rank} is not in a job of {}",
+                self.shared.size
+            );
         }
         match self.shared.st.lock().unwrap().visible.get(&(rank, key.to_string())) {
             Some(v) => Ok(v.clone()),
-            None => crate::mpi_bail!(MPI_ERR_NAME, "bootstrap get: rank {rank} put no key {key:?} before the last fence"),
+            None => crate::mpi_bail!(
+                MPI_ERR_NAME,
+                "bootstrap get: rank {rank} put no key {key:?} before the last fence"
+            ),
         }
     }
     fn abort(&self, code: i32, msg: &str) -> ! {

@@ -100,7 +100,9 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
             "--version" | "-V" => return Ok(Parsed::Version),
             "-n" | "-np" | "--np" | "--n" => {
                 let v = val(&mut i)?;
-                let k: usize = v.parse().map_err(|_| format!("{name} {v:?}: the number of ranks must be a positive integer"))?;
+                let k: usize = v
+                    .parse()
+                    .map_err(|_| format!("{name} {v:?}: the number of ranks must be a positive integer"))?;
                 if k == 0 {
                     return Err(format!("{name} 0: the number of ranks must be a positive integer"));
                 }
@@ -114,7 +116,10 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
                     Some((k, v)) => (k.to_string(), Some(v.to_string())),
                     None => (v, None),
                 };
-                if k.is_empty() || k.starts_with(|c: char| c.is_ascii_digit()) || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                if k.is_empty()
+                    || k.starts_with(|c: char| c.is_ascii_digit())
+                    || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
                     return Err(format!("-x {k:?}: not a valid environment variable name"));
                 }
                 o.env.push((k, v));
@@ -131,7 +136,9 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
                 i += 1;
                 break;
             }
-            _ if a.starts_with('-') && a.len() > 1 => return Err(format!("unknown option {a:?} (see mpirun --help)")),
+            _ if a.starts_with('-') && a.len() > 1 => {
+                return Err(format!("unknown option {a:?} (see mpirun --help)"))
+            }
             _ => break,
         }
         i += 1;
@@ -229,7 +236,8 @@ pub fn remove_shm_files(job_id: &str) -> usize {
     let mut n = 0;
     if let Ok(rd) = std::fs::read_dir("/dev/shm") {
         for e in rd.flatten() {
-            if e.file_name().to_str().is_some_and(|s| s.starts_with(&prefix)) && std::fs::remove_file(e.path()).is_ok()
+            if e.file_name().to_str().is_some_and(|s| s.starts_with(&prefix))
+                && std::fs::remove_file(e.path()).is_ok()
             {
                 n += 1;
             }
@@ -273,7 +281,10 @@ impl Stop {
 fn describe_exit(rank: usize, pid: i32, st: ExitStatus) -> Option<(String, i32)> {
     if let Some(sig) = st.signal() {
         return Some((
-            format!("rank {rank} (pid {pid}) was killed by signal {sig} ({}); stopping the job", signal_name(sig)),
+            format!(
+                "rank {rank} (pid {pid}) was killed by signal {sig} ({}); stopping the job",
+                signal_name(sig)
+            ),
             128 + sig,
         ));
     }
@@ -283,9 +294,18 @@ fn describe_exit(rank: usize, pid: i32, st: ExitStatus) -> Option<(String, i32)>
     }
 }
 
-fn forward(src: impl Read + Send + 'static, rank: usize, stderr: bool, tag: bool) -> std::thread::JoinHandle<()> {
+fn forward(
+    src: impl Read + Send + 'static,
+    rank: usize,
+    stderr: bool,
+    tag: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let prefix = if tag { format!("[1,{rank}]<{}>:", if stderr { "stderr" } else { "stdout" }) } else { String::new() };
+        let prefix = if tag {
+            format!("[1,{rank}]<{}>:", if stderr { "stderr" } else { "stdout" })
+        } else {
+            String::new()
+        };
         let mut r = BufReader::with_capacity(64 << 10, src);
         let mut line = Vec::with_capacity(256);
         loop {
@@ -443,7 +463,10 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
         let sig = SIGNALLED.swap(0, Ordering::SeqCst);
         if sig != 0 {
             stop = Some(Stop {
-                msg: format!("received signal {sig} ({}); forwarding it to the ranks and stopping the job", signal_name(sig)),
+                msg: format!(
+                    "received signal {sig} ({}); forwarding it to the ranks and stopping the job",
+                    signal_name(sig)
+                ),
                 code: 128 + sig,
                 first_signal: sig,
             });
@@ -493,7 +516,9 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
             break;
         }
         // A dropped connection whose process is still alive after a grace period is a dead rank.
-        if let Some(&(r, _)) = lost.iter().find(|(r, t)| ranks[*r].status.is_none() && t.elapsed() >= LOST_GRACE) {
+        if let Some(&(r, _)) =
+            lost.iter().find(|(r, t)| ranks[*r].status.is_none() && t.elapsed() >= LOST_GRACE)
+        {
             stop = Stop::failed(
                 format!(
                     "rank {r} (pid {}) closed its connection to mpirun without finalizing; stopping the job",

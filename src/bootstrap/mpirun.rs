@@ -29,15 +29,18 @@ pub struct MpirunBootstrap {
 
 fn env_required(name: &str) -> MpiResult<String> {
     config::get(name).ok_or_else(|| {
-        crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: {name} is not set (the process was not started by gpumpi's mpirun?)")
+        crate::mpi_err!(
+            MPI_ERR_OTHER,
+            "mpirun bootstrap: {name} is not set (the process was not started by gpumpi's mpirun?)"
+        )
     })
 }
 
 fn env_usize(name: &str) -> MpiResult<usize> {
     let v = env_required(name)?;
-    v.trim()
-        .parse()
-        .map_err(|_| crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: {name}={v:?} is not a non-negative integer"))
+    v.trim().parse().map_err(|_| {
+        crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: {name}={v:?} is not a non-negative integer")
+    })
 }
 
 impl MpirunBootstrap {
@@ -48,13 +51,20 @@ impl MpirunBootstrap {
         let secret_hex = env_required("GPUMPI_SECRET")?;
         let rank = env_usize("GPUMPI_RANK")?;
         let size = env_usize("GPUMPI_SIZE")?;
-        let secret = wire::from_hex(secret_hex.trim())
-            .ok_or_else(|| crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: GPUMPI_SECRET is not a hex string"))?;
+        let secret = wire::from_hex(secret_hex.trim()).ok_or_else(|| {
+            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: GPUMPI_SECRET is not a hex string")
+        })?;
         if rank >= size {
-            crate::mpi_bail!(MPI_ERR_OTHER, "mpirun bootstrap: GPUMPI_RANK={rank} is not below GPUMPI_SIZE={size}");
+            crate::mpi_bail!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: GPUMPI_RANK={rank} is not below GPUMPI_SIZE={size}"
+            );
         }
         if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            crate::mpi_bail!(MPI_ERR_OTHER, "mpirun bootstrap: GPUMPI_JOB_ID={job_id:?} must be made of [A-Za-z0-9-]");
+            crate::mpi_bail!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: GPUMPI_JOB_ID={job_id:?} must be made of [A-Za-z0-9-]"
+            );
         }
         let timeout = Duration::from_secs(config::get_usize("GPUMPI_BOOTSTRAP_TIMEOUT").max(1) as u64);
         Self::connect(&server, &job_id, rank, size, &secret, timeout)
@@ -72,9 +82,8 @@ impl MpirunBootstrap {
         let fail = |what: String| -> MpiError {
             crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: wire-up server GPUMPI_SERVER={server}: {what}")
         };
-        let mut s = UnixStream::connect(server).map_err(|e| {
-            fail(format!("cannot connect: {e} (is the job's mpirun still running?)"))
-        })?;
+        let mut s = UnixStream::connect(server)
+            .map_err(|e| fail(format!("cannot connect: {e} (is the job's mpirun still running?)")))?;
         s.set_read_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
         s.set_write_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
         let hello = Msg::Hello {
@@ -147,7 +156,11 @@ impl Bootstrap for MpirunBootstrap {
         let puts = std::mem::take(&mut *self.pending.lock().unwrap());
         let mut conn = self.conn.lock().unwrap();
         let lost = |e: std::io::Error| {
-            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: fence: lost the connection to mpirun ({}): {e}", self.server)
+            crate::mpi_err!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: fence: lost the connection to mpirun ({}): {e}",
+                self.server
+            )
         };
         wire::write_msg(&mut *conn, &Msg::Fence { puts }).map_err(lost)?;
         match wire::read_msg(&mut *conn).map_err(lost)? {
@@ -167,7 +180,10 @@ impl Bootstrap for MpirunBootstrap {
         }
         match self.visible.lock().unwrap().get(&(rank, key.to_string())) {
             Some(v) => Ok(v.clone()),
-            None => crate::mpi_bail!(MPI_ERR_NAME, "bootstrap get: rank {rank} put no key {key:?} before the last fence"),
+            None => crate::mpi_bail!(
+                MPI_ERR_NAME,
+                "bootstrap get: rank {rank} put no key {key:?} before the last fence"
+            ),
         }
     }
     fn abort(&self, code: i32, msg: &str) -> ! {
@@ -220,7 +236,8 @@ mod tests {
             .map(|r| {
                 let p = p.clone();
                 std::thread::spawn(move || {
-                    let b = MpirunBootstrap::connect(&p, "job-1", r, n, &[3; 32], Duration::from_secs(5)).unwrap();
+                    let b = MpirunBootstrap::connect(&p, "job-1", r, n, &[3; 32], Duration::from_secs(5))
+                        .unwrap();
                     assert_eq!((b.rank(), b.size(), b.local_rank(), b.local_size()), (r, n, r, n));
                     b.put("k", &[r as u8; 3]);
                     b.put("k", &[r as u8; 2]); // replaces

@@ -86,7 +86,9 @@ impl Server {
                 match conn {
                     Ok(s) => {
                         let sh = sh.clone();
-                        let _ = thread::Builder::new().name("gpumpi-wireup-conn".into()).spawn(move || serve(&sh, s));
+                        let _ = thread::Builder::new()
+                            .name("gpumpi-wireup-conn".into())
+                            .spawn(move || serve(&sh, s));
                     }
                     Err(e) => tracing::warn!("wire-up server: accept failed: {e}"),
                 }
@@ -137,7 +139,10 @@ fn serve(sh: &Shared, mut s: UnixStream) {
                 return refuse(&mut s, "bad secret".into());
             }
             if version != wire::PROTOCOL_VERSION {
-                return refuse(&mut s, format!("protocol version {version}, server speaks {}", wire::PROTOCOL_VERSION));
+                return refuse(
+                    &mut s,
+                    format!("protocol version {version}, server speaks {}", wire::PROTOCOL_VERSION),
+                );
             }
             let rank = rank as usize;
             if rank >= sh.size {
@@ -273,8 +278,9 @@ mod tests {
                         match wire::read_msg(&mut s).unwrap() {
                             Msg::FenceDone { mut kvs } => {
                                 kvs.sort();
-                                let want: Vec<_> =
-                                    (0..n as u32).map(|q| (q, format!("k{round}"), vec![q as u8, round])).collect();
+                                let want: Vec<_> = (0..n as u32)
+                                    .map(|q| (q, format!("k{round}"), vec![q as u8, round]))
+                                    .collect();
                                 assert_eq!(kvs, want);
                             }
                             m => panic!("{m:?}"),

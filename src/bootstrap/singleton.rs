@@ -68,7 +68,10 @@ impl Bootstrap for Singleton {
         }
         match self.visible.lock().unwrap().get(key) {
             Some(v) => Ok(v.clone()),
-            None => crate::mpi_bail!(MPI_ERR_NAME, "bootstrap get: rank 0 put no key {key:?} before the last fence"),
+            None => crate::mpi_bail!(
+                MPI_ERR_NAME,
+                "bootstrap get: rank 0 put no key {key:?} before the last fence"
+            ),
         }
     }
     fn abort(&self, code: i32, msg: &str) -> ! {

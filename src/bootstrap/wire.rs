@@ -109,7 +109,9 @@ impl Msg {
         let mut c = Cursor { b: body, pos: 0 };
         let kind = c.u8()?;
         let m = match kind {
-            K_HELLO => Msg::Hello { version: c.u32()?, rank: c.u32()?, pid: c.u32()?, secret: c.bytes()?.to_vec() },
+            K_HELLO => {
+                Msg::Hello { version: c.u32()?, rank: c.u32()?, pid: c.u32()?, secret: c.bytes()?.to_vec() }
+            }
             K_WELCOME => {
                 let appnum = c.u32()?;
                 let n = c.count(4)?;
@@ -194,7 +196,12 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     while got < 4 {
         match r.read(&mut len[got..]) {
             Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "end of stream inside a frame header")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of stream inside a frame header",
+                ))
+            }
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -202,7 +209,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     }
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds the limit")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds the limit"),
+        ));
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
@@ -228,7 +238,7 @@ pub fn to_hex(b: &[u8]) -> String {
 }
 
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
