@@ -354,6 +354,9 @@ pub fn run(o: &Options) -> i32 {
         );
         return 1;
     }
+    for (k, _) in o.env.iter().filter(|(k, v)| v.is_none() && std::env::var_os(k).is_none()) {
+        eprintln!("mpirun: warning: -x {k}: {k} is not set in mpirun's environment; not forwarded");
+    }
     let secret = match random_bytes(32) {
         Ok(s) => s,
         Err(e) => {
@@ -399,7 +402,7 @@ fn spawn_rank(o: &Options, rank: usize, job_id: &str, sock: &Path, secret: &str)
                 Some(v) => {
                     cmd.env(k, v);
                 }
-                None => tracing::warn!("mpirun: -x {k}: not set in mpirun's environment, not forwarded"),
+                None => {} // warned about once in `run`
             },
         }
     }
