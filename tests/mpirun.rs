@@ -336,3 +336,15 @@ fn ranks_die_with_a_killed_mpirun() {
     let job = job_id(&out);
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("gpumpi-{job}")));
 }
+
+#[test]
+fn abort_from_a_thread_while_another_waits_in_a_fence() {
+    let (code, out, err, took) = run(mpirun(&["-n", "2", HELPER, "--abort-thread", "1", "6"]));
+    assert_eq!(code, 6, "{err}");
+    assert!(
+        err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 6): abort from a second thread"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_all_gone(&pids(&out));
+}

@@ -7,6 +7,8 @@
 //!   --exit R CODE    rank R exits with CODE
 //!   --kill R         rank R kills itself with SIGKILL
 //!   --abort R CODE   rank R aborts through the bootstrap
+//!   --abort-thread R CODE  rank R waits in a fence that cannot complete while another of its
+//!                    threads aborts (the others sleep)
 //!   --nofinalize R   rank R exits 0 without finalizing
 //!   --hang           every rank sleeps forever
 //!   --shm            every rank creates /dev/shm/gpumpi-<job>-helper-<rank> first
@@ -73,6 +75,20 @@ fn main() {
     }
     if me("--abort") {
         b.abort(num("--abort", 2).unwrap() as i32, &format!("helper rank {rank} gives up"));
+    }
+    if arg("--abort-thread", 0).is_some() {
+        if me("--abort-thread") {
+            let b: &'static (dyn bootstrap::Bootstrap + Send) = Box::leak(b);
+            let code = num("--abort-thread", 2).unwrap() as i32;
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                b.abort(code, "abort from a second thread");
+            });
+            let _ = b.fence();
+        }
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
     }
     if me("--nofinalize") {
         std::process::exit(0);

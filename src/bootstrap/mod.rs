@@ -28,9 +28,10 @@ use crate::config;
 use crate::mpi::error::MpiResult;
 
 /// What the rest of the library needs from the launcher. All methods take
-/// `&self` (implementations synchronize internally) so that `abort` can be
-/// called from anywhere.
-pub trait Bootstrap {
+/// `&self` and implementations are `Send + Sync` (they synchronize
+/// internally), so that the bootstrap can live in a global and `abort` can be
+/// called from any thread, even while another waits in `fence`.
+pub trait Bootstrap: Send + Sync {
     /// This process's rank in the job (MPI_COMM_WORLD).
     fn rank(&self) -> usize;
     /// Number of ranks in the job.

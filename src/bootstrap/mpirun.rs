@@ -22,6 +22,7 @@ pub struct MpirunBootstrap {
     appnum: usize,
     job_id: String,
     server: String,
+    secret: Vec<u8>,
     conn: Mutex<UnixStream>,
     pending: Mutex<Vec<(String, Vec<u8>)>>,
     visible: Mutex<HashMap<(usize, String), Vec<u8>>>,
@@ -118,6 +119,7 @@ impl MpirunBootstrap {
             appnum,
             job_id: job_id.to_string(),
             server: server.to_string(),
+            secret: secret.to_vec(),
             conn: Mutex::new(s),
             pending: Mutex::new(Vec::new()),
             visible: Mutex::new(HashMap::new()),
@@ -187,21 +189,22 @@ impl Bootstrap for MpirunBootstrap {
         }
     }
     fn abort(&self, code: i32, msg: &str) -> ! {
-        // Another thread may hold the connection inside a fence; do not wait for it forever.
-        let mut sent = false;
-        for _ in 0..100 {
-            if let Ok(mut conn) = self.conn.try_lock() {
-                sent = wire::write_msg(&mut *conn, &Msg::Abort { code, msg: msg.to_string() }).is_ok();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if !sent {
-            // Exiting non-zero makes mpirun stop the job all the same.
-            eprintln!("gpumpi: rank {} called abort({code}) and could not reach mpirun: {msg}", self.rank);
-        } else {
+        // A fresh connection: the main one may be held by another thread waiting in a fence.
+        let m =
+            Msg::Abort { rank: self.rank as u32, secret: self.secret.clone(), code, msg: msg.to_string() };
+        let sent = UnixStream::connect(&self.server).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            wire::write_msg(&mut s, &m)?;
+            wire::read_msg(&mut s)
+        });
+        match sent {
             // mpirun prints the message and kills the job; give it the time to do so.
-            std::thread::sleep(Duration::from_secs(5));
+            Ok(Msg::Ok) => std::thread::sleep(Duration::from_secs(5)),
+            // Exiting non-zero makes mpirun stop the job all the same.
+            other => eprintln!(
+                "gpumpi: rank {} called abort({code}) and could not tell mpirun ({other:?}): {msg}",
+                self.rank
+            ),
         }
         std::process::exit(if code == 0 { 1 } else { code });
     }

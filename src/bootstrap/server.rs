@@ -164,6 +164,19 @@ fn serve(sh: &Shared, mut s: UnixStream) {
             }
             rank
         }
+        Ok(Msg::Abort { rank, secret, code, msg }) => {
+            // A standalone abort on a fresh connection.
+            let reply = if !secret_ok(&sh.secret, &secret) {
+                Msg::Error { msg: "bad secret".into() }
+            } else if rank as usize >= sh.size {
+                Msg::Error { msg: format!("rank {rank} is out of range for a job of {} ranks", sh.size) }
+            } else {
+                send_event(sh, Event::Abort { rank: rank as usize, code, msg });
+                Msg::Ok
+            };
+            let _ = wire::write_msg(&mut s, &reply);
+            return;
+        }
         Ok(other) => {
             tracing::warn!("wire-up server: first message was not Hello: {other:?}");
             let _ = wire::write_msg(&mut s, &Msg::Error { msg: "expected Hello".into() });
@@ -211,8 +224,9 @@ fn serve(sh: &Shared, mut s: UnixStream) {
                     return;
                 }
             }
-            Msg::Abort { code, msg } => {
+            Msg::Abort { secret, code, msg, .. } if secret_ok(&sh.secret, &secret) => {
                 send_event(sh, Event::Abort { rank, code, msg });
+                let _ = wire::write_msg(&mut s, &Msg::Ok);
                 // Keep the connection open: the launcher kills the rank.
             }
             Msg::Finalize => {
@@ -325,7 +339,16 @@ mod tests {
         let srv = Server::start(&path, 2, vec![1; 8]).unwrap();
         let (mut s0, _) = hello(&path, 0, &[1; 8]);
         let (s1, _) = hello(&path, 1, &[1; 8]);
-        wire::write_msg(&mut s0, &Msg::Abort { code: 3, msg: "boom".into() }).unwrap();
+        // Rank 0 waits in a fence; its abort comes on a fresh connection.
+        wire::write_msg(&mut s0, &Msg::Fence { puts: vec![] }).unwrap();
+        let abort = |secret: Vec<u8>| {
+            let mut a = UnixStream::connect(&path).unwrap();
+            let m = Msg::Abort { rank: 0, secret, code: 3, msg: "boom".into() };
+            wire::write_msg(&mut a, &m).unwrap();
+            wire::read_msg(&mut a).unwrap()
+        };
+        assert_eq!(abort(vec![2; 8]), Msg::Error { msg: "bad secret".into() });
+        assert_eq!(abort(vec![1; 8]), Msg::Ok);
         let e = srv.events().recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(e, Event::Abort { rank: 0, code: 3, msg: "boom".into() });
         drop(s1);

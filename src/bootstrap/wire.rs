@@ -11,7 +11,9 @@
 //! - C `Fence{puts}` (every key/value put since the previous fence, in one
 //!   message) -> S, once every rank has fenced, `FenceDone{kvs}` with the puts
 //!   of all ranks since the previous fence: one round trip per fence.
-//! - C `Abort{code, msg}` -> the server tells the launcher, which ends the job.
+//! - C `Abort{rank, secret, code, msg}`, as the first message of a fresh connection (so that it
+//!   gets through while another thread of the rank waits in a fence) -> S `Ok` (or `Error` for a
+//!   bad secret), and the server tells the launcher, which ends the job.
 //! - C `Finalize` -> S `Ok`; a client that disconnects without it is dead.
 
 use std::io::{self, Read, Write};
@@ -27,7 +29,7 @@ pub enum Msg {
     Welcome { node_ranks: Vec<u32>, appnum: u32 },
     Fence { puts: Vec<(String, Vec<u8>)> },
     FenceDone { kvs: Vec<(u32, String, Vec<u8>)> },
-    Abort { code: i32, msg: String },
+    Abort { rank: u32, secret: Vec<u8>, code: i32, msg: String },
     Finalize,
     Ok,
     Error { msg: String },
@@ -87,8 +89,10 @@ impl Msg {
                     put_bytes(&mut b, v);
                 }
             }
-            Msg::Abort { code, msg } => {
+            Msg::Abort { rank, secret, code, msg } => {
                 b.push(K_ABORT);
+                put_u32(&mut b, *rank);
+                put_bytes(&mut b, secret);
                 put_u32(&mut b, *code as u32);
                 put_bytes(&mut b, msg.as_bytes());
             }
@@ -137,7 +141,12 @@ impl Msg {
                 }
                 Msg::FenceDone { kvs }
             }
-            K_ABORT => Msg::Abort { code: c.u32()? as i32, msg: c.text()? },
+            K_ABORT => Msg::Abort {
+                rank: c.u32()?,
+                secret: c.bytes()?.to_vec(),
+                code: c.u32()? as i32,
+                msg: c.text()?,
+            },
             K_FINALIZE => Msg::Finalize,
             K_OK => Msg::Ok,
             K_ERROR => Msg::Error { msg: c.text()? },
@@ -274,7 +283,7 @@ mod tests {
             Msg::Fence { puts: vec![("addr".into(), b"xyz".to_vec()), ("empty".into(), vec![])] },
             Msg::Fence { puts: vec![] },
             Msg::FenceDone { kvs: vec![(0, "a".into(), vec![9; 100]), (7, "b".into(), vec![])] },
-            Msg::Abort { code: -3, msg: "bad thing".into() },
+            Msg::Abort { rank: 2, secret: vec![1; 4], code: -3, msg: "bad thing".into() },
             Msg::Finalize,
             Msg::Ok,
             Msg::Error { msg: "no".into() },
