@@ -393,17 +393,11 @@ pub fn run(o: &Options) -> i32 {
 fn spawn_rank(o: &Options, rank: usize, job_id: &str, sock: &Path, secret: &str) -> std::io::Result<Child> {
     let mut cmd = Command::new(&o.program);
     cmd.args(&o.args);
+    // `-x VAR` forwards: the child inherits mpirun's environment, so only an explicit value
+    // needs setting (an unset forwarded variable was warned about in `run`).
     for (k, v) in &o.env {
-        match v {
-            Some(v) => {
-                cmd.env(k, v);
-            }
-            None => match std::env::var_os(k) {
-                Some(v) => {
-                    cmd.env(k, v);
-                }
-                None => {} // warned about once in `run`
-            },
+        if let Some(v) = v {
+            cmd.env(k, v);
         }
     }
     cmd.env("GPUMPI_JOB_ID", job_id)
