@@ -348,3 +348,16 @@ fn abort_from_a_thread_while_another_waits_in_a_fence() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert_all_gone(&pids(&out));
 }
+
+#[test]
+fn a_live_rank_that_drops_its_connection_is_dead() {
+    let (code, out, err, took) = run(mpirun(&["-n", "2", HELPER, "--drop-conn", "0"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("mpirun: rank 0 (pid ")
+            && err.contains("closed its connection to mpirun without finalizing"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_all_gone(&pids(&out));
+}

@@ -10,6 +10,7 @@
 //!   --abort-thread R CODE  rank R waits in a fence that cannot complete while another of its
 //!                    threads aborts (the others sleep)
 //!   --nofinalize R   rank R exits 0 without finalizing
+//!   --drop-conn R    rank R shuts its sockets down (as a broken library would) and sleeps
 //!   --hang           every rank sleeps forever
 //!   --shm            every rank creates /dev/shm/gpumpi-<job>-helper-<rank> first
 //!   --lines K        every rank prints K long lines (checks line-atomic forwarding)
@@ -85,6 +86,19 @@ fn main() {
                 b.abort(code, "abort from a second thread");
             });
             let _ = b.fence();
+        }
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+    if me("--drop-conn") {
+        for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let is_socket =
+                std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
+            if let (true, Ok(fd)) = (is_socket, e.file_name().to_string_lossy().parse::<i32>()) {
+                // SAFETY: shutdown(2) on a socket descriptor this process owns; it stays open.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
         }
         loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
