@@ -12,7 +12,7 @@
 //!   --nofinalize R   rank R exits 0 without finalizing
 //!   --drop-conn R    rank R shuts its sockets down (as a broken library would) and sleeps
 //!   --hang           every rank sleeps forever
-//!   --shm            every rank creates /dev/shm/gpumpi-<job>-helper-<rank> first
+//!   --shm            every rank creates `/dev/shm/gpumpi-<job>-helper-<rank>` first
 //!   --lines K        every rank prints K long lines (checks line-atomic forwarding)
 //!   --stderr         also print one line to stderr
 //! Without a misbehaviour option: a second fence, finalize, exit 0.

@@ -67,7 +67,7 @@ pub enum Parsed {
     Version,
 }
 
-/// Parse mpirun's arguments (without argv[0]).
+/// Parse mpirun's arguments (without `argv[0]`).
 pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
     let mut n = None;
     let mut o = Options {
