@@ -68,7 +68,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SERVER",
         default: "",
-        doc: "Set by mpirun: path of the wire-up server's Unix socket (in a private 0700 directory). Its presence selects the mpirun bootstrap.",
+        doc: "Set by mpirun: path of the wire-up server's Unix socket (in a private 0700 directory). Its presence (or that of GPUMPI_JOB_ID, GPUMPI_RANK, GPUMPI_SECRET, GPUMPI_SIZE) selects the mpirun bootstrap.",
     },
     Param {
         name: "GPUMPI_SIZE",

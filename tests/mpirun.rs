@@ -361,3 +361,12 @@ fn a_live_rank_that_drops_its_connection_is_dead() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert_all_gone(&pids(&out));
 }
+
+#[test]
+fn half_set_environment_is_an_error_not_a_singleton() {
+    let mut c = clean(HELPER);
+    c.env("GPUMPI_RANK", "1");
+    let (code, out, err, _) = run(c);
+    assert_eq!(code, 3, "{out}");
+    assert!(err.contains("\"mpirun\"") && err.contains("GPUMPI_SERVER is not set"), "{err}");
+}

@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 const KILL_GRACE: Duration = Duration::from_millis(500);
 /// How long a rank that dropped its connection may take to be reaped before it is reported as lost.
 const LOST_GRACE: Duration = Duration::from_millis(300);
+/// Longest piece of output forwarded as one line.
+const MAX_LINE: usize = 1 << 20;
 /// Exit code on `--timeout`, like timeout(1).
 pub const TIMEOUT_EXIT: i32 = 124;
 
@@ -310,7 +312,8 @@ fn forward(
         let mut line = Vec::with_capacity(256);
         loop {
             line.clear();
-            match r.read_until(b'\n', &mut line) {
+            // A "line" longer than MAX_LINE (binary output) is forwarded in pieces.
+            match (&mut r).take(MAX_LINE as u64).read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }

@@ -10,9 +10,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// The variables our mpirun sets; any one of them present selects this method, and a missing
+/// one is then an error (a half-set environment must not silently become a singleton).
+pub const ENV: &[&str] = &["GPUMPI_JOB_ID", "GPUMPI_RANK", "GPUMPI_SECRET", "GPUMPI_SERVER", "GPUMPI_SIZE"];
+
 /// Whether this process was started by our mpirun.
 pub fn detect() -> bool {
-    config::get("GPUMPI_SERVER").is_some() && config::get("GPUMPI_JOB_ID").is_some()
+    ENV.iter().any(|v| config::get(v).is_some())
 }
 
 pub struct MpirunBootstrap {
