@@ -48,6 +48,64 @@ fn env_usize(name: &str) -> MpiResult<usize> {
     })
 }
 
+/// `UnixStream::connect` that cannot block forever: a non-blocking connect is retried while
+/// the server's backlog is full (EAGAIN), until `timeout`.
+fn connect_timeout(path: &str, timeout: Duration) -> std::io::Result<UnixStream> {
+    use std::os::unix::io::FromRawFd;
+    let bytes = path.as_bytes();
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "socket path too long or not valid",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh socket owned by nobody else; the stream closes it on drop.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        // SAFETY: addr is a valid, initialized sockaddr_un and its size is passed with it.
+        let rc = unsafe {
+            libc::connect(
+                fd,
+                &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Some(libc::EAGAIN) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the server accepted no connection within {timeout:?}"),
+                ))
+            }
+            _ => return Err(e),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 impl MpirunBootstrap {
     /// Connect to the server named by the environment mpirun sets and say hello.
     pub fn connect_from_env() -> MpiResult<Self> {
@@ -87,7 +145,7 @@ impl MpirunBootstrap {
         let fail = |what: String| -> MpiError {
             crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: wire-up server GPUMPI_SERVER={server}: {what}")
         };
-        let mut s = UnixStream::connect(server)
+        let mut s = connect_timeout(server, timeout)
             .map_err(|e| fail(format!("cannot connect: {e} (is the job's mpirun still running?)")))?;
         s.set_read_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
         s.set_write_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
@@ -268,6 +326,30 @@ mod tests {
         // No server: immediate error.
         let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[3; 32], Duration::from_secs(5)).err().unwrap();
         assert!(e.msg.contains("cannot connect"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn full_backlog_times_out_instead_of_blocking() {
+        use std::os::unix::io::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("gpumpi-test-{}-backlog", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap(); // never accepts
+        // SAFETY: listen(2) again on our listening socket only shrinks its backlog.
+        assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+        let t = std::time::Instant::now();
+        let mut kept = Vec::new();
+        let err = loop {
+            match connect_timeout(path.to_str().unwrap(), Duration::from_millis(200)) {
+                Ok(s) => kept.push(s),
+                Err(e) => break e,
+            }
+            assert!(kept.len() < 100, "the backlog never filled");
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(t.elapsed() < Duration::from_secs(3));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
