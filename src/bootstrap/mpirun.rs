@@ -337,7 +337,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s");
         let l = std::os::unix::net::UnixListener::bind(&path).unwrap(); // never accepts
-        // SAFETY: listen(2) again on our listening socket only shrinks its backlog.
+                                                                        // SAFETY: listen(2) again on our listening socket only shrinks its backlog.
         assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
         let t = std::time::Instant::now();
         let mut kept = Vec::new();
