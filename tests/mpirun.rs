@@ -27,33 +27,53 @@ fn mpirun(args: &[&str]) -> Command {
 }
 
 /// Wait for `child` with a hard limit so that a broken mpirun fails the test instead of hanging it.
-fn wait_output(mut child: Child, limit: Duration) -> (Output, Duration) {
+/// Returns the output, the total time, and the time from the last stdout line that starts with
+/// "rank " (the helper's report, printed before it misbehaves) to the exit.
+fn wait_output(mut child: Child, limit: Duration) -> (Output, Duration, Duration) {
     let t = Instant::now();
     let out = std::thread::spawn(move || {
-        let mut s = String::new();
         let mut e = String::new();
-        let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let (so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
         let th = std::thread::spawn(move || {
             std::io::Read::read_to_string(&mut se, &mut e).unwrap();
             e
         });
-        std::io::Read::read_to_string(&mut so, &mut s).unwrap();
+        let mut s = String::new();
+        let mut last = Instant::now();
+        let mut r = BufReader::new(so);
+        loop {
+            let n = s.len();
+            if r.read_line(&mut s).unwrap() == 0 {
+                break;
+            }
+            if s[n..].starts_with("rank ") {
+                last = Instant::now();
+            }
+        }
         let e = th.join().unwrap();
         let st = child.wait().unwrap();
-        Output { status: st, stdout: s.into_bytes(), stderr: e.into_bytes() }
+        (Output { status: st, stdout: s.into_bytes(), stderr: e.into_bytes() }, last.elapsed())
     });
     while !out.is_finished() {
         assert!(t.elapsed() < limit, "mpirun did not finish within {limit:?}");
         std::thread::sleep(Duration::from_millis(5));
     }
-    (out.join().unwrap(), t.elapsed())
+    let total = t.elapsed();
+    let (o, since) = out.join().unwrap();
+    (o, total, since)
 }
 
-fn run(mut c: Command) -> (i32, String, String, Duration) {
+fn run(c: Command) -> (i32, String, String, Duration) {
+    let (code, out, err, total, _) = run2(c);
+    (code, out, err, total)
+}
+
+/// Like `run`, with the time from the helper's last report line to the end of mpirun.
+fn run2(mut c: Command) -> (i32, String, String, Duration, Duration) {
     let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let (o, d) = wait_output(child, Duration::from_secs(30));
+    let (o, total, since) = wait_output(child, Duration::from_secs(30));
     let code = o.status.code().unwrap_or(-1);
-    (code, String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap(), d)
+    (code, String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap(), total, since)
 }
 
 /// The pids the helper printed ("... pid P ...").
@@ -140,7 +160,8 @@ fn untagged_output_and_long_lines_never_interleave() {
 
 #[test]
 fn killed_rank_stops_the_job_quickly_and_cleans_up() {
-    let (code, out, err, took) = run(mpirun(&["-n", "4", "--oversubscribe", HELPER, "--kill", "2", "--shm"]));
+    let (code, out, err, _, took) =
+        run2(mpirun(&["-n", "4", "--oversubscribe", HELPER, "--kill", "2", "--shm"]));
     assert_eq!(code, 128 + 9, "{err}");
     assert!(err.contains("mpirun: rank 2 (pid "), "{err}");
     assert!(err.contains(") was killed by signal 9 (SIGKILL); stopping the job"), "{err}");
@@ -153,7 +174,7 @@ fn killed_rank_stops_the_job_quickly_and_cleans_up() {
 
 #[test]
 fn nonzero_exit_code_is_returned() {
-    let (code, out, err, took) = run(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--exit", "1", "5"]));
+    let (code, out, err, _, took) = run2(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--exit", "1", "5"]));
     assert_eq!(code, 5, "{err}");
     assert!(
         err.contains("mpirun: rank 1 (pid ") && err.contains("exited with code 5; stopping the job"),
@@ -165,7 +186,8 @@ fn nonzero_exit_code_is_returned() {
 
 #[test]
 fn abort_through_the_bootstrap() {
-    let (code, out, err, took) = run(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--abort", "1", "3"]));
+    let (code, out, err, _, took) =
+        run2(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--abort", "1", "3"]));
     assert_eq!(code, 3, "{err}");
     assert!(
         err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 3): helper rank 1 gives up"),
@@ -339,7 +361,7 @@ fn ranks_die_with_a_killed_mpirun() {
 
 #[test]
 fn abort_from_a_thread_while_another_waits_in_a_fence() {
-    let (code, out, err, took) = run(mpirun(&["-n", "2", HELPER, "--abort-thread", "1", "6"]));
+    let (code, out, err, _, took) = run2(mpirun(&["-n", "2", HELPER, "--abort-thread", "1", "6"]));
     assert_eq!(code, 6, "{err}");
     assert!(
         err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 6): abort from a second thread"),
@@ -351,7 +373,7 @@ fn abort_from_a_thread_while_another_waits_in_a_fence() {
 
 #[test]
 fn a_live_rank_that_drops_its_connection_is_dead() {
-    let (code, out, err, took) = run(mpirun(&["-n", "2", HELPER, "--drop-conn", "0"]));
+    let (code, out, err, _, took) = run2(mpirun(&["-n", "2", HELPER, "--drop-conn", "0"]));
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("mpirun: rank 0 (pid ")
