@@ -55,9 +55,22 @@ pub static PARAMS: &[Param] = &[
         doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
     },
     Param {
+        name: "GPUMPI_BOOTSTRAP",
+        default: "",
+        doc: "Forces the bootstrap method instead of detecting it: `mpirun` (our mpirun's wire-up server) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun, singleton.",
+    },
+    Param {
+        name: "GPUMPI_BOOTSTRAP_TIMEOUT",
+        default: "30",
+        doc: "Seconds a rank waits for mpirun's wire-up server to answer its hello before failing with an error (fences themselves have no time limit).",
+    },
+    Param {
         name: "GPUMPI_COLL_TUNING",
         default: "",
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
+        name: "GPUMPI_APPNUM",
+        default: "0",
+        doc: "Set by mpirun for each rank: MPI_APPNUM, the index of the application in the launch (always 0 for now).",
     },
     Param {
         name: "GPUMPI_DEBUG",
@@ -79,6 +92,26 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_GATHER_ALGORITHM",
         default: "",
         doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_LOCAL_RANK",
+        default: "",
+        doc: "Set by mpirun: the rank's index among the ranks of its node (usable before MPI_Init, e.g. to pick a GPU).",
+    },
+    Param {
+        name: "GPUMPI_LOCAL_SIZE",
+        default: "",
+        doc: "Set by mpirun: the number of ranks on the rank's node.",
+    },
+    Param {
+        name: "GPUMPI_OVERSUBSCRIBE",
+        default: "",
+        doc: "Read by mpirun: 1 allows more ranks than cores, like --oversubscribe.",
+    },
+    Param {
+        name: "GPUMPI_RANK",
+        default: "",
+        doc: "Set by mpirun: the rank of the process in MPI_COMM_WORLD.",
     },
     Param {
         name: "GPUMPI_REDUCE_ALGORITHM",
@@ -109,6 +142,29 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_SCATTER_ALGORITHM",
         default: "",
         doc: "Force the scatter algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        name: "GPUMPI_JOB_ID",
+        default: "",
+        doc: "Set by mpirun: the job id, unique per job and made of [A-Za-z0-9-] (shared-memory segments are /dev/shm/gpumpi-<job_id>-*).",
+    },
+    Param {
+        name: "GPUMPI_SECRET",
+        default: "",
+        doc: "Set by mpirun: the per-job random secret (hex) a rank presents to the wire-up server.",
+    },
+    Param {
+        name: "GPUMPI_SERVER",
+        default: "",
+        doc: "Set by mpirun: path of the wire-up server's Unix socket (in a private 0700 directory). Its presence (or that of GPUMPI_JOB_ID, GPUMPI_RANK, GPUMPI_SECRET, GPUMPI_SIZE) selects the mpirun bootstrap.",
+    },
+    Param {
+        name: "GPUMPI_SIZE",
+        default: "",
+        doc: "Set by mpirun: the number of ranks in MPI_COMM_WORLD.",
+    },
+    Param {
+        name: "GPUMPI_UNIVERSE_SIZE",
+        default: "",
+        doc: "Set by mpirun: MPI_UNIVERSE_SIZE (the number of ranks launched).",
     },
 ];
 

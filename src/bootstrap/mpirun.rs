@@ -1,0 +1,371 @@
+//! Client of our `mpirun`'s wire-up server (see [`super::wire`] for the protocol
+//! and [`super::launcher`] for the environment mpirun gives each rank).
+
+use super::wire::{self, Msg};
+use super::Bootstrap;
+use crate::config;
+use crate::mpi::error::{MpiError, MpiResult};
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The variables our mpirun sets; any one of them present selects this method, and a missing
+/// one is then an error (a half-set environment must not silently become a singleton).
+pub const ENV: &[&str] = &["GPUMPI_JOB_ID", "GPUMPI_RANK", "GPUMPI_SECRET", "GPUMPI_SERVER", "GPUMPI_SIZE"];
+
+/// Whether this process was started by our mpirun.
+pub fn detect() -> bool {
+    ENV.iter().any(|v| config::get(v).is_some())
+}
+
+pub struct MpirunBootstrap {
+    rank: usize,
+    size: usize,
+    node_ranks: Vec<usize>,
+    appnum: usize,
+    job_id: String,
+    server: String,
+    secret: Vec<u8>,
+    conn: Mutex<UnixStream>,
+    pending: Mutex<Vec<(String, Vec<u8>)>>,
+    visible: Mutex<HashMap<(usize, String), Vec<u8>>>,
+}
+
+fn env_required(name: &str) -> MpiResult<String> {
+    config::get(name).ok_or_else(|| {
+        crate::mpi_err!(
+            MPI_ERR_OTHER,
+            "mpirun bootstrap: {name} is not set (the process was not started by gpumpi's mpirun?)"
+        )
+    })
+}
+
+fn env_usize(name: &str) -> MpiResult<usize> {
+    let v = env_required(name)?;
+    v.trim().parse().map_err(|_| {
+        crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: {name}={v:?} is not a non-negative integer")
+    })
+}
+
+/// `UnixStream::connect` that cannot block forever: a non-blocking connect is retried while
+/// the server's backlog is full (EAGAIN), until `timeout`.
+fn connect_timeout(path: &str, timeout: Duration) -> std::io::Result<UnixStream> {
+    use std::os::unix::io::FromRawFd;
+    let bytes = path.as_bytes();
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "socket path too long or not valid",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh socket owned by nobody else; the stream closes it on drop.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        // SAFETY: addr is a valid, initialized sockaddr_un and its size is passed with it.
+        let rc = unsafe {
+            libc::connect(
+                fd,
+                &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Some(libc::EAGAIN) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the server accepted no connection within {timeout:?}"),
+                ))
+            }
+            _ => return Err(e),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+impl MpirunBootstrap {
+    /// Connect to the server named by the environment mpirun sets and say hello.
+    pub fn connect_from_env() -> MpiResult<Self> {
+        let server = env_required("GPUMPI_SERVER")?;
+        let job_id = env_required("GPUMPI_JOB_ID")?;
+        let secret_hex = env_required("GPUMPI_SECRET")?;
+        let rank = env_usize("GPUMPI_RANK")?;
+        let size = env_usize("GPUMPI_SIZE")?;
+        let secret = wire::from_hex(secret_hex.trim()).ok_or_else(|| {
+            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: GPUMPI_SECRET is not a hex string")
+        })?;
+        if rank >= size {
+            crate::mpi_bail!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: GPUMPI_RANK={rank} is not below GPUMPI_SIZE={size}"
+            );
+        }
+        if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            crate::mpi_bail!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: GPUMPI_JOB_ID={job_id:?} must be made of [A-Za-z0-9-]"
+            );
+        }
+        let timeout = Duration::from_secs(config::get_usize("GPUMPI_BOOTSTRAP_TIMEOUT").max(1) as u64);
+        Self::connect(&server, &job_id, rank, size, &secret, timeout)
+    }
+
+    /// Connect to the wire-up server at `server` (a Unix socket path).
+    pub fn connect(
+        server: &str,
+        job_id: &str,
+        rank: usize,
+        size: usize,
+        secret: &[u8],
+        timeout: Duration,
+    ) -> MpiResult<Self> {
+        let fail = |what: String| -> MpiError {
+            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: wire-up server GPUMPI_SERVER={server}: {what}")
+        };
+        let mut s = connect_timeout(server, timeout)
+            .map_err(|e| fail(format!("cannot connect: {e} (is the job's mpirun still running?)")))?;
+        s.set_read_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
+        s.set_write_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
+        let hello = Msg::Hello {
+            version: wire::PROTOCOL_VERSION,
+            rank: rank as u32,
+            pid: std::process::id(),
+            secret: secret.to_vec(),
+        };
+        wire::write_msg(&mut s, &hello).map_err(|e| fail(format!("sending hello: {e}")))?;
+        let (node_ranks, appnum) = match wire::read_msg(&mut s) {
+            Ok(Msg::Welcome { node_ranks, appnum }) => {
+                (node_ranks.into_iter().map(|r| r as usize).collect::<Vec<_>>(), appnum as usize)
+            }
+            Ok(Msg::Error { msg }) => return Err(fail(format!("refused rank {rank}: {msg}"))),
+            Ok(m) => return Err(fail(format!("unexpected reply to hello: {m:?}"))),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(fail(format!("no reply to hello within {timeout:?} (GPUMPI_BOOTSTRAP_TIMEOUT)")))
+            }
+            Err(e) => return Err(fail(format!("reading the reply to hello: {e}"))),
+        };
+        if !node_ranks.contains(&rank) {
+            return Err(fail(format!("rank {rank} is not in its own node's rank list {node_ranks:?}")));
+        }
+        // Fences legitimately wait for slow ranks: no read timeout from now on.
+        // A dead server closes the socket, which ends any wait.
+        s.set_read_timeout(None).map_err(|e| fail(e.to_string()))?;
+        tracing::debug!("mpirun bootstrap: rank {rank} of {size} connected to {server}");
+        Ok(MpirunBootstrap {
+            rank,
+            size,
+            node_ranks,
+            appnum,
+            job_id: job_id.to_string(),
+            server: server.to_string(),
+            secret: secret.to_vec(),
+            conn: Mutex::new(s),
+            pending: Mutex::new(Vec::new()),
+            visible: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+impl Bootstrap for MpirunBootstrap {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn local_rank(&self) -> usize {
+        self.node_ranks.iter().position(|&r| r == self.rank).unwrap_or(0)
+    }
+    fn local_size(&self) -> usize {
+        self.node_ranks.len()
+    }
+    fn node_ranks(&self) -> Vec<usize> {
+        self.node_ranks.clone()
+    }
+    fn appnum(&self) -> usize {
+        self.appnum
+    }
+    fn job_id(&self) -> &str {
+        &self.job_id
+    }
+    fn put(&self, key: &str, value: &[u8]) {
+        let mut p = self.pending.lock().unwrap();
+        p.retain(|(k, _)| k != key);
+        p.push((key.to_string(), value.to_vec()));
+    }
+    fn fence(&self) -> MpiResult<()> {
+        let puts = std::mem::take(&mut *self.pending.lock().unwrap());
+        let mut conn = self.conn.lock().unwrap();
+        let lost = |e: std::io::Error| {
+            crate::mpi_err!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: fence: lost the connection to mpirun ({}): {e}",
+                self.server
+            )
+        };
+        wire::write_msg(&mut *conn, &Msg::Fence { puts }).map_err(lost)?;
+        match wire::read_msg(&mut *conn).map_err(lost)? {
+            Msg::FenceDone { kvs } => {
+                let mut vis = self.visible.lock().unwrap();
+                for (r, k, v) in kvs {
+                    vis.insert((r as usize, k), v);
+                }
+                Ok(())
+            }
+            m => crate::mpi_bail!(MPI_ERR_INTERN, "mpirun bootstrap: fence: unexpected reply {m:?}"),
+        }
+    }
+    fn get(&self, rank: usize, key: &str) -> MpiResult<Vec<u8>> {
+        if rank >= self.size {
+            crate::mpi_bail!(MPI_ERR_RANK, "bootstrap get: rank {rank} is not in a job of {}", self.size);
+        }
+        match self.visible.lock().unwrap().get(&(rank, key.to_string())) {
+            Some(v) => Ok(v.clone()),
+            None => crate::mpi_bail!(
+                MPI_ERR_NAME,
+                "bootstrap get: rank {rank} put no key {key:?} before the last fence"
+            ),
+        }
+    }
+    fn abort(&self, code: i32, msg: &str) -> ! {
+        // A fresh connection: the main one may be held by another thread waiting in a fence.
+        let m =
+            Msg::Abort { rank: self.rank as u32, secret: self.secret.clone(), code, msg: msg.to_string() };
+        let sent = UnixStream::connect(&self.server).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            wire::write_msg(&mut s, &m)?;
+            wire::read_msg(&mut s)
+        });
+        match sent {
+            // mpirun prints the message and kills the job; give it the time to do so.
+            Ok(Msg::Ok) => std::thread::sleep(Duration::from_secs(5)),
+            // Exiting non-zero makes mpirun stop the job all the same.
+            other => eprintln!(
+                "gpumpi: rank {} called abort({code}) and could not tell mpirun ({other:?}): {msg}",
+                self.rank
+            ),
+        }
+        std::process::exit(if code == 0 { 1 } else { code });
+    }
+    fn finalize(&self) -> MpiResult<()> {
+        let mut conn = self.conn.lock().unwrap();
+        let lost = |e: std::io::Error| {
+            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: finalize: lost the connection to mpirun: {e}")
+        };
+        wire::write_msg(&mut *conn, &Msg::Finalize).map_err(lost)?;
+        match wire::read_msg(&mut *conn).map_err(lost)? {
+            Msg::Ok => Ok(()),
+            m => crate::mpi_bail!(MPI_ERR_INTERN, "mpirun bootstrap: finalize: unexpected reply {m:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::server::Server;
+    use super::*;
+
+    #[test]
+    fn clients_over_a_real_server() {
+        let dir = std::env::temp_dir().join(format!("gpumpi-test-{}-client", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let n = 4;
+        let srv = Server::start(&path, n, vec![3; 32]).unwrap();
+        let p = path.to_str().unwrap().to_string();
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let b = MpirunBootstrap::connect(&p, "job-1", r, n, &[3; 32], Duration::from_secs(5))
+                        .unwrap();
+                    assert_eq!((b.rank(), b.size(), b.local_rank(), b.local_size()), (r, n, r, n));
+                    b.put("k", &[r as u8; 3]);
+                    b.put("k", &[r as u8; 2]); // replaces
+                    b.fence().unwrap();
+                    for q in 0..n {
+                        assert_eq!(b.get(q, "k").unwrap(), vec![q as u8; 2]);
+                    }
+                    assert!(b.get(0, "missing").is_err());
+                    b.fence().unwrap(); // an empty fence
+                    b.finalize().unwrap();
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        // Wrong secret: a clear error naming the server, no hang.
+        let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[4; 32], Duration::from_secs(5)).err().unwrap();
+        assert!(e.msg.contains("bad secret") && e.msg.contains(&p), "{e}");
+        drop(srv);
+        // No server: immediate error.
+        let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[3; 32], Duration::from_secs(5)).err().unwrap();
+        assert!(e.msg.contains("cannot connect"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn full_backlog_times_out_instead_of_blocking() {
+        use std::os::unix::io::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("gpumpi-test-{}-backlog", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap(); // never accepts
+                                                                        // SAFETY: listen(2) again on our listening socket only shrinks its backlog.
+        assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+        let t = std::time::Instant::now();
+        let mut kept = Vec::new();
+        let err = loop {
+            match connect_timeout(path.to_str().unwrap(), Duration::from_millis(200)) {
+                Ok(s) => kept.push(s),
+                Err(e) => break e,
+            }
+            assert!(kept.len() < 100, "the backlog never filled");
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(t.elapsed() < Duration::from_secs(3));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn silent_server_times_out() {
+        let dir = std::env::temp_dir().join(format!("gpumpi-test-{}-silent", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let _l = std::os::unix::net::UnixListener::bind(&path).unwrap(); // never accepts
+        let t = std::time::Instant::now();
+        let e = MpirunBootstrap::connect(path.to_str().unwrap(), "j", 0, 1, &[1], Duration::from_millis(300))
+            .err()
+            .unwrap();
+        assert!(e.msg.contains("no reply to hello"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
