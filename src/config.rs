@@ -45,6 +45,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Force the alltoall algorithm: bruck, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
     },
     Param {
+        name: "GPUMPI_APPNUM",
+        default: "0",
+        doc: "Set by mpirun for each rank: MPI_APPNUM, the index of the application in the launch (always 0 for now).",
+    },
+    Param {
         name: "GPUMPI_BARRIER_ALGORITHM",
         default: "",
         doc: "Force the barrier algorithm: dissemination. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
@@ -68,9 +73,6 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_COLL_TUNING",
         default: "",
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
-        name: "GPUMPI_APPNUM",
-        default: "0",
-        doc: "Set by mpirun for each rank: MPI_APPNUM, the index of the application in the launch (always 0 for now).",
     },
     Param {
         name: "GPUMPI_DEBUG",
@@ -92,6 +94,11 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_GATHER_ALGORITHM",
         default: "",
         doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+    },
+    Param {
+        name: "GPUMPI_JOB_ID",
+        default: "",
+        doc: "Set by mpirun: the job id, unique per job and made of [A-Za-z0-9-] (shared-memory segments are /dev/shm/gpumpi-<job_id>-*).",
     },
     Param {
         name: "GPUMPI_LOCAL_RANK",
@@ -142,9 +149,6 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_SCATTER_ALGORITHM",
         default: "",
         doc: "Force the scatter algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
-        name: "GPUMPI_JOB_ID",
-        default: "",
-        doc: "Set by mpirun: the job id, unique per job and made of [A-Za-z0-9-] (shared-memory segments are /dev/shm/gpumpi-<job_id>-*).",
     },
     Param {
         name: "GPUMPI_SECRET",

@@ -202,12 +202,13 @@ fn combiner_value(k: CombinerKind) -> c_int {
         CombinerKind::Struct => c::MPI_COMBINER_STRUCT,
         CombinerKind::Subarray => c::MPI_COMBINER_SUBARRAY,
         CombinerKind::Resized => c::MPI_COMBINER_RESIZED,
+        CombinerKind::Darray => c::MPI_COMBINER_DARRAY,
     }
 }
 
 pub unsafe fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> MpiResult<()> {
     let d = dtype(datatype)?;
-    let (ni, na, nd) = d.desc.envelope();
+    let (ni, na, _nl, nd) = d.desc.envelope();
     out(num_integers, "num_integers", ni as c_int)?;
     out(num_addresses, "num_addresses", na as c_int)?;
     out(num_datatypes, "num_datatypes", nd as c_int)?;

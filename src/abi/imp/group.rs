@@ -56,19 +56,19 @@ pub unsafe fn MPI_Group_range_excl(g: MPI_Group, n: c_int, ranges: *mut [c_int; 
 }
 
 pub unsafe fn MPI_Group_union(a: MPI_Group, b: MPI_Group, newgroup: *mut MPI_Group) -> MpiResult<()> {
-    out(newgroup, "newgroup", new_group(group(a)?.union(&group(b)?)))
+    out(newgroup, "newgroup", new_group(group(a)?.union(&*group(b)?)))
 }
 
 pub unsafe fn MPI_Group_intersection(a: MPI_Group, b: MPI_Group, newgroup: *mut MPI_Group) -> MpiResult<()> {
-    out(newgroup, "newgroup", new_group(group(a)?.intersection(&group(b)?)))
+    out(newgroup, "newgroup", new_group(group(a)?.intersection(&*group(b)?)))
 }
 
 pub unsafe fn MPI_Group_difference(a: MPI_Group, b: MPI_Group, newgroup: *mut MPI_Group) -> MpiResult<()> {
-    out(newgroup, "newgroup", new_group(group(a)?.difference(&group(b)?)))
+    out(newgroup, "newgroup", new_group(group(a)?.difference(&*group(b)?)))
 }
 
 pub unsafe fn MPI_Group_translate_ranks(a: MPI_Group, n: c_int, ranks1: *const c_int, b: MPI_Group, ranks2: *mut c_int) -> MpiResult<()> {
-    let r = group(a)?.translate(ranks_arg(n, ranks1)?, &group(b)?)?;
+    let r = group(a)?.translate(ranks_arg(n, ranks1)?, &*group(b)?)?;
     if !r.is_empty() {
         nonnull(ranks2, "ranks2")?;
         std::ptr::copy_nonoverlapping(r.as_ptr(), ranks2, r.len());
@@ -77,7 +77,7 @@ pub unsafe fn MPI_Group_translate_ranks(a: MPI_Group, n: c_int, ranks1: *const c
 }
 
 pub unsafe fn MPI_Group_compare(a: MPI_Group, b: MPI_Group, result: *mut c_int) -> MpiResult<()> {
-    out(result, "result", group(a)?.compare(&group(b)?))
+    out(result, "result", group(a)?.compare(&*group(b)?))
 }
 
 pub unsafe fn MPI_Group_free(g: *mut MPI_Group) -> MpiResult<()> {
