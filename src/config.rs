@@ -20,6 +20,25 @@ pub static PARAMS: &[Param] = &[
         doc: "Debug log to stderr via tracing: unset/0 = off, 1 = info, 2 = debug, 3 = trace. \
               Reports the transport and algorithm each operation uses and the shared-memory footprint.",
     },
+    Param {
+        name: "GPUMPI_EAGER_LIMIT",
+        default: "16k",
+        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied \
+              through the shared-memory ring, fragmented if larger than one frame); larger ones use \
+              rendezvous (single copy with CMA, else pipelined through the ring).",
+    },
+    Param {
+        name: "GPUMPI_SHM_CMA",
+        default: "1",
+        doc: "Single-copy rendezvous with process_vm_readv (Linux CMA), probed per peer at start-up. \
+              0 forces the pipelined copy through the ring.",
+    },
+    Param {
+        name: "GPUMPI_SHM_RING_BYTES",
+        default: "128k",
+        doc: "Bytes of each shared-memory ring (one per sender in every rank's inbox), rounded up to \
+              a power of two, at least 1k. Per-rank segment = 4096 + (ranks - 1) x (256 + ring bytes).",
+    },
 ];
 
 fn lookup(name: &str) -> &'static Param {

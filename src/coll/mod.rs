@@ -1,1 +1,3 @@
 //! coll (see ARCHITECTURE.md)
+
+pub mod schedule;
