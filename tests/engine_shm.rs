@@ -16,6 +16,8 @@ const LIMIT: usize = 16 << 10;
 struct Opts {
     cma: bool,
     ring: usize,
+    /// Largest message of the workload.
+    max: usize,
 }
 
 fn seg_path(job: &str, r: usize) -> String {
@@ -74,10 +76,10 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 
 /// The workload both ranks run: echo of every boundary size, a sync send, a flood of small
 /// unexpected messages (backpressure when the ring is tiny).
-fn workload(e: &mut Engine, me: usize) {
+fn workload(e: &mut Engine, me: usize, max: usize) {
     let peer = 1 - me;
     let sizes = [0usize, 1, 8, LIMIT - 1, LIMIT, LIMIT + 1, 1 << 20, 10 << 20];
-    for (k, &n) in sizes.iter().enumerate() {
+    for (k, &n) in sizes.iter().enumerate().filter(|(_, &n)| n <= max) {
         let tag = k as i32 + 10;
         let mut buf = vec![0u8; n];
         if me == 0 {
@@ -146,7 +148,7 @@ fn run(name: &str, o: Opts, child_env: &[(&str, &str)]) {
         // Child: rank 1, configured through the registered GPUMPI_* variables.
         let (mut e, cma) = setup(&job, 1, &o, true);
         assert_eq!(cma, o.cma && cma_expected(), "child CMA state");
-        workload(&mut e, 1);
+        workload(&mut e, 1, o.max);
         return;
     }
     let job = format!("t{}-{name}", std::process::id());
@@ -162,7 +164,7 @@ fn run(name: &str, o: Opts, child_env: &[(&str, &str)]) {
     } else if !cma {
         eprintln!("note: CMA refused by this kernel/container; the pipelined path was tested");
     }
-    workload(&mut e, 0);
+    workload(&mut e, 0, o.max);
     let st = child.wait().unwrap();
     assert!(st.success(), "child rank failed: {st}");
     assert!(!std::path::Path::new(&seg_path(&job, 0)).exists(), "segment left in /dev/shm");
@@ -182,20 +184,20 @@ fn cma_expected() -> bool {
 
 #[test]
 fn shm_two_processes_cma() {
-    run("shm_two_processes_cma", Opts { cma: true, ring: 128 << 10 }, &[("GPUMPI_SHM_CMA", "1"), ("GPUMPI_SHM_RING_BYTES", "128k")]);
+    run("shm_two_processes_cma", Opts { cma: true, ring: 128 << 10, max: 10 << 20 }, &[("GPUMPI_SHM_CMA", "1"), ("GPUMPI_SHM_RING_BYTES", "128k")]);
 }
 
 #[test]
 fn shm_two_processes_no_cma() {
-    run("shm_two_processes_no_cma", Opts { cma: false, ring: 128 << 10 }, &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "128k")]);
+    run("shm_two_processes_no_cma", Opts { cma: false, ring: 128 << 10, max: 10 << 20 }, &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "128k")]);
 }
 
 #[test]
 fn shm_two_processes_tiny_ring_backpressure() {
     run(
         "shm_two_processes_tiny_ring_backpressure",
-        Opts { cma: false, ring: 1024 },
-        &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "1k")],
+        Opts { cma: false, ring: 2048, max: 1 << 20 },
+        &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "2k")],
     );
 }
 
@@ -205,7 +207,7 @@ fn shm_two_processes_tiny_ring_backpressure() {
 fn shm_pingpong_bench() {
     let name = "shm_pingpong_bench";
     let cma = std::env::var("BENCH_CMA").map_or(true, |v| v != "0");
-    let o = Opts { cma, ring: 128 << 10 };
+    let o = Opts { cma, ring: 128 << 10, max: 10 << 20 };
     let child = std::env::var(CHILD).ok();
     let me = if child.is_some() { 1 } else { 0 };
     let mut proc_child = None;

@@ -446,10 +446,14 @@ impl Engine {
     pub fn wait(&mut self, req: ReqId) -> Status {
         let mut b = Backoff::new();
         loop {
-            if let Some(s) = self.test(req) {
-                return s;
+            if self.is_done(req) {
+                return self.st.reqs.remove(req.0).expect("request").status;
             }
-            b.snooze();
+            if self.progress() {
+                b.reset();
+            } else {
+                b.snooze();
+            }
         }
     }
 
