@@ -43,6 +43,7 @@ impl CollExec {
     /// `send` and `recv` must be valid for every region of the schedule that names them (the
     /// schedule's byte offsets) until the executor is done or dropped; `recv` must not be
     /// aliased by other live references meanwhile.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn new(
         schedule: Schedule,
         send: *const u8,
@@ -77,7 +78,7 @@ impl CollExec {
             BufId::Recv => (self.recv, usize::MAX),
             BufId::Tmp => (self.tmp.as_mut_ptr(), self.tmp.len()),
         };
-        if r.len > 0 && (base.is_null() || r.off.checked_add(r.len).map_or(true, |e| e > len)) {
+        if r.len > 0 && (base.is_null() || r.off.checked_add(r.len).is_none_or(|e| e > len)) {
             crate::mpi_bail!(MPI_ERR_INTERN, "schedule region {r:?} is outside its buffer");
         }
         if r.len == 0 {
@@ -90,20 +91,22 @@ impl CollExec {
     /// Whether all issued sends/receives are complete (releasing them); errors of receives
     /// (truncation) are reported.
     fn drain(&mut self, eng: &mut Engine) -> MpiResult<bool> {
+        if let Some(&r) = self.pending.first() {
+            if !eng.is_done(r) {
+                eng.progress();
+            }
+        }
         let mut i = 0;
-        let mut first = true;
         while i < self.pending.len() {
             let r = self.pending[i];
-            let st = if first { eng.test(r) } else { eng.peek(r).and_then(|_| eng.test(r)) };
-            first = false;
-            match st {
-                Some(s) => {
-                    self.pending.swap_remove(i);
-                    if s.error != MPI_SUCCESS {
-                        return Err(MpiError::new(s.error, "message of a collective was truncated"));
-                    }
+            if eng.is_done(r) {
+                let s = eng.test(r).expect("completed request");
+                self.pending.swap_remove(i);
+                if s.error != MPI_SUCCESS {
+                    return Err(MpiError::new(s.error, "message of a collective was truncated"));
                 }
-                None => i += 1,
+            } else {
+                i += 1;
             }
         }
         Ok(self.pending.is_empty())
@@ -147,8 +150,7 @@ impl CollExec {
                 }
                 Step::Recv { peer, dst } => {
                     let buf = self.ptr(&dst)?;
-                    let w = self.world(peer)?;
-                    let _ = w;
+                    self.world(peer)?; // validates the peer
                     // SAFETY: as for Send; the schedule does not touch dst before the Wait.
                     let r = unsafe { eng.irecv(buf, dst.len, self.ctx, peer as i32, self.tag)? };
                     self.pending.push(r);

@@ -661,8 +661,10 @@ impl State {
         match m.body {
             UBody::Eager { data } => {
                 let n = data.len().min(cap);
-                // SAFETY: buf holds cap >= n bytes and is owned by this receive.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
+                if n > 0 {
+                    // SAFETY: buf holds cap >= n > 0 bytes and is owned by this receive.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
+                }
                 if data.len() == m.total {
                     self.complete(rreq);
                 } else {
@@ -704,7 +706,7 @@ impl State {
             tracing::error!("engine: data for unknown receive {rreq:#x}");
             return;
         };
-        if off < rs.cap {
+        if off < rs.cap && !p.is_empty() {
             let n = p.len().min(rs.cap - off);
             // SAFETY: off + n <= cap, buf holds cap bytes owned by this receive.
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), rs.buf.add(off), n) };
@@ -724,7 +726,7 @@ impl State {
                 let last = match self.frags.get(&key).copied() {
                     Some(FragTarget::Recv(rreq)) => {
                         self.deliver(rreq, off, p);
-                        self.reqs.get(rreq).map_or(true, |r| r.done)
+                        self.reqs.get(rreq).is_none_or(|r| r.done)
                     }
                     Some(FragTarget::Unexp(uid)) => match self.unexp.get_mut(uid) {
                         Some(Unexp { body: UBody::Eager { data }, total, .. }) => {
