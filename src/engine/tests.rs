@@ -488,3 +488,32 @@ mod coll_exec {
         }
     }
 }
+
+#[test]
+fn zero_byte_messages_with_null_buffers() {
+    for dst in [0usize, 1] {
+        let mut es = group(2, 8, 1000, false);
+        for posted_first in [true, false] {
+            let a = SendArgs { buf: std::ptr::null(), len: 0, dst_world: dst, ctx: 7, src_rank: 0, tag: 1, sync: true };
+            let mut rr = None;
+            if posted_first {
+                // SAFETY: a zero-byte receive never touches its buffer.
+                rr = Some(unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 1).unwrap() });
+            }
+            // SAFETY: a zero-byte send never reads its buffer.
+            let s = unsafe { es[0].isend(a).unwrap() };
+            spin(&mut es, 3);
+            // SAFETY: as above.
+            let r = rr.unwrap_or_else(|| unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 1).unwrap() });
+            let st = wait_on(&mut es, dst, r);
+            assert_eq!((st.bytes, st.error, st.tag), (0, 0, 1));
+            wait_on(&mut es, 0, s);
+        }
+        // A non-empty message into a zero-byte receive is truncated, not written.
+        let s = send(&mut es[0], b"xyz", dst, 0, 2, false);
+        // SAFETY: a zero-capacity receive never writes.
+        let r = unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 2).unwrap() };
+        assert_eq!(wait_on(&mut es, dst, r).error, MPI_ERR_TRUNCATE);
+        wait_on(&mut es, 0, s);
+    }
+}
