@@ -274,3 +274,48 @@ fn shm_pingpong_bench() {
         assert!(c.wait().unwrap().success());
     }
 }
+
+/// Software overhead of the eager path: two engines over shm in ONE thread, alternating, so no
+/// cross-core latency or scheduling is included. Run with --release --ignored --nocapture.
+#[test]
+#[ignore]
+fn shm_single_thread_overhead_bench() {
+    let job = format!("o{}", std::process::id());
+    let mut a = ShmTransport::create_with(&job, 0, 2, 128 << 10, true).unwrap();
+    let mut b = ShmTransport::create_with(&job, 1, 2, 128 << 10, true).unwrap();
+    a.attach_peers().unwrap();
+    b.attach_peers().unwrap();
+    a.unlink();
+    b.unlink();
+    let cfg = EngineConfig { eager_limit: LIMIT };
+    let mut es = [Engine::with_config(Box::new(a), 0, 2, cfg), Engine::with_config(Box::new(b), 1, 2, cfg)];
+    for &n in &[8usize, 1024, 8192] {
+        let sbuf = vec![1u8; n];
+        let mut rbuf = vec![0u8; n];
+        let iters = 200_000;
+        let t0 = Instant::now();
+        let c0 = cpu_time();
+        for _ in 0..iters {
+            for (from, to) in [(0usize, 1usize), (1, 0)] {
+                let r = irecv(&mut es[to], &mut rbuf, from, 1);
+                let s = isend(&mut es[from], &sbuf, to, 1, false);
+                assert!(es[from].test(s).is_some());
+                loop {
+                    if es[to].test(r).is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        let per = t0.elapsed().as_secs_f64() / (2 * iters) as f64;
+        let cpu = (cpu_time() - c0) / (2 * iters) as f64;
+        println!("single-thread send+recv {n:>5} B: {:.3} us wall, {:.3} us CPU per message", per * 1e6, cpu * 1e6);
+    }
+}
+
+fn cpu_time() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
