@@ -5,7 +5,7 @@
 //! The ignored test `shm_pingpong_bench` prints latency and bandwidth:
 //! `cargo test --release --test engine_shm -- --ignored --nocapture shm_pingpong_bench`.
 
-use mpi_abi::engine::{Backoff, Engine, EngineConfig, ReqId, SendArgs, Status};
+use mpi_abi::engine::{Engine, EngineConfig, ReqId, SendArgs, Status};
 use mpi_abi::transport::shm::ShmTransport;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -227,14 +227,7 @@ fn shm_pingpong_bench() {
     };
     let (mut e, got_cma) = setup(&job, me, &o, me == 1);
     let peer = 1 - me;
-    let mut b = Backoff::new();
-    let mut wait = |e: &mut Engine, r: ReqId| loop {
-        if let Some(s) = e.test(r) {
-            b.reset();
-            return s;
-        }
-        b.snooze();
-    };
+    let wait = |e: &mut Engine, r: ReqId| e.wait(r);
     for &n in &[8usize, 1024, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20] {
         let iters = if n <= 1024 { 20000 } else if n <= (64 << 10) { 2000 } else { 50 };
         let sbuf = vec![1u8; n];

@@ -250,6 +250,17 @@ impl ShmTransport {
         })
     }
 
+    /// The whole set-up sequence: `create`, `fence()`, `attach_peers`, `fence()`, `unlink`.
+    /// `fence` is the bootstrap's barrier (every rank calls `establish` collectively).
+    pub fn establish(job_id: &str, rank: usize, size: usize, mut fence: impl FnMut() -> MpiResult<()>) -> MpiResult<Self> {
+        let mut t = Self::create(job_id, rank, size)?;
+        fence()?;
+        t.attach_peers()?;
+        fence()?;
+        t.unlink();
+        Ok(t)
+    }
+
     /// Map every other rank's segment (after a fence following `create` on all ranks) and
     /// probe single-copy reads per peer.
     pub fn attach_peers(&mut self) -> MpiResult<()> {
