@@ -24,37 +24,42 @@ fn seg_path(job: &str, r: usize) -> String {
     format!("/dev/shm/gpumpi-{job}-{r}")
 }
 
-/// create / fence / attach / fence / unlink, with the fences done by polling for files and by a
-/// zero-byte exchange through the engine.
+/// create / fence / attach / fence / unlink, with file-based fences (the child goes through
+/// `ShmTransport::establish` and the registered variables, the parent through the explicit calls).
 fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
-    let mut t = if use_env {
-        ShmTransport::create(job, me, 2).unwrap()
-    } else {
-        ShmTransport::create_with(job, me, 2, o.ring, o.cma).unwrap()
-    };
     let peer = 1 - me;
-    let t0 = Instant::now();
-    while !std::path::Path::new(&seg_path(job, peer)).exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "peer never created its segment");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    t.attach_peers().unwrap();
-    // Second fence (marker files), then unlink: nothing stays in /dev/shm.
-    let mark = |r: usize| format!("{}/gpumpi-test-{job}-attached-{r}", std::env::temp_dir().display());
-    std::fs::write(mark(me), b"").unwrap();
-    while !std::path::Path::new(&mark(peer)).exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "peer never attached");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    t.unlink();
+    let mark = |r: usize, phase: u32| format!("{}/gpumpi-test-{job}-fence{phase}-{r}", std::env::temp_dir().display());
+    let mut phase = 0u32;
+    let mut fence = || {
+        phase += 1;
+        std::fs::write(mark(me, phase), b"").unwrap();
+        let t0 = Instant::now();
+        while !std::path::Path::new(&mark(peer, phase)).exists() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "peer never reached fence {phase}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    };
+    let t = if use_env {
+        ShmTransport::establish(job, me, 2, &mut fence).unwrap()
+    } else {
+        let mut t = ShmTransport::create_with(job, me, 2, o.ring, o.cma).unwrap();
+        fence().unwrap();
+        t.attach_peers().unwrap();
+        fence().unwrap();
+        t.unlink();
+        t
+    };
     let cma = t.cma_to(peer);
     let mut e = Engine::with_config(Box::new(t), me, 2, EngineConfig { eager_limit: LIMIT });
-    // Once we hear from the peer, it has seen our marker too; remove ours.
+    // Once we hear from the peer, it is past both fences: remove our markers.
     let s = isend(&mut e, &[], peer, 0, false);
     let r = irecv(&mut e, &mut [], peer, 0);
     e.wait(s);
     e.wait(r);
-    let _ = std::fs::remove_file(mark(me));
+    for ph in 1..=2 {
+        let _ = std::fs::remove_file(mark(me, ph));
+    }
     (e, cma)
 }
 
