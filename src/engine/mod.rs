@@ -11,6 +11,8 @@
 //!   `MPI_ANY_TAG` wildcards; posted receives and unexpected messages are each kept in order, so
 //!   messages from one sender on one context never overtake each other.
 //! - A send to this rank never touches the transport (loopback queue).
+//! - Nonblocking collectives: [`Engine::start_coll`] turns a [`coll::CollExec`] into a request
+//!   that `progress` advances; blocking ones may instead loop on `CollExec::advance`.
 //!
 //! # Protocols (message kinds in [`Header::kind`])
 //! - **Eager** (`len <= eager limit`): `EAGER` frame with the first `max_payload` bytes, then
@@ -123,6 +125,8 @@ struct RecvState {
 enum ReqKind {
     Send(SendState),
     Recv(RecvState),
+    /// A nonblocking collective (`None` while its executor is running).
+    Coll(Option<Box<coll::CollExec>>),
 }
 
 struct Req {
@@ -198,6 +202,9 @@ struct State {
 pub struct Engine {
     tp: Box<dyn Transport>,
     st: State,
+    /// Active nonblocking collectives (request ids), advanced by `progress`.
+    colls: Vec<u64>,
+    in_colls: bool,
     size: usize,
     eager_limit: usize,
     max_payload: usize,
@@ -242,6 +249,8 @@ impl Engine {
                 reads: Vec::new(),
                 can_read,
             },
+            colls: Vec::new(),
+            in_colls: false,
             size: world_size,
             eager_limit: cfg.eager_limit,
             max_payload,
@@ -457,6 +466,61 @@ impl Engine {
         }
     }
 
+    /// Start a nonblocking collective: the returned request completes (test/wait/free like any
+    /// other) when the schedule has run; its status carries the error class of a failed step.
+    /// `progress` advances it.
+    pub fn start_coll(&mut self, exec: coll::CollExec) -> ReqId {
+        let id = self.st.reqs.insert(Req {
+            done: false,
+            freed: false,
+            status: Status::default(),
+            kind: ReqKind::Coll(Some(Box::new(exec))),
+        });
+        self.colls.push(id);
+        self.advance_colls();
+        ReqId(id)
+    }
+
+    fn advance_colls(&mut self) -> bool {
+        if self.in_colls {
+            return false;
+        }
+        self.in_colls = true;
+        let mut did = false;
+        let mut i = 0;
+        while i < self.colls.len() {
+            let id = self.colls[i];
+            let exec = match self.st.reqs.get_mut(id) {
+                Some(Req { kind: ReqKind::Coll(x), .. }) => x.take(),
+                _ => None,
+            };
+            let Some(mut exec) = exec else {
+                self.colls.swap_remove(i);
+                continue;
+            };
+            let r = exec.advance(self);
+            let Some(req) = self.st.reqs.get_mut(id) else { unreachable!("collective request vanished") };
+            match r {
+                Ok(false) => {
+                    req.kind = ReqKind::Coll(Some(exec));
+                    i += 1;
+                    continue;
+                }
+                Ok(true) => req.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, ..Status::default() },
+                Err(e) => {
+                    tracing::debug!("engine: nonblocking collective failed: {e}");
+                    req.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, error: e.class, ..Status::default() };
+                }
+            }
+            drop(exec);
+            self.st.complete(id);
+            self.colls.swap_remove(i);
+            did = true;
+        }
+        self.in_colls = false;
+        did
+    }
+
     /// Number of live requests (for leak checks in tests).
     pub fn live_requests(&self) -> usize {
         self.st.reqs.len()
@@ -480,6 +544,9 @@ impl Engine {
             did = true;
         }
         if self.st.busy > 0 && self.flush_all() {
+            did = true;
+        }
+        if !self.colls.is_empty() && self.advance_colls() {
             did = true;
         }
         did

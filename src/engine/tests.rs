@@ -425,67 +425,129 @@ mod coll_exec {
         assert_eq!(recv, [14, 28, 42, 56]);
     }
 
-    #[test]
-    fn allreduce_schedule_over_threads() {
-        // Naive all-to-all allreduce with rank-ordered reduction (non-commutative op):
-        // result = fold over ranks 0..n of (acc = 2*acc + x_r)... expressed as ReduceRev chains.
-        let n = 4usize;
-        let len = 5000usize; // rendezvous-sized
-        let es = group(n, 16, 1500, false);
-        let handles: Vec<_> = es
+    /// Naive allreduce: everyone sends its vector to everyone, then reduces in rank order with
+    /// ReduceRev (dst = dst op src), so the non-commutative op is applied as ((x0 op x1) op x2)...
+    fn allreduce_schedule(n: usize, me: usize, len: usize) -> Schedule {
+        let mut steps = vec![];
+        for p in 0..n {
+            if p != me {
+                steps.push(Step::Send { peer: p, src: reg(BufId::Send, 0, len) });
+                steps.push(Step::Recv { peer: p, dst: reg(BufId::Tmp, p * len, len) });
+            }
+        }
+        steps.push(Step::Copy { src: reg(BufId::Send, 0, len), dst: reg(BufId::Tmp, me * len, len) });
+        steps.push(Step::Wait);
+        steps.push(Step::Copy { src: reg(BufId::Tmp, 0, len), dst: reg(BufId::Recv, 0, len) });
+        for p in 1..n {
+            steps.push(Step::ReduceRev { src: reg(BufId::Tmp, p * len, len), dst: reg(BufId::Recv, 0, len) });
+        }
+        Schedule { steps, tmp_len: n * len }
+    }
+
+    fn expected(n: usize, len: usize, seed: u8) -> Vec<u8> {
+        let mut acc = pattern(len, seed);
+        for p in 1..n {
+            let xp = pattern(len, seed.wrapping_add(p as u8));
+            for i in 0..len {
+                acc[i] = acc[i].wrapping_mul(2).wrapping_add(xp[i]);
+            }
+        }
+        acc
+    }
+
+    fn on_threads(n: usize, cma: bool, body: fn(&mut Engine)) {
+        let es = group(n, 16, 1500, cma);
+        let hs: Vec<_> = es
             .into_iter()
             .map(|mut e| {
                 std::thread::spawn(move || {
-                    let me = e.world_rank();
-                    let mine = pattern(len, me as u8);
-                    let mut out = vec![0u8; len];
-                    let mut steps = vec![];
-                    for p in 0..n {
-                        if p != me {
-                            steps.push(Step::Send { peer: p, src: reg(BufId::Send, 0, len) });
-                            steps.push(Step::Recv { peer: p, dst: reg(BufId::Tmp, p * len, len) });
-                        }
-                    }
-                    steps.push(Step::Copy { src: reg(BufId::Send, 0, len), dst: reg(BufId::Tmp, me * len, len) });
-                    steps.push(Step::Wait);
-                    steps.push(Step::Copy { src: reg(BufId::Tmp, 0, len), dst: reg(BufId::Recv, 0, len) });
-                    for p in 1..n {
-                        // recv = recv op x_p  (left operand: the partial result of ranks < p)
-                        steps.push(Step::ReduceRev { src: reg(BufId::Tmp, p * len, len), dst: reg(BufId::Recv, 0, len) });
-                    }
-                    let sched = Schedule { steps, tmp_len: n * len };
-                    let peers: Arc<[usize]> = Arc::from((0..n).collect::<Vec<_>>());
-                    // SAFETY: mine/out outlive the executor.
-                    let mut x = unsafe { CollExec::new(sched, mine.as_ptr(), out.as_mut_ptr(), 3, -5, peers, me, op()) };
-                    let mut b = Backoff::new();
-                    while !x.advance(&mut e).unwrap() {
-                        if e.progress() {
-                            b.reset()
-                        } else {
-                            b.snooze()
-                        }
-                    }
-                    drop(x);
-                    // Expected: acc = x_0; acc = 2*acc + x_p for p = 1..n  ... in op terms:
-                    // ReduceRev: dst = dst op src = 2*dst + src.
-                    let mut acc = pattern(len, 0);
-                    for p in 1..n {
-                        let xp = pattern(len, p as u8);
-                        for i in 0..len {
-                            acc[i] = acc[i].wrapping_mul(2).wrapping_add(xp[i]);
-                        }
-                    }
-                    assert!(out == acc, "rank {me}: wrong allreduce result");
-                    // Let peers finish receiving from us before the engine goes away.
+                    body(&mut e);
+                    // Let peers finish before this engine goes away.
                     for _ in 0..1000 {
                         e.progress();
                     }
                 })
             })
             .collect();
-        for h in handles {
+        for h in hs {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn allreduce_schedule_over_threads() {
+        on_threads(4, false, |e| {
+            let (n, me, len) = (4, e.world_rank(), 5000);
+            let mine = pattern(len, me as u8);
+            let mut out = vec![0u8; len];
+            let peers: Arc<[usize]> = Arc::from((0..n).collect::<Vec<_>>());
+            // SAFETY: mine/out outlive the executor.
+            let mut x = unsafe { CollExec::new(allreduce_schedule(n, me, len), mine.as_ptr(), out.as_mut_ptr(), 3, -5, peers, me, op()) };
+            let mut b = Backoff::new();
+            while !x.advance(e).unwrap() {
+                if e.progress() {
+                    b.reset()
+                } else {
+                    b.snooze()
+                }
+            }
+            assert!(out == expected(n, len, 0), "rank {me}: wrong allreduce result");
+        });
+    }
+
+    #[test]
+    fn overlapping_nonblocking_collectives() {
+        on_threads(3, true, |e| {
+            let (n, me) = (3, e.world_rank());
+            let (l1, l2) = (100, 9000);
+            let a = pattern(l1, me as u8);
+            let b = pattern(l2, 50 + me as u8);
+            let mut oa = vec![0u8; l1];
+            let mut ob = vec![0u8; l2];
+            let peers: Arc<[usize]> = Arc::from((0..n).collect::<Vec<_>>());
+            // SAFETY: the buffers outlive the collectives (waited for below).
+            let (x1, x2) = unsafe {
+                (
+                    CollExec::new(allreduce_schedule(n, me, l1), a.as_ptr(), oa.as_mut_ptr(), 3, -5, peers.clone(), me, op()),
+                    CollExec::new(allreduce_schedule(n, me, l2), b.as_ptr(), ob.as_mut_ptr(), 3, -6, peers, me, op()),
+                )
+            };
+            // Start in opposite orders on different ranks: tags keep them apart.
+            let (r1, r2) = if me % 2 == 0 {
+                let r2 = e.start_coll(x2);
+                (e.start_coll(x1), r2)
+            } else {
+                let r1 = e.start_coll(x1);
+                (r1, e.start_coll(x2))
+            };
+            assert_eq!(e.wait(r2).error, 0);
+            assert_eq!(e.wait(r1).error, 0);
+            assert!(oa == expected(n, l1, 0));
+            assert!(ob == expected(n, l2, 50));
+            assert_eq!(e.live_requests(), 0);
+        });
+    }
+
+    #[test]
+    fn collective_truncation_is_reported() {
+        let mut es = group(2, 16, 1500, true);
+        let peers: Arc<[usize]> = Arc::from(vec![0usize, 1]);
+        let big = [1u8; 8];
+        let mut small = [0u8; 4];
+        let s0 = Schedule { steps: vec![Step::Send { peer: 1, src: reg(BufId::Send, 0, 8) }, Step::Wait], tmp_len: 0 };
+        let s1 = Schedule { steps: vec![Step::Recv { peer: 0, dst: reg(BufId::Recv, 0, 4) }, Step::Wait], tmp_len: 0 };
+        // SAFETY: buffers outlive the executors.
+        let (x0, x1) = unsafe {
+            (
+                CollExec::new(s0, big.as_ptr(), std::ptr::null_mut(), 3, -7, peers.clone(), 0, op()),
+                CollExec::new(s1, std::ptr::null(), small.as_mut_ptr(), 3, -7, peers, 1, op()),
+            )
+        };
+        let r0 = es[0].start_coll(x0);
+        let r1 = es[1].start_coll(x1);
+        assert_eq!(wait_on(&mut es, 1, r1).error, MPI_ERR_TRUNCATE);
+        assert_eq!(wait_on(&mut es, 0, r0).error, 0);
+        assert_eq!(small, [1u8; 4]);
     }
 }
 
