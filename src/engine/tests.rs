@@ -327,9 +327,31 @@ fn freed_requests_are_released() {
     assert_eq!(es[0].live_requests(), 0);
 }
 
+/// `n` engines over real shared-memory transports in this process (one per thread in the tests).
+fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
+    use crate::transport::shm::ShmTransport;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let job = format!("eng{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut ts: Vec<ShmTransport> = (0..n).map(|r| ShmTransport::create_with(&job, r, n, ring, cma).unwrap()).collect();
+    for t in ts.iter_mut() {
+        t.attach_peers().unwrap();
+    }
+    for t in ts.iter_mut() {
+        t.unlink();
+    }
+    ts.into_iter()
+        .enumerate()
+        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT }))
+        .collect()
+}
+
 /// Every rank sends to every other rank (mixed sizes, both protocols) from its own thread.
 fn all_to_all_threads(n: usize, cma: bool) {
-    let es = group(n, 16, 2000, cma);
+    all_to_all(group(n, 16, 2000, cma));
+}
+
+fn all_to_all(es: Vec<Engine>) {
+    let n = es.len();
     let sizes = [0usize, 1, 100, LIMIT, LIMIT + 1, 70_000];
     let handles: Vec<_> = es
         .into_iter()
@@ -379,6 +401,15 @@ fn threads_all_to_all_cma() {
 #[test]
 fn threads_all_to_all_pipelined() {
     all_to_all_threads(3, false);
+}
+
+#[test]
+fn shm_threads_all_to_all_five_ranks() {
+    // Rings of 4 KiB (frames of up to 968 bytes): fragmentation and backpressure on every pair.
+    all_to_all(shm_group(5, 4096, false));
+    all_to_all(shm_group(4, 64 << 10, true));
+    // Oversubscribed: 7 ranks on a 2-core machine must still finish quickly (back-off).
+    all_to_all(shm_group(7, 16 << 10, true));
 }
 
 mod coll_exec {
