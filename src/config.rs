@@ -34,6 +34,13 @@ pub static PARAMS: &[Param] = &[
               0 forces the pipelined copy through the ring.",
     },
     Param {
+        name: "GPUMPI_SHM_CMA_MIN",
+        default: "32m",
+        doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones \
+              are pipelined through the ring, which is faster while both ranks have a core (cache-hot \
+              copies). When the ranks outnumber the cores, CMA is used for every rendezvous size.",
+    },
+    Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
         doc: "Bytes of each shared-memory ring (one per sender in every rank's inbox), rounded up to \

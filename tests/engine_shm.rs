@@ -51,7 +51,7 @@ fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
         t
     };
     let cma = t.cma_to(peer);
-    let mut e = Engine::with_config(Box::new(t), me, 2, EngineConfig { eager_limit: LIMIT });
+    let mut e = Engine::with_config(Box::new(t), me, 2, EngineConfig { eager_limit: LIMIT, cma_min: 0 });
     // Once we hear from the peer, it is past both fences: remove our markers.
     let s = isend(&mut e, &[], peer, 0, false);
     let r = irecv(&mut e, &mut [], peer, 0);
@@ -224,6 +224,7 @@ fn shm_pingpong_bench() {
                 .args([name, "--exact", "--nocapture", "--test-threads=1", "--ignored"])
                 .env(CHILD, &job)
                 .env("GPUMPI_SHM_CMA", if cma { "1" } else { "0" })
+                .env("BENCH_CMA_MIN", std::env::var("BENCH_CMA_MIN").unwrap_or_else(|_| "0".into()))
                 .spawn()
                 .unwrap();
             proc_child = Some(c);
@@ -231,9 +232,12 @@ fn shm_pingpong_bench() {
         }
     };
     let (mut e, got_cma) = setup(&job, me, &o, me == 1);
+    if let Ok(v) = std::env::var("BENCH_CMA_MIN") {
+        e.set_cma_min(v.parse().unwrap());
+    }
     let peer = 1 - me;
     let wait = |e: &mut Engine, r: ReqId| e.wait(r);
-    for &n in &[8usize, 1024, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20] {
+    for &n in &[8usize, 1024, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20] {
         let iters = if n <= 1024 { 20000 } else if n <= (64 << 10) { 2000 } else { 50 };
         let sbuf = vec![1u8; n];
         let mut rbuf = vec![0u8; n];
@@ -285,7 +289,7 @@ fn shm_single_thread_overhead_bench() {
     b.attach_peers().unwrap();
     a.unlink();
     b.unlink();
-    let cfg = EngineConfig { eager_limit: LIMIT };
+    let cfg = EngineConfig { eager_limit: LIMIT, cma_min: 0 };
     let mut es = [Engine::with_config(Box::new(a), 0, 2, cfg), Engine::with_config(Box::new(b), 1, 2, cfg)];
     for &n in &[8usize, 1024, 8192] {
         let sbuf = vec![1u8; n];

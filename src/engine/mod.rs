@@ -22,7 +22,8 @@
 //! - **Rendezvous** (`len > eager limit`): `RTS` carrying the sender's buffer address. When a
 //!   receive matches, the receiver reads `min(len, capacity)` bytes straight from the sender's
 //!   memory (CMA `process_vm_readv`, a single copy) and sends `FIN`; the send completes on `FIN`.
-//!   Without CMA the receiver sends `CTS(want)` and the sender streams `DATA` frames through the
+//!   Below `GPUMPI_SHM_CMA_MIN` (when both ranks have a core), or without CMA, the receiver
+//!   instead sends `CTS(want)` and the sender streams `DATA` frames through the
 //!   ring as space allows (the ring bounds the buffering); the send completes when the last
 //!   frame is in the ring. Rendezvous sends are therefore always synchronous.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
@@ -92,12 +93,20 @@ const FLAG_SYNC: u8 = 1;
 pub struct EngineConfig {
     /// Messages of at most this many bytes are sent eagerly.
     pub eager_limit: usize,
+    /// Rendezvous messages of at least this many bytes use the single-copy read (where the
+    /// transport offers it); smaller ones are pipelined through the channel.
+    pub cma_min: usize,
 }
 
 impl EngineConfig {
-    /// From `GPUMPI_EAGER_LIMIT`.
-    pub fn from_env() -> Self {
-        EngineConfig { eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT") }
+    /// From `GPUMPI_EAGER_LIMIT` and `GPUMPI_SHM_CMA_MIN`; when the ranks outnumber the online
+    /// cores, the single-copy read is used for every rendezvous size (it needs only the
+    /// receiver on a core, the pipelined copy needs both).
+    pub fn from_env(world_size: usize) -> Self {
+        // SAFETY: sysconf with a valid name has no preconditions.
+        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        let cma_min = if world_size > cores { 0 } else { crate::config::get_usize("GPUMPI_SHM_CMA_MIN") };
+        EngineConfig { eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT"), cma_min }
     }
 }
 
@@ -196,6 +205,7 @@ struct State {
     loopq: VecDeque<(Header, Vec<u8>)>,
     reads: Vec<PendingRead>,
     can_read: Vec<bool>,
+    cma_min: usize,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -224,15 +234,16 @@ impl Engine {
     /// An engine over `transport` for rank `my_world_rank` of `world_size`, eager limit from
     /// `GPUMPI_EAGER_LIMIT`.
     pub fn new(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize) -> Self {
-        Self::with_config(transport, my_world_rank, world_size, EngineConfig::from_env())
+        Self::with_config(transport, my_world_rank, world_size, EngineConfig::from_env(world_size))
     }
 
     pub fn with_config(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize, cfg: EngineConfig) -> Self {
         let max_payload = transport.max_payload().max(8);
         let can_read = (0..world_size).map(|r| r == my_world_rank || transport.can_read_remote(r)).collect();
         tracing::debug!(
-            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, frame payload {max_payload} bytes",
-            cfg.eager_limit
+            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single copy from {} bytes, frame payload {max_payload} bytes",
+            cfg.eager_limit,
+            cfg.cma_min
         );
         Engine {
             tp: transport,
@@ -248,6 +259,7 @@ impl Engine {
                 loopq: VecDeque::new(),
                 reads: Vec::new(),
                 can_read,
+                cma_min: cfg.cma_min,
             },
             colls: Vec::new(),
             in_colls: false,
@@ -267,6 +279,11 @@ impl Engine {
 
     pub fn eager_limit(&self) -> usize {
         self.eager_limit
+    }
+
+    /// Change the single-copy threshold (see [`EngineConfig::cma_min`]).
+    pub fn set_cma_min(&mut self, bytes: usize) {
+        self.st.cma_min = bytes;
     }
 
     /// Start a send.
@@ -748,7 +765,7 @@ impl State {
     }
 
     fn start_rndv(&mut self, rreq: u64, src_world: usize, sreq: u64, addr: u64, want: usize) {
-        if self.can_read[src_world] {
+        if self.can_read[src_world] && (want >= self.cma_min || src_world == self.me) {
             self.reads.push(PendingRead { rreq, src_world, sreq, addr, want });
         } else {
             self.request_stream(rreq, src_world, sreq, want);

@@ -11,7 +11,7 @@ fn group(n: usize, cap_msgs: usize, maxp: usize, cma: bool) -> Vec<Engine> {
     InprocTransport::group(n, cap_msgs, maxp, cma)
         .into_iter()
         .enumerate()
-        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT }))
+        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT, cma_min: 0 }))
         .collect()
 }
 
@@ -341,7 +341,7 @@ fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
     }
     ts.into_iter()
         .enumerate()
-        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT }))
+        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT, cma_min: 0 }))
         .collect()
 }
 
