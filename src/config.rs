@@ -35,7 +35,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_SHM_CMA_MIN",
-        default: "32m",
+        default: "8m",
         doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones \
               are pipelined through the ring, which is faster while both ranks have a core (cache-hot \
               copies). When the ranks outnumber the cores, CMA is used for every rendezvous size.",
