@@ -81,6 +81,13 @@ pub static PARAMS: &[Param] = &[
               Reports the transport and algorithm each operation uses and the shared-memory footprint.",
     },
     Param {
+        name: "GPUMPI_EAGER_LIMIT",
+        default: "16k",
+        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied \
+              through the shared-memory ring, fragmented if larger than one frame); larger ones use \
+              rendezvous (single copy with CMA, else pipelined through the ring).",
+    },
+    Param {
         name: "GPUMPI_EXSCAN_ALGORITHM",
         default: "",
         doc: "Force the exscan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
@@ -159,6 +166,25 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_SERVER",
         default: "",
         doc: "Set by mpirun: path of the wire-up server's Unix socket (in a private 0700 directory). Its presence (or that of GPUMPI_JOB_ID, GPUMPI_RANK, GPUMPI_SECRET, GPUMPI_SIZE) selects the mpirun bootstrap.",
+    },
+    Param {
+        name: "GPUMPI_SHM_CMA",
+        default: "1",
+        doc: "Single-copy rendezvous with process_vm_readv (Linux CMA), probed per peer at start-up. \
+              0 forces the pipelined copy through the ring.",
+    },
+    Param {
+        name: "GPUMPI_SHM_CMA_MIN",
+        default: "8m",
+        doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones \
+              are pipelined through the ring, which is faster while both ranks have a core (cache-hot \
+              copies). When the ranks outnumber the cores, CMA is used for every rendezvous size.",
+    },
+    Param {
+        name: "GPUMPI_SHM_RING_BYTES",
+        default: "128k",
+        doc: "Bytes of each shared-memory ring (one per sender in every rank's inbox), rounded up to \
+              a power of two, at least 1k. Per-rank segment = 4096 + (ranks - 1) x (256 + ring bytes).",
     },
     Param {
         name: "GPUMPI_SIZE",

@@ -1,1 +1,677 @@
-//! engine (see ARCHITECTURE.md)
+//! The point-to-point engine: matching, protocols, requests, progress; and the collective
+//! executor ([`coll`]) that runs schedules over it.
+//!
+//! # Contract
+//! - One [`Engine`] per process, used under one process-wide lock by the ABI layer. It starts no
+//!   threads: work happens in [`Engine::progress`] (and in the calls that invoke it: `test`,
+//!   `iprobe`, `improbe`, `wait`). Blocking waits use [`Backoff`].
+//! - Buffers passed to [`Engine::isend`], [`Engine::irecv`] and [`Engine::imrecv`] must stay valid
+//!   (and, for receives, unaliased) until the request completes (MPI semantics).
+//! - Matching is on (context id, source rank in the communicator, tag) with `MPI_ANY_SOURCE` and
+//!   `MPI_ANY_TAG` wildcards; posted receives and unexpected messages are each kept in order, so
+//!   messages from one sender on one context never overtake each other.
+//! - A send to this rank never touches the transport (loopback queue).
+//! - Nonblocking collectives: [`Engine::start_coll`] turns a [`coll::CollExec`] into a request
+//!   that `progress` advances; blocking ones may instead loop on `CollExec::advance`.
+//!
+//! # Protocols (message kinds in [`Header::kind`])
+//! - **Eager** (`len <= eager limit`): `EAGER` frame with the first `max_payload` bytes, then
+//!   `FRAG` frames. A receive that matches copies straight out of the ring; otherwise the message
+//!   is buffered on the heap (unexpected queue). The send completes when the last frame is in the
+//!   ring, or, for a synchronous send, when the receiver's `ACK` (sent at match time) arrives.
+//! - **Rendezvous** (`len > eager limit`): `RTS` carrying the sender's buffer address. When a
+//!   receive matches, the receiver reads `min(len, capacity)` bytes straight from the sender's
+//!   memory (CMA `process_vm_readv`, a single copy) and sends `FIN`; the send completes on `FIN`.
+//!   Below `GPUMPI_SHM_CMA_MIN` (when both ranks have a core), or without CMA, the receiver
+//!   instead sends `CTS(want)` and the sender streams `DATA` frames through the
+//!   ring as space allows (the ring bounds the buffering); the send completes when the last
+//!   frame is in the ring. Rendezvous sends are therefore always synchronous.
+//! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
+//!   sender completes normally.
+
+pub mod backoff;
+pub mod coll;
+mod p2p;
+mod slab;
+
+pub use backoff::Backoff;
+
+use crate::abi::consts::{MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_ERR_TRUNCATE, MPI_SUCCESS};
+use crate::mpi::error::MpiResult;
+use crate::transport::{Header, Transport};
+use slab::Slab;
+use std::collections::{HashMap, VecDeque};
+
+/// Completion status of a request or a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Status {
+    /// Source rank in the communicator (receives/probes).
+    pub source: i32,
+    pub tag: i32,
+    /// `MPI_SUCCESS` or an error class (`MPI_ERR_TRUNCATE`).
+    pub error: i32,
+    /// Bytes delivered (receives), sent (sends), or the message length (probes).
+    pub bytes: usize,
+    pub cancelled: bool,
+}
+
+/// A request of this engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReqId(pub u64);
+
+/// A message taken out of matching by [`Engine::improbe`], to receive with [`Engine::imrecv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MsgId(pub u64);
+
+/// Arguments of [`Engine::isend`].
+#[derive(Clone, Copy, Debug)]
+pub struct SendArgs {
+    pub buf: *const u8,
+    pub len: usize,
+    pub dst_world: usize,
+    /// Communicator context id.
+    pub ctx: u32,
+    /// Sender's rank in the communicator (what the receiver matches and sees as source).
+    pub src_rank: i32,
+    pub tag: i32,
+    /// Synchronous send: completes only after the receiver matched.
+    pub sync: bool,
+}
+
+mod kind {
+    pub const EAGER: u8 = 1;
+    pub const FRAG: u8 = 2;
+    pub const RTS: u8 = 3;
+    pub const CTS: u8 = 4;
+    pub const DATA: u8 = 5;
+    pub const FIN: u8 = 6;
+    pub const ACK: u8 = 7;
+}
+const FLAG_SYNC: u8 = 1;
+
+/// Engine tunables.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    /// Messages of at most this many bytes are sent eagerly.
+    pub eager_limit: usize,
+    /// Rendezvous messages of at least this many bytes use the single-copy read (where the
+    /// transport offers it); smaller ones are pipelined through the channel.
+    pub cma_min: usize,
+}
+
+impl EngineConfig {
+    /// From `GPUMPI_EAGER_LIMIT` and `GPUMPI_SHM_CMA_MIN`; when the ranks outnumber the online
+    /// cores, the single-copy read is used for every rendezvous size (it needs only the
+    /// receiver on a core, the pipelined copy needs both).
+    pub fn from_env(world_size: usize) -> Self {
+        // SAFETY: sysconf with a valid name has no preconditions.
+        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        let cma_min = if world_size > cores { 0 } else { crate::config::get_usize("GPUMPI_SHM_CMA_MIN") };
+        EngineConfig { eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT"), cma_min }
+    }
+}
+
+struct SendState {
+    buf: *const u8,
+    len: usize,
+    hdr: Header,
+    /// Every frame carrying data is in the transport (or the data was read by the receiver).
+    pushed: bool,
+    /// Synchronous eager send still waiting for the receiver's ACK.
+    need_ack: bool,
+}
+
+struct RecvState {
+    buf: *mut u8,
+    cap: usize,
+    /// Still in the posted queue (not matched).
+    posted: bool,
+    /// Bytes expected to arrive after the match (eager: the message length; streamed
+    /// rendezvous: what was asked for), and bytes arrived so far.
+    expect: usize,
+    got: usize,
+}
+
+enum ReqKind {
+    Send(SendState),
+    Recv(RecvState),
+    /// A nonblocking collective (`None` while its executor is running).
+    Coll(Option<Box<coll::CollExec>>),
+}
+
+struct Req {
+    done: bool,
+    freed: bool,
+    status: Status,
+    kind: ReqKind,
+}
+
+enum UBody {
+    /// Eager data received so far (fragments arrive in order, so it is a prefix).
+    Eager { data: Vec<u8> },
+    Rndv { addr: u64 },
+}
+
+struct Unexp {
+    src_world: usize,
+    ctx: u32,
+    src_rank: i32,
+    tag: i32,
+    total: usize,
+    sreq: u64,
+    sync: bool,
+    body: UBody,
+}
+
+#[derive(Clone, Copy)]
+enum FragTarget {
+    Recv(u64),
+    Unexp(u64),
+}
+
+enum Out {
+    Ctrl(Header),
+    /// Frames of an eager send, from byte `off` (`first`: the EAGER frame is not sent yet).
+    Eager { sreq: u64, off: usize, first: bool },
+    /// Streamed rendezvous data (no CMA) for receive `rreq`, bytes `off..end`.
+    Stream { sreq: u64, rreq: u64, off: usize, end: usize },
+}
+
+struct PostedRecv {
+    rreq: u64,
+    ctx: u32,
+    src: i32,
+    tag: i32,
+}
+
+/// A rendezvous whose data the receiver reads directly (CMA, or memcpy for self).
+struct PendingRead {
+    rreq: u64,
+    src_world: usize,
+    sreq: u64,
+    addr: u64,
+    want: usize,
+}
+
+/// Everything but the transport, so the transport's poll callback can borrow it.
+struct State {
+    me: usize,
+    reqs: Slab<Req>,
+    posted: VecDeque<PostedRecv>,
+    unexp: Slab<Unexp>,
+    unexp_order: VecDeque<u64>,
+    frags: HashMap<(usize, u64), FragTarget>,
+    outq: Vec<VecDeque<Out>>,
+    busy: usize,
+    loopq: VecDeque<(Header, Vec<u8>)>,
+    reads: Vec<PendingRead>,
+    can_read: Vec<bool>,
+    cma_min: usize,
+}
+
+/// The point-to-point engine. See the module documentation.
+pub struct Engine {
+    tp: Box<dyn Transport>,
+    st: State,
+    /// Active nonblocking collectives (request ids), advanced by `progress`.
+    colls: Vec<u64>,
+    in_colls: bool,
+    size: usize,
+    eager_limit: usize,
+    max_payload: usize,
+}
+
+// SAFETY: the raw buffer pointers in requests are only dereferenced by the engine's methods, and
+// the engine is used by one thread at a time (the ABI layer holds it under a process-wide lock);
+// the transport is Send.
+unsafe impl Send for Engine {}
+
+#[inline]
+fn matches(want_ctx: u32, want_src: i32, want_tag: i32, ctx: u32, src: i32, tag: i32) -> bool {
+    want_ctx == ctx && (want_src == MPI_ANY_SOURCE || want_src == src) && (want_tag == MPI_ANY_TAG || want_tag == tag)
+}
+
+impl Engine {
+    /// An engine over `transport` for rank `my_world_rank` of `world_size`, eager limit from
+    /// `GPUMPI_EAGER_LIMIT`.
+    pub fn new(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize) -> Self {
+        Self::with_config(transport, my_world_rank, world_size, EngineConfig::from_env(world_size))
+    }
+
+    pub fn with_config(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize, cfg: EngineConfig) -> Self {
+        let max_payload = transport.max_payload().max(8);
+        let can_read = (0..world_size).map(|r| r == my_world_rank || transport.can_read_remote(r)).collect();
+        tracing::debug!(
+            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single copy from {} bytes, frame payload {max_payload} bytes",
+            cfg.eager_limit,
+            cfg.cma_min
+        );
+        Engine {
+            tp: transport,
+            st: State {
+                me: my_world_rank,
+                reqs: Slab::new(),
+                posted: VecDeque::new(),
+                unexp: Slab::new(),
+                unexp_order: VecDeque::new(),
+                frags: HashMap::new(),
+                outq: (0..world_size).map(|_| VecDeque::new()).collect(),
+                busy: 0,
+                loopq: VecDeque::new(),
+                reads: Vec::new(),
+                can_read,
+                cma_min: cfg.cma_min,
+            },
+            colls: Vec::new(),
+            in_colls: false,
+            size: world_size,
+            eager_limit: cfg.eager_limit,
+            max_payload,
+        }
+    }
+
+    pub fn world_rank(&self) -> usize {
+        self.st.me
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.size
+    }
+
+    pub fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    /// Change the single-copy threshold (see [`EngineConfig::cma_min`]).
+    pub fn set_cma_min(&mut self, bytes: usize) {
+        self.st.cma_min = bytes;
+    }
+
+    /// Start a send.
+    ///
+    /// # Safety
+    /// `a.buf .. a.buf + a.len` must stay valid and unmodified until the request completes.
+    pub unsafe fn isend(&mut self, a: SendArgs) -> MpiResult<ReqId> {
+        if a.dst_world >= self.size {
+            crate::mpi_bail!(MPI_ERR_INTERN, "isend to world rank {} of {}", a.dst_world, self.size);
+        }
+        let eager = a.len <= self.eager_limit;
+        let hdr = Header {
+            kind: if eager { kind::EAGER } else { kind::RTS },
+            flags: if a.sync { FLAG_SYNC } else { 0 },
+            ctx: a.ctx,
+            src_rank: a.src_rank,
+            tag: a.tag,
+            total: a.len as u64,
+            arg: a.buf as u64,
+            ..Default::default()
+        };
+        let status = Status { source: a.src_rank, tag: a.tag, error: MPI_SUCCESS, bytes: a.len, cancelled: false };
+        let sreq = self.st.reqs.insert(Req {
+            done: false,
+            freed: false,
+            status,
+            kind: ReqKind::Send(SendState {
+                buf: a.buf,
+                len: a.len,
+                hdr,
+                pushed: false,
+                need_ack: eager && a.sync,
+            }),
+        });
+        let mut hdr = hdr;
+        hdr.sreq = sreq;
+        if let Some(Req { kind: ReqKind::Send(s), .. }) = self.st.reqs.get_mut(sreq) {
+            s.hdr.sreq = sreq;
+        }
+        if a.dst_world == self.st.me {
+            if eager {
+                // SAFETY: the caller guarantees buf..buf+len is valid (a zero length needs no read).
+                let data = if a.len == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(a.buf, a.len) }.to_vec() };
+                self.st.loopq.push_back((hdr, data));
+                self.st.mark_pushed(sreq);
+            } else {
+                self.st.loopq.push_back((hdr, Vec::new()));
+            }
+        } else {
+            let out = if eager { Out::Eager { sreq, off: 0, first: true } } else { Out::Ctrl(hdr) };
+            self.st.enqueue(a.dst_world, out);
+            self.flush(a.dst_world);
+        }
+        Ok(ReqId(sreq))
+    }
+
+    /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)
+    /// with `tag` (or `MPI_ANY_TAG`) on context `ctx`.
+    ///
+    /// # Safety
+    /// `buf .. buf + cap` must stay valid and unaliased until the request completes.
+    pub unsafe fn irecv(&mut self, buf: *mut u8, cap: usize, ctx: u32, src: i32, tag: i32) -> MpiResult<ReqId> {
+        let rreq = self.st.reqs.insert(Req {
+            done: false,
+            freed: false,
+            status: Status::default(),
+            kind: ReqKind::Recv(RecvState { buf, cap, posted: false, expect: 0, got: 0 }),
+        });
+        let found = self
+            .st
+            .unexp_order
+            .iter()
+            .position(|&u| {
+                let m = self.st.unexp.get(u).expect("unexpected entry");
+                matches(ctx, src, tag, m.ctx, m.src_rank, m.tag)
+            });
+        match found {
+            Some(pos) => {
+                let uid = self.st.unexp_order.remove(pos).unwrap();
+                let m = self.st.unexp.remove(uid).unwrap();
+                self.st.bind(rreq, uid, m);
+                self.run_reads();
+                self.flush_all();
+            }
+            None => {
+                if let Some(Req { kind: ReqKind::Recv(r), .. }) = self.st.reqs.get_mut(rreq) {
+                    r.posted = true;
+                }
+                self.st.posted.push_back(PostedRecv { rreq, ctx, src, tag });
+            }
+        }
+        Ok(ReqId(rreq))
+    }
+
+    /// Nonblocking probe (makes progress first).
+    pub fn iprobe(&mut self, ctx: u32, src: i32, tag: i32) -> Option<Status> {
+        self.progress();
+        self.st.find_unexp(ctx, src, tag).map(|(_, uid)| self.st.unexp_status(uid))
+    }
+
+    /// Nonblocking matched probe: the message leaves matching and can only be received with
+    /// [`Engine::imrecv`].
+    pub fn improbe(&mut self, ctx: u32, src: i32, tag: i32) -> Option<(MsgId, Status)> {
+        self.progress();
+        let (pos, uid) = self.st.find_unexp(ctx, src, tag)?;
+        self.st.unexp_order.remove(pos);
+        Some((MsgId(uid), self.st.unexp_status(uid)))
+    }
+
+    /// Receive a message obtained from [`Engine::improbe`].
+    ///
+    /// # Safety
+    /// As [`Engine::irecv`].
+    pub unsafe fn imrecv(&mut self, msg: MsgId, buf: *mut u8, cap: usize) -> MpiResult<ReqId> {
+        let Some(m) = self.st.unexp.remove(msg.0) else {
+            crate::mpi_bail!(MPI_ERR_REQUEST, "message handle was already received or is invalid");
+        };
+        let rreq = self.st.reqs.insert(Req {
+            done: false,
+            freed: false,
+            status: Status::default(),
+            kind: ReqKind::Recv(RecvState { buf, cap, posted: false, expect: 0, got: 0 }),
+        });
+        self.st.bind(rreq, msg.0, m);
+        self.run_reads();
+        self.flush_all();
+        Ok(ReqId(rreq))
+    }
+
+    /// The status of a completed request, which is then released; `None` while incomplete
+    /// (makes progress once when incomplete).
+    pub fn test(&mut self, req: ReqId) -> Option<Status> {
+        if !self.is_done(req) {
+            self.progress();
+            if !self.is_done(req) {
+                return None;
+            }
+        }
+        self.st.reqs.remove(req.0).map(|r| r.status)
+    }
+
+    /// Whether `req` is complete, without releasing it or making progress.
+    pub fn is_done(&self, req: ReqId) -> bool {
+        match self.st.reqs.get(req.0) {
+            Some(r) => r.done,
+            None => panic!("engine: unknown request id {:#x}", req.0),
+        }
+    }
+
+    /// The status of a completed request without releasing it (`MPI_Request_get_status`).
+    pub fn peek(&self, req: ReqId) -> Option<Status> {
+        self.st.reqs.get(req.0).filter(|r| r.done).map(|r| r.status)
+    }
+
+    /// Cancel: a receive that has not matched completes as cancelled; anything else is left
+    /// alone (sends are never cancelled). Returns whether the request was cancelled.
+    pub fn cancel(&mut self, req: ReqId) -> bool {
+        let Some(r) = self.st.reqs.get_mut(req.0) else { return false };
+        if let ReqKind::Recv(rs) = &mut r.kind {
+            if rs.posted {
+                rs.posted = false;
+                r.done = true;
+                r.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, error: MPI_SUCCESS, bytes: 0, cancelled: true };
+                self.st.posted.retain(|p| p.rreq != req.0);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Release a request; an incomplete one is released when it completes.
+    pub fn free(&mut self, req: ReqId) {
+        let done = match self.st.reqs.get_mut(req.0) {
+            Some(r) => {
+                r.freed = true;
+                r.done
+            }
+            None => return,
+        };
+        if done {
+            self.st.reqs.remove(req.0);
+        }
+    }
+
+    /// Block (with [`Backoff`]) until `req` completes; returns its status and releases it.
+    pub fn wait(&mut self, req: ReqId) -> Status {
+        let mut b = Backoff::new();
+        loop {
+            if self.is_done(req) {
+                return self.st.reqs.remove(req.0).expect("request").status;
+            }
+            if self.progress() {
+                b.reset();
+            } else {
+                b.snooze();
+            }
+        }
+    }
+
+    /// Start a nonblocking collective: the returned request completes (test/wait/free like any
+    /// other) when the schedule has run; its status carries the error class of a failed step.
+    /// `progress` advances it.
+    pub fn start_coll(&mut self, exec: coll::CollExec) -> ReqId {
+        let id = self.st.reqs.insert(Req {
+            done: false,
+            freed: false,
+            status: Status::default(),
+            kind: ReqKind::Coll(Some(Box::new(exec))),
+        });
+        self.colls.push(id);
+        self.advance_colls();
+        ReqId(id)
+    }
+
+    fn advance_colls(&mut self) -> bool {
+        if self.in_colls {
+            return false;
+        }
+        self.in_colls = true;
+        let mut did = false;
+        let mut i = 0;
+        while i < self.colls.len() {
+            let id = self.colls[i];
+            let exec = match self.st.reqs.get_mut(id) {
+                Some(Req { kind: ReqKind::Coll(x), .. }) => x.take(),
+                _ => None,
+            };
+            let Some(mut exec) = exec else {
+                self.colls.swap_remove(i);
+                continue;
+            };
+            let r = exec.advance(self);
+            let Some(req) = self.st.reqs.get_mut(id) else { unreachable!("collective request vanished") };
+            match r {
+                Ok(false) => {
+                    req.kind = ReqKind::Coll(Some(exec));
+                    i += 1;
+                    continue;
+                }
+                Ok(true) => req.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, ..Status::default() },
+                Err(e) => {
+                    tracing::debug!("engine: nonblocking collective failed: {e}");
+                    req.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, error: e.class, ..Status::default() };
+                }
+            }
+            drop(exec);
+            self.st.complete(id);
+            self.colls.swap_remove(i);
+            did = true;
+        }
+        self.in_colls = false;
+        did
+    }
+
+    /// Number of live requests (for leak checks in tests).
+    pub fn live_requests(&self) -> usize {
+        self.st.reqs.len()
+    }
+
+    /// Make progress: deliver incoming messages, perform pending single-copy reads, push queued
+    /// frames. Returns whether anything happened.
+    pub fn progress(&mut self) -> bool {
+        let mut did = false;
+        while let Some((h, p)) = self.st.loopq.pop_front() {
+            let me = self.st.me;
+            self.st.on_frame(me, &h, &p);
+            did = true;
+        }
+        let st = &mut self.st;
+        if self.tp.poll(&mut |src, h, p| st.on_frame(src, h, p)) > 0 {
+            did = true;
+        }
+        if !self.st.reads.is_empty() {
+            self.run_reads();
+            did = true;
+        }
+        if self.st.busy > 0 && self.flush_all() {
+            did = true;
+        }
+        if !self.colls.is_empty() && self.advance_colls() {
+            did = true;
+        }
+        did
+    }
+
+    fn run_reads(&mut self) {
+        let reads = std::mem::take(&mut self.st.reads);
+        for r in reads {
+            let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.st.reqs.get(r.rreq) else { continue };
+            let buf = rs.buf;
+            let ok = if r.want == 0 {
+                true
+            } else if r.src_world == self.st.me {
+                // SAFETY: self-send rendezvous: the sender's buffer is live in this process until
+                // FIN is processed, the receive buffer holds at least want bytes, and MPI forbids
+                // the two from overlapping.
+                unsafe { std::ptr::copy_nonoverlapping(r.addr as usize as *const u8, buf, r.want) };
+                true
+            } else {
+                // SAFETY: buf holds at least want bytes (want <= cap) and is owned by this
+                // receive; the remote range is the sender's buffer, kept until our FIN.
+                unsafe { self.tp.read_remote(r.src_world, r.addr, std::slice::from_raw_parts_mut(buf, r.want)) }
+            };
+            if ok {
+                let fin = Header { kind: kind::FIN, sreq: r.sreq, ..Default::default() };
+                self.st.send_ctrl(r.src_world, fin);
+                self.st.complete(r.rreq);
+            } else {
+                // CMA refused at run time: fall back to streaming for this peer from now on.
+                tracing::debug!("engine: single-copy read from rank {} failed; streaming instead", r.src_world);
+                self.st.can_read[r.src_world] = false;
+                self.st.request_stream(r.rreq, r.src_world, r.sreq, r.want);
+            }
+        }
+    }
+
+    fn flush_all(&mut self) -> bool {
+        let mut did = false;
+        for d in 0..self.size {
+            if !self.st.outq[d].is_empty() {
+                did |= self.flush(d);
+            }
+        }
+        did
+    }
+
+    /// Push queued frames for `dst` until the channel is full. Returns whether any went out.
+    fn flush(&mut self, dst: usize) -> bool {
+        let maxp = self.max_payload;
+        let mut did = false;
+        loop {
+            let Some(front) = self.st.outq[dst].front_mut() else {
+                self.st.busy -= 1;
+                return did;
+            };
+            match front {
+                Out::Ctrl(h) => {
+                    if !self.tp.try_send(dst, h, &[]) {
+                        return did;
+                    }
+                    self.st.outq[dst].pop_front();
+                }
+                Out::Eager { sreq, off, first } => {
+                    let sreq = *sreq;
+                    let Some(Req { kind: ReqKind::Send(s), .. }) = self.st.reqs.get(sreq) else {
+                        self.st.outq[dst].pop_front();
+                        continue;
+                    };
+                    let n = (s.len - *off).min(maxp);
+                    // SAFETY: the send buffer is valid for len bytes until the send completes,
+                    // which happens only after its last frame is pushed.
+                    let data = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(s.buf.add(*off), n) } };
+                    let h = if *first { s.hdr } else { Header { kind: kind::FRAG, sreq, arg: *off as u64, ..Default::default() } };
+                    if !self.tp.try_send(dst, &h, data) {
+                        return did;
+                    }
+                    *first = false;
+                    *off += n;
+                    if *off >= s.len {
+                        self.st.outq[dst].pop_front();
+                        self.st.mark_pushed(sreq);
+                    }
+                }
+                Out::Stream { sreq, rreq, off, end } => {
+                    let sreq = *sreq;
+                    let Some(Req { kind: ReqKind::Send(s), .. }) = self.st.reqs.get(sreq) else {
+                        self.st.outq[dst].pop_front();
+                        continue;
+                    };
+                    let n = (*end - *off).min(maxp);
+                    // SAFETY: as above; end <= len.
+                    let data = unsafe { std::slice::from_raw_parts(s.buf.add(*off), n) };
+                    let h = Header { kind: kind::DATA, rreq: *rreq, arg: *off as u64, ..Default::default() };
+                    if !self.tp.try_send(dst, &h, data) {
+                        return did;
+                    }
+                    *off += n;
+                    if *off >= *end {
+                        self.st.outq[dst].pop_front();
+                        self.st.mark_pushed(sreq);
+                    }
+                }
+            }
+            did = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,78 @@
-//! transport (see ARCHITECTURE.md)
+//! Transports: how framed messages move between the ranks of one job.
+//!
+//! The contract is deliberately narrow ([`Transport`]):
+//! - [`Transport::try_send`] pushes one framed message (a fixed [`Header`] plus an inline payload
+//!   of at most [`Transport::max_payload`] bytes) to a world rank, or returns `false` when the
+//!   channel to that rank is full (the caller keeps it and retries later; nothing is buffered
+//!   inside the transport).
+//! - [`Transport::poll`] hands incoming messages to a callback with the source world rank, the
+//!   header and the payload; the payload slice is only valid during the callback. Messages from
+//!   one sender arrive in the order they were sent (FIFO per pair).
+//! - [`Transport::read_remote`] is an optional single-copy read of another rank's memory
+//!   (Linux CMA `process_vm_readv` for [`shm`], a plain copy for [`inproc`]); it returns
+//!   `false` when not available, and the engine then pipelines data through the channel instead.
+//!
+//! A transport starts no threads; the engine drives it from the calling thread.
+//!
+//! Implementations: [`shm::ShmTransport`] (one `/dev/shm` segment per rank, one SPSC ring per
+//! sender) and [`inproc::InprocTransport`] (in-process queues, for multi-rank tests with threads).
+
+pub mod inproc;
+pub mod shm;
+
+/// The fixed header of every framed message. Its meaning is defined by the engine
+/// (`engine::p2p`); the transport only carries it. 48 bytes, `repr(C)`, plain data.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// Message kind (engine protocol).
+    pub kind: u8,
+    /// Protocol flags.
+    pub flags: u8,
+    pub _pad: u16,
+    /// Communicator context id.
+    pub ctx: u32,
+    /// Sender's rank in the communicator.
+    pub src_rank: i32,
+    pub tag: i32,
+    /// Total message length in bytes.
+    pub total: u64,
+    /// Sender-side request id.
+    pub sreq: u64,
+    /// Receiver-side request id.
+    pub rreq: u64,
+    /// Kind-dependent: a buffer address (rendezvous) or a byte offset (fragments).
+    pub arg: u64,
+}
+
+pub const HEADER_BYTES: usize = std::mem::size_of::<Header>();
+const _: () = assert!(HEADER_BYTES == 48);
+
+/// A channel between the ranks of one job. See the module documentation.
+pub trait Transport: Send {
+    /// Largest payload one [`Transport::try_send`] accepts.
+    fn max_payload(&self) -> usize;
+
+    /// Push one message to world rank `dst` (never this rank). `false`: the channel is full,
+    /// nothing was sent, try again after polling.
+    fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool;
+
+    /// Deliver up to a bounded number of incoming messages to `f(source world rank, header,
+    /// payload)`; returns how many were delivered.
+    fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize;
+
+    /// Whether [`Transport::read_remote`] may work for `src` (decided at set-up).
+    fn can_read_remote(&self, _src: usize) -> bool {
+        false
+    }
+
+    /// Copy `dst.len()` bytes at address `addr` in the memory of world rank `src` into `dst`
+    /// with a single copy. `false` when not supported or when the kernel refused.
+    ///
+    /// # Safety
+    /// `addr .. addr + dst.len()` must be a valid buffer of `src` that stays untouched until
+    /// `src` learns that the read is done.
+    unsafe fn read_remote(&mut self, _src: usize, _addr: u64, _dst: &mut [u8]) -> bool {
+        false
+    }
+}

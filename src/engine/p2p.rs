@@ -1,0 +1,235 @@
+//! The protocol side of the engine: matching of incoming messages against posted receives, the
+//! unexpected queue, and the handlers of every frame kind (see the protocol summary in the
+//! parent module). Nothing here touches the transport: outgoing frames are queued (`outq`,
+//! `loopq`) and single-copy reads are recorded (`reads`) for `Engine::progress` to carry out.
+
+use super::*;
+
+impl State {
+    pub(super) fn enqueue(&mut self, dst: usize, o: Out) {
+        if self.outq[dst].is_empty() {
+            self.busy += 1;
+        }
+        self.outq[dst].push_back(o);
+    }
+
+    pub(super) fn send_ctrl(&mut self, dst: usize, h: Header) {
+        if dst == self.me {
+            self.loopq.push_back((h, Vec::new()));
+        } else {
+            self.enqueue(dst, Out::Ctrl(h));
+        }
+    }
+
+    pub(super) fn complete(&mut self, id: u64) {
+        if let Some(r) = self.reqs.get_mut(id) {
+            r.done = true;
+            if r.freed {
+                self.reqs.remove(id);
+            }
+        }
+    }
+
+    /// All data of send `id` is out of the user buffer's hands.
+    pub(super) fn mark_pushed(&mut self, id: u64) {
+        if let Some(Req { kind: ReqKind::Send(s), .. }) = self.reqs.get_mut(id) {
+            s.pushed = true;
+            if !s.need_ack {
+                self.complete(id);
+            }
+        }
+    }
+
+    pub(super) fn find_unexp(&self, ctx: u32, src: i32, tag: i32) -> Option<(usize, u64)> {
+        self.unexp_order.iter().enumerate().find_map(|(i, &u)| {
+            let m = self.unexp.get(u)?;
+            matches(ctx, src, tag, m.ctx, m.src_rank, m.tag).then_some((i, u))
+        })
+    }
+
+    pub(super) fn unexp_status(&self, uid: u64) -> Status {
+        let m = self.unexp.get(uid).expect("unexpected entry");
+        Status { source: m.src_rank, tag: m.tag, error: MPI_SUCCESS, bytes: m.total, cancelled: false }
+    }
+
+    /// Set the receive's status at match time.
+    pub(super) fn matched(&mut self, rreq: u64, src_rank: i32, tag: i32, total: usize) -> (*mut u8, usize) {
+        let Some(Req { kind: ReqKind::Recv(rs), status, .. }) = self.reqs.get_mut(rreq) else {
+            unreachable!("matched a receive that does not exist")
+        };
+        rs.posted = false;
+        let n = total.min(rs.cap);
+        *status = Status {
+            source: src_rank,
+            tag,
+            error: if total > rs.cap { MPI_ERR_TRUNCATE } else { MPI_SUCCESS },
+            bytes: n,
+            cancelled: false,
+        };
+        (rs.buf, rs.cap)
+    }
+
+    /// Receive `rreq` takes unexpected message `m` (already out of the queue and the slab).
+    pub(super) fn bind(&mut self, rreq: u64, uid: u64, m: Unexp) {
+        let (buf, cap) = self.matched(rreq, m.src_rank, m.tag, m.total);
+        if m.sync {
+            self.send_ctrl(m.src_world, Header { kind: kind::ACK, sreq: m.sreq, ..Default::default() });
+        }
+        match m.body {
+            UBody::Eager { data } => {
+                let n = data.len().min(cap);
+                if n > 0 {
+                    // SAFETY: buf holds cap >= n > 0 bytes and is owned by this receive.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
+                }
+                if data.len() == m.total {
+                    self.complete(rreq);
+                } else {
+                    if let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) {
+                        rs.expect = m.total;
+                        rs.got = data.len();
+                    }
+                    self.frags.insert((m.src_world, m.sreq), FragTarget::Recv(rreq));
+                    let _ = uid;
+                }
+            }
+            UBody::Rndv { addr } => self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap)),
+        }
+    }
+
+    pub(super) fn start_rndv(&mut self, rreq: u64, src_world: usize, sreq: u64, addr: u64, want: usize) {
+        if self.can_read[src_world] && (want >= self.cma_min || src_world == self.me) {
+            self.reads.push(PendingRead { rreq, src_world, sreq, addr, want });
+        } else {
+            self.request_stream(rreq, src_world, sreq, want);
+        }
+    }
+
+    pub(super) fn request_stream(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize) {
+        if let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) {
+            rs.expect = want;
+            rs.got = 0;
+        }
+        self.send_ctrl(src_world, Header { kind: kind::CTS, sreq, rreq, total: want as u64, ..Default::default() });
+        if want == 0 {
+            self.complete(rreq);
+        }
+    }
+
+    /// Copy `p` (bytes at `off` of the message) into receive `rreq`; complete it when all
+    /// expected bytes are in.
+    pub(super) fn deliver(&mut self, rreq: u64, off: usize, p: &[u8]) {
+        let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) else {
+            tracing::error!("engine: data for unknown receive {rreq:#x}");
+            return;
+        };
+        if off < rs.cap && !p.is_empty() {
+            let n = p.len().min(rs.cap - off);
+            // SAFETY: off + n <= cap, buf holds cap bytes owned by this receive.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), rs.buf.add(off), n) };
+        }
+        rs.got += p.len();
+        if rs.got >= rs.expect {
+            self.complete(rreq);
+        }
+    }
+
+    pub(super) fn on_frame(&mut self, src_world: usize, h: &Header, p: &[u8]) {
+        match h.kind {
+            kind::EAGER | kind::RTS => self.on_new_message(src_world, h, p),
+            kind::FRAG => {
+                let key = (src_world, h.sreq);
+                let off = h.arg as usize;
+                let last = match self.frags.get(&key).copied() {
+                    Some(FragTarget::Recv(rreq)) => {
+                        self.deliver(rreq, off, p);
+                        self.reqs.get(rreq).is_none_or(|r| r.done)
+                    }
+                    Some(FragTarget::Unexp(uid)) => match self.unexp.get_mut(uid) {
+                        Some(Unexp { body: UBody::Eager { data }, total, .. }) => {
+                            data.extend_from_slice(p);
+                            data.len() >= *total
+                        }
+                        _ => true,
+                    },
+                    None => {
+                        tracing::error!("engine: fragment of unknown message from rank {src_world}");
+                        false
+                    }
+                };
+                if last {
+                    self.frags.remove(&key);
+                }
+            }
+            kind::CTS => {
+                let want = h.total as usize;
+                if want == 0 {
+                    self.mark_pushed(h.sreq);
+                } else {
+                    self.enqueue(src_world, Out::Stream { sreq: h.sreq, rreq: h.rreq, off: 0, end: want });
+                }
+            }
+            kind::DATA => self.deliver(h.rreq, h.arg as usize, p),
+            kind::FIN => self.mark_pushed(h.sreq),
+            kind::ACK => {
+                if let Some(Req { kind: ReqKind::Send(s), .. }) = self.reqs.get_mut(h.sreq) {
+                    s.need_ack = false;
+                    if s.pushed {
+                        self.complete(h.sreq);
+                    }
+                }
+            }
+            k => tracing::error!("engine: unknown frame kind {k} from rank {src_world}"),
+        }
+    }
+
+    pub(super) fn on_new_message(&mut self, src_world: usize, h: &Header, p: &[u8]) {
+        let total = h.total as usize;
+        let sync = h.flags & FLAG_SYNC != 0;
+        let pos = self.posted.iter().position(|r| matches(r.ctx, r.src, r.tag, h.ctx, h.src_rank, h.tag));
+        if let Some(pos) = pos {
+            let rreq = self.posted.remove(pos).unwrap().rreq;
+            let (_, cap) = self.matched(rreq, h.src_rank, h.tag, total);
+            if h.kind == kind::RTS {
+                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap));
+                return;
+            }
+            if sync {
+                self.send_ctrl(src_world, Header { kind: kind::ACK, sreq: h.sreq, ..Default::default() });
+            }
+            if let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) {
+                rs.expect = total;
+                rs.got = 0;
+            }
+            if p.len() < total {
+                self.frags.insert((src_world, h.sreq), FragTarget::Recv(rreq));
+            }
+            self.deliver(rreq, 0, p);
+            if total == 0 {
+                self.complete(rreq);
+            }
+            return;
+        }
+        let body = if h.kind == kind::RTS {
+            UBody::Rndv { addr: h.arg }
+        } else {
+            let mut data = Vec::with_capacity(total);
+            data.extend_from_slice(p);
+            UBody::Eager { data }
+        };
+        let uid = self.unexp.insert(Unexp {
+            src_world,
+            ctx: h.ctx,
+            src_rank: h.src_rank,
+            tag: h.tag,
+            total,
+            sreq: h.sreq,
+            sync,
+            body,
+        });
+        if h.kind == kind::EAGER && p.len() < total {
+            self.frags.insert((src_world, h.sreq), FragTarget::Unexp(uid));
+        }
+        self.unexp_order.push_back(uid);
+    }
+}

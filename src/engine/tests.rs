@@ -1,0 +1,612 @@
+//! Engine tests over the in-process transport: single-threaded pairs driven alternately (exact
+//! control over interleavings) and multi-rank runs with one thread per rank.
+
+use super::*;
+use crate::abi::consts::{MPI_ANY_SOURCE as ANY_SRC, MPI_ANY_TAG as ANY_TAG, MPI_ERR_TRUNCATE};
+use crate::transport::inproc::InprocTransport;
+
+const LIMIT: usize = 4096;
+
+fn group(n: usize, cap_msgs: usize, maxp: usize, cma: bool) -> Vec<Engine> {
+    InprocTransport::group(n, cap_msgs, maxp, cma)
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT, cma_min: 0 }))
+        .collect()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> ReqId {
+    let a = SendArgs { buf: buf.as_ptr(), len: buf.len(), dst_world: dst, ctx: 7, src_rank, tag, sync };
+    // SAFETY: every test keeps `buf` alive until the request is waited for.
+    unsafe { e.isend(a).unwrap() }
+}
+
+fn recv(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> ReqId {
+    // SAFETY: every test keeps `buf` alive and untouched until the request is waited for.
+    unsafe { e.irecv(buf.as_mut_ptr(), buf.len(), 7, src, tag).unwrap() }
+}
+
+/// Progress every engine until `req` on engine `who` completes.
+fn wait_on(es: &mut [Engine], who: usize, req: ReqId) -> Status {
+    for _ in 0..10_000_000 {
+        for (i, e) in es.iter_mut().enumerate() {
+            if i != who {
+                e.progress();
+            }
+        }
+        if let Some(s) = es[who].test(req) {
+            return s;
+        }
+    }
+    panic!("request never completed");
+}
+
+fn spin(es: &mut [Engine], rounds: usize) {
+    for _ in 0..rounds {
+        for e in es.iter_mut() {
+            e.progress();
+        }
+    }
+}
+
+const SIZES: &[usize] = &[0, 1, LIMIT - 1, LIMIT, LIMIT + 1, 10 << 20];
+
+#[test]
+fn self_send_all_sizes() {
+    let mut es = group(1, 4, 1000, false);
+    for &n in SIZES {
+        for posted_first in [false, true] {
+            let data = pattern(n, 3);
+            let mut out = vec![0u8; n];
+            let (s, r) = if posted_first {
+                let r = recv(&mut es[0], &mut out, 0, 5);
+                (send(&mut es[0], &data, 0, 0, 5, false), r)
+            } else {
+                let s = send(&mut es[0], &data, 0, 0, 5, false);
+                (s, recv(&mut es[0], &mut out, 0, 5))
+            };
+            let st = wait_on(&mut es, 0, r);
+            assert_eq!((st.source, st.tag, st.error, st.bytes), (0, 5, 0, n));
+            wait_on(&mut es, 0, s);
+            assert!(out == data, "self-send of {n} bytes corrupted");
+        }
+    }
+    assert_eq!(es[0].live_requests(), 0);
+}
+
+fn boundaries(cma: bool) {
+    // Tiny frames (1000 bytes) and 8-frame channels: eager messages fragment and the
+    // pipelined rendezvous has to wait for space many times.
+    let mut es = group(2, 8, 1000, cma);
+    for &n in SIZES {
+        for posted_first in [false, true] {
+            let data = pattern(n, n as u8);
+            let mut out = vec![0u8; n];
+            let (s, r) = if posted_first {
+                let r = recv(&mut es[1], &mut out, 0, 9);
+                spin(&mut es, 2);
+                (send(&mut es[0], &data, 1, 0, 9, false), r)
+            } else {
+                let s = send(&mut es[0], &data, 1, 0, 9, false);
+                spin(&mut es, 3);
+                (s, recv(&mut es[1], &mut out, 0, 9))
+            };
+            let st = wait_on(&mut es, 1, r);
+            assert_eq!((st.source, st.tag, st.error, st.bytes, st.cancelled), (0, 9, 0, n, false));
+            let ss = wait_on(&mut es, 0, s);
+            assert_eq!(ss.bytes, n);
+            assert!(out == data, "{n} bytes (cma {cma}, posted first {posted_first}) corrupted");
+        }
+    }
+    assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
+}
+
+#[test]
+fn eager_rendezvous_boundaries_cma() {
+    boundaries(true);
+}
+
+#[test]
+fn eager_rendezvous_boundaries_pipelined() {
+    boundaries(false);
+}
+
+#[test]
+fn wildcards_and_non_overtaking() {
+    let mut es = group(3, 64, 1000, true);
+    let bufs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 4 + i]).collect();
+    // Rank 0 sends tags 1,2,3 (eager), then tag 1 again as a rendezvous message.
+    let big = pattern(LIMIT * 3, 1);
+    let mut sreqs: Vec<ReqId> = (0..3).map(|i| send(&mut es[0], &bufs[i], 2, 0, i as i32 + 1, false)).collect();
+    sreqs.push(send(&mut es[0], &big, 2, 0, 1, false));
+    spin(&mut es, 3);
+    // A specific tag skips earlier messages.
+    let mut o3 = vec![0u8; 64];
+    let st = { let r = recv(&mut es[2], &mut o3, 0, 3); wait_on(&mut es, 2, r) };
+    assert_eq!((st.tag, st.bytes), (3, bufs[2].len()));
+    // ANY_TAG takes the rest in send order.
+    let mut o = vec![0u8; 64];
+    let st = { let r = recv(&mut es[2], &mut o, 0, ANY_TAG); wait_on(&mut es, 2, r) };
+    assert_eq!((st.tag, st.bytes), (1, bufs[0].len()));
+    let st = { let r = recv(&mut es[2], &mut o, ANY_SRC, ANY_TAG); wait_on(&mut es, 2, r) };
+    assert_eq!((st.source, st.tag, st.bytes), (0, 2, bufs[1].len()));
+    let mut ob = vec![0u8; big.len()];
+    let st = { let r = recv(&mut es[2], &mut ob, ANY_SRC, 1); wait_on(&mut es, 2, r) };
+    assert_eq!((st.tag, st.bytes), (1, big.len()));
+    assert!(ob == big);
+    for s in sreqs {
+        wait_on(&mut es, 0, s);
+    }
+    // ANY_SOURCE across two senders: each sender's messages stay in order.
+    let mut reqs = vec![];
+    for k in 0..5u8 {
+        reqs.push(send(&mut es[0], std::slice::from_ref(&k), 2, 0, 4, false));
+        reqs.push(send(&mut es[1], std::slice::from_ref(&(k + 100)), 2, 1, 4, false));
+    }
+    let (mut last0, mut last1) = (None, None);
+    for _ in 0..10 {
+        let mut b = [0u8; 1];
+        let st = { let r = recv(&mut es[2], &mut b, ANY_SRC, 4); wait_on(&mut es, 2, r) };
+        let last = if st.source == 0 { &mut last0 } else { &mut last1 };
+        if let Some(prev) = *last {
+            assert!(b[0] > prev, "overtaking from source {}", st.source);
+        }
+        assert_eq!(b[0] >= 100, st.source == 1);
+        *last = Some(b[0]);
+    }
+    for (i, r) in reqs.into_iter().enumerate() {
+        wait_on(&mut es, i % 2, r);
+    }
+}
+
+#[test]
+fn posted_receives_match_in_post_order_and_contexts_are_separate() {
+    let mut es = group(2, 64, 1000, true);
+    let mut a = [0u8; 4];
+    let mut b = [0u8; 4];
+    let mut c = [0u8; 4];
+    let ra = recv(&mut es[1], &mut a, ANY_SRC, ANY_TAG);
+    let rb = recv(&mut es[1], &mut b, 0, 8);
+    // Another context id with the same source and tag does not match.
+    // SAFETY: c outlives the request.
+    let rc = unsafe { es[1].irecv(c.as_mut_ptr(), 4, 99, 0, 8).unwrap() };
+    let s1 = send(&mut es[0], b"1111", 1, 0, 8, false);
+    let s2 = send(&mut es[0], b"2222", 1, 0, 8, false);
+    assert_eq!(wait_on(&mut es, 1, ra).tag, 8);
+    assert_eq!(wait_on(&mut es, 1, rb).tag, 8);
+    assert_eq!((&a, &b), (b"1111", b"2222"));
+    spin(&mut es, 5);
+    assert!(es[1].test(rc).is_none());
+    assert!(es[1].cancel(rc));
+    assert!(es[1].test(rc).unwrap().cancelled);
+    wait_on(&mut es, 0, s1);
+    wait_on(&mut es, 0, s2);
+    let _ = &mut c;
+}
+
+#[test]
+fn probe_and_matched_probe() {
+    let mut es = group(2, 64, 1000, false);
+    assert!(es[1].iprobe(7, ANY_SRC, ANY_TAG).is_none());
+    let m1 = pattern(300, 1);
+    let m2 = pattern(LIMIT * 2, 2); // rendezvous
+    let s1 = send(&mut es[0], &m1, 1, 0, 11, false);
+    let s2 = send(&mut es[0], &m2, 1, 0, 11, false);
+    spin(&mut es, 5);
+    let st = es[1].iprobe(7, 0, 11).unwrap();
+    assert_eq!((st.source, st.tag, st.bytes), (0, 11, 300));
+    assert!(es[1].iprobe(7, 1, 11).is_none());
+    assert!(es[1].iprobe(8, 0, 11).is_none());
+    // improbe takes the first message out of matching...
+    let (msg, st) = es[1].improbe(7, ANY_SRC, 11).unwrap();
+    assert_eq!(st.bytes, 300);
+    // ...so a probe now sees the second one, and so does a plain receive.
+    assert_eq!(es[1].iprobe(7, ANY_SRC, ANY_TAG).unwrap().bytes, m2.len());
+    let (msg2, st2) = es[1].improbe(7, 0, ANY_TAG).unwrap();
+    assert_eq!(st2.bytes, m2.len());
+    let mut o2 = vec![0u8; m2.len()];
+    // SAFETY: o2 outlives the request.
+    let r2 = unsafe { es[1].imrecv(msg2, o2.as_mut_ptr(), o2.len()).unwrap() };
+    let mut o1 = vec![0u8; 300];
+    // SAFETY: o1 outlives the request.
+    let r1 = unsafe { es[1].imrecv(msg, o1.as_mut_ptr(), o1.len()).unwrap() };
+    assert_eq!(wait_on(&mut es, 1, r1).bytes, 300);
+    assert_eq!(wait_on(&mut es, 1, r2).bytes, m2.len());
+    assert!(o1 == m1 && o2 == m2);
+    // A message handle can be received only once.
+    // SAFETY: error path, nothing is written.
+    assert!(unsafe { es[1].imrecv(msg, o1.as_mut_ptr(), 1) }.is_err());
+    wait_on(&mut es, 0, s1);
+    wait_on(&mut es, 0, s2);
+}
+
+#[test]
+fn cancel_receive_not_send() {
+    let mut es = group(2, 64, 1000, true);
+    let mut o = [0u8; 8];
+    let r = recv(&mut es[1], &mut o, 0, 1);
+    assert!(es[1].cancel(r));
+    let st = es[1].test(r).unwrap();
+    assert!(st.cancelled);
+    // The message now goes to the unexpected queue, not to the cancelled receive.
+    let s = send(&mut es[0], b"abcdefgh", 1, 0, 1, false);
+    spin(&mut es, 3);
+    assert_eq!(o, [0u8; 8]);
+    assert!(!es[0].cancel(s));
+    let st = wait_on(&mut es, 0, s);
+    assert!(!st.cancelled);
+    let r = recv(&mut es[1], &mut o, 0, 1);
+    wait_on(&mut es, 1, r);
+    assert_eq!(&o, b"abcdefgh");
+    // A matched receive cannot be cancelled.
+    let big = pattern(LIMIT * 2, 9);
+    let mut ob = vec![0u8; big.len()];
+    let r = recv(&mut es[1], &mut ob, 0, 2);
+    let s = send(&mut es[0], &big, 1, 0, 2, false);
+    es[1].progress();
+    assert!(!es[1].cancel(r));
+    assert!(!wait_on(&mut es, 1, r).cancelled);
+    wait_on(&mut es, 0, s);
+    assert!(ob == big);
+}
+
+fn truncation(cma: bool) {
+    let mut es = group(2, 8, 1000, cma);
+    for &n in &[10usize, 2500, LIMIT + 100, 100_000] {
+        for posted_first in [true, false] {
+            let data = pattern(n, 4);
+            let cap = n / 2;
+            let mut out = vec![0xEEu8; n];
+            let (s, r) = if posted_first {
+                let r = recv(&mut es[1], &mut out[..cap], 0, 3);
+                (send(&mut es[0], &data, 1, 0, 3, false), r)
+            } else {
+                let s = send(&mut es[0], &data, 1, 0, 3, false);
+                spin(&mut es, 4);
+                (s, recv(&mut es[1], &mut out[..cap], 0, 3))
+            };
+            let st = wait_on(&mut es, 1, r);
+            assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
+            assert!(out[..cap] == data[..cap]);
+            assert!(out[cap..].iter().all(|&x| x == 0xEE), "wrote past the receive buffer");
+            assert_eq!(wait_on(&mut es, 0, s).error, 0);
+        }
+    }
+    // Nothing is left over: a following message is received intact.
+    let s = send(&mut es[0], b"next", 1, 0, 3, false);
+    let mut o = [0u8; 4];
+    let r = recv(&mut es[1], &mut o, 0, 3);
+    assert_eq!(wait_on(&mut es, 1, r).error, 0);
+    assert_eq!(&o, b"next");
+    wait_on(&mut es, 0, s);
+}
+
+#[test]
+fn truncation_cma() {
+    truncation(true);
+}
+
+#[test]
+fn truncation_pipelined() {
+    truncation(false);
+}
+
+#[test]
+fn sync_send_waits_for_match() {
+    for n in [0usize, 8, 2500, LIMIT * 2] {
+        for dst in [0usize, 1] {
+            let mut es = group(2, 64, 1000, true);
+            let data = pattern(n, 1);
+            let s = send(&mut es[0], &data, dst, 0, 6, true);
+            spin(&mut es, 20);
+            assert!(es[0].test(s).is_none(), "sync send of {n} bytes to {dst} completed before a match");
+            let mut out = vec![0u8; n];
+            let r = recv(&mut es[dst], &mut out, 0, 6);
+            wait_on(&mut es, dst, r);
+            wait_on(&mut es, 0, s);
+            assert!(out == data);
+        }
+    }
+}
+
+#[test]
+fn freed_requests_are_released() {
+    let mut es = group(2, 64, 1000, false);
+    let data = pattern(LIMIT * 3, 5);
+    let s = send(&mut es[0], &data, 1, 0, 1, false);
+    es[0].free(s);
+    let mut out = vec![0u8; data.len()];
+    let r = recv(&mut es[1], &mut out, 0, 1);
+    wait_on(&mut es, 1, r);
+    spin(&mut es, 5);
+    assert!(out == data);
+    assert_eq!(es[0].live_requests(), 0);
+}
+
+/// `n` engines over real shared-memory transports in this process (one per thread in the tests).
+fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
+    use crate::transport::shm::ShmTransport;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let job = format!("eng{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut ts: Vec<ShmTransport> = (0..n).map(|r| ShmTransport::create_with(&job, r, n, ring, cma).unwrap()).collect();
+    for t in ts.iter_mut() {
+        t.attach_peers().unwrap();
+    }
+    for t in ts.iter_mut() {
+        t.unlink();
+    }
+    ts.into_iter()
+        .enumerate()
+        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT, cma_min: 0 }))
+        .collect()
+}
+
+/// Every rank sends to every other rank (mixed sizes, both protocols) from its own thread.
+fn all_to_all_threads(n: usize, cma: bool) {
+    all_to_all(group(n, 16, 2000, cma));
+}
+
+fn all_to_all(es: Vec<Engine>) {
+    let n = es.len();
+    let sizes = [0usize, 1, 100, LIMIT, LIMIT + 1, 70_000];
+    let handles: Vec<_> = es
+        .into_iter()
+        .map(|mut e| {
+            std::thread::spawn(move || {
+                let me = e.world_rank();
+                let sends: Vec<Vec<u8>> = sizes.iter().map(|&s| pattern(s, me as u8)).collect();
+                let mut outs: Vec<Vec<u8>> = (0..n * sizes.len()).map(|i| vec![0u8; sizes[i % sizes.len()]]).collect();
+                let mut reqs = vec![];
+                for (i, o) in outs.iter_mut().enumerate() {
+                    let (src, k) = (i / sizes.len(), i % sizes.len());
+                    if src != me {
+                        reqs.push(recv(&mut e, o, src as i32, k as i32));
+                    }
+                }
+                for d in 0..n {
+                    if d != me {
+                        for (k, b) in sends.iter().enumerate() {
+                            reqs.push(send(&mut e, b, d, me as i32, k as i32, k % 2 == 0));
+                        }
+                    }
+                }
+                for r in reqs {
+                    let st = e.wait(r);
+                    assert_eq!(st.error, 0);
+                }
+                for (i, o) in outs.iter().enumerate() {
+                    let (src, k) = (i / sizes.len(), i % sizes.len());
+                    if src != me {
+                        assert!(*o == pattern(sizes[k], src as u8), "rank {me}: bad data from {src}, size {}", sizes[k]);
+                    }
+                }
+                assert_eq!(e.live_requests(), 0);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn threads_all_to_all_cma() {
+    all_to_all_threads(4, true);
+}
+
+#[test]
+fn threads_all_to_all_pipelined() {
+    all_to_all_threads(3, false);
+}
+
+#[test]
+fn shm_threads_all_to_all_five_ranks() {
+    // Rings of 4 KiB (frames of up to 968 bytes): fragmentation and backpressure on every pair.
+    all_to_all(shm_group(5, 4096, false));
+    all_to_all(shm_group(4, 64 << 10, true));
+    // Oversubscribed: 7 ranks on a 2-core machine must still finish quickly (back-off).
+    all_to_all(shm_group(7, 16 << 10, true));
+}
+
+mod coll_exec {
+    use super::*;
+    use crate::coll::schedule::{BufId, Region, Schedule, Step};
+    use crate::engine::coll::CollExec;
+    use std::sync::Arc;
+
+    fn reg(buf: BufId, off: usize, len: usize) -> Region {
+        Region { buf, off, len }
+    }
+
+    /// A non-commutative byte op: inout = 2 * input + inout.
+    fn op() -> crate::engine::coll::ReduceFn {
+        Box::new(|a: &[u8], b: &mut [u8]| {
+            for (x, y) in a.iter().zip(b.iter_mut()) {
+                *y = x.wrapping_mul(2).wrapping_add(*y);
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn local_steps_reduce_and_reduce_rev() {
+        let mut es = group(1, 4, 1000, false);
+        let send = [1u8, 2, 3, 4];
+        let mut recv = [10u8, 20, 30, 40];
+        let sched = Schedule {
+            steps: vec![
+                Step::Copy { src: reg(BufId::Send, 0, 4), dst: reg(BufId::Tmp, 0, 4) },
+                // recv = 2*tmp + recv
+                Step::Reduce { src: reg(BufId::Tmp, 0, 4), dst: reg(BufId::Recv, 0, 4) },
+                // tmp = 2*tmp + recv   (dst op src with dst = tmp)
+                Step::ReduceRev { src: reg(BufId::Recv, 0, 4), dst: reg(BufId::Tmp, 0, 4) },
+                Step::Copy { src: reg(BufId::Tmp, 0, 4), dst: reg(BufId::Recv, 0, 4) },
+            ],
+            tmp_len: 4,
+        };
+        let peers: Arc<[usize]> = Arc::from(vec![0usize]);
+        // SAFETY: send/recv outlive the executor.
+        let mut x = unsafe { CollExec::new(sched, send.as_ptr(), recv.as_mut_ptr(), 1, -10, peers, 0, op()) };
+        assert!(x.advance(&mut es[0]).unwrap());
+        // recv after Reduce: 2*s + r = 12, 24, 36, 48; tmp after ReduceRev: 2*s + that.
+        assert_eq!(recv, [14, 28, 42, 56]);
+    }
+
+    /// Naive allreduce: everyone sends its vector to everyone, then reduces in rank order with
+    /// ReduceRev (dst = dst op src), so the non-commutative op is applied as ((x0 op x1) op x2)...
+    fn allreduce_schedule(n: usize, me: usize, len: usize) -> Schedule {
+        let mut steps = vec![];
+        for p in 0..n {
+            if p != me {
+                steps.push(Step::Send { peer: p, src: reg(BufId::Send, 0, len) });
+                steps.push(Step::Recv { peer: p, dst: reg(BufId::Tmp, p * len, len) });
+            }
+        }
+        steps.push(Step::Copy { src: reg(BufId::Send, 0, len), dst: reg(BufId::Tmp, me * len, len) });
+        steps.push(Step::Wait);
+        steps.push(Step::Copy { src: reg(BufId::Tmp, 0, len), dst: reg(BufId::Recv, 0, len) });
+        for p in 1..n {
+            steps.push(Step::ReduceRev { src: reg(BufId::Tmp, p * len, len), dst: reg(BufId::Recv, 0, len) });
+        }
+        Schedule { steps, tmp_len: n * len }
+    }
+
+    fn expected(n: usize, len: usize, seed: u8) -> Vec<u8> {
+        let mut acc = pattern(len, seed);
+        for p in 1..n {
+            let xp = pattern(len, seed.wrapping_add(p as u8));
+            for i in 0..len {
+                acc[i] = acc[i].wrapping_mul(2).wrapping_add(xp[i]);
+            }
+        }
+        acc
+    }
+
+    fn on_threads(n: usize, cma: bool, body: fn(&mut Engine)) {
+        let es = group(n, 16, 1500, cma);
+        let hs: Vec<_> = es
+            .into_iter()
+            .map(|mut e| {
+                std::thread::spawn(move || {
+                    body(&mut e);
+                    // Let peers finish before this engine goes away.
+                    for _ in 0..1000 {
+                        e.progress();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn allreduce_schedule_over_threads() {
+        on_threads(4, false, |e| {
+            let (n, me, len) = (4, e.world_rank(), 5000);
+            let mine = pattern(len, me as u8);
+            let mut out = vec![0u8; len];
+            let peers: Arc<[usize]> = Arc::from((0..n).collect::<Vec<_>>());
+            // SAFETY: mine/out outlive the executor.
+            let mut x = unsafe { CollExec::new(allreduce_schedule(n, me, len), mine.as_ptr(), out.as_mut_ptr(), 3, -5, peers, me, op()) };
+            let mut b = Backoff::new();
+            while !x.advance(e).unwrap() {
+                if e.progress() {
+                    b.reset()
+                } else {
+                    b.snooze()
+                }
+            }
+            assert!(out == expected(n, len, 0), "rank {me}: wrong allreduce result");
+        });
+    }
+
+    #[test]
+    fn overlapping_nonblocking_collectives() {
+        on_threads(3, true, |e| {
+            let (n, me) = (3, e.world_rank());
+            let (l1, l2) = (100, 9000);
+            let a = pattern(l1, me as u8);
+            let b = pattern(l2, 50 + me as u8);
+            let mut oa = vec![0u8; l1];
+            let mut ob = vec![0u8; l2];
+            let peers: Arc<[usize]> = Arc::from((0..n).collect::<Vec<_>>());
+            // SAFETY: the buffers outlive the collectives (waited for below).
+            let (x1, x2) = unsafe {
+                (
+                    CollExec::new(allreduce_schedule(n, me, l1), a.as_ptr(), oa.as_mut_ptr(), 3, -5, peers.clone(), me, op()),
+                    CollExec::new(allreduce_schedule(n, me, l2), b.as_ptr(), ob.as_mut_ptr(), 3, -6, peers, me, op()),
+                )
+            };
+            // Start in opposite orders on different ranks: tags keep them apart.
+            let (r1, r2) = if me % 2 == 0 {
+                let r2 = e.start_coll(x2);
+                (e.start_coll(x1), r2)
+            } else {
+                let r1 = e.start_coll(x1);
+                (r1, e.start_coll(x2))
+            };
+            assert_eq!(e.wait(r2).error, 0);
+            assert_eq!(e.wait(r1).error, 0);
+            assert!(oa == expected(n, l1, 0));
+            assert!(ob == expected(n, l2, 50));
+            assert_eq!(e.live_requests(), 0);
+        });
+    }
+
+    #[test]
+    fn collective_truncation_is_reported() {
+        let mut es = group(2, 16, 1500, true);
+        let peers: Arc<[usize]> = Arc::from(vec![0usize, 1]);
+        let big = [1u8; 8];
+        let mut small = [0u8; 4];
+        let s0 = Schedule { steps: vec![Step::Send { peer: 1, src: reg(BufId::Send, 0, 8) }, Step::Wait], tmp_len: 0 };
+        let s1 = Schedule { steps: vec![Step::Recv { peer: 0, dst: reg(BufId::Recv, 0, 4) }, Step::Wait], tmp_len: 0 };
+        // SAFETY: buffers outlive the executors.
+        let (x0, x1) = unsafe {
+            (
+                CollExec::new(s0, big.as_ptr(), std::ptr::null_mut(), 3, -7, peers.clone(), 0, op()),
+                CollExec::new(s1, std::ptr::null(), small.as_mut_ptr(), 3, -7, peers, 1, op()),
+            )
+        };
+        let r0 = es[0].start_coll(x0);
+        let r1 = es[1].start_coll(x1);
+        assert_eq!(wait_on(&mut es, 1, r1).error, MPI_ERR_TRUNCATE);
+        assert_eq!(wait_on(&mut es, 0, r0).error, 0);
+        assert_eq!(small, [1u8; 4]);
+    }
+}
+
+#[test]
+fn zero_byte_messages_with_null_buffers() {
+    for dst in [0usize, 1] {
+        let mut es = group(2, 8, 1000, false);
+        for posted_first in [true, false] {
+            let a = SendArgs { buf: std::ptr::null(), len: 0, dst_world: dst, ctx: 7, src_rank: 0, tag: 1, sync: true };
+            let mut rr = None;
+            if posted_first {
+                // SAFETY: a zero-byte receive never touches its buffer.
+                rr = Some(unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 1).unwrap() });
+            }
+            // SAFETY: a zero-byte send never reads its buffer.
+            let s = unsafe { es[0].isend(a).unwrap() };
+            spin(&mut es, 3);
+            // SAFETY: as above.
+            let r = rr.unwrap_or_else(|| unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 1).unwrap() });
+            let st = wait_on(&mut es, dst, r);
+            assert_eq!((st.bytes, st.error, st.tag), (0, 0, 1));
+            wait_on(&mut es, 0, s);
+        }
+        // A non-empty message into a zero-byte receive is truncated, not written.
+        let s = send(&mut es[0], b"xyz", dst, 0, 2, false);
+        // SAFETY: a zero-capacity receive never writes.
+        let r = unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 2).unwrap() };
+        assert_eq!(wait_on(&mut es, dst, r).error, MPI_ERR_TRUNCATE);
+        wait_on(&mut es, 0, s);
+    }
+}
