@@ -21,10 +21,14 @@ fn main() {
     }
 
     let abi = mpi_abi::load();
-    let implemented = mpi_abi::scan_implemented(&imp_dir).expect("scan src/abi/imp");
+    let mut implemented = mpi_abi::scan_implemented(&imp_dir).expect("scan src/abi/imp");
+    // Macro arguments are candidates only: keep those that are ABI functions.
+    implemented.retain(|n| abi.function(n).is_some() || scanned_fn(&imp_dir, n));
     for name in &implemented {
         if abi.function(name).is_none() {
-            println!("cargo:warning=src/abi/imp defines {name}, which is not a function of mpi-abi/data");
+            println!(
+                "cargo:warning=src/abi/imp defines {name}, which is not a function of mpi-abi/data"
+            );
         }
     }
     let write = |name: &str, text: String| {
@@ -33,4 +37,14 @@ fn main() {
     write("consts.rs", mpi_abi::rust_consts(&abi));
     write("ffi.rs", mpi_abi::rust_ffi(&abi));
     write("wrappers.rs", mpi_abi::rust_wrappers(&abi, &implemented));
+}
+
+/// Whether `name` is defined literally as `pub unsafe fn name(` in src/abi/imp.
+fn scanned_fn(imp_dir: &std::path::Path, name: &str) -> bool {
+    std::fs::read_dir(imp_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .any(|t| mpi_abi::scan_source(&t).iter().any(|n| n == name))
 }

@@ -199,10 +199,9 @@ pub static PARAMS: &[Param] = &[
 ];
 
 fn lookup(name: &str) -> &'static Param {
-    PARAMS
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("environment variable {name} is not registered in config::PARAMS"))
+    PARAMS.iter().find(|p| p.name == name).unwrap_or_else(|| {
+        panic!("environment variable {name} is not registered in config::PARAMS")
+    })
 }
 
 /// The value of a registered variable, or its default; `None` when both are empty.
@@ -233,7 +232,10 @@ pub fn get_usize(name: &str) -> usize {
         if let Some(x) = parse(&v) {
             return x;
         }
-        tracing::warn!("{name}={v:?} is not a number; using the default {:?}", p.default);
+        tracing::warn!(
+            "{name}={v:?} is not a number; using the default {:?}",
+            p.default
+        );
     }
     parse(p.default).unwrap_or(0)
 }
@@ -255,14 +257,23 @@ mod tests {
         let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/ENV.md"))
             .expect("docs/ENV.md exists");
         for p in PARAMS {
-            assert!(doc.contains(p.name), "docs/ENV.md does not document {}", p.name);
+            assert!(
+                doc.contains(p.name),
+                "docs/ENV.md does not document {}",
+                p.name
+            );
         }
     }
 
     #[test]
     fn params_sorted_and_unique() {
         for w in PARAMS.windows(2) {
-            assert!(w[0].name < w[1].name, "{} / {} out of order", w[0].name, w[1].name);
+            assert!(
+                w[0].name < w[1].name,
+                "{} / {} out of order",
+                w[0].name,
+                w[1].name
+            );
         }
     }
 }

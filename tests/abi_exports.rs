@@ -52,7 +52,11 @@ fn shared_library_exports_every_function() {
         .iter()
         .filter(|n| n.starts_with("MPI") || n.starts_with("PMPI"))
         .count();
-    assert_eq!(mpi_symbols, 2 * 684 + 1, "exactly the data's functions are exported");
+    assert_eq!(
+        mpi_symbols,
+        2 * 684 + 1,
+        "exactly the data's functions are exported"
+    );
 }
 
 #[test]
@@ -80,7 +84,10 @@ fn rust_constants_have_standard_values_and_types() {
     assert_eq!(MPI_ERR_TRUNCATE, 15);
     assert_eq!(MPI_THREAD_MULTIPLE, 4096);
     assert_eq!(std::mem::size_of::<MPI_Status>(), 32);
-    assert_eq!(std::mem::size_of::<MPI_Aint>(), std::mem::size_of::<usize>());
+    assert_eq!(
+        std::mem::size_of::<MPI_Aint>(),
+        std::mem::size_of::<usize>()
+    );
     assert_eq!(error_class_name(MPI_ERR_TRUNCATE), Some("MPI_ERR_TRUNCATE"));
     assert_eq!(
         error_class_name(MPI_T_ERR_PVAR_NO_ATOMIC),

@@ -28,14 +28,22 @@ fn seg_path(job: &str, r: usize) -> String {
 /// `ShmTransport::establish` and the registered variables, the parent through the explicit calls).
 fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
     let peer = 1 - me;
-    let mark = |r: usize, phase: u32| format!("{}/gpumpi-test-{job}-fence{phase}-{r}", std::env::temp_dir().display());
+    let mark = |r: usize, phase: u32| {
+        format!(
+            "{}/gpumpi-test-{job}-fence{phase}-{r}",
+            std::env::temp_dir().display()
+        )
+    };
     let mut phase = 0u32;
     let mut fence = || {
         phase += 1;
         std::fs::write(mark(me, phase), b"").unwrap();
         let t0 = Instant::now();
         while !std::path::Path::new(&mark(peer, phase)).exists() {
-            assert!(t0.elapsed() < Duration::from_secs(30), "peer never reached fence {phase}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "peer never reached fence {phase}"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())
@@ -51,7 +59,15 @@ fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
         t
     };
     let cma = t.cma_to(peer);
-    let mut e = Engine::with_config(Box::new(t), me, 2, EngineConfig { eager_limit: LIMIT, cma_min: 0 });
+    let mut e = Engine::with_config(
+        Box::new(t),
+        me,
+        2,
+        EngineConfig {
+            eager_limit: LIMIT,
+            cma_min: 0,
+        },
+    );
     // Once we hear from the peer, it is past both fences: remove our markers.
     let s = isend(&mut e, &[], peer, 0, false);
     let r = irecv(&mut e, &mut [], peer, 0);
@@ -65,18 +81,36 @@ fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
 
 fn isend(e: &mut Engine, b: &[u8], dst: usize, tag: i32, sync: bool) -> ReqId {
     let me = e.world_rank() as i32;
-    let a = SendArgs { buf: b.as_ptr(), len: b.len(), dst_world: dst, ctx: 1, src_rank: me, tag, sync };
+    let a = SendArgs {
+        buf: b.as_ptr(),
+        len: b.len(),
+        dst_world: dst,
+        ctx: 1,
+        src_rank: me,
+        tag,
+        sync,
+    };
     // SAFETY: callers wait for the request before dropping the buffer.
     unsafe { e.isend(a).unwrap() }
 }
 
 fn irecv(e: &mut Engine, b: &mut [u8], src: usize, tag: i32) -> ReqId {
     // SAFETY: callers wait for the request before touching the buffer.
-    unsafe { e.irecv(b.as_mut_ptr(), b.len(), 1, src as i32, tag).unwrap() }
+    unsafe {
+        e.irecv(b.as_mut_ptr(), b.len(), 1, src as i32, tag)
+            .unwrap()
+    }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed).wrapping_add((i >> 12) as u8)).collect()
+    (0..n)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(13)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 12) as u8)
+        })
+        .collect()
 }
 
 /// The workload both ranks run: echo of every boundary size, a sync send, a flood of small
@@ -93,7 +127,10 @@ fn workload(e: &mut Engine, me: usize, max: usize) {
             let r = irecv(e, &mut buf, peer, tag);
             e.wait(s);
             let st: Status = e.wait(r);
-            assert_eq!((st.bytes, st.error, st.source, st.tag), (n, 0, peer as i32, tag));
+            assert_eq!(
+                (st.bytes, st.error, st.source, st.tag),
+                (n, 0, peer as i32, tag)
+            );
             assert!(buf == data, "echo of {n} bytes corrupted");
         } else {
             let r = irecv(e, &mut buf, peer, tag);
@@ -109,7 +146,10 @@ fn workload(e: &mut Engine, me: usize, max: usize) {
         while t0.elapsed() < Duration::from_millis(20) {
             e.progress();
         }
-        assert!(e.test(s).is_none(), "sync send completed before the receive was posted");
+        assert!(
+            e.test(s).is_none(),
+            "sync send completed before the receive was posted"
+        );
         let r = irecv(e, &mut [], peer, 51); // receiver tells us it posted
         e.wait(r);
         e.wait(s);
@@ -158,7 +198,8 @@ fn run(name: &str, o: Opts, child_env: &[(&str, &str)]) {
     }
     let job = format!("t{}-{name}", std::process::id());
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD, &job);
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, &job);
     for (k, v) in child_env {
         cmd.env(k, v);
     }
@@ -172,16 +213,28 @@ fn run(name: &str, o: Opts, child_env: &[(&str, &str)]) {
     workload(&mut e, 0, o.max);
     let st = child.wait().unwrap();
     assert!(st.success(), "child rank failed: {st}");
-    assert!(!std::path::Path::new(&seg_path(&job, 0)).exists(), "segment left in /dev/shm");
-    assert!(!std::path::Path::new(&seg_path(&job, 1)).exists(), "segment left in /dev/shm");
+    assert!(
+        !std::path::Path::new(&seg_path(&job, 0)).exists(),
+        "segment left in /dev/shm"
+    );
+    assert!(
+        !std::path::Path::new(&seg_path(&job, 1)).exists(),
+        "segment left in /dev/shm"
+    );
 }
 
 fn cma_expected() -> bool {
     // Whether this machine allows process_vm_readv at all (the child's probe result must match).
     let v = 5u64;
     let mut out = 0u64;
-    let local = libc::iovec { iov_base: &mut out as *mut u64 as *mut libc::c_void, iov_len: 8 };
-    let remote = libc::iovec { iov_base: &v as *const u64 as *mut libc::c_void, iov_len: 8 };
+    let local = libc::iovec {
+        iov_base: &mut out as *mut u64 as *mut libc::c_void,
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: &v as *const u64 as *mut libc::c_void,
+        iov_len: 8,
+    };
     // SAFETY: reads 8 bytes of our own stack into a local.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     n == 8 && out == 5
@@ -189,19 +242,39 @@ fn cma_expected() -> bool {
 
 #[test]
 fn shm_two_processes_cma() {
-    run("shm_two_processes_cma", Opts { cma: true, ring: 128 << 10, max: 10 << 20 }, &[("GPUMPI_SHM_CMA", "1"), ("GPUMPI_SHM_RING_BYTES", "128k")]);
+    run(
+        "shm_two_processes_cma",
+        Opts {
+            cma: true,
+            ring: 128 << 10,
+            max: 10 << 20,
+        },
+        &[("GPUMPI_SHM_CMA", "1"), ("GPUMPI_SHM_RING_BYTES", "128k")],
+    );
 }
 
 #[test]
 fn shm_two_processes_no_cma() {
-    run("shm_two_processes_no_cma", Opts { cma: false, ring: 128 << 10, max: 10 << 20 }, &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "128k")]);
+    run(
+        "shm_two_processes_no_cma",
+        Opts {
+            cma: false,
+            ring: 128 << 10,
+            max: 10 << 20,
+        },
+        &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "128k")],
+    );
 }
 
 #[test]
 fn shm_two_processes_tiny_ring_backpressure() {
     run(
         "shm_two_processes_tiny_ring_backpressure",
-        Opts { cma: false, ring: 2048, max: 1 << 20 },
+        Opts {
+            cma: false,
+            ring: 2048,
+            max: 1 << 20,
+        },
         &[("GPUMPI_SHM_CMA", "0"), ("GPUMPI_SHM_RING_BYTES", "2k")],
     );
 }
@@ -212,7 +285,11 @@ fn shm_two_processes_tiny_ring_backpressure() {
 fn shm_pingpong_bench() {
     let name = "shm_pingpong_bench";
     let cma = std::env::var("BENCH_CMA").map_or(true, |v| v != "0");
-    let o = Opts { cma, ring: 128 << 10, max: 10 << 20 };
+    let o = Opts {
+        cma,
+        ring: 128 << 10,
+        max: 10 << 20,
+    };
     let child = std::env::var(CHILD).ok();
     let me = if child.is_some() { 1 } else { 0 };
     let mut proc_child = None;
@@ -221,10 +298,19 @@ fn shm_pingpong_bench() {
         None => {
             let job = format!("b{}", std::process::id());
             let c = Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--nocapture", "--test-threads=1", "--ignored"])
+                .args([
+                    name,
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                    "--ignored",
+                ])
                 .env(CHILD, &job)
                 .env("GPUMPI_SHM_CMA", if cma { "1" } else { "0" })
-                .env("BENCH_CMA_MIN", std::env::var("BENCH_CMA_MIN").unwrap_or_else(|_| "0".into()))
+                .env(
+                    "BENCH_CMA_MIN",
+                    std::env::var("BENCH_CMA_MIN").unwrap_or_else(|_| "0".into()),
+                )
                 .spawn()
                 .unwrap();
             proc_child = Some(c);
@@ -237,8 +323,23 @@ fn shm_pingpong_bench() {
     }
     let peer = 1 - me;
     let wait = |e: &mut Engine, r: ReqId| e.wait(r);
-    for &n in &[8usize, 1024, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20] {
-        let iters = if n <= 1024 { 20000 } else if n <= (64 << 10) { 2000 } else { 50 };
+    for &n in &[
+        8usize,
+        1024,
+        16 << 10,
+        64 << 10,
+        1 << 20,
+        4 << 20,
+        16 << 20,
+        64 << 20,
+    ] {
+        let iters = if n <= 1024 {
+            20000
+        } else if n <= (64 << 10) {
+            2000
+        } else {
+            50
+        };
         let sbuf = vec![1u8; n];
         let mut rbuf = vec![0u8; n];
         let mut t0 = Instant::now();
@@ -289,8 +390,14 @@ fn shm_single_thread_overhead_bench() {
     b.attach_peers().unwrap();
     a.unlink();
     b.unlink();
-    let cfg = EngineConfig { eager_limit: LIMIT, cma_min: 0 };
-    let mut es = [Engine::with_config(Box::new(a), 0, 2, cfg), Engine::with_config(Box::new(b), 1, 2, cfg)];
+    let cfg = EngineConfig {
+        eager_limit: LIMIT,
+        cma_min: 0,
+    };
+    let mut es = [
+        Engine::with_config(Box::new(a), 0, 2, cfg),
+        Engine::with_config(Box::new(b), 1, 2, cfg),
+    ];
     for &n in &[8usize, 1024, 8192] {
         let sbuf = vec![1u8; n];
         let mut rbuf = vec![0u8; n];
@@ -311,12 +418,19 @@ fn shm_single_thread_overhead_bench() {
         }
         let per = t0.elapsed().as_secs_f64() / (2 * iters) as f64;
         let cpu = (cpu_time() - c0) / (2 * iters) as f64;
-        println!("single-thread send+recv {n:>5} B: {:.3} us wall, {:.3} us CPU per message", per * 1e6, cpu * 1e6);
+        println!(
+            "single-thread send+recv {n:>5} B: {:.3} us wall, {:.3} us CPU per message",
+            per * 1e6,
+            cpu * 1e6
+        );
     }
 }
 
 fn cpu_time() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9

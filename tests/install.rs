@@ -29,7 +29,12 @@ fn install_and_build_with_mpicc() {
         .parent()
         .unwrap()
         .to_path_buf();
-    let profile = profile_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let profile = profile_dir
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
     let prefix = std::env::temp_dir().join(format!("gpumpi-install-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&prefix);
     let mut install = Command::new("bash");
@@ -78,7 +83,10 @@ fn install_and_build_with_mpicc() {
         "{compile_only}"
     );
     let link = run(Command::new(&mpicc).arg("-showme:link"));
-    assert_eq!(link.trim(), format!("-L{p}/lib -Wl,-rpath,{p}/lib -lmpi_abi"));
+    assert_eq!(
+        link.trim(),
+        format!("-L{p}/lib -Wl,-rpath,{p}/lib -lmpi_abi")
+    );
     assert_eq!(
         run(Command::new(&mpicc).arg("-showme:compile")).trim(),
         format!("-I{p}/include")
@@ -105,7 +113,10 @@ fn install_and_build_with_mpicc() {
         .arg(&exe));
     let dynamic = run(Command::new("readelf").arg("-d").arg(&exe));
     assert!(dynamic.contains("[libmpi_abi.so.1]"), "{dynamic}");
-    assert!(dynamic.contains(&format!("{p}/lib")), "no rpath in {dynamic}");
+    assert!(
+        dynamic.contains(&format!("{p}/lib")),
+        "no rpath in {dynamic}"
+    );
 
     let cxx_src = prefix.join("hello.cc");
     std::fs::write(

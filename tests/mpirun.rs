@@ -52,10 +52,20 @@ fn wait_output(mut child: Child, limit: Duration) -> (Output, Duration, Duration
         }
         let e = th.join().unwrap();
         let st = child.wait().unwrap();
-        (Output { status: st, stdout: s.into_bytes(), stderr: e.into_bytes() }, last.elapsed())
+        (
+            Output {
+                status: st,
+                stdout: s.into_bytes(),
+                stderr: e.into_bytes(),
+            },
+            last.elapsed(),
+        )
     });
     while !out.is_finished() {
-        assert!(t.elapsed() < limit, "mpirun did not finish within {limit:?}");
+        assert!(
+            t.elapsed() < limit,
+            "mpirun did not finish within {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let total = t.elapsed();
@@ -70,10 +80,20 @@ fn run(c: Command) -> (i32, String, String, Duration) {
 
 /// Like `run`, with the time from the helper's last report line to the end of mpirun.
 fn run2(mut c: Command) -> (i32, String, String, Duration, Duration) {
-    let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let (o, total, since) = wait_output(child, Duration::from_secs(30));
     let code = o.status.code().unwrap_or(-1);
-    (code, String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap(), total, since)
+    (
+        code,
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+        total,
+        since,
+    )
 }
 
 /// The pids the helper printed ("... pid P ...").
@@ -88,7 +108,10 @@ fn pids(out: &str) -> Vec<i32> {
 }
 
 fn job_id(out: &str) -> String {
-    let l = out.lines().find(|l| l.contains(" job ")).expect("a helper line");
+    let l = out
+        .lines()
+        .find(|l| l.contains(" job "))
+        .expect("a helper line");
     let w: Vec<&str> = l.split_whitespace().collect();
     w[w.iter().position(|x| *x == "job").unwrap() + 1].to_string()
 }
@@ -118,8 +141,16 @@ fn shm_left(job: &str) -> Vec<String> {
 fn exchange_and_tagged_output_at_several_sizes() {
     for n in [1usize, 2, 3, 4, 7] {
         let ns = n.to_string();
-        let (code, out, err, _) =
-            run(mpirun(&["-n", &ns, "--oversubscribe", "--tag-output", "--", HELPER, "--stderr", "--shm"]));
+        let (code, out, err, _) = run(mpirun(&[
+            "-n",
+            &ns,
+            "--oversubscribe",
+            "--tag-output",
+            "--",
+            HELPER,
+            "--stderr",
+            "--shm",
+        ]));
         assert_eq!(code, 0, "n={n}\nstdout:\n{out}\nstderr:\n{err}");
         let peers: Vec<String> = (0..n).map(|q| format!("v{q}")).collect();
         let peers = peers.join(",");
@@ -128,22 +159,38 @@ fn exchange_and_tagged_output_at_several_sizes() {
             let want = format!("[1,{r}]<stdout>:rank {r}/{n} pid ");
             let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&want)).collect();
             assert_eq!(lines.len(), 1, "n={n} rank {r}:\n{out}");
-            assert!(lines[0].ends_with(&format!("job {job} local {r}/{n} peers {peers}")), "{}", lines[0]);
+            assert!(
+                lines[0].ends_with(&format!("job {job} local {r}/{n} peers {peers}")),
+                "{}",
+                lines[0]
+            );
             assert_eq!(
-                err.matches(&format!("[1,{r}]<stderr>:rank {r} says hello on stderr\n")).count(),
+                err.matches(&format!("[1,{r}]<stderr>:rank {r} says hello on stderr\n"))
+                    .count(),
                 1,
                 "{err}"
             );
         }
         assert_eq!(out.lines().count(), n);
         assert_all_gone(&pids(&out));
-        assert!(shm_left(&job).is_empty(), "leftover shm files {:?}", shm_left(&job));
+        assert!(
+            shm_left(&job).is_empty(),
+            "leftover shm files {:?}",
+            shm_left(&job)
+        );
     }
 }
 
 #[test]
 fn untagged_output_and_long_lines_never_interleave() {
-    let (code, out, err, _) = run(mpirun(&["-np", "4", "--oversubscribe", HELPER, "--lines", "150"]));
+    let (code, out, err, _) = run(mpirun(&[
+        "-np",
+        "4",
+        "--oversubscribe",
+        HELPER,
+        "--lines",
+        "150",
+    ]));
     assert_eq!(code, 0, "{err}");
     let mut count = [0usize; 4];
     for l in out.lines().filter(|l| l.starts_with("L ")) {
@@ -151,7 +198,10 @@ fn untagged_output_and_long_lines_never_interleave() {
         assert_eq!(w.len(), 4, "a mangled line: {:.80}", l);
         let r: usize = w[1].parse().unwrap();
         let c = (b'a' + r as u8) as char;
-        assert!(w[3].len() == 3000 && w[3].chars().all(|x| x == c), "rank {r}'s line is mangled");
+        assert!(
+            w[3].len() == 3000 && w[3].chars().all(|x| x == c),
+            "rank {r}'s line is mangled"
+        );
         count[r] += 1;
     }
     assert_eq!(count, [150; 4]);
@@ -160,11 +210,21 @@ fn untagged_output_and_long_lines_never_interleave() {
 
 #[test]
 fn killed_rank_stops_the_job_quickly_and_cleans_up() {
-    let (code, out, err, _, took) =
-        run2(mpirun(&["-n", "4", "--oversubscribe", HELPER, "--kill", "2", "--shm"]));
+    let (code, out, err, _, took) = run2(mpirun(&[
+        "-n",
+        "4",
+        "--oversubscribe",
+        HELPER,
+        "--kill",
+        "2",
+        "--shm",
+    ]));
     assert_eq!(code, 128 + 9, "{err}");
     assert!(err.contains("mpirun: rank 2 (pid "), "{err}");
-    assert!(err.contains(") was killed by signal 9 (SIGKILL); stopping the job"), "{err}");
+    assert!(
+        err.contains(") was killed by signal 9 (SIGKILL); stopping the job"),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(2), "took {took:?}");
     let p = pids(&out);
     assert_eq!(p.len(), 4, "{out}");
@@ -174,10 +234,19 @@ fn killed_rank_stops_the_job_quickly_and_cleans_up() {
 
 #[test]
 fn nonzero_exit_code_is_returned() {
-    let (code, out, err, _, took) = run2(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--exit", "1", "5"]));
+    let (code, out, err, _, took) = run2(mpirun(&[
+        "-n",
+        "3",
+        "--oversubscribe",
+        HELPER,
+        "--exit",
+        "1",
+        "5",
+    ]));
     assert_eq!(code, 5, "{err}");
     assert!(
-        err.contains("mpirun: rank 1 (pid ") && err.contains("exited with code 5; stopping the job"),
+        err.contains("mpirun: rank 1 (pid ")
+            && err.contains("exited with code 5; stopping the job"),
         "{err}"
     );
     assert!(took < Duration::from_secs(2));
@@ -186,8 +255,15 @@ fn nonzero_exit_code_is_returned() {
 
 #[test]
 fn abort_through_the_bootstrap() {
-    let (code, out, err, _, took) =
-        run2(mpirun(&["-n", "3", "--oversubscribe", HELPER, "--abort", "1", "3"]));
+    let (code, out, err, _, took) = run2(mpirun(&[
+        "-n",
+        "3",
+        "--oversubscribe",
+        HELPER,
+        "--abort",
+        "1",
+        "3",
+    ]));
     assert_eq!(code, 3, "{err}");
     assert!(
         err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 3): helper rank 1 gives up"),
@@ -201,16 +277,30 @@ fn abort_through_the_bootstrap() {
 fn exit_without_finalize_is_a_failure() {
     let (code, out, err, _) = run(mpirun(&["-n", "2", HELPER, "--nofinalize", "0"]));
     assert_ne!(code, 0);
-    assert!(err.contains("rank 0 (pid ") && err.contains("without finalizing"), "{err}");
+    assert!(
+        err.contains("rank 0 (pid ") && err.contains("without finalizing"),
+        "{err}"
+    );
     assert_all_gone(&pids(&out));
 }
 
 #[test]
 fn timeout_kills_the_job() {
-    let (code, out, err, took) = run(mpirun(&["-n", "2", "--timeout", "1", HELPER, "--hang", "--shm"]));
+    let (code, out, err, took) = run(mpirun(&[
+        "-n",
+        "2",
+        "--timeout",
+        "1",
+        HELPER,
+        "--hang",
+        "--shm",
+    ]));
     assert_eq!(code, 124, "{err}");
     assert!(err.contains("--timeout 1 s"), "{err}");
-    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(3), "took {took:?}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
     assert_all_gone(&pids(&out));
     assert!(shm_left(&job_id(&out)).is_empty());
 }
@@ -266,7 +356,10 @@ fn oversubscription_needs_consent() {
     let (code, out, err, _) = run(mpirun(&["-n", &ns, "true"]));
     assert_ne!(code, 0);
     assert!(out.is_empty());
-    assert!(err.contains("not enough slots") && err.contains("--oversubscribe"), "{err}");
+    assert!(
+        err.contains("not enough slots") && err.contains("--oversubscribe"),
+        "{err}"
+    );
     let mut c = mpirun(&["-n", &ns, HELPER]);
     c.env("GPUMPI_OVERSUBSCRIBE", "1");
     let (code, out, err, _) = run(c);
@@ -279,7 +372,10 @@ fn bad_secret_is_refused_with_a_clear_error() {
     let script = format!("GPUMPI_SECRET=00ff {HELPER}");
     let (code, _out, err, took) = run(mpirun(&["-n", "1", "sh", "-c", &script]));
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("bad secret") && err.contains("GPUMPI_SERVER="), "{err}");
+    assert!(
+        err.contains("bad secret") && err.contains("GPUMPI_SERVER="),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(5));
 }
 
@@ -306,18 +402,34 @@ fn missing_server_fails_fast() {
 fn singleton_and_forced_methods() {
     let (code, out, err, _) = run(clean(HELPER));
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("rank 0/1 pid ") && out.contains(" local 0/1 peers v0"), "{out}");
+    assert!(
+        out.starts_with("rank 0/1 pid ") && out.contains(" local 0/1 peers v0"),
+        "{out}"
+    );
     // Forcing the singleton under mpirun: every rank is alone.
-    let mut c = mpirun(&["-n", "2", "sh", "-c", &format!("GPUMPI_BOOTSTRAP=singleton {HELPER}")]);
+    let mut c = mpirun(&[
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        &format!("GPUMPI_BOOTSTRAP=singleton {HELPER}"),
+    ]);
     c.env_remove("GPUMPI_BOOTSTRAP");
     let (code, out, err, _) = run(c);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.lines().filter(|l| l.starts_with("rank 0/1 ")).count(), 2, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("rank 0/1 ")).count(),
+        2,
+        "{out}"
+    );
     let mut c = clean(HELPER);
     c.env("GPUMPI_BOOTSTRAP", "pmix-nope");
     let (code, _, err, _) = run(c);
     assert_eq!(code, 3);
-    assert!(err.contains("GPUMPI_BOOTSTRAP") && err.contains("mpirun, singleton"), "{err}");
+    assert!(
+        err.contains("GPUMPI_BOOTSTRAP") && err.contains("mpirun, singleton"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -338,8 +450,11 @@ fn usage_errors_help_and_version() {
 
 #[test]
 fn ranks_die_with_a_killed_mpirun() {
-    let mut child =
-        mpirun(&["-n", "2", HELPER, "--hang"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = mpirun(&["-n", "2", HELPER, "--hang"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut r = BufReader::new(child.stdout.take().unwrap());
     let mut out = String::new();
     for _ in 0..2 {
@@ -364,7 +479,9 @@ fn abort_from_a_thread_while_another_waits_in_a_fence() {
     let (code, out, err, _, took) = run2(mpirun(&["-n", "2", HELPER, "--abort-thread", "1", "6"]));
     assert_eq!(code, 6, "{err}");
     assert!(
-        err.contains("mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 6): abort from a second thread"),
+        err.contains(
+            "mpirun: rank 1 called MPI_Abort(MPI_COMM_WORLD, 6): abort from a second thread"
+        ),
         "{err}"
     );
     assert!(took < Duration::from_secs(3), "took {took:?}");
@@ -390,5 +507,8 @@ fn half_set_environment_is_an_error_not_a_singleton() {
     c.env("GPUMPI_RANK", "1");
     let (code, out, err, _) = run(c);
     assert_eq!(code, 3, "{out}");
-    assert!(err.contains("\"mpirun\"") && err.contains("GPUMPI_SERVER is not set"), "{err}");
+    assert!(
+        err.contains("\"mpirun\"") && err.contains("GPUMPI_SERVER is not set"),
+        "{err}"
+    );
 }

@@ -23,10 +23,11 @@ pub struct CParam {
 
 /// Rust keywords that can appear as C parameter names get a trailing `_`.
 const RUST_KEYWORDS: &[&str] = &[
-    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate", "do", "dyn", "else",
-    "enum", "extern", "false", "final", "fn", "for", "if", "impl", "in", "let", "loop", "macro", "match", "mod",
-    "move", "mut", "override", "priv", "pub", "ref", "return", "self", "Self", "static", "struct", "super", "trait",
-    "true", "try", "type", "typeof", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
+    "do", "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "if", "impl", "in",
+    "let", "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref",
+    "return", "self", "Self", "static", "struct", "super", "trait", "true", "try", "type",
+    "typeof", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
 ];
 
 pub fn rust_ident(name: &str) -> String {
@@ -42,7 +43,9 @@ pub fn parse_param(text: &str) -> Result<CParam, String> {
     let mut s = text.trim().to_string();
     let mut arrays = Vec::new();
     while s.ends_with(']') {
-        let open = s.rfind('[').ok_or_else(|| format!("unbalanced [] in `{text}`"))?;
+        let open = s
+            .rfind('[')
+            .ok_or_else(|| format!("unbalanced [] in `{text}`"))?;
         let inner = s[open + 1..s.len() - 1].trim();
         let dim = if inner.is_empty() {
             None
@@ -129,7 +132,11 @@ impl CType {
             elem = format!("[{elem}; {n}]");
         }
         for level in 0..levels {
-            let q = if level == 0 && self.is_const { "*const" } else { "*mut" };
+            let q = if level == 0 && self.is_const {
+                "*const"
+            } else {
+                "*mut"
+            };
             elem = format!("{q} {elem}");
         }
         elem

@@ -38,10 +38,15 @@ pub fn rust_consts(abi: &Abi) -> String {
     for h in &abi.handles {
         for v in &h.values {
             match &v.value {
-                HandleValueKind::Value(x) => {
-                    writeln!(o, "pub const {}: {} = {:#x} as {};", v.name, h.name, x, h.name).unwrap()
+                HandleValueKind::Value(x) => writeln!(
+                    o,
+                    "pub const {}: {} = {:#x} as {};",
+                    v.name, h.name, x, h.name
+                )
+                .unwrap(),
+                HandleValueKind::Alias(a) => {
+                    writeln!(o, "pub const {}: {} = {};", v.name, h.name, a).unwrap()
                 }
-                HandleValueKind::Alias(a) => writeln!(o, "pub const {}: {} = {};", v.name, h.name, a).unwrap(),
             }
         }
     }
@@ -63,8 +68,12 @@ pub fn rust_consts(abi: &Abi) -> String {
         o.push('\n');
     }
 
-    o.push_str("/// The name of an error class (`MPI_ERR_*`, `MPI_T_ERR_*`, `MPI_SUCCESS`), or None.\n");
-    o.push_str("pub fn error_class_name(class: c_int) -> Option<&'static str> {\n    Some(match class {\n");
+    o.push_str(
+        "/// The name of an error class (`MPI_ERR_*`, `MPI_T_ERR_*`, `MPI_SUCCESS`), or None.\n",
+    );
+    o.push_str(
+        "pub fn error_class_name(class: c_int) -> Option<&'static str> {\n    Some(match class {\n",
+    );
     for c in abi.error_classes() {
         writeln!(o, "        {} => \"{}\",", c.name, c.name).unwrap();
     }

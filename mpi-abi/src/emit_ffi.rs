@@ -14,7 +14,11 @@ pub(crate) fn fn_type(abi: &Abi, p: &Proto) -> String {
     if p.variadic {
         params.push("...".into());
     }
-    format!("unsafe extern \"C\" fn({}){}", params.join(", "), ret_rust(&p.ret))
+    format!(
+        "unsafe extern \"C\" fn({}){}",
+        params.join(", "),
+        ret_rust(&p.ret)
+    )
 }
 
 pub(crate) fn ret_rust(ret: &str) -> String {

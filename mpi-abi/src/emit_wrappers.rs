@@ -23,9 +23,43 @@ pub fn scan_implemented(imp_dir: &Path) -> std::io::Result<BTreeSet<String>> {
         if p.extension().and_then(|x| x.to_str()) != Some("rs") {
             continue;
         }
-        out.extend(scan_source(&std::fs::read_to_string(&p)?));
+        let text = std::fs::read_to_string(&p)?;
+        out.extend(scan_source(&text));
+        out.extend(scan_macro_args(&text));
     }
     Ok(out)
+}
+
+/// `MPI...` identifiers given as arguments to macros (e.g. `three_modes!(MPI_Barrier, MPI_Ibarrier, ..`
+/// or the rows of a `conversions!` table): candidates that the caller keeps only when they are
+/// functions of the ABI data, since such rows also name types.
+pub fn scan_macro_args(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_macro = false;
+    for line in src.lines() {
+        let t = line.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        let starts_macro = t
+            .split('(')
+            .next()
+            .is_some_and(|h| h.ends_with('!') && !h.contains(' '));
+        if starts_macro {
+            in_macro = true;
+        }
+        if in_macro {
+            for tok in t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if tok.starts_with("MPI") && tok.len() > 4 {
+                    out.push(tok.to_string());
+                }
+            }
+        }
+        if in_macro && (t.ends_with(");") || t.ends_with('}') && t.starts_with('}')) {
+            in_macro = false;
+        }
+    }
+    out
 }
 
 /// The `pub unsafe fn MPI...(` names in one source text.
@@ -117,7 +151,13 @@ pub fn rust_wrappers(abi: &Abi, implemented: &BTreeSet<String>) -> String {
     o.push_str("/// Every exported function of the data and whether gpumpi implements it.\n");
     o.push_str("pub const FUNCTIONS: &[(&str, bool)] = &[\n");
     for f in &abi.functions {
-        writeln!(o, "    (\"{}\", {}),", f.name(), implemented.contains(f.name())).unwrap();
+        writeln!(
+            o,
+            "    (\"{}\", {}),",
+            f.name(),
+            implemented.contains(f.name())
+        )
+        .unwrap();
     }
     o.push_str("];\n\n");
 
@@ -167,7 +207,10 @@ mod tests {
                    pub unsafe fn not_mpi(\npub unsafe fn MPI_Recv<T>(\n//! `pub unsafe fn MPI_Xxx(`";
         assert_eq!(
             scan_source(src),
-            vec!["MPI_Send".to_string(), "MPIX_Query_cuda_support".to_string()]
+            vec![
+                "MPI_Send".to_string(),
+                "MPIX_Query_cuda_support".to_string()
+            ]
         );
     }
 }

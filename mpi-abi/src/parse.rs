@@ -33,10 +33,16 @@ fn parse_int(s: &str) -> Result<i64, String> {
     Ok(if neg { -v } else { v })
 }
 
-pub fn parse_all(handles: &str, constants: &str, typedefs: &str, functions: &str) -> Result<Abi, String> {
+pub fn parse_all(
+    handles: &str,
+    constants: &str,
+    typedefs: &str,
+    functions: &str,
+) -> Result<Abi, String> {
     let handles = parse_handles(handles).map_err(|e| format!("handles.txt:{e}"))?;
     let sections = parse_constants(constants).map_err(|e| format!("constants.txt:{e}"))?;
-    let (scalars, structs, callbacks) = parse_typedefs(typedefs).map_err(|e| format!("typedefs.txt:{e}"))?;
+    let (scalars, structs, callbacks) =
+        parse_typedefs(typedefs).map_err(|e| format!("typedefs.txt:{e}"))?;
     let functions = parse_functions(functions).map_err(|e| format!("functions.txt:{e}"))?;
     let abi = Abi {
         handles,
@@ -56,7 +62,9 @@ fn parse_handles(text: &str) -> Result<Vec<HandleType>, String> {
         let toks: Vec<&str> = line.split_whitespace().collect();
         if toks[0] == "@handle" {
             if toks.len() < 3 {
-                return Err(format!("{n}: `@handle <type> <struct> [tool] [c2f <Stem>]`"));
+                return Err(format!(
+                    "{n}: `@handle <type> <struct> [tool] [c2f <Stem>]`"
+                ));
             }
             let mut h = HandleType {
                 name: toks[1].into(),
@@ -80,7 +88,9 @@ fn parse_handles(text: &str) -> Result<Vec<HandleType>, String> {
             out.push(h);
             continue;
         }
-        let h = out.last_mut().ok_or_else(|| format!("{n}: value before any @handle"))?;
+        let h = out
+            .last_mut()
+            .ok_or_else(|| format!("{n}: value before any @handle"))?;
         let value = match toks.as_slice() {
             [_, "=", other] => HandleValueKind::Alias(other.to_string()),
             [_, v] => HandleValueKind::Value(parse_int(v).map_err(|e| format!("{n}: {e}"))? as u64),
@@ -326,7 +336,11 @@ fn check(abi: &Abi) -> Result<(), String> {
     }
     for cb in &abi.callbacks {
         if let Some(a) = &cb.alias_of {
-            if abi.callbacks.iter().all(|c| &c.name != a || c.proto.is_none()) {
+            if abi
+                .callbacks
+                .iter()
+                .all(|c| &c.name != a || c.proto.is_none())
+            {
                 return Err(format!("{}: alias of unknown callback {a}", cb.name));
             }
         }

@@ -18,7 +18,11 @@ fn function_counts() {
     assert_eq!(count(Group::Tool), 51);
     assert_eq!(count(Group::Ext), 24);
     assert_eq!(count(Group::Mpix), 1);
-    let large = abi.functions.iter().filter(|f| f.name().ends_with("_c")).count();
+    let large = abi
+        .functions
+        .iter()
+        .filter(|f| f.name().ends_with("_c"))
+        .count();
     assert_eq!(large, 161);
     // Every `_c` function has its int-count twin.
     for f in abi.functions.iter().filter(|f| f.name().ends_with("_c")) {
@@ -49,7 +53,10 @@ fn constant_counts_and_values() {
     // 254 constants of the standard header (incl. MPI_VERSION..MPI_ABI_SUBVERSION) + MPIX_CUDA_AWARE_SUPPORT.
     assert_eq!(abi.constants().count(), 255);
     assert_eq!(abi.handles.len(), 17);
-    assert_eq!(abi.handles.iter().map(|h| h.values.len()).sum::<usize>(), 110);
+    assert_eq!(
+        abi.handles.iter().map(|h| h.values.len()).sum::<usize>(),
+        110
+    );
     assert_eq!(abi.error_classes().count(), 1 + 61 + 18);
     let c = |n: &str| {
         abi.constants()
@@ -75,7 +82,10 @@ fn constant_counts_and_values() {
     assert_eq!(h("MPI_INT"), HandleValueKind::Value(0x209));
     assert_eq!(h("MPI_SUM"), HandleValueKind::Value(0x21));
     assert_eq!(h("MPI_COMPLEX32"), HandleValueKind::Value(0x2eb));
-    assert_eq!(h("MPI_LONG_LONG_INT"), HandleValueKind::Alias("MPI_LONG_LONG".into()));
+    assert_eq!(
+        h("MPI_LONG_LONG_INT"),
+        HandleValueKind::Alias("MPI_LONG_LONG".into())
+    );
 }
 
 #[test]
@@ -125,16 +135,29 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 #[test]
 fn headers_compile_as_c_and_cxx_and_reference_everything() {
-    assert!(have("gcc") && have("g++"), "gcc and g++ are needed for this test");
+    assert!(
+        have("gcc") && have("g++"),
+        "gcc and g++ are needed for this test"
+    );
     let abi = mpi_abi::load();
     let dir = tmpdir("ref");
     let src = dir.join("ref.c");
     std::fs::write(&src, mpi_abi::c_reference_test(&abi)).unwrap();
     let inc = root().join("include");
-    for (cc, extra) in [("gcc", vec!["-std=c11"]), ("g++", vec!["-x", "c++", "-std=c++11"])] {
+    for (cc, extra) in [
+        ("gcc", vec!["-std=c11"]),
+        ("g++", vec!["-x", "c++", "-std=c++11"]),
+    ] {
         let out = Command::new(cc)
             .args(&extra)
-            .args(["-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only", "-I"])
+            .args([
+                "-Wall",
+                "-Wextra",
+                "-pedantic",
+                "-Werror",
+                "-fsyntax-only",
+                "-I",
+            ])
             .arg(&inc)
             .arg(&src)
             .output()

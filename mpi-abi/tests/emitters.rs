@@ -39,11 +39,11 @@ fn implemented_functions_call_imp_under_guard() {
         "PMPI twin is identical"
     );
     assert!(item(&w, "MPI_Win_fence").contains("crate::abi::ErrObj::Win(win)"));
-    assert!(
-        item(&w, "MPI_Wtime").contains("crate::abi::guard_value(\"MPI_Wtime\", 0.0, || crate::abi::imp::MPI_Wtime())")
-    );
+    assert!(item(&w, "MPI_Wtime")
+        .contains("crate::abi::guard_value(\"MPI_Wtime\", 0.0, || crate::abi::imp::MPI_Wtime())"));
     assert!(item(&w, "MPI_Comm_f2c").contains("-> MPI_Comm"));
-    assert!(item(&w, "MPI_Comm_f2c").contains("guard_value(\"MPI_Comm_f2c\", crate::abi::consts::MPI_COMM_NULL,"));
+    assert!(item(&w, "MPI_Comm_f2c")
+        .contains("guard_value(\"MPI_Comm_f2c\", crate::abi::consts::MPI_COMM_NULL,"));
     assert!(item(&w, "MPI_Comm_toint").contains("guard_value(\"MPI_Comm_toint\", 0,"));
     assert!(w.contains("(\"MPI_Send\", true),") && w.contains("(\"MPI_Recv\", false),"));
 }
@@ -53,7 +53,10 @@ fn unimplemented_functions_report_unsupported() {
     let w = wrappers(&[]);
     assert!(item(&w, "MPI_Recv").contains("crate::abi::unsupported(\"MPI_Recv\")"));
     let wtick = item(&w, "MPI_Wtick");
-    assert!(wtick.contains("crate::abi::unsupported(\"MPI_Wtick\");") && wtick.trim_end().ends_with("0.0"));
+    assert!(
+        wtick.contains("crate::abi::unsupported(\"MPI_Wtick\");")
+            && wtick.trim_end().ends_with("0.0")
+    );
     assert!(item(&w, "MPI_Type_f2c")
         .trim_end()
         .ends_with("crate::abi::consts::MPI_DATATYPE_NULL"));
@@ -67,13 +70,16 @@ fn signatures_map_c_types() {
     let w = wrappers(&[]);
     assert!(w.contains("pub unsafe extern \"C\" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int"));
     assert!(item(&w, "MPI_Group_range_incl").contains("ranges: *mut [c_int; 3]"));
-    assert!(item(&w, "MPI_Op_create").contains("user_fn: Option<MPI_User_function>, commute: c_int, op: *mut MPI_Op"));
+    assert!(item(&w, "MPI_Op_create")
+        .contains("user_fn: Option<MPI_User_function>, commute: c_int, op: *mut MPI_Op"));
     assert!(item(&w, "MPI_Comm_spawn_multiple").contains("array_of_argv: *mut *mut *mut c_char"));
     assert!(item(&w, "MPI_Comm_spawn_multiple").contains("array_of_info: *const MPI_Info"));
-    assert!(item(&w, "MPI_T_event_handle_free").contains("free_cb_function: Option<MPI_T_event_free_cb_function>"));
+    assert!(item(&w, "MPI_T_event_handle_free")
+        .contains("free_cb_function: Option<MPI_T_event_free_cb_function>"));
     assert!(item(&w, "MPI_Aint_add").contains("(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint"));
     // Variadic MPI_Pcontrol is exported with its fixed parameter only.
-    assert!(item(&w, "MPI_Pcontrol").starts_with("pub unsafe extern \"C\" fn MPI_Pcontrol(level: c_int) -> c_int"));
+    assert!(item(&w, "MPI_Pcontrol")
+        .starts_with("pub unsafe extern \"C\" fn MPI_Pcontrol(level: c_int) -> c_int"));
     // Extensions: MPIX has no PMPI twin; everything else has one.
     assert!(w.contains("fn MPIX_Query_cuda_support() -> c_int") && !w.contains("PMPIX_"));
     assert!(w.contains("fn PMPI_T_init_thread(") && w.contains("fn PMPI_Comm_c2f("));

@@ -20,11 +20,17 @@ thread_local! {
 
 /// Resolve an error handler handle.
 pub fn lookup(h: usize) -> MpiResult<Option<Arc<ErrhObj>>> {
-    if h == c::MPI_ERRORS_ARE_FATAL as usize || h == c::MPI_ERRORS_RETURN as usize || h == c::MPI_ERRORS_ABORT as usize {
+    if h == c::MPI_ERRORS_ARE_FATAL as usize
+        || h == c::MPI_ERRORS_RETURN as usize
+        || h == c::MPI_ERRORS_ABORT as usize
+    {
         return Ok(None);
     }
     if h == c::MPI_ERRHANDLER_NULL as usize {
-        mpi_bail!(MPI_ERR_ERRHANDLER, "the error handler is MPI_ERRHANDLER_NULL");
+        mpi_bail!(
+            MPI_ERR_ERRHANDLER,
+            "the error handler is MPI_ERRHANDLER_NULL"
+        );
     }
     match objects::objects().errhs.get(h) {
         Some(e) => Ok(Some(e)),
@@ -37,7 +43,12 @@ pub fn class_of(code: i32) -> i32 {
     if (0..=61).contains(&code) {
         return code;
     }
-    objects::objects().errors.codes.get(&code).map(|e| e.0).unwrap_or(code)
+    objects::objects()
+        .errors
+        .codes
+        .get(&code)
+        .map(|e| e.0)
+        .unwrap_or(code)
 }
 
 pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
@@ -48,7 +59,10 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
     // Which handler, and the handle to pass to a user handler.
     let (handler, handle) = match obj {
         ErrObj::Comm(h) => match objects::comm(h) {
-            Ok(cm) => (*cm.errh.lock().unwrap_or_else(|e| e.into_inner()), h as usize),
+            Ok(cm) => (
+                *cm.errh.lock().unwrap_or_else(|e| e.into_inner()),
+                h as usize,
+            ),
             Err(_) => (world_handler(), c::MPI_COMM_WORLD as usize),
         },
         // Files default to ERRORS_RETURN (MPI 5.0 §14.7); windows and sessions are not implemented yet.
@@ -87,8 +101,12 @@ fn world_handler() -> usize {
 
 /// Create a user error handler object.
 pub fn create(kind: ObjKind, func: Option<objects::ErrhFn>) -> MpiResult<usize> {
-    let Some(func) = func else { mpi_bail!(MPI_ERR_ARG, "the error handler function is NULL") };
-    Ok(objects::objects().errhs.insert(Arc::new(ErrhObj { kind, func })))
+    let Some(func) = func else {
+        mpi_bail!(MPI_ERR_ARG, "the error handler function is NULL")
+    };
+    Ok(objects::objects()
+        .errhs
+        .insert(Arc::new(ErrhObj { kind, func })))
 }
 
 /// The standard's description of an error class.

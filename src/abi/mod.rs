@@ -4,9 +4,9 @@
 //! through the error handler of the object the call was made on.
 
 pub mod consts;
+pub mod errh;
 pub mod ffi;
 pub mod imp;
-pub mod errh;
 pub mod objects;
 pub mod request;
 pub mod runtime;
@@ -34,7 +34,11 @@ pub fn guard(func: &'static str, obj: ErrObj, body: impl FnOnce() -> MpiResult<(
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => consts::MPI_SUCCESS,
         Ok(Err(e)) => raise(func, obj, e),
-        Err(p) => raise(func, obj, MpiError::intern(format!("internal panic: {}", panic_text(&p)))),
+        Err(p) => raise(
+            func,
+            obj,
+            MpiError::intern(format!("internal panic: {}", panic_text(&p))),
+        ),
     }
 }
 
@@ -43,7 +47,11 @@ pub fn guard_value<T>(func: &'static str, default: T, body: impl FnOnce() -> T) 
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(p) => {
-            raise(func, ErrObj::None, MpiError::intern(format!("internal panic: {}", panic_text(&p))));
+            raise(
+                func,
+                ErrObj::None,
+                MpiError::intern(format!("internal panic: {}", panic_text(&p))),
+            );
             default
         }
     }
@@ -54,7 +62,10 @@ pub fn unsupported(func: &'static str) -> c_int {
     raise(
         func,
         ErrObj::None,
-        MpiError::new(consts::MPI_ERR_UNSUPPORTED_OPERATION, format!("{func} is not implemented by gpumpi")),
+        MpiError::new(
+            consts::MPI_ERR_UNSUPPORTED_OPERATION,
+            format!("{func} is not implemented by gpumpi"),
+        ),
     )
 }
 

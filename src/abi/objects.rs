@@ -108,7 +108,11 @@ pub struct Keyval {
 }
 
 pub enum OpObj {
-    User { func: usize, commute: bool, large_count: bool },
+    User {
+        func: usize,
+        commute: bool,
+        large_count: bool,
+    },
 }
 
 /// User-defined error classes and codes: code -> (class, string).
@@ -141,7 +145,11 @@ pub static OBJECTS: Mutex<Objects> = Mutex::new(Objects {
     ops: Table::new(Kind::Op),
     keyvals: BTreeMap::new(),
     next_keyval: 1000,
-    errors: ErrorCodes { codes: BTreeMap::new(), strings: BTreeMap::new(), last: 0 },
+    errors: ErrorCodes {
+        codes: BTreeMap::new(),
+        strings: BTreeMap::new(),
+        last: 0,
+    },
     world: None,
     self_: None,
     errh_world: 0,
@@ -167,10 +175,18 @@ pub fn comm(h: MPI_Comm) -> MpiResult<Arc<CommObj>> {
     };
     match found {
         Some(c) => Ok(c),
-        None if o.world.is_none() && (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize) => {
-            mpi_bail!(MPI_ERR_OTHER, "MPI is not initialized (or already finalized)")
+        None if o.world.is_none()
+            && (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize) =>
+        {
+            mpi_bail!(
+                MPI_ERR_OTHER,
+                "MPI is not initialized (or already finalized)"
+            )
         }
-        None => mpi_bail!(MPI_ERR_COMM, "invalid communicator handle {v:#x} (freed, or not a communicator)"),
+        None => mpi_bail!(
+            MPI_ERR_COMM,
+            "invalid communicator handle {v:#x} (freed, or not a communicator)"
+        ),
     }
 }
 
@@ -189,7 +205,10 @@ pub fn group(h: MPI_Group) -> MpiResult<Arc<Group>> {
     }
     match objects().groups.get(v) {
         Some(g) => Ok(g),
-        None => mpi_bail!(MPI_ERR_GROUP, "invalid group handle {v:#x} (freed, or not a group)"),
+        None => mpi_bail!(
+            MPI_ERR_GROUP,
+            "invalid group handle {v:#x} (freed, or not a group)"
+        ),
     }
 }
 
@@ -218,7 +237,10 @@ pub fn info_obj(h: MPI_Info) -> MpiResult<Arc<Mutex<Vec<(String, String)>>>> {
     }
     match objects().infos.get(v) {
         Some(i) => Ok(i),
-        None => mpi_bail!(MPI_ERR_INFO, "invalid info handle {v:#x} (freed, or not an info object)"),
+        None => mpi_bail!(
+            MPI_ERR_INFO,
+            "invalid info handle {v:#x} (freed, or not an info object)"
+        ),
     }
 }
 
@@ -229,4 +251,3 @@ pub fn check_info(h: MPI_Info) -> MpiResult<()> {
     }
     info_obj(h).map(|_| ())
 }
-

@@ -22,10 +22,19 @@ pub struct Status {
 
 impl Status {
     /// The "empty" status of MPI 5.0 §3.7.3 (PROC_NULL, inactive requests).
-    pub const EMPTY: Status = Status { source: c::MPI_ANY_SOURCE, tag: c::MPI_ANY_TAG, error: 0, bytes: 0, cancelled: false };
+    pub const EMPTY: Status = Status {
+        source: c::MPI_ANY_SOURCE,
+        tag: c::MPI_ANY_TAG,
+        error: 0,
+        bytes: 0,
+        cancelled: false,
+    };
 
     pub fn proc_null() -> Status {
-        Status { source: c::MPI_PROC_NULL, ..Status::EMPTY }
+        Status {
+            source: c::MPI_PROC_NULL,
+            ..Status::EMPTY
+        }
     }
 
     /// Write into a C status (unless it is MPI_STATUS_IGNORE). `set_error` only for multiple completions.
@@ -61,7 +70,13 @@ impl Status {
 
 impl From<crate::engine::Status> for Status {
     fn from(s: crate::engine::Status) -> Self {
-        Status { source: s.source, tag: s.tag, error: s.error, bytes: s.bytes, cancelled: s.cancelled }
+        Status {
+            source: s.source,
+            tag: s.tag,
+            error: s.error,
+            bytes: s.bytes,
+            cancelled: s.cancelled,
+        }
     }
 }
 
@@ -82,9 +97,18 @@ pub struct Grequest {
 
 pub enum ReqKind {
     /// A point-to-point operation in the engine; `hold` keeps a packed temporary alive.
-    Engine { id: ReqId, post: Option<Post>, hold: Option<Vec<u8>> },
+    Engine {
+        id: ReqId,
+        post: Option<Post>,
+        hold: Option<Vec<u8>>,
+    },
     /// A nonblocking collective; `hold` keeps packed temporaries alive.
-    Coll { exec: Box<CollExec>, post: Option<Post>, result: Option<MpiResult<()>>, hold: Vec<Vec<u8>> },
+    Coll {
+        exec: Box<CollExec>,
+        post: Option<Post>,
+        result: Option<MpiResult<()>>,
+        hold: Vec<Vec<u8>>,
+    },
     /// Complete from the start (PROC_NULL and the like).
     Done(Status),
     Grequest(Grequest),
@@ -103,7 +127,10 @@ unsafe impl Send for Request {}
 
 impl Request {
     pub fn new(kind: ReqKind) -> Self {
-        Request { kind, persistent: None }
+        Request {
+            kind,
+            persistent: None,
+        }
     }
 
     /// Advance a nonblocking collective; true when it needs no more progress calls.
@@ -141,7 +168,9 @@ impl Request {
             },
             ReqKind::Coll { .. } => {
                 self.advance(engine);
-                let ReqKind::Coll { result, .. } = &mut self.kind else { unreachable!() };
+                let ReqKind::Coll { result, .. } = &mut self.kind else {
+                    unreachable!()
+                };
                 match result.take() {
                     None => return Ok(None),
                     Some(Err(e)) => {
@@ -158,15 +187,20 @@ impl Request {
                 let mut cs = MPI_Status::default();
                 if g.query != 0 {
                     // SAFETY: the user registered this MPI_Grequest_query_function.
-                    let f: unsafe extern "C" fn(*mut std::ffi::c_void, *mut MPI_Status) -> i32 = unsafe { std::mem::transmute(g.query) };
+                    let f: unsafe extern "C" fn(*mut std::ffi::c_void, *mut MPI_Status) -> i32 =
+                        unsafe { std::mem::transmute(g.query) };
                     let rc = unsafe { f(g.extra as *mut _, &mut cs) };
                     if rc != 0 {
-                        return Err(MpiError::new(rc, "the generalized request's query function failed"));
+                        return Err(MpiError::new(
+                            rc,
+                            "the generalized request's query function failed",
+                        ));
                     }
                 }
                 if g.free != 0 {
                     // SAFETY: the user registered this MPI_Grequest_free_function.
-                    let f: unsafe extern "C" fn(*mut std::ffi::c_void) -> i32 = unsafe { std::mem::transmute(g.free) };
+                    let f: unsafe extern "C" fn(*mut std::ffi::c_void) -> i32 =
+                        unsafe { std::mem::transmute(g.free) };
                     unsafe { f(g.extra as *mut _) };
                 }
                 Status {

@@ -91,7 +91,9 @@ pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiR
     loop {
         {
             let mut g = lock();
-            let Some(rt) = g.as_mut() else { return not_running() };
+            let Some(rt) = g.as_mut() else {
+                return not_running();
+            };
             rt.progress();
             if done(rt)? {
                 return Ok(());
@@ -105,17 +107,30 @@ pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiR
 pub fn init(required: i32) -> MpiResult<i32> {
     if super::state::is_initialized() {
         if super::state::is_finalized() {
-            mpi_bail!(MPI_ERR_OTHER, "MPI cannot be initialized again after MPI_Finalize");
+            mpi_bail!(
+                MPI_ERR_OTHER,
+                "MPI cannot be initialized again after MPI_Finalize"
+            );
         }
         mpi_bail!(MPI_ERR_OTHER, "MPI is already initialized");
     }
     crate::config::init_logging();
     let t0 = std::time::Instant::now();
-    let mut boot = bootstrap::init()?;
+    let boot = bootstrap::init()?;
     let (rank, size) = (boot.rank(), boot.size());
-    let transport = crate::transport::shm::ShmTransport::setup(&mut *boot)?;
+    let transport =
+        crate::transport::shm::ShmTransport::establish(boot.job_id(), rank, size, || boot.fence())?;
+    tracing::debug!(
+        footprint = transport.footprint(),
+        "shared-memory transport ready (bytes of /dev/shm per rank)"
+    );
     let engine = Engine::new(Box::new(transport), rank, size);
-    let world = CommObj::new(0, Arc::new(Group::new((0..size).collect())), rank, "MPI_COMM_WORLD");
+    let world = CommObj::new(
+        0,
+        Arc::new(Group::new((0..size).collect())),
+        rank,
+        "MPI_COMM_WORLD",
+    );
     let selfc = CommObj::new(1, Arc::new(Group::new(vec![rank])), 0, "MPI_COMM_SELF");
     {
         let mut o = objects::objects();
@@ -135,7 +150,12 @@ pub fn init(required: i32) -> MpiResult<i32> {
         ctx_used,
     });
     super::state::set_initialized();
-    tracing::info!(rank, size, "MPI_Init done in {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
+    tracing::info!(
+        rank,
+        size,
+        "MPI_Init done in {:.3} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     Ok(provided)
 }
 
@@ -144,8 +164,8 @@ pub fn finalize() -> MpiResult<()> {
     with(|_| Ok(()))?;
     super::imp::coll::barrier_world()?;
     let rt = lock().take();
-    if let Some(mut rt) = rt {
-        rt.boot.finalize();
+    if let Some(rt) = rt {
+        rt.boot.finalize()?;
     }
     {
         let mut o = objects::objects();

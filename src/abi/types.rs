@@ -28,7 +28,13 @@ impl DtypeObj {
         Self::from_arc(Arc::new(desc), false)
     }
     pub fn from_arc(desc: Arc<TypeDesc>, committed: bool) -> Self {
-        DtypeObj { desc, committed: AtomicBool::new(committed), name: Mutex::new(String::new()), attrs: Mutex::new(BTreeMap::new()), predefined: 0 }
+        DtypeObj {
+            desc,
+            committed: AtomicBool::new(committed),
+            name: Mutex::new(String::new()),
+            attrs: Mutex::new(BTreeMap::new()),
+            predefined: 0,
+        }
     }
     pub fn size(&self) -> usize {
         self.desc.size()
@@ -43,22 +49,66 @@ const PREDEFINED: &[(usize, Elem)] = {
     use Basic::*;
     use Elem::Basic as B;
     &[
-        (0x201, B(Aint)), (0x202, B(Count)), (0x203, B(Offset)), (0x207, B(Packed)),
-        (0x208, B(Short)), (0x209, B(Int)), (0x20a, B(Long)), (0x20b, B(LongLong)),
-        (0x20c, B(UnsignedShort)), (0x20d, B(Unsigned)), (0x20e, B(UnsignedLong)), (0x20f, B(UnsignedLongLong)),
-        (0x210, B(Float)), (0x212, B(FloatComplex)), (0x213, B(FloatComplex)), (0x214, B(Double)),
-        (0x216, B(DoubleComplex)), (0x217, B(DoubleComplex)), (0x218, B(FLogical)), (0x219, B(FInteger)),
-        (0x21a, B(FReal)), (0x21b, B(FComplex)), (0x21c, B(FDoublePrecision)), (0x21d, B(FDoubleComplex)),
-        (0x220, B(LongDouble)), (0x224, B(LongDoubleComplex)), (0x225, B(LongDoubleComplex)),
-        (0x228, Elem::FLOAT_INT), (0x229, Elem::DOUBLE_INT), (0x22a, Elem::LONG_INT), (0x22b, Elem::TWO_INT),
-        (0x22c, Elem::SHORT_INT), (0x22d, Elem::LONG_DOUBLE_INT), (0x230, Elem::TWO_REAL),
-        (0x231, Elem::TWO_DOUBLE_PRECISION), (0x232, Elem::TWO_INTEGER),
-        (0x238, B(CBool)), (0x239, B(CBool)), (0x23c, B(WChar)), (0x240, B(Int8)), (0x241, B(Uint8)),
-        (0x243, B(Char)), (0x244, B(SignedChar)), (0x245, B(UnsignedChar)), (0x247, B(Byte)),
-        (0x248, B(Int16)), (0x249, B(Uint16)), (0x250, B(Int32)), (0x251, B(Uint32)),
-        (0x258, B(Int64)), (0x259, B(Uint64)), (0x2c1, B(FInteger1)), (0x2c3, B(FCharacter)),
-        (0x2c9, B(FInteger2)), (0x2d1, B(FInteger4)), (0x2d2, B(FReal4)), (0x2d9, B(FInteger8)),
-        (0x2da, B(FReal8)), (0x2db, B(FComplex8)), (0x2e3, B(FComplex16)),
+        (0x201, B(Aint)),
+        (0x202, B(Count)),
+        (0x203, B(Offset)),
+        (0x207, B(Packed)),
+        (0x208, B(Short)),
+        (0x209, B(Int)),
+        (0x20a, B(Long)),
+        (0x20b, B(LongLong)),
+        (0x20c, B(UnsignedShort)),
+        (0x20d, B(Unsigned)),
+        (0x20e, B(UnsignedLong)),
+        (0x20f, B(UnsignedLongLong)),
+        (0x210, B(Float)),
+        (0x212, B(FloatComplex)),
+        (0x213, B(FloatComplex)),
+        (0x214, B(Double)),
+        (0x216, B(DoubleComplex)),
+        (0x217, B(DoubleComplex)),
+        (0x218, B(FLogical)),
+        (0x219, B(FInteger)),
+        (0x21a, B(FReal)),
+        (0x21b, B(FComplex)),
+        (0x21c, B(FDoublePrecision)),
+        (0x21d, B(FDoubleComplex)),
+        (0x220, B(LongDouble)),
+        (0x224, B(LongDoubleComplex)),
+        (0x225, B(LongDoubleComplex)),
+        (0x228, Elem::FLOAT_INT),
+        (0x229, Elem::DOUBLE_INT),
+        (0x22a, Elem::LONG_INT),
+        (0x22b, Elem::TWO_INT),
+        (0x22c, Elem::SHORT_INT),
+        (0x22d, Elem::LONG_DOUBLE_INT),
+        (0x230, Elem::TWO_REAL),
+        (0x231, Elem::TWO_DOUBLE_PRECISION),
+        (0x232, Elem::TWO_INTEGER),
+        (0x238, B(CBool)),
+        (0x239, B(CBool)),
+        (0x23c, B(WChar)),
+        (0x240, B(Int8)),
+        (0x241, B(Uint8)),
+        (0x243, B(Char)),
+        (0x244, B(SignedChar)),
+        (0x245, B(UnsignedChar)),
+        (0x247, B(Byte)),
+        (0x248, B(Int16)),
+        (0x249, B(Uint16)),
+        (0x250, B(Int32)),
+        (0x251, B(Uint32)),
+        (0x258, B(Int64)),
+        (0x259, B(Uint64)),
+        (0x2c1, B(FInteger1)),
+        (0x2c3, B(FCharacter)),
+        (0x2c9, B(FInteger2)),
+        (0x2d1, B(FInteger4)),
+        (0x2d2, B(FReal4)),
+        (0x2d9, B(FInteger8)),
+        (0x2da, B(FReal8)),
+        (0x2db, B(FComplex8)),
+        (0x2e3, B(FComplex16)),
     ]
 };
 
@@ -94,7 +144,8 @@ static BUILTIN: LazyLock<HashMap<usize, Arc<DtypeObj>>> = LazyLock::new(|| {
 });
 
 /// MPI_BYTE, for internal byte transfers.
-pub static BYTE: LazyLock<Arc<DtypeObj>> = LazyLock::new(|| BUILTIN[&(c::MPI_BYTE as usize)].clone());
+pub static BYTE: LazyLock<Arc<DtypeObj>> =
+    LazyLock::new(|| BUILTIN[&(c::MPI_BYTE as usize)].clone());
 
 pub static TYPES: Mutex<Table<DtypeObj>> = Mutex::new(Table::new(Kind::Datatype));
 
@@ -116,13 +167,19 @@ pub fn dtype(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
     if v < 0x1000 {
         return match BUILTIN.get(&v) {
             Some(d) => Ok(d.clone()),
-            None if (0x200..0x300).contains(&v) => mpi_bail!(MPI_ERR_TYPE, "predefined datatype {v:#x} is not supported by gpumpi"),
+            None if (0x200..0x300).contains(&v) => mpi_bail!(
+                MPI_ERR_TYPE,
+                "predefined datatype {v:#x} is not supported by gpumpi"
+            ),
             None => mpi_bail!(MPI_ERR_TYPE, "invalid datatype handle {v:#x}"),
         };
     }
     match TYPES.lock().unwrap().get(v) {
         Some(d) => Ok(d),
-        None => mpi_bail!(MPI_ERR_TYPE, "invalid datatype handle {v:#x} (freed, or not a datatype)"),
+        None => mpi_bail!(
+            MPI_ERR_TYPE,
+            "invalid datatype handle {v:#x} (freed, or not a datatype)"
+        ),
     }
 }
 
@@ -130,7 +187,11 @@ pub fn dtype(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
 pub fn committed(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
     let d = dtype(h)?;
     if !d.committed.load(Ordering::Acquire) {
-        mpi_bail!(MPI_ERR_TYPE, "datatype {:#x} is not committed (call MPI_Type_commit first)", h as usize);
+        mpi_bail!(
+            MPI_ERR_TYPE,
+            "datatype {:#x} is not committed (call MPI_Type_commit first)",
+            h as usize
+        );
     }
     Ok(d)
 }
@@ -151,11 +212,19 @@ pub fn handle_for(desc: &Arc<TypeDesc>) -> MPI_Datatype {
 
 /// The bytes of `count` elements as one contiguous run, packing if needed.
 /// Returns (pointer, length, temporary that must outlive the transfer).
-pub unsafe fn send_view(buf: *const c_void, count: usize, d: &DtypeObj) -> (*const u8, usize, Option<Vec<u8>>) {
+pub unsafe fn send_view(
+    buf: *const c_void,
+    count: usize,
+    d: &DtypeObj,
+) -> (*const u8, usize, Option<Vec<u8>>) {
     let len = d.desc.packed_size(count);
     if d.desc.is_contiguous(count) {
         // SAFETY: a contiguous type's data starts true_lb bytes from the buffer address.
-        return ((buf as *const u8).wrapping_offset(d.desc.true_lb()), len, None);
+        return (
+            (buf as *const u8).wrapping_offset(d.desc.true_lb()),
+            len,
+            None,
+        );
     }
     let v = pack_all(buf, count, d);
     (v.as_ptr(), len, Some(v))
@@ -170,10 +239,18 @@ pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> Vec<u8
 
 /// Where to receive `count` elements: the user's memory directly when contiguous, else a
 /// temporary unpacked by the returned post step (only the bytes actually received).
-pub unsafe fn recv_view(buf: *mut c_void, count: usize, d: &Arc<DtypeObj>) -> (*mut u8, usize, Option<Post>) {
+pub unsafe fn recv_view(
+    buf: *mut c_void,
+    count: usize,
+    d: &Arc<DtypeObj>,
+) -> (*mut u8, usize, Option<Post>) {
     let len = d.desc.packed_size(count);
     if d.desc.is_contiguous(count) {
-        return ((buf as *mut u8).wrapping_offset(d.desc.true_lb()), len, None);
+        return (
+            (buf as *mut u8).wrapping_offset(d.desc.true_lb()),
+            len,
+            None,
+        );
     }
     let mut v = vec![0u8; len];
     let ptr = v.as_mut_ptr();

@@ -30,16 +30,24 @@ fn main() {
     };
     let (rank, size) = (b.rank(), b.size());
     let arg = |name: &str, k: usize| -> Option<String> {
-        args.iter().position(|a| a == name).map(|i| args.get(i + k).cloned().unwrap_or_default())
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args.get(i + k).cloned().unwrap_or_default())
     };
-    let num = |name: &str, k: usize| arg(name, k).map(|v| v.parse::<i64>().expect("numeric argument"));
+    let num =
+        |name: &str, k: usize| arg(name, k).map(|v| v.parse::<i64>().expect("numeric argument"));
     if arg("--shm", 0).is_some() {
-        std::fs::write(format!("/dev/shm/gpumpi-{}-helper-{rank}", b.job_id()), b"x").unwrap();
+        std::fs::write(
+            format!("/dev/shm/gpumpi-{}-helper-{rank}", b.job_id()),
+            b"x",
+        )
+        .unwrap();
     }
     b.put("val", format!("v{rank}").as_bytes());
     b.fence().expect("fence");
-    let peers: Vec<String> =
-        (0..size).map(|q| String::from_utf8(b.get(q, "val").expect("get")).unwrap()).collect();
+    let peers: Vec<String> = (0..size)
+        .map(|q| String::from_utf8(b.get(q, "val").expect("get")).unwrap())
+        .collect();
     println!(
         "rank {rank}/{size} pid {} job {} local {}/{} peers {}",
         std::process::id(),
@@ -75,7 +83,10 @@ fn main() {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
     if me("--abort") {
-        b.abort(num("--abort", 2).unwrap() as i32, &format!("helper rank {rank} gives up"));
+        b.abort(
+            num("--abort", 2).unwrap() as i32,
+            &format!("helper rank {rank} gives up"),
+        );
     }
     if arg("--abort-thread", 0).is_some() {
         if me("--abort-thread") {
@@ -93,8 +104,8 @@ fn main() {
     }
     if me("--drop-conn") {
         for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-            let is_socket =
-                std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
+            let is_socket = std::fs::read_link(e.path())
+                .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
             if let (true, Ok(fd)) = (is_socket, e.file_name().to_string_lossy().parse::<i32>()) {
                 // SAFETY: shutdown(2) on a socket descriptor this process owns; it stays open.
                 unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };

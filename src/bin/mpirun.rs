@@ -3,7 +3,9 @@
 
 fn main() {
     if mpi_abi::config::get_usize("GPUMPI_DEBUG") > 0 {
-        let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .try_init();
     }
     let code = mpi_abi::bootstrap::launcher::main(std::env::args().skip(1).collect());
     std::process::exit(code);

@@ -43,11 +43,20 @@ pub fn job_on_nodes(size: usize, per_node: usize) -> Vec<FakeBootstrap> {
         size,
         per_node,
         job_id: format!("f{}-{n}", std::process::id()),
-        st: Mutex::new(State { gen: 0, arrived: 0, pending: Vec::new(), visible: HashMap::new() }),
+        st: Mutex::new(State {
+            gen: 0,
+            arrived: 0,
+            pending: Vec::new(),
+            visible: HashMap::new(),
+        }),
         cv: Condvar::new(),
     });
     (0..size)
-        .map(|rank| FakeBootstrap { rank, shared: shared.clone(), mine: Mutex::new(Vec::new()) })
+        .map(|rank| FakeBootstrap {
+            rank,
+            shared: shared.clone(),
+            mine: Mutex::new(Vec::new()),
+        })
         .collect()
 }
 
@@ -83,12 +92,14 @@ impl Bootstrap for FakeBootstrap {
         let puts = std::mem::take(&mut *self.mine.lock().unwrap());
         let sh = &self.shared;
         let mut st = sh.st.lock().unwrap();
-        st.pending.extend(puts.into_iter().map(|(k, v)| (self.rank, k, v)));
+        st.pending
+            .extend(puts.into_iter().map(|(k, v)| (self.rank, k, v)));
         st.arrived += 1;
         let my_gen = st.gen;
         if st.arrived == sh.size {
             let p = std::mem::take(&mut st.pending);
-            st.visible.extend(p.into_iter().map(|(r, k, v)| ((r, k), v)));
+            st.visible
+                .extend(p.into_iter().map(|(r, k, v)| ((r, k), v)));
             st.arrived = 0;
             st.gen += 1;
             sh.cv.notify_all();
@@ -106,7 +117,14 @@ impl Bootstrap for FakeBootstrap {
                 self.shared.size
             );
         }
-        match self.shared.st.lock().unwrap().visible.get(&(rank, key.to_string())) {
+        match self
+            .shared
+            .st
+            .lock()
+            .unwrap()
+            .visible
+            .get(&(rank, key.to_string()))
+        {
             Some(v) => Ok(v.clone()),
             None => crate::mpi_bail!(
                 MPI_ERR_NAME,
@@ -115,7 +133,10 @@ impl Bootstrap for FakeBootstrap {
         }
     }
     fn abort(&self, code: i32, msg: &str) -> ! {
-        panic!("fake bootstrap: rank {} called abort({code}): {msg}", self.rank)
+        panic!(
+            "fake bootstrap: rank {} called abort({code}): {msg}",
+            self.rank
+        )
     }
     fn finalize(&self) -> MpiResult<()> {
         Ok(())
@@ -138,7 +159,10 @@ mod tests {
                             b.put("v", format!("{}:{round}", b.rank()).as_bytes());
                             b.fence().unwrap();
                             for q in 0..b.size() {
-                                assert_eq!(b.get(q, "v").unwrap(), format!("{q}:{round}").as_bytes());
+                                assert_eq!(
+                                    b.get(q, "v").unwrap(),
+                                    format!("{q}:{round}").as_bytes()
+                                );
                             }
                             // Nobody overwrites the next round's value before all have read this one.
                             b.fence().unwrap();

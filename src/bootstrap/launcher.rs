@@ -84,7 +84,9 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
     let mut i = 0;
     let value = |i: &mut usize, opt: &str| -> Result<String, String> {
         *i += 1;
-        args.get(*i).cloned().ok_or_else(|| format!("option {opt} needs a value"))
+        args.get(*i)
+            .cloned()
+            .ok_or_else(|| format!("option {opt} needs a value"))
     };
     while i < args.len() {
         let a = args[i].as_str();
@@ -102,11 +104,13 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
             "--version" | "-V" => return Ok(Parsed::Version),
             "-n" | "-np" | "--np" | "--n" => {
                 let v = val(&mut i)?;
-                let k: usize = v
-                    .parse()
-                    .map_err(|_| format!("{name} {v:?}: the number of ranks must be a positive integer"))?;
+                let k: usize = v.parse().map_err(|_| {
+                    format!("{name} {v:?}: the number of ranks must be a positive integer")
+                })?;
                 if k == 0 {
-                    return Err(format!("{name} 0: the number of ranks must be a positive integer"));
+                    return Err(format!(
+                        "{name} 0: the number of ranks must be a positive integer"
+                    ));
                 }
                 n = Some(k);
             }
@@ -128,9 +132,13 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
             }
             "--timeout" => {
                 let v = val(&mut i)?;
-                let s: f64 = v.parse().map_err(|_| format!("--timeout {v:?}: not a number of seconds"))?;
+                let s: f64 = v
+                    .parse()
+                    .map_err(|_| format!("--timeout {v:?}: not a number of seconds"))?;
                 if !(s > 0.0 && s.is_finite()) {
-                    return Err(format!("--timeout {v:?}: must be a positive number of seconds"));
+                    return Err(format!(
+                        "--timeout {v:?}: must be a positive number of seconds"
+                    ));
                 }
                 o.timeout = Some(Duration::from_secs_f64(s));
             }
@@ -238,7 +246,9 @@ pub fn remove_shm_files(job_id: &str) -> usize {
     let mut n = 0;
     if let Ok(rd) = std::fs::read_dir("/dev/shm") {
         for e in rd.flatten() {
-            if e.file_name().to_str().is_some_and(|s| s.starts_with(&prefix))
+            if e.file_name()
+                .to_str()
+                .is_some_and(|s| s.starts_with(&prefix))
                 && std::fs::remove_file(e.path()).is_ok()
             {
                 n += 1;
@@ -276,7 +286,11 @@ struct Stop {
 
 impl Stop {
     fn failed(msg: String, code: i32) -> Option<Stop> {
-        Some(Stop { msg, code, first_signal: libc::SIGTERM })
+        Some(Stop {
+            msg,
+            code,
+            first_signal: libc::SIGTERM,
+        })
     }
 }
 
@@ -292,7 +306,10 @@ fn describe_exit(rank: usize, pid: i32, st: ExitStatus) -> Option<(String, i32)>
     }
     match st.code() {
         Some(0) | None => None,
-        Some(c) => Some((format!("rank {rank} (pid {pid}) exited with code {c}; stopping the job"), c)),
+        Some(c) => Some((
+            format!("rank {rank} (pid {pid}) exited with code {c}; stopping the job"),
+            c,
+        )),
     }
 }
 
@@ -340,7 +357,9 @@ fn forward(
 }
 
 fn cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// Run a job; returns mpirun's exit code.
@@ -357,7 +376,11 @@ pub fn run(o: &Options) -> i32 {
         );
         return 1;
     }
-    for (k, _) in o.env.iter().filter(|(k, v)| v.is_none() && std::env::var_os(k).is_none()) {
+    for (k, _) in o
+        .env
+        .iter()
+        .filter(|(k, v)| v.is_none() && std::env::var_os(k).is_none())
+    {
         eprintln!("mpirun: warning: -x {k}: {k} is not set in mpirun's environment; not forwarded");
     }
     let secret = match random_bytes(32) {
@@ -371,11 +394,17 @@ pub fn run(o: &Options) -> i32 {
     let dir = match private_dir(&job_id) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("mpirun: cannot create the job directory under {:?}: {e}", std::env::temp_dir());
+            eprintln!(
+                "mpirun: cannot create the job directory under {:?}: {e}",
+                std::env::temp_dir()
+            );
             return 1;
         }
     };
-    let cleanup = Cleanup { dir: dir.clone(), job_id: job_id.clone() };
+    let cleanup = Cleanup {
+        dir: dir.clone(),
+        job_id: job_id.clone(),
+    };
     let sock = dir.join("wireup.sock");
     let server = match Server::start(&sock, o.n, secret.clone()) {
         Ok(s) => s,
@@ -393,7 +422,13 @@ pub fn run(o: &Options) -> i32 {
     code
 }
 
-fn spawn_rank(o: &Options, rank: usize, job_id: &str, sock: &Path, secret: &str) -> std::io::Result<Child> {
+fn spawn_rank(
+    o: &Options,
+    rank: usize,
+    job_id: &str,
+    sock: &Path,
+    secret: &str,
+) -> std::io::Result<Child> {
     let mut cmd = Command::new(&o.program);
     cmd.args(&o.args);
     // `-x VAR` forwards: the child inherits mpirun's environment, so only an explicit value
@@ -417,7 +452,11 @@ fn spawn_rank(o: &Options, rank: usize, job_id: &str, sock: &Path, secret: &str)
     // process group reading the terminal would be stopped by SIGTTIN).
     // SAFETY: isatty only inspects file descriptor 0.
     let stdin_tty = unsafe { libc::isatty(0) } == 1;
-    cmd.stdin(if rank == 0 && !stdin_tty { Stdio::inherit() } else { Stdio::null() });
+    cmd.stdin(if rank == 0 && !stdin_tty {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     // SAFETY: getpid is always safe.
     let parent = unsafe { libc::getpid() };
@@ -426,7 +465,13 @@ fn spawn_rank(o: &Options, rank: usize, job_id: &str, sock: &Path, secret: &str)
     unsafe {
         cmd.pre_exec(move || {
             libc::setpgid(0, 0);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
             // mpirun may have died before prctl took effect.
             if libc::getppid() != parent {
                 libc::_exit(137);
@@ -446,12 +491,25 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
         match spawn_rank(o, r, job_id, sock, secret) {
             Ok(mut child) => {
                 let pid = child.id() as i32;
-                outputs.push(forward(child.stdout.take().unwrap(), r, false, o.tag_output));
+                outputs.push(forward(
+                    child.stdout.take().unwrap(),
+                    r,
+                    false,
+                    o.tag_output,
+                ));
                 outputs.push(forward(child.stderr.take().unwrap(), r, true, o.tag_output));
-                ranks.push(Rank { child, pid, status: None });
+                ranks.push(Rank {
+                    child,
+                    pid,
+                    status: None,
+                });
             }
             Err(e) => {
-                let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
                 stop = Stop::failed(format!("cannot start rank {r}: {:?}: {e}", o.program), code);
                 break;
             }
@@ -475,7 +533,10 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
         if let Some(t) = o.timeout {
             if start.elapsed() >= t {
                 stop = Stop::failed(
-                    format!("the job ran longer than --timeout {} s; stopping it", t.as_secs_f64()),
+                    format!(
+                        "the job ran longer than --timeout {} s; stopping it",
+                        t.as_secs_f64()
+                    ),
                     TIMEOUT_EXIT,
                 );
                 break;
@@ -503,9 +564,14 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
                     stop = Stop::failed(msg, code);
                     break;
                 }
-                if server.rank_state(r) == RankState::Connected || server.rank_state(r) == RankState::Lost {
+                if server.rank_state(r) == RankState::Connected
+                    || server.rank_state(r) == RankState::Lost
+                {
                     stop = Stop::failed(
-                        format!("rank {r} (pid {}) exited without finalizing; stopping the job", rk.pid),
+                        format!(
+                            "rank {r} (pid {}) exited without finalizing; stopping the job",
+                            rk.pid
+                        ),
                         1,
                     );
                     break;
@@ -516,8 +582,9 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
             break;
         }
         // A dropped connection whose process is still alive after a grace period is a dead rank.
-        if let Some(&(r, _)) =
-            lost.iter().find(|(r, t)| ranks[*r].status.is_none() && t.elapsed() >= LOST_GRACE)
+        if let Some(&(r, _)) = lost
+            .iter()
+            .find(|(r, t)| ranks[*r].status.is_none() && t.elapsed() >= LOST_GRACE)
         {
             stop = Stop::failed(
                 format!(
@@ -535,7 +602,11 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
 
     let code = match stop {
         None => 0,
-        Some(Stop { msg, code, first_signal }) => {
+        Some(Stop {
+            msg,
+            code,
+            first_signal,
+        }) => {
             eprintln!("mpirun: {msg}");
             terminate_all(&mut ranks, first_signal);
             code
@@ -610,19 +681,32 @@ mod tests {
 
     #[test]
     fn parses_the_documented_forms() {
-        let o = run_opts("-n 4 --oversubscribe -x A=1 -x B --tag-output --timeout 2.5 prog -n 3 --x");
+        let o =
+            run_opts("-n 4 --oversubscribe -x A=1 -x B --tag-output --timeout 2.5 prog -n 3 --x");
         assert_eq!(o.n, 4);
         assert!(o.oversubscribe && o.tag_output);
-        assert_eq!(o.env, vec![("A".into(), Some("1".into())), ("B".into(), None)]);
+        assert_eq!(
+            o.env,
+            vec![("A".into(), Some("1".into())), ("B".into(), None)]
+        );
         assert_eq!(o.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(o.program, "prog");
         assert_eq!(o.args, vec!["-n", "3", "--x"]);
         assert_eq!(run_opts("-np 2 a").n, 2);
         assert_eq!(run_opts("--np=3 a").n, 3);
-        assert_eq!(run_opts("--timeout=1 -n 1 a").timeout, Some(Duration::from_secs(1)));
+        assert_eq!(
+            run_opts("--timeout=1 -n 1 a").timeout,
+            Some(Duration::from_secs(1))
+        );
         let o = run_opts("-n 2 -- -weird arg");
-        assert_eq!((o.program.as_str(), o.args.clone()), ("-weird", vec!["arg".to_string()]));
-        assert_eq!(run_opts("-x X=a=b -n 1 a").env, vec![("X".into(), Some("a=b".into()))]);
+        assert_eq!(
+            (o.program.as_str(), o.args.clone()),
+            ("-weird", vec!["arg".to_string()])
+        );
+        assert_eq!(
+            run_opts("-x X=a=b -n 1 a").env,
+            vec![("X".into(), Some("a=b".into()))]
+        );
         assert_eq!(p("-h").unwrap(), Parsed::Help);
         assert_eq!(p("-n 2 --help prog").unwrap(), Parsed::Help);
         assert_eq!(p("--version").unwrap(), Parsed::Version);
@@ -654,7 +738,10 @@ mod tests {
     fn exit_descriptions() {
         assert_eq!(describe_exit(1, 5, ExitStatus::from_raw(0)), None);
         let (m, c) = describe_exit(2, 1234, ExitStatus::from_raw(9)).unwrap();
-        assert_eq!(m, "rank 2 (pid 1234) was killed by signal 9 (SIGKILL); stopping the job");
+        assert_eq!(
+            m,
+            "rank 2 (pid 1234) was killed by signal 9 (SIGKILL); stopping the job"
+        );
         assert_eq!(c, 137);
         let (m, c) = describe_exit(0, 7, ExitStatus::from_raw(3 << 8)).unwrap();
         assert!(m.contains("exited with code 3"));
@@ -663,7 +750,11 @@ mod tests {
 
     #[test]
     fn shm_cleanup_only_touches_the_job() {
-        let id = format!("t{}-{}", std::process::id(), wire::to_hex(&random_bytes(4).unwrap()));
+        let id = format!(
+            "t{}-{}",
+            std::process::id(),
+            wire::to_hex(&random_bytes(4).unwrap())
+        );
         let mine = format!("/dev/shm/gpumpi-{id}-x");
         let other = format!("/dev/shm/gpumpi-{id}0-x");
         std::fs::write(&mine, b"1").unwrap();

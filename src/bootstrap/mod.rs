@@ -111,7 +111,10 @@ pub fn init() -> MpiResult<Box<dyn Bootstrap + Send>> {
             }
         },
         None => {
-            let m = *METHODS.iter().find(|m| m.detect()).expect("singleton is always available");
+            let m = *METHODS
+                .iter()
+                .find(|m| m.detect())
+                .expect("singleton is always available");
             tracing::info!("bootstrap: {} (first detected of {:?})", m.name(), METHODS);
             m
         }

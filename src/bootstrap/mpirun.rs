@@ -12,7 +12,13 @@ use std::time::Duration;
 
 /// The variables our mpirun sets; any one of them present selects this method, and a missing
 /// one is then an error (a half-set environment must not silently become a singleton).
-pub const ENV: &[&str] = &["GPUMPI_JOB_ID", "GPUMPI_RANK", "GPUMPI_SECRET", "GPUMPI_SERVER", "GPUMPI_SIZE"];
+pub const ENV: &[&str] = &[
+    "GPUMPI_JOB_ID",
+    "GPUMPI_RANK",
+    "GPUMPI_SECRET",
+    "GPUMPI_SERVER",
+    "GPUMPI_SIZE",
+];
 
 /// Whether this process was started by our mpirun.
 pub fn detect() -> bool {
@@ -44,7 +50,10 @@ fn env_required(name: &str) -> MpiResult<String> {
 fn env_usize(name: &str) -> MpiResult<usize> {
     let v = env_required(name)?;
     v.trim().parse().map_err(|_| {
-        crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: {name}={v:?} is not a non-negative integer")
+        crate::mpi_err!(
+            MPI_ERR_OTHER,
+            "mpirun bootstrap: {name}={v:?} is not a non-negative integer"
+        )
     })
 }
 
@@ -67,7 +76,11 @@ fn connect_timeout(path: &str, timeout: Duration) -> std::io::Result<UnixStream>
     }
     // SAFETY: plain socket(2) call.
     let fd = unsafe {
-        libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
@@ -115,7 +128,10 @@ impl MpirunBootstrap {
         let rank = env_usize("GPUMPI_RANK")?;
         let size = env_usize("GPUMPI_SIZE")?;
         let secret = wire::from_hex(secret_hex.trim()).ok_or_else(|| {
-            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: GPUMPI_SECRET is not a hex string")
+            crate::mpi_err!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: GPUMPI_SECRET is not a hex string"
+            )
         })?;
         if rank >= size {
             crate::mpi_bail!(
@@ -123,13 +139,18 @@ impl MpirunBootstrap {
                 "mpirun bootstrap: GPUMPI_RANK={rank} is not below GPUMPI_SIZE={size}"
             );
         }
-        if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        if job_id.is_empty()
+            || !job_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
             crate::mpi_bail!(
                 MPI_ERR_OTHER,
                 "mpirun bootstrap: GPUMPI_JOB_ID={job_id:?} must be made of [A-Za-z0-9-]"
             );
         }
-        let timeout = Duration::from_secs(config::get_usize("GPUMPI_BOOTSTRAP_TIMEOUT").max(1) as u64);
+        let timeout =
+            Duration::from_secs(config::get_usize("GPUMPI_BOOTSTRAP_TIMEOUT").max(1) as u64);
         Self::connect(&server, &job_id, rank, size, &secret, timeout)
     }
 
@@ -143,12 +164,20 @@ impl MpirunBootstrap {
         timeout: Duration,
     ) -> MpiResult<Self> {
         let fail = |what: String| -> MpiError {
-            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: wire-up server GPUMPI_SERVER={server}: {what}")
+            crate::mpi_err!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: wire-up server GPUMPI_SERVER={server}: {what}"
+            )
         };
-        let mut s = connect_timeout(server, timeout)
-            .map_err(|e| fail(format!("cannot connect: {e} (is the job's mpirun still running?)")))?;
-        s.set_read_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
-        s.set_write_timeout(Some(timeout)).map_err(|e| fail(e.to_string()))?;
+        let mut s = connect_timeout(server, timeout).map_err(|e| {
+            fail(format!(
+                "cannot connect: {e} (is the job's mpirun still running?)"
+            ))
+        })?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| fail(e.to_string()))?;
+        s.set_write_timeout(Some(timeout))
+            .map_err(|e| fail(e.to_string()))?;
         let hello = Msg::Hello {
             version: wire::PROTOCOL_VERSION,
             rank: rank as u32,
@@ -157,18 +186,31 @@ impl MpirunBootstrap {
         };
         wire::write_msg(&mut s, &hello).map_err(|e| fail(format!("sending hello: {e}")))?;
         let (node_ranks, appnum) = match wire::read_msg(&mut s) {
-            Ok(Msg::Welcome { node_ranks, appnum }) => {
-                (node_ranks.into_iter().map(|r| r as usize).collect::<Vec<_>>(), appnum as usize)
-            }
+            Ok(Msg::Welcome { node_ranks, appnum }) => (
+                node_ranks
+                    .into_iter()
+                    .map(|r| r as usize)
+                    .collect::<Vec<_>>(),
+                appnum as usize,
+            ),
             Ok(Msg::Error { msg }) => return Err(fail(format!("refused rank {rank}: {msg}"))),
             Ok(m) => return Err(fail(format!("unexpected reply to hello: {m:?}"))),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(fail(format!("no reply to hello within {timeout:?} (GPUMPI_BOOTSTRAP_TIMEOUT)")))
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(fail(format!(
+                    "no reply to hello within {timeout:?} (GPUMPI_BOOTSTRAP_TIMEOUT)"
+                )))
             }
             Err(e) => return Err(fail(format!("reading the reply to hello: {e}"))),
         };
         if !node_ranks.contains(&rank) {
-            return Err(fail(format!("rank {rank} is not in its own node's rank list {node_ranks:?}")));
+            return Err(fail(format!(
+                "rank {rank} is not in its own node's rank list {node_ranks:?}"
+            )));
         }
         // Fences legitimately wait for slow ranks: no read timeout from now on.
         // A dead server closes the socket, which ends any wait.
@@ -197,7 +239,10 @@ impl Bootstrap for MpirunBootstrap {
         self.size
     }
     fn local_rank(&self) -> usize {
-        self.node_ranks.iter().position(|&r| r == self.rank).unwrap_or(0)
+        self.node_ranks
+            .iter()
+            .position(|&r| r == self.rank)
+            .unwrap_or(0)
     }
     fn local_size(&self) -> usize {
         self.node_ranks.len()
@@ -235,12 +280,19 @@ impl Bootstrap for MpirunBootstrap {
                 }
                 Ok(())
             }
-            m => crate::mpi_bail!(MPI_ERR_INTERN, "mpirun bootstrap: fence: unexpected reply {m:?}"),
+            m => crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "mpirun bootstrap: fence: unexpected reply {m:?}"
+            ),
         }
     }
     fn get(&self, rank: usize, key: &str) -> MpiResult<Vec<u8>> {
         if rank >= self.size {
-            crate::mpi_bail!(MPI_ERR_RANK, "bootstrap get: rank {rank} is not in a job of {}", self.size);
+            crate::mpi_bail!(
+                MPI_ERR_RANK,
+                "bootstrap get: rank {rank} is not in a job of {}",
+                self.size
+            );
         }
         match self.visible.lock().unwrap().get(&(rank, key.to_string())) {
             Some(v) => Ok(v.clone()),
@@ -252,8 +304,12 @@ impl Bootstrap for MpirunBootstrap {
     }
     fn abort(&self, code: i32, msg: &str) -> ! {
         // A fresh connection: the main one may be held by another thread waiting in a fence.
-        let m =
-            Msg::Abort { rank: self.rank as u32, secret: self.secret.clone(), code, msg: msg.to_string() };
+        let m = Msg::Abort {
+            rank: self.rank as u32,
+            secret: self.secret.clone(),
+            code,
+            msg: msg.to_string(),
+        };
         let sent = UnixStream::connect(&self.server).and_then(|mut s| {
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
             wire::write_msg(&mut s, &m)?;
@@ -273,12 +329,18 @@ impl Bootstrap for MpirunBootstrap {
     fn finalize(&self) -> MpiResult<()> {
         let mut conn = self.conn.lock().unwrap();
         let lost = |e: std::io::Error| {
-            crate::mpi_err!(MPI_ERR_OTHER, "mpirun bootstrap: finalize: lost the connection to mpirun: {e}")
+            crate::mpi_err!(
+                MPI_ERR_OTHER,
+                "mpirun bootstrap: finalize: lost the connection to mpirun: {e}"
+            )
         };
         wire::write_msg(&mut *conn, &Msg::Finalize).map_err(lost)?;
         match wire::read_msg(&mut *conn).map_err(lost)? {
             Msg::Ok => Ok(()),
-            m => crate::mpi_bail!(MPI_ERR_INTERN, "mpirun bootstrap: finalize: unexpected reply {m:?}"),
+            m => crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "mpirun bootstrap: finalize: unexpected reply {m:?}"
+            ),
         }
     }
 }
@@ -301,9 +363,19 @@ mod tests {
             .map(|r| {
                 let p = p.clone();
                 std::thread::spawn(move || {
-                    let b = MpirunBootstrap::connect(&p, "job-1", r, n, &[3; 32], Duration::from_secs(5))
-                        .unwrap();
-                    assert_eq!((b.rank(), b.size(), b.local_rank(), b.local_size()), (r, n, r, n));
+                    let b = MpirunBootstrap::connect(
+                        &p,
+                        "job-1",
+                        r,
+                        n,
+                        &[3; 32],
+                        Duration::from_secs(5),
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        (b.rank(), b.size(), b.local_rank(), b.local_size()),
+                        (r, n, r, n)
+                    );
                     b.put("k", &[r as u8; 3]);
                     b.put("k", &[r as u8; 2]); // replaces
                     b.fence().unwrap();
@@ -320,11 +392,15 @@ mod tests {
             h.join().unwrap();
         }
         // Wrong secret: a clear error naming the server, no hang.
-        let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[4; 32], Duration::from_secs(5)).err().unwrap();
+        let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[4; 32], Duration::from_secs(5))
+            .err()
+            .unwrap();
         assert!(e.msg.contains("bad secret") && e.msg.contains(&p), "{e}");
         drop(srv);
         // No server: immediate error.
-        let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[3; 32], Duration::from_secs(5)).err().unwrap();
+        let e = MpirunBootstrap::connect(&p, "job-1", 0, n, &[3; 32], Duration::from_secs(5))
+            .err()
+            .unwrap();
         assert!(e.msg.contains("cannot connect"), "{e}");
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -361,9 +437,16 @@ mod tests {
         let path = dir.join("s");
         let _l = std::os::unix::net::UnixListener::bind(&path).unwrap(); // never accepts
         let t = std::time::Instant::now();
-        let e = MpirunBootstrap::connect(path.to_str().unwrap(), "j", 0, 1, &[1], Duration::from_millis(300))
-            .err()
-            .unwrap();
+        let e = MpirunBootstrap::connect(
+            path.to_str().unwrap(),
+            "j",
+            0,
+            1,
+            &[1],
+            Duration::from_millis(300),
+        )
+        .err()
+        .unwrap();
         assert!(e.msg.contains("no reply to hello"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(3));
         std::fs::remove_dir_all(dir).unwrap();

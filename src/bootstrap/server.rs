@@ -78,23 +78,29 @@ impl Server {
             stop: AtomicBool::new(false),
         });
         let sh = shared.clone();
-        thread::Builder::new().name("gpumpi-wireup".into()).spawn(move || {
-            for conn in listener.incoming() {
-                if sh.stop.load(Ordering::Acquire) {
-                    break;
-                }
-                match conn {
-                    Ok(s) => {
-                        let sh = sh.clone();
-                        let _ = thread::Builder::new()
-                            .name("gpumpi-wireup-conn".into())
-                            .spawn(move || serve(&sh, s));
+        thread::Builder::new()
+            .name("gpumpi-wireup".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if sh.stop.load(Ordering::Acquire) {
+                        break;
                     }
-                    Err(e) => tracing::warn!("wire-up server: accept failed: {e}"),
+                    match conn {
+                        Ok(s) => {
+                            let sh = sh.clone();
+                            let _ = thread::Builder::new()
+                                .name("gpumpi-wireup-conn".into())
+                                .spawn(move || serve(&sh, s));
+                        }
+                        Err(e) => tracing::warn!("wire-up server: accept failed: {e}"),
+                    }
                 }
-            }
-        })?;
-        Ok(Server { path: path.to_path_buf(), shared, events: rx })
+            })?;
+        Ok(Server {
+            path: path.to_path_buf(),
+            shared,
+            events: rx,
+        })
     }
 
     pub fn events(&self) -> &Receiver<Event> {
@@ -124,13 +130,23 @@ fn send_event(sh: &Shared, e: Event) {
 
 /// Constant-time comparison of the presented secret.
 fn secret_ok(expected: &[u8], got: &[u8]) -> bool {
-    expected.len() == got.len() && expected.iter().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    expected.len() == got.len()
+        && expected
+            .iter()
+            .zip(got)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 fn serve(sh: &Shared, mut s: UnixStream) {
     let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
     let rank = match wire::read_msg(&mut s) {
-        Ok(Msg::Hello { version, rank, pid, secret }) => {
+        Ok(Msg::Hello {
+            version,
+            rank,
+            pid,
+            secret,
+        }) => {
             let refuse = |s: &mut UnixStream, why: String| {
                 tracing::warn!("wire-up server: refused a client: {why}");
                 let _ = wire::write_msg(s, &Msg::Error { msg: why });
@@ -141,12 +157,18 @@ fn serve(sh: &Shared, mut s: UnixStream) {
             if version != wire::PROTOCOL_VERSION {
                 return refuse(
                     &mut s,
-                    format!("protocol version {version}, server speaks {}", wire::PROTOCOL_VERSION),
+                    format!(
+                        "protocol version {version}, server speaks {}",
+                        wire::PROTOCOL_VERSION
+                    ),
                 );
             }
             let rank = rank as usize;
             if rank >= sh.size {
-                return refuse(&mut s, format!("rank {rank} is out of range for a job of {} ranks", sh.size));
+                return refuse(
+                    &mut s,
+                    format!("rank {rank} is out of range for a job of {} ranks", sh.size),
+                );
             }
             {
                 let mut st = sh.st.lock().unwrap();
@@ -157,21 +179,40 @@ fn serve(sh: &Shared, mut s: UnixStream) {
                 st.ranks[rank] = RankState::Connected;
             }
             tracing::debug!("wire-up server: rank {rank} (pid {pid}) connected");
-            let welcome = Msg::Welcome { node_ranks: (0..sh.size as u32).collect(), appnum: 0 };
+            let welcome = Msg::Welcome {
+                node_ranks: (0..sh.size as u32).collect(),
+                appnum: 0,
+            };
             if wire::write_msg(&mut s, &welcome).is_err() {
                 lost(sh, rank);
                 return;
             }
             rank
         }
-        Ok(Msg::Abort { rank, secret, code, msg }) => {
+        Ok(Msg::Abort {
+            rank,
+            secret,
+            code,
+            msg,
+        }) => {
             // A standalone abort on a fresh connection.
             let reply = if !secret_ok(&sh.secret, &secret) {
-                Msg::Error { msg: "bad secret".into() }
+                Msg::Error {
+                    msg: "bad secret".into(),
+                }
             } else if rank as usize >= sh.size {
-                Msg::Error { msg: format!("rank {rank} is out of range for a job of {} ranks", sh.size) }
+                Msg::Error {
+                    msg: format!("rank {rank} is out of range for a job of {} ranks", sh.size),
+                }
             } else {
-                send_event(sh, Event::Abort { rank: rank as usize, code, msg });
+                send_event(
+                    sh,
+                    Event::Abort {
+                        rank: rank as usize,
+                        code,
+                        msg,
+                    },
+                );
                 Msg::Ok
             };
             let _ = wire::write_msg(&mut s, &reply);
@@ -179,7 +220,12 @@ fn serve(sh: &Shared, mut s: UnixStream) {
         }
         Ok(other) => {
             tracing::warn!("wire-up server: first message was not Hello: {other:?}");
-            let _ = wire::write_msg(&mut s, &Msg::Error { msg: "expected Hello".into() });
+            let _ = wire::write_msg(
+                &mut s,
+                &Msg::Error {
+                    msg: "expected Hello".into(),
+                },
+            );
             return;
         }
         Err(e) => {
@@ -201,7 +247,8 @@ fn serve(sh: &Shared, mut s: UnixStream) {
             Msg::Fence { puts } => {
                 let reply = {
                     let mut st = sh.st.lock().unwrap();
-                    st.pending.extend(puts.into_iter().map(|(k, v)| (rank as u32, k, v)));
+                    st.pending
+                        .extend(puts.into_iter().map(|(k, v)| (rank as u32, k, v)));
                     st.arrived += 1;
                     let my_gen = st.gen;
                     if st.arrived == sh.size {
@@ -224,7 +271,9 @@ fn serve(sh: &Shared, mut s: UnixStream) {
                     return;
                 }
             }
-            Msg::Abort { secret, code, msg, .. } if secret_ok(&sh.secret, &secret) => {
+            Msg::Abort {
+                secret, code, msg, ..
+            } if secret_ok(&sh.secret, &secret) => {
                 send_event(sh, Event::Abort { rank, code, msg });
                 let _ = wire::write_msg(&mut s, &Msg::Ok);
                 // Keep the connection open: the launcher kills the rank.
@@ -236,7 +285,12 @@ fn serve(sh: &Shared, mut s: UnixStream) {
             }
             other => {
                 tracing::warn!("wire-up server: rank {rank} sent an unexpected {other:?}");
-                let _ = wire::write_msg(&mut s, &Msg::Error { msg: "unexpected message".into() });
+                let _ = wire::write_msg(
+                    &mut s,
+                    &Msg::Error {
+                        msg: "unexpected message".into(),
+                    },
+                );
                 lost(sh, rank);
                 return;
             }
@@ -269,7 +323,12 @@ mod tests {
     fn hello(path: &Path, rank: u32, secret: &[u8]) -> (UnixStream, Msg) {
         let mut s = UnixStream::connect(path).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let h = Msg::Hello { version: wire::PROTOCOL_VERSION, rank, pid: 1, secret: secret.to_vec() };
+        let h = Msg::Hello {
+            version: wire::PROTOCOL_VERSION,
+            rank,
+            pid: 1,
+            secret: secret.to_vec(),
+        };
         wire::write_msg(&mut s, &h).unwrap();
         let r = wire::read_msg(&mut s).unwrap();
         (s, r)
@@ -285,7 +344,13 @@ mod tests {
                 let path = path.clone();
                 thread::spawn(move || {
                     let (mut s, w) = hello(&path, r as u32, &[7; 32]);
-                    assert_eq!(w, Msg::Welcome { node_ranks: (0..n as u32).collect(), appnum: 0 });
+                    assert_eq!(
+                        w,
+                        Msg::Welcome {
+                            node_ranks: (0..n as u32).collect(),
+                            appnum: 0
+                        }
+                    );
                     for round in 0..3u8 {
                         let puts = vec![(format!("k{round}"), vec![r as u8, round])];
                         wire::write_msg(&mut s, &Msg::Fence { puts }).unwrap();
@@ -321,13 +386,24 @@ mod tests {
         let (path, dir) = tmp_sock("refuse");
         let srv = Server::start(&path, 2, vec![1; 32]).unwrap();
         let (_s, r) = hello(&path, 0, &[2; 32]);
-        assert_eq!(r, Msg::Error { msg: "bad secret".into() });
+        assert_eq!(
+            r,
+            Msg::Error {
+                msg: "bad secret".into()
+            }
+        );
         let (_s, r) = hello(&path, 5, &[1; 32]);
-        assert!(matches!(r, Msg::Error { ref msg } if msg.contains("out of range")), "{r:?}");
+        assert!(
+            matches!(r, Msg::Error { ref msg } if msg.contains("out of range")),
+            "{r:?}"
+        );
         let (_s0, r) = hello(&path, 0, &[1; 32]);
         assert!(matches!(r, Msg::Welcome { .. }));
         let (_s, r) = hello(&path, 0, &[1; 32]);
-        assert!(matches!(r, Msg::Error { ref msg } if msg.contains("already")), "{r:?}");
+        assert!(
+            matches!(r, Msg::Error { ref msg } if msg.contains("already")),
+            "{r:?}"
+        );
         assert_eq!(srv.rank_state(1), RankState::NotConnected);
         drop(srv);
         std::fs::remove_dir_all(dir).unwrap();
@@ -343,14 +419,31 @@ mod tests {
         wire::write_msg(&mut s0, &Msg::Fence { puts: vec![] }).unwrap();
         let abort = |secret: Vec<u8>| {
             let mut a = UnixStream::connect(&path).unwrap();
-            let m = Msg::Abort { rank: 0, secret, code: 3, msg: "boom".into() };
+            let m = Msg::Abort {
+                rank: 0,
+                secret,
+                code: 3,
+                msg: "boom".into(),
+            };
             wire::write_msg(&mut a, &m).unwrap();
             wire::read_msg(&mut a).unwrap()
         };
-        assert_eq!(abort(vec![2; 8]), Msg::Error { msg: "bad secret".into() });
+        assert_eq!(
+            abort(vec![2; 8]),
+            Msg::Error {
+                msg: "bad secret".into()
+            }
+        );
         assert_eq!(abort(vec![1; 8]), Msg::Ok);
         let e = srv.events().recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(e, Event::Abort { rank: 0, code: 3, msg: "boom".into() });
+        assert_eq!(
+            e,
+            Event::Abort {
+                rank: 0,
+                code: 3,
+                msg: "boom".into()
+            }
+        );
         drop(s1);
         let e = srv.events().recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(e, Event::Lost { rank: 1 });

@@ -55,7 +55,10 @@ impl Bootstrap for Singleton {
         &self.job_id
     }
     fn put(&self, key: &str, value: &[u8]) {
-        self.pending.lock().unwrap().insert(key.to_string(), value.to_vec());
+        self.pending
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), value.to_vec());
     }
     fn fence(&self) -> MpiResult<()> {
         let p = std::mem::take(&mut *self.pending.lock().unwrap());
@@ -64,7 +67,10 @@ impl Bootstrap for Singleton {
     }
     fn get(&self, rank: usize, key: &str) -> MpiResult<Vec<u8>> {
         if rank != 0 {
-            crate::mpi_bail!(MPI_ERR_RANK, "bootstrap get: rank {rank} is not in a job of 1 rank");
+            crate::mpi_bail!(
+                MPI_ERR_RANK,
+                "bootstrap get: rank {rank} is not in a job of 1 rank"
+            );
         }
         match self.visible.lock().unwrap().get(key) {
             Some(v) => Ok(v.clone()),
@@ -90,9 +96,15 @@ mod tests {
     #[test]
     fn singleton_put_fence_get() {
         let s = Singleton::new();
-        assert_eq!((s.rank(), s.size(), s.local_rank(), s.local_size()), (0, 1, 0, 1));
+        assert_eq!(
+            (s.rank(), s.size(), s.local_rank(), s.local_size()),
+            (0, 1, 0, 1)
+        );
         assert_eq!(s.node_ranks(), vec![0]);
-        assert!(s.job_id().chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        assert!(s
+            .job_id()
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-'));
         s.put("a", b"1");
         assert!(s.get(0, "a").is_err(), "not visible before the fence");
         s.fence().unwrap();

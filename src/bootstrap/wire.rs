@@ -25,14 +25,33 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    Hello { version: u32, rank: u32, pid: u32, secret: Vec<u8> },
-    Welcome { node_ranks: Vec<u32>, appnum: u32 },
-    Fence { puts: Vec<(String, Vec<u8>)> },
-    FenceDone { kvs: Vec<(u32, String, Vec<u8>)> },
-    Abort { rank: u32, secret: Vec<u8>, code: i32, msg: String },
+    Hello {
+        version: u32,
+        rank: u32,
+        pid: u32,
+        secret: Vec<u8>,
+    },
+    Welcome {
+        node_ranks: Vec<u32>,
+        appnum: u32,
+    },
+    Fence {
+        puts: Vec<(String, Vec<u8>)>,
+    },
+    FenceDone {
+        kvs: Vec<(u32, String, Vec<u8>)>,
+    },
+    Abort {
+        rank: u32,
+        secret: Vec<u8>,
+        code: i32,
+        msg: String,
+    },
     Finalize,
     Ok,
-    Error { msg: String },
+    Error {
+        msg: String,
+    },
 }
 
 const K_HELLO: u8 = 1;
@@ -57,7 +76,12 @@ impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; 4];
         match self {
-            Msg::Hello { version, rank, pid, secret } => {
+            Msg::Hello {
+                version,
+                rank,
+                pid,
+                secret,
+            } => {
                 b.push(K_HELLO);
                 put_u32(&mut b, *version);
                 put_u32(&mut b, *rank);
@@ -89,7 +113,12 @@ impl Msg {
                     put_bytes(&mut b, v);
                 }
             }
-            Msg::Abort { rank, secret, code, msg } => {
+            Msg::Abort {
+                rank,
+                secret,
+                code,
+                msg,
+            } => {
                 b.push(K_ABORT);
                 put_u32(&mut b, *rank);
                 put_bytes(&mut b, secret);
@@ -113,9 +142,12 @@ impl Msg {
         let mut c = Cursor { b: body, pos: 0 };
         let kind = c.u8()?;
         let m = match kind {
-            K_HELLO => {
-                Msg::Hello { version: c.u32()?, rank: c.u32()?, pid: c.u32()?, secret: c.bytes()?.to_vec() }
-            }
+            K_HELLO => Msg::Hello {
+                version: c.u32()?,
+                rank: c.u32()?,
+                pid: c.u32()?,
+                secret: c.bytes()?.to_vec(),
+            },
             K_WELCOME => {
                 let appnum = c.u32()?;
                 let n = c.count(4)?;
@@ -153,7 +185,10 @@ impl Msg {
             k => return Err(format!("unknown message kind {k}")),
         };
         if c.pos != body.len() {
-            return Err(format!("{} trailing bytes after message kind {kind}", body.len() - c.pos));
+            return Err(format!(
+                "{} trailing bytes after message kind {kind}",
+                body.len() - c.pos
+            ));
         }
         Ok(m)
     }
@@ -167,7 +202,10 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.b.len() - self.pos < n {
-            return Err(format!("truncated message: need {n} bytes at offset {}", self.pos));
+            return Err(format!(
+                "truncated message: need {n} bytes at offset {}",
+                self.pos
+            ));
         }
         let s = &self.b[self.pos..self.pos + n];
         self.pos += n;
@@ -231,7 +269,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
 /// Read and decode one message; end of stream and garbage are errors.
 pub fn read_msg(r: &mut impl Read) -> io::Result<Msg> {
     match read_frame(r)? {
-        None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed")),
+        None => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        )),
         Some(body) => Msg::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
     }
 }
@@ -250,7 +291,10 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Tiny deterministic PRNG for the fuzz tests (no extra dependency).
@@ -278,12 +322,29 @@ mod tests {
 
     fn samples() -> Vec<Msg> {
         vec![
-            Msg::Hello { version: PROTOCOL_VERSION, rank: 3, pid: 4242, secret: vec![1, 2, 3, 255] },
-            Msg::Welcome { node_ranks: vec![0, 1, 2], appnum: 0 },
-            Msg::Fence { puts: vec![("addr".into(), b"xyz".to_vec()), ("empty".into(), vec![])] },
+            Msg::Hello {
+                version: PROTOCOL_VERSION,
+                rank: 3,
+                pid: 4242,
+                secret: vec![1, 2, 3, 255],
+            },
+            Msg::Welcome {
+                node_ranks: vec![0, 1, 2],
+                appnum: 0,
+            },
+            Msg::Fence {
+                puts: vec![("addr".into(), b"xyz".to_vec()), ("empty".into(), vec![])],
+            },
             Msg::Fence { puts: vec![] },
-            Msg::FenceDone { kvs: vec![(0, "a".into(), vec![9; 100]), (7, "b".into(), vec![])] },
-            Msg::Abort { rank: 2, secret: vec![1; 4], code: -3, msg: "bad thing".into() },
+            Msg::FenceDone {
+                kvs: vec![(0, "a".into(), vec![9; 100]), (7, "b".into(), vec![])],
+            },
+            Msg::Abort {
+                rank: 2,
+                secret: vec![1; 4],
+                code: -3,
+                msg: "bad thing".into(),
+            },
             Msg::Finalize,
             Msg::Ok,
             Msg::Error { msg: "no".into() },

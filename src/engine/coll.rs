@@ -79,7 +79,10 @@ impl CollExec {
             BufId::Tmp => (self.tmp.as_mut_ptr(), self.tmp.len()),
         };
         if r.len > 0 && (base.is_null() || r.off.checked_add(r.len).is_none_or(|e| e > len)) {
-            crate::mpi_bail!(MPI_ERR_INTERN, "schedule region {r:?} is outside its buffer");
+            crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "schedule region {r:?} is outside its buffer"
+            );
         }
         if r.len == 0 {
             return Ok(std::ptr::NonNull::dangling().as_ptr());
@@ -103,7 +106,10 @@ impl CollExec {
                 let s = eng.test(r).expect("completed request");
                 self.pending.swap_remove(i);
                 if s.error != MPI_SUCCESS {
-                    return Err(MpiError::new(s.error, "message of a collective was truncated"));
+                    return Err(MpiError::new(
+                        s.error,
+                        "message of a collective was truncated",
+                    ));
                 }
             } else {
                 i += 1;
@@ -151,7 +157,7 @@ impl CollExec {
                 Step::Recv { peer, dst } => {
                     let buf = self.ptr(&dst)?;
                     self.world(peer)?; // validates the peer
-                    // SAFETY: as for Send; the schedule does not touch dst before the Wait.
+                                       // SAFETY: as for Send; the schedule does not touch dst before the Wait.
                     let r = unsafe { eng.irecv(buf, dst.len, self.ctx, peer as i32, self.tag)? };
                     self.pending.push(r);
                 }
@@ -164,27 +170,39 @@ impl CollExec {
                 }
                 Step::Reduce { src, dst } => {
                     if src.len != dst.len {
-                        crate::mpi_bail!(MPI_ERR_INTERN, "reduce step with lengths {} and {}", src.len, dst.len);
+                        crate::mpi_bail!(
+                            MPI_ERR_INTERN,
+                            "reduce step with lengths {} and {}",
+                            src.len,
+                            dst.len
+                        );
                     }
                     let s = self.ptr(&src)?;
                     let d = self.ptr(&dst)?;
                     self.scratch.clear();
                     // SAFETY: src is valid for len bytes; copying it first avoids aliasing with dst.
-                    self.scratch.extend_from_slice(unsafe { std::slice::from_raw_parts(s, src.len) });
+                    self.scratch
+                        .extend_from_slice(unsafe { std::slice::from_raw_parts(s, src.len) });
                     // SAFETY: dst is valid for len bytes and not otherwise borrowed now.
                     let out = unsafe { std::slice::from_raw_parts_mut(d, dst.len) };
                     (self.reduce)(&self.scratch, out)?;
                 }
                 Step::ReduceRev { src, dst } => {
                     if src.len != dst.len {
-                        crate::mpi_bail!(MPI_ERR_INTERN, "reduce step with lengths {} and {}", src.len, dst.len);
+                        crate::mpi_bail!(
+                            MPI_ERR_INTERN,
+                            "reduce step with lengths {} and {}",
+                            src.len,
+                            dst.len
+                        );
                     }
                     let s = self.ptr(&src)?;
                     let d = self.ptr(&dst)?;
                     // scratch = dst op src, then dst = scratch.
                     self.scratch.clear();
                     // SAFETY: src is valid for len bytes.
-                    self.scratch.extend_from_slice(unsafe { std::slice::from_raw_parts(s, src.len) });
+                    self.scratch
+                        .extend_from_slice(unsafe { std::slice::from_raw_parts(s, src.len) });
                     // SAFETY: dst is valid for len bytes; read-only here, scratch is separate.
                     let left = unsafe { std::slice::from_raw_parts(d, dst.len) }.to_vec();
                     (self.reduce)(&left, &mut self.scratch)?;
@@ -199,7 +217,11 @@ impl CollExec {
     fn world(&self, peer: usize) -> MpiResult<usize> {
         match self.peers_world.get(peer) {
             Some(&w) => Ok(w),
-            None => crate::mpi_bail!(MPI_ERR_INTERN, "schedule peer {peer} outside a communicator of {}", self.peers_world.len()),
+            None => crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "schedule peer {peer} outside a communicator of {}",
+                self.peers_world.len()
+            ),
         }
     }
 
@@ -212,7 +234,10 @@ impl Drop for CollExec {
     fn drop(&mut self) {
         // An abandoned executor must not leave the engine writing into freed Tmp memory.
         if !self.pending.is_empty() {
-            tracing::warn!("engine::coll: executor dropped with {} operations in flight", self.pending.len());
+            tracing::warn!(
+                "engine::coll: executor dropped with {} operations in flight",
+                self.pending.len()
+            );
         }
     }
 }

@@ -106,8 +106,15 @@ impl EngineConfig {
     pub fn from_env(world_size: usize) -> Self {
         // SAFETY: sysconf with a valid name has no preconditions.
         let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        let cma_min = if world_size > cores { 0 } else { crate::config::get_usize("GPUMPI_SHM_CMA_MIN") };
-        EngineConfig { eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT"), cma_min }
+        let cma_min = if world_size > cores {
+            0
+        } else {
+            crate::config::get_usize("GPUMPI_SHM_CMA_MIN")
+        };
+        EngineConfig {
+            eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT"),
+            cma_min,
+        }
     }
 }
 
@@ -148,8 +155,12 @@ struct Req {
 
 enum UBody {
     /// Eager data received so far (fragments arrive in order, so it is a prefix).
-    Eager { data: Vec<u8> },
-    Rndv { addr: u64 },
+    Eager {
+        data: Vec<u8>,
+    },
+    Rndv {
+        addr: u64,
+    },
 }
 
 struct Unexp {
@@ -172,9 +183,18 @@ enum FragTarget {
 enum Out {
     Ctrl(Header),
     /// Frames of an eager send, from byte `off` (`first`: the EAGER frame is not sent yet).
-    Eager { sreq: u64, off: usize, first: bool },
+    Eager {
+        sreq: u64,
+        off: usize,
+        first: bool,
+    },
     /// Streamed rendezvous data (no CMA) for receive `rreq`, bytes `off..end`.
-    Stream { sreq: u64, rreq: u64, off: usize, end: usize },
+    Stream {
+        sreq: u64,
+        rreq: u64,
+        off: usize,
+        end: usize,
+    },
 }
 
 struct PostedRecv {
@@ -228,19 +248,33 @@ unsafe impl Send for Engine {}
 
 #[inline]
 fn matches(want_ctx: u32, want_src: i32, want_tag: i32, ctx: u32, src: i32, tag: i32) -> bool {
-    want_ctx == ctx && (want_src == MPI_ANY_SOURCE || want_src == src) && (want_tag == MPI_ANY_TAG || want_tag == tag)
+    want_ctx == ctx
+        && (want_src == MPI_ANY_SOURCE || want_src == src)
+        && (want_tag == MPI_ANY_TAG || want_tag == tag)
 }
 
 impl Engine {
     /// An engine over `transport` for rank `my_world_rank` of `world_size`, eager limit from
     /// `GPUMPI_EAGER_LIMIT`.
     pub fn new(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize) -> Self {
-        Self::with_config(transport, my_world_rank, world_size, EngineConfig::from_env(world_size))
+        Self::with_config(
+            transport,
+            my_world_rank,
+            world_size,
+            EngineConfig::from_env(world_size),
+        )
     }
 
-    pub fn with_config(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize, cfg: EngineConfig) -> Self {
+    pub fn with_config(
+        transport: Box<dyn Transport>,
+        my_world_rank: usize,
+        world_size: usize,
+        cfg: EngineConfig,
+    ) -> Self {
         let max_payload = transport.max_payload().max(8);
-        let can_read = (0..world_size).map(|r| r == my_world_rank || transport.can_read_remote(r)).collect();
+        let can_read = (0..world_size)
+            .map(|r| r == my_world_rank || transport.can_read_remote(r))
+            .collect();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single copy from {} bytes, frame payload {max_payload} bytes",
             cfg.eager_limit,
@@ -293,7 +327,12 @@ impl Engine {
     /// `a.buf .. a.buf + a.len` must stay valid and unmodified until the request completes.
     pub unsafe fn isend(&mut self, a: SendArgs) -> MpiResult<ReqId> {
         if a.dst_world >= self.size {
-            crate::mpi_bail!(MPI_ERR_INTERN, "isend to world rank {} of {}", a.dst_world, self.size);
+            crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "isend to world rank {} of {}",
+                a.dst_world,
+                self.size
+            );
         }
         let eager = a.len <= self.eager_limit;
         let hdr = Header {
@@ -306,7 +345,13 @@ impl Engine {
             arg: a.buf as u64,
             ..Default::default()
         };
-        let status = Status { source: a.src_rank, tag: a.tag, error: MPI_SUCCESS, bytes: a.len, cancelled: false };
+        let status = Status {
+            source: a.src_rank,
+            tag: a.tag,
+            error: MPI_SUCCESS,
+            bytes: a.len,
+            cancelled: false,
+        };
         let sreq = self.st.reqs.insert(Req {
             done: false,
             freed: false,
@@ -321,20 +366,36 @@ impl Engine {
         });
         let mut hdr = hdr;
         hdr.sreq = sreq;
-        if let Some(Req { kind: ReqKind::Send(s), .. }) = self.st.reqs.get_mut(sreq) {
+        if let Some(Req {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.st.reqs.get_mut(sreq)
+        {
             s.hdr.sreq = sreq;
         }
         if a.dst_world == self.st.me {
             if eager {
                 // SAFETY: the caller guarantees buf..buf+len is valid (a zero length needs no read).
-                let data = if a.len == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(a.buf, a.len) }.to_vec() };
+                let data = if a.len == 0 {
+                    Vec::new()
+                } else {
+                    unsafe { std::slice::from_raw_parts(a.buf, a.len) }.to_vec()
+                };
                 self.st.loopq.push_back((hdr, data));
                 self.st.mark_pushed(sreq);
             } else {
                 self.st.loopq.push_back((hdr, Vec::new()));
             }
         } else {
-            let out = if eager { Out::Eager { sreq, off: 0, first: true } } else { Out::Ctrl(hdr) };
+            let out = if eager {
+                Out::Eager {
+                    sreq,
+                    off: 0,
+                    first: true,
+                }
+            } else {
+                Out::Ctrl(hdr)
+            };
             self.st.enqueue(a.dst_world, out);
             self.flush(a.dst_world);
         }
@@ -346,21 +407,30 @@ impl Engine {
     ///
     /// # Safety
     /// `buf .. buf + cap` must stay valid and unaliased until the request completes.
-    pub unsafe fn irecv(&mut self, buf: *mut u8, cap: usize, ctx: u32, src: i32, tag: i32) -> MpiResult<ReqId> {
+    pub unsafe fn irecv(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> MpiResult<ReqId> {
         let rreq = self.st.reqs.insert(Req {
             done: false,
             freed: false,
             status: Status::default(),
-            kind: ReqKind::Recv(RecvState { buf, cap, posted: false, expect: 0, got: 0 }),
+            kind: ReqKind::Recv(RecvState {
+                buf,
+                cap,
+                posted: false,
+                expect: 0,
+                got: 0,
+            }),
         });
-        let found = self
-            .st
-            .unexp_order
-            .iter()
-            .position(|&u| {
-                let m = self.st.unexp.get(u).expect("unexpected entry");
-                matches(ctx, src, tag, m.ctx, m.src_rank, m.tag)
-            });
+        let found = self.st.unexp_order.iter().position(|&u| {
+            let m = self.st.unexp.get(u).expect("unexpected entry");
+            matches(ctx, src, tag, m.ctx, m.src_rank, m.tag)
+        });
         match found {
             Some(pos) => {
                 let uid = self.st.unexp_order.remove(pos).unwrap();
@@ -370,10 +440,19 @@ impl Engine {
                 self.flush_all();
             }
             None => {
-                if let Some(Req { kind: ReqKind::Recv(r), .. }) = self.st.reqs.get_mut(rreq) {
+                if let Some(Req {
+                    kind: ReqKind::Recv(r),
+                    ..
+                }) = self.st.reqs.get_mut(rreq)
+                {
                     r.posted = true;
                 }
-                self.st.posted.push_back(PostedRecv { rreq, ctx, src, tag });
+                self.st.posted.push_back(PostedRecv {
+                    rreq,
+                    ctx,
+                    src,
+                    tag,
+                });
             }
         }
         Ok(ReqId(rreq))
@@ -382,7 +461,9 @@ impl Engine {
     /// Nonblocking probe (makes progress first).
     pub fn iprobe(&mut self, ctx: u32, src: i32, tag: i32) -> Option<Status> {
         self.progress();
-        self.st.find_unexp(ctx, src, tag).map(|(_, uid)| self.st.unexp_status(uid))
+        self.st
+            .find_unexp(ctx, src, tag)
+            .map(|(_, uid)| self.st.unexp_status(uid))
     }
 
     /// Nonblocking matched probe: the message leaves matching and can only be received with
@@ -400,13 +481,22 @@ impl Engine {
     /// As [`Engine::irecv`].
     pub unsafe fn imrecv(&mut self, msg: MsgId, buf: *mut u8, cap: usize) -> MpiResult<ReqId> {
         let Some(m) = self.st.unexp.remove(msg.0) else {
-            crate::mpi_bail!(MPI_ERR_REQUEST, "message handle was already received or is invalid");
+            crate::mpi_bail!(
+                MPI_ERR_REQUEST,
+                "message handle was already received or is invalid"
+            );
         };
         let rreq = self.st.reqs.insert(Req {
             done: false,
             freed: false,
             status: Status::default(),
-            kind: ReqKind::Recv(RecvState { buf, cap, posted: false, expect: 0, got: 0 }),
+            kind: ReqKind::Recv(RecvState {
+                buf,
+                cap,
+                posted: false,
+                expect: 0,
+                got: 0,
+            }),
         });
         self.st.bind(rreq, msg.0, m);
         self.run_reads();
@@ -442,12 +532,20 @@ impl Engine {
     /// Cancel: a receive that has not matched completes as cancelled; anything else is left
     /// alone (sends are never cancelled). Returns whether the request was cancelled.
     pub fn cancel(&mut self, req: ReqId) -> bool {
-        let Some(r) = self.st.reqs.get_mut(req.0) else { return false };
+        let Some(r) = self.st.reqs.get_mut(req.0) else {
+            return false;
+        };
         if let ReqKind::Recv(rs) = &mut r.kind {
             if rs.posted {
                 rs.posted = false;
                 r.done = true;
-                r.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, error: MPI_SUCCESS, bytes: 0, cancelled: true };
+                r.status = Status {
+                    source: MPI_ANY_SOURCE,
+                    tag: MPI_ANY_TAG,
+                    error: MPI_SUCCESS,
+                    bytes: 0,
+                    cancelled: true,
+                };
                 self.st.posted.retain(|p| p.rreq != req.0);
                 return true;
             }
@@ -509,7 +607,10 @@ impl Engine {
         while i < self.colls.len() {
             let id = self.colls[i];
             let exec = match self.st.reqs.get_mut(id) {
-                Some(Req { kind: ReqKind::Coll(x), .. }) => x.take(),
+                Some(Req {
+                    kind: ReqKind::Coll(x),
+                    ..
+                }) => x.take(),
                 _ => None,
             };
             let Some(mut exec) = exec else {
@@ -517,17 +618,30 @@ impl Engine {
                 continue;
             };
             let r = exec.advance(self);
-            let Some(req) = self.st.reqs.get_mut(id) else { unreachable!("collective request vanished") };
+            let Some(req) = self.st.reqs.get_mut(id) else {
+                unreachable!("collective request vanished")
+            };
             match r {
                 Ok(false) => {
                     req.kind = ReqKind::Coll(Some(exec));
                     i += 1;
                     continue;
                 }
-                Ok(true) => req.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, ..Status::default() },
+                Ok(true) => {
+                    req.status = Status {
+                        source: MPI_ANY_SOURCE,
+                        tag: MPI_ANY_TAG,
+                        ..Status::default()
+                    }
+                }
                 Err(e) => {
                     tracing::debug!("engine: nonblocking collective failed: {e}");
-                    req.status = Status { source: MPI_ANY_SOURCE, tag: MPI_ANY_TAG, error: e.class, ..Status::default() };
+                    req.status = Status {
+                        source: MPI_ANY_SOURCE,
+                        tag: MPI_ANY_TAG,
+                        error: e.class,
+                        ..Status::default()
+                    };
                 }
             }
             drop(exec);
@@ -573,7 +687,13 @@ impl Engine {
     fn run_reads(&mut self) {
         let reads = std::mem::take(&mut self.st.reads);
         for r in reads {
-            let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.st.reqs.get(r.rreq) else { continue };
+            let Some(Req {
+                kind: ReqKind::Recv(rs),
+                ..
+            }) = self.st.reqs.get(r.rreq)
+            else {
+                continue;
+            };
             let buf = rs.buf;
             let ok = if r.want == 0 {
                 true
@@ -586,15 +706,28 @@ impl Engine {
             } else {
                 // SAFETY: buf holds at least want bytes (want <= cap) and is owned by this
                 // receive; the remote range is the sender's buffer, kept until our FIN.
-                unsafe { self.tp.read_remote(r.src_world, r.addr, std::slice::from_raw_parts_mut(buf, r.want)) }
+                unsafe {
+                    self.tp.read_remote(
+                        r.src_world,
+                        r.addr,
+                        std::slice::from_raw_parts_mut(buf, r.want),
+                    )
+                }
             };
             if ok {
-                let fin = Header { kind: kind::FIN, sreq: r.sreq, ..Default::default() };
+                let fin = Header {
+                    kind: kind::FIN,
+                    sreq: r.sreq,
+                    ..Default::default()
+                };
                 self.st.send_ctrl(r.src_world, fin);
                 self.st.complete(r.rreq);
             } else {
                 // CMA refused at run time: fall back to streaming for this peer from now on.
-                tracing::debug!("engine: single-copy read from rank {} failed; streaming instead", r.src_world);
+                tracing::debug!(
+                    "engine: single-copy read from rank {} failed; streaming instead",
+                    r.src_world
+                );
                 self.st.can_read[r.src_world] = false;
                 self.st.request_stream(r.rreq, r.src_world, r.sreq, r.want);
             }
@@ -629,15 +762,32 @@ impl Engine {
                 }
                 Out::Eager { sreq, off, first } => {
                     let sreq = *sreq;
-                    let Some(Req { kind: ReqKind::Send(s), .. }) = self.st.reqs.get(sreq) else {
+                    let Some(Req {
+                        kind: ReqKind::Send(s),
+                        ..
+                    }) = self.st.reqs.get(sreq)
+                    else {
                         self.st.outq[dst].pop_front();
                         continue;
                     };
                     let n = (s.len - *off).min(maxp);
                     // SAFETY: the send buffer is valid for len bytes until the send completes,
                     // which happens only after its last frame is pushed.
-                    let data = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(s.buf.add(*off), n) } };
-                    let h = if *first { s.hdr } else { Header { kind: kind::FRAG, sreq, arg: *off as u64, ..Default::default() } };
+                    let data = if n == 0 {
+                        &[][..]
+                    } else {
+                        unsafe { std::slice::from_raw_parts(s.buf.add(*off), n) }
+                    };
+                    let h = if *first {
+                        s.hdr
+                    } else {
+                        Header {
+                            kind: kind::FRAG,
+                            sreq,
+                            arg: *off as u64,
+                            ..Default::default()
+                        }
+                    };
                     if !self.tp.try_send(dst, &h, data) {
                         return did;
                     }
@@ -648,16 +798,30 @@ impl Engine {
                         self.st.mark_pushed(sreq);
                     }
                 }
-                Out::Stream { sreq, rreq, off, end } => {
+                Out::Stream {
+                    sreq,
+                    rreq,
+                    off,
+                    end,
+                } => {
                     let sreq = *sreq;
-                    let Some(Req { kind: ReqKind::Send(s), .. }) = self.st.reqs.get(sreq) else {
+                    let Some(Req {
+                        kind: ReqKind::Send(s),
+                        ..
+                    }) = self.st.reqs.get(sreq)
+                    else {
                         self.st.outq[dst].pop_front();
                         continue;
                     };
                     let n = (*end - *off).min(maxp);
                     // SAFETY: as above; end <= len.
                     let data = unsafe { std::slice::from_raw_parts(s.buf.add(*off), n) };
-                    let h = Header { kind: kind::DATA, rreq: *rreq, arg: *off as u64, ..Default::default() };
+                    let h = Header {
+                        kind: kind::DATA,
+                        rreq: *rreq,
+                        arg: *off as u64,
+                        ..Default::default()
+                    };
                     if !self.tp.try_send(dst, &h, data) {
                         return did;
                     }

@@ -32,7 +32,11 @@ impl State {
 
     /// All data of send `id` is out of the user buffer's hands.
     pub(super) fn mark_pushed(&mut self, id: u64) {
-        if let Some(Req { kind: ReqKind::Send(s), .. }) = self.reqs.get_mut(id) {
+        if let Some(Req {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.reqs.get_mut(id)
+        {
             s.pushed = true;
             if !s.need_ack {
                 self.complete(id);
@@ -49,12 +53,29 @@ impl State {
 
     pub(super) fn unexp_status(&self, uid: u64) -> Status {
         let m = self.unexp.get(uid).expect("unexpected entry");
-        Status { source: m.src_rank, tag: m.tag, error: MPI_SUCCESS, bytes: m.total, cancelled: false }
+        Status {
+            source: m.src_rank,
+            tag: m.tag,
+            error: MPI_SUCCESS,
+            bytes: m.total,
+            cancelled: false,
+        }
     }
 
     /// Set the receive's status at match time.
-    pub(super) fn matched(&mut self, rreq: u64, src_rank: i32, tag: i32, total: usize) -> (*mut u8, usize) {
-        let Some(Req { kind: ReqKind::Recv(rs), status, .. }) = self.reqs.get_mut(rreq) else {
+    pub(super) fn matched(
+        &mut self,
+        rreq: u64,
+        src_rank: i32,
+        tag: i32,
+        total: usize,
+    ) -> (*mut u8, usize) {
+        let Some(Req {
+            kind: ReqKind::Recv(rs),
+            status,
+            ..
+        }) = self.reqs.get_mut(rreq)
+        else {
             unreachable!("matched a receive that does not exist")
         };
         rs.posted = false;
@@ -62,7 +83,11 @@ impl State {
         *status = Status {
             source: src_rank,
             tag,
-            error: if total > rs.cap { MPI_ERR_TRUNCATE } else { MPI_SUCCESS },
+            error: if total > rs.cap {
+                MPI_ERR_TRUNCATE
+            } else {
+                MPI_SUCCESS
+            },
             bytes: n,
             cancelled: false,
         };
@@ -73,7 +98,14 @@ impl State {
     pub(super) fn bind(&mut self, rreq: u64, uid: u64, m: Unexp) {
         let (buf, cap) = self.matched(rreq, m.src_rank, m.tag, m.total);
         if m.sync {
-            self.send_ctrl(m.src_world, Header { kind: kind::ACK, sreq: m.sreq, ..Default::default() });
+            self.send_ctrl(
+                m.src_world,
+                Header {
+                    kind: kind::ACK,
+                    sreq: m.sreq,
+                    ..Default::default()
+                },
+            );
         }
         match m.body {
             UBody::Eager { data } => {
@@ -85,32 +117,65 @@ impl State {
                 if data.len() == m.total {
                     self.complete(rreq);
                 } else {
-                    if let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) {
+                    if let Some(Req {
+                        kind: ReqKind::Recv(rs),
+                        ..
+                    }) = self.reqs.get_mut(rreq)
+                    {
                         rs.expect = m.total;
                         rs.got = data.len();
                     }
-                    self.frags.insert((m.src_world, m.sreq), FragTarget::Recv(rreq));
+                    self.frags
+                        .insert((m.src_world, m.sreq), FragTarget::Recv(rreq));
                     let _ = uid;
                 }
             }
-            UBody::Rndv { addr } => self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap)),
+            UBody::Rndv { addr } => {
+                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap))
+            }
         }
     }
 
-    pub(super) fn start_rndv(&mut self, rreq: u64, src_world: usize, sreq: u64, addr: u64, want: usize) {
+    pub(super) fn start_rndv(
+        &mut self,
+        rreq: u64,
+        src_world: usize,
+        sreq: u64,
+        addr: u64,
+        want: usize,
+    ) {
         if self.can_read[src_world] && (want >= self.cma_min || src_world == self.me) {
-            self.reads.push(PendingRead { rreq, src_world, sreq, addr, want });
+            self.reads.push(PendingRead {
+                rreq,
+                src_world,
+                sreq,
+                addr,
+                want,
+            });
         } else {
             self.request_stream(rreq, src_world, sreq, want);
         }
     }
 
     pub(super) fn request_stream(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize) {
-        if let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) {
+        if let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        {
             rs.expect = want;
             rs.got = 0;
         }
-        self.send_ctrl(src_world, Header { kind: kind::CTS, sreq, rreq, total: want as u64, ..Default::default() });
+        self.send_ctrl(
+            src_world,
+            Header {
+                kind: kind::CTS,
+                sreq,
+                rreq,
+                total: want as u64,
+                ..Default::default()
+            },
+        );
         if want == 0 {
             self.complete(rreq);
         }
@@ -119,7 +184,11 @@ impl State {
     /// Copy `p` (bytes at `off` of the message) into receive `rreq`; complete it when all
     /// expected bytes are in.
     pub(super) fn deliver(&mut self, rreq: u64, off: usize, p: &[u8]) {
-        let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) else {
+        let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        else {
             tracing::error!("engine: data for unknown receive {rreq:#x}");
             return;
         };
@@ -146,14 +215,20 @@ impl State {
                         self.reqs.get(rreq).is_none_or(|r| r.done)
                     }
                     Some(FragTarget::Unexp(uid)) => match self.unexp.get_mut(uid) {
-                        Some(Unexp { body: UBody::Eager { data }, total, .. }) => {
+                        Some(Unexp {
+                            body: UBody::Eager { data },
+                            total,
+                            ..
+                        }) => {
                             data.extend_from_slice(p);
                             data.len() >= *total
                         }
                         _ => true,
                     },
                     None => {
-                        tracing::error!("engine: fragment of unknown message from rank {src_world}");
+                        tracing::error!(
+                            "engine: fragment of unknown message from rank {src_world}"
+                        );
                         false
                     }
                 };
@@ -166,13 +241,25 @@ impl State {
                 if want == 0 {
                     self.mark_pushed(h.sreq);
                 } else {
-                    self.enqueue(src_world, Out::Stream { sreq: h.sreq, rreq: h.rreq, off: 0, end: want });
+                    self.enqueue(
+                        src_world,
+                        Out::Stream {
+                            sreq: h.sreq,
+                            rreq: h.rreq,
+                            off: 0,
+                            end: want,
+                        },
+                    );
                 }
             }
             kind::DATA => self.deliver(h.rreq, h.arg as usize, p),
             kind::FIN => self.mark_pushed(h.sreq),
             kind::ACK => {
-                if let Some(Req { kind: ReqKind::Send(s), .. }) = self.reqs.get_mut(h.sreq) {
+                if let Some(Req {
+                    kind: ReqKind::Send(s),
+                    ..
+                }) = self.reqs.get_mut(h.sreq)
+                {
                     s.need_ack = false;
                     if s.pushed {
                         self.complete(h.sreq);
@@ -186,7 +273,10 @@ impl State {
     pub(super) fn on_new_message(&mut self, src_world: usize, h: &Header, p: &[u8]) {
         let total = h.total as usize;
         let sync = h.flags & FLAG_SYNC != 0;
-        let pos = self.posted.iter().position(|r| matches(r.ctx, r.src, r.tag, h.ctx, h.src_rank, h.tag));
+        let pos = self
+            .posted
+            .iter()
+            .position(|r| matches(r.ctx, r.src, r.tag, h.ctx, h.src_rank, h.tag));
         if let Some(pos) = pos {
             let rreq = self.posted.remove(pos).unwrap().rreq;
             let (_, cap) = self.matched(rreq, h.src_rank, h.tag, total);
@@ -195,14 +285,26 @@ impl State {
                 return;
             }
             if sync {
-                self.send_ctrl(src_world, Header { kind: kind::ACK, sreq: h.sreq, ..Default::default() });
+                self.send_ctrl(
+                    src_world,
+                    Header {
+                        kind: kind::ACK,
+                        sreq: h.sreq,
+                        ..Default::default()
+                    },
+                );
             }
-            if let Some(Req { kind: ReqKind::Recv(rs), .. }) = self.reqs.get_mut(rreq) {
+            if let Some(Req {
+                kind: ReqKind::Recv(rs),
+                ..
+            }) = self.reqs.get_mut(rreq)
+            {
                 rs.expect = total;
                 rs.got = 0;
             }
             if p.len() < total {
-                self.frags.insert((src_world, h.sreq), FragTarget::Recv(rreq));
+                self.frags
+                    .insert((src_world, h.sreq), FragTarget::Recv(rreq));
             }
             self.deliver(rreq, 0, p);
             if total == 0 {
@@ -228,7 +330,8 @@ impl State {
             body,
         });
         if h.kind == kind::EAGER && p.len() < total {
-            self.frags.insert((src_world, h.sreq), FragTarget::Unexp(uid));
+            self.frags
+                .insert((src_world, h.sreq), FragTarget::Unexp(uid));
         }
         self.unexp_order.push_back(uid);
     }

@@ -7,7 +7,10 @@ pub(crate) struct Slab<T> {
 
 impl<T> Slab<T> {
     pub fn new() -> Self {
-        Slab { items: Vec::new(), free: Vec::new() }
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
     }
 
     /// Ids are never 0: generations start at 1.

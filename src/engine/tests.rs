@@ -11,16 +11,36 @@ fn group(n: usize, cap_msgs: usize, maxp: usize, cma: bool) -> Vec<Engine> {
     InprocTransport::group(n, cap_msgs, maxp, cma)
         .into_iter()
         .enumerate()
-        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT, cma_min: 0 }))
+        .map(|(r, t)| {
+            Engine::with_config(
+                Box::new(t),
+                r,
+                n,
+                EngineConfig {
+                    eager_limit: LIMIT,
+                    cma_min: 0,
+                },
+            )
+        })
         .collect()
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> ReqId {
-    let a = SendArgs { buf: buf.as_ptr(), len: buf.len(), dst_world: dst, ctx: 7, src_rank, tag, sync };
+    let a = SendArgs {
+        buf: buf.as_ptr(),
+        len: buf.len(),
+        dst_world: dst,
+        ctx: 7,
+        src_rank,
+        tag,
+        sync,
+    };
     // SAFETY: every test keeps `buf` alive until the request is waited for.
     unsafe { e.isend(a).unwrap() }
 }
@@ -96,10 +116,16 @@ fn boundaries(cma: bool) {
                 (s, recv(&mut es[1], &mut out, 0, 9))
             };
             let st = wait_on(&mut es, 1, r);
-            assert_eq!((st.source, st.tag, st.error, st.bytes, st.cancelled), (0, 9, 0, n, false));
+            assert_eq!(
+                (st.source, st.tag, st.error, st.bytes, st.cancelled),
+                (0, 9, 0, n, false)
+            );
             let ss = wait_on(&mut es, 0, s);
             assert_eq!(ss.bytes, n);
-            assert!(out == data, "{n} bytes (cma {cma}, posted first {posted_first}) corrupted");
+            assert!(
+                out == data,
+                "{n} bytes (cma {cma}, posted first {posted_first}) corrupted"
+            );
         }
     }
     assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
@@ -121,21 +147,35 @@ fn wildcards_and_non_overtaking() {
     let bufs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 4 + i]).collect();
     // Rank 0 sends tags 1,2,3 (eager), then tag 1 again as a rendezvous message.
     let big = pattern(LIMIT * 3, 1);
-    let mut sreqs: Vec<ReqId> = (0..3).map(|i| send(&mut es[0], &bufs[i], 2, 0, i as i32 + 1, false)).collect();
+    let mut sreqs: Vec<ReqId> = (0..3)
+        .map(|i| send(&mut es[0], &bufs[i], 2, 0, i as i32 + 1, false))
+        .collect();
     sreqs.push(send(&mut es[0], &big, 2, 0, 1, false));
     spin(&mut es, 3);
     // A specific tag skips earlier messages.
     let mut o3 = vec![0u8; 64];
-    let st = { let r = recv(&mut es[2], &mut o3, 0, 3); wait_on(&mut es, 2, r) };
+    let st = {
+        let r = recv(&mut es[2], &mut o3, 0, 3);
+        wait_on(&mut es, 2, r)
+    };
     assert_eq!((st.tag, st.bytes), (3, bufs[2].len()));
     // ANY_TAG takes the rest in send order.
     let mut o = vec![0u8; 64];
-    let st = { let r = recv(&mut es[2], &mut o, 0, ANY_TAG); wait_on(&mut es, 2, r) };
+    let st = {
+        let r = recv(&mut es[2], &mut o, 0, ANY_TAG);
+        wait_on(&mut es, 2, r)
+    };
     assert_eq!((st.tag, st.bytes), (1, bufs[0].len()));
-    let st = { let r = recv(&mut es[2], &mut o, ANY_SRC, ANY_TAG); wait_on(&mut es, 2, r) };
+    let st = {
+        let r = recv(&mut es[2], &mut o, ANY_SRC, ANY_TAG);
+        wait_on(&mut es, 2, r)
+    };
     assert_eq!((st.source, st.tag, st.bytes), (0, 2, bufs[1].len()));
     let mut ob = vec![0u8; big.len()];
-    let st = { let r = recv(&mut es[2], &mut ob, ANY_SRC, 1); wait_on(&mut es, 2, r) };
+    let st = {
+        let r = recv(&mut es[2], &mut ob, ANY_SRC, 1);
+        wait_on(&mut es, 2, r)
+    };
     assert_eq!((st.tag, st.bytes), (1, big.len()));
     assert!(ob == big);
     for s in sreqs {
@@ -145,13 +185,27 @@ fn wildcards_and_non_overtaking() {
     let mut reqs = vec![];
     for k in 0..5u8 {
         reqs.push(send(&mut es[0], std::slice::from_ref(&k), 2, 0, 4, false));
-        reqs.push(send(&mut es[1], std::slice::from_ref(&(k + 100)), 2, 1, 4, false));
+        reqs.push(send(
+            &mut es[1],
+            std::slice::from_ref(&(k + 100)),
+            2,
+            1,
+            4,
+            false,
+        ));
     }
     let (mut last0, mut last1) = (None, None);
     for _ in 0..10 {
         let mut b = [0u8; 1];
-        let st = { let r = recv(&mut es[2], &mut b, ANY_SRC, 4); wait_on(&mut es, 2, r) };
-        let last = if st.source == 0 { &mut last0 } else { &mut last1 };
+        let st = {
+            let r = recv(&mut es[2], &mut b, ANY_SRC, 4);
+            wait_on(&mut es, 2, r)
+        };
+        let last = if st.source == 0 {
+            &mut last0
+        } else {
+            &mut last1
+        };
         if let Some(prev) = *last {
             assert!(b[0] > prev, "overtaking from source {}", st.source);
         }
@@ -272,7 +326,10 @@ fn truncation(cma: bool) {
             let st = wait_on(&mut es, 1, r);
             assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
             assert!(out[..cap] == data[..cap]);
-            assert!(out[cap..].iter().all(|&x| x == 0xEE), "wrote past the receive buffer");
+            assert!(
+                out[cap..].iter().all(|&x| x == 0xEE),
+                "wrote past the receive buffer"
+            );
             assert_eq!(wait_on(&mut es, 0, s).error, 0);
         }
     }
@@ -303,7 +360,10 @@ fn sync_send_waits_for_match() {
             let data = pattern(n, 1);
             let s = send(&mut es[0], &data, dst, 0, 6, true);
             spin(&mut es, 20);
-            assert!(es[0].test(s).is_none(), "sync send of {n} bytes to {dst} completed before a match");
+            assert!(
+                es[0].test(s).is_none(),
+                "sync send of {n} bytes to {dst} completed before a match"
+            );
             let mut out = vec![0u8; n];
             let r = recv(&mut es[dst], &mut out, 0, 6);
             wait_on(&mut es, dst, r);
@@ -331,8 +391,14 @@ fn freed_requests_are_released() {
 fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
     use crate::transport::shm::ShmTransport;
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let job = format!("eng{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    let mut ts: Vec<ShmTransport> = (0..n).map(|r| ShmTransport::create_with(&job, r, n, ring, cma).unwrap()).collect();
+    let job = format!(
+        "eng{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let mut ts: Vec<ShmTransport> = (0..n)
+        .map(|r| ShmTransport::create_with(&job, r, n, ring, cma).unwrap())
+        .collect();
     for t in ts.iter_mut() {
         t.attach_peers().unwrap();
     }
@@ -341,7 +407,17 @@ fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
     }
     ts.into_iter()
         .enumerate()
-        .map(|(r, t)| Engine::with_config(Box::new(t), r, n, EngineConfig { eager_limit: LIMIT, cma_min: 0 }))
+        .map(|(r, t)| {
+            Engine::with_config(
+                Box::new(t),
+                r,
+                n,
+                EngineConfig {
+                    eager_limit: LIMIT,
+                    cma_min: 0,
+                },
+            )
+        })
         .collect()
 }
 
@@ -359,7 +435,9 @@ fn all_to_all(es: Vec<Engine>) {
             std::thread::spawn(move || {
                 let me = e.world_rank();
                 let sends: Vec<Vec<u8>> = sizes.iter().map(|&s| pattern(s, me as u8)).collect();
-                let mut outs: Vec<Vec<u8>> = (0..n * sizes.len()).map(|i| vec![0u8; sizes[i % sizes.len()]]).collect();
+                let mut outs: Vec<Vec<u8>> = (0..n * sizes.len())
+                    .map(|i| vec![0u8; sizes[i % sizes.len()]])
+                    .collect();
                 let mut reqs = vec![];
                 for (i, o) in outs.iter_mut().enumerate() {
                     let (src, k) = (i / sizes.len(), i % sizes.len());
@@ -381,7 +459,11 @@ fn all_to_all(es: Vec<Engine>) {
                 for (i, o) in outs.iter().enumerate() {
                     let (src, k) = (i / sizes.len(), i % sizes.len());
                     if src != me {
-                        assert!(*o == pattern(sizes[k], src as u8), "rank {me}: bad data from {src}, size {}", sizes[k]);
+                        assert!(
+                            *o == pattern(sizes[k], src as u8),
+                            "rank {me}: bad data from {src}, size {}",
+                            sizes[k]
+                        );
                     }
                 }
                 assert_eq!(e.live_requests(), 0);
@@ -439,18 +521,41 @@ mod coll_exec {
         let mut recv = [10u8, 20, 30, 40];
         let sched = Schedule {
             steps: vec![
-                Step::Copy { src: reg(BufId::Send, 0, 4), dst: reg(BufId::Tmp, 0, 4) },
+                Step::Copy {
+                    src: reg(BufId::Send, 0, 4),
+                    dst: reg(BufId::Tmp, 0, 4),
+                },
                 // recv = 2*tmp + recv
-                Step::Reduce { src: reg(BufId::Tmp, 0, 4), dst: reg(BufId::Recv, 0, 4) },
+                Step::Reduce {
+                    src: reg(BufId::Tmp, 0, 4),
+                    dst: reg(BufId::Recv, 0, 4),
+                },
                 // tmp = 2*tmp + recv   (dst op src with dst = tmp)
-                Step::ReduceRev { src: reg(BufId::Recv, 0, 4), dst: reg(BufId::Tmp, 0, 4) },
-                Step::Copy { src: reg(BufId::Tmp, 0, 4), dst: reg(BufId::Recv, 0, 4) },
+                Step::ReduceRev {
+                    src: reg(BufId::Recv, 0, 4),
+                    dst: reg(BufId::Tmp, 0, 4),
+                },
+                Step::Copy {
+                    src: reg(BufId::Tmp, 0, 4),
+                    dst: reg(BufId::Recv, 0, 4),
+                },
             ],
             tmp_len: 4,
         };
         let peers: Arc<[usize]> = Arc::from(vec![0usize]);
         // SAFETY: send/recv outlive the executor.
-        let mut x = unsafe { CollExec::new(sched, send.as_ptr(), recv.as_mut_ptr(), 1, -10, peers, 0, op()) };
+        let mut x = unsafe {
+            CollExec::new(
+                sched,
+                send.as_ptr(),
+                recv.as_mut_ptr(),
+                1,
+                -10,
+                peers,
+                0,
+                op(),
+            )
+        };
         assert!(x.advance(&mut es[0]).unwrap());
         // recv after Reduce: 2*s + r = 12, 24, 36, 48; tmp after ReduceRev: 2*s + that.
         assert_eq!(recv, [14, 28, 42, 56]);
@@ -462,17 +567,35 @@ mod coll_exec {
         let mut steps = vec![];
         for p in 0..n {
             if p != me {
-                steps.push(Step::Send { peer: p, src: reg(BufId::Send, 0, len) });
-                steps.push(Step::Recv { peer: p, dst: reg(BufId::Tmp, p * len, len) });
+                steps.push(Step::Send {
+                    peer: p,
+                    src: reg(BufId::Send, 0, len),
+                });
+                steps.push(Step::Recv {
+                    peer: p,
+                    dst: reg(BufId::Tmp, p * len, len),
+                });
             }
         }
-        steps.push(Step::Copy { src: reg(BufId::Send, 0, len), dst: reg(BufId::Tmp, me * len, len) });
+        steps.push(Step::Copy {
+            src: reg(BufId::Send, 0, len),
+            dst: reg(BufId::Tmp, me * len, len),
+        });
         steps.push(Step::Wait);
-        steps.push(Step::Copy { src: reg(BufId::Tmp, 0, len), dst: reg(BufId::Recv, 0, len) });
+        steps.push(Step::Copy {
+            src: reg(BufId::Tmp, 0, len),
+            dst: reg(BufId::Recv, 0, len),
+        });
         for p in 1..n {
-            steps.push(Step::ReduceRev { src: reg(BufId::Tmp, p * len, len), dst: reg(BufId::Recv, 0, len) });
+            steps.push(Step::ReduceRev {
+                src: reg(BufId::Tmp, p * len, len),
+                dst: reg(BufId::Recv, 0, len),
+            });
         }
-        Schedule { steps, tmp_len: n * len }
+        Schedule {
+            steps,
+            tmp_len: n * len,
+        }
     }
 
     fn expected(n: usize, len: usize, seed: u8) -> Vec<u8> {
@@ -513,7 +636,18 @@ mod coll_exec {
             let mut out = vec![0u8; len];
             let peers: Arc<[usize]> = Arc::from((0..n).collect::<Vec<_>>());
             // SAFETY: mine/out outlive the executor.
-            let mut x = unsafe { CollExec::new(allreduce_schedule(n, me, len), mine.as_ptr(), out.as_mut_ptr(), 3, -5, peers, me, op()) };
+            let mut x = unsafe {
+                CollExec::new(
+                    allreduce_schedule(n, me, len),
+                    mine.as_ptr(),
+                    out.as_mut_ptr(),
+                    3,
+                    -5,
+                    peers,
+                    me,
+                    op(),
+                )
+            };
             let mut b = Backoff::new();
             while !x.advance(e).unwrap() {
                 if e.progress() {
@@ -522,7 +656,10 @@ mod coll_exec {
                     b.snooze()
                 }
             }
-            assert!(out == expected(n, len, 0), "rank {me}: wrong allreduce result");
+            assert!(
+                out == expected(n, len, 0),
+                "rank {me}: wrong allreduce result"
+            );
         });
     }
 
@@ -539,8 +676,26 @@ mod coll_exec {
             // SAFETY: the buffers outlive the collectives (waited for below).
             let (x1, x2) = unsafe {
                 (
-                    CollExec::new(allreduce_schedule(n, me, l1), a.as_ptr(), oa.as_mut_ptr(), 3, -5, peers.clone(), me, op()),
-                    CollExec::new(allreduce_schedule(n, me, l2), b.as_ptr(), ob.as_mut_ptr(), 3, -6, peers, me, op()),
+                    CollExec::new(
+                        allreduce_schedule(n, me, l1),
+                        a.as_ptr(),
+                        oa.as_mut_ptr(),
+                        3,
+                        -5,
+                        peers.clone(),
+                        me,
+                        op(),
+                    ),
+                    CollExec::new(
+                        allreduce_schedule(n, me, l2),
+                        b.as_ptr(),
+                        ob.as_mut_ptr(),
+                        3,
+                        -6,
+                        peers,
+                        me,
+                        op(),
+                    ),
                 )
             };
             // Start in opposite orders on different ranks: tags keep them apart.
@@ -565,13 +720,49 @@ mod coll_exec {
         let peers: Arc<[usize]> = Arc::from(vec![0usize, 1]);
         let big = [1u8; 8];
         let mut small = [0u8; 4];
-        let s0 = Schedule { steps: vec![Step::Send { peer: 1, src: reg(BufId::Send, 0, 8) }, Step::Wait], tmp_len: 0 };
-        let s1 = Schedule { steps: vec![Step::Recv { peer: 0, dst: reg(BufId::Recv, 0, 4) }, Step::Wait], tmp_len: 0 };
+        let s0 = Schedule {
+            steps: vec![
+                Step::Send {
+                    peer: 1,
+                    src: reg(BufId::Send, 0, 8),
+                },
+                Step::Wait,
+            ],
+            tmp_len: 0,
+        };
+        let s1 = Schedule {
+            steps: vec![
+                Step::Recv {
+                    peer: 0,
+                    dst: reg(BufId::Recv, 0, 4),
+                },
+                Step::Wait,
+            ],
+            tmp_len: 0,
+        };
         // SAFETY: buffers outlive the executors.
         let (x0, x1) = unsafe {
             (
-                CollExec::new(s0, big.as_ptr(), std::ptr::null_mut(), 3, -7, peers.clone(), 0, op()),
-                CollExec::new(s1, std::ptr::null(), small.as_mut_ptr(), 3, -7, peers, 1, op()),
+                CollExec::new(
+                    s0,
+                    big.as_ptr(),
+                    std::ptr::null_mut(),
+                    3,
+                    -7,
+                    peers.clone(),
+                    0,
+                    op(),
+                ),
+                CollExec::new(
+                    s1,
+                    std::ptr::null(),
+                    small.as_mut_ptr(),
+                    3,
+                    -7,
+                    peers,
+                    1,
+                    op(),
+                ),
             )
         };
         let r0 = es[0].start_coll(x0);
@@ -587,7 +778,15 @@ fn zero_byte_messages_with_null_buffers() {
     for dst in [0usize, 1] {
         let mut es = group(2, 8, 1000, false);
         for posted_first in [true, false] {
-            let a = SendArgs { buf: std::ptr::null(), len: 0, dst_world: dst, ctx: 7, src_rank: 0, tag: 1, sync: true };
+            let a = SendArgs {
+                buf: std::ptr::null(),
+                len: 0,
+                dst_world: dst,
+                ctx: 7,
+                src_rank: 0,
+                tag: 1,
+                sync: true,
+            };
             let mut rr = None;
             if posted_first {
                 // SAFETY: a zero-byte receive never touches its buffer.
@@ -597,7 +796,9 @@ fn zero_byte_messages_with_null_buffers() {
             let s = unsafe { es[0].isend(a).unwrap() };
             spin(&mut es, 3);
             // SAFETY: as above.
-            let r = rr.unwrap_or_else(|| unsafe { es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 1).unwrap() });
+            let r = rr.unwrap_or_else(|| unsafe {
+                es[dst].irecv(std::ptr::null_mut(), 0, 7, 0, 1).unwrap()
+            });
             let st = wait_on(&mut es, dst, r);
             assert_eq!((st.bytes, st.error, st.tag), (0, 0, 1));
             wait_on(&mut es, 0, s);

@@ -163,7 +163,8 @@ impl Elem {
     pub const LONG_DOUBLE_INT: Elem = Elem::Pair(Basic::LongDouble, Basic::Int);
     pub const TWO_INTEGER: Elem = Elem::Pair(Basic::FInteger, Basic::FInteger);
     pub const TWO_REAL: Elem = Elem::Pair(Basic::FReal, Basic::FReal);
-    pub const TWO_DOUBLE_PRECISION: Elem = Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision);
+    pub const TWO_DOUBLE_PRECISION: Elem =
+        Elem::Pair(Basic::FDoublePrecision, Basic::FDoublePrecision);
 
     /// The predefined pair types.
     pub const PAIRS: &'static [Elem] = &[
@@ -522,7 +523,10 @@ impl Builder {
             return Ok(());
         }
         let ext = child.extent();
-        let last = match isize::try_from(reps - 1).ok().and_then(|r| r.checked_mul(ext)) {
+        let last = match isize::try_from(reps - 1)
+            .ok()
+            .and_then(|r| r.checked_mul(ext))
+        {
             Some(v) => disp.checked_add(v),
             None => None,
         };
@@ -549,7 +553,10 @@ impl Builder {
             self.true_ub = max_opt(self.true_ub, hi + child.true_ub);
         }
         self.align = self.align.max(child.align);
-        let Some(size) = reps.checked_mul(child.size).and_then(|s| s.checked_add(self.size)) else {
+        let Some(size) = reps
+            .checked_mul(child.size)
+            .and_then(|s| s.checked_add(self.size))
+        else {
             mpi_bail!(MPI_ERR_ARG, "type size overflows");
         };
         self.size = size;
@@ -751,7 +758,12 @@ impl TypeDesc {
     }
 
     /// `stride` in multiples of `old`'s extent.
-    pub fn vector(count: i64, blocklen: i64, stride: i64, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    pub fn vector(
+        count: i64,
+        blocklen: i64,
+        stride: i64,
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         let stride_bytes = mul_disp(stride, old.extent())?;
         let mut t = Self::hvector_inner(count, blocklen, stride_bytes, old)?;
         t.combiner = Combiner::Vector {
@@ -764,7 +776,12 @@ impl TypeDesc {
     }
 
     /// `stride` in bytes.
-    pub fn hvector(count: i64, blocklen: i64, stride: isize, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    pub fn hvector(
+        count: i64,
+        blocklen: i64,
+        stride: isize,
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         let mut t = Self::hvector_inner(count, blocklen, stride, old)?;
         t.combiner = Combiner::Hvector {
             count,
@@ -775,11 +792,21 @@ impl TypeDesc {
         Ok(t)
     }
 
-    fn hvector_inner(count: i64, blocklen: i64, stride: isize, old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    fn hvector_inner(
+        count: i64,
+        blocklen: i64,
+        stride: isize,
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         let n = check_count("count", count)?;
         let bl = check_blocklen(blocklen)?;
         let mut b = Builder::new();
-        if old.is_dense() && Some(stride) == isize::try_from(bl).ok().and_then(|bl| bl.checked_mul(old.extent())) {
+        if old.is_dense()
+            && Some(stride)
+                == isize::try_from(bl)
+                    .ok()
+                    .and_then(|bl| bl.checked_mul(old.extent()))
+        {
             // Blocks side by side: one run (no per-block loop for huge counts).
             let Some(total) = n.checked_mul(bl) else {
                 mpi_bail!(MPI_ERR_COUNT, "count {} * block length {} overflows", n, bl);
@@ -821,7 +848,11 @@ impl TypeDesc {
     }
 
     /// Displacements in bytes.
-    pub fn hindexed(blocklens: &[i64], disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    pub fn hindexed(
+        blocklens: &[i64],
+        disps: &[isize],
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         let mut t = Self::hindexed_inner(blocklens, disps, old)?;
         t.combiner = Combiner::Hindexed {
             blocklens: blocklens.to_vec(),
@@ -831,7 +862,11 @@ impl TypeDesc {
         Ok(t)
     }
 
-    fn hindexed_inner(blocklens: &[i64], disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    fn hindexed_inner(
+        blocklens: &[i64],
+        disps: &[isize],
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         if blocklens.len() != disps.len() {
             mpi_bail!(
                 MPI_ERR_ARG,
@@ -865,7 +900,11 @@ impl TypeDesc {
     }
 
     /// Displacements in bytes.
-    pub fn hindexed_block(blocklen: i64, disps: &[isize], old: &Arc<TypeDesc>) -> MpiResult<TypeDesc> {
+    pub fn hindexed_block(
+        blocklen: i64,
+        disps: &[isize],
+        old: &Arc<TypeDesc>,
+    ) -> MpiResult<TypeDesc> {
         check_blocklen(blocklen)?;
         let bls = vec![blocklen; disps.len()];
         let mut t = Self::hindexed_inner(&bls, disps, old)?;
@@ -879,7 +918,11 @@ impl TypeDesc {
 
     /// Displacements in bytes. Without explicit bounds (no `resized` child)
     /// the extent is rounded up to the largest alignment of the members.
-    pub fn create_struct(blocklens: &[i64], disps: &[isize], types: &[&Arc<TypeDesc>]) -> MpiResult<TypeDesc> {
+    pub fn create_struct(
+        blocklens: &[i64],
+        disps: &[isize],
+        types: &[&Arc<TypeDesc>],
+    ) -> MpiResult<TypeDesc> {
         if blocklens.len() != disps.len() || blocklens.len() != types.len() {
             mpi_bail!(
                 MPI_ERR_ARG,
@@ -940,7 +983,10 @@ impl TypeDesc {
             mpi_bail!(MPI_ERR_ARG, "subarray needs at least one dimension");
         }
         if subsizes.len() != nd || starts.len() != nd {
-            mpi_bail!(MPI_ERR_ARG, "subarray: sizes, subsizes and starts differ in length");
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "subarray: sizes, subsizes and starts differ in length"
+            );
         }
         for d in 0..nd {
             if sizes[d] < 1 {
@@ -1014,7 +1060,11 @@ impl TypeDesc {
     ) -> MpiResult<TypeDesc> {
         let nd = gsizes.len();
         if nd == 0 || distribs.len() != nd || dargs.len() != nd || psizes.len() != nd {
-            mpi_bail!(MPI_ERR_ARG, "darray: ndims {} and argument array lengths disagree", nd);
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "darray: ndims {} and argument array lengths disagree",
+                nd
+            );
         }
         if gsizes.iter().chain(psizes).any(|&g| g < 1) {
             mpi_bail!(
@@ -1070,10 +1120,18 @@ impl TypeDesc {
                     let b = match dargs[d] {
                         None => 1,
                         Some(b) if b > 0 => b,
-                        Some(b) => mpi_bail!(MPI_ERR_ARG, "darray: cyclic block size {} is not positive", b),
+                        Some(b) => mpi_bail!(
+                            MPI_ERR_ARG,
+                            "darray: cyclic block size {} is not positive",
+                            b
+                        ),
                     };
                     if g / p.saturating_mul(b) > MAX_BLOCKS as i64 {
-                        mpi_bail!(MPI_ERR_NO_MEM, "darray: too many cyclic blocks in dimension {}", d);
+                        mpi_bail!(
+                            MPI_ERR_NO_MEM,
+                            "darray: too many cyclic blocks in dimension {}",
+                            d
+                        );
                     }
                     let mut k = c.saturating_mul(b);
                     while k < g {
@@ -1095,7 +1153,10 @@ impl TypeDesc {
         for &d in &dims {
             let ext = t.extent();
             let bls: Vec<i64> = runs[d].iter().map(|r| r.1).collect();
-            let disps: Vec<isize> = runs[d].iter().map(|r| mul_disp(r.0, ext)).collect::<MpiResult<_>>()?;
+            let disps: Vec<isize> = runs[d]
+                .iter()
+                .map(|r| mul_disp(r.0, ext))
+                .collect::<MpiResult<_>>()?;
             let h = Arc::new(Self::hindexed(&bls, &disps, &t)?);
             t = Arc::new(Self::resized(&h, 0, mul_disp(gsizes[d], ext)?)?);
         }
@@ -1208,7 +1269,9 @@ impl TypeDesc {
         if count == 0 || self.size == 0 {
             return true;
         }
-        self.adjacent && self.blocks[0].disp == self.true_lb && (count == 1 || self.extent() == self.size as isize)
+        self.adjacent
+            && self.blocks[0].disp == self.true_lb
+            && (count == 1 || self.extent() == self.size as isize)
     }
 
     pub fn kind(&self) -> CombinerKind {
@@ -1259,24 +1322,40 @@ impl TypeDesc {
                 c.addrs.push(*stride);
                 c.types.push(old.clone());
             }
-            Combiner::Indexed { blocklens, disps, old } => {
+            Combiner::Indexed {
+                blocklens,
+                disps,
+                old,
+            } => {
                 c.ints.push(blocklens.len() as i64);
                 c.ints.extend(blocklens);
                 c.ints.extend(disps);
                 c.types.push(old.clone());
             }
-            Combiner::Hindexed { blocklens, disps, old } => {
+            Combiner::Hindexed {
+                blocklens,
+                disps,
+                old,
+            } => {
                 c.ints.push(blocklens.len() as i64);
                 c.ints.extend(blocklens);
                 c.addrs.extend(disps);
                 c.types.push(old.clone());
             }
-            Combiner::IndexedBlock { blocklen, disps, old } => {
+            Combiner::IndexedBlock {
+                blocklen,
+                disps,
+                old,
+            } => {
                 c.ints.extend([disps.len() as i64, *blocklen]);
                 c.ints.extend(disps);
                 c.types.push(old.clone());
             }
-            Combiner::HindexedBlock { blocklen, disps, old } => {
+            Combiner::HindexedBlock {
+                blocklen,
+                disps,
+                old,
+            } => {
                 c.ints.extend([disps.len() as i64, *blocklen]);
                 c.addrs.extend(disps);
                 c.types.push(old.clone());
@@ -1346,7 +1425,11 @@ impl TypeDesc {
                     c.large = c.ints.drain(3..3 + nd).collect();
                 }
                 _ => {
-                    c.large = c.ints.drain(..).chain(c.addrs.drain(..).map(|a| a as i64)).collect();
+                    c.large = c
+                        .ints
+                        .drain(..)
+                        .chain(c.addrs.drain(..).map(|a| a as i64))
+                        .collect();
                 }
             }
         }

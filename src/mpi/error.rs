@@ -19,7 +19,10 @@ pub type MpiResult<T> = Result<T, MpiError>;
 
 impl MpiError {
     pub fn new(class: i32, msg: impl Into<String>) -> Self {
-        MpiError { class, msg: msg.into() }
+        MpiError {
+            class,
+            msg: msg.into(),
+        }
     }
     pub fn intern(msg: impl Into<String>) -> Self {
         Self::new(c::MPI_ERR_INTERN, msg)
@@ -31,7 +34,12 @@ impl MpiError {
 
 impl fmt::Display for MpiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", crate::mpi::error::class_name(self.class), self.msg)
+        write!(
+            f,
+            "{}: {}",
+            crate::mpi::error::class_name(self.class),
+            self.msg
+        )
     }
 }
 

@@ -25,7 +25,11 @@ impl Group {
 
     fn check_rank(&self, r: i32, what: &str) -> MpiResult<usize> {
         if r < 0 || r as usize >= self.size() {
-            mpi_bail!(MPI_ERR_RANK, "{what} {r} is not in a group of size {}", self.size());
+            mpi_bail!(
+                MPI_ERR_RANK,
+                "{what} {r} is not in a group of size {}",
+                self.size()
+            );
         }
         Ok(r as usize)
     }
@@ -51,7 +55,14 @@ impl Group {
                 mpi_bail!(MPI_ERR_RANK, "rank {r} appears twice");
             }
         }
-        Ok(Group::new(self.ranks.iter().enumerate().filter(|(i, _)| !drop[*i]).map(|(_, &w)| w).collect()))
+        Ok(Group::new(
+            self.ranks
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !drop[*i])
+                .map(|(_, &w)| w)
+                .collect(),
+        ))
     }
 
     /// Expand (first, last, stride) triplets into ranks.
@@ -59,7 +70,10 @@ impl Group {
         let mut out = Vec::new();
         for &[first, last, stride] in ranges {
             if stride == 0 {
-                mpi_bail!(MPI_ERR_ARG, "range ({first}, {last}, {stride}) has stride 0");
+                mpi_bail!(
+                    MPI_ERR_ARG,
+                    "range ({first}, {last}, {stride}) has stride 0"
+                );
             }
             self.check_rank(first, "range start")?;
             self.check_rank(last, "range end")?;
@@ -85,17 +99,30 @@ impl Group {
         Group::new(out)
     }
     pub fn intersection(&self, other: &Group) -> Group {
-        Group::new(self.ranks.iter().copied().filter(|w| other.ranks.contains(w)).collect())
+        Group::new(
+            self.ranks
+                .iter()
+                .copied()
+                .filter(|w| other.ranks.contains(w))
+                .collect(),
+        )
     }
     pub fn difference(&self, other: &Group) -> Group {
-        Group::new(self.ranks.iter().copied().filter(|w| !other.ranks.contains(w)).collect())
+        Group::new(
+            self.ranks
+                .iter()
+                .copied()
+                .filter(|w| !other.ranks.contains(w))
+                .collect(),
+        )
     }
 
     /// MPI_IDENT, MPI_SIMILAR or MPI_UNEQUAL.
     pub fn compare(&self, other: &Group) -> i32 {
         if self.ranks == other.ranks {
             c::MPI_IDENT
-        } else if self.size() == other.size() && self.ranks.iter().all(|w| other.ranks.contains(w)) {
+        } else if self.size() == other.size() && self.ranks.iter().all(|w| other.ranks.contains(w))
+        {
             c::MPI_SIMILAR
         } else {
             c::MPI_UNEQUAL
@@ -111,7 +138,10 @@ impl Group {
                     return Ok(c::MPI_PROC_NULL);
                 }
                 let r = self.check_rank(r, "rank")?;
-                Ok(other.rank_of(self.ranks[r]).map(|x| x as i32).unwrap_or(c::MPI_UNDEFINED))
+                Ok(other
+                    .rank_of(self.ranks[r])
+                    .map(|x| x as i32)
+                    .unwrap_or(c::MPI_UNDEFINED))
             })
             .collect()
     }
@@ -151,14 +181,23 @@ mod tests {
         assert_eq!(g(&[1, 2]).compare(&g(&[1, 2])), c::MPI_IDENT);
         assert_eq!(g(&[1, 2]).compare(&g(&[2, 1])), c::MPI_SIMILAR);
         assert_eq!(g(&[1, 2]).compare(&g(&[2, 3])), c::MPI_UNEQUAL);
-        assert_eq!(b.translate(&[0, 1, 2, c::MPI_PROC_NULL], &a).unwrap(), vec![3, c::MPI_UNDEFINED, 1, c::MPI_PROC_NULL]);
+        assert_eq!(
+            b.translate(&[0, 1, 2, c::MPI_PROC_NULL], &a).unwrap(),
+            vec![3, c::MPI_UNDEFINED, 1, c::MPI_PROC_NULL]
+        );
     }
 
     #[test]
     fn ranges_and_split() {
         let a = g(&(0..10).collect::<Vec<_>>());
-        assert_eq!(a.expand_ranges(&[[0, 9, 3], [8, 6, -1]]).unwrap(), vec![0, 3, 6, 9, 8, 7, 6]);
-        assert_eq!(a.expand_ranges(&[[0, 3, 0]]).unwrap_err().class, c::MPI_ERR_ARG);
+        assert_eq!(
+            a.expand_ranges(&[[0, 9, 3], [8, 6, -1]]).unwrap(),
+            vec![0, 3, 6, 9, 8, 7, 6]
+        );
+        assert_eq!(
+            a.expand_ranges(&[[0, 3, 0]]).unwrap_err().class,
+            c::MPI_ERR_ARG
+        );
         // (color, key, world)
         let e = [(0, 5, 10), (1, 0, 11), (0, 1, 12), (0, 1, 13)];
         assert_eq!(Group::split_order(&e, 0), vec![12, 13, 10]);

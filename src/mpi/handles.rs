@@ -68,7 +68,12 @@ pub struct Table<T> {
 
 impl<T> Table<T> {
     pub const fn new(kind: Kind) -> Self {
-        Table { kind, slots: Vec::new(), free: Vec::new(), live: 0 }
+        Table {
+            kind,
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+        }
     }
 
     fn encode(&self, idx: u32, gen: u16) -> usize {
@@ -85,7 +90,10 @@ impl<T> Table<T> {
             return self.encode(idx, gen);
         }
         let idx = self.slots.len() as u32;
-        self.slots.push(Slot { gen: 1, val: Some(val) });
+        self.slots.push(Slot {
+            gen: 1,
+            val: Some(val),
+        });
         self.encode(idx, 1)
     }
 
@@ -154,9 +162,15 @@ mod tests {
         assert!(t.get(a).is_none());
         assert_eq!(*t.get(c).unwrap(), 3);
         assert_eq!(t.live(), 2);
-        assert!(t.get(0x101).is_none(), "predefined values are not table handles");
+        assert!(
+            t.get(0x101).is_none(),
+            "predefined values are not table handles"
+        );
         let other: Table<i32> = Table::new(Kind::Group);
-        assert!(other.get(b).is_none(), "a handle of another kind is refused");
+        assert!(
+            other.get(b).is_none(),
+            "a handle of another kind is refused"
+        );
         assert_eq!(from_int(Kind::Comm, to_int(c)), c);
         assert_eq!(to_int(0x101), 0x101);
     }
@@ -172,7 +186,11 @@ pub struct Slab<T> {
 
 impl<T> Slab<T> {
     pub const fn new(kind: Kind) -> Self {
-        Slab { kind, slots: Vec::new(), free: Vec::new() }
+        Slab {
+            kind,
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
     }
     pub fn insert(&mut self, val: T) -> usize {
         let idx = match self.free.pop() {

@@ -124,7 +124,12 @@ pub fn check(op: BuiltinOp, elem: Elem) -> MpiResult<()> {
         }
     };
     if !ok {
-        mpi_bail!(MPI_ERR_OP, "{} is not defined for datatype {}", op.name(), elem.name());
+        mpi_bail!(
+            MPI_ERR_OP,
+            "{} is not defined for datatype {}",
+            op.name(),
+            elem.name()
+        );
     }
     Ok(())
 }
@@ -210,7 +215,8 @@ pub unsafe fn reduce_into(
     if t.is_contiguous(count) {
         // SAFETY: the data of `count` elements is one run of `total` bytes at
         // dst + true_lb (caller's contract); [skip, skip + len) lies inside it.
-        let io = unsafe { std::slice::from_raw_parts_mut(dst.offset(t.true_lb() + skip as isize), len) };
+        let io =
+            unsafe { std::slice::from_raw_parts_mut(dst.offset(t.true_lb() + skip as isize), len) };
         reduce(op, elem, &src[..len], io)?;
         return Ok(len);
     }
@@ -292,7 +298,8 @@ fn map2<T: Prim>(input: &[u8], inout: &mut [u8], f: impl Fn(T, T) -> T) {
     debug_assert_eq!(inout.len() % T::N, 0);
     let n = inout.len() / T::N;
     let al = std::mem::align_of::<T>();
-    if (input.as_ptr() as usize).is_multiple_of(al) && (inout.as_ptr() as usize).is_multiple_of(al) {
+    if (input.as_ptr() as usize).is_multiple_of(al) && (inout.as_ptr() as usize).is_multiple_of(al)
+    {
         // SAFETY: both pointers are aligned for T and cover n * size_of::<T>()
         // bytes (T::N == size_of::<T>() for every Prim); T is plain numbers, so
         // every bit pattern is valid; `input` and `inout` cannot overlap (one
@@ -398,7 +405,9 @@ fn cmp_val(b: Basic, x: &[u8], y: &[u8]) -> Option<Ordering> {
         UnsignedShort | Uint16 => u16::ld(x).partial_cmp(&u16::ld(y)),
         Int | Int32 | FInteger | FInteger4 => i32::ld(x).partial_cmp(&i32::ld(y)),
         Unsigned | Uint32 => u32::ld(x).partial_cmp(&u32::ld(y)),
-        Long | LongLong | Int64 | Aint | Offset | Count | FInteger8 => i64::ld(x).partial_cmp(&i64::ld(y)),
+        Long | LongLong | Int64 | Aint | Offset | Count | FInteger8 => {
+            i64::ld(x).partial_cmp(&i64::ld(y))
+        }
         UnsignedLong | UnsignedLongLong | Uint64 => u64::ld(x).partial_cmp(&u64::ld(y)),
         Float | FReal | FReal4 => f32::ld(x).partial_cmp(&f32::ld(y)),
         Double | FDoublePrecision | FReal8 => f64::ld(x).partial_cmp(&f64::ld(y)),
@@ -412,7 +421,11 @@ fn cmp_val(b: Basic, x: &[u8], y: &[u8]) -> Option<Ordering> {
 fn reduce_loc(min: bool, v: Basic, i: Basic, a: &[u8], io: &mut [u8]) -> MpiResult<()> {
     let vs = v.size();
     let sz = vs + i.size();
-    let better = if min { Ordering::Less } else { Ordering::Greater };
+    let better = if min {
+        Ordering::Less
+    } else {
+        Ordering::Greater
+    };
     for (x, y) in a.chunks_exact(sz).zip(io.chunks_exact_mut(sz)) {
         match cmp_val(v, &x[..vs], &y[..vs]) {
             Some(o) if o == better => y.copy_from_slice(x),

@@ -29,7 +29,9 @@ impl InprocTransport {
     /// `cap_msgs` messages of at most `max_payload` bytes; `cma` enables `read_remote`.
     pub fn group(n: usize, cap_msgs: usize, max_payload: usize, cma: bool) -> Vec<InprocTransport> {
         let inboxes: Inboxes = Arc::new(
-            (0..n).map(|_| (0..n).map(|_| Mutex::new(VecDeque::new())).collect()).collect(),
+            (0..n)
+                .map(|_| (0..n).map(|_| Mutex::new(VecDeque::new())).collect())
+                .collect(),
         );
         (0..n)
             .map(|rank| InprocTransport {
@@ -50,12 +52,19 @@ impl Transport for InprocTransport {
     }
 
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
-        assert!(payload.len() <= self.max_payload, "payload larger than max_payload");
+        assert!(
+            payload.len() <= self.max_payload,
+            "payload larger than max_payload"
+        );
         let mut q = self.inboxes[dst][self.rank].lock().unwrap();
         if q.len() >= self.cap_msgs {
             return false;
         }
-        q.push_back(Msg { src: self.rank, hdr: *hdr, payload: payload.to_vec() });
+        q.push_back(Msg {
+            src: self.rank,
+            hdr: *hdr,
+            payload: payload.to_vec(),
+        });
         true
     }
 
@@ -90,7 +99,9 @@ impl Transport for InprocTransport {
         }
         // SAFETY: all ranks of this transport live in one address space, and the caller
         // guarantees that `addr..addr+len` is a live buffer of the peer (see the trait).
-        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len())
+        };
         true
     }
 }

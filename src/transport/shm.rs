@@ -128,7 +128,9 @@ fn errno_err(what: &str) -> MpiError {
 
 /// Ring size from `GPUMPI_SHM_RING_BYTES`: a power of two, at least 1 KiB, at most 1 GiB.
 pub fn configured_ring_bytes() -> usize {
-    crate::config::get_usize("GPUMPI_SHM_RING_BYTES").clamp(1024, 1 << 30).next_power_of_two()
+    crate::config::get_usize("GPUMPI_SHM_RING_BYTES")
+        .clamp(1024, 1 << 30)
+        .next_power_of_two()
 }
 
 /// Per-rank segment size for `size` ranks and rings of `ring_bytes` (see the module doc).
@@ -160,27 +162,54 @@ unsafe impl Send for ShmTransport {}
 impl ShmTransport {
     /// Create and map this rank's segment with the ring size from `GPUMPI_SHM_RING_BYTES`.
     pub fn create(job_id: &str, rank: usize, size: usize) -> MpiResult<Self> {
-        Self::create_with(job_id, rank, size, configured_ring_bytes(), crate::config::get_bool("GPUMPI_SHM_CMA"))
+        Self::create_with(
+            job_id,
+            rank,
+            size,
+            configured_ring_bytes(),
+            crate::config::get_bool("GPUMPI_SHM_CMA"),
+        )
     }
 
     /// As [`ShmTransport::create`] with an explicit ring size (rounded up to a power of two,
     /// at least 1 KiB) and CMA choice.
-    pub fn create_with(job_id: &str, rank: usize, size: usize, ring_bytes: usize, cma: bool) -> MpiResult<Self> {
+    pub fn create_with(
+        job_id: &str,
+        rank: usize,
+        size: usize,
+        ring_bytes: usize,
+        cma: bool,
+    ) -> MpiResult<Self> {
         if rank >= size {
-            crate::mpi_bail!(MPI_ERR_INTERN, "shm: rank {rank} out of range for size {size}");
+            crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "shm: rank {rank} out of range for size {size}"
+            );
         }
         let ring = ring_bytes.clamp(1024, 1 << 30).next_power_of_two();
         let name = seg_name(job_id, rank)?;
         let len = seg_len(size, ring);
         // SAFETY: name is a valid C string; flags/mode are plain integers.
-        let mut fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+        let mut fd = unsafe {
+            libc::shm_open(
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
         if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
             // A stale segment of a dead job with the same id: replace it.
             tracing::warn!("shm: replacing stale segment {:?}", name);
             // SAFETY: valid C string.
             unsafe { libc::shm_unlink(name.as_ptr()) };
             // SAFETY: as above.
-            fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+            fd = unsafe {
+                libc::shm_open(
+                    name.as_ptr(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                    0o600,
+                )
+            };
         }
         if fd < 0 {
             return Err(errno_err(&format!("shm_open({name:?})")));
@@ -224,7 +253,11 @@ impl ShmTransport {
             if s != rank {
                 // SAFETY: ring_index(rank, s) < size - 1, so the control block lies in the mapping.
                 let ctrl = unsafe { own.ptr.add(PAGE + ring_index(rank, s) * (RING_CTRL + ring)) };
-                *slot = Some(Rx { ctrl, tail: 0, head_cache: 0 });
+                *slot = Some(Rx {
+                    ctrl,
+                    tail: 0,
+                    head_cache: 0,
+                });
             }
         }
         tracing::debug!(
@@ -252,7 +285,12 @@ impl ShmTransport {
 
     /// The whole set-up sequence: `create`, `fence()`, `attach_peers`, `fence()`, `unlink`.
     /// `fence` is the bootstrap's barrier (every rank calls `establish` collectively).
-    pub fn establish(job_id: &str, rank: usize, size: usize, mut fence: impl FnMut() -> MpiResult<()>) -> MpiResult<Self> {
+    pub fn establish(
+        job_id: &str,
+        rank: usize,
+        size: usize,
+        mut fence: impl FnMut() -> MpiResult<()>,
+    ) -> MpiResult<Self> {
         let mut t = Self::create(job_id, rank, size)?;
         fence()?;
         t.attach_peers()?;
@@ -283,26 +321,47 @@ impl ShmTransport {
             if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < PAGE {
                 // SAFETY: fd is open.
                 unsafe { libc::close(fd) };
-                crate::mpi_bail!(MPI_ERR_OTHER, "shm: segment of rank {p} is missing or too small");
+                crate::mpi_bail!(
+                    MPI_ERR_OTHER,
+                    "shm: segment of rank {p} is missing or too small"
+                );
             }
             let m = map_fd(fd, st.st_size as usize)?;
             let h = m.header();
             let t0 = std::time::Instant::now();
             while h.magic.load(Ordering::Acquire) != MAGIC {
                 if t0.elapsed().as_secs() > 10 {
-                    crate::mpi_bail!(MPI_ERR_OTHER, "shm: segment of rank {p} was never initialised");
+                    crate::mpi_bail!(
+                        MPI_ERR_OTHER,
+                        "shm: segment of rank {p} was never initialised"
+                    );
                 }
                 std::thread::sleep(std::time::Duration::from_micros(100));
             }
             let ring = h.ring_bytes as usize;
-            if h.size as usize != self.size || m.len < seg_len(self.size, ring) || !ring.is_power_of_two() {
-                crate::mpi_bail!(MPI_ERR_OTHER, "shm: segment of rank {p} has a different layout (size {})", h.size);
+            if h.size as usize != self.size
+                || m.len < seg_len(self.size, ring)
+                || !ring.is_power_of_two()
+            {
+                crate::mpi_bail!(
+                    MPI_ERR_OTHER,
+                    "shm: segment of rank {p} has a different layout (size {})",
+                    h.size
+                );
             }
             // SAFETY: ring_index(p, rank) < size - 1: the control block lies inside the mapping.
-            let ctrl = unsafe { m.ptr.add(PAGE + ring_index(p, self.rank) * (RING_CTRL + ring)) };
+            let ctrl = unsafe {
+                m.ptr
+                    .add(PAGE + ring_index(p, self.rank) * (RING_CTRL + ring))
+            };
             self.pids[p] = h.pid as libc::pid_t;
             max_payload = max_payload.min(ring_payload_limit(ring));
-            self.tx[p] = Some(Tx { ctrl, ring, head: 0, tail_cache: 0 });
+            self.tx[p] = Some(Tx {
+                ctrl,
+                ring,
+                head: 0,
+                tail_cache: 0,
+            });
             let probe = h.probe_addr;
             self.peers[p] = Some(m);
             if self.cma_wanted {
@@ -312,7 +371,10 @@ impl ShmTransport {
                 let ok = unsafe { cma_read(self.pids[p], probe, &mut v) };
                 self.cma[p] = ok && u64::from_ne_bytes(v) == CMA_PROBE;
                 if !self.cma[p] {
-                    tracing::debug!("shm: rank {}: CMA to rank {p} unavailable; using the pipelined copy", self.rank);
+                    tracing::debug!(
+                        "shm: rank {}: CMA to rank {p} unavailable; using the pipelined copy",
+                        self.rank
+                    );
                 }
             }
         }
@@ -363,14 +425,24 @@ fn ring_payload_limit(ring: usize) -> usize {
 fn map_fd(fd: libc::c_int, len: usize) -> MpiResult<Mapping> {
     // SAFETY: fd is an open shm object of at least len bytes; we ask for a fresh shared mapping.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
     };
     // SAFETY: fd is open and no longer needed once mapped (or on failure).
     unsafe { libc::close(fd) };
     if p == libc::MAP_FAILED {
         return Err(errno_err("mmap of the shared-memory segment"));
     }
-    Ok(Mapping { ptr: p as *mut u8, len })
+    Ok(Mapping {
+        ptr: p as *mut u8,
+        len,
+    })
 }
 
 /// `process_vm_readv` of `dst.len()` bytes at `addr` in process `pid`; true when fully read.
@@ -380,8 +452,14 @@ fn map_fd(fd: libc::c_int, len: usize) -> MpiResult<Mapping> {
 unsafe fn cma_read(pid: libc::pid_t, addr: u64, dst: &mut [u8]) -> bool {
     let mut done = 0usize;
     while done < dst.len() {
-        let local = libc::iovec { iov_base: dst.as_mut_ptr().add(done) as *mut libc::c_void, iov_len: dst.len() - done };
-        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: dst.len() - done };
+        let local = libc::iovec {
+            iov_base: dst.as_mut_ptr().add(done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
         let n = libc::process_vm_readv(pid, &local, 1, &remote, 1, 0);
         if n <= 0 {
             return false;
@@ -397,13 +475,19 @@ impl Transport for ShmTransport {
     }
 
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
-        let t = self.tx[dst].as_mut().expect("shm: try_send to an unattached rank");
+        let t = self.tx[dst]
+            .as_mut()
+            .expect("shm: try_send to an unattached rank");
         debug_assert!(payload.len() <= self.max_payload);
         let ring = t.ring;
         let frame = FRAME_PREFIX + ((payload.len() + 7) & !7);
         let pos = (t.head as usize) & (ring - 1);
         let contig = ring - pos;
-        let need = if frame > contig { contig + frame } else { frame };
+        let need = if frame > contig {
+            contig + frame
+        } else {
+            frame
+        };
         if ring - ((t.head - t.tail_cache) as usize) < need {
             t.tail_cache = atomic_at(t.ctrl, TAIL_OFF).load(Ordering::Acquire);
             if ring - ((t.head - t.tail_cache) as usize) < need {
@@ -437,7 +521,9 @@ impl Transport for ShmTransport {
         let mut delivered = 0;
         for i in 0..n {
             let s = (self.next + i) % n;
-            let Some(r) = self.rx[s].as_mut() else { continue };
+            let Some(r) = self.rx[s].as_mut() else {
+                continue;
+            };
             if r.tail == r.head_cache {
                 r.head_cache = atomic_at(r.ctrl, 0).load(Ordering::Acquire);
                 if r.tail == r.head_cache {
@@ -486,7 +572,10 @@ impl Transport for ShmTransport {
         // SAFETY: dst is a valid local buffer; the remote range validity is the caller's contract.
         let ok = unsafe { cma_read(self.pids[src], addr, dst) };
         if !ok {
-            tracing::debug!("shm: process_vm_readv from rank {src} failed: {}", std::io::Error::last_os_error());
+            tracing::debug!(
+                "shm: process_vm_readv from rank {src} failed: {}",
+                std::io::Error::last_os_error()
+            );
         }
         ok
     }
@@ -520,7 +609,11 @@ mod tests {
             loop {
                 let len = (sent as usize * 7) % (maxp + 1);
                 let payload: Vec<u8> = (0..len).map(|i| (i as u64 + sent) as u8).collect();
-                let h = Header { tag: sent as i32, total: len as u64, ..Default::default() };
+                let h = Header {
+                    tag: sent as i32,
+                    total: len as u64,
+                    ..Default::default()
+                };
                 if !a.try_send(1, &h, &payload) {
                     break;
                 }
@@ -540,7 +633,14 @@ mod tests {
             assert_eq!(sent, got);
         }
         // And the other direction works.
-        assert!(b.try_send(0, &Header { tag: 5, ..Default::default() }, b"hi"));
+        assert!(b.try_send(
+            0,
+            &Header {
+                tag: 5,
+                ..Default::default()
+            },
+            b"hi"
+        ));
         let mut seen = false;
         a.poll(&mut |src, h, p| {
             assert_eq!((src, h.tag, p), (1, 5, &b"hi"[..]));

@@ -2,7 +2,6 @@
 //! predefined attributes of MPI_COMM_WORLD (MPI_TAG_UB and friends).
 //! Copy and delete callbacks run without any library lock held.
 
-use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::{comm, nonnull, objects, CommObj, Keyval, ObjKind};
@@ -12,19 +11,31 @@ use crate::mpi_bail;
 use std::collections::BTreeMap;
 use std::os::raw::{c_int, c_void};
 
-type CopyFn = unsafe extern "C" fn(usize, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+type CopyFn =
+    unsafe extern "C" fn(usize, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 type DeleteFn = unsafe extern "C" fn(usize, c_int, *mut c_void, *mut c_void) -> c_int;
 
 fn fn_value<F: Copy>(f: Option<F>) -> usize {
     // SAFETY: F is a function pointer type (same size as usize).
-    f.map(|f| unsafe { std::mem::transmute_copy::<F, usize>(&f) }).unwrap_or(0)
+    f.map(|f| unsafe { std::mem::transmute_copy::<F, usize>(&f) })
+        .unwrap_or(0)
 }
 
 fn create_keyval(kind: ObjKind, copy: usize, delete: usize, extra: *mut c_void) -> c_int {
     let mut o = objects();
     let k = o.next_keyval;
     o.next_keyval += 1;
-    o.keyvals.insert(k, Keyval { kind, copy, delete, extra: extra as usize, freed: false, refs: 0 });
+    o.keyvals.insert(
+        k,
+        Keyval {
+            kind,
+            copy,
+            delete,
+            extra: extra as usize,
+            freed: false,
+            refs: 0,
+        },
+    );
     k
 }
 
@@ -32,7 +43,10 @@ fn keyval(k: c_int, kind: ObjKind) -> MpiResult<(usize, usize, usize)> {
     let o = objects();
     match o.keyvals.get(&k) {
         Some(kv) if kv.kind == kind && !kv.freed => Ok((kv.copy, kv.delete, kv.extra)),
-        Some(kv) if kv.kind != kind => mpi_bail!(MPI_ERR_KEYVAL, "keyval {k} was created for another kind of object"),
+        Some(kv) if kv.kind != kind => mpi_bail!(
+            MPI_ERR_KEYVAL,
+            "keyval {k} was created for another kind of object"
+        ),
         _ => mpi_bail!(MPI_ERR_KEYVAL, "invalid keyval {k}"),
     }
 }
@@ -57,20 +71,31 @@ fn call_delete(handle: usize, k: c_int, delete: usize, val: usize, extra: usize)
     let f: DeleteFn = unsafe { std::mem::transmute(delete) };
     let rc = unsafe { f(handle, k, val as *mut c_void, extra as *mut c_void) };
     if rc != 0 {
-        return Err(MpiError::new(rc, format!("the delete callback of keyval {k} failed")));
+        return Err(MpiError::new(
+            rc,
+            format!("the delete callback of keyval {k} failed"),
+        ));
     }
     Ok(())
 }
 
 fn keyval_any(k: c_int) -> Option<(usize, usize, usize)> {
-    objects().keyvals.get(&k).map(|kv| (kv.copy, kv.delete, kv.extra))
+    objects()
+        .keyvals
+        .get(&k)
+        .map(|kv| (kv.copy, kv.delete, kv.extra))
 }
 
 /// Copy attributes for MPI_Comm_dup / MPI_Type_dup: call each keyval's copy callback.
-pub fn copy_attrs(old_handle: usize, attrs: &BTreeMap<i32, usize>) -> MpiResult<BTreeMap<i32, usize>> {
+pub fn copy_attrs(
+    old_handle: usize,
+    attrs: &BTreeMap<i32, usize>,
+) -> MpiResult<BTreeMap<i32, usize>> {
     let mut out = BTreeMap::new();
     for (&k, &v) in attrs {
-        let Some((copy, _, extra)) = keyval_any(k) else { continue };
+        let Some((copy, _, extra)) = keyval_any(k) else {
+            continue;
+        };
         match copy {
             0 => {}
             1 => {
@@ -81,9 +106,21 @@ pub fn copy_attrs(old_handle: usize, attrs: &BTreeMap<i32, usize>) -> MpiResult<
                 let f: CopyFn = unsafe { std::mem::transmute(f) };
                 let mut newval: usize = 0;
                 let mut flag: c_int = 0;
-                let rc = unsafe { f(old_handle, k, extra as *mut c_void, v as *mut c_void, &mut newval as *mut usize as *mut c_void, &mut flag) };
+                let rc = unsafe {
+                    f(
+                        old_handle,
+                        k,
+                        extra as *mut c_void,
+                        v as *mut c_void,
+                        &mut newval as *mut usize as *mut c_void,
+                        &mut flag,
+                    )
+                };
                 if rc != 0 {
-                    return Err(MpiError::new(rc, format!("the copy callback of keyval {k} failed")));
+                    return Err(MpiError::new(
+                        rc,
+                        format!("the copy callback of keyval {k} failed"),
+                    ));
                 }
                 if flag != 0 {
                     out.insert(k, newval);
@@ -117,13 +154,27 @@ pub fn delete_all_type_attrs(h: MPI_Datatype, d: &DtypeObj) -> MpiResult<()> {
 // ---- communicators ----
 
 pub unsafe fn MPI_Comm_create_keyval(
-    copy_fn: Option<unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int>,
+    copy_fn: Option<
+        unsafe extern "C" fn(
+            MPI_Comm,
+            c_int,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            *mut c_int,
+        ) -> c_int,
+    >,
     delete_fn: Option<unsafe extern "C" fn(MPI_Comm, c_int, *mut c_void, *mut c_void) -> c_int>,
     comm_keyval: *mut c_int,
     extra_state: *mut c_void,
 ) -> MpiResult<()> {
     nonnull(comm_keyval, "comm_keyval")?;
-    *comm_keyval = create_keyval(ObjKind::Comm, fn_value(copy_fn), fn_value(delete_fn), extra_state);
+    *comm_keyval = create_keyval(
+        ObjKind::Comm,
+        fn_value(copy_fn),
+        fn_value(delete_fn),
+        extra_state,
+    );
     Ok(())
 }
 
@@ -131,7 +182,11 @@ pub unsafe fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> MpiResult<()> {
     free_keyval(comm_keyval, ObjKind::Comm)
 }
 
-pub unsafe fn MPI_Comm_set_attr(cm: MPI_Comm, k: c_int, attribute_val: *mut c_void) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_set_attr(
+    cm: MPI_Comm,
+    k: c_int,
+    attribute_val: *mut c_void,
+) -> MpiResult<()> {
     let o = comm(cm)?;
     if predefined_attr(k).is_some() {
         mpi_bail!(MPI_ERR_KEYVAL, "keyval {k} is predefined and read-only");
@@ -145,7 +200,8 @@ pub unsafe fn MPI_Comm_set_attr(cm: MPI_Comm, k: c_int, attribute_val: *mut c_vo
 }
 
 /// Storage for the values of the predefined attributes (they are returned by address).
-static PREDEF: [std::sync::atomic::AtomicI32; 8] = [const { std::sync::atomic::AtomicI32::new(0) }; 8];
+static PREDEF: [std::sync::atomic::AtomicI32; 8] =
+    [const { std::sync::atomic::AtomicI32::new(0) }; 8];
 
 fn predefined_attr(k: c_int) -> Option<usize> {
     match k {
@@ -160,7 +216,12 @@ fn predefined_attr(k: c_int) -> Option<usize> {
     }
 }
 
-pub unsafe fn MPI_Comm_get_attr(cm: MPI_Comm, k: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_get_attr(
+    cm: MPI_Comm,
+    k: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> MpiResult<()> {
     let o = comm(cm)?;
     nonnull(flag, "flag")?;
     nonnull(attribute_val, "attribute_val")?;
@@ -204,13 +265,27 @@ pub unsafe fn MPI_Comm_delete_attr(cm: MPI_Comm, k: c_int) -> MpiResult<()> {
 // ---- datatypes ----
 
 pub unsafe fn MPI_Type_create_keyval(
-    copy_fn: Option<unsafe extern "C" fn(MPI_Datatype, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int>,
+    copy_fn: Option<
+        unsafe extern "C" fn(
+            MPI_Datatype,
+            c_int,
+            *mut c_void,
+            *mut c_void,
+            *mut c_void,
+            *mut c_int,
+        ) -> c_int,
+    >,
     delete_fn: Option<unsafe extern "C" fn(MPI_Datatype, c_int, *mut c_void, *mut c_void) -> c_int>,
     type_keyval: *mut c_int,
     extra_state: *mut c_void,
 ) -> MpiResult<()> {
     nonnull(type_keyval, "type_keyval")?;
-    *type_keyval = create_keyval(ObjKind::Type, fn_value(copy_fn), fn_value(delete_fn), extra_state);
+    *type_keyval = create_keyval(
+        ObjKind::Type,
+        fn_value(copy_fn),
+        fn_value(delete_fn),
+        extra_state,
+    );
     Ok(())
 }
 
@@ -218,7 +293,11 @@ pub unsafe fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> MpiResult<()> {
     free_keyval(type_keyval, ObjKind::Type)
 }
 
-pub unsafe fn MPI_Type_set_attr(datatype: MPI_Datatype, k: c_int, attribute_val: *mut c_void) -> MpiResult<()> {
+pub unsafe fn MPI_Type_set_attr(
+    datatype: MPI_Datatype,
+    k: c_int,
+    attribute_val: *mut c_void,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     let (_, delete, extra) = keyval(k, ObjKind::Type)?;
     let old = d.attrs.lock().unwrap().insert(k, attribute_val as usize);
@@ -228,7 +307,12 @@ pub unsafe fn MPI_Type_set_attr(datatype: MPI_Datatype, k: c_int, attribute_val:
     Ok(())
 }
 
-pub unsafe fn MPI_Type_get_attr(datatype: MPI_Datatype, k: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_attr(
+    datatype: MPI_Datatype,
+    k: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     nonnull(flag, "flag")?;
     keyval(k, ObjKind::Type)?;

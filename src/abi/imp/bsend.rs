@@ -3,7 +3,6 @@
 //! buffer's size bounds how much may be outstanding, as the standard requires.
 
 use super::util::*;
-use crate::abi::ffi::*;
 use crate::abi::runtime::{self, wait_until};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
@@ -18,14 +17,24 @@ struct Attached {
     detached: Vec<usize>,
 }
 
-static BUF: Mutex<Attached> = Mutex::new(Attached { buf: 0, size: 0, used: 0, detached: Vec::new() });
+static BUF: Mutex<Attached> = Mutex::new(Attached {
+    buf: 0,
+    size: 0,
+    used: 0,
+    detached: Vec::new(),
+});
 
 const OVERHEAD: usize = 512; // MPI_BSEND_OVERHEAD
 
 pub fn reserve(len: usize) -> MpiResult<()> {
     let mut b = BUF.lock().unwrap();
     if b.used + len + OVERHEAD > b.size {
-        mpi_bail!(MPI_ERR_BUFFER, "buffered send of {len} bytes does not fit: {} of {} attached bytes in use", b.used, b.size);
+        mpi_bail!(
+            MPI_ERR_BUFFER,
+            "buffered send of {len} bytes does not fit: {} of {} attached bytes in use",
+            b.used,
+            b.size
+        );
     }
     b.used += len + OVERHEAD;
     Ok(())
@@ -47,7 +56,9 @@ pub fn reap(block: bool) -> MpiResult<()> {
     let mut left = pending;
     wait_until(|rt| {
         left.retain(|&h| {
-            let Some(r) = rt.reqs.get_mut(h) else { return false };
+            let Some(r) = rt.reqs.get_mut(h) else {
+                return false;
+            };
             match r.test(&mut rt.engine) {
                 Ok(None) => true,
                 _ => {

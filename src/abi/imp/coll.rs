@@ -13,7 +13,7 @@ use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::{comm, nonnull, objects, CommObj, OpObj, COLL_CTX_BIT};
-use crate::abi::request::{Post, ReqKind, Request, Status, Starter};
+use crate::abi::request::{Post, ReqKind, Request, Starter, Status};
 use crate::abi::runtime::{self, new_request, Runtime};
 use crate::abi::types::{self, DtypeObj};
 use crate::coll::{self, Block, CollArgs, CollKind};
@@ -46,31 +46,61 @@ struct Side {
 
 impl Side {
     fn one(buf: *const c_void, count: usize, dt: &Arc<DtypeObj>) -> Side {
-        Side { base: buf as usize, blocks: vec![TBlock { disp: 0, count, dt: dt.clone() }] }
+        Side {
+            base: buf as usize,
+            blocks: vec![TBlock {
+                disp: 0,
+                count,
+                dt: dt.clone(),
+            }],
+        }
     }
     /// `n` blocks of `count` elements, block i at i * count * extent.
     fn regular(buf: *const c_void, n: usize, count: usize, dt: &Arc<DtypeObj>) -> Side {
         let ext = dt.extent();
         Side {
             base: buf as usize,
-            blocks: (0..n).map(|i| TBlock { disp: i as isize * count as isize * ext, count, dt: dt.clone() }).collect(),
+            blocks: (0..n)
+                .map(|i| TBlock {
+                    disp: i as isize * count as isize * ext,
+                    count,
+                    dt: dt.clone(),
+                })
+                .collect(),
         }
     }
     /// Blocks from counts and displacements in units of the type's extent.
-    fn varying(buf: *const c_void, counts: &[i64], displs: &[i64], dt: &Arc<DtypeObj>) -> MpiResult<Side> {
+    fn varying(
+        buf: *const c_void,
+        counts: &[i64],
+        displs: &[i64],
+        dt: &Arc<DtypeObj>,
+    ) -> MpiResult<Side> {
         let ext = dt.extent();
         let mut blocks = Vec::with_capacity(counts.len());
         for (&n, &d) in counts.iter().zip(displs) {
-            blocks.push(TBlock { disp: d as isize * ext, count: check_count(n)?, dt: dt.clone() });
+            blocks.push(TBlock {
+                disp: d as isize * ext,
+                count: check_count(n)?,
+                dt: dt.clone(),
+            });
         }
-        Ok(Side { base: buf as usize, blocks })
+        Ok(Side {
+            base: buf as usize,
+            blocks,
+        })
     }
     fn packed_len(&self) -> usize {
-        self.blocks.iter().map(|b| b.dt.desc.packed_size(b.count)).sum()
+        self.blocks
+            .iter()
+            .map(|b| b.dt.desc.packed_size(b.count))
+            .sum()
     }
     /// Whether the user's memory can serve as the packed space directly.
     fn direct(&self) -> bool {
-        self.blocks.iter().all(|b| b.count == 0 || (b.dt.desc.is_contiguous(b.count) && b.disp + b.dt.desc.true_lb() >= 0))
+        self.blocks.iter().all(|b| {
+            b.count == 0 || (b.dt.desc.is_contiguous(b.count) && b.disp + b.dt.desc.true_lb() >= 0)
+        })
     }
     /// Map into packed space: (base pointer, blocks in packed space, temporary if packed).
     /// `fill`: pack the user's data into the temporary (inputs).
@@ -79,7 +109,16 @@ impl Side {
             let blocks = self
                 .blocks
                 .iter()
-                .map(|b| Block::new(if b.count == 0 { 0 } else { (b.disp + b.dt.desc.true_lb()) as usize }, b.dt.desc.packed_size(b.count)))
+                .map(|b| {
+                    Block::new(
+                        if b.count == 0 {
+                            0
+                        } else {
+                            (b.disp + b.dt.desc.true_lb()) as usize
+                        },
+                        b.dt.desc.packed_size(b.count),
+                    )
+                })
                 .collect();
             return (self.base as *mut u8, blocks, None);
         }
@@ -89,7 +128,11 @@ impl Side {
         for b in &self.blocks {
             let len = b.dt.desc.packed_size(b.count);
             if fill && len > 0 {
-                b.dt.desc.pack(b.count, (self.base as *const u8).wrapping_offset(b.disp), &mut tmp[off..off + len]);
+                b.dt.desc.pack(
+                    b.count,
+                    (self.base as *const u8).wrapping_offset(b.disp),
+                    &mut tmp[off..off + len],
+                );
             }
             blocks.push(Block::new(off, len));
             off += len;
@@ -102,7 +145,11 @@ impl Side {
         for (i, b) in self.blocks.iter().enumerate() {
             let len = b.dt.desc.packed_size(b.count);
             if only.is_none_or(|o| o == i) && len > 0 {
-                b.dt.desc.unpack(b.count, &tmp[off..off + len], (self.base as *mut u8).wrapping_offset(b.disp));
+                b.dt.desc.unpack(
+                    b.count,
+                    &tmp[off..off + len],
+                    (self.base as *mut u8).wrapping_offset(b.disp),
+                );
             }
             off += len;
         }
@@ -113,7 +160,12 @@ impl Side {
 #[derive(Clone)]
 enum Reduction {
     Builtin(BuiltinOp, Elem),
-    User { func: usize, large: bool, dt: MPI_Datatype, size: usize },
+    User {
+        func: usize,
+        large: bool,
+        dt: MPI_Datatype,
+        size: usize,
+    },
 }
 
 // SAFETY: a user function pointer and a datatype handle value are plain values.
@@ -129,7 +181,12 @@ impl Reduction {
     fn apply(&self, input: &[u8], inout: &mut [u8]) -> MpiResult<()> {
         match self {
             Reduction::Builtin(op, e) => ops::reduce(*op, *e, input, inout),
-            Reduction::User { func, large, dt, size } => {
+            Reduction::User {
+                func,
+                large,
+                dt,
+                size,
+            } => {
                 if *size == 0 {
                     return Ok(());
                 }
@@ -139,23 +196,37 @@ impl Reduction {
                 // n elements of the type in its own (contiguous) layout.
                 unsafe {
                     if *large {
-                        let f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype) = std::mem::transmute(*func);
+                        let f: unsafe extern "C" fn(
+                            *mut c_void,
+                            *mut c_void,
+                            *mut MPI_Count,
+                            *mut MPI_Datatype,
+                        ) = std::mem::transmute(*func);
                         let mut len = n as MPI_Count;
-                        f(input.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void, &mut len, &mut dt);
+                        f(
+                            input.as_ptr() as *mut c_void,
+                            inout.as_mut_ptr() as *mut c_void,
+                            &mut len,
+                            &mut dt,
+                        );
                     } else {
-                        let f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype) = std::mem::transmute(*func);
+                        let f: unsafe extern "C" fn(
+                            *mut c_void,
+                            *mut c_void,
+                            *mut c_int,
+                            *mut MPI_Datatype,
+                        ) = std::mem::transmute(*func);
                         let mut len = n as c_int;
-                        f(input.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void, &mut len, &mut dt);
+                        f(
+                            input.as_ptr() as *mut c_void,
+                            inout.as_mut_ptr() as *mut c_void,
+                            &mut len,
+                            &mut dt,
+                        );
                     }
                 }
                 Ok(())
             }
-        }
-    }
-    fn commutative(&self) -> bool {
-        match self {
-            Reduction::Builtin(..) => true,
-            Reduction::User { .. } => false,
         }
     }
 }
@@ -194,13 +265,32 @@ fn reduction(op: MPI_Op, dth: MPI_Datatype, dt: &DtypeObj) -> MpiResult<(Reducti
     }
     let o = objects().ops.get(op as usize);
     match o.as_deref() {
-        Some(OpObj::User { func, commute, large_count }) => {
+        Some(OpObj::User {
+            func,
+            commute,
+            large_count,
+        }) => {
             if !dt.desc.is_contiguous(1) {
-                mpi_bail!(MPI_ERR_TYPE, "user-defined operations on non-contiguous datatypes are not supported yet");
+                mpi_bail!(
+                    MPI_ERR_TYPE,
+                    "user-defined operations on non-contiguous datatypes are not supported yet"
+                );
             }
-            Ok((Reduction::User { func: *func, large: *large_count, dt: dth, size: dt.size() }, *commute))
+            Ok((
+                Reduction::User {
+                    func: *func,
+                    large: *large_count,
+                    dt: dth,
+                    size: dt.size(),
+                },
+                *commute,
+            ))
         }
-        None => mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x} (freed, or not an op)", op as usize),
+        None => mpi_bail!(
+            MPI_ERR_OP,
+            "invalid operation handle {:#x} (freed, or not an op)",
+            op as usize
+        ),
     }
 }
 
@@ -226,7 +316,19 @@ unsafe impl Send for CollSpec {}
 
 impl CollSpec {
     fn new(kind: CollKind, comm: Arc<CommObj>) -> Self {
-        CollSpec { kind, comm, root: 0, bytes: 0, send: None, recv: None, recv_is_input: false, in_place: false, red: None, unpack_only: None, rs_lens: None }
+        CollSpec {
+            kind,
+            comm,
+            root: 0,
+            bytes: 0,
+            send: None,
+            recv: None,
+            recv_is_input: false,
+            in_place: false,
+            red: None,
+            unpack_only: None,
+            rs_lens: None,
+        }
     }
 
     unsafe fn start(&self) -> MpiResult<ReqKind> {
@@ -242,7 +344,7 @@ impl CollSpec {
             rblocks = l.iter().map(|&len| Block::new(0, len)).collect();
         }
         let (elem_size, commutative) = match &self.red {
-            Some((r, commute)) => (r.elem_size().max(1), *commute && r.commutative() || *commute),
+            Some((r, commute)) => (r.elem_size().max(1), *commute),
             None => (1, true),
         };
         let args = CollArgs {
@@ -257,11 +359,32 @@ impl CollSpec {
             commutative,
         };
         let (algo, sched) = coll::build(self.kind, &args)?;
-        tracing::debug!(coll = self.kind.name(), algo, bytes = self.bytes, ranks = self.comm.size(), "collective over shared memory");
-        let reduce: Option<Box<dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + Send>> =
-            self.red.clone().map(|(r, _)| Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)) as _);
+        tracing::debug!(
+            coll = self.kind.name(),
+            algo,
+            bytes = self.bytes,
+            ranks = self.comm.size(),
+            "collective over shared memory"
+        );
+        let reduce: crate::engine::coll::ReduceFn = match self.red.clone() {
+            Some((r, _)) => Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)),
+            None => Box::new(|_: &[u8], _: &mut [u8]| {
+                Err(MpiError::intern(
+                    "reduction step in a collective without an operation",
+                ))
+            }),
+        };
         let tag = self.comm.next_coll_tag();
-        let exec = CollExec::new(sched, sptr as *const u8, rptr, self.comm.ctx | COLL_CTX_BIT, tag, self.comm.peers.clone(), self.comm.rank, reduce);
+        let exec = CollExec::new(
+            sched,
+            sptr as *const u8,
+            rptr,
+            self.comm.ctx | COLL_CTX_BIT,
+            tag,
+            self.comm.peers.clone(),
+            self.comm.rank,
+            reduce,
+        );
         let mut hold = Vec::new();
         if let Some(h) = shold {
             hold.push(h);
@@ -277,7 +400,12 @@ impl CollSpec {
             }
             _ => None,
         };
-        Ok(ReqKind::Coll { exec: Box::new(exec), post, result: None, hold })
+        Ok(ReqKind::Coll {
+            exec: Box::new(exec),
+            post,
+            result: None,
+            hold,
+        })
     }
 }
 
@@ -308,7 +436,15 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         Mode::Persistent(req) => {
             nonnull(req, "request")?;
             let starter: Starter = Box::new(move |_rt: &mut Runtime| spec.start());
-            *req = runtime::with(|rt| Ok(new_request(rt, Request { kind: ReqKind::Inactive, persistent: Some(starter) })))? as MPI_Request;
+            *req = runtime::with(|rt| {
+                Ok(new_request(
+                    rt,
+                    Request {
+                        kind: ReqKind::Inactive,
+                        persistent: Some(starter),
+                    },
+                ))
+            })? as MPI_Request;
             Ok(())
         }
     }
@@ -316,19 +452,29 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
 
 fn check_root(cm: &CommObj, root: c_int) -> MpiResult<usize> {
     if root < 0 || root as usize >= cm.size() {
-        mpi_bail!(MPI_ERR_ROOT, "root {root} is not in a communicator of size {}", cm.size());
+        mpi_bail!(
+            MPI_ERR_ROOT,
+            "root {root} is not in a communicator of size {}",
+            cm.size()
+        );
     }
     Ok(root as usize)
 }
 
 fn counts(p: *const c_int, n: usize, what: &str) -> MpiResult<Vec<i64>> {
     // SAFETY: the caller passes n ints.
-    Ok(unsafe { slice(p, n, what)? }.iter().map(|&x| x as i64).collect())
+    Ok(unsafe { slice(p, n, what)? }
+        .iter()
+        .map(|&x| x as i64)
+        .collect())
 }
 
 fn check_buf(p: *const c_void, bytes: usize, what: &str) -> MpiResult<()> {
     if bytes > 0 && p.is_null() {
-        mpi_bail!(MPI_ERR_BUFFER, "{what} is NULL but {bytes} bytes are to be transferred");
+        mpi_bail!(
+            MPI_ERR_BUFFER,
+            "{what} is NULL but {bytes} bytes are to be transferred"
+        );
     }
     Ok(())
 }
@@ -339,7 +485,13 @@ fn barrier_spec(cm: MPI_Comm) -> MpiResult<CollSpec> {
     Ok(CollSpec::new(CollKind::Barrier, comm(cm)?))
 }
 
-unsafe fn bcast_spec(buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn bcast_spec(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let count = check_count(count)?;
     let dt = types::committed(dt)?;
@@ -352,7 +504,16 @@ unsafe fn bcast_spec(buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int
     Ok(s)
 }
 
-unsafe fn reduce_like(kind: CollKind, sendbuf: *const c_void, recvbuf: *mut c_void, count: i64, dth: MPI_Datatype, op: MPI_Op, root: Option<c_int>, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn reduce_like(
+    kind: CollKind,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    dth: MPI_Datatype,
+    op: MPI_Op,
+    root: Option<c_int>,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let count = check_count(count)?;
     let dt = types::committed(dth)?;
@@ -379,7 +540,16 @@ unsafe fn reduce_like(kind: CollKind, sendbuf: *const c_void, recvbuf: *mut c_vo
     Ok(s)
 }
 
-unsafe fn gather_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn gather_spec(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Gather, comm.clone());
     s.root = check_root(&comm, root)?;
@@ -401,7 +571,17 @@ unsafe fn gather_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Data
     Ok(s)
 }
 
-unsafe fn gatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: &[i64], displs: &[i64], recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn gatherv_spec(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: &[i64],
+    displs: &[i64],
+    recvtype: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Gatherv, comm.clone());
     s.root = check_root(&comm, root)?;
@@ -410,7 +590,10 @@ unsafe fn gatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Dat
     if me_root {
         let rt = types::committed(recvtype)?;
         let side = Side::varying(recvbuf, recvcounts, displs, &rt)?;
-        s.bytes = side.blocks[comm.rank].dt.desc.packed_size(side.blocks[comm.rank].count);
+        s.bytes = side.blocks[comm.rank]
+            .dt
+            .desc
+            .packed_size(side.blocks[comm.rank].count);
         s.recv = Some(side);
         s.recv_is_input = s.in_place;
     }
@@ -423,7 +606,16 @@ unsafe fn gatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Dat
     Ok(s)
 }
 
-unsafe fn scatter_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn scatter_spec(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Scatter, comm.clone());
     s.root = check_root(&comm, root)?;
@@ -444,7 +636,17 @@ unsafe fn scatter_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Dat
     Ok(s)
 }
 
-unsafe fn scatterv_spec(sendbuf: *const c_void, sendcounts: &[i64], displs: &[i64], sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn scatterv_spec(
+    sendbuf: *const c_void,
+    sendcounts: &[i64],
+    displs: &[i64],
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Scatterv, comm.clone());
     s.root = check_root(&comm, root)?;
@@ -453,7 +655,10 @@ unsafe fn scatterv_spec(sendbuf: *const c_void, sendcounts: &[i64], displs: &[i6
     if me_root {
         let st = types::committed(sendtype)?;
         let side = Side::varying(sendbuf, sendcounts, displs, &st)?;
-        s.bytes = side.blocks[comm.rank].dt.desc.packed_size(side.blocks[comm.rank].count);
+        s.bytes = side.blocks[comm.rank]
+            .dt
+            .desc
+            .packed_size(side.blocks[comm.rank].count);
         s.send = Some(side);
     }
     if !s.in_place {
@@ -465,7 +670,15 @@ unsafe fn scatterv_spec(sendbuf: *const c_void, sendcounts: &[i64], displs: &[i6
     Ok(s)
 }
 
-unsafe fn allgather_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn allgather_spec(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Allgather, comm.clone());
     let rt = types::committed(recvtype)?;
@@ -478,20 +691,37 @@ unsafe fn allgather_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_D
         let st = types::committed(sendtype)?;
         let sc = check_count(sendcount)?;
         if st.desc.packed_size(sc) != s.bytes {
-            mpi_bail!(MPI_ERR_TRUNCATE, "send block of {} bytes does not match the receive block of {} bytes", st.desc.packed_size(sc), s.bytes);
+            mpi_bail!(
+                MPI_ERR_TRUNCATE,
+                "send block of {} bytes does not match the receive block of {} bytes",
+                st.desc.packed_size(sc),
+                s.bytes
+            );
         }
         s.send = Some(Side::one(sendbuf, sc, &st));
     }
     Ok(s)
 }
 
-unsafe fn allgatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: &[i64], displs: &[i64], recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn allgatherv_spec(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: &[i64],
+    displs: &[i64],
+    recvtype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Allgatherv, comm.clone());
     let rt = types::committed(recvtype)?;
     s.in_place = in_place(sendbuf);
     let side = Side::varying(recvbuf, recvcounts, displs, &rt)?;
-    s.bytes = side.blocks[comm.rank].dt.desc.packed_size(side.blocks[comm.rank].count);
+    s.bytes = side.blocks[comm.rank]
+        .dt
+        .desc
+        .packed_size(side.blocks[comm.rank].count);
     s.recv = Some(side);
     s.recv_is_input = s.in_place;
     if !s.in_place {
@@ -502,7 +732,15 @@ unsafe fn allgatherv_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_
     Ok(s)
 }
 
-unsafe fn alltoall_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: i64, recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn alltoall_spec(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let mut s = CollSpec::new(CollKind::Alltoall, comm.clone());
     let rt = types::committed(recvtype)?;
@@ -519,7 +757,12 @@ unsafe fn alltoall_spec(sendbuf: *const c_void, sendcount: i64, sendtype: MPI_Da
     Ok(s)
 }
 
-unsafe fn alltoallv_spec(kind: CollKind, send: Option<Side>, recv: Side, cm: Arc<CommObj>) -> MpiResult<CollSpec> {
+unsafe fn alltoallv_spec(
+    kind: CollKind,
+    send: Option<Side>,
+    recv: Side,
+    cm: Arc<CommObj>,
+) -> MpiResult<CollSpec> {
     let mut s = CollSpec::new(kind, cm);
     s.in_place = send.is_none();
     s.recv_is_input = s.in_place;
@@ -528,7 +771,14 @@ unsafe fn alltoallv_spec(kind: CollKind, send: Option<Side>, recv: Side, cm: Arc
     Ok(s)
 }
 
-unsafe fn reduce_scatter_spec(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: &[i64], dth: MPI_Datatype, op: MPI_Op, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn reduce_scatter_spec(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: &[i64],
+    dth: MPI_Datatype,
+    op: MPI_Op,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let dt = types::committed(dth)?;
     let mut s = CollSpec::new(CollKind::ReduceScatter, comm.clone());
@@ -537,7 +787,12 @@ unsafe fn reduce_scatter_spec(sendbuf: *const c_void, recvbuf: *mut c_void, recv
     for &n in recvcounts {
         check_count(n)?;
     }
-    s.rs_lens = Some(recvcounts.iter().map(|&n| dt.desc.packed_size(n as usize)).collect());
+    s.rs_lens = Some(
+        recvcounts
+            .iter()
+            .map(|&n| dt.desc.packed_size(n as usize))
+            .collect(),
+    );
     s.in_place = in_place(sendbuf);
     if s.in_place {
         // Input in recvbuf (the whole vector), result at its start.
@@ -550,7 +805,14 @@ unsafe fn reduce_scatter_spec(sendbuf: *const c_void, recvbuf: *mut c_void, recv
     Ok(s)
 }
 
-unsafe fn reduce_scatter_block_spec(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: i64, dth: MPI_Datatype, op: MPI_Op, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn reduce_scatter_block_spec(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    dth: MPI_Datatype,
+    op: MPI_Op,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let comm = comm(cm)?;
     let dt = types::committed(dth)?;
     let rc = check_count(recvcount)?;
@@ -578,10 +840,20 @@ pub fn barrier_world() -> MpiResult<()> {
 pub fn allreduce_band_u64(cm: &Arc<CommObj>, words: &mut [u64]) -> MpiResult<()> {
     let dt = types::committed(c::MPI_UINT64_T)?;
     let mut s = CollSpec::new(CollKind::Allreduce, cm.clone());
-    s.red = Some((Reduction::Builtin(BuiltinOp::Band, Elem::Basic(crate::mpi::datatype::Basic::Uint64)), true));
+    s.red = Some((
+        Reduction::Builtin(
+            BuiltinOp::Band,
+            Elem::Basic(crate::mpi::datatype::Basic::Uint64),
+        ),
+        true,
+    ));
     s.bytes = words.len() * 8;
     s.in_place = true;
-    s.recv = Some(Side::one(words.as_mut_ptr() as *const c_void, words.len(), &dt));
+    s.recv = Some(Side::one(
+        words.as_mut_ptr() as *const c_void,
+        words.len(),
+        &dt,
+    ));
     s.recv_is_input = true;
     // SAFETY: `words` outlives the blocking call.
     unsafe { run(s, Mode::Blocking) }
@@ -596,7 +868,12 @@ pub fn allgather_bytes(cm: &Arc<CommObj>, mine: &[u8]) -> MpiResult<Vec<u8>> {
     let mut s = CollSpec::new(CollKind::Allgather, cm.clone());
     s.bytes = n;
     s.in_place = true;
-    s.recv = Some(Side::regular(out.as_mut_ptr() as *const c_void, cm.size(), n, &dt));
+    s.recv = Some(Side::regular(
+        out.as_mut_ptr() as *const c_void,
+        cm.size(),
+        n,
+        &dt,
+    ));
     s.recv_is_input = true;
     // SAFETY: `out` outlives the blocking call.
     unsafe { run(s, Mode::Blocking)? };
@@ -662,22 +939,62 @@ fn size_of(cm: MPI_Comm) -> MpiResult<usize> {
     Ok(comm(cm)?.size())
 }
 
-unsafe fn gatherv_args(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn gatherv_args(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let cmo = comm(cm)?;
     let root_u = check_root(&cmo, root)?;
     let n = if root_u == cmo.rank { cmo.size() } else { 0 };
-    gatherv_spec(sendbuf, sendcount as i64, sendtype, recvbuf, &counts(recvcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, recvtype, root, cm)
+    gatherv_spec(
+        sendbuf,
+        sendcount as i64,
+        sendtype,
+        recvbuf,
+        &counts(recvcounts, n, "recvcounts")?,
+        &counts(displs, n, "displs")?,
+        recvtype,
+        root,
+        cm,
+    )
 }
 
 three_modes!(MPI_Gatherv, MPI_Igatherv, MPI_Gatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
     gatherv_args(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, cm)?);
 
-unsafe fn scatterv_args(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn scatterv_args(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let cmo = comm(cm)?;
     let root_u = check_root(&cmo, root)?;
     let n = if root_u == cmo.rank { cmo.size() } else { 0 };
-    scatterv_spec(sendbuf, &counts(sendcounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sendtype, recvbuf, recvcount as i64, recvtype, root, cm)
+    scatterv_spec(
+        sendbuf,
+        &counts(sendcounts, n, "sendcounts")?,
+        &counts(displs, n, "displs")?,
+        sendtype,
+        recvbuf,
+        recvcount as i64,
+        recvtype,
+        root,
+        cm,
+    )
 }
 
 three_modes!(MPI_Scatterv, MPI_Iscatterv, MPI_Scatterv_init,
@@ -688,16 +1005,36 @@ three_modes!(MPI_Allgatherv, MPI_Iallgatherv, MPI_Allgatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
     allgatherv_spec(sendbuf, sendcount as i64, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
 
-unsafe fn alltoallv_args(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn alltoallv_args(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let cmo = comm(cm)?;
     let n = cmo.size();
     let rt = types::committed(recvtype)?;
-    let recv = Side::varying(recvbuf, &counts(recvcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, &rt)?;
+    let recv = Side::varying(
+        recvbuf,
+        &counts(recvcounts, n, "recvcounts")?,
+        &counts(rdispls, n, "rdispls")?,
+        &rt,
+    )?;
     let send = if in_place(sendbuf) {
         None
     } else {
         let st = types::committed(sendtype)?;
-        Some(Side::varying(sendbuf, &counts(sendcounts, n, "sendcounts")?, &counts(sdispls, n, "sdispls")?, &st)?)
+        Some(Side::varying(
+            sendbuf,
+            &counts(sendcounts, n, "sendcounts")?,
+            &counts(sdispls, n, "sdispls")?,
+            &st,
+        )?)
     };
     alltoallv_spec(CollKind::Alltoallv, send, recv, cmo)
 }
@@ -706,22 +1043,49 @@ three_modes!(MPI_Alltoallv, MPI_Ialltoallv, MPI_Alltoallv_init,
     (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
     alltoallv_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
 
-unsafe fn w_side(buf: *const c_void, cnts: *const c_int, displs: *const c_int, tys: *const MPI_Datatype, n: usize) -> MpiResult<Side> {
+unsafe fn w_side(
+    buf: *const c_void,
+    cnts: *const c_int,
+    displs: *const c_int,
+    tys: *const MPI_Datatype,
+    n: usize,
+) -> MpiResult<Side> {
     let cnts = counts(cnts, n, "counts")?;
     let displs = counts(displs, n, "displs")?;
     let tys = slice(tys, n, "datatypes")?;
     let mut blocks = Vec::with_capacity(n);
     for i in 0..n {
-        blocks.push(TBlock { disp: displs[i] as isize, count: check_count(cnts[i])?, dt: types::committed(tys[i])? });
+        blocks.push(TBlock {
+            disp: displs[i] as isize,
+            count: check_count(cnts[i])?,
+            dt: types::committed(tys[i])?,
+        });
     }
-    Ok(Side { base: buf as usize, blocks })
+    Ok(Side {
+        base: buf as usize,
+        blocks,
+    })
 }
 
-unsafe fn alltoallw_args(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, cm: MPI_Comm) -> MpiResult<CollSpec> {
+unsafe fn alltoallw_args(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
     let cmo = comm(cm)?;
     let n = cmo.size();
     let recv = w_side(recvbuf, recvcounts, rdispls, recvtypes, n)?;
-    let send = if in_place(sendbuf) { None } else { Some(w_side(sendbuf, sendcounts, sdispls, sendtypes, n)?) };
+    let send = if in_place(sendbuf) {
+        None
+    } else {
+        Some(w_side(sendbuf, sendcounts, sdispls, sendtypes, n)?)
+    };
     alltoallv_spec(CollKind::Alltoallw, send, recv, cmo)
 }
 
@@ -735,7 +1099,13 @@ three_modes!(MPI_Reduce_scatter, MPI_Ireduce_scatter, MPI_Reduce_scatter_init,
 
 // ---- local reduction and user ops ----
 
-pub unsafe fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> MpiResult<()> {
+pub unsafe fn MPI_Reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+) -> MpiResult<()> {
     let n = check_count(count as i64)?;
     let dt = types::committed(datatype)?;
     let (red, _) = reduction(op, datatype, &dt)?;
@@ -758,18 +1128,40 @@ pub unsafe fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, coun
     Ok(())
 }
 
-pub unsafe fn MPI_Op_create(user_fn: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>, commute: c_int, op: *mut MPI_Op) -> MpiResult<()> {
-    let Some(f) = user_fn else { mpi_bail!(MPI_ERR_ARG, "the user function is NULL") };
+pub unsafe fn MPI_Op_create(
+    user_fn: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>,
+    commute: c_int,
+    op: *mut MPI_Op,
+) -> MpiResult<()> {
+    let Some(f) = user_fn else {
+        mpi_bail!(MPI_ERR_ARG, "the user function is NULL")
+    };
     nonnull(op, "op")?;
-    let h = objects().ops.insert(Arc::new(OpObj::User { func: f as usize, commute: commute != 0, large_count: false }));
+    let h = objects().ops.insert(Arc::new(OpObj::User {
+        func: f as usize,
+        commute: commute != 0,
+        large_count: false,
+    }));
     *op = h as MPI_Op;
     Ok(())
 }
 
-pub unsafe fn MPI_Op_create_c(user_fn: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype)>, commute: c_int, op: *mut MPI_Op) -> MpiResult<()> {
-    let Some(f) = user_fn else { mpi_bail!(MPI_ERR_ARG, "the user function is NULL") };
+pub unsafe fn MPI_Op_create_c(
+    user_fn: Option<
+        unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype),
+    >,
+    commute: c_int,
+    op: *mut MPI_Op,
+) -> MpiResult<()> {
+    let Some(f) = user_fn else {
+        mpi_bail!(MPI_ERR_ARG, "the user function is NULL")
+    };
     nonnull(op, "op")?;
-    let h = objects().ops.insert(Arc::new(OpObj::User { func: f as usize, commute: commute != 0, large_count: true }));
+    let h = objects().ops.insert(Arc::new(OpObj::User {
+        func: f as usize,
+        commute: commute != 0,
+        large_count: true,
+    }));
     *op = h as MPI_Op;
     Ok(())
 }

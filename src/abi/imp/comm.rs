@@ -30,7 +30,11 @@ pub fn alloc_ctx(parent: &Arc<CommObj>) -> MpiResult<u32> {
             return Ok(id as u32);
         }
     }
-    mpi_bail!(MPI_ERR_INTERN, "out of communicator context ids ({} in use): free some communicators", CTX_WORDS * 64)
+    mpi_bail!(
+        MPI_ERR_INTERN,
+        "out of communicator context ids ({} in use): free some communicators",
+        CTX_WORDS * 64
+    )
 }
 
 pub fn release_ctx(id: u32) {
@@ -44,9 +48,16 @@ pub fn release_ctx(id: u32) {
 }
 
 /// Build the communicator object for `group` if this process is in it.
-pub fn make_comm(ctx: u32, group: Group, topo: Option<Topo>, parent: &CommObj) -> MpiResult<MPI_Comm> {
+pub fn make_comm(
+    ctx: u32,
+    group: Group,
+    topo: Option<Topo>,
+    parent: &CommObj,
+) -> MpiResult<MPI_Comm> {
     let me = parent.world_rank(parent.rank);
-    let Some(rank) = group.rank_of(me) else { return Ok(c::MPI_COMM_NULL) };
+    let Some(rank) = group.rank_of(me) else {
+        return Ok(c::MPI_COMM_NULL);
+    };
     let mut cm = CommObj::new(ctx, Arc::new(group), rank, "");
     cm.topo = topo;
     *cm.errh.get_mut().unwrap() = *parent.errh.lock().unwrap();
@@ -66,23 +77,39 @@ pub unsafe fn MPI_Comm_dup(cm: MPI_Comm, newcomm: *mut MPI_Comm) -> MpiResult<()
     Ok(())
 }
 
-pub unsafe fn MPI_Comm_dup_with_info(cm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_dup_with_info(
+    cm: MPI_Comm,
+    info: MPI_Info,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
     crate::abi::objects::check_info(info)?;
     MPI_Comm_dup(cm, newcomm)
 }
 
-pub unsafe fn MPI_Comm_idup(cm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_idup(
+    cm: MPI_Comm,
+    newcomm: *mut MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     MPI_Comm_dup(cm, newcomm)?;
     let h = runtime::with(|rt| {
         let st = crate::abi::request::Status::EMPTY;
-        Ok(runtime::new_request(rt, crate::abi::request::Request::new(crate::abi::request::ReqKind::Done(st))))
+        Ok(runtime::new_request(
+            rt,
+            crate::abi::request::Request::new(crate::abi::request::ReqKind::Done(st)),
+        ))
     })?;
     *request = h as MPI_Request;
     Ok(())
 }
 
-pub unsafe fn MPI_Comm_idup_with_info(cm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_idup_with_info(
+    cm: MPI_Comm,
+    info: MPI_Info,
+    newcomm: *mut MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     crate::abi::objects::check_info(info)?;
     MPI_Comm_idup(cm, newcomm, request)
 }
@@ -90,7 +117,10 @@ pub unsafe fn MPI_Comm_idup_with_info(cm: MPI_Comm, info: MPI_Info, newcomm: *mu
 /// The new group of each color from everyone's (color, key).
 fn split_group(parent: &Arc<CommObj>, color: c_int, key: c_int) -> MpiResult<Option<Group>> {
     if color < 0 && color != c::MPI_UNDEFINED {
-        mpi_bail!(MPI_ERR_ARG, "color {color} is negative (and not MPI_UNDEFINED)");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "color {color} is negative (and not MPI_UNDEFINED)"
+        );
     }
     let mut mine = [0u8; 8];
     mine[..4].copy_from_slice(&color.to_le_bytes());
@@ -109,7 +139,12 @@ fn split_group(parent: &Arc<CommObj>, color: c_int, key: c_int) -> MpiResult<Opt
     Ok(Some(Group::new(Group::split_order(&entries, color))))
 }
 
-pub unsafe fn MPI_Comm_split(cm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_split(
+    cm: MPI_Comm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
     nonnull(newcomm, "newcomm")?;
     let parent = comm(cm)?;
     let g = split_group(&parent, color, key)?;
@@ -124,15 +159,31 @@ pub unsafe fn MPI_Comm_split(cm: MPI_Comm, color: c_int, key: c_int, newcomm: *m
     Ok(())
 }
 
-pub unsafe fn MPI_Comm_split_type(cm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_split_type(
+    cm: MPI_Comm,
+    split_type: c_int,
+    key: c_int,
+    info: MPI_Info,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
     crate::abi::objects::check_info(info)?;
     let color = if split_type == c::MPI_UNDEFINED {
         c::MPI_UNDEFINED
-    } else if [c::MPI_COMM_TYPE_SHARED, c::MPI_COMM_TYPE_HW_UNGUIDED, c::MPI_COMM_TYPE_HW_GUIDED, c::MPI_COMM_TYPE_RESOURCE_GUIDED].contains(&split_type) {
+    } else if [
+        c::MPI_COMM_TYPE_SHARED,
+        c::MPI_COMM_TYPE_HW_UNGUIDED,
+        c::MPI_COMM_TYPE_HW_GUIDED,
+        c::MPI_COMM_TYPE_RESOURCE_GUIDED,
+    ]
+    .contains(&split_type)
+    {
         // One node = one shared-memory domain: color by the lowest world rank on my node.
         runtime::with(|rt| Ok(rt.boot.node_ranks().into_iter().min().unwrap_or(0) as c_int))?
     } else {
-        mpi_bail!(MPI_ERR_ARG, "split_type {split_type} is not a known MPI_COMM_TYPE_*");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "split_type {split_type} is not a known MPI_COMM_TYPE_*"
+        );
     };
     MPI_Comm_split(cm, color, key, newcomm)
 }
@@ -142,7 +193,10 @@ pub unsafe fn MPI_Comm_create(cm: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm
     let parent = comm(cm)?;
     let g = group(g)?;
     if g.ranks.iter().any(|w| parent.group.rank_of(*w).is_none()) {
-        mpi_bail!(MPI_ERR_GROUP, "the group is not a subset of the communicator's group");
+        mpi_bail!(
+            MPI_ERR_GROUP,
+            "the group is not a subset of the communicator's group"
+        );
     }
     let ctx = alloc_ctx(&parent)?;
     let h = make_comm(ctx, (*g).clone(), None, &parent)?;
@@ -153,7 +207,12 @@ pub unsafe fn MPI_Comm_create(cm: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm
     Ok(())
 }
 
-pub unsafe fn MPI_Comm_create_group(cm: MPI_Comm, g: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_create_group(
+    cm: MPI_Comm,
+    g: MPI_Group,
+    tag: c_int,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
     nonnull(newcomm, "newcomm")?;
     let parent = comm(cm)?;
     let g = group(g)?;
@@ -163,7 +222,10 @@ pub unsafe fn MPI_Comm_create_group(cm: MPI_Comm, g: MPI_Group, tag: c_int, newc
         mpi_bail!(MPI_ERR_GROUP, "the calling process is not in the group")
     };
     if g.ranks.iter().any(|w| parent.group.rank_of(*w).is_none()) {
-        mpi_bail!(MPI_ERR_GROUP, "the group is not a subset of the communicator's group");
+        mpi_bail!(
+            MPI_ERR_GROUP,
+            "the group is not a subset of the communicator's group"
+        );
     }
     // Only the group's members take part: agree on a context id over a temporary communicator
     // made of the group, in a context derived from the parent's and the user's tag.
@@ -212,7 +274,11 @@ pub unsafe fn MPI_Comm_set_name(cm: MPI_Comm, name: *const c_char) -> MpiResult<
     Ok(())
 }
 
-pub unsafe fn MPI_Comm_get_name(cm: MPI_Comm, name: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_get_name(
+    cm: MPI_Comm,
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> MpiResult<()> {
     let n = comm(cm)?.name.lock().unwrap().clone();
     write_cstr(&n, name, 128, resultlen)
 }

@@ -21,7 +21,10 @@ unsafe fn new_type(newtype: *mut MPI_Datatype, d: MpiResult<TypeDesc>) -> MpiRes
 
 fn ints(p: *const c_int, n: usize, what: &str) -> MpiResult<Vec<i64>> {
     // SAFETY: the caller passes an array of n ints.
-    Ok(unsafe { slice(p, n, what)? }.iter().map(|&x| x as i64).collect())
+    Ok(unsafe { slice(p, n, what)? }
+        .iter()
+        .map(|&x| x as i64)
+        .collect())
 }
 
 fn count_arg(n: c_int) -> MpiResult<usize> {
@@ -31,53 +34,148 @@ fn count_arg(n: c_int) -> MpiResult<usize> {
     Ok(n as usize)
 }
 
-pub unsafe fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_contiguous(
+    count: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let old = dtype(oldtype)?;
     new_type(newtype, TypeDesc::contiguous(count as i64, &old.desc))
 }
 
-pub unsafe fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_vector(
+    count: c_int,
+    blocklength: c_int,
+    stride: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::vector(count as i64, blocklength as i64, stride as i64, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::vector(count as i64, blocklength as i64, stride as i64, &old.desc),
+    )
 }
 
-pub unsafe fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_hvector(
+    count: c_int,
+    blocklength: c_int,
+    stride: MPI_Aint,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::hvector(count as i64, blocklength as i64, stride, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::hvector(count as i64, blocklength as i64, stride, &old.desc),
+    )
 }
 
-pub unsafe fn MPI_Type_indexed(count: c_int, blocklens: *const c_int, disps: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_indexed(
+    count: c_int,
+    blocklens: *const c_int,
+    disps: *const c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::indexed(&ints(blocklens, n, "array_of_blocklengths")?, &ints(disps, n, "array_of_displacements")?, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::indexed(
+            &ints(blocklens, n, "array_of_blocklengths")?,
+            &ints(disps, n, "array_of_displacements")?,
+            &old.desc,
+        ),
+    )
 }
 
-pub unsafe fn MPI_Type_create_hindexed(count: c_int, blocklens: *const c_int, disps: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_hindexed(
+    count: c_int,
+    blocklens: *const c_int,
+    disps: *const MPI_Aint,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::hindexed(&ints(blocklens, n, "array_of_blocklengths")?, slice(disps, n, "array_of_displacements")?, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::hindexed(
+            &ints(blocklens, n, "array_of_blocklengths")?,
+            slice(disps, n, "array_of_displacements")?,
+            &old.desc,
+        ),
+    )
 }
 
-pub unsafe fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, disps: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_indexed_block(
+    count: c_int,
+    blocklength: c_int,
+    disps: *const c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::indexed_block(blocklength as i64, &ints(disps, n, "array_of_displacements")?, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::indexed_block(
+            blocklength as i64,
+            &ints(disps, n, "array_of_displacements")?,
+            &old.desc,
+        ),
+    )
 }
 
-pub unsafe fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, disps: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_hindexed_block(
+    count: c_int,
+    blocklength: c_int,
+    disps: *const MPI_Aint,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::hindexed_block(blocklength as i64, slice(disps, n, "array_of_displacements")?, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::hindexed_block(
+            blocklength as i64,
+            slice(disps, n, "array_of_displacements")?,
+            &old.desc,
+        ),
+    )
 }
 
-pub unsafe fn MPI_Type_create_struct(count: c_int, blocklens: *const c_int, disps: *const MPI_Aint, types_: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_struct(
+    count: c_int,
+    blocklens: *const c_int,
+    disps: *const MPI_Aint,
+    types_: *const MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let n = count_arg(count)?;
-    let ts: Vec<Arc<DtypeObj>> = slice(types_, n, "array_of_types")?.iter().map(|&t| dtype(t)).collect::<MpiResult<_>>()?;
+    let ts: Vec<Arc<DtypeObj>> = slice(types_, n, "array_of_types")?
+        .iter()
+        .map(|&t| dtype(t))
+        .collect::<MpiResult<_>>()?;
     let descs: Vec<&Arc<TypeDesc>> = ts.iter().map(|t| &t.desc).collect();
-    new_type(newtype, TypeDesc::create_struct(&ints(blocklens, n, "array_of_blocklengths")?, slice(disps, n, "array_of_displacements")?, &descs))
+    new_type(
+        newtype,
+        TypeDesc::create_struct(
+            &ints(blocklens, n, "array_of_blocklengths")?,
+            slice(disps, n, "array_of_displacements")?,
+            &descs,
+        ),
+    )
 }
 
-pub unsafe fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_resized(
+    oldtype: MPI_Datatype,
+    lb: MPI_Aint,
+    extent: MPI_Aint,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     let old = dtype(oldtype)?;
     new_type(newtype, TypeDesc::resized(&old.desc, lb, extent))
 }
@@ -86,13 +184,22 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
     let old = dtype(oldtype)?;
     nonnull(newtype, "newtype")?;
     let d = DtypeObj::new(TypeDesc::dup(&old.desc));
-    d.committed.store(old.committed.load(Ordering::Acquire), Ordering::Release);
+    d.committed
+        .store(old.committed.load(Ordering::Acquire), Ordering::Release);
     *d.attrs.lock().unwrap() = old.attrs.lock().unwrap().clone();
     *newtype = types::insert(d);
     Ok(())
 }
 
-pub unsafe fn MPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+pub unsafe fn MPI_Type_create_subarray(
+    ndims: c_int,
+    sizes: *const c_int,
+    subsizes: *const c_int,
+    starts: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     if ndims <= 0 {
         mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
     }
@@ -100,10 +207,22 @@ pub unsafe fn MPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsiz
     let order = match order {
         o if o == c::MPI_ORDER_C => Order::C,
         o if o == c::MPI_ORDER_FORTRAN => Order::Fortran,
-        o => mpi_bail!(MPI_ERR_ARG, "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"),
+        o => mpi_bail!(
+            MPI_ERR_ARG,
+            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
+        ),
     };
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::subarray(&ints(sizes, n, "sizes")?, &ints(subsizes, n, "subsizes")?, &ints(starts, n, "starts")?, order, &old.desc))
+    new_type(
+        newtype,
+        TypeDesc::subarray(
+            &ints(sizes, n, "sizes")?,
+            &ints(subsizes, n, "subsizes")?,
+            &ints(starts, n, "starts")?,
+            order,
+            &old.desc,
+        ),
+    )
 }
 
 pub unsafe fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> MpiResult<()> {
@@ -120,7 +239,10 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> MpiResult<()> {
         mpi_bail!(MPI_ERR_TYPE, "predefined datatype {h:#x} cannot be freed");
     }
     let Some(obj) = types::TYPES.lock().unwrap().remove(h) else {
-        mpi_bail!(MPI_ERR_TYPE, "invalid datatype handle {h:#x} (freed, or not a datatype)")
+        mpi_bail!(
+            MPI_ERR_TYPE,
+            "invalid datatype handle {h:#x} (freed, or not a datatype)"
+        )
     };
     super::attr::delete_all_type_attrs(*datatype, &obj)?;
     *datatype = c::MPI_DATATYPE_NULL;
@@ -129,7 +251,15 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> MpiResult<()> {
 
 pub unsafe fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> MpiResult<()> {
     let s = dtype(datatype)?.size();
-    out(size, "size", if s > i32::MAX as usize { c::MPI_UNDEFINED } else { s as c_int })
+    out(
+        size,
+        "size",
+        if s > i32::MAX as usize {
+            c::MPI_UNDEFINED
+        } else {
+            s as c_int
+        },
+    )
 }
 pub unsafe fn MPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> MpiResult<()> {
     out(size, "size", dtype(datatype)?.size() as MPI_Count)
@@ -138,30 +268,58 @@ pub unsafe fn MPI_Type_size_c(datatype: MPI_Datatype, size: *mut MPI_Count) -> M
     MPI_Type_size_x(datatype, size)
 }
 
-pub unsafe fn MPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_extent(
+    datatype: MPI_Datatype,
+    lb: *mut MPI_Aint,
+    extent: *mut MPI_Aint,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     out(lb, "lb", d.desc.lb())?;
     out(extent, "extent", d.desc.extent())
 }
-pub unsafe fn MPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_extent_x(
+    datatype: MPI_Datatype,
+    lb: *mut MPI_Count,
+    extent: *mut MPI_Count,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     out(lb, "lb", d.desc.lb() as MPI_Count)?;
     out(extent, "extent", d.desc.extent() as MPI_Count)
 }
-pub unsafe fn MPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_extent_c(
+    datatype: MPI_Datatype,
+    lb: *mut MPI_Count,
+    extent: *mut MPI_Count,
+) -> MpiResult<()> {
     MPI_Type_get_extent_x(datatype, lb, extent)
 }
-pub unsafe fn MPI_Type_get_true_extent(datatype: MPI_Datatype, true_lb: *mut MPI_Aint, true_extent: *mut MPI_Aint) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_true_extent(
+    datatype: MPI_Datatype,
+    true_lb: *mut MPI_Aint,
+    true_extent: *mut MPI_Aint,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     out(true_lb, "true_lb", d.desc.true_lb())?;
     out(true_extent, "true_extent", d.desc.true_extent())
 }
-pub unsafe fn MPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_true_extent_x(
+    datatype: MPI_Datatype,
+    true_lb: *mut MPI_Count,
+    true_extent: *mut MPI_Count,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     out(true_lb, "true_lb", d.desc.true_lb() as MPI_Count)?;
-    out(true_extent, "true_extent", d.desc.true_extent() as MPI_Count)
+    out(
+        true_extent,
+        "true_extent",
+        d.desc.true_extent() as MPI_Count,
+    )
 }
-pub unsafe fn MPI_Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_true_extent_c(
+    datatype: MPI_Datatype,
+    true_lb: *mut MPI_Count,
+    true_extent: *mut MPI_Count,
+) -> MpiResult<()> {
     MPI_Type_get_true_extent_x(datatype, true_lb, true_extent)
 }
 
@@ -183,7 +341,11 @@ pub unsafe fn MPI_Type_set_name(datatype: MPI_Datatype, name: *const c_char) -> 
     Ok(())
 }
 
-pub unsafe fn MPI_Type_get_name(datatype: MPI_Datatype, name: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_name(
+    datatype: MPI_Datatype,
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> MpiResult<()> {
     let n = dtype(datatype)?.name.lock().unwrap().clone();
     write_cstr(&n, name, 128, resultlen)
 }
@@ -206,7 +368,13 @@ fn combiner_value(k: CombinerKind) -> c_int {
     }
 }
 
-pub unsafe fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Type_get_envelope(
+    datatype: MPI_Datatype,
+    num_integers: *mut c_int,
+    num_addresses: *mut c_int,
+    num_datatypes: *mut c_int,
+    combiner: *mut c_int,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
     let (ni, na, _nl, nd) = d.desc.envelope();
     out(num_integers, "num_integers", ni as c_int)?;
@@ -216,21 +384,42 @@ pub unsafe fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c
 }
 
 pub unsafe fn MPI_Type_get_contents(
-    datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int,
-    integers: *mut c_int, addresses: *mut MPI_Aint, datatypes: *mut MPI_Datatype,
+    datatype: MPI_Datatype,
+    max_integers: c_int,
+    max_addresses: c_int,
+    max_datatypes: c_int,
+    integers: *mut c_int,
+    addresses: *mut MPI_Aint,
+    datatypes: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let d = dtype(datatype)?;
     if d.desc.kind() == CombinerKind::Named {
-        mpi_bail!(MPI_ERR_ARG, "MPI_Type_get_contents is erroneous for a predefined datatype");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "MPI_Type_get_contents is erroneous for a predefined datatype"
+        );
     }
     let mut ct = d.desc.contents();
     if d.desc.kind() == CombinerKind::Subarray {
         if let Some(last) = ct.ints.last_mut() {
-            *last = if *last == 0 { c::MPI_ORDER_C as i64 } else { c::MPI_ORDER_FORTRAN as i64 };
+            *last = if *last == 0 {
+                c::MPI_ORDER_C as i64
+            } else {
+                c::MPI_ORDER_FORTRAN as i64
+            };
         }
     }
-    if ct.ints.len() > max_integers.max(0) as usize || ct.addrs.len() > max_addresses.max(0) as usize || ct.types.len() > max_datatypes.max(0) as usize {
-        mpi_bail!(MPI_ERR_ARG, "the output arrays are too small for the type's contents (need {}, {}, {})", ct.ints.len(), ct.addrs.len(), ct.types.len());
+    if ct.ints.len() > max_integers.max(0) as usize
+        || ct.addrs.len() > max_addresses.max(0) as usize
+        || ct.types.len() > max_datatypes.max(0) as usize
+    {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "the output arrays are too small for the type's contents (need {}, {}, {})",
+            ct.ints.len(),
+            ct.addrs.len(),
+            ct.types.len()
+        );
     }
     for (i, v) in ct.ints.iter().enumerate() {
         *integers.add(i) = *v as c_int;
@@ -244,14 +433,27 @@ pub unsafe fn MPI_Type_get_contents(
     Ok(())
 }
 
-pub unsafe fn MPI_Pack_size(incount: c_int, datatype: MPI_Datatype, cm: MPI_Comm, size: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Pack_size(
+    incount: c_int,
+    datatype: MPI_Datatype,
+    cm: MPI_Comm,
+    size: *mut c_int,
+) -> MpiResult<()> {
     crate::abi::objects::comm(cm)?;
     let n = count_arg(incount)?;
     let d = dtype(datatype)?;
     out(size, "size", d.desc.packed_size(n) as c_int)
 }
 
-pub unsafe fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: *mut c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     crate::abi::objects::comm(cm)?;
     let n = count_arg(incount)?;
     let d = types::committed(datatype)?;
@@ -259,7 +461,10 @@ pub unsafe fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datat
     let need = d.desc.packed_size(n);
     let pos = *position;
     if pos < 0 || pos as usize + need > outsize.max(0) as usize {
-        mpi_bail!(MPI_ERR_TRUNCATE, "packing {need} bytes at position {pos} overflows the output buffer of {outsize} bytes");
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "packing {need} bytes at position {pos} overflows the output buffer of {outsize} bytes"
+        );
     }
     if need > 0 {
         let dst = std::slice::from_raw_parts_mut((outbuf as *mut u8).add(pos as usize), need);
@@ -269,7 +474,15 @@ pub unsafe fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datat
     Ok(())
 }
 
-pub unsafe fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: *mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     crate::abi::objects::comm(cm)?;
     let n = count_arg(outcount)?;
     let d = types::committed(datatype)?;

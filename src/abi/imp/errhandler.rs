@@ -11,17 +11,27 @@ use std::os::raw::{c_char, c_int};
 
 type CommErrhFn = Option<unsafe extern "C" fn(*mut MPI_Comm, *mut c_int, ...)>;
 
-pub unsafe fn MPI_Comm_create_errhandler(f: CommErrhFn, errhandler: *mut MPI_Errhandler) -> MpiResult<()> {
+pub unsafe fn MPI_Comm_create_errhandler(
+    f: CommErrhFn,
+    errhandler: *mut MPI_Errhandler,
+) -> MpiResult<()> {
     // SAFETY: all errhandler function types take (pointer to handle, pointer to code, ...).
     let f: Option<ErrhFn> = std::mem::transmute(f);
-    out(errhandler, "errhandler", errh::create(ObjKind::Comm, f)? as MPI_Errhandler)
+    out(
+        errhandler,
+        "errhandler",
+        errh::create(ObjKind::Comm, f)? as MPI_Errhandler,
+    )
 }
 
 pub unsafe fn MPI_Comm_set_errhandler(cm: MPI_Comm, e: MPI_Errhandler) -> MpiResult<()> {
     let cm = comm(cm)?;
     if let Some(o) = errh::lookup(e as usize)? {
         if o.kind != ObjKind::Comm {
-            mpi_bail!(MPI_ERR_ARG, "the error handler was not created for communicators");
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "the error handler was not created for communicators"
+            );
         }
     }
     *cm.errh.lock().unwrap() = e as usize;
@@ -61,7 +71,11 @@ pub unsafe fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> MpiRe
     out(errorclass, "errorclass", errh::class_of(errorcode))
 }
 
-pub unsafe fn MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Error_string(
+    errorcode: c_int,
+    string: *mut c_char,
+    resultlen: *mut c_int,
+) -> MpiResult<()> {
     let text = {
         let o = objects();
         if let Some(s) = o.errors.strings.get(&errorcode) {
@@ -103,10 +117,16 @@ pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> M
     let s = read_cstr(string, "string")?;
     let mut o = objects();
     if errorcode <= 61 {
-        mpi_bail!(MPI_ERR_ARG, "error code {errorcode} is predefined; its string cannot be changed");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error code {errorcode} is predefined; its string cannot be changed"
+        );
     }
     if !o.errors.codes.contains_key(&errorcode) {
-        mpi_bail!(MPI_ERR_ARG, "error code {errorcode} was not created by MPI_Add_error_code/class");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error code {errorcode} was not created by MPI_Add_error_code/class"
+        );
     }
     o.errors.strings.insert(errorcode, s.to_string());
     Ok(())

@@ -2,9 +2,9 @@
 //! rsmpi and mpi4py) and the MPI-5 ABI's MPI_*_toint / MPI_*_fromint.
 
 use crate::abi::ffi::*;
-use crate::mpi::handles::{from_int, to_int, Kind};
-use crate::mpi::error::MpiResult;
 use crate::abi::objects::nonnull;
+use crate::mpi::error::MpiResult;
+use crate::mpi::handles::{from_int, to_int, Kind};
 use std::os::raw::c_int;
 
 macro_rules! conversions {
@@ -30,7 +30,10 @@ conversions! {
     MPI_Win, Win, MPI_Win_c2f, MPI_Win_f2c, MPI_Win_toint, MPI_Win_fromint;
 }
 
-pub unsafe fn MPI_Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fint) -> MpiResult<()> {
+pub unsafe fn MPI_Status_c2f(
+    c_status: *const MPI_Status,
+    f_status: *mut MPI_Fint,
+) -> MpiResult<()> {
     nonnull(c_status, "c_status")?;
     nonnull(f_status, "f_status")?;
     // SAFETY: MPI_Status is 8 ints; a Fortran status is MPI_F_STATUS_SIZE (8) integers.
@@ -38,7 +41,10 @@ pub unsafe fn MPI_Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fin
     Ok(())
 }
 
-pub unsafe fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Status_f2c(
+    f_status: *const MPI_Fint,
+    c_status: *mut MPI_Status,
+) -> MpiResult<()> {
     nonnull(c_status, "c_status")?;
     nonnull(f_status, "f_status")?;
     // SAFETY: as above.

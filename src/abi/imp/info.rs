@@ -17,24 +17,38 @@ pub unsafe fn MPI_Info_create(info: *mut MPI_Info) -> MpiResult<()> {
     out(info, "info", h as MPI_Info)
 }
 
-pub unsafe fn MPI_Info_create_env(_argc: c_int, _argv: *mut *mut c_char, info: *mut MPI_Info) -> MpiResult<()> {
+pub unsafe fn MPI_Info_create_env(
+    _argc: c_int,
+    _argv: *mut *mut c_char,
+    info: *mut MPI_Info,
+) -> MpiResult<()> {
     MPI_Info_create(info)
 }
 
 fn key_ok(k: &str) -> MpiResult<()> {
     if k.is_empty() || k.len() > MAX_KEY {
-        mpi_bail!(MPI_ERR_INFO_KEY, "info key {k:?} is empty or longer than {MAX_KEY} characters");
+        mpi_bail!(
+            MPI_ERR_INFO_KEY,
+            "info key {k:?} is empty or longer than {MAX_KEY} characters"
+        );
     }
     Ok(())
 }
 
-pub unsafe fn MPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> MpiResult<()> {
+pub unsafe fn MPI_Info_set(
+    info: MPI_Info,
+    key: *const c_char,
+    value: *const c_char,
+) -> MpiResult<()> {
     let i = info_obj(info)?;
     let k = read_cstr(key, "key")?;
     let v = read_cstr(value, "value")?;
     key_ok(k)?;
     if v.len() > MAX_VAL {
-        mpi_bail!(MPI_ERR_INFO_VALUE, "info value for {k:?} is longer than {MAX_VAL} characters");
+        mpi_bail!(
+            MPI_ERR_INFO_VALUE,
+            "info value for {k:?} is longer than {MAX_VAL} characters"
+        );
     }
     let mut l = i.lock().unwrap();
     match l.iter_mut().find(|e| e.0 == k) {
@@ -60,10 +74,21 @@ pub unsafe fn MPI_Info_delete(info: MPI_Info, key: *const c_char) -> MpiResult<(
 
 fn lookup(info: MPI_Info, k: &str) -> MpiResult<Option<String>> {
     key_ok(k)?;
-    Ok(info_obj(info)?.lock().unwrap().iter().find(|e| e.0 == k).map(|e| e.1.clone()))
+    Ok(info_obj(info)?
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|e| e.0 == k)
+        .map(|e| e.1.clone()))
 }
 
-pub unsafe fn MPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Info_get(
+    info: MPI_Info,
+    key: *const c_char,
+    valuelen: c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> MpiResult<()> {
     let k = read_cstr(key, "key")?;
     let cap = nonneg(valuelen, "valuelen")?;
     match lookup(info, k)? {
@@ -76,7 +101,13 @@ pub unsafe fn MPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, 
     }
 }
 
-pub unsafe fn MPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Info_get_string(
+    info: MPI_Info,
+    key: *const c_char,
+    buflen: *mut c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> MpiResult<()> {
     let k = read_cstr(key, "key")?;
     crate::abi::objects::nonnull(buflen, "buflen")?;
     match lookup(info, k)? {
@@ -92,7 +123,12 @@ pub unsafe fn MPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *m
     }
 }
 
-pub unsafe fn MPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Info_get_valuelen(
+    info: MPI_Info,
+    key: *const c_char,
+    valuelen: *mut c_int,
+    flag: *mut c_int,
+) -> MpiResult<()> {
     let k = read_cstr(key, "key")?;
     match lookup(info, k)? {
         Some(v) => {
@@ -112,7 +148,11 @@ pub unsafe fn MPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) ->
     let i = info_obj(info)?;
     let l = i.lock().unwrap();
     if n < 0 || n as usize >= l.len() {
-        mpi_bail!(MPI_ERR_ARG, "key index {n} is out of range (the info object has {} keys)", l.len());
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "key index {n} is out of range (the info object has {} keys)",
+            l.len()
+        );
     }
     write_cstr(&l[n as usize].0, key, MAX_KEY + 1, std::ptr::null_mut())
 }
@@ -127,7 +167,10 @@ pub unsafe fn MPI_Info_free(info: *mut MPI_Info) -> MpiResult<()> {
     crate::abi::objects::nonnull(info, "info")?;
     let h = *info as usize;
     if h == c::MPI_INFO_ENV as usize || objects().infos.remove(h).is_none() {
-        mpi_bail!(MPI_ERR_INFO, "invalid info handle {h:#x} (freed, predefined, or not an info object)");
+        mpi_bail!(
+            MPI_ERR_INFO,
+            "invalid info handle {h:#x} (freed, predefined, or not an info object)"
+        );
     }
     *info = c::MPI_INFO_NULL;
     Ok(())

@@ -15,8 +15,20 @@ pub unsafe fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> MpiRe
     runtime::init(c::MPI_THREAD_SINGLE).map(|_| ())
 }
 
-pub unsafe fn MPI_Init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> MpiResult<()> {
-    if ![c::MPI_THREAD_SINGLE, c::MPI_THREAD_FUNNELED, c::MPI_THREAD_SERIALIZED, c::MPI_THREAD_MULTIPLE].contains(&required) {
+pub unsafe fn MPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> MpiResult<()> {
+    if ![
+        c::MPI_THREAD_SINGLE,
+        c::MPI_THREAD_FUNNELED,
+        c::MPI_THREAD_SERIALIZED,
+        c::MPI_THREAD_MULTIPLE,
+    ]
+    .contains(&required)
+    {
         mpi_bail!(MPI_ERR_ARG, "required thread level {required} is not one of MPI_THREAD_SINGLE/FUNNELED/SERIALIZED/MULTIPLE");
     }
     crate::abi::objects::nonnull(provided, "provided")?;
@@ -76,9 +88,16 @@ pub unsafe fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> Mp
     out(subversion, "subversion", 0)
 }
 
-pub const LIBRARY_VERSION: &str = concat!("gpumpi ", env!("CARGO_PKG_VERSION"), " (MPI 5.0, standard ABI 1.0)");
+pub const LIBRARY_VERSION: &str = concat!(
+    "gpumpi ",
+    env!("CARGO_PKG_VERSION"),
+    " (MPI 5.0, standard ABI 1.0)"
+);
 
-pub unsafe fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Get_library_version(
+    version: *mut c_char,
+    resultlen: *mut c_int,
+) -> MpiResult<()> {
     write_cstr(LIBRARY_VERSION, version, 8192, resultlen)
 }
 

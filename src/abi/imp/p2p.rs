@@ -46,7 +46,11 @@ pub fn check_peer(cm: &CommObj, rank: c_int, any_ok: bool) -> MpiResult<Option<c
         return Ok(Some(rank));
     }
     if rank < 0 || rank as usize >= cm.size() {
-        mpi_bail!(MPI_ERR_RANK, "rank {rank} is not in a communicator of size {}", cm.size());
+        mpi_bail!(
+            MPI_ERR_RANK,
+            "rank {rank} is not in a communicator of size {}",
+            cm.size()
+        );
     }
     Ok(Some(rank))
 }
@@ -72,7 +76,15 @@ pub struct SendSpec {
 // SAFETY: the buffer pointer is owned by the caller until completion, per MPI semantics.
 unsafe impl Send for SendSpec {}
 
-pub unsafe fn send_spec(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode) -> MpiResult<SendSpec> {
+pub unsafe fn send_spec(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    mode: Mode,
+) -> MpiResult<SendSpec> {
     let comm = comm(cm)?;
     let count = check_count(count)?;
     let dt = types::committed(dt)?;
@@ -84,12 +96,22 @@ pub unsafe fn send_spec(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: 
             mpi_bail!(MPI_ERR_BUFFER, "the send buffer is NULL with count {count}");
         }
     }
-    Ok(SendSpec { buf, count, dt, dest, tag, comm, mode })
+    Ok(SendSpec {
+        buf,
+        count,
+        dt,
+        dest,
+        tag,
+        comm,
+        mode,
+    })
 }
 
 /// Post a send in the engine.
 pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
-    let Some(dest) = s.dest else { return Ok(ReqKind::Done(Status::proc_null())) };
+    let Some(dest) = s.dest else {
+        return Ok(ReqKind::Done(Status::proc_null()));
+    };
     let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt);
     let (ptr, hold) = if s.mode == Mode::Buffered {
         // Buffered mode: the data is copied now, so the user's buffer is free on return.
@@ -110,7 +132,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         src_rank: s.comm.rank as i32,
         tag: s.tag,
         sync: s.mode == Mode::Sync,
-    });
+    })?;
     let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
             super::bsend::release(len);
@@ -133,20 +155,40 @@ pub struct RecvSpec {
 // SAFETY: as for SendSpec.
 unsafe impl Send for RecvSpec {}
 
-pub unsafe fn recv_spec(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<RecvSpec> {
+pub unsafe fn recv_spec(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<RecvSpec> {
     let comm = comm(cm)?;
     let count = check_count(count)?;
     let dt = types::committed(dt)?;
     check_recv_tag(tag)?;
     let source = check_peer(&comm, source, true)?;
-    Ok(RecvSpec { buf, count, dt, source, tag, comm })
+    Ok(RecvSpec {
+        buf,
+        count,
+        dt,
+        source,
+        tag,
+        comm,
+    })
 }
 
 pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
-    let Some(src) = r.source else { return Ok(ReqKind::Done(Status::proc_null())) };
+    let Some(src) = r.source else {
+        return Ok(ReqKind::Done(Status::proc_null()));
+    };
     let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt);
-    let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag);
-    Ok(ReqKind::Engine { id, post, hold: None })
+    let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag)?;
+    Ok(ReqKind::Engine {
+        id,
+        post,
+        hold: None,
+    })
 }
 
 /// Block until the operation completes; return its status (error in the status -> Err).
@@ -169,7 +211,10 @@ pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
 fn status_result(st: Status) -> MpiResult<()> {
     if st.error != 0 {
         let msg = if st.error == c::MPI_ERR_TRUNCATE {
-            format!("message of {} bytes from rank {} (tag {}) truncated to fit the receive buffer", st.bytes, st.source, st.tag)
+            format!(
+                "message of {} bytes from rank {} (tag {}) truncated to fit the receive buffer",
+                st.bytes, st.source, st.tag
+            )
         } else {
             "the operation failed".to_string()
         };
@@ -178,7 +223,15 @@ fn status_result(st: Status) -> MpiResult<()> {
     Ok(())
 }
 
-unsafe fn blocking_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode) -> MpiResult<()> {
+unsafe fn blocking_send(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    mode: Mode,
+) -> MpiResult<()> {
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     let kind = runtime::with(|rt| start_send(rt, &s))?;
     if mode == Mode::Buffered {
@@ -192,7 +245,16 @@ unsafe fn blocking_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: 
     status_result(wait_kind(kind)?)
 }
 
-unsafe fn nonblocking_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode, request: *mut MPI_Request) -> MpiResult<()> {
+unsafe fn nonblocking_send(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    mode: Mode,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     let h = runtime::with(|rt| {
@@ -203,38 +265,157 @@ unsafe fn nonblocking_send(buf: *const c_void, count: i64, dt: MPI_Datatype, des
     Ok(())
 }
 
-pub unsafe fn MPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Send(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Standard)
 }
-pub unsafe fn MPI_Send_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Send_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     blocking_send(buf, count, datatype, dest, tag, cm, Mode::Standard)
 }
-pub unsafe fn MPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Ssend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Sync)
 }
-pub unsafe fn MPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Rsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Ready)
 }
-pub unsafe fn MPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Bsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
     blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Buffered)
 }
-pub unsafe fn MPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
-    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Standard, request)
+pub unsafe fn MPI_Isend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Standard,
+        request,
+    )
 }
-pub unsafe fn MPI_Isend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Isend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Standard, request)
 }
-pub unsafe fn MPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
-    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Sync, request)
+pub unsafe fn MPI_Issend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Sync,
+        request,
+    )
 }
-pub unsafe fn MPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
-    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Ready, request)
+pub unsafe fn MPI_Irsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Ready,
+        request,
+    )
 }
-pub unsafe fn MPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
-    nonblocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Buffered, request)
+pub unsafe fn MPI_Ibsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Buffered,
+        request,
+    )
 }
 
-unsafe fn blocking_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+unsafe fn blocking_recv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
     let kind = runtime::with(|rt| start_recv(rt, &r))?;
     let st = wait_kind(kind)?;
@@ -242,14 +423,38 @@ unsafe fn blocking_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: 
     status_result(st)
 }
 
-pub unsafe fn MPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     blocking_recv(buf, count as i64, datatype, source, tag, cm, status)
 }
-pub unsafe fn MPI_Recv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Recv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     blocking_recv(buf, count, datatype, source, tag, cm, status)
 }
 
-unsafe fn nonblocking_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+unsafe fn nonblocking_recv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
     let h = runtime::with(|rt| {
@@ -260,19 +465,52 @@ unsafe fn nonblocking_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, sourc
     Ok(())
 }
 
-pub unsafe fn MPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonblocking_recv(buf, count as i64, datatype, source, tag, cm, request)
 }
-pub unsafe fn MPI_Irecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Irecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonblocking_recv(buf, count, datatype, source, tag, cm, request)
 }
 
 pub unsafe fn MPI_Sendrecv(
-    sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
-    recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
-    cm: MPI_Comm, status: *mut MPI_Status,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let s = send_spec(sendbuf, sendcount as i64, sendtype, dest, sendtag, cm, Mode::Standard)?;
+    let s = send_spec(
+        sendbuf,
+        sendcount as i64,
+        sendtype,
+        dest,
+        sendtag,
+        cm,
+        Mode::Standard,
+    )?;
     let r = recv_spec(recvbuf, recvcount as i64, recvtype, source, recvtag, cm)?;
     let (rk, sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &s)?)))?;
     let rst = wait_kind(rk)?;
@@ -283,15 +521,35 @@ pub unsafe fn MPI_Sendrecv(
 }
 
 pub unsafe fn MPI_Sendrecv_replace(
-    buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
-    cm: MPI_Comm, status: *mut MPI_Status,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let s = send_spec(buf, count as i64, datatype, dest, sendtag, cm, Mode::Standard)?;
+    let s = send_spec(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        sendtag,
+        cm,
+        Mode::Standard,
+    )?;
     let r = recv_spec(buf, count as i64, datatype, source, recvtag, cm)?;
     // Send from a packed copy so the receive can land in the same buffer.
     let packed = types::pack_all(buf, s.count, &s.dt);
     let bytes = types::BYTE.clone();
-    let copy = SendSpec { buf: packed.as_ptr() as *const c_void, count: packed.len(), dt: bytes, ..s };
+    let copy = SendSpec {
+        buf: packed.as_ptr() as *const c_void,
+        count: packed.len(),
+        dt: bytes,
+        ..s
+    };
     let (rk, sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &copy)?)))?;
     let rst = wait_kind(rk)?;
     let sst = wait_kind(sk)?;
@@ -303,7 +561,13 @@ pub unsafe fn MPI_Sendrecv_replace(
 
 // ---- probe and matched receive ----
 
-pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, cm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let comm = comm(cm)?;
     check_recv_tag(tag)?;
     nonnull(flag, "flag")?;
@@ -323,7 +587,12 @@ pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, cm: MPI_Comm, flag: *mut c_i
     Ok(())
 }
 
-pub unsafe fn MPI_Probe(source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Probe(
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let comm = comm(cm)?;
     check_recv_tag(tag)?;
     let Some(src) = check_peer(&comm, source, true)? else {
@@ -339,7 +608,15 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, cm: MPI_Comm, status: *mut MP
     Ok(())
 }
 
-unsafe fn improbe_inner(source: c_int, tag: c_int, cm: MPI_Comm, block: bool, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+unsafe fn improbe_inner(
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    block: bool,
+    flag: *mut c_int,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let comm = comm(cm)?;
     check_recv_tag(tag)?;
     nonnull(message, "message")?;
@@ -373,16 +650,34 @@ unsafe fn improbe_inner(source: c_int, tag: c_int, cm: MPI_Comm, block: bool, fl
     Ok(())
 }
 
-pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, cm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     improbe_inner(source, tag, cm, true, std::ptr::null_mut(), message, status)
 }
 
-pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, cm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    flag: *mut c_int,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     nonnull(flag, "flag")?;
     improbe_inner(source, tag, cm, false, flag, message, status)
 }
 
-unsafe fn matched_recv_kind(buf: *mut c_void, count: i64, dt: MPI_Datatype, message: *mut MPI_Message) -> MpiResult<ReqKind> {
+unsafe fn matched_recv_kind(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    message: *mut MPI_Message,
+) -> MpiResult<ReqKind> {
     nonnull(message, "message")?;
     let count = check_count(count)?;
     let dt = types::committed(dt)?;
@@ -392,21 +687,43 @@ unsafe fn matched_recv_kind(buf: *mut c_void, count: i64, dt: MPI_Datatype, mess
         return Ok(ReqKind::Done(Status::proc_null()));
     }
     let Some(msg) = super::message::take(m as usize) else {
-        mpi_bail!(MPI_ERR_REQUEST, "invalid message handle {:#x} (already received, or not a message)", m as usize)
+        mpi_bail!(
+            MPI_ERR_REQUEST,
+            "invalid message handle {:#x} (already received, or not a message)",
+            m as usize
+        )
     };
     *message = c::MPI_MESSAGE_NULL;
     let (ptr, cap, post) = types::recv_view(buf, count, &dt);
-    runtime::with(|rt| Ok(ReqKind::Engine { id: rt.engine.imrecv(msg, ptr, cap), post, hold: None }))
+    runtime::with(|rt| {
+        Ok(ReqKind::Engine {
+            id: rt.engine.imrecv(msg, ptr, cap)?,
+            post,
+            hold: None,
+        })
+    })
 }
 
-pub unsafe fn MPI_Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let k = matched_recv_kind(buf, count as i64, datatype, message)?;
     let st = wait_kind(k)?;
     st.store(status, false);
     status_result(st)
 }
 
-pub unsafe fn MPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     let k = matched_recv_kind(buf, count as i64, datatype, message)?;
     *request = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
@@ -415,7 +732,11 @@ pub unsafe fn MPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype,
 
 // ---- status inspection ----
 
-pub unsafe fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Get_count(
+    status: *const MPI_Status,
+    datatype: MPI_Datatype,
+    count: *mut c_int,
+) -> MpiResult<()> {
     nonnull(status, "status")?;
     let dt = types::committed(datatype)?;
     let bytes = Status::bytes_of(&*status);
@@ -429,30 +750,50 @@ pub unsafe fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, c
     out(count, "count", n.min(i32::MAX as i64) as c_int)
 }
 
-pub unsafe fn MPI_Get_count_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Get_count_c(
+    status: *const MPI_Status,
+    datatype: MPI_Datatype,
+    count: *mut MPI_Count,
+) -> MpiResult<()> {
     let mut n = 0;
     MPI_Get_count(status, datatype, &mut n)?;
     out(count, "count", n as MPI_Count)
 }
 
-pub unsafe fn MPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Get_elements_x(
+    status: *const MPI_Status,
+    datatype: MPI_Datatype,
+    count: *mut MPI_Count,
+) -> MpiResult<()> {
     nonnull(status, "status")?;
     let dt = types::committed(datatype)?;
     let bytes = Status::bytes_of(&*status) as usize;
     out(count, "count", types::elements_in(&dt, bytes))
 }
 
-pub unsafe fn MPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Get_elements(
+    status: *const MPI_Status,
+    datatype: MPI_Datatype,
+    count: *mut c_int,
+) -> MpiResult<()> {
     let mut n: MPI_Count = 0;
     MPI_Get_elements_x(status, datatype, &mut n)?;
     out(count, "count", n as c_int)
 }
 
-pub unsafe fn MPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Get_elements_c(
+    status: *const MPI_Status,
+    datatype: MPI_Datatype,
+    count: *mut MPI_Count,
+) -> MpiResult<()> {
     MPI_Get_elements_x(status, datatype, count)
 }
 
-pub unsafe fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Status_set_elements_x(
+    status: *mut MPI_Status,
+    datatype: MPI_Datatype,
+    count: MPI_Count,
+) -> MpiResult<()> {
     nonnull(status, "status")?;
     let dt = types::committed(datatype)?;
     let bytes = types::bytes_for_elements(&dt, count.max(0) as usize);
@@ -461,11 +802,19 @@ pub unsafe fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_D
     Ok(())
 }
 
-pub unsafe fn MPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Status_set_elements(
+    status: *mut MPI_Status,
+    datatype: MPI_Datatype,
+    count: c_int,
+) -> MpiResult<()> {
     MPI_Status_set_elements_x(status, datatype, count as MPI_Count)
 }
 
-pub unsafe fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> MpiResult<()> {
+pub unsafe fn MPI_Status_set_elements_c(
+    status: *mut MPI_Status,
+    datatype: MPI_Datatype,
+    count: MPI_Count,
+) -> MpiResult<()> {
     MPI_Status_set_elements_x(status, datatype, count)
 }
 
@@ -481,7 +830,10 @@ pub unsafe fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) ->
     out(flag, "flag", Status::cancelled_of(&*status) as c_int)
 }
 
-pub unsafe fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Status_get_source(
+    status: *const MPI_Status,
+    source: *mut c_int,
+) -> MpiResult<()> {
     nonnull(status, "status")?;
     out(source, "source", (*status).MPI_SOURCE)
 }

@@ -23,7 +23,10 @@ pub fn test_one(rt: &mut Runtime, h: &mut MPI_Request) -> MpiResult<Option<Statu
     }
     let key = *h as usize;
     let Some(r) = rt.reqs.get_mut(key) else {
-        mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {key:#x} (freed, completed, or not a request)")
+        mpi_bail!(
+            MPI_ERR_REQUEST,
+            "invalid request handle {key:#x} (freed, completed, or not a request)"
+        )
     };
     let res = r.test(&mut rt.engine);
     let persistent = r.is_persistent();
@@ -47,12 +50,23 @@ pub fn test_one(rt: &mut Runtime, h: &mut MPI_Request) -> MpiResult<Option<Statu
 }
 
 fn is_active(rt: &Runtime, h: MPI_Request) -> bool {
-    !is_null(h) && rt.reqs.get(h as usize).map(|r| !matches!(r.kind, ReqKind::Inactive)).unwrap_or(true)
+    !is_null(h)
+        && rt
+            .reqs
+            .get(h as usize)
+            .map(|r| !matches!(r.kind, ReqKind::Inactive))
+            .unwrap_or(true)
 }
 
 fn err_of(st: &Status) -> MpiResult<()> {
     if st.error != 0 {
-        return Err(MpiError::new(st.error, format!("request completed with error (source {}, tag {})", st.source, st.tag)));
+        return Err(MpiError::new(
+            st.error,
+            format!(
+                "request completed with error (source {}, tag {})",
+                st.source, st.tag
+            ),
+        ));
     }
     Ok(())
 }
@@ -69,7 +83,11 @@ pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> Mp
     err_of(&st)
 }
 
-pub unsafe fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Test(
+    request: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     nonnull(flag, "flag")?;
     let st = runtime::with(|rt| {
@@ -94,11 +112,19 @@ unsafe fn reqs_arg<'a>(count: c_int, reqs: *mut MPI_Request) -> MpiResult<&'a mu
 }
 
 /// Shared body of Waitall/Testall: complete as many as possible; `all_or_none` for Testall.
-unsafe fn complete_all(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, block: bool) -> MpiResult<bool> {
+unsafe fn complete_all(
+    reqs: &mut [MPI_Request],
+    statuses: *mut MPI_Status,
+    block: bool,
+) -> MpiResult<bool> {
     let n = reqs.len();
     let mut done: Vec<Option<Status>> = vec![None; n];
     let mut any_err = false;
-    let check = |rt: &mut Runtime, reqs: &mut [MPI_Request], done: &mut Vec<Option<Status>>, any_err: &mut bool| -> bool {
+    let check = |rt: &mut Runtime,
+                 reqs: &mut [MPI_Request],
+                 done: &mut Vec<Option<Status>>,
+                 any_err: &mut bool|
+     -> bool {
         for i in 0..n {
             if done[i].is_some() {
                 continue;
@@ -118,7 +144,10 @@ unsafe fn complete_all(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, bloc
                 Ok(None) => {}
                 Err(e) => {
                     *any_err = true;
-                    done[i] = Some(Status { error: e.class, ..Status::EMPTY });
+                    done[i] = Some(Status {
+                        error: e.class,
+                        ..Status::EMPTY
+                    });
                 }
             }
         }
@@ -131,7 +160,12 @@ unsafe fn complete_all(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, bloc
             rt.progress();
             // All complete? Test without completing first.
             let all = reqs.iter().all(|&h| {
-                is_null(h) || rt.reqs.get_mut(h as usize).map(|r| peek_done(r, &mut rt.engine)).unwrap_or(true)
+                is_null(h)
+                    || rt
+                        .reqs
+                        .get_mut(h as usize)
+                        .map(|r| peek_done(r, &mut rt.engine))
+                        .unwrap_or(true)
             });
             if !all {
                 return Ok(false);
@@ -145,7 +179,10 @@ unsafe fn complete_all(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, bloc
                     }
                     Err(e) => {
                         any_err = true;
-                        done[i] = Some(Status { error: e.class, ..Status::EMPTY });
+                        done[i] = Some(Status {
+                            error: e.class,
+                            ..Status::EMPTY
+                        });
                     }
                 }
             }
@@ -161,30 +198,48 @@ unsafe fn complete_all(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, bloc
         }
     }
     if any_err {
-        mpi_bail!(MPI_ERR_IN_STATUS, "one or more requests failed; see the MPI_ERROR field of their statuses");
+        mpi_bail!(
+            MPI_ERR_IN_STATUS,
+            "one or more requests failed; see the MPI_ERROR field of their statuses"
+        );
     }
     Ok(true)
 }
 
 /// Whether a request would complete if tested now (without completing it).
 fn peek_done(r: &mut Request, engine: &mut crate::engine::Engine) -> bool {
+    if matches!(r.kind, ReqKind::Coll { .. }) {
+        r.advance(engine);
+        return matches!(
+            &r.kind,
+            ReqKind::Coll {
+                result: Some(_),
+                ..
+            }
+        );
+    }
     match &mut r.kind {
-        ReqKind::Engine { id, .. } => engine.is_complete(*id),
-        ReqKind::Coll { result, .. } => {
-            r.advance(engine);
-            matches!(&r.kind, ReqKind::Coll { result: Some(_), .. }) || result.is_some()
-        }
+        ReqKind::Engine { id, .. } => engine.is_done(*id),
         ReqKind::Grequest(g) => g.complete,
         _ => true,
     }
 }
 
-pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Waitall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+) -> MpiResult<()> {
     let reqs = reqs_arg(count, reqs)?;
     complete_all(reqs, statuses, true).map(|_| ())
 }
 
-pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Testall(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> MpiResult<()> {
     nonnull(flag, "flag")?;
     let reqs = reqs_arg(count, reqs)?;
     *flag = complete_all(reqs, statuses, false)? as c_int;
@@ -192,7 +247,10 @@ pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int
 }
 
 /// One pass over the array: the index and status of the first completed active request.
-fn any_pass(rt: &mut Runtime, reqs: &mut [MPI_Request]) -> MpiResult<(bool, Option<(usize, Status)>)> {
+fn any_pass(
+    rt: &mut Runtime,
+    reqs: &mut [MPI_Request],
+) -> MpiResult<(bool, Option<(usize, Status)>)> {
     let mut any_active = false;
     for i in 0..reqs.len() {
         if !is_active(rt, reqs[i]) {
@@ -206,7 +264,12 @@ fn any_pass(rt: &mut Runtime, reqs: &mut [MPI_Request]) -> MpiResult<(bool, Opti
     Ok((any_active, None))
 }
 
-pub unsafe fn MPI_Waitany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Waitany(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let reqs = reqs_arg(count, reqs)?;
     nonnull(index, "index")?;
     let mut res = None;
@@ -229,7 +292,13 @@ pub unsafe fn MPI_Waitany(count: c_int, reqs: *mut MPI_Request, index: *mut c_in
     }
 }
 
-pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Testany(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     let reqs = reqs_arg(count, reqs)?;
     nonnull(index, "index")?;
     nonnull(flag, "flag")?;
@@ -255,7 +324,12 @@ pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_in
     }
 }
 
-unsafe fn some_pass(rt: &mut Runtime, reqs: &mut [MPI_Request], indices: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<(bool, usize, bool)> {
+unsafe fn some_pass(
+    rt: &mut Runtime,
+    reqs: &mut [MPI_Request],
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> MpiResult<(bool, usize, bool)> {
     let mut any_active = false;
     let mut n = 0;
     let mut any_err = false;
@@ -267,7 +341,10 @@ unsafe fn some_pass(rt: &mut Runtime, reqs: &mut [MPI_Request], indices: *mut c_
         let st = match test_one(rt, &mut reqs[i]) {
             Ok(Some(st)) => st,
             Ok(None) => continue,
-            Err(e) => Status { error: e.class, ..Status::EMPTY },
+            Err(e) => Status {
+                error: e.class,
+                ..Status::EMPTY
+            },
         };
         any_err |= st.error != 0;
         *indices.add(n) = i as c_int;
@@ -279,7 +356,14 @@ unsafe fn some_pass(rt: &mut Runtime, reqs: &mut [MPI_Request], indices: *mut c_
     Ok((any_active, n, any_err))
 }
 
-unsafe fn some_common(count: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status, block: bool) -> MpiResult<()> {
+unsafe fn some_common(
+    count: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    block: bool,
+) -> MpiResult<()> {
     let reqs = reqs_arg(count, reqs)?;
     nonnull(outcount, "outcount")?;
     if !reqs.is_empty() {
@@ -297,22 +381,45 @@ unsafe fn some_common(count: c_int, reqs: *mut MPI_Request, outcount: *mut c_int
             some_pass(rt, reqs, indices, statuses)
         })?;
     }
-    *outcount = if res.0 { res.1 as c_int } else { c::MPI_UNDEFINED };
+    *outcount = if res.0 {
+        res.1 as c_int
+    } else {
+        c::MPI_UNDEFINED
+    };
     if res.2 {
-        mpi_bail!(MPI_ERR_IN_STATUS, "one or more requests failed; see the MPI_ERROR field of their statuses");
+        mpi_bail!(
+            MPI_ERR_IN_STATUS,
+            "one or more requests failed; see the MPI_ERROR field of their statuses"
+        );
     }
     Ok(())
 }
 
-pub unsafe fn MPI_Waitsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Waitsome(
+    incount: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> MpiResult<()> {
     some_common(incount, reqs, outcount, indices, statuses, true)
 }
 
-pub unsafe fn MPI_Testsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Testsome(
+    incount: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> MpiResult<()> {
     some_common(incount, reqs, outcount, indices, statuses, false)
 }
 
-pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> MpiResult<()> {
+pub unsafe fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
     nonnull(flag, "flag")?;
     if is_null(request) {
         *flag = 1;
@@ -322,7 +429,11 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
     let done = runtime::with(|rt| {
         rt.progress();
         let Some(r) = rt.reqs.get_mut(request as usize) else {
-            mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {:#x}", request as usize)
+            mpi_bail!(
+                MPI_ERR_REQUEST,
+                "invalid request handle {:#x}",
+                request as usize
+            )
         };
         Ok(peek_done(r, &mut rt.engine))
     })?;
@@ -333,7 +444,11 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
         let st = runtime::with(|rt| {
             let r = rt.reqs.get_mut(request as usize).unwrap();
             Ok(match &r.kind {
-                ReqKind::Engine { id, .. } => rt.engine.peek_status(*id).map(Status::from).unwrap_or(Status::EMPTY),
+                ReqKind::Engine { id, .. } => rt
+                    .engine
+                    .peek(*id)
+                    .map(Status::from)
+                    .unwrap_or(Status::EMPTY),
                 ReqKind::Done(s) => *s,
                 _ => Status::EMPTY,
             })
@@ -391,7 +506,10 @@ pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> MpiResult<()> {
             let f: unsafe extern "C" fn(*mut c_void, c_int) -> c_int = std::mem::transmute(f);
             let rc = f(extra as *mut c_void, complete as c_int);
             if rc != 0 {
-                return Err(MpiError::new(rc, "the generalized request's cancel function failed"));
+                return Err(MpiError::new(
+                    rc,
+                    "the generalized request's cancel function failed",
+                ));
             }
         }
     }
@@ -402,30 +520,87 @@ pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> MpiResult<()> {
 
 unsafe fn persistent(request: *mut MPI_Request, starter: Starter) -> MpiResult<()> {
     nonnull(request, "request")?;
-    let h = runtime::with(|rt| Ok(new_request(rt, Request { kind: ReqKind::Inactive, persistent: Some(starter) })))?;
+    let h = runtime::with(|rt| {
+        Ok(new_request(
+            rt,
+            Request {
+                kind: ReqKind::Inactive,
+                persistent: Some(starter),
+            },
+        ))
+    })?;
     *request = h as MPI_Request;
     Ok(())
 }
 
-unsafe fn send_init(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, mode: Mode, request: *mut MPI_Request) -> MpiResult<()> {
+unsafe fn send_init(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    mode: Mode,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     let s: SendSpec = send_spec(buf, count as i64, dt, dest, tag, cm, mode)?;
     persistent(request, Box::new(move |rt| start_send(rt, &s)))
 }
 
-pub unsafe fn MPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Send_init(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     send_init(buf, count, datatype, dest, tag, cm, Mode::Standard, request)
 }
-pub unsafe fn MPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Ssend_init(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     send_init(buf, count, datatype, dest, tag, cm, Mode::Sync, request)
 }
-pub unsafe fn MPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Rsend_init(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     send_init(buf, count, datatype, dest, tag, cm, Mode::Ready, request)
 }
-pub unsafe fn MPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Bsend_init(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     send_init(buf, count, datatype, dest, tag, cm, Mode::Buffered, request)
 }
 
-pub unsafe fn MPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+pub unsafe fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     let r: RecvSpec = recv_spec(buf, count as i64, datatype, source, tag, cm)?;
     persistent(request, Box::new(move |rt| start_recv(rt, &r)))
 }
@@ -435,15 +610,14 @@ pub fn start(rt: &mut Runtime, h: MPI_Request) -> MpiResult<()> {
     let Some(r) = rt.reqs.get_mut(key) else {
         mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {key:#x}")
     };
-    let Some(st) = r.persistent.as_mut() else {
-        mpi_bail!(MPI_ERR_REQUEST, "the request is not a persistent request")
-    };
+    if r.persistent.is_none() {
+        mpi_bail!(MPI_ERR_REQUEST, "the request is not a persistent request");
+    }
     if !matches!(r.kind, ReqKind::Inactive) {
         mpi_bail!(MPI_ERR_REQUEST, "the persistent request is already active");
     }
     // Take the starter out while it runs (it needs the runtime).
     let mut starter = r.persistent.take().unwrap();
-    let _ = st;
     let kind = starter(rt);
     let r = rt.reqs.get_mut(key).unwrap();
     r.persistent = Some(starter);
@@ -496,7 +670,10 @@ pub unsafe fn MPI_Grequest_start(
 
 pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> MpiResult<()> {
     runtime::with(|rt| match rt.reqs.get_mut(request as usize) {
-        Some(Request { kind: ReqKind::Grequest(g), .. }) => {
+        Some(Request {
+            kind: ReqKind::Grequest(g),
+            ..
+        }) => {
             g.complete = true;
             Ok(())
         }

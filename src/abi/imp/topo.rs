@@ -25,12 +25,18 @@ pub fn dims_create(nnodes: i64, dims: &mut [i32]) -> MpiResult<()> {
         }
     }
     if nnodes % fixed != 0 {
-        mpi_bail!(MPI_ERR_DIMS, "nnodes {nnodes} is not a multiple of the product {fixed} of the fixed dimensions");
+        mpi_bail!(
+            MPI_ERR_DIMS,
+            "nnodes {nnodes} is not a multiple of the product {fixed} of the fixed dimensions"
+        );
     }
     let free: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] == 0).collect();
     if free.is_empty() {
         if fixed != nnodes {
-            mpi_bail!(MPI_ERR_DIMS, "the product of dims {fixed} differs from nnodes {nnodes}");
+            mpi_bail!(
+                MPI_ERR_DIMS,
+                "the product of dims {fixed} differs from nnodes {nnodes}"
+            );
         }
         return Ok(());
     }
@@ -73,7 +79,10 @@ pub unsafe fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> 
 fn cart(cm: &CommObj) -> MpiResult<&Cart> {
     match &cm.topo {
         Some(Topo::Cart(c)) => Ok(c),
-        _ => mpi_bail!(MPI_ERR_TOPOLOGY, "the communicator has no Cartesian topology"),
+        _ => mpi_bail!(
+            MPI_ERR_TOPOLOGY,
+            "the communicator has no Cartesian topology"
+        ),
     }
 }
 
@@ -103,18 +112,32 @@ fn rank_of(c: &Cart, coords: &[i32]) -> MpiResult<Option<usize>> {
     Ok(Some(r))
 }
 
-pub unsafe fn MPI_Cart_create(old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, comm_cart: *mut MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Cart_create(
+    old: MPI_Comm,
+    ndims: c_int,
+    dims: *const c_int,
+    periods: *const c_int,
+    _reorder: c_int,
+    comm_cart: *mut MPI_Comm,
+) -> MpiResult<()> {
     nonnull(comm_cart, "comm_cart")?;
     let parent = comm(old)?;
     let n = nonneg(ndims, "ndims")?;
     let dims = slice(dims, n, "dims")?.to_vec();
-    let periods: Vec<bool> = slice(periods, n, "periods")?.iter().map(|&p| p != 0).collect();
+    let periods: Vec<bool> = slice(periods, n, "periods")?
+        .iter()
+        .map(|&p| p != 0)
+        .collect();
     if dims.iter().any(|&d| d <= 0) {
         mpi_bail!(MPI_ERR_DIMS, "every dimension must be positive: {dims:?}");
     }
     let total: i64 = dims.iter().map(|&d| d as i64).product();
     if total > parent.size() as i64 {
-        mpi_bail!(MPI_ERR_TOPOLOGY, "the grid of {total} processes is larger than the communicator ({})", parent.size());
+        mpi_bail!(
+            MPI_ERR_TOPOLOGY,
+            "the grid of {total} processes is larger than the communicator ({})",
+            parent.size()
+        );
     }
     let g = Group::new(parent.group.ranks[..total as usize].to_vec());
     let ctx = alloc_ctx(&parent)?;
@@ -141,12 +164,21 @@ pub unsafe fn MPI_Cartdim_get(cm: MPI_Comm, ndims: *mut c_int) -> MpiResult<()> 
     out(ndims, "ndims", cart(&o)?.dims.len() as c_int)
 }
 
-pub unsafe fn MPI_Cart_get(cm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Cart_get(
+    cm: MPI_Comm,
+    maxdims: c_int,
+    dims: *mut c_int,
+    periods: *mut c_int,
+    coords: *mut c_int,
+) -> MpiResult<()> {
     let o = comm(cm)?;
     let ct = cart(&o)?;
     let n = ct.dims.len();
     if (maxdims as usize) < n {
-        mpi_bail!(MPI_ERR_ARG, "maxdims {maxdims} is smaller than the topology's {n} dimensions");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "maxdims {maxdims} is smaller than the topology's {n} dimensions"
+        );
     }
     let co = coords_of(ct, o.rank);
     for i in 0..n {
@@ -163,18 +195,35 @@ pub unsafe fn MPI_Cart_rank(cm: MPI_Comm, coords: *const c_int, rank: *mut c_int
     let co = slice(coords, ct.dims.len(), "coords")?;
     match rank_of(ct, co)? {
         Some(r) => out(rank, "rank", r as c_int),
-        None => mpi_bail!(MPI_ERR_ARG, "coordinates {co:?} are outside the non-periodic grid {:?}", ct.dims),
+        None => mpi_bail!(
+            MPI_ERR_ARG,
+            "coordinates {co:?} are outside the non-periodic grid {:?}",
+            ct.dims
+        ),
     }
 }
 
-pub unsafe fn MPI_Cart_coords(cm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Cart_coords(
+    cm: MPI_Comm,
+    rank: c_int,
+    maxdims: c_int,
+    coords: *mut c_int,
+) -> MpiResult<()> {
     let o = comm(cm)?;
     let ct = cart(&o)?;
     if rank < 0 || rank as usize >= o.size() {
-        mpi_bail!(MPI_ERR_RANK, "rank {rank} is not in a communicator of size {}", o.size());
+        mpi_bail!(
+            MPI_ERR_RANK,
+            "rank {rank} is not in a communicator of size {}",
+            o.size()
+        );
     }
     if (maxdims as usize) < ct.dims.len() {
-        mpi_bail!(MPI_ERR_ARG, "maxdims {maxdims} is smaller than the topology's {} dimensions", ct.dims.len());
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "maxdims {maxdims} is smaller than the topology's {} dimensions",
+            ct.dims.len()
+        );
     }
     for (i, v) in coords_of(ct, rank as usize).into_iter().enumerate() {
         *coords.add(i) = v;
@@ -182,27 +231,46 @@ pub unsafe fn MPI_Cart_coords(cm: MPI_Comm, rank: c_int, maxdims: c_int, coords:
     Ok(())
 }
 
-pub unsafe fn MPI_Cart_shift(cm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Cart_shift(
+    cm: MPI_Comm,
+    direction: c_int,
+    disp: c_int,
+    rank_source: *mut c_int,
+    rank_dest: *mut c_int,
+) -> MpiResult<()> {
     let o = comm(cm)?;
     let ct = cart(&o)?;
     if direction < 0 || direction as usize >= ct.dims.len() {
-        mpi_bail!(MPI_ERR_ARG, "direction {direction} is not a dimension of the {}-dimensional grid", ct.dims.len());
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "direction {direction} is not a dimension of the {}-dimensional grid",
+            ct.dims.len()
+        );
     }
     let me = coords_of(ct, o.rank);
     let shifted = |d: i32| -> MpiResult<c_int> {
         let mut co = me.clone();
         co[direction as usize] += d;
-        Ok(rank_of(ct, &co)?.map(|r| r as c_int).unwrap_or(c::MPI_PROC_NULL))
+        Ok(rank_of(ct, &co)?
+            .map(|r| r as c_int)
+            .unwrap_or(c::MPI_PROC_NULL))
     };
     out(rank_source, "rank_source", shifted(-disp)?)?;
     out(rank_dest, "rank_dest", shifted(disp)?)
 }
 
-pub unsafe fn MPI_Cart_sub(cm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> MpiResult<()> {
+pub unsafe fn MPI_Cart_sub(
+    cm: MPI_Comm,
+    remain_dims: *const c_int,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
     nonnull(newcomm, "newcomm")?;
     let o = comm(cm)?;
     let ct = cart(&o)?.clone();
-    let remain: Vec<bool> = slice(remain_dims, ct.dims.len(), "remain_dims")?.iter().map(|&r| r != 0).collect();
+    let remain: Vec<bool> = slice(remain_dims, ct.dims.len(), "remain_dims")?
+        .iter()
+        .map(|&r| r != 0)
+        .collect();
     let me = coords_of(&ct, o.rank);
     // Color: my coordinates in the dropped dimensions; key: rank within the kept ones.
     let members: Vec<usize> = (0..o.size())
@@ -213,19 +281,39 @@ pub unsafe fn MPI_Cart_sub(cm: MPI_Comm, remain_dims: *const c_int, newcomm: *mu
         .map(|r| o.world_rank(r))
         .collect();
     let sub = Cart {
-        dims: (0..ct.dims.len()).filter(|&i| remain[i]).map(|i| ct.dims[i]).collect(),
-        periods: (0..ct.dims.len()).filter(|&i| remain[i]).map(|i| ct.periods[i]).collect(),
+        dims: (0..ct.dims.len())
+            .filter(|&i| remain[i])
+            .map(|i| ct.dims[i])
+            .collect(),
+        periods: (0..ct.dims.len())
+            .filter(|&i| remain[i])
+            .map(|i| ct.periods[i])
+            .collect(),
     };
     let ctx = alloc_ctx(&o)?;
     *newcomm = make_comm(ctx, Group::new(members), Some(Topo::Cart(sub)), &o)?;
     Ok(())
 }
 
-pub unsafe fn MPI_Cart_map(cm: MPI_Comm, ndims: c_int, dims: *const c_int, _periods: *const c_int, newrank: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Cart_map(
+    cm: MPI_Comm,
+    ndims: c_int,
+    dims: *const c_int,
+    _periods: *const c_int,
+    newrank: *mut c_int,
+) -> MpiResult<()> {
     let o = comm(cm)?;
     let n = nonneg(ndims, "ndims")?;
     let total: i64 = slice(dims, n, "dims")?.iter().map(|&d| d as i64).product();
-    out(newrank, "newrank", if (o.rank as i64) < total { o.rank as c_int } else { c::MPI_UNDEFINED })
+    out(
+        newrank,
+        "newrank",
+        if (o.rank as i64) < total {
+            o.rank as c_int
+        } else {
+            c::MPI_UNDEFINED
+        },
+    )
 }
 
 #[cfg(test)]

@@ -22,7 +22,10 @@ fn pack_throughput() {
     let n = 1 << 20;
     let src = vec![3u8; 32 * n];
     let cases = [
-        ("vector 1 int stride 2", TypeDesc::vector(n as i64, 1, 2, &int).unwrap()),
+        (
+            "vector 1 int stride 2",
+            TypeDesc::vector(n as i64, 1, 2, &int).unwrap(),
+        ),
         (
             "vector 2 double stride 3",
             TypeDesc::vector(n as i64 / 2, 2, 3, &db).unwrap(),

@@ -96,7 +96,11 @@ fn f128_be_to_f80(x: &[u8], out: &mut [u8]) {
 impl TypeDesc {
     /// Bytes of `count` elements in external32 (`MPI_Pack_external_size`).
     pub fn external32_size(&self, count: usize) -> usize {
-        let per: usize = self.blocks.iter().map(|b| b.count * b.basic.external32_size()).sum();
+        let per: usize = self
+            .blocks
+            .iter()
+            .map(|b| b.count * b.basic.external32_size())
+            .sum();
         per.saturating_mul(count)
     }
 
@@ -106,7 +110,12 @@ impl TypeDesc {
     ///
     /// # Safety
     /// As `pack`.
-    pub unsafe fn pack_external(&self, count: usize, src: *const u8, dst: &mut [u8]) -> MpiResult<usize> {
+    pub unsafe fn pack_external(
+        &self,
+        count: usize,
+        src: *const u8,
+        dst: &mut [u8],
+    ) -> MpiResult<usize> {
         let total = self.external32_size(count);
         if dst.len() < total {
             mpi_bail!(
@@ -125,7 +134,12 @@ impl TypeDesc {
                 for k in 0..b.count {
                     // SAFETY: the caller guarantees every byte of the type map
                     // of `count` elements is readable at `src`.
-                    let v = unsafe { std::slice::from_raw_parts(src.offset(base + b.disp + (k * ns) as isize), ns) };
+                    let v = unsafe {
+                        std::slice::from_raw_parts(
+                            src.offset(base + b.disp + (k * ns) as isize),
+                            ns,
+                        )
+                    };
                     let out = &mut dst[o..o + es];
                     match c {
                         Conv::Swap(n) => {
@@ -161,7 +175,12 @@ impl TypeDesc {
     ///
     /// # Safety
     /// As `unpack`.
-    pub unsafe fn unpack_external(&self, count: usize, src: &[u8], dst: *mut u8) -> MpiResult<usize> {
+    pub unsafe fn unpack_external(
+        &self,
+        count: usize,
+        src: &[u8],
+        dst: *mut u8,
+    ) -> MpiResult<usize> {
         let total = self.external32_size(count);
         if src.len() < total {
             mpi_bail!(
@@ -180,8 +199,12 @@ impl TypeDesc {
                 for k in 0..b.count {
                     // SAFETY: the caller guarantees every byte of the type map
                     // of `count` elements is writable at `dst`, apart from `src`.
-                    let out =
-                        unsafe { std::slice::from_raw_parts_mut(dst.offset(base + b.disp + (k * ns) as isize), ns) };
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            dst.offset(base + b.disp + (k * ns) as isize),
+                            ns,
+                        )
+                    };
                     let v = &src[o..o + es];
                     match c {
                         Conv::Swap(n) => {
@@ -193,7 +216,11 @@ impl TypeDesc {
                         }
                         Conv::Narrow8to4 { signed } => {
                             let x = u32::from_be_bytes(v.try_into().unwrap());
-                            let y = if signed { x as i32 as i64 as u64 } else { x as u64 };
+                            let y = if signed {
+                                x as i32 as i64 as u64
+                            } else {
+                                x as u64
+                            };
                             out.copy_from_slice(&y.to_ne_bytes());
                         }
                         Conv::Narrow4to2 => {

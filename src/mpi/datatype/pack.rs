@@ -31,7 +31,13 @@ impl TypeDesc {
     ///
     /// # Safety
     /// As `pack`.
-    pub unsafe fn pack_range(&self, count: usize, src: *const u8, skip: usize, dst: &mut [u8]) -> usize {
+    pub unsafe fn pack_range(
+        &self,
+        count: usize,
+        src: *const u8,
+        skip: usize,
+        dst: &mut [u8],
+    ) -> usize {
         let dp = dst.as_mut_ptr();
         let len = dst.len();
         // SAFETY: the caller guarantees the type map of `count` elements is
@@ -49,7 +55,13 @@ impl TypeDesc {
     ///
     /// # Safety
     /// As `unpack`.
-    pub unsafe fn unpack_range(&self, count: usize, src: &[u8], skip: usize, dst: *mut u8) -> usize {
+    pub unsafe fn unpack_range(
+        &self,
+        count: usize,
+        src: &[u8],
+        skip: usize,
+        dst: *mut u8,
+    ) -> usize {
         let sp = src.as_ptr();
         let len = src.len();
         // SAFETY: the caller guarantees the type map of `count` elements is
@@ -92,7 +104,13 @@ impl TypeDesc {
     /// address, offset inside the window, bytes)`; returns the bytes covered.
     /// For building iovecs (CMA `process_vm_readv`, scatter/gather copies)
     /// without packing. A contiguous layout gives one piece.
-    pub fn for_each_piece(&self, count: usize, skip: usize, len: usize, f: impl FnMut(isize, usize, usize)) -> usize {
+    pub fn for_each_piece(
+        &self,
+        count: usize,
+        skip: usize,
+        len: usize,
+        f: impl FnMut(isize, usize, usize),
+    ) -> usize {
         self.walk(count, skip, len, f)
     }
 
@@ -100,7 +118,13 @@ impl TypeDesc {
     /// for each piece of packed-stream bytes `[skip, skip + len)`, in order.
     /// Returns the number of bytes visited.
     #[inline]
-    fn walk(&self, count: usize, skip: usize, len: usize, mut f: impl FnMut(isize, usize, usize)) -> usize {
+    fn walk(
+        &self,
+        count: usize,
+        skip: usize,
+        len: usize,
+        mut f: impl FnMut(isize, usize, usize),
+    ) -> usize {
         let total = self.packed_size(count);
         if skip >= total || len == 0 {
             return 0;

@@ -11,10 +11,20 @@ fn a(t: TypeDesc) -> Arc<TypeDesc> {
 }
 /// (lb, ub, extent, size, true_lb, true_ub)
 fn bounds(t: &TypeDesc) -> (isize, isize, isize, usize, isize, isize) {
-    (t.lb(), t.ub(), t.extent(), t.size(), t.true_lb(), t.true_ub())
+    (
+        t.lb(),
+        t.ub(),
+        t.extent(),
+        t.size(),
+        t.true_lb(),
+        t.true_ub(),
+    )
 }
 fn blk(t: &TypeDesc) -> Vec<(isize, Basic, usize)> {
-    t.blocks().iter().map(|b| (b.disp, b.basic, b.count)).collect()
+    t.blocks()
+        .iter()
+        .map(|b| (b.disp, b.basic, b.count))
+        .collect()
 }
 
 #[test]
@@ -31,7 +41,14 @@ fn basic_sizes() {
         let t = TypeDesc::predefined(*b);
         assert_eq!(
             bounds(&t),
-            (0, b.size() as isize, b.size() as isize, b.size(), 0, b.size() as isize)
+            (
+                0,
+                b.size() as isize,
+                b.size() as isize,
+                b.size(),
+                0,
+                b.size() as isize
+            )
         );
         assert!(t.is_contiguous(7));
         assert_eq!(t.elem(), Some(Elem::Basic(*b)));
@@ -48,8 +65,14 @@ fn names() {
         assert_eq!(Elem::from_name(e.name()), Some(e));
     }
     assert_eq!(Elem::from_name("MPI_2INT"), Some(Elem::TWO_INT));
-    assert_eq!(Elem::from_name("MPI_LONG_LONG_INT"), Some(Elem::Basic(Basic::LongLong)));
-    assert_eq!(Elem::from_name("MPI_CXX_BOOL"), Some(Elem::Basic(Basic::CBool)));
+    assert_eq!(
+        Elem::from_name("MPI_LONG_LONG_INT"),
+        Some(Elem::Basic(Basic::LongLong))
+    );
+    assert_eq!(
+        Elem::from_name("MPI_CXX_BOOL"),
+        Some(Elem::Basic(Basic::CBool))
+    );
     assert_eq!(Elem::from_name("MPI_REAL16"), None);
     assert_eq!(TypeDesc::named(Elem::DOUBLE_INT).extent(), 16);
 }
@@ -83,7 +106,10 @@ fn pair_layouts() {
     let t = TypeDesc::create_struct(&[1, 1], &[0, 4], &[&p(Basic::Int), &p(Basic::Float)]).unwrap();
     assert!(t.is_contiguous(3));
     let t = TypeDesc::create_struct(&[1, 1], &[4, 0], &[&p(Basic::Int), &p(Basic::Float)]).unwrap();
-    assert!(!t.is_contiguous(1), "out of order is not one run in packed order");
+    assert!(
+        !t.is_contiguous(1),
+        "out of order is not one run in packed order"
+    );
     // contiguous of pairs keeps the pair elem
     let di = a(TypeDesc::pair(Elem::DOUBLE_INT));
     let t = TypeDesc::contiguous(3, &di).unwrap();
@@ -117,7 +143,11 @@ fn vector_bounds() {
     assert_eq!(bounds(&t), (0, 80, 80, 48, 0, 80));
     assert_eq!(
         blk(&t),
-        vec![(0, Basic::Double, 2), (32, Basic::Double, 2), (64, Basic::Double, 2)]
+        vec![
+            (0, Basic::Double, 2),
+            (32, Basic::Double, 2),
+            (64, Basic::Double, 2)
+        ]
     );
     assert!(!t.is_contiguous(1));
     // stride == blocklen: merged to one block, contiguous
@@ -129,11 +159,15 @@ fn vector_bounds() {
     assert_eq!(bounds(&t), (-16, 4, 20, 12, -16, 4));
     assert_eq!(blk(&t)[0], (0, Basic::Int, 1));
     assert_eq!(
-        TypeDesc::vector(2, -1, 2, &p(Basic::Int)).unwrap_err().class,
+        TypeDesc::vector(2, -1, 2, &p(Basic::Int))
+            .unwrap_err()
+            .class,
         c::MPI_ERR_ARG
     );
     assert_eq!(
-        TypeDesc::vector(-2, 1, 2, &p(Basic::Int)).unwrap_err().class,
+        TypeDesc::vector(-2, 1, 2, &p(Basic::Int))
+            .unwrap_err()
+            .class,
         c::MPI_ERR_COUNT
     );
     // hvector, bytes
@@ -175,7 +209,9 @@ fn indexed_family() {
     let t = TypeDesc::hindexed_block(1, &[-8, 8], &p(Basic::Double)).unwrap();
     assert_eq!(bounds(&t), (-8, 16, 24, 16, -8, 16));
     assert_eq!(
-        TypeDesc::indexed(&[1, -1], &[0, 1], &int).unwrap_err().class,
+        TypeDesc::indexed(&[1, -1], &[0, 1], &int)
+            .unwrap_err()
+            .class,
         c::MPI_ERR_ARG
     );
     assert_eq!(
@@ -214,9 +250,14 @@ fn struct_padding() {
         ]
     );
     let c = s.contents();
-    assert_eq!((c.ints, c.addrs, c.types.len()), (vec![2, 1, 1], vec![0, 8], 2));
     assert_eq!(
-        TypeDesc::create_struct(&[1], &[0, 1], &[&ch]).unwrap_err().class,
+        (c.ints, c.addrs, c.types.len()),
+        (vec![2, 1, 1], vec![0, 8], 2)
+    );
+    assert_eq!(
+        TypeDesc::create_struct(&[1], &[0, 1], &[&ch])
+            .unwrap_err()
+            .class,
         c::MPI_ERR_ARG
     );
 }
@@ -261,7 +302,11 @@ fn subarray_orders() {
     assert_eq!(bounds(&t), (0, 80, 80, 24, 36, 76));
     assert_eq!(
         blk(&t),
-        vec![(36, Basic::Int, 2), (52, Basic::Int, 2), (68, Basic::Int, 2)]
+        vec![
+            (36, Basic::Int, 2),
+            (52, Basic::Int, 2),
+            (68, Basic::Int, 2)
+        ]
     );
     assert_eq!(t.kind(), CombinerKind::Subarray);
     assert_eq!(t.contents().ints, vec![2, 4, 5, 2, 3, 1, 2, 1]);
@@ -289,10 +334,23 @@ fn darray_layouts() {
     assert_eq!(blk(&t), vec![(8, Basic::Int, 2), (24, Basic::Int, 1)]);
     assert_eq!((t.lb(), t.extent(), t.size()), (0, 28, 12));
     // 2-d 4x6, C order, 2x2 grid, block x block: rank 3 has rows 2..4, cols 3..6
-    let t = TypeDesc::darray(4, 3, &[4, 6], &[Block, Block], &[None, None], &[2, 2], Order::C, &int).unwrap();
+    let t = TypeDesc::darray(
+        4,
+        3,
+        &[4, 6],
+        &[Block, Block],
+        &[None, None],
+        &[2, 2],
+        Order::C,
+        &int,
+    )
+    .unwrap();
     assert_eq!(
         blk(&t),
-        vec![((2 * 6 + 3) * 4, Basic::Int, 3), ((3 * 6 + 3) * 4, Basic::Int, 3)]
+        vec![
+            ((2 * 6 + 3) * 4, Basic::Int, 3),
+            ((3 * 6 + 3) * 4, Basic::Int, 3)
+        ]
     );
     assert_eq!((t.lb(), t.extent(), t.size()), (0, 96, 24));
     // equals the subarray with the same box
@@ -358,24 +416,40 @@ fn darray_layouts() {
 #[test]
 fn large_count_contents() {
     let int = p(Basic::Int);
-    let t = TypeDesc::hvector(2, 3, 100, &int).unwrap().with_large_counts();
+    let t = TypeDesc::hvector(2, 3, 100, &int)
+        .unwrap()
+        .with_large_counts();
     let c = t.contents();
-    assert_eq!((c.ints.len(), c.addrs.len(), c.large.clone()), (0, 0, vec![2, 3, 100]));
+    assert_eq!(
+        (c.ints.len(), c.addrs.len(), c.large.clone()),
+        (0, 0, vec![2, 3, 100])
+    );
     assert_eq!(t.envelope(), (0, 0, 3, 1));
     let t = TypeDesc::subarray(&[4, 5], &[2, 3], &[1, 2], Order::Fortran, &int)
         .unwrap()
         .with_large_counts();
     let c = t.contents();
     assert_eq!((c.ints, c.large), (vec![2, 1], vec![4, 5, 2, 3, 1, 2]));
-    let t = TypeDesc::darray(2, 1, &[7], &[Distrib::Cyclic], &[Some(2)], &[2], Order::C, &int)
-        .unwrap()
-        .with_large_counts();
+    let t = TypeDesc::darray(
+        2,
+        1,
+        &[7],
+        &[Distrib::Cyclic],
+        &[Some(2)],
+        &[2],
+        Order::C,
+        &int,
+    )
+    .unwrap()
+    .with_large_counts();
     let c = t.contents();
     assert_eq!((c.ints, c.large), (vec![2, 1, 1, 1, 2, 2, 0], vec![7]));
     let r = TypeDesc::resized(&int, -4, 16).unwrap().with_large_counts();
     assert_eq!(r.contents().large, vec![-4, 16]);
     assert_eq!(
-        TypeDesc::predefined(Basic::Int).with_large_counts().envelope(),
+        TypeDesc::predefined(Basic::Int)
+            .with_large_counts()
+            .envelope(),
         (0, 0, 0, 0)
     );
 }
@@ -388,22 +462,31 @@ fn elem_detection() {
         Some(Elem::Basic(Basic::Double))
     );
     assert_eq!(
-        TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db]).unwrap().elem(),
+        TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db])
+            .unwrap()
+            .elem(),
         None
     );
     assert_eq!(
-        TypeDesc::create_struct(&[1, 2], &[0, 8], &[&int, &int]).unwrap().elem(),
+        TypeDesc::create_struct(&[1, 2], &[0, 8], &[&int, &int])
+            .unwrap()
+            .elem(),
         Some(Elem::Basic(Basic::Int))
     );
     let pi = a(TypeDesc::pair(Elem::SHORT_INT));
-    assert_eq!(TypeDesc::vector(2, 1, 3, &pi).unwrap().elem(), Some(Elem::SHORT_INT));
+    assert_eq!(
+        TypeDesc::vector(2, 1, 3, &pi).unwrap().elem(),
+        Some(Elem::SHORT_INT)
+    );
     // a user struct {double, int} is not a pair type
     let t = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&db, &int]).unwrap();
     assert_eq!(bounds(&t), (0, 16, 16, 12, 0, 12));
     assert_eq!(t.elem(), None);
     // pairs mixed with ints are nothing
     assert_eq!(
-        TypeDesc::create_struct(&[1, 1], &[0, 8], &[&pi, &int]).unwrap().elem(),
+        TypeDesc::create_struct(&[1, 1], &[0, 8], &[&pi, &int])
+            .unwrap()
+            .elem(),
         None
     );
 }
@@ -432,7 +515,10 @@ fn check_roundtrip(t: &TypeDesc, count: usize) {
         .min(t.true_lb() + (count as isize - 1).max(0) * t.extent())
         .min(0);
     let origin = -lo + 3; // odd: unaligned
-    let span = (origin + t.true_ub().max(t.true_ub() + (count as isize - 1).max(0) * t.extent()) + 8) as usize;
+    let span = (origin
+        + t.true_ub()
+            .max(t.true_ub() + (count as isize - 1).max(0) * t.extent())
+        + 8) as usize;
     let buf = pattern(span);
     let expect = ref_pack(t, count, &buf, origin);
     assert_eq!(expect.len(), t.packed_size(count));
@@ -448,7 +534,9 @@ fn check_roundtrip(t: &TypeDesc, count: usize) {
         while off < part.len() {
             let end = (off + chunk).min(part.len());
             // SAFETY: as above.
-            let n = unsafe { t.pack_range(count, buf.as_ptr().offset(origin), off, &mut part[off..end]) };
+            let n = unsafe {
+                t.pack_range(count, buf.as_ptr().offset(origin), off, &mut part[off..end])
+            };
             assert_eq!(n, end - off);
             off = end;
         }
@@ -461,12 +549,23 @@ fn check_roundtrip(t: &TypeDesc, count: usize) {
         while off < packed.len() {
             let end = off.saturating_add(chunk).min(packed.len());
             // SAFETY: out has the same span as buf.
-            let n = unsafe { t.unpack_range(count, &packed[off..end], off, out.as_mut_ptr().offset(origin)) };
+            let n = unsafe {
+                t.unpack_range(
+                    count,
+                    &packed[off..end],
+                    off,
+                    out.as_mut_ptr().offset(origin),
+                )
+            };
             assert_eq!(n, end - off);
             off = end;
         }
         assert_eq!(ref_pack(t, count, &out, origin), packed);
-        let touched: usize = out.iter().zip(&buf).filter(|(o, b)| o == b && **o != 0).count();
+        let touched: usize = out
+            .iter()
+            .zip(&buf)
+            .filter(|(o, b)| o == b && **o != 0)
+            .count();
         assert!(touched <= packed.len());
     }
     // a short destination gets a prefix
@@ -651,7 +750,11 @@ fn naive(t: &TypeDesc) -> Vec<(isize, Basic)> {
                 }
             }
         }
-        Combiner::Indexed { blocklens, disps, old } => {
+        Combiner::Indexed {
+            blocklens,
+            disps,
+            old,
+        } => {
             let m = naive(old);
             for (bl, d) in blocklens.iter().zip(disps) {
                 for j in 0..*bl as isize {
@@ -659,7 +762,11 @@ fn naive(t: &TypeDesc) -> Vec<(isize, Basic)> {
                 }
             }
         }
-        Combiner::Hindexed { blocklens, disps, old } => {
+        Combiner::Hindexed {
+            blocklens,
+            disps,
+            old,
+        } => {
             let m = naive(old);
             for (bl, d) in blocklens.iter().zip(disps) {
                 for j in 0..*bl as isize {
@@ -667,7 +774,11 @@ fn naive(t: &TypeDesc) -> Vec<(isize, Basic)> {
                 }
             }
         }
-        Combiner::IndexedBlock { blocklen, disps, old } => {
+        Combiner::IndexedBlock {
+            blocklen,
+            disps,
+            old,
+        } => {
             let m = naive(old);
             for d in disps {
                 for j in 0..*blocklen as isize {
@@ -675,7 +786,11 @@ fn naive(t: &TypeDesc) -> Vec<(isize, Basic)> {
                 }
             }
         }
-        Combiner::HindexedBlock { blocklen, disps, old } => {
+        Combiner::HindexedBlock {
+            blocklen,
+            disps,
+            old,
+        } => {
             let m = naive(old);
             for d in disps {
                 for j in 0..*blocklen as isize {
@@ -844,8 +959,16 @@ fn random_type(g: &mut Lcg, depth: u32) -> Arc<TypeDesc> {
             let nd = g.int(1, 3) as usize;
             let sizes: Vec<i64> = (0..nd).map(|_| g.int(1, 4)).collect();
             let sub: Vec<i64> = sizes.iter().map(|&s| g.int(0, s)).collect();
-            let st: Vec<i64> = sizes.iter().zip(&sub).map(|(&s, &u)| g.int(0, s - u)).collect();
-            let o = if g.next(2) == 0 { Order::C } else { Order::Fortran };
+            let st: Vec<i64> = sizes
+                .iter()
+                .zip(&sub)
+                .map(|(&s, &u)| g.int(0, s - u))
+                .collect();
+            let o = if g.next(2) == 0 {
+                Order::C
+            } else {
+                Order::Fortran
+            };
             TypeDesc::subarray(&sizes, &sub, &st, o, &old)
         }
         9 => {
@@ -868,12 +991,20 @@ fn random_type(g: &mut Lcg, depth: u32) -> Arc<TypeDesc> {
                     }
                     _ => {
                         ds.push(Distrib::Cyclic);
-                        da.push(if g.next(2) == 0 { None } else { Some(g.int(1, 3)) });
+                        da.push(if g.next(2) == 0 {
+                            None
+                        } else {
+                            Some(g.int(1, 3))
+                        });
                     }
                 }
             }
             let size: i64 = ps2.iter().product();
-            let o = if g.next(2) == 0 { Order::C } else { Order::Fortran };
+            let o = if g.next(2) == 0 {
+                Order::C
+            } else {
+                Order::Fortran
+            };
             TypeDesc::darray(size, g.int(0, size - 1), &gs, &ds, &da, &ps2, o, &old)
         }
         10 => {
@@ -897,13 +1028,21 @@ fn random_types_match_naive_expansion() {
             kinds.push(t.kind());
         }
         nonempty += (t.blocks().len() > 1) as usize;
-        assert_eq!(expand(&t), want, "type map, iteration {iter}: {:?}", t.combiner());
+        assert_eq!(
+            expand(&t),
+            want,
+            "type map, iteration {iter}: {:?}",
+            t.combiner()
+        );
         assert_eq!(t.size(), want.iter().map(|x| x.1.size()).sum::<usize>());
         if let Some(lo) = want.iter().map(|x| x.0).min() {
             assert_eq!(t.true_lb(), lo, "iteration {iter}");
             assert_eq!(
                 t.true_ub(),
-                want.iter().map(|x| x.0 + x.1.size() as isize).max().unwrap()
+                want.iter()
+                    .map(|x| x.0 + x.1.size() as isize)
+                    .max()
+                    .unwrap()
             );
         }
         // blocks are maximal: no two neighbours could have been merged
@@ -973,7 +1112,9 @@ fn external32_values() {
     // SAFETY: mem holds one element of t.
     let n = unsafe { t.pack_external(1, mem.as_ptr(), &mut out) }.unwrap();
     assert_eq!(n, out.len());
-    let mut want = vec![1, 2, 3, 4, 0xff, 0xff, 0xff, 0xfe, 0xfe, 0xdc, 0xba, 0x98, 0x26, 0x3a];
+    let mut want = vec![
+        1, 2, 3, 4, 0xff, 0xff, 0xff, 0xfe, 0xfe, 0xdc, 0xba, 0x98, 0x26, 0x3a,
+    ];
     want.extend([0x3f, 0xf0, 0, 0, 0, 0, 0, 0]);
     // binary128 -1.5: sign 1, exponent 0x3fff, fraction .1
     want.extend([0xbf, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
@@ -983,7 +1124,15 @@ fn external32_values() {
     // SAFETY: back holds one element of t.
     let n = unsafe { t.unpack_external(1, &out, back.as_mut_ptr()) }.unwrap();
     assert_eq!(n, out.len());
-    for (lo, hi) in [(0, 4), (8, 16), (16, 24), (24, 28), (32, 40), (48, 64), (64, 67)] {
+    for (lo, hi) in [
+        (0, 4),
+        (8, 16),
+        (16, 24),
+        (24, 28),
+        (32, 40),
+        (48, 64),
+        (64, 67),
+    ] {
         assert_eq!(back[lo..hi], mem[lo..hi], "bytes {lo}..{hi}");
     }
     let mut short = vec![0u8; out.len() - 1];
@@ -1018,14 +1167,21 @@ fn external32_long_double_roundtrip() {
     // SAFETY: back holds one element of t.
     unsafe { t.unpack_external(1, &ext, back.as_mut_ptr()) }.unwrap();
     for i in 0..6 {
-        assert_eq!(back[16 * i..16 * i + 10], mem[16 * i..16 * i + 10], "value {i}");
+        assert_eq!(
+            back[16 * i..16 * i + 10],
+            mem[16 * i..16 * i + 10],
+            "value {i}"
+        );
     }
     // rounding on the way back: binary128 1 + 2^-64 + 2^-100 rounds up to 1 + 2^-63
     let v: u128 = (0x3fffu128 << 112) | (1u128 << (112 - 64)) | (1u128 << (112 - 100));
     let mut out = [0u8; 16];
     // SAFETY: out holds one long double.
     unsafe { ld.unpack_external(1, &v.to_be_bytes(), out.as_mut_ptr()) }.unwrap();
-    assert_eq!(u64::from_le_bytes(out[..8].try_into().unwrap()), (1 << 63) | 1);
+    assert_eq!(
+        u64::from_le_bytes(out[..8].try_into().unwrap()),
+        (1 << 63) | 1
+    );
     // a tie (exactly 2^-64) stays even
     let v: u128 = (0x3fffu128 << 112) | (1u128 << (112 - 64));
     // SAFETY: as above.

@@ -28,9 +28,12 @@ fn reduce_throughput() {
             rate(&format!("{} {name} aligned", op.name()), n * 8, 50, || {
                 reduce(op, Elem::Basic(e), &a, &mut b[..n * 8]).unwrap()
             });
-            rate(&format!("{} {name} unaligned", op.name()), n * 8, 50, || {
-                reduce(op, Elem::Basic(e), &a, &mut b[1..]).unwrap()
-            });
+            rate(
+                &format!("{} {name} unaligned", op.name()),
+                n * 8,
+                50,
+                || reduce(op, Elem::Basic(e), &a, &mut b[1..]).unwrap(),
+            );
         }
     }
 }

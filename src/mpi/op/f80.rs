@@ -115,7 +115,10 @@ pub(super) fn reduce_real(op: BuiltinOp, a: &[u8], io: &mut [u8]) -> MpiResult<(
 
 #[cfg(target_arch = "x86_64")]
 pub(super) fn reduce_complex(op: BuiltinOp, a: &[u8], io: &mut [u8]) -> MpiResult<()> {
-    for (x, y) in a.chunks_exact(2 * STORAGE).zip(io.chunks_exact_mut(2 * STORAGE)) {
+    for (x, y) in a
+        .chunks_exact(2 * STORAGE)
+        .zip(io.chunks_exact_mut(2 * STORAGE))
+    {
         let (xr, xi) = (&x[..10], &x[STORAGE..STORAGE + 10]);
         let (yr, yi) = (&y[..10], &y[STORAGE..STORAGE + 10]);
         let (re, im) = match op {

@@ -15,7 +15,12 @@ fn vals<T: Prim>(b: &[u8]) -> Vec<T> {
     b.chunks_exact(T::N).map(T::ld).collect()
 }
 /// reduce on typed values; also on unaligned copies, which must agree.
-fn red<T: Prim + PartialEq + std::fmt::Debug>(op: BuiltinOp, b: Basic, a: &[T], io: &[T]) -> Vec<T> {
+fn red<T: Prim + PartialEq + std::fmt::Debug>(
+    op: BuiltinOp,
+    b: Basic,
+    a: &[T],
+    io: &[T],
+) -> Vec<T> {
     let x = bytes(a);
     let mut y = bytes(io);
     reduce(op, Elem::Basic(b), &x, &mut y).unwrap();
@@ -85,7 +90,11 @@ fn check_table() {
     }
     let e = check(Sum, b(CBool)).unwrap_err();
     assert_eq!(e.class, c::MPI_ERR_OP);
-    assert!(e.msg.contains("MPI_SUM") && e.msg.contains("MPI_C_BOOL"), "{}", e.msg);
+    assert!(
+        e.msg.contains("MPI_SUM") && e.msg.contains("MPI_C_BOOL"),
+        "{}",
+        e.msg
+    );
     let e = reduce(Minloc, b(Double), &[0; 8], &mut [0; 8]).unwrap_err();
     assert_eq!(e.class, c::MPI_ERR_OP);
     assert!(e.msg.contains("MPI_MINLOC") && e.msg.contains("MPI_DOUBLE"));
@@ -98,35 +107,80 @@ fn integer_ops() {
     use Basic::*;
     let a = [i32::MAX, -7, 5, 0, 12, -1];
     let b = [1, 3, 0, 0, 10, i32::MIN];
-    assert_eq!(red(Sum, Int, &a, &b), vec![i32::MIN, -4, 5, 0, 22, i32::MAX]);
-    assert_eq!(red(Prod, Int, &a, &b), vec![i32::MAX, -21, 0, 0, 120, i32::MIN]);
+    assert_eq!(
+        red(Sum, Int, &a, &b),
+        vec![i32::MIN, -4, 5, 0, 22, i32::MAX]
+    );
+    assert_eq!(
+        red(Prod, Int, &a, &b),
+        vec![i32::MAX, -21, 0, 0, 120, i32::MIN]
+    );
     assert_eq!(red(Min, Int, &a, &b), vec![1, -7, 0, 0, 10, i32::MIN]);
     assert_eq!(red(Max, Int32, &a, &b), vec![i32::MAX, 3, 5, 0, 12, -1]);
     assert_eq!(red(Band, Int, &a, &b), vec![1, -7 & 3, 0, 0, 8, i32::MIN]);
     assert_eq!(red(Bor, Int, &a, &b), vec![i32::MAX, -7 | 3, 5, 0, 14, -1]);
-    assert_eq!(red(Bxor, Int, &a, &b), vec![i32::MAX ^ 1, -7 ^ 3, 5, 0, 6, i32::MAX]);
+    assert_eq!(
+        red(Bxor, Int, &a, &b),
+        vec![i32::MAX ^ 1, -7 ^ 3, 5, 0, 6, i32::MAX]
+    );
     assert_eq!(red(Land, Int, &a, &b), vec![1, 1, 0, 0, 1, 1]);
     assert_eq!(red(Lor, Int, &a, &b), vec![1, 1, 1, 0, 1, 1]);
     assert_eq!(red(Lxor, Int, &a, &b), vec![0, 0, 1, 0, 0, 0]);
     // other widths and signedness
-    assert_eq!(red::<u8>(Sum, UnsignedChar, &[250, 1], &[10, 2]), vec![4, 3]);
-    assert_eq!(red::<i8>(Sum, Int8, &[127, -128], &[1, -1]), vec![-128, 127]);
+    assert_eq!(
+        red::<u8>(Sum, UnsignedChar, &[250, 1], &[10, 2]),
+        vec![4, 3]
+    );
+    assert_eq!(
+        red::<i8>(Sum, Int8, &[127, -128], &[1, -1]),
+        vec![-128, 127]
+    );
     assert_eq!(red::<i8>(Min, SignedChar, &[-3, 4], &[2, -9]), vec![-3, -9]);
     assert_eq!(
         red::<u16>(Prod, Uint16, &[300, 2], &[300, 3]),
         vec![(90000u32 % 65536) as u16, 6]
     );
-    assert_eq!(red::<i16>(Max, Short, &[-300, 2], &[-301, 3]), vec![-300, 3]);
-    assert_eq!(red::<u32>(Min, Unsigned, &[u32::MAX, 0], &[1, 5]), vec![1, 0]);
-    assert_eq!(red::<i64>(Sum, Long, &[i64::MAX, -5], &[1, 2]), vec![i64::MIN, -3]);
-    assert_eq!(red::<i64>(Sum, Count, &[1 << 40], &[1]), vec![(1 << 40) + 1]);
-    assert_eq!(red::<u64>(Max, Uint64, &[u64::MAX, 1], &[0, 2]), vec![u64::MAX, 2]);
-    assert_eq!(red::<u64>(Bxor, UnsignedLongLong, &[0xff00], &[0x0ff0]), vec![0xf0f0]);
+    assert_eq!(
+        red::<i16>(Max, Short, &[-300, 2], &[-301, 3]),
+        vec![-300, 3]
+    );
+    assert_eq!(
+        red::<u32>(Min, Unsigned, &[u32::MAX, 0], &[1, 5]),
+        vec![1, 0]
+    );
+    assert_eq!(
+        red::<i64>(Sum, Long, &[i64::MAX, -5], &[1, 2]),
+        vec![i64::MIN, -3]
+    );
+    assert_eq!(
+        red::<i64>(Sum, Count, &[1 << 40], &[1]),
+        vec![(1 << 40) + 1]
+    );
+    assert_eq!(
+        red::<u64>(Max, Uint64, &[u64::MAX, 1], &[0, 2]),
+        vec![u64::MAX, 2]
+    );
+    assert_eq!(
+        red::<u64>(Bxor, UnsignedLongLong, &[0xff00], &[0x0ff0]),
+        vec![0xf0f0]
+    );
     // byte, C bool, Fortran logical
-    assert_eq!(red::<u8>(Band, Byte, &[0xf0, 0x3c], &[0xff, 0x0f]), vec![0xf0, 0x0c]);
-    assert_eq!(red::<u8>(Land, CBool, &[1, 1, 0, 0], &[1, 0, 1, 0]), vec![1, 0, 0, 0]);
-    assert_eq!(red::<u8>(Lor, CBool, &[1, 1, 0, 0], &[1, 0, 1, 0]), vec![1, 1, 1, 0]);
-    assert_eq!(red::<u8>(Lxor, CBool, &[1, 1, 0, 0], &[1, 0, 1, 0]), vec![0, 1, 1, 0]);
+    assert_eq!(
+        red::<u8>(Band, Byte, &[0xf0, 0x3c], &[0xff, 0x0f]),
+        vec![0xf0, 0x0c]
+    );
+    assert_eq!(
+        red::<u8>(Land, CBool, &[1, 1, 0, 0], &[1, 0, 1, 0]),
+        vec![1, 0, 0, 0]
+    );
+    assert_eq!(
+        red::<u8>(Lor, CBool, &[1, 1, 0, 0], &[1, 0, 1, 0]),
+        vec![1, 1, 1, 0]
+    );
+    assert_eq!(
+        red::<u8>(Lxor, CBool, &[1, 1, 0, 0], &[1, 0, 1, 0]),
+        vec![0, 1, 1, 0]
+    );
     assert_eq!(red::<i32>(Lor, FLogical, &[0, 7], &[0, 0]), vec![0, 1]);
 }
 
@@ -136,9 +190,15 @@ fn float_ops() {
     let a = [1.5f64, -2.0, 1e300, 0.25];
     let b = [2.0f64, 3.0, 1e300, -0.5];
     assert_eq!(red(Sum, Double, &a, &b), vec![3.5, 1.0, 2e300, -0.25]);
-    assert_eq!(red(Prod, Double, &a, &b), vec![3.0, -6.0, f64::INFINITY, -0.125]);
+    assert_eq!(
+        red(Prod, Double, &a, &b),
+        vec![3.0, -6.0, f64::INFINITY, -0.125]
+    );
     assert_eq!(red(Min, Double, &a, &b), vec![1.5, -2.0, 1e300, -0.5]);
-    assert_eq!(red(Max, FDoublePrecision, &a, &b), vec![2.0, 3.0, 1e300, 0.25]);
+    assert_eq!(
+        red(Max, FDoublePrecision, &a, &b),
+        vec![2.0, 3.0, 1e300, 0.25]
+    );
     let a = [1.5f32, -2.0, 7.0];
     let b = [2.0f32, 3.0, -7.5];
     assert_eq!(red(Sum, Float, &a, &b), vec![3.5, 1.0, -0.5]);
@@ -184,8 +244,20 @@ fn large_arrays_match_scalar() {
 
 #[test]
 fn complex_ops() {
-    let a = [Cx { re: 1.0f64, im: 2.0 }, Cx { re: 0.5, im: -1.0 }];
-    let b = [Cx { re: 3.0f64, im: 4.0 }, Cx { re: 2.0, im: 2.0 }];
+    let a = [
+        Cx {
+            re: 1.0f64,
+            im: 2.0,
+        },
+        Cx { re: 0.5, im: -1.0 },
+    ];
+    let b = [
+        Cx {
+            re: 3.0f64,
+            im: 4.0,
+        },
+        Cx { re: 2.0, im: 2.0 },
+    ];
     assert_eq!(
         red(Prod, Basic::DoubleComplex, &a, &b),
         vec![Cx { re: -5.0, im: 10.0 }, Cx { re: 3.0, im: -1.0 }]
@@ -194,10 +266,22 @@ fn complex_ops() {
         red(Sum, Basic::DoubleComplex, &a, &b),
         vec![Cx { re: 4.0, im: 6.0 }, Cx { re: 2.5, im: 1.0 }]
     );
-    let a = [Cx { re: 1.0f32, im: 2.0 }];
-    let b = [Cx { re: 3.0f32, im: 4.0 }];
-    assert_eq!(red(Prod, Basic::FloatComplex, &a, &b), vec![Cx { re: -5.0, im: 10.0 }]);
-    assert_eq!(red(Sum, Basic::FComplex, &a, &b), vec![Cx { re: 4.0, im: 6.0 }]);
+    let a = [Cx {
+        re: 1.0f32,
+        im: 2.0,
+    }];
+    let b = [Cx {
+        re: 3.0f32,
+        im: 4.0,
+    }];
+    assert_eq!(
+        red(Prod, Basic::FloatComplex, &a, &b),
+        vec![Cx { re: -5.0, im: 10.0 }]
+    );
+    assert_eq!(
+        red(Sum, Basic::FComplex, &a, &b),
+        vec![Cx { re: 4.0, im: 6.0 }]
+    );
 }
 
 /// Packed (value, index) pairs.
@@ -224,20 +308,38 @@ fn minloc_maxloc() {
     let mut y = pairs(&b);
     reduce(Minloc, Elem::DOUBLE_INT, &pairs(&a), &mut y).unwrap();
     assert_eq!(y.len(), 48);
-    assert_eq!(unpairs::<f64>(&y), vec![(1.0, 5), (2.0, 1), (3.0, 4), (1.0, 9)]);
+    assert_eq!(
+        unpairs::<f64>(&y),
+        vec![(1.0, 5), (2.0, 1), (3.0, 4), (1.0, 9)]
+    );
     let mut y = pairs(&b);
     reduce(Maxloc, Elem::DOUBLE_INT, &pairs(&a), &mut y).unwrap();
-    assert_eq!(unpairs::<f64>(&y), vec![(2.0, 0), (2.0, 1), (3.0, 4), (4.0, 2)]);
+    assert_eq!(
+        unpairs::<f64>(&y),
+        vec![(2.0, 0), (2.0, 1), (3.0, 4), (4.0, 2)]
+    );
     // 2INT, FLOAT_INT, SHORT_INT (6 packed bytes: unaligned elements), LONG_INT
     let mut y = pairs(&[(4i32, 3), (9, 2)]);
     reduce(Minloc, Elem::TWO_INT, &pairs(&[(4i32, 1), (8, 5)]), &mut y).unwrap();
     assert_eq!(unpairs::<i32>(&y), vec![(4, 1), (8, 5)]);
     let mut y = pairs(&[(-1.5f32, 3), (9.0, 2)]);
-    reduce(Maxloc, Elem::FLOAT_INT, &pairs(&[(-1.5f32, 6), (9.5, 5)]), &mut y).unwrap();
+    reduce(
+        Maxloc,
+        Elem::FLOAT_INT,
+        &pairs(&[(-1.5f32, 6), (9.5, 5)]),
+        &mut y,
+    )
+    .unwrap();
     assert_eq!(unpairs::<f32>(&y), vec![(-1.5, 3), (9.5, 5)]);
     let mut y = pairs(&[(7i16, 3), (-2, 2), (5, 8)]);
     assert_eq!(y.len(), 18);
-    reduce(Maxloc, Elem::SHORT_INT, &pairs(&[(7i16, 1), (-3, 0), (6, 9)]), &mut y).unwrap();
+    reduce(
+        Maxloc,
+        Elem::SHORT_INT,
+        &pairs(&[(7i16, 1), (-3, 0), (6, 9)]),
+        &mut y,
+    )
+    .unwrap();
     assert_eq!(unpairs::<i16>(&y), vec![(7, 1), (-2, 2), (6, 9)]);
     let mut y = pairs(&[(i64::MIN, 4)]);
     reduce(Minloc, Elem::LONG_INT, &pairs(&[(i64::MIN, 4)]), &mut y).unwrap();
@@ -286,10 +388,16 @@ fn long_double_exact() {
     assert_eq!(val10(&y[..16]), val10(&f80(15.0)));
     assert_eq!(val10(&y[16..]), val10(&f80(-4.0)));
     let y = ld_red(Min, &[3.0, -0.5, -2.0, 0.0], &[5.0, -8.0, 1e-310, -0.0]);
-    let want: Vec<u8> = [3.0, -8.0, -2.0, -0.0].iter().flat_map(|&v| f80(v)).collect();
+    let want: Vec<u8> = [3.0, -8.0, -2.0, -0.0]
+        .iter()
+        .flat_map(|&v| f80(v))
+        .collect();
     assert_eq!(y, want);
     let y = ld_red(Max, &[3.0, -0.5, -2.0, 1e-310], &[5.0, -8.0, -3.0, 1e-311]);
-    let want: Vec<u8> = [5.0, -0.5, -2.0, 1e-310].iter().flat_map(|&v| f80(v)).collect();
+    let want: Vec<u8> = [5.0, -0.5, -2.0, 1e-310]
+        .iter()
+        .flat_map(|&v| f80(v))
+        .collect();
     assert_eq!(y, want);
     // unaligned buffers
     let x: Vec<u8> = std::iter::once(0).chain(f80(2.5)).collect();
@@ -337,7 +445,17 @@ fn reduce_into_typed_memory() {
     // a window of the stream: elements 1..3 only
     let mut mem: Vec<i32> = (0..8).collect();
     // SAFETY: as above.
-    unsafe { reduce_into(Max, &v, 1, &bytes(&[100i32, -1]), 4, mem.as_mut_ptr() as *mut u8) }.unwrap();
+    unsafe {
+        reduce_into(
+            Max,
+            &v,
+            1,
+            &bytes(&[100i32, -1]),
+            4,
+            mem.as_mut_ptr() as *mut u8,
+        )
+    }
+    .unwrap();
     assert_eq!(mem, vec![0, 1, 100, 3, 4, 5, 6, 7]);
     // contiguous fast path, large enough for several chunks elsewhere
     let c = TypeDesc::contiguous(3, &int).unwrap();
@@ -369,7 +487,10 @@ fn reduce_into_typed_memory() {
     assert_eq!(i32::from_ne_bytes(mem[8..12].try_into().unwrap()), 4);
     assert_eq!(f64::from_ne_bytes(mem[16..24].try_into().unwrap()), 0.5);
     assert_eq!(i32::from_ne_bytes(mem[24..28].try_into().unwrap()), 9);
-    assert_eq!((&mem[12..16], &mem[28..32]), (&[0xee; 4][..], &[0xee; 4][..]));
+    assert_eq!(
+        (&mem[12..16], &mem[28..32]),
+        (&[0xee; 4][..], &[0xee; 4][..])
+    );
     // errors: mixed type, split element, wrong op
     let db = Arc::new(TypeDesc::predefined(Basic::Double));
     let s = TypeDesc::create_struct(&[1, 1], &[0, 8], &[&int, &db]).unwrap();
@@ -403,7 +524,13 @@ fn replace_noop_and_lengths() {
     reduce(Sum, Elem::Basic(Basic::Int), &x, &mut y).unwrap();
     assert_eq!(vals::<i32>(&y[..8]), vec![11, 22]);
     assert_eq!(y[8], 0xaa);
-    let e = reduce(Sum, Elem::Basic(Basic::Int), &x[..4], &mut bytes(&[1i32, 2])).unwrap_err();
+    let e = reduce(
+        Sum,
+        Elem::Basic(Basic::Int),
+        &x[..4],
+        &mut bytes(&[1i32, 2]),
+    )
+    .unwrap_err();
     assert_eq!(e.class, c::MPI_ERR_ARG);
     reduce(Sum, Elem::Basic(Basic::Int), &[], &mut []).unwrap();
     assert!(Sum.is_commutative() && Minloc.is_commutative() && !Replace.is_commutative());
