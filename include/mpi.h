@@ -75,8 +75,8 @@ typedef struct MPI_ABI_Info* MPI_Info;
 typedef struct MPI_ABI_Errhandler* MPI_Errhandler;
 #define MPI_ERRHANDLER_NULL            ((MPI_Errhandler)0x00000140)
 #define MPI_ERRORS_ARE_FATAL           ((MPI_Errhandler)0x00000141)
-#define MPI_ERRORS_RETURN              ((MPI_Errhandler)0x00000142)
-#define MPI_ERRORS_ABORT               ((MPI_Errhandler)0x00000143)
+#define MPI_ERRORS_RETURN              ((MPI_Errhandler)0x00000143)
+#define MPI_ERRORS_ABORT               ((MPI_Errhandler)0x00000142)
 
 typedef struct MPI_ABI_Request* MPI_Request;
 #define MPI_REQUEST_NULL               ((MPI_Request)0x00000180)
@@ -138,7 +138,7 @@ typedef struct MPI_ABI_Datatype* MPI_Datatype;
 #define MPI_UINT64_T                   ((MPI_Datatype)0x00000259)
 #define MPI_LOGICAL1                   ((MPI_Datatype)0x000002c0)
 #define MPI_INTEGER1                   ((MPI_Datatype)0x000002c1)
-#define MPI_CHARACTER                  ((MPI_Datatype)0x000002c3)
+#define MPI_CHARACTER                  ((MPI_Datatype)0x0000021e)
 #define MPI_LOGICAL2                   ((MPI_Datatype)0x000002c8)
 #define MPI_INTEGER2                   ((MPI_Datatype)0x000002c9)
 #define MPI_REAL2                      ((MPI_Datatype)0x000002ca)
@@ -245,6 +245,7 @@ enum {
     MPI_ERR_VALUE_TOO_LARGE            = 59,
     MPI_ERR_SESSION                    = 60,
     MPI_ERR_ERRHANDLER                 = 61,
+    MPI_ERR_ABI                        = 62,
     MPI_T_ERR_CANNOT_INIT              = 1001,
     MPI_T_ERR_NOT_ACCESSIBLE           = 1002,
     MPI_T_ERR_NOT_INITIALIZED          = 1003,
@@ -350,9 +351,9 @@ enum {
     MPI_COMBINER_STRUCT                = 110,
     MPI_COMBINER_SUBARRAY              = 111,
     MPI_COMBINER_DARRAY                = 112,
-    MPI_COMBINER_F90_INTEGER           = 113,
-    MPI_COMBINER_F90_REAL              = 114,
-    MPI_COMBINER_F90_COMPLEX           = 115,
+    MPI_COMBINER_F90_INTEGER           = 115,
+    MPI_COMBINER_F90_REAL              = 113,
+    MPI_COMBINER_F90_COMPLEX           = 114,
     MPI_COMBINER_RESIZED               = 116,
     MPI_COMBINER_VALUE_INDEX           = 117,
     MPIX_TYPECLASS_LOGICAL             = 191,
@@ -378,9 +379,9 @@ enum {
     MPI_WIN_FLAVOR_SHARED              = 314,
     MPI_WIN_UNIFIED                    = 321,
     MPI_WIN_SEPARATE                   = 322,
-    MPI_SEEK_SET                       = 401,
-    MPI_SEEK_CUR                       = 402,
-    MPI_SEEK_END                       = 403
+    MPI_SEEK_SET                       = 403,
+    MPI_SEEK_CUR                       = 401,
+    MPI_SEEK_END                       = 402
 };
 
 /* File Operation Constants */
@@ -393,9 +394,9 @@ enum {
     MPI_IO                             = 502,
     MPI_HOST                           = 503, /* deprecated: MPI-4.1 */
     MPI_WTIME_IS_GLOBAL                = 504,
-    MPI_UNIVERSE_SIZE                  = 505,
-    MPI_APPNUM                         = 506,
-    MPI_LASTUSEDCODE                   = 507,
+    MPI_UNIVERSE_SIZE                  = 507,
+    MPI_APPNUM                         = 505,
+    MPI_LASTUSEDCODE                   = 506,
     MPI_WIN_BASE                       = 601,
     MPI_WIN_DISP_UNIT                  = 602,
     MPI_WIN_SIZE                       = 603,

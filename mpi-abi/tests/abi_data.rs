@@ -50,14 +50,16 @@ fn function_counts() {
 #[test]
 fn constant_counts_and_values() {
     let abi = mpi_abi::load();
-    // 254 constants of the standard header (incl. MPI_VERSION..MPI_ABI_SUBVERSION) + MPIX_CUDA_AWARE_SUPPORT.
-    assert_eq!(abi.constants().count(), 255);
+    // 255 constants of the standard header (incl. MPI_VERSION..MPI_ABI_SUBVERSION and MPI_ERR_ABI)
+    // + MPIX_CUDA_AWARE_SUPPORT. Values agree with MPICH 5.0.2's mpi_abi.h (checked by dumping
+    // every common constant with both headers).
+    assert_eq!(abi.constants().count(), 256);
     assert_eq!(abi.handles.len(), 17);
     assert_eq!(
         abi.handles.iter().map(|h| h.values.len()).sum::<usize>(),
         110
     );
-    assert_eq!(abi.error_classes().count(), 1 + 61 + 18);
+    assert_eq!(abi.error_classes().count(), 1 + 62 + 18);
     let c = |n: &str| {
         abi.constants()
             .find(|c| c.name == n)
@@ -65,6 +67,10 @@ fn constant_counts_and_values() {
             .value
     };
     assert_eq!(c("MPI_ERR_TRUNCATE"), 15);
+    assert_eq!(c("MPI_ERR_ABI"), 62);
+    assert_eq!(c("MPI_SEEK_SET"), 403);
+    assert_eq!(c("MPI_APPNUM"), 505);
+    assert_eq!(c("MPI_UNIVERSE_SIZE"), 507);
     assert_eq!(c("MPI_THREAD_MULTIPLE"), 4096);
     assert_eq!(c("MPI_UNDEFINED"), -32766);
     assert_eq!(c("MPI_ERR_LASTCODE"), 0x3fff);

@@ -40,7 +40,7 @@ pub fn lookup(h: usize) -> MpiResult<Option<Arc<ErrhObj>>> {
 
 /// The error class of an error code (user codes from MPI_Add_error_code map to their class).
 pub fn class_of(code: i32) -> i32 {
-    if (0..=61).contains(&code) {
+    if (0..=62).contains(&code) {
         return code;
     }
     objects::objects()
@@ -174,6 +174,7 @@ pub fn class_string(class: i32) -> &'static str {
         59 => "Value is too large to store",
         60 => "Invalid session handle",
         61 => "Invalid error handler",
+        62 => "Error in the MPI ABI (MPI_ERR_ABI)",
         _ => "Unknown error code",
     }
 }

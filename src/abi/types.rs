@@ -101,7 +101,7 @@ const PREDEFINED: &[(usize, Elem)] = {
         (0x258, B(Int64)),
         (0x259, B(Uint64)),
         (0x2c1, B(FInteger1)),
-        (0x2c3, B(FCharacter)),
+        (0x21e, B(FCharacter)),
         (0x2c9, B(FInteger2)),
         (0x2d1, B(FInteger4)),
         (0x2d2, B(FReal4)),

@@ -42,7 +42,8 @@ fn create_keyval(kind: ObjKind, copy: usize, delete: usize, extra: *mut c_void) 
 fn keyval(k: c_int, kind: ObjKind) -> MpiResult<(usize, usize, usize)> {
     let o = objects();
     match o.keyvals.get(&k) {
-        Some(kv) if kv.kind == kind && !kv.freed => Ok((kv.copy, kv.delete, kv.extra)),
+        // A freed keyval stays usable for attributes already attached (MPI 5.0 §7.7.2).
+        Some(kv) if kv.kind == kind => Ok((kv.copy, kv.delete, kv.extra)),
         Some(kv) if kv.kind != kind => mpi_bail!(
             MPI_ERR_KEYVAL,
             "keyval {k} was created for another kind of object"

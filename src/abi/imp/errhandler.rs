@@ -103,7 +103,7 @@ pub unsafe fn MPI_Add_error_class(errorclass: *mut c_int) -> MpiResult<()> {
 pub unsafe fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> MpiResult<()> {
     let mut o = objects();
     let e = &mut o.errors;
-    if !(0..=61).contains(&errorclass) && !e.codes.contains_key(&errorclass) {
+    if !(0..=62).contains(&errorclass) && !e.codes.contains_key(&errorclass) {
         mpi_bail!(MPI_ERR_ARG, "error class {errorclass} does not exist");
     }
     let code = c::MPI_ERR_LASTCODE + 1 + e.last;
@@ -116,7 +116,7 @@ pub unsafe fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> Mp
 pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> MpiResult<()> {
     let s = read_cstr(string, "string")?;
     let mut o = objects();
-    if errorcode <= 61 {
+    if errorcode <= 62 {
         mpi_bail!(
             MPI_ERR_ARG,
             "error code {errorcode} is predefined; its string cannot be changed"
