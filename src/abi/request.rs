@@ -114,6 +114,13 @@ pub enum ReqKind {
     Grequest(Grequest),
     /// A persistent request that has not been started (or has completed).
     Inactive,
+    /// MPI_Isendrecv(_replace): complete when both halves are; the status is the receive's.
+    Pair {
+        recv: Box<Request>,
+        send: Box<Request>,
+        rst: Option<Status>,
+        sst: Option<Status>,
+    },
 }
 
 pub struct Request {
@@ -178,6 +185,26 @@ impl Request {
                         return Err(e);
                     }
                     Some(Ok(())) => Status::EMPTY,
+                }
+            }
+            ReqKind::Pair {
+                recv,
+                send,
+                rst,
+                sst,
+            } => {
+                if rst.is_none() {
+                    *rst = recv.test(engine)?;
+                }
+                if sst.is_none() {
+                    *sst = send.test(engine)?;
+                }
+                match (*rst, *sst) {
+                    (Some(r), Some(s)) => Status {
+                        error: if r.error != 0 { r.error } else { s.error },
+                        ..r
+                    },
+                    _ => return Ok(None),
                 }
             }
             ReqKind::Grequest(g) => {

@@ -3,6 +3,7 @@
 //! buffer's size bounds how much may be outstanding, as the standard requires.
 
 use super::util::*;
+use crate::abi::ffi::MPI_Count;
 use crate::abi::runtime::{self, wait_until};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
@@ -74,7 +75,17 @@ pub fn reap(block: bool) -> MpiResult<()> {
 }
 
 pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> MpiResult<()> {
-    let size = nonneg(size, "size")?;
+    attach(buffer, nonneg(size, "size")?)
+}
+
+pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
+    if size < 0 {
+        mpi_bail!(MPI_ERR_ARG, "size {size} is negative");
+    }
+    attach(buffer, size as usize)
+}
+
+unsafe fn attach(buffer: *mut c_void, size: usize) -> MpiResult<()> {
     let mut b = BUF.lock().unwrap();
     if b.buf != 0 {
         mpi_bail!(MPI_ERR_BUFFER, "a buffer is already attached");
@@ -85,15 +96,25 @@ pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> MpiResult<(
 }
 
 pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> MpiResult<()> {
+    let n = detach(buffer_addr)?;
+    out(size, "size", n as c_int)
+}
+
+pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> MpiResult<()> {
+    let n = detach(buffer_addr)?;
+    out(size, "size", n as MPI_Count)
+}
+
+unsafe fn detach(buffer_addr: *mut c_void) -> MpiResult<usize> {
     runtime::with(|_| Ok(()))?;
     reap(true)?;
     let mut b = BUF.lock().unwrap();
     if !buffer_addr.is_null() {
         *(buffer_addr as *mut *mut c_void) = b.buf as *mut c_void;
     }
-    out(size, "size", b.size as c_int)?;
+    let n = b.size;
     b.buf = 0;
     b.size = 0;
     b.used = 0;
-    Ok(())
+    Ok(n)
 }

@@ -461,12 +461,9 @@ fn check_root(cm: &CommObj, root: c_int) -> MpiResult<usize> {
     Ok(root as usize)
 }
 
-fn counts(p: *const c_int, n: usize, what: &str) -> MpiResult<Vec<i64>> {
-    // SAFETY: the caller passes n ints.
-    Ok(unsafe { slice(p, n, what)? }
-        .iter()
-        .map(|&x| x as i64)
-        .collect())
+fn counts<T: AsI64>(p: *const T, n: usize, what: &str) -> MpiResult<Vec<i64>> {
+    // SAFETY: the caller passes n elements.
+    unsafe { i64s(p, n, what) }
 }
 
 fn check_buf(p: *const c_void, bytes: usize, what: &str) -> MpiResult<()> {
@@ -1043,10 +1040,10 @@ three_modes!(MPI_Alltoallv, MPI_Ialltoallv, MPI_Alltoallv_init,
     (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
     alltoallv_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
 
-unsafe fn w_side(
+unsafe fn w_side<C: AsI64, D: AsI64>(
     buf: *const c_void,
-    cnts: *const c_int,
-    displs: *const c_int,
+    cnts: *const C,
+    displs: *const D,
     tys: *const MPI_Datatype,
     n: usize,
 ) -> MpiResult<Side> {
@@ -1106,7 +1103,17 @@ pub unsafe fn MPI_Reduce_local(
     datatype: MPI_Datatype,
     op: MPI_Op,
 ) -> MpiResult<()> {
-    let n = check_count(count as i64)?;
+    reduce_local(inbuf, inoutbuf, check_count(count as i64)?, datatype, op)
+}
+
+/// MPI_Reduce_local / MPI_Reduce_local_c.
+pub(super) unsafe fn reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+) -> MpiResult<()> {
     let dt = types::committed(datatype)?;
     let (red, _) = reduction(op, datatype, &dt)?;
     let bytes = dt.desc.packed_size(n);
@@ -1188,3 +1195,144 @@ pub unsafe fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> MpiResult<(
         None => mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x}", op as usize),
     }
 }
+
+// ---- large-count (`_c`) variants: the same specs with MPI_Count counts and MPI_Aint displacements ----
+
+type Cnt = MPI_Count;
+type Disp = MPI_Aint;
+
+three_modes!(MPI_Bcast_c, MPI_Ibcast_c, MPI_Bcast_init_c,
+    (buffer: *mut c_void, count: Cnt, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    bcast_spec(buffer, count, datatype, root, cm)?);
+
+three_modes!(MPI_Reduce_c, MPI_Ireduce_c, MPI_Reduce_init_c,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
+    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count, datatype, op, Some(root), cm)?);
+
+three_modes!(MPI_Allreduce_c, MPI_Iallreduce_c, MPI_Allreduce_init_c,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count, datatype, op, None, cm)?);
+
+three_modes!(MPI_Scan_c, MPI_Iscan_c, MPI_Scan_init_c,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Scan, sendbuf, recvbuf, count, datatype, op, None, cm)?);
+
+three_modes!(MPI_Exscan_c, MPI_Iexscan_c, MPI_Exscan_init_c,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Exscan, sendbuf, recvbuf, count, datatype, op, None, cm)?);
+
+three_modes!(MPI_Gather_c, MPI_Igather_c, MPI_Gather_init_c,
+    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    gather_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
+
+three_modes!(MPI_Scatter_c, MPI_Iscatter_c, MPI_Scatter_init_c,
+    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    scatter_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
+
+three_modes!(MPI_Allgather_c, MPI_Iallgather_c, MPI_Allgather_init_c,
+    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, cm: MPI_Comm),
+    allgather_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, cm)?);
+
+three_modes!(MPI_Alltoall_c, MPI_Ialltoall_c, MPI_Alltoall_init_c,
+    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, cm: MPI_Comm),
+    alltoall_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, cm)?);
+
+three_modes!(MPI_Reduce_scatter_block_c, MPI_Ireduce_scatter_block_c, MPI_Reduce_scatter_block_init_c,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_scatter_block_spec(sendbuf, recvbuf, recvcount, datatype, op, cm)?);
+
+three_modes!(MPI_Reduce_scatter_c, MPI_Ireduce_scatter_c, MPI_Reduce_scatter_init_c,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_scatter_spec(sendbuf, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, datatype, op, cm)?);
+
+/// Counts of the root's side of gatherv/scatterv (significant at the root only).
+fn root_counts<C: AsI64>(
+    cm: MPI_Comm,
+    root: c_int,
+    p: *const C,
+    what: &str,
+) -> MpiResult<Vec<i64>> {
+    let cmo = comm(cm)?;
+    let n = if check_root(&cmo, root)? == cmo.rank {
+        cmo.size()
+    } else {
+        0
+    };
+    counts(p, n, what)
+}
+
+three_modes!(MPI_Gatherv_c, MPI_Igatherv_c, MPI_Gatherv_init_c,
+    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, displs: *const Disp, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    gatherv_spec(sendbuf, sendcount, sendtype, recvbuf, &root_counts(cm, root, recvcounts, "recvcounts")?, &root_counts(cm, root, displs, "displs")?, recvtype, root, cm)?);
+
+three_modes!(MPI_Scatterv_c, MPI_Iscatterv_c, MPI_Scatterv_init_c,
+    (sendbuf: *const c_void, sendcounts: *const Cnt, displs: *const Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    scatterv_spec(sendbuf, &root_counts(cm, root, sendcounts, "sendcounts")?, &root_counts(cm, root, displs, "displs")?, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
+
+three_modes!(MPI_Allgatherv_c, MPI_Iallgatherv_c, MPI_Allgatherv_init_c,
+    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, displs: *const Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
+    allgatherv_spec(sendbuf, sendcount, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
+
+unsafe fn alltoallv_c_args(
+    sendbuf: *const c_void,
+    sendcounts: *const Cnt,
+    sdispls: *const Disp,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const Cnt,
+    rdispls: *const Disp,
+    recvtype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
+    let cmo = comm(cm)?;
+    let n = cmo.size();
+    let rt = types::committed(recvtype)?;
+    let recv = Side::varying(
+        recvbuf,
+        &counts(recvcounts, n, "recvcounts")?,
+        &counts(rdispls, n, "rdispls")?,
+        &rt,
+    )?;
+    let send = if in_place(sendbuf) {
+        None
+    } else {
+        let st = types::committed(sendtype)?;
+        Some(Side::varying(
+            sendbuf,
+            &counts(sendcounts, n, "sendcounts")?,
+            &counts(sdispls, n, "sdispls")?,
+            &st,
+        )?)
+    };
+    alltoallv_spec(CollKind::Alltoallv, send, recv, cmo)
+}
+
+three_modes!(MPI_Alltoallv_c, MPI_Ialltoallv_c, MPI_Alltoallv_init_c,
+    (sendbuf: *const c_void, sendcounts: *const Cnt, sdispls: *const Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, rdispls: *const Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
+    alltoallv_c_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
+
+unsafe fn alltoallw_c_args(
+    sendbuf: *const c_void,
+    sendcounts: *const Cnt,
+    sdispls: *const Disp,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const Cnt,
+    rdispls: *const Disp,
+    recvtypes: *const MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<CollSpec> {
+    let cmo = comm(cm)?;
+    let n = cmo.size();
+    let recv = w_side(recvbuf, recvcounts, rdispls, recvtypes, n)?;
+    let send = if in_place(sendbuf) {
+        None
+    } else {
+        Some(w_side(sendbuf, sendcounts, sdispls, sendtypes, n)?)
+    };
+    alltoallv_spec(CollKind::Alltoallw, send, recv, cmo)
+}
+
+three_modes!(MPI_Alltoallw_c, MPI_Ialltoallw_c, MPI_Alltoallw_init_c,
+    (sendbuf: *const c_void, sendcounts: *const Cnt, sdispls: *const Disp, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, rdispls: *const Disp, recvtypes: *const MPI_Datatype, cm: MPI_Comm),
+    alltoallw_c_args(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, cm)?);

@@ -12,7 +12,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-unsafe fn new_type(newtype: *mut MPI_Datatype, d: MpiResult<TypeDesc>) -> MpiResult<()> {
+pub(super) unsafe fn new_type(newtype: *mut MPI_Datatype, d: MpiResult<TypeDesc>) -> MpiResult<()> {
     nonnull(newtype, "newtype")?;
     let d = d?;
     *newtype = types::insert(DtypeObj::new(d));
@@ -350,7 +350,7 @@ pub unsafe fn MPI_Type_get_name(
     write_cstr(&n, name, 128, resultlen)
 }
 
-fn combiner_value(k: CombinerKind) -> c_int {
+pub(super) fn combiner_value(k: CombinerKind) -> c_int {
     match k {
         CombinerKind::Named => c::MPI_COMBINER_NAMED,
         CombinerKind::Dup => c::MPI_COMBINER_DUP,
@@ -383,16 +383,8 @@ pub unsafe fn MPI_Type_get_envelope(
     out(combiner, "combiner", combiner_value(d.desc.kind()))
 }
 
-pub unsafe fn MPI_Type_get_contents(
-    datatype: MPI_Datatype,
-    max_integers: c_int,
-    max_addresses: c_int,
-    max_datatypes: c_int,
-    integers: *mut c_int,
-    addresses: *mut MPI_Aint,
-    datatypes: *mut MPI_Datatype,
-) -> MpiResult<()> {
-    let d = dtype(datatype)?;
+/// The constructor arguments of a derived type, with enums mapped to the ABI's values.
+pub(super) fn contents(d: &DtypeObj) -> MpiResult<crate::mpi::datatype::Contents> {
     if d.desc.kind() == CombinerKind::Named {
         mpi_bail!(
             MPI_ERR_ARG,
@@ -409,6 +401,20 @@ pub unsafe fn MPI_Type_get_contents(
             };
         }
     }
+    Ok(ct)
+}
+
+pub unsafe fn MPI_Type_get_contents(
+    datatype: MPI_Datatype,
+    max_integers: c_int,
+    max_addresses: c_int,
+    max_datatypes: c_int,
+    integers: *mut c_int,
+    addresses: *mut MPI_Aint,
+    datatypes: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let d = dtype(datatype)?;
+    let ct = contents(&d)?;
     if ct.ints.len() > max_integers.max(0) as usize
         || ct.addrs.len() > max_addresses.max(0) as usize
         || ct.types.len() > max_datatypes.max(0) as usize
@@ -445,6 +451,64 @@ pub unsafe fn MPI_Pack_size(
     out(size, "size", d.desc.packed_size(n) as c_int)
 }
 
+/// MPI_Pack / MPI_Pack_c: pack `n` elements at `*pos` of a buffer of `outsize` bytes.
+pub(super) unsafe fn pack(
+    inbuf: *const c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: i64,
+    pos: &mut i64,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    crate::abi::objects::comm(cm)?;
+    let d = types::committed(datatype)?;
+    let need = d.desc.packed_size(n) as i64;
+    if *pos < 0 || *pos + need > outsize.max(0) {
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "packing {need} bytes at position {} overflows the output buffer of {outsize} bytes",
+            *pos
+        );
+    }
+    if need > 0 {
+        let dst =
+            std::slice::from_raw_parts_mut((outbuf as *mut u8).add(*pos as usize), need as usize);
+        d.desc.pack(n, inbuf as *const u8, dst);
+    }
+    *pos += need;
+    Ok(())
+}
+
+/// MPI_Unpack / MPI_Unpack_c.
+pub(super) unsafe fn unpack(
+    inbuf: *const c_void,
+    insize: i64,
+    pos: &mut i64,
+    outbuf: *mut c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    crate::abi::objects::comm(cm)?;
+    let d = types::committed(datatype)?;
+    let need = d.desc.packed_size(n) as i64;
+    if *pos < 0 || *pos + need > insize.max(0) {
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "unpacking {need} bytes at position {} reads past the input buffer of {insize} bytes",
+            *pos
+        );
+    }
+    if need > 0 {
+        let src =
+            std::slice::from_raw_parts((inbuf as *const u8).add(*pos as usize), need as usize);
+        d.desc.unpack(n, src, outbuf as *mut u8);
+    }
+    *pos += need;
+    Ok(())
+}
+
 pub unsafe fn MPI_Pack(
     inbuf: *const c_void,
     incount: c_int,
@@ -454,23 +518,18 @@ pub unsafe fn MPI_Pack(
     position: *mut c_int,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    crate::abi::objects::comm(cm)?;
-    let n = count_arg(incount)?;
-    let d = types::committed(datatype)?;
     nonnull(position, "position")?;
-    let need = d.desc.packed_size(n);
-    let pos = *position;
-    if pos < 0 || pos as usize + need > outsize.max(0) as usize {
-        mpi_bail!(
-            MPI_ERR_TRUNCATE,
-            "packing {need} bytes at position {pos} overflows the output buffer of {outsize} bytes"
-        );
-    }
-    if need > 0 {
-        let dst = std::slice::from_raw_parts_mut((outbuf as *mut u8).add(pos as usize), need);
-        d.desc.pack(n, inbuf as *const u8, dst);
-    }
-    *position = pos + need as c_int;
+    let mut pos = *position as i64;
+    pack(
+        inbuf,
+        count_arg(incount)?,
+        datatype,
+        outbuf,
+        outsize as i64,
+        &mut pos,
+        cm,
+    )?;
+    *position = pos as c_int;
     Ok(())
 }
 
@@ -483,19 +542,17 @@ pub unsafe fn MPI_Unpack(
     datatype: MPI_Datatype,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    crate::abi::objects::comm(cm)?;
-    let n = count_arg(outcount)?;
-    let d = types::committed(datatype)?;
     nonnull(position, "position")?;
-    let need = d.desc.packed_size(n);
-    let pos = *position;
-    if pos < 0 || pos as usize + need > insize.max(0) as usize {
-        mpi_bail!(MPI_ERR_TRUNCATE, "unpacking {need} bytes at position {pos} reads past the input buffer of {insize} bytes");
-    }
-    if need > 0 {
-        let src = std::slice::from_raw_parts((inbuf as *const u8).add(pos as usize), need);
-        d.desc.unpack(n, src, outbuf as *mut u8);
-    }
-    *position = pos + need as c_int;
+    let mut pos = *position as i64;
+    unpack(
+        inbuf,
+        insize as i64,
+        &mut pos,
+        outbuf,
+        count_arg(outcount)?,
+        datatype,
+        cm,
+    )?;
+    *position = pos as c_int;
     Ok(())
 }

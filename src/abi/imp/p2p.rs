@@ -488,6 +488,81 @@ pub unsafe fn MPI_Irecv_c(
     nonblocking_recv(buf, count, datatype, source, tag, cm, request)
 }
 
+unsafe fn sendrecv_kinds(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<(ReqKind, ReqKind)> {
+    let s = send_spec(
+        sendbuf,
+        sendcount,
+        sendtype,
+        dest,
+        sendtag,
+        cm,
+        Mode::Standard,
+    )?;
+    let r = recv_spec(recvbuf, recvcount, recvtype, source, recvtag, cm)?;
+    runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &s)?)))
+}
+
+/// The send half of a send-receive-replace goes from a packed copy, so the receive can land in
+/// the same buffer; the copy lives in the send request (`hold`).
+unsafe fn sendrecv_replace_kinds(
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<(ReqKind, ReqKind)> {
+    let s = send_spec(buf, count, datatype, dest, sendtag, cm, Mode::Standard)?;
+    let r = recv_spec(buf, count, datatype, source, recvtag, cm)?;
+    let packed = types::pack_all(buf, s.count, &s.dt);
+    let copy = SendSpec {
+        buf: packed.as_ptr() as *const c_void,
+        count: packed.len(),
+        dt: types::BYTE.clone(),
+        ..s
+    };
+    let (rk, mut sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &copy)?)))?;
+    if let ReqKind::Engine { hold, .. } = &mut sk {
+        *hold = Some(packed);
+    }
+    Ok((rk, sk))
+}
+
+fn finish_pair(rk: ReqKind, sk: ReqKind, status: *mut MPI_Status) -> MpiResult<()> {
+    let rst = wait_kind(rk)?;
+    let sst = wait_kind(sk)?;
+    // SAFETY: status is MPI_STATUS_IGNORE or a caller-owned MPI_Status.
+    unsafe { rst.store(status, false) };
+    status_result(sst)?;
+    status_result(rst)
+}
+
+unsafe fn pair_request(rk: ReqKind, sk: ReqKind, request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let kind = ReqKind::Pair {
+        recv: Box::new(Request::new(rk)),
+        send: Box::new(Request::new(sk)),
+        rst: None,
+        sst: None,
+    };
+    *request = runtime::with(|rt| Ok(new_request(rt, Request::new(kind))))? as MPI_Request;
+    Ok(())
+}
+
 pub unsafe fn MPI_Sendrecv(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -502,22 +577,92 @@ pub unsafe fn MPI_Sendrecv(
     cm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let s = send_spec(
+    let (rk, sk) = sendrecv_kinds(
         sendbuf,
         sendcount as i64,
         sendtype,
         dest,
         sendtag,
+        recvbuf,
+        recvcount as i64,
+        recvtype,
+        source,
+        recvtag,
         cm,
-        Mode::Standard,
     )?;
-    let r = recv_spec(recvbuf, recvcount as i64, recvtype, source, recvtag, cm)?;
-    let (rk, sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &s)?)))?;
-    let rst = wait_kind(rk)?;
-    let sst = wait_kind(sk)?;
-    rst.store(status, false);
-    status_result(sst)?;
-    status_result(rst)
+    finish_pair(rk, sk, status)
+}
+
+pub unsafe fn MPI_Sendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let (rk, sk) = sendrecv_kinds(
+        sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+        cm,
+    )?;
+    finish_pair(rk, sk, status)
+}
+
+pub unsafe fn MPI_Isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let (rk, sk) = sendrecv_kinds(
+        sendbuf,
+        sendcount as i64,
+        sendtype,
+        dest,
+        sendtag,
+        recvbuf,
+        recvcount as i64,
+        recvtype,
+        source,
+        recvtag,
+        cm,
+    )?;
+    pair_request(rk, sk, request)
+}
+
+pub unsafe fn MPI_Isendrecv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let (rk, sk) = sendrecv_kinds(
+        sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+        cm,
+    )?;
+    pair_request(rk, sk, request)
 }
 
 pub unsafe fn MPI_Sendrecv_replace(
@@ -531,32 +676,73 @@ pub unsafe fn MPI_Sendrecv_replace(
     cm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let s = send_spec(
+    let (rk, sk) = sendrecv_replace_kinds(
         buf,
         count as i64,
         datatype,
         dest,
         sendtag,
+        source,
+        recvtag,
         cm,
-        Mode::Standard,
     )?;
-    let r = recv_spec(buf, count as i64, datatype, source, recvtag, cm)?;
-    // Send from a packed copy so the receive can land in the same buffer.
-    let packed = types::pack_all(buf, s.count, &s.dt);
-    let bytes = types::BYTE.clone();
-    let copy = SendSpec {
-        buf: packed.as_ptr() as *const c_void,
-        count: packed.len(),
-        dt: bytes,
-        ..s
-    };
-    let (rk, sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &copy)?)))?;
-    let rst = wait_kind(rk)?;
-    let sst = wait_kind(sk)?;
-    drop(packed);
-    rst.store(status, false);
-    status_result(sst)?;
-    status_result(rst)
+    finish_pair(rk, sk, status)
+}
+
+pub unsafe fn MPI_Sendrecv_replace_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let (rk, sk) =
+        sendrecv_replace_kinds(buf, count, datatype, dest, sendtag, source, recvtag, cm)?;
+    finish_pair(rk, sk, status)
+}
+
+pub unsafe fn MPI_Isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let (rk, sk) = sendrecv_replace_kinds(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        sendtag,
+        source,
+        recvtag,
+        cm,
+    )?;
+    pair_request(rk, sk, request)
+}
+
+pub unsafe fn MPI_Isendrecv_replace_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let (rk, sk) =
+        sendrecv_replace_kinds(buf, count, datatype, dest, sendtag, source, recvtag, cm)?;
+    pair_request(rk, sk, request)
 }
 
 // ---- probe and matched receive ----
@@ -858,5 +1044,97 @@ pub unsafe fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> MpiResu
 pub unsafe fn MPI_Status_set_error(status: *mut MPI_Status, err: c_int) -> MpiResult<()> {
     nonnull(status, "status")?;
     (*status).MPI_ERROR = err;
+    Ok(())
+}
+
+// ---- large-count variants of the send modes and matched receives ----
+
+pub unsafe fn MPI_Ssend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Sync)
+}
+pub unsafe fn MPI_Rsend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Ready)
+}
+pub unsafe fn MPI_Bsend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Buffered)
+}
+pub unsafe fn MPI_Issend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Sync, request)
+}
+pub unsafe fn MPI_Irsend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Ready, request)
+}
+pub unsafe fn MPI_Ibsend_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Buffered, request)
+}
+
+pub unsafe fn MPI_Mrecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let k = matched_recv_kind(buf, count, datatype, message)?;
+    let st = wait_kind(k)?;
+    st.store(status, false);
+    status_result(st)
+}
+
+pub unsafe fn MPI_Imrecv_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let k = matched_recv_kind(buf, count, datatype, message)?;
+    *request = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
     Ok(())
 }

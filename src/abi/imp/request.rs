@@ -535,7 +535,7 @@ unsafe fn persistent(request: *mut MPI_Request, starter: Starter) -> MpiResult<(
 
 unsafe fn send_init(
     buf: *const c_void,
-    count: c_int,
+    count: i64,
     dt: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -543,13 +543,33 @@ unsafe fn send_init(
     mode: Mode,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    let s: SendSpec = send_spec(buf, count as i64, dt, dest, tag, cm, mode)?;
+    let s: SendSpec = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     persistent(request, Box::new(move |rt| start_send(rt, &s)))
 }
 
 pub unsafe fn MPI_Send_init(
     buf: *const c_void,
     count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    send_init(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Standard,
+        request,
+    )
+}
+pub unsafe fn MPI_Send_init_c(
+    buf: *const c_void,
+    count: MPI_Count,
     datatype: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -567,6 +587,26 @@ pub unsafe fn MPI_Ssend_init(
     cm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
+    send_init(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Sync,
+        request,
+    )
+}
+pub unsafe fn MPI_Ssend_init_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     send_init(buf, count, datatype, dest, tag, cm, Mode::Sync, request)
 }
 pub unsafe fn MPI_Rsend_init(
@@ -578,11 +618,51 @@ pub unsafe fn MPI_Rsend_init(
     cm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
+    send_init(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Ready,
+        request,
+    )
+}
+pub unsafe fn MPI_Rsend_init_c(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     send_init(buf, count, datatype, dest, tag, cm, Mode::Ready, request)
 }
 pub unsafe fn MPI_Bsend_init(
     buf: *const c_void,
     count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    send_init(
+        buf,
+        count as i64,
+        datatype,
+        dest,
+        tag,
+        cm,
+        Mode::Buffered,
+        request,
+    )
+}
+pub unsafe fn MPI_Bsend_init_c(
+    buf: *const c_void,
+    count: MPI_Count,
     datatype: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -679,4 +759,19 @@ pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> MpiResult<()> {
         }
         _ => mpi_bail!(MPI_ERR_REQUEST, "the request is not a generalized request"),
     })
+}
+
+// ---- large-count persistent point-to-point ----
+
+pub unsafe fn MPI_Recv_init_c(
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let r: RecvSpec = recv_spec(buf, count, datatype, source, tag, cm)?;
+    persistent(request, Box::new(move |rt| start_recv(rt, &r)))
 }

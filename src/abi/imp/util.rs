@@ -54,3 +54,28 @@ pub fn nonneg(n: c_int, what: &str) -> MpiResult<usize> {
     }
     Ok(n as usize)
 }
+
+/// Integer types of count and displacement arguments (int, MPI_Count, MPI_Aint).
+pub trait AsI64: Copy {
+    fn as_i64(self) -> i64;
+}
+impl AsI64 for i32 {
+    fn as_i64(self) -> i64 {
+        self as i64
+    }
+}
+impl AsI64 for i64 {
+    fn as_i64(self) -> i64 {
+        self
+    }
+}
+impl AsI64 for isize {
+    fn as_i64(self) -> i64 {
+        self as i64
+    }
+}
+
+/// Read an array of `n` counts or displacements (NULL allowed when n == 0).
+pub unsafe fn i64s<T: AsI64>(p: *const T, n: usize, what: &str) -> MpiResult<Vec<i64>> {
+    Ok(slice(p, n, what)?.iter().map(|x| x.as_i64()).collect())
+}
