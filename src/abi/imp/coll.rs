@@ -1002,14 +1002,14 @@ three_modes!(MPI_Allgatherv, MPI_Iallgatherv, MPI_Allgatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
     allgatherv_spec(sendbuf, sendcount as i64, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
 
-unsafe fn alltoallv_args(
+unsafe fn alltoallv_args<C: AsI64, D: AsI64>(
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
+    sendcounts: *const C,
+    sdispls: *const D,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
+    recvcounts: *const C,
+    rdispls: *const D,
     recvtype: MPI_Datatype,
     cm: MPI_Comm,
 ) -> MpiResult<CollSpec> {
@@ -1064,14 +1064,14 @@ unsafe fn w_side<C: AsI64, D: AsI64>(
     })
 }
 
-unsafe fn alltoallw_args(
+unsafe fn alltoallw_args<C: AsI64, D: AsI64>(
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
+    sendcounts: *const C,
+    sdispls: *const D,
     sendtypes: *const MPI_Datatype,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
+    recvcounts: *const C,
+    rdispls: *const D,
     recvtypes: *const MPI_Datatype,
     cm: MPI_Comm,
 ) -> MpiResult<CollSpec> {
@@ -1273,66 +1273,10 @@ three_modes!(MPI_Allgatherv_c, MPI_Iallgatherv_c, MPI_Allgatherv_init_c,
     (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, displs: *const Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
     allgatherv_spec(sendbuf, sendcount, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
 
-unsafe fn alltoallv_c_args(
-    sendbuf: *const c_void,
-    sendcounts: *const Cnt,
-    sdispls: *const Disp,
-    sendtype: MPI_Datatype,
-    recvbuf: *mut c_void,
-    recvcounts: *const Cnt,
-    rdispls: *const Disp,
-    recvtype: MPI_Datatype,
-    cm: MPI_Comm,
-) -> MpiResult<CollSpec> {
-    let cmo = comm(cm)?;
-    let n = cmo.size();
-    let rt = types::committed(recvtype)?;
-    let recv = Side::varying(
-        recvbuf,
-        &counts(recvcounts, n, "recvcounts")?,
-        &counts(rdispls, n, "rdispls")?,
-        &rt,
-    )?;
-    let send = if in_place(sendbuf) {
-        None
-    } else {
-        let st = types::committed(sendtype)?;
-        Some(Side::varying(
-            sendbuf,
-            &counts(sendcounts, n, "sendcounts")?,
-            &counts(sdispls, n, "sdispls")?,
-            &st,
-        )?)
-    };
-    alltoallv_spec(CollKind::Alltoallv, send, recv, cmo)
-}
-
 three_modes!(MPI_Alltoallv_c, MPI_Ialltoallv_c, MPI_Alltoallv_init_c,
     (sendbuf: *const c_void, sendcounts: *const Cnt, sdispls: *const Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, rdispls: *const Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
-    alltoallv_c_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
-
-unsafe fn alltoallw_c_args(
-    sendbuf: *const c_void,
-    sendcounts: *const Cnt,
-    sdispls: *const Disp,
-    sendtypes: *const MPI_Datatype,
-    recvbuf: *mut c_void,
-    recvcounts: *const Cnt,
-    rdispls: *const Disp,
-    recvtypes: *const MPI_Datatype,
-    cm: MPI_Comm,
-) -> MpiResult<CollSpec> {
-    let cmo = comm(cm)?;
-    let n = cmo.size();
-    let recv = w_side(recvbuf, recvcounts, rdispls, recvtypes, n)?;
-    let send = if in_place(sendbuf) {
-        None
-    } else {
-        Some(w_side(sendbuf, sendcounts, sdispls, sendtypes, n)?)
-    };
-    alltoallv_spec(CollKind::Alltoallw, send, recv, cmo)
-}
+    alltoallv_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
 
 three_modes!(MPI_Alltoallw_c, MPI_Ialltoallw_c, MPI_Alltoallw_init_c,
     (sendbuf: *const c_void, sendcounts: *const Cnt, sdispls: *const Disp, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, rdispls: *const Disp, recvtypes: *const MPI_Datatype, cm: MPI_Comm),
-    alltoallw_c_args(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, cm)?);
+    alltoallw_args(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, cm)?);

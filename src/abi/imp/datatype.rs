@@ -413,25 +413,54 @@ pub unsafe fn MPI_Type_get_contents(
     addresses: *mut MPI_Aint,
     datatypes: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    let d = dtype(datatype)?;
-    let ct = contents(&d)?;
-    if ct.ints.len() > max_integers.max(0) as usize
-        || ct.addrs.len() > max_addresses.max(0) as usize
-        || ct.types.len() > max_datatypes.max(0) as usize
-    {
+    let ct = contents(&dtype(datatype)?)?;
+    if !ct.large.is_empty() {
         mpi_bail!(
-            MPI_ERR_ARG,
-            "the output arrays are too small for the type's contents (need {}, {}, {})",
-            ct.ints.len(),
-            ct.addrs.len(),
-            ct.types.len()
+            MPI_ERR_TYPE,
+            "the datatype was made with large counts: use MPI_Type_get_contents_c"
         );
+    }
+    write_contents(
+        &ct,
+        [
+            max_integers as i64,
+            max_addresses as i64,
+            0,
+            max_datatypes as i64,
+        ],
+        integers,
+        addresses,
+        std::ptr::null_mut(),
+        datatypes,
+    )
+}
+
+/// Store a type's constructor arguments into the caller's arrays (both get_contents variants).
+pub(super) unsafe fn write_contents(
+    ct: &crate::mpi::datatype::Contents,
+    max: [i64; 4],
+    integers: *mut c_int,
+    addresses: *mut MPI_Aint,
+    large_counts: *mut MPI_Count,
+    datatypes: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let need = [
+        ct.ints.len(),
+        ct.addrs.len(),
+        ct.large.len(),
+        ct.types.len(),
+    ];
+    if need.iter().zip(max).any(|(&n, m)| n as i64 > m) {
+        mpi_bail!(MPI_ERR_ARG, "the output arrays are too small for the type's contents (need {need:?} integers, addresses, large counts, datatypes)");
     }
     for (i, v) in ct.ints.iter().enumerate() {
         *integers.add(i) = *v as c_int;
     }
     for (i, v) in ct.addrs.iter().enumerate() {
         *addresses.add(i) = *v;
+    }
+    for (i, v) in ct.large.iter().enumerate() {
+        *large_counts.add(i) = *v;
     }
     for (i, t) in ct.types.iter().enumerate() {
         *datatypes.add(i) = types::handle_for(t);

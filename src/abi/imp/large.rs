@@ -243,35 +243,15 @@ pub unsafe fn MPI_Type_get_contents_c(
     large_counts: *mut MPI_Count,
     datatypes: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    let d = dtype(datatype)?;
-    let ct = super::datatype::contents(&d)?;
-    if ct.ints.len() as i64 > max_integers
-        || ct.addrs.len() as i64 > max_addresses
-        || ct.large.len() as i64 > max_large_counts
-        || ct.types.len() as i64 > max_datatypes
-    {
-        mpi_bail!(
-            MPI_ERR_ARG,
-            "the output arrays are too small for the type's contents (need {}, {}, {}, {})",
-            ct.ints.len(),
-            ct.addrs.len(),
-            ct.large.len(),
-            ct.types.len()
-        );
-    }
-    for (i, v) in ct.ints.iter().enumerate() {
-        *integers.add(i) = *v as c_int;
-    }
-    for (i, v) in ct.addrs.iter().enumerate() {
-        *addresses.add(i) = *v;
-    }
-    for (i, v) in ct.large.iter().enumerate() {
-        *large_counts.add(i) = *v;
-    }
-    for (i, t) in ct.types.iter().enumerate() {
-        *datatypes.add(i) = types::handle_for(t);
-    }
-    Ok(())
+    let ct = super::datatype::contents(&dtype(datatype)?)?;
+    super::datatype::write_contents(
+        &ct,
+        [max_integers, max_addresses, max_large_counts, max_datatypes],
+        integers,
+        addresses,
+        large_counts,
+        datatypes,
+    )
 }
 
 pub unsafe fn MPI_Pack_size_c(
