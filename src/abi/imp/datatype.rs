@@ -413,7 +413,7 @@ pub unsafe fn MPI_Type_get_contents(
     addresses: *mut MPI_Aint,
     datatypes: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    let ct = contents(&dtype(datatype)?)?;
+    let ct = contents(&*dtype(datatype)?)?;
     if !ct.large.is_empty() {
         mpi_bail!(
             MPI_ERR_TYPE,

@@ -6,7 +6,7 @@ use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::nonnull;
-use crate::abi::types::{self, dtype, DtypeObj};
+use crate::abi::types::{dtype, DtypeObj};
 use crate::mpi::datatype::{Order, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
@@ -243,7 +243,7 @@ pub unsafe fn MPI_Type_get_contents_c(
     large_counts: *mut MPI_Count,
     datatypes: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    let ct = super::datatype::contents(&dtype(datatype)?)?;
+    let ct = super::datatype::contents(&*dtype(datatype)?)?;
     super::datatype::write_contents(
         &ct,
         [max_integers, max_addresses, max_large_counts, max_datatypes],
