@@ -141,7 +141,8 @@ static inline int bu_redop_from_name(const char *s)
 static inline double bu_input(bu_redop op, int rank, size_t idx)
 {
     switch (op) {
-    case BU_SUM:  return (double)(((size_t)rank * 3 + idx) % 5);             /* 0..4 */
+    /* the second term keeps the sum index-dependent when nranks % 5 == 0 */
+    case BU_SUM:  return (double)(((size_t)rank * 3 + idx) % 5 + (idx / 3) % 4);  /* 0..7 */
     case BU_PROD: return (((size_t)rank + idx) % 16 == 0) ? 2.0 : 1.0;      /* 1 or 2 */
     case BU_MAX:
     case BU_MIN:  return (double)(((size_t)rank * 7 + idx * 13) % 97);      /* 0..96 */
