@@ -85,6 +85,9 @@ class CompareLogic(unittest.TestCase):
         self.assertEqual(compare.skip_reason("# x\n# nccl: not available (libnccl.so.2 not found)\n"),
                          "nccl: not available (libnccl.so.2 not found)")
         self.assertIsNone(compare.skip_reason("# header\n  8 2 float\n"))
+        self.assertEqual(compare.describe("gloo", "gloo: skip (no torch)"), "skip (no torch)")
+        self.assertEqual(compare.describe("nccl", "nccl: not available (x)"), "not available (x)")
+        self.assertEqual(compare.describe("mpich", "ok"), "ok")
 
     def test_plot_writes_png_when_matplotlib_present(self):
         try:

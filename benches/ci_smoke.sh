@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# CI smoke test of the benchmark harness against an MPI install:
+#     benches/ci_smoke.sh PREFIX          (PREFIX/bin/mpicc and PREFIX/bin/mpirun|mpiexec)
+# 1. unit tests (bench_util.h in C, compare.py/gloo_bench.py helpers in Python)
+# 2. builds gpumpi-bench with PREFIX's mpicc, runs pingpong/allreduce/alltoall at
+#    2 ranks on host buffers, checks #wrong == 0, and that --inject-error is caught
+# 3. runs compare.py for gpumpi (and mpich when MPICH_PREFIX or the cached venv
+#    exists), checks the table, CSV and PNGs exist and #wrong is 0 everywhere.
+# Env: BENCH_OUT (output folder, default a temp dir), MPICH_PREFIX, PYTHON.
+set -euo pipefail
+
+PREFIX=${1:?usage: ci_smoke.sh PREFIX}
+PREFIX=$(cd "$PREFIX" && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OUT=${BENCH_OUT:-$(mktemp -d -t gpumpi-bench-smoke.XXXXXX)}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+fail() { echo "ci_smoke: FAIL: $*" >&2; exit 1; }
+step() { echo "== ci_smoke: $*"; }
+
+[ -x "$PREFIX/bin/mpicc" ] || fail "$PREFIX/bin/mpicc not found"
+if [ -x "$PREFIX/bin/mpirun" ]; then RUN="$PREFIX/bin/mpirun"; else RUN="$PREFIX/bin/mpiexec"; fi
+[ -x "$RUN" ] || fail "no mpirun/mpiexec in $PREFIX/bin"
+LAUNCH=("$RUN" -n 2)
+# MPICH's hydra has no --oversubscribe; gpumpi's and Open MPI's mpirun want it on small machines
+[ -x "$PREFIX/bin/mpichversion" ] || LAUNCH+=(--oversubscribe)
+
+step "unit tests"
+cc -std=c99 -O1 -Wall -Wextra -Werror -o "$OUT/test_bench_util" "$HERE/test_bench_util.c" -lm
+"$OUT/test_bench_util"
+"$PY" -m unittest discover -s "$HERE" -p 'test_*.py'
+
+step "build gpumpi-bench with $PREFIX/bin/mpicc"
+"$PREFIX/bin/mpicc" -std=c99 -O2 -Wall -I "$HERE" -o "$OUT/gpumpi-bench" "$HERE/gpumpi-bench.c" -ldl -lm
+
+step "2-rank sweep on host buffers"
+CSV="$OUT/smoke.csv"
+rm -f "$CSV"
+for op in pingpong allreduce alltoall; do
+    timeout 300 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o "$op" -b 8 -e 64K -f 8 -w 2 -n 10 -L smoke --csv "$CSV" \
+        | tee "$OUT/smoke_$op.txt"
+    grep -q '^ *65536 ' "$OUT/smoke_$op.txt" || fail "$op: no 64 KiB row in the output"
+done
+# column 14 of the CSV is #wrong
+awk -F, 'NR > 1 && $1 != "backend" { n++; if ($14 != 0) bad++ } END { if (n != 18 || bad) { print "rows=" n " wrong=" bad; exit 1 } }' \
+    "$CSV" || fail "smoke CSV: expected 18 rows, all with #wrong 0"
+
+step "validation catches a corrupted result"
+timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o allreduce -b 1K -e 1K -w 0 -n 2 --inject-error > "$OUT/inject.txt"
+awk '!/^#/ && NF >= 9 { if ($9 != 1) exit 1; seen = 1 } END { exit !seen }' "$OUT/inject.txt" \
+    || fail "--inject-error did not report exactly 1 wrong element: $(cat "$OUT/inject.txt")"
+
+step "-d cuda and -B nccl without a GPU skip cleanly (exit 0)"
+timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o allreduce -d cuda -b 8 -e 8 > "$OUT/cuda.txt" || fail "-d cuda exited non-zero"
+timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o allreduce -B nccl -b 8 -e 8 > "$OUT/nccl.txt" || fail "-B nccl exited non-zero"
+grep -Eq '^# (skip|nccl: not available)|^ +8 ' "$OUT/cuda.txt" || fail "-d cuda: neither a skip line nor a result"
+grep -Eq '^# nccl: not available|^ +8 ' "$OUT/nccl.txt" || fail "-B nccl: neither a skip line nor a result"
+
+step "compare.py"
+BACKENDS=gpumpi
+MPICH=${MPICH_PREFIX:-$HOME/.cache/gpumpi-bench/venv-mpich}
+if [ -x "$MPICH/bin/mpicc" ] && [ "$MPICH" != "$PREFIX" ]; then BACKENDS=gpumpi,mpich; fi
+CMP="$OUT/compare"
+rc=0
+MPICH_PREFIX="$MPICH" timeout 1200 "$PY" "$HERE/compare.py" --backends "$BACKENDS" --gpumpi-prefix "$PREFIX" \
+    --ops pingpong,allreduce,alltoall -n 2 -b 8 -e 64K -f 8 -w 2 --iters 10 -o "$CMP" --install || rc=$?
+[ -s "$CMP/tables.txt" ] || fail "no table"
+for op in pingpong allreduce alltoall; do
+    grep -q "^## $op" "$CMP/tables.txt" || fail "table for $op missing"
+    [ -s "$CMP/$op.png" ] || fail "plot $CMP/$op.png missing"
+    head -c 8 "$CMP/$op.png" | od -An -c | grep -q 'P   N   G' || fail "$op.png is not a PNG"
+done
+grep -q '^#   gpumpi: ok' "$CMP/tables.txt" || fail "gpumpi backend did not run: $(grep '^#   gpumpi' "$CMP/tables.txt")"
+[ -s "$CMP/results.csv" ] && [ -s "$CMP/results.json" ] || fail "results.csv/json missing"
+awk -F, 'NR > 1 { n++; if ($14 != 0) bad++ } END { if (!n || bad) exit 1 }' "$CMP/results.csv" \
+    || fail "compare results.csv has rows with #wrong != 0 (or none)"
+[ "$rc" -eq 0 ] || fail "compare.py exited $rc"
+echo "ci_smoke: OK ($BACKENDS; output in $OUT)"
