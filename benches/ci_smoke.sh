@@ -14,6 +14,8 @@ PREFIX=$(cd "$PREFIX" && pwd)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=${BENCH_OUT:-$(mktemp -d -t gpumpi-bench-smoke.XXXXXX)}
 PY=${PYTHON:-python3}
+# Open MPI refuses to run as root without these (CI runs as root); others ignore them
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 mkdir -p "$OUT"
 fail() { echo "ci_smoke: FAIL: $*" >&2; exit 1; }
 step() { echo "== ci_smoke: $*"; }
@@ -37,7 +39,7 @@ step "2-rank sweep on host buffers"
 CSV="$OUT/smoke.csv"
 rm -f "$CSV"
 for op in pingpong allreduce alltoall; do
-    timeout 300 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o "$op" -b 8 -e 64K -f 8 -w 2 -n 10 -L smoke --csv "$CSV" \
+    timeout 300 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o "$op" -b 64 -e 64K -f 4 -w 2 -n 10 -L smoke --csv "$CSV" \
         | tee "$OUT/smoke_$op.txt"
     grep -q '^ *65536 ' "$OUT/smoke_$op.txt" || fail "$op: no 64 KiB row in the output"
 done

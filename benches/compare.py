@@ -230,11 +230,13 @@ def build_driver(prefix, builddir):
 
 
 def launcher(kind, prefix, np_):
-    if kind == "openmpi":
-        return [os.path.join(prefix, "bin", "mpirun"), "-n", str(np_), "--oversubscribe"]
-    if kind == "mpich":
-        return [os.path.join(prefix, "bin", "mpiexec"), "-n", str(np_)]
-    return [os.path.join(prefix, "bin", "mpirun"), "-n", str(np_), "--oversubscribe"]
+    """Launch command for np_ ranks.  Decided by what the prefix holds, so that
+    any MPI can stand in for gpumpi: MPICH's hydra takes no --oversubscribe;
+    Open MPI's and gpumpi's mpirun need it when ranks exceed cores."""
+    b = os.path.join(prefix, "bin")
+    if os.path.exists(os.path.join(b, "mpichversion")):
+        return [os.path.join(b, "mpiexec"), "-n", str(np_)]
+    return [os.path.join(b, "mpirun"), "-n", str(np_), "--oversubscribe"]
 
 
 def run_cmd(cmd, env, timeout, log):

@@ -101,6 +101,16 @@ class CompareLogic(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+class Launcher(unittest.TestCase):
+    def test_launcher_by_prefix_contents(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "bin"))
+            self.assertEqual(compare.launcher("gpumpi", d, 4),
+                             [os.path.join(d, "bin", "mpirun"), "-n", "4", "--oversubscribe"])
+            open(os.path.join(d, "bin", "mpichversion"), "w").close()   # an MPICH prefix as "gpumpi"
+            self.assertEqual(compare.launcher("gpumpi", d, 2), [os.path.join(d, "bin", "mpiexec"), "-n", "2"])
+
+
 class GlooHelpers(unittest.TestCase):
     def test_sizes(self):
         self.assertEqual(gloo_bench.parse_size("128M"), 128 << 20)
