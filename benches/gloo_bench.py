@@ -246,6 +246,7 @@ def worker(a, rank, world):
                 wrong = int((out != cast(pattern(prv, idx))).sum())
         wt = torch.tensor([wrong], dtype=torch.int64)
         dist.all_reduce(wt)
+        nwrong = int(wt.item()) if a.check else -1  # -1: not checked
         for _ in range(a.warmup):
             for w in op_once():
                 w.wait()
@@ -287,12 +288,12 @@ def worker(a, rank, world):
             red = a.redop if a.op in REDUCES else "none"
             root = a.root if a.op in ("bcast", "reduce") else -1
             print(f"{nbytes_moved:12d} {count:12d} {a.type:>7} {red:>6} {root:>5} {mean * 1e6:11.2f} "
-                  f"{alg:10.3f} {alg * f:10.3f} {int(wt.item()):8d} {med * 1e6:11.2f} {mn * 1e6:11.2f}",
+                  f"{alg:10.3f} {alg * f:10.3f} {nwrong if nwrong >= 0 else 'n/a':>8} {med * 1e6:11.2f} {mn * 1e6:11.2f}",
                   flush=True)
             if csv:
                 csv.write(f"{a.label},{a.op},{world},{a.mem},{'blocking' if a.z else 'back-to-back'},"
                           f"{nbytes_moved},{count},{a.type},{red},{root},{mean * 1e6:.3f},{alg:.6f},{alg * f:.6f},"
-                          f"{int(wt.item())},{med * 1e6:.3f},{mn * 1e6:.3f},{algm:.6f},{algm * f:.6f}\n")
+                          f"{nwrong},{med * 1e6:.3f},{mn * 1e6:.3f},{algm:.6f},{algm * f:.6f}\n")
                 csv.flush()
     if csv:
         csv.close()

@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -649,9 +650,12 @@ static void print_row(const result *r)
     int rooted = O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE;
     char root[16];
     snprintf(root, sizeof root, "%d", O.root);
-    printf("%12zu %12zu %7s %6s %5s %11.2f %10.3f %10.3f %8lld %11.2f %11.2f\n", r->bytes, r->count,
+    char wrong[24];
+    if (r->wrong < 0) snprintf(wrong, sizeof wrong, "n/a");
+    else snprintf(wrong, sizeof wrong, "%lld", r->wrong);
+    printf("%12zu %12zu %7s %6s %5s %11.2f %10.3f %10.3f %8s %11.2f %11.2f\n", r->bytes, r->count,
            bu_type_names[O.type], reduces ? bu_redop_names[O.redop] : "none", rooted ? root : "-1",
-           r->mean_us, r->algbw, r->busbw, r->wrong, r->med_us, r->min_us);
+           r->mean_us, r->algbw, r->busbw, wrong, r->med_us, r->min_us);
     fflush(stdout);
     if (csv_f)
         fprintf(csv_f, "%s,%s,%d,%s,%s,%zu,%zu,%s,%s,%d,%.3f,%.6f,%.6f,%lld,%.3f,%.3f,%.6f,%.6f\n", O.label,
@@ -686,11 +690,16 @@ static void run_size(size_t bytes)
         if (rank == 0) printf("# size %zu skipped: fewer than one %s per rank block\n", bytes, bu_type_names[O.type]);
         return;
     }
+    if (c.count > (size_t)INT_MAX && !O.nccl) {
+        if (rank == 0) printf("# size %zu skipped: count exceeds INT_MAX\n", bytes);
+        return;
+    }
     size_t ts = bu_type_sizes[O.type];
     c.bytes = c.count * ts;  /* report the bytes actually moved */
 
     result res;
     memset(&res, 0, sizeof res);
+    res.wrong = -1;  /* not checked (-c 0) */
     res.bytes = c.bytes;
     res.count = c.count;
 
