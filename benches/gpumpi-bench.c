@@ -56,6 +56,19 @@ static void usage(FILE *f)
 "for allgather/reduce_scatter/alltoall(v), as in nccl-tests.\n");
 }
 
+/* Rank as told by the launcher's environment, before MPI_Init (0 if none):
+ * only that rank prints usage errors. */
+static int launcher_rank(void)
+{
+    static const char *const vars[] = { "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                        "GPUMPI_RANK", "RANK", NULL };
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 static int parse_int(const char *s, int *out)
 {
     char *end;
@@ -73,7 +86,7 @@ static int parse_args(int argc, char **argv)
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (!strcmp(a, "--inject-error")) { O.inject = 1; continue; }
-        if (!v) { fprintf(stderr, "gpumpi-bench: %s needs a value\n", a); return -1; }
+        if (!v) { if (launcher_rank() == 0) fprintf(stderr, "gpumpi-bench: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--csv")) O.csv = v;
         else if (!strcmp(a, "--json")) O.json = v;
         else if (!strcmp(a, "-o")) bad = (O.op = bu_op_from_name(v)) < 0;
@@ -97,8 +110,14 @@ static int parse_args(int argc, char **argv)
             if (!strcmp(v, "mpi")) O.nccl = 0;
             else if (!strcmp(v, "nccl")) O.nccl = 1;
             else bad = 1;
-        } else { fprintf(stderr, "gpumpi-bench: unknown option %s\n", a); return -1; }
-        if (bad) { fprintf(stderr, "gpumpi-bench: bad value '%s' for %s\n", v, a); return -1; }
+        } else {
+            if (launcher_rank() == 0) fprintf(stderr, "gpumpi-bench: unknown option %s\n", a);
+            return -1;
+        }
+        if (bad) {
+            if (launcher_rank() == 0) fprintf(stderr, "gpumpi-bench: bad value '%s' for %s\n", v, a);
+            return -1;
+        }
         i++;
     }
     if (O.nccl) O.cuda = 1; /* NCCL works on device buffers only */
@@ -867,7 +886,10 @@ int main(int argc, char **argv)
     double t_main = mono_now();
     /* NVLink multicast (NVLS) must never be used by the NCCL backend. */
     setenv("NCCL_NVLS_ENABLE", "0", 1);
-    if (parse_args(argc, argv)) { usage(stderr); return 2; }
+    if (parse_args(argc, argv)) {
+        if (launcher_rank() == 0) usage(stderr);
+        return 2;
+    }
 
     MPI_Init(&argc, &argv);
     double t_init_done = mono_now();
