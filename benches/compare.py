@@ -375,7 +375,8 @@ def main(argv=None):
         if f.endswith(".csv"):
             rows += parse_csv(open(os.path.join(raw, f)).read())
     merged = merge(rows)
-    present = [b for b in backends if status.get(b) == "ok"]
+    have_rows = {r["backend"] for r in rows}
+    present = [b for b in backends if b in have_rows]   # partial runs still show what they measured
     tables = [format_table(op, merged[op], present, a.ref) for op in ops if op in merged]
     report = ["# backends:"] + [f"#   {b}: {describe(b, status.get(b, 'not run'))}" for b in backends]
     text = "\n".join(report) + "\n\n" + "\n\n".join(tables) + "\n"

@@ -225,6 +225,10 @@ def worker(a, rank, world):
             status = 0
             break
         sync()
+        if a.inject:  # corrupt one element where the checking rank looks (tests validation)
+            who = 1 if a.op in ("pingpong", "bw", "bibw") else a.root if a.op in ("bcast", "reduce") else 0
+            if rank == who and count > 0:
+                (sb if a.op == "bcast" else rb)[0] = cast(torch.tensor(-1))
         if a.check:
             out = rb.cpu()
             if a.op == "allreduce" or (a.op == "reduce" and rank == a.root):
@@ -326,6 +330,8 @@ def main(argv=None):
     ap.add_argument("-W", "--window", type=int, default=64)
     ap.add_argument("-L", "--label", default="gloo")
     ap.add_argument("--csv")
+    ap.add_argument("--inject-error", dest="inject", action="store_true",
+                    help="corrupt one output element per size (tests the validation)")
     ap.add_argument("--np", type=int, default=2, help="ranks to spawn when not under torchrun")
     a = ap.parse_args(argv)
     try:
