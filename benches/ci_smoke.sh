@@ -58,6 +58,26 @@ timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o allreduce -B nccl -b 8 -e 8 > 
 grep -Eq '^# (skip|nccl: not available)|^ +8 ' "$OUT/cuda.txt" || fail "-d cuda: neither a skip line nor a result"
 grep -Eq '^# nccl: not available|^ +8 ' "$OUT/nccl.txt" || fail "-B nccl: neither a skip line nor a result"
 
+step "-d cuda / -B nccl plumbing through mock libcudart.so and libnccl.so.2 (host memory, over MPI)"
+MOCK="$OUT/mock"
+mkdir -p "$MOCK"
+cc -std=c99 -O1 -Wall -shared -fPIC -o "$MOCK/libcudart.so" "$HERE/mock/mock_cudart.c"
+"$PREFIX/bin/mpicc" -std=c99 -O1 -Wall -shared -fPIC -o "$MOCK/libnccl.so.2" "$HERE/mock/mock_nccl.c"
+for be in nccl mpi; do
+    for op in pingpong bw sendrecv allreduce reduce_scatter alltoall bcast allgather; do
+        LD_LIBRARY_PATH="$MOCK${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" \
+            -B "$be" -d cuda -o "$op" -b 64 -e 64K -f 32 -w 1 -n 3 -t double -p max > "$OUT/mock_${be}_$op.txt"
+        grep -q "^# gpumpi-bench op=$op backend=$be .*mem=cuda" "$OUT/mock_${be}_$op.txt" \
+            || fail "mock $be $op did not run: $(head -3 "$OUT/mock_${be}_$op.txt")"
+        awk '!/^#/ && NF >= 9 { n++; if ($9 != 0) bad++ } END { exit !(n == 3 && !bad) }' "$OUT/mock_${be}_$op.txt" \
+            || fail "mock $be $op: expected 3 rows with #wrong 0: $(cat "$OUT/mock_${be}_$op.txt")"
+    done
+    LD_LIBRARY_PATH="$MOCK${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" \
+        -B "$be" -d cuda -o alltoall -b 1K -e 1K -w 0 -n 2 --inject-error > "$OUT/mock_${be}_inject.txt"
+    awk '!/^#/ && NF >= 9 { if ($9 != 1) exit 1; seen = 1 } END { exit !seen }' "$OUT/mock_${be}_inject.txt" \
+        || fail "mock $be: --inject-error not caught"
+done
+
 step "compare.py"
 BACKENDS=gpumpi
 MPICH=${MPICH_PREFIX:-$HOME/.cache/gpumpi-bench/venv-mpich}
