@@ -186,6 +186,6 @@ int main(void)
     test_reduce_validation();
     test_pattern_validation();
     test_stats();
-    printf("test_bench_util: %d checks, %d failures\n", checks, failures);
+    printf("test_bench_util: %d passed, %d failed\n", checks - failures, failures);
     return failures != 0;
 }
