@@ -47,6 +47,16 @@ done
 awk -F, 'NR > 1 && $1 != "backend" { n++; if ($14 != 0) bad++ } END { if (n != 18 || bad) { print "rows=" n " wrong=" bad; exit 1 } }' \
     "$CSV" || fail "smoke CSV: expected 18 rows, all with #wrong 0"
 
+step "--json output and first-call mode"
+timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o allgather -b 64 -e 4K -f 8 -w 1 -n 3 --json "$OUT/smoke.json" > /dev/null
+"$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); r = d["results"]
+assert d["op"] == "allgather" and len(r) == 3 and all(x["wrong"] == 0 for x in r), d' "$OUT/smoke.json" \
+    || fail "--json output is not the expected JSON"
+timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o firstcall > "$OUT/firstcall.txt"
+for ev in init_main_to_mpi_init_done first_sendrecv_roundtrip first_allreduce_8B; do
+    grep -Eq "^$ev +[0-9.]+$" "$OUT/firstcall.txt" || fail "firstcall: no $ev line"
+done
+
 step "validation catches a corrupted result"
 timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" -o allreduce -b 1K -e 1K -w 0 -n 2 --inject-error > "$OUT/inject.txt"
 awk '!/^#/ && NF >= 9 { if ($9 != 1) exit 1; seen = 1 } END { exit !seen }' "$OUT/inject.txt" \
