@@ -88,6 +88,19 @@ for be in nccl mpi; do
         || fail "mock $be: --inject-error not caught"
 done
 
+# the driver-API fallback: only libcuda.so.1 (mock) and libnccl.so.2 on the path
+MOCKD="$OUT/mock-driver"
+mkdir -p "$MOCKD"
+cc -std=c99 -O1 -Wall -shared -fPIC -o "$MOCKD/libcuda.so.1" "$HERE/mock/mock_cuda.c"
+cp "$MOCK/libnccl.so.2" "$MOCKD/"
+for be in mpi nccl; do
+    LD_LIBRARY_PATH="$MOCKD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 "${LAUNCH[@]}" "$OUT/gpumpi-bench" \
+        -B "$be" -d cuda -o allreduce -b 64 -e 64K -f 32 -w 1 -n 3 > "$OUT/mockd_$be.txt"
+    grep -q '^# cuda: driver API' "$OUT/mockd_$be.txt" || fail "mock driver API $be: not used: $(head -5 "$OUT/mockd_$be.txt")"
+    awk '!/^#/ && NF >= 9 { n++; if ($9 != 0) bad++ } END { exit !(n == 3 && !bad) }' "$OUT/mockd_$be.txt" \
+        || fail "mock driver API $be: expected 3 rows with #wrong 0"
+done
+
 step "compare.py"
 BACKENDS=gpumpi
 MPICH=${MPICH_PREFIX:-$HOME/.cache/gpumpi-bench/venv-mpich}

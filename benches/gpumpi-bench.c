@@ -647,6 +647,7 @@ static void print_header(void)
            O.warmup, O.iters, O.check);
     if (O.op == BU_OP_BW || O.op == BU_OP_BIBW) printf("# window=%d messages per iteration\n", O.window);
     printf("# MPI library: %s\n", ver);
+    if (O.cuda) printf("# cuda: %s\n", cu.driver_api ? "driver API (libcuda.so.1)" : "runtime API (libcudart.so)");
     printf("# time = mean per op (us), med/min = median/minimum over iterations; each is the max over ranks.\n");
     printf("# algbw/busbw from the mean time%s.\n",
            O.op == BU_OP_PINGPONG ? "; pingpong time is one-way latency (round trip / 2)" : "");
