@@ -64,6 +64,45 @@ def parse_csv(text):
     return rows
 
 
+def parse_events(text):
+    """First-call rows (`-o firstcall` CSV) as {backend: {event: time_us}}."""
+    out = {}
+    header = None
+    for rec in csv.reader(io.StringIO(text)):
+        if not rec or rec[0].startswith("#"):
+            continue
+        if rec[0] == "backend":
+            header = rec
+            continue
+        if header is None or "event" not in header or len(rec) != len(header):
+            continue
+        row = dict(zip(header, rec))
+        out.setdefault(row["backend"], {})[row["event"]] = float(row["time_us"])
+    return out
+
+
+def format_events(events, backends, ref="gpumpi"):
+    """Table of first-call times (us): one row per event, one column per
+    backend, then ref/peer ratios (peer time / ref time, > 1: ref faster)."""
+    present = [b for b in backends if b in events]
+    names = []
+    for b in present:
+        for e in events[b]:
+            if e not in names:
+                names.append(e)
+    peers = [b for b in present if b != ref] if ref in present else []
+    lines = [f"## firstcall  (us, max over ranks; ratio = peer time / {ref} time)",
+             " ".join(["event".ljust(30)] + [f"{b}:us".rjust(14) for b in present] +
+                      [f"{ref}/{p}".rjust(16) for p in peers])]
+    for e in names:
+        row = [e.ljust(30)] + [fmt_num(events[b].get(e), 14, 1) for b in present]
+        for p in peers:
+            r, q = events[ref].get(e), events[p].get(e)
+            row.append(fmt_num(q / r if r and q else None, 16, 3))
+        lines.append(" ".join(row))
+    return "\n".join(lines)
+
+
 def merge(rows):
     """{op: {size: {backend: row}}}; a later row for the same key wins."""
     out = {}
@@ -352,6 +391,8 @@ def main(argv=None):
             csvf = os.path.join(raw, f"{b}_{op}.csv")
             if os.path.exists(csvf):
                 os.remove(csvf)
+            if b == "gloo" and op == "firstcall":
+                continue  # gloo_bench has no first-call mode
             if b == "gloo":
                 cmd = [sys.executable, GLOO, "-o", op, "--np", str(a.np), "-d", a.mem, "--csv", csvf, "-L", "gloo"] + common
             else:
@@ -378,6 +419,13 @@ def main(argv=None):
     have_rows = {r["backend"] for r in rows}
     present = [b for b in backends if b in have_rows]   # partial runs still show what they measured
     tables = [format_table(op, merged[op], present, a.ref) for op in ops if op in merged]
+    events = {}
+    for f in sorted(os.listdir(raw)):
+        if f.endswith("_firstcall.csv"):
+            for b, ev in parse_events(open(os.path.join(raw, f)).read()).items():
+                events.setdefault(b, {}).update(ev)
+    if events:
+        tables.append(format_events(events, backends, a.ref))
     report = ["# backends:"] + [f"#   {b}: {describe(b, status.get(b, 'not run'))}" for b in backends]
     text = "\n".join(report) + "\n\n" + "\n\n".join(tables) + "\n"
     print(text)
@@ -393,7 +441,8 @@ def main(argv=None):
             w.writerow(r)
     with open(os.path.join(a.outdir, "results.json"), "w") as f:
         json.dump({"backends": {b: status.get(b, "not run") for b in backends}, "np": a.np, "mem": a.mem,
-                   "ref": a.ref, "results": rows, "ratios": ratio_records(merged, present, a.ref)}, f, indent=1)
+                   "ref": a.ref, "results": rows, "ratios": ratio_records(merged, present, a.ref),
+                   "firstcall": events}, f, indent=1)
     files = plot_with_venv(csv_path, a.outdir, present, a.install) if rows else []
     print("# plots: " + (", ".join(files) if files else "none"))
     bad = wrong_rows(rows)

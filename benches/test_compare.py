@@ -101,6 +101,32 @@ class CompareLogic(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+class FirstCall(unittest.TestCase):
+    TEXT = "\n".join([
+        "backend,op,nranks,mem,event,time_us",
+        "gpumpi,firstcall,2,host,init_main_to_mpi_init_done,1000.0",
+        "gpumpi,firstcall,2,host,first_allreduce_8B,10.0",
+        "backend,op,nranks,mem,event,time_us",
+        "mpich,firstcall,2,host,init_main_to_mpi_init_done,4000.0",
+        "mpich,firstcall,2,host,first_allreduce_8B,5.0",
+        "mpich,firstcall,2,host,nccl_comm_init,7.0",
+    ])
+
+    def test_parse_and_table(self):
+        ev = compare.parse_events(self.TEXT)
+        self.assertEqual(ev["gpumpi"]["first_allreduce_8B"], 10.0)
+        self.assertEqual(len(ev["mpich"]), 3)
+        self.assertEqual(compare.parse_csv(self.TEXT), [])     # not sweep rows
+        lines = compare.format_events(ev, ["gpumpi", "mpich", "gloo"]).splitlines()
+        self.assertIn("gpumpi/mpich", lines[1])
+        self.assertNotIn("gloo", lines[1])                     # absent backend: no column
+        init = lines[2].split()
+        self.assertEqual(init[0], "init_main_to_mpi_init_done")
+        self.assertEqual(init[1:], ["1000.0", "4000.0", "4.000"])
+        self.assertEqual(lines[3].split()[1:], ["10.0", "5.0", "0.500"])
+        self.assertEqual(lines[4].split()[1:], ["-", "7.0", "-"])  # event only one backend has
+
+
 class Launcher(unittest.TestCase):
     def test_launcher_by_prefix_contents(self):
         with tempfile.TemporaryDirectory() as d:
