@@ -3,27 +3,6 @@
  * (MPI_*_init + Start + Wait + Request_free). Counts 0, 1, odd and large, every root, MPI_IN_PLACE. */
 #include "ctest.h"
 
-static int mode; /* 0 blocking, 1 nonblocking, 2 persistent */
-
-#define COLL(name, lname, ...)                                                                   \
-    do {                                                                                  \
-        if (mode == 0) {                                                                  \
-            CHECK_MPI(MPI_##name(__VA_ARGS__));                                           \
-        } else {                                                                          \
-            MPI_Request rq_ = MPI_REQUEST_NULL;                                           \
-            if (mode == 1) {                                                              \
-                CHECK_MPI(MPI_I##lname(__VA_ARGS__, &rq_));                                \
-            } else {                                                                      \
-                CHECK_MPI(MPI_##name##_init(__VA_ARGS__, MPI_INFO_NULL, &rq_));           \
-                CHECK_MPI(MPI_Start(&rq_));                                               \
-            }                                                                             \
-            CHECK_MPI(MPI_Wait(&rq_, MPI_STATUS_IGNORE));                                 \
-            if (mode == 2)                                                                \
-                CHECK_MPI(MPI_Request_free(&rq_));                                        \
-            CHECK(rq_ == MPI_REQUEST_NULL, "request not null after completion");          \
-        }                                                                                 \
-    } while (0)
-
 #define NCOUNTS 4
 static const int counts[NCOUNTS] = {0, 1, 7, 65537};
 #define BIGBCAST (1 << 20)
@@ -60,11 +39,7 @@ int main(int argc, char **argv)
     ct_init(&argc, &argv);
     rank = ct_world_rank;
     size = ct_world_size;
-    mode = 0;
-    if (argc > 1 && strcmp(argv[1], "nonblocking") == 0)
-        mode = 1;
-    else if (argc > 1 && strcmp(argv[1], "persistent") == 0)
-        mode = 2;
+    ct_parse_mode(argc, argv);
 
     /* Barrier: nobody leaves before everyone entered. Every rank but 0 sends to rank 0 right
      * after the barrier; rank 0 waits a while before entering and must see no such message. */
@@ -78,18 +53,18 @@ int main(int argc, char **argv)
                 CHECK(!flag, "rank %d left barrier %d before rank 0 entered it", st.MPI_SOURCE, i);
             }
         }
-        if (mode == 0) {
+        if (ct_mode == 0) {
             CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
         } else {
             MPI_Request rq;
-            if (mode == 1)
+            if (ct_mode == 1)
                 CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &rq));
             else {
                 CHECK_MPI(MPI_Barrier_init(MPI_COMM_WORLD, MPI_INFO_NULL, &rq));
                 CHECK_MPI(MPI_Start(&rq));
             }
             CHECK_MPI(MPI_Wait(&rq, MPI_STATUS_IGNORE));
-            if (mode == 2)
+            if (ct_mode == 2)
                 CHECK_MPI(MPI_Request_free(&rq));
         }
         if (rank == 0) {
@@ -367,9 +342,9 @@ int main(int argc, char **argv)
         free(sd);
     }
 
-    if (mode == 1)
+    if (ct_mode == 1)
         name = "coll_data nonblocking";
-    else if (mode == 2)
+    else if (ct_mode == 2)
         name = "coll_data persistent";
     return ct_finish(name);
 }

@@ -94,4 +94,43 @@ static inline int ct_val(int r, int i, int s)
     return (int)(((unsigned)r * 1000003u + (unsigned)i * 7919u + (unsigned)s * 104729u) % 2000003u);
 }
 
+/* Collective flavour for programs that run each collective three ways (argv[1]):
+ * 0 "blocking" (default), 1 "nonblocking" (MPI_I*), 2 "persistent" (MPI_*_init + Start). */
+static int ct_mode = 0;
+
+static inline void ct_parse_mode(int argc, char **argv)
+{
+    ct_mode = 0;
+    if (argc > 1 && strcmp(argv[1], "nonblocking") == 0)
+        ct_mode = 1;
+    else if (argc > 1 && strcmp(argv[1], "persistent") == 0)
+        ct_mode = 2;
+}
+
+/* COLL(Bcast, bcast, args...) calls MPI_Bcast(args), MPI_Ibcast(args, &req) + Wait, or
+ * MPI_Bcast_init(args, MPI_INFO_NULL, &req) + Start + Wait + Request_free, by ct_mode. */
+#define COLL(name, lname, ...)                                                            \
+    do {                                                                                  \
+        if (ct_mode == 0) {                                                               \
+            CHECK_MPI(MPI_##name(__VA_ARGS__));                                           \
+        } else {                                                                          \
+            MPI_Request rq_ = MPI_REQUEST_NULL;                                           \
+            if (ct_mode == 1) {                                                           \
+                CHECK_MPI(MPI_I##lname(__VA_ARGS__, &rq_));                               \
+            } else {                                                                      \
+                CHECK_MPI(MPI_##name##_init(__VA_ARGS__, MPI_INFO_NULL, &rq_));           \
+                CHECK_MPI(MPI_Start(&rq_));                                               \
+            }                                                                             \
+            CHECK_MPI(MPI_Wait(&rq_, MPI_STATUS_IGNORE));                                 \
+            if (ct_mode == 2)                                                             \
+                CHECK_MPI(MPI_Request_free(&rq_));                                        \
+            CHECK(rq_ == MPI_REQUEST_NULL, "request not null after completion");          \
+        }                                                                                 \
+    } while (0)
+
+static inline const char *ct_mode_name(void)
+{
+    return ct_mode == 0 ? "blocking" : ct_mode == 1 ? "nonblocking" : "persistent";
+}
+
 #endif
