@@ -167,7 +167,7 @@ int main(int argc, char **argv)
             CHECK(cls == classes[i], "Error_class(%d) = %d", classes[i], cls);
             check_string(classes[i]);
         }
-        CHECK(MPI_ERR_LASTCODE >= MPI_ERR_PENDING, "MPI_ERR_LASTCODE %d", MPI_ERR_LASTCODE);
+        CHECK((int)MPI_ERR_LASTCODE >= (int)MPI_ERR_PENDING, "MPI_ERR_LASTCODE %d", (int)MPI_ERR_LASTCODE);
     }
 
     /* point-to-point still works after all that */
