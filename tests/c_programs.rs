@@ -5,6 +5,8 @@
 //!   <target-dir>/test-install` (the target dir is found from this test executable's path, so
 //!   `CARGO_TARGET_DIR` is honoured). Set `GPUMPI_TEST_PREFIX=<prefix>` to use an existing install
 //!   instead (it must hold `bin/mpicc` and `bin/mpirun`); this is a harness knob, not a library one.
+//!   (Under `cargo test --release` the script gets `--debug`, so it never waits on the release build
+//!   lock that the running `cargo test` may hold.)
 //! - Each program `tests/c/<name>.c` is compiled with `mpicc -Wall -O1`; a compiler warning is a
 //!   failure (it usually means `mpi.h` disagrees with the standard prototypes).
 //! - `tests/c/testlist` says how to run it, one line per run group:
@@ -45,6 +47,12 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target"))
 }
 
+/// True when this test executable was built in `<target-dir>/release/`.
+fn test_profile_is_release() -> bool {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).and_then(Path::file_name).map_or(false, |n| n == "release")
+}
+
 /// Serializes compiles and runs across the per-program tests.
 fn run_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -67,10 +75,14 @@ fn install() -> Result<&'static Path, String> {
                             script.display()
                         ));
                     }
-                    let out = Command::new("bash")
-                        .arg(&script)
-                        .arg("--prefix")
-                        .arg(&prefix)
+                    // install.sh builds the release library; when this test itself is a release
+                    // build, cargo may still hold the release build lock, so install the debug one.
+                    let mut cmd = Command::new("bash");
+                    cmd.arg(&script).arg("--prefix").arg(&prefix);
+                    if test_profile_is_release() {
+                        cmd.arg("--debug");
+                    }
+                    let out = cmd
                         .current_dir(repo_root())
                         .output()
                         .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
