@@ -358,6 +358,7 @@ c_tests!(
     err_fatal,
     err_preinit,
     err_postfinalize,
+    thread_multiple,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
