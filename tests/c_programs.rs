@@ -359,6 +359,7 @@ c_tests!(
     err_preinit,
     err_postfinalize,
     thread_multiple,
+    bigcount_c,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
