@@ -360,6 +360,7 @@ c_tests!(
     err_postfinalize,
     thread_multiple,
     bigcount_c,
+    comm_inter,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
