@@ -213,6 +213,18 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Type_commit(&t2));
         CHECK_MPI(MPI_Type_free(&t2));
     }
+    /* subarray: 3x4 block at (1,2) of a 6x8 int array, C order: extent is the whole array */
+    {
+        int sizes[2] = {6, 8}, subs[2] = {3, 4}, starts[2] = {1, 2};
+        CHECK_MPI(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &t));
+        expect_ext(t, "subarray C", 48, 0, 192, (1 * 8 + 2) * 4, ((3 - 1) * 8 + 4) * 4);
+        expect_env(t, "subarray", MPI_COMBINER_SUBARRAY, 3 * 2 + 2, 0, 1);
+        CHECK_MPI(MPI_Type_free(&t));
+        /* Fortran order: first index fastest; block (1,2) of 6x8 means element offset 1 + 2*6 */
+        CHECK_MPI(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_FORTRAN, MPI_INT, &t));
+        expect_ext(t, "subarray Fortran", 48, 0, 192, (1 + 2 * 6) * 4, ((4 - 1) * 6 + 3) * 4);
+        CHECK_MPI(MPI_Type_free(&t));
+    }
     /* names on derived types */
     {
         char name[MPI_MAX_OBJECT_NAME];

@@ -149,6 +149,33 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Type_free(&trec));
     }
 
+    /* subarray: send the 3x4 interior block at (1,2) of a 6x8 array into a 3x4 contiguous array,
+     * then back into a different position (2,0) of a zeroed 6x8 array */
+    {
+        int a[6][8], blk[12], b[6][8];
+        int sizes[2] = {6, 8}, subs[2] = {3, 4}, st1[2] = {1, 2}, st2[2] = {2, 0};
+        MPI_Datatype sa, sb;
+        for (i = 0; i < 48; i++)
+            a[i / 8][i % 8] = ct_val(rank, i, 7);
+        CHECK_MPI(MPI_Type_create_subarray(2, sizes, subs, st1, MPI_ORDER_C, MPI_INT, &sa));
+        CHECK_MPI(MPI_Type_create_subarray(2, sizes, subs, st2, MPI_ORDER_C, MPI_INT, &sb));
+        CHECK_MPI(MPI_Type_commit(&sa));
+        CHECK_MPI(MPI_Type_commit(&sb));
+        CHECK_MPI(MPI_Sendrecv(a, 1, sa, next, 7, blk, 12, MPI_INT, prev, 7, MPI_COMM_WORLD, &st));
+        for (i = 0; i < 12; i++)
+            CHECK(blk[i] == ct_val(prev, (1 + i / 4) * 8 + 2 + i % 4, 7), "subarray blk[%d] = %d", i, blk[i]);
+        memset(b, 0, sizeof b);
+        CHECK_MPI(MPI_Sendrecv(a, 1, sa, next, 8, b, 1, sb, prev, 8, MPI_COMM_WORLD, &st));
+        for (i = 0; i < 48; i++) {
+            int row = i / 8, c = i % 8, want = 0;
+            if (row >= 2 && row < 5 && c < 4)
+                want = ct_val(prev, (1 + row - 2) * 8 + 2 + c, 7);
+            CHECK(b[row][c] == want, "subarray to subarray b[%d][%d] = %d want %d", row, c, b[row][c], want);
+        }
+        CHECK_MPI(MPI_Type_free(&sa));
+        CHECK_MPI(MPI_Type_free(&sb));
+    }
+
     /* large vector (about 4 MiB of payload) nonblocking, strided both sides */
     {
         int nblk = 1 << 18;
