@@ -361,6 +361,7 @@ c_tests!(
     thread_multiple,
     bigcount_c,
     comm_inter,
+    topo_neighbor,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
