@@ -362,6 +362,7 @@ c_tests!(
     bigcount_c,
     comm_inter,
     topo_neighbor,
+    rma_basic,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
