@@ -363,6 +363,7 @@ c_tests!(
     comm_inter,
     topo_neighbor,
     rma_basic,
+    mpi5_abi,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
