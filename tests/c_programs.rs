@@ -13,7 +13,8 @@
 //!   `program  nranks...  [singleton] [expect=fail] [stderr=TEXT]... [timeout=S] [args...]`
 //!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
 //!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
-//!   exit and every `stderr=TEXT` (no spaces) in the job's stderr. Anything else is an argument.
+//!   exit within half the timeout (not a hang ended by `--timeout`) and every `stderr=TEXT` (no
+//!   spaces) in the job's stderr. Anything else is an argument.
 //!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
@@ -261,6 +262,10 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
     if spec.expect_fail {
         if o.code == Some(0) {
             return Some(format!("{prog} was expected to fail but exited 0\n{}", ctx()));
+        }
+        // an abort must be prompt: a job that only ended because mpirun's --timeout fired hung
+        if o.secs > spec.timeout_s as f64 / 2.0 {
+            return Some(format!("{prog} failed as expected but only after {:.1}s (a hang?)\n{}", o.secs, ctx()));
         }
         for want in &spec.stderr_has {
             if !o.stderr.contains(want.as_str()) {
