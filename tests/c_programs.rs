@@ -51,7 +51,10 @@ fn target_dir() -> PathBuf {
 /// True when this test executable was built in `<target-dir>/release/`.
 fn test_profile_is_release() -> bool {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).and_then(Path::file_name).map_or(false, |n| n == "release")
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "release")
 }
 
 /// Serializes compiles and runs across the per-program tests.
@@ -137,10 +140,17 @@ fn testlist() -> Vec<(String, RunSpec)> {
         }
         let mut toks = line.split_whitespace();
         let prog = toks.next().unwrap().to_string();
-        let mut spec = RunSpec { timeout_s: DEFAULT_TIMEOUT_S, ..Default::default() };
+        let mut spec = RunSpec {
+            timeout_s: DEFAULT_TIMEOUT_S,
+            ..Default::default()
+        };
         for t in toks {
             if let Ok(n) = t.parse::<u32>() {
-                assert!(spec.args.is_empty(), "testlist:{}: rank count {t} after arguments", lineno + 1);
+                assert!(
+                    spec.args.is_empty(),
+                    "testlist:{}: rank count {t} after arguments",
+                    lineno + 1
+                );
                 assert!(n >= 1, "testlist:{}: rank count must be >= 1", lineno + 1);
                 spec.nranks.push(n);
             } else if t == "singleton" {
@@ -189,7 +199,10 @@ fn compile(prefix: &Path, prog: &str) -> PathBuf {
         out.status,
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(!stderr.contains("warning:"), "{prog}: mpicc printed warnings:\n{stderr}");
+    assert!(
+        !stderr.contains("warning:"),
+        "{prog}: mpicc printed warnings:\n{stderr}"
+    );
     exe
 }
 
@@ -210,7 +223,9 @@ fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
     let err_f = fs::File::create(&err_path).expect("create stderr file");
     cmd.stdin(Stdio::null()).stdout(out_f).stderr(err_f);
     let start = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{tag}: cannot start {cmd:?}: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tag}: cannot start {cmd:?}: {e}"));
     let mut timed_out = false;
     let status = loop {
         if let Some(st) = child.try_wait().expect("try_wait") {
@@ -250,7 +265,11 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
         format!(
             "{what}: exit {:?}{} after {:.1}s\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
             o.code,
-            if o.timed_out { " (killed by the harness: timeout)" } else { "" },
+            if o.timed_out {
+                " (killed by the harness: timeout)"
+            } else {
+                ""
+            },
             o.secs,
             tail(&o.stdout, 30),
             tail(&o.stderr, 30)
@@ -265,7 +284,11 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
         }
         // an abort must be prompt: a job that only ended because mpirun's --timeout fired hung
         if o.secs > spec.timeout_s as f64 / 2.0 {
-            return Some(format!("{prog} failed as expected but only after {:.1}s (a hang?)\n{}", o.secs, ctx()));
+            return Some(format!(
+                "{prog} failed as expected but only after {:.1}s (a hang?)\n{}",
+                o.secs,
+                ctx()
+            ));
         }
         for want in &spec.stderr_has {
             if !o.stderr.contains(want.as_str()) {
@@ -283,7 +306,10 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
         .filter(|l| l.trim_end() == format!("OK {prog}") || l.starts_with(&format!("OK {prog} ")))
         .count();
     if ok_lines != 1 {
-        return Some(format!("{prog}: want exactly one 'OK {prog}' line, got {ok_lines}\n{}", ctx()));
+        return Some(format!(
+            "{prog}: want exactly one 'OK {prog}' line, got {ok_lines}\n{}",
+            ctx()
+        ));
     }
     if o.stdout.contains("FAIL") || o.stderr.contains("FAIL ") {
         return Some(format!("{prog}: output mentions FAIL\n{}", ctx()));
@@ -293,7 +319,11 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
 
 /// Compiles and runs one program at every rank count its testlist lines give.
 fn run_program(prog: &str) {
-    let specs: Vec<RunSpec> = testlist().into_iter().filter(|(p, _)| p == prog).map(|(_, s)| s).collect();
+    let specs: Vec<RunSpec> = testlist()
+        .into_iter()
+        .filter(|(p, _)| p == prog)
+        .map(|(_, s)| s)
+        .collect();
     assert!(!specs.is_empty(), "{prog} is not in tests/c/testlist");
     let _guard = run_lock();
     let prefix = match install() {
@@ -314,16 +344,27 @@ fn run_program(prog: &str) {
         }
         for &n in &spec.nranks {
             let mut cmd = Command::new(&mpirun);
-            cmd.args(["--oversubscribe", "-n", &n.to_string(), "--timeout", &spec.timeout_s.to_string()])
-                .arg(&exe)
-                .args(&spec.args)
-                .current_dir(build_dir());
+            cmd.args([
+                "--oversubscribe",
+                "-n",
+                &n.to_string(),
+                "--timeout",
+                &spec.timeout_s.to_string(),
+            ])
+            .arg(&exe)
+            .args(&spec.args)
+            .current_dir(build_dir());
             let what = format!("mpirun -n {n} {prog} {}", spec.args.join(" "));
             let o = run_cmd(cmd, &format!("{prog}.{k}.n{n}"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }
     }
-    assert!(failures.is_empty(), "{} run(s) of {prog} failed:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} run(s) of {prog} failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
 
 macro_rules! c_tests {
@@ -377,7 +418,12 @@ fn testlist_covers_every_program() {
     let mut on_disk: Vec<String> = fs::read_dir(c_dir())
         .expect("read tests/c")
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".c")).map(str::to_string))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".c"))
+                .map(str::to_string)
+        })
         .collect();
     on_disk.sort();
     let mut listed: Vec<String> = testlist().into_iter().map(|(p, _)| p).collect();
@@ -386,5 +432,8 @@ fn testlist_covers_every_program() {
     let mut tests: Vec<String> = PROGRAMS.iter().map(|s| s.to_string()).collect();
     tests.sort();
     assert_eq!(on_disk, listed, "tests/c/*.c and tests/c/testlist disagree");
-    assert_eq!(on_disk, tests, "tests/c/*.c and the c_tests! list in tests/c_programs.rs disagree");
+    assert_eq!(
+        on_disk, tests,
+        "tests/c/*.c and the c_tests! list in tests/c_programs.rs disagree"
+    );
 }
