@@ -410,6 +410,7 @@ c_tests!(
     topo_neighbor,
     rma_basic,
     mpi5_abi,
+    coll_comms,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
