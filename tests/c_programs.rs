@@ -411,6 +411,7 @@ c_tests!(
     rma_basic,
     mpi5_abi,
     coll_comms,
+    err_objects,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
