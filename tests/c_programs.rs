@@ -23,6 +23,7 @@
 
 use std::fs;
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -222,6 +223,9 @@ fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
     let out_f = fs::File::create(&out_path).expect("create stdout file");
     let err_f = fs::File::create(&err_path).expect("create stderr file");
     cmd.stdin(Stdio::null()).stdout(out_f).stderr(err_f);
+    // Own process group, so that a timeout (or ranks left behind by a broken launcher) can be
+    // killed as a whole.
+    cmd.process_group(0);
     let start = Instant::now();
     let mut child = cmd
         .spawn()
@@ -233,11 +237,13 @@ fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
         }
         if start.elapsed() > limit {
             timed_out = true;
-            let _ = child.kill();
+            kill_group(child.id());
             break child.wait().expect("wait after kill");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // Whatever the job left running in its group goes too.
+    kill_group(child.id());
     let read = |p: &Path| {
         let mut s = Vec::new();
         if let Ok(mut f) = fs::File::open(p) {
@@ -251,6 +257,15 @@ fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
         stderr: read(&err_path),
         timed_out,
         secs: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// SIGKILL to the process group `pgid` (a child started with `process_group(0)`).
+fn kill_group(pgid: u32) {
+    // SAFETY: kill(2) with a negative pid signals that process group; no memory is involved.
+    // The group is the one this harness created for the child, so nothing else is hit.
+    unsafe {
+        libc::kill(-(pgid as libc::pid_t), libc::SIGKILL);
     }
 }
 
