@@ -10,11 +10,12 @@
 //! - Each program `tests/c/<name>.c` is compiled with `mpicc -Wall -O1`; a compiler warning is a
 //!   failure (it usually means `mpi.h` disagrees with the standard prototypes).
 //! - `tests/c/testlist` says how to run it, one line per run group:
-//!   `program  nranks...  [singleton] [expect=fail] [stderr=TEXT]... [timeout=S] [args...]`
+//!   `program  nranks...  [singleton] [expect=fail] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
 //!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
 //!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`) and every `stderr=TEXT` (no
-//!   spaces) in the job's stderr. Anything else is an argument.
+//!   spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
+//!   environment. Anything else is an argument.
 //!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
@@ -126,6 +127,7 @@ struct RunSpec {
     expect_fail: bool,
     stderr_has: Vec<String>,
     timeout_s: u64,
+    env: Vec<(String, String)>,
     args: Vec<String>,
 }
 
@@ -160,6 +162,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.expect_fail = true;
             } else if let Some(s) = t.strip_prefix("stderr=") {
                 spec.stderr_has.push(s.to_string());
+            } else if let Some(kv) = t.strip_prefix("env=") {
+                let (k, v) = kv
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
+                spec.env.push((k.to_string(), v.to_string()));
             } else if let Some(s) = t.strip_prefix("timeout=") {
                 spec.timeout_s = s.parse().unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1));
             } else {
@@ -352,7 +359,9 @@ fn run_program(prog: &str) {
         let limit = Duration::from_secs(spec.timeout_s + 30);
         if spec.singleton {
             let mut cmd = Command::new(&exe);
-            cmd.args(&spec.args).current_dir(build_dir());
+            cmd.args(&spec.args)
+                .envs(spec.env.iter().cloned())
+                .current_dir(build_dir());
             let what = format!("{prog} {} (singleton, no mpirun)", spec.args.join(" "));
             let o = run_cmd(cmd, &format!("{prog}.{k}.singleton"), limit);
             failures.extend(judge(prog, &what, spec, &o));
