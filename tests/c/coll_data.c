@@ -278,7 +278,8 @@ int main(int argc, char **argv)
                 for (r = 0; r < size; r++)
                     for (i = 0; i < rc[r]; i++)
                         rb[dp[r] + i] = ct_val(rank, r * 1000 + i, 10);
-                COLL(Alltoallv, alltoallv, MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, rb, rc, dp, MPI_INT, MPI_COMM_WORLD);
+                COLL(Alltoallv, alltoallv, MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, rb, rc, dp, MPI_INT,
+                     MPI_COMM_WORLD);
             } else {
                 for (r = 0; r < size; r++)
                     for (i = 0; i < sc[r]; i++)

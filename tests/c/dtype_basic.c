@@ -24,7 +24,8 @@ static void expect_env(MPI_Datatype t, const char *what, int comb, int ni, int n
 {
     int a, b, c, d;
     CHECK_MPI(MPI_Type_get_envelope(t, &a, &b, &c, &d));
-    CHECK(d == comb && a == ni && b == na && c == nd, "%s: envelope comb %d ints %d addrs %d types %d, want %d %d %d %d",
+    CHECK(d == comb && a == ni && b == na && c == nd,
+          "%s: envelope comb %d ints %d addrs %d types %d, want %d %d %d %d",
           what, d, a, b, c, comb, ni, na, nd);
 }
 

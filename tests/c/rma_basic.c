@@ -158,7 +158,8 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
         CHECK_MPI(MPI_Comm_rank(node, &nrank));
         CHECK_MPI(MPI_Comm_size(node, &nsize));
-        CHECK_MPI(MPI_Win_allocate_shared((MPI_Aint)sizeof(int) * 2, (int)sizeof(int), MPI_INFO_NULL, node, &mine, &win));
+        CHECK_MPI(
+            MPI_Win_allocate_shared((MPI_Aint)sizeof(int) * 2, (int)sizeof(int), MPI_INFO_NULL, node, &mine, &win));
         mine[0] = nrank * 11;
         mine[1] = 0;
         CHECK_MPI(MPI_Win_fence(0, win));
