@@ -436,6 +436,7 @@ c_tests!(
     mpi5_abi,
     coll_comms,
     err_objects,
+    p2p_partitioned,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
