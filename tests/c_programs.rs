@@ -437,6 +437,7 @@ c_tests!(
     coll_comms,
     err_objects,
     p2p_partitioned,
+    coll_persist_reuse,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
