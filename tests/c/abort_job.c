@@ -1,0 +1,19 @@
+/* MPI_Abort from one rank takes the whole job down with a non-zero exit while the other ranks
+ * are blocked in a receive. The harness expects failure and "MPI_Abort" on stderr. */
+#include "ctest.h"
+
+int main(int argc, char **argv)
+{
+    int buf = 0;
+    ct_init(&argc, &argv);
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    if (ct_world_rank == ct_world_size - 1) {
+        MPI_Abort(MPI_COMM_WORLD, 3);
+        fprintf(stderr, "abort_job: MPI_Abort returned\n");
+    } else {
+        MPI_Recv(&buf, 1, MPI_INT, ct_world_size - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        fprintf(stderr, "abort_job: rank %d received a message that was never sent\n", ct_world_rank);
+    }
+    MPI_Finalize();
+    return 0;
+}

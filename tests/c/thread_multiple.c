@@ -1,0 +1,76 @@
+/* MPI_THREAD_MULTIPLE: if provided, 4 threads per rank run point-to-point on a shared
+ * communicator (tag = thread) and collectives on per-thread duplicates at the same time.
+ * If the library provides less than MULTIPLE the program says so and passes (nothing to test).
+ * Uses POSIX threads (part of glibc's libc). */
+#include "ctest.h"
+#include <pthread.h>
+
+#define NT 4
+#define ITERS 50
+
+static MPI_Comm tcomm[NT];
+static int failed[NT];
+
+static void *worker(void *arg)
+{
+    int t = (int)(long)arg, it, rank = ct_world_rank, size = ct_world_size;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, is_main = -1;
+    if (MPI_Is_thread_main(&is_main) != MPI_SUCCESS || is_main != 0) {
+        fprintf(stderr, "FAIL thread %d rank %d: Is_thread_main = %d in a worker thread\n", t, rank, is_main);
+        failed[t] = 1;
+    }
+    for (it = 0; it < ITERS && !failed[t]; it++) {
+        int s[8], r[8], i, sum = -1, v = rank * NT + t;
+        MPI_Status st;
+        for (i = 0; i < 8; i++) {
+            s[i] = ct_val(rank, i + it, t);
+            r[i] = -1;
+        }
+        /* shared communicator, tag per thread: messages must not cross threads */
+        if (MPI_Sendrecv(s, 8, MPI_INT, next, t, r, 8, MPI_INT, prev, t, MPI_COMM_WORLD, &st) != MPI_SUCCESS)
+            failed[t] = 1;
+        for (i = 0; i < 8; i++)
+            if (r[i] != ct_val(prev, i + it, t)) {
+                fprintf(stderr, "FAIL thread %d rank %d iter %d: r[%d] = %d want %d\n", t, rank, it, i, r[i],
+                        ct_val(prev, i + it, t));
+                failed[t] = 1;
+                break;
+            }
+        /* collective on this thread's own communicator */
+        if (MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, tcomm[t]) != MPI_SUCCESS)
+            failed[t] = 1;
+        if (sum != NT * size * (size - 1) / 2 + t * size) {
+            fprintf(stderr, "FAIL thread %d rank %d iter %d: allreduce %d want %d\n", t, rank, it, sum,
+                    NT * size * (size - 1) / 2 + t * size);
+            failed[t] = 1;
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int provided, t, main_flag;
+    pthread_t th[NT];
+
+    CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+    ct_setup();
+    if (provided < MPI_THREAD_MULTIPLE) {
+        if (ct_world_rank == 0)
+            printf("thread_multiple: provided level %d < MPI_THREAD_MULTIPLE, nothing to test\n", provided);
+        return ct_finish("thread_multiple");
+    }
+    for (t = 0; t < NT; t++)
+        CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &tcomm[t]));
+    for (t = 0; t < NT; t++)
+        CHECK(pthread_create(&th[t], NULL, worker, (void *)(long)t) == 0, "pthread_create");
+    for (t = 0; t < NT; t++)
+        pthread_join(th[t], NULL);
+    for (t = 0; t < NT; t++)
+        CHECK(!failed[t], "thread %d failed", t);
+    CHECK_MPI(MPI_Is_thread_main(&main_flag));
+    CHECK(main_flag == 1, "Is_thread_main in the main thread = %d", main_flag);
+    for (t = 0; t < NT; t++)
+        CHECK_MPI(MPI_Comm_free(&tcomm[t]));
+    return ct_finish("thread_multiple");
+}

@@ -1,0 +1,467 @@
+//! C test programs under `tests/c/`, built with our `mpicc` and run with our `mpirun`.
+//!
+//! How it works:
+//! - Once per test run, the library is installed with `scripts/install.sh --prefix
+//!   <target-dir>/test-install` (the target dir is found from this test executable's path, so
+//!   `CARGO_TARGET_DIR` is honoured). Set `GPUMPI_TEST_PREFIX=<prefix>` to use an existing install
+//!   instead (it must hold `bin/mpicc` and `bin/mpirun`); this is a harness knob, not a library one.
+//!   (Under `cargo test --release` the script gets `--debug`, so it never waits on the release build
+//!   lock that the running `cargo test` may hold.)
+//! - Each program `tests/c/<name>.c` is compiled with `mpicc -Wall -O1`; a compiler warning is a
+//!   failure (it usually means `mpi.h` disagrees with the standard prototypes).
+//! - `tests/c/testlist` says how to run it, one line per run group:
+//!   `program  nranks...  [singleton] [expect=fail] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
+//!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
+//!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
+//!   exit within half the timeout (not a hang ended by `--timeout`) and every `stderr=TEXT` (no
+//!   spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
+//!   environment. Anything else is an argument.
+//!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
+//! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
+//!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
+//! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
+//!   saying so; nothing is skipped silently.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+const DEFAULT_TIMEOUT_S: u64 = 60;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn c_dir() -> PathBuf {
+    repo_root().join("tests").join("c")
+}
+
+/// `<target-dir>`: the test executable lives in `<target-dir>/<profile>/deps/`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// True when this test executable was built in `<target-dir>/release/`.
+fn test_profile_is_release() -> bool {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "release")
+}
+
+/// Serializes compiles and runs across the per-program tests.
+fn run_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The install prefix, installed once per test run; Err(message) if that is impossible.
+fn install() -> Result<&'static Path, String> {
+    static PREFIX: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PREFIX
+        .get_or_init(|| {
+            let prefix = match std::env::var_os("GPUMPI_TEST_PREFIX") {
+                Some(p) => PathBuf::from(p),
+                None => {
+                    let prefix = target_dir().join("test-install");
+                    let script = repo_root().join("scripts").join("install.sh");
+                    if !script.is_file() {
+                        return Err(format!(
+                            "cannot install gpumpi for the C tests: {} does not exist",
+                            script.display()
+                        ));
+                    }
+                    // install.sh builds the release library; when this test itself is a release
+                    // build, cargo may still hold the release build lock, so install the debug one.
+                    let mut cmd = Command::new("bash");
+                    cmd.arg(&script).arg("--prefix").arg(&prefix);
+                    if test_profile_is_release() {
+                        cmd.arg("--debug");
+                    }
+                    let out = cmd
+                        .current_dir(repo_root())
+                        .output()
+                        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+                    if !out.status.success() {
+                        return Err(format!(
+                            "{} --prefix {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+                            script.display(),
+                            prefix.display(),
+                            out.status,
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                    prefix
+                }
+            };
+            for tool in ["bin/mpicc", "bin/mpirun"] {
+                if !prefix.join(tool).is_file() {
+                    return Err(format!(
+                        "the install at {} has no {tool}: cannot build or run the C tests",
+                        prefix.display()
+                    ));
+                }
+            }
+            Ok(prefix)
+        })
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(Clone::clone)
+}
+
+#[derive(Debug, Default, Clone)]
+struct RunSpec {
+    nranks: Vec<u32>,
+    singleton: bool,
+    expect_fail: bool,
+    stderr_has: Vec<String>,
+    timeout_s: u64,
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+}
+
+/// Parses `tests/c/testlist`: (program, spec) per non-comment line.
+fn testlist() -> Vec<(String, RunSpec)> {
+    let path = c_dir().join("testlist");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let mut out = Vec::new();
+    for (lineno, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut toks = line.split_whitespace();
+        let prog = toks.next().unwrap().to_string();
+        let mut spec = RunSpec {
+            timeout_s: DEFAULT_TIMEOUT_S,
+            ..Default::default()
+        };
+        for t in toks {
+            if let Ok(n) = t.parse::<u32>() {
+                assert!(
+                    spec.args.is_empty(),
+                    "testlist:{}: rank count {t} after arguments",
+                    lineno + 1
+                );
+                assert!(n >= 1, "testlist:{}: rank count must be >= 1", lineno + 1);
+                spec.nranks.push(n);
+            } else if t == "singleton" {
+                spec.singleton = true;
+            } else if t == "expect=fail" {
+                spec.expect_fail = true;
+            } else if let Some(s) = t.strip_prefix("stderr=") {
+                spec.stderr_has.push(s.to_string());
+            } else if let Some(kv) = t.strip_prefix("env=") {
+                let (k, v) = kv
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
+                spec.env.push((k.to_string(), v.to_string()));
+            } else if let Some(s) = t.strip_prefix("timeout=") {
+                spec.timeout_s = s.parse().unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1));
+            } else {
+                spec.args.push(t.to_string());
+            }
+        }
+        assert!(
+            !spec.nranks.is_empty() || spec.singleton,
+            "testlist:{}: {prog} has no rank counts",
+            lineno + 1
+        );
+        out.push((prog, spec));
+    }
+    out
+}
+
+fn build_dir() -> PathBuf {
+    target_dir().join("c-tests")
+}
+
+/// Compiles `tests/c/<prog>.c` with the installed mpicc; returns the executable.
+fn compile(prefix: &Path, prog: &str) -> PathBuf {
+    let dir = build_dir();
+    fs::create_dir_all(&dir).expect("create build dir");
+    let exe = dir.join(prog);
+    let src = c_dir().join(format!("{prog}.c"));
+    let out = Command::new(prefix.join("bin/mpicc"))
+        .args(["-Wall", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .current_dir(c_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}/bin/mpicc: {e}", prefix.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{prog}: mpicc failed ({}):\n{stderr}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        !stderr.contains("warning:"),
+        "{prog}: mpicc printed warnings:\n{stderr}"
+    );
+    exe
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+    secs: f64,
+}
+
+/// Runs a command with stdout/stderr to files, killing it after `limit`.
+fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
+    let dir = build_dir();
+    let out_path = dir.join(format!("{tag}.stdout"));
+    let err_path = dir.join(format!("{tag}.stderr"));
+    let out_f = fs::File::create(&out_path).expect("create stdout file");
+    let err_f = fs::File::create(&err_path).expect("create stderr file");
+    cmd.stdin(Stdio::null()).stdout(out_f).stderr(err_f);
+    // Own process group, so that a timeout (or ranks left behind by a broken launcher) can be
+    // killed as a whole.
+    cmd.process_group(0);
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tag}: cannot start {cmd:?}: {e}"));
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st;
+        }
+        if start.elapsed() > limit {
+            timed_out = true;
+            kill_group(child.id());
+            break child.wait().expect("wait after kill");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever the job left running in its group goes too.
+    kill_group(child.id());
+    let read = |p: &Path| {
+        let mut s = Vec::new();
+        if let Ok(mut f) = fs::File::open(p) {
+            let _ = f.read_to_end(&mut s);
+        }
+        String::from_utf8_lossy(&s).into_owned()
+    };
+    Outcome {
+        code: status.code(),
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+        timed_out,
+        secs: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// SIGKILL to the process group `pgid` (a child started with `process_group(0)`).
+fn kill_group(pgid: u32) {
+    // SAFETY: kill(2) with a negative pid signals that process group; no memory is involved.
+    // The group is the one this harness created for the child, so nothing else is hit.
+    unsafe {
+        libc::kill(-(pgid as libc::pid_t), libc::SIGKILL);
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Checks one run; returns a failure description or None.
+fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> {
+    let ctx = || {
+        format!(
+            "{what}: exit {:?}{} after {:.1}s\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
+            o.code,
+            if o.timed_out {
+                " (killed by the harness: timeout)"
+            } else {
+                ""
+            },
+            o.secs,
+            tail(&o.stdout, 30),
+            tail(&o.stderr, 30)
+        )
+    };
+    if o.timed_out {
+        return Some(format!("{prog} timed out\n{}", ctx()));
+    }
+    if spec.expect_fail {
+        if o.code == Some(0) {
+            return Some(format!("{prog} was expected to fail but exited 0\n{}", ctx()));
+        }
+        // an abort must be prompt: a job that only ended because mpirun's --timeout fired hung
+        if o.secs > spec.timeout_s as f64 / 2.0 {
+            return Some(format!(
+                "{prog} failed as expected but only after {:.1}s (a hang?)\n{}",
+                o.secs,
+                ctx()
+            ));
+        }
+        for want in &spec.stderr_has {
+            if !o.stderr.contains(want.as_str()) {
+                return Some(format!("{prog}: stderr does not contain {want:?}\n{}", ctx()));
+            }
+        }
+        return None;
+    }
+    if o.code != Some(0) {
+        return Some(format!("{prog} failed\n{}", ctx()));
+    }
+    let ok_lines = o
+        .stdout
+        .lines()
+        .filter(|l| l.trim_end() == format!("OK {prog}") || l.starts_with(&format!("OK {prog} ")))
+        .count();
+    if ok_lines != 1 {
+        return Some(format!(
+            "{prog}: want exactly one 'OK {prog}' line, got {ok_lines}\n{}",
+            ctx()
+        ));
+    }
+    if o.stdout.contains("FAIL") || o.stderr.contains("FAIL ") {
+        return Some(format!("{prog}: output mentions FAIL\n{}", ctx()));
+    }
+    None
+}
+
+/// Compiles and runs one program at every rank count its testlist lines give.
+fn run_program(prog: &str) {
+    let specs: Vec<RunSpec> = testlist()
+        .into_iter()
+        .filter(|(p, _)| p == prog)
+        .map(|(_, s)| s)
+        .collect();
+    assert!(!specs.is_empty(), "{prog} is not in tests/c/testlist");
+    let _guard = run_lock();
+    let prefix = match install() {
+        Ok(p) => p,
+        Err(msg) => panic!("C test {prog} cannot run: {msg}"),
+    };
+    let exe = compile(prefix, prog);
+    let mpirun = prefix.join("bin/mpirun");
+    let mut failures = Vec::new();
+    for (k, spec) in specs.iter().enumerate() {
+        let limit = Duration::from_secs(spec.timeout_s + 30);
+        if spec.singleton {
+            let mut cmd = Command::new(&exe);
+            cmd.args(&spec.args)
+                .envs(spec.env.iter().cloned())
+                .current_dir(build_dir());
+            let what = format!("{prog} {} (singleton, no mpirun)", spec.args.join(" "));
+            let o = run_cmd(cmd, &format!("{prog}.{k}.singleton"), limit);
+            failures.extend(judge(prog, &what, spec, &o));
+        }
+        for &n in &spec.nranks {
+            let mut cmd = Command::new(&mpirun);
+            cmd.args([
+                "--oversubscribe",
+                "-n",
+                &n.to_string(),
+                "--timeout",
+                &spec.timeout_s.to_string(),
+            ])
+            .arg(&exe)
+            .args(&spec.args)
+            .current_dir(build_dir());
+            let what = format!("mpirun -n {n} {prog} {}", spec.args.join(" "));
+            let o = run_cmd(cmd, &format!("{prog}.{k}.n{n}"), limit);
+            failures.extend(judge(prog, &what, spec, &o));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} run(s) of {prog} failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+macro_rules! c_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                run_program(stringify!($name));
+            }
+        )*
+        const PROGRAMS: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+c_tests!(
+    init_thread,
+    init_plain,
+    p2p_basic,
+    p2p_nonblocking,
+    p2p_modes,
+    p2p_probe,
+    p2p_order,
+    p2p_large,
+    p2p_dtype,
+    coll_data,
+    coll_reduce,
+    dtype_basic,
+    dtype_pack,
+    comm_basic,
+    comm_attr,
+    group_ops,
+    topo_cart,
+    misc_info,
+    abort_job,
+    err_args,
+    err_handler,
+    err_fatal,
+    err_preinit,
+    err_postfinalize,
+    thread_multiple,
+    bigcount_c,
+    comm_inter,
+    topo_neighbor,
+    rma_basic,
+    mpi5_abi,
+    coll_comms,
+    err_objects,
+    p2p_partitioned,
+    coll_persist_reuse,
+);
+
+/// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
+#[test]
+fn testlist_covers_every_program() {
+    let mut on_disk: Vec<String> = fs::read_dir(c_dir())
+        .expect("read tests/c")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".c"))
+                .map(str::to_string)
+        })
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = testlist().into_iter().map(|(p, _)| p).collect();
+    listed.sort();
+    listed.dedup();
+    let mut tests: Vec<String> = PROGRAMS.iter().map(|s| s.to_string()).collect();
+    tests.sort();
+    assert_eq!(on_disk, listed, "tests/c/*.c and tests/c/testlist disagree");
+    assert_eq!(
+        on_disk, tests,
+        "tests/c/*.c and the c_tests! list in tests/c_programs.rs disagree"
+    );
+}
