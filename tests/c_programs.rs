@@ -430,13 +430,9 @@ c_tests!(
     err_postfinalize,
     thread_multiple,
     bigcount_c,
-    comm_inter,
-    topo_neighbor,
-    rma_basic,
     mpi5_abi,
     coll_comms,
     err_objects,
-    p2p_partitioned,
     coll_persist_reuse,
 );
 

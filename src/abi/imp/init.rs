@@ -153,3 +153,16 @@ pub unsafe fn MPI_Comm_size(cm: MPI_Comm, size: *mut c_int) -> MpiResult<()> {
     let s = comm(cm)?.size();
     out(size, "size", s as c_int)
 }
+
+/// MPI_Abi_get_info: sizes of the ABI's integer types, as an info object the caller frees.
+pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
+    crate::abi::objects::nonnull(info, "info")?;
+    let kv = [
+        ("mpi_aint_size", std::mem::size_of::<MPI_Aint>()),
+        ("mpi_count_size", std::mem::size_of::<MPI_Count>()),
+        ("mpi_offset_size", std::mem::size_of::<MPI_Offset>()),
+    ];
+    let v = kv.iter().map(|(k, n)| (k.to_string(), n.to_string())).collect();
+    *info = crate::abi::objects::objects().infos.insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    Ok(())
+}
