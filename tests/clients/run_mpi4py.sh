@@ -5,7 +5,7 @@
 #
 # PREFIX is an install made by `scripts/install.sh --prefix PREFIX` (PREFIX/bin/{mpicc,mpirun},
 # PREFIX/include/mpi.h, PREFIX/lib/libmpi_abi.so). Needs python3 with venv/pip, a C compiler
-# and access to PyPI (mpi4py sdist, setuptools, wheel, Cython).
+# and access to PyPI (mpi4py sdist; setuptools, wheel, build, Cython: all installed as wheels).
 #
 # Environment (all optional):
 #   CLIENTS_BUILD_DIR  where to build (default: <repo>/target/clients)
@@ -71,13 +71,14 @@ else
     "$PY" -m venv "$VENV" || die "python venv failed (Debian: apt-get install python3-venv)"
     PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
     log "installing build requirements"
-    "${PIP[@]}" install -q "setuptools>=70.1" wheel "cython>=3.0.1,<4" >"$LOGDIR/pip-reqs.log" 2>&1 ||
+    "${PIP[@]}" install -q "setuptools>=70.1" wheel build "cython>=3.0.1,<4" >"$LOGDIR/pip-reqs.log" 2>&1 ||
         { cat "$LOGDIR/pip-reqs.log" >&2; die "pip install of build requirements failed"; }
     if [ "${MPI4PY_NUMPY:-0}" = 1 ]; then
         "${PIP[@]}" install -q numpy >>"$LOGDIR/pip-reqs.log" 2>&1 || die "pip install numpy failed"
     fi
     log "downloading mpi4py==$VERSION sdist"
-    "${PIP[@]}" download -q --no-deps --no-binary :all: -d "$SRCROOT" "mpi4py==$VERSION" \
+    "${PIP[@]}" download -q --no-deps --no-binary mpi4py --no-build-isolation \
+        -d "$SRCROOT" "mpi4py==$VERSION" \
         >"$LOGDIR/pip-download.log" 2>&1 ||
         { cat "$LOGDIR/pip-download.log" >&2; die "pip download failed"; }
     tar -xzf "$SRCROOT/mpi4py-$VERSION.tar.gz" -C "$SRCROOT" || die "cannot unpack the sdist"
