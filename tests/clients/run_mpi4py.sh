@@ -138,8 +138,9 @@ for n in $NPS; do
             "$PYV" -m mpi4py "$SRC/test/main.py" --no-builddir -v "${XARGS[@]}" ${MPI4PY_ARGS:-} "$t" \
             >"$out" 2>&1
         rc=$?
-        ran=$(grep -m1 -E '^Ran [0-9]+ tests?' "$out" | awk '{print $2}')
-        res=$(grep -m1 -E '^(OK|FAILED)( |$)' "$out")
+        # Ranks share stdout/stderr, so lines can be glued together ("OKOK"): match loosely.
+        ran=$(grep -oE 'Ran [0-9]+ tests?' "$out" | head -n 1 | awk '{print $2}')
+        res=$(grep -oE '^(OK|FAILED)( \([^)]*\))?' "$out" | head -n 1)
         nskip=$(grep -c -E '\.\.\. skipped' "$out" || true)
         if [ "$rc" -eq 0 ]; then
             passed=$((passed + 1))
