@@ -68,8 +68,14 @@ case "$COMPAT" in
     1) need_compat=1 ;;
     0) need_compat=0 ;;
     auto)
+        # Compile with the flags the chosen probe will hand to mpi-sys.
+        if [ "$PROBE" = pkgconfig ]; then
+            probe_cc=(cc $(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags mpi))
+        else
+            probe_cc=("$PREFIX/bin/mpicc")
+        fi
         if ! printf '#include <mpi.h>\nMPI_Fint f(MPI_Comm c) { return MPI_Comm_c2f(c); }\n' |
-            "$PREFIX/bin/mpicc" -Werror=implicit-function-declaration -x c -c -o /dev/null - \
+            "${probe_cc[@]}" -Werror=implicit-function-declaration -x c -c -o /dev/null - \
             >"$LOGDIR/compat-probe.log" 2>&1; then
             need_compat=1
         fi ;;
@@ -135,12 +141,23 @@ esac
 export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-Wl,-rpath,$PREFIX/lib"
 export CARGO_TARGET_DIR="$TARGET"
 
+# mpi-sys's build script only tracks its own C files: when the install, its mpi.h or the probe
+# method changes, force it (and the crates built on it) to be rebuilt.
+stamp="$PREFIX|$PROBE|$need_compat|$(cksum <"$PREFIX/include/mpi.h" | cut -d' ' -f1)"
+if [ "$(cat "$TARGET/.gpumpi-stamp" 2>/dev/null)" != "$stamp" ]; then
+    (cd "$HERE/rsmpi" && cargo clean --release -p mpi-sys -p mpi) >/dev/null 2>&1 || true
+    if [ -d "$BUILD/rsmpi-upstream" ]; then
+        (cd "$BUILD/rsmpi-upstream" && cargo clean --release -p mpi-sys -p mpi) >/dev/null 2>&1 || true
+    fi
+fi
+
 log "building (target dir $TARGET)"
 t0=$(date +%s)
 if ! (cd "$HERE/rsmpi" && cargo build --release --locked --bins) >"$LOGDIR/build.log" 2>&1; then
     tail -n 60 "$LOGDIR/build.log" >&2
     die "build failed (full log: $LOGDIR/build.log)"
 fi
+echo "$stamp" >"$TARGET/.gpumpi-stamp"
 log "built in $(( $(date +%s) - t0 ))s"
 
 UPSTREAM_EXAMPLES=""
@@ -176,7 +193,7 @@ skipped=0
 failures=()
 run_one() { # name exe n expect_ok_lines
     local name=$1 exe=$2 n=$3 want=$4 out rc
-    out=$LOGDIR/$name.n$n.log
+    out=$LOGDIR/${name//\//-}.n$n.log
     timeout --kill-after=10 "$TIMEOUT" "$PREFIX/bin/mpirun" --oversubscribe -n "$n" "$exe" >"$out" 2>&1
     rc=$?
     local oks
