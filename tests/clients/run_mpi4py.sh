@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Build mpi4py from its PyPI sdist against an MPI install and run its own test modules.
+#
+#   tests/clients/run_mpi4py.sh PREFIX
+#
+# PREFIX is an install made by `scripts/install.sh --prefix PREFIX` (PREFIX/bin/{mpicc,mpirun},
+# PREFIX/include/mpi.h, PREFIX/lib/libmpi_abi.so). Needs python3 with venv/pip, a C compiler
+# and access to PyPI (mpi4py sdist; setuptools, wheel, build, Cython: all installed as wheels).
+#
+# Environment (all optional):
+#   CLIENTS_BUILD_DIR  where to build (default: <repo>/target/clients)
+#   PYTHON             interpreter for the venv (default: python3)
+#   MPI4PY_VERSION     sdist version (default 4.1.2)
+#   MPI4PY_CONFIGURE   "1" (default): MPI4PY_BUILD_CONFIGURE=1 (probe every MPI name at build time);
+#                      "0": trust mpi.h's MPI_ABI_VERSION (mpi4py then assumes the full MPI-5.0 API)
+#   MPI4PY_CFLAGS      extra CFLAGS for compiling MPI.c (default "-O1": -O3 takes much longer)
+#   MPI4PY_REBUILD     "1": rebuild even if the venv was built for the same PREFIX/mpi.h/library
+#   MPI4PY_NUMPY       "1": also install numpy (more array backends, about 2x test time)
+#   MPI4PY_TESTS       test modules (default: the five below)
+#   MPI4PY_NP          rank counts (default "1 2 4")
+#   MPI4PY_TIMEOUT     seconds per mpirun (default 600)
+#   MPI4PY_XFILE       exclusion list (default: tests/clients/mpi4py-exclude.txt)
+#   MPI4PY_ARGS        extra arguments for test/main.py (e.g. "-x testProbeCancel" or "-f")
+#
+# Exits non-zero if the build or any run fails. Last line: "mpi4py: N passed, N failed".
+set -u -o pipefail
+
+if [ $# -lt 1 ]; then
+    echo "usage: $0 PREFIX" >&2
+    exit 2
+fi
+PREFIX=$(cd "$1" && pwd) || { echo "mpi4py: no such PREFIX: $1" >&2; exit 2; }
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BUILD=${CLIENTS_BUILD_DIR:-$REPO/target/clients}
+PY=${PYTHON:-python3}
+VERSION=${MPI4PY_VERSION:-4.1.2}
+CONFIGURE=${MPI4PY_CONFIGURE:-1}
+TESTS=${MPI4PY_TESTS:-test_p2p_buf test_cco_buf test_cco_nb_buf test_comm test_datatype}
+NPS=${MPI4PY_NP:-1 2 4}
+TIMEOUT=${MPI4PY_TIMEOUT:-600}
+XFILE_SRC=${MPI4PY_XFILE:-$HERE/mpi4py-exclude.txt}
+
+log() { echo "mpi4py: $*"; }
+die() { echo "mpi4py: ERROR: $*" >&2; exit 1; }
+
+for f in bin/mpicc bin/mpirun include/mpi.h; do
+    [ -e "$PREFIX/$f" ] || die "missing $PREFIX/$f"
+done
+command -v "$PY" >/dev/null || die "$PY not found"
+
+mkdir -p "$BUILD"
+BUILD=$(cd "$BUILD" && pwd)
+VENV=$BUILD/mpi4py-venv
+SRCROOT=$BUILD/mpi4py-src
+SRC=$SRCROOT/mpi4py-$VERSION
+LOGDIR=$BUILD/mpi4py-logs
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR"
+
+# --- build ------------------------------------------------------------------------------------
+libsum=$(cat "$PREFIX"/lib/libmpi_abi.so* 2>/dev/null | cksum | cut -d' ' -f1)
+stamp="$VERSION|$PREFIX|$CONFIGURE|${MPI4PY_CFLAGS:--O1}|$(cksum <"$PREFIX/include/mpi.h" | cut -d' ' -f1)|$libsum"
+if [ "${MPI4PY_REBUILD:-0}" != 1 ] && [ -e "$VENV/.gpumpi-stamp" ] &&
+    [ "$(cat "$VENV/.gpumpi-stamp")" = "$stamp" ] && [ -d "$SRC/test" ]; then
+    log "reusing mpi4py build in $VENV"
+else
+    t0=$(date +%s)
+    rm -rf "$VENV" "$SRCROOT"
+    mkdir -p "$SRCROOT"
+    "$PY" -m venv "$VENV" || die "python venv failed (Debian: apt-get install python3-venv)"
+    PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+    log "installing build requirements"
+    "${PIP[@]}" install -q "setuptools>=70.1" wheel build "cython>=3.0.1,<4" >"$LOGDIR/pip-reqs.log" 2>&1 ||
+        { cat "$LOGDIR/pip-reqs.log" >&2; die "pip install of build requirements failed"; }
+    if [ "${MPI4PY_NUMPY:-0}" = 1 ]; then
+        "${PIP[@]}" install -q numpy >>"$LOGDIR/pip-reqs.log" 2>&1 || die "pip install numpy failed"
+    fi
+    log "downloading mpi4py==$VERSION sdist"
+    "${PIP[@]}" download -q --no-deps --no-binary mpi4py --no-build-isolation \
+        -d "$SRCROOT" "mpi4py==$VERSION" \
+        >"$LOGDIR/pip-download.log" 2>&1 ||
+        { cat "$LOGDIR/pip-download.log" >&2; die "pip download failed"; }
+    tar -xzf "$SRCROOT/mpi4py-$VERSION.tar.gz" -C "$SRCROOT" || die "cannot unpack the sdist"
+    log "building mpi4py (configure=$CONFIGURE) with $PREFIX/bin/mpicc; log: $LOGDIR/build.log"
+    benv=(MPI4PY_BUILD_MPICC="$PREFIX/bin/mpicc" MPICC="$PREFIX/bin/mpicc"
+        CFLAGS="${MPI4PY_CFLAGS:--O1}")
+    [ "$CONFIGURE" = 1 ] && benv+=(MPI4PY_BUILD_CONFIGURE=1)
+    if ! (cd "$SRC" && env "${benv[@]}" "${PIP[@]}" install -v --no-build-isolation --no-deps .) \
+        >"$LOGDIR/build.log" 2>&1; then
+        grep -v '^\s*checking for' "$LOGDIR/build.log" | tail -n 60 >&2
+        die "mpi4py build failed (full log: $LOGDIR/build.log)"
+    fi
+    echo "$stamp" >"$VENV/.gpumpi-stamp"
+    cp "$LOGDIR/build.log" "$VENV/build.log"
+    log "built in $(( $(date +%s) - t0 ))s"
+fi
+if [ -e "$VENV/build.log" ]; then
+    # What the configure step found missing (names from mpi4py's src/mpi4py/libmpi.pxd).
+    grep "failed check for" "$VENV/build.log" | sed "s/.*failed check for '\(.*\)'.*/\1/" \
+        >"$LOGDIR/configure-missing.txt" || true
+    grep -c "^ *checking for '" "$VENV/build.log" >"$LOGDIR/configure-count.txt" || true
+    log "configure: $(cat "$LOGDIR/configure-count.txt") names probed," \
+        "$(wc -l <"$LOGDIR/configure-missing.txt") missing (list: $LOGDIR/configure-missing.txt)"
+fi
+
+PYV=$VENV/bin/python
+"$PYV" -c "import mpi4py; print('mpi4py', mpi4py.__version__, mpi4py.get_config())" ||
+    die "mpi4py is not importable"
+
+# --- exclusions -------------------------------------------------------------------------------
+XFILE=$LOGDIR/exclude.txt
+: >"$XFILE"
+if [ -e "$XFILE_SRC" ]; then
+    while IFS= read -r line; do
+        pat=${line%%#*}
+        pat=$(echo "$pat" | tr -d '[:space:]')
+        [ -n "$pat" ] || continue
+        echo "$pat" >>"$XFILE"
+        reason=""
+        case "$line" in *'#'*) reason=${line#*#} ;; esac
+        log "excluded: $pat --${reason}"
+    done <"$XFILE_SRC"
+fi
+XARGS=()
+[ -s "$XFILE" ] && XARGS=(--xfile "$XFILE")
+
+# --- run --------------------------------------------------------------------------------------
+passed=0
+failed=0
+failures=()
+for n in $NPS; do
+    for t in $TESTS; do
+        out=$LOGDIR/$t.n$n.log
+        # `python -m mpi4py` aborts the whole job if one rank dies with an exception.
+        # shellcheck disable=SC2086
+        timeout --kill-after=10 "$TIMEOUT" "$PREFIX/bin/mpirun" --oversubscribe -n "$n" \
+            "$PYV" -m mpi4py "$SRC/test/main.py" --no-builddir -v "${XARGS[@]}" ${MPI4PY_ARGS:-} "$t" \
+            >"$out" 2>&1
+        rc=$?
+        # Ranks share stdout/stderr, so lines can be glued together ("OKOK"): match loosely.
+        ran=$(grep -oE 'Ran [0-9]+ tests?' "$out" | head -n 1 | awk '{print $2}')
+        res=$(grep -oE '^(OK|FAILED)( \([^)]*\))?' "$out" | head -n 1)
+        nskip=$(grep -c -E '\.\.\. skipped' "$out" || true)
+        if [ "$rc" -eq 0 ]; then
+            passed=$((passed + 1))
+            echo "PASS $t -n $n: ran ${ran:-?} per rank, $res"
+        else
+            failed=$((failed + 1))
+            failures+=("$t -n $n")
+            if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+                echo "FAIL $t -n $n: timeout after ${TIMEOUT}s"
+            else
+                echo "FAIL $t -n $n: exit $rc, ran ${ran:-?} per rank, ${res:-no result line}"
+            fi
+            grep -E '^(ERROR|FAIL):' "$out" | sort | uniq -c | sed 's/^/    /' | head -n 40
+            grep -E -A12 '^(ERROR|FAIL):' "$out" | grep -E '(Error|Exception|assert)' |
+                sort | uniq -c | sort -rn | sed 's/^/    | /' | head -n 15
+            [ -n "$ran" ] || tail -n 25 "$out" | sed 's/^/    | /'
+        fi
+        # Skipped tests with their reasons (all ranks, deduplicated).
+        if [ "$nskip" -gt 0 ]; then
+            grep -E '\.\.\. skipped' "$out" | sed -E 's/^(test\w+) \(([^)]*)\).*skipped (.*)$/\2: \3/' |
+                sort -u >"$LOGDIR/$t.n$n.skipped.txt"
+        fi
+    done
+done
+cat "$LOGDIR"/*.skipped.txt 2>/dev/null | sort -u >"$LOGDIR/skipped.txt"
+if [ -s "$LOGDIR/skipped.txt" ]; then
+    log "tests skipped by the suite itself ($(wc -l <"$LOGDIR/skipped.txt"), reasons in $LOGDIR/skipped.txt)"
+fi
+if [ "${#failures[@]}" -gt 0 ]; then
+    log "failed: ${failures[*]}"
+fi
+log "logs in $LOGDIR"
+echo "mpi4py: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
