@@ -18,6 +18,8 @@ stage() {
     if "$@"; then passed=$((passed + 1)); echo "=== $name: ok ($((SECONDS - t0)) s)"
     else failed=$((failed + 1)); names+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"; fi
 }
+# The tests inspect the built libmpi_abi.so (cargo test alone builds only the rlib).
+stage cargo-build cargo build --workspace --release
 stage cargo-test cargo test --workspace --release
 stage install bash scripts/install.sh --prefix "$prefix"
 [ -x tests/clients/run_rsmpi.sh ] && stage rsmpi bash tests/clients/run_rsmpi.sh "$prefix"
