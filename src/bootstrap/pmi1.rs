@@ -638,6 +638,9 @@ impl Bootstrap for Pmi1 {
     fn abort(&self, code: i32, msg: &str) -> ! {
         let code = if code == 0 { 1 } else { code };
         eprintln!("gpumpi: rank {} aborts the job ({code}): {msg}", self.rank);
+        // hydra forwards stderr through its proxy and kills the job as soon as it reads the
+        // abort: give the message above a moment to get through first.
+        std::thread::sleep(Duration::from_millis(100));
         // Only the writer is needed: another thread may be waiting in a barrier, holding the
         // connection (a write in progress is short, so wait for it a little).
         let line = format_line("abort", &[("exitcode", &code.to_string())]);
