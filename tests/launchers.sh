@@ -176,7 +176,7 @@ expect_fail "PMIx variables, no server address" "no PMIx server address" \
 expect_fail "PMIx server address that nobody serves" "PMIx_Init failed" \
     PATH="$ompi_venv/bin:$PATH" PMIX_NAMESPACE=ghost@1 PMIX_RANK=0 \
     "PMIX_SERVER_URI41=ghost@0.0;tcp4://127.0.0.1:1" "PMIX_SERVER_URI4=ghost@0.0;tcp4://127.0.0.1:1"
-expect_fail "PMIx without libpmix" "cannot load libpmix" \
+expect_fail "PMIx with a missing libpmix (GPUMPI_PMIX_LIB)" "cannot load libpmix" \
     PATH=/usr/bin:/bin GPUMPI_PMIX_LIB=/nonexistent/libpmix.so.2 PMIX_NAMESPACE=ghost@1 \
     PMIX_RANK=0 PMIX_SERVER_URI41=x
 expect_fail "PMI_FD that is not a socket" "is not a socket" PMI_FD=0 PMI_RANK=0 PMI_SIZE=1

