@@ -78,7 +78,12 @@ pub enum Method {
 }
 
 /// The methods `init` tries, in order.
-pub const METHODS: &[Method] = &[Method::Mpirun, Method::Pmix, Method::Pmi1, Method::Singleton];
+pub const METHODS: &[Method] = &[
+    Method::Mpirun,
+    Method::Pmix,
+    Method::Pmi1,
+    Method::Singleton,
+];
 
 impl Method {
     pub fn name(self) -> &'static str {
@@ -91,12 +96,11 @@ impl Method {
     }
     /// Whether this method's environment is present.
     pub fn detect(self) -> bool {
-        match self {
-            Method::Mpirun => mpirun::detect(),
-            Method::Pmix => pmix::detect(),
-            Method::Pmi1 => pmi1::detect(),
-            Method::Singleton => true,
-        }
+        self.detect_in(|v| config::get(v).is_some())
+    }
+    /// Whether this method's environment is present, by `present(variable)`.
+    pub fn detect_in(self, present: impl Fn(&str) -> bool) -> bool {
+        self == Method::Singleton || self.env().iter().any(|v| present(v))
     }
     pub fn start(self) -> MpiResult<Box<dyn Bootstrap + Send>> {
         Ok(match self {
@@ -205,27 +209,38 @@ mod tests {
             assert_eq!(choose(Some(name), only(&[Method::Mpirun])).unwrap().0, m);
         }
         let e = choose(Some("slurm"), only(&[])).unwrap_err();
-        assert!(e.msg.contains("pmix") && e.msg.contains("pmi1"), "{}", e.msg);
+        assert!(
+            e.msg.contains("pmix") && e.msg.contains("pmi1"),
+            "{}",
+            e.msg
+        );
     }
 
-    /// Detection reads the real environment: mutate it only in this one test.
     #[test]
-    fn detection_from_environment() {
-        let vars = ["PMIX_NAMESPACE", "PMIX_RANK", "PMI_FD", "PMI_PORT"];
-        let saved: Vec<_> = vars.iter().map(|v| std::env::var_os(v)).collect();
-        for v in vars {
-            std::env::remove_var(v);
+    fn detection_from_environment_variables() {
+        let env = |set: &'static [&'static str]| move |v: &str| set.contains(&v);
+        for m in [Method::Mpirun, Method::Pmix, Method::Pmi1] {
+            assert!(!m.detect_in(env(&[])), "{m:?}");
         }
-        assert!(!Method::Pmix.detect() && !Method::Pmi1.detect());
-        std::env::set_var("PMI_PORT", "localhost:1");
-        assert!(Method::Pmi1.detect() && !Method::Pmix.detect());
-        std::env::set_var("PMIX_RANK", "0");
-        assert!(Method::Pmix.detect());
-        for (v, s) in vars.iter().zip(saved) {
-            match s {
-                Some(x) => std::env::set_var(v, x),
-                None => std::env::remove_var(v),
-            }
-        }
+        assert!(Method::Singleton.detect_in(env(&[])));
+        assert!(Method::Pmi1.detect_in(env(&["PMI_PORT"])));
+        assert!(Method::Pmi1.detect_in(env(&["PMI_FD"])));
+        assert!(!Method::Pmix.detect_in(env(&["PMI_FD", "PMI_RANK"])));
+        assert!(Method::Pmix.detect_in(env(&["PMIX_RANK"])));
+        assert!(Method::Pmix.detect_in(env(&["PMIX_NAMESPACE"])));
+        assert!(!Method::Pmix.detect_in(env(&["PMIX_SERVER_URI41"])));
+        assert!(Method::Mpirun.detect_in(env(&["GPUMPI_SERVER"])));
+        // What srun --mpi=pmix sets (it also sets PMI_* for PMI-2 clients in some setups):
+        // PMIx comes first.
+        let srun = env(&["PMIX_NAMESPACE", "PMIX_RANK", "PMI_FD"]);
+        assert_eq!(
+            choose(None, |m| m.detect_in(&srun)).unwrap().0,
+            Method::Pmix
+        );
+        let hydra = env(&["PMI_FD", "PMI_RANK", "PMI_SIZE"]);
+        assert_eq!(
+            choose(None, |m| m.detect_in(&hydra)).unwrap().0,
+            Method::Pmi1
+        );
     }
 }

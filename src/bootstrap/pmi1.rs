@@ -91,7 +91,9 @@ impl Reply {
             None | Some("0") => Ok(()),
             Some(rc) => Err(format!(
                 "{what}: the launcher answered rc={rc}{}",
-                self.get("msg").map(|m| format!(" ({m})")).unwrap_or_default()
+                self.get("msg")
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
             )),
         }
     }
@@ -380,7 +382,10 @@ impl Pmi1 {
                 for _ in 0..3 {
                     let r = conn.read_reply("initack", t).map_err(fail)?;
                     if r.cmd != "set" {
-                        return Err(fail(format!("initack: expected cmd=set, got cmd={}", r.cmd)));
+                        return Err(fail(format!(
+                            "initack: expected cmd=set, got cmd={}",
+                            r.cmd
+                        )));
                     }
                     if r.get("rank").is_some() {
                         rank = Some(r.usize("rank").map_err(fail)?);
@@ -397,7 +402,9 @@ impl Pmi1 {
             (None, None) => return Err(fail("neither rank/size nor PMI_ID given".into())),
         };
         if rank >= size {
-            return Err(fail(format!("rank {rank} is not below the job size {size}")));
+            return Err(fail(format!(
+                "rank {rank} is not below the job size {size}"
+            )));
         }
         let r = conn
             .call(
@@ -510,9 +517,9 @@ impl Pmi1 {
         }
         let mut hosts = Vec::with_capacity(self.size);
         for r in 0..self.size {
-            let h = self.fetch(r, HOST_KEY).map_err(|e| {
-                fail(format!("reading the host name of rank {r}: {}", e.msg))
-            })?;
+            let h = self
+                .fetch(r, HOST_KEY)
+                .map_err(|e| fail(format!("reading the host name of rank {r}: {}", e.msg)))?;
             hosts.push(String::from_utf8_lossy(&h).into_owned());
         }
         let nr = node_ranks_from_hosts(&hosts, self.rank);
@@ -657,7 +664,10 @@ impl Bootstrap for Pmi1 {
             // The launcher kills the job; give it the time to do so.
             std::thread::sleep(Duration::from_secs(5));
         } else {
-            eprintln!("gpumpi: rank {}: could not send abort to the launcher", self.rank);
+            eprintln!(
+                "gpumpi: rank {}: could not send abort to the launcher",
+                self.rank
+            );
         }
         std::process::exit(code);
     }
@@ -735,7 +745,10 @@ mod tests {
 
     #[test]
     fn locality_from_hosts() {
-        let h: Vec<String> = ["a", "b", "a", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let h: Vec<String> = ["a", "b", "a", "b", "a"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(node_ranks_from_hosts(&h, 2), vec![0, 2, 4]);
         assert_eq!(node_ranks_from_hosts(&h, 3), vec![1, 3]);
         assert!(job_id_from("kvs_12_0")
@@ -760,7 +773,13 @@ mod tests {
         barrier: std::sync::Barrier,
     }
 
-    fn serve(mut s: UnixStream, sh: Arc<Shared>, quirk: Quirk, vallen: usize, log: Arc<Mutex<Vec<String>>>) {
+    fn serve(
+        mut s: UnixStream,
+        sh: Arc<Shared>,
+        quirk: Quirk,
+        vallen: usize,
+        log: Arc<Mutex<Vec<String>>>,
+    ) {
         let mut rd = BufReader::new(s.try_clone().unwrap());
         let mut line = String::new();
         loop {
@@ -784,14 +803,19 @@ mod tests {
                 "get_maxes" if quirk == Quirk::GarbageMaxes => {
                     "cmd=maxes kvsname_max=256 keylen_max=6x4\n".to_string()
                 }
-                "get_maxes" => format!("cmd=maxes kvsname_max=256 keylen_max=64 vallen_max={vallen}\n"),
+                "get_maxes" => {
+                    format!("cmd=maxes kvsname_max=256 keylen_max=64 vallen_max={vallen}\n")
+                }
                 "get_appnum" => "cmd=appnum appnum=0\n".into(),
                 "get_my_kvsname" => "cmd=my_kvsname kvsname=kvs_42_0\n".into(),
                 "put" => {
                     assert_eq!(r.get("kvsname"), Some("kvs_42_0"));
                     let v = r.get("value").unwrap();
                     assert!(v.len() < vallen, "value longer than vallen_max");
-                    sh.kvs.lock().unwrap().insert(r.get("key").unwrap().into(), v.into());
+                    sh.kvs
+                        .lock()
+                        .unwrap()
+                        .insert(r.get("key").unwrap().into(), v.into());
                     "cmd=put_result rc=0 msg=success\n".into()
                 }
                 "barrier_in" => {
@@ -837,8 +861,9 @@ mod tests {
             .enumerate()
             .map(|(rank, s)| {
                 std::thread::spawn(move || {
-                    let b = Pmi1::handshake(Box::new(s), Some((rank, n)), None, Duration::from_secs(5))
-                        .unwrap();
+                    let b =
+                        Pmi1::handshake(Box::new(s), Some((rank, n)), None, Duration::from_secs(5))
+                            .unwrap();
                     assert_eq!((b.rank(), b.size(), b.appnum()), (rank, n, 0));
                     assert_eq!(b.job_id(), "p-kvs-42-0");
                     let long: Vec<u8> = (0..1000).map(|i| (i * rank) as u8).collect();
@@ -866,13 +891,20 @@ mod tests {
             h.join().unwrap();
         }
         let log = log.lock().unwrap();
-        assert!(log.iter().any(|l| l == "cmd=init pmi_version=1 pmi_subversion=1"));
+        assert!(log
+            .iter()
+            .any(|l| l == "cmd=init pmi_version=1 pmi_subversion=1"));
         assert_eq!(log.iter().filter(|l| *l == "cmd=barrier_in").count(), 2 * n);
     }
 
     fn handshake_err(quirk: Quirk) -> String {
         let (mut c, _) = start(1, quirk, 64);
-        match Pmi1::handshake(Box::new(c.remove(0)), Some((0, 2)), None, Duration::from_secs(1)) {
+        match Pmi1::handshake(
+            Box::new(c.remove(0)),
+            Some((0, 2)),
+            None,
+            Duration::from_secs(1),
+        ) {
             Ok(_) => panic!("handshake succeeded with quirk"),
             Err(e) => e.msg,
         }
@@ -894,12 +926,22 @@ mod tests {
         assert!(e.contains("keylen_max"), "{e}");
         // Rank not below size.
         let (mut c, _) = start(1, Quirk::None, 64);
-        assert!(Pmi1::handshake(Box::new(c.remove(0)), Some((2, 2)), None, Duration::from_secs(1)).is_err());
+        assert!(Pmi1::handshake(
+            Box::new(c.remove(0)),
+            Some((2, 2)),
+            None,
+            Duration::from_secs(1)
+        )
+        .is_err());
     }
 
     #[test]
     fn raw_garbage_and_overlong_lines() {
-        for reply in [&b"\xff\xfe\n"[..], b"no equals here\n", b"cmd=response_to_init rc=0"] {
+        for reply in [
+            &b"\xff\xfe\n"[..],
+            b"no equals here\n",
+            b"cmd=response_to_init rc=0",
+        ] {
             let (a, mut b) = UnixStream::pair().unwrap();
             let reply = reply.to_vec();
             let h = std::thread::spawn(move || {

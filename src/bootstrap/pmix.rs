@@ -187,7 +187,9 @@ impl PmixBootstrap {
         let rank = me.rank as usize;
         let size = int(&job, "pmix.job.size").map_err(fail)?;
         if rank >= size {
-            return Err(fail(format!("rank {rank} is not below the job size {size}")));
+            return Err(fail(format!(
+                "rank {rank} is not below the job size {size}"
+            )));
         }
         let appnum = int(&me, "pmix.appnum").unwrap_or(0);
         let peers = match lib.get(&job, "pmix.lpeers") {
