@@ -77,6 +77,7 @@ launchers=(
 
 # Test programs: our launcher_check, plus programs of tests/c when they exist there.
 bin="$build/bin"
+rm -rf "$bin"
 mkdir -p "$bin"
 cdir="${cdir_opt:-$root/tests/c}"
 progs=(launcher_check)

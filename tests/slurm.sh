@@ -112,6 +112,7 @@ sinfo -h -o %t 2> /dev/null | grep -q idle || {
 echo "== local Slurm up ($(srun --version)); mpi plugins: $(srun --mpi=list 2>&1 | grep -v types | tr -s '\t\n' '  ')"
 
 bin="$build/bin"
+rm -rf "$bin"
 progs=(launcher_check)
 "$prefix/bin/mpicc" -O1 -o "$bin/launcher_check" "$root/tests/c/launcher_check.c" || exit 1
 for p in init_plain p2p_basic coll_reduce abort_job; do

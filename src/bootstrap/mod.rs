@@ -234,12 +234,12 @@ mod tests {
         // PMIx comes first.
         let srun = env(&["PMIX_NAMESPACE", "PMIX_RANK", "PMI_FD"]);
         assert_eq!(
-            choose(None, |m| m.detect_in(&srun)).unwrap().0,
+            choose(None, |m| m.detect_in(srun)).unwrap().0,
             Method::Pmix
         );
         let hydra = env(&["PMI_FD", "PMI_RANK", "PMI_SIZE"]);
         assert_eq!(
-            choose(None, |m| m.detect_in(&hydra)).unwrap().0,
+            choose(None, |m| m.detect_in(hydra)).unwrap().0,
             Method::Pmi1
         );
     }
