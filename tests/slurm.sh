@@ -113,6 +113,7 @@ echo "== local Slurm up ($(srun --version)); mpi plugins: $(srun --mpi=list 2>&1
 
 bin="$build/bin"
 rm -rf "$bin"
+mkdir -p "$bin"
 progs=(launcher_check)
 "$prefix/bin/mpicc" -O1 -o "$bin/launcher_check" "$root/tests/c/launcher_check.c" || exit 1
 for p in init_plain p2p_basic coll_reduce abort_job; do
