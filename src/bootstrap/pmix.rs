@@ -99,6 +99,8 @@ pub struct PmixBootstrap {
     node_ranks: Vec<usize>,
     appnum: usize,
     job_id: String,
+    /// The first failed put since the last fence, reported by the next fence.
+    put_error: std::sync::Mutex<Option<String>>,
 }
 
 fn fail(msg: String) -> crate::mpi::error::MpiError {
@@ -223,6 +225,7 @@ impl PmixBootstrap {
             size,
             node_ranks,
             appnum,
+            put_error: std::sync::Mutex::new(None),
         })
     }
 
@@ -257,13 +260,24 @@ impl Bootstrap for PmixBootstrap {
         &self.job_id
     }
     fn put(&self, key: &str, value: &[u8]) {
-        // PMIx_Put copies the value into the client's staging area until PMIx_Commit; a
-        // failure here (a key too long) is reported but cannot be returned.
+        // PMIx_Put copies the value into the client's staging area until PMIx_Commit. A
+        // failure (a key too long) cannot be returned here: the next fence reports it.
         if let Err(e) = self.lib.put_bytes(&Self::key(key), value) {
-            tracing::error!("pmix: {e}");
+            self.put_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
         }
     }
     fn fence(&self) -> MpiResult<()> {
+        if let Some(e) = self
+            .put_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(fail(e));
+        }
         let t0 = std::time::Instant::now();
         self.lib.commit().map_err(fail)?;
         self.lib.fence(true).map_err(fail)?;
