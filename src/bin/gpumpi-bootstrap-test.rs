@@ -59,6 +59,10 @@ fn main() {
                 "long value of rank {q}"
             );
         }
+        assert!(
+            b.get((rank + 1) % size, "no-such-key").is_err(),
+            "a key nobody put"
+        );
         println!("rank {rank}: {size} long values of {k} bytes ok");
     }
     let peers: Vec<String> = (0..size)

@@ -296,7 +296,9 @@ impl Bootstrap for PmixBootstrap {
             );
         }
         let p = PmixProc::new(&self.me.nspace(), rank as u32).expect("nspace fits");
-        match self.lib.get(&p, &Self::key(key)) {
+        // After a fence with data collection every peer's keys are in the local store: look
+        // only there, so that a key nobody put is an error at once, not a wait.
+        match self.lib.get_with(&p, &Self::key(key), true) {
             Ok(Value::Bytes(b)) => Ok(b),
             Ok(Value::Str(s)) => Ok(s.into_bytes()),
             Ok(v) => crate::mpi_bail!(

@@ -345,13 +345,26 @@ impl Pmix {
 
     /// PMIx_Get of `key` for `proc`, converted into a [`Value`].
     pub fn get(&self, proc_: &PmixProc, key: &str) -> Result<Value, String> {
+        self.get_with(proc_, key, false)
+    }
+
+    /// PMIx_Get; with `local_only` (`pmix.optional`) the client looks only in its local store
+    /// and answers "not found" at once instead of asking the server, which may wait for a
+    /// peer that never puts the key.
+    pub fn get_with(&self, proc_: &PmixProc, key: &str, local_only: bool) -> Result<Value, String> {
         let mut k = [0 as c_char; PMIX_MAX_KEYLEN + 1];
         if !fill(&mut k, key) {
             return Err(format!("PMIx key {key:?} is too long or contains NUL"));
         }
         let mut out: *mut PmixValue = std::ptr::null_mut();
-        // SAFETY: proc_ and k are valid for the call; `out` receives a value we free below.
-        let rc = unsafe { (self.syms.get)(proc_, k.as_ptr(), std::ptr::null(), 0, &mut out) };
+        let info = PmixInfo::flag("pmix.optional", true).expect("short key");
+        let (ip, n) = if local_only {
+            (&info as *const PmixInfo, 1)
+        } else {
+            (std::ptr::null(), 0)
+        };
+        // SAFETY: proc_, k and info are valid for the call; `out` receives a value freed below.
+        let rc = unsafe { (self.syms.get)(proc_, k.as_ptr(), ip, n, &mut out) };
         self.check(&format!("PMIx_Get({key:?} of rank {})", proc_.rank), rc)?;
         if out.is_null() {
             return Err(format!("PMIx_Get({key:?}) returned no value"));
