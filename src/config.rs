@@ -130,7 +130,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_PMIX_LIB",
         default: "",
-        doc: "Path of libpmix.so.2 for the pmix bootstrap; when set, the only library tried. Unset: libpmix.so.2 and libpmix.so from the library path, then lib/, lib/openmpi/, lib64/ next to a bin/ on PATH holding prterun or pmix_info.",
+        doc: "Path of libpmix.so.2 for the pmix bootstrap; when set, the only library tried. Unset: lib/, lib/openmpi/, lib64/ next to a bin/ on PATH holding prterun or pmix_info (the launcher's own), then libpmix.so.2 and libpmix.so from the library path.",
     },
     Param {
         name: "GPUMPI_RANK",

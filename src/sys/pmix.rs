@@ -348,17 +348,18 @@ impl Pmix {
         self.get_with(proc_, key, false)
     }
 
-    /// PMIx_Get; with `local_only` (`pmix.optional`) the client looks only in its local store
-    /// and answers "not found" at once instead of asking the server, which may wait for a
-    /// peer that never puts the key.
-    pub fn get_with(&self, proc_: &PmixProc, key: &str, local_only: bool) -> Result<Value, String> {
+    /// PMIx_Get; with `immediate` (`pmix.immediate`) a key nobody put is "not found" at once
+    /// instead of a request to the host that may wait for a peer that never puts it.
+    /// (`pmix.optional`, the local store only, does not see the data a collecting fence
+    /// brought in under Open MPI 5.0.11: every get of a peer's key failed with it.)
+    pub fn get_with(&self, proc_: &PmixProc, key: &str, immediate: bool) -> Result<Value, String> {
         let mut k = [0 as c_char; PMIX_MAX_KEYLEN + 1];
         if !fill(&mut k, key) {
             return Err(format!("PMIx key {key:?} is too long or contains NUL"));
         }
         let mut out: *mut PmixValue = std::ptr::null_mut();
-        let info = PmixInfo::flag("pmix.optional", true).expect("short key");
-        let (ip, n) = if local_only {
+        let info = PmixInfo::flag("pmix.immediate", true).expect("short key");
+        let (ip, n) = if immediate {
             (&info as *const PmixInfo, 1)
         } else {
             (std::ptr::null(), 0)
