@@ -8,6 +8,8 @@
 #   --install    apt-get install slurm-wlm, libpmix-dev (Slurm's pmix plugin dlopens
 #                libpmix.so from it) and munge when srun is missing
 #   --c-dir DIR  where init_plain.c, p2p_basic.c, coll_reduce.c, abort_job.c are (default tests/c)
+#   --pmix-lib F also run launcher_check under srun --mpi=pmix with GPUMPI_PMIX_LIB=F (another
+#                libpmix than Slurm's, e.g. Open MPI's: a client of another PMIx version)
 # Needs root: munged, slurmctld and slurmd run as root here. Exits 77 (skip) with the reason
 # when Slurm is not installed (without --install) or when not root. The daemons it starts
 # (slurmctld, slurmd, and munged if none was running) are stopped at exit.
@@ -18,12 +20,14 @@ prefix=""
 build="$root/build/slurm"
 install=no
 cdir="$root/tests/c"
+pmix_lib=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --build-dir) build="$2"; shift 2 ;;
         --install) install=yes; shift ;;
         --c-dir) cdir="$2"; shift 2 ;;
-        -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --pmix-lib) pmix_lib="$2"; shift 2 ;;
+        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "slurm.sh: unknown option $1" >&2; exit 2 ;;
         *) prefix="$1"; shift ;;
     esac
@@ -160,5 +164,18 @@ for mode in "pmix pmix" "pmi2 pmi1"; do
         fi
     fi
 done
+if [ -n "$pmix_lib" ]; then
+    log="$build/out/pmix-otherlib"
+    GPUMPI_PMIX_LIB="$pmix_lib" GPUMPI_DEBUG=2 timeout 120 srun --mpi=pmix -n 4 "$bin/launcher_check" 4 \
+        > "$log.out" 2> "$log.err"
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q "^OK launcher_check size=4" "$log.out" \
+        || [ "$(grep -c "pmix: loaded $pmix_lib" "$log.err")" != 4 ]; then
+        fail "srun --mpi=pmix with GPUMPI_PMIX_LIB=$pmix_lib: rc=$rc (see $log.*)"
+    else
+        pass=$((pass + 1))
+        echo "  ok  srun --mpi=pmix -n 4 launcher_check with $pmix_lib: $(grep -o "version [^(]*" "$log.err" | head -1)"
+    fi
+fi
 echo "== $pass passed, $fails failed"
 [ $fails -eq 0 ]
