@@ -62,12 +62,12 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_BOOTSTRAP",
         default: "",
-        doc: "Forces the bootstrap method instead of detecting it: `mpirun` (our mpirun's wire-up server) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun, singleton.",
+        doc: "Forces the bootstrap method instead of detecting it: `mpirun` (our mpirun's wire-up server), `pmix` (PMIx server: Open MPI's mpirun/prterun, srun --mpi=pmix), `pmi1` (PMI-1: MPICH's hydra mpiexec) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun, pmix, pmi1, singleton.",
     },
     Param {
         name: "GPUMPI_BOOTSTRAP_TIMEOUT",
         default: "30",
-        doc: "Seconds a rank waits for mpirun's wire-up server to answer its hello before failing with an error (fences themselves have no time limit).",
+        doc: "Seconds a rank waits for its launcher before failing with an error: mpirun's wire-up server to answer its hello, PMIx_Init to return, a PMI-1 connect or reply (fences/barriers themselves have no time limit).",
     },
     Param {
         name: "GPUMPI_COLL_TUNING",
@@ -121,6 +121,16 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_OVERSUBSCRIBE",
         default: "",
         doc: "Read by mpirun: 1 allows more ranks than cores, like --oversubscribe.",
+    },
+    Param {
+        name: "GPUMPI_PMIX_GDS",
+        default: "hash",
+        doc: "The PMIx data-store (gds) module the pmix bootstrap asks libpmix for, by setting PMIX_MCA_gds before PMIx_Init unless PMIX_MCA_gds is already set. Empty = libpmix's own choice (shmem2 under Open MPI 5: 100-300 ms PMIx_Init at 8 ranks on 2 cores, against 7-50 ms with hash).",
+    },
+    Param {
+        name: "GPUMPI_PMIX_LIB",
+        default: "",
+        doc: "Path of libpmix.so.2 for the pmix bootstrap; when set, the only library tried. Unset: lib/, lib/openmpi/, lib64/ next to a bin/ on PATH holding prterun or pmix_info (the launcher's own), then libpmix.so.2 and libpmix.so from the library path.",
     },
     Param {
         name: "GPUMPI_RANK",
@@ -195,6 +205,76 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_UNIVERSE_SIZE",
         default: "",
         doc: "Set by mpirun: MPI_UNIVERSE_SIZE (the number of ranks launched).",
+    },
+    Param {
+        name: "PATH",
+        default: "",
+        doc: "Read by the pmix bootstrap to find libpmix next to the launcher (see GPUMPI_PMIX_LIB).",
+    },
+    Param {
+        name: "PMIX_MCA_gds",
+        default: "",
+        doc: "libpmix's own choice of data-store module; when set, gpumpi leaves it alone (see GPUMPI_PMIX_GDS).",
+    },
+    Param {
+        name: "PMIX_NAMESPACE",
+        default: "",
+        doc: "Set by a PMIx launcher (Open MPI mpirun/prterun, srun --mpi=pmix): the job's namespace. Its presence (or PMIX_RANK's) selects the pmix bootstrap.",
+    },
+    Param {
+        name: "PMIX_RANK",
+        default: "",
+        doc: "Set by a PMIx launcher: the process's rank. Its presence (or PMIX_NAMESPACE's) selects the pmix bootstrap.",
+    },
+    Param {
+        name: "PMIX_SERVER_URI2",
+        default: "",
+        doc: "Set by a PMIx launcher: where its server listens (v2 clients). The pmix bootstrap fails at once, naming these, when PMIX_NAMESPACE/PMIX_RANK are set but none of the PMIX_SERVER_URI* variables is.",
+    },
+    Param {
+        name: "PMIX_SERVER_URI21",
+        default: "",
+        doc: "Set by a PMIx launcher: server address (v2.1 clients); see PMIX_SERVER_URI2.",
+    },
+    Param {
+        name: "PMIX_SERVER_URI3",
+        default: "",
+        doc: "Set by a PMIx launcher: server address (v3 clients); see PMIX_SERVER_URI2.",
+    },
+    Param {
+        name: "PMIX_SERVER_URI4",
+        default: "",
+        doc: "Set by a PMIx launcher: server address (v4 clients); see PMIX_SERVER_URI2.",
+    },
+    Param {
+        name: "PMIX_SERVER_URI41",
+        default: "",
+        doc: "Set by a PMIx launcher: server address (v4.1 clients); see PMIX_SERVER_URI2.",
+    },
+    Param {
+        name: "PMI_FD",
+        default: "",
+        doc: "Set by a PMI-1 launcher (MPICH hydra mpiexec): the inherited socket to the launcher, with PMI_RANK and PMI_SIZE. Its presence (or PMI_PORT's) selects the pmi1 bootstrap; a value that is not an open socket is an error.",
+    },
+    Param {
+        name: "PMI_ID",
+        default: "",
+        doc: "Set by a PMI-1 launcher along with PMI_PORT: the id sent in the initack exchange (default 0).",
+    },
+    Param {
+        name: "PMI_PORT",
+        default: "",
+        doc: "Set by a PMI-1 launcher instead of PMI_FD: host:port of its PMI server (rank and size then come from the server).",
+    },
+    Param {
+        name: "PMI_RANK",
+        default: "",
+        doc: "Set by a PMI-1 launcher with PMI_FD: the rank of the process.",
+    },
+    Param {
+        name: "PMI_SIZE",
+        default: "",
+        doc: "Set by a PMI-1 launcher with PMI_FD: the number of ranks.",
     },
 ];
 

@@ -427,7 +427,7 @@ fn singleton_and_forced_methods() {
     let (code, _, err, _) = run(c);
     assert_eq!(code, 3);
     assert!(
-        err.contains("GPUMPI_BOOTSTRAP") && err.contains("mpirun, singleton"),
+        err.contains("GPUMPI_BOOTSTRAP") && err.contains("mpirun, pmix, pmi1, singleton"),
         "{err}"
     );
 }

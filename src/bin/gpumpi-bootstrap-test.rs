@@ -15,6 +15,7 @@
 //!   --shm            every rank creates `/dev/shm/gpumpi-<job>-helper-<rank>` first
 //!   --lines K        every rank prints K long lines (checks line-atomic forwarding)
 //!   --stderr         also print one line to stderr
+//!   --long K         every rank also puts a K-byte value and checks every peer's
 //! Without a misbehaviour option: a second fence, finalize, exit 0.
 
 use mpi_abi::bootstrap;
@@ -43,8 +44,27 @@ fn main() {
         )
         .unwrap();
     }
+    let long = |r: usize, k: usize| -> Vec<u8> { (0..k).map(|i| (i * 31 + r * 7) as u8).collect() };
+    let long_len = num("--long", 1).map(|k| k as usize);
+    if let Some(k) = long_len {
+        b.put("long", &long(rank, k));
+    }
     b.put("val", format!("v{rank}").as_bytes());
     b.fence().expect("fence");
+    if let Some(k) = long_len {
+        for q in 0..size {
+            assert_eq!(
+                b.get(q, "long").expect("get long"),
+                long(q, k),
+                "long value of rank {q}"
+            );
+        }
+        assert!(
+            b.get((rank + 1) % size, "no-such-key").is_err(),
+            "a key nobody put"
+        );
+        println!("rank {rank}: {size} long values of {k} bytes ok");
+    }
     let peers: Vec<String> = (0..size)
         .map(|q| String::from_utf8(b.get(q, "val").expect("get")).unwrap())
         .collect();

@@ -10,16 +10,23 @@
 //!
 //! Implementations (one file each):
 //! - [`mpirun`]: client of our own `mpirun`'s wire-up server (`launcher` + `server`);
+//! - [`pmix`]: PMIx client (Open MPI 5 `mpirun`/`prterun`, `srun --mpi=pmix`), libpmix dlopen'd;
+//! - [`pmi1`]: PMI-1 text protocol (MPICH hydra `mpiexec`, `srun --mpi=pmi2`'s PMI-1 side);
 //! - [`singleton`]: a process started without a launcher (one rank);
 //! - [`fake`]: N threads in one process, for unit tests.
 //!
 //! [`init`] walks an ordered list of methods, takes the first whose
 //! environment is present (or the one `GPUMPI_BOOTSTRAP` names) and logs its
-//! choice. PMIx and PMI-1 will be added to that list ahead of the singleton.
+//! choice: mpirun (`GPUMPI_*` set), PMIx (`PMIX_NAMESPACE`/`PMIX_RANK`), PMI-1
+//! (`PMI_FD`/`PMI_PORT`), singleton. A method whose variables are present but whose launcher
+//! cannot be reached fails `MPI_Init` with an error naming it; it never falls through to a
+//! singleton (N singletons instead of one job of N would be worse than an error).
 
 pub mod fake;
 pub mod launcher;
 pub mod mpirun;
+pub mod pmi1;
+pub mod pmix;
 pub mod server;
 pub mod singleton;
 pub mod wire;
@@ -65,62 +72,175 @@ pub trait Bootstrap: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
     Mpirun,
+    Pmix,
+    Pmi1,
     Singleton,
 }
 
 /// The methods `init` tries, in order.
-pub const METHODS: &[Method] = &[Method::Mpirun, Method::Singleton];
+pub const METHODS: &[Method] = &[
+    Method::Mpirun,
+    Method::Pmix,
+    Method::Pmi1,
+    Method::Singleton,
+];
 
 impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Mpirun => "mpirun",
+            Method::Pmix => "pmix",
+            Method::Pmi1 => "pmi1",
             Method::Singleton => "singleton",
         }
     }
     /// Whether this method's environment is present.
     pub fn detect(self) -> bool {
-        match self {
-            Method::Mpirun => mpirun::detect(),
-            Method::Singleton => true,
-        }
+        self.detect_in(|v| config::get(v).is_some())
+    }
+    /// Whether this method's environment is present, by `present(variable)`.
+    pub fn detect_in(self, present: impl Fn(&str) -> bool) -> bool {
+        self == Method::Singleton || self.env().iter().any(|v| present(v))
     }
     pub fn start(self) -> MpiResult<Box<dyn Bootstrap + Send>> {
         Ok(match self {
             Method::Mpirun => Box::new(mpirun::MpirunBootstrap::connect_from_env()?),
+            Method::Pmix => Box::new(pmix::PmixBootstrap::connect_from_env()?),
+            Method::Pmi1 => Box::new(pmi1::Pmi1::connect_from_env()?),
             Method::Singleton => Box::new(singleton::Singleton::new()),
         })
     }
 }
 
+impl Method {
+    /// The variables whose presence selects this method (empty for the singleton).
+    pub fn env(self) -> &'static [&'static str] {
+        match self {
+            Method::Mpirun => mpirun::ENV,
+            Method::Pmix => pmix::ENV,
+            Method::Pmi1 => pmi1::ENV,
+            Method::Singleton => &[],
+        }
+    }
+}
+
+/// Pick the method: `forced` (the value of `GPUMPI_BOOTSTRAP`) or the first of [`METHODS`]
+/// that `detect` accepts. Returns the method and why it was chosen.
+pub fn choose(
+    forced: Option<&str>,
+    detect: impl Fn(Method) -> bool,
+) -> MpiResult<(Method, String)> {
+    let names: Vec<_> = METHODS.iter().map(|m| m.name()).collect();
+    if let Some(f) = forced {
+        return match METHODS.iter().find(|m| m.name() == f.trim()) {
+            Some(m) => Ok((*m, "forced by GPUMPI_BOOTSTRAP".into())),
+            None => crate::mpi_bail!(
+                MPI_ERR_OTHER,
+                "GPUMPI_BOOTSTRAP={f:?} is not a bootstrap method; use one of {}",
+                names.join(", ")
+            ),
+        };
+    }
+    let m = *METHODS
+        .iter()
+        .find(|m| detect(**m))
+        .unwrap_or(&Method::Singleton);
+    let why = if m == Method::Singleton {
+        format!(
+            "no launcher variables set (looked for {})",
+            METHODS
+                .iter()
+                .flat_map(|m| m.env().iter().copied())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        format!(
+            "first detected in the order {}: {} set",
+            names.join(", "),
+            m.env().join(" or ")
+        )
+    };
+    Ok((m, why))
+}
+
 /// Choose and start the bootstrap of this process (see the module doc).
 pub fn init() -> MpiResult<Box<dyn Bootstrap + Send>> {
-    let method = match config::get("GPUMPI_BOOTSTRAP") {
-        Some(forced) => match METHODS.iter().find(|m| m.name() == forced.trim()) {
-            Some(m) => {
-                tracing::info!("bootstrap: {} (forced by GPUMPI_BOOTSTRAP)", m.name());
-                *m
-            }
-            None => {
-                let names: Vec<_> = METHODS.iter().map(|m| m.name()).collect();
-                crate::mpi_bail!(
-                    MPI_ERR_OTHER,
-                    "GPUMPI_BOOTSTRAP={forced:?} is not a bootstrap method; use one of {}",
-                    names.join(", ")
-                );
-            }
-        },
-        None => {
-            let m = *METHODS
-                .iter()
-                .find(|m| m.detect())
-                .expect("singleton is always available");
-            tracing::info!("bootstrap: {} (first detected of {:?})", m.name(), METHODS);
-            m
-        }
-    };
+    let forced = config::get("GPUMPI_BOOTSTRAP");
+    let (method, why) = choose(forced.as_deref(), Method::detect)?;
+    tracing::info!("bootstrap: {} ({why})", method.name());
     method.start().map_err(|mut e| {
-        e.msg = format!("bootstrap method {:?} failed: {}", method.name(), e.msg);
+        e.msg = format!(
+            "bootstrap method {:?} ({why}) failed: {}",
+            method.name(),
+            e.msg
+        );
         e
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_order_and_forcing() {
+        let only = |set: &'static [Method]| move |m: Method| set.contains(&m);
+        assert_eq!(choose(None, only(&[])).unwrap().0, Method::Singleton);
+        assert_eq!(
+            choose(None, only(&[Method::Pmi1, Method::Pmix])).unwrap().0,
+            Method::Pmix
+        );
+        assert_eq!(
+            choose(None, only(&[Method::Pmi1, Method::Mpirun, Method::Pmix]))
+                .unwrap()
+                .0,
+            Method::Mpirun
+        );
+        let (m, why) = choose(None, only(&[Method::Pmi1])).unwrap();
+        assert_eq!(m, Method::Pmi1);
+        assert!(why.contains("PMI_FD"), "{why}");
+        for (name, m) in [
+            ("mpirun", Method::Mpirun),
+            ("pmix", Method::Pmix),
+            ("pmi1", Method::Pmi1),
+            (" singleton", Method::Singleton),
+        ] {
+            assert_eq!(choose(Some(name), only(&[Method::Mpirun])).unwrap().0, m);
+        }
+        let e = choose(Some("slurm"), only(&[])).unwrap_err();
+        assert!(
+            e.msg.contains("pmix") && e.msg.contains("pmi1"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn detection_from_environment_variables() {
+        let env = |set: &'static [&'static str]| move |v: &str| set.contains(&v);
+        for m in [Method::Mpirun, Method::Pmix, Method::Pmi1] {
+            assert!(!m.detect_in(env(&[])), "{m:?}");
+        }
+        assert!(Method::Singleton.detect_in(env(&[])));
+        assert!(Method::Pmi1.detect_in(env(&["PMI_PORT"])));
+        assert!(Method::Pmi1.detect_in(env(&["PMI_FD"])));
+        assert!(!Method::Pmix.detect_in(env(&["PMI_FD", "PMI_RANK"])));
+        assert!(Method::Pmix.detect_in(env(&["PMIX_RANK"])));
+        assert!(Method::Pmix.detect_in(env(&["PMIX_NAMESPACE"])));
+        assert!(!Method::Pmix.detect_in(env(&["PMIX_SERVER_URI41"])));
+        assert!(Method::Mpirun.detect_in(env(&["GPUMPI_SERVER"])));
+        // What srun --mpi=pmix sets (it also sets PMI_* for PMI-2 clients in some setups):
+        // PMIx comes first.
+        let srun = env(&["PMIX_NAMESPACE", "PMIX_RANK", "PMI_FD"]);
+        assert_eq!(
+            choose(None, |m| m.detect_in(srun)).unwrap().0,
+            Method::Pmix
+        );
+        let hydra = env(&["PMI_FD", "PMI_RANK", "PMI_SIZE"]);
+        assert_eq!(
+            choose(None, |m| m.detect_in(hydra)).unwrap().0,
+            Method::Pmi1
+        );
+    }
 }

@@ -1,1 +1,3 @@
-//! sys (see ARCHITECTURE.md)
+//! sys (see ARCHITECTURE.md): the unsafe FFI to libraries loaded at run time.
+
+pub mod pmix;

