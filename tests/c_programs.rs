@@ -434,6 +434,7 @@ c_tests!(
     coll_comms,
     err_objects,
     coll_persist_reuse,
+    launcher_check,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
