@@ -467,8 +467,20 @@ pub unsafe fn MPI_Pack(
         );
     }
     if need > 0 {
-        let dst = std::slice::from_raw_parts_mut((outbuf as *mut u8).add(pos as usize), need);
-        d.desc.pack(n, inbuf as *const u8, dst);
+        let dst_ptr = (outbuf as *mut u8).add(pos as usize);
+        // Either side may be device memory: stage through the host (gpu::stage).
+        if let Some(info) = crate::gpu::stage::device_info(dst_ptr) {
+            let packed = types::pack_all(inbuf, n, &d)?;
+            crate::gpu::stage::copy_to_device(&info, dst_ptr as usize, &packed)?;
+        } else {
+            let dst = std::slice::from_raw_parts_mut(dst_ptr, need);
+            match crate::gpu::stage::packed_from_device(inbuf as *const u8, n, &d.desc)? {
+                Some(v) => dst.copy_from_slice(&v),
+                None => {
+                    d.desc.pack(n, inbuf as *const u8, dst);
+                }
+            }
+        }
     }
     *position = pos + need as c_int;
     Ok(())
@@ -493,8 +505,15 @@ pub unsafe fn MPI_Unpack(
         mpi_bail!(MPI_ERR_TRUNCATE, "unpacking {need} bytes at position {pos} reads past the input buffer of {insize} bytes");
     }
     if need > 0 {
-        let src = std::slice::from_raw_parts((inbuf as *const u8).add(pos as usize), need);
-        d.desc.unpack(n, src, outbuf as *mut u8);
+        let src_ptr = (inbuf as *const u8).add(pos as usize);
+        if let Some(info) = crate::gpu::stage::device_info(src_ptr) {
+            let mut v = vec![0u8; need];
+            crate::gpu::stage::copy_to_host(&info, src_ptr as usize, &mut v)?;
+            types::unpack_all(&v, outbuf, n, &d)?;
+        } else {
+            let src = std::slice::from_raw_parts(src_ptr, need);
+            types::unpack_all(src, outbuf, n, &d)?;
+        }
     }
     *position = pos + need as c_int;
     Ok(())

@@ -112,7 +112,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     let Some(dest) = s.dest else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
-    let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt);
+    let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt)?;
     let (ptr, hold) = if s.mode == Mode::Buffered {
         // Buffered mode: the data is copied now, so the user's buffer is free on return.
         let v = match hold {
@@ -182,7 +182,7 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
     let Some(src) = r.source else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
-    let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt);
+    let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt)?;
     let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag)?;
     Ok(ReqKind::Engine {
         id,
@@ -542,7 +542,7 @@ pub unsafe fn MPI_Sendrecv_replace(
     )?;
     let r = recv_spec(buf, count as i64, datatype, source, recvtag, cm)?;
     // Send from a packed copy so the receive can land in the same buffer.
-    let packed = types::pack_all(buf, s.count, &s.dt);
+    let packed = types::pack_all(buf, s.count, &s.dt)?;
     let bytes = types::BYTE.clone();
     let copy = SendSpec {
         buf: packed.as_ptr() as *const c_void,
@@ -694,7 +694,7 @@ unsafe fn matched_recv_kind(
         )
     };
     *message = c::MPI_MESSAGE_NULL;
-    let (ptr, cap, post) = types::recv_view(buf, count, &dt);
+    let (ptr, cap, post) = types::recv_view(buf, count, &dt)?;
     runtime::with(|rt| {
         Ok(ReqKind::Engine {
             id: rt.engine.imrecv(msg, ptr, cap)?,
