@@ -85,6 +85,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Entries of the CUDA pointer-classification cache (allocations by address range, confirmed by the driver's buffer id so freed-and-reallocated memory is never misclassified).",
     },
     Param {
+        name: "GPUMPI_CUDA_STAGING_POOL",
+        default: "256m",
+        doc: "Most bytes of page-locked host memory kept for staging device buffers (power-of-two buffers of at least 64 KiB, reused); beyond it staging uses ordinary heap memory.",
+    },
+    Param {
         name: "GPUMPI_DEBUG",
         default: "",
         doc: "Debug log to stderr via tracing: unset/0 = off, 1 = info, 2 = debug, 3 = trace. \

@@ -5,6 +5,7 @@
 use super::consts as c;
 use super::ffi::*;
 use super::request::{Post, Status};
+use crate::gpu::pool::HostBuf;
 use crate::mpi::datatype::{Basic, Combiner, Elem, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{Kind, Table};
@@ -217,7 +218,7 @@ pub unsafe fn send_view(
     buf: *const c_void,
     count: usize,
     d: &DtypeObj,
-) -> MpiResult<(*const u8, usize, Option<Vec<u8>>)> {
+) -> MpiResult<(*const u8, usize, Option<HostBuf>)> {
     let len = d.desc.packed_size(count);
     if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {
         return Ok((v.as_ptr(), len, Some(v)));
@@ -231,13 +232,13 @@ pub unsafe fn send_view(
         ));
     }
     let v = pack_all(buf, count, d)?;
-    Ok((v.as_ptr(), len, Some(v)))
+    Ok((v.as_ptr(), len, Some(HostBuf::from_vec(v))))
 }
 
 /// Pack `count` elements (host or device memory) into a new vector.
 pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> MpiResult<Vec<u8>> {
     if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {
-        return Ok(v);
+        return Ok(v.into_vec());
     }
     let mut v = vec![0u8; d.desc.packed_size(count)];
     d.desc.pack(count, buf as *const u8, &mut v);
@@ -263,15 +264,22 @@ pub unsafe fn recv_view(
 ) -> MpiResult<(*mut u8, usize, Option<Post>)> {
     let len = d.desc.packed_size(count);
     let (lo, _) = crate::gpu::stage::span(&d.desc, count);
-    let device = len > 0 && crate::gpu::is_device((buf as *const u8).wrapping_offset(lo));
-    if d.desc.is_contiguous(count) && !device {
+    let device = if len > 0 {
+        crate::gpu::stage::device_info((buf as *const u8).wrapping_offset(lo))
+    } else {
+        None
+    };
+    if d.desc.is_contiguous(count) && device.is_none() {
         return Ok((
             (buf as *mut u8).wrapping_offset(d.desc.true_lb()),
             len,
             None,
         ));
     }
-    let mut v = vec![0u8; len];
+    let mut v = match &device {
+        Some(info) => crate::gpu::stage::staging(info, len)?,
+        None => HostBuf::from_vec(vec![0u8; len]),
+    };
     let ptr = v.as_mut_ptr();
     let d = d.clone();
     let dst = buf as usize;

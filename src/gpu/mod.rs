@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod kernels;
+pub mod pool;
 pub mod stage;
 
 use crate::sys::cuda;
@@ -38,6 +39,7 @@ pub struct Gpu {
     pub driver_version: i32,
     pub device_count: i32,
     devices: Vec<OnceLock<Result<DevCtx, String>>>,
+    kernels: Vec<OnceLock<Result<kernels::Kernels, String>>>,
     cache: Mutex<PtrCache>,
 }
 
@@ -78,6 +80,7 @@ fn state() -> &'static State {
                     driver_version: v,
                     device_count: n,
                     devices: (0..n).map(|_| OnceLock::new()).collect(),
+                    kernels: (0..n).map(|_| OnceLock::new()).collect(),
                     cache: Mutex::new(PtrCache::new(cache_capacity())),
                 })
             }
@@ -200,6 +203,29 @@ impl Gpu {
             })
         })
         .clone()
+    }
+
+    /// The kernels loaded into device `ordinal`'s primary context (loaded at first use).
+    pub fn kernels(&self, ordinal: i32) -> Result<&kernels::Kernels, String> {
+        let d = self.device(ordinal)?;
+        let slot = &self.kernels[ordinal as usize];
+        slot.get_or_init(|| {
+            let t0 = std::time::Instant::now();
+            let k = cuda::with_context(d.ctx, || Ok(kernels::Kernels::load()))
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+            match &k {
+                Ok(_) => tracing::info!(
+                    ordinal,
+                    "CUDA kernels loaded in {:.1} ms",
+                    t0.elapsed().as_secs_f64() * 1e3
+                ),
+                Err(e) => tracing::info!(ordinal, "CUDA kernels unavailable: {e}"),
+            }
+            k
+        })
+        .as_ref()
+        .map_err(|e| e.clone())
     }
 
     /// (hits, misses) of the pointer cache.

@@ -8,6 +8,7 @@
 //! helpers, not their callers.
 
 use super::cache::PtrInfo;
+use super::pool::HostBuf;
 use crate::mpi::datatype::TypeDesc;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
@@ -27,8 +28,18 @@ pub fn device_info(ptr: *const u8) -> Option<PtrInfo> {
 
 fn dev_ctx(info: &PtrInfo) -> MpiResult<super::DevCtx> {
     let g = super::gpu().ok_or_else(|| cuda_err("device", "CUDA is not available"))?;
-    g.device(info.device.max(0))
-        .map_err(|e| cuda_err("device context", e))
+    let d = g
+        .device(info.device.max(0))
+        .map_err(|e| cuda_err("device context", e))?;
+    // The kernels are loaded at the device's first use (errors are logged, not fatal).
+    let _ = g.kernels(d.ordinal);
+    Ok(d)
+}
+
+/// A host staging buffer for copies with the device of `info` (pinned when the pool allows).
+pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
+    let d = dev_ctx(info)?;
+    Ok(HostBuf::new(len, Some(d.ctx)))
 }
 
 /// Copy `dst.len()` bytes from device address `src` (in the allocation `info`) to host memory.
@@ -79,7 +90,7 @@ pub struct Mirror {
     info: PtrInfo,
     dev_lo: usize,
     lo: isize,
-    host: Vec<u8>,
+    host: HostBuf,
 }
 
 impl Mirror {
@@ -96,7 +107,7 @@ impl Mirror {
         let Some(info) = device_info(dev_lo as *const u8) else {
             return Ok(None);
         };
-        let mut host = vec![0u8; (hi - lo) as usize];
+        let mut host = staging(&info, (hi - lo) as usize)?;
         if fill {
             copy_to_host(&info, dev_lo, &mut host)?;
         }
@@ -136,7 +147,7 @@ impl Mirror {
     }
 
     /// The host bytes (for holding as a send buffer).
-    pub fn into_host(self) -> Vec<u8> {
+    pub fn into_host(self) -> HostBuf {
         self.host
     }
 }
@@ -150,7 +161,7 @@ pub unsafe fn packed_from_device(
     buf: *const u8,
     count: usize,
     t: &TypeDesc,
-) -> MpiResult<Option<Vec<u8>>> {
+) -> MpiResult<Option<HostBuf>> {
     let len = t.packed_size(count);
     if len == 0 {
         return Ok(None);
@@ -160,13 +171,12 @@ pub unsafe fn packed_from_device(
     let Some(info) = device_info(start) else {
         return Ok(None);
     };
+    let mut v = staging(&info, len)?;
     if t.is_contiguous(count) {
-        let mut v = vec![0u8; len];
         copy_to_host(&info, buf.wrapping_offset(t.true_lb()) as usize, &mut v)?;
         return Ok(Some(v));
     }
     let m = Mirror::of_type(buf as usize, t, count, true)?.expect("device span");
-    let mut v = vec![0u8; len];
     t.pack(count, m.base() as *const u8, &mut v);
     Ok(Some(v))
 }

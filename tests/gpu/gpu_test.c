@@ -21,7 +21,12 @@ static void *alloc_k(int k, size_t n) {
     return p;
 }
 static void free_k(int k, void *p) { if (k == HOST) free(p); else CU(cudaFree_(p)); }
-static void put(void *dst, const void *src, size_t n) { if (n) CU(cudaMemcpy_(dst, src, n, cudaMemcpyDefault_)); }
+/* cudaMemcpy from pageable host memory may return before the DMA to the device completed
+ * (it is ordered only on the legacy default stream); gpumpi copies on its own non-blocking
+ * stream, so like every CUDA-aware MPI it needs the application to synchronize first. */
+static void put(void *dst, const void *src, size_t n) {
+    if (n) { CU(cudaMemcpy_(dst, src, n, cudaMemcpyDefault_)); CU(cudaDeviceSynchronize_()); }
+}
 static void get(void *dst, const void *src, size_t n) { if (n) CU(cudaMemcpy_(dst, src, n, cudaMemcpyDefault_)); }
 static void poison(int k, void *p, size_t n) {
     if (!n) return;

@@ -10,6 +10,7 @@ prefix=${1:?usage: run.sh PREFIX [--bench] [--max-count N]}
 shift
 bench=no
 max=$((16 << 20))
+tmo=${GPU_TEST_TIMEOUT:-300}
 while [ $# -gt 0 ]; do
     case "$1" in
         --bench) bench=yes; shift ;;
@@ -31,13 +32,13 @@ run() { # label env... -- args
     if ! env "$@"; then echo "FAILED: $label"; fail=1; fi
 }
 for n in 1 2 4; do
-    run "gpu_test -n $n" "$mpirun" -n "$n" --oversubscribe --timeout 600 "$out/gpu_test" "$max"
+    run "gpu_test -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_test" "$max"
 done
 run "gpu_test -n 2, two ranks per GPU" GPUMPI_TEST_RANKS_PER_GPU=2 \
-    "$mpirun" -n 2 --oversubscribe --timeout 600 -x GPUMPI_TEST_RANKS_PER_GPU "$out/gpu_test" "$max"
+    "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_TEST_RANKS_PER_GPU "$out/gpu_test" "$max"
 if [ "$bench" = yes ]; then
     for n in 2 4; do
-        run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout 600 "$out/gpu_bench"
+        run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench"
     done
 fi
 exit $fail

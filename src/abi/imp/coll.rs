@@ -434,7 +434,7 @@ impl CollSpec {
         );
         let mut hold = Vec::new();
         if let Some(h) = shold {
-            hold.push(h);
+            hold.push(crate::gpu::pool::HostBuf::from_vec(h));
         }
         if let Some(m) = smirror {
             hold.push(m.into_host());
