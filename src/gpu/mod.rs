@@ -164,6 +164,10 @@ pub fn classify(ptr: *const u8) -> PtrInfo {
         return PtrInfo::HOST;
     }
     if !DRIVER_SEEN.load(Ordering::Relaxed) {
+        static ENABLED: OnceLock<bool> = OnceLock::new();
+        if !*ENABLED.get_or_init(|| !disabled()) {
+            return PtrInfo::HOST;
+        }
         if STATE.get().is_none() && !cuda::driver_in_process() {
             return PtrInfo::HOST;
         }

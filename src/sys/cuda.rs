@@ -53,19 +53,77 @@ fn fail(call: &'static str, name: impl Into<String>) -> CudaError {
     }
 }
 
+/// glibc's `struct dl_phdr_info` including the load counters (libc's binding stops before them).
+#[repr(C)]
+struct PhdrInfo {
+    addr: usize,
+    name: *const std::ffi::c_char,
+    phdr: *const c_void,
+    phnum: u16,
+    adds: u64,
+    subs: u64,
+}
+
+/// Objects loaded into the process so far (glibc's `dlpi_adds`), read from the first callback.
+fn loaded_objects_counter() -> Option<u64> {
+    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> i32 {
+        if size >= std::mem::size_of::<PhdrInfo>() {
+            // SAFETY: glibc passes `size` bytes of its dl_phdr_info, which begins like PhdrInfo.
+            let adds = unsafe { (*(info as *const PhdrInfo)).adds };
+            // SAFETY: `data` is the Option<u64> passed below.
+            unsafe { *(data as *mut Option<u64>) = Some(adds) };
+        }
+        1 // stop after the first object
+    }
+    let mut out: Option<u64> = None;
+    // SAFETY: the callback only reads the info glibc hands it and writes `out`.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut out as *mut Option<u64> as *mut c_void) };
+    out
+}
+
+/// Whether an object named libcuda.so* is loaded (walks the list of loaded objects).
+fn libcuda_loaded() -> bool {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
+        // SAFETY: glibc's info is valid during the callback; names are NUL-terminated or null.
+        let name = unsafe { (*info).dlpi_name };
+        if name.is_null() {
+            return 0;
+        }
+        // SAFETY: as above.
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+        let base = name.rsplit(|&c| c == b'/').next().unwrap_or(name);
+        if base.starts_with(b"libcuda.so") {
+            // SAFETY: `data` is the bool passed below.
+            unsafe { *(data as *mut bool) = true };
+            return 1;
+        }
+        0
+    }
+    let mut found = false;
+    // SAFETY: the callback only reads the info glibc hands it and writes `found`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut found as *mut bool as *mut c_void) };
+    found
+}
+
 /// Whether some library of this process already loaded libcuda (the application uses CUDA).
-/// Device pointers cannot exist in a process that has not loaded the driver.
+/// Device pointers cannot exist in a process that has not loaded the driver. Cheap when asked
+/// often: the list of loaded objects is walked again only after glibc loaded a new one.
 pub fn driver_in_process() -> bool {
-    for name in [c"libcuda.so.1", c"libcuda.so"] {
-        // SAFETY: RTLD_NOLOAD only looks the library up; the handle is released at once.
-        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        if !h.is_null() {
-            // SAFETY: `h` is a handle dlopen just returned.
-            unsafe { libc::dlclose(h) };
-            return true;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SCANNED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+    let now = loaded_objects_counter();
+    if let Some(n) = now {
+        if SCANNED_AT.load(Ordering::Relaxed) == n {
+            return false;
         }
     }
-    false
+    let found = libcuda_loaded();
+    if !found {
+        if let Some(n) = now {
+            SCANNED_AT.store(n, Ordering::Relaxed);
+        }
+    }
+    found
 }
 
 /// Load libcuda and initialize the driver; returns (driver version, device count).
@@ -392,4 +450,22 @@ pub fn mem_alloc(len: usize) -> CuResult<usize> {
 /// `p` came from [`mem_alloc`] and is not used afterwards.
 pub unsafe fn mem_free(p: usize) {
     let _ = cu::cuMemFree_v2(p as cu::CUdeviceptr);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn driver_check_is_cheap() {
+        // Asked on every buffer classification until libcuda shows up: must not cost a
+        // dlopen-style library search (~100 us) per call.
+        let t0 = std::time::Instant::now();
+        let first = super::driver_in_process();
+        for _ in 0..10_000 {
+            let again = super::driver_in_process();
+            // Another test may load libcuda meanwhile: only false -> true may change.
+            assert!(again || !first);
+        }
+        let per = t0.elapsed().as_secs_f64() / 10_000.0;
+        assert!(per < 20e-6, "driver_in_process takes {:.1} us", per * 1e6);
+    }
 }
