@@ -249,3 +249,47 @@ mod tests {
         }
     }
 }
+
+/// `inout = input op inout` with a GPU kernel when both buffers are device memory of the same
+/// device and the op/type pair has a kernel. Returns false (nothing done) otherwise, and the
+/// caller stages through the host.
+///
+/// # Safety
+/// Both buffers hold `bytes` bytes of contiguous elements of `e`.
+pub unsafe fn reduce_on_device(
+    op: crate::mpi::op::BuiltinOp,
+    e: crate::mpi::datatype::Elem,
+    input: *const u8,
+    inout: *mut u8,
+    bytes: usize,
+) -> MpiResult<bool> {
+    let Some((kop, kt)) = super::kernels::kernel_for(op, e) else {
+        return Ok(false);
+    };
+    let (Some(a), Some(b)) = (device_info(input), device_info(inout)) else {
+        return Ok(false);
+    };
+    use super::cache::MemKind;
+    if a.kind != MemKind::Device || b.kind != MemKind::Device || a.device != b.device {
+        return Ok(false);
+    }
+    let Some(g) = super::gpu() else {
+        return Ok(false);
+    };
+    if g.kernels(b.device).is_err() {
+        return Ok(false);
+    }
+    let n = bytes / kt.size();
+    tracing::debug!(?kop, ?kt, n, device = b.device, "reduction on the GPU (kernel)");
+    g.reduce_copy(
+        b.device,
+        kop,
+        kt,
+        inout as usize,
+        input as usize,
+        inout as usize,
+        n,
+    )
+    .map_err(|e| cuda_err("reduction kernel", e))?;
+    Ok(true)
+}

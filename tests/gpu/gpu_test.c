@@ -278,6 +278,26 @@ static void test_mixed(void) {
     MPI_Reduce_local(a, c, (int)n, MPI_INT, MPI_SUM);
     for (size_t i = 0; i < n; i++) want[i] = 2 * h[i];
     check("reduce_local device", n, c, want, n);
+    /* Reduce_local on the device with doubles (max) and int64 (prod): kernel path. */
+    double *xa = alloc_k(DEV, n * 8), *xb = alloc_k(DEV, n * 8), *xh = malloc(n * 8), *xw = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) { xh[i] = (double)(i % 17) - 8.5; xw[i] = (double)(i % 13) - 6.0; }
+    put(xa, xh, n * 8); put(xb, xw, n * 8);
+    MPI_Reduce_local(xa, xb, (int)n, MPI_DOUBLE, MPI_MAX);
+    get(xw, xb, n * 8);
+    for (size_t i = 0; i < n; i++) {
+        double w = (double)(i % 13) - 6.0, v = xh[i] > w ? xh[i] : w;
+        if (xw[i] != v) { fprintf(stderr, "rank %d: reduce_local max double [%zu] %g want %g\n", rank, i, xw[i], v); errors++; break; }
+    }
+    long long *la = (long long *)xa, *lb = (long long *)xb, *lh = (long long *)xh, *lw = (long long *)xw;
+    for (size_t i = 0; i < n; i++) { lh[i] = (long long)(i % 5) + 1; lw[i] = (long long)(i % 7) - 3; }
+    put(la, lh, n * 8); put(lb, lw, n * 8);
+    MPI_Reduce_local(la, lb, (int)n, MPI_INT64_T, MPI_PROD);
+    get(lw, lb, n * 8);
+    for (size_t i = 0; i < n; i++) {
+        long long v = ((long long)(i % 5) + 1) * ((long long)(i % 7) - 3);
+        if (lw[i] != v) { fprintf(stderr, "rank %d: reduce_local prod int64 [%zu] %lld want %lld\n", rank, i, lw[i], v); errors++; break; }
+    }
+    free_k(DEV, xa); free_k(DEV, xb); free(xh); free(xw);
     free_k(DEV, a); free_k(DEV, c); free_k(MANAGED, dm); free(dh);
     free_k(sk, s); free_k(rk, r); free(h); free(want);
 }

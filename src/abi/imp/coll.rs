@@ -1172,6 +1172,14 @@ pub unsafe fn MPI_Reduce_local(
     let (lo, _) = crate::gpu::stage::span(&dt.desc, n);
     let on_device = |p: *const c_void| crate::gpu::is_device((p as *const u8).wrapping_offset(lo));
     if on_device(inbuf) || on_device(inoutbuf as *const c_void) {
+        if let (Reduction::Builtin(op, e), true) = (&red, dt.desc.is_contiguous(n)) {
+            let off = dt.desc.true_lb();
+            let i = (inbuf as *const u8).wrapping_offset(off);
+            let o = (inoutbuf as *mut u8).wrapping_offset(off);
+            if crate::gpu::stage::reduce_on_device(*op, *e, i, o, bytes)? {
+                return Ok(());
+            }
+        }
         // Staged through the host: pack both (copies device memory), reduce, store back.
         let i = types::pack_all(inbuf, n, &dt)?;
         let mut o = types::pack_all(inoutbuf, n, &dt)?;
