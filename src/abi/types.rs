@@ -246,7 +246,12 @@ pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> MpiRes
 }
 
 /// Store packed bytes (a prefix of `count` elements) into a user buffer, host or device.
-pub unsafe fn unpack_all(src: &[u8], buf: *mut c_void, count: usize, d: &DtypeObj) -> MpiResult<()> {
+pub unsafe fn unpack_all(
+    src: &[u8],
+    buf: *mut c_void,
+    count: usize,
+    d: &DtypeObj,
+) -> MpiResult<()> {
     if crate::gpu::stage::unpack_to_device(src, buf as *mut u8, count, &d.desc)? {
         return Ok(());
     }

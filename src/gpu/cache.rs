@@ -184,7 +184,11 @@ mod tests {
         assert_eq!(c.lookup(0x10000, &f).kind, MemKind::Device);
         assert_eq!(c.lookup(0x10800, &f).kind, MemKind::Device);
         assert_eq!(c.lookup(0x10fff, &f).kind, MemKind::Device);
-        assert_eq!(*f.classify_calls.borrow(), 1, "interior pointers hit the cache");
+        assert_eq!(
+            *f.classify_calls.borrow(),
+            1,
+            "interior pointers hit the cache"
+        );
         assert_eq!(c.hits, 2);
         // Just past the end is not the allocation.
         assert_eq!(c.lookup(0x11000, &f).kind, MemKind::Host);

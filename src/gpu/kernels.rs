@@ -305,7 +305,11 @@ mod tests {
                         .collect();
                     let bytes = n * es;
                     let (da, db, dd) = cu::with_context(d.ctx, || {
-                        Ok((cu::mem_alloc(bytes)?, cu::mem_alloc(bytes)?, cu::mem_alloc(bytes)?))
+                        Ok((
+                            cu::mem_alloc(bytes)?,
+                            cu::mem_alloc(bytes)?,
+                            cu::mem_alloc(bytes)?,
+                        ))
                     })
                     .unwrap();
                     // SAFETY: fresh allocations of `bytes` bytes; synchronized before use.
@@ -343,10 +347,16 @@ mod tests {
         // Copy kernel: aligned and unaligned ends.
         let len = (1 << 20) + 37;
         let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        let (ds, dd) =
-            cu::with_context(d.ctx, || Ok((cu::mem_alloc(len + 64)?, cu::mem_alloc(len + 64)?)))
-                .unwrap();
-        for (so, dof, n) in [(0usize, 0usize, len), (3, 0, len - 5), (1, 7, 1000), (16, 32, 15)] {
+        let (ds, dd) = cu::with_context(d.ctx, || {
+            Ok((cu::mem_alloc(len + 64)?, cu::mem_alloc(len + 64)?))
+        })
+        .unwrap();
+        for (so, dof, n) in [
+            (0usize, 0usize, len),
+            (3, 0, len - 5),
+            (1, 7, 1000),
+            (16, 32, 15),
+        ] {
             // SAFETY: offsets + n stay inside the len + 64 byte allocations.
             unsafe {
                 cu::with_context(d.ctx, || {

@@ -196,10 +196,13 @@ impl Gpu {
         };
         slot.get_or_init(|| {
             let ctx = cuda::primary_context(ordinal).map_err(|e| e.to_string())?;
-            let stream =
-                cuda::with_context(ctx, cuda::stream_create).map_err(|e| e.to_string())?;
+            let stream = cuda::with_context(ctx, cuda::stream_create).map_err(|e| e.to_string())?;
             let name = cuda::device_name(ordinal).unwrap_or_default();
-            tracing::info!(ordinal, name, "CUDA device ready (primary context, own stream)");
+            tracing::info!(
+                ordinal,
+                name,
+                "CUDA device ready (primary context, own stream)"
+            );
             Ok(DevCtx {
                 ordinal,
                 ctx,

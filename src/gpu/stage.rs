@@ -280,7 +280,13 @@ pub unsafe fn reduce_on_device(
         return Ok(false);
     }
     let n = bytes / kt.size();
-    tracing::debug!(?kop, ?kt, n, device = b.device, "reduction on the GPU (kernel)");
+    tracing::debug!(
+        ?kop,
+        ?kt,
+        n,
+        device = b.device,
+        "reduction on the GPU (kernel)"
+    );
     g.reduce_copy(
         b.device,
         kop,

@@ -66,7 +66,11 @@ struct PhdrInfo {
 
 /// Objects loaded into the process so far (glibc's `dlpi_adds`), read from the first callback.
 fn loaded_objects_counter() -> Option<u64> {
-    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> i32 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> i32 {
         if size >= std::mem::size_of::<PhdrInfo>() {
             // SAFETY: glibc passes `size` bytes of its dl_phdr_info, which begins like PhdrInfo.
             let adds = unsafe { (*(info as *const PhdrInfo)).adds };
@@ -83,7 +87,11 @@ fn loaded_objects_counter() -> Option<u64> {
 
 /// Whether an object named libcuda.so* is loaded (walks the list of loaded objects).
 fn libcuda_loaded() -> bool {
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> i32 {
         // SAFETY: glibc's info is valid during the callback; names are NUL-terminated or null.
         let name = unsafe { (*info).dlpi_name };
         if name.is_null() {
@@ -344,9 +352,8 @@ pub fn pointer_buffer_id(ptr: usize) -> u64 {
     let mut attrs = [cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID];
     let mut data: [*mut c_void; 1] = [&mut id as *mut u64 as *mut c_void];
     // SAFETY: the slot points at a u64, the attribute's type.
-    let r = unsafe {
-        cu::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as _)
-    };
+    let r =
+        unsafe { cu::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as _) };
     if r != cu::CUresult::CUDA_SUCCESS {
         return 0;
     }

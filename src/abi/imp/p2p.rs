@@ -117,7 +117,9 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         // Buffered mode: the data is copied now, so the user's buffer is free on return.
         let v = match hold {
             Some(v) => v,
-            None => crate::gpu::pool::HostBuf::from_vec(std::slice::from_raw_parts(ptr, len).to_vec()),
+            None => {
+                crate::gpu::pool::HostBuf::from_vec(std::slice::from_raw_parts(ptr, len).to_vec())
+            }
         };
         super::bsend::reserve(len)?;
         (v.as_ptr(), Some(v))
