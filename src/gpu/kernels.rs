@@ -159,6 +159,7 @@ impl Gpu {
     ///
     /// # Safety
     /// `dst`, `a`, `b` are device-accessible memory of `n` elements of `t` on that device.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_copy(
         &self,
         ordinal: i32,

@@ -213,43 +213,6 @@ pub unsafe fn unpack_to_device(
     Ok(true)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    #[test]
-    fn span_of_types() {
-        let int = Arc::new(TypeDesc::predefined(crate::mpi::datatype::Basic::Int32));
-        assert_eq!(span(&int, 0), (0, 0));
-        assert_eq!(span(&int, 5), (0, 20));
-        // vector of 3 blocks of 1 int, stride 2: extent 20 bytes (last block has no tail gap).
-        let v = Arc::new(TypeDesc::vector(3, 1, 2, &int).unwrap());
-        assert_eq!(span(&v, 1), (0, 20));
-        assert_eq!(span(&v, 2), (0, 40));
-        // Negative extent through resized.
-        let r = TypeDesc::resized(&int, 0, -8).unwrap();
-        assert_eq!(span(&r, 3), (-16, 4));
-    }
-
-    #[test]
-    fn host_memory_passes_through() {
-        let int = TypeDesc::predefined(crate::mpi::datatype::Basic::Int32);
-        let data = [1i32, 2, 3];
-        // SAFETY: a live array of 3 ints.
-        unsafe {
-            assert!(packed_from_device(data.as_ptr() as *const u8, 3, &int)
-                .unwrap()
-                .is_none());
-            let mut out = [0i32; 3];
-            assert!(!unpack_to_device(&[0u8; 12], out.as_mut_ptr() as *mut u8, 3, &int).unwrap());
-            assert!(Mirror::of(data.as_ptr() as usize, 0, 12, true)
-                .unwrap()
-                .is_none());
-        }
-    }
-}
-
 /// `inout = input op inout` with a GPU kernel when both buffers are device memory of the same
 /// device and the op/type pair has a kernel. Returns false (nothing done) otherwise, and the
 /// caller stages through the host.
@@ -298,4 +261,41 @@ pub unsafe fn reduce_on_device(
     )
     .map_err(|e| cuda_err("reduction kernel", e))?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn span_of_types() {
+        let int = Arc::new(TypeDesc::predefined(crate::mpi::datatype::Basic::Int32));
+        assert_eq!(span(&int, 0), (0, 0));
+        assert_eq!(span(&int, 5), (0, 20));
+        // vector of 3 blocks of 1 int, stride 2: extent 20 bytes (last block has no tail gap).
+        let v = Arc::new(TypeDesc::vector(3, 1, 2, &int).unwrap());
+        assert_eq!(span(&v, 1), (0, 20));
+        assert_eq!(span(&v, 2), (0, 40));
+        // Negative extent through resized.
+        let r = TypeDesc::resized(&int, 0, -8).unwrap();
+        assert_eq!(span(&r, 3), (-16, 4));
+    }
+
+    #[test]
+    fn host_memory_passes_through() {
+        let int = TypeDesc::predefined(crate::mpi::datatype::Basic::Int32);
+        let data = [1i32, 2, 3];
+        // SAFETY: a live array of 3 ints.
+        unsafe {
+            assert!(packed_from_device(data.as_ptr() as *const u8, 3, &int)
+                .unwrap()
+                .is_none());
+            let mut out = [0i32; 3];
+            assert!(!unpack_to_device(&[0u8; 12], out.as_mut_ptr() as *mut u8, 3, &int).unwrap());
+            assert!(Mirror::of(data.as_ptr() as usize, 0, 12, true)
+                .unwrap()
+                .is_none());
+        }
+    }
 }
