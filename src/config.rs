@@ -75,6 +75,21 @@ pub static PARAMS: &[Param] = &[
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
     },
     Param {
+        name: "GPUMPI_CUDA",
+        default: "1",
+        doc: "CUDA support: 1 = on (the driver is loaded lazily, only once the application itself has loaded libcuda; device and managed buffers are then accepted by every call), 0 = off (every buffer is taken as host memory and CUDA is never loaded).",
+    },
+    Param {
+        name: "GPUMPI_CUDA_PTR_CACHE",
+        default: "256",
+        doc: "Entries of the CUDA pointer-classification cache (allocations by address range, confirmed by the driver's buffer id so freed-and-reallocated memory is never misclassified).",
+    },
+    Param {
+        name: "GPUMPI_CUDA_STAGING_POOL",
+        default: "256m",
+        doc: "Most bytes of page-locked host memory kept for staging device buffers (power-of-two buffers of at least 64 KiB, reused); beyond it staging uses ordinary heap memory.",
+    },
+    Param {
         name: "GPUMPI_DEBUG",
         default: "",
         doc: "Debug log to stderr via tracing: unset/0 = off, 1 = info, 2 = debug, 3 = trace. \

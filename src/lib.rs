@@ -7,6 +7,7 @@
 //! `engine` (executes schedules, matching, progress, request completion) ->
 //! `transport` (shared memory; each transport behind one narrow trait) ->
 //! hardware. `bootstrap` wires a job up (own mpirun, singleton, later PMIx/PMI-1).
+//! `gpu` is the safe CUDA layer (contexts, streams, pointer classification, staging, kernels).
 //! `sys` is the only place with unsafe FFI to foreign libraries.
 //! `config` is the one registry of environment variables.
 //!
@@ -22,6 +23,7 @@ pub mod bootstrap;
 pub mod coll;
 pub mod config;
 pub mod engine;
+pub mod gpu;
 pub mod mpi;
 pub mod sys;
 pub mod transport;

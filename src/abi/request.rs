@@ -100,14 +100,14 @@ pub enum ReqKind {
     Engine {
         id: ReqId,
         post: Option<Post>,
-        hold: Option<Vec<u8>>,
+        hold: Option<crate::gpu::pool::HostBuf>,
     },
     /// A nonblocking collective; `hold` keeps packed temporaries alive.
     Coll {
         exec: Box<CollExec>,
         post: Option<Post>,
         result: Option<MpiResult<()>>,
-        hold: Vec<Vec<u8>>,
+        hold: Vec<crate::gpu::pool::HostBuf>,
     },
     /// Complete from the start (PROC_NULL and the like).
     Done(Status),

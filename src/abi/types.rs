@@ -5,6 +5,7 @@
 use super::consts as c;
 use super::ffi::*;
 use super::request::{Post, Status};
+use crate::gpu::pool::HostBuf;
 use crate::mpi::datatype::{Basic, Combiner, Elem, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{Kind, Table};
@@ -210,59 +211,89 @@ pub fn handle_for(desc: &Arc<TypeDesc>) -> MPI_Datatype {
     insert(DtypeObj::from_arc(desc.clone(), true))
 }
 
-/// The bytes of `count` elements as one contiguous run, packing if needed.
+/// The bytes of `count` elements as one contiguous run, packing if needed (and staging device
+/// memory to the host through `gpu::stage`).
 /// Returns (pointer, length, temporary that must outlive the transfer).
 pub unsafe fn send_view(
     buf: *const c_void,
     count: usize,
     d: &DtypeObj,
-) -> (*const u8, usize, Option<Vec<u8>>) {
+) -> MpiResult<(*const u8, usize, Option<HostBuf>)> {
     let len = d.desc.packed_size(count);
+    if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {
+        return Ok((v.as_ptr(), len, Some(v)));
+    }
     if d.desc.is_contiguous(count) {
         // SAFETY: a contiguous type's data starts true_lb bytes from the buffer address.
-        return (
+        return Ok((
             (buf as *const u8).wrapping_offset(d.desc.true_lb()),
             len,
             None,
-        );
+        ));
     }
-    let v = pack_all(buf, count, d);
-    (v.as_ptr(), len, Some(v))
+    let v = pack_all(buf, count, d)?;
+    Ok((v.as_ptr(), len, Some(HostBuf::from_vec(v))))
 }
 
-/// Pack `count` elements into a new vector.
-pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> Vec<u8> {
+/// Pack `count` elements (host or device memory) into a new vector.
+pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> MpiResult<Vec<u8>> {
+    if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {
+        return Ok(v.into_vec());
+    }
     let mut v = vec![0u8; d.desc.packed_size(count)];
     d.desc.pack(count, buf as *const u8, &mut v);
-    v
+    Ok(v)
 }
 
-/// Where to receive `count` elements: the user's memory directly when contiguous, else a
-/// temporary unpacked by the returned post step (only the bytes actually received).
+/// Store packed bytes (a prefix of `count` elements) into a user buffer, host or device.
+pub unsafe fn unpack_all(
+    src: &[u8],
+    buf: *mut c_void,
+    count: usize,
+    d: &DtypeObj,
+) -> MpiResult<()> {
+    if crate::gpu::stage::unpack_to_device(src, buf as *mut u8, count, &d.desc)? {
+        return Ok(());
+    }
+    d.desc.unpack_range(count, src, 0, buf as *mut u8);
+    Ok(())
+}
+
+/// Where to receive `count` elements: the user's memory directly when contiguous host memory,
+/// else a temporary stored into the user's buffer (unpacked, or copied to the device) by the
+/// returned post step (only the bytes actually received).
 pub unsafe fn recv_view(
     buf: *mut c_void,
     count: usize,
     d: &Arc<DtypeObj>,
-) -> (*mut u8, usize, Option<Post>) {
+) -> MpiResult<(*mut u8, usize, Option<Post>)> {
     let len = d.desc.packed_size(count);
-    if d.desc.is_contiguous(count) {
-        return (
+    let (lo, _) = crate::gpu::stage::span(&d.desc, count);
+    let device = if len > 0 {
+        crate::gpu::stage::device_info((buf as *const u8).wrapping_offset(lo))
+    } else {
+        None
+    };
+    if d.desc.is_contiguous(count) && device.is_none() {
+        return Ok((
             (buf as *mut u8).wrapping_offset(d.desc.true_lb()),
             len,
             None,
-        );
+        ));
     }
-    let mut v = vec![0u8; len];
+    let mut v = match &device {
+        Some(info) => crate::gpu::stage::staging(info, len)?,
+        None => HostBuf::from_vec(vec![0u8; len]),
+    };
     let ptr = v.as_mut_ptr();
     let d = d.clone();
     let dst = buf as usize;
     let post: Post = Box::new(move |st: &mut Status| {
         let n = st.bytes.min(v.len());
         // SAFETY: the user's buffer holds `count` elements of the type (MPI semantics).
-        d.desc.unpack_range(count, &v[..n], 0, dst as *mut u8);
-        Ok(())
+        unsafe { unpack_all(&v[..n], dst as *mut c_void, count, &d) }
     });
-    (ptr, len, Some(post))
+    Ok((ptr, len, Some(post)))
 }
 
 /// Number of basic elements in `bytes` of packed data of type `d` (MPI_Get_elements).

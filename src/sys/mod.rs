@@ -1,3 +1,6 @@
-//! sys (see ARCHITECTURE.md): the unsafe FFI to libraries loaded at run time.
-
+//! Foreign libraries loaded at run time (see ARCHITECTURE.md). All unsafe FFI lives here.
+//!
+//! - `cuda`: the CUDA driver API through cudarc, `dlopen`ed at first GPU use.
+//! - `pmix`: libpmix.so.2, `dlopen`ed when a PMIx launcher started the process.
+pub mod cuda;
 pub mod pmix;

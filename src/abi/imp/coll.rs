@@ -18,6 +18,7 @@ use crate::abi::runtime::{self, new_request, Runtime};
 use crate::abi::types::{self, DtypeObj};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
+use crate::gpu::stage::Mirror;
 use crate::mpi::datatype::Elem;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::op::{self as ops, BuiltinOp};
@@ -138,6 +139,36 @@ impl Side {
             off += len;
         }
         (tmp.as_mut_ptr(), blocks, Some(tmp))
+    }
+    /// The bytes of the user's buffer the blocks touch, relative to `base`.
+    fn span(&self) -> (isize, isize) {
+        let mut lo = isize::MAX;
+        let mut hi = isize::MIN;
+        for b in &self.blocks {
+            let (l, h) = crate::gpu::stage::span(&b.dt.desc, b.count);
+            if h > l {
+                lo = lo.min(b.disp + l);
+                hi = hi.max(b.disp + h);
+            }
+        }
+        if hi > lo {
+            (lo, hi)
+        } else {
+            (0, 0)
+        }
+    }
+    /// When the buffer is device memory: a host mirror of its span (filled from the device)
+    /// and the same side re-based onto the mirror, so `map`/`unpack` work on host memory.
+    unsafe fn mirrored(&self) -> MpiResult<Option<(Mirror, Side)>> {
+        let (lo, hi) = self.span();
+        let Some(m) = Mirror::of(self.base, lo, hi, true)? else {
+            return Ok(None);
+        };
+        let side = Side {
+            base: m.base(),
+            blocks: self.blocks.clone(),
+        };
+        Ok(Some((m, side)))
     }
     /// Unpack a temporary made by `map` back into the user's buffer.
     unsafe fn unpack(&self, tmp: &[u8], only: Option<usize>) {
@@ -332,11 +363,27 @@ impl CollSpec {
     }
 
     unsafe fn start(&self) -> MpiResult<ReqKind> {
-        let (sptr, sblocks, shold) = match &self.send {
+        // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
+        // is held until completion, the receive side's is written back by the post step.
+        let (send, smirror) = match &self.send {
+            Some(s) => match s.mirrored()? {
+                Some((m, side)) => (Some(side), Some(m)),
+                None => (Some(s.clone()), None),
+            },
+            None => (None, None),
+        };
+        let (recv, rmirror) = match &self.recv {
+            Some(r) => match r.mirrored()? {
+                Some((m, side)) => (Some(side), Some(m)),
+                None => (Some(r.clone()), None),
+            },
+            None => (None, None),
+        };
+        let (sptr, sblocks, shold) = match &send {
             Some(s) => s.map(true),
             None => (std::ptr::null_mut(), Vec::new(), None),
         };
-        let (rptr, mut rblocks, rhold) = match &self.recv {
+        let (rptr, mut rblocks, rhold) = match &recv {
             Some(r) => r.map(self.recv_is_input),
             None => (std::ptr::null_mut(), Vec::new(), None),
         };
@@ -387,18 +434,25 @@ impl CollSpec {
         );
         let mut hold = Vec::new();
         if let Some(h) = shold {
-            hold.push(h);
+            hold.push(crate::gpu::pool::HostBuf::from_vec(h));
         }
-        let post: Option<Post> = match (rhold, &self.recv) {
-            (Some(tmp), Some(side)) => {
-                let side = side.clone();
+        if let Some(m) = smirror {
+            hold.push(m.into_host());
+        }
+        let post: Option<Post> = match (rhold, recv, rmirror) {
+            (None, _, None) | (_, None, _) => None,
+            (tmp, Some(side), mirror) => {
                 let only = self.unpack_only;
                 Some(Box::new(move |_st: &mut Status| {
-                    side.unpack(&tmp, only);
+                    if let Some(tmp) = tmp {
+                        side.unpack(&tmp, only);
+                    }
+                    if let Some(m) = mirror {
+                        m.flush()?;
+                    }
                     Ok(())
                 }))
             }
-            _ => None,
         };
         Ok(ReqKind::Coll {
             exec: Box::new(exec),
@@ -1122,14 +1176,31 @@ pub(super) unsafe fn reduce_local(
     }
     check_buf(inbuf, bytes, "inbuf")?;
     check_buf(inoutbuf, bytes, "inoutbuf")?;
+    let (lo, _) = crate::gpu::stage::span(&dt.desc, n);
+    let on_device = |p: *const c_void| crate::gpu::is_device((p as *const u8).wrapping_offset(lo));
+    if on_device(inbuf) || on_device(inoutbuf as *const c_void) {
+        if let (Reduction::Builtin(op, e), true) = (&red, dt.desc.is_contiguous(n)) {
+            let off = dt.desc.true_lb();
+            let i = (inbuf as *const u8).wrapping_offset(off);
+            let o = (inoutbuf as *mut u8).wrapping_offset(off);
+            if crate::gpu::stage::reduce_on_device(*op, *e, i, o, bytes)? {
+                return Ok(());
+            }
+        }
+        // Staged through the host: pack both (copies device memory), reduce, store back.
+        let i = types::pack_all(inbuf, n, &dt)?;
+        let mut o = types::pack_all(inoutbuf, n, &dt)?;
+        red.apply(&i, &mut o)?;
+        return types::unpack_all(&o, inoutbuf, n, &dt);
+    }
     if dt.desc.is_contiguous(n) {
         let off = dt.desc.true_lb();
         let i = std::slice::from_raw_parts((inbuf as *const u8).wrapping_offset(off), bytes);
         let o = std::slice::from_raw_parts_mut((inoutbuf as *mut u8).wrapping_offset(off), bytes);
         return red.apply(i, o);
     }
-    let i = types::pack_all(inbuf, n, &dt);
-    let mut o = types::pack_all(inoutbuf, n, &dt);
+    let i = types::pack_all(inbuf, n, &dt)?;
+    let mut o = types::pack_all(inoutbuf, n, &dt)?;
     red.apply(&i, &mut o)?;
     dt.desc.unpack(n, &o, inoutbuf as *mut u8);
     Ok(())

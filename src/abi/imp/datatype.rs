@@ -501,9 +501,20 @@ pub(super) unsafe fn pack(
         );
     }
     if need > 0 {
-        let dst =
-            std::slice::from_raw_parts_mut((outbuf as *mut u8).add(*pos as usize), need as usize);
-        d.desc.pack(n, inbuf as *const u8, dst);
+        let dst_ptr = (outbuf as *mut u8).add(*pos as usize);
+        // Either side may be device memory: stage through the host (gpu::stage).
+        if let Some(info) = crate::gpu::stage::device_info(dst_ptr) {
+            let packed = types::pack_all(inbuf, n, &d)?;
+            crate::gpu::stage::copy_to_device(&info, dst_ptr as usize, &packed)?;
+        } else {
+            let dst = std::slice::from_raw_parts_mut(dst_ptr, need as usize);
+            match crate::gpu::stage::packed_from_device(inbuf as *const u8, n, &d.desc)? {
+                Some(v) => dst.copy_from_slice(&v),
+                None => {
+                    d.desc.pack(n, inbuf as *const u8, dst);
+                }
+            }
+        }
     }
     *pos += need;
     Ok(())
@@ -530,9 +541,15 @@ pub(super) unsafe fn unpack(
         );
     }
     if need > 0 {
-        let src =
-            std::slice::from_raw_parts((inbuf as *const u8).add(*pos as usize), need as usize);
-        d.desc.unpack(n, src, outbuf as *mut u8);
+        let src_ptr = (inbuf as *const u8).add(*pos as usize);
+        if let Some(info) = crate::gpu::stage::device_info(src_ptr) {
+            let mut v = vec![0u8; need as usize];
+            crate::gpu::stage::copy_to_host(&info, src_ptr as usize, &mut v)?;
+            types::unpack_all(&v, outbuf, n, &d)?;
+        } else {
+            let src = std::slice::from_raw_parts(src_ptr, need as usize);
+            types::unpack_all(src, outbuf, n, &d)?;
+        }
     }
     *pos += need;
     Ok(())

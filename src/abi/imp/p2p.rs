@@ -112,12 +112,14 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     let Some(dest) = s.dest else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
-    let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt);
+    let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt)?;
     let (ptr, hold) = if s.mode == Mode::Buffered {
         // Buffered mode: the data is copied now, so the user's buffer is free on return.
         let v = match hold {
             Some(v) => v,
-            None => std::slice::from_raw_parts(ptr, len).to_vec(),
+            None => {
+                crate::gpu::pool::HostBuf::from_vec(std::slice::from_raw_parts(ptr, len).to_vec())
+            }
         };
         super::bsend::reserve(len)?;
         (v.as_ptr(), Some(v))
@@ -182,7 +184,7 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
     let Some(src) = r.source else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
-    let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt);
+    let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt)?;
     let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag)?;
     Ok(ReqKind::Engine {
         id,
@@ -528,7 +530,7 @@ unsafe fn sendrecv_replace_kinds(
 ) -> MpiResult<(ReqKind, ReqKind)> {
     let s = send_spec(buf, count, datatype, dest, sendtag, cm, Mode::Standard)?;
     let r = recv_spec(buf, count, datatype, source, recvtag, cm)?;
-    let packed = types::pack_all(buf, s.count, &s.dt);
+    let packed = types::pack_all(buf, s.count, &s.dt)?;
     let copy = SendSpec {
         buf: packed.as_ptr() as *const c_void,
         count: packed.len(),
@@ -537,7 +539,7 @@ unsafe fn sendrecv_replace_kinds(
     };
     let (rk, mut sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &copy)?)))?;
     if let ReqKind::Engine { hold, .. } = &mut sk {
-        *hold = Some(packed);
+        *hold = Some(crate::gpu::pool::HostBuf::from_vec(packed));
     }
     Ok((rk, sk))
 }
@@ -880,7 +882,7 @@ unsafe fn matched_recv_kind(
         )
     };
     *message = c::MPI_MESSAGE_NULL;
-    let (ptr, cap, post) = types::recv_view(buf, count, &dt);
+    let (ptr, cap, post) = types::recv_view(buf, count, &dt)?;
     runtime::with(|rt| {
         Ok(ReqKind::Engine {
             id: rt.engine.imrecv(msg, ptr, cap)?,

@@ -1,0 +1,264 @@
+//! Pointer classification with a small cache, independent of CUDA (the driver is behind the
+//! [`Classifier`] trait, so the cache logic is unit-tested with a fake).
+//!
+//! The cache holds CUDA allocations (device, managed, pinned host) keyed by their address range.
+//! A hit is confirmed by the allocation's buffer id, which the driver never reuses: memory freed
+//! and reallocated at the same address has a new id, so it is classified again, never taken for
+//! the old allocation. Plain host memory (unknown to the driver) is not cached.
+
+use std::collections::BTreeMap;
+
+/// Where a buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemKind {
+    /// Ordinary host memory the driver does not know.
+    Host,
+    /// Page-locked host memory (cudaMallocHost / cuMemHostAlloc / registered).
+    PinnedHost,
+    /// Device memory (cudaMalloc): not accessible from the CPU.
+    Device,
+    /// Managed (unified) memory (cudaMallocManaged).
+    Managed,
+}
+
+impl MemKind {
+    /// Whether the CPU must not (Device) or should not (Managed) touch it directly.
+    pub fn needs_staging(self) -> bool {
+        matches!(self, MemKind::Device | MemKind::Managed)
+    }
+}
+
+/// What is known about one allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtrInfo {
+    pub kind: MemKind,
+    /// Device ordinal (-1 for host memory).
+    pub device: i32,
+    /// The driver's unique id of the allocation (0 for host memory).
+    pub buffer_id: u64,
+    /// The allocation's address range [start, start + len) (0, 0 when unknown).
+    pub start: usize,
+    pub len: usize,
+}
+
+impl PtrInfo {
+    pub const HOST: PtrInfo = PtrInfo {
+        kind: MemKind::Host,
+        device: -1,
+        buffer_id: 0,
+        start: 0,
+        len: 0,
+    };
+}
+
+/// The source of truth the cache consults.
+pub trait Classifier {
+    /// Everything about the allocation holding `ptr` (expensive).
+    fn classify(&self, ptr: usize) -> PtrInfo;
+    /// Just its buffer id (cheap; 0 when not CUDA memory).
+    fn buffer_id(&self, ptr: usize) -> u64;
+}
+
+/// Allocations by start address, bounded to `cap` entries.
+pub struct PtrCache {
+    map: BTreeMap<usize, PtrInfo>,
+    cap: usize,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl PtrCache {
+    pub fn new(cap: usize) -> Self {
+        PtrCache {
+            map: BTreeMap::new(),
+            cap: cap.max(1),
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Classify `ptr`, from the cache when its entry is still the same allocation.
+    pub fn lookup(&mut self, ptr: usize, c: &dyn Classifier) -> PtrInfo {
+        if let Some((&start, info)) = self.map.range(..=ptr).next_back() {
+            if ptr < start + info.len.max(1) {
+                let info = *info;
+                if c.buffer_id(ptr) == info.buffer_id {
+                    self.hits += 1;
+                    return info;
+                }
+                // Freed (and perhaps reallocated): forget it and ask again.
+                self.map.remove(&start);
+            }
+        }
+        self.misses += 1;
+        let info = c.classify(ptr);
+        if info.kind != MemKind::Host && info.len > 0 && info.buffer_id != 0 {
+            // Drop entries the new range overlaps (stale allocations at those addresses).
+            let end = info.start + info.len;
+            let stale: Vec<usize> = self
+                .map
+                .range(..end)
+                .filter(|(s, i)| *s + i.len > info.start)
+                .map(|(s, _)| *s)
+                .collect();
+            for s in stale {
+                self.map.remove(&s);
+            }
+            if self.map.len() >= self.cap {
+                // Evict the entry farthest below the new one (a cheap, deterministic choice).
+                if let Some(&k) = self.map.keys().next() {
+                    self.map.remove(&k);
+                }
+            }
+            self.map.insert(info.start, info);
+        }
+        info
+    }
+
+    /// Forget everything (e.g. after the driver was reset).
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A fake driver: a list of live allocations, with counters of the calls made.
+    #[derive(Default)]
+    struct Fake {
+        allocs: RefCell<Vec<PtrInfo>>,
+        next_id: RefCell<u64>,
+        classify_calls: RefCell<usize>,
+    }
+
+    impl Fake {
+        fn alloc(&self, start: usize, len: usize, kind: MemKind) {
+            let mut id = self.next_id.borrow_mut();
+            *id += 1;
+            self.allocs.borrow_mut().push(PtrInfo {
+                kind,
+                device: 0,
+                buffer_id: *id,
+                start,
+                len,
+            });
+        }
+        fn free(&self, start: usize) {
+            self.allocs.borrow_mut().retain(|a| a.start != start);
+        }
+        fn find(&self, ptr: usize) -> Option<PtrInfo> {
+            self.allocs
+                .borrow()
+                .iter()
+                .copied()
+                .find(|a| ptr >= a.start && ptr < a.start + a.len)
+        }
+    }
+
+    impl Classifier for Fake {
+        fn classify(&self, ptr: usize) -> PtrInfo {
+            *self.classify_calls.borrow_mut() += 1;
+            self.find(ptr).unwrap_or(PtrInfo::HOST)
+        }
+        fn buffer_id(&self, ptr: usize) -> u64 {
+            self.find(ptr).map_or(0, |a| a.buffer_id)
+        }
+    }
+
+    #[test]
+    fn device_pointer_cached_by_range() {
+        let f = Fake::default();
+        f.alloc(0x10000, 0x1000, MemKind::Device);
+        let mut c = PtrCache::new(8);
+        assert_eq!(c.lookup(0x10000, &f).kind, MemKind::Device);
+        assert_eq!(c.lookup(0x10800, &f).kind, MemKind::Device);
+        assert_eq!(c.lookup(0x10fff, &f).kind, MemKind::Device);
+        assert_eq!(
+            *f.classify_calls.borrow(),
+            1,
+            "interior pointers hit the cache"
+        );
+        assert_eq!(c.hits, 2);
+        // Just past the end is not the allocation.
+        assert_eq!(c.lookup(0x11000, &f).kind, MemKind::Host);
+    }
+
+    #[test]
+    fn host_memory_is_not_cached() {
+        let f = Fake::default();
+        let mut c = PtrCache::new(8);
+        assert_eq!(c.lookup(0x5000, &f), PtrInfo::HOST);
+        assert_eq!(c.lookup(0x5000, &f), PtrInfo::HOST);
+        assert!(c.is_empty());
+        assert_eq!(*f.classify_calls.borrow(), 2);
+    }
+
+    #[test]
+    fn free_then_reallocate_same_address_is_reclassified() {
+        let f = Fake::default();
+        f.alloc(0x20000, 0x1000, MemKind::Device);
+        let mut c = PtrCache::new(8);
+        let a = c.lookup(0x20010, &f);
+        assert_eq!(a.kind, MemKind::Device);
+        // Freed: the address is host memory now (say the range was reused by mmap).
+        f.free(0x20000);
+        assert_eq!(c.lookup(0x20010, &f).kind, MemKind::Host);
+        assert!(c.is_empty(), "stale entry dropped");
+        // Reallocated at the same address as managed memory, larger.
+        f.alloc(0x20000, 0x4000, MemKind::Managed);
+        let b = c.lookup(0x23000, &f);
+        assert_eq!(b.kind, MemKind::Managed);
+        assert_ne!(b.buffer_id, a.buffer_id);
+        // Same start, reallocated as device memory again: new id, so reclassified.
+        f.free(0x20000);
+        f.alloc(0x20000, 0x4000, MemKind::Device);
+        let calls = *f.classify_calls.borrow();
+        assert_eq!(c.lookup(0x20000, &f).kind, MemKind::Device);
+        assert_eq!(*f.classify_calls.borrow(), calls + 1);
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn overlapping_new_range_replaces_old_entries() {
+        let f = Fake::default();
+        f.alloc(0x1000, 0x100, MemKind::Device);
+        f.alloc(0x1100, 0x100, MemKind::Device);
+        let mut c = PtrCache::new(8);
+        c.lookup(0x1000, &f);
+        c.lookup(0x1100, &f);
+        assert_eq!(c.len(), 2);
+        f.free(0x1000);
+        f.free(0x1100);
+        f.alloc(0x1000, 0x200, MemKind::PinnedHost);
+        // 0x1150 sits in the old second entry: its id no longer matches.
+        assert_eq!(c.lookup(0x1150, &f).kind, MemKind::PinnedHost);
+        assert_eq!(c.len(), 1, "the old first entry overlapped and was dropped");
+        assert_eq!(c.lookup(0x1000, &f).kind, MemKind::PinnedHost);
+    }
+
+    #[test]
+    fn bounded() {
+        let f = Fake::default();
+        let mut c = PtrCache::new(4);
+        for i in 0..10 {
+            f.alloc(0x100000 * (i + 1), 0x1000, MemKind::Device);
+            c.lookup(0x100000 * (i + 1), &f);
+            assert!(c.len() <= 4);
+        }
+        // The most recent one is still there.
+        let calls = *f.classify_calls.borrow();
+        c.lookup(0x100000 * 10, &f);
+        assert_eq!(*f.classify_calls.borrow(), calls);
+    }
+}

@@ -1,0 +1,395 @@
+//! The CUDA C primitives of `kernels/*.cu`, compiled by build.rs into a fatbin embedded in the
+//! library and loaded into a device's primary context at its first use.
+//!
+//! The primitives: `copy` (bytes) and `reduce_copy` (`dst[i] = a[i] op b[i]` for sum, prod, min,
+//! max on int32, int64, float, double, half, bfloat16; in place when `dst == b`). When the build
+//! found no nvcc, [`embedded`] is false and callers stage reductions through the host.
+
+use super::Gpu;
+use crate::mpi::datatype::{Basic, Elem};
+use crate::mpi::op::BuiltinOp;
+use crate::sys::cuda::{self, Function, Stream};
+use std::ffi::c_void;
+
+#[cfg(gpumpi_kernels)]
+static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kernels.fatbin"));
+#[cfg(not(gpumpi_kernels))]
+static FATBIN: &[u8] = &[];
+
+/// Whether the library was built with its kernels.
+pub fn embedded() -> bool {
+    !FATBIN.is_empty()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KOp {
+    Sum,
+    Prod,
+    Min,
+    Max,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KType {
+    I32,
+    I64,
+    F32,
+    F64,
+    F16,
+    Bf16,
+}
+
+const OPS: [KOp; 4] = [KOp::Sum, KOp::Prod, KOp::Min, KOp::Max];
+const TYPES: [KType; 6] = [
+    KType::I32,
+    KType::I64,
+    KType::F32,
+    KType::F64,
+    KType::F16,
+    KType::Bf16,
+];
+
+impl KOp {
+    fn name(self) -> &'static str {
+        match self {
+            KOp::Sum => "sum",
+            KOp::Prod => "prod",
+            KOp::Min => "min",
+            KOp::Max => "max",
+        }
+    }
+}
+
+impl KType {
+    fn name(self) -> &'static str {
+        match self {
+            KType::I32 => "i32",
+            KType::I64 => "i64",
+            KType::F32 => "f32",
+            KType::F64 => "f64",
+            KType::F16 => "f16",
+            KType::Bf16 => "bf16",
+        }
+    }
+    pub fn size(self) -> usize {
+        match self {
+            KType::I32 | KType::F32 => 4,
+            KType::I64 | KType::F64 => 8,
+            KType::F16 | KType::Bf16 => 2,
+        }
+    }
+}
+
+/// The kernel for a builtin reduction on an element type, if there is one.
+pub fn kernel_for(op: BuiltinOp, e: Elem) -> Option<(KOp, KType)> {
+    let k = match op {
+        BuiltinOp::Sum => KOp::Sum,
+        BuiltinOp::Prod => KOp::Prod,
+        BuiltinOp::Min => KOp::Min,
+        BuiltinOp::Max => KOp::Max,
+        _ => return None,
+    };
+    let Elem::Basic(b) = e else { return None };
+    let t = match b {
+        Basic::Float => KType::F32,
+        Basic::Double => KType::F64,
+        Basic::Int32 => KType::I32,
+        Basic::Int64 => KType::I64,
+        Basic::Int if b.size() == 4 => KType::I32,
+        Basic::Long | Basic::LongLong if b.size() == 8 => KType::I64,
+        _ => return None,
+    };
+    Some((k, t))
+}
+
+/// The loaded kernels of one device.
+pub struct Kernels {
+    reduce: Vec<Function>,
+    copy: Function,
+}
+
+impl Kernels {
+    /// Load the embedded fatbin into `ctx` (must be current).
+    pub(super) fn load() -> Result<Kernels, String> {
+        if !embedded() {
+            return Err("gpumpi was built without CUDA kernels (no nvcc at build time)".into());
+        }
+        // cuModuleLoadData wants the image suitably aligned: copy it into u64 words.
+        let mut words = vec![0u64; FATBIN.len().div_ceil(8)];
+        // SAFETY: `words` has at least FATBIN.len() bytes; the regions do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                FATBIN.as_ptr(),
+                words.as_mut_ptr() as *mut u8,
+                FATBIN.len(),
+            )
+        };
+        // SAFETY: reinterpreting the u64 buffer as bytes of the same length.
+        let image =
+            unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, FATBIN.len()) };
+        let m = cuda::module_load(image).map_err(|e| e.to_string())?;
+        let mut reduce = Vec::with_capacity(OPS.len() * TYPES.len());
+        for op in OPS {
+            for t in TYPES {
+                let name = format!("gpumpi_reduce_{}_{}\0", op.name(), t.name());
+                let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
+                reduce.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
+            }
+        }
+        let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
+        Ok(Kernels { reduce, copy })
+    }
+
+    fn reduce_fn(&self, op: KOp, t: KType) -> Function {
+        let i = OPS.iter().position(|&o| o == op).unwrap();
+        let j = TYPES.iter().position(|&x| x == t).unwrap();
+        self.reduce[i * TYPES.len() + j]
+    }
+}
+
+fn grid_for(n: usize) -> (u32, u32) {
+    let block = 256u32;
+    let grid = n.div_ceil(block as usize).clamp(1, 2048) as u32;
+    (grid, block)
+}
+
+impl Gpu {
+    /// `dst[i] = a[i] op b[i]` for `n` elements of device memory on device `ordinal`, on
+    /// gpumpi's stream, synchronized before returning.
+    ///
+    /// # Safety
+    /// `dst`, `a`, `b` are device-accessible memory of `n` elements of `t` on that device.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_copy(
+        &self,
+        ordinal: i32,
+        op: KOp,
+        t: KType,
+        dst: usize,
+        a: usize,
+        b: usize,
+        n: usize,
+    ) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
+        let d = self.device(ordinal)?;
+        let k = self.kernels(ordinal)?;
+        let f = k.reduce_fn(op, t);
+        let (mut dst, mut a, mut b, mut n64) = (dst as u64, a as u64, b as u64, n as u64);
+        let (grid, block) = grid_for(n);
+        cuda::with_context(d.ctx, || {
+            let mut params: [*mut c_void; 4] = [
+                &mut dst as *mut u64 as *mut c_void,
+                &mut a as *mut u64 as *mut c_void,
+                &mut b as *mut u64 as *mut c_void,
+                &mut n64 as *mut u64 as *mut c_void,
+            ];
+            launch_sync(f, grid, block, &mut params, d.stream)
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    /// Copy `len` bytes between device buffers of device `ordinal` with the copy kernel.
+    ///
+    /// # Safety
+    /// Both ranges are device-accessible memory of `len` bytes on that device.
+    pub unsafe fn copy_kernel(
+        &self,
+        ordinal: i32,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<(), String> {
+        if len == 0 {
+            return Ok(());
+        }
+        let d = self.device(ordinal)?;
+        let k = self.kernels(ordinal)?;
+        let (mut dst, mut src, mut n64) = (dst as u64, src as u64, len as u64);
+        let (grid, block) = grid_for(len / 16 + 1);
+        cuda::with_context(d.ctx, || {
+            let mut params: [*mut c_void; 3] = [
+                &mut dst as *mut u64 as *mut c_void,
+                &mut src as *mut u64 as *mut c_void,
+                &mut n64 as *mut u64 as *mut c_void,
+            ];
+            launch_sync(k.copy, grid, block, &mut params, d.stream)
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// # Safety
+/// As [`cuda::launch`].
+unsafe fn launch_sync(
+    f: Function,
+    grid: u32,
+    block: u32,
+    params: &mut [*mut c_void],
+    s: Stream,
+) -> cuda::CuResult<()> {
+    cuda::launch(f, grid, block, params, s)?;
+    cuda::stream_synchronize(s)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Run on a machine with a GPU (they print SKIP and pass elsewhere): every op and type
+    //! against a host reference, in place and out of place, and the copy kernel at unaligned
+    //! offsets.
+    use super::*;
+    use crate::sys::cuda as cu;
+
+    /// Small integers, exact in every type: encode as the type's bytes.
+    fn enc(t: KType, v: i64) -> Vec<u8> {
+        match t {
+            KType::I32 => (v as i32).to_ne_bytes().to_vec(),
+            KType::I64 => v.to_ne_bytes().to_vec(),
+            KType::F32 => (v as f32).to_ne_bytes().to_vec(),
+            KType::F64 => (v as f64).to_ne_bytes().to_vec(),
+            KType::Bf16 => (((v as f32).to_bits() >> 16) as u16).to_ne_bytes().to_vec(),
+            KType::F16 => f16_bits(v as f32).to_ne_bytes().to_vec(),
+        }
+    }
+
+    /// IEEE half bits of an f32 that is exactly representable (small integers).
+    fn f16_bits(x: f32) -> u16 {
+        if x == 0.0 {
+            return 0;
+        }
+        let b = x.to_bits();
+        let sign = ((b >> 16) & 0x8000) as u16;
+        let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+        let man = ((b >> 13) & 0x3ff) as u16;
+        sign | ((exp as u16) << 10) | man
+    }
+
+    fn host_op(op: KOp, a: i64, b: i64) -> i64 {
+        match op {
+            KOp::Sum => a + b,
+            KOp::Prod => a * b,
+            KOp::Min => a.min(b),
+            KOp::Max => a.max(b),
+        }
+    }
+
+    #[test]
+    fn kernels_match_host() {
+        let Some(g) = crate::gpu::gpu() else {
+            println!(
+                "SKIP: no CUDA device ({})",
+                crate::gpu::unavailable_reason().unwrap_or_default()
+            );
+            return;
+        };
+        if !embedded() {
+            println!("SKIP: built without kernels (no nvcc)");
+            return;
+        }
+        let d = g.device(0).unwrap();
+        for n in [0usize, 1, 1000, (1 << 20) + 3] {
+            for op in OPS {
+                for t in TYPES {
+                    let es = t.size();
+                    // Nonzero values in -8..8 (products stay small: |a*b| <= 64, exact in
+                    // half; no zero, so no -0.0 against +0.0 in the byte comparison).
+                    let nz = |v: i64| if v == 0 { 1 } else { v };
+                    let av: Vec<i64> = (0..n).map(|i| nz((i as i64 * 7 % 16) - 8)).collect();
+                    let bv: Vec<i64> = (0..n).map(|i| nz((i as i64 * 5 % 15) - 7)).collect();
+                    let a: Vec<u8> = av.iter().flat_map(|&v| enc(t, v)).collect();
+                    let b: Vec<u8> = bv.iter().flat_map(|&v| enc(t, v)).collect();
+                    let want: Vec<u8> = av
+                        .iter()
+                        .zip(&bv)
+                        .flat_map(|(&x, &y)| enc(t, host_op(op, x, y)))
+                        .collect();
+                    let bytes = n * es;
+                    let (da, db, dd) = cu::with_context(d.ctx, || {
+                        Ok((
+                            cu::mem_alloc(bytes)?,
+                            cu::mem_alloc(bytes)?,
+                            cu::mem_alloc(bytes)?,
+                        ))
+                    })
+                    .unwrap();
+                    // SAFETY: fresh allocations of `bytes` bytes; synchronized before use.
+                    unsafe {
+                        cu::with_context(d.ctx, || {
+                            cu::memcpy_htod_async(da, &a, d.stream)?;
+                            cu::memcpy_htod_async(db, &b, d.stream)?;
+                            cu::stream_synchronize(d.stream)
+                        })
+                        .unwrap();
+                        g.reduce_copy(0, op, t, dd, da, db, n).unwrap();
+                        // In place: db = da op db.
+                        g.reduce_copy(0, op, t, db, da, db, n).unwrap();
+                        let mut out = vec![0u8; bytes];
+                        let mut inplace = vec![0u8; bytes];
+                        cu::with_context(d.ctx, || {
+                            cu::memcpy_dtoh_async(&mut out, dd, d.stream)?;
+                            cu::memcpy_dtoh_async(&mut inplace, db, d.stream)?;
+                            cu::stream_synchronize(d.stream)
+                        })
+                        .unwrap();
+                        assert!(out == want, "{op:?} {t:?} n={n} out of place");
+                        assert!(inplace == want, "{op:?} {t:?} n={n} in place");
+                        cu::with_context(d.ctx, || {
+                            cu::mem_free(da);
+                            cu::mem_free(db);
+                            cu::mem_free(dd);
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                }
+            }
+        }
+        // Copy kernel: aligned and unaligned ends.
+        let len = (1 << 20) + 37;
+        let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let (ds, dd) = cu::with_context(d.ctx, || {
+            Ok((cu::mem_alloc(len + 64)?, cu::mem_alloc(len + 64)?))
+        })
+        .unwrap();
+        for (so, dof, n) in [
+            (0usize, 0usize, len),
+            (3, 0, len - 5),
+            (1, 7, 1000),
+            (16, 32, 15),
+        ] {
+            // SAFETY: offsets + n stay inside the len + 64 byte allocations.
+            unsafe {
+                cu::with_context(d.ctx, || {
+                    cu::memcpy_htod_async(ds + so, &src[..n], d.stream)?;
+                    cu::stream_synchronize(d.stream)
+                })
+                .unwrap();
+                g.copy_kernel(0, dd + dof, ds + so, n).unwrap();
+                let mut out = vec![0u8; n];
+                cu::with_context(d.ctx, || {
+                    cu::memcpy_dtoh_async(&mut out, dd + dof, d.stream)?;
+                    cu::stream_synchronize(d.stream)
+                })
+                .unwrap();
+                assert!(out == src[..n], "copy {so}->{dof} n={n}");
+            }
+        }
+        println!("kernels ok on device 0");
+    }
+
+    #[test]
+    fn kernel_selection() {
+        use crate::mpi::datatype::Basic;
+        assert_eq!(
+            kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Float)),
+            Some((KOp::Sum, KType::F32))
+        );
+        assert_eq!(
+            kernel_for(BuiltinOp::Max, Elem::Basic(Basic::Int64)),
+            Some((KOp::Max, KType::I64))
+        );
+        assert_eq!(kernel_for(BuiltinOp::Band, Elem::Basic(Basic::Int32)), None);
+        assert_eq!(kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Char)), None);
+    }
+}

@@ -1,0 +1,243 @@
+//! The safe CUDA layer: driver detection, one primary context and one library-owned
+//! non-blocking stream per device, pointer classification, staging copies and the embedded
+//! kernels. All raw driver calls are in `crate::sys::cuda`.
+//!
+//! Contract:
+//! - Nothing here runs CUDA before it is needed. Classifying a pointer first checks whether the
+//!   process has loaded libcuda at all (`dlopen(RTLD_NOLOAD)`): an application that never
+//!   touched CUDA cannot hold device pointers, so it pays no driver initialization. The driver
+//!   is initialized once, at the first classification after libcuda appeared (or at
+//!   `MPIX_Query_cuda_support`).
+//! - Any failure to load or initialize the driver means "no CUDA": logged once, every buffer is
+//!   host memory from then on. `GPUMPI_CUDA=0` disables the layer.
+//! - gpumpi never uses the legacy default stream: copies and kernels go to a stream created with
+//!   `CU_STREAM_NON_BLOCKING` in the device's primary context, and are synchronized before the
+//!   MPI call that issued them returns data. The application must have completed its own work on
+//!   a buffer before passing it to MPI (as with every CUDA-aware MPI).
+//! - Contexts are pushed around each use and popped after, so the application's current context
+//!   is left as it was.
+
+pub mod cache;
+pub mod kernels;
+pub mod pool;
+pub mod stage;
+
+use crate::sys::cuda;
+use cache::{Classifier, MemKind, PtrCache, PtrInfo};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// A device's primary context and gpumpi's stream in it.
+#[derive(Clone, Copy)]
+pub struct DevCtx {
+    pub ordinal: i32,
+    pub ctx: cuda::Context,
+    pub stream: cuda::Stream,
+}
+
+pub struct Gpu {
+    pub driver_version: i32,
+    pub device_count: i32,
+    devices: Vec<OnceLock<Result<DevCtx, String>>>,
+    kernels: Vec<OnceLock<Result<kernels::Kernels, String>>>,
+    cache: Mutex<PtrCache>,
+}
+
+enum State {
+    Off(String),
+    On(Gpu),
+}
+
+static STATE: OnceLock<State> = OnceLock::new();
+/// Set once libcuda was seen loaded in the process (after which we stop looking).
+static DRIVER_SEEN: AtomicBool = AtomicBool::new(false);
+
+fn disabled() -> bool {
+    crate::config::get("GPUMPI_CUDA").as_deref() == Some("0")
+}
+
+fn state() -> &'static State {
+    STATE.get_or_init(|| {
+        if disabled() {
+            tracing::info!("CUDA support disabled by GPUMPI_CUDA=0");
+            return State::Off("disabled by GPUMPI_CUDA=0".into());
+        }
+        let t0 = std::time::Instant::now();
+        match cuda::load() {
+            Ok((_, 0)) => {
+                let why = "the CUDA driver reports no device".to_string();
+                tracing::info!("CUDA support off: {why}");
+                State::Off(why)
+            }
+            Ok((v, n)) => {
+                tracing::info!(
+                    driver = v,
+                    devices = n,
+                    "CUDA driver loaded in {:.1} ms",
+                    t0.elapsed().as_secs_f64() * 1e3
+                );
+                State::On(Gpu {
+                    driver_version: v,
+                    device_count: n,
+                    devices: (0..n).map(|_| OnceLock::new()).collect(),
+                    kernels: (0..n).map(|_| OnceLock::new()).collect(),
+                    cache: Mutex::new(PtrCache::new(cache_capacity())),
+                })
+            }
+            Err(e) => {
+                tracing::info!("CUDA support off: {e}");
+                State::Off(e.to_string())
+            }
+        }
+    })
+}
+
+fn cache_capacity() -> usize {
+    crate::config::get_usize("GPUMPI_CUDA_PTR_CACHE").max(1)
+}
+
+/// The initialized driver, if there is one with at least one device (initializes it).
+pub fn gpu() -> Option<&'static Gpu> {
+    match state() {
+        State::On(g) => Some(g),
+        State::Off(_) => None,
+    }
+}
+
+/// Why there is no CUDA support (None when there is).
+pub fn unavailable_reason() -> Option<String> {
+    match state() {
+        State::On(_) => None,
+        State::Off(why) => Some(why.clone()),
+    }
+}
+
+/// Whether a CUDA driver and at least one device are present (MPIX_Query_cuda_support).
+pub fn available() -> bool {
+    gpu().is_some()
+}
+
+/// The driver as a [`Classifier`] for the pointer cache.
+struct Driver;
+
+impl Classifier for Driver {
+    fn classify(&self, ptr: usize) -> PtrInfo {
+        match cuda::pointer_attributes(ptr) {
+            Ok(a) => {
+                let kind = if a.is_managed {
+                    MemKind::Managed
+                } else {
+                    match a.mem_type {
+                        1 => MemKind::PinnedHost,
+                        2 | 3 => MemKind::Device,
+                        4 => MemKind::Managed,
+                        _ => MemKind::Host,
+                    }
+                };
+                if kind == MemKind::Host {
+                    return PtrInfo::HOST;
+                }
+                PtrInfo {
+                    kind,
+                    device: a.device_ordinal,
+                    buffer_id: a.buffer_id,
+                    start: a.range_start,
+                    len: a.range_size,
+                }
+            }
+            Err(e) => {
+                tracing::trace!("{e}: {ptr:#x} taken as host memory");
+                PtrInfo::HOST
+            }
+        }
+    }
+    fn buffer_id(&self, ptr: usize) -> u64 {
+        cuda::pointer_buffer_id(ptr)
+    }
+}
+
+/// Where `ptr` lives. Cheap for host memory in a process that does not use CUDA.
+pub fn classify(ptr: *const u8) -> PtrInfo {
+    let p = ptr as usize;
+    // NULL, MPI_BOTTOM, MPI_IN_PLACE and other sentinels are never device memory.
+    if p < 4096 {
+        return PtrInfo::HOST;
+    }
+    if !DRIVER_SEEN.load(Ordering::Relaxed) {
+        static ENABLED: OnceLock<bool> = OnceLock::new();
+        if !*ENABLED.get_or_init(|| !disabled()) {
+            return PtrInfo::HOST;
+        }
+        if STATE.get().is_none() && !cuda::driver_in_process() {
+            return PtrInfo::HOST;
+        }
+        DRIVER_SEEN.store(true, Ordering::Relaxed);
+    }
+    let Some(g) = gpu() else {
+        return PtrInfo::HOST;
+    };
+    let mut c = g.cache.lock().unwrap_or_else(|e| e.into_inner());
+    c.lookup(p, &Driver)
+}
+
+/// Whether the CPU cannot (or should not) touch `ptr` directly: device or managed memory.
+pub fn is_device(ptr: *const u8) -> bool {
+    classify(ptr).kind.needs_staging()
+}
+
+impl Gpu {
+    /// The primary context and gpumpi's stream of device `ordinal` (created at first use).
+    pub fn device(&self, ordinal: i32) -> Result<DevCtx, String> {
+        let Some(slot) = self.devices.get(ordinal.max(0) as usize) else {
+            return Err(format!(
+                "device ordinal {ordinal} out of range ({} devices)",
+                self.device_count
+            ));
+        };
+        slot.get_or_init(|| {
+            let ctx = cuda::primary_context(ordinal).map_err(|e| e.to_string())?;
+            let stream = cuda::with_context(ctx, cuda::stream_create).map_err(|e| e.to_string())?;
+            let name = cuda::device_name(ordinal).unwrap_or_default();
+            tracing::info!(
+                ordinal,
+                name,
+                "CUDA device ready (primary context, own stream)"
+            );
+            Ok(DevCtx {
+                ordinal,
+                ctx,
+                stream,
+            })
+        })
+        .clone()
+    }
+
+    /// The kernels loaded into device `ordinal`'s primary context (loaded at first use).
+    pub fn kernels(&self, ordinal: i32) -> Result<&kernels::Kernels, String> {
+        let d = self.device(ordinal)?;
+        let slot = &self.kernels[ordinal as usize];
+        slot.get_or_init(|| {
+            let t0 = std::time::Instant::now();
+            let k = cuda::with_context(d.ctx, || Ok(kernels::Kernels::load()))
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+            match &k {
+                Ok(_) => tracing::info!(
+                    ordinal,
+                    "CUDA kernels loaded in {:.1} ms",
+                    t0.elapsed().as_secs_f64() * 1e3
+                ),
+                Err(e) => tracing::info!(ordinal, "CUDA kernels unavailable: {e}"),
+            }
+            k
+        })
+        .as_ref()
+        .map_err(|e| e.clone())
+    }
+
+    /// (hits, misses) of the pointer cache.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        (c.hits, c.misses)
+    }
+}

@@ -1,0 +1,301 @@
+//! Staging of device buffers through host memory: the one place the ABI layer calls when a user
+//! buffer may be device (or managed) memory. Each helper classifies the pointer; host memory
+//! passes through untouched, device memory is copied to or from a host buffer with the copy
+//! engine on gpumpi's stream (and the stream synchronized before the host buffer is used).
+//!
+//! This is the correct-first path: every call of the subset works with device buffers. The
+//! zero-copy path (CUDA IPC between ranks of a node, GPU kernels for reductions) replaces these
+//! helpers, not their callers.
+
+use super::cache::PtrInfo;
+use super::pool::HostBuf;
+use crate::mpi::datatype::TypeDesc;
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::sys::cuda;
+
+fn cuda_err(what: &str, e: impl std::fmt::Display) -> MpiError {
+    MpiError::new(
+        crate::abi::consts::MPI_ERR_OTHER,
+        format!("CUDA staging ({what}): {e}"),
+    )
+}
+
+/// The classification of `ptr` when it needs staging (device or managed memory).
+pub fn device_info(ptr: *const u8) -> Option<PtrInfo> {
+    let i = super::classify(ptr);
+    i.kind.needs_staging().then_some(i)
+}
+
+fn dev_ctx(info: &PtrInfo) -> MpiResult<super::DevCtx> {
+    let g = super::gpu().ok_or_else(|| cuda_err("device", "CUDA is not available"))?;
+    let d = g
+        .device(info.device.max(0))
+        .map_err(|e| cuda_err("device context", e))?;
+    // The kernels are loaded at the device's first use (errors are logged, not fatal).
+    let _ = g.kernels(d.ordinal);
+    Ok(d)
+}
+
+/// A host staging buffer for copies with the device of `info` (pinned when the pool allows).
+pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
+    let d = dev_ctx(info)?;
+    Ok(HostBuf::new(len, Some(d.ctx)))
+}
+
+/// Copy `dst.len()` bytes from device address `src` (in the allocation `info`) to host memory.
+///
+/// # Safety
+/// `src..src+dst.len()` lies in device memory the caller may read.
+pub unsafe fn copy_to_host(info: &PtrInfo, src: usize, dst: &mut [u8]) -> MpiResult<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let d = dev_ctx(info)?;
+    cuda::with_context(d.ctx, || {
+        cuda::memcpy_dtoh_async(dst, src, d.stream)?;
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| cuda_err("device to host", e))
+}
+
+/// Copy host bytes to device address `dst` (in the allocation `info`).
+///
+/// # Safety
+/// `dst..dst+src.len()` lies in device memory the caller may write.
+pub unsafe fn copy_to_device(info: &PtrInfo, dst: usize, src: &[u8]) -> MpiResult<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    let d = dev_ctx(info)?;
+    cuda::with_context(d.ctx, || {
+        cuda::memcpy_htod_async(dst, src, d.stream)?;
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| cuda_err("host to device", e))
+}
+
+/// The byte range, relative to the buffer address, that `count` elements of `t` touch:
+/// `[lo, hi)` (empty when `count` or the type's size is 0).
+pub fn span(t: &TypeDesc, count: usize) -> (isize, isize) {
+    if count == 0 || t.size() == 0 {
+        return (0, 0);
+    }
+    let step = (count as isize - 1) * t.extent();
+    (t.true_lb() + step.min(0), t.true_ub() + step.max(0))
+}
+
+/// A host copy of the device bytes `[base + lo, base + hi)`: code written for host memory runs
+/// on [`Mirror::base`] as if it were the user's buffer, then [`Mirror::flush`] writes it back.
+pub struct Mirror {
+    info: PtrInfo,
+    dev_lo: usize,
+    lo: isize,
+    host: HostBuf,
+}
+
+impl Mirror {
+    /// A mirror when `base + lo` is device memory (None for host memory, or an empty span).
+    /// `fill`: copy the device bytes in (inputs, and outputs whose untouched bytes must survive).
+    ///
+    /// # Safety
+    /// The span lies in one device allocation the caller may read.
+    pub unsafe fn of(base: usize, lo: isize, hi: isize, fill: bool) -> MpiResult<Option<Mirror>> {
+        if hi <= lo {
+            return Ok(None);
+        }
+        let dev_lo = base.wrapping_add_signed(lo);
+        let Some(info) = device_info(dev_lo as *const u8) else {
+            return Ok(None);
+        };
+        let mut host = staging(&info, (hi - lo) as usize)?;
+        if fill {
+            copy_to_host(&info, dev_lo, &mut host)?;
+        }
+        Ok(Some(Mirror {
+            info,
+            dev_lo,
+            lo,
+            host,
+        }))
+    }
+
+    /// Like [`Mirror::of`] for `count` elements of `t` at `base`.
+    ///
+    /// # Safety
+    /// As for [`Mirror::of`].
+    pub unsafe fn of_type(
+        base: usize,
+        t: &TypeDesc,
+        count: usize,
+        fill: bool,
+    ) -> MpiResult<Option<Mirror>> {
+        let (lo, hi) = span(t, count);
+        Self::of(base, lo, hi, fill)
+    }
+
+    /// The host address standing for the user's buffer address.
+    pub fn base(&self) -> usize {
+        (self.host.as_ptr() as usize).wrapping_add_signed(-self.lo)
+    }
+
+    /// Write the host copy back to the device.
+    ///
+    /// # Safety
+    /// The span is still device memory the caller may write.
+    pub unsafe fn flush(&self) -> MpiResult<()> {
+        copy_to_device(&self.info, self.dev_lo, &self.host)
+    }
+
+    /// The host bytes (for holding as a send buffer).
+    pub fn into_host(self) -> HostBuf {
+        self.host
+    }
+}
+
+/// The packed bytes of `count` elements at `buf` when `buf` is device memory: one copy for a
+/// contiguous layout, else a copy of the span packed on the host. None for host memory.
+///
+/// # Safety
+/// `buf` holds `count` elements of `t`.
+pub unsafe fn packed_from_device(
+    buf: *const u8,
+    count: usize,
+    t: &TypeDesc,
+) -> MpiResult<Option<HostBuf>> {
+    let len = t.packed_size(count);
+    if len == 0 {
+        return Ok(None);
+    }
+    let (lo, _) = span(t, count);
+    let start = buf.wrapping_offset(lo);
+    let Some(info) = device_info(start) else {
+        return Ok(None);
+    };
+    let mut v = staging(&info, len)?;
+    if t.is_contiguous(count) {
+        copy_to_host(&info, buf.wrapping_offset(t.true_lb()) as usize, &mut v)?;
+        return Ok(Some(v));
+    }
+    let m = Mirror::of_type(buf as usize, t, count, true)?.expect("device span");
+    t.pack(count, m.base() as *const u8, &mut v);
+    Ok(Some(v))
+}
+
+/// Store packed bytes (`src`, possibly a prefix of `count` elements) into device memory at
+/// `buf`. Returns false (nothing done) when `buf` is host memory.
+///
+/// # Safety
+/// `buf` holds room for `count` elements of `t`.
+pub unsafe fn unpack_to_device(
+    src: &[u8],
+    buf: *mut u8,
+    count: usize,
+    t: &TypeDesc,
+) -> MpiResult<bool> {
+    let (lo, hi) = span(t, count);
+    if hi <= lo {
+        return Ok(false);
+    }
+    let Some(info) = device_info(buf.wrapping_offset(lo)) else {
+        return Ok(false);
+    };
+    if src.is_empty() {
+        return Ok(true);
+    }
+    if t.is_contiguous(count) {
+        copy_to_device(&info, buf.wrapping_offset(t.true_lb()) as usize, src)?;
+        return Ok(true);
+    }
+    // Keep the gaps of the layout: read the span, unpack into it, write it back.
+    let m = Mirror::of(buf as usize, lo, hi, true)?.expect("device span");
+    t.unpack_range(count, src, 0, m.base() as *mut u8);
+    m.flush()?;
+    Ok(true)
+}
+
+/// `inout = input op inout` with a GPU kernel when both buffers are device memory of the same
+/// device and the op/type pair has a kernel. Returns false (nothing done) otherwise, and the
+/// caller stages through the host.
+///
+/// # Safety
+/// Both buffers hold `bytes` bytes of contiguous elements of `e`.
+pub unsafe fn reduce_on_device(
+    op: crate::mpi::op::BuiltinOp,
+    e: crate::mpi::datatype::Elem,
+    input: *const u8,
+    inout: *mut u8,
+    bytes: usize,
+) -> MpiResult<bool> {
+    let Some((kop, kt)) = super::kernels::kernel_for(op, e) else {
+        return Ok(false);
+    };
+    let (Some(a), Some(b)) = (device_info(input), device_info(inout)) else {
+        return Ok(false);
+    };
+    use super::cache::MemKind;
+    if a.kind != MemKind::Device || b.kind != MemKind::Device || a.device != b.device {
+        return Ok(false);
+    }
+    let Some(g) = super::gpu() else {
+        return Ok(false);
+    };
+    if g.kernels(b.device).is_err() {
+        return Ok(false);
+    }
+    let n = bytes / kt.size();
+    tracing::debug!(
+        ?kop,
+        ?kt,
+        n,
+        device = b.device,
+        "reduction on the GPU (kernel)"
+    );
+    g.reduce_copy(
+        b.device,
+        kop,
+        kt,
+        inout as usize,
+        input as usize,
+        inout as usize,
+        n,
+    )
+    .map_err(|e| cuda_err("reduction kernel", e))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn span_of_types() {
+        let int = Arc::new(TypeDesc::predefined(crate::mpi::datatype::Basic::Int32));
+        assert_eq!(span(&int, 0), (0, 0));
+        assert_eq!(span(&int, 5), (0, 20));
+        // vector of 3 blocks of 1 int, stride 2: extent 20 bytes (last block has no tail gap).
+        let v = Arc::new(TypeDesc::vector(3, 1, 2, &int).unwrap());
+        assert_eq!(span(&v, 1), (0, 20));
+        assert_eq!(span(&v, 2), (0, 40));
+        // Negative extent through resized.
+        let r = TypeDesc::resized(&int, 0, -8).unwrap();
+        assert_eq!(span(&r, 3), (-16, 4));
+    }
+
+    #[test]
+    fn host_memory_passes_through() {
+        let int = TypeDesc::predefined(crate::mpi::datatype::Basic::Int32);
+        let data = [1i32, 2, 3];
+        // SAFETY: a live array of 3 ints.
+        unsafe {
+            assert!(packed_from_device(data.as_ptr() as *const u8, 3, &int)
+                .unwrap()
+                .is_none());
+            let mut out = [0i32; 3];
+            assert!(!unpack_to_device(&[0u8; 12], out.as_mut_ptr() as *mut u8, 3, &int).unwrap());
+            assert!(Mirror::of(data.as_ptr() as usize, 0, 12, true)
+                .unwrap()
+                .is_none());
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The CUDA driver API, through cudarc's raw bindings (`cudarc::driver::sys`), loaded with
+//! `dlopen` at first use. Every unsafe CUDA call of gpumpi is in this file; `crate::gpu` builds
+//! the safe layer (devices, contexts, streams, pointer classification, staging) on top.
+//!
+//! Contract: nothing here is called before [`load`] returned `Ok`; [`load`] never panics and
+//! fails cleanly where there is no libcuda or no usable driver (cudarc panics when a symbol or
+//! the library is missing, so the first calls run under `catch_unwind`).
+
+use cudarc::driver::sys as cu;
+use std::ffi::{c_void, CStr};
+
+/// A failed driver call: the call's name and the driver's error code and name.
+#[derive(Clone, Debug)]
+pub struct CudaError {
+    pub call: &'static str,
+    pub code: i32,
+    pub name: String,
+}
+
+impl std::fmt::Display for CudaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {} ({})", self.call, self.name, self.code)
+    }
+}
+
+pub type CuResult<T> = Result<T, CudaError>;
+
+fn check(call: &'static str, r: cu::CUresult) -> CuResult<()> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string (or leaves it null).
+    unsafe { cu::cuGetErrorName(r, &mut p) };
+    let name = if p.is_null() {
+        format!("{r:?}")
+    } else {
+        // SAFETY: non-null results of cuGetErrorName are NUL-terminated static strings.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    };
+    Err(CudaError {
+        call,
+        code: r as i32,
+        name,
+    })
+}
+
+fn fail(call: &'static str, name: impl Into<String>) -> CudaError {
+    CudaError {
+        call,
+        code: -1,
+        name: name.into(),
+    }
+}
+
+/// glibc's `struct dl_phdr_info` including the load counters (libc's binding stops before them).
+#[repr(C)]
+struct PhdrInfo {
+    addr: usize,
+    name: *const std::ffi::c_char,
+    phdr: *const c_void,
+    phnum: u16,
+    adds: u64,
+    subs: u64,
+}
+
+/// Objects loaded into the process so far (glibc's `dlpi_adds`), read from the first callback.
+fn loaded_objects_counter() -> Option<u64> {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> i32 {
+        if size >= std::mem::size_of::<PhdrInfo>() {
+            // SAFETY: glibc passes `size` bytes of its dl_phdr_info, which begins like PhdrInfo.
+            let adds = unsafe { (*(info as *const PhdrInfo)).adds };
+            // SAFETY: `data` is the Option<u64> passed below.
+            unsafe { *(data as *mut Option<u64>) = Some(adds) };
+        }
+        1 // stop after the first object
+    }
+    let mut out: Option<u64> = None;
+    // SAFETY: the callback only reads the info glibc hands it and writes `out`.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut out as *mut Option<u64> as *mut c_void) };
+    out
+}
+
+/// Whether an object named libcuda.so* is loaded (walks the list of loaded objects).
+fn libcuda_loaded() -> bool {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> i32 {
+        // SAFETY: glibc's info is valid during the callback; names are NUL-terminated or null.
+        let name = unsafe { (*info).dlpi_name };
+        if name.is_null() {
+            return 0;
+        }
+        // SAFETY: as above.
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+        let base = name.rsplit(|&c| c == b'/').next().unwrap_or(name);
+        if base.starts_with(b"libcuda.so") {
+            // SAFETY: `data` is the bool passed below.
+            unsafe { *(data as *mut bool) = true };
+            return 1;
+        }
+        0
+    }
+    let mut found = false;
+    // SAFETY: the callback only reads the info glibc hands it and writes `found`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut found as *mut bool as *mut c_void) };
+    found
+}
+
+/// Whether some library of this process already loaded libcuda (the application uses CUDA).
+/// Device pointers cannot exist in a process that has not loaded the driver. Cheap when asked
+/// often: the list of loaded objects is walked again only after glibc loaded a new one.
+pub fn driver_in_process() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SCANNED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+    let now = loaded_objects_counter();
+    if let Some(n) = now {
+        if SCANNED_AT.load(Ordering::Relaxed) == n {
+            return false;
+        }
+    }
+    let found = libcuda_loaded();
+    if !found {
+        if let Some(n) = now {
+            SCANNED_AT.store(n, Ordering::Relaxed);
+        }
+    }
+    found
+}
+
+/// Load libcuda and initialize the driver; returns (driver version, device count).
+pub fn load() -> CuResult<(i32, i32)> {
+    let r = std::panic::catch_unwind(|| -> CuResult<(i32, i32)> {
+        // SAFETY: probing dlopen of the candidate library names has no side effect on failure.
+        if !unsafe { cu::is_culib_present() } {
+            return Err(fail("dlopen", "libcuda.so not found"));
+        }
+        // SAFETY: cuInit(0) is the documented first call; the symbols below exist in every
+        // driver of CUDA 11 or later (their absence panics inside cudarc, caught here).
+        unsafe {
+            check("cuInit", cu::cuInit(0))?;
+            let mut v = 0;
+            check("cuDriverGetVersion", cu::cuDriverGetVersion(&mut v))?;
+            let mut n = 0;
+            check("cuDeviceGetCount", cu::cuDeviceGetCount(&mut n))?;
+            Ok((v, n))
+        }
+    });
+    match r {
+        Ok(r) => r,
+        Err(_) => Err(fail("dlopen", "libcuda lacks a needed symbol")),
+    }
+}
+
+/// The name of device `ordinal`.
+pub fn device_name(ordinal: i32) -> CuResult<String> {
+    let mut dev = 0;
+    let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: the buffer is 256 bytes and its length is passed; the driver NUL-terminates it.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check(
+            "cuDeviceGetName",
+            cu::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, dev),
+        )?;
+        Ok(CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
+    }
+}
+
+/// A retained primary context (held for the life of the process).
+#[derive(Clone, Copy, Debug)]
+pub struct Context(cu::CUcontext);
+// SAFETY: CUDA contexts may be used from any thread.
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+/// A stream created by gpumpi (non-blocking with respect to the legacy default stream).
+#[derive(Clone, Copy, Debug)]
+pub struct Stream(cu::CUstream);
+// SAFETY: CUDA streams may be used from any thread.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+/// Retain device `ordinal`'s primary context (the one the CUDA runtime uses too).
+pub fn primary_context(ordinal: i32) -> CuResult<Context> {
+    let mut dev = 0;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: plain driver calls with out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check(
+            "cuDevicePrimaryCtxRetain",
+            cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+        )?;
+    }
+    Ok(Context(ctx))
+}
+
+/// Run `f` with `ctx` current on this thread, restoring the previous current context.
+pub fn with_context<R>(ctx: Context, f: impl FnOnce() -> CuResult<R>) -> CuResult<R> {
+    // SAFETY: ctx is a retained context; push/pop are balanced below.
+    unsafe { check("cuCtxPushCurrent", cu::cuCtxPushCurrent_v2(ctx.0))? };
+    let r = f();
+    let mut old = std::ptr::null_mut();
+    // SAFETY: pops the context pushed above.
+    let p = unsafe { check("cuCtxPopCurrent", cu::cuCtxPopCurrent_v2(&mut old)) };
+    let v = r?;
+    p?;
+    Ok(v)
+}
+
+/// A new non-blocking stream in the current context.
+pub fn stream_create() -> CuResult<Stream> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; CU_STREAM_NON_BLOCKING = 1.
+    unsafe {
+        check(
+            "cuStreamCreate",
+            cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
+        )?
+    };
+    Ok(Stream(s))
+}
+
+pub fn stream_synchronize(s: Stream) -> CuResult<()> {
+    // SAFETY: a stream created by stream_create.
+    unsafe { check("cuStreamSynchronize", cu::cuStreamSynchronize(s.0)) }
+}
+
+/// Copy `dst.len()` bytes from device address `src` into host memory, ordered on `s`
+/// (the caller synchronizes the stream before reading `dst`).
+///
+/// # Safety
+/// `src..src+dst.len()` must be device-accessible memory; `dst` must stay alive until `s` is
+/// synchronized. The owning context must be current.
+pub unsafe fn memcpy_dtoh_async(dst: &mut [u8], src: usize, s: Stream) -> CuResult<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    check(
+        "cuMemcpyDtoHAsync",
+        cu::cuMemcpyDtoHAsync_v2(
+            dst.as_mut_ptr() as *mut c_void,
+            src as cu::CUdeviceptr,
+            dst.len(),
+            s.0,
+        ),
+    )
+}
+
+/// Copy host bytes to device address `dst`, ordered on `s`.
+///
+/// # Safety
+/// As [`memcpy_dtoh_async`], with `dst..dst+src.len()` writable device memory.
+pub unsafe fn memcpy_htod_async(dst: usize, src: &[u8], s: Stream) -> CuResult<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    check(
+        "cuMemcpyHtoDAsync",
+        cu::cuMemcpyHtoDAsync_v2(
+            dst as cu::CUdeviceptr,
+            src.as_ptr() as *const c_void,
+            src.len(),
+            s.0,
+        ),
+    )
+}
+
+/// Device-to-device (or any unified address to any unified address) copy, ordered on `s`.
+///
+/// # Safety
+/// Both ranges valid device-accessible memory of `len` bytes; the context current.
+pub unsafe fn memcpy_dtod_async(dst: usize, src: usize, len: usize, s: Stream) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    check(
+        "cuMemcpyAsync",
+        cu::cuMemcpyAsync(dst as cu::CUdeviceptr, src as cu::CUdeviceptr, len, s.0),
+    )
+}
+
+/// What the driver says about one address (zeros for memory it does not know).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawPtrAttrs {
+    /// CUmemorytype: 0 unknown (plain host memory), 1 host (pinned), 2 device, 3 array, 4 unified.
+    pub mem_type: u32,
+    pub device_ordinal: i32,
+    pub buffer_id: u64,
+    pub is_managed: bool,
+    pub range_start: usize,
+    pub range_size: usize,
+}
+
+/// cuPointerGetAttributes for `ptr` (succeeds with zeros for memory the driver does not know).
+pub fn pointer_attributes(ptr: usize) -> CuResult<RawPtrAttrs> {
+    use cu::CUpointer_attribute as A;
+    let mut mem_type: u32 = 0;
+    let mut ordinal: i32 = -1;
+    let mut buffer_id: u64 = 0;
+    let mut managed: u32 = 0; // the driver writes a C bool into the first byte
+    let mut start: u64 = 0;
+    let mut size: usize = 0;
+    let mut attrs = [
+        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut c_void; 6] = [
+        &mut mem_type as *mut u32 as *mut c_void,
+        &mut ordinal as *mut i32 as *mut c_void,
+        &mut buffer_id as *mut u64 as *mut c_void,
+        &mut managed as *mut u32 as *mut c_void,
+        &mut start as *mut u64 as *mut c_void,
+        &mut size as *mut usize as *mut c_void,
+    ];
+    // SAFETY: each data slot points at a local of the attribute's documented type and size.
+    unsafe {
+        check(
+            "cuPointerGetAttributes",
+            cu::cuPointerGetAttributes(
+                attrs.len() as u32,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                ptr as cu::CUdeviceptr,
+            ),
+        )?
+    };
+    Ok(RawPtrAttrs {
+        mem_type,
+        device_ordinal: ordinal,
+        buffer_id,
+        is_managed: managed & 0xff != 0,
+        range_start: start as usize,
+        range_size: size,
+    })
+}
+
+/// The driver's buffer id of the allocation holding `ptr` (0 when it is not CUDA memory).
+pub fn pointer_buffer_id(ptr: usize) -> u64 {
+    let mut id: u64 = 0;
+    let mut attrs = [cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID];
+    let mut data: [*mut c_void; 1] = [&mut id as *mut u64 as *mut c_void];
+    // SAFETY: the slot points at a u64, the attribute's type.
+    let r =
+        unsafe { cu::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as _) };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return 0;
+    }
+    id
+}
+
+/// A loaded module (never unloaded: lives as long as its context).
+#[derive(Clone, Copy, Debug)]
+pub struct Module(cu::CUmodule);
+// SAFETY: modules may be used from any thread of the process.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+/// A kernel of a loaded module.
+#[derive(Clone, Copy, Debug)]
+pub struct Function(cu::CUfunction);
+// SAFETY: as for Module.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+/// Load a fatbin/cubin/PTX image into the current context.
+pub fn module_load(image: &[u8]) -> CuResult<Module> {
+    let mut m = std::ptr::null_mut();
+    // SAFETY: the image is a complete fatbin (or NUL-terminated PTX) embedded in the library.
+    unsafe {
+        check(
+            "cuModuleLoadData",
+            cu::cuModuleLoadData(&mut m, image.as_ptr() as *const c_void),
+        )?
+    };
+    Ok(Module(m))
+}
+
+pub fn module_function(m: Module, name: &CStr) -> CuResult<Function> {
+    let mut f = std::ptr::null_mut();
+    // SAFETY: m is a loaded module; name is NUL-terminated.
+    unsafe {
+        check(
+            "cuModuleGetFunction",
+            cu::cuModuleGetFunction(&mut f, m.0, name.as_ptr()),
+        )?
+    };
+    Ok(Function(f))
+}
+
+/// Launch `f` on `s` with a 1-D grid.
+///
+/// # Safety
+/// `params` must match the kernel's parameter list (one pointer to each argument's value), and
+/// every device pointer argument must be valid for what the kernel does with it.
+pub unsafe fn launch(
+    f: Function,
+    grid: u32,
+    block: u32,
+    params: &mut [*mut c_void],
+    s: Stream,
+) -> CuResult<()> {
+    check(
+        "cuLaunchKernel",
+        cu::cuLaunchKernel(
+            f.0,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            s.0,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        ),
+    )
+}
+
+/// Page-locked host memory (cuMemHostAlloc, portable): fast staging for copies.
+pub fn host_alloc(len: usize) -> CuResult<*mut u8> {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; CU_MEMHOSTALLOC_PORTABLE = 1.
+    unsafe { check("cuMemHostAlloc", cu::cuMemHostAlloc(&mut p, len.max(1), 1))? };
+    Ok(p as *mut u8)
+}
+
+/// Free memory from [`host_alloc`].
+///
+/// # Safety
+/// `p` came from `host_alloc` and is not used afterwards.
+pub unsafe fn host_free(p: *mut u8) {
+    let _ = cu::cuMemFreeHost(p as *mut c_void);
+}
+
+/// Allocate device memory in the current context (tests and kernel self-checks).
+pub fn mem_alloc(len: usize) -> CuResult<usize> {
+    let mut p: cu::CUdeviceptr = 0;
+    // SAFETY: out-pointer to a local.
+    unsafe { check("cuMemAlloc", cu::cuMemAlloc_v2(&mut p, len.max(1)))? };
+    Ok(p as usize)
+}
+
+/// # Safety
+/// `p` came from [`mem_alloc`] and is not used afterwards.
+pub unsafe fn mem_free(p: usize) {
+    let _ = cu::cuMemFree_v2(p as cu::CUdeviceptr);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn driver_check_is_cheap() {
+        // Asked on every buffer classification until libcuda shows up: must not cost a
+        // dlopen-style library search (~100 us) per call.
+        let t0 = std::time::Instant::now();
+        let first = super::driver_in_process();
+        for _ in 0..10_000 {
+            let again = super::driver_in_process();
+            // Another test may load libcuda meanwhile: only false -> true may change.
+            assert!(again || !first);
+        }
+        let per = t0.elapsed().as_secs_f64() / 10_000.0;
+        assert!(per < 20e-6, "driver_in_process takes {:.1} us", per * 1e6);
+    }
+}

@@ -1,0 +1,62 @@
+/* The few CUDA runtime calls the GPU tests use, loaded with dlopen so the tests build without
+ * CUDA headers and print SKIP (and pass) where there is no CUDA runtime or device. */
+#ifndef GPUMPI_TEST_CUDART_H
+#define GPUMPI_TEST_CUDART_H
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { cudaMemcpyDefault_ = 4 };
+static int (*cudaGetDeviceCount_)(int *);
+static int (*cudaSetDevice_)(int);
+static int (*cudaMalloc_)(void **, size_t);
+static int (*cudaMallocManaged_)(void **, size_t, unsigned);
+static int (*cudaMallocHost_)(void **, size_t);
+static int (*cudaFree_)(void *);
+static int (*cudaFreeHost_)(void *);
+static int (*cudaMemcpy_)(void *, const void *, size_t, int);
+static int (*cudaMemset_)(void *, int, size_t);
+static int (*cudaDeviceSynchronize_)(void);
+static const char *(*cudaGetErrorString_)(int);
+
+/* Returns NULL when CUDA is usable, else the reason it is not. */
+static const char *cudart_load(void) {
+    static char why[512];
+    const char *names[] = {getenv("GPUMPI_TEST_CUDART"), "libcudart.so", "libcudart.so.13",
+                           "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so", NULL};
+    void *h = NULL;
+    for (int i = 0; i < 6 && !h; i++)
+        if (names[i] && *names[i]) h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        snprintf(why, sizeof why, "no CUDA runtime library (libcudart.so): %s", dlerror());
+        return why;
+    }
+#define LOAD(f) if (!(*(void **)&f##_ = dlsym(h, #f))) { snprintf(why, sizeof why, "libcudart lacks %s", #f); return why; }
+    LOAD(cudaGetDeviceCount) LOAD(cudaSetDevice) LOAD(cudaMalloc) LOAD(cudaMallocManaged)
+    LOAD(cudaMallocHost) LOAD(cudaFree) LOAD(cudaFreeHost) LOAD(cudaMemcpy) LOAD(cudaMemset)
+    LOAD(cudaDeviceSynchronize) LOAD(cudaGetErrorString)
+#undef LOAD
+    int n = 0, rc = cudaGetDeviceCount_(&n);
+    if (rc != 0 || n == 0) {
+        snprintf(why, sizeof why, "cudaGetDeviceCount: %s (%d devices)",
+                 rc ? cudaGetErrorString_(rc) : "no error", n);
+        return why;
+    }
+    return NULL;
+}
+
+#define CU(call) do { int rc_ = (call); if (rc_) { fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString_(rc_)); MPI_Abort(MPI_COMM_WORLD, 3); } } while (0)
+
+/* Pick this rank's device: local rank / GPUMPI_TEST_RANKS_PER_GPU (default 1), modulo count. */
+static int cudart_pick_device(void) {
+    int n = 0;
+    cudaGetDeviceCount_(&n);
+    const char *lr = getenv("GPUMPI_LOCAL_RANK"), *per = getenv("GPUMPI_TEST_RANKS_PER_GPU");
+    int r = lr ? atoi(lr) : 0, p = per ? atoi(per) : 1;
+    if (p < 1) p = 1;
+    int d = (r / p) % n;
+    cudaSetDevice_(d);
+    return d;
+}
+#endif

@@ -1,0 +1,366 @@
+/* Device buffers through every call of the subset: p2p (device<->device, device<->host),
+ * all collectives (blocking, nonblocking, in-place), a derived datatype on the device, managed
+ * memory, MPI_Reduce_local, Pack/Unpack, and free-then-reallocate at the same address.
+ * Outputs are poisoned before each call and compared with a host reference.
+ * Without a CUDA device it prints "SKIP: no CUDA device (<reason>)" and exits 0. */
+#include <mpi.h>
+#include <mpi-ext.h>
+#include "cudart.h"
+#include <stdint.h>
+
+enum { HOST = 0, DEV = 1, MANAGED = 2 };
+static const char *kname[] = {"host", "device", "managed"};
+static int rank, size, errors;
+
+static void *alloc_k(int k, size_t n) {
+    void *p = NULL;
+    if (n == 0) n = 1;
+    if (k == HOST) p = malloc(n);
+    else if (k == DEV) CU(cudaMalloc_(&p, n));
+    else CU(cudaMallocManaged_(&p, n, 1));
+    return p;
+}
+static void free_k(int k, void *p) { if (k == HOST) free(p); else CU(cudaFree_(p)); }
+/* cudaMemcpy from pageable host memory may return before the DMA to the device completed
+ * (it is ordered only on the legacy default stream); gpumpi copies on its own non-blocking
+ * stream, so like every CUDA-aware MPI it needs the application to synchronize first. */
+static void put(void *dst, const void *src, size_t n) {
+    if (n) { CU(cudaMemcpy_(dst, src, n, cudaMemcpyDefault_)); CU(cudaDeviceSynchronize_()); }
+}
+static void get(void *dst, const void *src, size_t n) { if (n) CU(cudaMemcpy_(dst, src, n, cudaMemcpyDefault_)); }
+static void poison(int k, void *p, size_t n) {
+    if (!n) return;
+    if (k == HOST) memset(p, 0xA5, n); else { CU(cudaMemset_(p, 0xA5, n)); CU(cudaDeviceSynchronize_()); }
+}
+static int val(int r, size_t i) { return (int)((r + 1) * 1000 + (int)(i % 100003) * 3); }
+
+/* Compare n ints at device/host `got` with `want`. */
+static void check(const char *what, size_t count, const void *got, const int *want, size_t n) {
+    int *h = malloc(n * sizeof(int) + 1);
+    get(h, got, n * sizeof(int));
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != want[i]) {
+            if (errors < 20)
+                fprintf(stderr, "rank %d: %s count %zu: [%zu] = %d, want %d\n", rank, what, count, i, h[i], want[i]);
+            errors++;
+            break;
+        }
+    free(h);
+}
+
+static const size_t counts[] = {0, 1, 7, 1023, 1025, 65535, 65537, 16u << 20 /* 64 MiB of ints */};
+#define NCOUNTS (sizeof counts / sizeof counts[0])
+
+static void test_p2p(int sk, int rk) {
+    int to = (rank + 1) % size, from = (rank - 1 + size) % size;
+    for (size_t c = 0; c < NCOUNTS; c++) {
+        size_t n = counts[c], b = n * sizeof(int);
+        int *ref = malloc(b + 4), *src = malloc(b + 4);
+        for (size_t i = 0; i < n; i++) { src[i] = val(rank, i); ref[i] = val(from, i); }
+        void *s = alloc_k(sk, b), *r = alloc_k(rk, b);
+        put(s, src, b);
+        poison(rk, r, b);
+        MPI_Status st;
+        MPI_Sendrecv(s, (int)n, MPI_INT, to, 5, r, (int)n, MPI_INT, from, 5, MPI_COMM_WORLD, &st);
+        int got = -1;
+        MPI_Get_count(&st, MPI_INT, &got);
+        if ((size_t)got != n) { fprintf(stderr, "rank %d: sendrecv count %d want %zu\n", rank, got, n); errors++; }
+        char what[64];
+        snprintf(what, sizeof what, "sendrecv %s->%s", kname[sk], kname[rk]);
+        check(what, n, r, ref, n);
+        /* Nonblocking, receive posted first. */
+        poison(rk, r, b);
+        MPI_Request q[2];
+        MPI_Irecv(r, (int)n, MPI_INT, from, 6, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(s, (int)n, MPI_INT, to, 6, MPI_COMM_WORLD, &q[1]);
+        MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        snprintf(what, sizeof what, "isend/irecv %s->%s", kname[sk], kname[rk]);
+        check(what, n, r, ref, n);
+        /* Sendrecv_replace in the receive buffer's memory kind. */
+        if (n <= 65537) {
+            put(r, src, b);
+            MPI_Sendrecv_replace(r, (int)n, MPI_INT, to, 7, from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            snprintf(what, sizeof what, "sendrecv_replace %s", kname[rk]);
+            check(what, n, r, ref, n);
+        }
+        free_k(sk, s); free_k(rk, r); free(ref); free(src);
+    }
+}
+
+/* A vector type on the device: every other int; gaps must keep their poison. */
+static void test_vector(void) {
+    int to = (rank + 1) % size, from = (rank - 1 + size) % size;
+    MPI_Datatype vec;
+    int nb = 1001;
+    MPI_Type_vector(nb, 1, 2, MPI_INT, &vec);
+    MPI_Type_commit(&vec);
+    size_t span = (size_t)(2 * nb - 1);
+    int *h = malloc(span * sizeof(int)), *want = malloc(span * sizeof(int));
+    for (size_t i = 0; i < span; i++) h[i] = val(rank, i);
+    int *s = alloc_k(DEV, span * 4), *r = alloc_k(DEV, span * 4), *c = alloc_k(DEV, nb * 4);
+    put(s, h, span * 4);
+    poison(DEV, r, span * 4);
+    MPI_Sendrecv(s, 1, vec, to, 8, r, 1, vec, from, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    memset(want, 0xA5, span * 4);
+    for (size_t i = 0; i < span; i += 2) want[i] = val(from, i);
+    check("vector device->device (gaps kept)", 1, r, want, span);
+    /* vector -> contiguous */
+    poison(DEV, c, nb * 4);
+    MPI_Sendrecv(s, 1, vec, to, 9, c, nb, MPI_INT, from, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int i = 0; i < nb; i++) want[i] = val(from, 2 * (size_t)i);
+    check("vector device->contiguous device", 1, c, want, nb);
+    /* Collective with the vector type: bcast from rank 0 into the vector layout. */
+    put(r, h, span * 4);
+    MPI_Bcast(r, 1, vec, 0, MPI_COMM_WORLD);
+    for (size_t i = 0; i < span; i++) want[i] = (i % 2 == 0) ? val(0, i) : val(rank, i);
+    check("bcast vector device", 1, r, want, span);
+    /* Pack / Unpack with device memory on both sides. */
+    int psize = 0;
+    MPI_Pack_size(1, vec, MPI_COMM_WORLD, &psize);
+    void *pk = alloc_k(DEV, psize);
+    int pos = 0;
+    MPI_Pack(s, 1, vec, pk, psize, &pos, MPI_COMM_WORLD);
+    for (int i = 0; i < nb; i++) want[i] = val(rank, 2 * (size_t)i);
+    check("pack device vector to device", 1, pk, want, nb);
+    poison(DEV, r, span * 4);
+    pos = 0;
+    MPI_Unpack(pk, psize, &pos, r, 1, vec, MPI_COMM_WORLD);
+    memset(want, 0xA5, span * 4);
+    for (size_t i = 0; i < span; i += 2) want[i] = val(rank, i);
+    check("unpack device to device vector", 1, r, want, span);
+    free_k(DEV, pk);
+    free_k(DEV, s); free_k(DEV, r); free_k(DEV, c);
+    MPI_Type_free(&vec);
+    free(h); free(want);
+}
+
+/* Every collective with device buffers (kind k), checked against a host reference. */
+static void test_coll(int k, size_t maxn) {
+    for (size_t c = 0; c < NCOUNTS; c++) {
+        size_t n = counts[c];
+        if (n > maxn) break;
+        size_t b = n * sizeof(int), nb = b * size;
+        int *h = malloc(nb + 4), *want = malloc(nb + 4);
+        int *s = alloc_k(k, nb), *r = alloc_k(k, nb);
+        char what[96];
+#define CHECK(name, buf, len) do { snprintf(what, sizeof what, "%s %s", name, kname[k]); check(what, n, buf, want, len); } while (0)
+        /* Bcast from the last rank. */
+        for (size_t i = 0; i < n; i++) { h[i] = val(rank, i); want[i] = val(size - 1, i); }
+        put(r, h, b);
+        MPI_Bcast(r, (int)n, MPI_INT, size - 1, MPI_COMM_WORLD);
+        CHECK("bcast", r, n);
+        /* Allreduce sum, and in place; Reduce to root 0. */
+        for (size_t i = 0; i < n; i++) {
+            h[i] = val(rank, i);
+            long long sum = 0;
+            for (int q = 0; q < size; q++) sum += val(q, i);
+            want[i] = (int)sum;
+        }
+        put(s, h, b); poison(k, r, b);
+        MPI_Allreduce(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK("allreduce", r, n);
+        put(r, h, b);
+        MPI_Allreduce(MPI_IN_PLACE, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK("allreduce in-place", r, n);
+        poison(k, r, b);
+        MPI_Reduce(s, r, (int)n, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) CHECK("reduce", r, n);
+        MPI_Request q;
+        poison(k, r, b);
+        MPI_Iallreduce(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q);
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+        CHECK("iallreduce", r, n);
+        if (n <= (1u << 20)) {
+            /* Allgather, Gather (root 0), Alltoall, Reduce_scatter_block, Scan, Exscan, Scatter */
+            put(s, h, b); poison(k, r, nb);
+            for (int p = 0; p < size; p++) for (size_t i = 0; i < n; i++) want[p * n + i] = val(p, i);
+            MPI_Allgather(s, (int)n, MPI_INT, r, (int)n, MPI_INT, MPI_COMM_WORLD);
+            CHECK("allgather", r, n * size);
+            poison(k, r, nb);
+            MPI_Gather(s, (int)n, MPI_INT, r, (int)n, MPI_INT, 0, MPI_COMM_WORLD);
+            if (rank == 0) CHECK("gather", r, n * size);
+            /* Allgather in place. */
+            poison(k, r, nb);
+            put((char *)r + rank * b, h, b);
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r, (int)n, MPI_INT, MPI_COMM_WORLD);
+            CHECK("allgather in-place", r, n * size);
+            /* Alltoall: block p of rank q's send = val(q*size+p, i). */
+            for (int p = 0; p < size; p++) for (size_t i = 0; i < n; i++) {
+                h[p * n + i] = val(rank * size + p, i);
+                want[p * n + i] = val(p * size + rank, i);
+            }
+            put(s, h, nb); poison(k, r, nb);
+            MPI_Alltoall(s, (int)n, MPI_INT, r, (int)n, MPI_INT, MPI_COMM_WORLD);
+            CHECK("alltoall", r, n * size);
+            /* Alltoallv with the same layout. */
+            int *cn = malloc(size * sizeof(int)), *dp = malloc(size * sizeof(int));
+            for (int p = 0; p < size; p++) { cn[p] = (int)n; dp[p] = (int)(p * n); }
+            poison(k, r, nb);
+            MPI_Alltoallv(s, cn, dp, MPI_INT, r, cn, dp, MPI_INT, MPI_COMM_WORLD);
+            CHECK("alltoallv", r, n * size);
+            /* Scatter from root 0: block p = val(p*size + 0, i) as laid out above on rank 0. */
+            for (size_t i = 0; i < n; i++) want[i] = val(0 * size + rank, i);
+            poison(k, r, b);
+            MPI_Scatter(s, (int)n, MPI_INT, r, (int)n, MPI_INT, 0, MPI_COMM_WORLD);
+            CHECK("scatter", r, n);
+            /* Reduce_scatter_block: block rank of the sum over ranks. */
+            for (size_t i = 0; i < n; i++) {
+                long long sum = 0;
+                for (int p = 0; p < size; p++) sum += val(p * size + rank, i);
+                want[i] = (int)sum;
+            }
+            poison(k, r, b);
+            MPI_Reduce_scatter_block(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            CHECK("reduce_scatter_block", r, n);
+            /* Scan / Exscan (sum) */
+            for (size_t i = 0; i < n; i++) h[i] = val(rank, i);
+            put(s, h, b);
+            for (size_t i = 0; i < n; i++) {
+                long long sum = 0;
+                for (int p = 0; p <= rank; p++) sum += val(p, i);
+                want[i] = (int)sum;
+            }
+            poison(k, r, b);
+            MPI_Scan(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            CHECK("scan", r, n);
+            if (rank > 0) {
+                for (size_t i = 0; i < n; i++) want[i] -= val(rank, i);
+                poison(k, r, b);
+                MPI_Exscan(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+                CHECK("exscan", r, n);
+            } else {
+                MPI_Exscan(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            }
+            /* Allgatherv with rank-dependent counts (rank p contributes n - p if possible). */
+            int tot = 0;
+            for (int p = 0; p < size; p++) { cn[p] = n > (size_t)p ? (int)(n - p) : 0; dp[p] = tot; tot += cn[p]; }
+            for (int p = 0; p < size; p++) for (int i = 0; i < cn[p]; i++) want[dp[p] + i] = val(p, i);
+            poison(k, r, nb);
+            MPI_Allgatherv(s, cn[rank], MPI_INT, r, cn, dp, MPI_INT, MPI_COMM_WORLD);
+            CHECK("allgatherv", r, tot);
+            free(cn); free(dp);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        free_k(k, s); free_k(k, r); free(h); free(want);
+#undef CHECK
+    }
+}
+
+/* Mixed memory kinds between ranks: even ranks device, odd ranks host; send and recv kinds differ. */
+static void test_mixed(void) {
+    size_t n = 100003, b = n * 4;
+    int sk = rank % 2 ? HOST : DEV, rk = rank % 2 ? DEV : HOST;
+    int *h = malloc(b), *want = malloc(b);
+    int *s = alloc_k(sk, b), *r = alloc_k(rk, b);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = val(rank, i);
+        long long sum = 0;
+        for (int q = 0; q < size; q++) sum += val(q, i);
+        want[i] = (int)sum;
+    }
+    put(s, h, b); poison(rk, r, b);
+    MPI_Allreduce(s, r, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    check("allreduce mixed kinds", n, r, want, n);
+    /* max of doubles, managed memory */
+    double *dm = alloc_k(MANAGED, n * 8), *dh = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) dh[i] = (double)((rank * 7919 + i * 13) % 1000) + 0.5;
+    put(dm, dh, n * 8);
+    MPI_Allreduce(MPI_IN_PLACE, dm, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    get(dh, dm, n * 8);
+    for (size_t i = 0; i < n; i++) {
+        double m = 0;
+        for (int q = 0; q < size; q++) { double v = (double)((q * 7919 + i * 13) % 1000) + 0.5; if (v > m) m = v; }
+        if (dh[i] != m) { fprintf(stderr, "rank %d: managed max [%zu] %g want %g\n", rank, i, dh[i], m); errors++; break; }
+    }
+    /* Reduce_local on the device: inout = in + inout. */
+    int *a = alloc_k(DEV, b), *c = alloc_k(DEV, b);
+    put(a, h, b); put(c, h, b);
+    MPI_Reduce_local(a, c, (int)n, MPI_INT, MPI_SUM);
+    for (size_t i = 0; i < n; i++) want[i] = 2 * h[i];
+    check("reduce_local device", n, c, want, n);
+    /* Reduce_local on the device with doubles (max) and int64 (prod): kernel path. */
+    double *xa = alloc_k(DEV, n * 8), *xb = alloc_k(DEV, n * 8), *xh = malloc(n * 8), *xw = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) { xh[i] = (double)(i % 17) - 8.5; xw[i] = (double)(i % 13) - 6.0; }
+    put(xa, xh, n * 8); put(xb, xw, n * 8);
+    MPI_Reduce_local(xa, xb, (int)n, MPI_DOUBLE, MPI_MAX);
+    get(xw, xb, n * 8);
+    for (size_t i = 0; i < n; i++) {
+        double w = (double)(i % 13) - 6.0, v = xh[i] > w ? xh[i] : w;
+        if (xw[i] != v) { fprintf(stderr, "rank %d: reduce_local max double [%zu] %g want %g\n", rank, i, xw[i], v); errors++; break; }
+    }
+    long long *la = (long long *)xa, *lb = (long long *)xb, *lh = (long long *)xh, *lw = (long long *)xw;
+    for (size_t i = 0; i < n; i++) { lh[i] = (long long)(i % 5) + 1; lw[i] = (long long)(i % 7) - 3; }
+    put(la, lh, n * 8); put(lb, lw, n * 8);
+    MPI_Reduce_local(la, lb, (int)n, MPI_INT64_T, MPI_PROD);
+    get(lw, lb, n * 8);
+    for (size_t i = 0; i < n; i++) {
+        long long v = ((long long)(i % 5) + 1) * ((long long)(i % 7) - 3);
+        if (lw[i] != v) { fprintf(stderr, "rank %d: reduce_local prod int64 [%zu] %lld want %lld\n", rank, i, lw[i], v); errors++; break; }
+    }
+    free_k(DEV, xa); free_k(DEV, xb); free(xh); free(xw);
+    free_k(DEV, a); free_k(DEV, c); free_k(MANAGED, dm); free(dh);
+    free_k(sk, s); free_k(rk, r); free(h); free(want);
+}
+
+/* Free a device buffer and allocate again (the driver usually returns the same address), using
+ * it as host-visible managed memory and as plain device memory in turn: classification must
+ * follow the allocation, not the address. */
+static void test_realloc(void) {
+    size_t n = 4099, b = n * 4;
+    int from = (rank - 1 + size) % size, to = (rank + 1) % size;
+    int *h = malloc(b), *want = malloc(b);
+    for (size_t i = 0; i < n; i++) { h[i] = val(rank, i); want[i] = val(from, i); }
+    int same = 0;
+    void *prev = NULL;
+    for (int round = 0; round < 4; round++) {
+        int k = round % 2 ? MANAGED : DEV;
+        void *s = alloc_k(DEV, b), *r = alloc_k(k, b);
+        if (round > 0 && r == prev) same++;
+        put(s, h, b); poison(k, r, b);
+        MPI_Sendrecv(s, (int)n, MPI_INT, to, 11, r, (int)n, MPI_INT, from, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        check(round % 2 ? "realloc managed" : "realloc device", n, r, want, n);
+        prev = r;
+        free_k(k, r); free_k(DEV, s);
+    }
+    /* Device memory freed, then a host buffer received into: must not be taken as device. */
+    int *hh = malloc(b);
+    memset(hh, 0xA5, b);
+    MPI_Sendrecv(h, (int)n, MPI_INT, to, 12, hh, (int)n, MPI_INT, from, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check("host after free", n, hh, want, n);
+    if (rank == 0) printf("realloc: %d of 3 reallocations landed at the freed address\n", same);
+    free(hh); free(h); free(want);
+}
+
+int main(int argc, char **argv) {
+    const char *why = cudart_load();
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int skip = why != NULL, any_skip = 0;
+    MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_skip) {
+        if (rank == 0) printf("SKIP: no CUDA device (%s)\n", why ? why : "on another rank");
+        MPI_Finalize();
+        return 0;
+    }
+    int dev = cudart_pick_device();
+    if (MPIX_Query_cuda_support() != 1) {
+        fprintf(stderr, "rank %d: MPIX_Query_cuda_support() != 1 with a device present\n", rank);
+        errors++;
+    }
+    size_t maxn = argc > 1 ? strtoull(argv[1], NULL, 10) : (16u << 20);
+    if (rank == 0) printf("gpu_test: %d ranks, rank 0 on device %d, max count %zu\n", size, dev, maxn);
+    test_p2p(DEV, DEV);
+    test_p2p(DEV, HOST);
+    test_p2p(HOST, DEV);
+    test_vector();
+    test_coll(DEV, maxn);
+    test_coll(MANAGED, 65537);
+    test_mixed();
+    test_realloc();
+    int total = 0;
+    MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s: gpu_test %d ranks, %d errors\n", total ? "FAIL" : "PASS", size, total);
+    MPI_Finalize();
+    return total != 0;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build and run the GPU tests against an installed gpumpi:
+#   tests/gpu/run.sh PREFIX [--bench] [--max-count N]
+# Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
+# at 2 ranks sharing one GPU. Without a CUDA runtime or device each run prints
+# "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+prefix=${1:?usage: run.sh PREFIX [--bench] [--max-count N]}
+shift
+bench=no
+max=$((16 << 20))
+tmo=${GPU_TEST_TIMEOUT:-300}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bench) bench=yes; shift ;;
+        --max-count) max="$2"; shift 2 ;;
+        *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
+out=${GPU_TEST_BUILD:-$(mktemp -d)}
+mkdir -p "$out"
+for p in gpu_test gpu_bench; do
+    "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl
+done
+mpirun="$prefix/bin/mpirun"
+fail=0
+run() { # label env... -- args
+    local label=$1; shift
+    echo "== $label"
+    if ! env "$@"; then echo "FAILED: $label"; fail=1; fi
+}
+for n in 1 2 4; do
+    run "gpu_test -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_test" "$max"
+done
+run "gpu_test -n 2, two ranks per GPU" GPUMPI_TEST_RANKS_PER_GPU=2 \
+    "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_TEST_RANKS_PER_GPU "$out/gpu_test" "$max"
+if [ "$bench" = yes ]; then
+    for n in 2 4; do
+        run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench"
+    done
+fi
+exit $fail
