@@ -23,7 +23,7 @@ stage cargo-build cargo build --workspace --release
 # LAUNCHERS_INSTALL=1: tests/launchers.rs installs Open MPI 5 and MPICH 5 from PyPI and runs the C
 # programs under their mpirun/prterun (PMIx) and hydra mpiexec (PMI-1).
 export LAUNCHERS_INSTALL=${LAUNCHERS_INSTALL:-1}
-stage cargo-test cargo test --workspace --release
+stage cargo-test cargo test --workspace --release --no-fail-fast
 stage install bash scripts/install.sh --prefix "$prefix"
 [ -x tests/clients/run_rsmpi.sh ] && stage rsmpi bash tests/clients/run_rsmpi.sh "$prefix"
 [ -x tests/clients/run_mpi4py.sh ] && stage mpi4py bash tests/clients/run_mpi4py.sh "$prefix"
