@@ -18,6 +18,8 @@ stage() {
     if "$@"; then passed=$((passed + 1)); echo "=== $name: ok ($((SECONDS - t0)) s)"
     else failed=$((failed + 1)); names+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"; fi
 }
+# CUDA kernels (kernels/*.cu) compile with nvcc 13.0 from PyPI even without a GPU (issue 3).
+[ -x build/cuda/nvidia/cu13/bin/nvcc ] || stage nvcc bash scripts/install-nvcc.sh
 # The tests inspect the built libmpi_abi.so (cargo test alone builds only the rlib).
 stage cargo-build cargo build --workspace --release
 # LAUNCHERS_INSTALL=1: tests/launchers.rs installs Open MPI 5 and MPICH 5 from PyPI and runs the C

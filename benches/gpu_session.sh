@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One batched GPU session for the issue notes: the GPU test suite, gpumpi beside NCCL (blocking
+# and back-to-back), first-call times and device memory per process.
+#   OUT=dir benches/gpu_session.sh PREFIX [NP]
+# PREFIX: a gpumpi install; NP: ranks (one GPU each). NVLink multicast stays off.
+set -u
+P=${1:?usage: gpu_session.sh PREFIX [NP]}
+NP=${2:-4}
+OUT=${OUT:-$(mktemp -d)}
+B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+R=$(cd "$B/.." && pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+exec > >(tee "$OUT/session.log") 2>&1
+date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1
+NCCL_LIB=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib'))" 2>/dev/null)
+CUDART=$(ls /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -1)
+export LD_LIBRARY_PATH=${NCCL_LIB}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export GPUMPI_TEST_CUDART=$CUDART
+echo "NCCL_LIB=$NCCL_LIB CUDART=$CUDART"; ls "$NCCL_LIB" 2>/dev/null | head -3
+
+echo "== GPU test suite (tests/gpu/run.sh)"
+timeout 400 bash "$R/tests/gpu/run.sh" "$P" --bench; echo "gpu tests rc=$?"
+
+"$P/bin/mpicc" -std=c99 -O2 -I "$B" -o /tmp/gb "$B/gpumpi-bench.c" -ldl -lm || exit 1
+echo "== first call (MPI_Init, first send/recv, first allreduce on device buffers)"
+timeout 60 "$P/bin/mpirun" -n "$NP" /tmp/gb -d cuda -o firstcall
+timeout 120 "$P/bin/mpirun" -n "$NP" /tmp/gb -B nccl -o firstcall
+
+echo "== device memory per process (nvidia-smi, sampled every 100 ms), 8 B allreduce loop"
+for be in "-d cuda" "-B nccl"; do
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 100 > /tmp/mem.csv &
+    sm=$!
+    timeout 60 "$P/bin/mpirun" -n "$NP" /tmp/gb $be -o allreduce -b 8 -e 8 -w 100 -n 3000 > /dev/null
+    kill $sm; wait $sm 2>/dev/null
+    echo "$be: max MiB per process: $(sort -t, -k1,1 -k2,2n /tmp/mem.csv | awk -F, '{m[$1]=$2} END {for (p in m) printf "%s ", m[p]}')"
+done
+
+for z in 1 0; do
+    echo "== gpumpi beside NCCL, $NP ranks, device buffers, -z $z"
+    timeout 900 python3 "$B/compare.py" --backends gpumpi,nccl --gpumpi-prefix "$P" \
+        --ops pingpong,sendrecv,allreduce,alltoall -n "$NP" -d cuda -b 8 -e 512M -f 8 \
+        -w 2 --iters 8 -z $z --timeout 300 -o /tmp/cmp$z > /tmp/cmp$z.log 2>&1
+    echo "compare rc=$?"; cat /tmp/cmp$z/tables.txt 2>/dev/null || tail -30 /tmp/cmp$z.log
+done
+tar czf "$OUT/results.tgz" -C /tmp cmp1 cmp0 cmp1.log cmp0.log 2>/dev/null
+date -u
