@@ -44,9 +44,16 @@ pub trait Bootstrap: Send + Sync {
     /// Number of ranks in the job.
     fn size(&self) -> usize;
     /// Index of this rank among the ranks on its node.
-    fn local_rank(&self) -> usize;
+    fn local_rank(&self) -> usize {
+        self.node_ranks()
+            .iter()
+            .position(|&r| r == self.rank())
+            .unwrap_or(0)
+    }
     /// Number of ranks on this node.
-    fn local_size(&self) -> usize;
+    fn local_size(&self) -> usize {
+        self.node_ranks().len()
+    }
     /// The ranks on this node, ascending (contains `rank()` at `local_rank()`).
     fn node_ranks(&self) -> Vec<usize>;
     /// MPI_APPNUM: index of the application in an MPMD launch (0 here).
@@ -233,10 +240,7 @@ mod tests {
         // What srun --mpi=pmix sets (it also sets PMI_* for PMI-2 clients in some setups):
         // PMIx comes first.
         let srun = env(&["PMIX_NAMESPACE", "PMIX_RANK", "PMI_FD"]);
-        assert_eq!(
-            choose(None, |m| m.detect_in(srun)).unwrap().0,
-            Method::Pmix
-        );
+        assert_eq!(choose(None, |m| m.detect_in(srun)).unwrap().0, Method::Pmix);
         let hydra = env(&["PMI_FD", "PMI_RANK", "PMI_SIZE"]);
         assert_eq!(
             choose(None, |m| m.detect_in(hydra)).unwrap().0,

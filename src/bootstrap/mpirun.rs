@@ -238,15 +238,6 @@ impl Bootstrap for MpirunBootstrap {
     fn size(&self) -> usize {
         self.size
     }
-    fn local_rank(&self) -> usize {
-        self.node_ranks
-            .iter()
-            .position(|&r| r == self.rank)
-            .unwrap_or(0)
-    }
-    fn local_size(&self) -> usize {
-        self.node_ranks.len()
-    }
     fn node_ranks(&self) -> Vec<usize> {
         self.node_ranks.clone()
     }

@@ -564,15 +564,6 @@ impl Bootstrap for Pmi1 {
     fn size(&self) -> usize {
         self.size
     }
-    fn local_rank(&self) -> usize {
-        let n = self.node.lock().unwrap();
-        n.as_ref()
-            .and_then(|v| v.iter().position(|&r| r == self.rank))
-            .unwrap_or(0)
-    }
-    fn local_size(&self) -> usize {
-        self.node.lock().unwrap().as_ref().map_or(1, |v| v.len())
-    }
     fn node_ranks(&self) -> Vec<usize> {
         self.node
             .lock()

@@ -162,7 +162,12 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
         ("mpi_count_size", std::mem::size_of::<MPI_Count>()),
         ("mpi_offset_size", std::mem::size_of::<MPI_Offset>()),
     ];
-    let v = kv.iter().map(|(k, n)| (k.to_string(), n.to_string())).collect();
-    *info = crate::abi::objects::objects().infos.insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    let v = kv
+        .iter()
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .collect();
+    *info = crate::abi::objects::objects()
+        .infos
+        .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
 }
