@@ -5,7 +5,7 @@ use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::nonnull;
 use crate::abi::types::{self, dtype, DtypeObj};
-use crate::mpi::datatype::{CombinerKind, Order, TypeDesc};
+use crate::mpi::datatype::{CombinerKind, Distrib, F90Class, Order, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
 use std::os::raw::{c_char, c_int, c_void};
@@ -238,6 +238,12 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> MpiResult<()> {
         dtype(*datatype)?;
         mpi_bail!(MPI_ERR_TYPE, "predefined datatype {h:#x} cannot be freed");
     }
+    if dtype(*datatype)?.predefined != 0 {
+        mpi_bail!(
+            MPI_ERR_TYPE,
+            "datatype {h:#x} (from MPI_Type_create_f90_*) is predefined and cannot be freed"
+        );
+    }
     let Some(obj) = types::TYPES.lock().unwrap().remove(h) else {
         mpi_bail!(
             MPI_ERR_TYPE,
@@ -337,6 +343,9 @@ pub unsafe fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
 
 pub unsafe fn MPI_Type_set_name(datatype: MPI_Datatype, name: *const c_char) -> MpiResult<()> {
     let n = read_cstr(name, "type_name")?;
+    if datatype == c::MPI_DATATYPE_NULL {
+        mpi_bail!(MPI_ERR_TYPE, "cannot name MPI_DATATYPE_NULL");
+    }
     *dtype(datatype)?.name.lock().unwrap() = n.chars().take(127).collect();
     Ok(())
 }
@@ -346,7 +355,11 @@ pub unsafe fn MPI_Type_get_name(
     name: *mut c_char,
     resultlen: *mut c_int,
 ) -> MpiResult<()> {
-    let n = dtype(datatype)?.name.lock().unwrap().clone();
+    let n = if datatype == c::MPI_DATATYPE_NULL {
+        "MPI_DATATYPE_NULL".to_string()
+    } else {
+        dtype(datatype)?.name.lock().unwrap().clone()
+    };
     write_cstr(&n, name, 128, resultlen)
 }
 
@@ -365,6 +378,9 @@ pub(super) fn combiner_value(k: CombinerKind) -> c_int {
         CombinerKind::Subarray => c::MPI_COMBINER_SUBARRAY,
         CombinerKind::Resized => c::MPI_COMBINER_RESIZED,
         CombinerKind::Darray => c::MPI_COMBINER_DARRAY,
+        CombinerKind::F90(F90Class::Integer) => c::MPI_COMBINER_F90_INTEGER,
+        CombinerKind::F90(F90Class::Real) => c::MPI_COMBINER_F90_REAL,
+        CombinerKind::F90(F90Class::Complex) => c::MPI_COMBINER_F90_COMPLEX,
     }
 }
 
@@ -584,4 +600,257 @@ pub unsafe fn MPI_Unpack(
     )?;
     *position = pos as c_int;
     Ok(())
+}
+
+/// Predefined Fortran types chosen by MPI_Type_create_f90_*, one handle per (class, p, r)
+/// (the standard makes them predefined: the same arguments give the same type, never freed).
+static F90_TYPES: std::sync::Mutex<Vec<((F90Class, Option<i64>, i64), usize)>> =
+    std::sync::Mutex::new(Vec::new());
+
+unsafe fn f90_type(
+    class: F90Class,
+    p: Option<i64>,
+    r: i64,
+    base: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(newtype, "newtype")?;
+    let mut cache = F90_TYPES.lock().unwrap();
+    if let Some(&(_, h)) = cache.iter().find(|e| e.0 == (class, p, r)) {
+        *newtype = h as MPI_Datatype;
+        return Ok(());
+    }
+    let old = dtype(base)?;
+    let mut o = DtypeObj::new(TypeDesc::f90(class, p, r, &old.desc));
+    o.committed.store(true, Ordering::Release);
+    o.predefined = base as usize;
+    let h = types::insert(o);
+    cache.push(((class, p, r), h as usize));
+    *newtype = h;
+    Ok(())
+}
+
+/// A precision or range argument: MPI_UNDEFINED means "not given" (0).
+fn f90_arg(v: c_int, what: &str) -> MpiResult<i64> {
+    if v == c::MPI_UNDEFINED {
+        return Ok(0);
+    }
+    if v < 0 {
+        mpi_bail!(MPI_ERR_ARG, "{what} {v} is negative");
+    }
+    Ok(v as i64)
+}
+
+/// The kind SELECTED_REAL_KIND(p, r) gives (gfortran): REAL*4 or REAL*8 (wider ones are
+/// not supported by gpumpi).
+fn f90_real_kind(p: c_int, r: c_int) -> MpiResult<usize> {
+    if p == c::MPI_UNDEFINED && r == c::MPI_UNDEFINED {
+        mpi_bail!(MPI_ERR_ARG, "p and r are both MPI_UNDEFINED");
+    }
+    let (pp, rr) = (f90_arg(p, "p")?, f90_arg(r, "r")?);
+    if pp <= 6 && rr <= 37 {
+        Ok(4)
+    } else if pp <= 15 && rr <= 307 {
+        Ok(8)
+    } else {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "no supported Fortran real kind has precision {p} and range {r} (REAL*4 and REAL*8 only)"
+        )
+    }
+}
+
+pub unsafe fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+    let rr = f90_arg(r, "r")?;
+    let base = match rr {
+        0..=2 => c::MPI_INTEGER1,
+        3..=4 => c::MPI_INTEGER2,
+        5..=9 => c::MPI_INTEGER4,
+        10..=18 => c::MPI_INTEGER8,
+        _ => mpi_bail!(
+            MPI_ERR_ARG,
+            "no supported Fortran integer kind has range {r} (up to 18 digits)"
+        ),
+    };
+    f90_type(F90Class::Integer, None, rr, base, newtype)
+}
+
+pub unsafe fn MPI_Type_create_f90_real(
+    p: c_int,
+    r: c_int,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let base = if f90_real_kind(p, r)? == 4 {
+        c::MPI_REAL4
+    } else {
+        c::MPI_REAL8
+    };
+    let pr = (p as i64, r as i64);
+    f90_type(F90Class::Real, Some(pr.0), pr.1, base, newtype)
+}
+
+pub unsafe fn MPI_Type_create_f90_complex(
+    p: c_int,
+    r: c_int,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let base = if f90_real_kind(p, r)? == 4 {
+        c::MPI_COMPLEX8
+    } else {
+        c::MPI_COMPLEX16
+    };
+    f90_type(F90Class::Complex, Some(p as i64), r as i64, base, newtype)
+}
+
+pub unsafe fn MPI_Type_match_size(
+    typeclass: c_int,
+    size: c_int,
+    datatype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(datatype, "datatype")?;
+    let table: &[(c_int, MPI_Datatype)] = match typeclass {
+        x if x == c::MPI_TYPECLASS_INTEGER => &[
+            (1, c::MPI_INTEGER1),
+            (2, c::MPI_INTEGER2),
+            (4, c::MPI_INTEGER4),
+            (8, c::MPI_INTEGER8),
+        ],
+        x if x == c::MPI_TYPECLASS_REAL => &[(4, c::MPI_REAL4), (8, c::MPI_REAL8)],
+        x if x == c::MPI_TYPECLASS_COMPLEX => &[(8, c::MPI_COMPLEX8), (16, c::MPI_COMPLEX16)],
+        x => mpi_bail!(
+            MPI_ERR_ARG,
+            "typeclass {x} is not MPI_TYPECLASS_INTEGER, _REAL or _COMPLEX"
+        ),
+    };
+    match table.iter().find(|e| e.0 == size) {
+        Some(&(_, t)) => out(datatype, "datatype", t),
+        None => mpi_bail!(
+            MPI_ERR_ARG,
+            "no supported type of typeclass {typeclass} has size {size}"
+        ),
+    }
+}
+
+pub unsafe fn MPI_Type_get_value_index(
+    value_type: MPI_Datatype,
+    index_type: MPI_Datatype,
+    pair_type: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(pair_type, "pair_type")?;
+    use crate::mpi::datatype::{Combiner, Elem};
+    let basic = |h: MPI_Datatype, what: &str| -> MpiResult<Option<crate::mpi::datatype::Basic>> {
+        if h == c::MPI_DATATYPE_NULL {
+            mpi_bail!(MPI_ERR_TYPE, "{what} is MPI_DATATYPE_NULL");
+        }
+        let d = dtype(h)?;
+        Ok(match d.desc.combiner() {
+            Combiner::Named(Elem::Basic(b)) if d.predefined == h as usize => Some(*b),
+            _ => None,
+        })
+    };
+    let (v, i) = (basic(value_type, "value_type")?, basic(index_type, "index_type")?);
+    // Only the predefined pair types exist in gpumpi; any other combination has none.
+    let pair = match (v, i) {
+        (Some(v), Some(i)) => types::predefined_handle(Elem::Pair(v, i)),
+        _ => None,
+    };
+    *pair_type = pair.map_or(c::MPI_DATATYPE_NULL, |h| h as MPI_Datatype);
+    Ok(())
+}
+
+fn darray_args(
+    ndims: c_int,
+    distribs: *const c_int,
+    dargs: *const c_int,
+    order: c_int,
+) -> MpiResult<(usize, Vec<Distrib>, Vec<Option<i64>>, Order)> {
+    if ndims <= 0 {
+        mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
+    }
+    let n = ndims as usize;
+    let order = match order {
+        o if o == c::MPI_ORDER_C => Order::C,
+        o if o == c::MPI_ORDER_FORTRAN => Order::Fortran,
+        o => mpi_bail!(
+            MPI_ERR_ARG,
+            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
+        ),
+    };
+    let ds = ints(distribs, n, "array_of_distribs")?
+        .into_iter()
+        .map(|d| match d as c_int {
+            x if x == c::MPI_DISTRIBUTE_BLOCK => Ok(Distrib::Block),
+            x if x == c::MPI_DISTRIBUTE_CYCLIC => Ok(Distrib::Cyclic),
+            x if x == c::MPI_DISTRIBUTE_NONE => Ok(Distrib::None),
+            x => mpi_bail!(
+                MPI_ERR_ARG,
+                "array_of_distribs holds {x}, not an MPI_DISTRIBUTE_* value"
+            ),
+        })
+        .collect::<MpiResult<Vec<_>>>()?;
+    let da = ints(dargs, n, "array_of_dargs")?
+        .into_iter()
+        .map(|d| (d as c_int != c::MPI_DISTRIBUTE_DFLT_DARG).then_some(d))
+        .collect();
+    Ok((n, ds, da, order))
+}
+
+pub unsafe fn MPI_Type_create_darray(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const c_int,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let (n, ds, da, order) = darray_args(ndims, array_of_distribs, array_of_dargs, order)?;
+    let old = dtype(oldtype)?;
+    new_type(
+        newtype,
+        TypeDesc::darray(
+            size as i64,
+            rank as i64,
+            &ints(array_of_gsizes, n, "array_of_gsizes")?,
+            &ds,
+            &da,
+            &ints(array_of_psizes, n, "array_of_psizes")?,
+            order,
+            &old.desc,
+        ),
+    )
+}
+
+pub unsafe fn MPI_Type_create_darray_c(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const MPI_Count,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let (n, ds, da, order) = darray_args(ndims, array_of_distribs, array_of_dargs, order)?;
+    let old = dtype(oldtype)?;
+    let gs: Vec<i64> = slice(array_of_gsizes, n, "array_of_gsizes")?.to_vec();
+    new_type(
+        newtype,
+        TypeDesc::darray(
+            size as i64,
+            rank as i64,
+            &gs,
+            &ds,
+            &da,
+            &ints(array_of_psizes, n, "array_of_psizes")?,
+            order,
+            &old.desc,
+        )
+        .map(|t| t.with_large_counts()),
+    )
 }
