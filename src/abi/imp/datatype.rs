@@ -408,7 +408,27 @@ pub(super) fn contents(d: &DtypeObj) -> MpiResult<crate::mpi::datatype::Contents
         );
     }
     let mut ct = d.desc.contents();
-    if d.desc.kind() == CombinerKind::Subarray {
+    if d.desc.kind() == CombinerKind::Darray && ct.ints.len() >= 3 {
+        // [size, rank, ndims, gsizes (unless in large counts), distribs, dargs, psizes, order]:
+        // distributions and default dargs as the ABI's MPI_DISTRIBUTE_* values.
+        let nd = ct.ints[2] as usize;
+        let at = if ct.large.is_empty() { 3 + nd } else { 3 };
+        if ct.ints.len() >= at + 2 * nd {
+            for v in &mut ct.ints[at..at + nd] {
+                *v = match *v {
+                    0 => c::MPI_DISTRIBUTE_BLOCK,
+                    1 => c::MPI_DISTRIBUTE_CYCLIC,
+                    _ => c::MPI_DISTRIBUTE_NONE,
+                } as i64;
+            }
+            for v in &mut ct.ints[at + nd..at + 2 * nd] {
+                if *v == -1 {
+                    *v = c::MPI_DISTRIBUTE_DFLT_DARG as i64;
+                }
+            }
+        }
+    }
+    if d.desc.kind() == CombinerKind::Subarray || d.desc.kind() == CombinerKind::Darray {
         if let Some(last) = ct.ints.last_mut() {
             *last = if *last == 0 {
                 c::MPI_ORDER_C as i64
