@@ -166,3 +166,83 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
     *info = crate::abi::objects::objects().infos.insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
 }
+
+/// What a Fortran layer told the library with MPI_Abi_set_fortran_info / _booleans
+/// (gpumpi has no Fortran bindings of its own: it only keeps and returns them).
+struct FortranInfo {
+    info: Vec<(String, String)>,
+    /// (logical_size, true bytes, false bytes)
+    booleans: Vec<(usize, Vec<u8>, Vec<u8>)>,
+}
+
+static FORTRAN: std::sync::Mutex<FortranInfo> = std::sync::Mutex::new(FortranInfo {
+    info: Vec::new(),
+    booleans: Vec::new(),
+});
+
+/// MPI_Abi_get_fortran_info: the Fortran ABI facts set by MPI_Abi_set_fortran_info
+/// (empty until then), as an info object the caller frees.
+pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> MpiResult<()> {
+    crate::abi::objects::nonnull(info, "info")?;
+    let v = FORTRAN.lock().unwrap().info.clone();
+    *info = crate::abi::objects::objects()
+        .infos
+        .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    Ok(())
+}
+
+pub unsafe fn MPI_Abi_set_fortran_info(info: MPI_Info) -> MpiResult<()> {
+    let v = crate::abi::objects::info_obj(info)?.lock().unwrap().clone();
+    let mut f = FORTRAN.lock().unwrap();
+    for (k, val) in v {
+        f.info.retain(|e| e.0 != k);
+        f.info.push((k, val));
+    }
+    Ok(())
+}
+
+fn logical_size(n: c_int) -> MpiResult<usize> {
+    if !(1..=16).contains(&n) {
+        mpi_bail!(MPI_ERR_ARG, "logical_size {n} is not between 1 and 16");
+    }
+    Ok(n as usize)
+}
+
+pub unsafe fn MPI_Abi_set_fortran_booleans(
+    logical_size_: c_int,
+    logical_true: *mut c_void,
+    logical_false: *mut c_void,
+) -> MpiResult<()> {
+    let n = logical_size(logical_size_)?;
+    let t = slice(logical_true as *const u8, n, "logical_true")?.to_vec();
+    let f = slice(logical_false as *const u8, n, "logical_false")?.to_vec();
+    if t == f {
+        mpi_bail!(MPI_ERR_ARG, "logical_true and logical_false are the same value");
+    }
+    let mut fi = FORTRAN.lock().unwrap();
+    fi.booleans.retain(|e| e.0 != n);
+    fi.booleans.push((n, t, f));
+    Ok(())
+}
+
+pub unsafe fn MPI_Abi_get_fortran_booleans(
+    logical_size_: c_int,
+    logical_true: *mut c_void,
+    logical_false: *mut c_void,
+    is_set: *mut c_int,
+) -> MpiResult<()> {
+    let n = logical_size(logical_size_)?;
+    crate::abi::objects::nonnull(is_set, "is_set")?;
+    let fi = FORTRAN.lock().unwrap();
+    match fi.booleans.iter().find(|e| e.0 == n) {
+        Some((_, t, f)) => {
+            crate::abi::objects::nonnull(logical_true, "logical_true")?;
+            crate::abi::objects::nonnull(logical_false, "logical_false")?;
+            std::ptr::copy_nonoverlapping(t.as_ptr(), logical_true as *mut u8, n);
+            std::ptr::copy_nonoverlapping(f.as_ptr(), logical_false as *mut u8, n);
+            *is_set = 1;
+        }
+        None => *is_set = 0,
+    }
+    Ok(())
+}
