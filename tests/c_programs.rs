@@ -434,6 +434,7 @@ c_tests!(
     coll_comms,
     err_objects,
     coll_persist_reuse,
+    mpi4py_needs,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
