@@ -1,7 +1,7 @@
 /* Behaviour mpi4py's test modules rely on: handle <-> int conversions round-trip (also for
  * persistent requests), names of MPI_COMM_NULL / MPI_DATATYPE_NULL and of predefined types,
  * communicator-attached Bsend buffers (incl. MPI_BUFFER_AUTOMATIC) and the flushes,
- * Comm_split_type with the guided / unguided types, Request_get_status_some,
+ * Comm_create_from_group, Comm_split_type with the guided / unguided types, Request_get_status_some,
  * Type_create_f90_*, Type_match_size, Type_get_value_index, darray contents, and the
  * MPI_Abi_*_fortran_* calls. */
 #include "ctest.h"
@@ -76,6 +76,30 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Buffer_flush());
         CHECK_MPI(MPI_Comm_free(&c));
         free(buf);
+    }
+
+    /* Comm_create_from_group: collective over the group only */
+    {
+        MPI_Group wg, eg;
+        MPI_Comm c;
+        int res, evens[64], ne = 0;
+        CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+        CHECK_MPI(MPI_Comm_create_from_group(wg, "org.gpumpi.test", MPI_INFO_NULL, MPI_ERRORS_RETURN, &c));
+        CHECK_MPI(MPI_Comm_compare(MPI_COMM_WORLD, c, &res));
+        CHECK(res == MPI_CONGRUENT, "create_from_group(world group) compare %d", res);
+        CHECK_MPI(MPI_Comm_free(&c));
+        for (i = 0; i < size && ne < 64; i += 2)
+            evens[ne++] = i;
+        CHECK_MPI(MPI_Group_incl(wg, ne, evens, &eg));
+        if (rank % 2 == 0) {
+            int v = 1, sum = 0;
+            CHECK_MPI(MPI_Comm_create_from_group(eg, "evens", MPI_INFO_NULL, MPI_ERRORS_RETURN, &c));
+            CHECK_MPI(MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, c));
+            CHECK(sum == ne, "allreduce over the evens %d of %d", sum, ne);
+            CHECK_MPI(MPI_Comm_free(&c));
+        }
+        CHECK_MPI(MPI_Group_free(&eg));
+        CHECK_MPI(MPI_Group_free(&wg));
     }
 
     /* split types */

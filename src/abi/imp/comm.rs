@@ -274,6 +274,43 @@ pub unsafe fn MPI_Comm_create_group(
     Ok(())
 }
 
+/// MPI_Comm_create_from_group (MPI 4.0 §7.4.2): collective over the group's members only.
+/// Without sessions the group comes from a communicator; the members agree on a context id
+/// over a temporary communicator in a context kept for this call, its collectives tagged by
+/// a hash of `stringtag` (as MPI_Comm_create_group uses the user's tag).
+pub unsafe fn MPI_Comm_create_from_group(
+    g: MPI_Group,
+    stringtag: *const c_char,
+    info: MPI_Info,
+    errhandler: MPI_Errhandler,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
+    nonnull(newcomm, "newcomm")?;
+    let tag = read_cstr(stringtag, "stringtag")?;
+    crate::abi::objects::check_info(info)?;
+    let g = group(g)?;
+    let me = runtime::with(|rt| Ok(rt.boot.rank()))?;
+    let Some(my) = g.rank_of(me) else {
+        mpi_bail!(MPI_ERR_GROUP, "the calling process is not in the group")
+    };
+    // FNV-1a of the tag, folded into the collective-sequence bits.
+    let hash = tag
+        .bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+    let mut tmp = CommObj::new((1 << 30) | (1 << 29), Arc::new((*g).clone()), my, "");
+    tmp.coll_seq = AtomicU32::new((hash & 0x3f_ffff) << 8);
+    let tmp = Arc::new(tmp);
+    let ctx = alloc_ctx(&tmp)?;
+    let h = new_comm(CommObj::new(ctx, Arc::new((*g).clone()), my, ""));
+    if let Err(e) = super::errhandler::MPI_Comm_set_errhandler(h, errhandler) {
+        let mut h = h;
+        let _ = MPI_Comm_free(&mut h);
+        return Err(e);
+    }
+    *newcomm = h;
+    Ok(())
+}
+
 pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     nonnull(cm, "comm")?;
     let h = *cm;
