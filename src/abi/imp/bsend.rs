@@ -147,11 +147,17 @@ unsafe fn attach_to(ctx: Option<u32>, buffer: *mut c_void, size: usize) -> MpiRe
     let pool = Pool { buf, size, used: 0 };
     match ctx {
         None if b.process.buf != 0 => {
-            mpi_bail!(MPI_ERR_BUFFER, "a buffer is already attached to the process")
+            mpi_bail!(
+                MPI_ERR_BUFFER,
+                "a buffer is already attached to the process"
+            )
         }
         None => b.process = pool,
         Some(c) if b.comms.iter().any(|e| e.0 == c) => {
-            mpi_bail!(MPI_ERR_BUFFER, "a buffer is already attached to the communicator")
+            mpi_bail!(
+                MPI_ERR_BUFFER,
+                "a buffer is already attached to the communicator"
+            )
         }
         Some(c) => b.comms.push((c, pool)),
     }

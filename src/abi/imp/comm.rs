@@ -187,7 +187,9 @@ pub unsafe fn MPI_Comm_split_type(
         }
         let l = crate::abi::objects::info_obj(info)?;
         let v = l.lock().unwrap();
-        Ok(v.iter().find(|e| e.0 == HW_RESOURCE_TYPE).map(|e| e.1.clone()))
+        Ok(v.iter()
+            .find(|e| e.0 == HW_RESOURCE_TYPE)
+            .map(|e| e.1.clone()))
     };
     let mut unguided_found = false;
     let color = match split_type {
@@ -210,10 +212,7 @@ pub unsafe fn MPI_Comm_split_type(
                 node_color
             }
         }
-        t => mpi_bail!(
-            MPI_ERR_ARG,
-            "split_type {t} is not a known MPI_COMM_TYPE_*"
-        ),
+        t => mpi_bail!(MPI_ERR_ARG, "split_type {t} is not a known MPI_COMM_TYPE_*"),
     };
     MPI_Comm_split(cm, color, key, newcomm)?;
     if unguided_found && info != c::MPI_INFO_NULL {
@@ -294,9 +293,9 @@ pub unsafe fn MPI_Comm_create_from_group(
         mpi_bail!(MPI_ERR_GROUP, "the calling process is not in the group")
     };
     // FNV-1a of the tag, folded into the collective-sequence bits.
-    let hash = tag
-        .bytes()
-        .fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+    let hash = tag.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
     let mut tmp = CommObj::new((1 << 30) | (1 << 29), Arc::new((*g).clone()), my, "");
     tmp.coll_seq = AtomicU32::new((hash & 0x3f_ffff) << 8);
     let tmp = Arc::new(tmp);

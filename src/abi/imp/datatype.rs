@@ -768,7 +768,10 @@ pub unsafe fn MPI_Type_get_value_index(
             _ => None,
         })
     };
-    let (v, i) = (basic(value_type, "value_type")?, basic(index_type, "index_type")?);
+    let (v, i) = (
+        basic(value_type, "value_type")?,
+        basic(index_type, "index_type")?,
+    );
     // Only the predefined pair types exist in gpumpi; any other combination has none.
     let pair = match (v, i) {
         (Some(v), Some(i)) => types::predefined_handle(Elem::Pair(v, i)),

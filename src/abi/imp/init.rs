@@ -162,8 +162,13 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
         ("mpi_count_size", std::mem::size_of::<MPI_Count>()),
         ("mpi_offset_size", std::mem::size_of::<MPI_Offset>()),
     ];
-    let v = kv.iter().map(|(k, n)| (k.to_string(), n.to_string())).collect();
-    *info = crate::abi::objects::objects().infos.insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    let v = kv
+        .iter()
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+        .collect();
+    *info = crate::abi::objects::objects()
+        .infos
+        .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
 }
 
@@ -217,7 +222,10 @@ pub unsafe fn MPI_Abi_set_fortran_booleans(
     let t = slice(logical_true as *const u8, n, "logical_true")?.to_vec();
     let f = slice(logical_false as *const u8, n, "logical_false")?.to_vec();
     if t == f {
-        mpi_bail!(MPI_ERR_ARG, "logical_true and logical_false are the same value");
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "logical_true and logical_false are the same value"
+        );
     }
     let mut fi = FORTRAN.lock().unwrap();
     fi.booleans.retain(|e| e.0 != n);

@@ -470,7 +470,11 @@ pub unsafe fn MPI_Request_get_status_all(
     array_of_statuses: *mut MPI_Status,
 ) -> MpiResult<()> {
     nonnull(flag, "flag")?;
-    let reqs = slice(array_of_requests, nonneg(count, "count")?, "array_of_requests")?;
+    let reqs = slice(
+        array_of_requests,
+        nonneg(count, "count")?,
+        "array_of_requests",
+    )?;
     let mut sts = Vec::with_capacity(reqs.len());
     for &h in reqs {
         match peek_status(h)? {
@@ -501,7 +505,11 @@ pub unsafe fn MPI_Request_get_status_any(
 ) -> MpiResult<()> {
     nonnull(flag, "flag")?;
     nonnull(indx, "indx")?;
-    let reqs = slice(array_of_requests, nonneg(count, "count")?, "array_of_requests")?;
+    let reqs = slice(
+        array_of_requests,
+        nonneg(count, "count")?,
+        "array_of_requests",
+    )?;
     let mut any_active = false;
     for (i, &h) in reqs.iter().enumerate() {
         if !runtime::with(|rt| Ok(is_active(rt, h)))? {
@@ -533,7 +541,11 @@ pub unsafe fn MPI_Request_get_status_some(
     array_of_statuses: *mut MPI_Status,
 ) -> MpiResult<()> {
     nonnull(outcount, "outcount")?;
-    let reqs = slice(array_of_requests, nonneg(incount, "incount")?, "array_of_requests")?;
+    let reqs = slice(
+        array_of_requests,
+        nonneg(incount, "incount")?,
+        "array_of_requests",
+    )?;
     let mut any_active = false;
     let mut n = 0;
     for (i, &h) in reqs.iter().enumerate() {
@@ -550,7 +562,11 @@ pub unsafe fn MPI_Request_get_status_some(
             n += 1;
         }
     }
-    *outcount = if any_active { n as c_int } else { c::MPI_UNDEFINED };
+    *outcount = if any_active {
+        n as c_int
+    } else {
+        c::MPI_UNDEFINED
+    };
     Ok(())
 }
 
