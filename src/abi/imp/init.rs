@@ -185,11 +185,51 @@ static FORTRAN: std::sync::Mutex<FortranInfo> = std::sync::Mutex::new(FortranInf
     booleans: Vec::new(),
 });
 
-/// MPI_Abi_get_fortran_info: the Fortran ABI facts set by MPI_Abi_set_fortran_info
-/// (empty until then), as an info object the caller frees.
+/// MPI_Abi_get_fortran_info: the Fortran types gpumpi's datatypes describe (`mpi_X_size` of
+/// LOGICAL, INTEGER, REAL, DOUBLE PRECISION; `mpi_X_supported` of each sized Fortran type),
+/// overridden by what MPI_Abi_set_fortran_info set, as an info object the caller frees.
 pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> MpiResult<()> {
     crate::abi::objects::nonnull(info, "info")?;
-    let v = FORTRAN.lock().unwrap().info.clone();
+    let size = |t: MPI_Datatype| crate::abi::types::dtype(t).map(|d| d.size()).ok();
+    let mut v: Vec<(String, String)> = Vec::new();
+    for (name, t) in [
+        ("logical", c::MPI_LOGICAL),
+        ("integer", c::MPI_INTEGER),
+        ("real", c::MPI_REAL),
+        ("double_precision", c::MPI_DOUBLE_PRECISION),
+    ] {
+        if let Some(n) = size(t) {
+            v.push((format!("mpi_{name}_size"), n.to_string()));
+        }
+    }
+    for (name, t) in [
+        ("logical1", c::MPI_LOGICAL1),
+        ("logical2", c::MPI_LOGICAL2),
+        ("logical4", c::MPI_LOGICAL4),
+        ("logical8", c::MPI_LOGICAL8),
+        ("logical16", c::MPI_LOGICAL16),
+        ("integer1", c::MPI_INTEGER1),
+        ("integer2", c::MPI_INTEGER2),
+        ("integer4", c::MPI_INTEGER4),
+        ("integer8", c::MPI_INTEGER8),
+        ("integer16", c::MPI_INTEGER16),
+        ("real2", c::MPI_REAL2),
+        ("real4", c::MPI_REAL4),
+        ("real8", c::MPI_REAL8),
+        ("real16", c::MPI_REAL16),
+        ("complex4", c::MPI_COMPLEX4),
+        ("complex8", c::MPI_COMPLEX8),
+        ("complex16", c::MPI_COMPLEX16),
+        ("complex32", c::MPI_COMPLEX32),
+        ("double_complex", c::MPI_DOUBLE_COMPLEX),
+    ] {
+        let ok = size(t).is_some_and(|n| n > 0);
+        v.push((format!("mpi_{name}_supported"), ok.to_string()));
+    }
+    for (k, val) in FORTRAN.lock().unwrap().info.iter() {
+        v.retain(|e| e.0 != *k);
+        v.push((k.clone(), val.clone()));
+    }
     *info = crate::abi::objects::objects()
         .infos
         .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
