@@ -134,8 +134,7 @@ struct RunSpec {
 /// Parses `tests/c/testlist`: (program, spec) per non-comment line.
 fn testlist() -> Vec<(String, RunSpec)> {
     let path = c_dir().join("testlist");
-    let text =
-        fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let mut out = Vec::new();
     for (lineno, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -169,9 +168,7 @@ fn testlist() -> Vec<(String, RunSpec)> {
                     .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
                 spec.env.push((k.to_string(), v.to_string()));
             } else if let Some(s) = t.strip_prefix("timeout=") {
-                spec.timeout_s = s
-                    .parse()
-                    .unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1));
+                spec.timeout_s = s.parse().unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1));
             } else {
                 spec.args.push(t.to_string());
             }
@@ -305,10 +302,7 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
     }
     if spec.expect_fail {
         if o.code == Some(0) {
-            return Some(format!(
-                "{prog} was expected to fail but exited 0\n{}",
-                ctx()
-            ));
+            return Some(format!("{prog} was expected to fail but exited 0\n{}", ctx()));
         }
         // an abort must be prompt: a job that only ended because mpirun's --timeout fired hung
         if o.secs > spec.timeout_s as f64 / 2.0 {
@@ -320,10 +314,7 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
         }
         for want in &spec.stderr_has {
             if !o.stderr.contains(want.as_str()) {
-                return Some(format!(
-                    "{prog}: stderr does not contain {want:?}\n{}",
-                    ctx()
-                ));
+                return Some(format!("{prog}: stderr does not contain {want:?}\n{}", ctx()));
             }
         }
         return None;
