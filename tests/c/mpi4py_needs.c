@@ -2,7 +2,7 @@
  * persistent requests), names of MPI_COMM_NULL / MPI_DATATYPE_NULL and of predefined types,
  * communicator-attached Bsend buffers (incl. MPI_BUFFER_AUTOMATIC) and the flushes,
  * Comm_create_from_group, Comm_split_type with the guided / unguided types, Request_get_status_some,
- * Type_create_f90_*, Type_match_size, Type_get_value_index, darray contents, and the
+ * Alltoallw on MPI_BOTTOM, Type_create_f90_*, Type_match_size, Type_get_value_index, darray contents, and the
  * MPI_Abi_*_fortran_* calls. */
 #include "ctest.h"
 
@@ -142,6 +142,34 @@ int main(int argc, char **argv)
         CHECK(n == MPI_UNDEFINED, "no active requests: outcount %d", n);
         CHECK_MPI(MPI_Request_get_status_any(2, rq, &idx[0], &flag, MPI_STATUS_IGNORE));
         CHECK(flag && idx[0] == MPI_UNDEFINED, "no active requests: any gave %d/%d", flag, idx[0]);
+    }
+
+    /* Alltoallw with MPI_BOTTOM and absolute-address struct types */
+    {
+        int *sb = malloc(size * sizeof(int)), *rb = malloc(size * sizeof(int));
+        int *cnt = malloc(size * sizeof(int)), *dsp = malloc(size * sizeof(int));
+        MPI_Datatype *st = malloc(size * sizeof(MPI_Datatype)), *rt = malloc(size * sizeof(MPI_Datatype));
+        for (i = 0; i < size; i++) {
+            MPI_Aint a;
+            int one = 1;
+            sb[i] = rank * 100 + i;
+            rb[i] = -1;
+            cnt[i] = 1;
+            dsp[i] = 0;
+            CHECK_MPI(MPI_Get_address(&sb[i], &a));
+            CHECK_MPI(MPI_Type_create_struct(1, &one, &a, (MPI_Datatype[]){MPI_INT}, &st[i]));
+            CHECK_MPI(MPI_Type_commit(&st[i]));
+            CHECK_MPI(MPI_Get_address(&rb[i], &a));
+            CHECK_MPI(MPI_Type_create_struct(1, &one, &a, (MPI_Datatype[]){MPI_INT}, &rt[i]));
+            CHECK_MPI(MPI_Type_commit(&rt[i]));
+        }
+        CHECK_MPI(MPI_Alltoallw(MPI_BOTTOM, cnt, dsp, st, MPI_BOTTOM, cnt, dsp, rt, MPI_COMM_WORLD));
+        for (i = 0; i < size; i++) {
+            CHECK(rb[i] == i * 100 + rank, "alltoallw bottom: from %d got %d", i, rb[i]);
+            CHECK_MPI(MPI_Type_free(&st[i]));
+            CHECK_MPI(MPI_Type_free(&rt[i]));
+        }
+        free(sb), free(rb), free(cnt), free(dsp), free(st), free(rt);
     }
 
     /* Fortran-kind types */

@@ -526,7 +526,8 @@ pub unsafe fn MPI_Request_get_status_any(
     *indx = c::MPI_UNDEFINED;
     *flag = !any_active as c_int;
     if !any_active {
-        Status::EMPTY.store(status, false);
+        // The empty status, MPI_ERROR included (MPI_SUCCESS).
+        Status::EMPTY.store(status, true);
     }
     Ok(())
 }
