@@ -3,7 +3,7 @@
  * communicator-attached Bsend buffers (incl. MPI_BUFFER_AUTOMATIC) and the flushes,
  * Comm_create_from_group, Comm_split_type with the guided / unguided types, Request_get_status_some,
  * Alltoallw on MPI_BOTTOM, Type_create_f90_*, Type_match_size, Type_get_value_index, darray contents, and the
- * MPI_Abi_*_fortran_* calls. */
+ * MPI_Abi_*_fortran_* calls, MPI_Remove_error_class/code, MPI_Get_hw_resource_info. */
 #include "ctest.h"
 
 int main(int argc, char **argv)
@@ -224,6 +224,31 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Type_size(t, &ni));
         CHECK(ni == 24 * (int)sizeof(int), "darray size %d", ni);
         CHECK_MPI(MPI_Type_free(&t));
+    }
+
+    /* MPI-4.1 error class/code removal, hardware resource info */
+    {
+        int cls, code, rc;
+        MPI_Info hw;
+        CHECK_MPI(MPI_Add_error_class(&cls));
+        CHECK_MPI(MPI_Add_error_code(cls, &code));
+        CHECK_MPI(MPI_Add_error_string(code, "a user code"));
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        rc = MPI_Remove_error_class(cls);
+        CHECK(rc != MPI_SUCCESS, "removed a class that still has a code");
+        rc = MPI_Remove_error_code(code);
+        CHECK(rc != MPI_SUCCESS, "removed a code that still has a string");
+        CHECK_MPI(MPI_Remove_error_string(code));
+        CHECK_MPI(MPI_Remove_error_code(code));
+        CHECK_MPI(MPI_Remove_error_class(cls));
+        rc = MPI_Remove_error_string(MPI_ERR_ARG);
+        CHECK(rc != MPI_SUCCESS, "removed the string of a predefined code");
+        rc = MPI_Remove_error_class(MPI_ERR_ARG);
+        CHECK(rc != MPI_SUCCESS, "removed a predefined class");
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        CHECK_MPI(MPI_Get_hw_resource_info(&hw));
+        CHECK(hw != MPI_INFO_NULL, "hw resource info is MPI_INFO_NULL");
+        CHECK_MPI(MPI_Info_free(&hw));
     }
 
     /* Fortran ABI facts are kept */

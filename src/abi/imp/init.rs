@@ -172,6 +172,19 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
     Ok(())
 }
 
+/// MPI_Get_hw_resource_info (MPI 4.1): the hardware resource types gpumpi knows, as an info
+/// object the caller frees: the shared-memory domain (one node), the level
+/// MPI_Comm_split_type splits by.
+pub unsafe fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> MpiResult<()> {
+    crate::abi::objects::nonnull(hw_info, "hw_info")?;
+    runtime::with(|_| Ok(()))?;
+    let v = vec![("mpi_hw_resource_type".to_string(), "mpi_shared_memory".to_string())];
+    *hw_info = crate::abi::objects::objects()
+        .infos
+        .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    Ok(())
+}
+
 /// What a Fortran layer told the library with MPI_Abi_set_fortran_info / _booleans
 /// (gpumpi has no Fortran bindings of its own: it only keeps and returns them).
 struct FortranInfo {
