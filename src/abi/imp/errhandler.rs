@@ -142,8 +142,7 @@ pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> MpiResult<()> {
             "error class {errorclass} was not created by MPI_Add_error_class"
         );
     }
-    if e
-        .codes
+    if e.codes
         .iter()
         .any(|(&code, v)| code != errorclass && v.0 == errorclass)
     {

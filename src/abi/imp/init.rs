@@ -178,7 +178,10 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
 pub unsafe fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> MpiResult<()> {
     crate::abi::objects::nonnull(hw_info, "hw_info")?;
     runtime::with(|_| Ok(()))?;
-    let v = vec![("mpi_hw_resource_type".to_string(), "mpi_shared_memory".to_string())];
+    let v = vec![(
+        "mpi_hw_resource_type".to_string(),
+        "mpi_shared_memory".to_string(),
+    )];
     *hw_info = crate::abi::objects::objects()
         .infos
         .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
