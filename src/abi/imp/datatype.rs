@@ -186,7 +186,9 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
     let d = DtypeObj::new(TypeDesc::dup(&old.desc));
     d.committed
         .store(old.committed.load(Ordering::Acquire), Ordering::Release);
-    *d.attrs.lock().unwrap() = old.attrs.lock().unwrap().clone();
+    // Attributes go through their keyvals' copy callbacks (MPI_TYPE_NULL_COPY_FN drops them).
+    let attrs = old.attrs.lock().unwrap().clone();
+    *d.attrs.lock().unwrap() = super::attr::copy_attrs(oldtype as usize, &attrs)?;
     *newtype = types::insert(d);
     Ok(())
 }
