@@ -2,7 +2,7 @@
  * persistent requests), names of MPI_COMM_NULL / MPI_DATATYPE_NULL and of predefined types,
  * communicator-attached Bsend buffers (incl. MPI_BUFFER_AUTOMATIC) and the flushes,
  * Comm_create_from_group, Comm_split_type with the guided / unguided types, Request_get_status_some,
- * Alltoallw on MPI_BOTTOM, Type_create_f90_*, Type_match_size, Type_get_value_index, darray contents, and the
+ * Alltoallw on MPI_BOTTOM, Pack_external, Type_create_f90_*, Type_match_size, Type_get_value_index, darray contents, and the
  * MPI_Abi_*_fortran_* calls, MPI_Remove_error_class/code, MPI_Get_hw_resource_info. */
 #include "ctest.h"
 
@@ -170,6 +170,36 @@ int main(int argc, char **argv)
             CHECK_MPI(MPI_Type_free(&rt[i]));
         }
         free(sb), free(rb), free(cnt), free(dsp), free(st), free(rt);
+    }
+
+    /* MPI_Pack_external: big-endian external32 (long double as IEEE binary128) */
+    {
+        int iv = 0x01020304, iv2 = 0;
+        double dv = 1.0, dv2 = 0;
+        long double lv = -2.5L, lv2 = 0;
+        unsigned char ext[64];
+        MPI_Aint pos = 0, sz = -1;
+        CHECK_MPI(MPI_Pack_external_size("external32", 1, MPI_INT, &sz));
+        CHECK(sz == 4, "external32 size of MPI_INT %ld", (long)sz);
+        CHECK_MPI(MPI_Pack_external("external32", &iv, 1, MPI_INT, ext, sizeof ext, &pos));
+        CHECK_MPI(MPI_Pack_external("external32", &dv, 1, MPI_DOUBLE, ext, sizeof ext, &pos));
+        CHECK_MPI(MPI_Pack_external("external32", &lv, 1, MPI_LONG_DOUBLE, ext, sizeof ext, &pos));
+        CHECK(pos == 4 + 8 + 16, "external32 position %ld", (long)pos);
+        CHECK(ext[0] == 1 && ext[1] == 2 && ext[2] == 3 && ext[3] == 4, "int not big-endian");
+        CHECK(ext[4] == 0x3f && ext[5] == 0xf0 && ext[11] == 0, "double not big-endian");
+        /* -2.5 = -1.25 * 2^1: binary128 sign 1, exponent 0x4000, fraction .01 */
+        CHECK(ext[12] == 0xc0 && ext[13] == 0x00 && ext[14] == 0x40 && ext[15] == 0, "long double %02x %02x %02x",
+              ext[12], ext[13], ext[14]);
+        pos = 0;
+        CHECK_MPI(MPI_Unpack_external("external32", ext, sizeof ext, &pos, &iv2, 1, MPI_INT));
+        CHECK_MPI(MPI_Unpack_external("external32", ext, sizeof ext, &pos, &dv2, 1, MPI_DOUBLE));
+        CHECK_MPI(MPI_Unpack_external("external32", ext, sizeof ext, &pos, &lv2, 1, MPI_LONG_DOUBLE));
+        CHECK(iv2 == iv && dv2 == dv && lv2 == lv, "external32 round trip");
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+        CHECK(MPI_Pack_external_size("native", 1, MPI_INT, &sz) != MPI_SUCCESS, "datarep native accepted");
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
     }
 
     /* Fortran-kind types */

@@ -879,3 +879,248 @@ pub unsafe fn MPI_Type_create_darray_c(
         .map(|t| t.with_large_counts()),
     )
 }
+
+// ---- MPI_Pack_external ("external32", MPI 5.0 §5.2.?): big-endian, IEEE formats ----
+//
+// gpumpi's packed stream already has every value at its native size; external32 keeps those
+// sizes (long double: 16 bytes, x87 extended precision <-> IEEE binary128) and stores each
+// value big-endian, complex values as two big-endian reals. So converting is in place.
+
+fn check_datarep(datarep: *const c_char) -> MpiResult<()> {
+    let r = unsafe { read_cstr(datarep, "datarep")? };
+    if r != "external32" {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "datarep {r:?} is not \"external32\" (the only one MPI defines)"
+        );
+    }
+    Ok(())
+}
+
+/// x87 80-bit extended (little-endian, in 16 bytes) -> IEEE binary128 (big-endian).
+fn x87_to_quad(v: &mut [u8]) {
+    let mant = u64::from_le_bytes(v[..8].try_into().unwrap());
+    let se = u16::from_le_bytes([v[8], v[9]]) as u128;
+    // Drop the explicit integer bit: the 63 fraction bits are the top of the 112-bit fraction.
+    let frac = ((mant & !(1u64 << 63)) as u128) << 49;
+    v.copy_from_slice(&((se << 112) | frac).to_be_bytes());
+}
+
+/// IEEE binary128 (big-endian) -> x87 80-bit extended (little-endian, zero-padded to 16 bytes).
+fn quad_to_x87(v: &mut [u8]) {
+    let q = u128::from_be_bytes(v[..16].try_into().unwrap());
+    let se = (q >> 112) as u16;
+    let frac = ((q >> 49) as u64) & !(1u64 << 63);
+    let int_bit = if se & 0x7fff != 0 { 1u64 << 63 } else { 0 };
+    v.fill(0);
+    v[..8].copy_from_slice(&(frac | int_bit).to_le_bytes());
+    v[8..10].copy_from_slice(&se.to_le_bytes());
+}
+
+/// Convert `n` packed elements of `d` between native and external32 representation, in place.
+fn convert_external32(d: &TypeDesc, n: usize, buf: &mut [u8], to_external: bool) {
+    use crate::mpi::datatype::Basic;
+    let mut off = 0;
+    for _ in 0..n {
+        for b in d.blocks() {
+            // The unit reversed is the value (or each half of a complex), i.e. its alignment.
+            let unit = b.basic.align().max(1);
+            let bytes = b.count * b.basic.size();
+            let Some(chunk) = buf.get_mut(off..off + bytes) else {
+                return;
+            };
+            for v in chunk.chunks_mut(unit) {
+                match b.basic {
+                    Basic::LongDouble | Basic::LongDoubleComplex if to_external => x87_to_quad(v),
+                    Basic::LongDouble | Basic::LongDoubleComplex => quad_to_x87(v),
+                    _ => v.reverse(),
+                }
+            }
+            off += bytes;
+        }
+    }
+}
+
+unsafe fn pack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: i64,
+    pos: &mut i64,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    let d = types::committed(datatype)?;
+    let need = d.desc.packed_size(n) as i64;
+    if *pos < 0 || *pos + need > outsize.max(0) {
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "packing {need} bytes at position {} overflows the output buffer of {outsize} bytes",
+            *pos
+        );
+    }
+    if need > 0 {
+        let dst =
+            std::slice::from_raw_parts_mut((outbuf as *mut u8).add(*pos as usize), need as usize);
+        d.desc.pack(n, inbuf as *const u8, dst);
+        convert_external32(&d.desc, n, dst, true);
+    }
+    *pos += need;
+    Ok(())
+}
+
+unsafe fn unpack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: i64,
+    pos: &mut i64,
+    outbuf: *mut c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    let d = types::committed(datatype)?;
+    let need = d.desc.packed_size(n) as i64;
+    if *pos < 0 || *pos + need > insize.max(0) {
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "unpacking {need} bytes at position {} reads past the input buffer of {insize} bytes",
+            *pos
+        );
+    }
+    if need > 0 {
+        let mut tmp =
+            std::slice::from_raw_parts((inbuf as *const u8).add(*pos as usize), need as usize)
+                .to_vec();
+        convert_external32(&d.desc, n, &mut tmp, false);
+        d.desc.unpack(n, &tmp, outbuf as *mut u8);
+    }
+    *pos += need;
+    Ok(())
+}
+
+pub unsafe fn MPI_Pack_external_size(
+    datarep: *const c_char,
+    incount: c_int,
+    datatype: MPI_Datatype,
+    size: *mut MPI_Aint,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    let n = count_arg(incount)?;
+    out(
+        size,
+        "size",
+        dtype(datatype)?.desc.packed_size(n) as MPI_Aint,
+    )
+}
+
+pub unsafe fn MPI_Pack_external_size_c(
+    datarep: *const c_char,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    size: *mut MPI_Count,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    if incount < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "incount {incount} is negative");
+    }
+    let s = dtype(datatype)?.desc.packed_size(incount as usize);
+    out(size, "size", s as MPI_Count)
+}
+
+pub unsafe fn MPI_Pack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: MPI_Aint,
+    position: *mut MPI_Aint,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    let mut pos = *position as i64;
+    let n = count_arg(incount)?;
+    pack_external(
+        datarep,
+        inbuf,
+        n,
+        datatype,
+        outbuf,
+        outsize as i64,
+        &mut pos,
+    )?;
+    *position = pos as MPI_Aint;
+    Ok(())
+}
+
+pub unsafe fn MPI_Pack_external_c(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: MPI_Count,
+    position: *mut MPI_Count,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    if incount < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "incount {incount} is negative");
+    }
+    let mut pos = *position;
+    pack_external(
+        datarep,
+        inbuf,
+        incount as usize,
+        datatype,
+        outbuf,
+        outsize,
+        &mut pos,
+    )?;
+    *position = pos;
+    Ok(())
+}
+
+pub unsafe fn MPI_Unpack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: MPI_Aint,
+    position: *mut MPI_Aint,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    let mut pos = *position as i64;
+    let n = count_arg(outcount)?;
+    unpack_external(datarep, inbuf, insize as i64, &mut pos, outbuf, n, datatype)?;
+    *position = pos as MPI_Aint;
+    Ok(())
+}
+
+pub unsafe fn MPI_Unpack_external_c(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: MPI_Count,
+    position: *mut MPI_Count,
+    outbuf: *mut c_void,
+    outcount: MPI_Count,
+    datatype: MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    if outcount < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "outcount {outcount} is negative");
+    }
+    let mut pos = *position;
+    unpack_external(
+        datarep,
+        inbuf,
+        insize,
+        &mut pos,
+        outbuf,
+        outcount as usize,
+        datatype,
+    )?;
+    *position = pos;
+    Ok(())
+}
