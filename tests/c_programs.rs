@@ -444,6 +444,7 @@ c_tests!(
     err_objects,
     coll_persist_reuse,
     launcher_check,
+    mpi4py_needs,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.

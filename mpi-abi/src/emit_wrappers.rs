@@ -41,9 +41,12 @@ pub fn scan_macro_args(src: &str) -> Vec<String> {
         if t.starts_with("//") {
             continue;
         }
+        // `name!(`, `name! {` or `name![` (a brace-invoked table was once missed, leaving
+        // every function it defines exported as the unsupported stub).
         let starts_macro = t
-            .split('(')
+            .split(['(', '{', '['])
             .next()
+            .map(str::trim_end)
             .is_some_and(|h| h.ends_with('!') && !h.contains(' '));
         if starts_macro {
             in_macro = true;
@@ -212,5 +215,27 @@ mod tests {
                 "MPIX_Query_cuda_support".to_string()
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod scan_tests {
+    use super::scan_macro_args;
+
+    #[test]
+    fn macro_rows_in_parens_and_braces() {
+        let src = "conversions!(\n    MPI_Comm, Comm, MPI_Comm_c2f, MPI_Comm_f2c;\n);\n\
+                   conversions! {\n    MPI_Win, Win, MPI_Win_toint, MPI_Win_fromint;\n}\n\
+                   fn other() { MPI_Not_in_a_macro(); }\n";
+        let got = scan_macro_args(src);
+        for want in [
+            "MPI_Comm_c2f",
+            "MPI_Comm_f2c",
+            "MPI_Win_toint",
+            "MPI_Win_fromint",
+        ] {
+            assert!(got.iter().any(|g| g == want), "{want} not found in {got:?}");
+        }
+        assert!(!got.iter().any(|g| g == "MPI_Not_in_a_macro"));
     }
 }

@@ -78,7 +78,10 @@ impl CollExec {
             BufId::Recv => (self.recv, usize::MAX),
             BufId::Tmp => (self.tmp.as_mut_ptr(), self.tmp.len()),
         };
-        if r.len > 0 && (base.is_null() || r.off.checked_add(r.len).is_none_or(|e| e > len)) {
+        // A user buffer may be MPI_BOTTOM (NULL) with absolute offsets (datatypes built from
+        // MPI_Get_address): only the resulting address must be non-null.
+        let p = base.wrapping_add(r.off);
+        if r.len > 0 && (p.is_null() || r.off.checked_add(r.len).is_none_or(|e| e > len)) {
             crate::mpi_bail!(
                 MPI_ERR_INTERN,
                 "schedule region {r:?} is outside its buffer"
@@ -87,8 +90,8 @@ impl CollExec {
         if r.len == 0 {
             return Ok(std::ptr::NonNull::dangling().as_ptr());
         }
-        // SAFETY: off is within the buffer (checked for Tmp; the caller's contract for Send/Recv).
-        Ok(unsafe { base.add(r.off) })
+        // Within the buffer: checked for Tmp; the caller's contract for Send/Recv.
+        Ok(p)
     }
 
     /// Whether all issued sends/receives are complete (releasing them); errors of receives

@@ -350,6 +350,22 @@ pub enum Combiner {
         extent: isize,
         old: Arc<TypeDesc>,
     },
+    /// `MPI_Type_create_f90_{integer,real,complex}`: the predefined type `old` chosen for
+    /// (precision `p`, decimal exponent range `r`); `p` is None for integers.
+    F90 {
+        class: F90Class,
+        p: Option<i64>,
+        r: i64,
+        old: Arc<TypeDesc>,
+    },
+}
+
+/// The Fortran type class of an `MPI_Type_create_f90_*` type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F90Class {
+    Integer,
+    Real,
+    Complex,
 }
 
 /// Distribution of one dimension of `darray`.
@@ -377,6 +393,7 @@ pub enum CombinerKind {
     Subarray,
     Darray,
     Resized,
+    F90(F90Class),
 }
 
 /// Arguments of a constructor in the layout of `MPI_Type_get_contents`:
@@ -962,6 +979,19 @@ impl TypeDesc {
         Ok(t)
     }
 
+    /// An `MPI_Type_create_f90_*` type: the layout of the predefined `old`, remembering
+    /// the (p, r) it was selected by (its contents; it has no datatype arguments).
+    pub fn f90(class: F90Class, p: Option<i64>, r: i64, old: &Arc<TypeDesc>) -> TypeDesc {
+        let mut t = (**old).clone();
+        t.combiner = Combiner::F90 {
+            class,
+            p,
+            r,
+            old: old.clone(),
+        };
+        t
+    }
+
     pub fn dup(old: &Arc<TypeDesc>) -> TypeDesc {
         let mut t = (**old).clone();
         t.combiner = Combiner::Dup(old.clone());
@@ -1289,6 +1319,7 @@ impl TypeDesc {
             Combiner::Subarray { .. } => CombinerKind::Subarray,
             Combiner::Darray { .. } => CombinerKind::Darray,
             Combiner::Resized { .. } => CombinerKind::Resized,
+            Combiner::F90 { class, .. } => CombinerKind::F90(class),
         }
     }
 
@@ -1409,6 +1440,10 @@ impl TypeDesc {
             Combiner::Resized { lb, extent, old } => {
                 c.addrs.extend([*lb, *extent]);
                 c.types.push(old.clone());
+            }
+            Combiner::F90 { p, r, .. } => {
+                c.ints.extend(p.iter().copied());
+                c.ints.push(*r);
             }
         }
         if self.large {

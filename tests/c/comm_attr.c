@@ -160,6 +160,23 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Type_set_attr(t, k_ty, (void *)(intptr_t)77));
         CHECK_MPI(MPI_Type_get_attr(t, k_ty, &val, &flag));
         CHECK(flag && (intptr_t)val == 77, "type attribute flag %d", flag);
+        {
+            /* MPI_TYPE_NULL_COPY_FN: a dup does not get the attribute; MPI_TYPE_DUP_FN: it does */
+            MPI_Datatype t2;
+            int k_tdup;
+            CHECK_MPI(MPI_Type_dup(t, &t2));
+            CHECK_MPI(MPI_Type_get_attr(t2, k_ty, &val, &flag));
+            CHECK(!flag, "Type_dup copied an attribute whose keyval has MPI_TYPE_NULL_COPY_FN");
+            CHECK_MPI(MPI_Type_free(&t2));
+            CHECK_MPI(MPI_Type_create_keyval(MPI_TYPE_DUP_FN, MPI_TYPE_NULL_DELETE_FN, &k_tdup, NULL));
+            CHECK_MPI(MPI_Type_set_attr(t, k_tdup, (void *)(intptr_t)88));
+            CHECK_MPI(MPI_Type_dup(t, &t2));
+            CHECK_MPI(MPI_Type_get_attr(t2, k_tdup, &val, &flag));
+            CHECK(flag && (intptr_t)val == 88, "Type_dup with MPI_TYPE_DUP_FN: flag %d", flag);
+            CHECK_MPI(MPI_Type_free(&t2));
+            CHECK_MPI(MPI_Type_delete_attr(t, k_tdup));
+            CHECK_MPI(MPI_Type_free_keyval(&k_tdup));
+        }
         CHECK_MPI(MPI_Type_free(&t));
         CHECK(type_deletes == 1, "Type_free: type attribute delete called %d times", type_deletes);
         CHECK_MPI(MPI_Type_free_keyval(&k_ty));

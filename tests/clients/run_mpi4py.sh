@@ -14,7 +14,7 @@
 #   MPI4PY_CONFIGURE   "1" (default): MPI4PY_BUILD_CONFIGURE=1 (probe every MPI name at build time);
 #                      "0": trust mpi.h's MPI_ABI_VERSION (mpi4py then assumes the full MPI-5.0 API)
 #   MPI4PY_CFLAGS      extra CFLAGS for compiling MPI.c (default "-O1": -O3 takes much longer)
-#   MPI4PY_REBUILD     "1": rebuild even if the venv was built for the same PREFIX/mpi.h/library
+#   MPI4PY_REBUILD     "1": rebuild even if the venv was built for the same PREFIX/mpi.h/mpi-ext.h
 #   MPI4PY_NUMPY       "1": also install numpy (more array backends, about 2x test time)
 #   MPI4PY_TESTS       test modules (default: the five below)
 #   MPI4PY_NP          rank counts (default "1 2 4")
@@ -59,8 +59,10 @@ rm -rf "$LOGDIR"
 mkdir -p "$LOGDIR"
 
 # --- build ------------------------------------------------------------------------------------
-libsum=$(cat "$PREFIX"/lib/libmpi_abi.so* 2>/dev/null | cksum | cut -d' ' -f1)
-stamp="$VERSION|$PREFIX|$CONFIGURE|${MPI4PY_CFLAGS:--O1}|$(cksum <"$PREFIX/include/mpi.h" | cut -d' ' -f1)|$libsum"
+# mpi4py links libmpi_abi dynamically: only the headers (what configure probes and MPI.c
+# compiles against) and the prefix (rpath) decide whether the build must be redone.
+hdrsum=$(cat "$PREFIX/include/mpi.h" "$PREFIX"/include/mpi-ext.h 2>/dev/null | cksum | cut -d' ' -f1)
+stamp="$VERSION|$PREFIX|$CONFIGURE|${MPI4PY_CFLAGS:--O1}|$hdrsum"
 if [ "${MPI4PY_REBUILD:-0}" != 1 ] && [ -e "$VENV/.gpumpi-stamp" ] &&
     [ "$(cat "$VENV/.gpumpi-stamp")" = "$stamp" ] && [ -d "$SRC/test" ]; then
     log "reusing mpi4py build in $VENV"

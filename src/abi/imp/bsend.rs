@@ -1,49 +1,92 @@
 //! Buffered sends: MPI_Buffer_attach/detach accounting (MPI 5.0 §3.6).
 //! Buffered data is copied into library memory at the call; the attached
 //! buffer's size bounds how much may be outstanding, as the standard requires.
+//! Buffers attached to a communicator (MPI 4.1) serve the buffered sends on it; a
+//! buffer may be MPI_BUFFER_AUTOMATIC (no bound).
 
 use super::util::*;
-use crate::abi::ffi::MPI_Count;
+use crate::abi::ffi::{MPI_Comm, MPI_Count, MPI_Request};
+use crate::abi::objects::{comm, nonnull};
+use crate::abi::request::{ReqKind, Request, Status};
 use crate::abi::runtime::{self, wait_until};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
 use std::sync::Mutex;
 
-struct Attached {
+/// An attached buffer: its address and size bound how much buffered data may be outstanding.
+/// `buf == MPI_BUFFER_AUTOMATIC` means no bound (MPI 4.1 automatic buffering).
+#[derive(Clone, Copy)]
+struct Pool {
     buf: usize,
     size: usize,
     used: usize,
+}
+
+const AUTOMATIC: usize = 2; // MPI_BUFFER_AUTOMATIC
+
+struct Attached {
+    /// The process's buffer (MPI_Buffer_attach).
+    process: Pool,
+    /// Buffers attached to communicators (MPI_Comm_attach_buffer), by context id.
+    comms: Vec<(u32, Pool)>,
     /// Requests completing in the background (buffered sends, freed requests).
     detached: Vec<usize>,
 }
 
 static BUF: Mutex<Attached> = Mutex::new(Attached {
-    buf: 0,
-    size: 0,
-    used: 0,
+    process: Pool {
+        buf: 0,
+        size: 0,
+        used: 0,
+    },
+    comms: Vec::new(),
     detached: Vec::new(),
 });
 
 const OVERHEAD: usize = 512; // MPI_BSEND_OVERHEAD
 
-pub fn reserve(len: usize) -> MpiResult<()> {
+impl Attached {
+    /// The pool a buffered send on communicator `ctx` draws from: the communicator's
+    /// buffer if one is attached, else the process's.
+    fn pool(&mut self, ctx: Option<u32>) -> &mut Pool {
+        match ctx.and_then(|c| self.comms.iter().position(|e| e.0 == c)) {
+            Some(i) => &mut self.comms[i].1,
+            None => &mut self.process,
+        }
+    }
+}
+
+/// Account for a buffered send of `len` bytes on communicator `ctx`; returns the pool
+/// to give the bytes back to (see [`release`]).
+pub fn reserve(ctx: u32, len: usize) -> MpiResult<Option<u32>> {
     let mut b = BUF.lock().unwrap();
-    if b.used + len + OVERHEAD > b.size {
+    let key = b.comms.iter().any(|e| e.0 == ctx).then_some(ctx);
+    let p = b.pool(key);
+    if p.buf == AUTOMATIC {
+        return Ok(key);
+    }
+    if p.used + len + OVERHEAD > p.size {
         mpi_bail!(
             MPI_ERR_BUFFER,
             "buffered send of {len} bytes does not fit: {} of {} attached bytes in use",
-            b.used,
-            b.size
+            p.used,
+            p.size
         );
     }
-    b.used += len + OVERHEAD;
-    Ok(())
+    p.used += len + OVERHEAD;
+    Ok(key)
 }
 
-pub fn release(len: usize) {
+pub fn release(pool: Option<u32>, len: usize) {
     let mut b = BUF.lock().unwrap();
-    b.used = b.used.saturating_sub(len + OVERHEAD);
+    let p = b.pool(pool);
+    p.used = p.used.saturating_sub(len + OVERHEAD);
+}
+
+/// Forget a freed communicator's buffer (its context id may be reused).
+pub fn forget_comm(ctx: u32) {
+    BUF.lock().unwrap().comms.retain(|e| e.0 != ctx);
 }
 
 /// Let a request complete in the background; it is reaped by later progress.
@@ -86,12 +129,38 @@ pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> MpiRe
 }
 
 unsafe fn attach(buffer: *mut c_void, size: usize) -> MpiResult<()> {
+    attach_to(None, buffer, size)
+}
+
+/// Attach to the process (`ctx` None) or to the communicator with context id `ctx`.
+unsafe fn attach_to(ctx: Option<u32>, buffer: *mut c_void, size: usize) -> MpiResult<()> {
+    runtime::with(|_| Ok(()))?;
+    let (buf, size) = if buffer as usize == AUTOMATIC {
+        (AUTOMATIC, 0)
+    } else {
+        if buffer.is_null() && size > 0 {
+            mpi_bail!(MPI_ERR_BUFFER, "buffer is NULL with size {size}");
+        }
+        (buffer as usize, size)
+    };
     let mut b = BUF.lock().unwrap();
-    if b.buf != 0 {
-        mpi_bail!(MPI_ERR_BUFFER, "a buffer is already attached");
+    let pool = Pool { buf, size, used: 0 };
+    match ctx {
+        None if b.process.buf != 0 => {
+            mpi_bail!(
+                MPI_ERR_BUFFER,
+                "a buffer is already attached to the process"
+            )
+        }
+        None => b.process = pool,
+        Some(c) if b.comms.iter().any(|e| e.0 == c) => {
+            mpi_bail!(
+                MPI_ERR_BUFFER,
+                "a buffer is already attached to the communicator"
+            )
+        }
+        Some(c) => b.comms.push((c, pool)),
     }
-    b.buf = buffer as usize;
-    b.size = size;
     Ok(())
 }
 
@@ -106,15 +175,119 @@ pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count
 }
 
 unsafe fn detach(buffer_addr: *mut c_void) -> MpiResult<usize> {
+    detach_from(None, buffer_addr)
+}
+
+/// Wait for the buffered sends, then detach the process's or the communicator's buffer:
+/// `*buffer_addr` gets its address (MPI_BUFFER_AUTOMATIC for automatic buffering; NULL,
+/// with size 0, when none was attached).
+unsafe fn detach_from(ctx: Option<u32>, buffer_addr: *mut c_void) -> MpiResult<usize> {
     runtime::with(|_| Ok(()))?;
     reap(true)?;
     let mut b = BUF.lock().unwrap();
+    let pool = match ctx {
+        None => std::mem::replace(
+            &mut b.process,
+            Pool {
+                buf: 0,
+                size: 0,
+                used: 0,
+            },
+        ),
+        Some(c) => match b.comms.iter().position(|e| e.0 == c) {
+            Some(i) => b.comms.remove(i).1,
+            None => Pool {
+                buf: 0,
+                size: 0,
+                used: 0,
+            },
+        },
+    };
     if !buffer_addr.is_null() {
-        *(buffer_addr as *mut *mut c_void) = b.buf as *mut c_void;
+        *(buffer_addr as *mut *mut c_void) = pool.buf as *mut c_void;
     }
-    let n = b.size;
-    b.buf = 0;
-    b.size = 0;
-    b.used = 0;
-    Ok(n)
+    Ok(pool.size)
+}
+
+/// Complete every pending buffered send (the flush calls; buffered sends of all
+/// communicators are waited for, which includes those the call asks about).
+fn flush() -> MpiResult<()> {
+    runtime::with(|_| Ok(()))?;
+    reap(true)
+}
+
+/// A request that is already complete (the nonblocking flushes complete at the call).
+unsafe fn done_request(request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let h = runtime::with(|rt| {
+        Ok(runtime::new_request(
+            rt,
+            Request::new(ReqKind::Done(Status::EMPTY)),
+        ))
+    })?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+pub unsafe fn MPI_Buffer_flush() -> MpiResult<()> {
+    flush()
+}
+
+pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    flush()?;
+    done_request(request)
+}
+
+pub unsafe fn MPI_Comm_attach_buffer(
+    cm: MPI_Comm,
+    buffer: *mut c_void,
+    size: c_int,
+) -> MpiResult<()> {
+    let ctx = comm(cm)?.ctx;
+    attach_to(Some(ctx), buffer, nonneg(size, "size")?)
+}
+
+pub unsafe fn MPI_Comm_attach_buffer_c(
+    cm: MPI_Comm,
+    buffer: *mut c_void,
+    size: MPI_Count,
+) -> MpiResult<()> {
+    let ctx = comm(cm)?.ctx;
+    if size < 0 {
+        mpi_bail!(MPI_ERR_ARG, "size {size} is negative");
+    }
+    attach_to(Some(ctx), buffer, size as usize)
+}
+
+pub unsafe fn MPI_Comm_detach_buffer(
+    cm: MPI_Comm,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> MpiResult<()> {
+    let ctx = comm(cm)?.ctx;
+    let n = detach_from(Some(ctx), buffer_addr)?;
+    out(size, "size", n as c_int)
+}
+
+pub unsafe fn MPI_Comm_detach_buffer_c(
+    cm: MPI_Comm,
+    buffer_addr: *mut c_void,
+    size: *mut MPI_Count,
+) -> MpiResult<()> {
+    let ctx = comm(cm)?.ctx;
+    let n = detach_from(Some(ctx), buffer_addr)?;
+    out(size, "size", n as MPI_Count)
+}
+
+pub unsafe fn MPI_Comm_flush_buffer(cm: MPI_Comm) -> MpiResult<()> {
+    comm(cm)?;
+    flush()
+}
+
+pub unsafe fn MPI_Comm_iflush_buffer(cm: MPI_Comm, request: *mut MPI_Request) -> MpiResult<()> {
+    comm(cm)?;
+    nonnull(request, "request")?;
+    flush()?;
+    done_request(request)
 }

@@ -159,6 +159,17 @@ pub unsafe fn MPI_Comm_split(
     Ok(())
 }
 
+/// The info key naming a hardware resource type (MPI 4.0 §7.4.2).
+const HW_RESOURCE_TYPE: &str = "mpi_hw_resource_type";
+/// The one resource type gpumpi knows: the processes of one node.
+const SHARED_MEMORY: &str = "mpi_shared_memory";
+
+/// MPI_Comm_split_type. One node = one shared-memory domain, the only hardware level
+/// gpumpi knows: MPI_COMM_TYPE_SHARED and the guided types with `mpi_hw_resource_type` =
+/// `mpi_shared_memory` split by node; a guided split naming any other (or no) resource
+/// type gives MPI_COMM_NULL. MPI_COMM_TYPE_HW_UNGUIDED must give a strict subset of the
+/// parent: the node, where the parent spans several nodes (its type is then stored in
+/// `info`), else MPI_COMM_NULL.
 pub unsafe fn MPI_Comm_split_type(
     cm: MPI_Comm,
     split_type: c_int,
@@ -167,25 +178,50 @@ pub unsafe fn MPI_Comm_split_type(
     newcomm: *mut MPI_Comm,
 ) -> MpiResult<()> {
     crate::abi::objects::check_info(info)?;
-    let color = if split_type == c::MPI_UNDEFINED {
-        c::MPI_UNDEFINED
-    } else if [
-        c::MPI_COMM_TYPE_SHARED,
-        c::MPI_COMM_TYPE_HW_UNGUIDED,
-        c::MPI_COMM_TYPE_HW_GUIDED,
-        c::MPI_COMM_TYPE_RESOURCE_GUIDED,
-    ]
-    .contains(&split_type)
-    {
-        // One node = one shared-memory domain: color by the lowest world rank on my node.
-        runtime::with(|rt| Ok(rt.boot.node_ranks().into_iter().min().unwrap_or(0) as c_int))?
-    } else {
-        mpi_bail!(
-            MPI_ERR_ARG,
-            "split_type {split_type} is not a known MPI_COMM_TYPE_*"
-        );
+    let parent = comm(cm)?;
+    let node = runtime::with(|rt| Ok(rt.boot.node_ranks()))?;
+    let node_color = node.iter().copied().min().unwrap_or(0) as c_int;
+    let info_value = || -> MpiResult<Option<String>> {
+        if info == c::MPI_INFO_NULL {
+            return Ok(None);
+        }
+        let l = crate::abi::objects::info_obj(info)?;
+        let v = l.lock().unwrap();
+        Ok(v.iter()
+            .find(|e| e.0 == HW_RESOURCE_TYPE)
+            .map(|e| e.1.clone()))
     };
-    MPI_Comm_split(cm, color, key, newcomm)
+    let mut unguided_found = false;
+    let color = match split_type {
+        t if t == c::MPI_UNDEFINED => c::MPI_UNDEFINED,
+        t if t == c::MPI_COMM_TYPE_SHARED => node_color,
+        t if t == c::MPI_COMM_TYPE_HW_GUIDED || t == c::MPI_COMM_TYPE_RESOURCE_GUIDED => {
+            if info_value()?.as_deref() == Some(SHARED_MEMORY) {
+                node_color
+            } else {
+                c::MPI_UNDEFINED
+            }
+        }
+        t if t == c::MPI_COMM_TYPE_HW_UNGUIDED => {
+            // Every member sees the same answer: whether all of the parent is on its node.
+            let all_here = (0..parent.size()).all(|r| node.contains(&parent.world_rank(r)));
+            if all_here {
+                c::MPI_UNDEFINED
+            } else {
+                unguided_found = true;
+                node_color
+            }
+        }
+        t => mpi_bail!(MPI_ERR_ARG, "split_type {t} is not a known MPI_COMM_TYPE_*"),
+    };
+    MPI_Comm_split(cm, color, key, newcomm)?;
+    if unguided_found && info != c::MPI_INFO_NULL {
+        let l = crate::abi::objects::info_obj(info)?;
+        let mut v = l.lock().unwrap();
+        v.retain(|e| e.0 != HW_RESOURCE_TYPE);
+        v.push((HW_RESOURCE_TYPE.to_string(), SHARED_MEMORY.to_string()));
+    }
+    Ok(())
 }
 
 pub unsafe fn MPI_Comm_create(cm: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> MpiResult<()> {
@@ -237,6 +273,43 @@ pub unsafe fn MPI_Comm_create_group(
     Ok(())
 }
 
+/// MPI_Comm_create_from_group (MPI 4.0 §7.4.2): collective over the group's members only.
+/// Without sessions the group comes from a communicator; the members agree on a context id
+/// over a temporary communicator in a context kept for this call, its collectives tagged by
+/// a hash of `stringtag` (as MPI_Comm_create_group uses the user's tag).
+pub unsafe fn MPI_Comm_create_from_group(
+    g: MPI_Group,
+    stringtag: *const c_char,
+    info: MPI_Info,
+    errhandler: MPI_Errhandler,
+    newcomm: *mut MPI_Comm,
+) -> MpiResult<()> {
+    nonnull(newcomm, "newcomm")?;
+    let tag = read_cstr(stringtag, "stringtag")?;
+    crate::abi::objects::check_info(info)?;
+    let g = group(g)?;
+    let me = runtime::with(|rt| Ok(rt.boot.rank()))?;
+    let Some(my) = g.rank_of(me) else {
+        mpi_bail!(MPI_ERR_GROUP, "the calling process is not in the group")
+    };
+    // FNV-1a of the tag, folded into the collective-sequence bits.
+    let hash = tag.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    let mut tmp = CommObj::new((1 << 30) | (1 << 29), Arc::new((*g).clone()), my, "");
+    tmp.coll_seq = AtomicU32::new((hash & 0x3f_ffff) << 8);
+    let tmp = Arc::new(tmp);
+    let ctx = alloc_ctx(&tmp)?;
+    let h = new_comm(CommObj::new(ctx, Arc::new((*g).clone()), my, ""));
+    if let Err(e) = super::errhandler::MPI_Comm_set_errhandler(h, errhandler) {
+        let mut h = h;
+        let _ = MPI_Comm_free(&mut h);
+        return Err(e);
+    }
+    *newcomm = h;
+    Ok(())
+}
+
 pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     nonnull(cm, "comm")?;
     let h = *cm;
@@ -246,6 +319,7 @@ pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     let o = comm(h)?;
     super::attr::delete_all_comm_attrs(h, &o)?;
     objects().comms.remove(h as usize);
+    super::bsend::forget_comm(o.ctx);
     release_ctx(o.ctx);
     *cm = c::MPI_COMM_NULL;
     Ok(())
@@ -279,7 +353,11 @@ pub unsafe fn MPI_Comm_get_name(
     name: *mut c_char,
     resultlen: *mut c_int,
 ) -> MpiResult<()> {
-    let n = comm(cm)?.name.lock().unwrap().clone();
+    let n = if cm == c::MPI_COMM_NULL {
+        "MPI_COMM_NULL".to_string()
+    } else {
+        comm(cm)?.name.lock().unwrap().clone()
+    };
     write_cstr(&n, name, 128, resultlen)
 }
 

@@ -5,7 +5,7 @@ use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::nonnull;
 use crate::abi::types::{self, dtype, DtypeObj};
-use crate::mpi::datatype::{CombinerKind, Order, TypeDesc};
+use crate::mpi::datatype::{CombinerKind, Distrib, F90Class, Order, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
 use std::os::raw::{c_char, c_int, c_void};
@@ -186,7 +186,9 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
     let d = DtypeObj::new(TypeDesc::dup(&old.desc));
     d.committed
         .store(old.committed.load(Ordering::Acquire), Ordering::Release);
-    *d.attrs.lock().unwrap() = old.attrs.lock().unwrap().clone();
+    // Attributes go through their keyvals' copy callbacks (MPI_TYPE_NULL_COPY_FN drops them).
+    let attrs = old.attrs.lock().unwrap().clone();
+    *d.attrs.lock().unwrap() = super::attr::copy_attrs(oldtype as usize, &attrs)?;
     *newtype = types::insert(d);
     Ok(())
 }
@@ -237,6 +239,12 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> MpiResult<()> {
     if h < 0x1000 {
         dtype(*datatype)?;
         mpi_bail!(MPI_ERR_TYPE, "predefined datatype {h:#x} cannot be freed");
+    }
+    if dtype(*datatype)?.predefined != 0 {
+        mpi_bail!(
+            MPI_ERR_TYPE,
+            "datatype {h:#x} (from MPI_Type_create_f90_*) is predefined and cannot be freed"
+        );
     }
     let Some(obj) = types::TYPES.lock().unwrap().remove(h) else {
         mpi_bail!(
@@ -337,6 +345,9 @@ pub unsafe fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
 
 pub unsafe fn MPI_Type_set_name(datatype: MPI_Datatype, name: *const c_char) -> MpiResult<()> {
     let n = read_cstr(name, "type_name")?;
+    if datatype == c::MPI_DATATYPE_NULL {
+        mpi_bail!(MPI_ERR_TYPE, "cannot name MPI_DATATYPE_NULL");
+    }
     *dtype(datatype)?.name.lock().unwrap() = n.chars().take(127).collect();
     Ok(())
 }
@@ -346,7 +357,11 @@ pub unsafe fn MPI_Type_get_name(
     name: *mut c_char,
     resultlen: *mut c_int,
 ) -> MpiResult<()> {
-    let n = dtype(datatype)?.name.lock().unwrap().clone();
+    let n = if datatype == c::MPI_DATATYPE_NULL {
+        "MPI_DATATYPE_NULL".to_string()
+    } else {
+        dtype(datatype)?.name.lock().unwrap().clone()
+    };
     write_cstr(&n, name, 128, resultlen)
 }
 
@@ -365,6 +380,9 @@ pub(super) fn combiner_value(k: CombinerKind) -> c_int {
         CombinerKind::Subarray => c::MPI_COMBINER_SUBARRAY,
         CombinerKind::Resized => c::MPI_COMBINER_RESIZED,
         CombinerKind::Darray => c::MPI_COMBINER_DARRAY,
+        CombinerKind::F90(F90Class::Integer) => c::MPI_COMBINER_F90_INTEGER,
+        CombinerKind::F90(F90Class::Real) => c::MPI_COMBINER_F90_REAL,
+        CombinerKind::F90(F90Class::Complex) => c::MPI_COMBINER_F90_COMPLEX,
     }
 }
 
@@ -392,7 +410,27 @@ pub(super) fn contents(d: &DtypeObj) -> MpiResult<crate::mpi::datatype::Contents
         );
     }
     let mut ct = d.desc.contents();
-    if d.desc.kind() == CombinerKind::Subarray {
+    if d.desc.kind() == CombinerKind::Darray && ct.ints.len() >= 3 {
+        // [size, rank, ndims, gsizes (unless in large counts), distribs, dargs, psizes, order]:
+        // distributions and default dargs as the ABI's MPI_DISTRIBUTE_* values.
+        let nd = ct.ints[2] as usize;
+        let at = if ct.large.is_empty() { 3 + nd } else { 3 };
+        if ct.ints.len() >= at + 2 * nd {
+            for v in &mut ct.ints[at..at + nd] {
+                *v = match *v {
+                    0 => c::MPI_DISTRIBUTE_BLOCK,
+                    1 => c::MPI_DISTRIBUTE_CYCLIC,
+                    _ => c::MPI_DISTRIBUTE_NONE,
+                } as i64;
+            }
+            for v in &mut ct.ints[at + nd..at + 2 * nd] {
+                if *v == -1 {
+                    *v = c::MPI_DISTRIBUTE_DFLT_DARG as i64;
+                }
+            }
+        }
+    }
+    if d.desc.kind() == CombinerKind::Subarray || d.desc.kind() == CombinerKind::Darray {
         if let Some(last) = ct.ints.last_mut() {
             *last = if *last == 0 {
                 c::MPI_ORDER_C as i64
@@ -600,5 +638,506 @@ pub unsafe fn MPI_Unpack(
         cm,
     )?;
     *position = pos as c_int;
+    Ok(())
+}
+
+/// Predefined Fortran types chosen by MPI_Type_create_f90_*, one handle per (class, p, r)
+/// (the standard makes them predefined: the same arguments give the same type, never freed).
+static F90_TYPES: std::sync::Mutex<Vec<((F90Class, Option<i64>, i64), usize)>> =
+    std::sync::Mutex::new(Vec::new());
+
+unsafe fn f90_type(
+    class: F90Class,
+    p: Option<i64>,
+    r: i64,
+    base: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(newtype, "newtype")?;
+    let mut cache = F90_TYPES.lock().unwrap();
+    if let Some(&(_, h)) = cache.iter().find(|e| e.0 == (class, p, r)) {
+        *newtype = h as MPI_Datatype;
+        return Ok(());
+    }
+    let old = dtype(base)?;
+    let mut o = DtypeObj::new(TypeDesc::f90(class, p, r, &old.desc));
+    o.committed.store(true, Ordering::Release);
+    o.predefined = base as usize;
+    let h = types::insert(o);
+    cache.push(((class, p, r), h as usize));
+    *newtype = h;
+    Ok(())
+}
+
+/// A precision or range argument: MPI_UNDEFINED means "not given" (0).
+fn f90_arg(v: c_int, what: &str) -> MpiResult<i64> {
+    if v == c::MPI_UNDEFINED {
+        return Ok(0);
+    }
+    if v < 0 {
+        mpi_bail!(MPI_ERR_ARG, "{what} {v} is negative");
+    }
+    Ok(v as i64)
+}
+
+/// The kind SELECTED_REAL_KIND(p, r) gives (gfortran): REAL*4 or REAL*8 (wider ones are
+/// not supported by gpumpi).
+fn f90_real_kind(p: c_int, r: c_int) -> MpiResult<usize> {
+    if p == c::MPI_UNDEFINED && r == c::MPI_UNDEFINED {
+        mpi_bail!(MPI_ERR_ARG, "p and r are both MPI_UNDEFINED");
+    }
+    let (pp, rr) = (f90_arg(p, "p")?, f90_arg(r, "r")?);
+    if pp <= 6 && rr <= 37 {
+        Ok(4)
+    } else if pp <= 15 && rr <= 307 {
+        Ok(8)
+    } else {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "no supported Fortran real kind has precision {p} and range {r} (REAL*4 and REAL*8 only)"
+        )
+    }
+}
+
+pub unsafe fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> MpiResult<()> {
+    let rr = f90_arg(r, "r")?;
+    let base = match rr {
+        0..=2 => c::MPI_INTEGER1,
+        3..=4 => c::MPI_INTEGER2,
+        5..=9 => c::MPI_INTEGER4,
+        10..=18 => c::MPI_INTEGER8,
+        _ => mpi_bail!(
+            MPI_ERR_ARG,
+            "no supported Fortran integer kind has range {r} (up to 18 digits)"
+        ),
+    };
+    f90_type(F90Class::Integer, None, rr, base, newtype)
+}
+
+pub unsafe fn MPI_Type_create_f90_real(
+    p: c_int,
+    r: c_int,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let base = if f90_real_kind(p, r)? == 4 {
+        c::MPI_REAL4
+    } else {
+        c::MPI_REAL8
+    };
+    let pr = (p as i64, r as i64);
+    f90_type(F90Class::Real, Some(pr.0), pr.1, base, newtype)
+}
+
+pub unsafe fn MPI_Type_create_f90_complex(
+    p: c_int,
+    r: c_int,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let base = if f90_real_kind(p, r)? == 4 {
+        c::MPI_COMPLEX8
+    } else {
+        c::MPI_COMPLEX16
+    };
+    f90_type(F90Class::Complex, Some(p as i64), r as i64, base, newtype)
+}
+
+pub unsafe fn MPI_Type_match_size(
+    typeclass: c_int,
+    size: c_int,
+    datatype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(datatype, "datatype")?;
+    let table: &[(c_int, MPI_Datatype)] = match typeclass {
+        x if x == c::MPI_TYPECLASS_INTEGER => &[
+            (1, c::MPI_INTEGER1),
+            (2, c::MPI_INTEGER2),
+            (4, c::MPI_INTEGER4),
+            (8, c::MPI_INTEGER8),
+        ],
+        x if x == c::MPI_TYPECLASS_REAL => &[(4, c::MPI_REAL4), (8, c::MPI_REAL8)],
+        x if x == c::MPI_TYPECLASS_COMPLEX => &[(8, c::MPI_COMPLEX8), (16, c::MPI_COMPLEX16)],
+        x => mpi_bail!(
+            MPI_ERR_ARG,
+            "typeclass {x} is not MPI_TYPECLASS_INTEGER, _REAL or _COMPLEX"
+        ),
+    };
+    match table.iter().find(|e| e.0 == size) {
+        Some(&(_, t)) => out(datatype, "datatype", t),
+        None => mpi_bail!(
+            MPI_ERR_ARG,
+            "no supported type of typeclass {typeclass} has size {size}"
+        ),
+    }
+}
+
+pub unsafe fn MPI_Type_get_value_index(
+    value_type: MPI_Datatype,
+    index_type: MPI_Datatype,
+    pair_type: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(pair_type, "pair_type")?;
+    use crate::mpi::datatype::{Combiner, Elem};
+    let basic = |h: MPI_Datatype, what: &str| -> MpiResult<Option<crate::mpi::datatype::Basic>> {
+        if h == c::MPI_DATATYPE_NULL {
+            mpi_bail!(MPI_ERR_TYPE, "{what} is MPI_DATATYPE_NULL");
+        }
+        let d = dtype(h)?;
+        Ok(match d.desc.combiner() {
+            Combiner::Named(Elem::Basic(b)) if d.predefined == h as usize => Some(*b),
+            _ => None,
+        })
+    };
+    let (v, i) = (
+        basic(value_type, "value_type")?,
+        basic(index_type, "index_type")?,
+    );
+    // Only the predefined pair types exist in gpumpi; any other combination has none.
+    let pair = match (v, i) {
+        (Some(v), Some(i)) => types::predefined_handle(Elem::Pair(v, i)),
+        _ => None,
+    };
+    *pair_type = pair.map_or(c::MPI_DATATYPE_NULL, |h| h as MPI_Datatype);
+    Ok(())
+}
+
+fn darray_args(
+    ndims: c_int,
+    distribs: *const c_int,
+    dargs: *const c_int,
+    order: c_int,
+) -> MpiResult<(usize, Vec<Distrib>, Vec<Option<i64>>, Order)> {
+    if ndims <= 0 {
+        mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
+    }
+    let n = ndims as usize;
+    let order = match order {
+        o if o == c::MPI_ORDER_C => Order::C,
+        o if o == c::MPI_ORDER_FORTRAN => Order::Fortran,
+        o => mpi_bail!(
+            MPI_ERR_ARG,
+            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
+        ),
+    };
+    let ds = ints(distribs, n, "array_of_distribs")?
+        .into_iter()
+        .map(|d| match d as c_int {
+            x if x == c::MPI_DISTRIBUTE_BLOCK => Ok(Distrib::Block),
+            x if x == c::MPI_DISTRIBUTE_CYCLIC => Ok(Distrib::Cyclic),
+            x if x == c::MPI_DISTRIBUTE_NONE => Ok(Distrib::None),
+            x => mpi_bail!(
+                MPI_ERR_ARG,
+                "array_of_distribs holds {x}, not an MPI_DISTRIBUTE_* value"
+            ),
+        })
+        .collect::<MpiResult<Vec<_>>>()?;
+    let da = ints(dargs, n, "array_of_dargs")?
+        .into_iter()
+        .map(|d| (d as c_int != c::MPI_DISTRIBUTE_DFLT_DARG).then_some(d))
+        .collect();
+    Ok((n, ds, da, order))
+}
+
+pub unsafe fn MPI_Type_create_darray(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const c_int,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let (n, ds, da, order) = darray_args(ndims, array_of_distribs, array_of_dargs, order)?;
+    let old = dtype(oldtype)?;
+    new_type(
+        newtype,
+        TypeDesc::darray(
+            size as i64,
+            rank as i64,
+            &ints(array_of_gsizes, n, "array_of_gsizes")?,
+            &ds,
+            &da,
+            &ints(array_of_psizes, n, "array_of_psizes")?,
+            order,
+            &old.desc,
+        ),
+    )
+}
+
+pub unsafe fn MPI_Type_create_darray_c(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const MPI_Count,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let (n, ds, da, order) = darray_args(ndims, array_of_distribs, array_of_dargs, order)?;
+    let old = dtype(oldtype)?;
+    let gs: Vec<i64> = slice(array_of_gsizes, n, "array_of_gsizes")?.to_vec();
+    new_type(
+        newtype,
+        TypeDesc::darray(
+            size as i64,
+            rank as i64,
+            &gs,
+            &ds,
+            &da,
+            &ints(array_of_psizes, n, "array_of_psizes")?,
+            order,
+            &old.desc,
+        )
+        .map(|t| t.with_large_counts()),
+    )
+}
+
+// ---- MPI_Pack_external ("external32", MPI 5.0 §5.2.?): big-endian, IEEE formats ----
+//
+// gpumpi's packed stream already has every value at its native size; external32 keeps those
+// sizes (long double: 16 bytes, x87 extended precision <-> IEEE binary128) and stores each
+// value big-endian, complex values as two big-endian reals. So converting is in place.
+
+fn check_datarep(datarep: *const c_char) -> MpiResult<()> {
+    let r = unsafe { read_cstr(datarep, "datarep")? };
+    if r != "external32" {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "datarep {r:?} is not \"external32\" (the only one MPI defines)"
+        );
+    }
+    Ok(())
+}
+
+/// x87 80-bit extended (little-endian, in 16 bytes) -> IEEE binary128 (big-endian).
+fn x87_to_quad(v: &mut [u8]) {
+    let mant = u64::from_le_bytes(v[..8].try_into().unwrap());
+    let se = u16::from_le_bytes([v[8], v[9]]) as u128;
+    // Drop the explicit integer bit: the 63 fraction bits are the top of the 112-bit fraction.
+    let frac = ((mant & !(1u64 << 63)) as u128) << 49;
+    v.copy_from_slice(&((se << 112) | frac).to_be_bytes());
+}
+
+/// IEEE binary128 (big-endian) -> x87 80-bit extended (little-endian, zero-padded to 16 bytes).
+fn quad_to_x87(v: &mut [u8]) {
+    let q = u128::from_be_bytes(v[..16].try_into().unwrap());
+    let se = (q >> 112) as u16;
+    let frac = ((q >> 49) as u64) & !(1u64 << 63);
+    let int_bit = if se & 0x7fff != 0 { 1u64 << 63 } else { 0 };
+    v.fill(0);
+    v[..8].copy_from_slice(&(frac | int_bit).to_le_bytes());
+    v[8..10].copy_from_slice(&se.to_le_bytes());
+}
+
+/// Convert `n` packed elements of `d` between native and external32 representation, in place.
+fn convert_external32(d: &TypeDesc, n: usize, buf: &mut [u8], to_external: bool) {
+    use crate::mpi::datatype::Basic;
+    let mut off = 0;
+    for _ in 0..n {
+        for b in d.blocks() {
+            // The unit reversed is the value (or each half of a complex), i.e. its alignment.
+            let unit = b.basic.align().max(1);
+            let bytes = b.count * b.basic.size();
+            let Some(chunk) = buf.get_mut(off..off + bytes) else {
+                return;
+            };
+            for v in chunk.chunks_mut(unit) {
+                match b.basic {
+                    Basic::LongDouble | Basic::LongDoubleComplex if to_external => x87_to_quad(v),
+                    Basic::LongDouble | Basic::LongDoubleComplex => quad_to_x87(v),
+                    _ => v.reverse(),
+                }
+            }
+            off += bytes;
+        }
+    }
+}
+
+unsafe fn pack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: i64,
+    pos: &mut i64,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    let d = types::committed(datatype)?;
+    let need = d.desc.packed_size(n) as i64;
+    if *pos < 0 || *pos + need > outsize.max(0) {
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "packing {need} bytes at position {} overflows the output buffer of {outsize} bytes",
+            *pos
+        );
+    }
+    if need > 0 {
+        let dst =
+            std::slice::from_raw_parts_mut((outbuf as *mut u8).add(*pos as usize), need as usize);
+        d.desc.pack(n, inbuf as *const u8, dst);
+        convert_external32(&d.desc, n, dst, true);
+    }
+    *pos += need;
+    Ok(())
+}
+
+unsafe fn unpack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: i64,
+    pos: &mut i64,
+    outbuf: *mut c_void,
+    n: usize,
+    datatype: MPI_Datatype,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    let d = types::committed(datatype)?;
+    let need = d.desc.packed_size(n) as i64;
+    if *pos < 0 || *pos + need > insize.max(0) {
+        mpi_bail!(
+            MPI_ERR_TRUNCATE,
+            "unpacking {need} bytes at position {} reads past the input buffer of {insize} bytes",
+            *pos
+        );
+    }
+    if need > 0 {
+        let mut tmp =
+            std::slice::from_raw_parts((inbuf as *const u8).add(*pos as usize), need as usize)
+                .to_vec();
+        convert_external32(&d.desc, n, &mut tmp, false);
+        d.desc.unpack(n, &tmp, outbuf as *mut u8);
+    }
+    *pos += need;
+    Ok(())
+}
+
+pub unsafe fn MPI_Pack_external_size(
+    datarep: *const c_char,
+    incount: c_int,
+    datatype: MPI_Datatype,
+    size: *mut MPI_Aint,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    let n = count_arg(incount)?;
+    out(
+        size,
+        "size",
+        dtype(datatype)?.desc.packed_size(n) as MPI_Aint,
+    )
+}
+
+pub unsafe fn MPI_Pack_external_size_c(
+    datarep: *const c_char,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    size: *mut MPI_Count,
+) -> MpiResult<()> {
+    check_datarep(datarep)?;
+    if incount < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "incount {incount} is negative");
+    }
+    let s = dtype(datatype)?.desc.packed_size(incount as usize);
+    out(size, "size", s as MPI_Count)
+}
+
+pub unsafe fn MPI_Pack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: MPI_Aint,
+    position: *mut MPI_Aint,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    let mut pos = *position as i64;
+    let n = count_arg(incount)?;
+    pack_external(
+        datarep,
+        inbuf,
+        n,
+        datatype,
+        outbuf,
+        outsize as i64,
+        &mut pos,
+    )?;
+    *position = pos as MPI_Aint;
+    Ok(())
+}
+
+pub unsafe fn MPI_Pack_external_c(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: MPI_Count,
+    position: *mut MPI_Count,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    if incount < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "incount {incount} is negative");
+    }
+    let mut pos = *position;
+    pack_external(
+        datarep,
+        inbuf,
+        incount as usize,
+        datatype,
+        outbuf,
+        outsize,
+        &mut pos,
+    )?;
+    *position = pos;
+    Ok(())
+}
+
+pub unsafe fn MPI_Unpack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: MPI_Aint,
+    position: *mut MPI_Aint,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    let mut pos = *position as i64;
+    let n = count_arg(outcount)?;
+    unpack_external(datarep, inbuf, insize as i64, &mut pos, outbuf, n, datatype)?;
+    *position = pos as MPI_Aint;
+    Ok(())
+}
+
+pub unsafe fn MPI_Unpack_external_c(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: MPI_Count,
+    position: *mut MPI_Count,
+    outbuf: *mut c_void,
+    outcount: MPI_Count,
+    datatype: MPI_Datatype,
+) -> MpiResult<()> {
+    nonnull(position, "position")?;
+    if outcount < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "outcount {outcount} is negative");
+    }
+    let mut pos = *position;
+    unpack_external(
+        datarep,
+        inbuf,
+        insize,
+        &mut pos,
+        outbuf,
+        outcount as usize,
+        datatype,
+    )?;
+    *position = pos;
     Ok(())
 }

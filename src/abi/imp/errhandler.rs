@@ -132,8 +132,65 @@ pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> M
     Ok(())
 }
 
+/// MPI_Remove_error_class (MPI 4.1): a class made by MPI_Add_error_class with no codes left.
+pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> MpiResult<()> {
+    let mut o = objects();
+    let e = &mut o.errors;
+    if e.codes.get(&errorclass).map(|v| v.0) != Some(errorclass) {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error class {errorclass} was not created by MPI_Add_error_class"
+        );
+    }
+    if e.codes
+        .iter()
+        .any(|(&code, v)| code != errorclass && v.0 == errorclass)
+    {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error class {errorclass} still has error codes: remove them first"
+        );
+    }
+    if e.strings.contains_key(&errorclass) {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error class {errorclass} still has a string: call MPI_Remove_error_string first"
+        );
+    }
+    e.codes.remove(&errorclass);
+    Ok(())
+}
+
+/// MPI_Remove_error_code (MPI 4.1): a code made by MPI_Add_error_code.
+pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> MpiResult<()> {
+    let mut o = objects();
+    let e = &mut o.errors;
+    match e.codes.get(&errorcode) {
+        Some(v) if v.0 != errorcode => {}
+        _ => mpi_bail!(
+            MPI_ERR_ARG,
+            "error code {errorcode} was not created by MPI_Add_error_code"
+        ),
+    }
+    if e.strings.contains_key(&errorcode) {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error code {errorcode} still has a string: call MPI_Remove_error_string first"
+        );
+    }
+    e.codes.remove(&errorcode);
+    Ok(())
+}
+
 pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> MpiResult<()> {
-    objects().errors.strings.remove(&errorcode);
+    let mut o = objects();
+    if !o.errors.codes.contains_key(&errorcode) {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "error code {errorcode} was not created by MPI_Add_error_code/class"
+        );
+    }
+    o.errors.strings.remove(&errorcode);
     Ok(())
 }
 

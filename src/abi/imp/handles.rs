@@ -16,7 +16,8 @@ macro_rules! conversions {
     )*};
 }
 
-conversions! {
+// Parenthesised, so build.rs's scanner sees the rows' function names (as with other macros).
+conversions!(
     MPI_Comm, Comm, MPI_Comm_c2f, MPI_Comm_f2c, MPI_Comm_toint, MPI_Comm_fromint;
     MPI_Errhandler, Errhandler, MPI_Errhandler_c2f, MPI_Errhandler_f2c, MPI_Errhandler_toint, MPI_Errhandler_fromint;
     MPI_File, File, MPI_File_c2f, MPI_File_f2c, MPI_File_toint, MPI_File_fromint;
@@ -28,7 +29,7 @@ conversions! {
     MPI_Session, Session, MPI_Session_c2f, MPI_Session_f2c, MPI_Session_toint, MPI_Session_fromint;
     MPI_Datatype, Datatype, MPI_Type_c2f, MPI_Type_f2c, MPI_Type_toint, MPI_Type_fromint;
     MPI_Win, Win, MPI_Win_c2f, MPI_Win_f2c, MPI_Win_toint, MPI_Win_fromint;
-}
+);
 
 pub unsafe fn MPI_Status_c2f(
     c_status: *const MPI_Status,

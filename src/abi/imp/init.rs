@@ -171,3 +171,142 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
         .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
 }
+
+/// MPI_Get_hw_resource_info (MPI 4.1): the hardware resource types gpumpi knows, as an info
+/// object the caller frees: the shared-memory domain (one node), the level
+/// MPI_Comm_split_type splits by.
+pub unsafe fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> MpiResult<()> {
+    crate::abi::objects::nonnull(hw_info, "hw_info")?;
+    runtime::with(|_| Ok(()))?;
+    let v = vec![(
+        "mpi_hw_resource_type".to_string(),
+        "mpi_shared_memory".to_string(),
+    )];
+    *hw_info = crate::abi::objects::objects()
+        .infos
+        .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    Ok(())
+}
+
+/// What a Fortran layer told the library with MPI_Abi_set_fortran_info / _booleans
+/// (gpumpi has no Fortran bindings of its own: it only keeps and returns them).
+struct FortranInfo {
+    info: Vec<(String, String)>,
+    /// (logical_size, true bytes, false bytes)
+    booleans: Vec<(usize, Vec<u8>, Vec<u8>)>,
+}
+
+static FORTRAN: std::sync::Mutex<FortranInfo> = std::sync::Mutex::new(FortranInfo {
+    info: Vec::new(),
+    booleans: Vec::new(),
+});
+
+/// MPI_Abi_get_fortran_info: the Fortran types gpumpi's datatypes describe (`mpi_X_size` of
+/// LOGICAL, INTEGER, REAL, DOUBLE PRECISION; `mpi_X_supported` of each sized Fortran type),
+/// overridden by what MPI_Abi_set_fortran_info set, as an info object the caller frees.
+pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> MpiResult<()> {
+    crate::abi::objects::nonnull(info, "info")?;
+    let size = |t: MPI_Datatype| crate::abi::types::dtype(t).map(|d| d.size()).ok();
+    let mut v: Vec<(String, String)> = Vec::new();
+    for (name, t) in [
+        ("logical", c::MPI_LOGICAL),
+        ("integer", c::MPI_INTEGER),
+        ("real", c::MPI_REAL),
+        ("double_precision", c::MPI_DOUBLE_PRECISION),
+    ] {
+        if let Some(n) = size(t) {
+            v.push((format!("mpi_{name}_size"), n.to_string()));
+        }
+    }
+    for (name, t) in [
+        ("logical1", c::MPI_LOGICAL1),
+        ("logical2", c::MPI_LOGICAL2),
+        ("logical4", c::MPI_LOGICAL4),
+        ("logical8", c::MPI_LOGICAL8),
+        ("logical16", c::MPI_LOGICAL16),
+        ("integer1", c::MPI_INTEGER1),
+        ("integer2", c::MPI_INTEGER2),
+        ("integer4", c::MPI_INTEGER4),
+        ("integer8", c::MPI_INTEGER8),
+        ("integer16", c::MPI_INTEGER16),
+        ("real2", c::MPI_REAL2),
+        ("real4", c::MPI_REAL4),
+        ("real8", c::MPI_REAL8),
+        ("real16", c::MPI_REAL16),
+        ("complex4", c::MPI_COMPLEX4),
+        ("complex8", c::MPI_COMPLEX8),
+        ("complex16", c::MPI_COMPLEX16),
+        ("complex32", c::MPI_COMPLEX32),
+        ("double_complex", c::MPI_DOUBLE_COMPLEX),
+    ] {
+        let ok = size(t).is_some_and(|n| n > 0);
+        v.push((format!("mpi_{name}_supported"), ok.to_string()));
+    }
+    for (k, val) in FORTRAN.lock().unwrap().info.iter() {
+        v.retain(|e| e.0 != *k);
+        v.push((k.clone(), val.clone()));
+    }
+    *info = crate::abi::objects::objects()
+        .infos
+        .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
+    Ok(())
+}
+
+pub unsafe fn MPI_Abi_set_fortran_info(info: MPI_Info) -> MpiResult<()> {
+    let v = crate::abi::objects::info_obj(info)?.lock().unwrap().clone();
+    let mut f = FORTRAN.lock().unwrap();
+    for (k, val) in v {
+        f.info.retain(|e| e.0 != k);
+        f.info.push((k, val));
+    }
+    Ok(())
+}
+
+fn logical_size(n: c_int) -> MpiResult<usize> {
+    if !(1..=16).contains(&n) {
+        mpi_bail!(MPI_ERR_ARG, "logical_size {n} is not between 1 and 16");
+    }
+    Ok(n as usize)
+}
+
+pub unsafe fn MPI_Abi_set_fortran_booleans(
+    logical_size_: c_int,
+    logical_true: *mut c_void,
+    logical_false: *mut c_void,
+) -> MpiResult<()> {
+    let n = logical_size(logical_size_)?;
+    let t = slice(logical_true as *const u8, n, "logical_true")?.to_vec();
+    let f = slice(logical_false as *const u8, n, "logical_false")?.to_vec();
+    if t == f {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "logical_true and logical_false are the same value"
+        );
+    }
+    let mut fi = FORTRAN.lock().unwrap();
+    fi.booleans.retain(|e| e.0 != n);
+    fi.booleans.push((n, t, f));
+    Ok(())
+}
+
+pub unsafe fn MPI_Abi_get_fortran_booleans(
+    logical_size_: c_int,
+    logical_true: *mut c_void,
+    logical_false: *mut c_void,
+    is_set: *mut c_int,
+) -> MpiResult<()> {
+    let n = logical_size(logical_size_)?;
+    crate::abi::objects::nonnull(is_set, "is_set")?;
+    let fi = FORTRAN.lock().unwrap();
+    match fi.booleans.iter().find(|e| e.0 == n) {
+        Some((_, t, f)) => {
+            crate::abi::objects::nonnull(logical_true, "logical_true")?;
+            crate::abi::objects::nonnull(logical_false, "logical_false")?;
+            std::ptr::copy_nonoverlapping(t.as_ptr(), logical_true as *mut u8, n);
+            std::ptr::copy_nonoverlapping(f.as_ptr(), logical_false as *mut u8, n);
+            *is_set = 1;
+        }
+        None => *is_set = 0,
+    }
+    Ok(())
+}

@@ -113,7 +113,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
     let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt)?;
-    let (ptr, hold) = if s.mode == Mode::Buffered {
+    let (ptr, hold, pool) = if s.mode == Mode::Buffered {
         // Buffered mode: the data is copied now, so the user's buffer is free on return.
         let v = match hold {
             Some(v) => v,
@@ -121,10 +121,10 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
                 crate::gpu::pool::HostBuf::from_vec(std::slice::from_raw_parts(ptr, len).to_vec())
             }
         };
-        super::bsend::reserve(len)?;
-        (v.as_ptr(), Some(v))
+        let pool = super::bsend::reserve(s.comm.ctx, len)?;
+        (v.as_ptr(), Some(v), pool)
     } else {
-        (ptr, hold)
+        (ptr, hold, None)
     };
     let id = rt.engine.isend(SendArgs {
         buf: ptr,
@@ -137,7 +137,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     })?;
     let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
-            super::bsend::release(len);
+            super::bsend::release(pool, len);
             Ok(())
         }))
     } else {

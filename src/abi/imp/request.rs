@@ -415,18 +415,13 @@ pub unsafe fn MPI_Testsome(
     some_common(incount, reqs, outcount, indices, statuses, false)
 }
 
-pub unsafe fn MPI_Request_get_status(
-    request: MPI_Request,
-    flag: *mut c_int,
-    status: *mut MPI_Status,
-) -> MpiResult<()> {
-    nonnull(flag, "flag")?;
+/// The status of a request if it is complete, without completing or freeing it
+/// (MPI_Request_get_status*): null and inactive requests count as complete, empty.
+fn peek_status(request: MPI_Request) -> MpiResult<Option<Status>> {
     if is_null(request) {
-        *flag = 1;
-        Status::EMPTY.store(status, false);
-        return Ok(());
+        return Ok(Some(Status::EMPTY));
     }
-    let done = runtime::with(|rt| {
+    runtime::with(|rt| {
         rt.progress();
         let Some(r) = rt.reqs.get_mut(request as usize) else {
             mpi_bail!(
@@ -435,26 +430,144 @@ pub unsafe fn MPI_Request_get_status(
                 request as usize
             )
         };
-        Ok(peek_done(r, &mut rt.engine))
-    })?;
-    *flag = done as c_int;
-    if done {
+        if !peek_done(r, &mut rt.engine) {
+            return Ok(None);
+        }
         // Peeking must not free the request: report an empty-but-complete status for
         // collectives, and the engine status for point-to-point operations.
-        let st = runtime::with(|rt| {
-            let r = rt.reqs.get_mut(request as usize).unwrap();
-            Ok(match &r.kind {
-                ReqKind::Engine { id, .. } => rt
-                    .engine
-                    .peek(*id)
-                    .map(Status::from)
-                    .unwrap_or(Status::EMPTY),
-                ReqKind::Done(s) => *s,
-                _ => Status::EMPTY,
-            })
-        })?;
+        Ok(Some(match &r.kind {
+            ReqKind::Engine { id, .. } => rt
+                .engine
+                .peek(*id)
+                .map(Status::from)
+                .unwrap_or(Status::EMPTY),
+            ReqKind::Done(s) => *s,
+            _ => Status::EMPTY,
+        }))
+    })
+}
+
+pub unsafe fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    nonnull(flag, "flag")?;
+    let st = peek_status(request)?;
+    *flag = st.is_some() as c_int;
+    if let Some(st) = st {
         st.store(status, false);
     }
+    Ok(())
+}
+
+/// MPI_Request_get_status_all: flag is true when every request is complete; the statuses
+/// are then set (the requests stay allocated, as with MPI_Request_get_status).
+pub unsafe fn MPI_Request_get_status_all(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    flag: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> MpiResult<()> {
+    nonnull(flag, "flag")?;
+    let reqs = slice(
+        array_of_requests,
+        nonneg(count, "count")?,
+        "array_of_requests",
+    )?;
+    let mut sts = Vec::with_capacity(reqs.len());
+    for &h in reqs {
+        match peek_status(h)? {
+            Some(st) => sts.push(st),
+            None => {
+                *flag = 0;
+                return Ok(());
+            }
+        }
+    }
+    *flag = 1;
+    if !array_of_statuses.is_null() {
+        for (i, st) in sts.iter().enumerate() {
+            st.store(array_of_statuses.add(i), true);
+        }
+    }
+    Ok(())
+}
+
+/// MPI_Request_get_status_any: the first complete active request (indx, status), or
+/// flag true with indx MPI_UNDEFINED when no request is active.
+pub unsafe fn MPI_Request_get_status_any(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    indx: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    nonnull(flag, "flag")?;
+    nonnull(indx, "indx")?;
+    let reqs = slice(
+        array_of_requests,
+        nonneg(count, "count")?,
+        "array_of_requests",
+    )?;
+    let mut any_active = false;
+    for (i, &h) in reqs.iter().enumerate() {
+        if !runtime::with(|rt| Ok(is_active(rt, h)))? {
+            continue;
+        }
+        any_active = true;
+        if let Some(st) = peek_status(h)? {
+            *indx = i as c_int;
+            *flag = 1;
+            st.store(status, false);
+            return Ok(());
+        }
+    }
+    *indx = c::MPI_UNDEFINED;
+    *flag = !any_active as c_int;
+    if !any_active {
+        // The empty status, MPI_ERROR included (MPI_SUCCESS).
+        Status::EMPTY.store(status, true);
+    }
+    Ok(())
+}
+
+/// MPI_Request_get_status_some: the complete active requests (outcount MPI_UNDEFINED when
+/// none is active).
+pub unsafe fn MPI_Request_get_status_some(
+    incount: c_int,
+    array_of_requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> MpiResult<()> {
+    nonnull(outcount, "outcount")?;
+    let reqs = slice(
+        array_of_requests,
+        nonneg(incount, "incount")?,
+        "array_of_requests",
+    )?;
+    let mut any_active = false;
+    let mut n = 0;
+    for (i, &h) in reqs.iter().enumerate() {
+        if !runtime::with(|rt| Ok(is_active(rt, h)))? {
+            continue;
+        }
+        any_active = true;
+        if let Some(st) = peek_status(h)? {
+            nonnull(array_of_indices, "array_of_indices")?;
+            *array_of_indices.add(n) = i as c_int;
+            if !array_of_statuses.is_null() {
+                st.store(array_of_statuses.add(n), true);
+            }
+            n += 1;
+        }
+    }
+    *outcount = if any_active {
+        n as c_int
+    } else {
+        c::MPI_UNDEFINED
+    };
     Ok(())
 }
 

@@ -717,7 +717,9 @@ fn naive(t: &TypeDesc) -> Vec<(isize, Basic)> {
             out.push((0, *v));
             out.push((e.index_offset() as isize, *i));
         }
-        Combiner::Dup(old) | Combiner::Resized { old, .. } => out = naive(old),
+        Combiner::Dup(old) | Combiner::Resized { old, .. } | Combiner::F90 { old, .. } => {
+            out = naive(old)
+        }
         Combiner::Contiguous { count, old } => {
             let m = naive(old);
             for k in 0..*count as isize {
