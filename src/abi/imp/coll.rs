@@ -402,7 +402,7 @@ impl CollSpec {
             in_place: self.in_place,
             commutative,
         };
-        let (algo, sched) = coll::build(self.kind, &args)?;
+        let (algo, sched) = coll::build_shared(self.kind, &args)?;
         tracing::debug!(
             coll = self.kind.name(),
             algo,
