@@ -60,6 +60,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
+        name: "GPUMPI_BIND",
+        default: "core",
+        doc: "Read by mpirun: `core` (default) binds rank i to the i-th CPU mpirun may run on when the job has 2 ranks or more and no more ranks than those CPUs (like Open MPI's binding to cores), so the ranks of a job never share a core while another is idle; `none` leaves placement to the scheduler.",
+    },
+    Param {
         name: "GPUMPI_BOOTSTRAP",
         default: "",
         doc: "Forces the bootstrap method instead of detecting it: `mpirun` (our mpirun's wire-up server), `pmix` (PMIx server: Open MPI's mpirun/prterun, srun --mpi=pmix), `pmi1` (PMI-1: MPICH's hydra mpiexec) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun, pmix, pmi1, singleton.",
