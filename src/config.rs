@@ -62,7 +62,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_BIND",
         default: "core",
-        doc: "Read by mpirun: `core` (default) binds rank i to the i-th CPU mpirun may run on when the job has 2 ranks or more and no more ranks than those CPUs (like Open MPI's binding to cores), so the ranks of a job never share a core while another is idle; `none` leaves placement to the scheduler.",
+        doc: "Read by mpirun: `core` (default) binds rank i to the i-th CPU mpirun may run on when the job has 2 ranks or more and exactly as many ranks as those CPUs (like Open MPI's binding to cores), so two ranks never share a core while another one is idle (a smaller job is left to the scheduler, so that concurrent jobs do not pile onto the first CPUs); `none` never binds.",
     },
     Param {
         name: "GPUMPI_BOOTSTRAP",

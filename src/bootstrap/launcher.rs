@@ -9,7 +9,7 @@
 //! `GPUMPI_UNIVERSE_SIZE`, `GPUMPI_APPNUM`, `GPUMPI_SERVER`, `GPUMPI_SECRET`.
 //!
 //! With `GPUMPI_BIND=core` (the default) rank i is bound to the i-th CPU of mpirun's
-//! affinity mask when 2 <= N <= those CPUs (see [`bind_set`]).
+//! affinity mask when N >= 2 equals the number of those CPUs (see [`bind_set`]).
 //!
 //! Each rank runs in its own process group with `PR_SET_PDEATHSIG` = SIGKILL,
 //! so it dies with mpirun. Output is forwarded line by line. The first
@@ -425,10 +425,28 @@ pub fn run(o: &Options) -> i32 {
     code
 }
 
+/// The CPUs of mpirun's affinity mask (empty if it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let mine = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        set
+    };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads the set for an index below its capacity.
+    (0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &mine) })
+        .collect()
+}
+
 /// The CPU set of `rank` under `GPUMPI_BIND` (see `docs/ENV.md`): with `core` (the default), the
-/// rank-th CPU of mpirun's own affinity mask, when the job has 2 ranks or more and no more ranks
-/// than those CPUs. A rank that waits on a peer then never shares a core with it while another
-/// core is idle (spinning there would only delay the peer). A single rank stays unbound.
+/// rank-th CPU of mpirun's own affinity mask, when the job has 2 ranks or more and exactly as many
+/// ranks as those CPUs. A rank that waits on a peer then never shares a core with it while another
+/// core is idle (spinning there would only delay the peer). Smaller jobs stay unbound: binding
+/// them to the first CPUs would pile concurrent jobs onto those while the others idle.
 fn bind_set(n: usize, rank: usize) -> Option<libc::cpu_set_t> {
     let mode = config::get("GPUMPI_BIND").unwrap_or_default();
     match mode.to_ascii_lowercase().as_str() {
@@ -436,7 +454,9 @@ fn bind_set(n: usize, rank: usize) -> Option<libc::cpu_set_t> {
         "none" | "off" | "0" => return None,
         _ => {
             if rank == 0 {
-                eprintln!("mpirun: warning: GPUMPI_BIND={mode:?}: not core or none; ranks are not bound");
+                eprintln!(
+                    "mpirun: warning: GPUMPI_BIND={mode:?}: not core or none; ranks are not bound"
+                );
             }
             return None;
         }
@@ -444,20 +464,8 @@ fn bind_set(n: usize, rank: usize) -> Option<libc::cpu_set_t> {
     if n < 2 {
         return None;
     }
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    let mine = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        set
-    };
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET reads the set for an index below its capacity.
-    let allowed: Vec<usize> = (0..max)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &mine) })
-        .collect();
-    if n > allowed.len() {
+    let allowed = allowed_cpus();
+    if n != allowed.len() {
         return None;
     }
     // SAFETY: as above; CPU_SET writes an index below the set's capacity.
@@ -721,6 +729,32 @@ mod tests {
 
     fn p(s: &str) -> Result<Parsed, String> {
         parse_args(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn binding_only_when_the_job_fills_the_cpus() {
+        if std::env::var_os("GPUMPI_BIND").is_some() {
+            return; // the default is what is tested
+        }
+        let cpus = allowed_cpus().len();
+        assert!(bind_set(1, 0).is_none(), "a single rank stays unbound");
+        assert!(
+            bind_set(cpus + 1, 0).is_none(),
+            "an oversubscribed job stays unbound"
+        );
+        if cpus >= 3 {
+            assert!(
+                bind_set(cpus - 1, 0).is_none(),
+                "a smaller job stays unbound"
+            );
+        }
+        if cpus >= 2 {
+            for r in 0..cpus {
+                let set = bind_set(cpus, r).expect("a job filling the CPUs is bound");
+                // SAFETY: CPU_COUNT reads the set.
+                assert_eq!(unsafe { libc::CPU_COUNT(&set) }, 1, "one CPU per rank");
+            }
+        }
     }
 
     fn run_opts(s: &str) -> Options {
