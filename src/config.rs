@@ -17,32 +17,32 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_ALLGATHERV_ALGORITHM",
         default: "",
-        doc: "Force the allgatherv algorithm: ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the allgatherv algorithm: ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_ALLGATHER_ALGORITHM",
         default: "",
-        doc: "Force the allgather algorithm: recursive_doubling, bruck, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the allgather algorithm: recursive_doubling, bruck, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_ALLREDUCE_ALGORITHM",
         default: "",
-        doc: "Force the allreduce algorithm: recursive_doubling, rabenseifner, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the allreduce algorithm: recursive_doubling, rabenseifner, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_ALLTOALLV_ALGORITHM",
         default: "",
-        doc: "Force the alltoallv algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the alltoallv algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_ALLTOALLW_ALGORITHM",
         default: "",
-        doc: "Force the alltoallw algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the alltoallw algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_ALLTOALL_ALGORITHM",
         default: "",
-        doc: "Force the alltoall algorithm: bruck, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the alltoall algorithm: bruck, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_APPNUM",
@@ -52,12 +52,17 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_BARRIER_ALGORITHM",
         default: "",
-        doc: "Force the barrier algorithm: dissemination. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the barrier algorithm: dissemination. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_BCAST_ALGORITHM",
         default: "",
-        doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+    },
+    Param {
+        name: "GPUMPI_BIND",
+        default: "core",
+        doc: "Read by mpirun: `core` (default) binds rank i to the i-th CPU mpirun may run on when the job has 2 ranks or more and exactly as many ranks as those CPUs (like Open MPI's binding to cores), so two ranks never share a core while another one is idle (a smaller job is left to the scheduler, so that concurrent jobs do not pile onto the first CPUs); `none` never binds.",
     },
     Param {
         name: "GPUMPI_BOOTSTRAP",
@@ -105,17 +110,17 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_EXSCAN_ALGORITHM",
         default: "",
-        doc: "Force the exscan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the exscan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_GATHERV_ALGORITHM",
         default: "",
-        doc: "Force the gatherv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the gatherv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_GATHER_ALGORITHM",
         default: "",
-        doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_JOB_ID",
@@ -155,32 +160,32 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_REDUCE_ALGORITHM",
         default: "",
-        doc: "Force the reduce algorithm: binomial, rabenseifner. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the reduce algorithm: binomial, rabenseifner. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_REDUCE_SCATTER_ALGORITHM",
         default: "",
-        doc: "Force the reduce_scatter algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the reduce_scatter algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_REDUCE_SCATTER_BLOCK_ALGORITHM",
         default: "",
-        doc: "Force the reduce_scatter_block algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the reduce_scatter_block algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_SCAN_ALGORITHM",
         default: "",
-        doc: "Force the scan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the scan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_SCATTERV_ALGORITHM",
         default: "",
-        doc: "Force the scatterv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the scatterv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_SCATTER_ALGORITHM",
         default: "",
-        doc: "Force the scatter algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning.",
+        doc: "Force the scatter algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
         name: "GPUMPI_SECRET",

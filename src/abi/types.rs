@@ -10,7 +10,7 @@ use crate::mpi::datatype::{Basic, Combiner, Elem, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{Kind, Table};
 use crate::mpi_bail;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -124,29 +124,35 @@ fn predefined_name(h: usize, e: Elem) -> &'static str {
     }
 }
 
-static BUILTIN: LazyLock<HashMap<usize, Arc<DtypeObj>>> = LazyLock::new(|| {
-    PREDEFINED
-        .iter()
-        .map(|&(h, e)| {
-            let desc = match e {
-                Elem::Basic(b) => TypeDesc::predefined(b),
-                Elem::Pair(..) => TypeDesc::pair(e),
-            };
-            let o = DtypeObj {
-                desc: Arc::new(desc),
-                committed: AtomicBool::new(true),
-                name: Mutex::new(predefined_name(h, e).to_string()),
-                attrs: Mutex::new(BTreeMap::new()),
-                predefined: h,
-            };
-            (h, Arc::new(o))
-        })
-        .collect()
+/// Predefined types by handle (handles below 0x1000; a direct index, looked up by every call).
+static BUILTIN: LazyLock<Vec<Option<Arc<DtypeObj>>>> = LazyLock::new(|| {
+    let mut by_handle: Vec<Option<Arc<DtypeObj>>> = vec![None; 0x1000];
+    for (h, o) in PREDEFINED.iter().map(|&(h, e)| {
+        let desc = match e {
+            Elem::Basic(b) => TypeDesc::predefined(b),
+            Elem::Pair(..) => TypeDesc::pair(e),
+        };
+        let o = DtypeObj {
+            desc: Arc::new(desc),
+            committed: AtomicBool::new(true),
+            name: Mutex::new(predefined_name(h, e).to_string()),
+            attrs: Mutex::new(BTreeMap::new()),
+            predefined: h,
+        };
+        (h, Arc::new(o))
+    }) {
+        assert!(h < 0x1000, "predefined datatype handle {h:#x} above 0xfff");
+        by_handle[h] = Some(o);
+    }
+    by_handle
 });
 
 /// MPI_BYTE, for internal byte transfers.
-pub static BYTE: LazyLock<Arc<DtypeObj>> =
-    LazyLock::new(|| BUILTIN[&(c::MPI_BYTE as usize)].clone());
+pub static BYTE: LazyLock<Arc<DtypeObj>> = LazyLock::new(|| {
+    BUILTIN[c::MPI_BYTE as usize]
+        .clone()
+        .expect("MPI_BYTE is predefined")
+});
 
 pub static TYPES: Mutex<Table<DtypeObj>> = Mutex::new(Table::new(Kind::Datatype));
 
@@ -166,7 +172,7 @@ pub fn dtype(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
         mpi_bail!(MPI_ERR_TYPE, "the datatype is MPI_DATATYPE_NULL");
     }
     if v < 0x1000 {
-        return match BUILTIN.get(&v) {
+        return match BUILTIN[v].as_ref() {
             Some(d) => Ok(d.clone()),
             None if (0x200..0x300).contains(&v) => mpi_bail!(
                 MPI_ERR_TYPE,

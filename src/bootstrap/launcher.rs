@@ -8,6 +8,9 @@
 //! `GPUMPI_SIZE`, `GPUMPI_LOCAL_RANK`, `GPUMPI_LOCAL_SIZE`,
 //! `GPUMPI_UNIVERSE_SIZE`, `GPUMPI_APPNUM`, `GPUMPI_SERVER`, `GPUMPI_SECRET`.
 //!
+//! With `GPUMPI_BIND=core` (the default) rank i is bound to the i-th CPU of mpirun's
+//! affinity mask when N >= 2 equals the number of those CPUs (see [`bind_set`]).
+//!
 //! Each rank runs in its own process group with `PR_SET_PDEATHSIG` = SIGKILL,
 //! so it dies with mpirun. Output is forwarded line by line. The first
 //! failure (non-zero exit, death by signal, abort through the bootstrap, a
@@ -422,6 +425,57 @@ pub fn run(o: &Options) -> i32 {
     code
 }
 
+/// The CPUs of mpirun's affinity mask (empty if it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let mine = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        set
+    };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads the set for an index below its capacity.
+    (0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &mine) })
+        .collect()
+}
+
+/// The CPU set of `rank` under `GPUMPI_BIND` (see `docs/ENV.md`): with `core` (the default), the
+/// rank-th CPU of mpirun's own affinity mask, when the job has 2 ranks or more and exactly as many
+/// ranks as those CPUs. A rank that waits on a peer then never shares a core with it while another
+/// core is idle (spinning there would only delay the peer). Smaller jobs stay unbound: binding
+/// them to the first CPUs would pile concurrent jobs onto those while the others idle.
+fn bind_set(n: usize, rank: usize) -> Option<libc::cpu_set_t> {
+    let mode = config::get("GPUMPI_BIND").unwrap_or_default();
+    match mode.to_ascii_lowercase().as_str() {
+        "core" => {}
+        "none" | "off" | "0" => return None,
+        _ => {
+            if rank == 0 {
+                eprintln!(
+                    "mpirun: warning: GPUMPI_BIND={mode:?}: not core or none; ranks are not bound"
+                );
+            }
+            return None;
+        }
+    }
+    if n < 2 {
+        return None;
+    }
+    let allowed = allowed_cpus();
+    if n != allowed.len() {
+        return None;
+    }
+    // SAFETY: as above; CPU_SET writes an index below the set's capacity.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(allowed[rank], &mut set);
+        Some(set)
+    }
+}
+
 fn spawn_rank(
     o: &Options,
     rank: usize,
@@ -458,13 +512,18 @@ fn spawn_rank(
         Stdio::null()
     });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let bind = bind_set(o.n, rank);
     // SAFETY: getpid is always safe.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs in the child between fork and exec and only calls
-    // async-signal-safe functions (setpgid, prctl, getppid, _exit).
+    // async-signal-safe functions (setpgid, sched_setaffinity, prctl, getppid, _exit).
     unsafe {
         cmd.pre_exec(move || {
             libc::setpgid(0, 0);
+            if let Some(set) = &bind {
+                // A failure only leaves the rank unbound.
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
+            }
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -670,6 +729,32 @@ mod tests {
 
     fn p(s: &str) -> Result<Parsed, String> {
         parse_args(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn binding_only_when_the_job_fills_the_cpus() {
+        if std::env::var_os("GPUMPI_BIND").is_some() {
+            return; // the default is what is tested
+        }
+        let cpus = allowed_cpus().len();
+        assert!(bind_set(1, 0).is_none(), "a single rank stays unbound");
+        assert!(
+            bind_set(cpus + 1, 0).is_none(),
+            "an oversubscribed job stays unbound"
+        );
+        if cpus >= 3 {
+            assert!(
+                bind_set(cpus - 1, 0).is_none(),
+                "a smaller job stays unbound"
+            );
+        }
+        if cpus >= 2 {
+            for r in 0..cpus {
+                let set = bind_set(cpus, r).expect("a job filling the CPUs is bound");
+                // SAFETY: CPU_COUNT reads the set.
+                assert_eq!(unsafe { libc::CPU_COUNT(&set) }, 1, "one CPU per rank");
+            }
+        }
     }
 
     fn run_opts(s: &str) -> Options {

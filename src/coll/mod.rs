@@ -516,5 +516,103 @@ pub fn build(kind: CollKind, a: &CollArgs) -> MpiResult<(&'static str, Schedule)
     Ok((info.name, sched))
 }
 
+/// Calls with at most this many blocks (send and receive together) go through the cache of
+/// [`build_shared`]: the regular collectives (one block a side), whose small-message latency
+/// the build would otherwise dominate.
+const CACHE_MAX_BLOCKS: usize = 2;
+/// Schedules kept per thread.
+const CACHE_ENTRIES: usize = 8;
+
+/// A built schedule and the call it was built for. A schedule is a pure function of the
+/// collective and its [`CollArgs`] (the tuning table and the forcing variables are read once),
+/// so an equal call can reuse it.
+struct Cached {
+    kind: CollKind,
+    rank: usize,
+    size: usize,
+    root: usize,
+    bytes: usize,
+    send_blocks: Vec<Block>,
+    recv_blocks: Vec<Block>,
+    elem_size: usize,
+    in_place: bool,
+    commutative: bool,
+    algo: &'static str,
+    sched: std::sync::Arc<Schedule>,
+}
+
+impl Cached {
+    fn matches(&self, kind: CollKind, a: &CollArgs) -> bool {
+        self.kind == kind
+            && self.rank == a.rank
+            && self.size == a.size
+            && self.root == a.root
+            && self.bytes == a.bytes
+            && self.elem_size == a.elem_size
+            && self.in_place == a.in_place
+            && self.commutative == a.commutative
+            && self.send_blocks[..] == *a.send_blocks
+            && self.recv_blocks[..] == *a.recv_blocks
+    }
+}
+
+#[derive(Default)]
+struct Cache {
+    entries: Vec<Cached>,
+    next: usize,
+}
+
+thread_local! {
+    static CACHE: std::cell::RefCell<Cache> = std::cell::RefCell::new(Cache::default());
+}
+
+/// [`build`], through a small per-thread cache for calls with few blocks: a repeated call (same
+/// collective, sizes, root, layout) gets the schedule built the first time, validated then.
+pub fn build_shared(
+    kind: CollKind,
+    a: &CollArgs,
+) -> MpiResult<(&'static str, std::sync::Arc<Schedule>)> {
+    let fresh = || build(kind, a).map(|(algo, s)| (algo, std::sync::Arc::new(s)));
+    if a.send_blocks.len() + a.recv_blocks.len() > CACHE_MAX_BLOCKS {
+        return fresh();
+    }
+    let hit = CACHE.try_with(|c| {
+        c.borrow()
+            .entries
+            .iter()
+            .find(|e| e.matches(kind, a))
+            .map(|e| (e.algo, e.sched.clone()))
+    });
+    if let Ok(Some(hit)) = hit {
+        return Ok(hit);
+    }
+    let (algo, sched) = fresh()?;
+    let _ = CACHE.try_with(|c| {
+        let mut c = c.borrow_mut();
+        let e = Cached {
+            kind,
+            rank: a.rank,
+            size: a.size,
+            root: a.root,
+            bytes: a.bytes,
+            send_blocks: a.send_blocks.to_vec(),
+            recv_blocks: a.recv_blocks.to_vec(),
+            elem_size: a.elem_size,
+            in_place: a.in_place,
+            commutative: a.commutative,
+            algo,
+            sched: sched.clone(),
+        };
+        if c.entries.len() < CACHE_ENTRIES {
+            c.entries.push(e);
+        } else {
+            let i = c.next;
+            c.entries[i] = e;
+            c.next = (i + 1) % CACHE_ENTRIES;
+        }
+    });
+    Ok((algo, sched))
+}
+
 #[cfg(test)]
 mod tests;

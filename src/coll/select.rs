@@ -1,5 +1,5 @@
 //! Algorithm selection: a table that is data (`tuning.txt`, embedded; replaced by the file named
-//! in `GPUMPI_COLL_TUNING`), with per-collective forcing by `GPUMPI_<COLL>_ALGORITHM=<name>`.
+//! in `GPUMPI_COLL_TUNING`), with per-collective forcing by `GPUMPI_<COLL>_ALGORITHM=<name>` (both read once, at first use).
 //! Non-commutative ops never get an algorithm that reorders operands.
 
 use super::{algorithm, algorithms, AlgoInfo, CollArgs, CollKind};
@@ -209,10 +209,23 @@ pub fn table() -> &'static [Row] {
     })
 }
 
+/// The value of `GPUMPI_<COLL>_ALGORITHM`, read once per collective at its first use (reading the
+/// environment costs more than a small collective on shared memory).
+fn forced(kind: CollKind) -> Option<&'static str> {
+    const UNREAD: OnceLock<Option<String>> = OnceLock::new();
+    static FORCED: [OnceLock<Option<String>>; CollKind::ALL.len()] = [UNREAD; CollKind::ALL.len()];
+    let i = CollKind::ALL
+        .iter()
+        .position(|&k| k == kind)
+        .expect("CollKind::ALL lists every collective");
+    FORCED[i]
+        .get_or_init(|| crate::config::get(kind.algorithm_var()))
+        .as_deref()
+}
+
 /// Choose the algorithm for one call (logged at debug level).
 pub fn select(kind: CollKind, a: &CollArgs) -> &'static AlgoInfo {
-    let forced = crate::config::get(kind.algorithm_var());
-    let info = select_from(table(), forced.as_deref(), kind, a);
+    let info = select_from(table(), forced(kind), kind, a);
     tracing::debug!(
         "{}: {} ranks, {} bytes, commutative={} -> {}",
         kind.name(),

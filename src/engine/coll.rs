@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub type ReduceFn = Box<dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + Send>;
 
 pub struct CollExec {
-    sched: Schedule,
+    sched: Arc<Schedule>,
     pc: usize,
     send: *const u8,
     recv: *mut u8,
@@ -45,7 +45,7 @@ impl CollExec {
     /// aliased by other live references meanwhile.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn new(
-        schedule: Schedule,
+        schedule: impl Into<Arc<Schedule>>,
         send: *const u8,
         recv: *mut u8,
         ctx: u32,
@@ -54,6 +54,7 @@ impl CollExec {
         my_comm_rank: usize,
         reduce: ReduceFn,
     ) -> Self {
+        let schedule = schedule.into();
         let tmp = vec![0u8; schedule.tmp_len];
         CollExec {
             sched: schedule,

@@ -365,25 +365,22 @@ impl CollSpec {
     unsafe fn start(&self) -> MpiResult<ReqKind> {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
-        let (send, smirror) = match &self.send {
-            Some(s) => match s.mirrored()? {
-                Some((m, side)) => (Some(side), Some(m)),
-                None => (Some(s.clone()), None),
-            },
-            None => (None, None),
+        // Host buffers (the common case) are used through `self` without cloning their sides.
+        let smir = match &self.send {
+            Some(s) => s.mirrored()?,
+            None => None,
         };
-        let (recv, rmirror) = match &self.recv {
-            Some(r) => match r.mirrored()? {
-                Some((m, side)) => (Some(side), Some(m)),
-                None => (Some(r.clone()), None),
-            },
-            None => (None, None),
+        let rmir = match &self.recv {
+            Some(r) => r.mirrored()?,
+            None => None,
         };
-        let (sptr, sblocks, shold) = match &send {
+        let send = smir.as_ref().map(|(_, side)| side).or(self.send.as_ref());
+        let recv = rmir.as_ref().map(|(_, side)| side).or(self.recv.as_ref());
+        let (sptr, sblocks, shold) = match send {
             Some(s) => s.map(true),
             None => (std::ptr::null_mut(), Vec::new(), None),
         };
-        let (rptr, mut rblocks, rhold) = match &recv {
+        let (rptr, mut rblocks, rhold) = match recv {
             Some(r) => r.map(self.recv_is_input),
             None => (std::ptr::null_mut(), Vec::new(), None),
         };
@@ -405,7 +402,7 @@ impl CollSpec {
             in_place: self.in_place,
             commutative,
         };
-        let (algo, sched) = coll::build(self.kind, &args)?;
+        let (algo, sched) = coll::build_shared(self.kind, &args)?;
         tracing::debug!(
             coll = self.kind.name(),
             algo,
@@ -436,12 +433,17 @@ impl CollSpec {
         if let Some(h) = shold {
             hold.push(crate::gpu::pool::HostBuf::from_vec(h));
         }
-        if let Some(m) = smirror {
+        if let Some((m, _)) = smir {
             hold.push(m.into_host());
         }
-        let post: Option<Post> = match (rhold, recv, rmirror) {
-            (None, _, None) | (_, None, _) => None,
-            (tmp, Some(side), mirror) => {
+        let rside = match rmir {
+            Some((m, side)) => Some((Some(m), side)),
+            None if rhold.is_some() => self.recv.clone().map(|side| (None, side)),
+            None => None,
+        };
+        let post: Option<Post> = match (rhold, rside) {
+            (_, None) => None,
+            (tmp, Some((mirror, side))) => {
                 let only = self.unpack_only;
                 Some(Box::new(move |_st: &mut Status| {
                     if let Some(tmp) = tmp {
@@ -543,15 +545,14 @@ unsafe fn bcast_spec(
     root: c_int,
     cm: MPI_Comm,
 ) -> MpiResult<CollSpec> {
-    let comm = comm(cm)?;
+    let mut s = CollSpec::new(CollKind::Bcast, comm(cm)?);
     let count = check_count(count)?;
     let dt = types::committed(dt)?;
-    let mut s = CollSpec::new(CollKind::Bcast, comm.clone());
-    s.root = check_root(&comm, root)?;
+    s.root = check_root(&s.comm, root)?;
     s.bytes = dt.desc.packed_size(count);
     check_buf(buf, s.bytes, "buffer")?;
     s.recv = Some(Side::one(buf, count, &dt));
-    s.recv_is_input = s.root == comm.rank;
+    s.recv_is_input = s.root == s.comm.rank;
     Ok(s)
 }
 
@@ -565,16 +566,15 @@ unsafe fn reduce_like(
     root: Option<c_int>,
     cm: MPI_Comm,
 ) -> MpiResult<CollSpec> {
-    let comm = comm(cm)?;
+    let mut s = CollSpec::new(kind, comm(cm)?);
     let count = check_count(count)?;
     let dt = types::committed(dth)?;
-    let mut s = CollSpec::new(kind, comm.clone());
     if let Some(r) = root {
-        s.root = check_root(&comm, r)?;
+        s.root = check_root(&s.comm, r)?;
     }
     s.red = Some(reduction(op, dth, &dt)?);
     s.bytes = dt.desc.packed_size(count);
-    let i_am_root = root.is_none() || s.root == comm.rank;
+    let i_am_root = root.is_none() || s.root == s.comm.rank;
     s.in_place = in_place(sendbuf) && i_am_root;
     if in_place(sendbuf) && !i_am_root {
         mpi_bail!(MPI_ERR_BUFFER, "MPI_IN_PLACE is only valid at the root");
