@@ -13,7 +13,43 @@ use super::{Engine, ReqId, SendArgs};
 use crate::abi::consts::MPI_SUCCESS;
 use crate::coll::schedule::{BufId, Region, Schedule, Step};
 use crate::mpi::error::{MpiError, MpiResult};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Scratch buffers (Tmp and the reduction scratch) of finished collectives, kept for reuse: a
+/// fresh multi-MiB allocation per call page-faults on every large collective (2 MiB allreduce at
+/// 2 ranks spent most of its 5 ms in page faults; benches/NOTES.md). Bounded to
+/// `POOL_BYTES`; schedules never rely on Tmp's initial contents.
+static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+const POOL_BYTES: usize = 64 << 20;
+
+/// A buffer of at least `len` initialized bytes (contents arbitrary).
+fn take_buf(len: usize) -> Vec<u8> {
+    if len == 0 {
+        return Vec::new();
+    }
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let best = pool
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.len() >= len)
+        .min_by_key(|(_, v)| v.len())
+        .map(|(i, _)| i);
+    match best {
+        Some(i) => pool.swap_remove(i),
+        None => vec![0u8; len],
+    }
+}
+
+fn give_buf(v: Vec<u8>) {
+    if v.is_empty() {
+        return;
+    }
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let kept: usize = pool.iter().map(|b| b.len()).sum();
+    if kept + v.len() <= POOL_BYTES {
+        pool.push(v);
+    }
+}
 
 /// The reduction callback: `inout = input op inout`.
 pub type ReduceFn = Box<dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + Send>;
@@ -23,7 +59,9 @@ pub struct CollExec {
     pc: usize,
     send: *const u8,
     recv: *mut u8,
+    /// At least `sched.tmp_len` bytes, from the pool.
     tmp: Vec<u8>,
+    /// Scratch of ReduceRev steps, from the pool (grown on demand).
     scratch: Vec<u8>,
     ctx: u32,
     tag: i32,
@@ -55,7 +93,7 @@ impl CollExec {
         reduce: ReduceFn,
     ) -> Self {
         let schedule = schedule.into();
-        let tmp = vec![0u8; schedule.tmp_len];
+        let tmp = take_buf(schedule.tmp_len);
         CollExec {
             sched: schedule,
             pc: 0,
@@ -77,7 +115,7 @@ impl CollExec {
         let (base, len) = match r.buf {
             BufId::Send => (self.send as *mut u8, usize::MAX),
             BufId::Recv => (self.recv, usize::MAX),
-            BufId::Tmp => (self.tmp.as_mut_ptr(), self.tmp.len()),
+            BufId::Tmp => (self.tmp.as_mut_ptr(), self.sched.tmp_len),
         };
         // A user buffer may be MPI_BOTTOM (NULL) with absolute offsets (datatypes built from
         // MPI_Get_address): only the resulting address must be non-null.
@@ -181,15 +219,22 @@ impl CollExec {
                             dst.len
                         );
                     }
+                    if src.overlaps(&dst) {
+                        crate::mpi_bail!(
+                            MPI_ERR_INTERN,
+                            "reduce step with overlapping regions {src:?} {dst:?}"
+                        );
+                    }
                     let s = self.ptr(&src)?;
                     let d = self.ptr(&dst)?;
-                    self.scratch.clear();
-                    // SAFETY: src is valid for len bytes; copying it first avoids aliasing with dst.
-                    self.scratch
-                        .extend_from_slice(unsafe { std::slice::from_raw_parts(s, src.len) });
-                    // SAFETY: dst is valid for len bytes and not otherwise borrowed now.
-                    let out = unsafe { std::slice::from_raw_parts_mut(d, dst.len) };
-                    (self.reduce)(&self.scratch, out)?;
+                    // SAFETY: src and dst are valid for len bytes and do not overlap (checked).
+                    let (input, out) = unsafe {
+                        (
+                            std::slice::from_raw_parts(s, src.len),
+                            std::slice::from_raw_parts_mut(d, dst.len),
+                        )
+                    };
+                    (self.reduce)(input, out)?;
                 }
                 Step::ReduceRev { src, dst } => {
                     if src.len != dst.len {
@@ -203,13 +248,16 @@ impl CollExec {
                     let s = self.ptr(&src)?;
                     let d = self.ptr(&dst)?;
                     // scratch = dst op src, then dst = scratch.
-                    self.scratch.clear();
-                    // SAFETY: src is valid for len bytes.
-                    self.scratch
-                        .extend_from_slice(unsafe { std::slice::from_raw_parts(s, src.len) });
-                    // SAFETY: dst is valid for len bytes; read-only here, scratch is separate.
-                    let left = unsafe { std::slice::from_raw_parts(d, dst.len) }.to_vec();
-                    (self.reduce)(&left, &mut self.scratch)?;
+                    if self.scratch.len() < src.len {
+                        give_buf(std::mem::take(&mut self.scratch));
+                        self.scratch = take_buf(src.len);
+                    }
+                    let scratch = &mut self.scratch[..src.len];
+                    // SAFETY: src and dst are valid for len bytes; scratch is a separate allocation.
+                    unsafe {
+                        scratch.copy_from_slice(std::slice::from_raw_parts(s, src.len));
+                        (self.reduce)(std::slice::from_raw_parts(d, dst.len), scratch)?;
+                    }
                     // SAFETY: dst valid for len bytes; scratch is a separate allocation.
                     unsafe { std::ptr::copy_nonoverlapping(self.scratch.as_ptr(), d, dst.len) };
                 }
@@ -242,6 +290,11 @@ impl Drop for CollExec {
                 "engine::coll: executor dropped with {} operations in flight",
                 self.pending.len()
             );
+            // The engine may still write into Tmp: leak it rather than reuse it.
+            std::mem::forget(std::mem::take(&mut self.tmp));
+            return;
         }
+        give_buf(std::mem::take(&mut self.tmp));
+        give_buf(std::mem::take(&mut self.scratch));
     }
 }
