@@ -19,14 +19,6 @@ pub(super) unsafe fn new_type(newtype: *mut MPI_Datatype, d: MpiResult<TypeDesc>
     Ok(())
 }
 
-fn ints(p: *const c_int, n: usize, what: &str) -> MpiResult<Vec<i64>> {
-    // SAFETY: the caller passes an array of n ints.
-    Ok(unsafe { slice(p, n, what)? }
-        .iter()
-        .map(|&x| x as i64)
-        .collect())
-}
-
 fn count_arg(n: c_int) -> MpiResult<usize> {
     if n < 0 {
         mpi_bail!(MPI_ERR_COUNT, "count {n} is negative");
@@ -83,8 +75,8 @@ pub unsafe fn MPI_Type_indexed(
     new_type(
         newtype,
         TypeDesc::indexed(
-            &ints(blocklens, n, "array_of_blocklengths")?,
-            &ints(disps, n, "array_of_displacements")?,
+            &i64s(blocklens, n, "array_of_blocklengths")?,
+            &i64s(disps, n, "array_of_displacements")?,
             &old.desc,
         ),
     )
@@ -102,7 +94,7 @@ pub unsafe fn MPI_Type_create_hindexed(
     new_type(
         newtype,
         TypeDesc::hindexed(
-            &ints(blocklens, n, "array_of_blocklengths")?,
+            &i64s(blocklens, n, "array_of_blocklengths")?,
             slice(disps, n, "array_of_displacements")?,
             &old.desc,
         ),
@@ -122,7 +114,7 @@ pub unsafe fn MPI_Type_create_indexed_block(
         newtype,
         TypeDesc::indexed_block(
             blocklength as i64,
-            &ints(disps, n, "array_of_displacements")?,
+            &i64s(disps, n, "array_of_displacements")?,
             &old.desc,
         ),
     )
@@ -163,7 +155,7 @@ pub unsafe fn MPI_Type_create_struct(
     new_type(
         newtype,
         TypeDesc::create_struct(
-            &ints(blocklens, n, "array_of_blocklengths")?,
+            &i64s(blocklens, n, "array_of_blocklengths")?,
             slice(disps, n, "array_of_displacements")?,
             &descs,
         ),
@@ -193,15 +185,15 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
     Ok(())
 }
 
-pub unsafe fn MPI_Type_create_subarray(
+/// MPI_Type_create_subarray and its large-count variant: one body for both count widths.
+pub(super) unsafe fn subarray<T: AsI64>(
     ndims: c_int,
-    sizes: *const c_int,
-    subsizes: *const c_int,
-    starts: *const c_int,
+    sizes: *const T,
+    subsizes: *const T,
+    starts: *const T,
     order: c_int,
     oldtype: MPI_Datatype,
-    newtype: *mut MPI_Datatype,
-) -> MpiResult<()> {
+) -> MpiResult<TypeDesc> {
     if ndims <= 0 {
         mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
     }
@@ -215,15 +207,27 @@ pub unsafe fn MPI_Type_create_subarray(
         ),
     };
     let old = dtype(oldtype)?;
+    TypeDesc::subarray(
+        &i64s(sizes, n, "sizes")?,
+        &i64s(subsizes, n, "subsizes")?,
+        &i64s(starts, n, "starts")?,
+        order,
+        &old.desc,
+    )
+}
+
+pub unsafe fn MPI_Type_create_subarray(
+    ndims: c_int,
+    sizes: *const c_int,
+    subsizes: *const c_int,
+    starts: *const c_int,
+    order: c_int,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
     new_type(
         newtype,
-        TypeDesc::subarray(
-            &ints(sizes, n, "sizes")?,
-            &ints(subsizes, n, "subsizes")?,
-            &ints(starts, n, "starts")?,
-            order,
-            &old.desc,
-        ),
+        subarray(ndims, sizes, subsizes, starts, order, oldtype),
     )
 }
 
@@ -800,7 +804,7 @@ pub unsafe fn MPI_Type_get_value_index(
     Ok(())
 }
 
-fn darray_args(
+unsafe fn darray_args(
     ndims: c_int,
     distribs: *const c_int,
     dargs: *const c_int,
@@ -818,7 +822,7 @@ fn darray_args(
             "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
         ),
     };
-    let ds = ints(distribs, n, "array_of_distribs")?
+    let ds = i64s(distribs, n, "array_of_distribs")?
         .into_iter()
         .map(|d| match d as c_int {
             x if x == c::MPI_DISTRIBUTE_BLOCK => Ok(Distrib::Block),
@@ -830,7 +834,7 @@ fn darray_args(
             ),
         })
         .collect::<MpiResult<Vec<_>>>()?;
-    let da = ints(dargs, n, "array_of_dargs")?
+    let da = i64s(dargs, n, "array_of_dargs")?
         .into_iter()
         .map(|d| (d as c_int != c::MPI_DISTRIBUTE_DFLT_DARG).then_some(d))
         .collect();
@@ -856,10 +860,10 @@ pub unsafe fn MPI_Type_create_darray(
         TypeDesc::darray(
             size as i64,
             rank as i64,
-            &ints(array_of_gsizes, n, "array_of_gsizes")?,
+            &i64s(array_of_gsizes, n, "array_of_gsizes")?,
             &ds,
             &da,
-            &ints(array_of_psizes, n, "array_of_psizes")?,
+            &i64s(array_of_psizes, n, "array_of_psizes")?,
             order,
             &old.desc,
         ),
@@ -889,7 +893,7 @@ pub unsafe fn MPI_Type_create_darray_c(
             &gs,
             &ds,
             &da,
-            &ints(array_of_psizes, n, "array_of_psizes")?,
+            &i64s(array_of_psizes, n, "array_of_psizes")?,
             order,
             &old.desc,
         )

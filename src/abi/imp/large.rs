@@ -3,11 +3,10 @@
 
 use super::datatype::new_type;
 use super::util::*;
-use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::nonnull;
 use crate::abi::types::{dtype, DtypeObj};
-use crate::mpi::datatype::{Order, TypeDesc};
+use crate::mpi::datatype::TypeDesc;
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
@@ -186,28 +185,9 @@ pub unsafe fn MPI_Type_create_subarray_c(
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    if ndims <= 0 {
-        mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
-    }
-    let n = ndims as usize;
-    let order = match order {
-        o if o == c::MPI_ORDER_C => Order::C,
-        o if o == c::MPI_ORDER_FORTRAN => Order::Fortran,
-        o => mpi_bail!(
-            MPI_ERR_ARG,
-            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
-        ),
-    };
-    let old = dtype(oldtype)?;
     large(
         newtype,
-        TypeDesc::subarray(
-            &i64s(sizes, n, "sizes")?,
-            &i64s(subsizes, n, "subsizes")?,
-            &i64s(starts, n, "starts")?,
-            order,
-            &old.desc,
-        ),
+        super::datatype::subarray(ndims, sizes, subsizes, starts, order, oldtype),
     )
 }
 
