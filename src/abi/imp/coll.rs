@@ -486,8 +486,7 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         Mode::Nonblocking(req) => {
             nonnull(req, "request")?;
             let k = spec.start()?;
-            *req = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
-            Ok(())
+            super::p2p::submit(req, |_| Ok(k))
         }
         Mode::Persistent(req) => {
             nonnull(req, "request")?;

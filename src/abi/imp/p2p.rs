@@ -259,8 +259,18 @@ unsafe fn nonblocking_send(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
+    submit(request, |rt| start_send(rt, &s))
+}
+
+/// Start an operation under the runtime lock and store its new request handle: the one path
+/// every nonblocking call (point-to-point, collective, generalized) takes.
+pub unsafe fn submit(
+    request: *mut MPI_Request,
+    start: impl FnOnce(&mut Runtime) -> MpiResult<ReqKind>,
+) -> MpiResult<()> {
+    nonnull(request, "request")?;
     let h = runtime::with(|rt| {
-        let k = start_send(rt, &s)?;
+        let k = start(rt)?;
         Ok(new_request(rt, Request::new(k)))
     })?;
     *request = h as MPI_Request;
@@ -459,12 +469,7 @@ unsafe fn nonblocking_recv(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    let h = runtime::with(|rt| {
-        let k = start_recv(rt, &r)?;
-        Ok(new_request(rt, Request::new(k)))
-    })?;
-    *request = h as MPI_Request;
-    Ok(())
+    submit(request, |rt| start_recv(rt, &r))
 }
 
 pub unsafe fn MPI_Irecv(
@@ -561,8 +566,7 @@ unsafe fn pair_request(rk: ReqKind, sk: ReqKind, request: *mut MPI_Request) -> M
         rst: None,
         sst: None,
     };
-    *request = runtime::with(|rt| Ok(new_request(rt, Request::new(kind))))? as MPI_Request;
-    Ok(())
+    submit(request, |_| Ok(kind))
 }
 
 pub unsafe fn MPI_Sendrecv(
@@ -899,10 +903,32 @@ pub unsafe fn MPI_Mrecv(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let k = matched_recv_kind(buf, count as i64, datatype, message)?;
+    mrecv(buf, count as i64, datatype, message, status)
+}
+
+unsafe fn mrecv(
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> MpiResult<()> {
+    let k = matched_recv_kind(buf, count, datatype, message)?;
     let st = wait_kind(k)?;
     st.store(status, false);
     status_result(st)
+}
+
+unsafe fn imrecv(
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    message: *mut MPI_Message,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let k = matched_recv_kind(buf, count, datatype, message)?;
+    submit(request, |_| Ok(k))
 }
 
 pub unsafe fn MPI_Imrecv(
@@ -912,10 +938,7 @@ pub unsafe fn MPI_Imrecv(
     message: *mut MPI_Message,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    nonnull(request, "request")?;
-    let k = matched_recv_kind(buf, count as i64, datatype, message)?;
-    *request = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
-    Ok(())
+    imrecv(buf, count as i64, datatype, message, request)
 }
 
 // ---- status inspection ----
@@ -1122,10 +1145,7 @@ pub unsafe fn MPI_Mrecv_c(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let k = matched_recv_kind(buf, count, datatype, message)?;
-    let st = wait_kind(k)?;
-    st.store(status, false);
-    status_result(st)
+    mrecv(buf, count, datatype, message, status)
 }
 
 pub unsafe fn MPI_Imrecv_c(
@@ -1135,8 +1155,5 @@ pub unsafe fn MPI_Imrecv_c(
     message: *mut MPI_Message,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    nonnull(request, "request")?;
-    let k = matched_recv_kind(buf, count, datatype, message)?;
-    *request = runtime::with(|rt| Ok(new_request(rt, Request::new(k))))? as MPI_Request;
-    Ok(())
+    imrecv(buf, count, datatype, message, request)
 }

@@ -856,9 +856,7 @@ pub unsafe fn MPI_Grequest_start(
         extra: extra_state as usize,
         complete: false,
     };
-    let h = runtime::with(|rt| Ok(new_request(rt, Request::new(ReqKind::Grequest(g)))))?;
-    *request = h as MPI_Request;
-    Ok(())
+    super::p2p::submit(request, |_| Ok(ReqKind::Grequest(g)))
 }
 
 pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> MpiResult<()> {
