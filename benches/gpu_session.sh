@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session for the issue notes: the GPU test suite, gpumpi beside NCCL (blocking
-# and back-to-back), first-call times and device memory per process.
+# and back-to-back), first-call times, device memory per process, alltoall at 16 B per peer and
+# the P2P-off comparison. SKIP_TESTS=1 skips the test suite.
 #   OUT=dir benches/gpu_session.sh PREFIX [NP]
 # PREFIX: a gpumpi install; NP: ranks (one GPU each). NVLink multicast stays off.
 set -u
@@ -18,8 +19,10 @@ export LD_LIBRARY_PATH=${NCCL_LIB}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export GPUMPI_TEST_CUDART=$CUDART
 echo "NCCL_LIB=$NCCL_LIB CUDART=$CUDART"; ls "$NCCL_LIB" 2>/dev/null | head -3
 
-echo "== GPU test suite (tests/gpu/run.sh)"
-timeout 400 bash "$R/tests/gpu/run.sh" "$P" --bench; echo "gpu tests rc=$?"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    echo "== GPU test suite (tests/gpu/run.sh)"
+    timeout 400 bash "$R/tests/gpu/run.sh" "$P"; echo "gpu tests rc=$?"
+fi
 
 "$P/bin/mpicc" -std=c99 -O2 -I "$B" -o /tmp/gb "$B/gpumpi-bench.c" -ldl -lm || exit 1
 echo "== first call (MPI_Init, first send/recv, first allreduce on device buffers)"
@@ -38,9 +41,16 @@ done
 for z in 1 0; do
     echo "== gpumpi beside NCCL, $NP ranks, device buffers, -z $z"
     timeout 900 python3 "$B/compare.py" --backends gpumpi,nccl --gpumpi-prefix "$P" \
-        --ops pingpong,sendrecv,allreduce,alltoall -n "$NP" -d cuda -b 8 -e 512M -f 8 \
-        -w 2 --iters 8 -z $z --timeout 300 -o /tmp/cmp$z > /tmp/cmp$z.log 2>&1
+        --ops pingpong,sendrecv,allreduce,alltoall -n "$NP" -d cuda -b 8 -e 512M -f 4 \
+        -w 5 --iters 20 -z $z --timeout 300 -o /tmp/cmp$z > /tmp/cmp$z.log 2>&1
     echo "compare rc=$?"; cat /tmp/cmp$z/tables.txt 2>/dev/null || tail -30 /tmp/cmp$z.log
 done
+echo "== alltoall 16 B per peer ($((16 * NP)) B per rank), blocking, gpumpi then NCCL"
+for be in "-d cuda" "-B nccl"; do
+    timeout 60 "$P/bin/mpirun" -n "$NP" /tmp/gb $be -o alltoall -b $((16 * NP)) -e $((16 * NP)) -w 100 -n 2000 -z 1
+done
+echo "== P2P off: gpumpi GPUMPI_CUDA_IPC=0 (staged) beside NCCL_P2P_DISABLE=1, allreduce, blocking"
+timeout 300 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o allreduce -b 8 -e 512M -f 8 -w 2 -n 5 -z 1
+timeout 300 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o allreduce -b 8 -e 512M -f 8 -w 2 -n 5 -z 1
 tar czf "$OUT/results.tgz" -C /tmp cmp1 cmp0 cmp1.log cmp0.log 2>/dev/null
 date -u

@@ -61,3 +61,5 @@ extern "C" __global__ void gpumpi_copy(uint8_t *dst, const uint8_t *src, uint64_
         for (uint64_t i = tid; i < n; i += stride) dst[i] = src[i];
     }
 }
+
+#include "coll.cuh"

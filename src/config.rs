@@ -85,6 +85,16 @@ pub static PARAMS: &[Param] = &[
         doc: "CUDA support: 1 = on (the driver is loaded lazily, only once the application itself has loaded libcuda; device and managed buffers are then accepted by every call), 0 = off (every buffer is taken as host memory and CUDA is never loaded).",
     },
     Param {
+        name: "GPUMPI_CUDA_IPC",
+        default: "1",
+        doc: "CUDA IPC between the ranks of a node: 1 = device buffers are exported with legacy IPC handles, so peers copy them directly (point-to-point messages above the eager limit, GPU-native collectives); 0 = never (every device byte is staged through host memory, as when P2P is unavailable).",
+    },
+    Param {
+        name: "GPUMPI_CUDA_IPC_CACHE",
+        default: "128",
+        doc: "Mappings of peers' device buffers kept per device (the registration cache, keyed by peer and buffer id; least recently used first out; a peer's reallocation at an overlapping address closes the stale mapping).",
+    },
+    Param {
         name: "GPUMPI_CUDA_PTR_CACHE",
         default: "256",
         doc: "Entries of the CUDA pointer-classification cache (allocations by address range, confirmed by the driver's buffer id so freed-and-reallocated memory is never misclassified).",
@@ -121,6 +131,26 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_GATHER_ALGORITHM",
         default: "",
         doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+    },
+    Param {
+        name: "GPUMPI_GPU_BLOCKS",
+        default: "0",
+        doc: "Most thread blocks of one kernel of the GPU-native collectives (and of the kernel peer copy); 0 = two per SM of the device.",
+    },
+    Param {
+        name: "GPUMPI_GPU_COLL",
+        default: "auto",
+        doc: "GPU-native collectives (allreduce, alltoall, allgather, bcast, reduce, reduce_scatter_block with device buffers on every rank, through CUDA IPC): auto = attempted on nodes with an NVIDIA driver (/dev/nvidiactl), 1 = always attempted, 0 = never (device buffers are staged). Must be the same on every rank. Attempting costs one small host allgather per blocking call of those collectives, also for host buffers.",
+    },
+    Param {
+        name: "GPUMPI_GPU_COLL_TUNING",
+        default: "",
+        doc: "Path of a table replacing the built-in src/gpu/tuning.txt (GPU-native algorithm per collective, size and rank count; same format as GPUMPI_COLL_TUNING; `staged` = host path). Must be the same on every rank.",
+    },
+    Param {
+        name: "GPUMPI_GPU_P2P_COPY",
+        default: "ce",
+        doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",
     },
     Param {
         name: "GPUMPI_JOB_ID",

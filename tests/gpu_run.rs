@@ -43,7 +43,7 @@ fn gpu_tests_pass_or_skip() {
     let runs = text.matches("== gpu_test").count();
     let verdicts =
         text.matches("SKIP: no CUDA device (").count() + text.matches("PASS: gpu_test").count();
-    assert_eq!(runs, 4, "expected 4 gpu_test runs:\n{text}");
+    assert_eq!(runs, 6, "expected 6 gpu_test runs:\n{text}");
     assert_eq!(
         verdicts, runs,
         "every run must PASS or SKIP with a reason:\n{text}"

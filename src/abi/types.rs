@@ -241,6 +241,36 @@ pub unsafe fn send_view(
     Ok((v.as_ptr(), len, Some(HostBuf::from_vec(v))))
 }
 
+/// A contiguous device send buffer of more than `min` bytes that CUDA IPC can export: (device
+/// address of the data, length, export bytes for the engine's RTS). `None`: use [`send_view`].
+pub fn device_send(
+    buf: *const c_void,
+    count: usize,
+    d: &DtypeObj,
+    min: usize,
+) -> Option<(usize, usize, [u8; crate::gpu::ipc::EXPORT_BYTES])> {
+    let len = d.desc.packed_size(count);
+    if len <= min || !d.desc.is_contiguous(count) {
+        return None;
+    }
+    let addr = (buf as usize).wrapping_add_signed(d.desc.true_lb());
+    let (e, _) = crate::gpu::ipc::export(addr)?;
+    (e.offset + len as u64 <= e.size).then(|| (addr, len, e.to_bytes()))
+}
+
+/// A contiguous receive buffer in device memory: (device address, capacity) for the engine to
+/// write directly (peer copies, host-to-device copies). `None`: use [`recv_view`].
+pub fn device_recv(buf: *mut c_void, count: usize, d: &DtypeObj) -> Option<(*mut u8, usize)> {
+    let len = d.desc.packed_size(count);
+    if len == 0 || !d.desc.is_contiguous(count) {
+        return None;
+    }
+    let addr = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
+    let info = crate::gpu::classify(addr);
+    (info.kind == crate::gpu::cache::MemKind::Device && addr as usize + len <= info.start + info.len)
+        .then_some((addr, len))
+}
+
 /// Pack `count` elements (host or device memory) into a new vector.
 pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> MpiResult<Vec<u8>> {
     if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {

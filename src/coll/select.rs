@@ -11,13 +11,13 @@ use std::sync::OnceLock;
 pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Var {
+pub(crate) enum Var {
     Nranks,
     Bytes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cond {
+pub(crate) enum Cond {
     Lt(Var, usize),
     Le(Var, usize),
     Gt(Var, usize),
@@ -44,7 +44,7 @@ fn parse_num(s: &str) -> Option<usize> {
     num.parse::<usize>().ok()?.checked_mul(mul)
 }
 
-fn parse_cond(tok: &str) -> Option<Cond> {
+pub(crate) fn parse_cond(tok: &str) -> Option<Cond> {
     match tok {
         "pof2" => return Some(Cond::Pof2(true)),
         "!pof2" => return Some(Cond::Pof2(false)),
@@ -133,7 +133,7 @@ pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
     Ok(rows)
 }
 
-fn holds(c: &Cond, nranks: usize, bytes: usize) -> bool {
+pub(crate) fn holds(c: &Cond, nranks: usize, bytes: usize) -> bool {
     let v = |var: &Var| match var {
         Var::Nranks => nranks,
         Var::Bytes => bytes,

@@ -76,6 +76,10 @@ pub struct SendArgs {
     pub tag: i32,
     /// Synchronous send: completes only after the receiver matched.
     pub sync: bool,
+    /// `buf` is device memory exported for CUDA IPC (these [`crate::gpu::ipc::Export`] bytes):
+    /// always rendezvous; the receiver copies peer to local, or asks for the data streamed
+    /// (then staged through host memory here).
+    pub ipc: Option<[u8; crate::gpu::ipc::EXPORT_BYTES]>,
 }
 
 mod kind {
@@ -88,6 +92,8 @@ mod kind {
     pub const ACK: u8 = 7;
 }
 const FLAG_SYNC: u8 = 1;
+/// RTS payload: the CUDA IPC export of the sender's device buffer.
+const FLAG_IPC: u8 = 2;
 
 /// Engine tunables.
 #[derive(Clone, Copy, Debug)]
@@ -126,6 +132,10 @@ struct SendState {
     pushed: bool,
     /// Synchronous eager send still waiting for the receiver's ACK.
     need_ack: bool,
+    /// The export bytes when `buf` is device memory (see [`SendArgs::ipc`]).
+    ipc: Option<Box<[u8]>>,
+    /// Host copy of a device buffer, made when the receiver asked for streamed data.
+    staged: Option<Vec<u8>>,
 }
 
 struct RecvState {
@@ -137,6 +147,8 @@ struct RecvState {
     /// rendezvous: what was asked for), and bytes arrived so far.
     expect: usize,
     got: usize,
+    /// `buf` is device memory: writes go through host-to-device copies (or peer copies).
+    dev: bool,
 }
 
 enum ReqKind {
@@ -160,6 +172,7 @@ enum UBody {
     },
     Rndv {
         addr: u64,
+        ipc: Option<Box<[u8]>>,
     },
 }
 
@@ -182,6 +195,8 @@ enum FragTarget {
 
 enum Out {
     Ctrl(Header),
+    /// A control frame with a payload (RTS with an IPC export).
+    CtrlP(Header, Box<[u8]>),
     /// Frames of an eager send, from byte `off` (`first`: the EAGER frame is not sent yet).
     Eager {
         sreq: u64,
@@ -211,6 +226,8 @@ struct PendingRead {
     sreq: u64,
     addr: u64,
     want: usize,
+    /// The sender's device buffer export: read peer to local with CUDA instead of CMA.
+    ipc: Option<Box<[u8]>>,
 }
 
 /// Everything but the transport, so the transport's poll callback can borrow it.
@@ -334,10 +351,12 @@ impl Engine {
                 self.size
             );
         }
-        let eager = a.len <= self.eager_limit;
+        debug_assert!(a.ipc.is_none() || a.dst_world != self.st.me, "no IPC to self");
+        let ipc = if a.dst_world == self.st.me { None } else { a.ipc };
+        let eager = a.len <= self.eager_limit && ipc.is_none();
         let hdr = Header {
             kind: if eager { kind::EAGER } else { kind::RTS },
-            flags: if a.sync { FLAG_SYNC } else { 0 },
+            flags: if a.sync { FLAG_SYNC } else { 0 } | if ipc.is_some() { FLAG_IPC } else { 0 },
             ctx: a.ctx,
             src_rank: a.src_rank,
             tag: a.tag,
@@ -362,6 +381,8 @@ impl Engine {
                 hdr,
                 pushed: false,
                 need_ack: eager && a.sync,
+                ipc: ipc.map(|b| b.to_vec().into_boxed_slice()),
+                staged: None,
             }),
         });
         let mut hdr = hdr;
@@ -393,6 +414,8 @@ impl Engine {
                     off: 0,
                     first: true,
                 }
+            } else if let Some(b) = ipc {
+                Out::CtrlP(hdr, b.to_vec().into_boxed_slice())
             } else {
                 Out::Ctrl(hdr)
             };
@@ -415,6 +438,24 @@ impl Engine {
         src: i32,
         tag: i32,
     ) -> MpiResult<ReqId> {
+        self.irecv_dev(buf, cap, false, ctx, src, tag)
+    }
+
+    /// [`Engine::irecv`] into device memory when `dev` (this process's CUDA device buffer):
+    /// a sender's exported device buffer is copied peer to local, host-protocol data is copied
+    /// host to device.
+    ///
+    /// # Safety
+    /// As [`Engine::irecv`].
+    pub unsafe fn irecv_dev(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        dev: bool,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> MpiResult<ReqId> {
         let rreq = self.st.reqs.insert(Req {
             done: false,
             freed: false,
@@ -425,6 +466,7 @@ impl Engine {
                 posted: false,
                 expect: 0,
                 got: 0,
+                dev,
             }),
         });
         let found = self.st.unexp_order.iter().position(|&u| {
@@ -480,6 +522,20 @@ impl Engine {
     /// # Safety
     /// As [`Engine::irecv`].
     pub unsafe fn imrecv(&mut self, msg: MsgId, buf: *mut u8, cap: usize) -> MpiResult<ReqId> {
+        self.imrecv_dev(msg, buf, cap, false)
+    }
+
+    /// [`Engine::imrecv`] into device memory when `dev` (see [`Engine::irecv_dev`]).
+    ///
+    /// # Safety
+    /// As [`Engine::irecv`].
+    pub unsafe fn imrecv_dev(
+        &mut self,
+        msg: MsgId,
+        buf: *mut u8,
+        cap: usize,
+        dev: bool,
+    ) -> MpiResult<ReqId> {
         let Some(m) = self.st.unexp.remove(msg.0) else {
             crate::mpi_bail!(
                 MPI_ERR_REQUEST,
@@ -496,6 +552,7 @@ impl Engine {
                 posted: false,
                 expect: 0,
                 got: 0,
+                dev,
             }),
         });
         self.st.bind(rreq, msg.0, m);
@@ -694,15 +751,34 @@ impl Engine {
             else {
                 continue;
             };
-            let buf = rs.buf;
+            let (buf, dev) = (rs.buf, rs.dev);
             let ok = if r.want == 0 {
                 true
+            } else if let Some(ipc) = &r.ipc {
+                // SAFETY: buf holds at least want bytes owned by this receive; the sender keeps
+                // its device buffer until our FIN.
+                match unsafe { crate::gpu::p2p::read_ipc(r.src_world, ipc, buf as usize, dev, r.want) } {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!(
+                            "engine: CUDA IPC read from rank {} failed ({e}); streaming instead",
+                            r.src_world
+                        );
+                        false
+                    }
+                }
             } else if r.src_world == self.st.me {
-                // SAFETY: self-send rendezvous: the sender's buffer is live in this process until
-                // FIN is processed, the receive buffer holds at least want bytes, and MPI forbids
-                // the two from overlapping.
-                unsafe { std::ptr::copy_nonoverlapping(r.addr as usize as *const u8, buf, r.want) };
-                true
+                // SAFETY: self-send rendezvous: the sender's (host) buffer is live in this
+                // process until FIN is processed, the receive buffer holds at least want bytes,
+                // and MPI forbids the two from overlapping.
+                unsafe {
+                    let src = std::slice::from_raw_parts(r.addr as usize as *const u8, r.want);
+                    State::put(buf, dev, 0, src)
+                }
+            } else if dev {
+                let mut tmp = vec![0u8; r.want];
+                // SAFETY: as below, into a host temporary, then copied to the device.
+                unsafe { self.tp.read_remote(r.src_world, r.addr, &mut tmp) && State::put(buf, dev, 0, &tmp) }
             } else {
                 // SAFETY: buf holds at least want bytes (want <= cap) and is owned by this
                 // receive; the remote range is the sender's buffer, kept until our FIN.
@@ -723,12 +799,14 @@ impl Engine {
                 self.st.send_ctrl(r.src_world, fin);
                 self.st.complete(r.rreq);
             } else {
-                // CMA refused at run time: fall back to streaming for this peer from now on.
-                tracing::debug!(
-                    "engine: single-copy read from rank {} failed; streaming instead",
-                    r.src_world
-                );
-                self.st.can_read[r.src_world] = false;
+                if r.ipc.is_none() {
+                    // CMA refused at run time: fall back to streaming for this peer from now on.
+                    tracing::debug!(
+                        "engine: single-copy read from rank {} failed; streaming instead",
+                        r.src_world
+                    );
+                    self.st.can_read[r.src_world] = false;
+                }
                 self.st.request_stream(r.rreq, r.src_world, r.sreq, r.want);
             }
         }
@@ -756,6 +834,12 @@ impl Engine {
             match front {
                 Out::Ctrl(h) => {
                     if !self.tp.try_send(dst, h, &[]) {
+                        return did;
+                    }
+                    self.st.outq[dst].pop_front();
+                }
+                Out::CtrlP(h, p) => {
+                    if !self.tp.try_send(dst, h, p) {
                         return did;
                     }
                     self.st.outq[dst].pop_front();

@@ -6,6 +6,34 @@
 use super::*;
 
 impl State {
+    /// Write `data` at byte `off` of a receive buffer (device memory when `dev`). `false`
+    /// when the device copy failed (logged).
+    ///
+    /// # Safety
+    /// `buf + off .. + data.len()` lies in the receive's buffer.
+    pub(super) unsafe fn put(buf: *mut u8, dev: bool, off: usize, data: &[u8]) -> bool {
+        if data.is_empty() {
+            return true;
+        }
+        if dev {
+            match crate::gpu::p2p::htod(buf as usize + off, data) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!("engine: copy into a device receive buffer failed: {e}");
+                    false
+                }
+            }
+        } else {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.add(off), data.len());
+            true
+        }
+    }
+
+    /// Whether receive `rreq` writes device memory.
+    fn recv_dev(&self, rreq: u64) -> bool {
+        matches!(self.reqs.get(rreq), Some(Req { kind: ReqKind::Recv(rs), .. }) if rs.dev)
+    }
+
     pub(super) fn enqueue(&mut self, dst: usize, o: Out) {
         if self.outq[dst].is_empty() {
             self.busy += 1;
@@ -110,9 +138,10 @@ impl State {
         match m.body {
             UBody::Eager { data } => {
                 let n = data.len().min(cap);
-                if n > 0 {
-                    // SAFETY: buf holds cap >= n > 0 bytes and is owned by this receive.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
+                let dev = self.recv_dev(rreq);
+                // SAFETY: buf holds cap >= n bytes and is owned by this receive.
+                if !unsafe { Self::put(buf, dev, 0, &data[..n]) } {
+                    self.fail(rreq);
                 }
                 if data.len() == m.total {
                     self.complete(rreq);
@@ -130,8 +159,8 @@ impl State {
                     let _ = uid;
                 }
             }
-            UBody::Rndv { addr } => {
-                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap))
+            UBody::Rndv { addr, ipc } => {
+                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap), ipc)
             }
         }
     }
@@ -143,14 +172,18 @@ impl State {
         sreq: u64,
         addr: u64,
         want: usize,
+        ipc: Option<Box<[u8]>>,
     ) {
-        if self.can_read[src_world] && (want >= self.cma_min || src_world == self.me) {
+        if ipc.is_some()
+            || (self.can_read[src_world] && (want >= self.cma_min || src_world == self.me))
+        {
             self.reads.push(PendingRead {
                 rreq,
                 src_world,
                 sreq,
                 addr,
                 want,
+                ipc,
             });
         } else {
             self.request_stream(rreq, src_world, sreq, want);
@@ -192,12 +225,17 @@ impl State {
             tracing::error!("engine: data for unknown receive {rreq:#x}");
             return;
         };
+        let mut ok = true;
         if off < rs.cap && !p.is_empty() {
             let n = p.len().min(rs.cap - off);
             // SAFETY: off + n <= cap, buf holds cap bytes owned by this receive.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), rs.buf.add(off), n) };
+            ok = unsafe { Self::put(rs.buf, rs.dev, off, &p[..n]) };
         }
         rs.got += p.len();
+        if !ok {
+            self.fail(rreq);
+            return;
+        }
         if rs.got >= rs.expect {
             self.complete(rreq);
         }
@@ -238,6 +276,7 @@ impl State {
             }
             kind::CTS => {
                 let want = h.total as usize;
+                self.stage_device_send(h.sreq);
                 if want == 0 {
                     self.mark_pushed(h.sreq);
                 } else {
@@ -270,6 +309,43 @@ impl State {
         }
     }
 
+    /// The receiver wants streamed data of a send whose buffer is device memory: copy it to
+    /// host memory once and stream from there.
+    fn stage_device_send(&mut self, sreq: u64) {
+        let Some(Req {
+            kind: ReqKind::Send(s),
+            status,
+            ..
+        }) = self.reqs.get_mut(sreq)
+        else {
+            return;
+        };
+        if s.ipc.is_none() || s.staged.is_some() {
+            return;
+        }
+        // SAFETY: the send's device buffer is valid for len bytes until the send completes.
+        match unsafe { crate::gpu::p2p::dtoh(s.buf as usize, s.len) } {
+            Ok(v) => {
+                s.buf = v.as_ptr();
+                s.staged = Some(v);
+            }
+            Err(e) => {
+                tracing::error!("engine: staging a device send buffer failed: {e}");
+                let v = vec![0u8; s.len];
+                s.buf = v.as_ptr();
+                s.staged = Some(v);
+                status.error = crate::abi::consts::MPI_ERR_OTHER;
+            }
+        }
+    }
+
+    /// A receive whose data could not be stored completes with MPI_ERR_OTHER.
+    fn fail(&mut self, rreq: u64) {
+        if let Some(r) = self.reqs.get_mut(rreq) {
+            r.status.error = crate::abi::consts::MPI_ERR_OTHER;
+        }
+    }
+
     pub(super) fn on_new_message(&mut self, src_world: usize, h: &Header, p: &[u8]) {
         let total = h.total as usize;
         let sync = h.flags & FLAG_SYNC != 0;
@@ -281,7 +357,8 @@ impl State {
             let rreq = self.posted.remove(pos).unwrap().rreq;
             let (_, cap) = self.matched(rreq, h.src_rank, h.tag, total);
             if h.kind == kind::RTS {
-                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap));
+                let ipc = (h.flags & FLAG_IPC != 0).then(|| p.to_vec().into_boxed_slice());
+                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap), ipc);
                 return;
             }
             if sync {
@@ -313,7 +390,10 @@ impl State {
             return;
         }
         let body = if h.kind == kind::RTS {
-            UBody::Rndv { addr: h.arg }
+            UBody::Rndv {
+                addr: h.arg,
+                ipc: (h.flags & FLAG_IPC != 0).then(|| p.to_vec().into_boxed_slice()),
+            }
         } else {
             let mut data = Vec::with_capacity(total);
             data.extend_from_slice(p);

@@ -40,6 +40,7 @@ fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: b
         src_rank,
         tag,
         sync,
+        ipc: None,
     };
     // SAFETY: every test keeps `buf` alive until the request is waited for.
     unsafe { e.isend(a).unwrap() }
@@ -786,6 +787,7 @@ fn zero_byte_messages_with_null_buffers() {
                 src_rank: 0,
                 tag: 1,
                 sync: true,
+                ipc: None,
             };
             let mut rr = None;
             if posted_first {

@@ -105,7 +105,29 @@ pub fn kernel_for(op: BuiltinOp, e: Elem) -> Option<(KOp, KType)> {
 /// The loaded kernels of one device.
 pub struct Kernels {
     reduce: Vec<Function>,
+    reduce_n: Vec<Function>,
     copy: Function,
+    copy_segs: Function,
+}
+
+/// Most operands of one `reduce_n` launch and most segments of one `copy_segs` launch
+/// (`GPUMPI_MAXP` in kernels/coll.cuh).
+pub const MAXP: usize = 8;
+
+/// `struct Srcs` of kernels/coll.cuh.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Srcs {
+    p: [u64; MAXP],
+}
+
+/// One `struct Seg` of kernels/coll.cuh: copy `len` bytes from `src` to `dst`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Seg {
+    pub dst: u64,
+    pub src: u64,
+    pub len: u64,
 }
 
 impl Kernels {
@@ -136,15 +158,104 @@ impl Kernels {
                 reduce.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
             }
         }
+        let mut reduce_n = Vec::with_capacity(OPS.len() * TYPES.len());
+        for op in OPS {
+            for t in TYPES {
+                let name = format!("gpumpi_reduce_n_{}_{}\0", op.name(), t.name());
+                let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
+                reduce_n.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
+            }
+        }
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
-        Ok(Kernels { reduce, copy })
+        let copy_segs =
+            cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
+        Ok(Kernels {
+            reduce,
+            reduce_n,
+            copy,
+            copy_segs,
+        })
+    }
+
+    fn index(op: KOp, t: KType) -> usize {
+        let i = OPS.iter().position(|&o| o == op).unwrap();
+        let j = TYPES.iter().position(|&x| x == t).unwrap();
+        i * TYPES.len() + j
     }
 
     fn reduce_fn(&self, op: KOp, t: KType) -> Function {
-        let i = OPS.iter().position(|&o| o == op).unwrap();
-        let j = TYPES.iter().position(|&x| x == t).unwrap();
-        self.reduce[i * TYPES.len() + j]
+        self.reduce[Self::index(op, t)]
     }
+
+    /// Enqueue `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `n` elements on `s` (no
+    /// synchronization). `grid` bounds the blocks used.
+    ///
+    /// # Safety
+    /// Every pointer is device-accessible from the current context for `n` elements of `t`;
+    /// 1 <= srcs.len() <= MAXP; the context owning `s` is current.
+    pub unsafe fn reduce_n_async(
+        &self,
+        op: KOp,
+        t: KType,
+        dst: usize,
+        srcs: &[usize],
+        n: usize,
+        max_grid: u32,
+        s: Stream,
+    ) -> cuda::CuResult<()> {
+        assert!(!srcs.is_empty() && srcs.len() <= MAXP);
+        if n == 0 {
+            return Ok(());
+        }
+        let f = self.reduce_n[Self::index(op, t)];
+        let mut a = Srcs::default();
+        for (slot, &p) in a.p.iter_mut().zip(srcs) {
+            *slot = p as u64;
+        }
+        let (mut dst, mut k, mut n64) = (dst as u64, srcs.len() as i32, n as u64);
+        let vecs = (n * t.size()).div_ceil(16);
+        let (grid, block) = grid_for_vecs(vecs, max_grid);
+        let mut params: [*mut c_void; 4] = [
+            &mut dst as *mut u64 as *mut c_void,
+            &mut a as *mut Srcs as *mut c_void,
+            &mut k as *mut i32 as *mut c_void,
+            &mut n64 as *mut u64 as *mut c_void,
+        ];
+        cuda::launch(f, grid, block, &mut params, s)
+    }
+
+    /// Enqueue the copies `segs` (at most MAXP, empty ones allowed) as one launch on `s`.
+    ///
+    /// # Safety
+    /// Every segment's ranges are device-accessible from the current context; the context
+    /// owning `s` is current.
+    pub unsafe fn copy_segs_async(&self, segs: &[Seg], max_grid: u32, s: Stream) -> cuda::CuResult<()> {
+        for group in segs.chunks(MAXP) {
+            let mut a = [Seg::default(); MAXP];
+            let mut used = 0;
+            let mut longest = 0;
+            for sg in group.iter().filter(|g| g.len > 0) {
+                a[used] = *sg;
+                used += 1;
+                longest = longest.max(sg.len as usize);
+            }
+            if used == 0 {
+                continue;
+            }
+            let per = (max_grid / used as u32).max(1);
+            let (grid, block) = grid_for_vecs(longest.div_ceil(16), per);
+            let mut params: [*mut c_void; 1] = [a.as_mut_ptr() as *mut c_void];
+            cuda::launch_2d(self.copy_segs, (grid, used as u32), block, &mut params, s)?;
+        }
+        Ok(())
+    }
+}
+
+/// Blocks of 512 threads for `vecs` 16-byte vectors, at most `max_grid` blocks.
+fn grid_for_vecs(vecs: usize, max_grid: u32) -> (u32, u32) {
+    let block = 512u32;
+    let grid = vecs.div_ceil(block as usize).clamp(1, max_grid.max(1) as usize) as u32;
+    (grid, block)
 }
 
 fn grid_for(n: usize) -> (u32, u32) {

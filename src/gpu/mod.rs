@@ -18,6 +18,9 @@
 //!   is left as it was.
 
 pub mod cache;
+pub mod coll;
+pub mod ipc;
+pub mod p2p;
 pub mod kernels;
 pub mod pool;
 pub mod stage;

@@ -429,6 +429,146 @@ pub unsafe fn launch(
     )
 }
 
+/// Launch `f` on `s` with a 2-D grid (`grid.1` rows, e.g. one per segment or peer).
+///
+/// # Safety
+/// As [`launch`].
+pub unsafe fn launch_2d(
+    f: Function,
+    grid: (u32, u32),
+    block: u32,
+    params: &mut [*mut c_void],
+    s: Stream,
+) -> CuResult<()> {
+    check(
+        "cuLaunchKernel",
+        cu::cuLaunchKernel(
+            f.0,
+            grid.0,
+            grid.1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            s.0,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        ),
+    )
+}
+
+/// Number of streaming multiprocessors of device `ordinal`.
+pub fn multiprocessor_count(ordinal: i32) -> CuResult<i32> {
+    let mut dev = 0;
+    let mut n = 0;
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check(
+            "cuDeviceGetAttribute",
+            cu::cuDeviceGetAttribute(
+                &mut n,
+                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                dev,
+            ),
+        )?;
+    }
+    Ok(n)
+}
+
+/// The UUID of device `ordinal` (the same in every process, whatever `CUDA_VISIBLE_DEVICES`).
+pub fn device_uuid(ordinal: i32) -> CuResult<[u8; 16]> {
+    let mut dev = 0;
+    let mut u = cu::CUuuid_st { bytes: [0; 16] };
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check("cuDeviceGetUuid", cu::cuDeviceGetUuid_v2(&mut u, dev))?;
+    }
+    let mut out = [0u8; 16];
+    for (o, b) in out.iter_mut().zip(u.bytes.iter()) {
+        *o = *b as u8;
+    }
+    Ok(out)
+}
+
+/// Whether device `a` can access device `b`'s memory directly (P2P over NVLink or PCIe).
+pub fn can_access_peer(a: i32, b: i32) -> CuResult<bool> {
+    if a == b {
+        return Ok(true);
+    }
+    let (mut da, mut db, mut ok) = (0, 0, 0);
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut da, a))?;
+        check("cuDeviceGet", cu::cuDeviceGet(&mut db, b))?;
+        check(
+            "cuDeviceCanAccessPeer",
+            cu::cuDeviceCanAccessPeer(&mut ok, da, db),
+        )?;
+    }
+    Ok(ok != 0)
+}
+
+/// A legacy CUDA IPC handle of the allocation starting at `base` (`cudaMalloc`/`cuMemAlloc`
+/// memory; VMM and stream-ordered pool memory are refused by the driver).
+pub fn ipc_get_mem_handle(base: usize) -> CuResult<[u8; 64]> {
+    let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
+    // SAFETY: out-pointer to a local; base is an address the driver checks.
+    unsafe {
+        check(
+            "cuIpcGetMemHandle",
+            cu::cuIpcGetMemHandle(&mut h, base as cu::CUdeviceptr),
+        )?
+    };
+    let mut out = [0u8; 64];
+    for (o, b) in out.iter_mut().zip(h.reserved.iter()) {
+        *o = *b as u8;
+    }
+    Ok(out)
+}
+
+/// Map another process's allocation into the current context (peer access enabled lazily).
+/// Returns the base address of the mapping.
+pub fn ipc_open_mem_handle(handle: &[u8; 64]) -> CuResult<usize> {
+    let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
+    for (o, b) in h.reserved.iter_mut().zip(handle.iter()) {
+        *o = *b as std::ffi::c_char;
+    }
+    let mut p: cu::CUdeviceptr = 0;
+    // SAFETY: out-pointer to a local; CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1.
+    unsafe {
+        check(
+            "cuIpcOpenMemHandle",
+            cu::cuIpcOpenMemHandle_v2(&mut p, h, 1),
+        )?
+    };
+    Ok(p as usize)
+}
+
+/// Unmap a mapping made by [`ipc_open_mem_handle`].
+///
+/// # Safety
+/// `p` came from `ipc_open_mem_handle` and no copy or kernel still uses it.
+pub unsafe fn ipc_close_mem_handle(p: usize) {
+    let _ = cu::cuIpcCloseMemHandle(p as cu::CUdeviceptr);
+}
+
+/// Fill `len` bytes of device memory with `v`, ordered on `s`.
+///
+/// # Safety
+/// `dst..dst+len` is writable device memory; the owning context is current.
+pub unsafe fn memset_async(dst: usize, v: u8, len: usize, s: Stream) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    check(
+        "cuMemsetD8Async",
+        cu::cuMemsetD8Async(dst as cu::CUdeviceptr, v, len, s.0),
+    )
+}
+
 /// Page-locked host memory (cuMemHostAlloc, portable): fast staging for copies.
 pub fn host_alloc(len: usize) -> CuResult<*mut u8> {
     let mut p = std::ptr::null_mut();

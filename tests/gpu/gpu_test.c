@@ -331,6 +331,61 @@ static void test_realloc(void) {
     free(hh); free(h); free(want);
 }
 
+/* Every kernel op and type through Allreduce/Reduce/Reduce_scatter_block on device buffers, at
+ * sizes that take the one-shot and the two-shot paths (odd counts included). Values are small
+ * integers, so every type computes them exactly. */
+static double opv(int r, size_t i) { return (double)(1 + (int)((i * 7 + (size_t)r * 3) % 3)); }
+static void test_ops(void) {
+    MPI_Datatype ts[] = {MPI_INT, MPI_INT64_T, MPI_FLOAT, MPI_DOUBLE};
+    const char *tn[] = {"int", "int64", "float", "double"};
+    size_t tsz[] = {4, 8, 4, 8};
+    MPI_Op os[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};
+    const char *on[] = {"sum", "prod", "min", "max"};
+    size_t ns[] = {1, 33, 65537, 1000003};
+    for (int t = 0; t < 4; t++) for (int o = 0; o < 4; o++) for (int c = 0; c < 4; c++) {
+        size_t n = ns[c], b = n * tsz[t];
+        char *h = malloc(b * size), *g = malloc(b * size);
+        double *want = malloc(n * sizeof(double) * size);
+        for (size_t i = 0; i < n * size; i++) {
+            double acc = opv(0, i);
+            for (int q = 1; q < size; q++) {
+                double v = opv(q, i);
+                acc = o == 0 ? acc + v : o == 1 ? acc * v : o == 2 ? (v < acc ? v : acc) : (v > acc ? v : acc);
+            }
+            want[i] = acc;
+            double mine = opv(rank, i);
+            if (t == 0) ((int *)h)[i] = (int)mine;
+            else if (t == 1) ((int64_t *)h)[i] = (int64_t)mine;
+            else if (t == 2) ((float *)h)[i] = (float)mine;
+            else ((double *)h)[i] = mine;
+        }
+        void *s = alloc_k(DEV, b * size), *r = alloc_k(DEV, b * size);
+        put(s, h, b * size);
+        for (int which = 0; which < 3; which++) {
+            poison(DEV, r, b * size);
+            size_t off = 0, cnt = n;
+            if (which == 0) MPI_Allreduce(s, r, (int)n, ts[t], os[o], MPI_COMM_WORLD);
+            else if (which == 1) MPI_Reduce(s, r, (int)n, ts[t], os[o], size - 1, MPI_COMM_WORLD);
+            else { MPI_Reduce_scatter_block(s, r, (int)n, ts[t], os[o], MPI_COMM_WORLD); off = (size_t)rank * n; }
+            if (which == 1 && rank != size - 1) continue;
+            get(g, r, cnt * tsz[t]);
+            for (size_t i = 0; i < cnt; i++) {
+                double v = t == 0 ? ((int *)g)[i] : t == 1 ? (double)((int64_t *)g)[i] : t == 2 ? ((float *)g)[i] : ((double *)g)[i];
+                if (v != want[off + i]) {
+                    if (errors < 20)
+                        fprintf(stderr, "rank %d: %s %s %s count %zu: [%zu] = %g, want %g\n", rank,
+                                which == 0 ? "allreduce" : which == 1 ? "reduce" : "reduce_scatter_block",
+                                tn[t], on[o], n, i, v, want[off + i]);
+                    errors++;
+                    break;
+                }
+            }
+        }
+        free_k(DEV, s); free_k(DEV, r); free(h); free(g); free(want);
+    }
+    if (rank == 0) printf("ops: 4 types x 4 ops x 4 counts x 3 collectives done\n");
+}
+
 int main(int argc, char **argv) {
     const char *why = cudart_load();
     MPI_Init(&argc, &argv);
@@ -358,6 +413,7 @@ int main(int argc, char **argv) {
     test_coll(MANAGED, 65537);
     test_mixed();
     test_realloc();
+    test_ops();
     int total = 0;
     MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("%s: gpu_test %d ranks, %d errors\n", total ? "FAIL" : "PASS", size, total);

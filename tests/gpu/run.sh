@@ -2,7 +2,8 @@
 # Build and run the GPU tests against an installed gpumpi:
 #   tests/gpu/run.sh PREFIX [--bench] [--max-count N]
 # Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
-# at 2 ranks sharing one GPU. Without a CUDA runtime or device each run prints
+# at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (the staged path) and with
+# the kernel peer copy. Without a CUDA runtime or device each run prints
 # "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,6 +37,10 @@ for n in 1 2 4; do
 done
 run "gpu_test -n 2, two ranks per GPU" GPUMPI_TEST_RANKS_PER_GPU=2 \
     "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_TEST_RANKS_PER_GPU "$out/gpu_test" "$max"
+run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: everything staged)" GPUMPI_CUDA_IPC=0 \
+    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_test" 65537
+run "gpu_test -n 4, kernel peer copies (GPUMPI_GPU_P2P_COPY=kernel)" GPUMPI_GPU_P2P_COPY=kernel \
+    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_COPY "$out/gpu_test" 65537
 if [ "$bench" = yes ]; then
     for n in 2 4; do
         run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench"

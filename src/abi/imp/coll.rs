@@ -140,6 +140,22 @@ impl Side {
         }
         (tmp.as_mut_ptr(), blocks, Some(tmp))
     }
+    /// The blocks as one contiguous byte range in order: (address, length), if they are.
+    fn contiguous(&self) -> Option<(usize, usize)> {
+        let first = self.blocks.first()?;
+        let start = first.disp + first.dt.desc.true_lb();
+        let mut at = start;
+        for b in &self.blocks {
+            if b.count == 0 {
+                continue;
+            }
+            if !b.dt.desc.is_contiguous(b.count) || b.disp + b.dt.desc.true_lb() != at {
+                return None;
+            }
+            at += b.dt.desc.packed_size(b.count) as isize;
+        }
+        Some(((self.base as isize + start) as usize, (at - start) as usize))
+    }
     /// The bytes of the user's buffer the blocks touch, relative to `base`.
     fn span(&self) -> (isize, isize) {
         let mut lo = isize::MAX;
@@ -473,9 +489,89 @@ enum Mode {
     Persistent(*mut MPI_Request),
 }
 
+/// The host collectives the GPU path needs, over the call's communicator.
+struct GpuHost<'a>(&'a Arc<CommObj>);
+
+impl crate::gpu::coll::Host for GpuHost<'_> {
+    fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
+        allgather_bytes(self.0, mine)
+    }
+    fn barrier(&self) -> MpiResult<()> {
+        // SAFETY: no user buffers.
+        unsafe { run(CollSpec::new(CollKind::Barrier, self.0.clone()), Mode::Blocking) }
+    }
+    fn all(&self, ok: bool) -> MpiResult<bool> {
+        let mut w = [ok as u64];
+        allreduce_band_u64(self.0, &mut w)?;
+        Ok(w[0] != 0)
+    }
+    fn comm_id(&self) -> u64 {
+        (self.0.ctx as u64) << 32 | self.0.size() as u64
+    }
+}
+
+/// Blocking collectives whose every rank passes device buffers run GPU-native (CUDA IPC,
+/// kernels over NVLink: src/gpu/coll.rs). `Ok(false)`: every rank takes the staged path.
+/// The decision is collective: each condition checked before the exchange is the same on
+/// every rank (kind, sizes, op), the rest is agreed on inside `gpu::coll::run`.
+unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
+    use crate::gpu::coll::{Call, Shape};
+    use CollKind as K;
+    if !matches!(
+        spec.kind,
+        K::Allreduce | K::Alltoall | K::Allgather | K::Bcast | K::Reduce | K::ReduceScatterBlock
+    ) || spec.bytes == 0
+        || !crate::gpu::coll::enabled()
+    {
+        return Ok(false);
+    }
+    let red = match &spec.red {
+        None => None,
+        Some((Reduction::Builtin(op, e), _)) => match crate::gpu::kernels::kernel_for(*op, *e) {
+            Some(k) => Some(k),
+            None => return Ok(false),
+        },
+        Some(_) => return Ok(false),
+    };
+    let n = spec.comm.size();
+    let b = spec.bytes;
+    let (slen, rlen) = match spec.kind {
+        K::Allreduce | K::Reduce | K::Bcast => (b, b),
+        K::Allgather => (b, n * b),
+        K::Alltoall => (n * b, n * b),
+        _ => (n * b, b),
+    };
+    let send = spec.send.as_ref().and_then(|s| s.contiguous());
+    let recv = spec.recv.as_ref().and_then(|s| s.contiguous());
+    let fit = spec.send.is_none() == send.is_none()
+        && spec.recv.is_none() == recv.is_none()
+        && send.is_none_or(|x| x.1 == slen)
+        && recv.is_none_or(|x| x.1 == rlen)
+        && (send.is_some() || recv.is_some());
+    let call = Call {
+        shape: Shape {
+            kind: spec.kind,
+            nranks: n,
+            rank: spec.comm.rank,
+            root: spec.root,
+            bytes: b,
+            elem: red.map_or(1, |(_, t)| t.size()),
+            in_place: spec.in_place,
+        },
+        send,
+        recv,
+        red,
+        fit,
+    };
+    crate::gpu::coll::run(&call, &GpuHost(&spec.comm))
+}
+
 unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
     match mode {
         Mode::Blocking => {
+            if try_gpu(&spec)? {
+                return Ok(());
+            }
             let k = spec.start()?;
             let st = super::p2p::wait_kind(k)?;
             if st.error != 0 {

@@ -112,6 +112,28 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     let Some(dest) = s.dest else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
+    let dst_world = s.comm.world_rank(dest as usize);
+    if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
+        // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC).
+        let min = rt.engine.eager_limit();
+        if let Some((addr, len, ipc)) = types::device_send(s.buf, s.count, &s.dt, min) {
+            let id = rt.engine.isend(SendArgs {
+                buf: addr as *const u8,
+                len,
+                dst_world,
+                ctx: s.comm.ctx,
+                src_rank: s.comm.rank as i32,
+                tag: s.tag,
+                sync: s.mode == Mode::Sync,
+                ipc: Some(ipc),
+            })?;
+            return Ok(ReqKind::Engine {
+                id,
+                post: None,
+                hold: None,
+            });
+        }
+    }
     let (ptr, len, hold) = types::send_view(s.buf, s.count, &s.dt)?;
     let (ptr, hold, pool) = if s.mode == Mode::Buffered {
         // Buffered mode: the data is copied now, so the user's buffer is free on return.
@@ -134,6 +156,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         src_rank: s.comm.rank as i32,
         tag: s.tag,
         sync: s.mode == Mode::Sync,
+        ipc: None,
     })?;
     let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
@@ -184,6 +207,14 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
     let Some(src) = r.source else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
+    if let Some((ptr, cap)) = types::device_recv(r.buf, r.count, &r.dt) {
+        let id = rt.engine.irecv_dev(ptr, cap, true, r.comm.ctx, src, r.tag)?;
+        return Ok(ReqKind::Engine {
+            id,
+            post: None,
+            hold: None,
+        });
+    }
     let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt)?;
     let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag)?;
     Ok(ReqKind::Engine {
@@ -886,6 +917,15 @@ unsafe fn matched_recv_kind(
         )
     };
     *message = c::MPI_MESSAGE_NULL;
+    if let Some((ptr, cap)) = types::device_recv(buf, count, &dt) {
+        return runtime::with(|rt| {
+            Ok(ReqKind::Engine {
+                id: rt.engine.imrecv_dev(msg, ptr, cap, true)?,
+                post: None,
+                hold: None,
+            })
+        });
+    }
     let (ptr, cap, post) = types::recv_view(buf, count, &dt)?;
     runtime::with(|rt| {
         Ok(ReqKind::Engine {

@@ -1,0 +1,125 @@
+// Kernels of the GPU-native collectives (src/gpu/coll.rs), included by primitives.cu so that
+// one nvcc invocation builds one fatbin. Peer buffers are CUDA IPC mappings: loads and stores
+// to them travel over NVLink (or PCIe) directly; these kernels never synchronize across GPUs,
+// the host orders their launches (src/gpu/coll.rs says how).
+//
+// - gpumpi_reduce_n_<op>_<type>(dst, Srcs, k, n): dst[i] = s0[i] op s1[i] op ... op s(k-1)[i],
+//   the same operand order on every rank, so every rank computes bit-identical results.
+// - gpumpi_copy_segs(Segs): blockIdx.y picks a (dst, src, len) segment, blockIdx.x strides it.
+
+#define GPUMPI_MAXP 8
+
+struct Srcs {
+    const void *p[GPUMPI_MAXP];
+};
+
+struct Seg {
+    uint64_t dst, src, len;
+};
+struct Segs {
+    Seg s[GPUMPI_MAXP];
+};
+
+template <typename T, typename Op>
+__device__ __forceinline__ uint4 op_pack(uint4 a, uint4 b) {
+    T *pa = reinterpret_cast<T *>(&a);
+    const T *pb = reinterpret_cast<const T *>(&b);
+#pragma unroll
+    for (int j = 0; j < (int)(16 / sizeof(T)); j++) pa[j] = Op::apply(pa[j], pb[j]);
+    return a;
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int k, uint64_t n) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uintptr_t mis = (uintptr_t)dst;
+#pragma unroll
+    for (int j = 0; j < GPUMPI_MAXP; j++)
+        if (j < k) mis |= (uintptr_t)s.p[j];
+    uint64_t done = 0;
+    if ((mis & 15) == 0) {
+        const uint64_t nv = n * sizeof(T) / 16;
+        uint4 *d = reinterpret_cast<uint4 *>(dst);
+        uint64_t i = tid;
+        // Two vectors per source in flight per thread.
+        for (; i + stride < nv; i += 2 * stride) {
+            uint4 v0[GPUMPI_MAXP], v1[GPUMPI_MAXP];
+#pragma unroll
+            for (int j = 0; j < GPUMPI_MAXP; j++)
+                if (j < k) {
+                    v0[j] = reinterpret_cast<const uint4 *>(s.p[j])[i];
+                    v1[j] = reinterpret_cast<const uint4 *>(s.p[j])[i + stride];
+                }
+            uint4 a0 = v0[0], a1 = v1[0];
+#pragma unroll
+            for (int j = 1; j < GPUMPI_MAXP; j++)
+                if (j < k) {
+                    a0 = op_pack<T, Op>(a0, v0[j]);
+                    a1 = op_pack<T, Op>(a1, v1[j]);
+                }
+            d[i] = a0;
+            d[i + stride] = a1;
+        }
+        for (; i < nv; i += stride) {
+            uint4 v[GPUMPI_MAXP];
+#pragma unroll
+            for (int j = 0; j < GPUMPI_MAXP; j++)
+                if (j < k) v[j] = reinterpret_cast<const uint4 *>(s.p[j])[i];
+            uint4 a = v[0];
+#pragma unroll
+            for (int j = 1; j < GPUMPI_MAXP; j++)
+                if (j < k) a = op_pack<T, Op>(a, v[j]);
+            d[i] = a;
+        }
+        done = nv * 16 / sizeof(T);
+    }
+    for (uint64_t e = done + tid; e < n; e += stride) {
+        T a = reinterpret_cast<const T *>(s.p[0])[e];
+        for (int j = 1; j < k; j++) a = Op::apply(a, reinterpret_cast<const T *>(s.p[j])[e]);
+        dst[e] = a;
+    }
+}
+
+#define REDUCE_N_KERNEL(OPNAME, OP, TNAME, T)                                                   \
+    extern "C" __global__ void gpumpi_reduce_n_##OPNAME##_##TNAME(T *dst, Srcs s, int k,        \
+                                                                   uint64_t n) {                \
+        reduce_n<T, OP<T>>(dst, s, k, n);                                                       \
+    }
+#define FOR_TYPES_N(OPNAME, OP)                          \
+    REDUCE_N_KERNEL(OPNAME, OP, i32, int32_t)            \
+    REDUCE_N_KERNEL(OPNAME, OP, i64, long long)          \
+    REDUCE_N_KERNEL(OPNAME, OP, f32, float)              \
+    REDUCE_N_KERNEL(OPNAME, OP, f64, double)             \
+    REDUCE_N_KERNEL(OPNAME, OP, f16, __half)             \
+    REDUCE_N_KERNEL(OPNAME, OP, bf16, __nv_bfloat16)
+FOR_TYPES_N(sum, OpSum)
+FOR_TYPES_N(prod, OpProd)
+FOR_TYPES_N(min, OpMin)
+FOR_TYPES_N(max, OpMax)
+
+extern "C" __global__ void gpumpi_copy_segs(Segs segs) {
+    const Seg sg = segs.s[blockIdx.y];
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint8_t *dst = reinterpret_cast<uint8_t *>(sg.dst);
+    const uint8_t *src = reinterpret_cast<const uint8_t *>(sg.src);
+    const uint64_t n = sg.len;
+    uint64_t done = 0;
+    if (((sg.dst | sg.src) & 15) == 0) {
+        const uint64_t nv = n / 16;
+        const uint4 *s = reinterpret_cast<const uint4 *>(src);
+        uint4 *d = reinterpret_cast<uint4 *>(dst);
+        uint64_t i = tid;
+        for (; i + 3 * stride < nv; i += 4 * stride) {
+            uint4 a = s[i], b = s[i + stride], c = s[i + 2 * stride], e = s[i + 3 * stride];
+            d[i] = a;
+            d[i + stride] = b;
+            d[i + 2 * stride] = c;
+            d[i + 3 * stride] = e;
+        }
+        for (; i < nv; i += stride) d[i] = s[i];
+        done = nv * 16;
+    }
+    for (uint64_t i = done + tid; i < n; i += stride) dst[i] = src[i];
+}

@@ -1,0 +1,733 @@
+//! GPU-native collectives between the ranks of one node: every rank's buffers are device
+//! memory, peers' buffers are mapped with CUDA IPC ([`super::ipc`]), and kernels read and write
+//! them directly over NVLink (zero-copy: nothing is staged through host memory).
+//!
+//! Structure (as the host collectives): an algorithm is a pure **plan** ([`plan`]), a list of
+//! [`Step`]s per rank with symbolic buffer references ([`Ref`]: rank, send/recv buffer, byte
+//! offset), tested without a GPU by simulating every rank on host memory ([`simulate`]). The
+//! executor ([`execute`]) resolves references to local or IPC-mapped addresses, launches the
+//! kernels of kernels/coll.cuh on gpumpi's stream and turns `Barrier` steps into a stream
+//! synchronize plus a host barrier on the communicator. Selection is data (`tuning.txt` here).
+//!
+//! The protocol of one call (every rank takes the same path, or none does):
+//! 1. Every rank publishes a [`Desc`] (its buffers' IPC exports, device UUID, pid) with a host
+//!    allgather. This is also the entry barrier: after it, every rank is inside the call, so its
+//!    buffers may be read and written by peers.
+//! 2. If any rank is not eligible (host or managed memory, non-contiguous type, memory that
+//!    cannot be exported), every rank returns `false` and the caller runs the staged path.
+//! 3. Peers' buffers are mapped (cached); the first call on a set of devices checks with one
+//!    more host allreduce that every rank could map every peer, and falls back together if not.
+//! 4. The plan's steps run; the last step is always a barrier, so when the call returns no peer
+//!    reads or writes this rank's buffers any more.
+//!
+//! Correctness of in-place variants comes from the plans: no step writes a region another rank
+//! may still read in the same phase (see each planner).
+
+use super::ipc::{self, Export, EXPORT_BYTES};
+use super::kernels::{KOp, KType, Seg};
+use crate::coll::CollKind;
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::sys::cuda;
+use std::sync::{Mutex, OnceLock};
+
+/// Which buffer of a rank a reference points into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buf {
+    Send,
+    Recv,
+}
+
+/// A byte offset in one rank's send or receive buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ref {
+    pub rank: usize,
+    pub buf: Buf,
+    pub off: usize,
+}
+
+fn r(rank: usize, buf: Buf, off: usize) -> Ref {
+    Ref { rank, buf, off }
+}
+
+/// One step of a plan, run by one rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `elems` elements (dst is this rank's).
+    Reduce { dst: Ref, srcs: Vec<Ref>, elems: usize },
+    /// Byte copies (dst, src, len), any rank's buffers on either end.
+    Copy(Vec<(Ref, Ref, usize)>),
+    /// Everything before is complete on every rank.
+    Barrier,
+}
+
+/// The algorithms (names as in tuning.txt).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    /// Allreduce: every rank reduces every input into its own output. Not in place.
+    OneShot,
+    /// Allreduce: reduce-scatter (rank i reduces chunk i) then allgather of the chunks.
+    TwoShot,
+    /// Alltoall/allgather: each rank writes its blocks straight into the peers' receive buffers;
+    /// reduce: the root reduces all inputs; reduce_scatter_block: each rank reduces its block.
+    Direct,
+    /// Bcast: every rank reads the root's buffer.
+    Pull,
+    /// Not on the GPU path: the caller stages.
+    Staged,
+}
+
+impl Algo {
+    fn from_name(s: &str) -> Option<Algo> {
+        Some(match s {
+            "one_shot" => Algo::OneShot,
+            "two_shot" => Algo::TwoShot,
+            "direct" => Algo::Direct,
+            "pull" => Algo::Pull,
+            "staged" => Algo::Staged,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::OneShot => "one_shot",
+            Algo::TwoShot => "two_shot",
+            Algo::Direct => "direct",
+            Algo::Pull => "pull",
+            Algo::Staged => "staged",
+        }
+    }
+    fn serves(self, kind: CollKind) -> bool {
+        use CollKind as K;
+        match self {
+            Algo::OneShot | Algo::TwoShot => kind == K::Allreduce,
+            Algo::Direct => matches!(
+                kind,
+                K::Alltoall | K::Allgather | K::Reduce | K::ReduceScatterBlock
+            ),
+            Algo::Pull => kind == K::Bcast,
+            Algo::Staged => true,
+        }
+    }
+}
+
+/// What a collective call looks like to the planner (the same on every rank except `rank`).
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub kind: CollKind,
+    pub nranks: usize,
+    pub rank: usize,
+    pub root: usize,
+    /// Allreduce/reduce/bcast: the vector; alltoall/allgather/reduce_scatter_block: one block.
+    pub bytes: usize,
+    pub elem: usize,
+    pub in_place: bool,
+}
+
+/// Chunk `i` of `n` of a vector of `elems` elements: (first element, elements). Chunks are
+/// multiples of `align` elements (except the last), so kernels see 16-byte aligned starts.
+pub fn chunk(elems: usize, n: usize, i: usize, align: usize) -> (usize, usize) {
+    let align = align.max(1);
+    let units = elems.div_ceil(align);
+    let per = units.div_ceil(n);
+    let start = (i * per * align).min(elems);
+    let end = ((i + 1) * per * align).min(elems);
+    (start, end - start)
+}
+
+/// The steps rank `s.rank` runs for `algo`, or `None` when `algo` cannot serve this call (the
+/// caller then stages). Pure: no GPU needed.
+pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
+    use CollKind as K;
+    let (n, me, b) = (s.nranks, s.rank, s.bytes);
+    // The input buffer of a rank (in place: its receive buffer).
+    let input = if s.in_place { Buf::Recv } else { Buf::Send };
+    let mut steps = Vec::new();
+    match (s.kind, algo) {
+        (_, Algo::Staged) => return None,
+        (K::Allreduce, Algo::OneShot) => {
+            // In place, a rank would overwrite its input while peers still read it.
+            if s.in_place {
+                return None;
+            }
+            steps.push(Step::Reduce {
+                dst: r(me, Buf::Recv, 0),
+                srcs: (0..n).map(|p| r(p, Buf::Send, 0)).collect(),
+                elems: b / s.elem,
+            });
+        }
+        (K::Allreduce, Algo::TwoShot) => {
+            // Phase 1: I reduce chunk `me` of every input into chunk `me` of my output; peers
+            // read other chunks of my input (in place too: disjoint). Phase 2: I read the
+            // finished chunks p of every peer's output into mine; nobody writes chunk p of a
+            // buffer but rank p (phase 1) and the buffer's owner (phase 2, chunks != owner's).
+            let elems = b / s.elem;
+            let align = (16 / s.elem).max(1);
+            let (c0, cl) = chunk(elems, n, me, align);
+            steps.push(Step::Reduce {
+                dst: r(me, Buf::Recv, c0 * s.elem),
+                srcs: (0..n).map(|p| r(p, input, c0 * s.elem)).collect(),
+                elems: cl,
+            });
+            steps.push(Step::Barrier);
+            let segs = (0..n)
+                .filter(|&p| p != me)
+                .map(|p| {
+                    let (p0, pl) = chunk(elems, n, p, align);
+                    let off = p0 * s.elem;
+                    (r(me, Buf::Recv, off), r(p, Buf::Recv, off), pl * s.elem)
+                })
+                .collect();
+            steps.push(Step::Copy(segs));
+        }
+        (K::Alltoall, Algo::Direct) => {
+            // In place, a peer's block me would be overwritten while the peer still reads it.
+            if s.in_place {
+                return None;
+            }
+            steps.push(Step::Copy(
+                (0..n)
+                    .map(|p| (r(p, Buf::Recv, me * b), r(me, Buf::Send, p * b), b))
+                    .collect(),
+            ));
+        }
+        (K::Allgather, Algo::Direct) => {
+            // Block me of every receive buffer is written only by me.
+            let src = if s.in_place {
+                r(me, Buf::Recv, me * b)
+            } else {
+                r(me, Buf::Send, 0)
+            };
+            steps.push(Step::Copy(
+                (0..n)
+                    .filter(|&p| !(s.in_place && p == me))
+                    .map(|p| (r(p, Buf::Recv, me * b), src, b))
+                    .collect(),
+            ));
+        }
+        (K::Bcast, Algo::Pull) => {
+            if me != s.root {
+                steps.push(Step::Copy(vec![(
+                    r(me, Buf::Recv, 0),
+                    r(s.root, Buf::Recv, 0),
+                    b,
+                )]));
+            }
+        }
+        (K::Reduce, Algo::Direct) => {
+            // In place at the root: each element is read before the same thread writes it.
+            if me == s.root {
+                steps.push(Step::Reduce {
+                    dst: r(me, Buf::Recv, 0),
+                    srcs: (0..n)
+                        .map(|p| {
+                            if p == s.root && s.in_place {
+                                r(p, Buf::Recv, 0)
+                            } else {
+                                r(p, Buf::Send, 0)
+                            }
+                        })
+                        .collect(),
+                    elems: b / s.elem,
+                });
+            }
+        }
+        (K::ReduceScatterBlock, Algo::Direct) => {
+            // In place the result goes to block 0 of the buffer peers still read: not here.
+            if s.in_place {
+                return None;
+            }
+            steps.push(Step::Reduce {
+                dst: r(me, Buf::Recv, 0),
+                srcs: (0..n).map(|p| r(p, Buf::Send, me * b)).collect(),
+                elems: b / s.elem,
+            });
+        }
+        _ => return None,
+    }
+    steps.push(Step::Barrier);
+    Some(steps)
+}
+
+// ---- selection (data) ----
+
+struct Row {
+    kind: CollKind,
+    conds: Vec<crate::coll::select::Cond>,
+    algo: Algo,
+}
+
+/// The built-in table.
+pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
+
+fn parse_table(text: &str) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        let bad = |what: &str| format!("GPU tuning table line {}: {what}", i + 1);
+        if toks.len() < 2 {
+            return Err(bad("need <collective> [conditions] <algorithm>"));
+        }
+        let kind = CollKind::from_name(toks[0]).ok_or_else(|| bad("unknown collective"))?;
+        let algo = Algo::from_name(toks[toks.len() - 1])
+            .filter(|a| a.serves(kind))
+            .ok_or_else(|| bad("unknown algorithm for this collective"))?;
+        let conds = toks[1..toks.len() - 1]
+            .iter()
+            .map(|t| crate::coll::select::parse_cond(t).ok_or_else(|| bad("bad condition")))
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.push(Row { kind, conds, algo });
+    }
+    Ok(rows)
+}
+
+fn table() -> &'static [Row] {
+    static T: OnceLock<Vec<Row>> = OnceLock::new();
+    T.get_or_init(|| {
+        if let Some(path) = crate::config::get("GPUMPI_GPU_COLL_TUNING") {
+            match std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| parse_table(&t))
+            {
+                Ok(rows) => return rows,
+                Err(e) => tracing::warn!("GPUMPI_GPU_COLL_TUNING={path}: {e}; built-in table used"),
+            }
+        }
+        parse_table(DEFAULT_TABLE).expect("the built-in GPU tuning table parses")
+    })
+}
+
+fn select_from(rows: &[Row], kind: CollKind, nranks: usize, bytes: usize) -> Algo {
+    rows.iter()
+        .filter(|r| r.kind == kind)
+        .find(|r| {
+            r.conds
+                .iter()
+                .all(|c| crate::coll::select::holds(c, nranks, bytes))
+        })
+        .map(|r| r.algo)
+        .unwrap_or(Algo::Staged)
+}
+
+/// The algorithm for a call (the same on every rank: it depends on shared values only).
+pub fn select(kind: CollKind, nranks: usize, bytes: usize) -> Algo {
+    select_from(table(), kind, nranks, bytes)
+}
+
+/// Whether GPU-native collectives are attempted at all (`GPUMPI_GPU_COLL`: `auto` = on nodes
+/// with an NVIDIA driver, the same answer on every rank of the node; `1`; `0`).
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        match crate::config::get("GPUMPI_GPU_COLL").as_deref() {
+            Some("0") => false,
+            Some("1") => true,
+            _ => std::path::Path::new("/dev/nvidiactl").exists(),
+        }
+    })
+}
+
+// ---- the call, as the ABI layer hands it over ----
+
+/// The host-side collectives the protocol needs (implemented by the ABI layer).
+pub trait Host {
+    /// Allgather of equal-size records (also the entry barrier).
+    fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>>;
+    fn barrier(&self) -> MpiResult<()>;
+    /// Logical AND over the communicator.
+    fn all(&self, ok: bool) -> MpiResult<bool>;
+    /// Identity of the communicator and its device set, for the "every rank mapped every peer"
+    /// check done once per (communicator, devices).
+    fn comm_id(&self) -> u64;
+}
+
+/// One rank's buffers: device address and byte length (None: not used by this rank).
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub shape: Shape,
+    pub send: Option<(usize, usize)>,
+    pub recv: Option<(usize, usize)>,
+    /// Reductions: the kernel's op and type.
+    pub red: Option<(KOp, KType)>,
+    /// Whether this rank's buffers are fit (contiguous, as the shape says); false forces the
+    /// staged path for every rank.
+    pub fit: bool,
+}
+
+const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;
+
+/// What a rank publishes: eligibility, pid, device UUID, its buffers' exports.
+struct Desc {
+    ok: bool,
+    pid: u32,
+    uuid: [u8; 16],
+    send: Option<Export>,
+    recv: Option<Export>,
+    /// Local addresses (same process only; not on the wire).
+    ordinal: i32,
+}
+
+impl Desc {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; DESC_BYTES];
+        b[0] = self.ok as u8 | (self.send.is_some() as u8) << 1 | (self.recv.is_some() as u8) << 2;
+        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
+        b[8..24].copy_from_slice(&self.uuid);
+        if let Some(e) = &self.send {
+            b[24..24 + EXPORT_BYTES].copy_from_slice(&e.to_bytes());
+        }
+        if let Some(e) = &self.recv {
+            b[24 + EXPORT_BYTES..].copy_from_slice(&e.to_bytes());
+        }
+        b
+    }
+    fn from_bytes(b: &[u8]) -> Desc {
+        let f = b[0];
+        Desc {
+            ok: f & 1 != 0,
+            pid: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            uuid: b[8..24].try_into().unwrap(),
+            send: (f & 2 != 0).then(|| Export::from_bytes(&b[24..24 + EXPORT_BYTES]).unwrap()),
+            recv: (f & 4 != 0).then(|| Export::from_bytes(&b[24 + EXPORT_BYTES..]).unwrap()),
+            ordinal: -1,
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> MpiError {
+    MpiError::new(
+        crate::abi::consts::MPI_ERR_OTHER,
+        format!("GPU collective: {e}"),
+    )
+}
+
+/// Our own descriptor: eligible when every used buffer is exportable device memory of one device.
+fn describe(c: &Call) -> Desc {
+    let mut d = Desc {
+        ok: false,
+        pid: std::process::id(),
+        uuid: [0; 16],
+        send: None,
+        recv: None,
+        ordinal: -1,
+    };
+    // Classification first: a process that never loaded libcuda answers "host" without
+    // initializing the driver.
+    if !c.fit {
+        return d;
+    }
+    let mut dev: Option<i32> = None;
+    let mut ex = [None, None];
+    for (k, buf) in [c.send, c.recv].into_iter().enumerate() {
+        let Some((addr, len)) = buf else { continue };
+        let Some((e, ordinal)) = ipc::export(addr) else {
+            return d;
+        };
+        if e.offset + len as u64 > e.size || dev.is_some_and(|x| x != ordinal) {
+            return d;
+        }
+        dev = Some(ordinal);
+        ex[k] = Some(e);
+    }
+    [d.send, d.recv] = ex;
+    let Some(ordinal) = dev else { return d };
+    let Some(uuid) = device_uuid(ordinal) else {
+        return d;
+    };
+    d.uuid = uuid;
+    d.ordinal = ordinal;
+    d.ok = true;
+    d
+}
+
+/// The UUID of a device (asked once per device).
+fn device_uuid(ordinal: i32) -> Option<[u8; 16]> {
+    static U: Mutex<Vec<(i32, [u8; 16])>> = Mutex::new(Vec::new());
+    let mut u = U.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, x)) = u.iter().find(|(o, _)| *o == ordinal) {
+        return Some(*x);
+    }
+    let x = cuda::device_uuid(ordinal).ok()?;
+    u.push((ordinal, x));
+    Some(x)
+}
+
+/// Device sets (by communicator) on which every rank mapped every peer once.
+static VERIFIED: Mutex<Vec<(u64, Vec<[u8; 16]>)>> = Mutex::new(Vec::new());
+
+/// Run `c` on the GPU if every rank can; `Ok(false)`: every rank stages instead.
+///
+/// # Safety
+/// The buffers in `c` are the caller's live device buffers for the whole call.
+pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
+    let algo = select(c.shape.kind, c.shape.nranks, c.shape.bytes);
+    let Some(steps) = plan(&c.shape, algo) else {
+        return Ok(false);
+    };
+    let me = describe(c);
+    let ordinal = me.ordinal;
+    let all = host.allgather(&me.to_bytes())?;
+    let descs: Vec<Desc> = all.chunks(DESC_BYTES).map(Desc::from_bytes).collect();
+    if descs.iter().any(|d| !d.ok) {
+        tracing::debug!(
+            coll = c.shape.kind.name(),
+            "GPU collective: some rank's buffers are not exportable device memory; staged"
+        );
+        return Ok(false);
+    }
+    // Resolve every rank's buffers this plan touches.
+    let mypid = std::process::id();
+    let mut addr = vec![[0usize; 2]; c.shape.nranks];
+    let mut map_err: Option<String> = None;
+    let used = refs(&steps);
+    for (p, d) in descs.iter().enumerate() {
+        for (k, e, local) in [(0, &d.send, c.send), (1, &d.recv, c.recv)] {
+            let Some(e) = e else { continue };
+            let b = if k == 0 { Buf::Send } else { Buf::Recv };
+            if !used.contains(&(p, b)) {
+                continue;
+            }
+            addr[p][k] = if p == c.shape.rank {
+                local.map(|x| x.0).unwrap_or(0)
+            } else if d.pid == mypid {
+                (e.base + e.offset) as usize
+            } else {
+                match ipc::import(p, e, ordinal) {
+                    Ok(a) => a,
+                    Err(x) => {
+                        map_err.get_or_insert(x);
+                        0
+                    }
+                }
+            };
+        }
+    }
+    let key = host.comm_id();
+    let uuids: Vec<[u8; 16]> = descs.iter().map(|d| d.uuid).collect();
+    let verified = VERIFIED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(k, u)| *k == key && *u == uuids);
+    if !verified {
+        let ok = host.all(map_err.is_none())?;
+        if !ok {
+            tracing::info!(
+                coll = c.shape.kind.name(),
+                "GPU collective: a rank could not map its peers' memory (no P2P?): {}; staged",
+                map_err.as_deref().unwrap_or("on another rank")
+            );
+            return Ok(false);
+        }
+        let mut v = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+        if v.len() > 256 {
+            v.clear();
+        }
+        v.push((key, uuids));
+    } else if let Some(e) = map_err {
+        // Peers go ahead on the GPU path: there is no consistent way back for this call.
+        return Err(err(format!("mapping a peer's buffer failed: {e}")));
+    }
+    tracing::debug!(
+        coll = c.shape.kind.name(),
+        algo = algo.name(),
+        bytes = c.shape.bytes,
+        ranks = c.shape.nranks,
+        "collective on the GPU (CUDA IPC, zero-copy)"
+    );
+    execute(&steps, &addr, c, ordinal, host)?;
+    Ok(true)
+}
+
+/// (rank, buffer) pairs a plan references.
+fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
+    let mut v = Vec::new();
+    let mut add = |x: &Ref| {
+        if !v.contains(&(x.rank, x.buf)) {
+            v.push((x.rank, x.buf));
+        }
+    };
+    for s in steps {
+        match s {
+            Step::Reduce { dst, srcs, .. } => {
+                add(dst);
+                srcs.iter().for_each(&mut add);
+            }
+            Step::Copy(segs) => {
+                for (d, s, _) in segs {
+                    add(d);
+                    add(s);
+                }
+            }
+            Step::Barrier => {}
+        }
+    }
+    v
+}
+
+/// Blocks a kernel of these collectives may use (`GPUMPI_GPU_BLOCKS`, 0 = two per SM).
+fn max_grid(ordinal: i32) -> u32 {
+    static G: OnceLock<u32> = OnceLock::new();
+    *G.get_or_init(|| match crate::config::get_usize("GPUMPI_GPU_BLOCKS") {
+        0 => cuda::multiprocessor_count(ordinal)
+            .map(|n| 2 * n.max(1) as u32)
+            .unwrap_or(64),
+        n => n as u32,
+    })
+}
+
+unsafe fn execute(
+    steps: &[Step],
+    addr: &[[usize; 2]],
+    c: &Call,
+    ordinal: i32,
+    host: &dyn Host,
+) -> MpiResult<()> {
+    let g = super::gpu().ok_or_else(|| err("CUDA is not available"))?;
+    let d = g.device(ordinal).map_err(err)?;
+    let k = g.kernels(ordinal).map_err(err)?;
+    let at = |x: &Ref| addr[x.rank][if x.buf == Buf::Send { 0 } else { 1 }] + x.off;
+    let grid = max_grid(ordinal);
+    for s in steps {
+        match s {
+            Step::Reduce { dst, srcs, elems } => {
+                let (op, t) = c.red.ok_or_else(|| err("reduction without an operation"))?;
+                let ptrs: Vec<usize> = srcs.iter().map(at).collect();
+                cuda::with_context(d.ctx, || {
+                    k.reduce_n_async(op, t, at(dst), &ptrs, *elems, grid, d.stream)
+                })
+                .map_err(err)?;
+            }
+            Step::Copy(segs) => {
+                let segs: Vec<Seg> = segs
+                    .iter()
+                    .map(|(dd, ss, len)| Seg {
+                        dst: at(dd) as u64,
+                        src: at(ss) as u64,
+                        len: *len as u64,
+                    })
+                    .collect();
+                cuda::with_context(d.ctx, || k.copy_segs_async(&segs, grid, d.stream))
+                    .map_err(err)?;
+            }
+            Step::Barrier => {
+                cuda::with_context(d.ctx, || cuda::stream_synchronize(d.stream)).map_err(err)?;
+                host.barrier()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run every rank's plan on host memory (tests): `send[p]`/`recv[p]` are rank p's buffers,
+/// `op` combines two elements given as byte slices. Within each phase (between barriers) it
+/// first checks that no access races with a write of another step (the GPUs run a phase's
+/// steps concurrently; an elementwise reduction may write what it reads itself), then runs the
+/// steps rank by rank. Returns `None` when the algorithm cannot serve the shape.
+pub fn simulate(
+    shape: Shape,
+    algo: Algo,
+    send: &mut [Vec<u8>],
+    recv: &mut [Vec<u8>],
+    op: &dyn Fn(&[u8], &[u8]) -> Vec<u8>,
+) -> Option<()> {
+    let n = shape.nranks;
+    let plans: Vec<Vec<Step>> = (0..n)
+        .map(|rank| plan(&Shape { rank, ..shape }, algo))
+        .collect::<Option<_>>()?;
+    let phases: Vec<Vec<Vec<Step>>> = plans
+        .iter()
+        .map(|p| p.split(|s| *s == Step::Barrier).map(|x| x.to_vec()).collect())
+        .collect();
+    let nphases = phases[0].len();
+    assert!(phases.iter().all(|p| p.len() == nphases), "same barriers on every rank");
+    for ph in 0..nphases {
+        // (executing rank, step index, target, len, write)
+        let mut acc: Vec<(usize, usize, Ref, usize, bool)> = Vec::new();
+        for (rank, p) in phases.iter().enumerate() {
+            for (i, st) in p[ph].iter().enumerate() {
+                match st {
+                    Step::Reduce { dst, srcs, elems } => {
+                        let len = elems * shape.elem;
+                        assert_eq!(dst.rank, rank, "a reduction writes its own rank's buffer");
+                        acc.push((rank, i, *dst, len, true));
+                        acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
+                    }
+                    Step::Copy(segs) => {
+                        for (d, s, len) in segs {
+                            acc.push((rank, i, *d, *len, true));
+                            acc.push((rank, i, *s, *len, false));
+                        }
+                    }
+                    Step::Barrier => unreachable!(),
+                }
+            }
+        }
+        for (a, x) in acc.iter().enumerate() {
+            for y in &acc[a + 1..] {
+                let overlap = x.2.rank == y.2.rank
+                    && x.2.buf == y.2.buf
+                    && x.3 > 0
+                    && y.3 > 0
+                    && x.2.off < y.2.off + y.3
+                    && y.2.off < x.2.off + x.3;
+                if !overlap || !(x.4 || y.4) {
+                    continue;
+                }
+                let same_step = x.0 == y.0 && x.1 == y.1;
+                let elementwise = same_step
+                    && x.2.off == y.2.off
+                    && matches!(phases[x.0][ph][x.1], Step::Reduce { .. });
+                assert!(
+                    elementwise,
+                    "{algo:?} {:?} phase {ph}: rank {} step {} and rank {} step {} race on {:?}",
+                    shape.kind, x.0, x.1, y.0, y.1, x.2
+                );
+            }
+        }
+        for (rank, p) in phases.iter().enumerate() {
+            for st in &p[ph] {
+                let read = |send: &[Vec<u8>], recv: &[Vec<u8>], x: &Ref, len: usize| {
+                    let b = if x.buf == Buf::Send { &send[x.rank] } else { &recv[x.rank] };
+                    b[x.off..x.off + len].to_vec()
+                };
+                match st {
+                    Step::Reduce { dst, srcs, elems } => {
+                        let (len, es) = (elems * shape.elem, shape.elem);
+                        let ins: Vec<Vec<u8>> =
+                            srcs.iter().map(|s| read(send, recv, s, len)).collect();
+                        let mut out = Vec::with_capacity(len);
+                        for e in 0..*elems {
+                            let mut v = ins[0][e * es..(e + 1) * es].to_vec();
+                            for i in &ins[1..] {
+                                v = op(&v, &i[e * es..(e + 1) * es]);
+                            }
+                            out.extend_from_slice(&v);
+                        }
+                        let _ = rank;
+                        write(send, recv, dst, &out);
+                    }
+                    Step::Copy(segs) => {
+                        for (d, s, len) in segs {
+                            let v = read(send, recv, s, *len);
+                            write(send, recv, d, &v);
+                        }
+                    }
+                    Step::Barrier => unreachable!(),
+                }
+            }
+        }
+    }
+    Some(())
+}
+
+fn write(send: &mut [Vec<u8>], recv: &mut [Vec<u8>], d: &Ref, v: &[u8]) {
+    let buf = if d.buf == Buf::Send { &mut send[d.rank] } else { &mut recv[d.rank] };
+    buf[d.off..d.off + v.len()].copy_from_slice(v);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+//! Device memory in point-to-point messages, for the engine (src/engine): the zero-copy read of
+//! a peer's exported device buffer (CUDA IPC), and the synchronous host<->device copies used
+//! when a device buffer meets a host-memory protocol (eager frames, streamed or CMA data).
+//!
+//! Contract: every function here has finished its copies when it returns (the stream is
+//! synchronized), so the engine may complete the request and tell the sender right after.
+
+use super::ipc::{self, Export};
+use crate::sys::cuda;
+
+fn ctx_of(addr: usize) -> Result<super::DevCtx, String> {
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let info = super::classify(addr as *const u8);
+    g.device(info.device.max(0))
+}
+
+/// How a peer's exported buffer is copied: the copy engines (`ce`, cuMemcpyAsync) or gpumpi's
+/// copy kernel (`kernel`, SMs pulling over NVLink). `GPUMPI_GPU_P2P_COPY`.
+fn use_kernel() -> bool {
+    static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *K.get_or_init(|| crate::config::get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"))
+}
+
+/// Copy `len` bytes of `peer`'s exported buffer (`export`: [`Export`] bytes) to `dst`: device
+/// memory of this process when `dev`, else host memory. Zero-copy over NVLink for device
+/// targets (one copy, peer to local).
+///
+/// # Safety
+/// `dst..dst+len` is writable memory of this process owned by the receive; the peer keeps its
+/// buffer untouched until told the read is done.
+pub unsafe fn read_ipc(
+    peer: usize,
+    export: &[u8],
+    dst: usize,
+    dev: bool,
+    len: usize,
+) -> Result<(), String> {
+    let e = Export::from_bytes(export).ok_or("short IPC descriptor")?;
+    if len as u64 > e.size.saturating_sub(e.offset) {
+        return Err("message longer than the exported allocation".into());
+    }
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = if dev { ctx_of(dst)? } else { g.device(0)? };
+    let src = ipc::import(peer, &e, d.ordinal)?;
+    if len == 0 {
+        return Ok(());
+    }
+    cuda::with_context(d.ctx, || {
+        if dev && use_kernel() {
+            if let Ok(k) = g.kernels(d.ordinal) {
+                let seg = super::kernels::Seg {
+                    dst: dst as u64,
+                    src: src as u64,
+                    len: len as u64,
+                };
+                let grid = cuda::multiprocessor_count(d.ordinal).unwrap_or(32).max(1) as u32 * 2;
+                k.copy_segs_async(&[seg], grid, d.stream)?;
+                return cuda::stream_synchronize(d.stream);
+            }
+        }
+        if dev {
+            cuda::memcpy_dtod_async(dst, src, len, d.stream)?;
+        } else {
+            cuda::memcpy_dtoh_async(std::slice::from_raw_parts_mut(dst as *mut u8, len), src, d.stream)?;
+        }
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Copy host bytes to device address `dst`.
+///
+/// # Safety
+/// `dst..dst+data.len()` is writable device memory of this process.
+pub unsafe fn htod(dst: usize, data: &[u8]) -> Result<(), String> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let d = ctx_of(dst)?;
+    cuda::with_context(d.ctx, || {
+        cuda::memcpy_htod_async(dst, data, d.stream)?;
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// The `len` bytes at device address `src`, copied to host memory (a send whose receiver could
+/// not read it directly).
+///
+/// # Safety
+/// `src..src+len` is readable device memory of this process.
+pub unsafe fn dtoh(src: usize, len: usize) -> Result<Vec<u8>, String> {
+    let mut v = vec![0u8; len];
+    if len == 0 {
+        return Ok(v);
+    }
+    let d = ctx_of(src)?;
+    cuda::with_context(d.ctx, || {
+        cuda::memcpy_dtoh_async(&mut v, src, d.stream)?;
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(v)
+}
