@@ -65,12 +65,16 @@ pub enum Step {
 pub enum Algo {
     /// Allreduce: every rank reduces every input into its own output. Not in place.
     OneShot,
-    /// Allreduce: reduce-scatter (rank i reduces chunk i) then allgather of the chunks.
+    /// Allreduce: reduce-scatter (rank i reduces chunk i) then allgather of the chunks, each
+    /// rank reading the others' chunks.
     TwoShot,
+    /// Two-shot whose allgather writes: each rank stores its chunk into every peer's output.
+    TwoShotPush,
     /// Alltoall/allgather: each rank writes its blocks straight into the peers' receive buffers;
     /// reduce: the root reduces all inputs; reduce_scatter_block: each rank reduces its block.
     Direct,
-    /// Bcast: every rank reads the root's buffer.
+    /// Bcast: every rank reads the root's buffer; alltoall: every rank reads its blocks from
+    /// the peers' send buffers.
     Pull,
     /// Not on the GPU path: the caller stages.
     Staged,
@@ -81,6 +85,7 @@ impl Algo {
         Some(match s {
             "one_shot" => Algo::OneShot,
             "two_shot" => Algo::TwoShot,
+            "two_shot_push" => Algo::TwoShotPush,
             "direct" => Algo::Direct,
             "pull" => Algo::Pull,
             "staged" => Algo::Staged,
@@ -91,6 +96,7 @@ impl Algo {
         match self {
             Algo::OneShot => "one_shot",
             Algo::TwoShot => "two_shot",
+            Algo::TwoShotPush => "two_shot_push",
             Algo::Direct => "direct",
             Algo::Pull => "pull",
             Algo::Staged => "staged",
@@ -99,12 +105,12 @@ impl Algo {
     fn serves(self, kind: CollKind) -> bool {
         use CollKind as K;
         match self {
-            Algo::OneShot | Algo::TwoShot => kind == K::Allreduce,
+            Algo::OneShot | Algo::TwoShot | Algo::TwoShotPush => kind == K::Allreduce,
             Algo::Direct => matches!(
                 kind,
                 K::Alltoall | K::Allgather | K::Reduce | K::ReduceScatterBlock
             ),
-            Algo::Pull => kind == K::Bcast,
+            Algo::Pull => matches!(kind, K::Bcast | K::Alltoall),
             Algo::Staged => true,
         }
     }
@@ -155,7 +161,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 elems: b / s.elem,
             });
         }
-        (K::Allreduce, Algo::TwoShot) => {
+        (K::Allreduce, Algo::TwoShot | Algo::TwoShotPush) => {
             // Phase 1: I reduce chunk `me` of every input into chunk `me` of my output; peers
             // read other chunks of my input (in place too: disjoint). Phase 2: I read the
             // finished chunks p of every peer's output into mine; nobody writes chunk p of a
@@ -169,14 +175,26 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 elems: cl,
             });
             steps.push(Step::Barrier);
-            let segs = (0..n)
-                .filter(|&p| p != me)
-                .map(|p| {
-                    let (p0, pl) = chunk(elems, n, p, align);
-                    let off = p0 * s.elem;
-                    (r(me, Buf::Recv, off), r(p, Buf::Recv, off), pl * s.elem)
-                })
-                .collect();
+            let segs = if algo == Algo::TwoShotPush {
+                // Push: my finished chunk into every peer's output (peers write only the
+                // other chunks of mine).
+                (0..n)
+                    .filter(|&p| p != me)
+                    .map(|p| {
+                        let off = c0 * s.elem;
+                        (r(p, Buf::Recv, off), r(me, Buf::Recv, off), cl * s.elem)
+                    })
+                    .collect()
+            } else {
+                (0..n)
+                    .filter(|&p| p != me)
+                    .map(|p| {
+                        let (p0, pl) = chunk(elems, n, p, align);
+                        let off = p0 * s.elem;
+                        (r(me, Buf::Recv, off), r(p, Buf::Recv, off), pl * s.elem)
+                    })
+                    .collect()
+            };
             steps.push(Step::Copy(segs));
         }
         (K::Alltoall, Algo::Direct) => {
@@ -187,6 +205,16 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             steps.push(Step::Copy(
                 (0..n)
                     .map(|p| (r(p, Buf::Recv, me * b), r(me, Buf::Send, p * b), b))
+                    .collect(),
+            ));
+        }
+        (K::Alltoall, Algo::Pull) => {
+            if s.in_place {
+                return None;
+            }
+            steps.push(Step::Copy(
+                (0..n)
+                    .map(|p| (r(me, Buf::Recv, p * b), r(p, Buf::Send, me * b), b))
                     .collect(),
             ));
         }
@@ -569,7 +597,7 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
 }
 
 /// Blocks a kernel of these collectives may use (`GPUMPI_GPU_BLOCKS`, 0 = two per SM).
-fn max_grid(ordinal: i32) -> u32 {
+pub(crate) fn max_grid(ordinal: i32) -> u32 {
     static G: OnceLock<u32> = OnceLock::new();
     *G.get_or_init(|| match crate::config::get_usize("GPUMPI_GPU_BLOCKS") {
         0 => cuda::multiprocessor_count(ordinal)

@@ -53,7 +53,7 @@ pub unsafe fn read_ipc(
                     src: src as u64,
                     len: len as u64,
                 };
-                let grid = cuda::multiprocessor_count(d.ordinal).unwrap_or(32).max(1) as u32 * 2;
+                let grid = super::coll::max_grid(d.ordinal);
                 k.copy_segs_async(&[seg], grid, d.stream)?;
                 return cuda::stream_synchronize(d.stream);
             }

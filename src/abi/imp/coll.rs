@@ -357,6 +357,9 @@ struct CollSpec {
     unpack_only: Option<usize>,
     /// reduce_scatter: result lengths per rank (offsets unused).
     rs_lens: Option<Vec<usize>>,
+    /// Library-internal call on host memory: never tries the GPU path (which itself uses
+    /// these calls).
+    host_only: bool,
 }
 // SAFETY: raw user buffer addresses stored as usize; used only during the call per MPI semantics.
 unsafe impl Send for CollSpec {}
@@ -375,6 +378,7 @@ impl CollSpec {
             red: None,
             unpack_only: None,
             rs_lens: None,
+            host_only: false,
         }
     }
 
@@ -497,8 +501,10 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
         allgather_bytes(self.0, mine)
     }
     fn barrier(&self) -> MpiResult<()> {
+        let mut s = CollSpec::new(CollKind::Barrier, self.0.clone());
+        s.host_only = true;
         // SAFETY: no user buffers.
-        unsafe { run(CollSpec::new(CollKind::Barrier, self.0.clone()), Mode::Blocking) }
+        unsafe { run(s, Mode::Blocking) }
     }
     fn all(&self, ok: bool) -> MpiResult<bool> {
         let mut w = [ok as u64];
@@ -521,6 +527,7 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
         spec.kind,
         K::Allreduce | K::Alltoall | K::Allgather | K::Bcast | K::Reduce | K::ReduceScatterBlock
     ) || spec.bytes == 0
+        || spec.host_only
         || !crate::gpu::coll::enabled()
     {
         return Ok(false);
@@ -995,6 +1002,7 @@ pub fn allreduce_band_u64(cm: &Arc<CommObj>, words: &mut [u64]) -> MpiResult<()>
     ));
     s.bytes = words.len() * 8;
     s.in_place = true;
+    s.host_only = true;
     s.recv = Some(Side::one(
         words.as_mut_ptr() as *const c_void,
         words.len(),
@@ -1014,6 +1022,7 @@ pub fn allgather_bytes(cm: &Arc<CommObj>, mine: &[u8]) -> MpiResult<Vec<u8>> {
     let mut s = CollSpec::new(CollKind::Allgather, cm.clone());
     s.bytes = n;
     s.in_place = true;
+    s.host_only = true;
     s.recv = Some(Side::regular(
         out.as_mut_ptr() as *const c_void,
         cm.size(),

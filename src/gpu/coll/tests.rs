@@ -88,10 +88,12 @@ fn buffers(s: &Shape) -> (usize, usize) {
     }
 }
 
-const CASES: [(CollKind, Algo); 7] = [
+const CASES: [(CollKind, Algo); 9] = [
     (CollKind::Allreduce, Algo::OneShot),
     (CollKind::Allreduce, Algo::TwoShot),
+    (CollKind::Allreduce, Algo::TwoShotPush),
     (CollKind::Alltoall, Algo::Direct),
+    (CollKind::Alltoall, Algo::Pull),
     (CollKind::Allgather, Algo::Direct),
     (CollKind::Bcast, Algo::Pull),
     (CollKind::Reduce, Algo::Direct),

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Variant sweep for the GPU-native paths at one size (benches/NOTES.md records the results):
+#   benches/gpu_tune.sh PREFIX [NP] [SIZE]
+# NCCL first (same run, same machine), then gpumpi allreduce (two_shot, two_shot_push), alltoall
+# (direct = push, pull) and sendrecv (copy engines, copy kernel), each at several block counts
+# (GPUMPI_GPU_BLOCKS). Blocking mode (-z 1). NVLink multicast stays off.
+set -u
+P=${1:?usage: gpu_tune.sh PREFIX [NP] [SIZE]}
+NP=${2:-4}
+S=${3:-512M}
+B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export NCCL_NVLS_ENABLE=0
+GB=${GB:-/tmp/gb}
+[ -x "$GB" ] || "$P/bin/mpicc" -std=c99 -O2 -I "$B" -o "$GB" "$B/gpumpi-bench.c" -ldl -lm || exit 1
+T=$(mktemp -d)
+run() { # label env... -- bench args
+    local label=$1; shift
+    local line
+    line=$(timeout 120 env "$@" 2>&1 | grep -E '^ +[0-9]+ ' | tail -1)
+    printf '%-44s %s\n' "$label" "$line"
+}
+echo "# $(date -u) $NP ranks, $S, blocking; columns: size count type redop root time algbw busbw #wrong med min"
+for op in allreduce alltoall sendrecv; do
+    run "nccl $op" "$P/bin/mpirun" -n "$NP" "$GB" -B nccl -o $op -b $S -e $S -w 3 -n 10 -z 1
+done
+for a in two_shot two_shot_push; do
+    echo "allreduce $a" > "$T/$a"
+    for blk in 132 264 528; do
+        run "gpumpi allreduce $a blocks=$blk" GPUMPI_GPU_COLL_TUNING="$T/$a" GPUMPI_GPU_BLOCKS=$blk \
+            "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o allreduce -b $S -e $S -w 3 -n 10 -z 1
+    done
+done
+for a in direct pull; do
+    echo "alltoall $a" > "$T/a2a_$a"
+    for blk in 132 264 528; do
+        run "gpumpi alltoall $a blocks=$blk" GPUMPI_GPU_COLL_TUNING="$T/a2a_$a" GPUMPI_GPU_BLOCKS=$blk \
+            "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o alltoall -b $S -e $S -w 3 -n 10 -z 1
+    done
+done
+run "gpumpi sendrecv ce" GPUMPI_GPU_P2P_COPY=ce \
+    "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o sendrecv -b $S -e $S -w 3 -n 10 -z 1
+for blk in 132 264 528; do
+    run "gpumpi sendrecv kernel blocks=$blk" GPUMPI_GPU_P2P_COPY=kernel GPUMPI_GPU_BLOCKS=$blk \
+        "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o sendrecv -b $S -e $S -w 3 -n 10 -z 1
+done
