@@ -63,3 +63,4 @@ extern "C" __global__ void gpumpi_copy(uint8_t *dst, const uint8_t *src, uint64_
 }
 
 #include "coll.cuh"
+#include "resident.cuh"

@@ -153,6 +153,16 @@ pub static PARAMS: &[Param] = &[
         doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",
     },
     Param {
+        name: "GPUMPI_GPU_RESIDENT",
+        default: "1",
+        doc: "Small blocking allreduce/alltoall/allgather (at most 16 KiB per vector or block) on device buffers, one rank per GPU, outside MPI_THREAD_MULTIPLE: 1 = through a resident kernel (one block polling mapped host memory; no launch or stream synchronize per call), 0 = through the launched GPU-native path or staging. Must be the same on every rank.",
+    },
+    Param {
+        name: "GPUMPI_GPU_RESIDENT_IDLE_US",
+        default: "100",
+        doc: "Microseconds the resident kernel waits for the next command before it exits (it holds one SM while it runs, and an application's cudaDeviceSynchronize or cudaFree waits for it); the next call relaunches it.",
+    },
+    Param {
         name: "GPUMPI_JOB_ID",
         default: "",
         doc: "Set by mpirun: the job id, unique per job and made of [A-Za-z0-9-] (shared-memory segments are /dev/shm/gpumpi-<job_id>-*).",

@@ -108,6 +108,8 @@ pub struct Kernels {
     reduce_n: Vec<Function>,
     copy: Function,
     copy_segs: Function,
+    /// The resident kernel of small collectives (kernels/resident.cuh).
+    pub resident: Option<Function>,
 }
 
 /// Most operands of one `reduce_n` launch and most segments of one `copy_segs` launch
@@ -169,11 +171,13 @@ impl Kernels {
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
         let copy_segs =
             cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
+        let resident = cuda::module_function(m, c"gpumpi_resident").ok();
         Ok(Kernels {
             reduce,
             reduce_n,
             copy,
             copy_segs,
+            resident,
         })
     }
 

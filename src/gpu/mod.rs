@@ -21,6 +21,7 @@ pub mod cache;
 pub mod coll;
 pub mod ipc;
 pub mod p2p;
+pub mod resident;
 pub mod kernels;
 pub mod pool;
 pub mod stage;

@@ -45,6 +45,30 @@ pub unsafe fn read_ipc(
     if len == 0 {
         return Ok(());
     }
+    let t0 = std::time::Instant::now();
+    let r = copy_from_peer(g, d, src, dst, dev, len);
+    if len >= 1 << 20 {
+        let us = t0.elapsed().as_secs_f64() * 1e6;
+        tracing::debug!(
+            peer,
+            len,
+            us,
+            gbs = len as f64 / us / 1e3,
+            kernel = dev && use_kernel(),
+            "CUDA IPC read"
+        );
+    }
+    r
+}
+
+unsafe fn copy_from_peer(
+    g: &super::Gpu,
+    d: super::DevCtx,
+    src: usize,
+    dst: usize,
+    dev: bool,
+    len: usize,
+) -> Result<(), String> {
     cuda::with_context(d.ctx, || {
         if dev && use_kernel() {
             if let Ok(k) = g.kernels(d.ordinal) {

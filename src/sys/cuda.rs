@@ -577,6 +577,25 @@ pub fn host_alloc(len: usize) -> CuResult<*mut u8> {
     Ok(p as *mut u8)
 }
 
+/// Page-locked host memory mapped into the device address space (portable, device-mapped):
+/// returns the host pointer and the device address of the same bytes.
+pub fn host_alloc_mapped(len: usize) -> CuResult<(*mut u8, u64)> {
+    let mut p = std::ptr::null_mut();
+    let mut d: cu::CUdeviceptr = 0;
+    // SAFETY: out-pointers to locals; CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP = 3.
+    unsafe {
+        check("cuMemHostAlloc", cu::cuMemHostAlloc(&mut p, len.max(1), 3))?;
+        if let Err(e) = check(
+            "cuMemHostGetDevicePointer",
+            cu::cuMemHostGetDevicePointer_v2(&mut d, p, 0),
+        ) {
+            let _ = cu::cuMemFreeHost(p);
+            return Err(e);
+        }
+    }
+    Ok((p as *mut u8, d as u64))
+}
+
 /// Free memory from [`host_alloc`].
 ///
 /// # Safety

@@ -555,6 +555,31 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
         && send.is_none_or(|x| x.1 == slen)
         && recv.is_none_or(|x| x.1 == rlen)
         && (send.is_some() || recv.is_some());
+    let tm = crate::abi::runtime::lock()
+        .as_ref()
+        .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE);
+    if crate::gpu::resident::applies(spec.kind, n, b, tm) {
+        // Small: the resident kernels (no launch, no stream synchronize per call).
+        let dst = recv.map_or(0, |x| x.0);
+        let src = match (spec.kind, send) {
+            (_, Some(s)) => s.0,
+            (K::Allgather, None) => dst + spec.comm.rank * b,
+            (_, None) => dst,
+        };
+        let call = crate::gpu::resident::ResCall {
+            kind: spec.kind,
+            nranks: n,
+            rank: spec.comm.rank,
+            bytes: b,
+            src,
+            dst,
+            red,
+            fit: fit && recv.is_some(),
+            ctx_id: spec.comm.ctx,
+            world: spec.comm.peers.to_vec(),
+        };
+        return crate::gpu::resident::run(&call, &GpuHost(&spec.comm));
+    }
     let call = Call {
         shape: Shape {
             kind: spec.kind,

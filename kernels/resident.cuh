@@ -1,0 +1,167 @@
+// The resident kernel of small collectives (src/gpu/resident.rs): one block that stays on the
+// device, polls a command in mapped pinned host memory, exchanges data with its peers'
+// resident kernels through per-communicator scratch buffers (CUDA IPC mappings, NVLink stores
+// plus a flag per (parity, sender)), and reports completion in mapped host memory. No kernel
+// launch and no stream synchronize per call: a call costs a host <-> running-kernel round trip
+// plus an NVLink flag exchange.
+//
+// It exits by itself after `idle_ns` without a command (so it never holds an SM, or delays a
+// cudaDeviceSynchronize, for longer than that); the host relaunches it when it sees `exited`
+// equal to the epoch it was launched with.
+//
+// Scratch layout of one rank for one communicator: flags u64[2][8] (parity, sender) at 0, data
+// at 256: [2][8][slot] bytes. Double-buffered by the call's parity: a sender writes parity k&1
+// of call k only after every peer finished call k-1 (it saw their flags of call k-1), so the
+// slots of call k-2 are free.
+
+#define RES_ALLREDUCE 1u
+#define RES_ALLTOALL 2u
+#define RES_ALLGATHER 3u
+#define RES_DATA_OFF 256ull
+
+struct ResCmd {
+    unsigned long long seq; // written last by the host
+    unsigned int kind, op, type, nranks, rank, pad;
+    unsigned long long bytes; // allreduce: the vector; alltoall/allgather: one block
+    unsigned long long src, dst;
+    unsigned long long flagv; // the communicator's call number (>= 1)
+    unsigned long long slot;
+    unsigned long long peers[GPUMPI_MAXP]; // scratch of every rank, as mapped here
+};
+
+struct ResDone {
+    unsigned long long seq;
+    unsigned long long exited;
+};
+
+__device__ __forceinline__ unsigned long long res_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Copy through L2 only (ld.cg): a resident kernel's L1 would keep stale lines across calls.
+__device__ __forceinline__ void res_copy(char *dst, const char *src, unsigned long long n) {
+    if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
+        unsigned long long nv = n / 16;
+        for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x)
+            reinterpret_cast<uint4 *>(dst)[i] = __ldcg(reinterpret_cast<const uint4 *>(src) + i);
+        for (unsigned long long i = nv * 16 + threadIdx.x; i < n; i += blockDim.x)
+            dst[i] = __ldcg(src + i);
+    } else {
+        for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
+    }
+}
+
+template <typename T, typename Op>
+__device__ void res_reduce(T *dst, const char *base, unsigned long long slot, int n,
+                           unsigned long long elems) {
+    for (unsigned long long i = threadIdx.x; i < elems; i += blockDim.x) {
+        T a = __ldcg(reinterpret_cast<const T *>(base) + i);
+        for (int q = 1; q < n; q++) a = Op::apply(a, __ldcg(reinterpret_cast<const T *>(base + q * slot) + i));
+        dst[i] = a;
+    }
+}
+
+// op: 0 sum, 1 prod, 2 min, 3 max; type: 0 i32, 1 i64, 2 f32, 3 f64, 4 f16, 5 bf16
+// (the orders of OPS and TYPES in src/gpu/kernels.rs).
+template <typename T>
+__device__ void res_reduce_op(unsigned int op, T *dst, const char *base, unsigned long long slot,
+                              int n, unsigned long long elems) {
+    switch (op) {
+    case 0: res_reduce<T, OpSum<T>>(dst, base, slot, n, elems); break;
+    case 1: res_reduce<T, OpProd<T>>(dst, base, slot, n, elems); break;
+    case 2: res_reduce<T, OpMin<T>>(dst, base, slot, n, elems); break;
+    default: res_reduce<T, OpMax<T>>(dst, base, slot, n, elems); break;
+    }
+}
+
+extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
+                                           unsigned long long epoch, unsigned long long idle_ns,
+                                           unsigned long long last_seq) {
+    __shared__ ResCmd c;
+    __shared__ int go;
+    unsigned long long seen = last_seq;
+    for (;;) {
+        if (threadIdx.x == 0) {
+            unsigned long long t0 = res_now();
+            go = 0;
+            for (;;) {
+                unsigned long long s = cmd->seq;
+                if (s != seen) {
+                    __threadfence_system();
+                    c.seq = s;
+                    c.kind = cmd->kind;
+                    c.op = cmd->op;
+                    c.type = cmd->type;
+                    c.nranks = cmd->nranks;
+                    c.rank = cmd->rank;
+                    c.bytes = cmd->bytes;
+                    c.src = cmd->src;
+                    c.dst = cmd->dst;
+                    c.flagv = cmd->flagv;
+                    c.slot = cmd->slot;
+                    for (int p = 0; p < GPUMPI_MAXP; p++) c.peers[p] = cmd->peers[p];
+                    go = 1;
+                    break;
+                }
+                if (res_now() - t0 > idle_ns) {
+                    // Re-check after the decision, then say so: the host relaunches when it
+                    // sees `exited` for this epoch and its command not done.
+                    __threadfence_system();
+                    if (cmd->seq != seen) continue;
+                    done->exited = epoch;
+                    __threadfence_system();
+                    break;
+                }
+            }
+        }
+        __syncthreads();
+        if (!go) return;
+        const int n = (int)c.nranks, me = (int)c.rank;
+        const unsigned long long par = c.flagv & 1, slot = c.slot, b = c.bytes;
+        // 1. My data into every rank's slot (par, me).
+        for (int p = 0; p < n; p++) {
+            const char *src = reinterpret_cast<const char *>(c.src) + (c.kind == RES_ALLTOALL ? p * b : 0);
+            char *dst = reinterpret_cast<char *>(c.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
+            res_copy(dst, src, b);
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x < (unsigned)n) {
+            volatile unsigned long long *f =
+                reinterpret_cast<volatile unsigned long long *>(c.peers[threadIdx.x]) + par * GPUMPI_MAXP + me;
+            *f = c.flagv;
+        }
+        // 2. Wait for every rank's data in my scratch.
+        if (threadIdx.x < (unsigned)n) {
+            volatile unsigned long long *f =
+                reinterpret_cast<volatile unsigned long long *>(c.peers[me]) + par * GPUMPI_MAXP + threadIdx.x;
+            while (*f != c.flagv) {
+            }
+        }
+        __syncthreads();
+        __threadfence();
+        // 3. Reduce or gather from my slots into the destination.
+        const char *base = reinterpret_cast<const char *>(c.peers[me]) + RES_DATA_OFF + par * GPUMPI_MAXP * slot;
+        if (c.kind == RES_ALLREDUCE) {
+            switch (c.type) {
+            case 0: res_reduce_op<int32_t>(c.op, reinterpret_cast<int32_t *>(c.dst), base, slot, n, b / 4); break;
+            case 1: res_reduce_op<long long>(c.op, reinterpret_cast<long long *>(c.dst), base, slot, n, b / 8); break;
+            case 2: res_reduce_op<float>(c.op, reinterpret_cast<float *>(c.dst), base, slot, n, b / 4); break;
+            case 3: res_reduce_op<double>(c.op, reinterpret_cast<double *>(c.dst), base, slot, n, b / 8); break;
+            case 4: res_reduce_op<__half>(c.op, reinterpret_cast<__half *>(c.dst), base, slot, n, b / 2); break;
+            default: res_reduce_op<__nv_bfloat16>(c.op, reinterpret_cast<__nv_bfloat16 *>(c.dst), base, slot, n, b / 2); break;
+            }
+        } else {
+            for (int q = 0; q < n; q++) res_copy(reinterpret_cast<char *>(c.dst) + q * b, base + q * slot, b);
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            done->seq = c.seq;
+            __threadfence_system();
+        }
+        seen = c.seq;
+    }
+}

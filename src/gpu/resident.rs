@@ -1,0 +1,406 @@
+//! Small collectives through a resident kernel (kernels/resident.cuh): no kernel launch and no
+//! stream synchronize per call. The host writes a command into mapped pinned memory and spins
+//! on a completion word the kernel writes back; the kernels of the ranks exchange the data
+//! through per-communicator scratch buffers mapped with CUDA IPC (NVLink stores and flags).
+//!
+//! Used for blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at
+//! most [`SLOT`] bytes when every rank passes device memory of its own GPU (one rank per GPU:
+//! kernels of different processes on one GPU time-slice, so spinning kernels there would wait
+//! for each other) and the process is not `MPI_THREAD_MULTIPLE` (one command at a time per
+//! process; concurrent collectives on different communicators could otherwise wait on each
+//! other's kernel). Every rank agrees in one host allgather per call, which also carries the
+//! scratch exports the first time.
+//!
+//! Holding an SM: one block of [`THREADS`] threads, which exits after
+//! `GPUMPI_GPU_RESIDENT_IDLE_US` without a command (a `cudaDeviceSynchronize` or `cudaFree`
+//! of the application waits at most that long for it); the next call relaunches it.
+
+use super::coll::Host;
+use super::ipc::{self, Export, EXPORT_BYTES};
+use super::kernels::{KOp, KType, MAXP};
+use crate::coll::CollKind;
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::sys::cuda::{self, Function, Stream};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// Largest vector (allreduce) or block (alltoall, allgather) of the resident path.
+pub const SLOT: usize = 16 << 10;
+const THREADS: u32 = 512;
+const DATA_OFF: usize = 256;
+const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
+
+/// `struct ResCmd` of kernels/resident.cuh.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ResCmd {
+    seq: u64,
+    kind: u32,
+    op: u32,
+    ty: u32,
+    nranks: u32,
+    rank: u32,
+    pad: u32,
+    bytes: u64,
+    src: u64,
+    dst: u64,
+    flagv: u64,
+    slot: u64,
+    peers: [u64; MAXP],
+}
+
+#[repr(C)]
+struct ResDone {
+    seq: u64,
+    exited: u64,
+}
+
+/// The resident kernel of one device.
+struct Res {
+    ctx: cuda::Context,
+    stream: Stream,
+    func: Function,
+    cmd: *mut ResCmd,
+    cmd_dev: u64,
+    done: *mut ResDone,
+    done_dev: u64,
+    epoch: u64,
+    seq: u64,
+    launched: bool,
+    idle_ns: u64,
+}
+// SAFETY: the raw pointers are pinned host memory owned by this object, used under RES's lock.
+unsafe impl Send for Res {}
+
+static RES: Mutex<Vec<Option<Res>>> = Mutex::new(Vec::new());
+
+fn err(e: impl std::fmt::Display) -> MpiError {
+    MpiError::new(
+        crate::abi::consts::MPI_ERR_OTHER,
+        format!("GPU resident collective: {e}"),
+    )
+}
+
+impl Res {
+    fn new(ordinal: i32) -> Result<Res, String> {
+        let g = super::gpu().ok_or("CUDA is not available")?;
+        let d = g.device(ordinal)?;
+        let k = g.kernels(ordinal)?;
+        let func = k.resident.ok_or("no resident kernel in this build")?;
+        let (stream, (cmd, cmd_dev), (done, done_dev)) = cuda::with_context(d.ctx, || {
+            Ok((
+                cuda::stream_create()?,
+                cuda::host_alloc_mapped(std::mem::size_of::<ResCmd>())?,
+                cuda::host_alloc_mapped(std::mem::size_of::<ResDone>())?,
+            ))
+        })
+        .map_err(|e| e.to_string())?;
+        // SAFETY: fresh mapped allocations of the right sizes.
+        unsafe {
+            std::ptr::write_volatile(cmd as *mut ResCmd, ResCmd::default());
+            std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0 });
+        }
+        let idle_us = crate::config::get_usize("GPUMPI_GPU_RESIDENT_IDLE_US").max(1) as u64;
+        Ok(Res {
+            ctx: d.ctx,
+            stream,
+            func,
+            cmd: cmd as *mut ResCmd,
+            cmd_dev,
+            done: done as *mut ResDone,
+            done_dev,
+            epoch: 0,
+            seq: 0,
+            launched: false,
+            idle_ns: idle_us * 1000,
+        })
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        self.epoch += 1;
+        let (mut c, mut d, mut e, mut idle, mut last) =
+            (self.cmd_dev, self.done_dev, self.epoch, self.idle_ns, self.seq - 1);
+        let mut params: [*mut c_void; 5] = [
+            &mut c as *mut u64 as *mut c_void,
+            &mut d as *mut u64 as *mut c_void,
+            &mut e as *mut u64 as *mut c_void,
+            &mut idle as *mut u64 as *mut c_void,
+            &mut last as *mut u64 as *mut c_void,
+        ];
+        let (f, s) = (self.func, self.stream);
+        // SAFETY: the parameters match gpumpi_resident's signature; the pointers are the
+        // device addresses of this object's mapped memory.
+        cuda::with_context(self.ctx, || unsafe { cuda::launch(f, 1, THREADS, &mut params, s) })
+            .map_err(|e| e.to_string())?;
+        self.launched = true;
+        Ok(())
+    }
+
+    /// Run one command to completion.
+    fn run(&mut self, mut c: ResCmd) -> Result<(), String> {
+        self.seq += 1;
+        c.seq = 0;
+        // SAFETY: cmd is this object's mapped memory; the kernel reads the fields only after it
+        // sees the new seq, which is written last (x86 stores are ordered; the fence keeps the
+        // compiler from reordering).
+        unsafe {
+            let seq_ptr = std::ptr::addr_of_mut!((*self.cmd).seq);
+            let body = (self.cmd as *mut u8).add(8);
+            let src = (&c as *const ResCmd as *const u8).add(8);
+            for i in 0..std::mem::size_of::<ResCmd>() - 8 {
+                std::ptr::write_volatile(body.add(i), *src.add(i));
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            std::ptr::write_volatile(seq_ptr, self.seq);
+        }
+        if !self.launched {
+            self.launch()?;
+        }
+        let mut spins: u64 = 0;
+        loop {
+            // SAFETY: done is this object's mapped memory, written by the kernel.
+            let (dseq, exited) = unsafe {
+                (
+                    std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)),
+                    std::ptr::read_volatile(std::ptr::addr_of!((*self.done).exited)),
+                )
+            };
+            if dseq == self.seq {
+                return Ok(());
+            }
+            if exited == self.epoch {
+                // It exited idle; it wrote done.seq before exited, so re-read once.
+                // SAFETY: as above.
+                let again = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
+                if again == self.seq {
+                    return Ok(());
+                }
+                self.launch()?;
+            }
+            spins += 1;
+            if spins > 1 << 22 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// One communicator's scratch on this rank and its peers' scratch as mapped here.
+struct ResComm {
+    ctx_id: u32,
+    world: Vec<usize>,
+    ordinal: i32,
+    scratch: usize,
+    export: Export,
+    peers: [u64; MAXP],
+    peer_ids: Vec<u64>,
+    flagv: u64,
+    verified: bool,
+}
+
+static COMMS: Mutex<Vec<ResComm>> = Mutex::new(Vec::new());
+
+const REC: usize = 4 + 4 + 16 + EXPORT_BYTES + 8;
+
+/// Whether the resident path applies to a call of this shape (the same answer on every rank).
+pub fn applies(kind: CollKind, nranks: usize, bytes: usize, thread_multiple: bool) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    matches!(kind, CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather)
+        && bytes > 0
+        && bytes <= SLOT
+        && nranks <= MAXP
+        && !thread_multiple
+        && *ON.get_or_init(|| crate::config::get("GPUMPI_GPU_RESIDENT").as_deref() != Some("0"))
+}
+
+/// What the ABI layer hands over (see [`super::coll::Call`]).
+pub struct ResCall {
+    pub kind: CollKind,
+    pub nranks: usize,
+    pub rank: usize,
+    pub bytes: usize,
+    /// Device address the kernel reads (allgather in place: my block of the receive buffer).
+    pub src: usize,
+    pub dst: usize,
+    pub red: Option<(KOp, KType)>,
+    /// This rank's buffers are contiguous device memory of the right lengths.
+    pub fit: bool,
+    /// Communicator identity: context id and world ranks.
+    pub ctx_id: u32,
+    pub world: Vec<usize>,
+}
+
+fn kop_index(k: KOp) -> u32 {
+    match k {
+        KOp::Sum => 0,
+        KOp::Prod => 1,
+        KOp::Min => 2,
+        KOp::Max => 3,
+    }
+}
+
+fn ktype_index(t: KType) -> u32 {
+    match t {
+        KType::I32 => 0,
+        KType::I64 => 1,
+        KType::F32 => 2,
+        KType::F64 => 3,
+        KType::F16 => 4,
+        KType::Bf16 => 5,
+    }
+}
+
+/// This rank's device for the call, if its buffers qualify.
+fn local_device(c: &ResCall) -> Option<i32> {
+    if !c.fit {
+        return None;
+    }
+    let a = super::classify(c.src as *const u8);
+    let b = super::classify(c.dst as *const u8);
+    let dev = super::cache::MemKind::Device;
+    (a.kind == dev && b.kind == dev && a.device == b.device).then_some(a.device)
+}
+
+/// The scratch of (communicator, device), allocated and exported at first use.
+fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
+    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = comms
+        .iter()
+        .position(|x| x.ctx_id == c.ctx_id && x.world == c.world && x.ordinal == ordinal)
+    {
+        return Ok(i);
+    }
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = g.device(ordinal)?;
+    let scratch = cuda::with_context(d.ctx, || {
+        let p = cuda::mem_alloc(SCRATCH)?;
+        // SAFETY: p is a fresh allocation of SCRATCH bytes; flags start at zero.
+        unsafe { cuda::memset_async(p, 0, SCRATCH, d.stream)? };
+        cuda::stream_synchronize(d.stream)?;
+        Ok(p)
+    })
+    .map_err(|e| e.to_string())?;
+    let (export, _) = ipc::export(scratch).ok_or("scratch not exportable")?;
+    tracing::debug!(
+        ranks = c.nranks,
+        bytes = SCRATCH,
+        "resident collectives: scratch allocated for a communicator"
+    );
+    comms.push(ResComm {
+        ctx_id: c.ctx_id,
+        world: c.world.clone(),
+        ordinal,
+        scratch,
+        export,
+        peers: [0; MAXP],
+        peer_ids: Vec::new(),
+        flagv: 0,
+        verified: false,
+    });
+    Ok(comms.len() - 1)
+}
+
+/// Run the call on the resident kernels if every rank can. `Ok(false)`: every rank stages.
+///
+/// # Safety
+/// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
+pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
+    // My record: ok, pid, device uuid, scratch export.
+    let mut rec = [0u8; REC];
+    let mine = local_device(c).and_then(|o| {
+        let uuid = cuda::device_uuid(o).ok()?;
+        let i = comm_state(c, o).ok()?;
+        Some((o, uuid, i))
+    });
+    let mut state_idx = None;
+    if let Some((o, uuid, i)) = mine {
+        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+        rec[0] = 1;
+        rec[4..8].copy_from_slice(&std::process::id().to_le_bytes());
+        rec[8..24].copy_from_slice(&uuid);
+        rec[24..24 + EXPORT_BYTES].copy_from_slice(&comms[i].export.to_bytes());
+        let _ = o;
+        state_idx = Some(i);
+    }
+    let all = host.allgather(&rec)?;
+    let recs: Vec<&[u8]> = all.chunks(REC).collect();
+    let uuids: Vec<&[u8]> = recs.iter().map(|r| &r[8..24]).collect();
+    let distinct = (0..uuids.len()).all(|i| (0..i).all(|j| uuids[i] != uuids[j]));
+    if recs.iter().any(|r| r[0] != 1) || !distinct {
+        return Ok(false);
+    }
+    let i = state_idx.expect("my record said ok");
+    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    let st = &mut comms[i];
+    // Map the peers' scratch (cached by buffer id in the import cache).
+    let mut map_err = None;
+    let ids: Vec<u64> = recs
+        .iter()
+        .map(|r| Export::from_bytes(&r[24..24 + EXPORT_BYTES]).map_or(0, |e| e.buffer_id))
+        .collect();
+    if st.peer_ids != ids {
+        for (p, r) in recs.iter().enumerate() {
+            let e = Export::from_bytes(&r[24..24 + EXPORT_BYTES]).expect("record");
+            st.peers[p] = if p == c.rank {
+                st.scratch as u64
+            } else {
+                match ipc::import(c.world[p], &e, st.ordinal) {
+                    Ok(a) => a as u64,
+                    Err(x) => {
+                        map_err.get_or_insert(x);
+                        0
+                    }
+                }
+            };
+        }
+        st.peer_ids = if map_err.is_none() { ids } else { Vec::new() };
+    }
+    if !st.verified {
+        let ok = host.all(map_err.is_none())?;
+        if !ok {
+            tracing::info!(
+                "resident collectives: a rank could not map its peers' scratch ({}); staged",
+                map_err.as_deref().unwrap_or("on another rank")
+            );
+            return Ok(false);
+        }
+        st.verified = true;
+    } else if let Some(e) = map_err {
+        return Err(err(format!("mapping a peer's scratch failed: {e}")));
+    }
+    st.flagv += 1;
+    let (op, ty) = c.red.map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
+    let cmd = ResCmd {
+        seq: 0,
+        kind: match c.kind {
+            CollKind::Allreduce => 1,
+            CollKind::Alltoall => 2,
+            _ => 3,
+        },
+        op,
+        ty,
+        nranks: c.nranks as u32,
+        rank: c.rank as u32,
+        pad: 0,
+        bytes: c.bytes as u64,
+        src: c.src as u64,
+        dst: c.dst as u64,
+        flagv: st.flagv,
+        slot: SLOT as u64,
+        peers: st.peers,
+    };
+    let ordinal = st.ordinal;
+    drop(comms);
+    let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
+    let idx = ordinal.max(0) as usize;
+    if res.len() <= idx {
+        res.resize_with(idx + 1, || None);
+    }
+    if res[idx].is_none() {
+        res[idx] = Some(Res::new(ordinal).map_err(err)?);
+    }
+    res[idx].as_mut().unwrap().run(cmd).map_err(err)?;
+    Ok(true)
+}
