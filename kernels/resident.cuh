@@ -9,6 +9,10 @@
 // cudaDeviceSynchronize, for longer than that); the host relaunches it when it sees `exited`
 // equal to the epoch it was launched with.
 //
+// Flags carry (call number << 1 | ok): a rank whose buffers do not qualify still takes part, and
+// every kernel then reports "not done", so all ranks fall back together without a host
+// round of agreement.
+//
 // Scratch layout of one rank for one communicator: flags u64[2][8] (parity, sender) at 0, data
 // at 256: [2][8][slot] bytes. Double-buffered by the call's parity: a sender writes parity k&1
 // of call k only after every peer finished call k-1 (it saw their flags of call k-1), so the
@@ -21,7 +25,8 @@
 
 struct ResCmd {
     unsigned long long seq; // written last by the host
-    unsigned int kind, op, type, nranks, rank, pad;
+    unsigned int kind, op, type, nranks, rank;
+    unsigned int ok; // this rank's buffers qualify; the op runs only if every rank's do
     unsigned long long bytes; // allreduce: the vector; alltoall/allgather: one block
     unsigned long long src, dst;
     unsigned long long flagv; // the communicator's call number (>= 1)
@@ -32,6 +37,7 @@ struct ResCmd {
 struct ResDone {
     unsigned long long seq;
     unsigned long long exited;
+    unsigned long long status; // of command `seq`: 1 done, 0 some rank was not ok (nothing done)
 };
 
 __device__ __forceinline__ unsigned long long res_now() {
@@ -80,48 +86,50 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
                                            unsigned long long epoch, unsigned long long idle_ns,
                                            unsigned long long last_seq) {
     __shared__ ResCmd c;
-    __shared__ int go;
+    __shared__ int go, all_ok;
     unsigned long long seen = last_seq;
     for (;;) {
-        if (threadIdx.x == 0) {
-            unsigned long long t0 = res_now();
-            go = 0;
-            for (;;) {
-                unsigned long long s = cmd->seq;
-                if (s != seen) {
-                    __threadfence_system();
-                    c.seq = s;
-                    c.kind = cmd->kind;
-                    c.op = cmd->op;
-                    c.type = cmd->type;
-                    c.nranks = cmd->nranks;
-                    c.rank = cmd->rank;
-                    c.bytes = cmd->bytes;
-                    c.src = cmd->src;
-                    c.dst = cmd->dst;
-                    c.flagv = cmd->flagv;
-                    c.slot = cmd->slot;
-                    for (int p = 0; p < GPUMPI_MAXP; p++) c.peers[p] = cmd->peers[p];
-                    go = 1;
-                    break;
+        // Warp 0 polls; the command is then read with one coalesced access (each separate read
+        // of mapped host memory is a PCIe round trip).
+        if (threadIdx.x < 32) {
+            const volatile unsigned long long *w = reinterpret_cast<const volatile unsigned long long *>(cmd);
+            unsigned long long *cw = reinterpret_cast<unsigned long long *>(&c);
+            const unsigned long long t0 = res_now();
+            int action = 0;
+            while (action == 0) {
+                if (threadIdx.x == 0) {
+                    if (w[0] != seen) {
+                        action = 1;
+                    } else if (res_now() - t0 > idle_ns) {
+                        // Re-check after the decision, then say so: the host relaunches when
+                        // it sees `exited` for this epoch and its command not done.
+                        __threadfence_system();
+                        if (w[0] != seen) {
+                            action = 1;
+                        } else {
+                            done->exited = epoch;
+                            __threadfence_system();
+                            action = 2;
+                        }
+                    }
                 }
-                if (res_now() - t0 > idle_ns) {
-                    // Re-check after the decision, then say so: the host relaunches when it
-                    // sees `exited` for this epoch and its command not done.
-                    __threadfence_system();
-                    if (cmd->seq != seen) continue;
-                    done->exited = epoch;
-                    __threadfence_system();
-                    break;
-                }
+                action = __shfl_sync(0xffffffffu, action, 0);
+            }
+            if (action == 1) {
+                __threadfence_system();
+                if (threadIdx.x < sizeof(ResCmd) / 8) cw[threadIdx.x] = w[threadIdx.x];
+            }
+            if (threadIdx.x == 0) {
+                go = action == 1;
+                all_ok = 1;
             }
         }
         __syncthreads();
         if (!go) return;
         const int n = (int)c.nranks, me = (int)c.rank;
         const unsigned long long par = c.flagv & 1, slot = c.slot, b = c.bytes;
-        // 1. My data into every rank's slot (par, me).
-        for (int p = 0; p < n; p++) {
+        // 1. My data into every rank's slot (par, me), if my buffers qualify.
+        for (int p = 0; p < n && c.ok; p++) {
             const char *src = reinterpret_cast<const char *>(c.src) + (c.kind == RES_ALLTOALL ? p * b : 0);
             char *dst = reinterpret_cast<char *>(c.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
             res_copy(dst, src, b);
@@ -131,17 +139,32 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         if (threadIdx.x < (unsigned)n) {
             volatile unsigned long long *f =
                 reinterpret_cast<volatile unsigned long long *>(c.peers[threadIdx.x]) + par * GPUMPI_MAXP + me;
-            *f = c.flagv;
+            *f = c.flagv << 1 | (c.ok ? 1 : 0);
         }
         // 2. Wait for every rank's data in my scratch.
         if (threadIdx.x < (unsigned)n) {
             volatile unsigned long long *f =
                 reinterpret_cast<volatile unsigned long long *>(c.peers[me]) + par * GPUMPI_MAXP + threadIdx.x;
-            while (*f != c.flagv) {
+            unsigned long long v;
+            while (((v = *f) >> 1) != c.flagv) {
             }
+            if (!(v & 1)) all_ok = 0;
         }
         __syncthreads();
         __threadfence();
+        if (!all_ok) {
+            // Some rank's buffers do not qualify: nothing is done; every rank saw the same
+            // flags, so every host falls back together.
+            if (threadIdx.x == 0) {
+                done->status = 0;
+                __threadfence_system();
+                done->seq = c.seq;
+                __threadfence_system();
+            }
+            seen = c.seq;
+            __syncthreads();
+            continue;
+        }
         // 3. Reduce or gather from my slots into the destination.
         const char *base = reinterpret_cast<const char *>(c.peers[me]) + RES_DATA_OFF + par * GPUMPI_MAXP * slot;
         if (c.kind == RES_ALLREDUCE) {
@@ -159,6 +182,8 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
+            done->status = 1;
+            __threadfence_system();
             done->seq = c.seq;
             __threadfence_system();
         }

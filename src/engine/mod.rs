@@ -478,7 +478,9 @@ impl Engine {
                 let uid = self.st.unexp_order.remove(pos).unwrap();
                 let m = self.st.unexp.remove(uid).unwrap();
                 self.st.bind(rreq, uid, m);
-                self.run_reads();
+                // Single-copy reads wait for the next progress call: a Sendrecv posts its send
+                // right after this receive, and a long read here would hold the send's RTS back
+                // (serializing a ring of Sendrecv calls).
                 self.flush_all();
             }
             None => {
@@ -556,7 +558,6 @@ impl Engine {
             }),
         });
         self.st.bind(rreq, msg.0, m);
-        self.run_reads();
         self.flush_all();
         Ok(ReqId(rreq))
     }
@@ -729,6 +730,10 @@ impl Engine {
             did = true;
         }
         if !self.st.reads.is_empty() {
+            // Frames already queued (an RTS, FINs) go out before a possibly long read.
+            if self.st.busy > 0 {
+                self.flush_all();
+            }
             self.run_reads();
             did = true;
         }

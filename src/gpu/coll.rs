@@ -472,7 +472,7 @@ fn describe(c: &Call) -> Desc {
 }
 
 /// The UUID of a device (asked once per device).
-fn device_uuid(ordinal: i32) -> Option<[u8; 16]> {
+pub(crate) fn device_uuid(ordinal: i32) -> Option<[u8; 16]> {
     static U: Mutex<Vec<(i32, [u8; 16])>> = Mutex::new(Vec::new());
     let mut u = U.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, x)) = u.iter().find(|(o, _)| *o == ordinal) {

@@ -8,8 +8,9 @@
 //! kernels of different processes on one GPU time-slice, so spinning kernels there would wait
 //! for each other) and the process is not `MPI_THREAD_MULTIPLE` (one command at a time per
 //! process; concurrent collectives on different communicators could otherwise wait on each
-//! other's kernel). Every rank agrees in one host allgather per call, which also carries the
-//! scratch exports the first time.
+//! other's kernel). The first call on a communicator sets it up with one host allgather (scratch
+//! exports); after that each kernel's flag says whether its rank's buffers qualify, so ranks
+//! agree on the GPU, and fall back together, with no host round per call.
 //!
 //! Holding an SM: one block of [`THREADS`] threads, which exits after
 //! `GPUMPI_GPU_RESIDENT_IDLE_US` without a command (a `cudaDeviceSynchronize` or `cudaFree`
@@ -40,7 +41,7 @@ struct ResCmd {
     ty: u32,
     nranks: u32,
     rank: u32,
-    pad: u32,
+    ok: u32,
     bytes: u64,
     src: u64,
     dst: u64,
@@ -53,6 +54,7 @@ struct ResCmd {
 struct ResDone {
     seq: u64,
     exited: u64,
+    status: u64,
 }
 
 /// The resident kernel of one device.
@@ -98,7 +100,7 @@ impl Res {
         // SAFETY: fresh mapped allocations of the right sizes.
         unsafe {
             std::ptr::write_volatile(cmd as *mut ResCmd, ResCmd::default());
-            std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0 });
+            std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0, status: 0 });
         }
         let idle_us = crate::config::get_usize("GPUMPI_GPU_RESIDENT_IDLE_US").max(1) as u64;
         Ok(Res {
@@ -136,8 +138,9 @@ impl Res {
         Ok(())
     }
 
-    /// Run one command to completion.
-    fn run(&mut self, mut c: ResCmd) -> Result<(), String> {
+    /// Run one command to completion; whether every rank's buffers qualified (else nothing
+    /// was done).
+    fn run(&mut self, mut c: ResCmd) -> Result<bool, String> {
         self.seq += 1;
         c.seq = 0;
         // SAFETY: cmd is this object's mapped memory; the kernel reads the fields only after it
@@ -166,14 +169,14 @@ impl Res {
                 )
             };
             if dseq == self.seq {
-                return Ok(());
+                return Ok(self.status());
             }
             if exited == self.epoch {
                 // It exited idle; it wrote done.seq before exited, so re-read once.
                 // SAFETY: as above.
                 let again = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
                 if again == self.seq {
-                    return Ok(());
+                    return Ok(self.status());
                 }
                 self.launch()?;
             }
@@ -187,6 +190,13 @@ impl Res {
     }
 }
 
+impl Res {
+    fn status(&self) -> bool {
+        // SAFETY: done is this object's mapped memory; status is written before seq.
+        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).status)) == 1 }
+    }
+}
+
 /// One communicator's scratch on this rank and its peers' scratch as mapped here.
 struct ResComm {
     ctx_id: u32,
@@ -195,7 +205,6 @@ struct ResComm {
     scratch: usize,
     export: Export,
     peers: [u64; MAXP],
-    peer_ids: Vec<u64>,
     flagv: u64,
     verified: bool,
 }
@@ -295,34 +304,28 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
         scratch,
         export,
         peers: [0; MAXP],
-        peer_ids: Vec::new(),
         flagv: 0,
         verified: false,
     });
     Ok(comms.len() - 1)
 }
 
-/// Run the call on the resident kernels if every rank can. `Ok(false)`: every rank stages.
-///
-/// # Safety
-/// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
-pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
-    // My record: ok, pid, device uuid, scratch export.
+/// Set up the resident path of a communicator: one host allgather of (ok, pid, device UUID,
+/// scratch export), the peers' scratch mapped, and (once) a host AND that every rank mapped
+/// every peer. `Ok(false)`: not every rank can (this call stages; the next one asks again).
+fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let mut rec = [0u8; REC];
     let mine = local_device(c).and_then(|o| {
-        let uuid = cuda::device_uuid(o).ok()?;
+        let uuid = super::coll::device_uuid(o)?;
         let i = comm_state(c, o).ok()?;
-        Some((o, uuid, i))
+        Some((uuid, i))
     });
-    let mut state_idx = None;
-    if let Some((o, uuid, i)) = mine {
+    if let Some((uuid, i)) = mine {
         let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
         rec[0] = 1;
         rec[4..8].copy_from_slice(&std::process::id().to_le_bytes());
         rec[8..24].copy_from_slice(&uuid);
         rec[24..24 + EXPORT_BYTES].copy_from_slice(&comms[i].export.to_bytes());
-        let _ = o;
-        state_idx = Some(i);
     }
     let all = host.allgather(&rec)?;
     let recs: Vec<&[u8]> = all.chunks(REC).collect();
@@ -331,45 +334,60 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     if recs.iter().any(|r| r[0] != 1) || !distinct {
         return Ok(false);
     }
-    let i = state_idx.expect("my record said ok");
+    let i = mine.expect("my record said ok").1;
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
     let st = &mut comms[i];
-    // Map the peers' scratch (cached by buffer id in the import cache).
     let mut map_err = None;
-    let ids: Vec<u64> = recs
-        .iter()
-        .map(|r| Export::from_bytes(&r[24..24 + EXPORT_BYTES]).map_or(0, |e| e.buffer_id))
-        .collect();
-    if st.peer_ids != ids {
-        for (p, r) in recs.iter().enumerate() {
-            let e = Export::from_bytes(&r[24..24 + EXPORT_BYTES]).expect("record");
-            st.peers[p] = if p == c.rank {
-                st.scratch as u64
-            } else {
-                match ipc::import(c.world[p], &e, st.ordinal) {
-                    Ok(a) => a as u64,
-                    Err(x) => {
-                        map_err.get_or_insert(x);
-                        0
-                    }
+    for (p, r) in recs.iter().enumerate() {
+        let e = Export::from_bytes(&r[24..24 + EXPORT_BYTES]).expect("record");
+        st.peers[p] = if p == c.rank {
+            st.scratch as u64
+        } else {
+            match ipc::import(c.world[p], &e, st.ordinal) {
+                Ok(a) => a as u64,
+                Err(x) => {
+                    map_err.get_or_insert(x);
+                    0
                 }
-            };
-        }
-        st.peer_ids = if map_err.is_none() { ids } else { Vec::new() };
+            }
+        };
     }
-    if !st.verified {
-        let ok = host.all(map_err.is_none())?;
-        if !ok {
-            tracing::info!(
-                "resident collectives: a rank could not map its peers' scratch ({}); staged",
-                map_err.as_deref().unwrap_or("on another rank")
-            );
+    drop(comms);
+    if !host.all(map_err.is_none())? {
+        tracing::info!(
+            "resident collectives: a rank could not map its peers' scratch ({}); staged",
+            map_err.as_deref().unwrap_or("on another rank")
+        );
+        return Ok(false);
+    }
+    COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].verified = true;
+    tracing::debug!(ranks = c.nranks, "resident collectives ready on a communicator");
+    Ok(true)
+}
+
+/// Run the call on the resident kernels if every rank can. `Ok(false)`: every rank stages.
+/// Once a communicator is set up, no host round is needed: each rank's kernel tells the others
+/// in its flag whether its buffers qualify, and all kernels report the same verdict.
+///
+/// # Safety
+/// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
+pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
+    let ready = |comms: &[ResComm]| {
+        comms
+            .iter()
+            .position(|x| x.verified && x.ctx_id == c.ctx_id && x.world == c.world)
+    };
+    let mut idx = ready(&COMMS.lock().unwrap_or_else(|e| e.into_inner()));
+    if idx.is_none() {
+        if !setup(c, host)? {
             return Ok(false);
         }
-        st.verified = true;
-    } else if let Some(e) = map_err {
-        return Err(err(format!("mapping a peer's scratch failed: {e}")));
+        idx = ready(&COMMS.lock().unwrap_or_else(|e| e.into_inner()));
     }
+    let i = idx.expect("set up");
+    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    let st = &mut comms[i];
+    let ok = local_device(c) == Some(st.ordinal);
     st.flagv += 1;
     let (op, ty) = c.red.map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
     let cmd = ResCmd {
@@ -383,7 +401,7 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         ty,
         nranks: c.nranks as u32,
         rank: c.rank as u32,
-        pad: 0,
+        ok: ok as u32,
         bytes: c.bytes as u64,
         src: c.src as u64,
         dst: c.dst as u64,
@@ -401,6 +419,5 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     if res[idx].is_none() {
         res[idx] = Some(Res::new(ordinal).map_err(err)?);
     }
-    res[idx].as_mut().unwrap().run(cmd).map_err(err)?;
-    Ok(true)
+    res[idx].as_mut().unwrap().run(cmd).map_err(err)
 }
