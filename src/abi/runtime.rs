@@ -141,6 +141,13 @@ pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiR
     }
 }
 
+/// Whether `size` ranks outnumber this process's CPUs (they then share cores on one node).
+fn oversubscribed(size: usize) -> bool {
+    // SAFETY: sysconf with a valid name has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    size > online
+}
+
 /// MPI_Init / MPI_Init_thread.
 pub fn init(required: i32) -> MpiResult<i32> {
     if super::state::is_initialized() {
@@ -171,7 +178,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
             // SAFETY: the transport's slot areas (Transport::coll_slots contract) stay mapped
             // while the runtime holds the engine; Slots are only used inside MPI calls, which
             // fail before touching them once MPI_Finalize dropped the runtime.
-            Some(unsafe { Slots::new(bases, rank, flag_max) })
+            Some(unsafe { Slots::new(bases, rank, flag_max) }.oversubscribed(oversubscribed(size)))
         }
         _ => None,
     };

@@ -70,6 +70,7 @@ pub struct Slots {
     bases: &'static [usize],
     me: usize,
     max: usize,
+    oversubscribed: bool,
 }
 
 impl Slots {
@@ -79,7 +80,25 @@ impl Slots {
     /// long as this value and its copies are used; `max <= SLOT_MAX`.
     pub unsafe fn new(bases: &'static [usize], me: usize, max: usize) -> Self {
         assert!(me < bases.len() && max <= SLOT_MAX);
-        Slots { bases, me, max }
+        Slots {
+            bases,
+            me,
+            max,
+            oversubscribed: false,
+        }
+    }
+
+    /// Mark the ranks as sharing cores: waits check once, then go to `idle` (which should
+    /// yield), instead of spinning on the flags.
+    pub fn oversubscribed(self, yes: bool) -> Self {
+        Slots {
+            oversubscribed: yes,
+            ..self
+        }
+    }
+
+    pub fn is_oversubscribed(&self) -> bool {
+        self.oversubscribed
     }
 
     /// Largest payload this job sends through the slots.
@@ -114,8 +133,9 @@ impl Slots {
         idle: &mut dyn FnMut() -> MpiResult<()>,
         ready: impl Fn(&Self) -> bool,
     ) -> MpiResult<()> {
+        let checks = if self.oversubscribed { 1 } else { CHECKS };
         loop {
-            for _ in 0..CHECKS {
+            for _ in 0..checks {
                 if ready(self) {
                     return Ok(());
                 }

@@ -18,7 +18,7 @@ use crate::abi::runtime::{self, new_request, Runtime};
 use crate::abi::types::{self, DtypeObj};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
-use crate::engine::flag::FlagOp;
+use crate::engine::flag::{FlagOp, Slots};
 use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
 use crate::mpi::datatype::Elem;
@@ -618,7 +618,7 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
             reduce: &reduce,
         },
     };
-    slots.run(k, &op, &mut flag_idle())?;
+    slots.run(k, &op, &mut flag_idle(&slots))?;
     let received = match spec.kind {
         CollKind::Bcast => spec.root != spec.comm.rank,
         _ => true,
@@ -632,8 +632,12 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
 
 /// What a rank does while waiting on flag slots: progress (other traffic, nonblocking
 /// collectives), then back off (spin, yield, sleep) like every blocking call.
-fn flag_idle() -> impl FnMut() -> MpiResult<()> {
-    let mut backoff = Backoff::new();
+fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
+    let mut backoff = if slots.is_oversubscribed() {
+        Backoff::yielding()
+    } else {
+        Backoff::new()
+    };
     move || {
         runtime::with(|rt| {
             rt.progress();
@@ -738,7 +742,7 @@ unsafe fn flag_quick(
         },
     };
     let k = runtime::next_flag_seq();
-    slots.run(k, &op, &mut flag_idle())?;
+    slots.run(k, &op, &mut flag_idle(&slots))?;
     Ok(true)
 }
 
