@@ -618,6 +618,13 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
             reduce: &reduce,
         },
     };
+    tracing::debug!(
+        coll = spec.kind.name(),
+        algo = "flag slots",
+        bytes = spec.bytes,
+        ranks = slots.size(),
+        "collective over shared memory"
+    );
     slots.run(k, &op, &mut flag_idle(&slots))?;
     let received = match spec.kind {
         CollKind::Bcast => spec.root != spec.comm.rank,
@@ -742,6 +749,13 @@ unsafe fn flag_quick(
         },
     };
     let k = runtime::next_flag_seq();
+    tracing::debug!(
+        coll = kind.name(),
+        algo = "flag slots (quick)",
+        bytes = len,
+        ranks = slots.size(),
+        "collective over shared memory"
+    );
     slots.run(k, &op, &mut flag_idle(&slots))?;
     Ok(true)
 }
