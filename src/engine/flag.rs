@@ -38,6 +38,9 @@ pub const AREA: usize = 2 * SLOT_STRIDE;
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 16;
 
+/// A reduction callback: `inout = input op inout`.
+pub type ReduceRef<'a> = &'a dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>;
+
 /// One flag collective with its buffers (byte lengths; reductions on whole elements).
 pub enum FlagOp<'a> {
     Barrier,
@@ -53,14 +56,14 @@ pub enum FlagOp<'a> {
         input: *const u8,
         output: *mut u8,
         len: usize,
-        reduce: &'a dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>,
+        reduce: ReduceRef<'a>,
     },
     /// `input` may equal `output` (in place).
     Allreduce {
         input: *const u8,
         output: *mut u8,
         len: usize,
-        reduce: &'a dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>,
+        reduce: ReduceRef<'a>,
     },
 }
 
@@ -161,7 +164,6 @@ impl Slots {
         op: &FlagOp,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<()> {
-        let n = self.bases.len();
         let me = self.me;
         // 1. Everyone is done with call k-2, the previous user of slot k % 2.
         self.wait(idle, |s| s.all_published(k - 1))?;
@@ -208,9 +210,7 @@ impl Slots {
                 reduce,
                 ..
             } => self.combine(k, output, len, reduce, idle),
-        }?;
-        debug_assert!(n >= 1);
-        Ok(())
+        }
     }
 
     /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k.
@@ -219,7 +219,7 @@ impl Slots {
         k: u64,
         output: *mut u8,
         len: usize,
-        reduce: &dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>,
+        reduce: ReduceRef,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<()> {
         let n = self.bases.len();
@@ -263,14 +263,14 @@ mod tests {
             }
             Ok(())
         };
-        let expect = |vals: &dyn Fn(usize) -> u64| {
+        let expect = |vals: Vals| {
             let mut acc = vals(n - 1);
             for r in (0..n - 1).rev() {
                 acc = vals(r).wrapping_mul(3).wrapping_add(acc);
             }
             acc
         };
-        let expect = Arc::new(expect_table(n, calls, &expect));
+        let expect = Arc::new(expect_table(calls, &expect));
         // Barrier check: every rank has arrived at call k when any rank leaves it.
         let arrived: Arc<Vec<std::sync::atomic::AtomicUsize>> =
             Arc::new((0..=calls).map(|_| Default::default()).collect());
@@ -357,12 +357,11 @@ mod tests {
         }
     }
 
+    /// Contribution of each rank to one word.
+    type Vals<'a> = &'a dyn Fn(usize) -> u64;
+
     /// Expected reductions per call and word (index k, word i).
-    fn expect_table(
-        n: usize,
-        calls: u64,
-        f: &dyn Fn(&dyn Fn(usize) -> u64) -> u64,
-    ) -> Vec<Vec<u64>> {
+    fn expect_table(calls: u64, f: &dyn Fn(Vals) -> u64) -> Vec<Vec<u64>> {
         (0..=calls)
             .map(|k| {
                 let words = 1 + (k as usize % 5) * 20;

@@ -573,6 +573,7 @@ impl Flat {
 /// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
 /// `Ok(false)`: not this path.
 unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
+    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
     if spec.comm.ctx != 0 {
         return Ok(false);
     }
