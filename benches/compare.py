@@ -135,8 +135,12 @@ def format_table(op, by_size, backends, ref="gpumpi"):
     has_ref = ref in backends
     cols = ["size".rjust(12)]
     for b in backends:
-        cols.append(f"{b}:us".rjust(14))
-        cols.append(f"{b}:GB/s".rjust(14))
+        # gloo_bench.py stages point-to-point on CUDA tensors through host tensors (mem
+        # "cuda-staged"): say so in the column name
+        staged = any(c.get(b, {}).get("mem") == "cuda-staged" for c in by_size.values())
+        name = f"{b}(staged)" if staged else b
+        cols.append(f"{name}:us".rjust(14))
+        cols.append(f"{name}:GB/s".rjust(14))
     if has_ref:
         for p in peers:
             cols.append(f"{ref}/{p}".rjust(16))

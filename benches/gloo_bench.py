@@ -21,6 +21,7 @@ OPS = ["pingpong", "bw", "bibw", "sendrecv", "allreduce", "reduce", "alltoall", 
        "bcast", "allgather", "reduce_scatter"]
 REDUCES = {"allreduce", "reduce", "reduce_scatter"}
 BLOCKED = {"alltoall", "alltoallv", "allgather", "reduce_scatter"}
+P2P_OPS = {"pingpong", "bw", "bibw", "sendrecv"}
 TYPE_SIZES = {"int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float": 4, "double": 8}
 CSV_HEADER = ("backend,op,nranks,mem,mode,size,count,type,redop,root,time_us,algbw_gbps,busbw_gbps,wrong,"
               "med_us,min_us,algbw_med_gbps,busbw_med_gbps")
@@ -67,6 +68,66 @@ def counts(op, nbytes, tsize, n):
         blk = count // n
         return blk * n, blk
     return count, count
+
+
+class P2P:
+    """Point-to-point for the sweep.  Gloo's send/recv on CUDA tensors aborts inside Gloo
+    (`gloo::IoException ... writev: Bad address`: it hands device pointers to the socket), so
+    with `staged` every message goes through host tensors, as Gloo users do: the sender copies
+    the device tensor to a host tensor and sends that, the receiver receives into a host tensor
+    and copies it to the device tensor when the receive completes.  The time includes both copies
+    (rows are labelled mem=cuda-staged).  Host tensors are sent as they are.
+
+    `dist` is torch.distributed (or a stand-in with send/recv/isend/irecv); `host_like(t)` makes a
+    host tensor shaped like t.  Host buffers are kept per device tensor, so a window of
+    irecvs into one tensor shares one host buffer, as the window shares the device tensor."""
+
+    def __init__(self, dist, staged, host_like):
+        self.dist, self.staged, self.host_like = dist, staged, host_like
+        self.bufs = {}
+
+    def _host(self, t, role):
+        key = (id(t), role)
+        h = self.bufs.get(key)
+        if h is None:
+            h = self.bufs[key] = self.host_like(t)
+        return h
+
+    def send(self, t, peer):
+        self.isend(t, peer).wait()
+
+    def recv(self, t, peer):
+        self.irecv(t, peer).wait()
+
+    def isend(self, t, peer):
+        if not self.staged:
+            return self.dist.isend(t, peer)
+        h = self._host(t, "send")
+        h.copy_(t)
+        return self.dist.isend(h, peer)
+
+    def irecv(self, t, peer):
+        if not self.staged:
+            return self.dist.irecv(t, peer)
+        h = self._host(t, "recv")
+        return _CopyBack(self.dist.irecv(h, peer), h, t)
+
+
+class _CopyBack:
+    """A staged receive: wait for the host receive, then copy it into the device tensor."""
+
+    def __init__(self, work, host, dev):
+        self.work, self.host, self.dev = work, host, dev
+
+    def wait(self):
+        self.work.wait()
+        self.dev.copy_(self.host)
+        return True
+
+
+def mem_label(mem, op):
+    """The mem column: point-to-point on CUDA tensors is staged through host tensors."""
+    return "cuda-staged" if mem == "cuda" and op in P2P_OPS else mem
 
 
 def median(v):
@@ -143,7 +204,7 @@ def worker(a, rank, world):
     if csv and csv.tell() == 0:
         csv.write(CSV_HEADER + "\n")
     if rank == 0:
-        print(f"# gloo_bench op={a.op} backend=gloo label={a.label} nranks={world} mem={a.mem} type={a.type} "
+        print(f"# gloo_bench op={a.op} backend=gloo label={a.label} nranks={world} mem={mem_label(a.mem, a.op)} type={a.type} "
               f"redop={a.redop}\n# mode={'blocking' if a.z else 'back-to-back'} (-z {a.z}) warmup={a.warmup} "
               f"iters={a.iters} check={a.check}\n# torch {torch.__version__}\n"
               f"#{'size':>11} {'count':>12} {'type':>7} {'redop':>6} {'root':>5} {'time(us)':>11} "
@@ -158,6 +219,7 @@ def worker(a, rank, world):
                 print(f"# size {nbytes} skipped: fewer than one {a.type} per rank block")
             continue
         idx = torch.arange(count, dtype=torch.int64)
+        p2p = P2P(dist, dev != "cpu", lambda t: torch.empty(t.shape, dtype=t.dtype))
         sb = torch.zeros(count, dtype=dt, device=dev)
         rb = torch.zeros(count, dtype=dt, device=dev)
         splits = [blk] * world
@@ -166,26 +228,26 @@ def worker(a, rank, world):
             works = []
             if a.op == "pingpong":
                 if rank == 0:
-                    dist.send(sb, 1)
-                    dist.recv(rb, 1)
+                    p2p.send(sb, 1)
+                    p2p.recv(rb, 1)
                 elif rank == 1:
-                    dist.recv(rb, 0)
-                    dist.send(sb, 0)
+                    p2p.recv(rb, 0)
+                    p2p.send(sb, 0)
             elif a.op in ("bw", "bibw"):
                 if peer >= 0:
                     ws = []
                     for _ in range(a.window):
                         if rank == 1 or a.op == "bibw":
-                            ws.append(dist.irecv(rb, peer))
+                            ws.append(p2p.irecv(rb, peer))
                         if rank == 0 or a.op == "bibw":
-                            ws.append(dist.isend(sb, peer))
+                            ws.append(p2p.isend(sb, peer))
                     for w in ws:
                         w.wait()
                     if a.op == "bw":
-                        ack = torch.zeros(1)
+                        ack = torch.zeros(1)  # a host tensor: never staged
                         (dist.send if rank == 1 else dist.recv)(ack, peer)
             elif a.op == "sendrecv":
-                ws = [dist.isend(sb, nxt), dist.irecv(rb, prv)]
+                ws = [p2p.isend(sb, nxt), p2p.irecv(rb, prv)]
                 for w in ws:
                     w.wait()
             elif a.op == "allreduce":
@@ -296,7 +358,7 @@ def worker(a, rank, world):
                   f"{alg:10.3f} {alg * f:10.3f} {nwrong if nwrong >= 0 else 'n/a':>8} {med * 1e6:11.2f} {mn * 1e6:11.2f}",
                   flush=True)
             if csv:
-                csv.write(f"{a.label},{a.op},{world},{a.mem},{'blocking' if a.z else 'back-to-back'},"
+                csv.write(f"{a.label},{a.op},{world},{mem_label(a.mem, a.op)},{'blocking' if a.z else 'back-to-back'},"
                           f"{nbytes_moved},{count},{a.type},{red},{root},{mean * 1e6:.3f},{alg:.6f},{alg * f:.6f},"
                           f"{nwrong},{med * 1e6:.3f},{mn * 1e6:.3f},{algm:.6f},{algm * f:.6f}\n")
                 csv.flush()

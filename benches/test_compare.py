@@ -173,5 +173,85 @@ class GlooHelpers(unittest.TestCase):
         self.assertTrue(buf.getvalue().startswith("# gloo: skip"))
 
 
+class GlooStaging(unittest.TestCase):
+    """gloo_bench.P2P with stand-ins for torch.distributed and tensors."""
+
+    class T:
+        def __init__(self, vals, where):
+            self.vals, self.where = list(vals), where
+            self.shape = (len(vals),)
+
+        def copy_(self, other):
+            self.vals = list(other.vals)
+
+    class Dist:
+        """Records every call; a receive delivers the last tensor sent to it (loopback)."""
+
+        def __init__(self):
+            self.calls, self.wire = [], []
+
+        def _work(self, fn):
+            class W:
+                def wait(self_inner):
+                    fn()
+                    return True
+            return W()
+
+        def isend(self, t, peer):
+            self.calls.append(("isend", t.where, peer))
+            self.wire.append(list(t.vals))
+            return self._work(lambda: None)
+
+        def irecv(self, t, peer):
+            self.calls.append(("irecv", t.where, peer))
+
+            def deliver():
+                t.vals = self.wire.pop(0)
+            return self._work(deliver)
+
+    def host_like(self, t):
+        return self.T([0] * t.shape[0], "host")
+
+    def test_staged_goes_through_host_tensors(self):
+        d = self.Dist()
+        p = gloo_bench.P2P(d, True, self.host_like)
+        sb, rb = self.T([1, 2, 3], "cuda"), self.T([0, 0, 0], "cuda")
+        p.send(sb, 1)
+        p.recv(rb, 1)
+        self.assertEqual(d.calls, [("isend", "host", 1), ("irecv", "host", 1)])
+        self.assertEqual(rb.vals, [1, 2, 3])
+        # nonblocking: the device tensor is written only at wait(), host buffers are reused
+        sb.vals = [7, 8, 9]
+        ws = [p.isend(sb, 0), p.irecv(rb, 0), p.irecv(rb, 0)]
+        self.assertEqual(rb.vals, [1, 2, 3])
+        d.wire.append([4, 5, 6])
+        for w in ws:
+            w.wait()
+        self.assertEqual(rb.vals, [4, 5, 6])
+        self.assertEqual(len(p.bufs), 2)
+        self.assertTrue(all(c[1] == "host" for c in d.calls))
+
+    def test_host_tensors_are_sent_directly(self):
+        d = self.Dist()
+        p = gloo_bench.P2P(d, False, self.host_like)
+        sb, rb = self.T([5], "host"), self.T([0], "host")
+        p.send(sb, 1)
+        p.recv(rb, 1)
+        self.assertEqual(rb.vals, [5])
+        self.assertEqual(p.bufs, {})
+
+    def test_labels(self):
+        self.assertEqual(gloo_bench.mem_label("cuda", "pingpong"), "cuda-staged")
+        self.assertEqual(gloo_bench.mem_label("cuda", "sendrecv"), "cuda-staged")
+        self.assertEqual(gloo_bench.mem_label("cuda", "allreduce"), "cuda")
+        self.assertEqual(gloo_bench.mem_label("host", "bw"), "host")
+        r = {"med_us": 5.0, "busbw_med_gbps": 1.0, "mem": "cuda-staged"}
+        g = {"med_us": 2.0, "busbw_med_gbps": 2.0, "mem": "cuda"}
+        t = compare.format_table("sendrecv", {8: {"gloo": r, "gpumpi": g}}, ["gpumpi", "gloo"])
+        self.assertIn("gloo(staged):us", t)
+        self.assertNotIn("gpumpi(staged)", t)
+        self.assertIn("2.500", t)  # ratio gloo/gpumpi time
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -251,6 +251,14 @@ pub static PARAMS: &[Param] = &[
               copies). When the ranks outnumber the cores, CMA is used for every rendezvous size.",
     },
     Param {
+        name: "GPUMPI_SHM_COLL_MAX",
+        default: "1k",
+        doc: "Largest message (bytes, at most 1k) of the flag-based shared-memory path of blocking \
+              MPI_Barrier, MPI_Bcast, MPI_Reduce and MPI_Allreduce on MPI_COMM_WORLD (predefined ops): \
+              each rank publishes into a slot of its segment and reads the others', with no \
+              point-to-point messages. 0 disables the path. Must be the same on every rank.",
+    },
+    Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
         doc: "Bytes of each shared-memory ring (one per sender in every rank's inbox), rounded up to \

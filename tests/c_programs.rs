@@ -443,6 +443,7 @@ c_tests!(
     coll_comms,
     err_objects,
     coll_persist_reuse,
+    coll_flag,
     launcher_check,
     mpi4py_needs,
 );

@@ -12,12 +12,14 @@ use super::consts as c;
 use super::objects::{self, CommObj};
 use super::request::{ReqKind, Request};
 use crate::bootstrap::{self, Bootstrap};
+use crate::engine::flag::{Slots, SLOT_MAX};
 use crate::engine::{Backoff, Engine};
 use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi::handles::{Kind, Slab};
 use crate::mpi_bail;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 
 pub struct Runtime {
@@ -30,6 +32,42 @@ pub struct Runtime {
     pub main_thread: ThreadId,
     /// Context-id allocation bitmap: bit set = id in use (ids 0 and 1: WORLD and SELF).
     pub ctx_used: [u64; CTX_WORDS],
+}
+
+/// MPI_COMM_WORLD's flag collective slots (`engine::flag`), used without the runtime lock:
+/// installed at MPI_Init (unless there is one rank, `GPUMPI_SHM_COLL_MAX=0`, or the transport
+/// offers none), switched off in MPI_Finalize before the segments are unmapped. `seq` is the
+/// number of the last call that used them.
+struct WorldFlag {
+    slots: OnceLock<Slots>,
+    live: AtomicBool,
+    seq: AtomicU64,
+}
+
+static WORLD_FLAG: WorldFlag = WorldFlag {
+    slots: OnceLock::new(),
+    live: AtomicBool::new(false),
+    seq: AtomicU64::new(0),
+};
+
+/// MPI_COMM_WORLD's flag slots while MPI is running (see [`WorldFlag`]).
+#[inline]
+pub fn world_flag() -> Option<Slots> {
+    if WORLD_FLAG.live.load(Ordering::Acquire) {
+        WORLD_FLAG.slots.get().copied()
+    } else {
+        None
+    }
+}
+
+/// Number the next call through the world's flag slots. Collective calls on one communicator
+/// never overlap (MPI: the application orders them, also across threads), so a load and a store
+/// suffice.
+#[inline]
+pub fn next_flag_seq() -> u64 {
+    let k = WORLD_FLAG.seq.load(Ordering::Relaxed) + 1;
+    WORLD_FLAG.seq.store(k, Ordering::Relaxed);
+    k
 }
 
 pub const CTX_WORDS: usize = 64;
@@ -103,6 +141,13 @@ pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiR
     }
 }
 
+/// Whether `size` ranks outnumber this process's CPUs (they then share cores on one node).
+fn oversubscribed(size: usize) -> bool {
+    // SAFETY: sysconf with a valid name has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    size > online
+}
+
 /// MPI_Init / MPI_Init_thread.
 pub fn init(required: i32) -> MpiResult<i32> {
     if super::state::is_initialized() {
@@ -125,6 +170,18 @@ pub fn init(required: i32) -> MpiResult<i32> {
         "shared-memory transport ready (bytes of /dev/shm per rank)"
     );
     let engine = Engine::new(Box::new(transport), rank, size);
+    let flag_max = crate::config::get_usize("GPUMPI_SHM_COLL_MAX").min(SLOT_MAX);
+    let flag = match engine.coll_slots() {
+        Some(bases) if size > 1 && flag_max > 0 => {
+            // One small table per process, alive until exit (MPI is initialized once).
+            let bases: &'static [usize] = Box::leak(bases.into_boxed_slice());
+            // SAFETY: the transport's slot areas (Transport::coll_slots contract) stay mapped
+            // while the runtime holds the engine; Slots are only used inside MPI calls, which
+            // fail before touching them once MPI_Finalize dropped the runtime.
+            Some(unsafe { Slots::new(bases, rank, flag_max) }.oversubscribed(oversubscribed(size)))
+        }
+        _ => None,
+    };
     let world = CommObj::new(
         0,
         Arc::new(Group::new((0..size).collect())),
@@ -149,6 +206,10 @@ pub fn init(required: i32) -> MpiResult<i32> {
         main_thread: std::thread::current().id(),
         ctx_used,
     });
+    if let Some(f) = flag {
+        let _ = WORLD_FLAG.slots.set(f);
+        WORLD_FLAG.live.store(true, Ordering::Release);
+    }
     super::state::set_initialized();
     tracing::info!(
         rank,
@@ -163,6 +224,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
 pub fn finalize() -> MpiResult<()> {
     with(|_| Ok(()))?;
     super::imp::coll::barrier_world()?;
+    WORLD_FLAG.live.store(false, Ordering::Release);
     let rt = lock().take();
     if let Some(rt) = rt {
         rt.boot.finalize()?;

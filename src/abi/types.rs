@@ -191,6 +191,17 @@ pub fn dtype(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
 }
 
 /// Resolve a datatype handle that must be committed (every communication call).
+/// A predefined datatype, borrowed (no reference count); `None` for any other handle.
+#[inline]
+pub fn predefined(h: MPI_Datatype) -> Option<&'static DtypeObj> {
+    let v = h as usize;
+    if v < 0x1000 && v != c::MPI_DATATYPE_NULL as usize {
+        BUILTIN[v].as_deref()
+    } else {
+        None
+    }
+}
+
 pub fn committed(h: MPI_Datatype) -> MpiResult<Arc<DtypeObj>> {
     let d = dtype(h)?;
     if !d.committed.load(Ordering::Acquire) {

@@ -31,6 +31,12 @@ impl Backoff {
         Backoff { step: 0 }
     }
 
+    /// For ranks that share cores with other ranks (more ranks than cores): no spinning, yield
+    /// from the first wait (the peer that must answer may be waiting for this core).
+    pub fn yielding() -> Self {
+        Backoff { step: SPINS }
+    }
+
     /// Call after progress was made: start spinning again.
     pub fn reset(&mut self) {
         self.step = 0;

@@ -31,6 +31,7 @@
 
 pub mod backoff;
 pub mod coll;
+pub mod flag;
 mod p2p;
 mod slab;
 
@@ -331,6 +332,11 @@ impl Engine {
 
     pub fn eager_limit(&self) -> usize {
         self.eager_limit
+    }
+
+    /// The transport's collective slot areas ([`Transport::coll_slots`]).
+    pub fn coll_slots(&self) -> Option<Vec<usize>> {
+        self.tp.coll_slots()
     }
 
     /// Change the single-copy threshold (see [`EngineConfig::cma_min`]).

@@ -75,4 +75,11 @@ pub trait Transport: Send {
     unsafe fn read_remote(&mut self, _src: usize, _addr: u64, _dst: &mut [u8]) -> bool {
         false
     }
+
+    /// Addresses (in this process) of every rank's collective slot area, in world rank order:
+    /// [`crate::engine::flag::AREA`] bytes each, 64-byte aligned, zero at creation, shared by
+    /// the whole job and mapped as long as the transport lives. `None`: not offered.
+    fn coll_slots(&self) -> Option<Vec<usize>> {
+        None
+    }
 }

@@ -4,7 +4,7 @@
 //! # Layout and footprint
 //! Rank `r` creates `/dev/shm/gpumpi-<job_id>-<r>`:
 //! ```text
-//! [ page 0: magic, pid, world size, ring bytes, CMA probe address ]
+//! [ page 0: magic, pid, world size, ring bytes, CMA probe address; collective slots at 1024 ]
 //! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) | data (ring bytes) ]
 //! [ ring for sender s1 ... ]                       (one ring per other rank, in rank order)
 //! ```
@@ -21,6 +21,11 @@
 //! A frame is `[payload length: u64][Header: 48 bytes][payload, padded to 8]`; a frame never
 //! wraps: when it does not fit before the end of the data area, a wrap marker (`u64::MAX`) fills
 //! the rest. The largest payload is `min(ring_bytes / 4 - 56, 64 KiB)`.
+//!
+//! # Collective slots
+//! Bytes `1024 .. 1024 + engine::flag::AREA` (<= 4096) of page 0 are this rank's two flag
+//! collective slots (`engine/flag.rs`), read by every rank (`Transport::coll_slots`). They cost
+//! no extra memory.
 //!
 //! # Set-up sequence (the caller provides the fences)
 //! 1. `ShmTransport::create(job_id, rank, size)` — create and map own segment.
@@ -48,6 +53,9 @@ const TAIL_OFF: usize = 128;
 const FRAME_PREFIX: usize = 8 + HEADER_BYTES;
 const WRAP: u64 = u64::MAX;
 const POLL_BUDGET: usize = 32;
+/// Offset of the collective slot area in page 0.
+const SLOTS_OFF: usize = 1024;
+const _: () = assert!(SLOTS_OFF + crate::engine::flag::AREA <= PAGE);
 
 /// Word a peer reads with `process_vm_readv` to check that CMA works.
 static CMA_PROBE: u64 = 0x434d_415f_5052_4f42;
@@ -472,6 +480,20 @@ unsafe fn cma_read(pid: libc::pid_t, addr: u64, dst: &mut [u8]) -> bool {
 impl Transport for ShmTransport {
     fn max_payload(&self) -> usize {
         self.max_payload
+    }
+
+    fn coll_slots(&self) -> Option<Vec<usize>> {
+        (0..self.size)
+            .map(|r| {
+                let m = if r == self.rank {
+                    Some(&self.own)
+                } else {
+                    self.peers[r].as_ref()
+                };
+                // Page 0 of every segment is mapped (at least one page, checked at attach).
+                m.map(|m| m.ptr as usize + SLOTS_OFF)
+            })
+            .collect()
     }
 
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {

@@ -18,11 +18,14 @@ use crate::abi::runtime::{self, new_request, Runtime};
 use crate::abi::types::{self, DtypeObj};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
+use crate::engine::flag::{FlagOp, Slots};
+use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
 use crate::mpi::datatype::Elem;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::op::{self as ops, BuiltinOp};
 use crate::mpi_bail;
+use smallvec::{smallvec, SmallVec};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
@@ -38,18 +41,19 @@ struct TBlock {
     dt: Arc<DtypeObj>,
 }
 
-/// A user buffer as blocks (per peer for the v/w collectives, one block otherwise).
+/// A user buffer as blocks (per peer for the v/w collectives, one block otherwise: kept inline,
+/// so a one-block side costs no allocation).
 #[derive(Clone)]
 struct Side {
     base: usize,
-    blocks: Vec<TBlock>,
+    blocks: SmallVec<[TBlock; 1]>,
 }
 
 impl Side {
     fn one(buf: *const c_void, count: usize, dt: &Arc<DtypeObj>) -> Side {
         Side {
             base: buf as usize,
-            blocks: vec![TBlock {
+            blocks: smallvec![TBlock {
                 disp: 0,
                 count,
                 dt: dt.clone(),
@@ -78,7 +82,7 @@ impl Side {
         dt: &Arc<DtypeObj>,
     ) -> MpiResult<Side> {
         let ext = dt.extent();
-        let mut blocks = Vec::with_capacity(counts.len());
+        let mut blocks = SmallVec::with_capacity(counts.len());
         for (&n, &d) in counts.iter().zip(displs) {
             blocks.push(TBlock {
                 disp: d as isize * ext,
@@ -555,6 +559,19 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
         && send.is_none_or(|x| x.1 == slen)
         && recv.is_none_or(|x| x.1 == rlen)
         && (send.is_some() || recv.is_some());
+    // A call the flag slots would serve (small, MPI_COMM_WORLD): agree in one flag round whether
+    // every rank has device buffers; if not, every rank takes the flag path (staging its own
+    // device buffers), as every rank would without a GPU.
+    if let Some(slots) = flag_eligible(spec) {
+        let mine = [send, recv]
+            .iter()
+            .flatten()
+            .all(|x| crate::gpu::is_device(x.0 as *const u8))
+            && fit;
+        if !flag_all(&slots, mine)? {
+            return Ok(false);
+        }
+    }
     let tm = crate::abi::runtime::lock()
         .as_ref()
         .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE);
@@ -601,7 +618,8 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
 unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
     match mode {
         Mode::Blocking => {
-            if try_gpu(&spec)? {
+            // GPU-native first, then the flag slots: each declines the same way on every rank.
+            if try_gpu(&spec)? || run_flag(&spec)? {
                 return Ok(());
             }
             let k = spec.start()?;
@@ -631,6 +649,294 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
             Ok(())
         }
     }
+}
+
+/// A user buffer of a flag collective as one packed host byte range: the user's memory when it
+/// is one contiguous host block, else a host mirror (device memory) and/or a packed temporary.
+struct Flat {
+    ptr: *mut u8,
+    mirror: Option<(Mirror, Side)>,
+    tmp: Option<Vec<u8>>,
+}
+
+impl Flat {
+    /// `fill`: the side holds input (pack it).
+    unsafe fn of(side: Option<&Side>, fill: bool) -> MpiResult<Flat> {
+        let Some(side) = side else {
+            return Ok(Flat {
+                ptr: std::ptr::null_mut(),
+                mirror: None,
+                tmp: None,
+            });
+        };
+        // Device memory is staged through a host mirror, as in CollSpec::start.
+        let mirror = side.mirrored()?;
+        let host = mirror.as_ref().map(|(_, s)| s).unwrap_or(side);
+        if let [b] = &host.blocks[..] {
+            if host.direct() {
+                let off = if b.count == 0 {
+                    0
+                } else {
+                    b.disp + b.dt.desc.true_lb()
+                };
+                return Ok(Flat {
+                    ptr: (host.base as *mut u8).wrapping_offset(off),
+                    mirror,
+                    tmp: None,
+                });
+            }
+        }
+        let (ptr, _, tmp) = host.map(fill);
+        Ok(Flat { ptr, mirror, tmp })
+    }
+
+    /// Write an output side back: unpack the temporary, copy the mirror to the device.
+    unsafe fn finish(self, side: Option<&Side>) -> MpiResult<()> {
+        let Some(side) = side else { return Ok(()) };
+        let host = self.mirror.as_ref().map(|(_, s)| s).unwrap_or(side);
+        if let Some(tmp) = &self.tmp {
+            host.unpack(tmp, None);
+        }
+        if let Some((m, _)) = &self.mirror {
+            m.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// MPI_COMM_WORLD's small blocking barrier, bcast, reduce and allreduce (predefined ops) through
+/// the flag slots of the shared-memory segments (`engine::flag`): no schedule, no messages, no
+/// allocation for contiguous host buffers. Whether a call goes this way depends only on what
+/// every rank has in common (the collective, the communicator, the byte count, the op and
+/// `GPUMPI_SHM_COLL_MAX`), never on where one rank's buffers live: device buffers are staged
+/// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
+/// `Ok(false)`: not this path.
+/// The world's flag slots if `run_flag` would serve this call (a rule on values every rank
+/// shares: communicator, collective, byte count, op kind).
+fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
+    if spec.comm.ctx != 0 {
+        return None;
+    }
+    match (spec.kind, &spec.red) {
+        (CollKind::Barrier | CollKind::Bcast, _) => {}
+        (CollKind::Reduce | CollKind::Allreduce, Some((Reduction::Builtin(..), _))) => {}
+        _ => return None,
+    }
+    runtime::world_flag().filter(|s| spec.bytes <= s.max())
+}
+
+/// Logical AND over MPI_COMM_WORLD in one round of the flag slots.
+fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
+    let input = [mine as u8];
+    let mut out = [0u8];
+    let reduce = |i: &[u8], o: &mut [u8]| {
+        o[0] &= i[0];
+        Ok(())
+    };
+    let op = FlagOp::Allreduce {
+        input: input.as_ptr(),
+        output: out.as_mut_ptr(),
+        len: 1,
+        reduce: &reduce,
+    };
+    let k = runtime::next_flag_seq();
+    // SAFETY: input and output are live locals of the length given.
+    unsafe { slots.run(k, &op, &mut flag_idle(slots))? };
+    Ok(out[0] != 0)
+}
+
+unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
+    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
+    if spec.comm.ctx != 0 {
+        return Ok(false);
+    }
+    let red = match (spec.kind, &spec.red) {
+        (CollKind::Barrier | CollKind::Bcast, _) => None,
+        (CollKind::Reduce | CollKind::Allreduce, Some((r @ Reduction::Builtin(..), _))) => Some(r),
+        _ => return Ok(false),
+    };
+    let Some(slots) = runtime::world_flag().filter(|s| spec.bytes <= s.max()) else {
+        return Ok(false);
+    };
+    let k = runtime::next_flag_seq();
+    let send = Flat::of(spec.send.as_ref(), true)?;
+    let recv = Flat::of(spec.recv.as_ref(), spec.recv_is_input)?;
+    let reduce = |i: &[u8], o: &mut [u8]| match red {
+        Some(r) => r.apply(i, o),
+        None => Ok(()),
+    };
+    let len = spec.bytes;
+    let input = if spec.send.is_some() {
+        send.ptr as *const u8
+    } else {
+        recv.ptr as *const u8
+    };
+    let op = match spec.kind {
+        CollKind::Barrier => FlagOp::Barrier,
+        CollKind::Bcast => FlagOp::Bcast {
+            root: spec.root,
+            buf: recv.ptr,
+            len,
+        },
+        CollKind::Reduce => FlagOp::Reduce {
+            root: spec.root,
+            input,
+            output: recv.ptr,
+            len,
+            reduce: &reduce,
+        },
+        _ => FlagOp::Allreduce {
+            input,
+            output: recv.ptr,
+            len,
+            reduce: &reduce,
+        },
+    };
+    tracing::debug!(
+        coll = spec.kind.name(),
+        algo = "flag slots",
+        bytes = spec.bytes,
+        ranks = slots.size(),
+        "collective over shared memory"
+    );
+    slots.run(k, &op, &mut flag_idle(&slots))?;
+    let received = match spec.kind {
+        CollKind::Bcast => spec.root != spec.comm.rank,
+        _ => true,
+    };
+    if received {
+        recv.finish(spec.recv.as_ref())?;
+    }
+    drop(send);
+    Ok(true)
+}
+
+/// What a rank does while waiting on flag slots: progress (other traffic, nonblocking
+/// collectives), then back off (spin, yield, sleep) like every blocking call.
+fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
+    let mut backoff = if slots.is_oversubscribed() {
+        Backoff::yielding()
+    } else {
+        Backoff::new()
+    };
+    move || {
+        runtime::with(|rt| {
+            rt.progress();
+            Ok(())
+        })?;
+        backoff.snooze();
+        Ok(())
+    }
+}
+
+/// The blocking MPI_Barrier, MPI_Bcast, MPI_Reduce and MPI_Allreduce (and their `_c` forms) on
+/// MPI_COMM_WORLD with a predefined datatype and op on contiguous host buffers: the flag
+/// protocol of [`run_flag`] straight from the arguments, without building a [`CollSpec`] (no
+/// reference counts, locks or allocations). Declines (`Ok(false)`) at anything unusual (a
+/// derived datatype, device memory, an argument error to report); the full path then reaches
+/// [`run_flag`] with the same eligibility rule (collective, communicator, byte count, op), so the
+/// ranks always agree on the protocol.
+#[allow(clippy::too_many_arguments)]
+unsafe fn flag_quick(
+    kind: CollKind,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: i64,
+    dth: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    cm: MPI_Comm,
+) -> MpiResult<bool> {
+    if cm != c::MPI_COMM_WORLD {
+        return Ok(false);
+    }
+    // Where GPU-native collectives are attempted, the ranks first agree on the path (in
+    // try_gpu), whatever memory their own buffers are in.
+    if kind != CollKind::Barrier && crate::gpu::coll::enabled() {
+        return Ok(false);
+    }
+    let Some(slots) = runtime::world_flag() else {
+        return Ok(false);
+    };
+    let me = slots.rank();
+    let rooted = matches!(kind, CollKind::Bcast | CollKind::Reduce);
+    if rooted && (root < 0 || root as usize >= slots.size()) {
+        return Ok(false);
+    }
+    let root = root.max(0) as usize;
+    let mut len = 0;
+    let mut red = None;
+    if kind != CollKind::Barrier {
+        let Some(dt) = types::predefined(dth) else {
+            return Ok(false);
+        };
+        if count < 0 || !dt.desc.is_contiguous(count as usize) || dt.desc.true_lb() != 0 {
+            return Ok(false);
+        }
+        len = dt.desc.packed_size(count as usize);
+        if len > slots.max() {
+            return Ok(false);
+        }
+        if kind != CollKind::Bcast {
+            let (Some(b), Some(e)) = (builtin_op(op), dt.desc.elem()) else {
+                return Ok(false);
+            };
+            if ops::check(b, e).is_err() {
+                return Ok(false);
+            }
+            red = Some((b, e));
+        }
+    }
+    let i_am_root = !rooted || root == me;
+    let inplace = kind != CollKind::Bcast && in_place(sendbuf);
+    if inplace && !i_am_root {
+        return Ok(false);
+    }
+    let input: *const u8 = match kind {
+        CollKind::Bcast => recvbuf as *const u8,
+        _ if inplace => recvbuf as *const u8,
+        _ => sendbuf as *const u8,
+    };
+    let output = recvbuf as *mut u8;
+    let host = |p: *const u8| !p.is_null() && !crate::gpu::is_device(p);
+    if len > 0 && (!host(input) || (i_am_root && !host(output))) {
+        return Ok(false);
+    }
+    let reduce = |i: &[u8], o: &mut [u8]| match red {
+        Some((b, e)) => ops::reduce(b, e, i, o),
+        None => Ok(()),
+    };
+    let op = match kind {
+        CollKind::Barrier => FlagOp::Barrier,
+        CollKind::Bcast => FlagOp::Bcast {
+            root,
+            buf: output,
+            len,
+        },
+        CollKind::Reduce => FlagOp::Reduce {
+            root,
+            input,
+            output,
+            len,
+            reduce: &reduce,
+        },
+        _ => FlagOp::Allreduce {
+            input,
+            output,
+            len,
+            reduce: &reduce,
+        },
+    };
+    let k = runtime::next_flag_seq();
+    tracing::debug!(
+        coll = kind.name(),
+        algo = "flag slots (quick)",
+        bytes = len,
+        ranks = slots.size(),
+        "collective over shared memory"
+    );
+    slots.run(k, &op, &mut flag_idle(&slots))?;
+    Ok(true)
 }
 
 fn check_root(cm: &CommObj, root: c_int) -> MpiResult<usize> {
@@ -1063,8 +1369,21 @@ pub fn allgather_bytes(cm: &Arc<CommObj>, mine: &[u8]) -> MpiResult<Vec<u8>> {
 // ---- the C entry points ----
 
 macro_rules! three_modes {
+    // With a quick path for the blocking call (`flag_quick`), tried before building the spec.
+    ($blocking:ident, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr, quick: $quick:expr) => {
+        pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> {
+            if $quick {
+                return Ok(());
+            }
+            run($spec, Mode::Blocking)
+        }
+        three_modes!(@rest $nb, $init, ($($arg: $ty),*), $spec);
+    };
     ($blocking:ident, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
         pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> { run($spec, Mode::Blocking) }
+        three_modes!(@rest $nb, $init, ($($arg: $ty),*), $spec);
+    };
+    (@rest $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
         pub unsafe fn $nb($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec, Mode::Nonblocking(request)) }
         pub unsafe fn $init($($arg: $ty,)* info: MPI_Info, request: *mut MPI_Request) -> MpiResult<()> {
             crate::abi::objects::check_info(info)?;
@@ -1073,19 +1392,23 @@ macro_rules! three_modes {
     };
 }
 
-three_modes!(MPI_Barrier, MPI_Ibarrier, MPI_Barrier_init, (cm: MPI_Comm), barrier_spec(cm)?);
+three_modes!(MPI_Barrier, MPI_Ibarrier, MPI_Barrier_init, (cm: MPI_Comm), barrier_spec(cm)?,
+    quick: flag_quick(CollKind::Barrier, std::ptr::null(), std::ptr::null_mut(), 0, c::MPI_DATATYPE_NULL, c::MPI_OP_NULL, 0, cm)?);
 
 three_modes!(MPI_Bcast, MPI_Ibcast, MPI_Bcast_init,
     (buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    bcast_spec(buffer, count as i64, datatype, root, cm)?);
+    bcast_spec(buffer, count as i64, datatype, root, cm)?,
+    quick: flag_quick(CollKind::Bcast, buffer, buffer, count as i64, datatype, c::MPI_OP_NULL, root, cm)?);
 
 three_modes!(MPI_Reduce, MPI_Ireduce, MPI_Reduce_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
-    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count as i64, datatype, op, Some(root), cm)?);
+    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count as i64, datatype, op, Some(root), cm)?,
+    quick: flag_quick(CollKind::Reduce, sendbuf, recvbuf, count as i64, datatype, op, root, cm)?);
 
 three_modes!(MPI_Allreduce, MPI_Iallreduce, MPI_Allreduce_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?);
+    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?,
+    quick: flag_quick(CollKind::Allreduce, sendbuf, recvbuf, count as i64, datatype, op, 0, cm)?);
 
 three_modes!(MPI_Scan, MPI_Iscan, MPI_Scan_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
@@ -1233,7 +1556,7 @@ unsafe fn w_side<C: AsI64, D: AsI64>(
     let cnts = counts(cnts, n, "counts")?;
     let displs = counts(displs, n, "displs")?;
     let tys = slice(tys, n, "datatypes")?;
-    let mut blocks = Vec::with_capacity(n);
+    let mut blocks = SmallVec::with_capacity(n);
     for i in 0..n {
         blocks.push(TBlock {
             disp: displs[i] as isize,
@@ -1403,15 +1726,18 @@ type Disp = MPI_Aint;
 
 three_modes!(MPI_Bcast_c, MPI_Ibcast_c, MPI_Bcast_init_c,
     (buffer: *mut c_void, count: Cnt, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    bcast_spec(buffer, count, datatype, root, cm)?);
+    bcast_spec(buffer, count, datatype, root, cm)?,
+    quick: flag_quick(CollKind::Bcast, buffer, buffer, count, datatype, c::MPI_OP_NULL, root, cm)?);
 
 three_modes!(MPI_Reduce_c, MPI_Ireduce_c, MPI_Reduce_init_c,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
-    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count, datatype, op, Some(root), cm)?);
+    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count, datatype, op, Some(root), cm)?,
+    quick: flag_quick(CollKind::Reduce, sendbuf, recvbuf, count, datatype, op, root, cm)?);
 
 three_modes!(MPI_Allreduce_c, MPI_Iallreduce_c, MPI_Allreduce_init_c,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count, datatype, op, None, cm)?);
+    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count, datatype, op, None, cm)?,
+    quick: flag_quick(CollKind::Allreduce, sendbuf, recvbuf, count, datatype, op, 0, cm)?);
 
 three_modes!(MPI_Scan_c, MPI_Iscan_c, MPI_Scan_init_c,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
