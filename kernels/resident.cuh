@@ -47,16 +47,26 @@ __device__ __forceinline__ unsigned long long res_now() {
 }
 
 // Copy through L2 only (ld.cg): a resident kernel's L1 would keep stale lines across calls.
-__device__ __forceinline__ void res_copy(char *dst, const char *src, unsigned long long n) {
+// Returns whether this thread stored anything (only those threads need a fence afterwards).
+__device__ __forceinline__ bool res_copy(char *dst, const char *src, unsigned long long n) {
+    bool wrote = false;
     if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
         unsigned long long nv = n / 16;
-        for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x)
+        for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) {
             reinterpret_cast<uint4 *>(dst)[i] = __ldcg(reinterpret_cast<const uint4 *>(src) + i);
-        for (unsigned long long i = nv * 16 + threadIdx.x; i < n; i += blockDim.x)
+            wrote = true;
+        }
+        for (unsigned long long i = nv * 16 + threadIdx.x; i < n; i += blockDim.x) {
             dst[i] = __ldcg(src + i);
+            wrote = true;
+        }
     } else {
-        for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
+        for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) {
+            dst[i] = __ldcg(src + i);
+            wrote = true;
+        }
     }
+    return wrote;
 }
 
 template <typename T, typename Op>
@@ -129,12 +139,13 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         const int n = (int)c.nranks, me = (int)c.rank;
         const unsigned long long par = c.flagv & 1, slot = c.slot, b = c.bytes;
         // 1. My data into every rank's slot (par, me), if my buffers qualify.
+        bool wrote = false;
         for (int p = 0; p < n && c.ok; p++) {
             const char *src = reinterpret_cast<const char *>(c.src) + (c.kind == RES_ALLTOALL ? p * b : 0);
             char *dst = reinterpret_cast<char *>(c.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
-            res_copy(dst, src, b);
+            wrote |= res_copy(dst, src, b);
         }
-        __threadfence_system();
+        if (wrote) __threadfence_system();
         __syncthreads();
         if (threadIdx.x < (unsigned)n) {
             volatile unsigned long long *f =
@@ -179,7 +190,8 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         } else {
             for (int q = 0; q < n; q++) res_copy(reinterpret_cast<char *>(c.dst) + q * b, base + q * slot, b);
         }
-        __threadfence_system();
+        // Results are visible device-wide (L2) before the host hears of them.
+        __threadfence();
         __syncthreads();
         if (threadIdx.x == 0) {
             done->status = 1;

@@ -135,7 +135,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_BLOCKS",
         default: "0",
-        doc: "Most thread blocks of one kernel of the GPU-native collectives (and of the kernel peer copy); 0 = two per SM of the device.",
+        doc: "Most thread blocks of one kernel of the GPU-native collectives (and of the kernel peer copy); 0 = one per SM of the device.",
     },
     Param {
         name: "GPUMPI_GPU_COLL",

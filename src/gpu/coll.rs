@@ -24,7 +24,7 @@
 //! may still read in the same phase (see each planner).
 
 use super::ipc::{self, Export, EXPORT_BYTES};
-use super::kernels::{KOp, KType, Seg};
+use super::kernels::{KOp, KType, Seg, MAXP};
 use crate::coll::CollKind;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
@@ -54,8 +54,10 @@ fn r(rank: usize, buf: Buf, off: usize) -> Ref {
 pub enum Step {
     /// `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `elems` elements (dst is this rank's).
     Reduce { dst: Ref, srcs: Vec<Ref>, elems: usize },
-    /// Byte copies (dst, src, len), any rank's buffers on either end.
+    /// Byte copies (dst, src, len), any rank's buffers on either end, by a kernel.
     Copy(Vec<(Ref, Ref, usize)>),
+    /// The same, by the copy engines (one `cuMemcpyAsync` per copy, on several streams).
+    CopyCe(Vec<(Ref, Ref, usize)>),
     /// Everything before is complete on every rank.
     Barrier,
 }
@@ -70,6 +72,10 @@ pub enum Algo {
     TwoShot,
     /// Two-shot whose allgather writes: each rank stores its chunk into every peer's output.
     TwoShotPush,
+    /// Two-shot whose allgather writes with the copy engines (SMs free for phase 1 only).
+    TwoShotCe,
+    /// Alltoall writing the peers' blocks with the copy engines.
+    DirectCe,
     /// Alltoall/allgather: each rank writes its blocks straight into the peers' receive buffers;
     /// reduce: the root reduces all inputs; reduce_scatter_block: each rank reduces its block.
     Direct,
@@ -86,6 +92,8 @@ impl Algo {
             "one_shot" => Algo::OneShot,
             "two_shot" => Algo::TwoShot,
             "two_shot_push" => Algo::TwoShotPush,
+            "two_shot_ce" => Algo::TwoShotCe,
+            "direct_ce" => Algo::DirectCe,
             "direct" => Algo::Direct,
             "pull" => Algo::Pull,
             "staged" => Algo::Staged,
@@ -97,6 +105,8 @@ impl Algo {
             Algo::OneShot => "one_shot",
             Algo::TwoShot => "two_shot",
             Algo::TwoShotPush => "two_shot_push",
+            Algo::TwoShotCe => "two_shot_ce",
+            Algo::DirectCe => "direct_ce",
             Algo::Direct => "direct",
             Algo::Pull => "pull",
             Algo::Staged => "staged",
@@ -105,7 +115,10 @@ impl Algo {
     fn serves(self, kind: CollKind) -> bool {
         use CollKind as K;
         match self {
-            Algo::OneShot | Algo::TwoShot | Algo::TwoShotPush => kind == K::Allreduce,
+            Algo::OneShot | Algo::TwoShot | Algo::TwoShotPush | Algo::TwoShotCe => {
+                kind == K::Allreduce
+            }
+            Algo::DirectCe => kind == K::Alltoall,
             Algo::Direct => matches!(
                 kind,
                 K::Alltoall | K::Allgather | K::Reduce | K::ReduceScatterBlock
@@ -161,7 +174,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 elems: b / s.elem,
             });
         }
-        (K::Allreduce, Algo::TwoShot | Algo::TwoShotPush) => {
+        (K::Allreduce, Algo::TwoShot | Algo::TwoShotPush | Algo::TwoShotCe) => {
             // Phase 1: I reduce chunk `me` of every input into chunk `me` of my output; peers
             // read other chunks of my input (in place too: disjoint). Phase 2: I read the
             // finished chunks p of every peer's output into mine; nobody writes chunk p of a
@@ -175,7 +188,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 elems: cl,
             });
             steps.push(Step::Barrier);
-            let segs = if algo == Algo::TwoShotPush {
+            let segs = if matches!(algo, Algo::TwoShotPush | Algo::TwoShotCe) {
                 // Push: my finished chunk into every peer's output (peers write only the
                 // other chunks of mine).
                 (0..n)
@@ -195,18 +208,25 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                     })
                     .collect()
             };
-            steps.push(Step::Copy(segs));
+            steps.push(if algo == Algo::TwoShotCe {
+                Step::CopyCe(segs)
+            } else {
+                Step::Copy(segs)
+            });
         }
-        (K::Alltoall, Algo::Direct) => {
+        (K::Alltoall, Algo::Direct | Algo::DirectCe) => {
             // In place, a peer's block me would be overwritten while the peer still reads it.
             if s.in_place {
                 return None;
             }
-            steps.push(Step::Copy(
-                (0..n)
-                    .map(|p| (r(p, Buf::Recv, me * b), r(me, Buf::Send, p * b), b))
-                    .collect(),
-            ));
+            let segs = (0..n)
+                .map(|p| (r(p, Buf::Recv, me * b), r(me, Buf::Send, p * b), b))
+                .collect();
+            steps.push(if algo == Algo::DirectCe {
+                Step::CopyCe(segs)
+            } else {
+                Step::Copy(segs)
+            });
         }
         (K::Alltoall, Algo::Pull) => {
             if s.in_place {
@@ -584,7 +604,7 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
                 add(dst);
                 srcs.iter().for_each(&mut add);
             }
-            Step::Copy(segs) => {
+            Step::Copy(segs) | Step::CopyCe(segs) => {
                 for (d, s, _) in segs {
                     add(d);
                     add(s);
@@ -596,12 +616,26 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
     v
 }
 
-/// Blocks a kernel of these collectives may use (`GPUMPI_GPU_BLOCKS`, 0 = two per SM).
+/// Streams for copy-engine steps of device `ordinal` (created at first use, never freed).
+fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, String> {
+    static AUX: Mutex<Vec<(i32, Vec<cuda::Stream>)>> = Mutex::new(Vec::new());
+    let mut a = AUX.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, v)) = a.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(v.clone());
+    }
+    let v = cuda::with_context(ctx, || (0..MAXP).map(|_| cuda::stream_create()).collect())
+        .map_err(|e| e.to_string())?;
+    a.push((ordinal, v));
+    Ok(a.last().unwrap().1.clone())
+}
+
+/// Blocks a kernel of these collectives may use (`GPUMPI_GPU_BLOCKS`, 0 = one per SM: measured
+/// best for two-shot allreduce and alltoall at 512 MiB on 4 H200, benches/NOTES.md).
 pub(crate) fn max_grid(ordinal: i32) -> u32 {
     static G: OnceLock<u32> = OnceLock::new();
     *G.get_or_init(|| match crate::config::get_usize("GPUMPI_GPU_BLOCKS") {
         0 => cuda::multiprocessor_count(ordinal)
-            .map(|n| 2 * n.max(1) as u32)
+            .map(|n| n.max(1) as u32)
             .unwrap_or(64),
         n => n as u32,
     })
@@ -619,6 +653,7 @@ unsafe fn execute(
     let k = g.kernels(ordinal).map_err(err)?;
     let at = |x: &Ref| addr[x.rank][if x.buf == Buf::Send { 0 } else { 1 }] + x.off;
     let grid = max_grid(ordinal);
+    let mut aux_used: Option<Vec<cuda::Stream>> = None;
     for s in steps {
         match s {
             Step::Reduce { dst, srcs, elems } => {
@@ -641,8 +676,26 @@ unsafe fn execute(
                 cuda::with_context(d.ctx, || k.copy_segs_async(&segs, grid, d.stream))
                     .map_err(err)?;
             }
+            Step::CopyCe(segs) => {
+                let aux = aux_streams(ordinal, d.ctx).map_err(err)?;
+                cuda::with_context(d.ctx, || {
+                    for (i, (dd, ss, len)) in segs.iter().enumerate() {
+                        cuda::memcpy_dtod_async(at(dd), at(ss), *len, aux[i % aux.len()])?;
+                    }
+                    Ok(())
+                })
+                .map_err(err)?;
+                aux_used = Some(aux);
+            }
             Step::Barrier => {
-                cuda::with_context(d.ctx, || cuda::stream_synchronize(d.stream)).map_err(err)?;
+                cuda::with_context(d.ctx, || {
+                    cuda::stream_synchronize(d.stream)?;
+                    for s in aux_used.take().unwrap_or_default() {
+                        cuda::stream_synchronize(s)?;
+                    }
+                    Ok(())
+                })
+                .map_err(err)?;
                 host.barrier()?;
             }
         }
@@ -684,7 +737,7 @@ pub fn simulate(
                         acc.push((rank, i, *dst, len, true));
                         acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
                     }
-                    Step::Copy(segs) => {
+                    Step::Copy(segs) | Step::CopyCe(segs) => {
                         for (d, s, len) in segs {
                             acc.push((rank, i, *d, *len, true));
                             acc.push((rank, i, *s, *len, false));
@@ -738,7 +791,7 @@ pub fn simulate(
                         let _ = rank;
                         write(send, recv, dst, &out);
                     }
-                    Step::Copy(segs) => {
+                    Step::Copy(segs) | Step::CopyCe(segs) => {
                         for (d, s, len) in segs {
                             let v = read(send, recv, s, *len);
                             write(send, recv, d, &v);

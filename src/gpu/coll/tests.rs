@@ -88,11 +88,13 @@ fn buffers(s: &Shape) -> (usize, usize) {
     }
 }
 
-const CASES: [(CollKind, Algo); 9] = [
+const CASES: [(CollKind, Algo); 11] = [
     (CollKind::Allreduce, Algo::OneShot),
     (CollKind::Allreduce, Algo::TwoShot),
     (CollKind::Allreduce, Algo::TwoShotPush),
+    (CollKind::Allreduce, Algo::TwoShotCe),
     (CollKind::Alltoall, Algo::Direct),
+    (CollKind::Alltoall, Algo::DirectCe),
     (CollKind::Alltoall, Algo::Pull),
     (CollKind::Allgather, Algo::Direct),
     (CollKind::Bcast, Algo::Pull),
@@ -187,7 +189,7 @@ fn the_race_check_catches_one_shot_in_place() {
                         acc.push((rank, i, *dst, elems * 4, true));
                         acc.extend(srcs.iter().map(|s| (rank, i, *s, elems * 4, false)));
                     }
-                    Step::Copy(segs) => {
+                    Step::Copy(segs) | Step::CopyCe(segs) => {
                         for (d, s, l) in segs {
                             acc.push((rank, i, *d, *l, true));
                             acc.push((rank, i, *s, *l, false));
@@ -235,7 +237,7 @@ fn chunks_tile_the_vector_aligned() {
 fn table_parses_and_selects_by_size_and_ranks() {
     let rows = parse_table(DEFAULT_TABLE).unwrap();
     assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 8), Algo::OneShot);
-    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 512 << 20), Algo::TwoShot);
+    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 512 << 20), Algo::TwoShotPush);
     assert_eq!(select_from(&rows, CollKind::Allreduce, 16, 8), Algo::Staged);
     assert_eq!(select_from(&rows, CollKind::Alltoall, 4, 16), Algo::Direct);
     assert_eq!(select_from(&rows, CollKind::Bcast, 4, 16), Algo::Pull);
