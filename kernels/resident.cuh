@@ -23,16 +23,25 @@
 #define RES_ALLGATHER 3u
 #define RES_DATA_OFF 256ull
 
+// One 64-byte cache line, read by the kernel in one access (so the fields it reads belong to the
+// seq it reads): the host writes the fields, then seq.
 struct ResCmd {
-    unsigned long long seq; // written last by the host
-    unsigned int kind, op, type, nranks, rank;
+    unsigned long long seq;
+    unsigned int kind, op, type;
     unsigned int ok; // this rank's buffers qualify; the op runs only if every rank's do
     unsigned long long bytes; // allreduce: the vector; alltoall/allgather: one block
     unsigned long long src, dst;
     unsigned long long flagv; // the communicator's call number (>= 1)
+    unsigned long long desc;  // device address of the communicator's ResDesc
+};
+
+// Per communicator, in this rank's scratch at RES_DESC_OFF (written once at set-up).
+struct ResDesc {
+    unsigned int nranks, rank;
     unsigned long long slot;
     unsigned long long peers[GPUMPI_MAXP]; // scratch of every rank, as mapped here
 };
+#define RES_DESC_OFF 128ull
 
 struct ResDone {
     unsigned long long seq;
@@ -96,39 +105,34 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
                                            unsigned long long epoch, unsigned long long idle_ns,
                                            unsigned long long last_seq) {
     __shared__ ResCmd c;
+    __shared__ ResDesc dsc;
     __shared__ int go, all_ok;
     unsigned long long seen = last_seq;
     for (;;) {
-        // Warp 0 polls; the command is then read with one coalesced access (each separate read
-        // of mapped host memory is a PCIe round trip).
+        // Warp 0 polls the whole command line in one coalesced read (each read of mapped host
+        // memory is a PCIe round trip).
         if (threadIdx.x < 32) {
             const volatile unsigned long long *w = reinterpret_cast<const volatile unsigned long long *>(cmd);
-            unsigned long long *cw = reinterpret_cast<unsigned long long *>(&c);
             const unsigned long long t0 = res_now();
             int action = 0;
+            unsigned long long v = 0;
             while (action == 0) {
-                if (threadIdx.x == 0) {
-                    if (w[0] != seen) {
-                        action = 1;
-                    } else if (res_now() - t0 > idle_ns) {
-                        // Re-check after the decision, then say so: the host relaunches when
-                        // it sees `exited` for this epoch and its command not done.
+                v = threadIdx.x < 8 ? w[threadIdx.x] : 0;
+                if (__shfl_sync(0xffffffffu, v, 0) != seen) {
+                    action = 1;
+                } else if (threadIdx.x == 0 && res_now() - t0 > idle_ns) {
+                    // Re-check after the decision, then say so: the host relaunches when it
+                    // sees `exited` for this epoch and its command not done.
+                    __threadfence_system();
+                    if (w[0] == seen) {
+                        done->exited = epoch;
                         __threadfence_system();
-                        if (w[0] != seen) {
-                            action = 1;
-                        } else {
-                            done->exited = epoch;
-                            __threadfence_system();
-                            action = 2;
-                        }
+                        action = 2;
                     }
                 }
                 action = __shfl_sync(0xffffffffu, action, 0);
             }
-            if (action == 1) {
-                __threadfence_system();
-                if (threadIdx.x < sizeof(ResCmd) / 8) cw[threadIdx.x] = w[threadIdx.x];
-            }
+            if (action == 1 && threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = v;
             if (threadIdx.x == 0) {
                 go = action == 1;
                 all_ok = 1;
@@ -136,26 +140,30 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         }
         __syncthreads();
         if (!go) return;
-        const int n = (int)c.nranks, me = (int)c.rank;
-        const unsigned long long par = c.flagv & 1, slot = c.slot, b = c.bytes;
+        if (threadIdx.x < sizeof(ResDesc) / 8)
+            reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
+                __ldcg(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
+        __syncthreads();
+        const int n = (int)dsc.nranks, me = (int)dsc.rank;
+        const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
         // 1. My data into every rank's slot (par, me), if my buffers qualify.
         bool wrote = false;
         for (int p = 0; p < n && c.ok; p++) {
             const char *src = reinterpret_cast<const char *>(c.src) + (c.kind == RES_ALLTOALL ? p * b : 0);
-            char *dst = reinterpret_cast<char *>(c.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
+            char *dst = reinterpret_cast<char *>(dsc.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
             wrote |= res_copy(dst, src, b);
         }
         if (wrote) __threadfence_system();
         __syncthreads();
         if (threadIdx.x < (unsigned)n) {
             volatile unsigned long long *f =
-                reinterpret_cast<volatile unsigned long long *>(c.peers[threadIdx.x]) + par * GPUMPI_MAXP + me;
+                reinterpret_cast<volatile unsigned long long *>(dsc.peers[threadIdx.x]) + par * GPUMPI_MAXP + me;
             *f = c.flagv << 1 | (c.ok ? 1 : 0);
         }
         // 2. Wait for every rank's data in my scratch.
         if (threadIdx.x < (unsigned)n) {
             volatile unsigned long long *f =
-                reinterpret_cast<volatile unsigned long long *>(c.peers[me]) + par * GPUMPI_MAXP + threadIdx.x;
+                reinterpret_cast<volatile unsigned long long *>(dsc.peers[me]) + par * GPUMPI_MAXP + threadIdx.x;
             unsigned long long v;
             while (((v = *f) >> 1) != c.flagv) {
             }
@@ -177,7 +185,7 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
             continue;
         }
         // 3. Reduce or gather from my slots into the destination.
-        const char *base = reinterpret_cast<const char *>(c.peers[me]) + RES_DATA_OFF + par * GPUMPI_MAXP * slot;
+        const char *base = reinterpret_cast<const char *>(dsc.peers[me]) + RES_DATA_OFF + par * GPUMPI_MAXP * slot;
         if (c.kind == RES_ALLREDUCE) {
             switch (c.type) {
             case 0: res_reduce_op<int32_t>(c.op, reinterpret_cast<int32_t *>(c.dst), base, slot, n, b / 4); break;

@@ -76,6 +76,10 @@ pub enum Algo {
     TwoShotCe,
     /// Alltoall writing the peers' blocks with the copy engines.
     DirectCe,
+    /// Two-shot whose allgather reads the peers' chunks with the copy engines.
+    TwoShotPullCe,
+    /// Alltoall reading the blocks from the peers with the copy engines.
+    PullCe,
     /// Alltoall/allgather: each rank writes its blocks straight into the peers' receive buffers;
     /// reduce: the root reduces all inputs; reduce_scatter_block: each rank reduces its block.
     Direct,
@@ -94,6 +98,8 @@ impl Algo {
             "two_shot_push" => Algo::TwoShotPush,
             "two_shot_ce" => Algo::TwoShotCe,
             "direct_ce" => Algo::DirectCe,
+            "two_shot_pull_ce" => Algo::TwoShotPullCe,
+            "pull_ce" => Algo::PullCe,
             "direct" => Algo::Direct,
             "pull" => Algo::Pull,
             "staged" => Algo::Staged,
@@ -107,6 +113,8 @@ impl Algo {
             Algo::TwoShotPush => "two_shot_push",
             Algo::TwoShotCe => "two_shot_ce",
             Algo::DirectCe => "direct_ce",
+            Algo::TwoShotPullCe => "two_shot_pull_ce",
+            Algo::PullCe => "pull_ce",
             Algo::Direct => "direct",
             Algo::Pull => "pull",
             Algo::Staged => "staged",
@@ -115,10 +123,12 @@ impl Algo {
     fn serves(self, kind: CollKind) -> bool {
         use CollKind as K;
         match self {
-            Algo::OneShot | Algo::TwoShot | Algo::TwoShotPush | Algo::TwoShotCe => {
-                kind == K::Allreduce
-            }
-            Algo::DirectCe => kind == K::Alltoall,
+            Algo::OneShot
+            | Algo::TwoShot
+            | Algo::TwoShotPush
+            | Algo::TwoShotCe
+            | Algo::TwoShotPullCe => kind == K::Allreduce,
+            Algo::DirectCe | Algo::PullCe => kind == K::Alltoall,
             Algo::Direct => matches!(
                 kind,
                 K::Alltoall | K::Allgather | K::Reduce | K::ReduceScatterBlock
@@ -174,7 +184,10 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 elems: b / s.elem,
             });
         }
-        (K::Allreduce, Algo::TwoShot | Algo::TwoShotPush | Algo::TwoShotCe) => {
+        (
+            K::Allreduce,
+            Algo::TwoShot | Algo::TwoShotPush | Algo::TwoShotCe | Algo::TwoShotPullCe,
+        ) => {
             // Phase 1: I reduce chunk `me` of every input into chunk `me` of my output; peers
             // read other chunks of my input (in place too: disjoint). Phase 2: I read the
             // finished chunks p of every peer's output into mine; nobody writes chunk p of a
@@ -208,7 +221,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                     })
                     .collect()
             };
-            steps.push(if algo == Algo::TwoShotCe {
+            steps.push(if matches!(algo, Algo::TwoShotCe | Algo::TwoShotPullCe) {
                 Step::CopyCe(segs)
             } else {
                 Step::Copy(segs)
@@ -228,15 +241,18 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 Step::Copy(segs)
             });
         }
-        (K::Alltoall, Algo::Pull) => {
+        (K::Alltoall, Algo::Pull | Algo::PullCe) => {
             if s.in_place {
                 return None;
             }
-            steps.push(Step::Copy(
-                (0..n)
-                    .map(|p| (r(me, Buf::Recv, p * b), r(p, Buf::Send, me * b), b))
-                    .collect(),
-            ));
+            let segs = (0..n)
+                .map(|p| (r(me, Buf::Recv, p * b), r(p, Buf::Send, me * b), b))
+                .collect();
+            steps.push(if algo == Algo::PullCe {
+                Step::CopyCe(segs)
+            } else {
+                Step::Copy(segs)
+            });
         }
         (K::Allgather, Algo::Direct) => {
             // Block me of every receive buffer is written only by me.

@@ -31,24 +31,34 @@ const THREADS: u32 = 512;
 const DATA_OFF: usize = 256;
 const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
 
-/// `struct ResCmd` of kernels/resident.cuh.
-#[repr(C)]
+/// `struct ResCmd` of kernels/resident.cuh: one 64-byte line.
+#[repr(C, align(64))]
 #[derive(Clone, Copy, Default)]
 struct ResCmd {
     seq: u64,
     kind: u32,
     op: u32,
     ty: u32,
-    nranks: u32,
-    rank: u32,
     ok: u32,
     bytes: u64,
     src: u64,
     dst: u64,
     flagv: u64,
+    desc: u64,
+}
+const _: () = assert!(std::mem::size_of::<ResCmd>() == 64);
+
+/// `struct ResDesc` of kernels/resident.cuh, at `DESC_OFF` of each rank's scratch.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ResDesc {
+    nranks: u32,
+    rank: u32,
     slot: u64,
     peers: [u64; MAXP],
 }
+const DESC_OFF: usize = 128;
+const _: () = assert!(DESC_OFF + std::mem::size_of::<ResDesc>() <= DATA_OFF);
 
 #[repr(C)]
 struct ResDone {
@@ -234,8 +244,9 @@ pub struct ResCall {
     pub src: usize,
     pub dst: usize,
     pub red: Option<(KOp, KType)>,
-    /// This rank's buffers are contiguous device memory of the right lengths.
-    pub fit: bool,
+    /// The GPU of this rank's buffers when they are all contiguous device memory of that GPU
+    /// with the right lengths (else this rank does not qualify).
+    pub device: Option<i32>,
     /// Communicator identity: context id and world ranks.
     pub ctx_id: u32,
     pub world: Vec<usize>,
@@ -259,17 +270,6 @@ fn ktype_index(t: KType) -> u32 {
         KType::F16 => 4,
         KType::Bf16 => 5,
     }
-}
-
-/// This rank's device for the call, if its buffers qualify.
-fn local_device(c: &ResCall) -> Option<i32> {
-    if !c.fit {
-        return None;
-    }
-    let a = super::classify(c.src as *const u8);
-    let b = super::classify(c.dst as *const u8);
-    let dev = super::cache::MemKind::Device;
-    (a.kind == dev && b.kind == dev && a.device == b.device).then_some(a.device)
 }
 
 /// The scratch of (communicator, device), allocated and exported at first use.
@@ -315,7 +315,7 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
 /// every peer. `Ok(false)`: not every rank can (this call stages; the next one asks again).
 fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let mut rec = [0u8; REC];
-    let mine = local_device(c).and_then(|o| {
+    let mine = c.device.and_then(|o| {
         let uuid = super::coll::device_uuid(o)?;
         let i = comm_state(c, o).ok()?;
         Some((uuid, i))
@@ -352,6 +352,31 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
             }
         };
     }
+    if map_err.is_none() {
+        let desc = ResDesc {
+            nranks: c.nranks as u32,
+            rank: c.rank as u32,
+            slot: SLOT as u64,
+            peers: st.peers,
+        };
+        let g = super::gpu().ok_or_else(|| err("CUDA is not available"))?;
+        let d = g.device(st.ordinal).map_err(err)?;
+        // SAFETY: the descriptor area lies inside this rank's scratch allocation.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                &desc as *const ResDesc as *const u8,
+                std::mem::size_of::<ResDesc>(),
+            )
+        };
+        let target = st.scratch + DESC_OFF;
+        if let Err(e) = cuda::with_context(d.ctx, || {
+            // SAFETY: target..+len is inside the scratch of this device.
+            unsafe { cuda::memcpy_htod_async(target, bytes, d.stream)? };
+            cuda::stream_synchronize(d.stream)
+        }) {
+            map_err = Some(e.to_string());
+        }
+    }
     drop(comms);
     if !host.all(map_err.is_none())? {
         tracing::info!(
@@ -387,7 +412,7 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let i = idx.expect("set up");
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
     let st = &mut comms[i];
-    let ok = local_device(c) == Some(st.ordinal);
+    let ok = c.device == Some(st.ordinal);
     st.flagv += 1;
     let (op, ty) = c.red.map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
     let cmd = ResCmd {
@@ -399,15 +424,12 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         },
         op,
         ty,
-        nranks: c.nranks as u32,
-        rank: c.rank as u32,
         ok: ok as u32,
         bytes: c.bytes as u64,
         src: c.src as u64,
         dst: c.dst as u64,
         flagv: st.flagv,
-        slot: SLOT as u64,
-        peers: st.peers,
+        desc: (st.scratch + DESC_OFF) as u64,
     };
     let ordinal = st.ordinal;
     drop(comms);

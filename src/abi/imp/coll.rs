@@ -559,16 +559,27 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
         && send.is_none_or(|x| x.1 == slen)
         && recv.is_none_or(|x| x.1 == rlen)
         && (send.is_some() || recv.is_some());
+    // This rank's device when every buffer it passes is device memory of one GPU (classified
+    // once: each classification may ask the driver).
+    let device = {
+        let kinds: SmallVec<[crate::gpu::cache::PtrInfo; 2]> = [send, recv]
+            .iter()
+            .flatten()
+            .map(|x| crate::gpu::classify(x.0 as *const u8))
+            .collect();
+        let dev = crate::gpu::cache::MemKind::Device;
+        match kinds.first() {
+            Some(k0) if fit && kinds.iter().all(|k| k.kind == dev && k.device == k0.device) => {
+                Some(k0.device)
+            }
+            _ => None,
+        }
+    };
     // A call the flag slots would serve (small, MPI_COMM_WORLD): agree in one flag round whether
     // every rank has device buffers; if not, every rank takes the flag path (staging its own
     // device buffers), as every rank would without a GPU.
     if let Some(slots) = flag_eligible(spec) {
-        let mine = [send, recv]
-            .iter()
-            .flatten()
-            .all(|x| crate::gpu::is_device(x.0 as *const u8))
-            && fit;
-        if !flag_all(&slots, mine)? {
+        if !flag_all(&slots, device.is_some())? {
             return Ok(false);
         }
     }
@@ -591,7 +602,7 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             src,
             dst,
             red,
-            fit: fit && recv.is_some(),
+            device: device.filter(|_| recv.is_some()),
             ctx_id: spec.comm.ctx,
             world: spec.comm.peers.to_vec(),
         };

@@ -88,7 +88,9 @@ fn buffers(s: &Shape) -> (usize, usize) {
     }
 }
 
-const CASES: [(CollKind, Algo); 11] = [
+const CASES: [(CollKind, Algo); 13] = [
+    (CollKind::Allreduce, Algo::TwoShotPullCe),
+    (CollKind::Alltoall, Algo::PullCe),
     (CollKind::Allreduce, Algo::OneShot),
     (CollKind::Allreduce, Algo::TwoShot),
     (CollKind::Allreduce, Algo::TwoShotPush),
