@@ -82,10 +82,41 @@ template <typename T, typename Op>
 __device__ void res_reduce(T *dst, const char *base, unsigned long long slot, int n,
                            unsigned long long elems) {
     for (unsigned long long i = threadIdx.x; i < elems; i += blockDim.x) {
-        T a = __ldcg(reinterpret_cast<const T *>(base) + i);
-        for (int q = 1; q < n; q++) a = Op::apply(a, __ldcg(reinterpret_cast<const T *>(base + q * slot) + i));
+        // All operands' loads issued before the first combine (L2 latency once, not n times).
+        T v[GPUMPI_MAXP];
+#pragma unroll
+        for (int q = 0; q < GPUMPI_MAXP; q++)
+            if (q < n) v[q] = __ldcg(reinterpret_cast<const T *>(base + q * slot) + i);
+        T a = v[0];
+#pragma unroll
+        for (int q = 1; q < GPUMPI_MAXP; q++)
+            if (q < n) a = Op::apply(a, v[q]);
         dst[i] = a;
     }
+}
+
+// Copy `n` blocks of `b` bytes at once, block q from src(q) to dst(q): every thread takes
+// (block, 16-byte word) pairs, so small blocks to or from several ranks go in parallel.
+// Falls back to byte copies when anything is not 16-byte aligned. Returns whether this thread
+// stored anything.
+template <typename Src, typename Dst>
+__device__ __forceinline__ bool res_copy_n(int n, unsigned long long b, Src src, Dst dst) {
+    bool wrote = false;
+    bool aligned = (b & 15) == 0;
+    for (int q = 0; q < n; q++)
+        aligned = aligned && ((((unsigned long long)src(q)) | ((unsigned long long)dst(q))) & 15) == 0;
+    if (aligned) {
+        const unsigned long long nv = b / 16, total = nv * (unsigned long long)n;
+        for (unsigned long long i = threadIdx.x; i < total; i += blockDim.x) {
+            const int q = (int)(i / nv);
+            const unsigned long long j = i % nv;
+            reinterpret_cast<uint4 *>(dst(q))[j] = __ldcg(reinterpret_cast<const uint4 *>(src(q)) + j);
+            wrote = true;
+        }
+    } else {
+        for (int q = 0; q < n; q++) wrote |= res_copy(dst(q), src(q), b);
+    }
+    return wrote;
 }
 
 // op: 0 sum, 1 prod, 2 min, 3 max; type: 0 i32, 1 i64, 2 f32, 3 f64, 4 f16, 5 bf16
@@ -148,10 +179,14 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
         // 1. My data into every rank's slot (par, me), if my buffers qualify.
         bool wrote = false;
-        for (int p = 0; p < n && c.ok; p++) {
-            const char *src = reinterpret_cast<const char *>(c.src) + (c.kind == RES_ALLTOALL ? p * b : 0);
-            char *dst = reinterpret_cast<char *>(dsc.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
-            wrote |= res_copy(dst, src, b);
+        if (c.ok) {
+            const bool a2a = c.kind == RES_ALLTOALL;
+            wrote = res_copy_n(
+                n, b,
+                [&](int p) { return reinterpret_cast<const char *>(c.src) + (a2a ? p * b : 0); },
+                [&](int p) {
+                    return reinterpret_cast<char *>(dsc.peers[p]) + RES_DATA_OFF + (par * GPUMPI_MAXP + me) * slot;
+                });
         }
         if (wrote) __threadfence_system();
         __syncthreads();
@@ -196,7 +231,9 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
             default: res_reduce_op<__nv_bfloat16>(c.op, reinterpret_cast<__nv_bfloat16 *>(c.dst), base, slot, n, b / 2); break;
             }
         } else {
-            for (int q = 0; q < n; q++) res_copy(reinterpret_cast<char *>(c.dst) + q * b, base + q * slot, b);
+            res_copy_n(
+                n, b, [&](int q) { return base + q * slot; },
+                [&](int q) { return reinterpret_cast<char *>(c.dst) + q * b; });
         }
         // Results are visible device-wide (L2) before the host hears of them.
         __threadfence();
