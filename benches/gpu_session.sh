@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session for the issue notes: the GPU test suite, gpumpi beside NCCL (blocking
 # and back-to-back), first-call times, device memory per process, alltoall at 16 B per peer and
-# the P2P-off comparison. SKIP_TESTS=1 skips the test suite.
+# the P2P-off comparison, and Gloo beside both. SKIP_TESTS=1 skips the test suite.
 #   OUT=dir benches/gpu_session.sh PREFIX [NP]
 # PREFIX: a gpumpi install; NP: ranks (one GPU each). NVLink multicast stays off.
 set -u
@@ -52,5 +52,10 @@ done
 echo "== P2P off: gpumpi GPUMPI_CUDA_IPC=0 (staged) beside NCCL_P2P_DISABLE=1, allreduce, blocking"
 timeout 300 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o allreduce -b 8 -e 512M -f 8 -w 2 -n 5 -z 1
 timeout 300 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o allreduce -b 8 -e 512M -f 8 -w 2 -n 5 -z 1
-tar czf "$OUT/results.tgz" -C /tmp cmp1 cmp0 cmp1.log cmp0.log 2>/dev/null
+echo "== Gloo (torch.distributed, CUDA tensors; point-to-point staged through host tensors) beside gpumpi and NCCL, blocking"
+timeout 600 python3 "$B/compare.py" --backends gpumpi,nccl,gloo --gpumpi-prefix "$P" \
+    --ops allreduce,alltoall,sendrecv -n "$NP" -d cuda -b 8 -e 128M -f 16 -w 2 --iters 5 -z 1 \
+    --timeout 300 -o /tmp/cmpg > /tmp/cmpg.log 2>&1
+echo "compare rc=$?"; cat /tmp/cmpg/tables.txt 2>/dev/null || tail -30 /tmp/cmpg.log
+tar czf "$OUT/results.tgz" -C /tmp cmp1 cmp0 cmpg cmp1.log cmp0.log cmpg.log 2>/dev/null
 date -u
