@@ -316,7 +316,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
 
 // ---- selection (data) ----
 
-struct Row {
+pub struct Row {
     kind: CollKind,
     conds: Vec<crate::coll::select::Cond>,
     algo: Algo,
@@ -383,15 +383,41 @@ pub fn select(kind: CollKind, nranks: usize, bytes: usize) -> Algo {
     select_from(table(), kind, nranks, bytes)
 }
 
+/// The first matching row whose algorithm can serve this call (e.g. one-shot declines in
+/// place, so an in-place allreduce takes the next row), with its plan; `None`: stage. Depends
+/// on shared values only, so every rank picks the same.
+pub fn plan_from(rows_: &[Row], s: &Shape) -> Option<(Algo, Vec<Step>)> {
+    rows_
+        .iter()
+        .filter(|r| r.kind == s.kind)
+        .filter(|r| {
+            r.conds
+                .iter()
+                .all(|c| crate::coll::select::holds(c, s.nranks, s.bytes))
+        })
+        .map(|r| r.algo)
+        .find_map(|a| {
+            if a == Algo::Staged {
+                Some(None)
+            } else {
+                plan(s, a).map(|p| Some((a, p)))
+            }
+        })
+        .flatten()
+}
+
 /// Whether GPU-native collectives are attempted at all (`GPUMPI_GPU_COLL`: `auto` = on nodes
-/// with an NVIDIA driver, the same answer on every rank of the node; `1`; `0`).
+/// with an NVIDIA driver, the same answer on every rank of the node; `1`; `0`; never with
+/// `GPUMPI_CUDA_IPC=0`).
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
+        // Without CUDA IPC no GPU-native path can run: do not ask the ranks every call.
+        let ipc = crate::config::get("GPUMPI_CUDA_IPC").as_deref() != Some("0");
         match crate::config::get("GPUMPI_GPU_COLL").as_deref() {
             Some("0") => false,
-            Some("1") => true,
-            _ => std::path::Path::new("/dev/nvidiactl").exists(),
+            Some("1") => ipc,
+            _ => ipc && std::path::Path::new("/dev/nvidiactl").exists(),
         }
     })
 }
@@ -529,8 +555,7 @@ static VERIFIED: Mutex<Vec<(u64, Vec<[u8; 16]>)>> = Mutex::new(Vec::new());
 /// # Safety
 /// The buffers in `c` are the caller's live device buffers for the whole call.
 pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
-    let algo = select(c.shape.kind, c.shape.nranks, c.shape.bytes);
-    let Some(steps) = plan(&c.shape, algo) else {
+    let Some((algo, steps)) = plan_from(table(), &c.shape) else {
         return Ok(false);
     };
     let me = describe(c);

@@ -239,12 +239,28 @@ fn chunks_tile_the_vector_aligned() {
 fn table_parses_and_selects_by_size_and_ranks() {
     let rows = parse_table(DEFAULT_TABLE).unwrap();
     assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 8), Algo::OneShot);
+    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 1 << 20), Algo::OneShot);
+    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 2 << 20), Algo::TwoShotPush);
     assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 512 << 20), Algo::TwoShotPush);
     assert_eq!(select_from(&rows, CollKind::Allreduce, 16, 8), Algo::Staged);
     assert_eq!(select_from(&rows, CollKind::Alltoall, 4, 16), Algo::Direct);
     assert_eq!(select_from(&rows, CollKind::Bcast, 4, 16), Algo::Pull);
     assert_eq!(select_from(&rows, CollKind::Scan, 4, 16), Algo::Staged);
     assert!(parse_table("allreduce pull").is_err(), "pull does not serve allreduce");
+    // In place, one-shot declines and the next row serves; a `staged` row stops the search.
+    let shape = |bytes, in_place| Shape {
+        kind: CollKind::Allreduce,
+        nranks: 4,
+        rank: 1,
+        root: 0,
+        bytes,
+        elem: 4,
+        in_place,
+    };
+    assert_eq!(plan_from(&rows, &shape(64 << 10, false)).unwrap().0, Algo::OneShot);
+    assert_eq!(plan_from(&rows, &shape(64 << 10, true)).unwrap().0, Algo::TwoShotPush);
+    let only_one = parse_table("allreduce one_shot\nallreduce staged\nallreduce two_shot").unwrap();
+    assert!(plan_from(&only_one, &shape(64, true)).is_none());
     assert!(parse_table("allreduce bytes<x one_shot").is_err());
     assert!(parse_table("nosuch one_shot").is_err());
 }
