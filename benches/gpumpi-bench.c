@@ -375,7 +375,15 @@ static void buffers_free(void)
 
 /* Host view of a buffer for filling: on host memory the buffer itself. */
 static void *fill_begin(void *buf, void *staging) { return O.cuda ? staging : buf; }
-static void fill_end(void *buf, void *staging, size_t n) { if (O.cuda) h2d(buf, staging, n); }
+/* cudaMemcpy from pageable memory may return before its DMA reached the device: synchronize, as
+ * a CUDA-aware MPI requires of its callers (the buffer is complete before the call). Without it a
+ * late poison DMA can overwrite data a peer already wrote into the receive buffer. */
+static void fill_end(void *buf, void *staging, size_t n)
+{
+    if (!O.cuda) return;
+    h2d(buf, staging, n);
+    if (cu.driver_api) cu.cuCtxSynchronize(); else cu.DeviceSynchronize();
+}
 static const void *check_view(void *buf, void *staging, size_t n)
 {
     if (!O.cuda) return buf;
