@@ -86,17 +86,7 @@ __device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int
                                                                    uint64_t n) {                \
         reduce_n<T, OP<T>>(dst, s, k, n);                                                       \
     }
-#define FOR_TYPES_N(OPNAME, OP)                          \
-    REDUCE_N_KERNEL(OPNAME, OP, i32, int32_t)            \
-    REDUCE_N_KERNEL(OPNAME, OP, i64, long long)          \
-    REDUCE_N_KERNEL(OPNAME, OP, f32, float)              \
-    REDUCE_N_KERNEL(OPNAME, OP, f64, double)             \
-    REDUCE_N_KERNEL(OPNAME, OP, f16, __half)             \
-    REDUCE_N_KERNEL(OPNAME, OP, bf16, __nv_bfloat16)
-FOR_TYPES_N(sum, OpSum)
-FOR_TYPES_N(prod, OpProd)
-FOR_TYPES_N(min, OpMin)
-FOR_TYPES_N(max, OpMax)
+FOR_OPS(REDUCE_N_KERNEL)
 
 extern "C" __global__ void gpumpi_copy_segs(Segs segs) {
     const Seg sg = segs.s[blockIdx.y];

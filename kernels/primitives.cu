@@ -35,17 +35,20 @@ __device__ __forceinline__ void reduce_copy(T *__restrict__ dst, const T *a, con
                                                                  uint64_t n) {                  \
         reduce_copy<T, OP<T>>(dst, a, b, n);                                                    \
     }
-#define FOR_TYPES(OPNAME, OP)                            \
-    REDUCE_KERNEL(OPNAME, OP, i32, int32_t)              \
-    REDUCE_KERNEL(OPNAME, OP, i64, long long)            \
-    REDUCE_KERNEL(OPNAME, OP, f32, float)                \
-    REDUCE_KERNEL(OPNAME, OP, f64, double)               \
-    REDUCE_KERNEL(OPNAME, OP, f16, __half)               \
-    REDUCE_KERNEL(OPNAME, OP, bf16, __nv_bfloat16)
-FOR_TYPES(sum, OpSum)
-FOR_TYPES(prod, OpProd)
-FOR_TYPES(min, OpMin)
-FOR_TYPES(max, OpMax)
+// Every (op, type) pair, for any kernel-defining macro KERNEL(OPNAME, OP, TNAME, T).
+#define FOR_TYPES(KERNEL, OPNAME, OP)                    \
+    KERNEL(OPNAME, OP, i32, int32_t)                     \
+    KERNEL(OPNAME, OP, i64, long long)                   \
+    KERNEL(OPNAME, OP, f32, float)                       \
+    KERNEL(OPNAME, OP, f64, double)                      \
+    KERNEL(OPNAME, OP, f16, __half)                      \
+    KERNEL(OPNAME, OP, bf16, __nv_bfloat16)
+#define FOR_OPS(KERNEL)                                  \
+    FOR_TYPES(KERNEL, sum, OpSum)                        \
+    FOR_TYPES(KERNEL, prod, OpProd)                      \
+    FOR_TYPES(KERNEL, min, OpMin)                        \
+    FOR_TYPES(KERNEL, max, OpMax)
+FOR_OPS(REDUCE_KERNEL)
 
 // Byte copy: 16-byte vectors when both ends are 16-byte aligned, bytes otherwise.
 extern "C" __global__ void gpumpi_copy(uint8_t *dst, const uint8_t *src, uint64_t n) {

@@ -77,9 +77,12 @@ pub(crate) fn parse_cond(tok: &str) -> Option<Cond> {
     })
 }
 
-/// Parse a table. Unknown collectives, conditions or algorithm names are errors (line numbers
-/// start at 1).
-pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
+/// One parsed line: (line number from 1, collective, conditions, algorithm name).
+pub(crate) type Line<'a> = (usize, CollKind, Vec<Cond>, &'a str);
+
+/// The rows of a table in this syntax (also used by src/gpu/tuning.txt). `what` names the
+/// table in messages.
+pub(crate) fn parse_lines<'a>(text: &'a str, what: &str) -> Result<Vec<Line<'a>>, String> {
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -88,42 +91,47 @@ pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
         }
         let toks: Vec<&str> = line.split_whitespace().collect();
         if toks.len() < 2 {
-            mpi_bail!(
-                MPI_ERR_ARG,
-                "tuning table line {}: need <collective> [conditions] <algorithm>",
+            return Err(format!(
+                "{what} line {}: need <collective> [conditions] <algorithm>",
                 i + 1
-            );
+            ));
         }
         let Some(kind) = CollKind::from_name(toks[0]) else {
-            mpi_bail!(
-                MPI_ERR_ARG,
-                "tuning table line {}: unknown collective {:?}",
+            return Err(format!(
+                "{what} line {}: unknown collective {:?}",
                 i + 1,
                 toks[0]
-            );
-        };
-        let name = toks[toks.len() - 1];
-        let Some(info) = algorithm(kind, name) else {
-            mpi_bail!(
-                MPI_ERR_ARG,
-                "tuning table line {}: {} has no algorithm {:?}",
-                i + 1,
-                kind.name(),
-                name
-            );
+            ));
         };
         let mut conds = Vec::new();
         for t in &toks[1..toks.len() - 1] {
             match parse_cond(t) {
                 Some(c) => conds.push(c),
-                None => mpi_bail!(
-                    MPI_ERR_ARG,
-                    "tuning table line {}: bad condition {:?}",
-                    i + 1,
-                    t
-                ),
+                None => return Err(format!("{what} line {}: bad condition {:?}", i + 1, t)),
             }
         }
+        rows.push((i + 1, kind, conds, toks[toks.len() - 1]));
+    }
+    Ok(rows)
+}
+
+/// Parse a table. Unknown collectives, conditions or algorithm names are errors (line numbers
+/// start at 1).
+pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
+    let lines = parse_lines(text, "tuning table").map_err(|e| {
+        crate::mpi::error::MpiError::new(crate::abi::consts::MPI_ERR_ARG, e)
+    })?;
+    let mut rows = Vec::new();
+    for (line, kind, conds, name) in lines {
+        let Some(info) = algorithm(kind, name) else {
+            mpi_bail!(
+                MPI_ERR_ARG,
+                "tuning table line {}: {} has no algorithm {:?}",
+                line,
+                kind.name(),
+                name
+            );
+        };
         rows.push(Row {
             kind,
             conds,

@@ -326,28 +326,18 @@ pub struct Row {
 pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
 
 fn parse_table(text: &str) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let toks: Vec<&str> = line.split_whitespace().collect();
-        let bad = |what: &str| format!("GPU tuning table line {}: {what}", i + 1);
-        if toks.len() < 2 {
-            return Err(bad("need <collective> [conditions] <algorithm>"));
-        }
-        let kind = CollKind::from_name(toks[0]).ok_or_else(|| bad("unknown collective"))?;
-        let algo = Algo::from_name(toks[toks.len() - 1])
-            .filter(|a| a.serves(kind))
-            .ok_or_else(|| bad("unknown algorithm for this collective"))?;
-        let conds = toks[1..toks.len() - 1]
-            .iter()
-            .map(|t| crate::coll::select::parse_cond(t).ok_or_else(|| bad("bad condition")))
-            .collect::<Result<Vec<_>, _>>()?;
-        rows.push(Row { kind, conds, algo });
-    }
-    Ok(rows)
+    crate::coll::select::parse_lines(text, "GPU tuning table")?
+        .into_iter()
+        .map(|(line, kind, conds, name)| {
+            let algo = Algo::from_name(name).filter(|a| a.serves(kind)).ok_or_else(|| {
+                format!(
+                    "GPU tuning table line {line}: {} has no GPU algorithm {name:?}",
+                    kind.name()
+                )
+            })?;
+            Ok(Row { kind, conds, algo })
+        })
+        .collect()
 }
 
 fn table() -> &'static [Row] {
@@ -746,6 +736,9 @@ unsafe fn execute(
     Ok(())
 }
 
+/// Combines two elements given as byte slices (the simulator's reduction).
+pub type ElemOp = dyn Fn(&[u8], &[u8]) -> Vec<u8>;
+
 /// Run every rank's plan on host memory (tests): `send[p]`/`recv[p]` are rank p's buffers,
 /// `op` combines two elements given as byte slices. Within each phase (between barriers) it
 /// first checks that no access races with a write of another step (the GPUs run a phase's
@@ -756,7 +749,7 @@ pub fn simulate(
     algo: Algo,
     send: &mut [Vec<u8>],
     recv: &mut [Vec<u8>],
-    op: &dyn Fn(&[u8], &[u8]) -> Vec<u8>,
+    op: &ElemOp,
 ) -> Option<()> {
     let n = shape.nranks;
     let plans: Vec<Vec<Step>> = (0..n)

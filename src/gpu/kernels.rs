@@ -197,6 +197,7 @@ impl Kernels {
     /// # Safety
     /// Every pointer is device-accessible from the current context for `n` elements of `t`;
     /// 1 <= srcs.len() <= MAXP; the context owning `s` is current.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_n_async(
         &self,
         op: KOp,

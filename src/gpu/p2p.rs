@@ -97,15 +97,8 @@ unsafe fn copy_from_peer(
 /// # Safety
 /// `dst..dst+data.len()` is writable device memory of this process.
 pub unsafe fn htod(dst: usize, data: &[u8]) -> Result<(), String> {
-    if data.is_empty() {
-        return Ok(());
-    }
-    let d = ctx_of(dst)?;
-    cuda::with_context(d.ctx, || {
-        cuda::memcpy_htod_async(dst, data, d.stream)?;
-        cuda::stream_synchronize(d.stream)
-    })
-    .map_err(|e| e.to_string())
+    let info = super::classify(dst as *const u8);
+    super::stage::copy_to_device(&info, dst, data).map_err(|e| e.to_string())
 }
 
 /// The `len` bytes at device address `src`, copied to host memory (a send whose receiver could
@@ -115,14 +108,7 @@ pub unsafe fn htod(dst: usize, data: &[u8]) -> Result<(), String> {
 /// `src..src+len` is readable device memory of this process.
 pub unsafe fn dtoh(src: usize, len: usize) -> Result<Vec<u8>, String> {
     let mut v = vec![0u8; len];
-    if len == 0 {
-        return Ok(v);
-    }
-    let d = ctx_of(src)?;
-    cuda::with_context(d.ctx, || {
-        cuda::memcpy_dtoh_async(&mut v, src, d.stream)?;
-        cuda::stream_synchronize(d.stream)
-    })
-    .map_err(|e| e.to_string())?;
+    let info = super::classify(src as *const u8);
+    super::stage::copy_to_host(&info, src, &mut v).map_err(|e| e.to_string())?;
     Ok(v)
 }

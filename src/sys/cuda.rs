@@ -411,22 +411,7 @@ pub unsafe fn launch(
     params: &mut [*mut c_void],
     s: Stream,
 ) -> CuResult<()> {
-    check(
-        "cuLaunchKernel",
-        cu::cuLaunchKernel(
-            f.0,
-            grid,
-            1,
-            1,
-            block,
-            1,
-            1,
-            0,
-            s.0,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        ),
-    )
+    launch_2d(f, (grid, 1), block, params, s)
 }
 
 /// Launch `f` on `s` with a 2-D grid (`grid.1` rows, e.g. one per segment or peer).
