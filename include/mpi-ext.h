@@ -9,6 +9,11 @@ extern "C" {
 /* gpumpi extension: CUDA-aware support (mpi-ext.h) */
 #define MPIX_CUDA_AWARE_SUPPORT        1
 
+/* gpumpi extension: half-precision datatypes (mpi-ext.h) */
+#define MPIX_C_FLOAT16                 ((MPI_Datatype)0x2f0) /* IEEE 754 binary16 (C _Float16, CUDA __half) */
+#define MPIX_BFLOAT16                  ((MPI_Datatype)0x2f1) /* bfloat16 (CUDA __nv_bfloat16) */
+#define MPIX_C_BF16                    ((MPI_Datatype)0x2f1) /* the name PyTorch's MPI backend also looks for */
+
 /* Extension functions */
 int MPIX_Query_cuda_support(void);
 

@@ -425,6 +425,7 @@ c_tests!(
     coll_data,
     coll_reduce,
     dtype_basic,
+    type_half,
     dtype_pack,
     comm_basic,
     comm_attr,

@@ -55,9 +55,12 @@ pub fn rust_consts(abi: &Abi) -> String {
         writeln!(o, "// {}", s.title).unwrap();
         for c in &s.constants {
             let ty = const_rust_type(abi, &c.ctype);
+            let handle = abi.handles.iter().any(|h| h.name == c.ctype);
             let value = match (ty.starts_with('*'), c.value) {
                 (true, 0) => "::std::ptr::null_mut()".to_string(),
                 (true, v) => format!("::std::ptr::without_provenance_mut({v})"),
+                // A predefined handle of an extension (mpi-ext.h), like the handles above.
+                (false, v) if handle => format!("{v:#x} as {ty}"),
                 (false, _) => c.text.clone(),
             };
             if let Some(n) = &c.note {

@@ -110,6 +110,9 @@ const PREDEFINED: &[(usize, Elem)] = {
         (0x2da, B(FReal8)),
         (0x2db, B(FComplex8)),
         (0x2e3, B(FComplex16)),
+        // gpumpi extensions (mpi-ext.h)
+        (0x2f0, B(Float16)),
+        (0x2f1, B(Bfloat16)),
     ]
 };
 

@@ -93,6 +93,8 @@ pub fn kernel_for(op: BuiltinOp, e: Elem) -> Option<(KOp, KType)> {
     let t = match b {
         Basic::Float => KType::F32,
         Basic::Double => KType::F64,
+        Basic::Float16 => KType::F16,
+        Basic::Bfloat16 => KType::Bf16,
         Basic::Int32 => KType::I32,
         Basic::Int64 => KType::I64,
         Basic::Int if b.size() == 4 => KType::I32,
@@ -504,6 +506,14 @@ mod tests {
         assert_eq!(
             kernel_for(BuiltinOp::Max, Elem::Basic(Basic::Int64)),
             Some((KOp::Max, KType::I64))
+        );
+        assert_eq!(
+            kernel_for(BuiltinOp::Min, Elem::Basic(Basic::Float16)),
+            Some((KOp::Min, KType::F16))
+        );
+        assert_eq!(
+            kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Bfloat16)),
+            Some((KOp::Sum, KType::Bf16))
         );
         assert_eq!(kernel_for(BuiltinOp::Band, Elem::Basic(Basic::Int32)), None);
         assert_eq!(kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Char)), None);

@@ -111,6 +111,9 @@ basics! {
     Uint32 = "MPI_UINT32_T", 4, 4, Integer;
     Uint64 = "MPI_UINT64_T", 8, 8, Integer;
     Float = "MPI_FLOAT", 4, 4, Floating;
+    // gpumpi extensions (mpi-ext.h): IEEE binary16 and bfloat16, reduced through f32.
+    Float16 = "MPIX_C_FLOAT16", 2, 2, Floating;
+    Bfloat16 = "MPIX_BFLOAT16", 2, 2, Floating;
     Double = "MPI_DOUBLE", 8, 8, Floating;
     LongDouble = "MPI_LONG_DOUBLE", 16, 16, Floating;
     CBool = "MPI_C_BOOL", 1, 1, Logical;

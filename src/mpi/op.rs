@@ -387,11 +387,43 @@ fn reduce_basic(op: BuiltinOp, b: Basic, a: &[u8], io: &mut [u8]) -> MpiResult<(
         Double | FDoublePrecision | FReal8 => float_kernel!(f64, op, a, io),
         FloatComplex | FComplex | FComplex8 => complex_kernel!(f32, op, a, io),
         DoubleComplex | FDoubleComplex | FComplex16 => complex_kernel!(f64, op, a, io),
+        Float16 => half_kernel(op, a, io, half::f16_to_f32, half::f32_to_f16),
+        Bfloat16 => half_kernel(op, a, io, half::bf16_to_f32, half::f32_to_bf16),
         LongDouble => return f80::reduce_real(op, a, io),
         LongDoubleComplex => return f80::reduce_complex(op, a, io),
         Char | WChar | FCharacter | Packed => unreachable!("rejected by check"),
     }
     Ok(())
+}
+
+/// SUM/PROD/MIN/MAX on 16-bit floats: each pair computed in f32 and rounded back to nearest
+/// even (as the GPU kernels do); MIN/MAX keep the inout value unless the input compares
+/// smaller/larger (so a NaN never replaces it), like the other floating types.
+fn half_kernel(op: BuiltinOp, a: &[u8], io: &mut [u8], to: fn(u16) -> f32, from: fn(f32) -> u16) {
+    for (x, y) in a.chunks_exact(2).zip(io.chunks_exact_mut(2)) {
+        let (xb, yb) = (u16::ld(x), u16::ld(y));
+        let (xf, yf) = (to(xb), to(yb));
+        let r = match op {
+            BuiltinOp::Sum => from(xf + yf),
+            BuiltinOp::Prod => from(xf * yf),
+            BuiltinOp::Min => {
+                if xf < yf {
+                    xb
+                } else {
+                    yb
+                }
+            }
+            BuiltinOp::Max => {
+                if xf > yf {
+                    xb
+                } else {
+                    yb
+                }
+            }
+            _ => unreachable!("rejected by check"),
+        };
+        y.copy_from_slice(&r.to_ne_bytes());
+    }
 }
 
 /// Compare two packed values of basic type `b` (integer or floating).
@@ -439,6 +471,7 @@ fn reduce_loc(min: bool, v: Basic, i: Basic, a: &[u8], io: &mut [u8]) -> MpiResu
 }
 
 mod f80;
+pub mod half;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@
 #include <mpi-ext.h>
 #include "cudart.h"
 #include <stdint.h>
+#include <math.h>
 
 enum { HOST = 0, DEV = 1, MANAGED = 2 };
 static const char *kname[] = {"host", "device", "managed"};
@@ -335,14 +336,30 @@ static void test_realloc(void) {
  * sizes that take the one-shot and the two-shot paths (odd counts included). Values are small
  * integers, so every type computes them exactly. */
 static double opv(int r, size_t i) { return (double)(1 + (int)((i * 7 + (size_t)r * 3) % 3)); }
+/* Exact encodings of small positive integers (and 0) in binary16 / bfloat16 (mpi-ext.h types). */
+static uint16_t enc_half(double v, int bf)
+{
+    int k = (int)v, e = 0;
+    if (k == 0) return 0;
+    while ((k >> (e + 1)) != 0) e++;
+    return bf ? (uint16_t)(((e + 127) << 7) | ((k << (7 - e)) & 0x7f))
+              : (uint16_t)(((e + 15) << 10) | ((k << (10 - e)) & 0x3ff));
+}
+static double dec_half(uint16_t b, int bf)
+{
+    int mbits = bf ? 7 : 10, bias = bf ? 127 : 15;
+    int exp = b >> mbits, man = b & ((1 << mbits) - 1);
+    if (exp == 0 && man == 0) return 0;
+    return ldexp((double)((1 << mbits) + man), exp - bias - mbits);
+}
 static void test_ops(void) {
-    MPI_Datatype ts[] = {MPI_INT, MPI_INT64_T, MPI_FLOAT, MPI_DOUBLE};
-    const char *tn[] = {"int", "int64", "float", "double"};
-    size_t tsz[] = {4, 8, 4, 8};
+    MPI_Datatype ts[] = {MPI_INT, MPI_INT64_T, MPI_FLOAT, MPI_DOUBLE, MPIX_C_FLOAT16, MPIX_BFLOAT16};
+    const char *tn[] = {"int", "int64", "float", "double", "float16", "bfloat16"};
+    size_t tsz[] = {4, 8, 4, 8, 2, 2};
     MPI_Op os[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};
     const char *on[] = {"sum", "prod", "min", "max"};
     size_t ns[] = {1, 33, 65537, 1000003};
-    for (int t = 0; t < 4; t++) for (int o = 0; o < 4; o++) for (int c = 0; c < 4; c++) {
+    for (int t = 0; t < 6; t++) for (int o = 0; o < 4; o++) for (int c = 0; c < 4; c++) {
         size_t n = ns[c], b = n * tsz[t];
         char *h = malloc(b * size), *g = malloc(b * size);
         double *want = malloc(n * sizeof(double) * size);
@@ -357,7 +374,8 @@ static void test_ops(void) {
             if (t == 0) ((int *)h)[i] = (int)mine;
             else if (t == 1) ((int64_t *)h)[i] = (int64_t)mine;
             else if (t == 2) ((float *)h)[i] = (float)mine;
-            else ((double *)h)[i] = mine;
+            else if (t == 3) ((double *)h)[i] = mine;
+            else ((uint16_t *)h)[i] = enc_half(mine, t == 5);
         }
         void *s = alloc_k(DEV, b * size), *r = alloc_k(DEV, b * size);
         put(s, h, b * size);
@@ -370,7 +388,8 @@ static void test_ops(void) {
             if (which == 1 && rank != size - 1) continue;
             get(g, r, cnt * tsz[t]);
             for (size_t i = 0; i < cnt; i++) {
-                double v = t == 0 ? ((int *)g)[i] : t == 1 ? (double)((int64_t *)g)[i] : t == 2 ? ((float *)g)[i] : ((double *)g)[i];
+                double v = t == 0 ? ((int *)g)[i] : t == 1 ? (double)((int64_t *)g)[i] : t == 2 ? ((float *)g)[i]
+                         : t == 3 ? ((double *)g)[i] : dec_half(((uint16_t *)g)[i], t == 5);
                 if (v != want[off + i]) {
                     if (errors < 20)
                         fprintf(stderr, "rank %d: %s %s %s count %zu: [%zu] = %g, want %g\n", rank,
@@ -383,7 +402,7 @@ static void test_ops(void) {
         }
         free_k(DEV, s); free_k(DEV, r); free(h); free(g); free(want);
     }
-    if (rank == 0) printf("ops: 4 types x 4 ops x 4 counts x 3 collectives done\n");
+    if (rank == 0) printf("ops: 6 types (incl. MPIX_C_FLOAT16, MPIX_BFLOAT16) x 4 ops x 4 counts x 3 collectives done\n");
 }
 
 int main(int argc, char **argv) {

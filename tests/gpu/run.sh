@@ -23,7 +23,7 @@ export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
 for p in gpu_test gpu_bench; do
-    "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl
+    "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm
 done
 mpirun="$prefix/bin/mpirun"
 fail=0

@@ -539,3 +539,43 @@ fn replace_noop_and_lengths() {
     }
     assert_eq!(BuiltinOp::from_name("MPI_OP_NULL"), None);
 }
+
+#[test]
+fn half_precision_types() {
+    use super::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+    let enc16 = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&x| f32_to_f16(x).to_ne_bytes()).collect() };
+    let dec16 = |b: &[u8]| -> Vec<f32> {
+        b.chunks(2).map(|c| f16_to_f32(u16::from_ne_bytes([c[0], c[1]]))).collect()
+    };
+    let f16 = Elem::Basic(Basic::Float16);
+    let input = enc16(&[1.0, 2.5, -3.0, f32::NAN]);
+    let mut io = enc16(&[0.5, 1.0, 7.0, 4.0]);
+    reduce(BuiltinOp::Sum, f16, &input, &mut io).unwrap();
+    let got = dec16(&io);
+    assert_eq!(&got[..3], &[1.5, 3.5, 4.0]);
+    assert!(got[3].is_nan());
+    let mut io = enc16(&[0.5, 1.0, 7.0, 4.0]);
+    reduce(BuiltinOp::Min, f16, &input, &mut io).unwrap();
+    assert_eq!(dec16(&io), vec![0.5, 1.0, -3.0, 4.0], "a NaN input never replaces the value");
+    let mut io = enc16(&[0.5, 1.0, 7.0, 4.0]);
+    reduce(BuiltinOp::Max, f16, &input, &mut io).unwrap();
+    assert_eq!(dec16(&io), vec![1.0, 2.5, 7.0, 4.0]);
+    // Rounded to binary16 after each operation: 2048 + 1 is not representable.
+    let mut io = enc16(&[2048.0]);
+    reduce(BuiltinOp::Sum, f16, &enc16(&[1.0]), &mut io).unwrap();
+    assert_eq!(dec16(&io), vec![2048.0]);
+
+    let bf = Elem::Basic(Basic::Bfloat16);
+    let encb = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&x| f32_to_bf16(x).to_ne_bytes()).collect() };
+    let mut io = encb(&[3.0, -0.5]);
+    reduce(BuiltinOp::Prod, bf, &encb(&[2.0, 4.0]), &mut io).unwrap();
+    let got: Vec<f32> = io
+        .chunks(2)
+        .map(|c| bf16_to_f32(u16::from_ne_bytes([c[0], c[1]])))
+        .collect();
+    assert_eq!(got, vec![6.0, -2.0]);
+    // Bitwise and logical ops are not defined on floating types.
+    assert!(check(BuiltinOp::Band, f16).is_err());
+    assert!(check(BuiltinOp::Lor, bf).is_err());
+    assert!(check(BuiltinOp::Sum, bf).is_ok());
+}
