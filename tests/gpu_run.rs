@@ -40,10 +40,11 @@ fn gpu_tests_pass_or_skip() {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let _ = std::fs::remove_dir_all(&prefix);
     assert!(out.status.success(), "tests/gpu/run.sh failed:\n{text}");
-    let runs = text.matches("== gpu_test").count();
-    let verdicts =
-        text.matches("SKIP: no CUDA device (").count() + text.matches("PASS: gpu_test").count();
-    assert_eq!(runs, 6, "expected 6 gpu_test runs:\n{text}");
+    let runs = text.matches("== gpu_").count();
+    let verdicts = text.matches("SKIP: no CUDA device (").count()
+        + text.matches("PASS: gpu_test").count()
+        + text.matches("PASS: gpu_mt").count();
+    assert_eq!(runs, 8, "expected 6 gpu_test and 2 gpu_mt runs:\n{text}");
     assert_eq!(
         verdicts, runs,
         "every run must PASS or SKIP with a reason:\n{text}"

@@ -3,7 +3,8 @@
 #   tests/gpu/run.sh PREFIX [--bench] [--max-count N]
 # Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
 # at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (the staged path) and with
-# the kernel peer copy. Without a CUDA runtime or device each run prints
+# the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
+# at 2 and 4 ranks. Without a CUDA runtime or device each run prints
 # "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,8 +23,8 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench; do
-    "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm
+for p in gpu_test gpu_bench gpu_mt; do
+    "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 mpirun="$prefix/bin/mpirun"
 fail=0
@@ -41,6 +42,10 @@ run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: everything staged)" GPUMP
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_test" 65537
 run "gpu_test -n 4, kernel peer copies (GPUMPI_GPU_P2P_COPY=kernel)" GPUMPI_GPU_P2P_COPY=kernel \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_COPY "$out/gpu_test" 65537
+for n in 2 4; do
+    run "gpu_mt -n $n (MPI_THREAD_MULTIPLE: two threads, collectives on two communicators)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mt"
+done
 if [ "$bench" = yes ]; then
     for n in 2 4; do
         run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench"
