@@ -545,6 +545,10 @@ static VERIFIED: Mutex<Vec<(u64, Vec<[u8; 16]>)>> = Mutex::new(Vec::new());
 /// # Safety
 /// The buffers in `c` are the caller's live device buffers for the whole call.
 pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
+    // The kernels take at most MAXP operands (whatever a user table says): stage beyond.
+    if c.shape.nranks > MAXP {
+        return Ok(false);
+    }
     let Some((algo, steps)) = plan_from(table(), &c.shape) else {
         return Ok(false);
     };
