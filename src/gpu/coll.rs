@@ -424,6 +424,9 @@ pub trait Host {
     /// Identity of the communicator and its device set, for the "every rank mapped every peer"
     /// check done once per (communicator, devices).
     fn comm_id(&self) -> u64;
+    /// The world rank (process) of communicator rank `p`: the registration cache is keyed by
+    /// process, since buffer ids are only unique within one process.
+    fn world_rank(&self, p: usize) -> usize;
 }
 
 /// One rank's buffers: device address and byte length (None: not used by this rank).
@@ -580,7 +583,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
             } else if d.pid == mypid {
                 (e.base + e.offset) as usize
             } else {
-                match ipc::import(p, e, ordinal) {
+                match ipc::import(host.world_rank(p), e, ordinal) {
                     Ok(a) => a,
                     Err(x) => {
                         map_err.get_or_insert(x);

@@ -119,6 +119,8 @@ struct Entry {
     size: u64,
     mapped: usize,
     last_use: u64,
+    /// Never evicted (a library allocation a resident kernel keeps using across calls).
+    pinned: bool,
 }
 
 /// The registration cache of one device's context: (peer, buffer id) -> local mapping.
@@ -145,6 +147,18 @@ impl ImportCache {
 
     /// The local address of `e`'s allocation base as exported by `peer`, mapping it if needed.
     pub fn map(&mut self, peer: usize, e: &Export, o: &mut dyn Opener) -> Result<usize, String> {
+        self.map_as(peer, e, o, false)
+    }
+
+    /// [`ImportCache::map`]; `pinned` mappings are never evicted or closed (they do not count
+    /// against the bound).
+    pub fn map_as(
+        &mut self,
+        peer: usize,
+        e: &Export,
+        o: &mut dyn Opener,
+        pinned: bool,
+    ) -> Result<usize, String> {
         self.clock += 1;
         if let Some(x) = self
             .entries
@@ -152,6 +166,7 @@ impl ImportCache {
             .find(|x| x.peer == peer && x.buffer_id == e.buffer_id)
         {
             x.last_use = self.clock;
+            x.pinned |= pinned;
             self.hits += 1;
             return Ok(x.mapped);
         }
@@ -160,7 +175,7 @@ impl ImportCache {
         let mut i = 0;
         while i < self.entries.len() {
             let x = &self.entries[i];
-            if x.peer == peer && x.base < hi && lo < x.base + x.size {
+            if !x.pinned && x.peer == peer && x.base < hi && lo < x.base + x.size {
                 o.close(x.mapped);
                 self.closes += 1;
                 self.entries.swap_remove(i);
@@ -168,16 +183,19 @@ impl ImportCache {
                 i += 1;
             }
         }
-        if self.entries.len() >= self.cap {
-            let (j, _) = self
+        let unpinned = self.entries.iter().filter(|x| !x.pinned).count();
+        if unpinned >= self.cap {
+            if let Some((j, _)) = self
                 .entries
                 .iter()
                 .enumerate()
+                .filter(|(_, x)| !x.pinned)
                 .min_by_key(|(_, x)| x.last_use)
-                .expect("non-empty");
-            o.close(self.entries[j].mapped);
-            self.closes += 1;
-            self.entries.swap_remove(j);
+            {
+                o.close(self.entries[j].mapped);
+                self.closes += 1;
+                self.entries.swap_remove(j);
+            }
         }
         let mapped = o.open(&e.handle)?;
         self.opens += 1;
@@ -188,6 +206,7 @@ impl ImportCache {
             size: e.size,
             mapped,
             last_use: self.clock,
+            pinned,
         });
         Ok(mapped)
     }
@@ -218,8 +237,18 @@ impl Opener for Driver {
 static IMPORTS: Mutex<Vec<Option<ImportCache>>> = Mutex::new(Vec::new());
 
 /// Map `peer`'s exported buffer into device `ordinal`'s context; returns the local address of
-/// the exported pointer (base mapping + offset).
+/// the exported pointer (base mapping + offset). `peer` is a world rank (buffer ids are unique
+/// only within one process).
 pub fn import(peer: usize, e: &Export, ordinal: i32) -> Result<usize, String> {
+    import_as(peer, e, ordinal, false)
+}
+
+/// [`import`] of a mapping kept for the life of the process (a resident kernel's scratch).
+pub fn import_pinned(peer: usize, e: &Export, ordinal: i32) -> Result<usize, String> {
+    import_as(peer, e, ordinal, true)
+}
+
+fn import_as(peer: usize, e: &Export, ordinal: i32, pinned: bool) -> Result<usize, String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
     let mut all = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -230,7 +259,7 @@ pub fn import(peer: usize, e: &Export, ordinal: i32) -> Result<usize, String> {
     let cap = crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE");
     let cache = all[idx].get_or_insert_with(|| ImportCache::new(cap));
     let base = cuda::with_context(d.ctx, || {
-        Ok(cache.map(peer, e, &mut Driver))
+        Ok(cache.map_as(peer, e, &mut Driver, pinned))
     })
     .map_err(|x| x.to_string())??;
     Ok(base + e.offset as usize)
@@ -319,6 +348,19 @@ mod tests {
         assert_eq!(f.closed.len(), 1);
         assert_ne!(f.closed[0], a, "the least recently used one goes");
         assert!(f.open.contains(&a));
+    }
+
+    #[test]
+    fn pinned_mappings_are_never_evicted() {
+        let mut c = ImportCache::new(2);
+        let mut f = Fake::default();
+        let scratch = c.map_as(3, &exp(1, 0x1000, 16), &mut f, true).unwrap();
+        for id in 10..20u64 {
+            c.map(3, &exp(id, 0x10_0000 * id, 16), &mut f).unwrap();
+        }
+        assert!(f.open.contains(&scratch), "the pinned mapping stays open");
+        assert_eq!(c.len(), 3, "two unpinned (the bound) plus the pinned one");
+        assert_eq!(c.map(3, &exp(1, 0x1000, 16), &mut f).unwrap(), scratch);
     }
 
     #[test]

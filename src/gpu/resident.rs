@@ -30,6 +30,9 @@ pub const SLOT: usize = 16 << 10;
 const THREADS: u32 = 512;
 const DATA_OFF: usize = 256;
 const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
+/// Communicators (per process) that get resident scratch: at most MAX_COMMS x SCRATCH (16 MiB)
+/// of device memory, plus the peers' mappings.
+const MAX_COMMS: usize = 64;
 
 /// `struct ResCmd` of kernels/resident.cuh: one 64-byte line.
 #[repr(C, align(64))]
@@ -281,6 +284,10 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
     {
         return Ok(i);
     }
+    if comms.len() >= MAX_COMMS {
+        // This rank reports "not ok" at set-up: every rank stages this communicator's calls.
+        return Err(format!("resident scratch already set up for {MAX_COMMS} communicators"));
+    }
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
     let scratch = cuda::with_context(d.ctx, || {
@@ -343,7 +350,7 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         st.peers[p] = if p == c.rank {
             st.scratch as u64
         } else {
-            match ipc::import(c.world[p], &e, st.ordinal) {
+            match ipc::import_pinned(c.world[p], &e, st.ordinal) {
                 Ok(a) => a as u64,
                 Err(x) => {
                     map_err.get_or_insert(x);

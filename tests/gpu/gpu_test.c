@@ -405,6 +405,78 @@ static void test_ops(void) {
     if (rank == 0) printf("ops: 6 types (incl. MPIX_C_FLOAT16, MPIX_BFLOAT16) x 4 ops x 4 counts x 3 collectives done\n");
 }
 
+/* A communicator whose ranks are not the world's (reversed): the registration cache is keyed by
+ * process, not by communicator rank. Then more live peer buffers than the cache holds (200 >
+ * GPUMPI_CUDA_IPC_CACHE=128) go through the IPC path while small resident allreduces keep
+ * running on the communicator scratch, which must never be evicted. */
+static void test_split_churn(void)
+{
+    MPI_Comm rev;
+    MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &rev);
+    int r = 0;
+    MPI_Comm_rank(rev, &r);
+    for (int round = 0; round < 2; round++) {
+        size_t n = round ? 1000003 : 5; /* two-shot, then the resident path */
+        size_t b = n * sizeof(int);
+        int *h = malloc(b * size), *g = malloc(b * size);
+        void *s = alloc_k(DEV, b * size), *d = alloc_k(DEV, b * size);
+        for (size_t i = 0; i < n * size; i++) h[i] = (int)(i % 977) + r * 5;
+        put(s, h, b * size);
+        poison(DEV, d, b * size);
+        MPI_Allreduce(s, d, (int)n, MPI_INT, MPI_SUM, rev);
+        get(g, d, b);
+        for (size_t i = 0; i < n; i++)
+            if (g[i] != size * (int)(i % 977) + 5 * size * (size - 1) / 2) {
+                if (errors < 20) fprintf(stderr, "rank %d: split allreduce n=%zu [%zu] = %d\n", rank, n, i, g[i]);
+                errors++;
+                break;
+            }
+        poison(DEV, d, b * size);
+        MPI_Alltoall(s, (int)n, MPI_INT, d, (int)n, MPI_INT, rev);
+        get(g, d, b * size);
+        for (int p = 0; p < size; p++)
+            for (size_t i = 0; i < n; i++) {
+                size_t k = (size_t)r * n + i;
+                if (g[(size_t)p * n + i] != (int)(k % 977) + p * 5) {
+                    if (errors < 20) fprintf(stderr, "rank %d: split alltoall n=%zu from %d [%zu]\n", rank, n, p, i);
+                    errors++;
+                    p = size;
+                    break;
+                }
+            }
+        free_k(DEV, s); free_k(DEV, d); free(h); free(g);
+    }
+    /* 200 live device buffers of 32 KiB through the IPC path, a resident allreduce after each */
+    enum { NB = 200 };
+    size_t n = 8192, b = n * sizeof(int);
+    void *bufs[NB], *rb = alloc_k(DEV, b);
+    int *h = malloc(b), *g = malloc(b), one = 1, sum = 0;
+    void *ds = alloc_k(DEV, sizeof(int)), *dr = alloc_k(DEV, sizeof(int));
+    put(ds, &one, sizeof(int));
+    int to = (r + 1) % size, from = (r - 1 + size) % size;
+    for (int k = 0; k < NB; k++) {
+        bufs[k] = alloc_k(DEV, b);
+        for (size_t i = 0; i < n; i++) h[i] = k * 3 + r;
+        put(bufs[k], h, b);
+        MPI_Sendrecv(bufs[k], (int)n, MPI_INT, to, 21, rb, (int)n, MPI_INT, from, 21, rev, MPI_STATUS_IGNORE);
+        get(g, rb, sizeof(int) * 2);
+        if (g[0] != k * 3 + from || g[1] != k * 3 + from) {
+            if (errors < 20) fprintf(stderr, "rank %d: churn sendrecv %d got %d\n", rank, k, g[0]);
+            errors++;
+        }
+        MPI_Allreduce(ds, dr, 1, MPI_INT, MPI_SUM, rev);
+        get(&sum, dr, sizeof(int));
+        if (sum != size) {
+            if (errors < 20) fprintf(stderr, "rank %d: churn allreduce %d = %d\n", rank, k, sum);
+            errors++;
+        }
+    }
+    for (int k = 0; k < NB; k++) free_k(DEV, bufs[k]);
+    free_k(DEV, rb); free_k(DEV, ds); free_k(DEV, dr); free(h); free(g);
+    MPI_Comm_free(&rev);
+    if (rank == 0) printf("split/churn: reversed communicator and %d live peer buffers done\n", NB);
+}
+
 int main(int argc, char **argv) {
     const char *why = cudart_load();
     MPI_Init(&argc, &argv);
@@ -433,6 +505,7 @@ int main(int argc, char **argv) {
     test_mixed();
     test_realloc();
     test_ops();
+    test_split_churn();
     int total = 0;
     MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("%s: gpu_test %d ranks, %d errors\n", total ? "FAIL" : "PASS", size, total);

@@ -518,6 +518,9 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
     fn comm_id(&self) -> u64 {
         (self.0.ctx as u64) << 32 | self.0.size() as u64
     }
+    fn world_rank(&self, p: usize) -> usize {
+        self.0.peers[p]
+    }
 }
 
 /// Blocking collectives whose every rank passes device buffers run GPU-native (CUDA IPC,
