@@ -49,6 +49,15 @@ static const char *cudart_load(void) {
 #define CU(call) do { int rc_ = (call); if (rc_) { fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString_(rc_)); MPI_Abort(MPI_COMM_WORLD, 3); } } while (0)
 
 /* Pick this rank's device: local rank / GPUMPI_TEST_RANKS_PER_GPU (default 1), modulo count. */
+/* After MPI_Init (mpi.h included before this header): whether any rank lacks CUDA (`why` is
+ * this rank's cudart_load() result); rank 0 then prints the SKIP line the scripts look for. */
+static int cudart_skip_all(const char *why, int rank) {
+    int skip = why != NULL, any_skip = 0;
+    MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_skip && rank == 0) printf("SKIP: no CUDA device (%s)\n", why ? why : "on another rank");
+    return any_skip;
+}
+
 static int cudart_pick_device(void) {
     int n = 0;
     cudaGetDeviceCount_(&n);

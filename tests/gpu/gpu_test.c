@@ -482,10 +482,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int skip = why != NULL, any_skip = 0;
-    MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any_skip) {
-        if (rank == 0) printf("SKIP: no CUDA device (%s)\n", why ? why : "on another rank");
+    if (cudart_skip_all(why, rank)) {
         MPI_Finalize();
         return 0;
     }
