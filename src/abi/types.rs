@@ -281,7 +281,8 @@ pub fn device_recv(buf: *mut c_void, count: usize, d: &DtypeObj) -> Option<(*mut
     }
     let addr = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
     let info = crate::gpu::classify(addr);
-    (info.kind == crate::gpu::cache::MemKind::Device && addr as usize + len <= info.start + info.len)
+    (info.kind == crate::gpu::cache::MemKind::Device
+        && addr as usize + len <= info.start + info.len)
         .then_some((addr, len))
 }
 

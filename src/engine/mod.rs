@@ -357,8 +357,15 @@ impl Engine {
                 self.size
             );
         }
-        debug_assert!(a.ipc.is_none() || a.dst_world != self.st.me, "no IPC to self");
-        let ipc = if a.dst_world == self.st.me { None } else { a.ipc };
+        debug_assert!(
+            a.ipc.is_none() || a.dst_world != self.st.me,
+            "no IPC to self"
+        );
+        let ipc = if a.dst_world == self.st.me {
+            None
+        } else {
+            a.ipc
+        };
         let eager = a.len <= self.eager_limit && ipc.is_none();
         let hdr = Header {
             kind: if eager { kind::EAGER } else { kind::RTS },
@@ -768,7 +775,9 @@ impl Engine {
             } else if let Some(ipc) = &r.ipc {
                 // SAFETY: buf holds at least want bytes owned by this receive; the sender keeps
                 // its device buffer until our FIN.
-                match unsafe { crate::gpu::p2p::read_ipc(r.src_world, ipc, buf as usize, dev, r.want) } {
+                match unsafe {
+                    crate::gpu::p2p::read_ipc(r.src_world, ipc, buf as usize, dev, r.want)
+                } {
                     Ok(()) => true,
                     Err(e) => {
                         tracing::debug!(
@@ -789,7 +798,10 @@ impl Engine {
             } else if dev {
                 let mut tmp = vec![0u8; r.want];
                 // SAFETY: as below, into a host temporary, then copied to the device.
-                unsafe { self.tp.read_remote(r.src_world, r.addr, &mut tmp) && State::put(buf, dev, 0, &tmp) }
+                unsafe {
+                    self.tp.read_remote(r.src_world, r.addr, &mut tmp)
+                        && State::put(buf, dev, 0, &tmp)
+                }
             } else {
                 // SAFETY: buf holds at least want bytes (want <= cap) and is owned by this
                 // receive; the remote range is the sender's buffer, kept until our FIN.

@@ -53,7 +53,11 @@ fn r(rank: usize, buf: Buf, off: usize) -> Ref {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `elems` elements (dst is this rank's).
-    Reduce { dst: Ref, srcs: Vec<Ref>, elems: usize },
+    Reduce {
+        dst: Ref,
+        srcs: Vec<Ref>,
+        elems: usize,
+    },
     /// Byte copies (dst, src, len), any rank's buffers on either end, by a kernel.
     Copy(Vec<(Ref, Ref, usize)>),
     /// The same, by the copy engines (one `cuMemcpyAsync` per copy, on several streams).
@@ -329,12 +333,14 @@ fn parse_table(text: &str) -> Result<Vec<Row>, String> {
     crate::coll::select::parse_lines(text, "GPU tuning table")?
         .into_iter()
         .map(|(line, kind, conds, name)| {
-            let algo = Algo::from_name(name).filter(|a| a.serves(kind)).ok_or_else(|| {
-                format!(
-                    "GPU tuning table line {line}: {} has no GPU algorithm {name:?}",
-                    kind.name()
-                )
-            })?;
+            let algo = Algo::from_name(name)
+                .filter(|a| a.serves(kind))
+                .ok_or_else(|| {
+                    format!(
+                        "GPU tuning table line {line}: {} has no GPU algorithm {name:?}",
+                        kind.name()
+                    )
+                })?;
             Ok(Row { kind, conds, algo })
         })
         .collect()
@@ -764,10 +770,17 @@ pub fn simulate(
         .collect::<Option<_>>()?;
     let phases: Vec<Vec<Vec<Step>>> = plans
         .iter()
-        .map(|p| p.split(|s| *s == Step::Barrier).map(|x| x.to_vec()).collect())
+        .map(|p| {
+            p.split(|s| *s == Step::Barrier)
+                .map(|x| x.to_vec())
+                .collect()
+        })
         .collect();
     let nphases = phases[0].len();
-    assert!(phases.iter().all(|p| p.len() == nphases), "same barriers on every rank");
+    assert!(
+        phases.iter().all(|p| p.len() == nphases),
+        "same barriers on every rank"
+    );
     for ph in 0..nphases {
         // (executing rank, step index, target, len, write)
         let mut acc: Vec<(usize, usize, Ref, usize, bool)> = Vec::new();
@@ -815,7 +828,11 @@ pub fn simulate(
         for (rank, p) in phases.iter().enumerate() {
             for st in &p[ph] {
                 let read = |send: &[Vec<u8>], recv: &[Vec<u8>], x: &Ref, len: usize| {
-                    let b = if x.buf == Buf::Send { &send[x.rank] } else { &recv[x.rank] };
+                    let b = if x.buf == Buf::Send {
+                        &send[x.rank]
+                    } else {
+                        &recv[x.rank]
+                    };
                     b[x.off..x.off + len].to_vec()
                 };
                 match st {
@@ -849,7 +866,11 @@ pub fn simulate(
 }
 
 fn write(send: &mut [Vec<u8>], recv: &mut [Vec<u8>], d: &Ref, v: &[u8]) {
-    let buf = if d.buf == Buf::Send { &mut send[d.rank] } else { &mut recv[d.rank] };
+    let buf = if d.buf == Buf::Send {
+        &mut send[d.rank]
+    } else {
+        &mut recv[d.rank]
+    };
     buf[d.off..d.off + v.len()].copy_from_slice(v);
 }
 

@@ -258,10 +258,8 @@ fn import_as(peer: usize, e: &Export, ordinal: i32, pinned: bool) -> Result<usiz
     }
     let cap = crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE");
     let cache = all[idx].get_or_insert_with(|| ImportCache::new(cap));
-    let base = cuda::with_context(d.ctx, || {
-        Ok(cache.map_as(peer, e, &mut Driver, pinned))
-    })
-    .map_err(|x| x.to_string())??;
+    let base = cuda::with_context(d.ctx, || Ok(cache.map_as(peer, e, &mut Driver, pinned)))
+        .map_err(|x| x.to_string())??;
     Ok(base + e.offset as usize)
 }
 
@@ -333,7 +331,10 @@ mod tests {
         assert_eq!(f.closed, vec![old], "the stale mapping is closed");
         assert_eq!(c.len(), 1);
         // Asking for the new buffer again hits.
-        assert_eq!(c.map(1, &exp(9, 0x1008_0000, 1 << 20), &mut f).unwrap(), new);
+        assert_eq!(
+            c.map(1, &exp(9, 0x1008_0000, 1 << 20), &mut f).unwrap(),
+            new
+        );
     }
 
     #[test]

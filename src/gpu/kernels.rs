@@ -171,8 +171,7 @@ impl Kernels {
             }
         }
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
-        let copy_segs =
-            cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
+        let copy_segs = cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
         Ok(Kernels {
             reduce,
@@ -236,7 +235,12 @@ impl Kernels {
     /// # Safety
     /// Every segment's ranges are device-accessible from the current context; the context
     /// owning `s` is current.
-    pub unsafe fn copy_segs_async(&self, segs: &[Seg], max_grid: u32, s: Stream) -> cuda::CuResult<()> {
+    pub unsafe fn copy_segs_async(
+        &self,
+        segs: &[Seg],
+        max_grid: u32,
+        s: Stream,
+    ) -> cuda::CuResult<()> {
         for group in segs.chunks(MAXP) {
             let mut a = [Seg::default(); MAXP];
             let mut used = 0;
@@ -261,7 +265,9 @@ impl Kernels {
 /// Blocks of 512 threads for `vecs` 16-byte vectors, at most `max_grid` blocks.
 fn grid_for_vecs(vecs: usize, max_grid: u32) -> (u32, u32) {
     let block = 512u32;
-    let grid = vecs.div_ceil(block as usize).clamp(1, max_grid.max(1) as usize) as u32;
+    let grid = vecs
+        .div_ceil(block as usize)
+        .clamp(1, max_grid.max(1) as usize) as u32;
     (grid, block)
 }
 

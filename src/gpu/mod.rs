@@ -20,10 +20,10 @@
 pub mod cache;
 pub mod coll;
 pub mod ipc;
-pub mod p2p;
-pub mod resident;
 pub mod kernels;
+pub mod p2p;
 pub mod pool;
+pub mod resident;
 pub mod stage;
 
 use crate::sys::cuda;

@@ -85,7 +85,11 @@ unsafe fn copy_from_peer(
         if dev {
             cuda::memcpy_dtod_async(dst, src, len, d.stream)?;
         } else {
-            cuda::memcpy_dtoh_async(std::slice::from_raw_parts_mut(dst as *mut u8, len), src, d.stream)?;
+            cuda::memcpy_dtoh_async(
+                std::slice::from_raw_parts_mut(dst as *mut u8, len),
+                src,
+                d.stream,
+            )?;
         }
         cuda::stream_synchronize(d.stream)
     })

@@ -113,7 +113,14 @@ impl Res {
         // SAFETY: fresh mapped allocations of the right sizes.
         unsafe {
             std::ptr::write_volatile(cmd as *mut ResCmd, ResCmd::default());
-            std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0, status: 0 });
+            std::ptr::write_volatile(
+                done as *mut ResDone,
+                ResDone {
+                    seq: 0,
+                    exited: 0,
+                    status: 0,
+                },
+            );
         }
         let idle_us = crate::config::get_usize("GPUMPI_GPU_RESIDENT_IDLE_US").max(1) as u64;
         Ok(Res {
@@ -133,8 +140,13 @@ impl Res {
 
     fn launch(&mut self) -> Result<(), String> {
         self.epoch += 1;
-        let (mut c, mut d, mut e, mut idle, mut last) =
-            (self.cmd_dev, self.done_dev, self.epoch, self.idle_ns, self.seq - 1);
+        let (mut c, mut d, mut e, mut idle, mut last) = (
+            self.cmd_dev,
+            self.done_dev,
+            self.epoch,
+            self.idle_ns,
+            self.seq - 1,
+        );
         let mut params: [*mut c_void; 5] = [
             &mut c as *mut u64 as *mut c_void,
             &mut d as *mut u64 as *mut c_void,
@@ -145,8 +157,10 @@ impl Res {
         let (f, s) = (self.func, self.stream);
         // SAFETY: the parameters match gpumpi_resident's signature; the pointers are the
         // device addresses of this object's mapped memory.
-        cuda::with_context(self.ctx, || unsafe { cuda::launch(f, 1, THREADS, &mut params, s) })
-            .map_err(|e| e.to_string())?;
+        cuda::with_context(self.ctx, || unsafe {
+            cuda::launch(f, 1, THREADS, &mut params, s)
+        })
+        .map_err(|e| e.to_string())?;
         self.launched = true;
         Ok(())
     }
@@ -187,7 +201,8 @@ impl Res {
             if exited == self.epoch {
                 // It exited idle; it wrote done.seq before exited, so re-read once.
                 // SAFETY: as above.
-                let again = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
+                let again =
+                    unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
                 if again == self.seq {
                     return Ok(self.status());
                 }
@@ -229,8 +244,10 @@ const REC: usize = 4 + 4 + 16 + EXPORT_BYTES + 8;
 /// Whether the resident path applies to a call of this shape (the same answer on every rank).
 pub fn applies(kind: CollKind, nranks: usize, bytes: usize, thread_multiple: bool) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    matches!(kind, CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather)
-        && bytes > 0
+    matches!(
+        kind,
+        CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
+    ) && bytes > 0
         && bytes <= SLOT
         && nranks <= MAXP
         && !thread_multiple
@@ -286,7 +303,9 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
     }
     if comms.len() >= MAX_COMMS {
         // This rank reports "not ok" at set-up: every rank stages this communicator's calls.
-        return Err(format!("resident scratch already set up for {MAX_COMMS} communicators"));
+        return Err(format!(
+            "resident scratch already set up for {MAX_COMMS} communicators"
+        ));
     }
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
@@ -393,7 +412,10 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         return Ok(false);
     }
     COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].verified = true;
-    tracing::debug!(ranks = c.nranks, "resident collectives ready on a communicator");
+    tracing::debug!(
+        ranks = c.nranks,
+        "resident collectives ready on a communicator"
+    );
     Ok(true)
 }
 
@@ -421,7 +443,9 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let st = &mut comms[i];
     let ok = c.device == Some(st.ordinal);
     st.flagv += 1;
-    let (op, ty) = c.red.map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
+    let (op, ty) = c
+        .red
+        .map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
     let cmd = ResCmd {
         seq: 0,
         kind: match c.kind {

@@ -208,7 +208,9 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
     if let Some((ptr, cap)) = types::device_recv(r.buf, r.count, &r.dt) {
-        let id = rt.engine.irecv_dev(ptr, cap, true, r.comm.ctx, src, r.tag)?;
+        let id = rt
+            .engine
+            .irecv_dev(ptr, cap, true, r.comm.ctx, src, r.tag)?;
         return Ok(ReqKind::Engine {
             id,
             post: None,

@@ -11,12 +11,19 @@ fn sum_i32(a: &[u8], b: &[u8]) -> Vec<u8> {
 
 fn pattern(rank: usize, len: usize, salt: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(rank as u8 * 31).wrapping_add(salt))
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(7)
+                .wrapping_add(rank as u8 * 31)
+                .wrapping_add(salt)
+        })
         .collect()
 }
 
 fn ints(b: &[u8]) -> Vec<i32> {
-    b.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// Expected receive buffers of every rank.
@@ -239,14 +246,26 @@ fn chunks_tile_the_vector_aligned() {
 fn table_parses_and_selects_by_size_and_ranks() {
     let rows = parse_table(DEFAULT_TABLE).unwrap();
     assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 8), Algo::OneShot);
-    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 1 << 20), Algo::OneShot);
-    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 2 << 20), Algo::TwoShotPush);
-    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 512 << 20), Algo::TwoShotPush);
+    assert_eq!(
+        select_from(&rows, CollKind::Allreduce, 4, 1 << 20),
+        Algo::OneShot
+    );
+    assert_eq!(
+        select_from(&rows, CollKind::Allreduce, 4, 2 << 20),
+        Algo::TwoShotPush
+    );
+    assert_eq!(
+        select_from(&rows, CollKind::Allreduce, 4, 512 << 20),
+        Algo::TwoShotPush
+    );
     assert_eq!(select_from(&rows, CollKind::Allreduce, 16, 8), Algo::Staged);
     assert_eq!(select_from(&rows, CollKind::Alltoall, 4, 16), Algo::Direct);
     assert_eq!(select_from(&rows, CollKind::Bcast, 4, 16), Algo::Pull);
     assert_eq!(select_from(&rows, CollKind::Scan, 4, 16), Algo::Staged);
-    assert!(parse_table("allreduce pull").is_err(), "pull does not serve allreduce");
+    assert!(
+        parse_table("allreduce pull").is_err(),
+        "pull does not serve allreduce"
+    );
     // In place, one-shot declines and the next row serves; a `staged` row stops the search.
     let shape = |bytes, in_place| Shape {
         kind: CollKind::Allreduce,
@@ -257,8 +276,14 @@ fn table_parses_and_selects_by_size_and_ranks() {
         elem: 4,
         in_place,
     };
-    assert_eq!(plan_from(&rows, &shape(64 << 10, false)).unwrap().0, Algo::OneShot);
-    assert_eq!(plan_from(&rows, &shape(64 << 10, true)).unwrap().0, Algo::TwoShotPush);
+    assert_eq!(
+        plan_from(&rows, &shape(64 << 10, false)).unwrap().0,
+        Algo::OneShot
+    );
+    assert_eq!(
+        plan_from(&rows, &shape(64 << 10, true)).unwrap().0,
+        Algo::TwoShotPush
+    );
     let only_one = parse_table("allreduce one_shot\nallreduce staged\nallreduce two_shot").unwrap();
     assert!(plan_from(&only_one, &shape(64, true)).is_none());
     assert!(parse_table("allreduce bytes<x one_shot").is_err());

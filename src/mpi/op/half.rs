@@ -29,7 +29,11 @@ pub fn f32_to_f16(f: f32) -> u16 {
     let exp = ((x >> 23) & 0xff) as i32;
     let mant = x & 0x7f_ffff;
     if exp == 0xff {
-        let nan = if mant != 0 { 0x200 | (mant >> 13) as u16 } else { 0 };
+        let nan = if mant != 0 {
+            0x200 | (mant >> 13) as u16
+        } else {
+            0
+        };
         return sign | 0x7c00 | nan;
     }
     let e = exp - 112; // the binary16 exponent field
@@ -85,18 +89,34 @@ mod tests {
         assert_eq!(f32_to_f16(1.0), 0x3c00);
         assert_eq!(f32_to_f16(-2.0), 0xc000);
         assert_eq!(f32_to_f16(65504.0), 0x7bff);
-        assert_eq!(f32_to_f16(65520.0), 0x7c00, "the tie above the largest rounds to inf");
+        assert_eq!(
+            f32_to_f16(65520.0),
+            0x7c00,
+            "the tie above the largest rounds to inf"
+        );
         assert_eq!(f32_to_f16(65519.0), 0x7bff);
         assert_eq!(f32_to_f16(f32::INFINITY), 0x7c00);
         assert!(f16_to_f32(f32_to_f16(f32::NAN)).is_nan());
         let tiny = 2f32.powi(-24);
         assert_eq!(f32_to_f16(tiny), 0x0001);
-        assert_eq!(f32_to_f16(tiny / 2.0), 0x0000, "a tie rounds to even (zero)");
+        assert_eq!(
+            f32_to_f16(tiny / 2.0),
+            0x0000,
+            "a tie rounds to even (zero)"
+        );
         assert_eq!(f32_to_f16(tiny * 1.5), 0x0002, "a tie rounds to even (2)");
         assert_eq!(f32_to_f16(tiny * 0.75), 0x0001);
         assert_eq!(f32_to_f16(2f32.powi(-14)), 0x0400, "smallest normal");
-        assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3c00, "tie to even stays");
-        assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02, "tie to even goes up");
+        assert_eq!(
+            f32_to_f16(1.0 + 2f32.powi(-11)),
+            0x3c00,
+            "tie to even stays"
+        );
+        assert_eq!(
+            f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)),
+            0x3c02,
+            "tie to even goes up"
+        );
         assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
     }
 
@@ -131,8 +151,16 @@ mod tests {
     fn bf16_known_values_and_round_trip() {
         assert_eq!(f32_to_bf16(1.0), 0x3f80);
         assert_eq!(f32_to_bf16(-1.5), 0xbfc0);
-        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80, "tie to even stays");
-        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82, "tie to even goes up");
+        assert_eq!(
+            f32_to_bf16(f32::from_bits(0x3f80_8000)),
+            0x3f80,
+            "tie to even stays"
+        );
+        assert_eq!(
+            f32_to_bf16(f32::from_bits(0x3f81_8000)),
+            0x3f82,
+            "tie to even goes up"
+        );
         assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
         assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
         assert_eq!(f32_to_bf16(f32::MAX), 0x7f80, "rounds up to infinity");

@@ -543,9 +543,15 @@ fn replace_noop_and_lengths() {
 #[test]
 fn half_precision_types() {
     use super::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-    let enc16 = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&x| f32_to_f16(x).to_ne_bytes()).collect() };
+    let enc16 = |v: &[f32]| -> Vec<u8> {
+        v.iter()
+            .flat_map(|&x| f32_to_f16(x).to_ne_bytes())
+            .collect()
+    };
     let dec16 = |b: &[u8]| -> Vec<f32> {
-        b.chunks(2).map(|c| f16_to_f32(u16::from_ne_bytes([c[0], c[1]]))).collect()
+        b.chunks(2)
+            .map(|c| f16_to_f32(u16::from_ne_bytes([c[0], c[1]])))
+            .collect()
     };
     let f16 = Elem::Basic(Basic::Float16);
     let input = enc16(&[1.0, 2.5, -3.0, f32::NAN]);
@@ -556,7 +562,11 @@ fn half_precision_types() {
     assert!(got[3].is_nan());
     let mut io = enc16(&[0.5, 1.0, 7.0, 4.0]);
     reduce(BuiltinOp::Min, f16, &input, &mut io).unwrap();
-    assert_eq!(dec16(&io), vec![0.5, 1.0, -3.0, 4.0], "a NaN input never replaces the value");
+    assert_eq!(
+        dec16(&io),
+        vec![0.5, 1.0, -3.0, 4.0],
+        "a NaN input never replaces the value"
+    );
     let mut io = enc16(&[0.5, 1.0, 7.0, 4.0]);
     reduce(BuiltinOp::Max, f16, &input, &mut io).unwrap();
     assert_eq!(dec16(&io), vec![1.0, 2.5, 7.0, 4.0]);
@@ -566,7 +576,11 @@ fn half_precision_types() {
     assert_eq!(dec16(&io), vec![2048.0]);
 
     let bf = Elem::Basic(Basic::Bfloat16);
-    let encb = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&x| f32_to_bf16(x).to_ne_bytes()).collect() };
+    let encb = |v: &[f32]| -> Vec<u8> {
+        v.iter()
+            .flat_map(|&x| f32_to_bf16(x).to_ne_bytes())
+            .collect()
+    };
     let mut io = encb(&[3.0, -0.5]);
     reduce(BuiltinOp::Prod, bf, &encb(&[2.0, 4.0]), &mut io).unwrap();
     let got: Vec<f32> = io
