@@ -272,20 +272,6 @@ pub fn device_send(
     (e.offset + len as u64 <= e.size).then(|| (addr, len, e.to_bytes()))
 }
 
-/// A contiguous receive buffer in device memory: (device address, capacity) for the engine to
-/// write directly (peer copies, host-to-device copies). `None`: use [`recv_view`].
-pub fn device_recv(buf: *mut c_void, count: usize, d: &DtypeObj) -> Option<(*mut u8, usize)> {
-    let len = d.desc.packed_size(count);
-    if len == 0 || !d.desc.is_contiguous(count) {
-        return None;
-    }
-    let addr = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
-    let info = crate::gpu::classify(addr);
-    (info.kind == crate::gpu::cache::MemKind::Device
-        && addr as usize + len <= info.start + info.len)
-        .then_some((addr, len))
-}
-
 /// Pack `count` elements (host or device memory) into a new vector.
 pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> MpiResult<Vec<u8>> {
     if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {
@@ -310,14 +296,21 @@ pub unsafe fn unpack_all(
     Ok(())
 }
 
-/// Where to receive `count` elements: the user's memory directly when contiguous host memory,
-/// else a temporary stored into the user's buffer (unpacked, or copied to the device) by the
-/// returned post step (only the bytes actually received).
-pub unsafe fn recv_view(
-    buf: *mut c_void,
-    count: usize,
-    d: &Arc<DtypeObj>,
-) -> MpiResult<(*mut u8, usize, Option<Post>)> {
+/// Where the engine receives: `ptr..ptr+cap`, device memory the engine writes itself when `dev`
+/// (peer copies, host-to-device copies), and the step that stores a temporary into the user's
+/// buffer at completion, if one is used.
+pub struct RecvView {
+    pub ptr: *mut u8,
+    pub cap: usize,
+    pub dev: bool,
+    pub post: Option<Post>,
+}
+
+/// Where to receive `count` elements: the user's memory directly when contiguous (host memory,
+/// or device memory of one allocation, written by the engine), else a temporary stored into the
+/// user's buffer (unpacked, or copied to the device) by the post step (only the bytes actually
+/// received). The buffer is classified once.
+pub unsafe fn recv_view(buf: *mut c_void, count: usize, d: &Arc<DtypeObj>) -> MpiResult<RecvView> {
     let len = d.desc.packed_size(count);
     let (lo, _) = crate::gpu::stage::span(&d.desc, count);
     let device = if len > 0 {
@@ -325,12 +318,22 @@ pub unsafe fn recv_view(
     } else {
         None
     };
-    if d.desc.is_contiguous(count) && device.is_none() {
-        return Ok((
-            (buf as *mut u8).wrapping_offset(d.desc.true_lb()),
-            len,
-            None,
-        ));
+    if d.desc.is_contiguous(count) {
+        let ptr = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
+        let direct = match &device {
+            None => Some(false),
+            Some(info) => (info.kind == crate::gpu::cache::MemKind::Device
+                && ptr as usize + len <= info.start + info.len)
+                .then_some(true),
+        };
+        if let Some(dev) = direct {
+            return Ok(RecvView {
+                ptr,
+                cap: len,
+                dev,
+                post: None,
+            });
+        }
     }
     let mut v = match &device {
         Some(info) => crate::gpu::stage::staging(info, len)?,
@@ -344,7 +347,12 @@ pub unsafe fn recv_view(
         // SAFETY: the user's buffer holds `count` elements of the type (MPI semantics).
         unsafe { unpack_all(&v[..n], dst as *mut c_void, count, &d) }
     });
-    Ok((ptr, len, Some(post)))
+    Ok(RecvView {
+        ptr,
+        cap: len,
+        dev: false,
+        post: Some(post),
+    })
 }
 
 /// Number of basic elements in `bytes` of packed data of type `d` (MPI_Get_elements).

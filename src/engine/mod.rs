@@ -469,19 +469,7 @@ impl Engine {
         src: i32,
         tag: i32,
     ) -> MpiResult<ReqId> {
-        let rreq = self.st.reqs.insert(Req {
-            done: false,
-            freed: false,
-            status: Status::default(),
-            kind: ReqKind::Recv(RecvState {
-                buf,
-                cap,
-                posted: false,
-                expect: 0,
-                got: 0,
-                dev,
-            }),
-        });
+        let rreq = self.st.insert_recv(buf, cap, dev);
         let found = self.st.unexp_order.iter().position(|&u| {
             let m = self.st.unexp.get(u).expect("unexpected entry");
             matches(ctx, src, tag, m.ctx, m.src_rank, m.tag)
@@ -557,19 +545,7 @@ impl Engine {
                 "message handle was already received or is invalid"
             );
         };
-        let rreq = self.st.reqs.insert(Req {
-            done: false,
-            freed: false,
-            status: Status::default(),
-            kind: ReqKind::Recv(RecvState {
-                buf,
-                cap,
-                posted: false,
-                expect: 0,
-                got: 0,
-                dev,
-            }),
-        });
+        let rreq = self.st.insert_recv(buf, cap, dev);
         self.st.bind(rreq, msg.0, m);
         self.flush_all();
         Ok(ReqId(rreq))

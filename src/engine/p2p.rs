@@ -29,6 +29,23 @@ impl State {
         }
     }
 
+    /// A new receive request (not yet posted or matched).
+    pub(super) fn insert_recv(&mut self, buf: *mut u8, cap: usize, dev: bool) -> u64 {
+        self.reqs.insert(Req {
+            done: false,
+            freed: false,
+            status: Status::default(),
+            kind: ReqKind::Recv(RecvState {
+                buf,
+                cap,
+                posted: false,
+                expect: 0,
+                got: 0,
+                dev,
+            }),
+        })
+    }
+
     /// Whether receive `rreq` writes device memory.
     fn recv_dev(&self, rreq: u64) -> bool {
         matches!(self.reqs.get(rreq), Some(Req { kind: ReqKind::Recv(rs), .. }) if rs.dev)

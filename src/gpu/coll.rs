@@ -362,36 +362,36 @@ fn table() -> &'static [Row] {
     })
 }
 
-fn select_from(rows: &[Row], kind: CollKind, nranks: usize, bytes: usize) -> Algo {
+/// The algorithms of the rows that match a call, in table order.
+fn matching(
+    rows: &[Row],
+    kind: CollKind,
+    nranks: usize,
+    bytes: usize,
+) -> impl Iterator<Item = Algo> + '_ {
     rows.iter()
-        .filter(|r| r.kind == kind)
-        .find(|r| {
+        .filter(move |r| r.kind == kind)
+        .filter(move |r| {
             r.conds
                 .iter()
                 .all(|c| crate::coll::select::holds(c, nranks, bytes))
         })
         .map(|r| r.algo)
-        .unwrap_or(Algo::Staged)
 }
 
-/// The algorithm for a call (the same on every rank: it depends on shared values only).
-pub fn select(kind: CollKind, nranks: usize, bytes: usize) -> Algo {
-    select_from(table(), kind, nranks, bytes)
+/// The first matching row's algorithm (`Staged` when none matches).
+#[cfg(test)]
+fn select_from(rows: &[Row], kind: CollKind, nranks: usize, bytes: usize) -> Algo {
+    matching(rows, kind, nranks, bytes)
+        .next()
+        .unwrap_or(Algo::Staged)
 }
 
 /// The first matching row whose algorithm can serve this call (e.g. one-shot declines in
 /// place, so an in-place allreduce takes the next row), with its plan; `None`: stage. Depends
 /// on shared values only, so every rank picks the same.
-pub fn plan_from(rows_: &[Row], s: &Shape) -> Option<(Algo, Vec<Step>)> {
-    rows_
-        .iter()
-        .filter(|r| r.kind == s.kind)
-        .filter(|r| {
-            r.conds
-                .iter()
-                .all(|c| crate::coll::select::holds(c, s.nranks, s.bytes))
-        })
-        .map(|r| r.algo)
+pub fn plan_from(rows: &[Row], s: &Shape) -> Option<(Algo, Vec<Step>)> {
+    matching(rows, s.kind, s.nranks, s.bytes)
         .find_map(|a| {
             if a == Algo::Staged {
                 Some(None)
@@ -448,21 +448,22 @@ pub struct Call {
     pub fit: bool,
 }
 
-const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;
+pub(crate) const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;
 
-/// What a rank publishes: eligibility, pid, device UUID, its buffers' exports.
-struct Desc {
-    ok: bool,
-    pid: u32,
-    uuid: [u8; 16],
-    send: Option<Export>,
-    recv: Option<Export>,
+/// What a rank publishes: eligibility, pid, device UUID, its buffers' exports (also the
+/// resident path's set-up record, with the scratch as `send`).
+pub(crate) struct Desc {
+    pub(crate) ok: bool,
+    pub(crate) pid: u32,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) send: Option<Export>,
+    pub(crate) recv: Option<Export>,
     /// Local addresses (same process only; not on the wire).
-    ordinal: i32,
+    pub(crate) ordinal: i32,
 }
 
 impl Desc {
-    fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut b = vec![0u8; DESC_BYTES];
         b[0] = self.ok as u8 | (self.send.is_some() as u8) << 1 | (self.recv.is_some() as u8) << 2;
         b[4..8].copy_from_slice(&self.pid.to_le_bytes());
@@ -475,7 +476,7 @@ impl Desc {
         }
         b
     }
-    fn from_bytes(b: &[u8]) -> Desc {
+    pub(crate) fn from_bytes(b: &[u8]) -> Desc {
         let f = b[0];
         Desc {
             ok: f & 1 != 0,
@@ -749,6 +750,57 @@ unsafe fn execute(
     Ok(())
 }
 
+/// The first race among one phase's steps (`steps[rank]`: what that rank runs between two
+/// barriers), which the GPUs run concurrently: two accesses to overlapping bytes, one a write,
+/// not by the same elementwise reduction. `elem`: bytes per reduced element.
+pub fn race(steps: &[&[Step]], elem: usize) -> Option<String> {
+    // (executing rank, step index, target, len, write)
+    let mut acc: Vec<(usize, usize, Ref, usize, bool)> = Vec::new();
+    for (rank, p) in steps.iter().enumerate() {
+        for (i, st) in p.iter().enumerate() {
+            match st {
+                Step::Reduce { dst, srcs, elems } => {
+                    let len = elems * elem;
+                    assert_eq!(dst.rank, rank, "a reduction writes its own rank's buffer");
+                    acc.push((rank, i, *dst, len, true));
+                    acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
+                }
+                Step::Copy(segs) | Step::CopyCe(segs) => {
+                    for (d, s, len) in segs {
+                        acc.push((rank, i, *d, *len, true));
+                        acc.push((rank, i, *s, *len, false));
+                    }
+                }
+                Step::Barrier => {}
+            }
+        }
+    }
+    for (a, x) in acc.iter().enumerate() {
+        for y in &acc[a + 1..] {
+            let overlap = x.2.rank == y.2.rank
+                && x.2.buf == y.2.buf
+                && x.3 > 0
+                && y.3 > 0
+                && x.2.off < y.2.off + y.3
+                && y.2.off < x.2.off + x.3;
+            if !overlap || !(x.4 || y.4) {
+                continue;
+            }
+            let elementwise = x.0 == y.0
+                && x.1 == y.1
+                && x.2.off == y.2.off
+                && matches!(steps[x.0][x.1], Step::Reduce { .. });
+            if !elementwise {
+                return Some(format!(
+                    "rank {} step {} and rank {} step {} race on {:?}",
+                    x.0, x.1, y.0, y.1, x.2
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Combines two elements given as byte slices (the simulator's reduction).
 pub type ElemOp = dyn Fn(&[u8], &[u8]) -> Vec<u8>;
 
@@ -782,48 +834,9 @@ pub fn simulate(
         "same barriers on every rank"
     );
     for ph in 0..nphases {
-        // (executing rank, step index, target, len, write)
-        let mut acc: Vec<(usize, usize, Ref, usize, bool)> = Vec::new();
-        for (rank, p) in phases.iter().enumerate() {
-            for (i, st) in p[ph].iter().enumerate() {
-                match st {
-                    Step::Reduce { dst, srcs, elems } => {
-                        let len = elems * shape.elem;
-                        assert_eq!(dst.rank, rank, "a reduction writes its own rank's buffer");
-                        acc.push((rank, i, *dst, len, true));
-                        acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
-                    }
-                    Step::Copy(segs) | Step::CopyCe(segs) => {
-                        for (d, s, len) in segs {
-                            acc.push((rank, i, *d, *len, true));
-                            acc.push((rank, i, *s, *len, false));
-                        }
-                    }
-                    Step::Barrier => unreachable!(),
-                }
-            }
-        }
-        for (a, x) in acc.iter().enumerate() {
-            for y in &acc[a + 1..] {
-                let overlap = x.2.rank == y.2.rank
-                    && x.2.buf == y.2.buf
-                    && x.3 > 0
-                    && y.3 > 0
-                    && x.2.off < y.2.off + y.3
-                    && y.2.off < x.2.off + x.3;
-                if !overlap || !(x.4 || y.4) {
-                    continue;
-                }
-                let same_step = x.0 == y.0 && x.1 == y.1;
-                let elementwise = same_step
-                    && x.2.off == y.2.off
-                    && matches!(phases[x.0][ph][x.1], Step::Reduce { .. });
-                assert!(
-                    elementwise,
-                    "{algo:?} {:?} phase {ph}: rank {} step {} and rank {} step {} race on {:?}",
-                    shape.kind, x.0, x.1, y.0, y.1, x.2
-                );
-            }
+        let steps: Vec<&[Step]> = phases.iter().map(|p| p[ph].as_slice()).collect();
+        if let Some(r) = race(&steps, shape.elem) {
+            panic!("{algo:?} {:?} phase {ph}: {r}", shape.kind);
         }
         for (rank, p) in phases.iter().enumerate() {
             for st in &p[ph] {

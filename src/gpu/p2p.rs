@@ -8,12 +8,6 @@
 use super::ipc::{self, Export};
 use crate::sys::cuda;
 
-fn ctx_of(addr: usize) -> Result<super::DevCtx, String> {
-    let g = super::gpu().ok_or("CUDA is not available")?;
-    let info = super::classify(addr as *const u8);
-    g.device(info.device.max(0))
-}
-
 /// How a peer's exported buffer is copied: the copy engines (`ce`, cuMemcpyAsync) or gpumpi's
 /// copy kernel (`kernel`, SMs pulling over NVLink). `GPUMPI_GPU_P2P_COPY`.
 fn use_kernel() -> bool {
@@ -40,7 +34,13 @@ pub unsafe fn read_ipc(
         return Err("message longer than the exported allocation".into());
     }
     let g = super::gpu().ok_or("CUDA is not available")?;
-    let d = if dev { ctx_of(dst)? } else { g.device(0)? };
+    // A device target's own device; a host target reads through device 0's context.
+    let ordinal = if dev {
+        super::classify(dst as *const u8).device.max(0)
+    } else {
+        0
+    };
+    let d = g.device(ordinal)?;
     let src = ipc::import(peer, &e, d.ordinal)?;
     if len == 0 {
         return Ok(());

@@ -16,8 +16,8 @@
 //! `GPUMPI_GPU_RESIDENT_IDLE_US` without a command (a `cudaDeviceSynchronize` or `cudaFree`
 //! of the application waits at most that long for it); the next call relaunches it.
 
-use super::coll::Host;
-use super::ipc::{self, Export, EXPORT_BYTES};
+use super::coll::{Desc, Host, DESC_BYTES};
+use super::ipc::{self, Export};
 use super::kernels::{KOp, KType, MAXP};
 use crate::coll::CollKind;
 use crate::mpi::error::{MpiError, MpiResult};
@@ -228,7 +228,7 @@ impl Res {
 /// One communicator's scratch on this rank and its peers' scratch as mapped here.
 struct ResComm {
     ctx_id: u32,
-    world: Vec<usize>,
+    world: std::sync::Arc<[usize]>,
     ordinal: i32,
     scratch: usize,
     export: Export,
@@ -239,10 +239,13 @@ struct ResComm {
 
 static COMMS: Mutex<Vec<ResComm>> = Mutex::new(Vec::new());
 
-const REC: usize = 4 + 4 + 16 + EXPORT_BYTES + 8;
-
 /// Whether the resident path applies to a call of this shape (the same answer on every rank).
-pub fn applies(kind: CollKind, nranks: usize, bytes: usize, thread_multiple: bool) -> bool {
+pub fn applies(
+    kind: CollKind,
+    nranks: usize,
+    bytes: usize,
+    thread_multiple: impl FnOnce() -> bool,
+) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     matches!(
         kind,
@@ -250,8 +253,8 @@ pub fn applies(kind: CollKind, nranks: usize, bytes: usize, thread_multiple: boo
     ) && bytes > 0
         && bytes <= SLOT
         && nranks <= MAXP
-        && !thread_multiple
         && *ON.get_or_init(|| crate::config::get("GPUMPI_GPU_RESIDENT").as_deref() != Some("0"))
+        && !thread_multiple()
 }
 
 /// What the ABI layer hands over (see [`super::coll::Call`]).
@@ -269,7 +272,7 @@ pub struct ResCall {
     pub device: Option<i32>,
     /// Communicator identity: context id and world ranks.
     pub ctx_id: u32,
-    pub world: Vec<usize>,
+    pub world: std::sync::Arc<[usize]>,
 }
 
 fn kop_index(k: KOp) -> u32 {
@@ -297,7 +300,7 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(i) = comms
         .iter()
-        .position(|x| x.ctx_id == c.ctx_id && x.world == c.world && x.ordinal == ordinal)
+        .position(|x| x.ctx_id == c.ctx_id && *x.world == *c.world && x.ordinal == ordinal)
     {
         return Ok(i);
     }
@@ -340,24 +343,23 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
 /// scratch export), the peers' scratch mapped, and (once) a host AND that every rank mapped
 /// every peer. `Ok(false)`: not every rank can (this call stages; the next one asks again).
 fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
-    let mut rec = [0u8; REC];
     let mine = c.device.and_then(|o| {
         let uuid = super::coll::device_uuid(o)?;
         let i = comm_state(c, o).ok()?;
         Some((uuid, i))
     });
-    if let Some((uuid, i)) = mine {
-        let comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
-        rec[0] = 1;
-        rec[4..8].copy_from_slice(&std::process::id().to_le_bytes());
-        rec[8..24].copy_from_slice(&uuid);
-        rec[24..24 + EXPORT_BYTES].copy_from_slice(&comms[i].export.to_bytes());
-    }
-    let all = host.allgather(&rec)?;
-    let recs: Vec<&[u8]> = all.chunks(REC).collect();
-    let uuids: Vec<&[u8]> = recs.iter().map(|r| &r[8..24]).collect();
-    let distinct = (0..uuids.len()).all(|i| (0..i).all(|j| uuids[i] != uuids[j]));
-    if recs.iter().any(|r| r[0] != 1) || !distinct {
+    let rec = Desc {
+        ok: mine.is_some(),
+        pid: std::process::id(),
+        uuid: mine.map_or([0; 16], |m| m.0),
+        send: mine.map(|(_, i)| COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].export),
+        recv: None,
+        ordinal: -1,
+    };
+    let all = host.allgather(&rec.to_bytes())?;
+    let recs: Vec<Desc> = all.chunks(DESC_BYTES).map(Desc::from_bytes).collect();
+    let distinct = (0..recs.len()).all(|i| (0..i).all(|j| recs[i].uuid != recs[j].uuid));
+    if recs.iter().any(|r| !r.ok || r.send.is_none()) || !distinct {
         return Ok(false);
     }
     let i = mine.expect("my record said ok").1;
@@ -365,7 +367,7 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let st = &mut comms[i];
     let mut map_err = None;
     for (p, r) in recs.iter().enumerate() {
-        let e = Export::from_bytes(&r[24..24 + EXPORT_BYTES]).expect("record");
+        let e = r.send.expect("checked above");
         st.peers[p] = if p == c.rank {
             st.scratch as u64
         } else {
@@ -385,22 +387,16 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
             slot: SLOT as u64,
             peers: st.peers,
         };
-        let g = super::gpu().ok_or_else(|| err("CUDA is not available"))?;
-        let d = g.device(st.ordinal).map_err(err)?;
-        // SAFETY: the descriptor area lies inside this rank's scratch allocation.
+        // SAFETY: a plain repr(C) value viewed as its bytes.
         let bytes = unsafe {
             std::slice::from_raw_parts(
                 &desc as *const ResDesc as *const u8,
                 std::mem::size_of::<ResDesc>(),
             )
         };
-        let target = st.scratch + DESC_OFF;
-        if let Err(e) = cuda::with_context(d.ctx, || {
-            // SAFETY: target..+len is inside the scratch of this device.
-            unsafe { cuda::memcpy_htod_async(target, bytes, d.stream)? };
-            cuda::stream_synchronize(d.stream)
-        }) {
-            map_err = Some(e.to_string());
+        // SAFETY: the descriptor area lies inside this rank's scratch allocation.
+        if let Err(e) = unsafe { super::p2p::htod(st.scratch + DESC_OFF, bytes) } {
+            map_err = Some(e);
         }
     }
     drop(comms);
@@ -429,7 +425,7 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let ready = |comms: &[ResComm]| {
         comms
             .iter()
-            .position(|x| x.verified && x.ctx_id == c.ctx_id && x.world == c.world)
+            .position(|x| x.verified && x.ctx_id == c.ctx_id && *x.world == *c.world)
     };
     let mut idx = ready(&COMMS.lock().unwrap_or_else(|e| e.into_inner()));
     if idx.is_none() {

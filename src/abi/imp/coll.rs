@@ -586,9 +586,12 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             return Ok(false);
         }
     }
-    let tm = crate::abi::runtime::lock()
-        .as_ref()
-        .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE);
+    // The thread level is asked (a lock) only for calls the resident path could take.
+    let tm = || {
+        crate::abi::runtime::lock()
+            .as_ref()
+            .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE)
+    };
     if crate::gpu::resident::applies(spec.kind, n, b, tm) {
         // Small: the resident kernels (no launch, no stream synchronize per call).
         let dst = recv.map_or(0, |x| x.0);
@@ -607,7 +610,7 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             red,
             device: device.filter(|_| recv.is_some()),
             ctx_id: spec.comm.ctx,
-            world: spec.comm.peers.to_vec(),
+            world: spec.comm.peers.clone(),
         };
         return crate::gpu::resident::run(&call, &GpuHost(&spec.comm));
     }

@@ -207,21 +207,13 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
     let Some(src) = r.source else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
-    if let Some((ptr, cap)) = types::device_recv(r.buf, r.count, &r.dt) {
-        let id = rt
-            .engine
-            .irecv_dev(ptr, cap, true, r.comm.ctx, src, r.tag)?;
-        return Ok(ReqKind::Engine {
-            id,
-            post: None,
-            hold: None,
-        });
-    }
-    let (ptr, cap, post) = types::recv_view(r.buf, r.count, &r.dt)?;
-    let id = rt.engine.irecv(ptr, cap, r.comm.ctx, src, r.tag)?;
+    let v = types::recv_view(r.buf, r.count, &r.dt)?;
+    let id = rt
+        .engine
+        .irecv_dev(v.ptr, v.cap, v.dev, r.comm.ctx, src, r.tag)?;
     Ok(ReqKind::Engine {
         id,
-        post,
+        post: v.post,
         hold: None,
     })
 }
@@ -919,20 +911,11 @@ unsafe fn matched_recv_kind(
         )
     };
     *message = c::MPI_MESSAGE_NULL;
-    if let Some((ptr, cap)) = types::device_recv(buf, count, &dt) {
-        return runtime::with(|rt| {
-            Ok(ReqKind::Engine {
-                id: rt.engine.imrecv_dev(msg, ptr, cap, true)?,
-                post: None,
-                hold: None,
-            })
-        });
-    }
-    let (ptr, cap, post) = types::recv_view(buf, count, &dt)?;
+    let v = types::recv_view(buf, count, &dt)?;
     runtime::with(|rt| {
         Ok(ReqKind::Engine {
-            id: rt.engine.imrecv(msg, ptr, cap)?,
-            post,
+            id: rt.engine.imrecv_dev(msg, v.ptr, v.cap, v.dev)?,
+            post: v.post,
             hold: None,
         })
     })
