@@ -148,6 +148,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Path of a table replacing the built-in src/gpu/tuning.txt (GPU-native algorithm per collective, size and rank count; same format as GPUMPI_COLL_TUNING; `staged` = host path). Must be the same on every rank.",
     },
     Param {
+        name: "GPUMPI_GPU_HOST_CHUNK",
+        default: "2097152",
+        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): bytes per rank of one round of the pipelined allreduce through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB). Each rank's region per communicator holds 2 x (ranks + 1) of them. Must be the same on every rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
         doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",

@@ -402,20 +402,37 @@ pub fn plan_from(rows: &[Row], s: &Shape) -> Option<(Algo, Vec<Step>)> {
         .flatten()
 }
 
-/// Whether GPU-native collectives are attempted at all (`GPUMPI_GPU_COLL`: `auto` = on nodes
-/// with an NVIDIA driver, the same answer on every rank of the node; `1`; `0`; never with
-/// `GPUMPI_CUDA_IPC=0`).
-pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        // Without CUDA IPC no GPU-native path can run: do not ask the ranks every call.
-        let ipc = crate::config::get("GPUMPI_CUDA_IPC").as_deref() != Some("0");
+/// How the GPUs of a node reach each other's data in the GPU-native collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// CUDA IPC mappings of the peers' buffers (NVLink/PCIe peer access, zero-copy).
+    Ipc,
+    /// Pinned shared host memory ([`super::hostcoll`]): P2P forced off (`GPUMPI_CUDA_IPC=0`).
+    Host,
+}
+
+/// Whether GPU-native collectives are attempted at all, and how (`GPUMPI_GPU_COLL`: `auto` =
+/// on nodes with an NVIDIA driver, the same answer on every rank of the node; `1`; `0`).
+/// With `GPUMPI_CUDA_IPC=0` they go through pinned host memory.
+pub fn mode() -> Option<Mode> {
+    static M: OnceLock<Option<Mode>> = OnceLock::new();
+    *M.get_or_init(|| {
+        let m = if crate::config::get("GPUMPI_CUDA_IPC").as_deref() == Some("0") {
+            Mode::Host
+        } else {
+            Mode::Ipc
+        };
         match crate::config::get("GPUMPI_GPU_COLL").as_deref() {
-            Some("0") => false,
-            Some("1") => ipc,
-            _ => ipc && std::path::Path::new("/dev/nvidiactl").exists(),
+            Some("0") => None,
+            Some("1") => Some(m),
+            _ => std::path::Path::new("/dev/nvidiactl").exists().then_some(m),
         }
     })
+}
+
+/// Whether GPU-native collectives are attempted at all (see [`mode`]).
+pub fn enabled() -> bool {
+    mode().is_some()
 }
 
 // ---- the call, as the ABI layer hands it over ----
@@ -433,6 +450,8 @@ pub trait Host {
     /// The world rank (process) of communicator rank `p`: the registration cache is keyed by
     /// process, since buffer ids are only unique within one process.
     fn world_rank(&self, p: usize) -> usize;
+    /// The context id of the communicator and the world ranks of its members.
+    fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
 }
 
 /// One rank's buffers: device address and byte length (None: not used by this rank).
@@ -559,6 +578,9 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     if c.shape.nranks > MAXP {
         return Ok(false);
     }
+    if mode() == Some(Mode::Host) {
+        return super::hostcoll::run(c, host);
+    }
     let Some((algo, steps)) = plan_from(table(), &c.shape) else {
         return Ok(false);
     };
@@ -612,10 +634,11 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
         if !ok {
             tracing::info!(
                 coll = c.shape.kind.name(),
-                "GPU collective: a rank could not map its peers' memory (no P2P?): {}; staged",
+                "GPU collective: a rank could not map its peers' memory (no P2P?): {}; \
+                 through pinned host memory where it serves, else staged",
                 map_err.as_deref().unwrap_or("on another rank")
             );
-            return Ok(false);
+            return super::hostcoll::run(c, host);
         }
         let mut v = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
         if v.len() > 256 {
@@ -664,7 +687,7 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
 }
 
 /// Streams for copy-engine steps of device `ordinal` (created at first use, never freed).
-fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, String> {
+pub(crate) fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, String> {
     static AUX: Mutex<Vec<(i32, Vec<cuda::Stream>)>> = Mutex::new(Vec::new());
     let mut a = AUX.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, v)) = a.iter().find(|(o, _)| *o == ordinal) {

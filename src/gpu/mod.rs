@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod coll;
+pub mod hostcoll;
 pub mod ipc;
 pub mod kernels;
 pub mod p2p;

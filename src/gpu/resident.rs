@@ -29,7 +29,8 @@ use std::sync::Mutex;
 pub const SLOT: usize = 16 << 10;
 const THREADS: u32 = 512;
 const DATA_OFF: usize = 256;
-const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
+/// Bytes of one rank's scratch for one communicator.
+pub const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
 /// Communicators (per process) that get resident scratch: at most MAX_COMMS x SCRATCH (16 MiB)
 /// of device memory, plus the peers' mappings.
 const MAX_COMMS: usize = 64;
@@ -59,6 +60,8 @@ struct ResDesc {
     rank: u32,
     slot: u64,
     peers: [u64; MAXP],
+    /// 1: the scratch is pinned shared host memory (no P2P), 0: device memory (CUDA IPC).
+    host: u64,
 }
 const DESC_OFF: usize = 128;
 const _: () = assert!(DESC_OFF + std::mem::size_of::<ResDesc>() <= DATA_OFF);
@@ -230,8 +233,10 @@ struct ResComm {
     ctx_id: u32,
     world: std::sync::Arc<[usize]>,
     ordinal: i32,
+    /// Device address of my scratch (device memory, or my host region in host mode).
     scratch: usize,
-    export: Export,
+    /// The IPC export of a device scratch (None in host mode).
+    export: Option<Export>,
     peers: [u64; MAXP],
     flagv: u64,
     verified: bool,
@@ -331,7 +336,7 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
         world: c.world.clone(),
         ordinal,
         scratch,
-        export,
+        export: Some(export),
         peers: [0; MAXP],
         flagv: 0,
         verified: false,
@@ -341,28 +346,44 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
 
 /// Set up the resident path of a communicator: one host allgather of (ok, pid, device UUID,
 /// scratch export), the peers' scratch mapped, and (once) a host AND that every rank mapped
-/// every peer. `Ok(false)`: not every rank can (this call stages; the next one asks again).
+/// every peer. Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or a rank that could not map its peers'
+/// scratch) the scratch is each rank's pinned shared host region ([`super::hostcoll`]).
+/// `Ok(false)`: not every rank can (this call stages; the next one asks again).
 fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
+    let host_mode = super::coll::mode() == Some(super::coll::Mode::Host);
     let mine = c.device.and_then(|o| {
         let uuid = super::coll::device_uuid(o)?;
-        let i = comm_state(c, o).ok()?;
-        Some((uuid, i))
+        let i = if host_mode {
+            None
+        } else {
+            Some(comm_state(c, o).ok()?)
+        };
+        Some((uuid, i, o))
     });
     let rec = Desc {
         ok: mine.is_some(),
         pid: std::process::id(),
         uuid: mine.map_or([0; 16], |m| m.0),
-        send: mine.map(|(_, i)| COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].export),
+        send: mine
+            .and_then(|(_, i, _)| i)
+            .and_then(|i| COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].export),
         recv: None,
         ordinal: -1,
     };
     let all = host.allgather(&rec.to_bytes())?;
     let recs: Vec<Desc> = all.chunks(DESC_BYTES).map(Desc::from_bytes).collect();
     let distinct = (0..recs.len()).all(|i| (0..i).all(|j| recs[i].uuid != recs[j].uuid));
-    if recs.iter().any(|r| !r.ok || r.send.is_none()) || !distinct {
+    if recs
+        .iter()
+        .any(|r| !r.ok || (!host_mode && r.send.is_none()))
+        || !distinct
+    {
         return Ok(false);
     }
-    let i = mine.expect("my record said ok").1;
+    let (_, idx, ordinal) = mine.expect("my record said ok");
+    let Some(i) = idx else {
+        return setup_host(c, ordinal, host);
+    };
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
     let st = &mut comms[i];
     let mut map_err = None;
@@ -386,31 +407,82 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
             rank: c.rank as u32,
             slot: SLOT as u64,
             peers: st.peers,
-        };
-        // SAFETY: a plain repr(C) value viewed as its bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                &desc as *const ResDesc as *const u8,
-                std::mem::size_of::<ResDesc>(),
-            )
+            host: 0,
         };
         // SAFETY: the descriptor area lies inside this rank's scratch allocation.
-        if let Err(e) = unsafe { super::p2p::htod(st.scratch + DESC_OFF, bytes) } {
+        if let Err(e) = unsafe { super::p2p::htod(st.scratch + DESC_OFF, desc_bytes(&desc)) } {
             map_err = Some(e);
         }
     }
     drop(comms);
     if !host.all(map_err.is_none())? {
         tracing::info!(
-            "resident collectives: a rank could not map its peers' scratch ({}); staged",
+            "resident collectives: a rank could not map its peers' scratch ({}); \
+             trying pinned host memory",
             map_err.as_deref().unwrap_or("on another rank")
         );
-        return Ok(false);
+        return setup_host(c, ordinal, host);
     }
     COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].verified = true;
     tracing::debug!(
         ranks = c.nranks,
         "resident collectives ready on a communicator"
+    );
+    Ok(true)
+}
+
+fn desc_bytes(d: &ResDesc) -> &[u8] {
+    // SAFETY: a plain repr(C) value viewed as its bytes.
+    unsafe {
+        std::slice::from_raw_parts(
+            d as *const ResDesc as *const u8,
+            std::mem::size_of::<ResDesc>(),
+        )
+    }
+}
+
+/// The resident path's set-up in host mode (collective, after every rank agreed it has its own
+/// GPU): the scratch of every rank is the start of its pinned shared host region.
+fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
+    let r = super::hostcoll::with_comm(c.ctx_id, &c.world, c.rank, ordinal, host, |hc| {
+        let mut peers = [0u64; MAXP];
+        peers[..hc.dev.len()].copy_from_slice(&hc.dev);
+        let desc = ResDesc {
+            nranks: c.nranks as u32,
+            rank: c.rank as u32,
+            slot: SLOT as u64,
+            peers,
+            host: 1,
+        };
+        let b = desc_bytes(&desc);
+        // SAFETY: my region is mapped and at least SCRATCH bytes long; the kernel reads the
+        // descriptor only in commands issued after this (the host's stores are ordered).
+        unsafe {
+            let dst = hc.own_host().add(DESC_OFF);
+            for (k, v) in b.iter().enumerate() {
+                std::ptr::write_volatile(dst.add(k), *v);
+            }
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        (hc.dev[c.rank] as usize, peers)
+    })?;
+    let Some((scratch, peers)) = r else {
+        return Ok(false);
+    };
+    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    comms.push(ResComm {
+        ctx_id: c.ctx_id,
+        world: c.world.clone(),
+        ordinal,
+        scratch,
+        export: None,
+        peers,
+        flagv: 0,
+        verified: true,
+    });
+    tracing::debug!(
+        ranks = c.nranks,
+        "resident collectives ready on a communicator (scratch in pinned host memory)"
     );
     Ok(true)
 }

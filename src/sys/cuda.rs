@@ -589,6 +589,61 @@ pub unsafe fn host_free(p: *mut u8) {
     let _ = cu::cuMemFreeHost(p as *mut c_void);
 }
 
+/// Page-lock `len` bytes of existing host memory (a shared-memory mapping) for every context
+/// and map them into the device address space; returns the device address of `p`.
+///
+/// # Safety
+/// `p..p+len` is a live mapping that stays mapped until [`host_unregister`].
+pub unsafe fn host_register(p: *mut u8, len: usize) -> CuResult<u64> {
+    // CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP = 3.
+    check(
+        "cuMemHostRegister",
+        cu::cuMemHostRegister_v2(p as *mut c_void, len, 3),
+    )?;
+    let mut d: cu::CUdeviceptr = 0;
+    if let Err(e) = check(
+        "cuMemHostGetDevicePointer",
+        cu::cuMemHostGetDevicePointer_v2(&mut d, p as *mut c_void, 0),
+    ) {
+        let _ = cu::cuMemHostUnregister(p as *mut c_void);
+        return Err(e);
+    }
+    Ok(d as u64)
+}
+
+/// Undo [`host_register`].
+///
+/// # Safety
+/// `p` was registered and no device work uses it any more.
+pub unsafe fn host_unregister(p: *mut u8) {
+    let _ = cu::cuMemHostUnregister(p as *mut c_void);
+}
+
+/// Make `s` wait until the 64-bit word at device address `addr` is >= `v` (a stream memory
+/// operation: no kernel, the GPU's front end polls).
+///
+/// # Safety
+/// `addr` is device-accessible memory (device memory or registered, device-mapped host memory).
+pub unsafe fn stream_wait_geq(s: Stream, addr: u64, v: u64) -> CuResult<()> {
+    // CU_STREAM_WAIT_VALUE_GEQ = 0.
+    check(
+        "cuStreamWaitValue64",
+        cu::cuStreamWaitValue64_v2(s.0, addr as cu::CUdeviceptr, v, 0),
+    )
+}
+
+/// Write `v` to the 64-bit word at device address `addr` once the work before it on `s` is
+/// complete (with a system-scope memory barrier before the write: the default flags).
+///
+/// # Safety
+/// As for [`stream_wait_geq`].
+pub unsafe fn stream_write(s: Stream, addr: u64, v: u64) -> CuResult<()> {
+    check(
+        "cuStreamWriteValue64",
+        cu::cuStreamWriteValue64_v2(s.0, addr as cu::CUdeviceptr, v, 0),
+    )
+}
+
 /// Allocate device memory in the current context (tests and kernel self-checks).
 pub fn mem_alloc(len: usize) -> CuResult<usize> {
     let mut p: cu::CUdeviceptr = 0;

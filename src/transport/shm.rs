@@ -90,6 +90,110 @@ impl Mapping {
     }
 }
 
+/// The job id of the shared-memory transport (set when it is established; None before, or in
+/// a process without one).
+static JOB_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The job id the transport's segments are named with, once it is established.
+pub fn job_id() -> Option<&'static str> {
+    JOB_ID.get().map(|s| s.as_str())
+}
+
+/// A named shared-memory region besides the transport's segments (GPU staging areas):
+/// `/dev/shm/gpumpi-<job_id>-<tag>`, so the launcher's clean-up removes it too. The set-up
+/// sequence is the transport's: every rank [`Region::create`]s its own, a fence, every rank
+/// [`Region::open`]s the others', a fence, every rank [`Region::unlink`]s its own name.
+pub struct Region {
+    map: Mapping,
+    name: CString,
+}
+// SAFETY: the mapping is plain shared memory; users synchronize their accesses.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn name(job_id: &str, tag: &str) -> MpiResult<CString> {
+        CString::new(format!("/gpumpi-{job_id}-{tag}"))
+            .map_err(|_| crate::mpi_err!(MPI_ERR_INTERN, "shm region name contains a NUL byte"))
+    }
+
+    /// Create (replacing a stale one) and map a zero-filled region of `len` bytes.
+    pub fn create(job_id: &str, tag: &str, len: usize) -> MpiResult<Region> {
+        let name = Self::name(job_id, tag)?;
+        // SAFETY: valid C string; a stale name of a dead job is replaced.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+        // SAFETY: valid C string; flags/mode are plain integers.
+        let fd = unsafe {
+            libc::shm_open(
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(errno_err(&format!("shm_open({name:?})")));
+        }
+        // SAFETY: fd is an open shm object we own.
+        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            let e = errno_err("ftruncate of a shared-memory region");
+            // SAFETY: fd is open; name is valid.
+            unsafe {
+                libc::close(fd);
+                libc::shm_unlink(name.as_ptr());
+            }
+            return Err(e);
+        }
+        match map_fd(fd, len) {
+            Ok(map) => Ok(Region { map, name }),
+            Err(e) => {
+                // SAFETY: valid C string.
+                unsafe { libc::shm_unlink(name.as_ptr()) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Map another rank's region of `len` bytes (after it was created).
+    pub fn open(job_id: &str, tag: &str, len: usize) -> MpiResult<Region> {
+        let name = Self::name(job_id, tag)?;
+        // SAFETY: valid C string.
+        let fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(errno_err(&format!("shm_open({name:?})")));
+        }
+        // SAFETY: a zeroed stat struct is a valid out-parameter for fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open, st is a valid out-pointer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < len {
+            // SAFETY: fd is open.
+            unsafe { libc::close(fd) };
+            crate::mpi_bail!(MPI_ERR_OTHER, "shm region {name:?} is missing or too small");
+        }
+        Ok(Region {
+            map: map_fd(fd, len)?,
+            name,
+        })
+    }
+
+    /// Remove the name (the mappings stay valid).
+    pub fn unlink(&self) {
+        // SAFETY: valid C string; failure (already gone) is harmless.
+        unsafe { libc::shm_unlink(self.name.as_ptr()) };
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+}
+
 /// Sender side of the ring we write into (lives in the peer's segment).
 struct Tx {
     ctrl: *mut u8,
@@ -300,6 +404,7 @@ impl ShmTransport {
         mut fence: impl FnMut() -> MpiResult<()>,
     ) -> MpiResult<Self> {
         let mut t = Self::create(job_id, rank, size)?;
+        let _ = JOB_ID.set(job_id.to_string());
         fence()?;
         t.attach_peers()?;
         fence()?;

@@ -2,7 +2,8 @@
 # Build and run the GPU tests against an installed gpumpi:
 #   tests/gpu/run.sh PREFIX [--bench] [--max-count N]
 # Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
-# at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (the staged path) and with
+# at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (collectives through
+# pinned shared host memory, point-to-point staged) and with
 # the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks. Without a CUDA runtime or device each run prints
 # "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
@@ -38,8 +39,10 @@ for n in 1 2 4; do
 done
 run "gpu_test -n 2, two ranks per GPU" GPUMPI_TEST_RANKS_PER_GPU=2 \
     "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_TEST_RANKS_PER_GPU "$out/gpu_test" "$max"
-run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: everything staged)" GPUMPI_CUDA_IPC=0 \
-    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_test" 65537
+run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: pinned host memory, 64 KiB rounds)" \
+    GPUMPI_CUDA_IPC=0 GPUMPI_GPU_HOST_CHUNK=65536 \
+    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC -x GPUMPI_GPU_HOST_CHUNK \
+    "$out/gpu_test" 1048577
 run "gpu_test -n 4, kernel peer copies (GPUMPI_GPU_P2P_COPY=kernel)" GPUMPI_GPU_P2P_COPY=kernel \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_COPY "$out/gpu_test" 65537
 for n in 2 4; do

@@ -521,6 +521,9 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
     fn world_rank(&self, p: usize) -> usize {
         self.0.peers[p]
     }
+    fn identity(&self) -> (u32, Arc<[usize]>) {
+        (self.0.ctx, self.0.peers.clone())
+    }
 }
 
 /// Blocking collectives whose every rank passes device buffers run GPU-native (CUDA IPC,

@@ -1,0 +1,774 @@
+//! GPU collectives without peer access: when CUDA IPC / P2P is unavailable between the GPUs of
+//! a node (or forced off with `GPUMPI_CUDA_IPC=0`), the ranks of a communicator exchange data
+//! through **pinned shared host memory**: one `/dev/shm` region per rank, mapped by every rank
+//! of the communicator and registered with CUDA (page-locked, device-mapped), so copy engines
+//! and kernels of every GPU read and write it directly.
+//!
+//! Two users:
+//! - the resident kernel ([`super::resident`]) for calls of at most 16 KiB: its scratch is the
+//!   first part of the region instead of IPC-mapped device memory (flags and data over PCIe,
+//!   ~3 us GPU-to-GPU flag round trip measured);
+//! - the pipelined two-shot allreduce here for larger vectors. Round `k` covers `n x chunk`
+//!   bytes of the vector, sub-chunk `j` of it belongs to rank `j`:
+//!   - A (copy engine): my sub-chunks `j != me` -> my region's `in[slot][j]`;
+//!   - B: a kernel reduces sub-chunk `me` of every rank (mine from device memory, the others
+//!     read over PCIe from their `in[slot][me]`) into my output, the copy engine stores the
+//!     result in my `out[slot]`;
+//!   - C (copy engine): every other rank's `out[slot]` -> my output.
+//!
+//!   The three stages run on three streams, ordered across ranks by 64-bit counters in the
+//!   regions that the streams themselves write and wait on (CUDA stream memory operations:
+//!   no host round trip, no kernel): stage X of round g sets my counter X to g+1; B waits for
+//!   every A counter, C for every B counter, and a slot (g mod 2) is rewritten only after every
+//!   reader of round g-2 is done. Rounds are numbered per communicator across calls, so a call
+//!   never waits for peers at its end: when its own streams are done its output is complete
+//!   and its buffers are no longer read by anyone.
+//!
+//! Per rank and per communicator the region holds the resident scratch (262 KiB) plus
+//! `2 x (n + 1) x chunk` bytes (`GPUMPI_GPU_HOST_CHUNK`, default 2 MiB: 20 MiB at 4 ranks),
+//! for at most [`MAX_COMMS`] communicators per process; beyond that, calls are staged.
+//!
+//! Host-memory bandwidth bounds this design: every byte a GPU contributes crosses PCIe and the
+//! host memory twice, 10 x the vector per call at 4 ranks through host memory (see
+//! benches/NOTES.md for the measured ceiling on the 4 x H200 machine).
+
+use super::coll::{chunk, Call, Host};
+use super::kernels::{KOp, KType};
+use crate::mpi::error::{MpiError, MpiResult};
+use crate::sys::cuda::{self, Stream};
+use crate::transport::shm::Region;
+use std::sync::{Arc, Mutex};
+
+/// Bytes at the start of each region for the resident kernel's scratch.
+pub const RES_BYTES: usize = super::resident::SCRATCH;
+const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
+/// Counters of stages A, B, C (one 64-byte line each).
+const FLAG_A: usize = PIPE_OFF;
+const FLAG_B: usize = PIPE_OFF + 64;
+const FLAG_C: usize = PIPE_OFF + 128;
+const IN_OFF: usize = PIPE_OFF + 4096;
+/// Slots per stage buffer (double buffering across rounds).
+const DEPTH: usize = 2;
+/// Communicators (per process) with a host region.
+pub const MAX_COMMS: usize = 16;
+
+fn err(e: impl std::fmt::Display) -> MpiError {
+    MpiError::new(
+        crate::abi::consts::MPI_ERR_OTHER,
+        format!("GPU collective over host memory: {e}"),
+    )
+}
+
+/// Bytes per rank of one pipeline round (`GPUMPI_GPU_HOST_CHUNK`, a multiple of 4 KiB).
+fn chunk_bytes() -> usize {
+    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *C.get_or_init(|| {
+        crate::config::get_usize("GPUMPI_GPU_HOST_CHUNK")
+            .clamp(64 << 10, 64 << 20)
+            .next_multiple_of(4096)
+    })
+}
+
+fn region_len(n: usize, q: usize) -> usize {
+    IN_OFF + DEPTH * (n + 1) * q
+}
+
+/// One communicator's regions as mapped and registered in this process.
+pub struct HostComm {
+    pub ordinal: i32,
+    n: usize,
+    me: usize,
+    q: usize,
+    /// Every rank's region (mine at `me`), kept mapped for the life of the process.
+    regions: Vec<Region>,
+    /// Device address of every rank's region (registered here).
+    pub dev: Vec<u64>,
+    /// Pipeline rounds run on this communicator so far (the same on every rank).
+    rounds: u64,
+}
+
+impl HostComm {
+    /// Host address of my region (the resident descriptor is written there).
+    pub fn own_host(&self) -> *mut u8 {
+        self.regions[self.me].as_ptr()
+    }
+    fn in_addr(&self, p: usize, slot: usize, j: usize) -> u64 {
+        self.dev[p] + (IN_OFF + (slot * self.n + j) * self.q) as u64
+    }
+    fn out_addr(&self, p: usize, slot: usize) -> u64 {
+        self.dev[p] + (IN_OFF + DEPTH * self.n * self.q + slot * self.q) as u64
+    }
+}
+
+/// Set-up communicators; each has its own lock, held during its calls only (collectives of
+/// different communicators from different threads must not wait for each other's lock).
+#[allow(clippy::type_complexity)]
+static COMMS: Mutex<Vec<((u32, Arc<[usize]>, i32), Arc<Mutex<HostComm>>)>> = Mutex::new(Vec::new());
+
+/// Run `f` on the host state of (communicator, device), setting it up first (collective: every
+/// rank of the communicator calls this in the same call, with every rank's buffers on a GPU).
+/// `Ok(None)`: some rank could not set up (every rank gets `None`).
+pub fn with_comm<R>(
+    ctx_id: u32,
+    world: &Arc<[usize]>,
+    me: usize,
+    ordinal: i32,
+    host: &dyn Host,
+    f: impl FnOnce(&mut HostComm) -> R,
+) -> MpiResult<Option<R>> {
+    let found = COMMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(k, _)| k.0 == ctx_id && *k.1 == **world && k.2 == ordinal)
+        .map(|(_, hc)| hc.clone());
+    let hc = match found {
+        Some(hc) => hc,
+        None => {
+            let Some(hc) = setup(ctx_id, world, me, ordinal, host)? else {
+                return Ok(None);
+            };
+            let hc = Arc::new(Mutex::new(hc));
+            COMMS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(((ctx_id, world.clone(), ordinal), hc.clone()));
+            hc
+        }
+    };
+    let mut g = hc.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(Some(f(&mut g)))
+}
+
+/// Create my region, map and register every rank's (collective; see the module docs).
+fn setup(
+    ctx_id: u32,
+    world: &Arc<[usize]>,
+    me: usize,
+    ordinal: i32,
+    host: &dyn Host,
+) -> MpiResult<Option<HostComm>> {
+    let n = world.len();
+    let q = chunk_bytes();
+    let len = region_len(n, q);
+    let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
+    let job = crate::transport::shm::job_id();
+    let full = COMMS.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_COMMS;
+    let own = match job {
+        Some(j) if !full => Region::create(j, &tag(me), len).map_err(|e| e.to_string()),
+        Some(_) => Err(format!(
+            "host regions already set up for {MAX_COMMS} communicators"
+        )),
+        None => Err("no shared-memory transport in this process".into()),
+    };
+    if let Err(e) = &own {
+        tracing::info!("GPU collectives over host memory unavailable here: {e}");
+    }
+    if !host.all(own.is_ok())? {
+        return Ok(None);
+    }
+    let own = own.expect("agreed above");
+    let job = job.expect("own region created");
+    // Every rank created its region: map the others' and register all of them.
+    let mut fail: Option<String> = None;
+    let mut regions: Vec<Region> = Vec::with_capacity(n);
+    let mut own = Some(own);
+    for p in 0..n {
+        let r = if p == me {
+            Ok(own.take().expect("once"))
+        } else {
+            Region::open(job, &tag(p), len)
+        };
+        match r {
+            Ok(r) => regions.push(r),
+            Err(e) => {
+                fail = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let mut dev = Vec::new();
+    if fail.is_none() {
+        match register(&regions, ordinal) {
+            Ok(d) => dev = d,
+            Err(e) => fail = Some(e),
+        }
+    }
+    let ok = host.all(fail.is_none())?;
+    // Every rank has opened every region (or given up): my name can go.
+    match (&own, regions.get(me)) {
+        (Some(r), _) | (None, Some(r)) => r.unlink(),
+        _ => {}
+    }
+    if !ok {
+        if fail.is_none() {
+            unregister(&regions, ordinal);
+        }
+        tracing::info!(
+            "GPU collectives over host memory: set-up failed ({}); staged",
+            fail.as_deref().unwrap_or("on another rank")
+        );
+        return Ok(None);
+    }
+    tracing::debug!(
+        ranks = n,
+        bytes = len,
+        "GPU collectives over pinned shared host memory ready on a communicator"
+    );
+    Ok(Some(HostComm {
+        ordinal,
+        n,
+        me,
+        q,
+        regions,
+        dev,
+        rounds: 0,
+    }))
+}
+
+fn register(regions: &[Region], ordinal: i32) -> Result<Vec<u64>, String> {
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = g.device(ordinal)?;
+    let mut dev = Vec::with_capacity(regions.len());
+    let r = cuda::with_context(d.ctx, || {
+        for r in regions {
+            // SAFETY: each region stays mapped for the life of its HostComm (the process).
+            dev.push(unsafe { cuda::host_register(r.as_ptr(), r.len())? });
+        }
+        Ok(())
+    });
+    if let Err(e) = r {
+        let done = dev.len();
+        unregister(&regions[..done], ordinal);
+        return Err(e.to_string());
+    }
+    Ok(dev)
+}
+
+fn unregister(regions: &[Region], ordinal: i32) {
+    if let Some(d) = super::gpu().and_then(|g| g.device(ordinal).ok()) {
+        let _ = cuda::with_context(d.ctx, || {
+            for r in regions {
+                // SAFETY: registered above; no work was enqueued on them.
+                unsafe { cuda::host_unregister(r.as_ptr()) };
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Whether this rank's buffers qualify: contiguous device memory of one GPU (not managed).
+fn device_of(c: &Call) -> Option<i32> {
+    if !c.fit {
+        return None;
+    }
+    let mut dev = None;
+    for (addr, _) in [c.send, c.recv].into_iter().flatten() {
+        let i = super::classify(addr as *const u8);
+        if i.kind != super::cache::MemKind::Device || dev.is_some_and(|d| d != i.device) {
+            return None;
+        }
+        dev = Some(i.device);
+    }
+    dev
+}
+
+/// Run `c` through pinned shared host memory if every rank can; `Ok(false)`: every rank stages.
+/// Serves allreduce (the other collectives stage).
+///
+/// # Safety
+/// The buffers in `c` are the caller's live device buffers for the whole call.
+pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
+    if c.shape.kind != crate::coll::CollKind::Allreduce || c.shape.nranks > super::kernels::MAXP {
+        return Ok(false);
+    }
+    let Some((op, t)) = c.red else {
+        return Ok(false);
+    };
+    let dev = device_of(c);
+    if !host.all(dev.is_some())? {
+        return Ok(false);
+    }
+    let ordinal = dev.expect("agreed above");
+    let recv = c
+        .recv
+        .ok_or_else(|| err("allreduce without a receive buffer"))?
+        .0;
+    let input = c.send.map_or(recv, |s| s.0);
+    let (ctx_id, world) = host.identity();
+    let r = with_comm(ctx_id, &world, c.shape.rank, ordinal, host, |hc| {
+        allreduce(hc, op, t, input, recv, c.shape.bytes)
+    })?;
+    match r {
+        None => Ok(false),
+        Some(r) => r.map(|_| true).map_err(err),
+    }
+}
+
+/// A place one pipeline operation reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loc {
+    /// Byte offset in this rank's input (its receive buffer in place).
+    Input(usize),
+    /// Byte offset in this rank's receive buffer.
+    Recv(usize),
+    /// Rank `p`'s region, `in[slot][j]`.
+    In { p: usize, slot: usize, j: usize },
+    /// Rank `p`'s region, `out[slot]`.
+    Out { p: usize, slot: usize },
+}
+
+/// The three stages' counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    A,
+    B,
+    C,
+}
+
+/// One operation on one of the three streams.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Wait until rank `p`'s counter of `stage` is at least `v`.
+    Wait {
+        p: usize,
+        stage: Stage,
+        v: u64,
+    },
+    Copy {
+        dst: Loc,
+        src: Loc,
+        len: usize,
+    },
+    /// `dst = srcs[0] op srcs[1] ...` over `elems` elements.
+    Reduce {
+        dst: Loc,
+        srcs: Vec<Loc>,
+        elems: usize,
+    },
+    /// Set my counter of `stage` to `v` (after everything before it on the stream).
+    Signal {
+        stage: Stage,
+        v: u64,
+    },
+}
+
+/// The operations of rank `me` for an allreduce of `bytes` (elements of `es` bytes) starting
+/// at pipeline round `base`, per stream (A, B, C), and the number of rounds. Pure: tested
+/// without a GPU by running every rank's streams in random interleavings ([`tests`]).
+pub fn pipeline(
+    n: usize,
+    me: usize,
+    q: usize,
+    es: usize,
+    bytes: usize,
+    base: u64,
+) -> ([Vec<Op>; 3], u64) {
+    let align = (16 / es).max(1);
+    let piece_elems = n * (q / es);
+    let elems = bytes / es;
+    let rounds = elems.div_ceil(piece_elems) as u64;
+    let mut st: [Vec<Op>; 3] = Default::default();
+    for r in 0..rounds {
+        let g = base + r;
+        let slot = (g % DEPTH as u64) as usize;
+        let e0 = r as usize * piece_elems;
+        let pe = piece_elems.min(elems - e0);
+        // (byte offset in the vector, bytes) of sub-chunk j of this round.
+        let sub = |j: usize| {
+            let (s, l) = chunk(pe, n, j, align);
+            ((e0 + s) * es, l * es)
+        };
+        let reuse = g + 1 > DEPTH as u64;
+        let freed = (g + 1).saturating_sub(DEPTH as u64);
+        let others = || (0..n).filter(move |&p| p != me);
+        // A: my sub-chunks for the others, once they have read this slot DEPTH rounds ago.
+        let a = &mut st[0];
+        if reuse {
+            a.extend(others().map(|p| Op::Wait {
+                p,
+                stage: Stage::B,
+                v: freed,
+            }));
+        }
+        for j in others() {
+            let (off, len) = sub(j);
+            a.push(Op::Copy {
+                dst: Loc::In { p: me, slot, j },
+                src: Loc::Input(off),
+                len,
+            });
+        }
+        a.push(Op::Signal {
+            stage: Stage::A,
+            v: g + 1,
+        });
+        // B: reduce sub-chunk me once every rank's A is done and my out slot is free.
+        let b = &mut st[1];
+        b.extend((0..n).map(|p| Op::Wait {
+            p,
+            stage: Stage::A,
+            v: g + 1,
+        }));
+        if reuse {
+            b.extend(others().map(|p| Op::Wait {
+                p,
+                stage: Stage::C,
+                v: freed,
+            }));
+        }
+        let (off, len) = sub(me);
+        b.push(Op::Reduce {
+            dst: Loc::Recv(off),
+            srcs: (0..n)
+                .map(|p| {
+                    if p == me {
+                        Loc::Input(off)
+                    } else {
+                        Loc::In { p, slot, j: me }
+                    }
+                })
+                .collect(),
+            elems: len / es,
+        });
+        b.push(Op::Copy {
+            dst: Loc::Out { p: me, slot },
+            src: Loc::Recv(off),
+            len,
+        });
+        b.push(Op::Signal {
+            stage: Stage::B,
+            v: g + 1,
+        });
+        // C: every other rank's reduced sub-chunk into my output (after my own B, which
+        // waited for my A: in place, C overwrites what A read).
+        let c = &mut st[2];
+        c.extend((0..n).map(|p| Op::Wait {
+            p,
+            stage: Stage::B,
+            v: g + 1,
+        }));
+        for p in others() {
+            let (off, len) = sub(p);
+            c.push(Op::Copy {
+                dst: Loc::Recv(off),
+                src: Loc::Out { p, slot },
+                len,
+            });
+        }
+        c.push(Op::Signal {
+            stage: Stage::C,
+            v: g + 1,
+        });
+    }
+    (st, rounds)
+}
+
+/// The pipelined two-shot allreduce of `bytes` (module docs): [`pipeline`]'s operations
+/// enqueued on three streams.
+unsafe fn allreduce(
+    hc: &mut HostComm,
+    op: KOp,
+    t: KType,
+    input: usize,
+    recv: usize,
+    bytes: usize,
+) -> Result<(), String> {
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = g.device(hc.ordinal)?;
+    let k = g.kernels(hc.ordinal)?;
+    let aux = super::coll::aux_streams(hc.ordinal, d.ctx)?;
+    let streams: [Stream; 3] = [aux[0], aux[1], aux[2]];
+    let (ops, rounds) = pipeline(hc.n, hc.me, hc.q, t.size(), bytes, hc.rounds);
+    let grid = super::coll::max_grid(hc.ordinal);
+    let at = |l: &Loc| match *l {
+        Loc::Input(o) => input + o,
+        Loc::Recv(o) => recv + o,
+        Loc::In { p, slot, j } => hc.in_addr(p, slot, j) as usize,
+        Loc::Out { p, slot } => hc.out_addr(p, slot) as usize,
+    };
+    let flag = |p: usize, s: Stage| {
+        hc.dev[p]
+            + match s {
+                Stage::A => FLAG_A,
+                Stage::B => FLAG_B,
+                Stage::C => FLAG_C,
+            } as u64
+    };
+    cuda::with_context(d.ctx, || {
+        // Round by round across the streams, so that every stream has work early.
+        let mut pos = [0usize; 3];
+        while (0..3).any(|i| pos[i] < ops[i].len()) {
+            for i in 0..3 {
+                let s = streams[i];
+                // This stream's operations up to and including its next signal.
+                while let Some(o) = ops[i].get(pos[i]) {
+                    pos[i] += 1;
+                    match o {
+                        Op::Wait { p, stage, v } => cuda::stream_wait_geq(s, flag(*p, *stage), *v)?,
+                        Op::Copy { dst, src, len } => {
+                            cuda::memcpy_dtod_async(at(dst), at(src), *len, s)?
+                        }
+                        Op::Reduce { dst, srcs, elems } => {
+                            let ptrs: Vec<usize> = srcs.iter().map(at).collect();
+                            k.reduce_n_async(op, t, at(dst), &ptrs, *elems, grid, s)?
+                        }
+                        Op::Signal { stage, v } => {
+                            cuda::stream_write(s, flag(hc.me, *stage), *v)?;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        for s in streams {
+            cuda::stream_synchronize(s)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    hc.rounds += rounds;
+    tracing::debug!(
+        bytes,
+        rounds,
+        ranks = hc.n,
+        "allreduce on the GPU through pinned shared host memory"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every rank's memory in the simulation.
+    struct Rank {
+        region_in: Vec<u8>,
+        region_out: Vec<u8>,
+        flags: [u64; 3],
+    }
+
+    fn idx(s: Stage) -> usize {
+        match s {
+            Stage::A => 0,
+            Stage::B => 1,
+            Stage::C => 2,
+        }
+    }
+
+    /// Run `calls` consecutive allreduces (sizes in i32 elements, in place or not) on `n`
+    /// simulated ranks whose streams advance in a random interleaving (`seed`); each rank
+    /// starts its next call when its three streams are done, as the host does. Checks every
+    /// output against the sum of the inputs; panics on a deadlock.
+    fn run(n: usize, q: usize, calls: &[(usize, bool)], seed: u64) {
+        let es = 4;
+        let mut ranks: Vec<Rank> = (0..n)
+            .map(|_| Rank {
+                region_in: vec![0; DEPTH * n * q],
+                region_out: vec![0; DEPTH * q],
+                flags: [0; 3],
+            })
+            .collect();
+        // Per rank and call: (input, recv); in place: input unused, recv holds the input.
+        let input_of = |c: usize, p: usize, i: usize| (c * 1000 + p * 31 + i * 7) as i32;
+        let mut bufs: Vec<Vec<(Vec<u8>, Vec<u8>)>> = (0..n)
+            .map(|p| {
+                calls
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &(elems, inplace))| {
+                        let v: Vec<u8> = (0..elems)
+                            .flat_map(|i| input_of(c, p, i).to_le_bytes())
+                            .collect();
+                        if inplace {
+                            (Vec::new(), v)
+                        } else {
+                            (v, vec![0xEE; elems * es])
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut base = vec![0u64; n];
+        let mut call = vec![0usize; n];
+        let mut ops: Vec<[Vec<Op>; 3]> = Vec::new();
+        let mut pos = vec![[0usize; 3]; n];
+        for p in 0..n {
+            let (elems, _) = calls[0];
+            let (o, r) = pipeline(n, p, q, es, elems * es, 0);
+            ops.push(o);
+            base[p] = r;
+        }
+        let mut rng = seed | 1;
+        loop {
+            // Runnable stream heads.
+            let mut runnable = Vec::new();
+            for p in 0..n {
+                if call[p] >= calls.len() {
+                    continue;
+                }
+                for s in 0..3 {
+                    if let Some(o) = ops[p][s].get(pos[p][s]) {
+                        let ok = match o {
+                            Op::Wait { p: w, stage, v } => ranks[*w].flags[idx(*stage)] >= *v,
+                            _ => true,
+                        };
+                        if ok {
+                            runnable.push((p, s));
+                        }
+                    }
+                }
+            }
+            if runnable.is_empty() {
+                assert!(
+                    call.iter().all(|&c| c >= calls.len()),
+                    "deadlock: n={n} q={q} calls={calls:?} at {call:?} {pos:?}"
+                );
+                break;
+            }
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let (p, s) = runnable[(rng % runnable.len() as u64) as usize];
+            let o = ops[p][s][pos[p][s]].clone();
+            pos[p][s] += 1;
+            let c = call[p];
+            let inplace = calls[c].1;
+            let read = |ranks: &Vec<Rank>, bufs: &Vec<Vec<(Vec<u8>, Vec<u8>)>>, l: Loc, len| {
+                let (inp, rcv) = &bufs[p][c];
+                match l {
+                    Loc::Input(o) if inplace => rcv[o..o + len].to_vec(),
+                    Loc::Input(o) => inp[o..o + len].to_vec(),
+                    Loc::Recv(o) => rcv[o..o + len].to_vec(),
+                    Loc::In { p: r, slot, j } => {
+                        let o = (slot * n + j) * q;
+                        assert!(len <= q);
+                        ranks[r].region_in[o..o + len].to_vec()
+                    }
+                    Loc::Out { p: r, slot } => {
+                        assert!(len <= q);
+                        ranks[r].region_out[slot * q..slot * q + len].to_vec()
+                    }
+                }
+            };
+            let write = |ranks: &mut Vec<Rank>,
+                         bufs: &mut Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+                         l: Loc,
+                         v: &[u8]| {
+                let (inp, rcv) = &mut bufs[p][c];
+                let dst = match l {
+                    Loc::Input(o) if inplace => &mut rcv[o..o + v.len()],
+                    Loc::Input(o) => &mut inp[o..o + v.len()],
+                    Loc::Recv(o) => &mut rcv[o..o + v.len()],
+                    Loc::In { p: r, slot, j } => {
+                        assert_eq!(r, p, "a rank writes only its own region");
+                        let o = (slot * n + j) * q;
+                        &mut ranks[r].region_in[o..o + v.len()]
+                    }
+                    Loc::Out { p: r, slot } => {
+                        assert_eq!(r, p, "a rank writes only its own region");
+                        &mut ranks[r].region_out[slot * q..slot * q + v.len()]
+                    }
+                };
+                dst.copy_from_slice(v);
+            };
+            match o {
+                Op::Wait { .. } => {}
+                Op::Copy { dst, src, len } => {
+                    let v = read(&ranks, &bufs, src, len);
+                    write(&mut ranks, &mut bufs, dst, &v);
+                }
+                Op::Reduce { dst, srcs, elems } => {
+                    let ins: Vec<Vec<u8>> = srcs
+                        .iter()
+                        .map(|l| read(&ranks, &bufs, *l, elems * es))
+                        .collect();
+                    let out: Vec<u8> = (0..elems)
+                        .flat_map(|e| {
+                            ins.iter()
+                                .map(|b| {
+                                    i32::from_le_bytes(b[e * 4..e * 4 + 4].try_into().unwrap())
+                                })
+                                .fold(0i32, |a, x| a.wrapping_add(x))
+                                .to_le_bytes()
+                        })
+                        .collect();
+                    write(&mut ranks, &mut bufs, dst, &out);
+                }
+                Op::Signal { stage, v } => {
+                    let f = &mut ranks[p].flags[idx(stage)];
+                    assert!(v > *f, "counters only grow");
+                    *f = v;
+                }
+            }
+            // All three streams done: the call returns; check it and start the next.
+            if (0..3).all(|s| pos[p][s] == ops[p][s].len()) {
+                let (elems, _) = calls[c];
+                let out = &bufs[p][c].1;
+                for i in 0..elems {
+                    let want = (0..n).fold(0i32, |a, r| a.wrapping_add(input_of(c, r, i)));
+                    let got = i32::from_le_bytes(out[i * 4..i * 4 + 4].try_into().unwrap());
+                    assert_eq!(
+                        got, want,
+                        "n={n} q={q} call {c} {:?} rank {p} element {i} seed {seed}",
+                        calls[c]
+                    );
+                }
+                call[p] += 1;
+                if call[p] < calls.len() {
+                    let (elems, _) = calls[call[p]];
+                    let (o, r) = pipeline(n, p, q, es, elems * es, base[p]);
+                    ops[p] = o;
+                    pos[p] = [0; 3];
+                    base[p] += r;
+                }
+            }
+        }
+        assert!(base.iter().all(|&b| b == base[0]), "same rounds everywhere");
+    }
+
+    #[test]
+    fn pipelined_allreduce_in_any_interleaving() {
+        for n in 1..=5 {
+            for seed in 1..25u64 {
+                // q = 32 bytes: 8 ints per rank per round, so calls take many rounds.
+                run(
+                    n,
+                    32,
+                    &[
+                        (1, false),
+                        (100, true),
+                        (33, false),
+                        (8 * n * 3, false),
+                        (7, true),
+                    ],
+                    seed * 7919 + n as u64,
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pipeline_rounds_and_slots() {
+        // 4 ranks, 1 MiB per rank per round: 16 MiB is 4 rounds; slots alternate across calls.
+        let (ops, rounds) = pipeline(4, 1, 1 << 20, 4, 16 << 20, 3);
+        assert_eq!(rounds, 4);
+        let slots: Vec<usize> = ops[0]
+            .iter()
+            .filter_map(|o| match o {
+                Op::Copy {
+                    dst: Loc::In { slot, .. },
+                    ..
+                } => Some(*slot),
+                _ => None,
+            })
+            .step_by(3)
+            .collect();
+        assert_eq!(slots, vec![1, 0, 1, 0]);
+        // Each A copy moves one quarter of a round, never more than a slot.
+        assert!(ops[0].iter().all(|o| match o {
+            Op::Copy { len, .. } => *len == 1 << 20,
+            _ => true,
+        }));
+    }
+}
