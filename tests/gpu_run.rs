@@ -43,8 +43,12 @@ fn gpu_tests_pass_or_skip() {
     let runs = text.matches("== gpu_").count();
     let verdicts = text.matches("SKIP: no CUDA device (").count()
         + text.matches("PASS: gpu_test").count()
-        + text.matches("PASS: gpu_mt").count();
-    assert_eq!(runs, 8, "expected 6 gpu_test and 2 gpu_mt runs:\n{text}");
+        + text.matches("PASS: gpu_mt").count()
+        + text.matches("PASS: gpu_mem").count();
+    assert_eq!(
+        runs, 12,
+        "expected 6 gpu_test, 2 gpu_mt and 4 gpu_mem runs:\n{text}"
+    );
     assert_eq!(
         verdicts, runs,
         "every run must PASS or SKIP with a reason:\n{text}"

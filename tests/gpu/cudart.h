@@ -19,6 +19,9 @@ static int (*cudaMemcpy_)(void *, const void *, size_t, int);
 static int (*cudaMemset_)(void *, int, size_t);
 static int (*cudaDeviceSynchronize_)(void);
 static const char *(*cudaGetErrorString_)(int);
+static int (*cudaMemGetInfo_)(size_t *, size_t *);
+static int (*cudaHostRegister_)(void *, size_t, unsigned);
+static int (*cudaHostUnregister_)(void *);
 
 /* Returns NULL when CUDA is usable, else the reason it is not. */
 static const char *cudart_load(void) {
@@ -35,7 +38,8 @@ static const char *cudart_load(void) {
 #define LOAD(f) if (!(*(void **)&f##_ = dlsym(h, #f))) { snprintf(why, sizeof why, "libcudart lacks %s", #f); return why; }
     LOAD(cudaGetDeviceCount) LOAD(cudaSetDevice) LOAD(cudaMalloc) LOAD(cudaMallocManaged)
     LOAD(cudaMallocHost) LOAD(cudaFree) LOAD(cudaFreeHost) LOAD(cudaMemcpy) LOAD(cudaMemset)
-    LOAD(cudaDeviceSynchronize) LOAD(cudaGetErrorString)
+    LOAD(cudaDeviceSynchronize) LOAD(cudaGetErrorString) LOAD(cudaMemGetInfo) LOAD(cudaHostRegister)
+    LOAD(cudaHostUnregister)
 #undef LOAD
     int n = 0, rc = cudaGetDeviceCount_(&n);
     if (rc != 0 || n == 0) {

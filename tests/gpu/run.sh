@@ -5,8 +5,11 @@
 # at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (collectives through
 # pinned shared host memory, point-to-point staged) and with
 # the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
-# at 2 and 4 ranks. Without a CUDA runtime or device each run prints
-# "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
+# at 2 and 4 ranks. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
+# cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
+# 4 ranks with CUDA IPC off; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
+# prints why and passes when device memory is short). Without a CUDA runtime or device each run
+# prints "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 prefix=${1:?usage: run.sh PREFIX [--bench] [--max-count N]}
@@ -24,7 +27,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 mpirun="$prefix/bin/mpirun"
@@ -49,6 +52,14 @@ for n in 2 4; do
     run "gpu_mt -n $n (MPI_THREAD_MULTIPLE: two threads, collectives on two communicators)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mt"
 done
+for n in 2 4; do
+    run "gpu_mem -n $n (every memory kind, mixed between ranks)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mem"
+done
+run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: everything staged)" GPUMPI_CUDA_IPC=0 \
+    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mem"
+run "gpu_mem big -n 4 (1 GiB per buffer)" \
+    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then
     for n in 2 4; do
         run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench"
