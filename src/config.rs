@@ -149,8 +149,8 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_GPU_HOST_CHUNK",
-        default: "2097152",
-        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): bytes per rank of one round of the pipelined allreduce through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB). Each rank's region per communicator holds 2 x (ranks + 1) of them. Must be the same on every rank.",
+        default: "1048576",
+        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the pipelined allreduce through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 64 KiB each). Each rank's region per communicator holds 2 x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_P2P_COPY",

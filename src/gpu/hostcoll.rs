@@ -24,8 +24,10 @@
 //!   never waits for peers at its end: when its own streams are done its output is complete
 //!   and its buffers are no longer read by anyone.
 //!
-//! Per rank and per communicator the region holds the resident scratch (262 KiB) plus
-//! `2 x (n + 1) x chunk` bytes (`GPUMPI_GPU_HOST_CHUNK`, default 2 MiB: 20 MiB at 4 ranks),
+//! A call of `b` bytes runs in about 4 rounds (`b / 4n` bytes per rank and round, at least
+//! 64 KiB, at most `GPUMPI_GPU_HOST_CHUNK`, default 1 MiB): the copies of one round overlap
+//! the others'. Per rank and per communicator the region holds the resident scratch (1 MiB:
+//! 64 KiB slots in host mode) plus `2 x (n + 1) x chunk` bytes (11 MiB in all at 4 ranks),
 //! for at most [`MAX_COMMS`] communicators per process; beyond that, calls are staged.
 //!
 //! Host-memory bandwidth bounds this design: every byte a GPU contributes crosses PCIe and the
@@ -40,7 +42,7 @@ use crate::transport::shm::Region;
 use std::sync::{Arc, Mutex};
 
 /// Bytes at the start of each region for the resident kernel's scratch.
-pub const RES_BYTES: usize = super::resident::SCRATCH;
+pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
 const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
 /// Counters of stages A, B, C (one 64-byte line each).
 const FLAG_A: usize = PIPE_OFF;
@@ -305,6 +307,15 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     }
 }
 
+/// Bytes per rank of one round for a call of `bytes`: about 4 rounds (copies of one round
+/// overlap the others'), at least 64 KiB, at most the region's slots (`max`).
+fn round_chunk(bytes: usize, n: usize, max: usize) -> usize {
+    bytes
+        .div_ceil(n * 4)
+        .next_multiple_of(4096)
+        .clamp(64 << 10, max.max(64 << 10))
+}
+
 /// A place one pipeline operation reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loc {
@@ -479,7 +490,14 @@ unsafe fn allreduce(
     let k = g.kernels(hc.ordinal)?;
     let aux = super::coll::aux_streams(hc.ordinal, d.ctx)?;
     let streams: [Stream; 3] = [aux[0], aux[1], aux[2]];
-    let (ops, rounds) = pipeline(hc.n, hc.me, hc.q, t.size(), bytes, hc.rounds);
+    let (ops, rounds) = pipeline(
+        hc.n,
+        hc.me,
+        round_chunk(bytes, hc.n, hc.q),
+        t.size(),
+        bytes,
+        hc.rounds,
+    );
     let grid = super::coll::max_grid(hc.ordinal);
     let at = |l: &Loc| match *l {
         Loc::Input(o) => input + o,

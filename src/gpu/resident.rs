@@ -27,10 +27,25 @@ use std::sync::Mutex;
 
 /// Largest vector (allreduce) or block (alltoall, allgather) of the resident path.
 pub const SLOT: usize = 16 << 10;
+/// The same with `GPUMPI_CUDA_IPC=0`, where the scratch is pinned host memory: the launched
+/// alternative pays several PCIe round trips of stream ordering there (78 us at 32 KiB against
+/// 14.7 us resident at 4 KiB, 4 x H200, benches/NOTES.md), so the resident kernel serves more.
+pub const HOST_SLOT: usize = 64 << 10;
 const THREADS: u32 = 512;
 const DATA_OFF: usize = 256;
 /// Bytes of one rank's scratch for one communicator.
 pub const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
+/// Bytes of one rank's scratch in pinned host memory (host mode).
+pub const HOST_SCRATCH: usize = DATA_OFF + 2 * MAXP * HOST_SLOT;
+
+/// The largest vector or block of the resident path in the current mode.
+fn slot_limit() -> usize {
+    if super::coll::mode() == Some(super::coll::Mode::Host) {
+        HOST_SLOT
+    } else {
+        SLOT
+    }
+}
 /// Communicators (per process) that get resident scratch: at most MAX_COMMS x SCRATCH (16 MiB)
 /// of device memory, plus the peers' mappings.
 const MAX_COMMS: usize = 64;
@@ -256,7 +271,7 @@ pub fn applies(
         kind,
         CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
     ) && bytes > 0
-        && bytes <= SLOT
+        && bytes <= slot_limit()
         && nranks <= MAXP
         && *ON.get_or_init(|| crate::config::get("GPUMPI_GPU_RESIDENT").as_deref() != Some("0"))
         && !thread_multiple()
@@ -450,7 +465,7 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
         let desc = ResDesc {
             nranks: c.nranks as u32,
             rank: c.rank as u32,
-            slot: SLOT as u64,
+            slot: slot_limit() as u64,
             peers,
             host: 1,
         };
