@@ -40,6 +40,7 @@ struct ResDesc {
     unsigned int nranks, rank;
     unsigned long long slot;
     unsigned long long peers[GPUMPI_MAXP]; // scratch of every rank, as mapped here
+    unsigned long long host; // the scratch is pinned host memory (no P2P): reads bypass caches
 };
 #define RES_DESC_OFF 128ull
 
@@ -55,30 +56,39 @@ __device__ __forceinline__ unsigned long long res_now() {
     return t;
 }
 
+// A load from scratch written by another GPU: through L2 only (ld.cg) for device memory (a
+// resident kernel's L1 would keep stale lines across calls); uncached (ld.cv) for host memory,
+// which no cache of this GPU sees being rewritten.
+template <bool HOSTMEM, typename T> __device__ __forceinline__ T res_ld(const T *p) {
+    if (HOSTMEM) return __ldcv(p);
+    return __ldcg(p);
+}
+
 // Copy through L2 only (ld.cg): a resident kernel's L1 would keep stale lines across calls.
 // Returns whether this thread stored anything (only those threads need a fence afterwards).
+template <bool HOSTMEM = false>
 __device__ __forceinline__ bool res_copy(char *dst, const char *src, unsigned long long n) {
     bool wrote = false;
     if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
         unsigned long long nv = n / 16;
         for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) {
-            reinterpret_cast<uint4 *>(dst)[i] = __ldcg(reinterpret_cast<const uint4 *>(src) + i);
+            reinterpret_cast<uint4 *>(dst)[i] = res_ld<HOSTMEM>(reinterpret_cast<const uint4 *>(src) + i);
             wrote = true;
         }
         for (unsigned long long i = nv * 16 + threadIdx.x; i < n; i += blockDim.x) {
-            dst[i] = __ldcg(src + i);
+            dst[i] = res_ld<HOSTMEM>(src + i);
             wrote = true;
         }
     } else {
         for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) {
-            dst[i] = __ldcg(src + i);
+            dst[i] = res_ld<HOSTMEM>(src + i);
             wrote = true;
         }
     }
     return wrote;
 }
 
-template <typename T, typename Op>
+template <bool HOSTMEM, typename T, typename Op>
 __device__ void res_reduce(T *dst, const char *base, unsigned long long slot, int n,
                            unsigned long long elems) {
     for (unsigned long long i = threadIdx.x; i < elems; i += blockDim.x) {
@@ -86,7 +96,7 @@ __device__ void res_reduce(T *dst, const char *base, unsigned long long slot, in
         T v[GPUMPI_MAXP];
 #pragma unroll
         for (int q = 0; q < GPUMPI_MAXP; q++)
-            if (q < n) v[q] = __ldcg(reinterpret_cast<const T *>(base + q * slot) + i);
+            if (q < n) v[q] = res_ld<HOSTMEM>(reinterpret_cast<const T *>(base + q * slot) + i);
         T a = v[0];
 #pragma unroll
         for (int q = 1; q < GPUMPI_MAXP; q++)
@@ -99,7 +109,7 @@ __device__ void res_reduce(T *dst, const char *base, unsigned long long slot, in
 // (block, 16-byte word) pairs, so small blocks to or from several ranks go in parallel.
 // Falls back to byte copies when anything is not 16-byte aligned. Returns whether this thread
 // stored anything.
-template <typename Src, typename Dst>
+template <bool HOSTMEM = false, typename Src, typename Dst>
 __device__ __forceinline__ bool res_copy_n(int n, unsigned long long b, Src src, Dst dst) {
     bool wrote = false;
     bool aligned = (b & 15) == 0;
@@ -110,25 +120,45 @@ __device__ __forceinline__ bool res_copy_n(int n, unsigned long long b, Src src,
         for (unsigned long long i = threadIdx.x; i < total; i += blockDim.x) {
             const int q = (int)(i / nv);
             const unsigned long long j = i % nv;
-            reinterpret_cast<uint4 *>(dst(q))[j] = __ldcg(reinterpret_cast<const uint4 *>(src(q)) + j);
+            reinterpret_cast<uint4 *>(dst(q))[j] = res_ld<HOSTMEM>(reinterpret_cast<const uint4 *>(src(q)) + j);
             wrote = true;
         }
     } else {
-        for (int q = 0; q < n; q++) wrote |= res_copy(dst(q), src(q), b);
+        for (int q = 0; q < n; q++) wrote |= res_copy<HOSTMEM>(dst(q), src(q), b);
     }
     return wrote;
 }
 
 // op: 0 sum, 1 prod, 2 min, 3 max; type: 0 i32, 1 i64, 2 f32, 3 f64, 4 f16, 5 bf16
 // (the orders of OPS and TYPES in src/gpu/kernels.rs).
-template <typename T>
+template <bool HOSTMEM, typename T>
 __device__ void res_reduce_op(unsigned int op, T *dst, const char *base, unsigned long long slot,
                               int n, unsigned long long elems) {
     switch (op) {
-    case 0: res_reduce<T, OpSum<T>>(dst, base, slot, n, elems); break;
-    case 1: res_reduce<T, OpProd<T>>(dst, base, slot, n, elems); break;
-    case 2: res_reduce<T, OpMin<T>>(dst, base, slot, n, elems); break;
-    default: res_reduce<T, OpMax<T>>(dst, base, slot, n, elems); break;
+    case 0: res_reduce<HOSTMEM, T, OpSum<T>>(dst, base, slot, n, elems); break;
+    case 1: res_reduce<HOSTMEM, T, OpProd<T>>(dst, base, slot, n, elems); break;
+    case 2: res_reduce<HOSTMEM, T, OpMin<T>>(dst, base, slot, n, elems); break;
+    default: res_reduce<HOSTMEM, T, OpMax<T>>(dst, base, slot, n, elems); break;
+    }
+}
+
+// Step 3 of a command: reduce or gather from my slots into the destination.
+template <bool HOSTMEM>
+__device__ void res_finish(const ResCmd &c, const char *base, unsigned long long slot, int n) {
+    const unsigned long long b = c.bytes;
+    if (c.kind == RES_ALLREDUCE) {
+        switch (c.type) {
+        case 0: res_reduce_op<HOSTMEM, int32_t>(c.op, reinterpret_cast<int32_t *>(c.dst), base, slot, n, b / 4); break;
+        case 1: res_reduce_op<HOSTMEM, long long>(c.op, reinterpret_cast<long long *>(c.dst), base, slot, n, b / 8); break;
+        case 2: res_reduce_op<HOSTMEM, float>(c.op, reinterpret_cast<float *>(c.dst), base, slot, n, b / 4); break;
+        case 3: res_reduce_op<HOSTMEM, double>(c.op, reinterpret_cast<double *>(c.dst), base, slot, n, b / 8); break;
+        case 4: res_reduce_op<HOSTMEM, __half>(c.op, reinterpret_cast<__half *>(c.dst), base, slot, n, b / 2); break;
+        default: res_reduce_op<HOSTMEM, __nv_bfloat16>(c.op, reinterpret_cast<__nv_bfloat16 *>(c.dst), base, slot, n, b / 2); break;
+        }
+    } else {
+        res_copy_n<HOSTMEM>(
+            n, b, [&](int q) { return base + q * slot; },
+            [&](int q) { return reinterpret_cast<char *>(c.dst) + q * b; });
     }
 }
 
@@ -173,7 +203,7 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         if (!go) return;
         if (threadIdx.x < sizeof(ResDesc) / 8)
             reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
-                __ldcg(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
+                __ldcv(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
         __syncthreads();
         const int n = (int)dsc.nranks, me = (int)dsc.rank;
         const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
@@ -203,6 +233,8 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
             while (((v = *f) >> 1) != c.flagv) {
             }
             if (!(v & 1)) all_ok = 0;
+            // Acquire at system scope: the data came over PCIe into host memory.
+            if (dsc.host) __threadfence_system();
         }
         __syncthreads();
         __threadfence();
@@ -221,20 +253,10 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         }
         // 3. Reduce or gather from my slots into the destination.
         const char *base = reinterpret_cast<const char *>(dsc.peers[me]) + RES_DATA_OFF + par * GPUMPI_MAXP * slot;
-        if (c.kind == RES_ALLREDUCE) {
-            switch (c.type) {
-            case 0: res_reduce_op<int32_t>(c.op, reinterpret_cast<int32_t *>(c.dst), base, slot, n, b / 4); break;
-            case 1: res_reduce_op<long long>(c.op, reinterpret_cast<long long *>(c.dst), base, slot, n, b / 8); break;
-            case 2: res_reduce_op<float>(c.op, reinterpret_cast<float *>(c.dst), base, slot, n, b / 4); break;
-            case 3: res_reduce_op<double>(c.op, reinterpret_cast<double *>(c.dst), base, slot, n, b / 8); break;
-            case 4: res_reduce_op<__half>(c.op, reinterpret_cast<__half *>(c.dst), base, slot, n, b / 2); break;
-            default: res_reduce_op<__nv_bfloat16>(c.op, reinterpret_cast<__nv_bfloat16 *>(c.dst), base, slot, n, b / 2); break;
-            }
-        } else {
-            res_copy_n(
-                n, b, [&](int q) { return base + q * slot; },
-                [&](int q) { return reinterpret_cast<char *>(c.dst) + q * b; });
-        }
+        if (dsc.host)
+            res_finish<true>(c, base, slot, n);
+        else
+            res_finish<false>(c, base, slot, n);
         // Results are visible device-wide (L2) before the host hears of them.
         __threadfence();
         __syncthreads();
