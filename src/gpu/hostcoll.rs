@@ -393,14 +393,13 @@ pub fn pipeline(
         let reuse = g + 1 > DEPTH as u64;
         let freed = (g + 1).saturating_sub(DEPTH as u64);
         let others = || (0..n).filter(move |&p| p != me);
+        let wait = |ps: &mut dyn Iterator<Item = usize>, stage, v| {
+            ps.map(|p| Op::Wait { p, stage, v }).collect::<Vec<_>>()
+        };
         // A: my sub-chunks for the others, once they have read this slot DEPTH rounds ago.
         let a = &mut st[0];
         if reuse {
-            a.extend(others().map(|p| Op::Wait {
-                p,
-                stage: Stage::B,
-                v: freed,
-            }));
+            a.extend(wait(&mut others(), Stage::B, freed));
         }
         for j in others() {
             let (off, len) = sub(j);
@@ -416,17 +415,9 @@ pub fn pipeline(
         });
         // B: reduce sub-chunk me once every rank's A is done and my out slot is free.
         let b = &mut st[1];
-        b.extend((0..n).map(|p| Op::Wait {
-            p,
-            stage: Stage::A,
-            v: g + 1,
-        }));
+        b.extend(wait(&mut (0..n), Stage::A, g + 1));
         if reuse {
-            b.extend(others().map(|p| Op::Wait {
-                p,
-                stage: Stage::C,
-                v: freed,
-            }));
+            b.extend(wait(&mut others(), Stage::C, freed));
         }
         let (off, len) = sub(me);
         b.push(Op::Reduce {
@@ -454,11 +445,7 @@ pub fn pipeline(
         // C: every other rank's reduced sub-chunk into my output (after my own B, which
         // waited for my A: in place, C overwrites what A read).
         let c = &mut st[2];
-        c.extend((0..n).map(|p| Op::Wait {
-            p,
-            stage: Stage::B,
-            v: g + 1,
-        }));
+        c.extend(wait(&mut (0..n), Stage::B, g + 1));
         for p in others() {
             let (off, len) = sub(p);
             c.push(Op::Copy {

@@ -120,55 +120,14 @@ impl Region {
     /// Create (replacing a stale one) and map a zero-filled region of `len` bytes.
     pub fn create(job_id: &str, tag: &str, len: usize) -> MpiResult<Region> {
         let name = Self::name(job_id, tag)?;
-        // SAFETY: valid C string; a stale name of a dead job is replaced.
-        unsafe { libc::shm_unlink(name.as_ptr()) };
-        // SAFETY: valid C string; flags/mode are plain integers.
-        let fd = unsafe {
-            libc::shm_open(
-                name.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(errno_err(&format!("shm_open({name:?})")));
-        }
-        // SAFETY: fd is an open shm object we own.
-        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-            let e = errno_err("ftruncate of a shared-memory region");
-            // SAFETY: fd is open; name is valid.
-            unsafe {
-                libc::close(fd);
-                libc::shm_unlink(name.as_ptr());
-            }
-            return Err(e);
-        }
-        match map_fd(fd, len) {
-            Ok(map) => Ok(Region { map, name }),
-            Err(e) => {
-                // SAFETY: valid C string.
-                unsafe { libc::shm_unlink(name.as_ptr()) };
-                Err(e)
-            }
-        }
+        let map = create_mapped(&name, len)?;
+        Ok(Region { map, name })
     }
 
     /// Map another rank's region of `len` bytes (after it was created).
     pub fn open(job_id: &str, tag: &str, len: usize) -> MpiResult<Region> {
         let name = Self::name(job_id, tag)?;
-        // SAFETY: valid C string.
-        let fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
-            return Err(errno_err(&format!("shm_open({name:?})")));
-        }
-        // SAFETY: a zeroed stat struct is a valid out-parameter for fstat.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fd is open, st is a valid out-pointer.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < len {
-            // SAFETY: fd is open.
-            unsafe { libc::close(fd) };
-            crate::mpi_bail!(MPI_ERR_OTHER, "shm region {name:?} is missing or too small");
-        }
+        let (fd, _) = open_existing(&name, len, "shm region")?;
         Ok(Region {
             map: map_fd(fd, len)?,
             name,
@@ -301,50 +260,7 @@ impl ShmTransport {
         let ring = ring_bytes.clamp(1024, 1 << 30).next_power_of_two();
         let name = seg_name(job_id, rank)?;
         let len = seg_len(size, ring);
-        // SAFETY: name is a valid C string; flags/mode are plain integers.
-        let mut fd = unsafe {
-            libc::shm_open(
-                name.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-            // A stale segment of a dead job with the same id: replace it.
-            tracing::warn!("shm: replacing stale segment {:?}", name);
-            // SAFETY: valid C string.
-            unsafe { libc::shm_unlink(name.as_ptr()) };
-            // SAFETY: as above.
-            fd = unsafe {
-                libc::shm_open(
-                    name.as_ptr(),
-                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                    0o600,
-                )
-            };
-        }
-        if fd < 0 {
-            return Err(errno_err(&format!("shm_open({name:?})")));
-        }
-        // SAFETY: fd is an open shm object we own.
-        let rc = unsafe { libc::ftruncate(fd, len as libc::off_t) };
-        if rc != 0 {
-            let e = errno_err("ftruncate of the shared-memory segment");
-            // SAFETY: fd is open; name is valid.
-            unsafe {
-                libc::close(fd);
-                libc::shm_unlink(name.as_ptr());
-            }
-            return Err(e);
-        }
-        let own = match map_fd(fd, len) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: name is valid.
-                unsafe { libc::shm_unlink(name.as_ptr()) };
-                return Err(e);
-            }
-        };
+        let own = create_mapped(&name, len)?;
         let hdr = own.ptr as *mut SegHeader;
         // SAFETY: the mapping is at least one page, zero-filled, and not yet visible to peers
         // (magic is still 0); we write the plain fields before publishing magic with Release.
@@ -423,23 +339,8 @@ impl ShmTransport {
                 continue;
             }
             let name = seg_name(job_id, p)?;
-            // SAFETY: valid C string.
-            let fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_RDWR, 0) };
-            if fd < 0 {
-                return Err(errno_err(&format!("shm_open({name:?}) of rank {p}")));
-            }
-            // SAFETY: a zeroed stat struct is a valid out-parameter for fstat.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: fd is open, st is a valid out-pointer.
-            if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < PAGE {
-                // SAFETY: fd is open.
-                unsafe { libc::close(fd) };
-                crate::mpi_bail!(
-                    MPI_ERR_OTHER,
-                    "shm: segment of rank {p} is missing or too small"
-                );
-            }
-            let m = map_fd(fd, st.st_size as usize)?;
+            let (fd, size) = open_existing(&name, PAGE, "shm: segment")?;
+            let m = map_fd(fd, size)?;
             let h = m.header();
             let t0 = std::time::Instant::now();
             while h.magic.load(Ordering::Acquire) != MAGIC {
@@ -533,6 +434,63 @@ impl Drop for ShmTransport {
 
 fn ring_payload_limit(ring: usize) -> usize {
     ((ring / 4).saturating_sub(FRAME_PREFIX) & !7).min(64 << 10)
+}
+
+/// Create the shared-memory object `name` (replacing a stale one of a dead job with the same
+/// id), size it to `len` zero bytes and map it; the name is removed again on failure.
+fn create_mapped(name: &CString, len: usize) -> MpiResult<Mapping> {
+    let open = || {
+        // SAFETY: valid C string; flags/mode are plain integers.
+        unsafe {
+            libc::shm_open(
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        }
+    };
+    let mut fd = open();
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        tracing::warn!("shm: replacing stale segment {:?}", name);
+        // SAFETY: valid C string.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+        fd = open();
+    }
+    if fd < 0 {
+        return Err(errno_err(&format!("shm_open({name:?})")));
+    }
+    // SAFETY: fd is an open shm object we own.
+    if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+        let e = errno_err("ftruncate of a shared-memory segment");
+        // SAFETY: fd is open; name is valid.
+        unsafe {
+            libc::close(fd);
+            libc::shm_unlink(name.as_ptr());
+        }
+        return Err(e);
+    }
+    map_fd(fd, len).inspect_err(|_| {
+        // SAFETY: valid C string.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+    })
+}
+
+/// Open an existing shared-memory object of at least `min` bytes: (fd, its size).
+fn open_existing(name: &CString, min: usize, what: &str) -> MpiResult<(libc::c_int, usize)> {
+    // SAFETY: valid C string.
+    let fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_RDWR, 0) };
+    if fd < 0 {
+        return Err(errno_err(&format!("shm_open({name:?})")));
+    }
+    // SAFETY: a zeroed stat struct is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open, st is a valid out-pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < min {
+        // SAFETY: fd is open.
+        unsafe { libc::close(fd) };
+        crate::mpi_bail!(MPI_ERR_OTHER, "{what} {name:?} is missing or too small");
+    }
+    Ok((fd, st.st_size as usize))
 }
 
 fn map_fd(fd: libc::c_int, len: usize) -> MpiResult<Mapping> {
