@@ -95,6 +95,16 @@ pub static PARAMS: &[Param] = &[
         doc: "Mappings of peers' device buffers kept per device (the registration cache, keyed by peer and buffer id; least recently used first out; a peer's reallocation at an overlapping address closes the stale mapping).",
     },
     Param {
+        name: "GPUMPI_CUDA_PACK",
+        default: "1",
+        doc: "Pack and unpack derived datatypes on device (not managed) buffers with the GPU pack kernel (`0`: on the host, through a copy of the layout's span). Needs the library's CUDA kernels.",
+    },
+    Param {
+        name: "GPUMPI_CUDA_PACK_LISTS",
+        default: "4m",
+        doc: "Most bytes of run lists of GPU-packed datatypes kept (24 bytes per run, per device in device memory and on the host; least recently used types first out, at most 32 types). A type whose list is larger is packed on the host; vector-like types need no list.",
+    },
+    Param {
         name: "GPUMPI_CUDA_PTR_CACHE",
         default: "256",
         doc: "Entries of the CUDA pointer-classification cache (allocations by address range, confirmed by the driver's buffer id so freed-and-reallocated memory is never misclassified).",

@@ -2,7 +2,8 @@
 //! library and loaded into a device's primary context at its first use.
 //!
 //! The primitives: `copy` (bytes) and `reduce_copy` (`dst[i] = a[i] op b[i]` for sum, prod, min,
-//! max on int32, int64, float, double, half, bfloat16; in place when `dst == b`). When the build
+//! max on int32, int64, float, double, half, bfloat16; in place when `dst == b`), `reduce_n`,
+//! `copy_segs` (collectives) and `pack` (derived datatypes, src/gpu/pack.rs). When the build
 //! found no nvcc, [`embedded`] is false and callers stage reductions through the host.
 
 use super::Gpu;
@@ -110,6 +111,8 @@ pub struct Kernels {
     reduce_n: Vec<Function>,
     copy: Function,
     copy_segs: Function,
+    /// The pack kernel of derived datatypes (kernels/pack.cuh).
+    pack: Option<Function>,
     /// The resident kernel of small collectives (kernels/resident.cuh).
     pub resident: Option<Function>,
 }
@@ -173,11 +176,13 @@ impl Kernels {
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
         let copy_segs = cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
+        let pack = cuda::module_function(m, c"gpumpi_pack").ok();
         Ok(Kernels {
             reduce,
             reduce_n,
             copy,
             copy_segs,
+            pack,
             resident,
         })
     }
@@ -259,6 +264,40 @@ impl Kernels {
             cuda::launch_2d(self.copy_segs, (grid, used as u32), block, &mut params, s)?;
         }
         Ok(())
+    }
+
+    /// Whether the pack kernel is loaded.
+    pub fn has_pack(&self) -> bool {
+        self.pack.is_some()
+    }
+
+    /// Enqueue the pack kernel (kernels/pack.cuh) for `d` on `s`, [`super::layout::grid`]
+    /// blocks of [`super::layout::BLOCK`] threads. Returns false without the kernel.
+    ///
+    /// # Safety
+    /// Every byte `d` moves is device-accessible from the current context (the user's buffer,
+    /// the packed bytes, the run list); the context owning `s` is current.
+    pub unsafe fn pack_async(
+        &self,
+        d: &super::layout::PackDesc,
+        s: Stream,
+    ) -> cuda::CuResult<bool> {
+        let Some(f) = self.pack else {
+            return Ok(false);
+        };
+        if d.items == 0 {
+            return Ok(true);
+        }
+        let mut a = *d;
+        let mut params: [*mut c_void; 1] = [&mut a as *mut super::layout::PackDesc as *mut c_void];
+        cuda::launch(
+            f,
+            super::layout::grid(d),
+            super::layout::BLOCK,
+            &mut params,
+            s,
+        )?;
+        Ok(true)
     }
 }
 

@@ -5,13 +5,16 @@
 //!
 //! This is the correct-first path: every call of the subset works with device buffers. The
 //! zero-copy path (CUDA IPC between ranks of a node, GPU kernels for reductions) replaces these
-//! helpers, not their callers.
+//! helpers, not their callers. Derived datatypes on device (not managed) memory are packed and
+//! unpacked by the GPU pack kernel (`gpu::pack`) straight to and from page-locked host memory;
+//! the host path (a copy of the layout's span, packed by the CPU) is the fallback.
 
 use super::cache::PtrInfo;
 use super::pool::HostBuf;
 use crate::mpi::datatype::TypeDesc;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
+use std::sync::Arc;
 
 fn cuda_err(what: &str, e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
@@ -153,37 +156,138 @@ impl Mirror {
     }
 }
 
-/// The packed bytes of `count` elements at `buf` when `buf` is device memory: one copy for a
-/// contiguous layout, else a copy of the span packed on the host. None for host memory.
+/// Move packed bytes with the GPU pack kernel (`gpu::pack`) between `count` elements of `t` in
+/// device memory at `buf` (in the allocation `info`) and the device-accessible address `packed`
+/// (`len` bytes). False when that path does not apply (managed memory, no kernels, disabled, a
+/// type packed on the host, or an error, logged): the caller takes the host path.
+///
+/// # Safety
+/// `buf` holds `count` elements of `t`; `packed` holds `len` bytes a kernel may access.
+unsafe fn gpu_move(
+    info: &PtrInfo,
+    t: &Arc<TypeDesc>,
+    buf: usize,
+    packed: usize,
+    count: usize,
+    len: usize,
+    unpack: bool,
+) -> bool {
+    use super::cache::MemKind;
+    if info.kind != MemKind::Device || !super::pack::enabled() {
+        return false;
+    }
+    let d = match dev_ctx(info) {
+        Ok(d) => d,
+        Err(_) => return false,
+    };
+    match super::pack::run(d, t, buf, packed, count, len, unpack) {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::warn!("GPU packing failed ({e}); packing on the host");
+            false
+        }
+    }
+}
+
+/// Whether the kernels can address the host bytes at `p` (page-locked memory: with unified
+/// addressing a cuMemHostAlloc pointer is valid in kernels of every device as it is).
+fn mapped(p: *const u8) -> bool {
+    super::classify(p).kind == super::cache::MemKind::PinnedHost
+}
+
+/// Pack `count` elements of `t` in device memory at `buf` (allocation `info`) into `dst`
+/// (`t.packed_size(count)` bytes of host memory): one copy for a contiguous layout, the pack
+/// kernel writing straight into `dst` when it is page-locked, else (the fallback) a copy of the
+/// span packed on the host. `pinned`: `dst` is known to be page-locked.
+///
+/// # Safety
+/// `buf` holds `count` elements of `t`.
+unsafe fn pack_from(
+    info: &PtrInfo,
+    buf: *const u8,
+    count: usize,
+    t: &Arc<TypeDesc>,
+    dst: &mut [u8],
+    pinned: bool,
+) -> MpiResult<()> {
+    if t.is_contiguous(count) {
+        return copy_to_host(info, buf.wrapping_offset(t.true_lb()) as usize, dst);
+    }
+    let len = dst.len();
+    if pinned
+        && gpu_move(
+            info,
+            t,
+            buf as usize,
+            dst.as_mut_ptr() as usize,
+            count,
+            len,
+            false,
+        )
+    {
+        return Ok(());
+    }
+    let m = Mirror::of_type(buf as usize, t, count, true)?.expect("device span");
+    t.pack(count, m.base() as *const u8, dst);
+    Ok(())
+}
+
+/// The packed bytes of `count` elements at `buf` when `buf` is device memory (see
+/// [`pack_device_into`] for how). None for host memory.
 ///
 /// # Safety
 /// `buf` holds `count` elements of `t`.
 pub unsafe fn packed_from_device(
     buf: *const u8,
     count: usize,
-    t: &TypeDesc,
+    t: &Arc<TypeDesc>,
 ) -> MpiResult<Option<HostBuf>> {
     let len = t.packed_size(count);
     if len == 0 {
         return Ok(None);
     }
     let (lo, _) = span(t, count);
-    let start = buf.wrapping_offset(lo);
-    let Some(info) = device_info(start) else {
+    let Some(info) = device_info(buf.wrapping_offset(lo)) else {
         return Ok(None);
     };
     let mut v = staging(&info, len)?;
-    if t.is_contiguous(count) {
-        copy_to_host(&info, buf.wrapping_offset(t.true_lb()) as usize, &mut v)?;
-        return Ok(Some(v));
-    }
-    let m = Mirror::of_type(buf as usize, t, count, true)?.expect("device span");
-    t.pack(count, m.base() as *const u8, &mut v);
+    let pinned = v.is_pinned();
+    pack_from(&info, buf, count, t, &mut v, pinned)?;
     Ok(Some(v))
 }
 
+/// Pack `count` elements at `buf` into the host bytes `dst` (`t.packed_size(count)` of them)
+/// when `buf` is device memory: one device-to-host copy for a contiguous layout; else the GPU
+/// pack kernel writing straight into `dst` when `dst` is page-locked (device, not managed,
+/// memory; only the packed bytes cross PCIe); else a copy of the span packed on the host.
+/// Returns false (nothing done) for host memory.
+///
+/// # Safety
+/// `buf` holds `count` elements of `t`.
+pub unsafe fn pack_device_into(
+    buf: *const u8,
+    count: usize,
+    t: &Arc<TypeDesc>,
+    dst: &mut [u8],
+) -> MpiResult<bool> {
+    if dst.is_empty() {
+        return Ok(false);
+    }
+    let (lo, _) = span(t, count);
+    let Some(info) = device_info(buf.wrapping_offset(lo)) else {
+        return Ok(false);
+    };
+    let pinned = mapped(dst.as_ptr());
+    pack_from(&info, buf, count, t, dst, pinned)?;
+    Ok(true)
+}
+
 /// Store packed bytes (`src`, possibly a prefix of `count` elements) into device memory at
-/// `buf`. Returns false (nothing done) when `buf` is host memory.
+/// `buf`. Returns false (nothing done) when `buf` is host memory. A contiguous layout is one
+/// host-to-device copy; others are scattered by the GPU pack kernel reading `src` (through a
+/// page-locked staging copy when `src` is not page-locked), which writes only the layout's
+/// bytes. The fallback (managed memory, no kernels) reads the span, unpacks into it on the host
+/// and writes it back, so the gaps keep their contents.
 ///
 /// # Safety
 /// `buf` holds room for `count` elements of `t`.
@@ -191,7 +295,7 @@ pub unsafe fn unpack_to_device(
     src: &[u8],
     buf: *mut u8,
     count: usize,
-    t: &TypeDesc,
+    t: &Arc<TypeDesc>,
 ) -> MpiResult<bool> {
     let (lo, hi) = span(t, count);
     if hi <= lo {
@@ -207,11 +311,144 @@ pub unsafe fn unpack_to_device(
         copy_to_device(&info, buf.wrapping_offset(t.true_lb()) as usize, src)?;
         return Ok(true);
     }
+    let len = src.len().min(t.packed_size(count));
+    if info.kind == super::cache::MemKind::Device && super::pack::enabled() {
+        if mapped(src.as_ptr()) {
+            if gpu_move(
+                &info,
+                t,
+                buf as usize,
+                src.as_ptr() as usize,
+                count,
+                len,
+                true,
+            ) {
+                return Ok(true);
+            }
+        } else {
+            let mut tmp = staging(&info, len)?;
+            if tmp.is_pinned() {
+                tmp.copy_from_slice(&src[..len]);
+                if gpu_move(
+                    &info,
+                    t,
+                    buf as usize,
+                    tmp.as_ptr() as usize,
+                    count,
+                    len,
+                    true,
+                ) {
+                    return Ok(true);
+                }
+            }
+        }
+    }
     // Keep the gaps of the layout: read the span, unpack into it, write it back.
     let m = Mirror::of(buf as usize, lo, hi, true)?.expect("device span");
-    t.unpack_range(count, src, 0, m.base() as *mut u8);
+    t.unpack_range(count, &src[..len], 0, m.base() as *mut u8);
     m.flush()?;
     Ok(true)
+}
+
+/// Pack `count` elements of `t` at device `buf` into device memory at `dst` of the same device
+/// (MPI_Pack between device buffers) with the pack kernel, or one copy when contiguous.
+/// Returns false (nothing done) when either side is not device memory of one device or the GPU
+/// path does not apply.
+///
+/// # Safety
+/// `buf` holds `count` elements of `t`; `dst` has room for their packed bytes.
+pub unsafe fn pack_device_to_device(
+    buf: *const u8,
+    count: usize,
+    t: &Arc<TypeDesc>,
+    dst: *mut u8,
+) -> MpiResult<bool> {
+    let len = t.packed_size(count);
+    let Some((info, _)) = same_device(buf.wrapping_offset(span(t, count).0), dst) else {
+        return Ok(false);
+    };
+    if len == 0 {
+        return Ok(true);
+    }
+    if t.is_contiguous(count) {
+        dtod(
+            &info,
+            dst as usize,
+            buf.wrapping_offset(t.true_lb()) as usize,
+            len,
+        )?;
+        return Ok(true);
+    }
+    Ok(gpu_move(
+        &info,
+        t,
+        buf as usize,
+        dst as usize,
+        count,
+        len,
+        false,
+    ))
+}
+
+/// Unpack `len` packed bytes at device `src` into `count` elements of `t` at device `buf` of
+/// the same device (MPI_Unpack between device buffers): the pack kernel, or one copy when
+/// contiguous. Returns false (nothing done) when the GPU path does not apply.
+///
+/// # Safety
+/// `src` holds `len` bytes; `buf` has room for `count` elements of `t`.
+pub unsafe fn unpack_device_to_device(
+    src: *const u8,
+    len: usize,
+    buf: *mut u8,
+    count: usize,
+    t: &Arc<TypeDesc>,
+) -> MpiResult<bool> {
+    let Some((info, _)) = same_device(buf.wrapping_offset(span(t, count).0), src) else {
+        return Ok(false);
+    };
+    let len = len.min(t.packed_size(count));
+    if len == 0 {
+        return Ok(true);
+    }
+    if t.is_contiguous(count) {
+        dtod(
+            &info,
+            buf.wrapping_offset(t.true_lb()) as usize,
+            src as usize,
+            len,
+        )?;
+        return Ok(true);
+    }
+    Ok(gpu_move(
+        &info,
+        t,
+        buf as usize,
+        src as usize,
+        count,
+        len,
+        true,
+    ))
+}
+
+/// Both pointers in device (not managed) memory of one device: their classifications.
+fn same_device(a: *const u8, b: *const u8) -> Option<(PtrInfo, PtrInfo)> {
+    use super::cache::MemKind;
+    let (x, y) = (device_info(a)?, device_info(b)?);
+    (x.kind == MemKind::Device && y.kind == MemKind::Device && x.device == y.device)
+        .then_some((x, y))
+}
+
+/// Device-to-device copy of `len` bytes on gpumpi's stream of the device of `info`.
+///
+/// # Safety
+/// Both ranges are device memory of that device.
+unsafe fn dtod(info: &PtrInfo, dst: usize, src: usize, len: usize) -> MpiResult<()> {
+    let d = dev_ctx(info)?;
+    cuda::with_context(d.ctx, || {
+        cuda::memcpy_dtod_async(dst, src, len, d.stream)?;
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| cuda_err("device to device", e))
 }
 
 /// `inout = input op inout` with a GPU kernel when both buffers are device memory of the same
@@ -267,7 +504,6 @@ pub unsafe fn reduce_on_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn span_of_types() {
@@ -285,7 +521,7 @@ mod tests {
 
     #[test]
     fn host_memory_passes_through() {
-        let int = TypeDesc::predefined(crate::mpi::datatype::Basic::Int32);
+        let int = Arc::new(TypeDesc::predefined(crate::mpi::datatype::Basic::Int32));
         let data = [1i32, 2, 3];
         // SAFETY: a live array of 3 ints.
         unsafe {

@@ -1,5 +1,7 @@
 /* Device buffers through every call of the subset: p2p (device<->device, device<->host),
- * all collectives (blocking, nonblocking, in-place), a derived datatype on the device, managed
+ * all collectives (blocking, nonblocking, in-place), derived datatypes on the device (vector,
+ * indexed, struct with gaps, resized, 1M-block vector; p2p, Bcast, Allgather(v), Allreduce,
+ * Pack/Unpack; gaps must keep their poison), managed
  * memory, MPI_Reduce_local, Pack/Unpack, and free-then-reallocate at the same address.
  * Outputs are poisoned before each call and compared with a host reference.
  * Without a CUDA device it prints "SKIP: no CUDA device (<reason>)" and exits 0. */
@@ -133,6 +135,225 @@ static void test_vector(void) {
     free_k(DEV, s); free_k(DEV, r); free_k(DEV, c);
     MPI_Type_free(&vec);
     free(h); free(want);
+}
+
+/* Derived layouts on the device, each described twice: as an MPI datatype and as the int
+ * blocks (offset, length) of one element with its extent in ints, from which the references
+ * are computed here. Every output is poisoned first (0xA5 bytes); the layout's gaps must keep
+ * the poison. Small layouts are packed by the GPU pack kernel from a run list or a strided
+ * descriptor; "big vector" is a 1M-block strided layout; "big indexed" needs a run list larger
+ * than GPUMPI_CUDA_PACK_LISTS (4 MiB) and takes the host fallback. */
+typedef struct {
+    const char *name;
+    MPI_Datatype t;
+    int cnt, nb, allint;
+    long ext;     /* extent in ints */
+    int *off, *len; /* nb blocks of one element, in ints, in packed order */
+} Lay;
+
+#define POISON ((int)0xA5A5A5A5)
+static size_t lay_span(const Lay *L) {
+    long hi = 0;
+    for (int j = 0; j < L->nb; j++) if (L->off[j] + L->len[j] > hi) hi = L->off[j] + L->len[j];
+    return (size_t)((L->cnt - 1) * L->ext + hi);
+}
+/* Positions (ints from the buffer) of the packed ints of cnt elements, in packed order. */
+static size_t *lay_pos(const Lay *L, size_t *m) {
+    size_t n = 0;
+    for (int j = 0; j < L->nb; j++) n += L->len[j];
+    n *= L->cnt;
+    size_t *p = malloc(n * sizeof *p + 8), k = 0;
+    for (int e = 0; e < L->cnt; e++)
+        for (int j = 0; j < L->nb; j++)
+            for (int i = 0; i < L->len[j]; i++) p[k++] = (size_t)(e * L->ext + L->off[j] + i);
+    *m = n;
+    return p;
+}
+static Lay lay_new(const char *name, int cnt, long ext, int nb, const int *off, const int *len) {
+    Lay L = {name, MPI_DATATYPE_NULL, cnt, nb, 1, ext, malloc(nb * sizeof(int)), malloc(nb * sizeof(int))};
+    memcpy(L.off, off, nb * sizeof(int));
+    memcpy(L.len, len, nb * sizeof(int));
+    return L;
+}
+
+static void test_lay(Lay *L) {
+    int to = (rank + 1) % size, from = (rank - 1 + size) % size, root = size - 1;
+    size_t S = lay_span(L), m = 0, *pos = lay_pos(L, &m), B = S * sizeof(int);
+    size_t SA = (size_t)(size - 1) * L->cnt * L->ext + S; /* span of size * cnt elements */
+    int *h = malloc(SA * sizeof(int) + 4), *want = malloc(SA * sizeof(int) + 4);
+    char what[160];
+    for (size_t i = 0; i < S; i++) h[i] = val(rank, i);
+#define WANT_LAYOUT(src_rank) do { for (size_t i = 0; i < S; i++) want[i] = POISON; \
+        for (size_t q = 0; q < m; q++) want[pos[q]] = val(src_rank, pos[q]); } while (0)
+#define LCHECK(fmt, buf, n, ...) do { snprintf(what, sizeof what, "%s: " fmt, L->name, __VA_ARGS__); check(what, L->cnt, buf, want, n); } while (0)
+    /* Point to point, layout to layout, every pair of memory kinds (managed: the host path). */
+    static const int kinds[][2] = {{DEV, DEV}, {DEV, HOST}, {HOST, DEV}, {MANAGED, MANAGED}, {DEV, MANAGED}};
+    for (int c = 0; c < 5; c++) {
+        int sk = kinds[c][0], rk = kinds[c][1];
+        void *s = alloc_k(sk, B), *r = alloc_k(rk, B);
+        put(s, h, B);
+        poison(rk, r, B);
+        MPI_Status st;
+        MPI_Sendrecv(s, L->cnt, L->t, to, 11, r, L->cnt, L->t, from, 11, MPI_COMM_WORLD, &st);
+        int got = -1;
+        MPI_Get_count(&st, L->t, &got);
+        if (got != L->cnt) { fprintf(stderr, "rank %d: %s: count %d want %d\n", rank, L->name, got, L->cnt); errors++; }
+        WANT_LAYOUT(from);
+        LCHECK("sendrecv %s->%s (gaps kept)", r, S, kname[sk], kname[rk]);
+        /* Nonblocking, receive posted first. */
+        poison(rk, r, B);
+        MPI_Request q[2];
+        MPI_Irecv(r, L->cnt, L->t, from, 12, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(s, L->cnt, L->t, to, 12, MPI_COMM_WORLD, &q[1]);
+        MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        LCHECK("isend/irecv %s->%s (gaps kept)", r, S, kname[sk], kname[rk]);
+        free_k(sk, s); free_k(rk, r);
+    }
+    /* Layout -> contiguous ints and contiguous ints -> layout, device to device. */
+    {
+        int *s = alloc_k(DEV, B), *r = alloc_k(DEV, B), *cb = alloc_k(DEV, m * 4);
+        put(s, h, B);
+        poison(DEV, cb, m * 4);
+        MPI_Sendrecv(s, L->cnt, L->t, to, 13, cb, (int)m, MPI_INT, from, 13, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (size_t q = 0; q < m; q++) want[q] = val(from, pos[q]);
+        LCHECK("layout -> contiguous %s", cb, m, "device");
+        int *ci = malloc(m * 4 + 4);
+        for (size_t q = 0; q < m; q++) ci[q] = val(rank, q);
+        put(cb, ci, m * 4);
+        poison(DEV, r, B);
+        MPI_Sendrecv(cb, (int)m, MPI_INT, to, 14, r, L->cnt, L->t, from, 14, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (size_t i = 0; i < S; i++) want[i] = POISON;
+        for (size_t q = 0; q < m; q++) want[pos[q]] = val(from, q);
+        LCHECK("contiguous -> layout %s (gaps kept)", r, S, "device");
+        /* A short message: only the first half of the ints arrive; the rest keeps poison. */
+        size_t half = m / 2;
+        poison(DEV, r, B);
+        MPI_Sendrecv(cb, (int)half, MPI_INT, to, 15, r, L->cnt, L->t, from, 15, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (size_t i = 0; i < S; i++) want[i] = POISON;
+        for (size_t q = 0; q < half; q++) want[pos[q]] = val(from, q);
+        LCHECK("contiguous prefix (%zu ints) -> layout device", r, S, half);
+        free(ci);
+        free_k(DEV, s); free_k(DEV, r); free_k(DEV, cb);
+    }
+    /* Collectives: Bcast from the last rank, Allgather, Allreduce (int layouts). */
+    {
+        int *r = alloc_k(DEV, SA * 4), *s = alloc_k(DEV, B);
+        poison(DEV, r, B);
+        if (rank == root) put(r, h, B);
+        MPI_Bcast(r, L->cnt, L->t, root, MPI_COMM_WORLD);
+        WANT_LAYOUT(root);
+        if (rank == root) for (size_t i = 0; i < S; i++) want[i] = h[i];
+        LCHECK("bcast %s (gaps kept)", r, S, "device");
+        put(s, h, B);
+        poison(DEV, r, SA * 4);
+        MPI_Allgather(s, L->cnt, L->t, r, L->cnt, L->t, MPI_COMM_WORLD);
+        for (size_t i = 0; i < SA; i++) want[i] = POISON;
+        for (int p = 0; p < size; p++)
+            for (size_t q = 0; q < m; q++) want[(size_t)p * L->cnt * L->ext + pos[q]] = val(p, pos[q]);
+        LCHECK("allgather %s (gaps kept)", r, SA, "device");
+        /* Gatherv-like irregular displacements through Allgatherv: block p at p*cnt elements. */
+        int *cn = malloc(size * sizeof(int)), *dp = malloc(size * sizeof(int));
+        for (int p = 0; p < size; p++) { cn[p] = L->cnt; dp[p] = p * L->cnt; }
+        poison(DEV, r, SA * 4);
+        MPI_Allgatherv(s, L->cnt, L->t, r, cn, dp, L->t, MPI_COMM_WORLD);
+        LCHECK("allgatherv %s (gaps kept)", r, SA, "device");
+        free(cn); free(dp);
+        if (L->allint) {
+            poison(DEV, r, B);
+            MPI_Allreduce(s, r, L->cnt, L->t, MPI_SUM, MPI_COMM_WORLD);
+            for (size_t i = 0; i < S; i++) want[i] = POISON;
+            for (size_t q = 0; q < m; q++) {
+                long long sum = 0;
+                for (int p = 0; p < size; p++) sum += val(p, pos[q]);
+                want[pos[q]] = (int)sum;
+            }
+            LCHECK("allreduce sum %s (gaps kept)", r, S, "device");
+        }
+        free_k(DEV, r); free_k(DEV, s);
+    }
+    /* MPI_Pack / MPI_Unpack: device layout <-> device, host packed buffers. */
+    {
+        int psize = 0;
+        MPI_Pack_size(L->cnt, L->t, MPI_COMM_WORLD, &psize);
+        if ((size_t)psize < m * 4) { fprintf(stderr, "rank %d: %s: pack size %d\n", rank, L->name, psize); errors++; }
+        int *s = alloc_k(DEV, B), *r = alloc_k(DEV, B);
+        put(s, h, B);
+        for (int pk = 0; pk < 2; pk++) {
+            int k = pk ? HOST : DEV;
+            void *pb = alloc_k(k, psize);
+            poison(k, pb, psize);
+            int p0 = 0;
+            MPI_Pack(s, L->cnt, L->t, pb, psize, &p0, MPI_COMM_WORLD);
+            if ((size_t)p0 != m * 4) { fprintf(stderr, "rank %d: %s: pack position %d\n", rank, L->name, p0); errors++; }
+            for (size_t q = 0; q < m; q++) want[q] = val(rank, pos[q]);
+            LCHECK("MPI_Pack device layout -> %s", pb, m, kname[k]);
+            poison(DEV, r, B);
+            p0 = 0;
+            MPI_Unpack(pb, psize, &p0, r, L->cnt, L->t, MPI_COMM_WORLD);
+            WANT_LAYOUT(rank);
+            LCHECK("MPI_Unpack %s -> device layout (gaps kept)", r, S, kname[k]);
+            free_k(k, pb);
+        }
+        free_k(DEV, s); free_k(DEV, r);
+    }
+#undef WANT_LAYOUT
+#undef LCHECK
+    free(pos); free(h); free(want);
+}
+
+static void test_derived(void) {
+    Lay ls[5];
+    int n = 0;
+    { /* indexed, irregular blocks (3 elements; extent = last block end) */
+        int off[] = {0, 4, 6, 13, 17}, len[] = {3, 1, 5, 2, 1};
+        ls[n] = lay_new("indexed", 3, 18, 5, off, len);
+        MPI_Type_indexed(5, len, off, MPI_INT, &ls[n].t);
+        n++;
+    }
+    { /* struct {int; double; int[3]} at bytes 0, 8, 20: gaps at ints 1 and 4, extent 32 bytes */
+        int off[] = {0, 2, 5}, len[] = {1, 2, 3};
+        ls[n] = lay_new("struct with gaps", 4, 8, 3, off, len);
+        ls[n].allint = 0;
+        int bl[] = {1, 1, 3};
+        MPI_Aint d[] = {0, 8, 20};
+        MPI_Datatype ty[] = {MPI_INT, MPI_DOUBLE, MPI_INT};
+        MPI_Type_create_struct(3, bl, d, ty, &ls[n].t);
+        n++;
+    }
+    { /* vector of 3 x 2 ints, stride 3, resized to an extent of 11 ints; 5 elements */
+        int off[] = {0, 3, 6}, len[] = {2, 2, 2};
+        ls[n] = lay_new("resized vector", 5, 11, 3, off, len);
+        MPI_Datatype v;
+        MPI_Type_vector(3, 2, 3, MPI_INT, &v);
+        MPI_Type_create_resized(v, 0, 11 * 4, &ls[n].t);
+        MPI_Type_free(&v);
+        n++;
+    }
+    { /* big vector: 1M single ints, stride 3 (strided descriptor, no list) */
+        int nb = 1 << 20;
+        int *off = malloc(nb * sizeof(int)), *len = malloc(nb * sizeof(int));
+        for (int i = 0; i < nb; i++) { off[i] = 3 * i; len[i] = 1; }
+        ls[n] = lay_new("big vector", 1, 3L * nb - 2, nb, off, len);
+        MPI_Type_vector(nb, 1, 3, MPI_INT, &ls[n].t);
+        free(off); free(len);
+        n++;
+    }
+    { /* big indexed: 200000 irregular blocks, a 4.8 MB run list: the host fallback */
+        int nb = 200000;
+        int *off = malloc(nb * sizeof(int)), *len = malloc(nb * sizeof(int));
+        for (int i = 0; i < nb; i++) { off[i] = 4 * i + i % 2; len[i] = 1 + (i % 3 == 0); }
+        ls[n] = lay_new("big indexed", 1, off[nb - 1] + len[nb - 1], nb, off, len);
+        MPI_Type_indexed(nb, len, off, MPI_INT, &ls[n].t);
+        free(off); free(len);
+        n++;
+    }
+    for (int i = 0; i < n; i++) {
+        MPI_Type_commit(&ls[i].t);
+        test_lay(&ls[i]);
+        MPI_Type_free(&ls[i].t);
+        free(ls[i].off); free(ls[i].len);
+    }
+    if (rank == 0) printf("derived: indexed, struct with gaps, resized vector, big vector, big indexed done\n");
 }
 
 /* Every collective with device buffers (kind k), checked against a host reference. */
@@ -497,6 +718,7 @@ int main(int argc, char **argv) {
     test_p2p(DEV, HOST);
     test_p2p(HOST, DEV);
     test_vector();
+    test_derived();
     test_coll(DEV, maxn);
     test_coll(MANAGED, 65537);
     test_mixed();

@@ -190,6 +190,76 @@ impl Side {
         };
         Ok(Some((m, side)))
     }
+    /// A device buffer with a layout that is not contiguous, as packed bytes in (page-locked)
+    /// host memory: packed there by the GPU pack kernel when it applies (`gpu::stage`), which
+    /// moves only the layout's bytes, never the span. `fill`: pack the user's data (inputs, and
+    /// outputs the collective may leave unwritten). None: host memory, or every block
+    /// contiguous (the span mirror serves those with one copy each way).
+    unsafe fn device_packed(&self, fill: bool) -> MpiResult<Option<DevPacked>> {
+        if self.direct() {
+            return Ok(None);
+        }
+        let (lo, hi) = self.span();
+        if hi <= lo {
+            return Ok(None);
+        }
+        let at = (self.base as *const u8).wrapping_offset(lo);
+        let Some(info) = crate::gpu::stage::device_info(at) else {
+            return Ok(None);
+        };
+        let mut host = crate::gpu::stage::staging(&info, self.packed_len())?;
+        let mut blocks = Vec::with_capacity(self.blocks.len());
+        let mut off = 0;
+        for b in &self.blocks {
+            let len = b.dt.desc.packed_size(b.count);
+            blocks.push(Block::new(off, len));
+            off += len;
+        }
+        if fill {
+            for r in self.runs(None) {
+                let at = (self.base as *const u8).wrapping_offset(r.disp);
+                let dst = &mut host[r.off..r.off + r.dt.desc.packed_size(r.count)];
+                if !crate::gpu::stage::pack_device_into(at, r.count, &r.dt.desc, dst)? {
+                    r.dt.desc.pack(r.count, at, dst);
+                }
+            }
+        }
+        Ok(Some(DevPacked {
+            host,
+            blocks,
+            side: self.clone(),
+        }))
+    }
+    /// The blocks (or only block `only`) with their offsets in packed space, consecutive blocks
+    /// of one type that continue each other in memory merged into one (the regular sides of
+    /// allgather, alltoall, gather, scatter are one run of `n * count` elements).
+    fn runs(&self, only: Option<usize>) -> Vec<PackedRun> {
+        let mut out: Vec<PackedRun> = Vec::new();
+        let mut off = 0;
+        for (i, b) in self.blocks.iter().enumerate() {
+            let len = b.dt.desc.packed_size(b.count);
+            if len > 0 && only.is_none_or(|o| o == i) {
+                match out.last_mut() {
+                    Some(r)
+                        if only.is_none()
+                            && Arc::ptr_eq(&r.dt, &b.dt)
+                            && r.off + r.dt.desc.packed_size(r.count) == off
+                            && r.disp + r.count as isize * b.dt.extent() == b.disp =>
+                    {
+                        r.count += b.count
+                    }
+                    _ => out.push(PackedRun {
+                        disp: b.disp,
+                        count: b.count,
+                        dt: b.dt.clone(),
+                        off,
+                    }),
+                }
+            }
+            off += len;
+        }
+        out
+    }
     /// Unpack a temporary made by `map` back into the user's buffer.
     unsafe fn unpack(&self, tmp: &[u8], only: Option<usize>) {
         let mut off = 0;
@@ -204,6 +274,37 @@ impl Side {
             }
             off += len;
         }
+    }
+}
+
+/// `count` elements of `dt` at `disp` from a side's base, packed at `off` (`Side::runs`).
+struct PackedRun {
+    disp: isize,
+    count: usize,
+    dt: Arc<DtypeObj>,
+    off: usize,
+}
+
+/// A device side packed into host memory (`Side::device_packed`): the collective runs on
+/// `host` as packed `blocks`; outputs are unpacked into the device buffer at completion.
+struct DevPacked {
+    host: crate::gpu::pool::HostBuf,
+    blocks: Vec<Block>,
+    side: Side,
+}
+
+impl DevPacked {
+    /// Store the packed bytes (or only block `only`) into the user's device buffer: the GPU
+    /// pack kernel writes only the layout's bytes (`gpu::stage::unpack_to_device`).
+    unsafe fn unpack(&self, only: Option<usize>) -> MpiResult<()> {
+        for r in self.side.runs(only) {
+            let src = &self.host[r.off..r.off + r.dt.desc.packed_size(r.count)];
+            let at = (self.side.base as *mut u8).wrapping_offset(r.disp);
+            if !crate::gpu::stage::unpack_to_device(src, at, r.count, &r.dt.desc)? {
+                r.dt.desc.unpack(r.count, src, at);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -390,23 +491,36 @@ impl CollSpec {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
         // Host buffers (the common case) are used through `self` without cloning their sides.
-        let smir = match &self.send {
-            Some(s) => s.mirrored()?,
+        // Non-contiguous device layouts are packed into host memory instead (on the GPU where
+        // it applies). Exscan leaves rank 0's output unwritten: it is packed too, so it keeps
+        // its contents.
+        let sdev = match &self.send {
+            Some(s) => s.device_packed(true)?,
             None => None,
         };
-        let rmir = match &self.recv {
-            Some(r) => r.mirrored()?,
+        let mut rdev = match &self.recv {
+            Some(r) => r.device_packed(self.recv_is_input || self.kind == CollKind::Exscan)?,
             None => None,
+        };
+        let smir = match (&self.send, &sdev) {
+            (Some(s), None) => s.mirrored()?,
+            _ => None,
+        };
+        let rmir = match (&self.recv, &rdev) {
+            (Some(r), None) => r.mirrored()?,
+            _ => None,
         };
         let send = smir.as_ref().map(|(_, side)| side).or(self.send.as_ref());
         let recv = rmir.as_ref().map(|(_, side)| side).or(self.recv.as_ref());
-        let (sptr, sblocks, shold) = match send {
-            Some(s) => s.map(true),
-            None => (std::ptr::null_mut(), Vec::new(), None),
+        let (sptr, sblocks, shold) = match (&sdev, send) {
+            (Some(p), _) => (p.host.as_ptr() as *mut u8, p.blocks.clone(), None),
+            (None, Some(s)) => s.map(true),
+            (None, None) => (std::ptr::null_mut(), Vec::new(), None),
         };
-        let (rptr, mut rblocks, rhold) = match recv {
-            Some(r) => r.map(self.recv_is_input),
-            None => (std::ptr::null_mut(), Vec::new(), None),
+        let (rptr, mut rblocks, rhold) = match (&mut rdev, recv) {
+            (Some(p), _) => (p.host.as_mut_ptr(), p.blocks.clone(), None),
+            (None, Some(r)) => r.map(self.recv_is_input),
+            (None, None) => (std::ptr::null_mut(), Vec::new(), None),
         };
         if let Some(l) = &self.rs_lens {
             rblocks = l.iter().map(|&len| Block::new(0, len)).collect();
@@ -460,14 +574,21 @@ impl CollSpec {
         if let Some((m, _)) = smir {
             hold.push(m.into_host());
         }
+        if let Some(p) = sdev {
+            hold.push(p.host);
+        }
         let rside = match rmir {
             Some((m, side)) => Some((Some(m), side)),
             None if rhold.is_some() => self.recv.clone().map(|side| (None, side)),
             None => None,
         };
-        let post: Option<Post> = match (rhold, rside) {
-            (_, None) => None,
-            (tmp, Some((mirror, side))) => {
+        let post: Option<Post> = match (rhold, rside, rdev) {
+            (_, _, Some(p)) => {
+                let only = self.unpack_only;
+                Some(Box::new(move |_st: &mut Status| p.unpack(only)))
+            }
+            (_, None, None) => None,
+            (tmp, Some((mirror, side)), None) => {
                 let only = self.unpack_only;
                 Some(Box::new(move |_st: &mut Status| {
                     if let Some(tmp) = tmp {
@@ -676,6 +797,7 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
 struct Flat {
     ptr: *mut u8,
     mirror: Option<(Mirror, Side)>,
+    dev: Option<DevPacked>,
     tmp: Option<Vec<u8>>,
 }
 
@@ -686,10 +808,20 @@ impl Flat {
             return Ok(Flat {
                 ptr: std::ptr::null_mut(),
                 mirror: None,
+                dev: None,
                 tmp: None,
             });
         };
-        // Device memory is staged through a host mirror, as in CollSpec::start.
+        // Device memory is packed into host memory or staged through a host mirror, as in
+        // CollSpec::start.
+        if let Some(mut p) = side.device_packed(fill)? {
+            return Ok(Flat {
+                ptr: p.host.as_mut_ptr(),
+                mirror: None,
+                dev: Some(p),
+                tmp: None,
+            });
+        }
         let mirror = side.mirrored()?;
         let host = mirror.as_ref().map(|(_, s)| s).unwrap_or(side);
         if let [b] = &host.blocks[..] {
@@ -702,17 +834,26 @@ impl Flat {
                 return Ok(Flat {
                     ptr: (host.base as *mut u8).wrapping_offset(off),
                     mirror,
+                    dev: None,
                     tmp: None,
                 });
             }
         }
         let (ptr, _, tmp) = host.map(fill);
-        Ok(Flat { ptr, mirror, tmp })
+        Ok(Flat {
+            ptr,
+            mirror,
+            dev: None,
+            tmp,
+        })
     }
 
     /// Write an output side back: unpack the temporary, copy the mirror to the device.
     unsafe fn finish(self, side: Option<&Side>) -> MpiResult<()> {
         let Some(side) = side else { return Ok(()) };
+        if let Some(p) = &self.dev {
+            return p.unpack(None);
+        }
         let host = self.mirror.as_ref().map(|(_, s)| s).unwrap_or(side);
         if let Some(tmp) = &self.tmp {
             host.unpack(tmp, None);

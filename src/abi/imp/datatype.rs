@@ -544,8 +544,11 @@ pub(super) unsafe fn pack(
     }
     if need > 0 {
         let dst_ptr = (outbuf as *mut u8).add(*pos as usize);
-        // Either side may be device memory: stage through the host (gpu::stage).
-        if let Some(info) = crate::gpu::stage::device_info(dst_ptr) {
+        // Either side may be device memory: both on one device are packed there by the GPU
+        // pack kernel; otherwise stage through the host (gpu::stage).
+        if crate::gpu::stage::pack_device_to_device(inbuf as *const u8, n, &d.desc, dst_ptr)? {
+            // Packed on the device.
+        } else if let Some(info) = crate::gpu::stage::device_info(dst_ptr) {
             let packed = types::pack_all(inbuf, n, &d)?;
             crate::gpu::stage::copy_to_device(&info, dst_ptr as usize, &packed)?;
         } else {
@@ -584,7 +587,15 @@ pub(super) unsafe fn unpack(
     }
     if need > 0 {
         let src_ptr = (inbuf as *const u8).add(*pos as usize);
-        if let Some(info) = crate::gpu::stage::device_info(src_ptr) {
+        if crate::gpu::stage::unpack_device_to_device(
+            src_ptr,
+            need as usize,
+            outbuf as *mut u8,
+            n,
+            &d.desc,
+        )? {
+            // Unpacked on the device.
+        } else if let Some(info) = crate::gpu::stage::device_info(src_ptr) {
             let mut v = vec![0u8; need as usize];
             crate::gpu::stage::copy_to_host(&info, src_ptr as usize, &mut v)?;
             types::unpack_all(&v, outbuf, n, &d)?;
