@@ -308,12 +308,13 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
 }
 
 /// Bytes per rank of one round for a call of `bytes`: about 4 rounds (copies of one round
-/// overlap the others'), at least 64 KiB, at most the region's slots (`max`).
+/// overlap the others'), at least 256 KiB (each round costs a few driver calls and PCIe
+/// round trips), at most the region's slots (`max`).
 fn round_chunk(bytes: usize, n: usize, max: usize) -> usize {
     bytes
         .div_ceil(n * 4)
         .next_multiple_of(4096)
-        .clamp(64 << 10, max.max(64 << 10))
+        .clamp((256 << 10).min(max), max)
 }
 
 /// A place one pipeline operation reads or writes.
@@ -506,11 +507,19 @@ unsafe fn allreduce(
         while (0..3).any(|i| pos[i] < ops[i].len()) {
             for i in 0..3 {
                 let s = streams[i];
-                // This stream's operations up to and including its next signal.
+                // This stream's operations up to and including its next signal; consecutive
+                // waits go to the driver as one batch.
+                let mut waits: Vec<(u64, u64)> = Vec::new();
                 while let Some(o) = ops[i].get(pos[i]) {
                     pos[i] += 1;
+                    if let Op::Wait { p, stage, v } = o {
+                        waits.push((flag(*p, *stage), *v));
+                        continue;
+                    }
+                    cuda::stream_wait_all_geq(s, &waits)?;
+                    waits.clear();
                     match o {
-                        Op::Wait { p, stage, v } => cuda::stream_wait_geq(s, flag(*p, *stage), *v)?,
+                        Op::Wait { .. } => unreachable!("collected above"),
                         Op::Copy { dst, src, len } => {
                             cuda::memcpy_dtod_async(at(dst), at(src), *len, s)?
                         }
@@ -751,6 +760,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn round_chunks_fit_the_slots() {
+        for max in [64 << 10, 256 << 10, 1 << 20, 64 << 20] {
+            for bytes in [1, 4096, 1 << 20, 3 << 20, 1 << 30] {
+                let q = round_chunk(bytes, 4, max);
+                assert!(q <= max && q % 4096 == 0, "{bytes} {max} -> {q}");
+            }
+        }
+        assert_eq!(round_chunk(64 << 20, 4, 1 << 20), 1 << 20);
+        assert_eq!(round_chunk(8 << 20, 4, 1 << 20), 512 << 10);
+        assert_eq!(round_chunk(1 << 20, 4, 1 << 20), 256 << 10);
     }
 
     #[test]

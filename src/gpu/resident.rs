@@ -502,6 +502,16 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     Ok(true)
 }
 
+/// Whether the communicator's resident kernels are set up here (the same answer on every rank:
+/// set-up succeeds or fails collectively).
+pub fn ready(ctx_id: u32, world: &std::sync::Arc<[usize]>) -> bool {
+    COMMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|x| x.verified && x.ctx_id == ctx_id && *x.world == **world)
+}
+
 /// Run the call on the resident kernels if every rank can. `Ok(false)`: every rank stages.
 /// Once a communicator is set up, no host round is needed: each rank's kernel tells the others
 /// in its flag whether its buffers qualify, and all kernels report the same verdict.

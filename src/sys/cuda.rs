@@ -619,16 +619,31 @@ pub unsafe fn host_unregister(p: *mut u8) {
     let _ = cu::cuMemHostUnregister(p as *mut c_void);
 }
 
-/// Make `s` wait until the 64-bit word at device address `addr` is >= `v` (a stream memory
-/// operation: no kernel, the GPU's front end polls).
+/// Make `s` wait until each 64-bit word at device address `addr` is >= its `v` (stream memory
+/// operations, one driver call for all: no kernel, the GPU's front end polls).
 ///
 /// # Safety
-/// `addr` is device-accessible memory (device memory or registered, device-mapped host memory).
-pub unsafe fn stream_wait_geq(s: Stream, addr: u64, v: u64) -> CuResult<()> {
-    // CU_STREAM_WAIT_VALUE_GEQ = 0.
+/// Each `addr` is device-accessible memory (device memory or registered, device-mapped host
+/// memory).
+pub unsafe fn stream_wait_all_geq(s: Stream, waits: &[(u64, u64)]) -> CuResult<()> {
+    if waits.is_empty() {
+        return Ok(());
+    }
+    let mut ops: Vec<cu::CUstreamBatchMemOpParams> = waits
+        .iter()
+        .map(|&(addr, v)| {
+            // SAFETY: an all-zero union is a valid value to fill in.
+            let mut o: cu::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+            o.waitValue.operation = cu::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            o.waitValue.address = addr as cu::CUdeviceptr;
+            o.waitValue.__bindgen_anon_1.value64 = v;
+            o.waitValue.flags = 0; // CU_STREAM_WAIT_VALUE_GEQ
+            o
+        })
+        .collect();
     check(
-        "cuStreamWaitValue64",
-        cu::cuStreamWaitValue64_v2(s.0, addr as cu::CUdeviceptr, v, 0),
+        "cuStreamBatchMemOp",
+        cu::cuStreamBatchMemOp_v2(s.0, ops.len() as u32, ops.as_mut_ptr(), 0),
     )
 }
 
@@ -636,7 +651,7 @@ pub unsafe fn stream_wait_geq(s: Stream, addr: u64, v: u64) -> CuResult<()> {
 /// complete (with a system-scope memory barrier before the write: the default flags).
 ///
 /// # Safety
-/// As for [`stream_wait_geq`].
+/// As for [`stream_wait_all_geq`].
 pub unsafe fn stream_write(s: Stream, addr: u64, v: u64) -> CuResult<()> {
     check(
         "cuStreamWriteValue64",

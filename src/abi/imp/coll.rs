@@ -702,21 +702,26 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             _ => None,
         }
     };
-    // A call the flag slots would serve (small, MPI_COMM_WORLD): agree in one flag round whether
-    // every rank has device buffers; if not, every rank takes the flag path (staging its own
-    // device buffers), as every rank would without a GPU.
-    if let Some(slots) = flag_eligible(spec) {
-        if !flag_all(&slots, device.is_some())? {
-            return Ok(false);
-        }
-    }
     // The thread level is asked (a lock) only for calls the resident path could take.
     let tm = || {
         crate::abi::runtime::lock()
             .as_ref()
             .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE)
     };
-    if crate::gpu::resident::applies(spec.kind, n, b, tm) {
+    let resident = crate::gpu::resident::applies(spec.kind, n, b, tm);
+    // A call the flag slots would serve (small, MPI_COMM_WORLD): agree in one flag round whether
+    // every rank has device buffers; if not, every rank takes the flag path (staging its own
+    // device buffers), as every rank would without a GPU. Skipped once the communicator's
+    // resident kernels are set up (the same state on every rank): their ok bits agree by
+    // themselves, and a "no" sends every rank on to the flag path just the same.
+    if !(resident && crate::gpu::resident::ready(spec.comm.ctx, &spec.comm.peers)) {
+        if let Some(slots) = flag_eligible(spec) {
+            if !flag_all(&slots, device.is_some())? {
+                return Ok(false);
+            }
+        }
+    }
+    if resident {
         // Small: the resident kernels (no launch, no stream synchronize per call).
         let dst = recv.map_or(0, |x| x.0);
         let src = match (spec.kind, send) {
