@@ -49,9 +49,14 @@ echo "== alltoall 16 B per peer ($((16 * NP)) B per rank), blocking, gpumpi then
 for be in "-d cuda" "-B nccl"; do
     timeout 60 "$P/bin/mpirun" -n "$NP" /tmp/gb $be -o alltoall -b $((16 * NP)) -e $((16 * NP)) -w 100 -n 2000 -z 1
 done
-echo "== P2P off: gpumpi GPUMPI_CUDA_IPC=0 (staged) beside NCCL_P2P_DISABLE=1, allreduce, blocking"
-timeout 300 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o allreduce -b 8 -e 512M -f 8 -w 2 -n 5 -z 1
-timeout 300 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o allreduce -b 8 -e 512M -f 8 -w 2 -n 5 -z 1
+echo "== P2P off: gpumpi GPUMPI_CUDA_IPC=0 (pinned shared host memory) beside NCCL_P2P_DISABLE=1, allreduce, blocking"
+timeout 300 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o allreduce -b 8 -e 512M -f 4 -w 2 -n 7 -z 1
+timeout 300 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o allreduce -b 8 -e 512M -f 4 -w 2 -n 7 -z 1
+for op in alltoall allgather bcast; do
+    echo "== P2P off, $op: gpumpi GPUMPI_CUDA_IPC=0 then NCCL_P2P_DISABLE=1, blocking"
+    timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
+    timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
+done
 echo "== Gloo (torch.distributed, CUDA tensors; point-to-point staged through host tensors) beside gpumpi and NCCL, blocking"
 timeout 600 python3 "$B/compare.py" --backends gpumpi,nccl,gloo --gpumpi-prefix "$P" \
     --ops allreduce,alltoall,sendrecv -n "$NP" -d cuda -b 8 -e 128M -f 16 -w 2 --iters 5 -z 1 \

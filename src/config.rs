@@ -87,7 +87,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_CUDA_IPC",
         default: "1",
-        doc: "CUDA IPC between the ranks of a node: 1 = device buffers are exported with legacy IPC handles, so peers copy them directly (point-to-point messages above the eager limit, GPU-native collectives); 0 = never (every device byte is staged through host memory, as when P2P is unavailable).",
+        doc: "CUDA IPC between the ranks of a node: 1 = device buffers are exported with legacy IPC handles, so peers copy them directly (point-to-point messages above the eager limit, GPU-native collectives); 0 = never, as when P2P is unavailable (point-to-point device data is staged through host memory; GPU-native collectives go through pinned shared host memory, docs/GPU.md).",
     },
     Param {
         name: "GPUMPI_CUDA_IPC_CACHE",
@@ -160,7 +160,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_HOST_CHUNK",
         default: "1048576",
-        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the pipelined allreduce through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 64 KiB each). Each rank's region per communicator holds 2 x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
+        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 256 KiB each). Each rank's region per communicator holds 2 x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_P2P_COPY",

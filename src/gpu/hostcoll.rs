@@ -5,27 +5,31 @@
 //! and kernels of every GPU read and write it directly.
 //!
 //! Two users:
-//! - the resident kernel ([`super::resident`]) for calls of at most 16 KiB: its scratch is the
+//! - the resident kernel ([`super::resident`]) for calls of at most 64 KiB: its scratch is the
 //!   first part of the region instead of IPC-mapped device memory (flags and data over PCIe,
 //!   ~3 us GPU-to-GPU flag round trip measured);
-//! - the pipelined two-shot allreduce here for larger vectors. Round `k` covers `n x chunk`
-//!   bytes of the vector, sub-chunk `j` of it belongs to rank `j`:
+//! - pipelines here for larger calls: allreduce, alltoall, allgather and bcast ([`pipeline`]).
+//!   The allreduce is a two-shot; round `k` covers `n x chunk` bytes of the vector, sub-chunk
+//!   `j` of it belongs to rank `j`:
 //!   - A (copy engine): my sub-chunks `j != me` -> my region's `in[slot][j]`;
 //!   - B: a kernel reduces sub-chunk `me` of every rank (mine from device memory, the others
 //!     read over PCIe from their `in[slot][me]`) into my output, the copy engine stores the
 //!     result in my `out[slot]`;
 //!   - C (copy engine): every other rank's `out[slot]` -> my output.
 //!
-//!   The three stages run on three streams, ordered across ranks by 64-bit counters in the
-//!   regions that the streams themselves write and wait on (CUDA stream memory operations:
-//!   no host round trip, no kernel): stage X of round g sets my counter X to g+1; B waits for
-//!   every A counter, C for every B counter, and a slot (g mod 2) is rewritten only after every
-//!   reader of round g-2 is done. Rounds are numbered per communicator across calls, so a call
+//!   Alltoall: A copies my blocks for the others into my `in` slots, C copies my block out of
+//!   every other rank's; allgather and bcast: A copies my block (the root's vector) into my
+//!   `out` slot, C copies the others' (the root's) into my output. The three stages run on
+//!   three streams, ordered across ranks by 64-bit counters in the regions that the streams
+//!   themselves write and wait on (CUDA stream memory operations, the waits of a stage batched
+//!   into one `cuStreamBatchMemOp`: no host round trip, no kernel): stage X of round g sets my
+//!   counter X to g+1; a stage waits for the counters of the stages it reads, and a slot
+//!   (g mod 2) is rewritten only after every reader of round g-2 is done. Rounds are numbered per communicator across calls, so a call
 //!   never waits for peers at its end: when its own streams are done its output is complete
 //!   and its buffers are no longer read by anyone.
 //!
 //! A call of `b` bytes runs in about 4 rounds (`b / 4n` bytes per rank and round, at least
-//! 64 KiB, at most `GPUMPI_GPU_HOST_CHUNK`, default 1 MiB): the copies of one round overlap
+//! 256 KiB, at most `GPUMPI_GPU_HOST_CHUNK`, default 1 MiB): the copies of one round overlap
 //! the others'. Per rank and per communicator the region holds the resident scratch (1 MiB:
 //! 64 KiB slots in host mode) plus `2 x (n + 1) x chunk` bytes (11 MiB in all at 4 ranks),
 //! for at most [`MAX_COMMS`] communicators per process; beyond that, calls are staged.
@@ -35,7 +39,6 @@
 //! benches/NOTES.md for the measured ceiling on the 4 x H200 machine).
 
 use super::coll::{chunk, Call, Host};
-use super::kernels::{KOp, KType};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda::{self, Stream};
 use crate::transport::shm::Region;
@@ -261,7 +264,7 @@ fn unregister(regions: &[Region], ordinal: i32) {
 
 /// Whether this rank's buffers qualify: contiguous device memory of one GPU (not managed).
 fn device_of(c: &Call) -> Option<i32> {
-    if !c.fit {
+    if !c.fit || c.recv.is_none() {
         return None;
     }
     let mut dev = None;
@@ -276,30 +279,35 @@ fn device_of(c: &Call) -> Option<i32> {
 }
 
 /// Run `c` through pinned shared host memory if every rank can; `Ok(false)`: every rank stages.
-/// Serves allreduce (the other collectives stage).
+/// Serves allreduce, alltoall (not in place), allgather and bcast ([`pipeline`]); the other
+/// collectives stage.
 ///
 /// # Safety
 /// The buffers in `c` are the caller's live device buffers for the whole call.
 pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
-    if c.shape.kind != crate::coll::CollKind::Allreduce || c.shape.nranks > super::kernels::MAXP {
+    use crate::coll::CollKind as K;
+    // Calls the resident kernel could take stay with the staged paths when it does not (two
+    // ranks on a GPU, MPI_THREAD_MULTIPLE): one stream-ordered round costs tens of
+    // microseconds; allreduce takes the pipeline at every size (its staged path reduces on
+    // the host).
+    let big = c.shape.bytes > super::resident::HOST_SLOT;
+    let served = match c.shape.kind {
+        K::Allreduce => c.red.is_some(),
+        K::Alltoall => big && !c.shape.in_place,
+        K::Allgather | K::Bcast => big,
+        _ => false,
+    };
+    if !served || c.shape.nranks > super::kernels::MAXP {
         return Ok(false);
     }
-    let Some((op, t)) = c.red else {
-        return Ok(false);
-    };
     let dev = device_of(c);
     if !host.all(dev.is_some())? {
         return Ok(false);
     }
     let ordinal = dev.expect("agreed above");
-    let recv = c
-        .recv
-        .ok_or_else(|| err("allreduce without a receive buffer"))?
-        .0;
-    let input = c.send.map_or(recv, |s| s.0);
     let (ctx_id, world) = host.identity();
     let r = with_comm(ctx_id, &world, c.shape.rank, ordinal, host, |hc| {
-        allreduce(hc, op, t, input, recv, c.shape.bytes)
+        execute(hc, c)
     })?;
     match r {
         None => Ok(false),
@@ -365,127 +373,158 @@ pub enum Op {
     },
 }
 
-/// The operations of rank `me` for an allreduce of `bytes` (elements of `es` bytes) starting
-/// at pipeline round `base`, per stream (A, B, C), and the number of rounds. Pure: tested
-/// without a GPU by running every rank's streams in random interleavings ([`tests`]).
-pub fn pipeline(
-    n: usize,
-    me: usize,
-    q: usize,
-    es: usize,
-    bytes: usize,
-    base: u64,
-) -> ([Vec<Op>; 3], u64) {
-    let align = (16 / es).max(1);
-    let piece_elems = n * (q / es);
-    let elems = bytes / es;
-    let rounds = elems.div_ceil(piece_elems) as u64;
+/// The operations of rank `s.rank` for the call `s` (allreduce, alltoall, allgather or bcast)
+/// starting at pipeline round `base`, per stream (A, B, C), and the number of rounds; `q` bytes
+/// per rank and round. `None`: the call has no schedule here (in-place alltoall, other
+/// collectives). Pure: tested without a GPU by running every rank's streams in random
+/// interleavings ([`tests`]).
+///
+/// Every stage signals its counter every round on every rank. Before a rank rewrites its slots
+/// for round g it waits until every other rank's C of round g-2 is done (C, the last stage,
+/// waits for everything of its round), except in allreduce's steady state, where the readers
+/// are known precisely: `in` slots are read by B, `out` slots by C.
+pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>; 3], u64)> {
+    use crate::coll::CollKind as K;
+    let (n, me) = (s.nranks, s.rank);
+    let es = if s.kind == K::Allreduce { s.elem } else { 1 };
+    // Bytes one round covers: allreduce spreads n sub-chunks of q over the vector; the others
+    // move q bytes of each block (of the vector, for bcast) per round.
+    let (unit, total) = match s.kind {
+        K::Allreduce => (n * (q / es) * es, s.bytes),
+        K::Alltoall if s.in_place => return None,
+        K::Alltoall | K::Allgather | K::Bcast => (q, s.bytes),
+        _ => return None,
+    };
+    let rounds = total.div_ceil(unit.max(1)) as u64;
     let mut st: [Vec<Op>; 3] = Default::default();
+    let others = || (0..n).filter(move |&p| p != me);
+    let wait = |ps: &mut dyn Iterator<Item = usize>, stage, v| {
+        ps.map(|p| Op::Wait { p, stage, v }).collect::<Vec<_>>()
+    };
+    let cp = |dst, src, len| Op::Copy { dst, src, len };
+    let b = s.bytes;
     for r in 0..rounds {
         let g = base + r;
         let slot = (g % DEPTH as u64) as usize;
-        let e0 = r as usize * piece_elems;
-        let pe = piece_elems.min(elems - e0);
-        // (byte offset in the vector, bytes) of sub-chunk j of this round.
-        let sub = |j: usize| {
-            let (s, l) = chunk(pe, n, j, align);
-            ((e0 + s) * es, l * es)
-        };
+        let lo = r as usize * unit;
+        let len = unit.min(total - lo);
         let reuse = g + 1 > DEPTH as u64;
         let freed = (g + 1).saturating_sub(DEPTH as u64);
-        let others = || (0..n).filter(move |&p| p != me);
-        let wait = |ps: &mut dyn Iterator<Item = usize>, stage, v| {
-            ps.map(|p| Op::Wait { p, stage, v }).collect::<Vec<_>>()
-        };
-        // A: my sub-chunks for the others, once they have read this slot DEPTH rounds ago.
-        let a = &mut st[0];
-        if reuse {
-            a.extend(wait(&mut others(), Stage::B, freed));
+        // The first rounds of a call reuse slots of the previous call, whatever it was.
+        let generic = (r as usize) < DEPTH || s.kind != K::Allreduce;
+        if reuse && generic {
+            st[0].extend(wait(&mut others(), Stage::C, freed));
         }
-        for j in others() {
-            let (off, len) = sub(j);
-            a.push(Op::Copy {
-                dst: Loc::In { p: me, slot, j },
-                src: Loc::Input(off),
-                len,
-            });
+        match s.kind {
+            K::Allreduce => {
+                let pe = len / es;
+                let align = (16 / es).max(1);
+                // (byte offset in the vector, bytes) of sub-chunk j of this round.
+                let sub = |j: usize| {
+                    let (o, l) = chunk(pe, n, j, align);
+                    (lo + o * es, l * es)
+                };
+                // A: my sub-chunks for the others, once they have read this slot.
+                if reuse && !generic {
+                    st[0].extend(wait(&mut others(), Stage::B, freed));
+                }
+                for j in others() {
+                    let (off, l) = sub(j);
+                    st[0].push(cp(Loc::In { p: me, slot, j }, Loc::Input(off), l));
+                }
+                // B: reduce sub-chunk me once every rank's A is done and my out slot is free.
+                st[1].extend(wait(&mut (0..n), Stage::A, g + 1));
+                if reuse && !generic {
+                    st[1].extend(wait(&mut others(), Stage::C, freed));
+                }
+                let (off, l) = sub(me);
+                st[1].push(Op::Reduce {
+                    dst: Loc::Recv(off),
+                    srcs: (0..n)
+                        .map(|p| {
+                            if p == me {
+                                Loc::Input(off)
+                            } else {
+                                Loc::In { p, slot, j: me }
+                            }
+                        })
+                        .collect(),
+                    elems: l / es,
+                });
+                st[1].push(cp(Loc::Out { p: me, slot }, Loc::Recv(off), l));
+                // C: every other rank's reduced sub-chunk into my output (after my own B,
+                // which waited for my A: in place, C overwrites what A read).
+                st[2].extend(wait(&mut (0..n), Stage::B, g + 1));
+                for p in others() {
+                    let (off, l) = sub(p);
+                    st[2].push(cp(Loc::Recv(off), Loc::Out { p, slot }, l));
+                }
+            }
+            K::Alltoall => {
+                // A: my block for p into my in[slot][p]; B: my own block; C: my block from
+                // every other rank's in[slot][me].
+                for p in others() {
+                    st[0].push(cp(
+                        Loc::In { p: me, slot, j: p },
+                        Loc::Input(p * b + lo),
+                        len,
+                    ));
+                }
+                st[1].push(cp(Loc::Recv(me * b + lo), Loc::Input(me * b + lo), len));
+                st[2].extend(wait(&mut others(), Stage::A, g + 1));
+                for p in others() {
+                    st[2].push(cp(Loc::Recv(p * b + lo), Loc::In { p, slot, j: me }, len));
+                }
+            }
+            K::Allgather => {
+                // In place, my block already sits in the receive buffer.
+                let mine = if s.in_place {
+                    Loc::Recv(me * b + lo)
+                } else {
+                    Loc::Input(lo)
+                };
+                st[0].push(cp(Loc::Out { p: me, slot }, mine, len));
+                if !s.in_place {
+                    st[1].push(cp(Loc::Recv(me * b + lo), mine, len));
+                }
+                st[2].extend(wait(&mut others(), Stage::A, g + 1));
+                for p in others() {
+                    st[2].push(cp(Loc::Recv(p * b + lo), Loc::Out { p, slot }, len));
+                }
+            }
+            K::Bcast => {
+                if me == s.root {
+                    st[0].push(cp(Loc::Out { p: me, slot }, Loc::Recv(lo), len));
+                } else {
+                    st[2].extend(wait(&mut std::iter::once(s.root), Stage::A, g + 1));
+                    st[2].push(cp(Loc::Recv(lo), Loc::Out { p: s.root, slot }, len));
+                }
+            }
+            _ => unreachable!("no schedule"),
         }
-        a.push(Op::Signal {
-            stage: Stage::A,
-            v: g + 1,
-        });
-        // B: reduce sub-chunk me once every rank's A is done and my out slot is free.
-        let b = &mut st[1];
-        b.extend(wait(&mut (0..n), Stage::A, g + 1));
-        if reuse {
-            b.extend(wait(&mut others(), Stage::C, freed));
+        for (i, stage) in [Stage::A, Stage::B, Stage::C].into_iter().enumerate() {
+            st[i].push(Op::Signal { stage, v: g + 1 });
         }
-        let (off, len) = sub(me);
-        b.push(Op::Reduce {
-            dst: Loc::Recv(off),
-            srcs: (0..n)
-                .map(|p| {
-                    if p == me {
-                        Loc::Input(off)
-                    } else {
-                        Loc::In { p, slot, j: me }
-                    }
-                })
-                .collect(),
-            elems: len / es,
-        });
-        b.push(Op::Copy {
-            dst: Loc::Out { p: me, slot },
-            src: Loc::Recv(off),
-            len,
-        });
-        b.push(Op::Signal {
-            stage: Stage::B,
-            v: g + 1,
-        });
-        // C: every other rank's reduced sub-chunk into my output (after my own B, which
-        // waited for my A: in place, C overwrites what A read).
-        let c = &mut st[2];
-        c.extend(wait(&mut (0..n), Stage::B, g + 1));
-        for p in others() {
-            let (off, len) = sub(p);
-            c.push(Op::Copy {
-                dst: Loc::Recv(off),
-                src: Loc::Out { p, slot },
-                len,
-            });
-        }
-        c.push(Op::Signal {
-            stage: Stage::C,
-            v: g + 1,
-        });
     }
-    (st, rounds)
+    Some((st, rounds))
 }
 
-/// The pipelined two-shot allreduce of `bytes` (module docs): [`pipeline`]'s operations
-/// enqueued on three streams.
-unsafe fn allreduce(
-    hc: &mut HostComm,
-    op: KOp,
-    t: KType,
-    input: usize,
-    recv: usize,
-    bytes: usize,
-) -> Result<(), String> {
+/// The call's [`pipeline`] enqueued on three streams, then those streams synchronized.
+unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(hc.ordinal)?;
     let k = g.kernels(hc.ordinal)?;
     let aux = super::coll::aux_streams(hc.ordinal, d.ctx)?;
     let streams: [Stream; 3] = [aux[0], aux[1], aux[2]];
-    let (ops, rounds) = pipeline(
-        hc.n,
-        hc.me,
-        round_chunk(bytes, hc.n, hc.q),
-        t.size(),
-        bytes,
-        hc.rounds,
-    );
+    let n = hc.n;
+    let total = match c.shape.kind {
+        crate::coll::CollKind::Allreduce => c.shape.bytes,
+        _ => c.shape.bytes * n,
+    };
+    let q = round_chunk(total, n, hc.q);
+    let (ops, rounds) = pipeline(&c.shape, q, hc.rounds).ok_or("no schedule for this call")?;
+    let recv = c.recv.map_or(0, |r| r.0);
+    let input = c.send.map_or(recv, |s| s.0);
     let grid = super::coll::max_grid(hc.ordinal);
     let at = |l: &Loc| match *l {
         Loc::Input(o) => input + o,
@@ -524,6 +563,13 @@ unsafe fn allreduce(
                             cuda::memcpy_dtod_async(at(dst), at(src), *len, s)?
                         }
                         Op::Reduce { dst, srcs, elems } => {
+                            let Some((op, t)) = c.red else {
+                                return Err(cuda::CudaError {
+                                    call: "reduce",
+                                    code: -1,
+                                    name: "a reduction without an operation".into(),
+                                });
+                            };
                             let ptrs: Vec<usize> = srcs.iter().map(at).collect();
                             k.reduce_n_async(op, t, at(dst), &ptrs, *elems, grid, s)?
                         }
@@ -543,10 +589,11 @@ unsafe fn allreduce(
     .map_err(|e| e.to_string())?;
     hc.rounds += rounds;
     tracing::debug!(
-        bytes,
+        coll = c.shape.kind.name(),
+        bytes = c.shape.bytes,
         rounds,
         ranks = hc.n,
-        "allreduce on the GPU through pinned shared host memory"
+        "collective on the GPU through pinned shared host memory"
     );
     Ok(())
 }
@@ -554,13 +601,11 @@ unsafe fn allreduce(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coll::CollKind as K;
+    use crate::gpu::coll::Shape;
 
-    /// Every rank's memory in the simulation.
-    struct Rank {
-        region_in: Vec<u8>,
-        region_out: Vec<u8>,
-        flags: [u64; 3],
-    }
+    /// One rank's buffers of one call: (send, receive); no send buffer = in place.
+    type Bufs = (Option<Vec<u8>>, Vec<u8>);
 
     fn idx(s: Stage) -> usize {
         match s {
@@ -570,12 +615,78 @@ mod tests {
         }
     }
 
-    /// Run `calls` consecutive allreduces (sizes in i32 elements, in place or not) on `n`
-    /// simulated ranks whose streams advance in a random interleaving (`seed`); each rank
-    /// starts its next call when its three streams are done, as the host does. Checks every
-    /// output against the sum of the inputs; panics on a deadlock.
-    fn run(n: usize, q: usize, calls: &[(usize, bool)], seed: u64) {
-        let es = 4;
+    fn shape(kind: K, n: usize, rank: usize, bytes: usize, in_place: bool) -> Shape {
+        Shape {
+            kind,
+            nranks: n,
+            rank,
+            root: n / 2,
+            bytes,
+            elem: 4,
+            in_place,
+        }
+    }
+
+    fn val(c: usize, p: usize, i: usize) -> i32 {
+        (c * 1000 + p * 31 + i * 7) as i32
+    }
+    fn ints(v: impl Iterator<Item = i32>) -> Vec<u8> {
+        v.flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// Rank p's buffers for call c and what its receive buffer must hold afterwards.
+    fn buffers(c: usize, s: &Shape, p: usize) -> (Bufs, Vec<u8>) {
+        let (n, b) = (s.nranks, s.bytes);
+        let ne = b / 4;
+        let poison = |len| vec![0xEEu8; len];
+        match s.kind {
+            K::Allreduce => {
+                let mine = ints((0..ne).map(|i| val(c, p, i)));
+                let want =
+                    ints((0..ne).map(|i| (0..n).fold(0i32, |a, r| a.wrapping_add(val(c, r, i)))));
+                if s.in_place {
+                    ((None, mine), want)
+                } else {
+                    ((Some(mine), poison(b)), want)
+                }
+            }
+            K::Alltoall => {
+                let send = ints((0..n * ne).map(|i| val(c, p, i + 100 * (i / ne))));
+                let want = ints((0..n * ne).map(|i| {
+                    let (src, k) = (i / ne, i % ne);
+                    val(c, src, p * ne + k + 100 * p)
+                }));
+                ((Some(send), poison(n * b)), want)
+            }
+            K::Allgather => {
+                let want = ints((0..n * ne).map(|i| val(c, i / ne, i % ne)));
+                let mine = ints((0..ne).map(|i| val(c, p, i)));
+                if s.in_place {
+                    let mut r = poison(n * b);
+                    r[p * b..(p + 1) * b].copy_from_slice(&mine);
+                    ((None, r), want)
+                } else {
+                    ((Some(mine), poison(n * b)), want)
+                }
+            }
+            K::Bcast => {
+                let want = ints((0..ne).map(|i| val(c, s.root, i)));
+                let r = if p == s.root { want.clone() } else { poison(b) };
+                ((None, r), want)
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// Run `calls` (kind, bytes, in place) consecutively on `n` simulated ranks whose streams
+    /// advance in a random interleaving (`seed`); each rank starts its next call when its three
+    /// streams are done, as the host does. Checks every output; panics on a deadlock.
+    fn run(n: usize, q: usize, calls: &[(K, usize, bool)], seed: u64) {
+        struct Rank {
+            region_in: Vec<u8>,
+            region_out: Vec<u8>,
+            flags: [u64; 3],
+        }
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
                 region_in: vec![0; DEPTH * n * q],
@@ -583,39 +694,34 @@ mod tests {
                 flags: [0; 3],
             })
             .collect();
-        // Per rank and call: (input, recv); in place: input unused, recv holds the input.
-        let input_of = |c: usize, p: usize, i: usize| (c * 1000 + p * 31 + i * 7) as i32;
-        let mut bufs: Vec<Vec<(Vec<u8>, Vec<u8>)>> = (0..n)
+        let shapes: Vec<Vec<Shape>> = (0..n)
             .map(|p| {
                 calls
                     .iter()
-                    .enumerate()
-                    .map(|(c, &(elems, inplace))| {
-                        let v: Vec<u8> = (0..elems)
-                            .flat_map(|i| input_of(c, p, i).to_le_bytes())
-                            .collect();
-                        if inplace {
-                            (Vec::new(), v)
-                        } else {
-                            (v, vec![0xEE; elems * es])
-                        }
-                    })
+                    .map(|&(k, b, ip)| shape(k, n, p, b, ip))
                     .collect()
             })
             .collect();
+        let mut bufs: Vec<Vec<Bufs>> = Vec::new();
+        let mut wants: Vec<Vec<Vec<u8>>> = Vec::new();
+        for p in 0..n {
+            let (b, w): (Vec<_>, Vec<_>) = (0..calls.len())
+                .map(|c| buffers(c, &shapes[p][c], p))
+                .unzip();
+            bufs.push(b);
+            wants.push(w);
+        }
         let mut base = vec![0u64; n];
         let mut call = vec![0usize; n];
         let mut ops: Vec<[Vec<Op>; 3]> = Vec::new();
         let mut pos = vec![[0usize; 3]; n];
         for p in 0..n {
-            let (elems, _) = calls[0];
-            let (o, r) = pipeline(n, p, q, es, elems * es, 0);
+            let (o, r) = pipeline(&shapes[p][0], q, 0).expect("a schedule");
             ops.push(o);
             base[p] = r;
         }
         let mut rng = seed | 1;
         loop {
-            // Runnable stream heads.
             let mut runnable = Vec::new();
             for p in 0..n {
                 if call[p] >= calls.len() {
@@ -647,16 +753,14 @@ mod tests {
             let o = ops[p][s][pos[p][s]].clone();
             pos[p][s] += 1;
             let c = call[p];
-            let inplace = calls[c].1;
-            let read = |ranks: &Vec<Rank>, bufs: &Vec<Vec<(Vec<u8>, Vec<u8>)>>, l: Loc, len| {
-                let (inp, rcv) = &bufs[p][c];
+            let read = |ranks: &Vec<Rank>, bufs: &Vec<Vec<Bufs>>, l: Loc, len| {
+                let (snd, rcv) = &bufs[p][c];
                 match l {
-                    Loc::Input(o) if inplace => rcv[o..o + len].to_vec(),
-                    Loc::Input(o) => inp[o..o + len].to_vec(),
+                    Loc::Input(o) => snd.as_ref().unwrap_or(rcv)[o..o + len].to_vec(),
                     Loc::Recv(o) => rcv[o..o + len].to_vec(),
                     Loc::In { p: r, slot, j } => {
-                        let o = (slot * n + j) * q;
                         assert!(len <= q);
+                        let o = (slot * n + j) * q;
                         ranks[r].region_in[o..o + len].to_vec()
                     }
                     Loc::Out { p: r, slot } => {
@@ -665,14 +769,10 @@ mod tests {
                     }
                 }
             };
-            let write = |ranks: &mut Vec<Rank>,
-                         bufs: &mut Vec<Vec<(Vec<u8>, Vec<u8>)>>,
-                         l: Loc,
-                         v: &[u8]| {
-                let (inp, rcv) = &mut bufs[p][c];
+            let write = |ranks: &mut Vec<Rank>, bufs: &mut Vec<Vec<Bufs>>, l: Loc, v: &[u8]| {
+                let (snd, rcv) = &mut bufs[p][c];
                 let dst = match l {
-                    Loc::Input(o) if inplace => &mut rcv[o..o + v.len()],
-                    Loc::Input(o) => &mut inp[o..o + v.len()],
+                    Loc::Input(o) => &mut snd.as_mut().unwrap_or(rcv)[o..o + v.len()],
                     Loc::Recv(o) => &mut rcv[o..o + v.len()],
                     Loc::In { p: r, slot, j } => {
                         assert_eq!(r, p, "a rank writes only its own region");
@@ -695,18 +795,13 @@ mod tests {
                 Op::Reduce { dst, srcs, elems } => {
                     let ins: Vec<Vec<u8>> = srcs
                         .iter()
-                        .map(|l| read(&ranks, &bufs, *l, elems * es))
+                        .map(|l| read(&ranks, &bufs, *l, elems * 4))
                         .collect();
-                    let out: Vec<u8> = (0..elems)
-                        .flat_map(|e| {
-                            ins.iter()
-                                .map(|b| {
-                                    i32::from_le_bytes(b[e * 4..e * 4 + 4].try_into().unwrap())
-                                })
-                                .fold(0i32, |a, x| a.wrapping_add(x))
-                                .to_le_bytes()
-                        })
-                        .collect();
+                    let out = ints((0..elems).map(|e| {
+                        ins.iter()
+                            .map(|b| i32::from_le_bytes(b[e * 4..e * 4 + 4].try_into().unwrap()))
+                            .fold(0i32, |a, x| a.wrapping_add(x))
+                    }));
                     write(&mut ranks, &mut bufs, dst, &out);
                 }
                 Op::Signal { stage, v } => {
@@ -717,21 +812,14 @@ mod tests {
             }
             // All three streams done: the call returns; check it and start the next.
             if (0..3).all(|s| pos[p][s] == ops[p][s].len()) {
-                let (elems, _) = calls[c];
-                let out = &bufs[p][c].1;
-                for i in 0..elems {
-                    let want = (0..n).fold(0i32, |a, r| a.wrapping_add(input_of(c, r, i)));
-                    let got = i32::from_le_bytes(out[i * 4..i * 4 + 4].try_into().unwrap());
-                    assert_eq!(
-                        got, want,
-                        "n={n} q={q} call {c} {:?} rank {p} element {i} seed {seed}",
-                        calls[c]
-                    );
-                }
+                assert!(
+                    bufs[p][c].1 == wants[p][c],
+                    "n={n} q={q} call {c} {:?} rank {p} seed {seed}: wrong output",
+                    calls[c]
+                );
                 call[p] += 1;
                 if call[p] < calls.len() {
-                    let (elems, _) = calls[call[p]];
-                    let (o, r) = pipeline(n, p, q, es, elems * es, base[p]);
+                    let (o, r) = pipeline(&shapes[p][call[p]], q, base[p]).expect("a schedule");
                     ops[p] = o;
                     pos[p] = [0; 3];
                     base[p] += r;
@@ -742,24 +830,36 @@ mod tests {
     }
 
     #[test]
-    fn pipelined_allreduce_in_any_interleaving() {
+    fn pipelines_in_any_interleaving() {
         for n in 1..=5 {
             for seed in 1..25u64 {
-                // q = 32 bytes: 8 ints per rank per round, so calls take many rounds.
+                // q = 32 bytes: calls take many rounds; kinds alternate so that slots of one
+                // kind are reused by another.
                 run(
                     n,
                     32,
                     &[
-                        (1, false),
-                        (100, true),
-                        (33, false),
-                        (8 * n * 3, false),
-                        (7, true),
+                        (K::Allreduce, 4, false),
+                        (K::Allreduce, 400, true),
+                        (K::Alltoall, 36, false),
+                        (K::Allreduce, 132, false),
+                        (K::Allgather, 68, false),
+                        (K::Bcast, 100, false),
+                        (K::Allgather, 20, true),
+                        (K::Allreduce, 32 * n * 3, false),
+                        (K::Alltoall, 4, false),
+                        (K::Allreduce, 28, true),
                     ],
                     seed * 7919 + n as u64,
                 );
             }
         }
+    }
+
+    #[test]
+    fn unserved_calls_have_no_schedule() {
+        assert!(pipeline(&shape(K::Alltoall, 4, 0, 64, true), 4096, 0).is_none());
+        assert!(pipeline(&shape(K::Reduce, 4, 0, 64, false), 4096, 0).is_none());
     }
 
     #[test]
@@ -776,9 +876,10 @@ mod tests {
     }
 
     #[test]
-    fn pipeline_rounds_and_slots() {
+    fn allreduce_rounds_and_slots() {
         // 4 ranks, 1 MiB per rank per round: 16 MiB is 4 rounds; slots alternate across calls.
-        let (ops, rounds) = pipeline(4, 1, 1 << 20, 4, 16 << 20, 3);
+        let (ops, rounds) =
+            pipeline(&shape(K::Allreduce, 4, 1, 16 << 20, false), 1 << 20, 3).unwrap();
         assert_eq!(rounds, 4);
         let slots: Vec<usize> = ops[0]
             .iter()
