@@ -3,8 +3,8 @@
 #   tests/gpu/run.sh PREFIX [--bench] [--max-count N]
 # Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
 # at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (collectives through
-# pinned shared host memory, point-to-point staged) and with
-# the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
+# pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
+# the host (GPUMPI_CUDA_PACK=0) and at 4 ranks with the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
@@ -46,6 +46,8 @@ run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: pinned host memory, 64 Ki
     GPUMPI_CUDA_IPC=0 GPUMPI_GPU_HOST_CHUNK=65536 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC -x GPUMPI_GPU_HOST_CHUNK \
     "$out/gpu_test" 1048577
+run "gpu_test -n 2, derived types packed on the host (GPUMPI_CUDA_PACK=0)" GPUMPI_CUDA_PACK=0 \
+    "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_PACK "$out/gpu_test" 65537
 run "gpu_test -n 4, kernel peer copies (GPUMPI_GPU_P2P_COPY=kernel)" GPUMPI_GPU_P2P_COPY=kernel \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_COPY "$out/gpu_test" 65537
 for n in 2 4; do
@@ -56,7 +58,7 @@ for n in 2 4; do
     run "gpu_mem -n $n (every memory kind, mixed between ranks)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mem"
 done
-run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: everything staged)" GPUMPI_CUDA_IPC=0 \
+run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, staged p2p)" GPUMPI_CUDA_IPC=0 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mem"
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
