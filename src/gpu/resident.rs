@@ -81,11 +81,12 @@ struct ResDesc {
 const DESC_OFF: usize = 128;
 const _: () = assert!(DESC_OFF + std::mem::size_of::<ResDesc>() <= DATA_OFF);
 
+/// `struct ResDone`: `seq` is (command seq << 1) | status (1 done, 0 some rank was not ok),
+/// written in one store.
 #[repr(C)]
 struct ResDone {
     seq: u64,
     exited: u64,
-    status: u64,
 }
 
 /// The resident kernel of one device.
@@ -131,14 +132,7 @@ impl Res {
         // SAFETY: fresh mapped allocations of the right sizes.
         unsafe {
             std::ptr::write_volatile(cmd as *mut ResCmd, ResCmd::default());
-            std::ptr::write_volatile(
-                done as *mut ResDone,
-                ResDone {
-                    seq: 0,
-                    exited: 0,
-                    status: 0,
-                },
-            );
+            std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0 });
         }
         let idle_us = crate::config::get_usize("GPUMPI_GPU_RESIDENT_IDLE_US").max(1) as u64;
         Ok(Res {
@@ -213,16 +207,16 @@ impl Res {
                     std::ptr::read_volatile(std::ptr::addr_of!((*self.done).exited)),
                 )
             };
-            if dseq == self.seq {
-                return Ok(self.status());
+            if dseq >> 1 == self.seq {
+                return Ok(dseq & 1 == 1);
             }
             if exited == self.epoch {
                 // It exited idle; it wrote done.seq before exited, so re-read once.
                 // SAFETY: as above.
                 let again =
                     unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
-                if again == self.seq {
-                    return Ok(self.status());
+                if again >> 1 == self.seq {
+                    return Ok(again & 1 == 1);
                 }
                 self.launch()?;
             }
@@ -233,13 +227,6 @@ impl Res {
                 std::hint::spin_loop();
             }
         }
-    }
-}
-
-impl Res {
-    fn status(&self) -> bool {
-        // SAFETY: done is this object's mapped memory; status is written before seq.
-        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).status)) == 1 }
     }
 }
 
