@@ -363,31 +363,7 @@ pub unsafe fn pack_device_to_device(
     t: &Arc<TypeDesc>,
     dst: *mut u8,
 ) -> MpiResult<bool> {
-    let len = t.packed_size(count);
-    let Some((info, _)) = same_device(buf.wrapping_offset(span(t, count).0), dst) else {
-        return Ok(false);
-    };
-    if len == 0 {
-        return Ok(true);
-    }
-    if t.is_contiguous(count) {
-        dtod(
-            &info,
-            dst as usize,
-            buf.wrapping_offset(t.true_lb()) as usize,
-            len,
-        )?;
-        return Ok(true);
-    }
-    Ok(gpu_move(
-        &info,
-        t,
-        buf as usize,
-        dst as usize,
-        count,
-        len,
-        false,
-    ))
+    device_to_device(buf as *mut u8, count, t, dst, t.packed_size(count), false)
 }
 
 /// Unpack `len` packed bytes at device `src` into `count` elements of `t` at device `buf` of
@@ -403,7 +379,20 @@ pub unsafe fn unpack_device_to_device(
     count: usize,
     t: &Arc<TypeDesc>,
 ) -> MpiResult<bool> {
-    let Some((info, _)) = same_device(buf.wrapping_offset(span(t, count).0), src) else {
+    device_to_device(buf, count, t, src as *mut u8, len, true)
+}
+
+/// Between `count` elements of `t` at `buf` and `len` packed bytes at `packed`, both device
+/// memory of one device: into the packed bytes (`unpack` false) or out of them.
+unsafe fn device_to_device(
+    buf: *mut u8,
+    count: usize,
+    t: &Arc<TypeDesc>,
+    packed: *mut u8,
+    len: usize,
+    unpack: bool,
+) -> MpiResult<bool> {
+    let Some((info, _)) = same_device(buf.wrapping_offset(span(t, count).0), packed) else {
         return Ok(false);
     };
     let len = len.min(t.packed_size(count));
@@ -411,22 +400,23 @@ pub unsafe fn unpack_device_to_device(
         return Ok(true);
     }
     if t.is_contiguous(count) {
-        dtod(
-            &info,
-            buf.wrapping_offset(t.true_lb()) as usize,
-            src as usize,
-            len,
-        )?;
+        let data = buf.wrapping_offset(t.true_lb()) as usize;
+        let (dst, src) = if unpack {
+            (data, packed as usize)
+        } else {
+            (packed as usize, data)
+        };
+        dtod(&info, dst, src, len)?;
         return Ok(true);
     }
     Ok(gpu_move(
         &info,
         t,
         buf as usize,
-        src as usize,
+        packed as usize,
         count,
         len,
-        true,
+        unpack,
     ))
 }
 
