@@ -687,7 +687,7 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
 }
 
 /// Streams for copy-engine steps of device `ordinal` (created at first use, never freed).
-pub(crate) fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, String> {
+fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, String> {
     static AUX: Mutex<Vec<(i32, Vec<cuda::Stream>)>> = Mutex::new(Vec::new());
     let mut a = AUX.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, v)) = a.iter().find(|(o, _)| *o == ordinal) {

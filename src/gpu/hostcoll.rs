@@ -81,6 +81,9 @@ fn region_len(n: usize, q: usize) -> usize {
 /// One communicator's regions as mapped and registered in this process.
 pub struct HostComm {
     pub ordinal: i32,
+    /// The three stages' streams, this communicator's own: stream-ordered waits on peers must
+    /// never sit in front of another communicator's work (threads of MPI_THREAD_MULTIPLE).
+    streams: Option<[Stream; 3]>,
     n: usize,
     me: usize,
     q: usize,
@@ -222,6 +225,7 @@ fn setup(
     );
     Ok(Some(HostComm {
         ordinal,
+        streams: None,
         n,
         me,
         q,
@@ -514,8 +518,21 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(hc.ordinal)?;
     let k = g.kernels(hc.ordinal)?;
-    let aux = super::coll::aux_streams(hc.ordinal, d.ctx)?;
-    let streams: [Stream; 3] = [aux[0], aux[1], aux[2]];
+    let streams = match hc.streams {
+        Some(s) => s,
+        None => {
+            let s = cuda::with_context(d.ctx, || {
+                Ok([
+                    cuda::stream_create()?,
+                    cuda::stream_create()?,
+                    cuda::stream_create()?,
+                ])
+            })
+            .map_err(|e| e.to_string())?;
+            hc.streams = Some(s);
+            s
+        }
+    };
     let n = hc.n;
     let total = match c.shape.kind {
         crate::coll::CollKind::Allreduce => c.shape.bytes,

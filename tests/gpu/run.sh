@@ -5,7 +5,7 @@
 # at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (collectives through
 # pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
 # the host (GPUMPI_CUDA_PACK=0) and at 4 ranks with the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
-# at 2 and 4 ranks. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
+# at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints why and passes when device memory is short). Without a CUDA runtime or device each run
@@ -54,6 +54,8 @@ for n in 2 4; do
     run "gpu_mt -n $n (MPI_THREAD_MULTIPLE: two threads, collectives on two communicators)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mt"
 done
+run "gpu_mt -n 4, P2P forced off (two communicators' host-memory pipelines at once)" \
+    GPUMPI_CUDA_IPC=0 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mt"
 for n in 2 4; do
     run "gpu_mem -n $n (every memory kind, mixed between ranks)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mem"
