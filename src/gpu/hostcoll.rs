@@ -8,7 +8,8 @@
 //! - the resident kernel ([`super::resident`]) for calls of at most 64 KiB: its scratch is the
 //!   first part of the region instead of IPC-mapped device memory (flags and data over PCIe,
 //!   ~3 us GPU-to-GPU flag round trip measured);
-//! - pipelines here for larger calls: allreduce, alltoall, allgather and bcast ([`pipeline`]).
+//! - pipelines here for larger calls: allreduce, alltoall, allgather, bcast, reduce and
+//!   reduce_scatter_block ([`pipeline`]).
 //!   The allreduce is a two-shot; round `k` covers `n x chunk` bytes of the vector, sub-chunk
 //!   `j` of it belongs to rank `j`:
 //!   - A (copy engine): my sub-chunks `j != me` -> my region's `in[slot][j]`;
@@ -268,7 +269,7 @@ fn unregister(regions: &[Region], ordinal: i32) {
 
 /// Whether this rank's buffers qualify: contiguous device memory of one GPU (not managed).
 fn device_of(c: &Call) -> Option<i32> {
-    if !c.fit || c.recv.is_none() {
+    if !c.fit || (c.send.is_none() && c.recv.is_none()) {
         return None;
     }
     let mut dev = None;
@@ -283,8 +284,8 @@ fn device_of(c: &Call) -> Option<i32> {
 }
 
 /// Run `c` through pinned shared host memory if every rank can; `Ok(false)`: every rank stages.
-/// Serves allreduce, alltoall (not in place), allgather and bcast ([`pipeline`]); the other
-/// collectives stage.
+/// Serves allreduce, alltoall and reduce_scatter_block (not in place), allgather, bcast and
+/// reduce ([`pipeline`]); the other collectives stage.
 ///
 /// # Safety
 /// The buffers in `c` are the caller's live device buffers for the whole call.
@@ -299,6 +300,8 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
         K::Allreduce => c.red.is_some(),
         K::Alltoall => big && !c.shape.in_place,
         K::Allgather | K::Bcast => big,
+        K::Reduce => big && c.red.is_some(),
+        K::ReduceScatterBlock => big && c.red.is_some() && !c.shape.in_place,
         _ => false,
     };
     if !served || c.shape.nranks > super::kernels::MAXP {
@@ -377,7 +380,8 @@ pub enum Op {
     },
 }
 
-/// The operations of rank `s.rank` for the call `s` (allreduce, alltoall, allgather or bcast)
+/// The operations of rank `s.rank` for the call `s` (allreduce, alltoall, allgather, bcast,
+/// reduce, reduce_scatter_block)
 /// starting at pipeline round `base`, per stream (A, B, C), and the number of rounds; `q` bytes
 /// per rank and round. `None`: the call has no schedule here (in-place alltoall, other
 /// collectives). Pure: tested without a GPU by running every rank's streams in random
@@ -390,13 +394,17 @@ pub enum Op {
 pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>; 3], u64)> {
     use crate::coll::CollKind as K;
     let (n, me) = (s.nranks, s.rank);
-    let es = if s.kind == K::Allreduce { s.elem } else { 1 };
+    let es = match s.kind {
+        K::Allreduce | K::Reduce | K::ReduceScatterBlock => s.elem.max(1),
+        _ => 1,
+    };
     // Bytes one round covers: allreduce spreads n sub-chunks of q over the vector; the others
     // move q bytes of each block (of the vector, for bcast) per round.
     let (unit, total) = match s.kind {
         K::Allreduce => (n * (q / es) * es, s.bytes),
         K::Alltoall if s.in_place => return None,
-        K::Alltoall | K::Allgather | K::Bcast => (q, s.bytes),
+        K::ReduceScatterBlock if s.in_place => return None,
+        K::Alltoall | K::Allgather | K::Bcast | K::Reduce | K::ReduceScatterBlock => (q, s.bytes),
         _ => return None,
     };
     let rounds = total.div_ceil(unit.max(1)) as u64;
@@ -503,6 +511,56 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                     st[2].extend(wait(&mut std::iter::once(s.root), Stage::A, g + 1));
                     st[2].push(cp(Loc::Recv(lo), Loc::Out { p: s.root, slot }, len));
                 }
+            }
+            K::Reduce => {
+                // A: every other rank's piece into its in[slot][0]; B (root): the reduction of
+                // all of them into the root's output.
+                if me != s.root {
+                    st[0].push(cp(Loc::In { p: me, slot, j: 0 }, Loc::Input(lo), len));
+                } else {
+                    st[1].extend(wait(&mut others(), Stage::A, g + 1));
+                    st[1].push(Op::Reduce {
+                        dst: Loc::Recv(lo),
+                        srcs: (0..n)
+                            .map(|p| {
+                                if p == me {
+                                    Loc::Input(lo)
+                                } else {
+                                    Loc::In { p, slot, j: 0 }
+                                }
+                            })
+                            .collect(),
+                        elems: len / es,
+                    });
+                }
+                // The slots are read in B: C, the stage peers wait for, follows it.
+                st[2].extend(wait(&mut std::iter::once(me), Stage::B, g + 1));
+            }
+            K::ReduceScatterBlock => {
+                // A: my piece of block p into my in[slot][p]; B: block me reduced from every
+                // rank's in[slot][me] and my own block.
+                for p in others() {
+                    st[0].push(cp(
+                        Loc::In { p: me, slot, j: p },
+                        Loc::Input(p * b + lo),
+                        len,
+                    ));
+                }
+                st[1].extend(wait(&mut others(), Stage::A, g + 1));
+                st[1].push(Op::Reduce {
+                    dst: Loc::Recv(lo),
+                    srcs: (0..n)
+                        .map(|p| {
+                            if p == me {
+                                Loc::Input(me * b + lo)
+                            } else {
+                                Loc::In { p, slot, j: me }
+                            }
+                        })
+                        .collect(),
+                    elems: len / es,
+                });
+                st[2].extend(wait(&mut std::iter::once(me), Stage::B, g + 1));
             }
             _ => unreachable!("no schedule"),
         }
@@ -691,6 +749,25 @@ mod tests {
                 let r = if p == s.root { want.clone() } else { poison(b) };
                 ((None, r), want)
             }
+            K::Reduce => {
+                let mine = ints((0..ne).map(|i| val(c, p, i)));
+                let sum =
+                    ints((0..ne).map(|i| (0..n).fold(0i32, |a, r| a.wrapping_add(val(c, r, i)))));
+                match (p == s.root, s.in_place) {
+                    (true, true) => ((None, mine), sum),
+                    (true, false) => ((Some(mine), poison(b)), sum),
+                    // Not the root: the receive buffer is left alone.
+                    (false, _) => ((Some(mine), poison(b)), poison(b)),
+                }
+            }
+            K::ReduceScatterBlock => {
+                let send = ints((0..n * ne).map(|i| val(c, p, i)));
+                let want = ints(
+                    (0..ne)
+                        .map(|k| (0..n).fold(0i32, |a, r| a.wrapping_add(val(c, r, p * ne + k)))),
+                );
+                ((Some(send), poison(b)), want)
+            }
             _ => unreachable!(),
         }
     }
@@ -864,8 +941,12 @@ mod tests {
                         (K::Bcast, 100, false),
                         (K::Allgather, 20, true),
                         (K::Allreduce, 32 * n * 3, false),
+                        (K::Reduce, 100, false),
                         (K::Alltoall, 4, false),
+                        (K::ReduceScatterBlock, 72, false),
+                        (K::Reduce, 36, true),
                         (K::Allreduce, 28, true),
+                        (K::ReduceScatterBlock, 4, false),
                     ],
                     seed * 7919 + n as u64,
                 );
@@ -876,7 +957,8 @@ mod tests {
     #[test]
     fn unserved_calls_have_no_schedule() {
         assert!(pipeline(&shape(K::Alltoall, 4, 0, 64, true), 4096, 0).is_none());
-        assert!(pipeline(&shape(K::Reduce, 4, 0, 64, false), 4096, 0).is_none());
+        assert!(pipeline(&shape(K::ReduceScatterBlock, 4, 0, 64, true), 4096, 0).is_none());
+        assert!(pipeline(&shape(K::Scan, 4, 0, 64, false), 4096, 0).is_none());
     }
 
     #[test]
