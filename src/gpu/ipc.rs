@@ -59,8 +59,11 @@ impl Export {
     }
 }
 
-/// Legacy IPC handles of our own allocations, by buffer id.
-static EXPORTS: Mutex<Option<HashMap<u64, [u8; 64]>>> = Mutex::new(None);
+/// Legacy IPC handles of our own allocations, by buffer id; `None` for an allocation the driver
+/// would not export (VMM, pool memory): buffer ids are never reused, so the answer holds, and
+/// such buffers do not pay a failing driver call on every large send or collective.
+#[allow(clippy::type_complexity)]
+static EXPORTS: Mutex<Option<HashMap<u64, Option<[u8; 64]>>>> = Mutex::new(None);
 
 /// Describe the device allocation holding `ptr` for a peer process, or `None` when `ptr` is not
 /// exportable device memory (host, managed, VMM, pool memory, or no CUDA).
@@ -77,21 +80,19 @@ pub fn export(ptr: usize) -> Option<(Export, i32)> {
     let mut map = EXPORTS.lock().unwrap_or_else(|e| e.into_inner());
     let map = map.get_or_insert_with(HashMap::new);
     let handle = match map.get(&info.buffer_id) {
-        Some(h) => *h,
+        Some(known) => (*known)?,
         None => {
             let d = g.device(info.device).ok()?;
-            let h = match cuda::with_context(d.ctx, || cuda::ipc_get_mem_handle(info.start)) {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::debug!("CUDA IPC: {ptr:#x} not exportable ({e}); staged path");
-                    return None;
-                }
-            };
+            let h = cuda::with_context(d.ctx, || cuda::ipc_get_mem_handle(info.start))
+                .inspect_err(|e| {
+                    tracing::debug!("CUDA IPC: {ptr:#x} not exportable ({e}); staged path")
+                })
+                .ok();
             if map.len() >= 4096 {
                 map.clear();
             }
             map.insert(info.buffer_id, h);
-            h
+            h?
         }
     };
     Some((
