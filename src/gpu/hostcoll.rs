@@ -414,6 +414,12 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
         ps.map(|p| Op::Wait { p, stage, v }).collect::<Vec<_>>()
     };
     let cp = |dst, src, len| Op::Copy { dst, src, len };
+    // A reduction's operands in rank order: mine at `mine`, rank p's at `theirs(p)`.
+    let operands = |mine: Loc, theirs: &dyn Fn(usize) -> Loc| -> Vec<Loc> {
+        (0..n)
+            .map(|p| if p == me { mine } else { theirs(p) })
+            .collect()
+    };
     let b = s.bytes;
     for r in 0..rounds {
         let g = base + r;
@@ -452,15 +458,7 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 let (off, l) = sub(me);
                 st[1].push(Op::Reduce {
                     dst: Loc::Recv(off),
-                    srcs: (0..n)
-                        .map(|p| {
-                            if p == me {
-                                Loc::Input(off)
-                            } else {
-                                Loc::In { p, slot, j: me }
-                            }
-                        })
-                        .collect(),
+                    srcs: operands(Loc::Input(off), &|p| Loc::In { p, slot, j: me }),
                     elems: l / es,
                 });
                 st[1].push(cp(Loc::Out { p: me, slot }, Loc::Recv(off), l));
@@ -475,13 +473,10 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
             K::Alltoall => {
                 // A: my block for p into my in[slot][p]; B: my own block; C: my block from
                 // every other rank's in[slot][me].
-                for p in others() {
-                    st[0].push(cp(
-                        Loc::In { p: me, slot, j: p },
-                        Loc::Input(p * b + lo),
-                        len,
-                    ));
-                }
+                st[0].extend(
+                    others()
+                        .map(|p| cp(Loc::In { p: me, slot, j: p }, Loc::Input(p * b + lo), len)),
+                );
                 st[1].push(cp(Loc::Recv(me * b + lo), Loc::Input(me * b + lo), len));
                 st[2].extend(wait(&mut others(), Stage::A, g + 1));
                 for p in others() {
@@ -521,15 +516,7 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                     st[1].extend(wait(&mut others(), Stage::A, g + 1));
                     st[1].push(Op::Reduce {
                         dst: Loc::Recv(lo),
-                        srcs: (0..n)
-                            .map(|p| {
-                                if p == me {
-                                    Loc::Input(lo)
-                                } else {
-                                    Loc::In { p, slot, j: 0 }
-                                }
-                            })
-                            .collect(),
+                        srcs: operands(Loc::Input(lo), &|p| Loc::In { p, slot, j: 0 }),
                         elems: len / es,
                     });
                 }
@@ -539,25 +526,14 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
             K::ReduceScatterBlock => {
                 // A: my piece of block p into my in[slot][p]; B: block me reduced from every
                 // rank's in[slot][me] and my own block.
-                for p in others() {
-                    st[0].push(cp(
-                        Loc::In { p: me, slot, j: p },
-                        Loc::Input(p * b + lo),
-                        len,
-                    ));
-                }
+                st[0].extend(
+                    others()
+                        .map(|p| cp(Loc::In { p: me, slot, j: p }, Loc::Input(p * b + lo), len)),
+                );
                 st[1].extend(wait(&mut others(), Stage::A, g + 1));
                 st[1].push(Op::Reduce {
                     dst: Loc::Recv(lo),
-                    srcs: (0..n)
-                        .map(|p| {
-                            if p == me {
-                                Loc::Input(me * b + lo)
-                            } else {
-                                Loc::In { p, slot, j: me }
-                            }
-                        })
-                        .collect(),
+                    srcs: operands(Loc::Input(me * b + lo), &|p| Loc::In { p, slot, j: me }),
                     elems: len / es,
                 });
                 st[2].extend(wait(&mut std::iter::once(me), Stage::B, g + 1));
