@@ -23,18 +23,12 @@ echo "# $(date -u) $NP ranks, $S, blocking; columns: size count type redop root 
 for op in allreduce alltoall sendrecv; do
     run "nccl $op" "$P/bin/mpirun" -n "$NP" "$GB" -B nccl -o $op -b $S -e $S -w 3 -n 10 -z 1
 done
-for a in two_shot two_shot_push; do
-    echo "allreduce $a" > "$T/$a"
+for oa in allreduce:two_shot allreduce:two_shot_push alltoall:direct alltoall:pull; do
+    op=${oa%%:*} a=${oa#*:}
+    echo "$op $a" > "$T/${op}_$a"
     for blk in 132 264 528; do
-        run "gpumpi allreduce $a blocks=$blk" GPUMPI_GPU_COLL_TUNING="$T/$a" GPUMPI_GPU_BLOCKS=$blk \
-            "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o allreduce -b $S -e $S -w 3 -n 10 -z 1
-    done
-done
-for a in direct pull; do
-    echo "alltoall $a" > "$T/a2a_$a"
-    for blk in 132 264 528; do
-        run "gpumpi alltoall $a blocks=$blk" GPUMPI_GPU_COLL_TUNING="$T/a2a_$a" GPUMPI_GPU_BLOCKS=$blk \
-            "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o alltoall -b $S -e $S -w 3 -n 10 -z 1
+        run "gpumpi $op $a blocks=$blk" GPUMPI_GPU_COLL_TUNING="$T/${op}_$a" GPUMPI_GPU_BLOCKS=$blk \
+            "$P/bin/mpirun" -n "$NP" "$GB" -d cuda -o "$op" -b $S -e $S -w 3 -n 10 -z 1
     done
 done
 run "gpumpi sendrecv ce" GPUMPI_GPU_P2P_COPY=ce \

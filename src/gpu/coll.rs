@@ -462,9 +462,10 @@ pub struct Call {
     pub recv: Option<(usize, usize)>,
     /// Reductions: the kernel's op and type.
     pub red: Option<(KOp, KType)>,
-    /// Whether this rank's buffers are fit (contiguous, as the shape says); false forces the
-    /// staged path for every rank.
-    pub fit: bool,
+    /// This rank's GPU when its buffers are fit (contiguous, as the shape says) and all device
+    /// memory of that GPU (classified once by the caller); None forces the staged path for
+    /// every rank.
+    pub device: Option<i32>,
 }
 
 pub(crate) const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;
@@ -527,7 +528,7 @@ fn describe(c: &Call) -> Desc {
     };
     // Classification first: a process that never loaded libcuda answers "host" without
     // initializing the driver.
-    if !c.fit {
+    if c.device.is_none() {
         return d;
     }
     let mut dev: Option<i32> = None;

@@ -48,10 +48,7 @@ use std::sync::{Arc, Mutex};
 /// Bytes at the start of each region for the resident kernel's scratch.
 pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
 const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
-/// Counters of stages A, B, C (one 64-byte line each).
-const FLAG_A: usize = PIPE_OFF;
-const FLAG_B: usize = PIPE_OFF + 64;
-const FLAG_C: usize = PIPE_OFF + 128;
+/// Counters of stages A, B, C at PIPE_OFF (one 64-byte line each, [`Stage::flag_off`]).
 const IN_OFF: usize = PIPE_OFF + 4096;
 /// Slots per stage buffer (double buffering across rounds).
 const DEPTH: usize = 2;
@@ -267,22 +264,6 @@ fn unregister(regions: &[Region], ordinal: i32) {
     }
 }
 
-/// Whether this rank's buffers qualify: contiguous device memory of one GPU (not managed).
-fn device_of(c: &Call) -> Option<i32> {
-    if !c.fit || (c.send.is_none() && c.recv.is_none()) {
-        return None;
-    }
-    let mut dev = None;
-    for (addr, _) in [c.send, c.recv].into_iter().flatten() {
-        let i = super::classify(addr as *const u8);
-        if i.kind != super::cache::MemKind::Device || dev.is_some_and(|d| d != i.device) {
-            return None;
-        }
-        dev = Some(i.device);
-    }
-    dev
-}
-
 /// Run `c` through pinned shared host memory if every rank can; `Ok(false)`: every rank stages.
 /// Serves allreduce, alltoall and reduce_scatter_block (not in place), allgather, bcast and
 /// reduce ([`pipeline`]); the other collectives stage.
@@ -307,11 +288,10 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     if !served || c.shape.nranks > super::kernels::MAXP {
         return Ok(false);
     }
-    let dev = device_of(c);
-    if !host.all(dev.is_some())? {
+    if !host.all(c.device.is_some())? {
         return Ok(false);
     }
-    let ordinal = dev.expect("agreed above");
+    let ordinal = c.device.expect("agreed above");
     let (ctx_id, world) = host.identity();
     let r = with_comm(ctx_id, &world, c.shape.rank, ordinal, host, |hc| {
         execute(hc, c)
@@ -345,12 +325,19 @@ pub enum Loc {
     Out { p: usize, slot: usize },
 }
 
-/// The three stages' counters.
+/// The three stages (their index is their stream's and their counter's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
-    A,
-    B,
-    C,
+    A = 0,
+    B = 1,
+    C = 2,
+}
+
+impl Stage {
+    /// Offset of the stage's counter in a region.
+    fn flag_off(self) -> usize {
+        PIPE_OFF + 64 * self as usize
+    }
 }
 
 /// One operation on one of the three streams.
@@ -540,8 +527,8 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
             }
             _ => unreachable!("no schedule"),
         }
-        for (i, stage) in [Stage::A, Stage::B, Stage::C].into_iter().enumerate() {
-            st[i].push(Op::Signal { stage, v: g + 1 });
+        for stage in [Stage::A, Stage::B, Stage::C] {
+            st[stage as usize].push(Op::Signal { stage, v: g + 1 });
         }
     }
     Some((st, rounds))
@@ -583,14 +570,7 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
         Loc::In { p, slot, j } => hc.in_addr(p, slot, j) as usize,
         Loc::Out { p, slot } => hc.out_addr(p, slot) as usize,
     };
-    let flag = |p: usize, s: Stage| {
-        hc.dev[p]
-            + match s {
-                Stage::A => FLAG_A,
-                Stage::B => FLAG_B,
-                Stage::C => FLAG_C,
-            } as u64
-    };
+    let flag = |p: usize, s: Stage| hc.dev[p] + s.flag_off() as u64;
     cuda::with_context(d.ctx, || {
         // Round by round across the streams, so that every stream has work early.
         let mut pos = [0usize; 3];
@@ -657,14 +637,6 @@ mod tests {
 
     /// One rank's buffers of one call: (send, receive); no send buffer = in place.
     type Bufs = (Option<Vec<u8>>, Vec<u8>);
-
-    fn idx(s: Stage) -> usize {
-        match s {
-            Stage::A => 0,
-            Stage::B => 1,
-            Stage::C => 2,
-        }
-    }
 
     fn shape(kind: K, n: usize, rank: usize, bytes: usize, in_place: bool) -> Shape {
         Shape {
@@ -800,7 +772,7 @@ mod tests {
                 for s in 0..3 {
                     if let Some(o) = ops[p][s].get(pos[p][s]) {
                         let ok = match o {
-                            Op::Wait { p: w, stage, v } => ranks[*w].flags[idx(*stage)] >= *v,
+                            Op::Wait { p: w, stage, v } => ranks[*w].flags[*stage as usize] >= *v,
                             _ => true,
                         };
                         if ok {
@@ -875,7 +847,7 @@ mod tests {
                     write(&mut ranks, &mut bufs, dst, &out);
                 }
                 Op::Signal { stage, v } => {
-                    let f = &mut ranks[p].flags[idx(stage)];
+                    let f = &mut ranks[p].flags[stage as usize];
                     assert!(v > *f, "counters only grow");
                     *f = v;
                 }

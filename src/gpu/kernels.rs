@@ -439,11 +439,7 @@ mod tests {
 
     #[test]
     fn kernels_match_host() {
-        let Some(g) = crate::gpu::gpu() else {
-            println!(
-                "SKIP: no CUDA device ({})",
-                crate::gpu::unavailable_reason().unwrap_or_default()
-            );
+        let Some(g) = crate::gpu::gpu_or_skip() else {
             return;
         };
         if !embedded() {

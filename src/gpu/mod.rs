@@ -111,6 +111,19 @@ pub fn gpu() -> Option<&'static Gpu> {
     }
 }
 
+/// The driver for a test that needs a GPU, or None after printing why it is skipped.
+#[cfg(test)]
+pub(crate) fn gpu_or_skip() -> Option<&'static Gpu> {
+    let g = gpu();
+    if g.is_none() {
+        println!(
+            "SKIP: no CUDA device ({})",
+            unavailable_reason().unwrap_or_default()
+        );
+    }
+    g
+}
+
 /// Why there is no CUDA support (None when there is).
 pub fn unavailable_reason() -> Option<String> {
     match state() {

@@ -212,11 +212,7 @@ mod tests {
     /// device memory (the gaps must keep the poison).
     #[test]
     fn kernel_matches_host_packer() {
-        let Some(g) = crate::gpu::gpu() else {
-            println!(
-                "SKIP: no CUDA device ({})",
-                crate::gpu::unavailable_reason().unwrap_or_default()
-            );
+        let Some(g) = crate::gpu::gpu_or_skip() else {
             return;
         };
         if !enabled() {

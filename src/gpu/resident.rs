@@ -489,36 +489,34 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     Ok(true)
 }
 
-/// Whether the communicator's resident kernels are set up here (the same answer on every rank:
-/// set-up succeeds or fails collectively).
-pub fn ready(ctx_id: u32, world: &std::sync::Arc<[usize]>) -> bool {
+/// The communicator's resident state when its kernels are set up here (the same answer on
+/// every rank: set-up succeeds or fails collectively). Entries are never removed, so the index
+/// stays valid for [`run`].
+pub fn ready(ctx_id: u32, world: &std::sync::Arc<[usize]>) -> Option<usize> {
     COMMS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .any(|x| x.verified && x.ctx_id == ctx_id && *x.world == **world)
+        .position(|x| x.verified && x.ctx_id == ctx_id && *x.world == **world)
 }
 
-/// Run the call on the resident kernels if every rank can. `Ok(false)`: every rank stages.
+/// Run the call on the resident kernels if every rank can (`ready`: the communicator's state
+/// from [`ready`], None to set it up first). `Ok(false)`: every rank stages.
 /// Once a communicator is set up, no host round is needed: each rank's kernel tells the others
 /// in its flag whether its buffers qualify, and all kernels report the same verdict.
 ///
 /// # Safety
 /// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
-pub unsafe fn run(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
-    let ready = |comms: &[ResComm]| {
-        comms
-            .iter()
-            .position(|x| x.verified && x.ctx_id == c.ctx_id && *x.world == *c.world)
-    };
-    let mut idx = ready(&COMMS.lock().unwrap_or_else(|e| e.into_inner()));
-    if idx.is_none() {
-        if !setup(c, host)? {
-            return Ok(false);
+pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: Option<usize>) -> MpiResult<bool> {
+    let i = match ready {
+        Some(i) => i,
+        None => {
+            if !setup(c, host)? {
+                return Ok(false);
+            }
+            self::ready(c.ctx_id, &c.world).expect("set up")
         }
-        idx = ready(&COMMS.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-    let i = idx.expect("set up");
+    };
     let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
     let st = &mut comms[i];
     let ok = c.device == Some(st.ordinal);

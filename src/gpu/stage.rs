@@ -313,34 +313,19 @@ pub unsafe fn unpack_to_device(
     }
     let len = src.len().min(t.packed_size(count));
     if info.kind == super::cache::MemKind::Device && super::pack::enabled() {
-        if mapped(src.as_ptr()) {
-            if gpu_move(
-                &info,
-                t,
-                buf as usize,
-                src.as_ptr() as usize,
-                count,
-                len,
-                true,
-            ) {
-                return Ok(true);
-            }
+        // The kernel reads `src` itself when it is page-locked, else a page-locked copy.
+        let mut tmp = None;
+        let packed = if mapped(src.as_ptr()) {
+            Some(src.as_ptr() as usize)
         } else {
-            let mut tmp = staging(&info, len)?;
-            if tmp.is_pinned() {
-                tmp.copy_from_slice(&src[..len]);
-                if gpu_move(
-                    &info,
-                    t,
-                    buf as usize,
-                    tmp.as_ptr() as usize,
-                    count,
-                    len,
-                    true,
-                ) {
-                    return Ok(true);
-                }
-            }
+            let mut copy = staging(&info, len)?;
+            copy.is_pinned().then(|| {
+                copy.copy_from_slice(&src[..len]);
+                tmp.insert(copy).as_ptr() as usize
+            })
+        };
+        if packed.is_some_and(|p| gpu_move(&info, t, buf as usize, p, count, len, true)) {
+            return Ok(true);
         }
     }
     // Keep the gaps of the layout: read the span, unpack into it, write it back.

@@ -714,7 +714,12 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
     // device buffers), as every rank would without a GPU. Skipped once the communicator's
     // resident kernels are set up (the same state on every rank): their ok bits agree by
     // themselves, and a "no" sends every rank on to the flag path just the same.
-    if !(resident && crate::gpu::resident::ready(spec.comm.ctx, &spec.comm.peers)) {
+    let ready = if resident {
+        crate::gpu::resident::ready(spec.comm.ctx, &spec.comm.peers)
+    } else {
+        None
+    };
+    if ready.is_none() {
         if let Some(slots) = flag_eligible(spec) {
             if !flag_all(&slots, device.is_some())? {
                 return Ok(false);
@@ -741,7 +746,7 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             ctx_id: spec.comm.ctx,
             world: spec.comm.peers.clone(),
         };
-        return crate::gpu::resident::run(&call, &GpuHost(&spec.comm));
+        return crate::gpu::resident::run(&call, &GpuHost(&spec.comm), ready);
     }
     let call = Call {
         shape: Shape {
@@ -756,7 +761,7 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
         send,
         recv,
         red,
-        fit,
+        device,
     };
     crate::gpu::coll::run(&call, &GpuHost(&spec.comm))
 }
