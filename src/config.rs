@@ -150,7 +150,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_COLL",
         default: "auto",
-        doc: "GPU-native collectives (allreduce, alltoall, allgather, bcast, reduce, reduce_scatter_block with device buffers on every rank, through CUDA IPC): auto = attempted on nodes with an NVIDIA driver (/dev/nvidiactl), 1 = always attempted, 0 = never (device buffers are staged). Must be the same on every rank. Attempting costs one small host allgather per blocking call of those collectives, also for host buffers.",
+        doc: "GPU-native collectives (allreduce, alltoall, allgather, bcast, reduce, reduce_scatter_block with device buffers on every rank, through CUDA IPC, or through pinned shared host memory with GPUMPI_CUDA_IPC=0): auto = attempted on nodes with an NVIDIA driver (/dev/nvidiactl), 1 = always attempted, 0 = never (device buffers are staged). Must be the same on every rank. Attempting costs one small host allgather per blocking call of those collectives, also for host buffers.",
     },
     Param {
         name: "GPUMPI_GPU_COLL_TUNING",
@@ -170,7 +170,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
-        doc: "Small blocking allreduce/alltoall/allgather (at most 16 KiB per vector or block) on device buffers, one rank per GPU, outside MPI_THREAD_MULTIPLE: 1 = through a resident kernel (one block polling mapped host memory; no launch or stream synchronize per call), 0 = through the launched GPU-native path or staging. Must be the same on every rank.",
+        doc: "Small blocking allreduce/alltoall/allgather (at most 16 KiB per vector or block; 64 KiB with GPUMPI_CUDA_IPC=0, scratch in host memory) on device buffers, one rank per GPU, outside MPI_THREAD_MULTIPLE: 1 = through a resident kernel (one block polling mapped host memory; no launch or stream synchronize per call), 0 = through the launched GPU-native path or staging. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT_IDLE_US",
