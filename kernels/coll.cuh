@@ -42,6 +42,22 @@ __device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int
         const uint64_t nv = n * sizeof(T) / 16;
         uint4 *d = reinterpret_cast<uint4 *>(dst);
         uint64_t i = tid;
+        if (k == 2) {
+            // One peer per kernel (two_shot_ring): four vectors per source in flight per
+            // thread, as the copy kernel, to keep more NVLink reads outstanding.
+            const uint4 *s0 = reinterpret_cast<const uint4 *>(s.p[0]);
+            const uint4 *s1 = reinterpret_cast<const uint4 *>(s.p[1]);
+            for (; i + 3 * stride < nv; i += 4 * stride) {
+                uint4 a[4], b[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    a[u] = s0[i + u * stride];
+                    b[u] = s1[i + u * stride];
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) d[i + u * stride] = op_pack<T, Op>(a[u], b[u]);
+            }
+        }
         // Two vectors per source in flight per thread.
         for (; i + stride < nv; i += 2 * stride) {
             uint4 v0[GPUMPI_MAXP], v1[GPUMPI_MAXP];

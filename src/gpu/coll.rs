@@ -62,6 +62,10 @@ pub enum Step {
     Copy(Vec<(Ref, Ref, usize)>),
     /// The same, by the copy engines (one `cuMemcpyAsync` per copy, on several streams).
     CopyCe(Vec<(Ref, Ref, usize)>),
+    /// The same, by the copy engines one after another on one stream, in the listed order.
+    /// Plans list them as a ring (at copy k, rank r reads from r-k or writes to r+k): while
+    /// the ranks keep pace every link direction carries one copy, as in a send/recv ring.
+    CopyCeRing(Vec<(Ref, Ref, usize)>),
     /// Everything before is complete on every rank.
     Barrier,
 }
@@ -84,6 +88,20 @@ pub enum Algo {
     TwoShotPullCe,
     /// Alltoall reading the blocks from the peers with the copy engines.
     PullCe,
+    /// Alltoall: the copy engines read the peers' blocks one peer at a time in ring order
+    /// (own block beside them on a second stream).
+    RingCe,
+    /// Alltoall/allgather: the copy engines write the blocks into the peers one peer at a time
+    /// in ring order.
+    RingPushCe,
+    /// Alltoall: the copy kernel writes the blocks into the peers one peer at a time in ring
+    /// order (a launch per peer, every block on one peer).
+    Ring,
+    /// Two-shot whose allgather writes with the copy engines one peer at a time in ring order.
+    TwoShotRingCe,
+    /// Two-shot in ring order in both phases: the reduce-scatter adds one peer's chunk at a
+    /// time (a kernel per peer), the allgather writes as `two_shot_ring_ce`.
+    TwoShotRing,
     /// Alltoall/allgather: each rank writes its blocks straight into the peers' receive buffers;
     /// reduce: the root reduces all inputs; reduce_scatter_block: each rank reduces its block.
     Direct,
@@ -104,6 +122,11 @@ impl Algo {
             "direct_ce" => Algo::DirectCe,
             "two_shot_pull_ce" => Algo::TwoShotPullCe,
             "pull_ce" => Algo::PullCe,
+            "ring_ce" => Algo::RingCe,
+            "ring_push_ce" => Algo::RingPushCe,
+            "ring" => Algo::Ring,
+            "two_shot_ring_ce" => Algo::TwoShotRingCe,
+            "two_shot_ring" => Algo::TwoShotRing,
             "direct" => Algo::Direct,
             "pull" => Algo::Pull,
             "staged" => Algo::Staged,
@@ -119,6 +142,11 @@ impl Algo {
             Algo::DirectCe => "direct_ce",
             Algo::TwoShotPullCe => "two_shot_pull_ce",
             Algo::PullCe => "pull_ce",
+            Algo::RingCe => "ring_ce",
+            Algo::RingPushCe => "ring_push_ce",
+            Algo::Ring => "ring",
+            Algo::TwoShotRingCe => "two_shot_ring_ce",
+            Algo::TwoShotRing => "two_shot_ring",
             Algo::Direct => "direct",
             Algo::Pull => "pull",
             Algo::Staged => "staged",
@@ -131,8 +159,11 @@ impl Algo {
             | Algo::TwoShot
             | Algo::TwoShotPush
             | Algo::TwoShotCe
-            | Algo::TwoShotPullCe => kind == K::Allreduce,
-            Algo::DirectCe | Algo::PullCe => kind == K::Alltoall,
+            | Algo::TwoShotPullCe
+            | Algo::TwoShotRingCe
+            | Algo::TwoShotRing => kind == K::Allreduce,
+            Algo::DirectCe | Algo::PullCe | Algo::RingCe | Algo::Ring => kind == K::Alltoall,
+            Algo::RingPushCe => matches!(kind, K::Alltoall | K::Allgather),
             Algo::Direct => matches!(
                 kind,
                 K::Alltoall | K::Allgather | K::Reduce | K::ReduceScatterBlock
@@ -190,7 +221,12 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
         }
         (
             K::Allreduce,
-            Algo::TwoShot | Algo::TwoShotPush | Algo::TwoShotCe | Algo::TwoShotPullCe,
+            Algo::TwoShot
+            | Algo::TwoShotPush
+            | Algo::TwoShotCe
+            | Algo::TwoShotPullCe
+            | Algo::TwoShotRingCe
+            | Algo::TwoShotRing,
         ) => {
             // Phase 1: I reduce chunk `me` of every input into chunk `me` of my output; peers
             // read other chunks of my input (in place too: disjoint). Phase 2: I read the
@@ -199,17 +235,37 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             let elems = b / s.elem;
             let align = (16 / s.elem).max(1);
             let (c0, cl) = chunk(elems, n, me, align);
-            steps.push(Step::Reduce {
-                dst: r(me, Buf::Recv, c0 * s.elem),
-                srcs: (0..n).map(|p| r(p, input, c0 * s.elem)).collect(),
-                elems: cl,
-            });
+            let mine = r(me, Buf::Recv, c0 * s.elem);
+            if algo == Algo::TwoShotRing && n > 1 {
+                // acc = mine + peer me+1, then acc += peer me+k, one peer per kernel.
+                for (k, p) in ring(n, me).enumerate() {
+                    let acc = if k == 0 {
+                        r(me, input, c0 * s.elem)
+                    } else {
+                        mine
+                    };
+                    steps.push(Step::Reduce {
+                        dst: mine,
+                        srcs: vec![acc, r(p, input, c0 * s.elem)],
+                        elems: cl,
+                    });
+                }
+            } else {
+                steps.push(Step::Reduce {
+                    dst: mine,
+                    srcs: (0..n).map(|p| r(p, input, c0 * s.elem)).collect(),
+                    elems: cl,
+                });
+            }
             steps.push(Step::Barrier);
-            let segs = if matches!(algo, Algo::TwoShotPush | Algo::TwoShotCe) {
+            let push = matches!(
+                algo,
+                Algo::TwoShotPush | Algo::TwoShotCe | Algo::TwoShotRingCe | Algo::TwoShotRing
+            );
+            let segs = if push {
                 // Push: my finished chunk into every peer's output (peers write only the
-                // other chunks of mine).
-                (0..n)
-                    .filter(|&p| p != me)
+                // other chunks of mine), in ring order (only the ring variants care).
+                ring(n, me)
                     .map(|p| {
                         let off = c0 * s.elem;
                         (r(p, Buf::Recv, off), r(me, Buf::Recv, off), cl * s.elem)
@@ -225,10 +281,10 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                     })
                     .collect()
             };
-            steps.push(if matches!(algo, Algo::TwoShotCe | Algo::TwoShotPullCe) {
-                Step::CopyCe(segs)
-            } else {
-                Step::Copy(segs)
+            steps.push(match algo {
+                Algo::TwoShotCe | Algo::TwoShotPullCe => Step::CopyCe(segs),
+                Algo::TwoShotRingCe | Algo::TwoShotRing => Step::CopyCeRing(segs),
+                _ => Step::Copy(segs),
             });
         }
         (K::Alltoall, Algo::Direct | Algo::DirectCe) => {
@@ -260,6 +316,41 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 Step::Copy(segs)
             });
         }
+        (K::Alltoall, Algo::Ring) => {
+            if s.in_place {
+                return None;
+            }
+            // Own block first (local, short), then one peer per launch.
+            for p in std::iter::once(me).chain(ring(n, me)) {
+                steps.push(Step::Copy(vec![(
+                    r(p, Buf::Recv, me * b),
+                    r(me, Buf::Send, p * b),
+                    b,
+                )]));
+            }
+        }
+        (K::Alltoall, Algo::RingCe | Algo::RingPushCe) => {
+            if s.in_place {
+                return None;
+            }
+            // My own block on a second stream, beside the ring.
+            steps.push(Step::CopyCe(vec![(
+                r(me, Buf::Recv, me * b),
+                r(me, Buf::Send, me * b),
+                b,
+            )]));
+            // Copy k reads from (pull) or writes to (push) rank me+k.
+            let segs = ring(n, me)
+                .map(|p| {
+                    if algo == Algo::RingCe {
+                        (r(me, Buf::Recv, p * b), r(p, Buf::Send, me * b), b)
+                    } else {
+                        (r(p, Buf::Recv, me * b), r(me, Buf::Send, p * b), b)
+                    }
+                })
+                .collect();
+            steps.push(Step::CopyCeRing(segs));
+        }
         (K::Allgather, Algo::Direct) => {
             // Block me of every receive buffer is written only by me.
             let src = if s.in_place {
@@ -270,6 +361,25 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             steps.push(Step::Copy(
                 (0..n)
                     .filter(|&p| !(s.in_place && p == me))
+                    .map(|p| (r(p, Buf::Recv, me * b), src, b))
+                    .collect(),
+            ));
+        }
+        (K::Allgather, Algo::RingPushCe) => {
+            // My block into every peer's block me, one peer at a time in ring order; my own
+            // copy (not in place) beside them.
+            let src = if s.in_place {
+                r(me, Buf::Recv, me * b)
+            } else {
+                steps.push(Step::CopyCe(vec![(
+                    r(me, Buf::Recv, me * b),
+                    r(me, Buf::Send, 0),
+                    b,
+                )]));
+                r(me, Buf::Send, 0)
+            };
+            steps.push(Step::CopyCeRing(
+                ring(n, me)
                     .map(|p| (r(p, Buf::Recv, me * b), src, b))
                     .collect(),
             ));
@@ -316,6 +426,12 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
     }
     steps.push(Step::Barrier);
     Some(steps)
+}
+
+/// The peers of rank `me` of `n` in ring order: me+1, me+2, ... (mod n). At every position
+/// k the ranks' peers form a permutation: no rank is the k-th peer of two ranks.
+fn ring(n: usize, me: usize) -> impl Iterator<Item = usize> {
+    (1..n).map(move |k| (me + k) % n)
 }
 
 // ---- selection (data) ----
@@ -675,7 +791,7 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
                 add(dst);
                 srcs.iter().for_each(&mut add);
             }
-            Step::Copy(segs) | Step::CopyCe(segs) => {
+            Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
                 for (d, s, _) in segs {
                     add(d);
                     add(s);
@@ -758,6 +874,15 @@ unsafe fn execute(
                 .map_err(err)?;
                 aux_used = Some(aux);
             }
+            Step::CopyCeRing(segs) => {
+                cuda::with_context(d.ctx, || {
+                    for (dd, ss, len) in segs {
+                        cuda::memcpy_dtod_async(at(dd), at(ss), *len, d.stream)?;
+                    }
+                    Ok(())
+                })
+                .map_err(err)?;
+            }
             Step::Barrier => {
                 cuda::with_context(d.ctx, || {
                     cuda::stream_synchronize(d.stream)?;
@@ -789,7 +914,7 @@ pub fn race(steps: &[&[Step]], elem: usize) -> Option<String> {
                     acc.push((rank, i, *dst, len, true));
                     acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
                 }
-                Step::Copy(segs) | Step::CopyCe(segs) => {
+                Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
                     for (d, s, len) in segs {
                         acc.push((rank, i, *d, *len, true));
                         acc.push((rank, i, *s, *len, false));
@@ -814,7 +939,12 @@ pub fn race(steps: &[&[Step]], elem: usize) -> Option<String> {
                 && x.1 == y.1
                 && x.2.off == y.2.off
                 && matches!(steps[x.0][x.1], Step::Reduce { .. });
-            if !elementwise {
+            // One rank's steps on its main stream run in order (only CopyCe runs beside).
+            let ordered = x.0 == y.0
+                && x.1 != y.1
+                && !matches!(steps[x.0][x.1], Step::CopyCe(_))
+                && !matches!(steps[y.0][y.1], Step::CopyCe(_));
+            if !elementwise && !ordered {
                 return Some(format!(
                     "rank {} step {} and rank {} step {} race on {:?}",
                     x.0, x.1, y.0, y.1, x.2
@@ -831,7 +961,8 @@ pub type ElemOp = dyn Fn(&[u8], &[u8]) -> Vec<u8>;
 /// Run every rank's plan on host memory (tests): `send[p]`/`recv[p]` are rank p's buffers,
 /// `op` combines two elements given as byte slices. Within each phase (between barriers) it
 /// first checks that no access races with a write of another step (the GPUs run a phase's
-/// steps concurrently; an elementwise reduction may write what it reads itself), then runs the
+/// steps concurrently, one rank's in order except `CopyCe`, which runs beside the others; an
+/// elementwise reduction may write what it reads itself), then runs the
 /// steps rank by rank. Returns `None` when the algorithm cannot serve the shape.
 pub fn simulate(
     shape: Shape,
@@ -888,7 +1019,7 @@ pub fn simulate(
                         let _ = rank;
                         write(send, recv, dst, &out);
                     }
-                    Step::Copy(segs) | Step::CopyCe(segs) => {
+                    Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
                         for (d, s, len) in segs {
                             let v = read(send, recv, s, *len);
                             write(send, recv, d, &v);

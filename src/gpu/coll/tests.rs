@@ -95,8 +95,14 @@ fn buffers(s: &Shape) -> (usize, usize) {
     }
 }
 
-const CASES: [(CollKind, Algo); 13] = [
+const CASES: [(CollKind, Algo); 19] = [
+    (CollKind::Allgather, Algo::RingPushCe),
+    (CollKind::Alltoall, Algo::Ring),
     (CollKind::Allreduce, Algo::TwoShotPullCe),
+    (CollKind::Allreduce, Algo::TwoShotRing),
+    (CollKind::Allreduce, Algo::TwoShotRingCe),
+    (CollKind::Alltoall, Algo::RingCe),
+    (CollKind::Alltoall, Algo::RingPushCe),
     (CollKind::Alltoall, Algo::PullCe),
     (CollKind::Allreduce, Algo::OneShot),
     (CollKind::Allreduce, Algo::TwoShot),
@@ -163,6 +169,70 @@ fn every_plan_matches_the_reference_without_races() {
     assert!(ran > 500, "{ran} cases");
 }
 
+/// The ring variants' copies: at every position k, no rank is read (pull) or written (push)
+/// by two ranks, so each link direction carries one copy at a time while the ranks keep pace.
+#[test]
+fn ring_copies_form_a_permutation_at_every_position() {
+    for (kind, algo) in [
+        (CollKind::Alltoall, Algo::RingCe),
+        (CollKind::Alltoall, Algo::RingPushCe),
+        (CollKind::Allreduce, Algo::TwoShotRingCe),
+        (CollKind::Allreduce, Algo::TwoShotRing),
+        (CollKind::Allgather, Algo::RingPushCe),
+    ] {
+        for n in 2..=8 {
+            let rings: Vec<Vec<(Ref, Ref, usize)>> = (0..n)
+                .map(|rank| {
+                    let shape = Shape {
+                        kind,
+                        nranks: n,
+                        rank,
+                        root: 0,
+                        bytes: 64 * n,
+                        elem: 4,
+                        in_place: false,
+                    };
+                    plan(&shape, algo)
+                        .unwrap()
+                        .into_iter()
+                        .find_map(|s| match s {
+                            Step::CopyCeRing(v) => Some(v),
+                            _ => None,
+                        })
+                        .expect("a ring step")
+                })
+                .collect();
+            for (rank, r) in rings.iter().enumerate() {
+                assert_eq!(r.len(), n - 1, "{algo:?} n={n}: one copy per peer");
+                assert!(r
+                    .iter()
+                    .all(|(d, s, _)| (d.rank == rank) != (s.rank == rank)));
+            }
+            for k in 0..n - 1 {
+                // The remote end of copy k of every rank.
+                let mut remote: Vec<usize> = rings
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, r)| {
+                        let (d, s, _) = r[k];
+                        if d.rank == rank {
+                            s.rank
+                        } else {
+                            d.rank
+                        }
+                    })
+                    .collect();
+                remote.sort();
+                assert_eq!(
+                    remote,
+                    (0..n).collect::<Vec<_>>(),
+                    "{algo:?} n={n} copy {k}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_race_check_catches_one_shot_in_place() {
     // The plan refuses in place; a plan that did not would race: simulate the would-be plan
@@ -193,6 +263,17 @@ fn the_race_check_catches_one_shot_in_place() {
         race(&phase, 4).is_some(),
         "without its barrier two-shot races"
     );
+    // One rank's main-stream steps are ordered, but a CopyCe runs beside them.
+    let me = |off| r(0, Buf::Recv, off);
+    let red = Step::Reduce {
+        dst: me(0),
+        srcs: vec![me(0)],
+        elems: 4,
+    };
+    let ordered = [red.clone(), Step::Copy(vec![(me(0), me(16), 16)])];
+    assert!(race(&[&ordered], 4).is_none());
+    let beside = [red, Step::CopyCe(vec![(me(0), me(16), 16)])];
+    assert!(race(&[&beside], 4).is_some(), "a CopyCe runs beside");
 }
 
 #[test]
@@ -227,11 +308,27 @@ fn table_parses_and_selects_by_size_and_ranks() {
         Algo::TwoShotPush
     );
     assert_eq!(
-        select_from(&rows, CollKind::Allreduce, 4, 512 << 20),
+        select_from(&rows, CollKind::Allreduce, 4, 64 << 20),
         Algo::TwoShotPush
+    );
+    assert_eq!(
+        select_from(&rows, CollKind::Allreduce, 4, 512 << 20),
+        Algo::TwoShotRing
     );
     assert_eq!(select_from(&rows, CollKind::Allreduce, 16, 8), Algo::Staged);
     assert_eq!(select_from(&rows, CollKind::Alltoall, 4, 16), Algo::Direct);
+    assert_eq!(
+        select_from(&rows, CollKind::Alltoall, 4, 128 << 20),
+        Algo::RingPushCe
+    );
+    assert_eq!(
+        select_from(&rows, CollKind::Allgather, 4, 16 << 20),
+        Algo::RingPushCe
+    );
+    assert!(
+        parse_table("allgather ring_ce").is_err(),
+        "ring_ce serves alltoall only"
+    );
     assert_eq!(select_from(&rows, CollKind::Bcast, 4, 16), Algo::Pull);
     assert_eq!(select_from(&rows, CollKind::Scan, 4, 16), Algo::Staged);
     assert!(
