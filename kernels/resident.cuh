@@ -21,6 +21,7 @@
 #define RES_ALLREDUCE 1u
 #define RES_ALLTOALL 2u
 #define RES_ALLGATHER 3u
+#define RES_COPY 4u // a small copy for point-to-point staging (res_small_copy)
 #define RES_DATA_OFF 256ull
 
 // One 64-byte cache line, read by the kernel in one access (so the fields it reads belong to the
@@ -161,6 +162,44 @@ __device__ void res_finish(const ResCmd &c, const char *base, unsigned long long
     }
 }
 
+// RES_COPY: one small copy between this device's memory and mapped pinned host memory, for
+// point-to-point messages of device buffers (src/gpu/resident.rs, copy_small): no launch and no
+// stream synchronize per copy.
+// - op 0, device -> host: word i of the 8-byte-word area at dst is (seq << 32) | bytes 4i..4i+3
+//   of src (an LL protocol as NCCL's: the host checks each word's tag, so no system fence is
+//   needed before the completion store).
+// - op 1, host -> device: from mapped host memory at src (uncached reads), or, with type 1,
+//   from the command line itself (up to 16 bytes in flagv/desc); a device-scope fence before
+//   the completion store makes the bytes visible to whatever the host runs next.
+__device__ void res_small_copy(const ResCmd &c) {
+    const unsigned long long n = c.bytes;
+    if (c.op == 0) {
+        const unsigned char *s = reinterpret_cast<const unsigned char *>(c.src);
+        volatile unsigned long long *ll = reinterpret_cast<volatile unsigned long long *>(c.dst);
+        const unsigned long long tag = (c.seq & 0xffffffffull) << 32;
+        const bool al = (reinterpret_cast<unsigned long long>(s) & 3) == 0;
+        for (unsigned long long i = threadIdx.x; i < (n + 3) / 4; i += blockDim.x) {
+            unsigned int w = 0;
+            if (al && 4 * i + 4 <= n) {
+                w = __ldcg(reinterpret_cast<const unsigned int *>(s) + i);
+            } else {
+                for (unsigned long long b = 0; b < 4 && 4 * i + b < n; b++)
+                    w |= (unsigned int)__ldcg(s + 4 * i + b) << (8 * b);
+            }
+            ll[i] = tag | w;
+        }
+    } else {
+        char *d = reinterpret_cast<char *>(c.dst);
+        if (c.type == 1) {
+            const char *in = reinterpret_cast<const char *>(&c.flagv);
+            if (threadIdx.x < n) d[threadIdx.x] = in[threadIdx.x];
+        } else {
+            res_copy<true>(d, reinterpret_cast<const char *>(c.src), n);
+        }
+        __threadfence();
+    }
+}
+
 extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
                                            unsigned long long epoch, unsigned long long idle_ns,
                                            unsigned long long last_seq) {
@@ -200,6 +239,13 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         }
         __syncthreads();
         if (!go) return;
+        if (c.kind == RES_COPY) {
+            res_small_copy(c);
+            __syncthreads();
+            if (threadIdx.x == 0) done->seq = c.seq << 1 | 1;
+            seen = c.seq;
+            continue;
+        }
         if (threadIdx.x < sizeof(ResDesc) / 8)
             reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
                 __ldcv(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);

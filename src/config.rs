@@ -178,6 +178,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Microseconds the resident kernel waits for the next command before it exits (it holds one SM while it runs, and an application's cudaDeviceSynchronize or cudaFree waits for it); the next call relaunches it.",
     },
     Param {
+        name: "GPUMPI_GPU_SMALL_COPY",
+        default: "1",
+        doc: "Host<->device copies of at most 4 KiB that point-to-point messages (and other staging) make for device buffers: 1 = by the resident kernel (one block polling mapped host memory, no launch or stream synchronize per copy; used once the CUDA kernels are loaded, and only while no other process uses the GPU), 0 = always by the copy engine (cuMemcpyAsync plus a stream synchronize).",
+    },
+    Param {
         name: "GPUMPI_JOB_ID",
         default: "",
         doc: "Set by mpirun: the job id, unique per job and made of [A-Za-z0-9-] (shared-memory segments are /dev/shm/gpumpi-<job_id>-*).",

@@ -255,6 +255,37 @@ impl Gpu {
         .map_err(|e| e.clone())
     }
 
+    /// Whether device `ordinal`'s kernels are loaded (and loaded fine), without loading them.
+    pub fn kernels_loaded(&'static self, ordinal: i32) -> bool {
+        self.kernels
+            .get(ordinal.max(0) as usize)
+            .and_then(|s| s.get())
+            .is_some_and(|k| k.is_ok())
+    }
+
+    /// Load device `ordinal`'s kernels on a background thread (once): paths that are only an
+    /// optimization use them when they are there, so the first call never waits milliseconds
+    /// for the module.
+    pub fn preload_kernels(&'static self, ordinal: i32) {
+        let Some(slot) = self.kernels.get(ordinal.max(0) as usize) else {
+            return;
+        };
+        if slot.get().is_some() {
+            return;
+        }
+        static STARTED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+        let mut st = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        if st.contains(&ordinal) {
+            return;
+        }
+        st.push(ordinal);
+        let _ = std::thread::Builder::new()
+            .name("gpumpi-kernel-load".into())
+            .spawn(move || {
+                let _ = self.kernels(ordinal);
+            });
+    }
+
     /// (hits, misses) of the pointer cache.
     pub fn cache_stats(&self) -> (u64, u64) {
         let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());

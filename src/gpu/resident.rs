@@ -32,6 +32,12 @@ pub const SLOT: usize = 16 << 10;
 /// 14.7 us resident at 4 KiB, 4 x H200, benches/NOTES.md), so the resident kernel serves more.
 pub const HOST_SLOT: usize = 64 << 10;
 const THREADS: u32 = 512;
+/// Largest point-to-point staging copy through the resident kernel ([`copy_small`]).
+pub const COPY_MAX: usize = 4096;
+/// Small copies before the kernels are loaded in the background for them.
+const PRELOAD_AFTER: usize = 16;
+/// Bytes a host-to-device command carries in its own line.
+const INLINE: usize = 16;
 const DATA_OFF: usize = 256;
 /// Bytes of one rank's scratch for one communicator.
 pub const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
@@ -98,6 +104,12 @@ struct Res {
     cmd_dev: u64,
     done: *mut ResDone,
     done_dev: u64,
+    /// Small copies: the device-to-host word area (2 x COPY_MAX bytes) and the host-to-device
+    /// staging area (COPY_MAX bytes), mapped pinned memory.
+    ll: *mut u64,
+    ll_dev: u64,
+    stage: *mut u8,
+    stage_dev: u64,
     epoch: u64,
     seq: u64,
     launched: bool,
@@ -121,18 +133,22 @@ impl Res {
         let d = g.device(ordinal)?;
         let k = g.kernels(ordinal)?;
         let func = k.resident.ok_or("no resident kernel in this build")?;
-        let (stream, (cmd, cmd_dev), (done, done_dev)) = cuda::with_context(d.ctx, || {
-            Ok((
-                cuda::stream_create()?,
-                cuda::host_alloc_mapped(std::mem::size_of::<ResCmd>())?,
-                cuda::host_alloc_mapped(std::mem::size_of::<ResDone>())?,
-            ))
-        })
-        .map_err(|e| e.to_string())?;
+        let (stream, (cmd, cmd_dev), (done, done_dev), (ll, ll_dev), (stage, stage_dev)) =
+            cuda::with_context(d.ctx, || {
+                Ok((
+                    cuda::stream_create()?,
+                    cuda::host_alloc_mapped(std::mem::size_of::<ResCmd>())?,
+                    cuda::host_alloc_mapped(std::mem::size_of::<ResDone>())?,
+                    cuda::host_alloc_mapped(2 * COPY_MAX)?,
+                    cuda::host_alloc_mapped(COPY_MAX)?,
+                ))
+            })
+            .map_err(|e| e.to_string())?;
         // SAFETY: fresh mapped allocations of the right sizes.
         unsafe {
             std::ptr::write_volatile(cmd as *mut ResCmd, ResCmd::default());
             std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0 });
+            std::ptr::write_bytes(ll, 0, 2 * COPY_MAX);
         }
         let idle_us = crate::config::get_usize("GPUMPI_GPU_RESIDENT_IDLE_US").max(1) as u64;
         Ok(Res {
@@ -143,6 +159,10 @@ impl Res {
             cmd_dev,
             done: done as *mut ResDone,
             done_dev,
+            ll: ll as *mut u64,
+            ll_dev,
+            stage,
+            stage_dev,
             epoch: 0,
             seq: 0,
             launched: false,
@@ -551,4 +571,284 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: Option<usize>) -> MpiResu
         res[idx] = Some(Res::new(ordinal).map_err(err)?);
     }
     res[idx].as_mut().unwrap().run(cmd).map_err(err)
+}
+
+// ---- small copies for point-to-point staging ----
+
+/// Whether small copies may use the resident kernel of device `ordinal`: `GPUMPI_GPU_SMALL_COPY`
+/// is on, the kernels are already loaded (their first load costs milliseconds, more than the
+/// first-call budget; after a few small copies it is started in the background, and no copy
+/// waits for it),
+/// and no other process is known to use this GPU (kernels of processes sharing a GPU
+/// time-slice, so a polling kernel would delay the other's work).
+fn small_copy_ready(ordinal: i32) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| crate::config::get("GPUMPI_GPU_SMALL_COPY").as_deref() != Some("0")) {
+        return false;
+    }
+    let Some(g) = super::gpu() else {
+        return false;
+    };
+    if !g.kernels_loaded(ordinal) {
+        // Not at the very first copies either: the load would compete with them for the
+        // driver (the first device send/recv must stay under 2 ms).
+        static ASKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        if ASKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= PRELOAD_AFTER {
+            g.preload_kernels(ordinal);
+        }
+        return false;
+    }
+    sole::alone(ordinal)
+}
+
+/// Copy `len` bytes (at most [`COPY_MAX`]) between device memory of `ordinal` and host memory
+/// through the resident kernel: `to_host` copies device address `src` into host `dst`, else
+/// host `src` into device address `dst`. Synchronous, like the copies it replaces. `None`: not
+/// available here (the caller copies with the copy engine).
+///
+/// # Safety
+/// The device range is memory of `ordinal` the caller may read (or write); the host range is
+/// valid for `len` bytes.
+pub unsafe fn copy_small(
+    ordinal: i32,
+    dst: usize,
+    src: usize,
+    len: usize,
+    to_host: bool,
+) -> Option<Result<(), String>> {
+    if len == 0 || len > COPY_MAX || !small_copy_ready(ordinal) {
+        return None;
+    }
+    let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
+    let idx = ordinal.max(0) as usize;
+    if res.len() <= idx {
+        res.resize_with(idx + 1, || None);
+    }
+    if res[idx].is_none() {
+        match Res::new(ordinal) {
+            Ok(r) => res[idx] = Some(r),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    let r = res[idx].as_mut().unwrap();
+    let mut c = ResCmd {
+        kind: 4,
+        bytes: len as u64,
+        ..Default::default()
+    };
+    if to_host {
+        c.src = src as u64;
+        c.dst = r.ll_dev;
+    } else if len <= INLINE {
+        let mut inline = [0u8; INLINE];
+        inline[..len].copy_from_slice(std::slice::from_raw_parts(src as *const u8, len));
+        c.op = 1;
+        c.ty = 1;
+        c.dst = dst as u64;
+        c.flagv = u64::from_le_bytes(inline[..8].try_into().unwrap());
+        c.desc = u64::from_le_bytes(inline[8..].try_into().unwrap());
+    } else {
+        std::ptr::copy_nonoverlapping(src as *const u8, r.stage, len);
+        c.op = 1;
+        c.src = r.stage_dev;
+        c.dst = dst as u64;
+    }
+    if let Err(e) = r.run(c) {
+        return Some(Err(e));
+    }
+    if to_host {
+        // Every word carries the command's tag once its data has arrived.
+        let tag = (r.seq & 0xffff_ffff) << 32;
+        let out = dst as *mut u8;
+        for i in 0..len.div_ceil(4) {
+            let w = loop {
+                let w = std::ptr::read_volatile(r.ll.add(i));
+                if w & !0xffff_ffff == tag {
+                    break w;
+                }
+                std::hint::spin_loop();
+            };
+            let b = (w as u32).to_le_bytes();
+            let k = (len - 4 * i).min(4);
+            std::ptr::copy_nonoverlapping(b.as_ptr(), out.add(4 * i), k);
+        }
+    }
+    Some(Ok(()))
+}
+
+/// Whether this process is the only one (of any gpumpi job on this host's network namespace)
+/// known to use a GPU for resident small copies: the first process takes an abstract Unix
+/// socket named after the GPU's UUID (released by the kernel when the process exits); a
+/// later one finds the name taken, binds the "shared" marker beside it and stays off; the
+/// holder looks for that marker at most every 10 ms and turns off when it appears.
+mod sole {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    struct State {
+        ordinal: i32,
+        shared: bool,
+        marker: Option<SocketAddr>,
+        last: Instant,
+        _held: Option<UnixListener>,
+    }
+
+    static STATE: Mutex<Vec<State>> = Mutex::new(Vec::new());
+
+    fn name(uuid: &[u8; 16], suffix: &str) -> String {
+        let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+        format!("gpumpi-gpu-{hex}{suffix}")
+    }
+
+    fn first_look(ordinal: i32) -> State {
+        let mut st = State {
+            ordinal,
+            shared: true,
+            marker: None,
+            last: Instant::now(),
+            _held: None,
+        };
+        let Some(uuid) = super::super::coll::device_uuid(ordinal) else {
+            return st;
+        };
+        let (Ok(own), Ok(marker)) = (
+            SocketAddr::from_abstract_name(name(&uuid, "")),
+            SocketAddr::from_abstract_name(name(&uuid, "-shared")),
+        ) else {
+            return st;
+        };
+        match UnixListener::bind_addr(&own) {
+            Ok(l) => {
+                st._held = Some(l);
+                st.shared = UnixStream::connect_addr(&marker).is_ok();
+                st.marker = Some(marker);
+            }
+            Err(_) => {
+                // Another process holds this GPU: mark it shared (kept for our lifetime; a
+                // marker someone else bound already says the same).
+                st._held = UnixListener::bind_addr(&marker).ok();
+                tracing::debug!(
+                    ordinal,
+                    "another process uses this GPU: small copies by the copy engine"
+                );
+            }
+        }
+        st
+    }
+
+    pub fn alone(ordinal: i32) -> bool {
+        let mut v = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match v.iter().position(|s| s.ordinal == ordinal) {
+            Some(i) => i,
+            None => {
+                v.push(first_look(ordinal));
+                v.len() - 1
+            }
+        };
+        let st = &mut v[i];
+        if !st.shared && st.last.elapsed() > Duration::from_millis(10) {
+            st.last = Instant::now();
+            if let Some(m) = &st.marker {
+                if UnixStream::connect_addr(m).is_ok() {
+                    st.shared = true;
+                    tracing::debug!(
+                        ordinal,
+                        "another process now uses this GPU: small copies by the copy engine"
+                    );
+                }
+            }
+        }
+        !st.shared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small copies through the resident kernel against the copy engine: every length class
+    /// (inline, staged, word tails), unaligned device and host ends, both directions, and
+    /// back-to-back reuse of the word area (stale tags must not pass).
+    #[test]
+    fn small_copies_match_the_copy_engine() {
+        let Some(g) = crate::gpu::gpu_or_skip() else {
+            return;
+        };
+        if !crate::gpu::kernels::embedded() {
+            println!("SKIP: built without kernels (no nvcc)");
+            return;
+        }
+        let d = g.device(0).unwrap();
+        g.kernels(0).unwrap();
+        if !small_copy_ready(0) {
+            println!("SKIP: another process uses GPU 0 (small copies stay on the copy engine)");
+            return;
+        }
+        let buf = cuda::with_context(d.ctx, || cuda::mem_alloc(2 * COPY_MAX + 64)).unwrap();
+        let mut round = 0u8;
+        for len in [
+            1usize, 3, 4, 5, 8, 15, 16, 17, 31, 255, 1000, 4093, COPY_MAX,
+        ] {
+            for off in [0usize, 1, 3, 8] {
+                round = round.wrapping_add(1);
+                let data: Vec<u8> = (0..len)
+                    .map(|i| (i as u8).wrapping_mul(31) ^ round)
+                    .collect();
+                // SAFETY: buf holds 2 * COPY_MAX + 64 bytes; every copy is synchronous.
+                unsafe {
+                    // Host -> device by the kernel, read back by the copy engine.
+                    let host = [vec![0xee; off], data.clone()].concat();
+                    let r = copy_small(
+                        0,
+                        buf as usize + off,
+                        host[off..].as_ptr() as usize,
+                        len,
+                        false,
+                    );
+                    r.expect("applies").unwrap();
+                    let mut back = vec![0u8; len];
+                    cuda::with_context(d.ctx, || {
+                        cuda::memcpy_dtoh_async(&mut back, buf + off, d.stream)?;
+                        cuda::stream_synchronize(d.stream)
+                    })
+                    .unwrap();
+                    assert_eq!(back, data, "host to device len={len} off={off}");
+                    // Device -> host by the kernel into an unaligned host buffer.
+                    let mut out = vec![0x55u8; len + off + 1];
+                    let r = copy_small(
+                        0,
+                        out[off..].as_mut_ptr() as usize,
+                        buf as usize + off,
+                        len,
+                        true,
+                    );
+                    r.expect("applies").unwrap();
+                    assert_eq!(
+                        &out[off..off + len],
+                        &data[..],
+                        "device to host len={len} off={off}"
+                    );
+                    assert!(
+                        out[..off].iter().all(|&b| b == 0x55),
+                        "nothing written before"
+                    );
+                    assert_eq!(out[off + len], 0x55, "nothing written after");
+                }
+            }
+        }
+        // SAFETY: refused before anything is touched; then buf is freed once, unused after.
+        unsafe {
+            assert!(
+                copy_small(0, 0, 0, COPY_MAX + 1, true).is_none(),
+                "too long: not here"
+            );
+            cuda::with_context(d.ctx, || {
+                cuda::mem_free(buf);
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! Staging of device buffers through host memory: the one place the ABI layer calls when a user
 //! buffer may be device (or managed) memory. Each helper classifies the pointer; host memory
 //! passes through untouched, device memory is copied to or from a host buffer with the copy
-//! engine on gpumpi's stream (and the stream synchronized before the host buffer is used).
+//! engine on gpumpi's stream (and the stream synchronized before the host buffer is used), or,
+//! for copies of at most 4 KiB, by the resident kernel (`resident::copy_small`: no launch and
+//! no stream synchronize).
 //!
 //! This is the correct-first path: every call of the subset works with device buffers. The
 //! zero-copy path (CUDA IPC between ranks of a node, GPU kernels for reductions) replaces these
@@ -54,6 +56,17 @@ pub unsafe fn copy_to_host(info: &PtrInfo, src: usize, dst: &mut [u8]) -> MpiRes
     if dst.is_empty() {
         return Ok(());
     }
+    if info.kind == super::cache::MemKind::Device {
+        if let Some(r) = super::resident::copy_small(
+            info.device,
+            dst.as_mut_ptr() as usize,
+            src,
+            dst.len(),
+            true,
+        ) {
+            return r.map_err(|e| cuda_err("device to host, resident kernel", e));
+        }
+    }
     let d = dev_ctx(info)?;
     cuda::with_context(d.ctx, || {
         cuda::memcpy_dtoh_async(dst, src, d.stream)?;
@@ -69,6 +82,13 @@ pub unsafe fn copy_to_host(info: &PtrInfo, src: usize, dst: &mut [u8]) -> MpiRes
 pub unsafe fn copy_to_device(info: &PtrInfo, dst: usize, src: &[u8]) -> MpiResult<()> {
     if src.is_empty() {
         return Ok(());
+    }
+    if info.kind == super::cache::MemKind::Device {
+        if let Some(r) =
+            super::resident::copy_small(info.device, dst, src.as_ptr() as usize, src.len(), false)
+        {
+            return r.map_err(|e| cuda_err("host to device, resident kernel", e));
+        }
     }
     let d = dev_ctx(info)?;
     cuda::with_context(d.ctx, || {
