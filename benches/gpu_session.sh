@@ -52,7 +52,7 @@ done
 echo "== P2P off: gpumpi GPUMPI_CUDA_IPC=0 (pinned shared host memory) beside NCCL_P2P_DISABLE=1, allreduce, blocking"
 timeout 300 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o allreduce -b 8 -e 512M -f 4 -w 2 -n 7 -z 1
 timeout 300 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o allreduce -b 8 -e 512M -f 4 -w 2 -n 7 -z 1
-for op in alltoall allgather bcast; do
+for op in alltoall allgather bcast reduce; do
     echo "== P2P off, $op: gpumpi GPUMPI_CUDA_IPC=0 then NCCL_P2P_DISABLE=1, blocking"
     timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
     timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1

@@ -388,10 +388,10 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
     // Bytes one round covers: allreduce spreads n sub-chunks of q over the vector; the others
     // move q bytes of each block (of the vector, for bcast) per round.
     let (unit, total) = match s.kind {
-        K::Allreduce => (n * (q / es) * es, s.bytes),
+        K::Allreduce | K::Reduce => (n * (q / es) * es, s.bytes),
         K::Alltoall if s.in_place => return None,
         K::ReduceScatterBlock if s.in_place => return None,
-        K::Alltoall | K::Allgather | K::Bcast | K::Reduce | K::ReduceScatterBlock => (q, s.bytes),
+        K::Alltoall | K::Allgather | K::Bcast | K::ReduceScatterBlock => (q, s.bytes),
         _ => return None,
     };
     let rounds = total.div_ceil(unit.max(1)) as u64;
@@ -495,20 +495,44 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 }
             }
             K::Reduce => {
-                // A: every other rank's piece into its in[slot][0]; B (root): the reduction of
-                // all of them into the root's output.
-                if me != s.root {
-                    st[0].push(cp(Loc::In { p: me, slot, j: 0 }, Loc::Input(lo), len));
-                } else {
-                    st[1].extend(wait(&mut others(), Stage::A, g + 1));
-                    st[1].push(Op::Reduce {
-                        dst: Loc::Recv(lo),
-                        srcs: operands(Loc::Input(lo), &|p| Loc::In { p, slot, j: 0 }),
-                        elems: len / es,
-                    });
+                // A reduce-scatter, then a gather at the root, so that every rank reduces
+                // 1/n of the round (the root alone would read (n-1) x the vector over PCIe).
+                // A: my sub-chunks for the others into in[slot][j]; B: sub-chunk me reduced
+                // from every rank's piece into my out slot (the root: into its output); C
+                // (root): the others' reduced sub-chunks into the output.
+                let pe = len / es;
+                let align = (16 / es).max(1);
+                let sub = |j: usize| {
+                    let (o, l) = chunk(pe, n, j, align);
+                    (lo + o * es, l * es)
+                };
+                for j in others() {
+                    let (off, l) = sub(j);
+                    st[0].push(cp(Loc::In { p: me, slot, j }, Loc::Input(off), l));
                 }
-                // The slots are read in B: C, the stage peers wait for, follows it.
-                st[2].extend(wait(&mut std::iter::once(me), Stage::B, g + 1));
+                st[1].extend(wait(&mut (0..n), Stage::A, g + 1));
+                let (off, l) = sub(me);
+                st[1].push(Op::Reduce {
+                    dst: if me == s.root {
+                        Loc::Recv(off)
+                    } else {
+                        Loc::Out { p: me, slot }
+                    },
+                    srcs: operands(Loc::Input(off), &|p| Loc::In { p, slot, j: me }),
+                    elems: l / es,
+                });
+                if me == s.root {
+                    // After every B of the round (mine too: in place, my A read what C writes).
+                    st[2].extend(wait(&mut (0..n), Stage::B, g + 1));
+                    for p in others() {
+                        let (off, l) = sub(p);
+                        st[2].push(cp(Loc::Recv(off), Loc::Out { p, slot }, l));
+                    }
+                } else {
+                    // The slots are read in B (and my out slot in the root's C, which the
+                    // next writer of this slot waits for): C follows my B.
+                    st[2].extend(wait(&mut std::iter::once(me), Stage::B, g + 1));
+                }
             }
             K::ReduceScatterBlock => {
                 // A: my piece of block p into my in[slot][p]; B: block me reduced from every
@@ -893,6 +917,8 @@ mod tests {
                         (K::Alltoall, 4, false),
                         (K::ReduceScatterBlock, 72, false),
                         (K::Reduce, 36, true),
+                        (K::Reduce, 32 * n * 3 + 12, false),
+                        (K::Reduce, 32 * n * 2 + 4, true),
                         (K::Allreduce, 28, true),
                         (K::ReduceScatterBlock, 4, false),
                     ],
