@@ -49,6 +49,13 @@ echo "== alltoall 16 B per peer ($((16 * NP)) B per rank), blocking, gpumpi then
 for be in "-d cuda" "-B nccl"; do
     timeout 60 "$P/bin/mpirun" -n "$NP" /tmp/gb $be -o alltoall -b $((16 * NP)) -e $((16 * NP)) -w 100 -n 2000 -z 1
 done
+echo "== sendrecv and pingpong 8 B, blocking, long runs (small device copies go through the resident"
+echo "   kernel once its module is loaded in the background, a few ms after the first messages;"
+echo "   compare.py's 25 calls per size end before that), gpumpi then NCCL"
+for be in "-d cuda" "-B nccl"; do
+    timeout 60 "$P/bin/mpirun" -n "$NP" /tmp/gb $be -o sendrecv -b 8 -e 8 -w 200 -n 3000 -z 1
+    timeout 60 "$P/bin/mpirun" -n 2 /tmp/gb $be -o pingpong -b 8 -e 8 -w 200 -n 3000
+done
 echo "== P2P off: gpumpi GPUMPI_CUDA_IPC=0 (pinned shared host memory) beside NCCL_P2P_DISABLE=1, allreduce, blocking"
 timeout 300 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o allreduce -b 8 -e 512M -f 4 -w 2 -n 7 -z 1
 timeout 300 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o allreduce -b 8 -e 512M -f 4 -w 2 -n 7 -z 1
