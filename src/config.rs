@@ -179,8 +179,8 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
-        default: "1",
-        doc: "Host<->device copies of at most 4 KiB that point-to-point messages (and other staging) make for device buffers: 1 = by the resident kernel (one block polling mapped host memory, no launch or stream synchronize per copy; used once the CUDA kernels are loaded, and only while no other process uses the GPU), 0 = always by the copy engine (cuMemcpyAsync plus a stream synchronize).",
+        default: "4096",
+        doc: "Bytes up to which host<->device staging copies (point-to-point messages on device buffers, other staging) go through the resident kernel (one block polling mapped host memory, no launch or stream synchronize per copy; used once the CUDA kernels are loaded, and only while no other process uses the GPU); larger ones, and all with 0, by the copy engine (cuMemcpyAsync plus a stream synchronize). At most 16384.",
     },
     Param {
         name: "GPUMPI_JOB_ID",

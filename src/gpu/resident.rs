@@ -32,8 +32,9 @@ pub const SLOT: usize = 16 << 10;
 /// 14.7 us resident at 4 KiB, 4 x H200, benches/NOTES.md), so the resident kernel serves more.
 pub const HOST_SLOT: usize = 64 << 10;
 const THREADS: u32 = 512;
-/// Largest point-to-point staging copy through the resident kernel ([`copy_small`]).
-pub const COPY_MAX: usize = 4096;
+/// Largest staging copy the resident kernel can take ([`copy_small`]; its host areas' size).
+/// `GPUMPI_GPU_SMALL_COPY` sets the limit used, at most this.
+pub const COPY_MAX: usize = 16 << 10;
 /// Small copies before the kernels are loaded in the background for them.
 const PRELOAD_AFTER: usize = 16;
 /// Bytes a host-to-device command carries in its own line.
@@ -575,15 +576,21 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: Option<usize>) -> MpiResu
 
 // ---- small copies for point-to-point staging ----
 
-/// Whether small copies may use the resident kernel of device `ordinal`: `GPUMPI_GPU_SMALL_COPY`
-/// is on, the kernels are already loaded (their first load costs milliseconds, more than the
+/// Bytes up to which staging copies take the resident kernel (`GPUMPI_GPU_SMALL_COPY`, at
+/// most [`COPY_MAX`]; 0: never).
+fn small_copy_limit() -> usize {
+    static L: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *L.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_SMALL_COPY").min(COPY_MAX))
+}
+
+/// Whether a copy of `len` bytes may use the resident kernel of device `ordinal`: `len` is
+/// within `GPUMPI_GPU_SMALL_COPY`, the kernels are already loaded (their first load costs milliseconds, more than the
 /// first-call budget; after a few small copies it is started in the background, and no copy
 /// waits for it),
 /// and no other process is known to use this GPU (kernels of processes sharing a GPU
 /// time-slice, so a polling kernel would delay the other's work).
-fn small_copy_ready(ordinal: i32) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| crate::config::get("GPUMPI_GPU_SMALL_COPY").as_deref() != Some("0")) {
+fn small_copy_ready(ordinal: i32, len: usize) -> bool {
+    if len > small_copy_limit() {
         return false;
     }
     let Some(g) = super::gpu() else {
@@ -601,7 +608,7 @@ fn small_copy_ready(ordinal: i32) -> bool {
     sole::alone(ordinal)
 }
 
-/// Copy `len` bytes (at most [`COPY_MAX`]) between device memory of `ordinal` and host memory
+/// Copy `len` bytes (at most `GPUMPI_GPU_SMALL_COPY`, itself at most [`COPY_MAX`]) between device memory of `ordinal` and host memory
 /// through the resident kernel: `to_host` copies device address `src` into host `dst`, else
 /// host `src` into device address `dst`. Synchronous, like the copies it replaces. `None`: not
 /// available here (the caller copies with the copy engine).
@@ -616,7 +623,7 @@ pub unsafe fn copy_small(
     len: usize,
     to_host: bool,
 ) -> Option<Result<(), String>> {
-    if len == 0 || len > COPY_MAX || !small_copy_ready(ordinal) {
+    if len == 0 || !small_copy_ready(ordinal, len) {
         return None;
     }
     let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
@@ -782,15 +789,19 @@ mod tests {
         }
         let d = g.device(0).unwrap();
         g.kernels(0).unwrap();
-        if !small_copy_ready(0) {
+        if !small_copy_ready(0, 1) {
             println!("SKIP: another process uses GPU 0 (small copies stay on the copy engine)");
             return;
         }
+        let limit = small_copy_limit();
         let buf = cuda::with_context(d.ctx, || cuda::mem_alloc(2 * COPY_MAX + 64)).unwrap();
         let mut round = 0u8;
         for len in [
-            1usize, 3, 4, 5, 8, 15, 16, 17, 31, 255, 1000, 4093, COPY_MAX,
+            1usize, 3, 4, 5, 8, 15, 16, 17, 31, 255, 1000, 4093, 4096, limit,
         ] {
+            if len > limit {
+                continue;
+            }
             for off in [0usize, 1, 3, 8] {
                 round = round.wrapping_add(1);
                 let data: Vec<u8> = (0..len)
@@ -841,7 +852,7 @@ mod tests {
         // SAFETY: refused before anything is touched; then buf is freed once, unused after.
         unsafe {
             assert!(
-                copy_small(0, 0, 0, COPY_MAX + 1, true).is_none(),
+                copy_small(0, 0, 0, limit + 1, true).is_none(),
                 "too long: not here"
             );
             cuda::with_context(d.ctx, || {
