@@ -124,6 +124,18 @@ pub(crate) fn gpu_or_skip() -> Option<&'static Gpu> {
     g
 }
 
+/// The driver for a test that needs a GPU and the embedded kernels, or None after printing why
+/// it is skipped.
+#[cfg(test)]
+pub(crate) fn kernels_or_skip() -> Option<&'static Gpu> {
+    let g = gpu_or_skip()?;
+    if !kernels::embedded() {
+        println!("SKIP: built without kernels (no nvcc)");
+        return None;
+    }
+    Some(g)
+}
+
 /// Why there is no CUDA support (None when there is).
 pub fn unavailable_reason() -> Option<String> {
     match state() {

@@ -780,13 +780,9 @@ mod tests {
     /// back-to-back reuse of the word area (stale tags must not pass).
     #[test]
     fn small_copies_match_the_copy_engine() {
-        let Some(g) = crate::gpu::gpu_or_skip() else {
+        let Some(g) = crate::gpu::kernels_or_skip() else {
             return;
         };
-        if !crate::gpu::kernels::embedded() {
-            println!("SKIP: built without kernels (no nvcc)");
-            return;
-        }
         let d = g.device(0).unwrap();
         g.kernels(0).unwrap();
         if !small_copy_ready(0, 1) {

@@ -298,39 +298,30 @@ fn chunks_tile_the_vector_aligned() {
 #[test]
 fn table_parses_and_selects_by_size_and_ranks() {
     let rows = parse_table(DEFAULT_TABLE).unwrap();
-    assert_eq!(select_from(&rows, CollKind::Allreduce, 4, 8), Algo::OneShot);
-    assert_eq!(
-        select_from(&rows, CollKind::Allreduce, 4, 1 << 20),
-        Algo::OneShot
-    );
-    assert_eq!(
-        select_from(&rows, CollKind::Allreduce, 4, 2 << 20),
-        Algo::TwoShotPush
-    );
-    assert_eq!(
-        select_from(&rows, CollKind::Allreduce, 4, 64 << 20),
-        Algo::TwoShotPush
-    );
-    assert_eq!(
-        select_from(&rows, CollKind::Allreduce, 4, 512 << 20),
-        Algo::TwoShotRing
-    );
-    assert_eq!(select_from(&rows, CollKind::Allreduce, 16, 8), Algo::Staged);
-    assert_eq!(select_from(&rows, CollKind::Alltoall, 4, 16), Algo::Direct);
-    assert_eq!(
-        select_from(&rows, CollKind::Alltoall, 4, 128 << 20),
-        Algo::RingPushCe
-    );
-    assert_eq!(
-        select_from(&rows, CollKind::Allgather, 4, 16 << 20),
-        Algo::RingPushCe
-    );
+    use CollKind as K;
+    for (kind, n, bytes, want) in [
+        (K::Allreduce, 4, 8, Algo::OneShot),
+        (K::Allreduce, 4, 1 << 20, Algo::OneShot),
+        (K::Allreduce, 4, 2 << 20, Algo::TwoShotPush),
+        (K::Allreduce, 4, 64 << 20, Algo::TwoShotPush),
+        (K::Allreduce, 4, 512 << 20, Algo::TwoShotRing),
+        (K::Allreduce, 16, 8, Algo::Staged),
+        (K::Alltoall, 4, 16, Algo::Direct),
+        (K::Alltoall, 4, 128 << 20, Algo::RingPushCe),
+        (K::Allgather, 4, 16 << 20, Algo::RingPushCe),
+        (K::Bcast, 4, 16, Algo::Pull),
+        (K::Scan, 4, 16, Algo::Staged),
+    ] {
+        assert_eq!(
+            select_from(&rows, kind, n, bytes),
+            want,
+            "{kind:?} n={n} bytes={bytes}"
+        );
+    }
     assert!(
         parse_table("allgather ring_ce").is_err(),
         "ring_ce serves alltoall only"
     );
-    assert_eq!(select_from(&rows, CollKind::Bcast, 4, 16), Algo::Pull);
-    assert_eq!(select_from(&rows, CollKind::Scan, 4, 16), Algo::Staged);
     assert!(
         parse_table("allreduce pull").is_err(),
         "pull does not serve allreduce"
