@@ -3,8 +3,9 @@
 // to them travel over NVLink (or PCIe) directly; these kernels never synchronize across GPUs,
 // the host orders their launches (src/gpu/coll.rs says how).
 //
-// - gpumpi_reduce_n_<op>_<type>(dst, Srcs, k, n): dst[i] = s0[i] op s1[i] op ... op s(k-1)[i],
-//   the same operand order on every rank, so every rank computes bit-identical results.
+// - gpumpi_reduce_n_<op>_<type>(Dsts, m, Srcs, k, n): d0[i] = ... = d(m-1)[i] = s0[i] op s1[i]
+//   op ... op s(k-1)[i], the same operand order on every rank, so every rank computes
+//   bit-identical results.
 // - gpumpi_copy_segs(Segs): blockIdx.y picks a (dst, src, len) segment, blockIdx.x strides it.
 
 #define GPUMPI_MAXP 8
@@ -29,18 +30,32 @@ __device__ __forceinline__ uint4 op_pack(uint4 a, uint4 b) {
     return a;
 }
 
-template <typename T, typename Op>
-__device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int k, uint64_t n) {
-    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    uintptr_t mis = (uintptr_t)dst;
+// The result goes to dst and to the m - 1 further places in `also` (peers' buffers: two-shot
+// with its allgather fused into the reduction), each element by the thread that computed it.
+struct Dsts {
+    void *p[GPUMPI_MAXP];
+};
+
+template <typename T>
+__device__ __forceinline__ void put_all(const Dsts &o, int m, uint64_t i, uint4 v) {
 #pragma unroll
     for (int j = 0; j < GPUMPI_MAXP; j++)
+        if (j < m) reinterpret_cast<uint4 *>(o.p[j])[i] = v;
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ void reduce_n(const Dsts &o, int m, const Srcs &s, int k, uint64_t n) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uintptr_t mis = 0;
+#pragma unroll
+    for (int j = 0; j < GPUMPI_MAXP; j++) {
         if (j < k) mis |= (uintptr_t)s.p[j];
+        if (j < m) mis |= (uintptr_t)o.p[j];
+    }
     uint64_t done = 0;
     if ((mis & 15) == 0) {
         const uint64_t nv = n * sizeof(T) / 16;
-        uint4 *d = reinterpret_cast<uint4 *>(dst);
         uint64_t i = tid;
         if (k == 2) {
             // One peer per kernel (two_shot_ring): four vectors per source in flight per
@@ -55,7 +70,7 @@ __device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int
                     b[u] = s1[i + u * stride];
                 }
 #pragma unroll
-                for (int u = 0; u < 4; u++) d[i + u * stride] = op_pack<T, Op>(a[u], b[u]);
+                for (int u = 0; u < 4; u++) put_all<T>(o, m, i + u * stride, op_pack<T, Op>(a[u], b[u]));
             }
         }
         // Two vectors per source in flight per thread.
@@ -74,8 +89,8 @@ __device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int
                     a0 = op_pack<T, Op>(a0, v0[j]);
                     a1 = op_pack<T, Op>(a1, v1[j]);
                 }
-            d[i] = a0;
-            d[i + stride] = a1;
+            put_all<T>(o, m, i, a0);
+            put_all<T>(o, m, i + stride, a1);
         }
         for (; i < nv; i += stride) {
             uint4 v[GPUMPI_MAXP];
@@ -86,21 +101,21 @@ __device__ __forceinline__ void reduce_n(T *__restrict__ dst, const Srcs &s, int
 #pragma unroll
             for (int j = 1; j < GPUMPI_MAXP; j++)
                 if (j < k) a = op_pack<T, Op>(a, v[j]);
-            d[i] = a;
+            put_all<T>(o, m, i, a);
         }
         done = nv * 16 / sizeof(T);
     }
     for (uint64_t e = done + tid; e < n; e += stride) {
         T a = reinterpret_cast<const T *>(s.p[0])[e];
         for (int j = 1; j < k; j++) a = Op::apply(a, reinterpret_cast<const T *>(s.p[j])[e]);
-        dst[e] = a;
+        for (int j = 0; j < m; j++) reinterpret_cast<T *>(o.p[j])[e] = a;
     }
 }
 
 #define REDUCE_N_KERNEL(OPNAME, OP, TNAME, T)                                                   \
-    extern "C" __global__ void gpumpi_reduce_n_##OPNAME##_##TNAME(T *dst, Srcs s, int k,        \
+    extern "C" __global__ void gpumpi_reduce_n_##OPNAME##_##TNAME(Dsts o, int m, Srcs s, int k, \
                                                                    uint64_t n) {                \
-        reduce_n<T, OP<T>>(dst, s, k, n);                                                       \
+        reduce_n<T, OP<T>>(o, m, s, k, n);                                                      \
     }
 FOR_OPS(REDUCE_N_KERNEL)
 

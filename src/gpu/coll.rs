@@ -52,9 +52,12 @@ fn r(rank: usize, buf: Buf, off: usize) -> Ref {
 /// One step of a plan, run by one rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `elems` elements (dst is this rank's).
+    /// `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `elems` elements (dst is this rank's),
+    /// the result also stored at every place in `also` (other ranks' buffers) by the thread
+    /// that computed it.
     Reduce {
         dst: Ref,
+        also: Vec<Ref>,
         srcs: Vec<Ref>,
         elems: usize,
     },
@@ -102,6 +105,10 @@ pub enum Algo {
     /// Two-shot in ring order in both phases: the reduce-scatter adds one peer's chunk at a
     /// time (a kernel per peer), the allgather writes as `two_shot_ring_ce`.
     TwoShotRing,
+    /// Two-shot in one kernel and one phase: the threads that reduce an element of my chunk
+    /// store it into every rank's output at once (no barrier, launch or synchronize between
+    /// the reduce-scatter and the allgather).
+    TwoShotFused,
     /// Alltoall/allgather: each rank writes its blocks straight into the peers' receive buffers;
     /// reduce: the root reduces all inputs; reduce_scatter_block: each rank reduces its block.
     Direct,
@@ -127,6 +134,7 @@ impl Algo {
             "ring" => Algo::Ring,
             "two_shot_ring_ce" => Algo::TwoShotRingCe,
             "two_shot_ring" => Algo::TwoShotRing,
+            "two_shot_fused" => Algo::TwoShotFused,
             "direct" => Algo::Direct,
             "pull" => Algo::Pull,
             "staged" => Algo::Staged,
@@ -147,6 +155,7 @@ impl Algo {
             Algo::Ring => "ring",
             Algo::TwoShotRingCe => "two_shot_ring_ce",
             Algo::TwoShotRing => "two_shot_ring",
+            Algo::TwoShotFused => "two_shot_fused",
             Algo::Direct => "direct",
             Algo::Pull => "pull",
             Algo::Staged => "staged",
@@ -161,7 +170,8 @@ impl Algo {
             | Algo::TwoShotCe
             | Algo::TwoShotPullCe
             | Algo::TwoShotRingCe
-            | Algo::TwoShotRing => kind == K::Allreduce,
+            | Algo::TwoShotRing
+            | Algo::TwoShotFused => kind == K::Allreduce,
             Algo::DirectCe | Algo::PullCe | Algo::RingCe | Algo::Ring => kind == K::Alltoall,
             Algo::RingPushCe => matches!(kind, K::Alltoall | K::Allgather),
             Algo::Direct => matches!(
@@ -215,8 +225,23 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             }
             steps.push(Step::Reduce {
                 dst: r(me, Buf::Recv, 0),
+                also: Vec::new(),
                 srcs: (0..n).map(|p| r(p, Buf::Send, 0)).collect(),
                 elems: b / s.elem,
+            });
+        }
+        (K::Allreduce, Algo::TwoShotFused) => {
+            // I reduce chunk `me` of every input and store it into chunk `me` of every output.
+            // In place too: chunk `me` of any buffer is read and written only by my threads,
+            // each element read before the same thread writes it.
+            let elems = b / s.elem;
+            let (c0, cl) = chunk(elems, n, me, (16 / s.elem).max(1));
+            let off = c0 * s.elem;
+            steps.push(Step::Reduce {
+                dst: r(me, Buf::Recv, off),
+                also: ring(n, me).map(|p| r(p, Buf::Recv, off)).collect(),
+                srcs: (0..n).map(|p| r(p, input, off)).collect(),
+                elems: cl,
             });
         }
         (
@@ -246,6 +271,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                     };
                     steps.push(Step::Reduce {
                         dst: mine,
+                        also: Vec::new(),
                         srcs: vec![acc, r(p, input, c0 * s.elem)],
                         elems: cl,
                     });
@@ -253,6 +279,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             } else {
                 steps.push(Step::Reduce {
                     dst: mine,
+                    also: Vec::new(),
                     srcs: (0..n).map(|p| r(p, input, c0 * s.elem)).collect(),
                     elems: cl,
                 });
@@ -398,6 +425,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             if me == s.root {
                 steps.push(Step::Reduce {
                     dst: r(me, Buf::Recv, 0),
+                    also: Vec::new(),
                     srcs: (0..n)
                         .map(|p| {
                             if p == s.root && s.in_place {
@@ -418,6 +446,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             }
             steps.push(Step::Reduce {
                 dst: r(me, Buf::Recv, 0),
+                also: Vec::new(),
                 srcs: (0..n).map(|p| r(p, Buf::Send, me * b)).collect(),
                 elems: b / s.elem,
             });
@@ -787,8 +816,11 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
     };
     for s in steps {
         match s {
-            Step::Reduce { dst, srcs, .. } => {
+            Step::Reduce {
+                dst, also, srcs, ..
+            } => {
                 add(dst);
+                also.iter().for_each(&mut add);
                 srcs.iter().for_each(&mut add);
             }
             Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
@@ -843,11 +875,17 @@ unsafe fn execute(
     let mut aux_used: Option<Vec<cuda::Stream>> = None;
     for s in steps {
         match s {
-            Step::Reduce { dst, srcs, elems } => {
+            Step::Reduce {
+                dst,
+                also,
+                srcs,
+                elems,
+            } => {
                 let (op, t) = c.red.ok_or_else(|| err("reduction without an operation"))?;
                 let ptrs: Vec<usize> = srcs.iter().map(at).collect();
+                let dsts: Vec<usize> = std::iter::once(dst).chain(also).map(at).collect();
                 cuda::with_context(d.ctx, || {
-                    k.reduce_n_async(op, t, at(dst), &ptrs, *elems, grid, d.stream)
+                    k.reduce_n_async(op, t, &dsts, &ptrs, *elems, grid, d.stream)
                 })
                 .map_err(err)?;
             }
@@ -908,10 +946,16 @@ pub fn race(steps: &[&[Step]], elem: usize) -> Option<String> {
     for (rank, p) in steps.iter().enumerate() {
         for (i, st) in p.iter().enumerate() {
             match st {
-                Step::Reduce { dst, srcs, elems } => {
+                Step::Reduce {
+                    dst,
+                    also,
+                    srcs,
+                    elems,
+                } => {
                     let len = elems * elem;
                     assert_eq!(dst.rank, rank, "a reduction writes its own rank's buffer");
                     acc.push((rank, i, *dst, len, true));
+                    acc.extend(also.iter().map(|a| (rank, i, *a, len, true)));
                     acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
                 }
                 Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
@@ -1004,7 +1048,12 @@ pub fn simulate(
                     b[x.off..x.off + len].to_vec()
                 };
                 match st {
-                    Step::Reduce { dst, srcs, elems } => {
+                    Step::Reduce {
+                        dst,
+                        also,
+                        srcs,
+                        elems,
+                    } => {
                         let (len, es) = (elems * shape.elem, shape.elem);
                         let ins: Vec<Vec<u8>> =
                             srcs.iter().map(|s| read(send, recv, s, len)).collect();
@@ -1017,7 +1066,9 @@ pub fn simulate(
                             out.extend_from_slice(&v);
                         }
                         let _ = rank;
-                        write(send, recv, dst, &out);
+                        for d in std::iter::once(dst).chain(also) {
+                            write(send, recv, d, &out);
+                        }
                     }
                     Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
                         for (d, s, len) in segs {

@@ -626,7 +626,7 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
                                 });
                             };
                             let ptrs: Vec<usize> = srcs.iter().map(at).collect();
-                            k.reduce_n_async(op, t, at(dst), &ptrs, *elems, grid, s)?
+                            k.reduce_n_async(op, t, &[at(dst)], &ptrs, *elems, grid, s)?
                         }
                         Op::Signal { stage, v } => {
                             cuda::stream_write(s, flag(hc.me, *stage), *v)?;

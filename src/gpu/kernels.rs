@@ -121,7 +121,7 @@ pub struct Kernels {
 /// (`GPUMPI_MAXP` in kernels/coll.cuh).
 pub const MAXP: usize = 8;
 
-/// `struct Srcs` of kernels/coll.cuh.
+/// `struct Srcs` (and `struct Dsts`, the same layout) of kernels/coll.cuh.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Srcs {
@@ -197,37 +197,42 @@ impl Kernels {
         self.reduce[Self::index(op, t)]
     }
 
-    /// Enqueue `dst[i] = srcs[0][i] op srcs[1][i] op ...` for `n` elements on `s` (no
-    /// synchronization). `grid` bounds the blocks used.
+    /// Enqueue `dsts[j][i] = srcs[0][i] op srcs[1][i] op ...` for `n` elements and every
+    /// destination on `s` (no synchronization). `grid` bounds the blocks used.
     ///
     /// # Safety
     /// Every pointer is device-accessible from the current context for `n` elements of `t`;
-    /// 1 <= srcs.len() <= MAXP; the context owning `s` is current.
+    /// 1 <= srcs.len(), dsts.len() <= MAXP; the context owning `s` is current.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_n_async(
         &self,
         op: KOp,
         t: KType,
-        dst: usize,
+        dsts: &[usize],
         srcs: &[usize],
         n: usize,
         max_grid: u32,
         s: Stream,
     ) -> cuda::CuResult<()> {
         assert!(!srcs.is_empty() && srcs.len() <= MAXP);
+        assert!(!dsts.is_empty() && dsts.len() <= MAXP);
         if n == 0 {
             return Ok(());
         }
         let f = self.reduce_n[Self::index(op, t)];
-        let mut a = Srcs::default();
+        let (mut a, mut o) = (Srcs::default(), Srcs::default());
         for (slot, &p) in a.p.iter_mut().zip(srcs) {
             *slot = p as u64;
         }
-        let (mut dst, mut k, mut n64) = (dst as u64, srcs.len() as i32, n as u64);
+        for (slot, &p) in o.p.iter_mut().zip(dsts) {
+            *slot = p as u64;
+        }
+        let (mut m, mut k, mut n64) = (dsts.len() as i32, srcs.len() as i32, n as u64);
         let vecs = (n * t.size()).div_ceil(16);
         let (grid, block) = grid_for_vecs(vecs, max_grid);
-        let mut params: [*mut c_void; 4] = [
-            &mut dst as *mut u64 as *mut c_void,
+        let mut params: [*mut c_void; 5] = [
+            &mut o as *mut Srcs as *mut c_void,
+            &mut m as *mut i32 as *mut c_void,
             &mut a as *mut Srcs as *mut c_void,
             &mut k as *mut i32 as *mut c_void,
             &mut n64 as *mut u64 as *mut c_void,

@@ -95,7 +95,8 @@ fn buffers(s: &Shape) -> (usize, usize) {
     }
 }
 
-const CASES: [(CollKind, Algo); 19] = [
+const CASES: [(CollKind, Algo); 20] = [
+    (CollKind::Allreduce, Algo::TwoShotFused),
     (CollKind::Allgather, Algo::RingPushCe),
     (CollKind::Alltoall, Algo::Ring),
     (CollKind::Allreduce, Algo::TwoShotPullCe),
@@ -267,6 +268,7 @@ fn the_race_check_catches_one_shot_in_place() {
     let me = |off| r(0, Buf::Recv, off);
     let red = Step::Reduce {
         dst: me(0),
+        also: Vec::new(),
         srcs: vec![me(0)],
         elems: 4,
     };
@@ -301,9 +303,10 @@ fn table_parses_and_selects_by_size_and_ranks() {
     use CollKind as K;
     for (kind, n, bytes, want) in [
         (K::Allreduce, 4, 8, Algo::OneShot),
-        (K::Allreduce, 4, 1 << 20, Algo::OneShot),
-        (K::Allreduce, 4, 2 << 20, Algo::TwoShotPush),
-        (K::Allreduce, 4, 64 << 20, Algo::TwoShotPush),
+        (K::Allreduce, 4, 128 << 10, Algo::OneShot),
+        (K::Allreduce, 4, 256 << 10, Algo::TwoShotFused),
+        (K::Allreduce, 4, 32 << 20, Algo::TwoShotFused),
+        (K::Allreduce, 4, 64 << 20, Algo::TwoShotRing),
         (K::Allreduce, 4, 512 << 20, Algo::TwoShotRing),
         (K::Allreduce, 16, 8, Algo::Staged),
         (K::Alltoall, 4, 16, Algo::Direct),
@@ -342,7 +345,7 @@ fn table_parses_and_selects_by_size_and_ranks() {
     );
     assert_eq!(
         plan_from(&rows, &shape(64 << 10, true)).unwrap().0,
-        Algo::TwoShotPush
+        Algo::TwoShotFused
     );
     let only_one = parse_table("allreduce one_shot\nallreduce staged\nallreduce two_shot").unwrap();
     assert!(plan_from(&only_one, &shape(64, true)).is_none());
