@@ -73,6 +73,17 @@ pub enum Step {
     Barrier,
 }
 
+impl Step {
+    /// Where a `Reduce` stores its result: `dst`, then `also` (empty for other steps).
+    fn targets(&self) -> impl Iterator<Item = &Ref> {
+        let (dst, also): (Option<&Ref>, &[Ref]) = match self {
+            Step::Reduce { dst, also, .. } => (Some(dst), also),
+            _ => (None, &[]),
+        };
+        dst.into_iter().chain(also)
+    }
+}
+
 /// The algorithms (names as in tuning.txt).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
@@ -816,11 +827,8 @@ fn refs(steps: &[Step]) -> Vec<(usize, Buf)> {
     };
     for s in steps {
         match s {
-            Step::Reduce {
-                dst, also, srcs, ..
-            } => {
-                add(dst);
-                also.iter().for_each(&mut add);
+            Step::Reduce { srcs, .. } => {
+                s.targets().for_each(&mut add);
                 srcs.iter().for_each(&mut add);
             }
             Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
@@ -875,15 +883,10 @@ unsafe fn execute(
     let mut aux_used: Option<Vec<cuda::Stream>> = None;
     for s in steps {
         match s {
-            Step::Reduce {
-                dst,
-                also,
-                srcs,
-                elems,
-            } => {
+            Step::Reduce { srcs, elems, .. } => {
                 let (op, t) = c.red.ok_or_else(|| err("reduction without an operation"))?;
                 let ptrs: Vec<usize> = srcs.iter().map(at).collect();
-                let dsts: Vec<usize> = std::iter::once(dst).chain(also).map(at).collect();
+                let dsts: Vec<usize> = s.targets().map(at).collect();
                 cuda::with_context(d.ctx, || {
                     k.reduce_n_async(op, t, &dsts, &ptrs, *elems, grid, d.stream)
                 })
@@ -947,15 +950,11 @@ pub fn race(steps: &[&[Step]], elem: usize) -> Option<String> {
         for (i, st) in p.iter().enumerate() {
             match st {
                 Step::Reduce {
-                    dst,
-                    also,
-                    srcs,
-                    elems,
+                    dst, srcs, elems, ..
                 } => {
                     let len = elems * elem;
                     assert_eq!(dst.rank, rank, "a reduction writes its own rank's buffer");
-                    acc.push((rank, i, *dst, len, true));
-                    acc.extend(also.iter().map(|a| (rank, i, *a, len, true)));
+                    acc.extend(st.targets().map(|d| (rank, i, *d, len, true)));
                     acc.extend(srcs.iter().map(|s| (rank, i, *s, len, false)));
                 }
                 Step::Copy(segs) | Step::CopyCe(segs) | Step::CopyCeRing(segs) => {
@@ -1048,12 +1047,7 @@ pub fn simulate(
                     b[x.off..x.off + len].to_vec()
                 };
                 match st {
-                    Step::Reduce {
-                        dst,
-                        also,
-                        srcs,
-                        elems,
-                    } => {
+                    Step::Reduce { srcs, elems, .. } => {
                         let (len, es) = (elems * shape.elem, shape.elem);
                         let ins: Vec<Vec<u8>> =
                             srcs.iter().map(|s| read(send, recv, s, len)).collect();
@@ -1066,7 +1060,7 @@ pub fn simulate(
                             out.extend_from_slice(&v);
                         }
                         let _ = rank;
-                        for d in std::iter::once(dst).chain(also) {
+                        for d in st.targets() {
                             write(send, recv, d, &out);
                         }
                     }
