@@ -130,47 +130,35 @@ pub enum Algo {
     Staged,
 }
 
+/// Every algorithm with its name in tuning.txt (one table for both directions).
+const ALGOS: [(Algo, &str); 16] = [
+    (Algo::OneShot, "one_shot"),
+    (Algo::TwoShot, "two_shot"),
+    (Algo::TwoShotPush, "two_shot_push"),
+    (Algo::TwoShotCe, "two_shot_ce"),
+    (Algo::DirectCe, "direct_ce"),
+    (Algo::TwoShotPullCe, "two_shot_pull_ce"),
+    (Algo::PullCe, "pull_ce"),
+    (Algo::RingCe, "ring_ce"),
+    (Algo::RingPushCe, "ring_push_ce"),
+    (Algo::Ring, "ring"),
+    (Algo::TwoShotRingCe, "two_shot_ring_ce"),
+    (Algo::TwoShotRing, "two_shot_ring"),
+    (Algo::TwoShotFused, "two_shot_fused"),
+    (Algo::Direct, "direct"),
+    (Algo::Pull, "pull"),
+    (Algo::Staged, "staged"),
+];
+
 impl Algo {
     fn from_name(s: &str) -> Option<Algo> {
-        Some(match s {
-            "one_shot" => Algo::OneShot,
-            "two_shot" => Algo::TwoShot,
-            "two_shot_push" => Algo::TwoShotPush,
-            "two_shot_ce" => Algo::TwoShotCe,
-            "direct_ce" => Algo::DirectCe,
-            "two_shot_pull_ce" => Algo::TwoShotPullCe,
-            "pull_ce" => Algo::PullCe,
-            "ring_ce" => Algo::RingCe,
-            "ring_push_ce" => Algo::RingPushCe,
-            "ring" => Algo::Ring,
-            "two_shot_ring_ce" => Algo::TwoShotRingCe,
-            "two_shot_ring" => Algo::TwoShotRing,
-            "two_shot_fused" => Algo::TwoShotFused,
-            "direct" => Algo::Direct,
-            "pull" => Algo::Pull,
-            "staged" => Algo::Staged,
-            _ => return None,
-        })
+        ALGOS.iter().find(|(_, n)| *n == s).map(|(a, _)| *a)
     }
     pub fn name(self) -> &'static str {
-        match self {
-            Algo::OneShot => "one_shot",
-            Algo::TwoShot => "two_shot",
-            Algo::TwoShotPush => "two_shot_push",
-            Algo::TwoShotCe => "two_shot_ce",
-            Algo::DirectCe => "direct_ce",
-            Algo::TwoShotPullCe => "two_shot_pull_ce",
-            Algo::PullCe => "pull_ce",
-            Algo::RingCe => "ring_ce",
-            Algo::RingPushCe => "ring_push_ce",
-            Algo::Ring => "ring",
-            Algo::TwoShotRingCe => "two_shot_ring_ce",
-            Algo::TwoShotRing => "two_shot_ring",
-            Algo::TwoShotFused => "two_shot_fused",
-            Algo::Direct => "direct",
-            Algo::Pull => "pull",
-            Algo::Staged => "staged",
-        }
+        ALGOS
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map_or("unnamed", |(_, n)| *n)
     }
     fn serves(self, kind: CollKind) -> bool {
         use CollKind as K;
@@ -241,20 +229,6 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 elems: b / s.elem,
             });
         }
-        (K::Allreduce, Algo::TwoShotFused) => {
-            // I reduce chunk `me` of every input and store it into chunk `me` of every output.
-            // In place too: chunk `me` of any buffer is read and written only by my threads,
-            // each element read before the same thread writes it.
-            let elems = b / s.elem;
-            let (c0, cl) = chunk(elems, n, me, (16 / s.elem).max(1));
-            let off = c0 * s.elem;
-            steps.push(Step::Reduce {
-                dst: r(me, Buf::Recv, off),
-                also: ring(n, me).map(|p| r(p, Buf::Recv, off)).collect(),
-                srcs: (0..n).map(|p| r(p, input, off)).collect(),
-                elems: cl,
-            });
-        }
         (
             K::Allreduce,
             Algo::TwoShot
@@ -262,16 +236,21 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             | Algo::TwoShotCe
             | Algo::TwoShotPullCe
             | Algo::TwoShotRingCe
-            | Algo::TwoShotRing,
+            | Algo::TwoShotRing
+            | Algo::TwoShotFused,
         ) => {
             // Phase 1: I reduce chunk `me` of every input into chunk `me` of my output; peers
             // read other chunks of my input (in place too: disjoint). Phase 2: I read the
             // finished chunks p of every peer's output into mine; nobody writes chunk p of a
             // buffer but rank p (phase 1) and the buffer's owner (phase 2, chunks != owner's).
+            // Fused: phase 1 also stores my chunk into chunk `me` of every output, and there is
+            // no phase 2. In place too: chunk `me` of any buffer is read and written only by my
+            // threads, each element read before the same thread writes it.
             let elems = b / s.elem;
             let align = (16 / s.elem).max(1);
             let (c0, cl) = chunk(elems, n, me, align);
             let mine = r(me, Buf::Recv, c0 * s.elem);
+            let fused = algo == Algo::TwoShotFused;
             if algo == Algo::TwoShotRing && n > 1 {
                 // acc = mine + peer me+1, then acc += peer me+k, one peer per kernel.
                 for (k, p) in ring(n, me).enumerate() {
@@ -290,40 +269,46 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
             } else {
                 steps.push(Step::Reduce {
                     dst: mine,
-                    also: Vec::new(),
+                    also: if fused {
+                        ring(n, me).map(|p| r(p, Buf::Recv, c0 * s.elem)).collect()
+                    } else {
+                        Vec::new()
+                    },
                     srcs: (0..n).map(|p| r(p, input, c0 * s.elem)).collect(),
                     elems: cl,
                 });
             }
-            steps.push(Step::Barrier);
-            let push = matches!(
-                algo,
-                Algo::TwoShotPush | Algo::TwoShotCe | Algo::TwoShotRingCe | Algo::TwoShotRing
-            );
-            let segs = if push {
-                // Push: my finished chunk into every peer's output (peers write only the
-                // other chunks of mine), in ring order (only the ring variants care).
-                ring(n, me)
-                    .map(|p| {
-                        let off = c0 * s.elem;
-                        (r(p, Buf::Recv, off), r(me, Buf::Recv, off), cl * s.elem)
-                    })
-                    .collect()
-            } else {
-                (0..n)
-                    .filter(|&p| p != me)
-                    .map(|p| {
-                        let (p0, pl) = chunk(elems, n, p, align);
-                        let off = p0 * s.elem;
-                        (r(me, Buf::Recv, off), r(p, Buf::Recv, off), pl * s.elem)
-                    })
-                    .collect()
-            };
-            steps.push(match algo {
-                Algo::TwoShotCe | Algo::TwoShotPullCe => Step::CopyCe(segs),
-                Algo::TwoShotRingCe | Algo::TwoShotRing => Step::CopyCeRing(segs),
-                _ => Step::Copy(segs),
-            });
+            if !fused {
+                steps.push(Step::Barrier);
+                let push = matches!(
+                    algo,
+                    Algo::TwoShotPush | Algo::TwoShotCe | Algo::TwoShotRingCe | Algo::TwoShotRing
+                );
+                let segs = if push {
+                    // Push: my finished chunk into every peer's output (peers write only the
+                    // other chunks of mine), in ring order (only the ring variants care).
+                    ring(n, me)
+                        .map(|p| {
+                            let off = c0 * s.elem;
+                            (r(p, Buf::Recv, off), r(me, Buf::Recv, off), cl * s.elem)
+                        })
+                        .collect()
+                } else {
+                    (0..n)
+                        .filter(|&p| p != me)
+                        .map(|p| {
+                            let (p0, pl) = chunk(elems, n, p, align);
+                            let off = p0 * s.elem;
+                            (r(me, Buf::Recv, off), r(p, Buf::Recv, off), pl * s.elem)
+                        })
+                        .collect()
+                };
+                steps.push(match algo {
+                    Algo::TwoShotCe | Algo::TwoShotPullCe => Step::CopyCe(segs),
+                    Algo::TwoShotRingCe | Algo::TwoShotRing => Step::CopyCeRing(segs),
+                    _ => Step::Copy(segs),
+                });
+            }
         }
         (K::Alltoall, Algo::Direct | Algo::DirectCe) => {
             // In place, a peer's block me would be overwritten while the peer still reads it.

@@ -420,23 +420,32 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
         if reuse && generic {
             st[0].extend(wait(&mut others(), Stage::C, freed));
         }
+        // Allreduce and reduce split a round into n sub-chunks, rank j reducing sub-chunk j:
+        // (byte offset in the vector, bytes) of sub-chunk j; my sub-chunks for the others into
+        // my in slots; the others' reduced sub-chunks from their out slots into my output.
+        let sub = |j: usize| {
+            let (o, l) = chunk(len / es, n, j, (16 / es).max(1));
+            (lo + o * es, l * es)
+        };
+        let scatter = || {
+            others().map(move |j| {
+                let (off, l) = sub(j);
+                cp(Loc::In { p: me, slot, j }, Loc::Input(off), l)
+            })
+        };
+        let gather = || {
+            others().map(move |p| {
+                let (off, l) = sub(p);
+                cp(Loc::Recv(off), Loc::Out { p, slot }, l)
+            })
+        };
         match s.kind {
             K::Allreduce => {
-                let pe = len / es;
-                let align = (16 / es).max(1);
-                // (byte offset in the vector, bytes) of sub-chunk j of this round.
-                let sub = |j: usize| {
-                    let (o, l) = chunk(pe, n, j, align);
-                    (lo + o * es, l * es)
-                };
                 // A: my sub-chunks for the others, once they have read this slot.
                 if reuse && !generic {
                     st[0].extend(wait(&mut others(), Stage::B, freed));
                 }
-                for j in others() {
-                    let (off, l) = sub(j);
-                    st[0].push(cp(Loc::In { p: me, slot, j }, Loc::Input(off), l));
-                }
+                st[0].extend(scatter());
                 // B: reduce sub-chunk me once every rank's A is done and my out slot is free.
                 st[1].extend(wait(&mut (0..n), Stage::A, g + 1));
                 if reuse && !generic {
@@ -452,10 +461,7 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 // C: every other rank's reduced sub-chunk into my output (after my own B,
                 // which waited for my A: in place, C overwrites what A read).
                 st[2].extend(wait(&mut (0..n), Stage::B, g + 1));
-                for p in others() {
-                    let (off, l) = sub(p);
-                    st[2].push(cp(Loc::Recv(off), Loc::Out { p, slot }, l));
-                }
+                st[2].extend(gather());
             }
             K::Alltoall => {
                 // A: my block for p into my in[slot][p]; B: my own block; C: my block from
@@ -500,16 +506,7 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 // A: my sub-chunks for the others into in[slot][j]; B: sub-chunk me reduced
                 // from every rank's piece into my out slot (the root: into its output); C
                 // (root): the others' reduced sub-chunks into the output.
-                let pe = len / es;
-                let align = (16 / es).max(1);
-                let sub = |j: usize| {
-                    let (o, l) = chunk(pe, n, j, align);
-                    (lo + o * es, l * es)
-                };
-                for j in others() {
-                    let (off, l) = sub(j);
-                    st[0].push(cp(Loc::In { p: me, slot, j }, Loc::Input(off), l));
-                }
+                st[0].extend(scatter());
                 st[1].extend(wait(&mut (0..n), Stage::A, g + 1));
                 let (off, l) = sub(me);
                 st[1].push(Op::Reduce {
@@ -524,10 +521,7 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 if me == s.root {
                     // After every B of the round (mine too: in place, my A read what C writes).
                     st[2].extend(wait(&mut (0..n), Stage::B, g + 1));
-                    for p in others() {
-                        let (off, l) = sub(p);
-                        st[2].push(cp(Loc::Recv(off), Loc::Out { p, slot }, l));
-                    }
+                    st[2].extend(gather());
                 } else {
                     // The slots are read in B (and my out slot in the root's C, which the
                     // next writer of this slot waits for): C follows my B.

@@ -541,23 +541,19 @@ mod tests {
     #[test]
     fn kernel_selection() {
         use crate::mpi::datatype::Basic;
-        assert_eq!(
-            kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Float)),
-            Some((KOp::Sum, KType::F32))
-        );
-        assert_eq!(
-            kernel_for(BuiltinOp::Max, Elem::Basic(Basic::Int64)),
-            Some((KOp::Max, KType::I64))
-        );
-        assert_eq!(
-            kernel_for(BuiltinOp::Min, Elem::Basic(Basic::Float16)),
-            Some((KOp::Min, KType::F16))
-        );
-        assert_eq!(
-            kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Bfloat16)),
-            Some((KOp::Sum, KType::Bf16))
-        );
-        assert_eq!(kernel_for(BuiltinOp::Band, Elem::Basic(Basic::Int32)), None);
-        assert_eq!(kernel_for(BuiltinOp::Sum, Elem::Basic(Basic::Char)), None);
+        for (op, b, want) in [
+            (BuiltinOp::Sum, Basic::Float, Some((KOp::Sum, KType::F32))),
+            (BuiltinOp::Max, Basic::Int64, Some((KOp::Max, KType::I64))),
+            (BuiltinOp::Min, Basic::Float16, Some((KOp::Min, KType::F16))),
+            (
+                BuiltinOp::Sum,
+                Basic::Bfloat16,
+                Some((KOp::Sum, KType::Bf16)),
+            ),
+            (BuiltinOp::Band, Basic::Int32, None),
+            (BuiltinOp::Sum, Basic::Char, None),
+        ] {
+            assert_eq!(kernel_for(op, Elem::Basic(b)), want, "{op:?} {b:?}");
+        }
     }
 }

@@ -73,6 +73,11 @@ struct ResCmd {
     desc: u64,
 }
 const _: () = assert!(std::mem::size_of::<ResCmd>() == 64);
+/// `ResCmd::kind` (the RES_* of kernels/resident.cuh).
+const RES_ALLREDUCE: u32 = 1;
+const RES_ALLTOALL: u32 = 2;
+const RES_ALLGATHER: u32 = 3;
+const RES_COPY: u32 = 4;
 
 /// `struct ResDesc` of kernels/resident.cuh, at `DESC_OFF` of each rank's scratch.
 #[repr(C)]
@@ -548,9 +553,9 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: Option<usize>) -> MpiResu
     let cmd = ResCmd {
         seq: 0,
         kind: match c.kind {
-            CollKind::Allreduce => 1,
-            CollKind::Alltoall => 2,
-            _ => 3,
+            CollKind::Allreduce => RES_ALLREDUCE,
+            CollKind::Alltoall => RES_ALLTOALL,
+            _ => RES_ALLGATHER,
         },
         op,
         ty,
@@ -563,15 +568,21 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: Option<usize>) -> MpiResu
     };
     let ordinal = st.ordinal;
     drop(comms);
+    with_res(ordinal, |r| r.run(cmd)).map_err(err)
+}
+
+/// `f` on the resident kernel of device `ordinal` (set up at first use), under its lock: one
+/// command at a time per device.
+fn with_res<R>(ordinal: i32, f: impl FnOnce(&mut Res) -> Result<R, String>) -> Result<R, String> {
     let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
     let idx = ordinal.max(0) as usize;
     if res.len() <= idx {
         res.resize_with(idx + 1, || None);
     }
     if res[idx].is_none() {
-        res[idx] = Some(Res::new(ordinal).map_err(err)?);
+        res[idx] = Some(Res::new(ordinal)?);
     }
-    res[idx].as_mut().unwrap().run(cmd).map_err(err)
+    f(res[idx].as_mut().expect("set up above"))
 }
 
 // ---- small copies for point-to-point staging ----
@@ -584,11 +595,11 @@ fn small_copy_limit() -> usize {
 }
 
 /// Whether a copy of `len` bytes may use the resident kernel of device `ordinal`: `len` is
-/// within `GPUMPI_GPU_SMALL_COPY`, the kernels are already loaded (their first load costs milliseconds, more than the
-/// first-call budget; after a few small copies it is started in the background, and no copy
-/// waits for it),
-/// and no other process is known to use this GPU (kernels of processes sharing a GPU
-/// time-slice, so a polling kernel would delay the other's work).
+/// within `GPUMPI_GPU_SMALL_COPY`; the kernels are already loaded (their first load costs
+/// milliseconds, more than the first-call budget: after a few small copies it is started in
+/// the background, and no copy waits for it); and no other process is known to use this GPU
+/// (kernels of processes sharing a GPU time-slice, so a polling kernel would delay the
+/// other's work).
 fn small_copy_ready(ordinal: i32, len: usize) -> bool {
     if len > small_copy_limit() {
         return false;
@@ -608,10 +619,11 @@ fn small_copy_ready(ordinal: i32, len: usize) -> bool {
     sole::alone(ordinal)
 }
 
-/// Copy `len` bytes (at most `GPUMPI_GPU_SMALL_COPY`, itself at most [`COPY_MAX`]) between device memory of `ordinal` and host memory
-/// through the resident kernel: `to_host` copies device address `src` into host `dst`, else
-/// host `src` into device address `dst`. Synchronous, like the copies it replaces. `None`: not
-/// available here (the caller copies with the copy engine).
+/// Copy `len` bytes (at most `GPUMPI_GPU_SMALL_COPY`, itself at most [`COPY_MAX`]) between
+/// device memory of `ordinal` and host memory through the resident kernel: `to_host` copies
+/// device address `src` into host `dst`, else host `src` into device address `dst`.
+/// Synchronous, like the copies it replaces. `None`: not available here (the caller copies
+/// with the copy engine).
 ///
 /// # Safety
 /// The device range is memory of `ordinal` the caller may read (or write); the host range is
@@ -626,61 +638,49 @@ pub unsafe fn copy_small(
     if len == 0 || !small_copy_ready(ordinal, len) {
         return None;
     }
-    let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
-    let idx = ordinal.max(0) as usize;
-    if res.len() <= idx {
-        res.resize_with(idx + 1, || None);
-    }
-    if res[idx].is_none() {
-        match Res::new(ordinal) {
-            Ok(r) => res[idx] = Some(r),
-            Err(e) => return Some(Err(e)),
+    Some(with_res(ordinal, |r| {
+        let mut c = ResCmd {
+            kind: RES_COPY,
+            bytes: len as u64,
+            ..Default::default()
+        };
+        if to_host {
+            c.src = src as u64;
+            c.dst = r.ll_dev;
+        } else if len <= INLINE {
+            let mut inline = [0u8; INLINE];
+            inline[..len].copy_from_slice(std::slice::from_raw_parts(src as *const u8, len));
+            c.op = 1;
+            c.ty = 1;
+            c.dst = dst as u64;
+            c.flagv = u64::from_le_bytes(inline[..8].try_into().unwrap());
+            c.desc = u64::from_le_bytes(inline[8..].try_into().unwrap());
+        } else {
+            std::ptr::copy_nonoverlapping(src as *const u8, r.stage, len);
+            c.op = 1;
+            c.src = r.stage_dev;
+            c.dst = dst as u64;
         }
-    }
-    let r = res[idx].as_mut().unwrap();
-    let mut c = ResCmd {
-        kind: 4,
-        bytes: len as u64,
-        ..Default::default()
-    };
-    if to_host {
-        c.src = src as u64;
-        c.dst = r.ll_dev;
-    } else if len <= INLINE {
-        let mut inline = [0u8; INLINE];
-        inline[..len].copy_from_slice(std::slice::from_raw_parts(src as *const u8, len));
-        c.op = 1;
-        c.ty = 1;
-        c.dst = dst as u64;
-        c.flagv = u64::from_le_bytes(inline[..8].try_into().unwrap());
-        c.desc = u64::from_le_bytes(inline[8..].try_into().unwrap());
-    } else {
-        std::ptr::copy_nonoverlapping(src as *const u8, r.stage, len);
-        c.op = 1;
-        c.src = r.stage_dev;
-        c.dst = dst as u64;
-    }
-    if let Err(e) = r.run(c) {
-        return Some(Err(e));
-    }
-    if to_host {
-        // Every word carries the command's tag once its data has arrived.
-        let tag = (r.seq & 0xffff_ffff) << 32;
-        let out = dst as *mut u8;
-        for i in 0..len.div_ceil(4) {
-            let w = loop {
-                let w = std::ptr::read_volatile(r.ll.add(i));
-                if w & !0xffff_ffff == tag {
-                    break w;
-                }
-                std::hint::spin_loop();
-            };
-            let b = (w as u32).to_le_bytes();
-            let k = (len - 4 * i).min(4);
-            std::ptr::copy_nonoverlapping(b.as_ptr(), out.add(4 * i), k);
+        r.run(c)?;
+        if to_host {
+            // Every word carries the command's tag once its data has arrived.
+            let tag = (r.seq & 0xffff_ffff) << 32;
+            let out = dst as *mut u8;
+            for i in 0..len.div_ceil(4) {
+                let w = loop {
+                    let w = std::ptr::read_volatile(r.ll.add(i));
+                    if w & !0xffff_ffff == tag {
+                        break w;
+                    }
+                    std::hint::spin_loop();
+                };
+                let b = (w as u32).to_le_bytes();
+                let k = (len - 4 * i).min(4);
+                std::ptr::copy_nonoverlapping(b.as_ptr(), out.add(4 * i), k);
+            }
         }
-    }
-    Some(Ok(()))
+        Ok(())
+    }))
 }
 
 /// Whether this process is the only one (of any gpumpi job on this host's network namespace)

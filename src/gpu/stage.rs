@@ -48,6 +48,30 @@ pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
     Ok(HostBuf::new(len, Some(d.ctx)))
 }
 
+/// A small copy between device memory (allocation `info`) and host memory by the device's
+/// resident kernel, when it takes it (`resident::copy_small`); None: use the copy engine.
+///
+/// # Safety
+/// As for [`copy_to_host`] (`to_host`) or [`copy_to_device`].
+unsafe fn by_resident(
+    info: &PtrInfo,
+    dst: usize,
+    src: usize,
+    len: usize,
+    to_host: bool,
+) -> Option<MpiResult<()>> {
+    if info.kind != super::cache::MemKind::Device {
+        return None;
+    }
+    let r = super::resident::copy_small(info.device, dst, src, len, to_host)?;
+    let what = if to_host {
+        "device to host, resident kernel"
+    } else {
+        "host to device, resident kernel"
+    };
+    Some(r.map_err(|e| cuda_err(what, e)))
+}
+
 /// Copy `dst.len()` bytes from device address `src` (in the allocation `info`) to host memory.
 ///
 /// # Safety
@@ -56,16 +80,8 @@ pub unsafe fn copy_to_host(info: &PtrInfo, src: usize, dst: &mut [u8]) -> MpiRes
     if dst.is_empty() {
         return Ok(());
     }
-    if info.kind == super::cache::MemKind::Device {
-        if let Some(r) = super::resident::copy_small(
-            info.device,
-            dst.as_mut_ptr() as usize,
-            src,
-            dst.len(),
-            true,
-        ) {
-            return r.map_err(|e| cuda_err("device to host, resident kernel", e));
-        }
+    if let Some(r) = by_resident(info, dst.as_mut_ptr() as usize, src, dst.len(), true) {
+        return r;
     }
     let d = dev_ctx(info)?;
     cuda::with_context(d.ctx, || {
@@ -83,12 +99,8 @@ pub unsafe fn copy_to_device(info: &PtrInfo, dst: usize, src: &[u8]) -> MpiResul
     if src.is_empty() {
         return Ok(());
     }
-    if info.kind == super::cache::MemKind::Device {
-        if let Some(r) =
-            super::resident::copy_small(info.device, dst, src.as_ptr() as usize, src.len(), false)
-        {
-            return r.map_err(|e| cuda_err("host to device, resident kernel", e));
-        }
+    if let Some(r) = by_resident(info, dst, src.as_ptr() as usize, src.len(), false) {
+        return r;
     }
     let d = dev_ctx(info)?;
     cuda::with_context(d.ctx, || {

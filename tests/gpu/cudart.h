@@ -62,6 +62,25 @@ static int cudart_skip_all(const char *why, int rank) {
     return any_skip;
 }
 
+/* The start of every GPU test: load the CUDA runtime, MPI_Init (or MPI_Init_thread with
+ * `required` when it is not -1), this rank's number and the world size, then the SKIP check.
+ * Returns the provided thread level, or -1 after MPI_Finalize when the test is skipped. */
+static inline int cudart_mpi_init(int *argc, char ***argv, int required, int *rank, int *size) {
+    const char *why = cudart_load();
+    int provided = -1;
+    if (required == -1)
+        MPI_Init(argc, argv);
+    else
+        MPI_Init_thread(argc, argv, required, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    if (cudart_skip_all(why, *rank)) {
+        MPI_Finalize();
+        return -1;
+    }
+    return provided == -1 ? MPI_THREAD_SINGLE : provided;
+}
+
 static int cudart_pick_device(void) {
     int n = 0;
     cudaGetDeviceCount_(&n);

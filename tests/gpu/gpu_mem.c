@@ -457,14 +457,7 @@ static void vmm_setup(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *why = cudart_load();
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (cudart_skip_all(why, rank)) {
-        MPI_Finalize();
-        return 0;
-    }
+    if (cudart_mpi_init(&argc, &argv, -1, &rank, &size) < 0) return 0;
     int big = argc > 1 && strcmp(argv[1], "big") == 0;
     dev = cudart_pick_device();
     CU(cudaFree_(NULL)); /* the primary context, current on this thread (cuMemAlloc needs one) */

@@ -63,15 +63,8 @@ static void *worker(void *arg)
 
 int main(int argc, char **argv)
 {
-    const char *why = cudart_load();
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (cudart_skip_all(why, rank)) {
-        MPI_Finalize();
-        return 0;
-    }
+    int provided = cudart_mpi_init(&argc, &argv, MPI_THREAD_MULTIPLE, &rank, &size);
+    if (provided < 0) return 0;
     int errors = provided == MPI_THREAD_MULTIPLE ? 0 : 1;
     if (errors) fprintf(stderr, "rank %d: provided thread level %d\n", rank, provided);
     dev = cudart_pick_device();

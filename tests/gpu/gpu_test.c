@@ -699,14 +699,7 @@ static void test_split_churn(void)
 }
 
 int main(int argc, char **argv) {
-    const char *why = cudart_load();
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (cudart_skip_all(why, rank)) {
-        MPI_Finalize();
-        return 0;
-    }
+    if (cudart_mpi_init(&argc, &argv, -1, &rank, &size) < 0) return 0;
     int dev = cudart_pick_device();
     if (MPIX_Query_cuda_support() != 1) {
         fprintf(stderr, "rank %d: MPIX_Query_cuda_support() != 1 with a device present\n", rank);
