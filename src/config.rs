@@ -163,6 +163,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 256 KiB each). Each rank's region per communicator holds 2 x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
     },
     Param {
+        name: "GPUMPI_GPU_HOST_DEPTH",
+        default: "2",
+        doc: "Without CUDA IPC: rounds of the host-memory pipelines in flight at once (slots per stage buffer, 2-8). Each rank's region per communicator holds depth x (ranks + 1) x GPUMPI_GPU_HOST_CHUNK bytes; on the 4 x H200 machine 2 was fastest (deeper regions fall out of the CPU caches). Must be the same on every rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
         doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",

@@ -14,8 +14,8 @@
 //!   `j` of it belongs to rank `j`:
 //!   - A (copy engine): my sub-chunks `j != me` -> my region's `in[slot][j]`;
 //!   - B: a kernel reduces sub-chunk `me` of every rank (mine from device memory, the others
-//!     read over PCIe from their `in[slot][me]`) into my output, the copy engine stores the
-//!     result in my `out[slot]`;
+//!     read over PCIe from their `in[slot][me]`) and stores the result both in my output and
+//!     in my `out[slot]`;
 //!   - C (copy engine): every other rank's `out[slot]` -> my output.
 //!
 //!   Alltoall: A copies my blocks for the others into my `in` slots, C copies my block out of
@@ -25,14 +25,16 @@
 //!   themselves write and wait on (CUDA stream memory operations, the waits of a stage batched
 //!   into one `cuStreamBatchMemOp`: no host round trip, no kernel): stage X of round g sets my
 //!   counter X to g+1; a stage waits for the counters of the stages it reads, and a slot
-//!   (g mod 2) is rewritten only after every reader of round g-2 is done. Rounds are numbered per communicator across calls, so a call
-//!   never waits for peers at its end: when its own streams are done its output is complete
-//!   and its buffers are no longer read by anyone.
+//!   (g mod depth) is rewritten only after every reader of round g-depth is done. Rounds are
+//!   numbered per communicator across calls, so a call never waits for peers at its end: when
+//!   its own streams are done its output is complete and its buffers are no longer read by
+//!   anyone.
 //!
 //! A call of `b` bytes runs in about 4 rounds (`b / 4n` bytes per rank and round, at least
 //! 256 KiB, at most `GPUMPI_GPU_HOST_CHUNK`, default 1 MiB): the copies of one round overlap
 //! the others'. Per rank and per communicator the region holds the resident scratch (1 MiB:
-//! 64 KiB slots in host mode) plus `2 x (n + 1) x chunk` bytes (11 MiB in all at 4 ranks),
+//! 64 KiB slots in host mode) plus `depth x (n + 1) x chunk` bytes (`GPUMPI_GPU_HOST_DEPTH`,
+//! default 2: 11 MiB in all at 4 ranks),
 //! for at most [`MAX_COMMS`] communicators per process; beyond that, calls are staged.
 //!
 //! Host-memory bandwidth bounds this design: every byte a GPU contributes crosses PCIe and the
@@ -50,8 +52,6 @@ pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
 const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
 /// Counters of stages A, B, C at PIPE_OFF (one 64-byte line each, [`Stage::flag_off`]).
 const IN_OFF: usize = PIPE_OFF + 4096;
-/// Slots per stage buffer (double buffering across rounds).
-const DEPTH: usize = 2;
 /// Communicators (per process) with a host region.
 pub const MAX_COMMS: usize = 16;
 
@@ -72,8 +72,14 @@ fn chunk_bytes() -> usize {
     })
 }
 
-fn region_len(n: usize, q: usize) -> usize {
-    IN_OFF + DEPTH * (n + 1) * q
+/// Slots per stage buffer (`GPUMPI_GPU_HOST_DEPTH`, 2-8): rounds in flight at once.
+fn depth() -> usize {
+    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *D.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_HOST_DEPTH").clamp(2, 8))
+}
+
+fn region_len(n: usize, q: usize, depth: usize) -> usize {
+    IN_OFF + depth * (n + 1) * q
 }
 
 /// One communicator's regions as mapped and registered in this process.
@@ -85,6 +91,8 @@ pub struct HostComm {
     n: usize,
     me: usize,
     q: usize,
+    /// Slots per stage buffer.
+    depth: usize,
     /// Every rank's region (mine at `me`), kept mapped for the life of the process.
     regions: Vec<Region>,
     /// Device address of every rank's region (registered here).
@@ -102,7 +110,7 @@ impl HostComm {
         self.dev[p] + (IN_OFF + (slot * self.n + j) * self.q) as u64
     }
     fn out_addr(&self, p: usize, slot: usize) -> u64 {
-        self.dev[p] + (IN_OFF + DEPTH * self.n * self.q + slot * self.q) as u64
+        self.dev[p] + (IN_OFF + (self.depth * self.n + slot) * self.q) as u64
     }
 }
 
@@ -156,7 +164,8 @@ fn setup(
 ) -> MpiResult<Option<HostComm>> {
     let n = world.len();
     let q = chunk_bytes();
-    let len = region_len(n, q);
+    let depth = depth();
+    let len = region_len(n, q, depth);
     let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
     let job = crate::transport::shm::job_id();
     let full = COMMS.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_COMMS;
@@ -227,6 +236,7 @@ fn setup(
         n,
         me,
         q,
+        depth,
         regions,
         dev,
         rounds: 0,
@@ -354,9 +364,9 @@ pub enum Op {
         src: Loc,
         len: usize,
     },
-    /// `dst = srcs[0] op srcs[1] ...` over `elems` elements.
+    /// `dsts[..] = srcs[0] op srcs[1] ...` over `elems` elements.
     Reduce {
-        dst: Loc,
+        dsts: Vec<Loc>,
         srcs: Vec<Loc>,
         elems: usize,
     },
@@ -370,15 +380,20 @@ pub enum Op {
 /// The operations of rank `s.rank` for the call `s` (allreduce, alltoall, allgather, bcast,
 /// reduce, reduce_scatter_block)
 /// starting at pipeline round `base`, per stream (A, B, C), and the number of rounds; `q` bytes
-/// per rank and round. `None`: the call has no schedule here (in-place alltoall, other
+/// per rank and round, `depth` slots per stage buffer. `None`: the call has no schedule here (in-place alltoall, other
 /// collectives). Pure: tested without a GPU by running every rank's streams in random
 /// interleavings ([`tests`]).
 ///
 /// Every stage signals its counter every round on every rank. Before a rank rewrites its slots
-/// for round g it waits until every other rank's C of round g-2 is done (C, the last stage,
+/// for round g it waits until every other rank's C of round g-depth is done (C, the last stage,
 /// waits for everything of its round), except in allreduce's steady state, where the readers
 /// are known precisely: `in` slots are read by B, `out` slots by C.
-pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>; 3], u64)> {
+pub fn pipeline(
+    s: &super::coll::Shape,
+    q: usize,
+    depth: usize,
+    base: u64,
+) -> Option<([Vec<Op>; 3], u64)> {
     use crate::coll::CollKind as K;
     let (n, me) = (s.nranks, s.rank);
     let es = match s.kind {
@@ -410,13 +425,13 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
     let b = s.bytes;
     for r in 0..rounds {
         let g = base + r;
-        let slot = (g % DEPTH as u64) as usize;
+        let slot = (g % depth as u64) as usize;
         let lo = r as usize * unit;
         let len = unit.min(total - lo);
-        let reuse = g + 1 > DEPTH as u64;
-        let freed = (g + 1).saturating_sub(DEPTH as u64);
+        let reuse = g + 1 > depth as u64;
+        let freed = (g + 1).saturating_sub(depth as u64);
         // The first rounds of a call reuse slots of the previous call, whatever it was.
-        let generic = (r as usize) < DEPTH || s.kind != K::Allreduce;
+        let generic = (r as usize) < depth || s.kind != K::Allreduce;
         if reuse && generic {
             st[0].extend(wait(&mut others(), Stage::C, freed));
         }
@@ -451,13 +466,14 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 if reuse && !generic {
                     st[1].extend(wait(&mut others(), Stage::C, freed));
                 }
+                // The kernel stores my reduced sub-chunk in my output and in my out slot (no
+                // copy-engine copy after it).
                 let (off, l) = sub(me);
                 st[1].push(Op::Reduce {
-                    dst: Loc::Recv(off),
+                    dsts: vec![Loc::Recv(off), Loc::Out { p: me, slot }],
                     srcs: operands(Loc::Input(off), &|p| Loc::In { p, slot, j: me }),
                     elems: l / es,
                 });
-                st[1].push(cp(Loc::Out { p: me, slot }, Loc::Recv(off), l));
                 // C: every other rank's reduced sub-chunk into my output (after my own B,
                 // which waited for my A: in place, C overwrites what A read).
                 st[2].extend(wait(&mut (0..n), Stage::B, g + 1));
@@ -510,11 +526,11 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 st[1].extend(wait(&mut (0..n), Stage::A, g + 1));
                 let (off, l) = sub(me);
                 st[1].push(Op::Reduce {
-                    dst: if me == s.root {
+                    dsts: vec![if me == s.root {
                         Loc::Recv(off)
                     } else {
                         Loc::Out { p: me, slot }
-                    },
+                    }],
                     srcs: operands(Loc::Input(off), &|p| Loc::In { p, slot, j: me }),
                     elems: l / es,
                 });
@@ -537,7 +553,7 @@ pub fn pipeline(s: &super::coll::Shape, q: usize, base: u64) -> Option<([Vec<Op>
                 );
                 st[1].extend(wait(&mut others(), Stage::A, g + 1));
                 st[1].push(Op::Reduce {
-                    dst: Loc::Recv(lo),
+                    dsts: vec![Loc::Recv(lo)],
                     srcs: operands(Loc::Input(me * b + lo), &|p| Loc::In { p, slot, j: me }),
                     elems: len / es,
                 });
@@ -578,7 +594,8 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
         _ => c.shape.bytes * n,
     };
     let q = round_chunk(total, n, hc.q);
-    let (ops, rounds) = pipeline(&c.shape, q, hc.rounds).ok_or("no schedule for this call")?;
+    let (ops, rounds) =
+        pipeline(&c.shape, q, hc.depth, hc.rounds).ok_or("no schedule for this call")?;
     let recv = c.recv.map_or(0, |r| r.0);
     let input = c.send.map_or(recv, |s| s.0);
     let grid = super::coll::max_grid(hc.ordinal);
@@ -611,7 +628,7 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
                         Op::Copy { dst, src, len } => {
                             cuda::memcpy_dtod_async(at(dst), at(src), *len, s)?
                         }
-                        Op::Reduce { dst, srcs, elems } => {
+                        Op::Reduce { dsts, srcs, elems } => {
                             let Some((op, t)) = c.red else {
                                 return Err(cuda::CudaError {
                                     call: "reduce",
@@ -620,7 +637,8 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
                                 });
                             };
                             let ptrs: Vec<usize> = srcs.iter().map(at).collect();
-                            k.reduce_n_async(op, t, &[at(dst)], &ptrs, *elems, grid, s)?
+                            let outs: Vec<usize> = dsts.iter().map(at).collect();
+                            k.reduce_n_async(op, t, &outs, &ptrs, *elems, grid, s)?
                         }
                         Op::Signal { stage, v } => {
                             cuda::stream_write(s, flag(hc.me, *stage), *v)?;
@@ -741,7 +759,7 @@ mod tests {
     /// Run `calls` (kind, bytes, in place) consecutively on `n` simulated ranks whose streams
     /// advance in a random interleaving (`seed`); each rank starts its next call when its three
     /// streams are done, as the host does. Checks every output; panics on a deadlock.
-    fn run(n: usize, q: usize, calls: &[(K, usize, bool)], seed: u64) {
+    fn run(n: usize, q: usize, depth: usize, calls: &[(K, usize, bool)], seed: u64) {
         struct Rank {
             region_in: Vec<u8>,
             region_out: Vec<u8>,
@@ -749,8 +767,8 @@ mod tests {
         }
         let mut ranks: Vec<Rank> = (0..n)
             .map(|_| Rank {
-                region_in: vec![0; DEPTH * n * q],
-                region_out: vec![0; DEPTH * q],
+                region_in: vec![0; depth * n * q],
+                region_out: vec![0; depth * q],
                 flags: [0; 3],
             })
             .collect();
@@ -776,7 +794,7 @@ mod tests {
         let mut ops: Vec<[Vec<Op>; 3]> = Vec::new();
         let mut pos = vec![[0usize; 3]; n];
         for p in 0..n {
-            let (o, r) = pipeline(&shapes[p][0], q, 0).expect("a schedule");
+            let (o, r) = pipeline(&shapes[p][0], q, depth, 0).expect("a schedule");
             ops.push(o);
             base[p] = r;
         }
@@ -802,7 +820,7 @@ mod tests {
             if runnable.is_empty() {
                 assert!(
                     call.iter().all(|&c| c >= calls.len()),
-                    "deadlock: n={n} q={q} calls={calls:?} at {call:?} {pos:?}"
+                    "deadlock: n={n} q={q} depth={depth} calls={calls:?} at {call:?} {pos:?}"
                 );
                 break;
             }
@@ -852,7 +870,7 @@ mod tests {
                     let v = read(&ranks, &bufs, src, len);
                     write(&mut ranks, &mut bufs, dst, &v);
                 }
-                Op::Reduce { dst, srcs, elems } => {
+                Op::Reduce { dsts, srcs, elems } => {
                     let ins: Vec<Vec<u8>> = srcs
                         .iter()
                         .map(|l| read(&ranks, &bufs, *l, elems * 4))
@@ -862,7 +880,9 @@ mod tests {
                             .map(|b| i32::from_le_bytes(b[e * 4..e * 4 + 4].try_into().unwrap()))
                             .fold(0i32, |a, x| a.wrapping_add(x))
                     }));
-                    write(&mut ranks, &mut bufs, dst, &out);
+                    for dst in dsts {
+                        write(&mut ranks, &mut bufs, dst, &out);
+                    }
                 }
                 Op::Signal { stage, v } => {
                     let f = &mut ranks[p].flags[stage as usize];
@@ -874,12 +894,13 @@ mod tests {
             if (0..3).all(|s| pos[p][s] == ops[p][s].len()) {
                 assert!(
                     bufs[p][c].1 == wants[p][c],
-                    "n={n} q={q} call {c} {:?} rank {p} seed {seed}: wrong output",
+                    "n={n} q={q} depth={depth} call {c} {:?} rank {p} seed {seed}: wrong output",
                     calls[c]
                 );
                 call[p] += 1;
                 if call[p] < calls.len() {
-                    let (o, r) = pipeline(&shapes[p][call[p]], q, base[p]).expect("a schedule");
+                    let (o, r) =
+                        pipeline(&shapes[p][call[p]], q, depth, base[p]).expect("a schedule");
                     ops[p] = o;
                     pos[p] = [0; 3];
                     base[p] += r;
@@ -895,9 +916,11 @@ mod tests {
             for seed in 1..25u64 {
                 // q = 32 bytes: calls take many rounds; kinds alternate so that slots of one
                 // kind are reused by another.
+                // Depths 2-4 (slots of a depth-d region reused from round d on).
                 run(
                     n,
                     32,
+                    2 + seed as usize % 3,
                     &[
                         (K::Allreduce, 4, false),
                         (K::Allreduce, 400, true),
@@ -924,9 +947,9 @@ mod tests {
 
     #[test]
     fn unserved_calls_have_no_schedule() {
-        assert!(pipeline(&shape(K::Alltoall, 4, 0, 64, true), 4096, 0).is_none());
-        assert!(pipeline(&shape(K::ReduceScatterBlock, 4, 0, 64, true), 4096, 0).is_none());
-        assert!(pipeline(&shape(K::Scan, 4, 0, 64, false), 4096, 0).is_none());
+        assert!(pipeline(&shape(K::Alltoall, 4, 0, 64, true), 4096, 2, 0).is_none());
+        assert!(pipeline(&shape(K::ReduceScatterBlock, 4, 0, 64, true), 4096, 2, 0).is_none());
+        assert!(pipeline(&shape(K::Scan, 4, 0, 64, false), 4096, 2, 0).is_none());
     }
 
     #[test]
@@ -946,7 +969,7 @@ mod tests {
     fn allreduce_rounds_and_slots() {
         // 4 ranks, 1 MiB per rank per round: 16 MiB is 4 rounds; slots alternate across calls.
         let (ops, rounds) =
-            pipeline(&shape(K::Allreduce, 4, 1, 16 << 20, false), 1 << 20, 3).unwrap();
+            pipeline(&shape(K::Allreduce, 4, 1, 16 << 20, false), 1 << 20, 2, 3).unwrap();
         assert_eq!(rounds, 4);
         let slots: Vec<usize> = ops[0]
             .iter()
