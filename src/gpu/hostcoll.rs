@@ -34,8 +34,8 @@
 //! 256 KiB, at most `GPUMPI_GPU_HOST_CHUNK`, default 1 MiB): the copies of one round overlap
 //! the others'. Per rank and per communicator the region holds the resident scratch (1 MiB:
 //! 64 KiB slots in host mode) plus `depth x (n + 1) x chunk` bytes (`GPUMPI_GPU_HOST_DEPTH`,
-//! default 2: 11 MiB in all at 4 ranks),
-//! for at most [`MAX_COMMS`] communicators per process; beyond that, calls are staged.
+//! default 2: 11 MiB in all at 4 ranks), for at most [`MAX_COMMS`] communicators per process;
+//! beyond that, calls are staged.
 //!
 //! Host-memory bandwidth bounds this design: every byte a GPU contributes crosses PCIe and the
 //! host memory twice, 10 x the vector per call at 4 ranks through host memory (see
@@ -378,16 +378,15 @@ pub enum Op {
 }
 
 /// The operations of rank `s.rank` for the call `s` (allreduce, alltoall, allgather, bcast,
-/// reduce, reduce_scatter_block)
-/// starting at pipeline round `base`, per stream (A, B, C), and the number of rounds; `q` bytes
-/// per rank and round, `depth` slots per stage buffer. `None`: the call has no schedule here (in-place alltoall, other
-/// collectives). Pure: tested without a GPU by running every rank's streams in random
-/// interleavings ([`tests`]).
+/// reduce, reduce_scatter_block) starting at pipeline round `base`, per stream (A, B, C), and
+/// the number of rounds; `q` bytes per rank and round, `depth` slots per stage buffer. `None`:
+/// the call has no schedule here (in-place alltoall, other collectives). Pure: tested without
+/// a GPU by running every rank's streams in random interleavings ([`tests`]).
 ///
 /// Every stage signals its counter every round on every rank. Before a rank rewrites its slots
-/// for round g it waits until every other rank's C of round g-depth is done (C, the last stage,
-/// waits for everything of its round), except in allreduce's steady state, where the readers
-/// are known precisely: `in` slots are read by B, `out` slots by C.
+/// for round g it waits until every other rank's C of round g-depth is done (C, the last
+/// stage, waits for everything of its round), except in allreduce's steady state, where the
+/// readers are known precisely: `in` slots are read by B, `out` slots by C.
 pub fn pipeline(
     s: &super::coll::Shape,
     q: usize,
