@@ -7,8 +7,7 @@
 #include <chrono>
 #include <vector>
 #include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+#include "micro.h"
 
 __global__ void kread(const uint4 *h, uint4 *d, size_t n) {  // d = h (host -> device by SMs)
     size_t s = (size_t)gridDim.x * blockDim.x;
@@ -37,15 +36,14 @@ int main(int argc, char **argv) {
     std::vector<cudaStream_t> s1(ng), s2(ng);
     for (int g = 0; g < ng; g++) {
         CK(cudaSetDevice(g));
-        CK(cudaHostAlloc(&h[g], bytes, cudaHostAllocPortable | cudaHostAllocMapped));
-        CK(cudaHostAlloc(&h2[g], bytes, cudaHostAllocPortable | cudaHostAllocMapped));
-        memset(h[g], 1, bytes); memset(h2[g], 1, bytes);
+        h[g] = host_mapped(bytes);
+        h2[g] = host_mapped(bytes);
         CK(cudaMalloc(&d[g], bytes)); CK(cudaMalloc(&d2[g], bytes));
-        CK(cudaStreamCreateWithFlags(&s1[g], cudaStreamNonBlocking));
-        CK(cudaStreamCreateWithFlags(&s2[g], cudaStreamNonBlocking));
+        s1[g] = stream_nonblocking();
+        s2[g] = stream_nonblocking();
     }
     int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    auto sync = [&]() { for (int g = 0; g < ng; g++) { CK(cudaSetDevice(g)); CK(cudaDeviceSynchronize()); } };
+    auto sync = [&]() { sync_all(ng); };
     auto bench = [&](const char *name, int gpus, auto fn, double factor) {
         for (int rep = 0; rep < 2; rep++) {
             sync();

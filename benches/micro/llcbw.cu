@@ -10,8 +10,7 @@
 #include <chrono>
 #include <vector>
 #include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+#include "micro.h"
 
 // Copy `total` 16-byte words from a cycled region of `region` words (src or dst cycles).
 __global__ void kcopy(const uint4 *src, uint4 *dst, size_t region, size_t total, int src_cycles) {
@@ -30,14 +29,13 @@ int main(int argc, char **argv) {
     size_t maxr = 256 << 20;
     for (int g = 0; g < ng; g++) {
         CK(cudaSetDevice(g));
-        CK(cudaHostAlloc(&w[g], maxr, cudaHostAllocPortable | cudaHostAllocMapped));
-        memset(w[g], 1, maxr);
+        w[g] = host_mapped(maxr);
         CK(cudaMalloc(&d[g], total)); CK(cudaMalloc(&d2[g], total));
-        CK(cudaStreamCreateWithFlags(&s1[g], cudaStreamNonBlocking));
-        CK(cudaStreamCreateWithFlags(&s2[g], cudaStreamNonBlocking));
+        s1[g] = stream_nonblocking();
+        s2[g] = stream_nonblocking();
     }
     int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    auto sync = [&]() { for (int g = 0; g < ng; g++) { CK(cudaSetDevice(g)); CK(cudaDeviceSynchronize()); } };
+    auto sync = [&]() { sync_all(ng); };
     auto bench = [&](const char *name, size_t region, int dirs, auto fn) {
         double best = 1e9;
         for (int rep = 0; rep < 3; rep++) {

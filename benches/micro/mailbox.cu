@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <vector>
 #include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "micro.h"
 typedef unsigned long long u64;
 static void (*on_stuck)() = nullptr;
 static void wait_eq(volatile u64 *p, u64 v, const char *what, int g) {
@@ -24,7 +24,6 @@ static void wait_eq(volatile u64 *p, u64 v, const char *what, int g) {
             exit(3);
         }
 }
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 enum { OP_SEND = 1, OP_RECV = 2, OP_RECV_FIRST = 4, OP_FENCE_GPU = 8, OP_FENCE_SYS = 16 };
 
@@ -84,7 +83,7 @@ int main(int argc, char **argv) {
         CK(cudaMemset(mbox[g], 0, 4096));
         unsigned v[2] = {0x1000u + g, 0x2000u + g};
         CK(cudaMemcpy(src[g], v, 8, cudaMemcpyHostToDevice));
-        CK(cudaStreamCreateWithFlags(&st[g], cudaStreamNonBlocking));
+        st[g] = stream_nonblocking();
         cmdline[8 * g] = 0; doneline[8 * g] = 0;
         CK(cudaDeviceSynchronize());
     }
