@@ -160,7 +160,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_HOST_CHUNK",
         default: "1048576",
-        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 256 KiB each). Each rank's region per communicator holds 2 x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
+        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 256 KiB each). Each rank's region per communicator holds GPUMPI_GPU_HOST_DEPTH x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_DEPTH",

@@ -62,20 +62,15 @@ fn err(e: impl std::fmt::Display) -> MpiError {
     )
 }
 
-/// Bytes per rank of one pipeline round (`GPUMPI_GPU_HOST_CHUNK`, a multiple of 4 KiB).
-fn chunk_bytes() -> usize {
-    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *C.get_or_init(|| {
-        crate::config::get_usize("GPUMPI_GPU_HOST_CHUNK")
-            .clamp(64 << 10, 64 << 20)
-            .next_multiple_of(4096)
-    })
-}
-
-/// Slots per stage buffer (`GPUMPI_GPU_HOST_DEPTH`, 2-8): rounds in flight at once.
-fn depth() -> usize {
-    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_HOST_DEPTH").clamp(2, 8))
+/// Bytes per rank of one pipeline round (`GPUMPI_GPU_HOST_CHUNK`, a multiple of 4 KiB) and
+/// slots per stage buffer (`GPUMPI_GPU_HOST_DEPTH`, 2-8: rounds in flight at once), read when
+/// a communicator's regions are set up and kept in its [`HostComm`].
+fn chunk_and_depth() -> (usize, usize) {
+    let get = crate::config::get_usize;
+    let q = get("GPUMPI_GPU_HOST_CHUNK")
+        .clamp(64 << 10, 64 << 20)
+        .next_multiple_of(4096);
+    (q, get("GPUMPI_GPU_HOST_DEPTH").clamp(2, 8))
 }
 
 fn region_len(n: usize, q: usize, depth: usize) -> usize {
@@ -163,8 +158,7 @@ fn setup(
     host: &dyn Host,
 ) -> MpiResult<Option<HostComm>> {
     let n = world.len();
-    let q = chunk_bytes();
-    let depth = depth();
+    let (q, depth) = chunk_and_depth();
     let len = region_len(n, q, depth);
     let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
     let job = crate::transport::shm::job_id();
