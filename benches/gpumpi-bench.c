@@ -22,11 +22,11 @@
 /* ------------------------------------------------------------- options */
 
 static struct {
-    int op, type, redop, root, warmup, iters, blocking, check, window, cuda, nccl, inject;
+    int op, type, redop, root, warmup, iters, blocking, check, window, cuda, nccl, inject, vmm;
     size_t minb, maxb, factor;
     const char *csv, *json, *label;
 } O = { BU_OP_ALLREDUCE, BU_FLOAT, BU_SUM, 0, 5, 20, 1, 1, 64, 0, 0,
-        0, 8, 1 << 20, 2, NULL, NULL, NULL };
+        0, 0, 8, 1 << 20, 2, NULL, NULL, NULL };
 
 static int rank, nranks;
 
@@ -39,7 +39,10 @@ static void usage(FILE *f)
 "  -b bytes    smallest size, K/M/G suffixes                  (8)\n"
 "  -e bytes    largest size                                   (1M)\n"
 "  -f factor   size multiplier                                (2)\n"
-"  -d mem      host | cuda                                    (host)\n"
+"  -d mem      host | cuda | vmm | vmm-nohandle                (host)\n"
+"              vmm: cuMemCreate memory (POSIX fd handle type), one\n"
+"              allocation per buffer, as PyTorch's expandable segments;\n"
+"              vmm-nohandle: the same without a shareable handle type\n"
 "  -t type     int8 uint8 int32 uint32 int64 uint64 float double (float)\n"
 "  -p redop    sum prod max min                               (sum)\n"
 "  -r root     root of bcast/reduce                           (0)\n"
@@ -105,6 +108,8 @@ static int parse_args(int argc, char **argv)
         else if (!strcmp(a, "-d")) {
             if (!strcmp(v, "host")) O.cuda = 0;
             else if (!strcmp(v, "cuda")) O.cuda = 1;
+            else if (!strcmp(v, "vmm")) O.cuda = O.vmm = 1;
+            else if (!strcmp(v, "vmm-nohandle")) { O.cuda = 1; O.vmm = 2; }
             else bad = 1;
         } else if (!strcmp(a, "-B")) {
             if (!strcmp(v, "mpi")) O.nccl = 0;
@@ -222,9 +227,68 @@ static int cuda_load(int local_rank)
     return 0;
 }
 
+/* cuMemCreate memory (-d vmm): the driver's VMM calls, a CUDA 13.0 CUmemAllocationProp. */
+static struct {
+    int loaded;
+    cuda_rc (*CtxGetDevice)(int *);
+    cuda_rc (*Granularity)(size_t *, const void *, int);
+    cuda_rc (*Create)(unsigned long long *, size_t, const void *, unsigned long long);
+    cuda_rc (*Release)(unsigned long long);
+    cuda_rc (*Reserve)(unsigned long long *, size_t, size_t, unsigned long long, unsigned long long);
+    cuda_rc (*AddrFree)(unsigned long long, size_t);
+    cuda_rc (*Map)(unsigned long long, size_t, size_t, unsigned long long, unsigned long long);
+    cuda_rc (*Unmap)(unsigned long long, size_t);
+    cuda_rc (*SetAccess)(unsigned long long, size_t, const void *, size_t);
+    struct { void *p; size_t n; } live[8];
+} V;
+struct vmm_prop { int type, handles, loc_type, loc_id; void *win32; unsigned char flags[8]; };
+struct vmm_access { int loc_type, loc_id, flags; };
+static void *vmm_alloc(size_t n)
+{
+    if (!V.loaded) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        if (!h || !(*(void **)&V.CtxGetDevice = dlsym(h, "cuCtxGetDevice")) ||
+            !(*(void **)&V.Granularity = dlsym(h, "cuMemGetAllocationGranularity")) ||
+            !(*(void **)&V.Create = dlsym(h, "cuMemCreate")) || !(*(void **)&V.Release = dlsym(h, "cuMemRelease")) ||
+            !(*(void **)&V.Reserve = dlsym(h, "cuMemAddressReserve")) ||
+            !(*(void **)&V.AddrFree = dlsym(h, "cuMemAddressFree")) || !(*(void **)&V.Map = dlsym(h, "cuMemMap")) ||
+            !(*(void **)&V.Unmap = dlsym(h, "cuMemUnmap")) || !(*(void **)&V.SetAccess = dlsym(h, "cuMemSetAccess")))
+            return NULL;
+        V.loaded = 1;
+    }
+    int dev = 0;
+    if (!cu.driver_api) cu.Free(NULL); /* the runtime's primary context, current */
+    if (V.CtxGetDevice(&dev)) return NULL;
+    struct vmm_prop pr = { 1 /* pinned */, O.vmm == 1 /* POSIX fd, or none */, 1 /* device */, dev, NULL, {0} };
+    size_t g = 0;
+    if (V.Granularity(&g, &pr, 1 /* recommended */) || !g) return NULL;
+    size_t len = (n + g - 1) / g * g;
+    unsigned long long va = 0, hd = 0;
+    if (V.Reserve(&va, len, 0, 0, 0)) return NULL;
+    if (V.Create(&hd, len, &pr, 0)) { V.AddrFree(va, len); return NULL; }
+    struct vmm_access a = { 1, dev, 3 /* read-write */ };
+    if (V.Map(va, len, 0, hd, 0) || V.SetAccess(va, len, &a, 1)) { V.Release(hd); V.AddrFree(va, len); return NULL; }
+    V.Release(hd); /* the mapping holds the memory */
+    for (int i = 0; i < 8; i++)
+        if (!V.live[i].p) { V.live[i].p = (void *)(uintptr_t)va; V.live[i].n = len; break; }
+    return (void *)(uintptr_t)va;
+}
+static int vmm_free(void *p)
+{
+    for (int i = 0; i < 8; i++)
+        if (V.live[i].p == p) {
+            V.Unmap((unsigned long long)(uintptr_t)p, V.live[i].n);
+            V.AddrFree((unsigned long long)(uintptr_t)p, V.live[i].n);
+            V.live[i].p = NULL;
+            return 1;
+        }
+    return 0;
+}
+
 static void *dev_alloc(size_t n)
 {
     if (n == 0) n = 1;
+    if (O.vmm) return vmm_alloc(n);
     if (cu.driver_api) {
         unsigned long long p = 0;
         return cu.cuMemAlloc(&p, n) ? NULL : (void *)(uintptr_t)p;
@@ -234,6 +298,7 @@ static void *dev_alloc(size_t n)
 }
 static void dev_free(void *p)
 {
+    if (O.vmm && vmm_free(p)) return;
     if (cu.driver_api) cu.cuMemFree((unsigned long long)(uintptr_t)p); else cu.Free(p);
 }
 static void h2d(void *d, const void *h, size_t n)
@@ -350,7 +415,7 @@ static void *xalloc(size_t n)
 {
     void *p = O.cuda ? dev_alloc(n) : malloc(n ? n : 1);
     if (!p) {
-        fprintf(stderr, "rank %d: cannot allocate %zu bytes of %s memory\n", rank, n, O.cuda ? "cuda" : "host");
+        fprintf(stderr, "rank %d: cannot allocate %zu bytes of %s memory\n", rank, n, O.vmm ? (O.vmm == 1 ? "vmm" : "vmm-nohandle") : O.cuda ? "cuda" : "host");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return p;
@@ -647,7 +712,7 @@ static void print_header(void)
     char *nl = strchr(ver, '\n');
     if (nl) *nl = '\0';
     printf("# gpumpi-bench op=%s backend=%s label=%s nranks=%d mem=%s type=%s redop=%s\n",
-           bu_op_names[O.op], O.nccl ? "nccl" : "mpi", O.label, nranks, O.cuda ? "cuda" : "host",
+           bu_op_names[O.op], O.nccl ? "nccl" : "mpi", O.label, nranks, O.vmm ? (O.vmm == 1 ? "vmm" : "vmm-nohandle") : O.cuda ? "cuda" : "host",
            bu_type_names[O.type], bu_redop_names[O.redop]);
     printf("# mode=%s (-z %d: %s)  warmup=%d iters=%d check=%d\n", mode_name(), O.blocking,
            O.blocking ? "each op completes before the next is issued"
@@ -669,7 +734,7 @@ static void print_header(void)
     }
     if (json_f) fprintf(json_f, "{\"backend\": \"%s\", \"op\": \"%s\", \"nranks\": %d, \"mem\": \"%s\", "
                                 "\"mode\": \"%s\", \"results\": [\n",
-                        O.label, bu_op_names[O.op], nranks, O.cuda ? "cuda" : "host", mode_name());
+                        O.label, bu_op_names[O.op], nranks, O.vmm ? (O.vmm == 1 ? "vmm" : "vmm-nohandle") : O.cuda ? "cuda" : "host", mode_name());
 }
 
 static void print_row(const result *r)
@@ -687,7 +752,7 @@ static void print_row(const result *r)
     fflush(stdout);
     if (csv_f)
         fprintf(csv_f, "%s,%s,%d,%s,%s,%zu,%zu,%s,%s,%d,%.3f,%.6f,%.6f,%lld,%.3f,%.3f,%.6f,%.6f\n", O.label,
-                bu_op_names[O.op], nranks, O.cuda ? "cuda" : "host", mode_name(), r->bytes, r->count,
+                bu_op_names[O.op], nranks, O.vmm ? (O.vmm == 1 ? "vmm" : "vmm-nohandle") : O.cuda ? "cuda" : "host", mode_name(), r->bytes, r->count,
                 bu_type_names[O.type], reduces ? bu_redop_names[O.redop] : "none", rooted ? O.root : -1,
                 r->mean_us, r->algbw, r->busbw, r->wrong, r->med_us, r->min_us, r->algbw_med, r->busbw_med);
     if (json_f) {
@@ -864,14 +929,14 @@ static void firstcall(double t_main, double t_init_done, double exec_to_init)
                                               "nccl_comm_init", "first_sendrecv_roundtrip",
                                               "first_allreduce_8B", "second_allreduce_8B" };
         printf("# firstcall nranks=%d mem=%s backend=%s (max over ranks; exec time has clock-tick resolution)\n",
-               nranks, O.cuda ? "cuda" : "host", O.label);
+               nranks, O.vmm ? (O.vmm == 1 ? "vmm" : "vmm-nohandle") : O.cuda ? "cuda" : "host", O.label);
         printf("#%-33s %12s\n", "event", "time(us)");
         for (int i = 0; i < 6; i++) {
             if (i == 2 && !O.nccl) continue;
             printf("%-34s %12.1f\n", names[i], g[i] * 1e6);
             if (csv_f) {
                 if (ftell(csv_f) <= 0) fprintf(csv_f, "backend,op,nranks,mem,event,time_us\n");
-                fprintf(csv_f, "%s,firstcall,%d,%s,%s,%.1f\n", O.label, nranks, O.cuda ? "cuda" : "host",
+                fprintf(csv_f, "%s,firstcall,%d,%s,%s,%.1f\n", O.label, nranks, O.vmm ? (O.vmm == 1 ? "vmm" : "vmm-nohandle") : O.cuda ? "cuda" : "host",
                         names[i], g[i] * 1e6);
             }
             if (json_f)

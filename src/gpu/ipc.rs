@@ -1,12 +1,16 @@
-//! CUDA IPC between the processes of one node: export a device buffer as a legacy IPC handle,
-//! map a peer's handle once and reuse the mapping (the registration cache).
+//! CUDA IPC between the processes of one node: export a device buffer, map a peer's buffer once
+//! and reuse the mapping (the registration cache).
 //!
 //! Contract:
-//! - [`export`] describes the allocation holding a device pointer ([`Export`]: handle, base,
-//!   size, the driver's buffer id, and the pointer's offset in it). Handles are cached per buffer
-//!   id (the driver never reuses buffer ids, so a freed and reallocated range gets a new one).
-//!   Managed memory, VMM (`cuMemCreate`) and stream-ordered pool memory cannot be exported with
-//!   legacy handles: `export` returns `None` and callers take the staged path.
+//! - [`export`] describes the allocation holding a device pointer ([`Export`]: how to map it,
+//!   base, size, the driver's buffer id, and the pointer's offset in it). Two kinds:
+//!   `cudaMalloc`/`cuMemAlloc` memory travels as a legacy IPC handle ([`Kind::Legacy`]); VMM
+//!   memory (`cuMemCreate`) whose allocation allows `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`
+//!   travels as a descriptor, fetched by the importer from the exporter's service thread
+//!   ([`Kind::PosixFd`], `gpu::fdshare`) and mapped with cuMemImport/cuMemMap. Answers are cached
+//!   per buffer id (the driver never reuses buffer ids, so a freed and reallocated range gets a
+//!   new one). Managed memory, VMM memory created without that handle type and stream-ordered
+//!   pool memory cannot be exported: `export` returns `None` and callers take the staged path.
 //! - [`ImportCache`] maps (peer, buffer id) to a local mapping. A peer's new allocation that
 //!   overlaps a cached one with another buffer id (the peer freed and reallocated) closes the
 //!   stale mapping first, so a stale mapping is never served and never pins freed memory for
@@ -14,13 +18,25 @@
 //! - Mappings are only closed between operations: every user of a mapping synchronizes its
 //!   stream before the MPI call that used it returns.
 
+use super::fdshare;
 use crate::sys::cuda;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// What a peer needs to map one of our device buffers: 96 bytes on the wire.
+/// How a peer maps an exported allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `cuIpcOpenMemHandle` of [`Export::handle`].
+    Legacy,
+    /// A POSIX descriptor of a VMM allocation, asked from process [`Export::pid`]'s
+    /// descriptor service, then imported and mapped (whole allocation, [`Export::size`] bytes).
+    PosixFd,
+}
+
+/// What a peer needs to map one of our device buffers: [`EXPORT_BYTES`] on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Export {
+    /// The legacy IPC handle ([`Kind::Legacy`]; zeros otherwise).
     pub handle: [u8; 64],
     /// Start and size of the allocation in the exporter's address space.
     pub base: u64,
@@ -28,9 +44,12 @@ pub struct Export {
     pub buffer_id: u64,
     /// Offset of the described pointer from `base`.
     pub offset: u64,
+    pub kind: Kind,
+    /// The exporting process (where a [`Kind::PosixFd`] descriptor is asked for).
+    pub pid: u32,
 }
 
-pub const EXPORT_BYTES: usize = 96;
+pub const EXPORT_BYTES: usize = 104;
 
 impl Export {
     pub fn to_bytes(&self) -> [u8; EXPORT_BYTES] {
@@ -40,6 +59,12 @@ impl Export {
         b[72..80].copy_from_slice(&self.size.to_le_bytes());
         b[80..88].copy_from_slice(&self.buffer_id.to_le_bytes());
         b[88..96].copy_from_slice(&self.offset.to_le_bytes());
+        let k: u32 = match self.kind {
+            Kind::Legacy => 0,
+            Kind::PosixFd => 1,
+        };
+        b[96..100].copy_from_slice(&k.to_le_bytes());
+        b[100..104].copy_from_slice(&self.pid.to_le_bytes());
         b
     }
     pub fn from_bytes(b: &[u8]) -> Option<Export> {
@@ -47,6 +72,12 @@ impl Export {
             return None;
         }
         let u = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let w = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let kind = match w(96) {
+            0 => Kind::Legacy,
+            1 => Kind::PosixFd,
+            _ => return None,
+        };
         let mut handle = [0u8; 64];
         handle.copy_from_slice(&b[..64]);
         Some(Export {
@@ -55,18 +86,32 @@ impl Export {
             size: u(72),
             buffer_id: u(80),
             offset: u(88),
+            kind,
+            pid: w(100),
         })
     }
 }
 
-/// Legacy IPC handles of our own allocations, by buffer id; `None` for an allocation the driver
-/// would not export (VMM, pool memory): buffer ids are never reused, so the answer holds, and
-/// such buffers do not pay a failing driver call on every large send or collective.
-#[allow(clippy::type_complexity)]
-static EXPORTS: Mutex<Option<HashMap<u64, Option<[u8; 64]>>>> = Mutex::new(None);
+/// How our own allocations are exported, by buffer id: a legacy handle, a descriptor on demand,
+/// or `None` for an allocation the driver would not export (pool memory, VMM memory without a
+/// shareable handle type): buffer ids are never reused, so the answer holds, and such buffers
+/// do not pay failing driver calls on every large send or collective.
+#[derive(Clone, Copy)]
+enum Way {
+    Legacy([u8; 64]),
+    /// The physical allocation's range (cuMemGetAddressRange): a VMM reservation may hold
+    /// several, each with its own buffer id.
+    PosixFd {
+        base: usize,
+        size: usize,
+    },
+}
+
+static EXPORTS: Mutex<Option<HashMap<u64, Option<Way>>>> = Mutex::new(None);
 
 /// Describe the device allocation holding `ptr` for a peer process, or `None` when `ptr` is not
-/// exportable device memory (host, managed, VMM, pool memory, or no CUDA).
+/// exportable device memory (host, managed, pool memory, VMM memory created without a POSIX
+/// descriptor handle type, or no CUDA).
 pub fn export(ptr: usize) -> Option<(Export, i32)> {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if !*ON.get_or_init(|| crate::config::get("GPUMPI_CUDA_IPC").as_deref() != Some("0")) {
@@ -79,38 +124,109 @@ pub fn export(ptr: usize) -> Option<(Export, i32)> {
     let g = super::gpu()?;
     let mut map = EXPORTS.lock().unwrap_or_else(|e| e.into_inner());
     let map = map.get_or_insert_with(HashMap::new);
-    let handle = match map.get(&info.buffer_id) {
+    let way = match map.get(&info.buffer_id) {
         Some(known) => (*known)?,
         None => {
             let d = g.device(info.device).ok()?;
-            let h = cuda::with_context(d.ctx, || cuda::ipc_get_mem_handle(info.start))
-                .inspect_err(|e| {
-                    tracing::debug!("CUDA IPC: {ptr:#x} not exportable ({e}); staged path")
-                })
-                .ok();
+            let w = match cuda::with_context(d.ctx, || cuda::ipc_get_mem_handle(info.start)) {
+                Ok(h) => Some(Way::Legacy(h)),
+                Err(e) if cuda::allowed_handle_types(ptr) & cuda::HANDLE_TYPE_POSIX_FD != 0 => {
+                    let range = cuda::with_context(d.ctx, || cuda::mem_address_range(ptr));
+                    match (range, start_service()) {
+                        (Ok((base, size)), Ok(())) => {
+                            tracing::trace!(
+                                "CUDA IPC: {ptr:#x}: VMM memory, shared as a descriptor ({e})"
+                            );
+                            Some(Way::PosixFd { base, size })
+                        }
+                        (r, s) => {
+                            tracing::debug!(
+                                "CUDA IPC: {ptr:#x}: VMM memory not shareable ({:?}, {:?}); \
+                                 staged path",
+                                r.err(),
+                                s.err()
+                            );
+                            None
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("CUDA IPC: {ptr:#x} not exportable ({e}); staged path");
+                    None
+                }
+            };
             if map.len() >= 4096 {
                 map.clear();
             }
-            map.insert(info.buffer_id, h);
-            h?
+            map.insert(info.buffer_id, w);
+            w?
         }
     };
+    let (kind, handle, base, size) = match way {
+        Way::Legacy(h) => (Kind::Legacy, h, info.start, info.len),
+        Way::PosixFd { base, size } => (Kind::PosixFd, [0u8; 64], base, size),
+    };
+    if !(base..base + size).contains(&ptr) {
+        return None;
+    }
     Some((
         Export {
             handle,
-            base: info.start as u64,
-            size: info.len as u64,
+            base: base as u64,
+            size: size as u64,
             buffer_id: info.buffer_id,
-            offset: (ptr - info.start) as u64,
+            offset: (ptr - base) as u64,
+            kind,
+            pid: std::process::id(),
         },
         info.device,
     ))
 }
 
+/// Start this process's descriptor service once (`gpu::fdshare`).
+fn start_service() -> Result<(), String> {
+    static S: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        fdshare::serve(
+            &fdshare::socket_name(std::process::id()),
+            Box::new(provide_fd),
+        )
+        .map_err(|e| e.to_string())
+    })
+    .clone()
+}
+
+/// The service's provider: a new descriptor for a VMM allocation of this process, if `r` names
+/// one that is still mapped at that range with the same buffer id and allows descriptors.
+fn provide_fd(r: &fdshare::Request) -> Result<std::os::fd::OwnedFd, String> {
+    let base = r.base as usize;
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let a = cuda::pointer_attributes(base).map_err(|e| e.to_string())?;
+    let gone = || format!("{base:#x} no longer holds buffer {} (freed?)", r.buffer_id);
+    if a.buffer_id != r.buffer_id {
+        return Err(gone());
+    }
+    if cuda::allowed_handle_types(base) & cuda::HANDLE_TYPE_POSIX_FD == 0 {
+        return Err(format!("{base:#x} allows no POSIX descriptor"));
+    }
+    let d = g.device(a.device_ordinal)?;
+    let fd = cuda::with_context(d.ctx, || {
+        let range = cuda::mem_address_range(base)?;
+        if range != (base, r.size as usize) {
+            return Ok(None);
+        }
+        cuda::vmm_export_fd(base).map(Some)
+    })
+    .map_err(|e| e.to_string())?;
+    fd.ok_or_else(gone)
+}
+
 /// Opens and closes mappings (the driver, or a fake in unit tests).
 pub trait Opener {
-    fn open(&mut self, handle: &[u8; 64]) -> Result<usize, String>;
-    fn close(&mut self, mapped: usize);
+    /// Map the allocation `e` describes; its local base address.
+    fn open(&mut self, e: &Export) -> Result<usize, String>;
+    /// Unmap what [`Opener::open`] mapped for an export of `kind` and `size`.
+    fn close(&mut self, mapped: usize, kind: Kind, size: u64);
 }
 
 struct Entry {
@@ -118,6 +234,7 @@ struct Entry {
     buffer_id: u64,
     base: u64,
     size: u64,
+    kind: Kind,
     mapped: usize,
     last_use: u64,
     /// Never evicted (a library allocation a resident kernel keeps using across calls).
@@ -177,7 +294,7 @@ impl ImportCache {
         while i < self.entries.len() {
             let x = &self.entries[i];
             if !x.pinned && x.peer == peer && x.base < hi && lo < x.base + x.size {
-                o.close(x.mapped);
+                o.close(x.mapped, x.kind, x.size);
                 self.closes += 1;
                 self.entries.swap_remove(i);
             } else {
@@ -193,18 +310,20 @@ impl ImportCache {
                 .filter(|(_, x)| !x.pinned)
                 .min_by_key(|(_, x)| x.last_use)
             {
-                o.close(self.entries[j].mapped);
+                let x = &self.entries[j];
+                o.close(x.mapped, x.kind, x.size);
                 self.closes += 1;
                 self.entries.swap_remove(j);
             }
         }
-        let mapped = o.open(&e.handle)?;
+        let mapped = o.open(e)?;
         self.opens += 1;
         self.entries.push(Entry {
             peer,
             buffer_id: e.buffer_id,
             base: e.base,
             size: e.size,
+            kind: e.kind,
             mapped,
             last_use: self.clock,
             pinned,
@@ -221,16 +340,45 @@ impl ImportCache {
     }
 }
 
-/// The driver as an [`Opener`] in the context that is current.
-struct Driver;
+/// The driver as an [`Opener`] in the context that is current (that of device `ordinal`).
+struct Driver {
+    ordinal: i32,
+}
 
 impl Opener for Driver {
-    fn open(&mut self, handle: &[u8; 64]) -> Result<usize, String> {
-        cuda::ipc_open_mem_handle(handle).map_err(|e| e.to_string())
+    fn open(&mut self, e: &Export) -> Result<usize, String> {
+        match e.kind {
+            Kind::Legacy => cuda::ipc_open_mem_handle(&e.handle).map_err(|e| e.to_string()),
+            Kind::PosixFd => {
+                let t0 = std::time::Instant::now();
+                let fd = fdshare::fetch(
+                    &fdshare::socket_name(e.pid),
+                    &fdshare::Request {
+                        base: e.base,
+                        size: e.size,
+                        buffer_id: e.buffer_id,
+                    },
+                )?;
+                let m = cuda::vmm_import(&fd, e.size as usize, self.ordinal)
+                    .map_err(|x| x.to_string())?;
+                tracing::debug!(
+                    pid = e.pid,
+                    size = e.size,
+                    us = t0.elapsed().as_secs_f64() * 1e6,
+                    "CUDA IPC: VMM allocation imported through a POSIX descriptor"
+                );
+                Ok(m)
+            }
+        }
     }
-    fn close(&mut self, mapped: usize) {
+    fn close(&mut self, mapped: usize, kind: Kind, size: u64) {
         // SAFETY: the cache closes only mappings no operation uses (see the module contract).
-        unsafe { cuda::ipc_close_mem_handle(mapped) }
+        unsafe {
+            match kind {
+                Kind::Legacy => cuda::ipc_close_mem_handle(mapped),
+                Kind::PosixFd => cuda::vmm_unmap(mapped, size as usize),
+            }
+        }
     }
 }
 
@@ -259,7 +407,8 @@ fn import_as(peer: usize, e: &Export, ordinal: i32, pinned: bool) -> Result<usiz
     }
     let cap = crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE");
     let cache = all[idx].get_or_insert_with(|| ImportCache::new(cap));
-    let base = cuda::with_context(d.ctx, || Ok(cache.map_as(peer, e, &mut Driver, pinned)))
+    let mut o = Driver { ordinal: d.ordinal };
+    let base = cuda::with_context(d.ctx, || Ok(cache.map_as(peer, e, &mut o, pinned)))
         .map_err(|x| x.to_string())??;
     Ok(base + e.offset as usize)
 }
@@ -275,15 +424,15 @@ mod tests {
         closed: Vec<usize>,
     }
     impl Opener for Fake {
-        fn open(&mut self, h: &[u8; 64]) -> Result<usize, String> {
-            if h[0] == 0xff {
+        fn open(&mut self, e: &Export) -> Result<usize, String> {
+            if e.handle[0] == 0xff {
                 return Err("refused".into());
             }
             self.next += 0x1000;
             self.open.push(self.next);
             Ok(self.next)
         }
-        fn close(&mut self, m: usize) {
+        fn close(&mut self, m: usize, _: Kind, _: u64) {
             self.open.retain(|&x| x != m);
             self.closed.push(m);
         }
@@ -296,6 +445,8 @@ mod tests {
             size,
             buffer_id: id,
             offset: 0,
+            kind: Kind::Legacy,
+            pid: 1,
         }
     }
 
@@ -306,6 +457,16 @@ mod tests {
         e.handle[63] = 9;
         assert_eq!(Export::from_bytes(&e.to_bytes()), Some(e));
         assert_eq!(Export::from_bytes(&[0u8; 10]), None);
+        let f = Export {
+            handle: [0; 64],
+            kind: Kind::PosixFd,
+            pid: 4242,
+            ..e
+        };
+        assert_eq!(Export::from_bytes(&f.to_bytes()), Some(f));
+        let mut bad = f.to_bytes();
+        bad[96] = 7;
+        assert_eq!(Export::from_bytes(&bad), None, "an unknown kind is refused");
     }
 
     #[test]
@@ -373,5 +534,75 @@ mod tests {
         e.handle[0] = 0xff;
         assert!(c.map(1, &e, &mut f).is_err());
         assert!(c.is_empty());
+    }
+
+    /// On a machine with a GPU (prints SKIP elsewhere): VMM memory created with the POSIX
+    /// descriptor handle type is exported as a descriptor and imported through this process's
+    /// own descriptor service; the mapping shows the same bytes, and writes through it land in
+    /// the original. A pointer in the second of two back-to-back allocations describes that
+    /// allocation alone. VMM memory without the handle type is not exportable.
+    #[test]
+    fn vmm_memory_travels_as_a_descriptor() {
+        let Some(g) = crate::gpu::gpu_or_skip() else {
+            return;
+        };
+        let d = g.device(0).unwrap();
+        let (base, sizes) = cuda::with_context(d.ctx, || {
+            cuda::vmm_alloc_chunks(0, &[1, 2], cuda::HANDLE_TYPE_POSIX_FD)
+        })
+        .unwrap();
+        let total: usize = sizes.iter().sum();
+        let pattern: Vec<u8> = (0..total).map(|i| (i * 7 % 251) as u8).collect();
+        let second = base + sizes[0];
+        let ptr = second + 100;
+        cuda::with_context(d.ctx, || unsafe {
+            cuda::memcpy_htod_async(base, &pattern, d.stream)?;
+            cuda::stream_synchronize(d.stream)
+        })
+        .unwrap();
+        let (e, ordinal) = export(ptr).expect("VMM memory with a POSIX handle type exports");
+        assert_eq!(
+            (e.kind, ordinal, e.pid),
+            (Kind::PosixFd, 0, std::process::id())
+        );
+        assert_eq!(
+            (e.base as usize, e.size as usize, e.offset),
+            (second, sizes[1], 100),
+            "the export describes the second allocation alone"
+        );
+        let e = Export::from_bytes(&e.to_bytes()).unwrap();
+        let local = import(usize::MAX - 1, &e, 0).expect("imported through the service");
+        assert_ne!(local, ptr, "a new mapping, not the exporter's address");
+        let mut back = vec![0u8; 4096];
+        cuda::with_context(d.ctx, || unsafe {
+            cuda::memcpy_dtoh_async(&mut back, local, d.stream)?;
+            cuda::stream_synchronize(d.stream)
+        })
+        .unwrap();
+        assert_eq!(back[..], pattern[sizes[0] + 100..sizes[0] + 100 + 4096]);
+        // Written through the mapping, read at the original address.
+        let ones = vec![0x5au8; 4096];
+        cuda::with_context(d.ctx, || unsafe {
+            cuda::memcpy_htod_async(local, &ones, d.stream)?;
+            cuda::memcpy_dtoh_async(&mut back, ptr, d.stream)?;
+            cuda::stream_synchronize(d.stream)
+        })
+        .unwrap();
+        assert_eq!(back, ones);
+        // A second import hits the cache.
+        assert_eq!(import(usize::MAX - 1, &e, 0).unwrap(), local);
+        // Without a shareable handle type: staged.
+        let (plain, _) = cuda::with_context(d.ctx, || cuda::vmm_alloc_chunks(0, &[1], 0)).unwrap();
+        assert!(export(plain).is_none(), "VMM memory without a handle type");
+        // The service refuses a buffer id it does not hold.
+        let r = fdshare::fetch(
+            &fdshare::socket_name(std::process::id()),
+            &fdshare::Request {
+                base: e.base,
+                size: e.size,
+                buffer_id: e.buffer_id + 12345,
+            },
+        );
+        assert!(r.unwrap_err().contains("no longer holds"));
     }
 }

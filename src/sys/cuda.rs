@@ -540,6 +540,135 @@ pub unsafe fn ipc_close_mem_handle(p: usize) {
     let _ = cu::cuIpcCloseMemHandle(p as cu::CUdeviceptr);
 }
 
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` in a handle-type bitmask.
+pub const HANDLE_TYPE_POSIX_FD: u64 = 1;
+
+/// The handle types the VMM allocation holding `ptr` may be exported with (a bitmask of
+/// CUmemAllocationHandleType; 0 for memory that is not VMM or was created with none).
+pub fn allowed_handle_types(ptr: usize) -> u64 {
+    let mut t: u64 = 0;
+    let mut attrs = [cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES];
+    let mut data: [*mut c_void; 1] = [&mut t as *mut u64 as *mut c_void];
+    // SAFETY: the slot points at a u64, the attribute's type (unsigned long long).
+    let r =
+        unsafe { cu::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as _) };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return 0;
+    }
+    t
+}
+
+/// Base and size of the allocation holding `ptr` as cuMemGetAddressRange sees it: for VMM memory
+/// the one physical allocation mapped there (pointer attributes describe the whole reserved
+/// range instead, which may hold several).
+pub fn mem_address_range(ptr: usize) -> CuResult<(usize, usize)> {
+    let mut base: cu::CUdeviceptr = 0;
+    let mut size: usize = 0;
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check(
+            "cuMemGetAddressRange",
+            cu::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as cu::CUdeviceptr),
+        )?
+    };
+    Ok((base as usize, size))
+}
+
+/// A new POSIX file descriptor for the VMM allocation mapped at `ptr` (any address in it), in
+/// the context that is current. The caller owns (and closes) it.
+pub fn vmm_export_fd(ptr: usize) -> CuResult<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut h: cu::CUmemGenericAllocationHandle = 0;
+    // SAFETY: out-pointer to a local; the driver fails cleanly for an unmapped address.
+    unsafe {
+        check(
+            "cuMemRetainAllocationHandle",
+            cu::cuMemRetainAllocationHandle(&mut h, ptr as *mut c_void),
+        )?
+    };
+    let mut fd: std::ffi::c_int = -1;
+    // SAFETY: POSIX-descriptor export writes one int; `h` is the handle retained above.
+    let r = unsafe {
+        check(
+            "cuMemExportToShareableHandle",
+            cu::cuMemExportToShareableHandle(
+                &mut fd as *mut std::ffi::c_int as *mut c_void,
+                h,
+                cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            ),
+        )
+    };
+    // SAFETY: releases the reference cuMemRetainAllocationHandle took (the mapping keeps its).
+    unsafe { cu::cuMemRelease(h) };
+    r?;
+    // SAFETY: the driver returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Import a VMM allocation from its POSIX descriptor and map its `size` bytes (the whole
+/// allocation) readable and writable by device `ordinal`, in the context that is current.
+/// Returns the mapping's address; the descriptor may be closed afterwards.
+pub fn vmm_import(fd: &std::os::fd::OwnedFd, size: usize, ordinal: i32) -> CuResult<usize> {
+    use std::os::fd::AsRawFd;
+    let mut h: cu::CUmemGenericAllocationHandle = 0;
+    // SAFETY: for POSIX descriptors the "OS handle" is the descriptor's value; out-pointer to a
+    // local.
+    unsafe {
+        check(
+            "cuMemImportFromShareableHandle",
+            cu::cuMemImportFromShareableHandle(
+                &mut h,
+                fd.as_raw_fd() as usize as *mut c_void,
+                cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            ),
+        )?
+    };
+    let mut va: cu::CUdeviceptr = 0;
+    // SAFETY: out-pointer to a local; every step below undoes the ones before it on failure.
+    let r = unsafe {
+        check(
+            "cuMemAddressReserve",
+            cu::cuMemAddressReserve(&mut va, size, 0, 0, 0),
+        )
+        .and_then(|_| {
+            let m = check("cuMemMap", cu::cuMemMap(va, size, 0, h, 0));
+            if m.is_err() {
+                cu::cuMemAddressFree(va, size);
+            }
+            m
+        })
+        .and_then(|_| {
+            let a = cu::CUmemAccessDesc {
+                location: cu::CUmemLocation {
+                    type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: ordinal,
+                },
+                flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            let s = check("cuMemSetAccess", cu::cuMemSetAccess(va, size, &a, 1));
+            if s.is_err() {
+                cu::cuMemUnmap(va, size);
+                cu::cuMemAddressFree(va, size);
+            }
+            s
+        })
+    };
+    // SAFETY: the mapping (if any) holds its own reference to the allocation.
+    unsafe { cu::cuMemRelease(h) };
+    r?;
+    Ok(va as usize)
+}
+
+/// Unmap a mapping made by [`vmm_import`] and free its address range.
+///
+/// # Safety
+/// `va`/`size` came from `vmm_import` and no copy or kernel still uses the mapping.
+pub unsafe fn vmm_unmap(va: usize, size: usize) {
+    let _ = cu::cuMemUnmap(va as cu::CUdeviceptr, size);
+    let _ = cu::cuMemAddressFree(va as cu::CUdeviceptr, size);
+}
+
 /// Fill `len` bytes of device memory with `v`, ordered on `s`.
 ///
 /// # Safety
@@ -671,6 +800,55 @@ pub fn mem_alloc(len: usize) -> CuResult<usize> {
 /// `p` came from [`mem_alloc`] and is not used afterwards.
 pub unsafe fn mem_free(p: usize) {
     let _ = cu::cuMemFree_v2(p as cu::CUdeviceptr);
+}
+
+/// Test helper: back-to-back VMM allocations on device `ordinal` in one reserved range, each
+/// `chunks[i]` granules long and created with handle types `types` (a bitmask), readable and
+/// writable by the device (current context). Returns the range's base and each chunk's bytes.
+#[cfg(test)]
+pub fn vmm_alloc_chunks(
+    ordinal: i32,
+    chunks: &[usize],
+    types: u64,
+) -> CuResult<(usize, Vec<usize>)> {
+    // SAFETY: plain-data property struct, filled below; out-pointers to locals.
+    unsafe {
+        let mut prop: cu::CUmemAllocationProp = std::mem::zeroed();
+        prop.type_ = cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = cu::CUmemAllocationHandleType(types as u32);
+        prop.location.type_ = cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = ordinal;
+        let mut gran = 0usize;
+        check(
+            "cuMemGetAllocationGranularity",
+            cu::cuMemGetAllocationGranularity(
+                &mut gran,
+                &prop,
+                cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            ),
+        )?;
+        let sizes: Vec<usize> = chunks.iter().map(|c| c * gran).collect();
+        let total: usize = sizes.iter().sum();
+        let mut va: cu::CUdeviceptr = 0;
+        check(
+            "cuMemAddressReserve",
+            cu::cuMemAddressReserve(&mut va, total, 0, 0, 0),
+        )?;
+        let mut off = 0;
+        for &sz in &sizes {
+            let mut h: cu::CUmemGenericAllocationHandle = 0;
+            check("cuMemCreate", cu::cuMemCreate(&mut h, sz, &prop, 0))?;
+            check("cuMemMap", cu::cuMemMap(va + off as u64, sz, 0, h, 0))?;
+            check("cuMemRelease", cu::cuMemRelease(h))?;
+            off += sz;
+        }
+        let a = cu::CUmemAccessDesc {
+            location: prop.location,
+            flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        check("cuMemSetAccess", cu::cuMemSetAccess(va, total, &a, 1))?;
+        Ok((va as usize, sizes))
+    }
 }
 
 #[cfg(test)]

@@ -2,5 +2,7 @@
 //!
 //! - `cuda`: the CUDA driver API through cudarc, `dlopen`ed at first GPU use.
 //! - `pmix`: libpmix.so.2, `dlopen`ed when a PMIx launcher started the process.
+//! - `fdpass`: libc's `SCM_RIGHTS`/`SO_PEERCRED` on Unix sockets (descriptors of cuMem memory).
 pub mod cuda;
+pub mod fdpass;
 pub mod pmix;

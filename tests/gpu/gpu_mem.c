@@ -1,12 +1,17 @@
 /* Every kind of CUDA memory as MPI buffers, mixed between ranks:
  *   host (malloc), cudaMalloc, cuMemAlloc (driver), cuMemCreate (VMM: cuMemCreate +
- *   cuMemAddressReserve + cuMemMap + cuMemSetAccess), cuMemCreate-x2 (a buffer straddling two
- *   physical allocations mapped back to back, as PyTorch's expandable segments do),
+ *   cuMemAddressReserve + cuMemMap + cuMemSetAccess, with the POSIX file descriptor handle type
+ *   where the driver allows it: gpumpi maps such memory in peers through descriptors),
+ *   cuMemCreate-x2 (a buffer straddling two physical allocations mapped back to back, as
+ *   PyTorch's expandable segments do: staged), cuMemCreate-nohandle (no shareable handle type:
+ *   staged),
  *   cudaMallocHost, cudaHostRegister'd malloc memory, managed memory.
  * Tests: Sendrecv and Send/Recv rings for every (sender kind, receiver kind) pair; Allreduce (and
  * in place), Alltoall, Allgather and Bcast with per-rank kind schemes (e.g. even ranks cudaMalloc,
  * odd ranks cuMemCreate); a VMM range unmapped and remapped with new physical memory between
  * calls. Counts 0, 1, 65537 and 4 Mi ints.
+ * `gpu_mem fd`: only a cuMemCreate sendrecv ring and allreduce (run.sh checks the log for the
+ * descriptor path).
  * `gpu_mem big`: only the 1 GiB part (Allreduce and in place at 2^28+1 ints, a Sendrecv ring at
  * 2^28-1, Alltoall with a 1 GiB send buffer, Bcast at 2^28+1), skipped with a printed reason
  * when free device memory is short.
@@ -85,14 +90,15 @@ static const char *drv_load(void) {
 #define DRV(call) do { int rc_ = (call); if (rc_) { const char *s_ = "?"; cuGetErrorString_(rc_, &s_); fprintf(stderr, "%s:%d: %s: %d (%s)\n", __FILE__, __LINE__, #call, rc_, s_); MPI_Abort(MPI_COMM_WORLD, 3); } } while (0)
 
 /* ---- Memory kinds ---- */
-enum { HOST, DEV, CUMEM, VMM, VMM2, PINNED, REG, MANAGED, NKINDS };
+enum { HOST, DEV, CUMEM, VMM, VMM2, PINNED, REG, MANAGED, VMMN, NKINDS };
 static const char *kname[] = {"host", "cudaMalloc", "cuMemAlloc", "cuMemCreate", "cuMemCreate-x2",
-                              "cudaMallocHost", "cudaHostRegister", "managed"};
+                              "cudaMallocHost", "cudaHostRegister", "managed", "cuMemCreate-nohandle"};
 static int on_host(int k) { return k == HOST || k == PINNED || k == REG; }
 
 static int rank, size, dev, errors;
 static size_t gran;                 /* recommended VMM granularity of this rank's device */
-static CUmemAllocationProp_ vprop;  /* device memory of this rank's device */
+static CUmemAllocationProp_ vprop;  /* device memory of this rank's device (POSIX fd if allowed) */
+static CUmemAllocationProp_ vprop_none; /* the same without shareable handle types */
 
 /* One buffer of `bytes` bytes at p; for VMM the reserved range, its chunks and handles. */
 struct buf {
@@ -112,7 +118,7 @@ static size_t round_up(size_t x, size_t g) { return (x + g - 1) / g * g; }
 static void vmm_map(struct buf *b) {
     size_t off = 0;
     for (int i = 0; i < b->nh; i++) {
-        DRV(cuMemCreate_(&b->h[i], b->clen[i], &vprop, 0));
+        DRV(cuMemCreate_(&b->h[i], b->clen[i], b->k == VMMN ? &vprop_none : &vprop, 0));
         DRV(cuMemMap_(b->base + off, b->clen[i], 0, b->h[i], 0));
         off += b->clen[i];
     }
@@ -147,19 +153,20 @@ static struct buf alloc_k(int k, size_t bytes) {
         break;
     case MANAGED: CU(cudaMallocManaged_(&p, n, 1)); break;
     case VMM:
+    case VMMN:
     case VMM2: {
         size_t need = round_up(n, gran);
         /* VMM2: a first chunk of one granule, then the rest; the buffer starts half its length
          * before the boundary (4-byte aligned), so it lies in both allocations. */
-        b.nh = k == VMM ? 1 : 2;
-        b.clen[0] = k == VMM ? need : gran;
-        b.clen[1] = k == VMM ? 0 : need;
+        b.nh = k != VMM2 ? 1 : 2;
+        b.clen[0] = k != VMM2 ? need : gran;
+        b.clen[1] = k != VMM2 ? 0 : need;
         b.vlen = b.clen[0] + b.clen[1];
         DRV(cuMemAddressReserve_(&b.base, b.vlen, 0, 0, 0));
         vmm_map(&b);
         size_t before = (bytes / 2) & ~(size_t)3;
         if (before > gran) before = gran;
-        p = (void *)(uintptr_t)(k == VMM ? b.base : b.base + gran - before);
+        p = (void *)(uintptr_t)(k != VMM2 ? b.base : b.base + gran - before);
         break;
     }
     }
@@ -174,7 +181,7 @@ static void free_k(struct buf *b) {
     case CUMEM: DRV(cuMemFree_v2_(b->base)); break;
     case PINNED: CU(cudaFreeHost_(b->p)); break;
     case REG: CU(cudaHostUnregister_(b->p)); free(b->p); break;
-    case VMM: case VMM2: vmm_unmap(b); DRV(cuMemAddressFree_(b->base, b->vlen)); break;
+    case VMM: case VMM2: case VMMN: vmm_unmap(b); DRV(cuMemAddressFree_(b->base, b->vlen)); break;
     }
     b->p = NULL;
 }
@@ -285,6 +292,7 @@ static const struct scheme schemes[] = {
     {"even cudaMallocHost, odd cudaMalloc", {PINNED, DEV, PINNED, DEV}, {PINNED, DEV, PINNED, DEV}},
     {"even cudaHostRegister, odd cuMemCreate", {REG, VMM, REG, VMM}, {REG, VMM, REG, VMM}},
     {"all kinds", {DEV, VMM, PINNED, MANAGED}, {CUMEM, HOST, VMM2, REG}},
+    {"cuMemCreate with and without handle types", {VMM, VMMN, VMM, VMMN}, {VMMN, VMM, VMMN, VMM}},
 };
 
 static void test_coll(void) {
@@ -422,6 +430,27 @@ static void test_big(void) {
     if (rank == 0) printf("big: 1 GiB allreduce (and in place), sendrecv ring, alltoall, bcast done\n");
 }
 
+/* `gpu_mem fd`: a Sendrecv ring and an Allreduce of 4 Mi ints in cuMemCreate memory (POSIX fd
+ * handle type), checked; tests/gpu/run.sh runs it with GPUMPI_DEBUG=2 and asserts from the log
+ * that the peers' buffers were mapped through descriptors (zero-copy), not staged. */
+static void test_fd(void) {
+    int to = (rank + 1) % size, from = (rank - 1 + size) % size;
+    size_t n = 4u << 20, b = n * sizeof(int);
+    struct buf s = alloc_k(VMM, b), r = alloc_k(VMM, b);
+    fill(&s, n, rank);
+    for (int it = 0; it < 3; it++) {
+        poison(&r, b);
+        MPI_Sendrecv(s.p, (int)n, MPI_INT, to, 5, r.p, (int)n, MPI_INT, from, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        check("fd sendrecv", n, &r, n, (struct want){E_VAL, from, 0});
+        poison(&r, b);
+        MPI_Allreduce(s.p, r.p, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        check("fd allreduce", n, &r, n, (struct want){E_SUM, 0, 0});
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free_k(&s); free_k(&r);
+    if (rank == 0) printf("fd: cuMemCreate (POSIX fd) sendrecv ring and allreduce x3 done\n");
+}
+
 /* VMM set-up for this rank's device: allocation properties and granularity. Prefers memory
  * exportable as a POSIX file descriptor (what NCCL and PyTorch ask for); falls back to none. */
 static void vmm_setup(void) {
@@ -438,6 +467,8 @@ static void vmm_setup(void) {
     vprop.location.type = CU_MEM_LOCATION_TYPE_DEVICE_;
     vprop.location.id = cudev;
     DRV(cuMemGetAllocationGranularity_(&gran, &vprop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED_));
+    vprop_none = vprop;
+    vprop_none.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE_;
     unsigned long long h = 0;
     if (cuMemCreate_(&h, gran, &vprop, 0) == 0) {
         DRV(cuMemRelease_(h));
@@ -459,6 +490,7 @@ static void vmm_setup(void) {
 int main(int argc, char **argv) {
     if (cudart_mpi_init(&argc, &argv, -1, &rank, &size) < 0) return 0;
     int big = argc > 1 && strcmp(argv[1], "big") == 0;
+    int fd = argc > 1 && strcmp(argv[1], "fd") == 0;
     dev = cudart_pick_device();
     CU(cudaFree_(NULL)); /* the primary context, current on this thread (cuMemAlloc needs one) */
     const char *dwhy = drv_load();
@@ -475,6 +507,8 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("gpu_mem%s: %d ranks, rank 0 on device %d\n", big ? " big" : "", size, dev);
     if (big) {
         test_big();
+    } else if (fd) {
+        test_fd();
     } else {
         test_p2p();
         test_coll();

@@ -7,7 +7,8 @@
 # the host (GPUMPI_CUDA_PACK=0) and at 4 ranks with the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
-# 4 ranks with CUDA IPC off; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
+# 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints why and passes when device memory is short). Without a CUDA runtime or device each run
 # prints "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
 set -euo pipefail
@@ -62,6 +63,24 @@ for n in 2 4; do
 done
 run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, staged p2p)" GPUMPI_CUDA_IPC=0 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mem"
+# cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
+# the debug log of each rank that imported a peer's buffer says so.
+fdrun() {
+    local log="$out/gpu_mem_fd.log" n
+    echo "== gpu_mem fd -n 4 (cuMemCreate memory mapped through POSIX descriptors, not staged)"
+    if ! GPUMPI_DEBUG=2 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG "$out/gpu_mem" fd >"$log" 2>&1; then
+        tail -40 "$log"; echo "FAILED: gpu_mem fd"; fail=1; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)|^vmm:|^fd:" "$log" || true
+    if grep -q "^SKIP\|POSIX fd handles refused" "$log"; then return; fi
+    n=$(grep -c "imported through a POSIX descriptor" "$log" || true)
+    echo "VMM imports through descriptors: $n"
+    if [ "$n" -lt 4 ]; then
+        echo "FAILED: gpu_mem fd: every rank should map its peers' cuMemCreate buffers through descriptors"
+        fail=1
+    fi
+}
+fdrun
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then

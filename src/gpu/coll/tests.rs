@@ -366,6 +366,8 @@ fn descriptors_round_trip() {
             size: 1 << 20,
             buffer_id: 77,
             offset: 256,
+            kind: super::ipc::Kind::PosixFd,
+            pid: 4242,
         }),
         ordinal: 2,
     };
