@@ -731,11 +731,16 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     let all = host.allgather(&me.to_bytes())?;
     let descs: Vec<Desc> = all.chunks(DESC_BYTES).map(Desc::from_bytes).collect();
     if descs.iter().any(|d| !d.ok) {
+        // Every rank saw the same descriptors, so every rank comes here. Device buffers that
+        // cannot be exported (pool memory, VMM memory without a shareable handle type or
+        // spanning two allocations) still move through the pinned host-memory pipelines, where
+        // the call is one they serve and every rank's buffers are on a device; else staged.
         tracing::debug!(
             coll = c.shape.kind.name(),
-            "GPU collective: some rank's buffers are not exportable device memory; staged"
+            "GPU collective: some rank's buffers are not exportable device memory; \
+             through pinned host memory where it serves, else staged"
         );
-        return Ok(false);
+        return super::hostcoll::run(c, host);
     }
     // Resolve every rank's buffers this plan touches.
     let mypid = std::process::id();
