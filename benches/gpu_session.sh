@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One batched GPU session for the issue notes: the GPU test suite, gpumpi beside NCCL (blocking
 # and back-to-back), first-call times, device memory per process, alltoall at 16 B per peer and
-# the P2P-off comparison, and Gloo beside both. SKIP_TESTS=1 skips the test suite.
+# the P2P-off comparison (collectives and sendrecv), VMM (cuMemCreate) buffers at 512 MiB, and
+# Gloo beside both. SKIP_TESTS=1 skips the test suite.
 #   OUT=dir benches/gpu_session.sh PREFIX [NP]
 # PREFIX: a gpumpi install; NP: ranks (one GPU each). NVLink multicast stays off.
 set -u
@@ -63,6 +64,17 @@ for op in alltoall allgather bcast reduce; do
     echo "== P2P off, $op: gpumpi GPUMPI_CUDA_IPC=0 then NCCL_P2P_DISABLE=1, blocking"
     timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
     timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
+done
+echo "== P2P off, sendrecv: gpumpi GPUMPI_CUDA_IPC=0 (staged point-to-point) then NCCL_P2P_DISABLE=1, blocking"
+timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o sendrecv -b 64K -e 512M -f 8 -w 2 -n 7 -z 1
+timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o sendrecv -b 64K -e 512M -f 8 -w 2 -n 7 -z 1
+echo "== VMM (cuMemCreate) buffers, 512 MiB, blocking: gpumpi -d vmm (POSIX fd: mapped by peers),"
+echo "   -d vmm-nohandle (not exportable: host-memory pipelines or staged), NCCL -d vmm"
+for op in allreduce alltoall sendrecv; do
+    for be in "-d vmm" "-d vmm-nohandle" "-B nccl -d vmm"; do
+        echo "-- $op $be"
+        timeout 120 "$P/bin/mpirun" -n "$NP" /tmp/gb $be -o $op -b 512M -e 512M -w 2 -n 7 -z 1 | grep -E '^ +[0-9]+ '
+    done
 done
 echo "== Gloo (torch.distributed, CUDA tensors; point-to-point staged through host tensors) beside gpumpi and NCCL, blocking"
 timeout 600 python3 "$B/compare.py" --backends gpumpi,nccl,gloo --gpumpi-prefix "$P" \

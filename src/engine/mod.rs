@@ -150,6 +150,9 @@ struct RecvState {
     got: usize,
     /// `buf` is device memory: writes go through host-to-device copies (or peer copies).
     dev: bool,
+    /// A streamed message into device memory gathers here (page-locked host memory) and goes
+    /// to the device in one copy when complete, not one copy per frame.
+    stage: Option<crate::gpu::pool::HostBuf>,
 }
 
 enum ReqKind {
@@ -746,6 +749,8 @@ impl Engine {
                 continue;
             };
             let (buf, dev) = (rs.buf, rs.dev);
+            // A failed single-copy read means the peer refuses CMA (not a failed device copy).
+            let mut refused = r.ipc.is_none();
             let ok = if r.want == 0 {
                 true
             } else if let Some(ipc) = &r.ipc {
@@ -772,11 +777,21 @@ impl Engine {
                     State::put(buf, dev, 0, src)
                 }
             } else if dev {
-                let mut tmp = vec![0u8; r.want];
-                // SAFETY: as below, into a host temporary, then copied to the device.
-                unsafe {
-                    self.tp.read_remote(r.src_world, r.addr, &mut tmp)
-                        && State::put(buf, dev, 0, &tmp)
+                let (src, addr) = (r.src_world, r.addr);
+                let tp = &mut self.tp;
+                // SAFETY: as below, through page-locked host rounds into the device buffer
+                // (buf holds at least want bytes owned by this receive).
+                match unsafe {
+                    crate::gpu::p2p::fill_device(buf as usize, r.want, |off, chunk| {
+                        tp.read_remote(src, addr + off as u64, chunk)
+                    })
+                } {
+                    Ok(ok) => ok,
+                    Err(e) => {
+                        tracing::error!("engine: copying a message to the device failed: {e}");
+                        refused = false;
+                        false
+                    }
                 }
             } else {
                 // SAFETY: buf holds at least want bytes (want <= cap) and is owned by this
@@ -798,7 +813,7 @@ impl Engine {
                 self.st.send_ctrl(r.src_world, fin);
                 self.st.complete(r.rreq);
             } else {
-                if r.ipc.is_none() {
+                if refused {
                     // CMA refused at run time: fall back to streaming for this peer from now on.
                     tracing::debug!(
                         "engine: single-copy read from rank {} failed; streaming instead",

@@ -96,6 +96,68 @@ unsafe fn copy_from_peer(
     .map_err(|e| e.to_string())
 }
 
+/// Page-locked host memory for gathering `len` bytes bound for device address `dst` (None when
+/// `dst` is not device memory or CUDA is unavailable: the caller copies piece by piece).
+pub fn staging_for(dst: usize, len: usize) -> Option<super::pool::HostBuf> {
+    let info = super::classify(dst as *const u8);
+    let d = super::gpu()?.device(info.device.max(0)).ok()?;
+    Some(super::pool::HostBuf::new(len, Some(d.ctx)))
+}
+
+/// Bytes per round of [`fill_device`]: large enough that a round's driver calls are noise,
+/// small enough that two page-locked buffers stay cheap.
+const FILL_CHUNK: usize = 4 << 20;
+
+/// Fill `len` bytes of device memory at `dst` from a host-side source, `read(offset, buf)`
+/// filling `buf` with the bytes at `offset` (false: the source failed). Rounds of
+/// [`FILL_CHUNK`] bytes alternate between two page-locked buffers, so reading round k overlaps
+/// the host-to-device copy of round k-1. Returns `Ok(false)` when `read` failed (nothing more
+/// is read), after the copies already issued have finished.
+///
+/// # Safety
+/// `dst..dst+len` is writable device memory of this process owned by the caller.
+pub unsafe fn fill_device(
+    dst: usize,
+    len: usize,
+    mut read: impl FnMut(usize, &mut [u8]) -> bool,
+) -> Result<bool, String> {
+    if len <= FILL_CHUNK {
+        let mut tmp = staging_for(dst, len).ok_or("CUDA is not available")?;
+        if !read(0, &mut tmp) {
+            return Ok(false);
+        }
+        return htod(dst, &tmp).map(|_| true);
+    }
+    let info = super::classify(dst as *const u8);
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = g.device(info.device.max(0))?;
+    let mut bufs = [
+        super::pool::HostBuf::new(FILL_CHUNK, Some(d.ctx)),
+        super::pool::HostBuf::new(FILL_CHUNK, Some(d.ctx)),
+    ];
+    cuda::with_context(d.ctx, || {
+        let events = [cuda::Event::new()?, cuda::Event::new()?];
+        let mut ok = true;
+        for (k, off) in (0..len).step_by(FILL_CHUNK).enumerate() {
+            let n = FILL_CHUNK.min(len - off);
+            let b = k % 2;
+            if k >= 2 {
+                // The copy out of this buffer two rounds ago.
+                events[b].synchronize()?;
+            }
+            if !read(off, &mut bufs[b][..n]) {
+                ok = false;
+                break;
+            }
+            cuda::memcpy_htod_async(dst + off, &bufs[b][..n], d.stream)?;
+            events[b].record(d.stream)?;
+        }
+        cuda::stream_synchronize(d.stream)?;
+        Ok(ok)
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// Copy host bytes to device address `dst`.
 ///
 /// # Safety
@@ -115,4 +177,50 @@ pub unsafe fn dtoh(src: usize, len: usize) -> Result<Vec<u8>, String> {
     let info = super::classify(src as *const u8);
     super::stage::copy_to_host(&info, src, &mut v).map_err(|e| e.to_string())?;
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a machine with a GPU (prints SKIP elsewhere): the pipelined fill over several rounds
+    /// and a short tail lands every byte, and a failing source stops it with `Ok(false)`.
+    #[test]
+    fn fill_device_in_rounds() {
+        let Some(g) = crate::gpu::gpu_or_skip() else {
+            return;
+        };
+        let d = g.device(0).unwrap();
+        let len = 3 * FILL_CHUNK + 12345;
+        let src: Vec<u8> = (0..len)
+            .map(|i| (i % 251) as u8 ^ (i >> 20) as u8)
+            .collect();
+        let dst = cuda::with_context(d.ctx, || cuda::mem_alloc(len)).unwrap();
+        let mut calls = 0;
+        // SAFETY: dst holds len bytes of device memory owned by this test.
+        let ok = unsafe {
+            fill_device(dst, len, |off, buf| {
+                calls += 1;
+                buf.copy_from_slice(&src[off..off + buf.len()]);
+                true
+            })
+        }
+        .unwrap();
+        assert!(ok);
+        assert_eq!(calls, 4);
+        let back = unsafe { dtoh(dst, len) }.unwrap();
+        assert!(back == src, "every byte lands");
+        // A source that fails in the third round.
+        let mut k = 0;
+        let ok = unsafe {
+            fill_device(dst, len, |_, _| {
+                k += 1;
+                k < 3
+            })
+        }
+        .unwrap();
+        assert!(!ok);
+        assert_eq!(k, 3, "nothing is read after the failure");
+        unsafe { cuda::with_context(d.ctx, || Ok(cuda::mem_free(dst))).unwrap() };
+    }
 }

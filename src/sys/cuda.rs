@@ -540,6 +540,37 @@ pub unsafe fn ipc_close_mem_handle(p: usize) {
     let _ = cu::cuIpcCloseMemHandle(p as cu::CUdeviceptr);
 }
 
+/// A CUDA event without timing (ordering only), in the context that was current at creation.
+#[derive(Debug)]
+pub struct Event(cu::CUevent);
+
+impl Event {
+    /// A new event in the current context.
+    pub fn new() -> CuResult<Event> {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; CU_EVENT_DISABLE_TIMING = 2.
+        unsafe { check("cuEventCreate", cu::cuEventCreate(&mut e, 2))? };
+        Ok(Event(e))
+    }
+    /// Mark the point `s` has reached.
+    pub fn record(&self, s: Stream) -> CuResult<()> {
+        // SAFETY: a live event and stream of the same context.
+        unsafe { check("cuEventRecord", cu::cuEventRecord(self.0, s.0)) }
+    }
+    /// Wait until the work before the last [`Event::record`] has finished.
+    pub fn synchronize(&self) -> CuResult<()> {
+        // SAFETY: a live event.
+        unsafe { check("cuEventSynchronize", cu::cuEventSynchronize(self.0)) }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: a live event, not used after this; pending work is unaffected.
+        unsafe { cu::cuEventDestroy_v2(self.0) };
+    }
+}
+
 /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` in a handle-type bitmask.
 pub const HANDLE_TYPE_POSIX_FD: u64 = 1;
 
