@@ -558,17 +558,39 @@ pub enum Mode {
 pub fn mode() -> Option<Mode> {
     static M: OnceLock<Option<Mode>> = OnceLock::new();
     *M.get_or_init(|| {
-        let m = if crate::config::get("GPUMPI_CUDA_IPC").as_deref() == Some("0") {
-            Mode::Host
-        } else {
-            Mode::Ipc
-        };
-        match crate::config::get("GPUMPI_GPU_COLL").as_deref() {
-            Some("0") => None,
-            Some("1") => Some(m),
-            _ => std::path::Path::new("/dev/nvidiactl").exists().then_some(m),
+        let m = mode_from(
+            crate::config::get("GPUMPI_CUDA_IPC").as_deref(),
+            crate::config::get("GPUMPI_GPU_COLL").as_deref(),
+            std::path::Path::new("/dev/nvidiactl").exists(),
+            super::kernels::embedded(),
+        );
+        if !super::kernels::embedded() {
+            tracing::info!(
+                "GPU-native collectives off: gpumpi was built without CUDA kernels (no nvcc); \
+                 device buffers are staged"
+            );
         }
+        m
     })
+}
+
+/// [`mode`] from its inputs: `GPUMPI_CUDA_IPC`, `GPUMPI_GPU_COLL`, whether an NVIDIA device
+/// node exists, and whether the library carries its kernels (every GPU-native path needs them:
+/// a build without nvcc stages device buffers instead of failing calls).
+fn mode_from(ipc: Option<&str>, coll: Option<&str>, nvidia: bool, kernels: bool) -> Option<Mode> {
+    let m = if ipc == Some("0") {
+        Mode::Host
+    } else {
+        Mode::Ipc
+    };
+    if !kernels {
+        return None;
+    }
+    match coll {
+        Some("0") => None,
+        Some("1") => Some(m),
+        _ => nvidia.then_some(m),
+    }
 }
 
 /// Whether GPU-native collectives are attempted at all (see [`mode`]).

@@ -377,3 +377,20 @@ fn descriptors_round_trip() {
     assert!(e.ok && e.pid == 4242 && e.uuid == [3; 16] && e.send.is_none());
     assert_eq!(e.recv, d.recv);
 }
+
+#[test]
+fn mode_needs_the_kernels() {
+    use super::{mode_from, Mode};
+    assert_eq!(mode_from(None, None, true, true), Some(Mode::Ipc));
+    assert_eq!(mode_from(Some("0"), None, true, true), Some(Mode::Host));
+    assert_eq!(
+        mode_from(None, None, false, true),
+        None,
+        "no NVIDIA device node"
+    );
+    assert_eq!(mode_from(None, Some("1"), false, true), Some(Mode::Ipc));
+    assert_eq!(mode_from(None, Some("0"), true, true), None);
+    // Built without nvcc: never a GPU-native path, even when forced (calls stage instead).
+    assert_eq!(mode_from(None, None, true, false), None);
+    assert_eq!(mode_from(None, Some("1"), true, false), None);
+}
