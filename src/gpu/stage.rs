@@ -42,6 +42,9 @@ fn dev_ctx(info: &PtrInfo) -> MpiResult<super::DevCtx> {
     Ok(d)
 }
 
+/// Messages up to this many bytes are staged in ordinary heap memory ([`packed_from_device`]).
+const SMALL_PAGEABLE: usize = 4 << 10;
+
 /// A host staging buffer for copies with the device of `info` (pinned when the pool allows).
 pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
     let d = dev_ctx(info)?;
@@ -282,7 +285,14 @@ pub unsafe fn packed_from_device(
     let Some(info) = device_info(buf.wrapping_offset(lo)) else {
         return Ok(None);
     };
-    let mut v = staging(&info, len)?;
+    // A small message needs no page-locked buffer (the copy is one PCIe transaction either
+    // way, or the resident kernel's): without this the first device send of a process paid a
+    // 64 KiB page-locked allocation on its critical path.
+    let mut v = if len <= SMALL_PAGEABLE {
+        HostBuf::from_vec(vec![0u8; len])
+    } else {
+        staging(&info, len)?
+    };
     let pinned = v.is_pinned();
     pack_from(&info, buf, count, t, &mut v, pinned)?;
     Ok(Some(v))
