@@ -158,20 +158,11 @@ mod tests {
             if r.buffer_id == 0 {
                 return Err(format!("buffer at {:#x} is not exported", r.base));
             }
-            let p = std::env::temp_dir().join(format!(
-                "gpumpi-fdshare-{}-{}",
-                std::process::id(),
-                r.buffer_id
-            ));
-            let mut f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&p)
-                .map_err(|e| e.to_string())?;
-            std::fs::remove_file(&p).map_err(|e| e.to_string())?;
-            write!(f, "buffer {} at {:#x}", r.buffer_id, r.base).map_err(|e| e.to_string())?;
+            let f = crate::sys::fdpass::unlinked_file(
+                &format!("fdshare-{}", r.buffer_id),
+                format!("buffer {} at {:#x}", r.buffer_id, r.base).as_bytes(),
+            )
+            .map_err(|e| e.to_string())?;
             Ok(f.into())
         })
     }

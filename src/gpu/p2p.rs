@@ -221,6 +221,11 @@ mod tests {
         .unwrap();
         assert!(!ok);
         assert_eq!(k, 3, "nothing is read after the failure");
-        unsafe { cuda::with_context(d.ctx, || Ok(cuda::mem_free(dst))).unwrap() };
+        cuda::with_context(d.ctx, || {
+            // SAFETY: dst came from mem_alloc above and nothing uses it any more.
+            unsafe { cuda::mem_free(dst) };
+            Ok(())
+        })
+        .unwrap();
     }
 }

@@ -155,6 +155,23 @@ pub fn my_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// Test helper: an open, already unlinked temporary file holding `data` (`tag` keeps the names
+/// of concurrent tests apart).
+#[cfg(test)]
+pub(crate) fn unlinked_file(tag: &str, data: &[u8]) -> io::Result<std::fs::File> {
+    use std::io::Write;
+    let p = std::env::temp_dir().join(format!("gpumpi-{tag}-{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)?;
+    std::fs::remove_file(&p)?;
+    f.write_all(data)?;
+    Ok(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,7 +180,7 @@ mod tests {
     #[test]
     fn a_descriptor_crosses_with_its_data() {
         let (a, b) = UnixStream::pair().unwrap();
-        let mut f = tempfile_with(b"through the socket");
+        let mut f = unlinked_file("fdpass", b"through the socket").unwrap();
         f.rewind().unwrap();
         send(&a, b"hello", Some(f.as_raw_fd())).unwrap();
         drop(f);
@@ -196,23 +213,5 @@ mod tests {
     fn peer_is_this_user() {
         let (a, _b) = UnixStream::pair().unwrap();
         assert_eq!(peer_uid(&a).unwrap(), my_uid());
-    }
-
-    fn tempfile_with(data: &[u8]) -> std::fs::File {
-        let p = std::env::temp_dir().join(format!(
-            "gpumpi-fdpass-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&p)
-            .unwrap();
-        std::fs::remove_file(&p).unwrap();
-        f.write_all(data).unwrap();
-        f
     }
 }
