@@ -119,23 +119,23 @@ fn answer(c: &UnixStream, me: u32, provider: &Provider) -> io::Result<()> {
 
 /// Ask the service `name` for the descriptor of `req`'s allocation.
 pub fn fetch(name: &str, req: &Request) -> Result<OwnedFd, String> {
-    let io = |what: &str, e: io::Error| format!("cuMem descriptor from {name}: {what}: {e}");
-    let c = UnixStream::connect_addr(&addr(name).map_err(|e| io("address", e))?)
-        .map_err(|e| io("connect", e))?;
+    let fail = |what: &str, e: io::Error| format!("cuMem descriptor from {name}: {what}: {e}");
+    let c = UnixStream::connect_addr(&addr(name).map_err(|e| fail("address", e))?)
+        .map_err(|e| fail("connect", e))?;
     c.set_read_timeout(Some(TIMEOUT))
         .and_then(|_| c.set_write_timeout(Some(TIMEOUT)))
-        .map_err(|e| io("timeout", e))?;
-    fdpass::send(&c, &req.to_bytes(), None).map_err(|e| io("request", e))?;
+        .map_err(|e| fail("timeout", e))?;
+    fdpass::send(&c, &req.to_bytes(), None).map_err(|e| fail("request", e))?;
     let mut status = [0u8; 4];
-    let fd = fdpass::recv_exact(&c, &mut status).map_err(|e| io("answer", e))?;
+    let fd = fdpass::recv_exact(&c, &mut status).map_err(|e| fail("answer", e))?;
     if u32::from_le_bytes(status) == 0 {
         return fd.ok_or_else(|| format!("cuMem descriptor from {name}: no descriptor came"));
     }
     let mut len = [0u8; 4];
-    fdpass::recv_exact(&c, &mut len).map_err(|e| io("answer", e))?;
+    fdpass::recv_exact(&c, &mut len).map_err(|e| fail("answer", e))?;
     let len = (u32::from_le_bytes(len) as usize).min(MAX_MESSAGE);
     let mut why = vec![0u8; len];
-    fdpass::recv_exact(&c, &mut why).map_err(|e| io("answer", e))?;
+    fdpass::recv_exact(&c, &mut why).map_err(|e| fail("answer", e))?;
     Err(format!(
         "cuMem descriptor from {name}: {}",
         String::from_utf8_lossy(&why)

@@ -99,9 +99,7 @@ unsafe fn copy_from_peer(
 /// Page-locked host memory for gathering `len` bytes bound for device address `dst` (None when
 /// `dst` is not device memory or CUDA is unavailable: the caller copies piece by piece).
 pub fn staging_for(dst: usize, len: usize) -> Option<super::pool::HostBuf> {
-    let info = super::classify(dst as *const u8);
-    let d = super::gpu()?.device(info.device.max(0)).ok()?;
-    Some(super::pool::HostBuf::new(len, Some(d.ctx)))
+    super::stage::staging(&super::classify(dst as *const u8), len).ok()
 }
 
 /// Bytes per round of [`fill_device`]: large enough that a round's driver calls are noise,
@@ -111,8 +109,9 @@ const FILL_CHUNK: usize = 4 << 20;
 /// Fill `len` bytes of device memory at `dst` from a host-side source, `read(offset, buf)`
 /// filling `buf` with the bytes at `offset` (false: the source failed). Rounds of
 /// [`FILL_CHUNK`] bytes alternate between two page-locked buffers, so reading round k overlaps
-/// the host-to-device copy of round k-1. Returns `Ok(false)` when `read` failed (nothing more
-/// is read), after the copies already issued have finished.
+/// the host-to-device copy of round k-1 (a message of one round takes one buffer). Returns
+/// `Ok(false)` when `read` failed (nothing more is read), after the copies already issued have
+/// finished.
 ///
 /// # Safety
 /// `dst..dst+len` is writable device memory of this process owned by the caller.
@@ -121,19 +120,14 @@ pub unsafe fn fill_device(
     len: usize,
     mut read: impl FnMut(usize, &mut [u8]) -> bool,
 ) -> Result<bool, String> {
-    if len <= FILL_CHUNK {
-        let mut tmp = staging_for(dst, len).ok_or("CUDA is not available")?;
-        if !read(0, &mut tmp) {
-            return Ok(false);
-        }
-        return htod(dst, &tmp).map(|_| true);
-    }
     let info = super::classify(dst as *const u8);
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(info.device.max(0))?;
+    let stage = |n| super::stage::staging(&info, n).map_err(|e| e.to_string());
+    // One round: one buffer; more: two, alternating.
     let mut bufs = [
-        super::pool::HostBuf::new(FILL_CHUNK, Some(d.ctx)),
-        super::pool::HostBuf::new(FILL_CHUNK, Some(d.ctx)),
+        stage(FILL_CHUNK.min(len))?,
+        stage(if len > FILL_CHUNK { FILL_CHUNK } else { 0 })?,
     ];
     cuda::with_context(d.ctx, || {
         let events = [cuda::Event::new()?, cuda::Event::new()?];

@@ -42,12 +42,18 @@ fn dev_ctx(info: &PtrInfo) -> MpiResult<super::DevCtx> {
     Ok(d)
 }
 
-/// Messages up to this many bytes are staged in ordinary heap memory ([`packed_from_device`]).
+/// Staging buffers up to this many bytes are ordinary heap memory ([`staging`]).
 const SMALL_PAGEABLE: usize = 4 << 10;
 
-/// A host staging buffer for copies with the device of `info` (pinned when the pool allows).
+/// A host staging buffer for copies with the device of `info`: pinned when the pool allows,
+/// except for small ones. A small copy is one PCIe transaction either way (or the resident
+/// kernel's), and a page-locked buffer's first allocation costs ~1 ms: it sat on the critical
+/// path of a process's first device send/recv (benches/NOTES.md, sixth session).
 pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
     let d = dev_ctx(info)?;
+    if len <= SMALL_PAGEABLE {
+        return Ok(HostBuf::from_vec(vec![0u8; len]));
+    }
     Ok(HostBuf::new(len, Some(d.ctx)))
 }
 
@@ -285,14 +291,7 @@ pub unsafe fn packed_from_device(
     let Some(info) = device_info(buf.wrapping_offset(lo)) else {
         return Ok(None);
     };
-    // A small message needs no page-locked buffer (the copy is one PCIe transaction either
-    // way, or the resident kernel's): without this the first device send of a process paid a
-    // 64 KiB page-locked allocation on its critical path.
-    let mut v = if len <= SMALL_PAGEABLE {
-        HostBuf::from_vec(vec![0u8; len])
-    } else {
-        staging(&info, len)?
-    };
+    let mut v = staging(&info, len)?;
     let pinned = v.is_pinned();
     pack_from(&info, buf, count, t, &mut v, pinned)?;
     Ok(Some(v))

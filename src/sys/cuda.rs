@@ -348,16 +348,22 @@ pub fn pointer_attributes(ptr: usize) -> CuResult<RawPtrAttrs> {
 
 /// The driver's buffer id of the allocation holding `ptr` (0 when it is not CUDA memory).
 pub fn pointer_buffer_id(ptr: usize) -> u64 {
-    let mut id: u64 = 0;
-    let mut attrs = [cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID];
-    let mut data: [*mut c_void; 1] = [&mut id as *mut u64 as *mut c_void];
-    // SAFETY: the slot points at a u64, the attribute's type.
+    pointer_attribute_u64(ptr, cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID)
+}
+
+/// One 64-bit pointer attribute of `ptr` (`attr` must be one whose type is a 64-bit integer);
+/// 0 when the driver refuses.
+fn pointer_attribute_u64(ptr: usize, attr: cu::CUpointer_attribute) -> u64 {
+    let mut v: u64 = 0;
+    let mut attrs = [attr];
+    let mut data: [*mut c_void; 1] = [&mut v as *mut u64 as *mut c_void];
+    // SAFETY: the slot points at a u64, the attribute's type (the caller's contract).
     let r =
         unsafe { cu::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as _) };
     if r != cu::CUresult::CUDA_SUCCESS {
         return 0;
     }
-    id
+    v
 }
 
 /// A loaded module (never unloaded: lives as long as its context).
@@ -577,16 +583,10 @@ pub const HANDLE_TYPE_POSIX_FD: u64 = 1;
 /// The handle types the VMM allocation holding `ptr` may be exported with (a bitmask of
 /// CUmemAllocationHandleType; 0 for memory that is not VMM or was created with none).
 pub fn allowed_handle_types(ptr: usize) -> u64 {
-    let mut t: u64 = 0;
-    let mut attrs = [cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES];
-    let mut data: [*mut c_void; 1] = [&mut t as *mut u64 as *mut c_void];
-    // SAFETY: the slot points at a u64, the attribute's type (unsigned long long).
-    let r =
-        unsafe { cu::cuPointerGetAttributes(1, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as _) };
-    if r != cu::CUresult::CUDA_SUCCESS {
-        return 0;
-    }
-    t
+    pointer_attribute_u64(
+        ptr,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+    )
 }
 
 /// Base and size of the allocation holding `ptr` as cuMemGetAddressRange sees it: for VMM memory
