@@ -173,6 +173,11 @@ pub static PARAMS: &[Param] = &[
         doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",
     },
     Param {
+        name: "GPUMPI_GPU_P2P_PUSH",
+        default: "1M",
+        doc: "Bytes (suffixes k, m, g) from which a point-to-point message between two exported device buffers (CUDA IPC) is written by the sender into the receiver's buffer (push) instead of read by the receiver (pull); `off` = always pull. Read by the receiving rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
         doc: "Small blocking allreduce/alltoall/allgather (at most 16 KiB per vector or block; 64 KiB with GPUMPI_CUDA_IPC=0, scratch in host memory) on device buffers, one rank per GPU, outside MPI_THREAD_MULTIPLE: 1 = through a resident kernel (one block polling mapped host memory; no launch or stream synchronize per call), 0 = through the launched GPU-native path or staging. Must be the same on every rank.",

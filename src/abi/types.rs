@@ -268,8 +268,7 @@ pub fn device_send(
         return None;
     }
     let addr = (buf as usize).wrapping_add_signed(d.desc.true_lb());
-    let (e, _) = crate::gpu::ipc::export(addr)?;
-    (e.offset + len as u64 <= e.size).then(|| (addr, len, e.to_bytes()))
+    crate::gpu::p2p::export_range(addr, len).map(|e| (addr, len, e))
 }
 
 /// Pack `count` elements (host or device memory) into a new vector.

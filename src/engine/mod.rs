@@ -26,6 +26,12 @@
 //!   instead sends `CTS(want)` and the sender streams `DATA` frames through the
 //!   ring as space allows (the ring bounds the buffering); the send completes when the last
 //!   frame is in the ring. Rendezvous sends are therefore always synchronous.
+//! - **Device rendezvous** (both buffers exported device memory, CUDA IPC): the RTS carries the
+//!   sender's export. Below `GPUMPI_GPU_P2P_PUSH` bytes the receiver copies peer to local and
+//!   sends `FIN` (pull); from there on it answers `PUT` carrying the export of its own buffer,
+//!   the sender copies local to peer and sends `DONE` (push: copy engines write to a peer faster
+//!   than they read from one). A sender that cannot map the receiver's buffer streams the data
+//!   instead (`DATA` frames, as after a `CTS`).
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 
@@ -91,6 +97,11 @@ mod kind {
     pub const DATA: u8 = 5;
     pub const FIN: u8 = 6;
     pub const ACK: u8 = 7;
+    /// Receiver -> sender of a device rendezvous: write `total` bytes into the buffer whose
+    /// export is the payload, for receive `rreq`.
+    pub const PUT: u8 = 8;
+    /// Sender -> receiver: the data of receive `rreq` is written (answer to `PUT`).
+    pub const DONE: u8 = 9;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -104,6 +115,9 @@ pub struct EngineConfig {
     /// Rendezvous messages of at least this many bytes use the single-copy read (where the
     /// transport offers it); smaller ones are pipelined through the channel.
     pub cma_min: usize,
+    /// Device rendezvous messages of at least this many bytes are pushed by the sender
+    /// (`usize::MAX`: never); see the protocol summary.
+    pub push_min: usize,
 }
 
 impl EngineConfig {
@@ -118,9 +132,14 @@ impl EngineConfig {
         } else {
             crate::config::get_usize("GPUMPI_SHM_CMA_MIN")
         };
+        let push_min = match crate::config::get("GPUMPI_GPU_P2P_PUSH").as_deref() {
+            Some(v) if v.trim().eq_ignore_ascii_case("off") => usize::MAX,
+            _ => crate::config::get_usize("GPUMPI_GPU_P2P_PUSH"),
+        };
         EngineConfig {
             eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT"),
             cma_min,
+            push_min,
         }
     }
 }
@@ -234,6 +253,16 @@ struct PendingRead {
     ipc: Option<Box<[u8]>>,
 }
 
+/// A device rendezvous whose data the sender writes into the receiver's buffer (`PUT`).
+struct PendingWrite {
+    sreq: u64,
+    dst_world: usize,
+    rreq: u64,
+    want: usize,
+    /// The export of the receiver's device buffer.
+    export: Box<[u8]>,
+}
+
 /// Everything but the transport, so the transport's poll callback can borrow it.
 struct State {
     me: usize,
@@ -246,8 +275,10 @@ struct State {
     busy: usize,
     loopq: VecDeque<(Header, Vec<u8>)>,
     reads: Vec<PendingRead>,
+    writes: Vec<PendingWrite>,
     can_read: Vec<bool>,
     cma_min: usize,
+    push_min: usize,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -314,8 +345,10 @@ impl Engine {
                 busy: 0,
                 loopq: VecDeque::new(),
                 reads: Vec::new(),
+                writes: Vec::new(),
                 can_read,
                 cma_min: cfg.cma_min,
+                push_min: cfg.push_min,
             },
             colls: Vec::new(),
             in_colls: false,
@@ -721,11 +754,12 @@ impl Engine {
         if self.tp.poll(&mut |src, h, p| st.on_frame(src, h, p)) > 0 {
             did = true;
         }
-        if !self.st.reads.is_empty() {
-            // Frames already queued (an RTS, FINs) go out before a possibly long read.
+        if !self.st.reads.is_empty() || !self.st.writes.is_empty() {
+            // Frames already queued (an RTS, FINs) go out before a possibly long copy.
             if self.st.busy > 0 {
                 self.flush_all();
             }
+            self.run_writes();
             self.run_reads();
             did = true;
         }
@@ -736,6 +770,43 @@ impl Engine {
             did = true;
         }
         did
+    }
+
+    /// Write pushed device rendezvous data into the receivers' buffers (see `kind::PUT`).
+    fn run_writes(&mut self) {
+        let writes = std::mem::take(&mut self.st.writes);
+        for w in writes {
+            let Some(Req {
+                kind: ReqKind::Send(s),
+                ..
+            }) = self.st.reqs.get(w.sreq)
+            else {
+                continue;
+            };
+            let want = w.want.min(s.len);
+            // SAFETY: the send's device buffer holds len >= want bytes until the send
+            // completes; the receiver keeps its buffer (a posted receive) until our DONE.
+            match unsafe {
+                crate::gpu::p2p::write_ipc(w.dst_world, &w.export, s.buf as usize, want)
+            } {
+                Ok(()) => {
+                    let done = Header {
+                        kind: kind::DONE,
+                        rreq: w.rreq,
+                        ..Default::default()
+                    };
+                    self.st.send_ctrl(w.dst_world, done);
+                    self.st.mark_pushed(w.sreq);
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        "engine: CUDA IPC write to rank {} failed ({e}); streaming instead",
+                        w.dst_world
+                    );
+                    self.st.stream_send(w.dst_world, w.sreq, w.rreq, want);
+                }
+            }
+        }
     }
 
     fn run_reads(&mut self) {

@@ -192,6 +192,10 @@ impl State {
         want: usize,
         ipc: Option<Box<[u8]>>,
     ) {
+        if ipc.is_some() && want > 0 && want >= self.push_min && self.push(rreq, src_world, sreq, want)
+        {
+            return;
+        }
         // Device receives take the single-copy read at every rendezvous size: it fills the
         // device in page-locked rounds (`gpu::p2p::fill_device`), while streamed frames would
         // gather on the host first (measured 1.1 GB/s at 4 MiB streamed, benches/NOTES.md).
@@ -209,6 +213,56 @@ impl State {
             });
         } else {
             self.request_stream(rreq, src_world, sreq, want);
+        }
+    }
+
+    /// Ask the sender of a device rendezvous to write `want` bytes into receive `rreq` (`PUT`);
+    /// false (nothing sent) when the receive buffer is not exportable device memory.
+    fn push(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize) -> bool {
+        let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        else {
+            return false;
+        };
+        if !rs.dev {
+            return false;
+        }
+        let Some(export) = crate::gpu::p2p::export_range(rs.buf as usize, want) else {
+            return false;
+        };
+        // DONE completes the receive; should the sender stream instead, DATA frames count
+        // against these.
+        rs.expect = want;
+        rs.got = 0;
+        let h = Header {
+            kind: kind::PUT,
+            sreq,
+            rreq,
+            total: want as u64,
+            ..Default::default()
+        };
+        self.enqueue(src_world, Out::CtrlP(h, export.to_vec().into_boxed_slice()));
+        true
+    }
+
+    /// Stream bytes `0..want` of send `sreq` to receive `rreq` as DATA frames (staged through
+    /// host memory first when the send buffer is device memory).
+    pub(super) fn stream_send(&mut self, dst_world: usize, sreq: u64, rreq: u64, want: usize) {
+        self.stage_device_send(sreq);
+        if want == 0 {
+            self.mark_pushed(sreq);
+        } else {
+            self.enqueue(
+                dst_world,
+                Out::Stream {
+                    sreq,
+                    rreq,
+                    off: 0,
+                    end: want,
+                },
+            );
         }
     }
 
@@ -308,23 +362,15 @@ impl State {
                     self.frags.remove(&key);
                 }
             }
-            kind::CTS => {
-                let want = h.total as usize;
-                self.stage_device_send(h.sreq);
-                if want == 0 {
-                    self.mark_pushed(h.sreq);
-                } else {
-                    self.enqueue(
-                        src_world,
-                        Out::Stream {
-                            sreq: h.sreq,
-                            rreq: h.rreq,
-                            off: 0,
-                            end: want,
-                        },
-                    );
-                }
-            }
+            kind::CTS => self.stream_send(src_world, h.sreq, h.rreq, h.total as usize),
+            kind::PUT => self.writes.push(PendingWrite {
+                sreq: h.sreq,
+                dst_world: src_world,
+                rreq: h.rreq,
+                want: h.total as usize,
+                export: p.to_vec().into_boxed_slice(),
+            }),
+            kind::DONE => self.complete(h.rreq),
             kind::DATA => self.deliver(h.rreq, h.arg as usize, p),
             kind::FIN => self.mark_pushed(h.sreq),
             kind::ACK => {

@@ -19,6 +19,7 @@ fn group(n: usize, cap_msgs: usize, maxp: usize, cma: bool) -> Vec<Engine> {
                 EngineConfig {
                     eager_limit: LIMIT,
                     cma_min: 0,
+                    push_min: usize::MAX,
                 },
             )
         })
@@ -416,6 +417,7 @@ fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
                 EngineConfig {
                     eager_limit: LIMIT,
                     cma_min: 0,
+                    push_min: usize::MAX,
                 },
             )
         })

@@ -1,15 +1,17 @@
-//! Device memory in point-to-point messages, for the engine (src/engine): the zero-copy read of
-//! a peer's exported device buffer (CUDA IPC), and the synchronous host<->device copies used
-//! when a device buffer meets a host-memory protocol (eager frames, streamed or CMA data).
+//! Device memory in point-to-point messages, for the engine (src/engine): the zero-copy copy
+//! between this process's buffer and a peer's exported device buffer (CUDA IPC; the receiver
+//! reads, or the sender writes into the receiver's buffer), and the synchronous host<->device
+//! copies used when a device buffer meets a host-memory protocol (eager frames, streamed or CMA
+//! data).
 //!
 //! Contract: every function here has finished its copies when it returns (the stream is
-//! synchronized), so the engine may complete the request and tell the sender right after.
+//! synchronized), so the engine may complete the request and tell the peer right after.
 
 use super::ipc::{self, Export};
 use crate::sys::cuda;
 
 /// How a peer's exported buffer is copied: the copy engines (`ce`, cuMemcpyAsync) or gpumpi's
-/// copy kernel (`kernel`, SMs pulling over NVLink). `GPUMPI_GPU_P2P_COPY`.
+/// copy kernel (`kernel`, SMs copying over NVLink). `GPUMPI_GPU_P2P_COPY`.
 fn use_kernel() -> bool {
     static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *K.get_or_init(|| crate::config::get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"))
@@ -17,7 +19,7 @@ fn use_kernel() -> bool {
 
 /// Copy `len` bytes of `peer`'s exported buffer (`export`: [`Export`] bytes) to `dst`: device
 /// memory of this process when `dev`, else host memory. Zero-copy over NVLink for device
-/// targets (one copy, peer to local).
+/// targets (one copy, peer to local): the receiver's side of a pulled message.
 ///
 /// # Safety
 /// `dst..dst+len` is writable memory of this process owned by the receive; the peer keeps its
@@ -29,24 +31,66 @@ pub unsafe fn read_ipc(
     dev: bool,
     len: usize,
 ) -> Result<(), String> {
+    peer_copy(peer, export, dst, dev, len, Way::Pull)
+}
+
+/// Copy `len` bytes of this process's device buffer `src` into `peer`'s exported buffer
+/// (`export`): the sender's side of a pushed message, one copy local to peer over NVLink.
+///
+/// # Safety
+/// `src..src+len` is readable device memory of this process; the peer's buffer is a posted
+/// receive that it leaves untouched until told the write is done.
+pub unsafe fn write_ipc(peer: usize, export: &[u8], src: usize, len: usize) -> Result<(), String> {
+    peer_copy(peer, export, src, true, len, Way::Push)
+}
+
+/// The export bytes of the device buffer `addr..addr+len` of this process when CUDA IPC can
+/// share it (one exportable allocation holds the whole range), else `None`.
+pub fn export_range(addr: usize, len: usize) -> Option<[u8; ipc::EXPORT_BYTES]> {
+    let (e, _) = ipc::export(addr)?;
+    (e.offset + len as u64 <= e.size).then(|| e.to_bytes())
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Way {
+    /// Peer to `local`.
+    Pull,
+    /// `local` to peer (`local` is device memory).
+    Push,
+}
+
+/// One copy between `peer`'s exported buffer and `local` (device memory of this process when
+/// `dev`, else host memory), in the direction `way`, finished when this returns.
+unsafe fn peer_copy(
+    peer: usize,
+    export: &[u8],
+    local: usize,
+    dev: bool,
+    len: usize,
+    way: Way,
+) -> Result<(), String> {
     let e = Export::from_bytes(export).ok_or("short IPC descriptor")?;
     if len as u64 > e.size.saturating_sub(e.offset) {
         return Err("message longer than the exported allocation".into());
     }
     let g = super::gpu().ok_or("CUDA is not available")?;
-    // A device target's own device; a host target reads through device 0's context.
+    // A device buffer's own device; a host target reads through device 0's context.
     let ordinal = if dev {
-        super::classify(dst as *const u8).device.max(0)
+        super::classify(local as *const u8).device.max(0)
     } else {
         0
     };
     let d = g.device(ordinal)?;
-    let src = ipc::import(peer, &e, d.ordinal)?;
+    let remote = ipc::import(peer, &e, d.ordinal)?;
     if len == 0 {
         return Ok(());
     }
+    let (src, dst) = match way {
+        Way::Pull => (remote, local),
+        Way::Push => (local, remote),
+    };
     let t0 = std::time::Instant::now();
-    let r = copy_from_peer(g, d, src, dst, dev, len);
+    let r = copy(g, d, src, dst, dev, len);
     if len >= 1 << 20 {
         let us = t0.elapsed().as_secs_f64() * 1e6;
         tracing::debug!(
@@ -55,13 +99,15 @@ pub unsafe fn read_ipc(
             us,
             gbs = len as f64 / us / 1e3,
             kernel = dev && use_kernel(),
-            "CUDA IPC read"
+            ?way,
+            "CUDA IPC copy"
         );
     }
     r
 }
 
-unsafe fn copy_from_peer(
+/// Copy device `src` to `dst` (device memory when `dev`, else host) in `d`'s context.
+unsafe fn copy(
     g: &super::Gpu,
     d: super::DevCtx,
     src: usize,
@@ -176,6 +222,51 @@ pub unsafe fn dtoh(src: usize, len: usize) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a machine with a GPU (prints SKIP elsewhere): a push writes this process's device
+    /// bytes into an exported buffer at its offset and a pull reads them back, through this
+    /// process's own descriptor service (VMM memory, the one kind a process can import from
+    /// itself); a range longer than the export is refused before any copy.
+    #[test]
+    fn push_and_pull_through_an_export() {
+        let Some(g) = crate::gpu::gpu_or_skip() else {
+            return;
+        };
+        let d = g.device(0).unwrap();
+        let (base, sizes) = cuda::with_context(d.ctx, || {
+            cuda::vmm_alloc_chunks(0, &[1], cuda::HANDLE_TYPE_POSIX_FD)
+        })
+        .unwrap();
+        let len = 1 << 20;
+        let target = base + 4096;
+        let export = export_range(target, len).expect("VMM memory with a handle type exports");
+        assert!(export_range(target, sizes[0]).is_none(), "past the allocation's end");
+        let src: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8).collect();
+        let local = cuda::with_context(d.ctx, || cuda::mem_alloc(len)).unwrap();
+        // SAFETY: local holds len bytes of device memory owned by this test; target..+len lies
+        // in the test's VMM allocation, exported above.
+        unsafe {
+            htod(local, &src).unwrap();
+            htod(base, &[0xa5u8; 4096]).unwrap();
+            write_ipc(usize::MAX - 2, &export, local, len).unwrap();
+            assert!(dtoh(target, len).unwrap() == src, "pushed bytes land at the offset");
+            assert!(
+                dtoh(base, 4096).unwrap().iter().all(|&b| b == 0xa5),
+                "nothing before the offset is written"
+            );
+            htod(local, &vec![0u8; len]).unwrap();
+            read_ipc(usize::MAX - 2, &export, local, true, len).unwrap();
+            assert!(dtoh(local, len).unwrap() == src, "pulled back");
+            let e = write_ipc(usize::MAX - 2, &export, local, sizes[0]).unwrap_err();
+            assert!(e.contains("longer than the exported"), "{e}");
+        }
+        cuda::with_context(d.ctx, || {
+            // SAFETY: local came from mem_alloc above and nothing uses it any more.
+            unsafe { cuda::mem_free(local) };
+            Ok(())
+        })
+        .unwrap();
+    }
 
     /// On a machine with a GPU (prints SKIP elsewhere): the pipelined fill over several rounds
     /// and a short tail lands every byte, and a failing source stops it with `Ok(false)`.

@@ -4,7 +4,8 @@
 # Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
 # at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (collectives through
 # pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
-# the host (GPUMPI_CUDA_PACK=0) and at 4 ranks with the kernel peer copy; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
+# the host (GPUMPI_CUDA_PACK=0), at 4 ranks with the kernel peer copy, at 4 ranks with every
+# device rendezvous pushed and at 2 ranks with every one pulled; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
@@ -51,6 +52,12 @@ run "gpu_test -n 2, derived types packed on the host (GPUMPI_CUDA_PACK=0)" GPUMP
     "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_PACK "$out/gpu_test" 65537
 run "gpu_test -n 4, kernel peer copies (GPUMPI_GPU_P2P_COPY=kernel)" GPUMPI_GPU_P2P_COPY=kernel \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_COPY "$out/gpu_test" 65537
+run "gpu_test -n 4, every device rendezvous pushed by the sender (GPUMPI_GPU_P2P_PUSH=0)" \
+    GPUMPI_GPU_P2P_PUSH=0 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_PUSH \
+    "$out/gpu_test" 1048577
+run "gpu_test -n 2, every device rendezvous pulled by the receiver (GPUMPI_GPU_P2P_PUSH=off)" \
+    GPUMPI_GPU_P2P_PUSH=off "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_PUSH \
+    "$out/gpu_test" "$max"
 for n in 2 4; do
     run "gpu_mt -n $n (MPI_THREAD_MULTIPLE: two threads, collectives on two communicators)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mt"
