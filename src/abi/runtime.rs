@@ -136,6 +136,10 @@ pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiR
             if done(rt)? {
                 return Ok(());
             }
+            if rt.engine.device_copies_pending() {
+                // Only polling sees a device copy end: no sleeping while one runs.
+                backoff.reset();
+            }
         }
         backoff.snooze();
     }

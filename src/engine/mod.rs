@@ -263,6 +263,32 @@ struct PendingWrite {
     export: Box<[u8]>,
 }
 
+/// A peer copy of a device rendezvous (CUDA IPC) in flight, polled by `progress`: the engine
+/// answers other messages meanwhile (a ring of Sendrecv calls, each rank reading or writing
+/// one peer while another waits for its answer, must not run one copy after another).
+struct Copying {
+    copy: crate::gpu::p2p::InFlight,
+    then: AfterCopy,
+}
+
+/// What finishes a peer copy.
+enum AfterCopy {
+    /// A pull: FIN to the sender, the receive completes.
+    Read {
+        rreq: u64,
+        src_world: usize,
+        sreq: u64,
+        want: usize,
+    },
+    /// A push: DONE to the receiver, the send's data is out.
+    Write {
+        sreq: u64,
+        dst_world: usize,
+        rreq: u64,
+        want: usize,
+    },
+}
+
 /// Everything but the transport, so the transport's poll callback can borrow it.
 struct State {
     me: usize,
@@ -276,6 +302,7 @@ struct State {
     loopq: VecDeque<(Header, Vec<u8>)>,
     reads: Vec<PendingRead>,
     writes: Vec<PendingWrite>,
+    copying: Vec<Copying>,
     can_read: Vec<bool>,
     cma_min: usize,
     push_min: usize,
@@ -346,6 +373,7 @@ impl Engine {
                 loopq: VecDeque::new(),
                 reads: Vec::new(),
                 writes: Vec::new(),
+                copying: Vec::new(),
                 can_read,
                 cma_min: cfg.cma_min,
                 push_min: cfg.push_min,
@@ -763,6 +791,10 @@ impl Engine {
             self.run_reads();
             did = true;
         }
+        if !self.st.copying.is_empty() {
+            self.poll_copies();
+            did = true;
+        }
         if self.st.busy > 0 && self.flush_all() {
             did = true;
         }
@@ -786,27 +818,43 @@ impl Engine {
             let want = w.want.min(s.len);
             // SAFETY: the send's device buffer holds len >= want bytes until the send
             // completes; the receiver keeps its buffer (a posted receive) until our DONE.
+            let then = AfterCopy::Write {
+                sreq: w.sreq,
+                dst_world: w.dst_world,
+                rreq: w.rreq,
+                want,
+            };
             match unsafe {
                 crate::gpu::p2p::write_ipc(w.dst_world, &w.export, s.buf as usize, want)
             } {
-                Ok(()) => {
-                    let done = Header {
-                        kind: kind::DONE,
-                        rreq: w.rreq,
-                        ..Default::default()
-                    };
-                    self.st.send_ctrl(w.dst_world, done);
-                    self.st.mark_pushed(w.sreq);
-                }
-                Err(e) => {
-                    tracing::debug!(
-                        "engine: CUDA IPC write to rank {} failed ({e}); streaming instead",
-                        w.dst_world
-                    );
-                    self.st.stream_send(w.dst_world, w.sreq, w.rreq, want);
-                }
+                Ok(Some(copy)) => self.st.copying.push(Copying { copy, then }),
+                Ok(None) => self.st.after_copy(then, Ok(())),
+                Err(e) => self.st.after_copy(then, Err(e)),
             }
         }
+    }
+
+    /// Finish the peer copies that are done (see [`Copying`]).
+    fn poll_copies(&mut self) {
+        let mut i = 0;
+        while i < self.st.copying.len() {
+            let r = match self.st.copying[i].copy.done() {
+                Ok(false) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(true) => Ok(()),
+                Err(e) => Err(e),
+            };
+            let c = self.st.copying.swap_remove(i);
+            self.st.after_copy(c.then, r);
+        }
+    }
+
+    /// Whether peer copies of device messages are in flight: a blocking wait should poll
+    /// without sleeping, since nothing but polling tells when they finish.
+    pub fn device_copies_pending(&self) -> bool {
+        !self.st.copying.is_empty()
     }
 
     fn run_reads(&mut self) {
@@ -827,18 +875,20 @@ impl Engine {
             } else if let Some(ipc) = &r.ipc {
                 // SAFETY: buf holds at least want bytes owned by this receive; the sender keeps
                 // its device buffer until our FIN.
+                let then = AfterCopy::Read {
+                    rreq: r.rreq,
+                    src_world: r.src_world,
+                    sreq: r.sreq,
+                    want: r.want,
+                };
                 match unsafe {
                     crate::gpu::p2p::read_ipc(r.src_world, ipc, buf as usize, dev, r.want)
                 } {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::debug!(
-                            "engine: CUDA IPC read from rank {} failed ({e}); streaming instead",
-                            r.src_world
-                        );
-                        false
-                    }
+                    Ok(Some(copy)) => self.st.copying.push(Copying { copy, then }),
+                    Ok(None) => self.st.after_copy(then, Ok(())),
+                    Err(e) => self.st.after_copy(then, Err(e)),
                 }
+                continue;
             } else if r.src_world == self.st.me {
                 // SAFETY: self-send rendezvous: the sender's (host) buffer is live in this
                 // process until FIN is processed, the receive buffer holds at least want bytes,

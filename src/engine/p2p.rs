@@ -192,7 +192,10 @@ impl State {
         want: usize,
         ipc: Option<Box<[u8]>>,
     ) {
-        if ipc.is_some() && want > 0 && want >= self.push_min && self.push(rreq, src_world, sreq, want)
+        if ipc.is_some()
+            && want > 0
+            && want >= self.push_min
+            && self.push(rreq, src_world, sreq, want)
         {
             return;
         }
@@ -245,6 +248,75 @@ impl State {
         };
         self.enqueue(src_world, Out::CtrlP(h, export.to_vec().into_boxed_slice()));
         true
+    }
+
+    /// A peer copy ended (`r`): tell the peer and complete the request, or, when the copy
+    /// failed, fall back to streamed data (the sender keeps its buffer until then).
+    pub(super) fn after_copy(&mut self, then: AfterCopy, r: Result<(), String>) {
+        match (then, r) {
+            (
+                AfterCopy::Read {
+                    rreq,
+                    src_world,
+                    sreq,
+                    ..
+                },
+                Ok(()),
+            ) => {
+                let fin = Header {
+                    kind: kind::FIN,
+                    sreq,
+                    ..Default::default()
+                };
+                self.send_ctrl(src_world, fin);
+                self.complete(rreq);
+            }
+            (
+                AfterCopy::Write {
+                    sreq,
+                    dst_world,
+                    rreq,
+                    ..
+                },
+                Ok(()),
+            ) => {
+                let done = Header {
+                    kind: kind::DONE,
+                    rreq,
+                    ..Default::default()
+                };
+                self.send_ctrl(dst_world, done);
+                self.mark_pushed(sreq);
+            }
+            (
+                AfterCopy::Read {
+                    rreq,
+                    src_world,
+                    sreq,
+                    want,
+                },
+                Err(e),
+            ) => {
+                tracing::debug!(
+                    "engine: CUDA IPC read from rank {src_world} failed ({e}); streaming instead"
+                );
+                self.request_stream(rreq, src_world, sreq, want);
+            }
+            (
+                AfterCopy::Write {
+                    sreq,
+                    dst_world,
+                    rreq,
+                    want,
+                },
+                Err(e),
+            ) => {
+                tracing::debug!(
+                    "engine: CUDA IPC write to rank {dst_world} failed ({e}); streaming instead"
+                );
+                self.stream_send(dst_world, sreq, rreq, want);
+            }
+        }
     }
 
     /// Stream bytes `0..want` of send `sreq` to receive `rreq` as DATA frames (staged through

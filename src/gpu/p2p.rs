@@ -4,8 +4,11 @@
 //! copies used when a device buffer meets a host-memory protocol (eager frames, streamed or CMA
 //! data).
 //!
-//! Contract: every function here has finished its copies when it returns (the stream is
-//! synchronized), so the engine may complete the request and tell the peer right after.
+//! Contract: the peer copies ([`read_ipc`], [`write_ipc`]) return an [`InFlight`] copy that the
+//! engine polls while it goes on with other messages (a ring of Sendrecv calls must never wait
+//! on one rank's copy to answer another); every other function here has finished its copies
+//! when it returns (the stream is synchronized), so the engine may complete the request and tell
+//! the peer right after.
 
 use super::ipc::{self, Export};
 use crate::sys::cuda;
@@ -17,30 +20,66 @@ fn use_kernel() -> bool {
     *K.get_or_init(|| crate::config::get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"))
 }
 
-/// Copy `len` bytes of `peer`'s exported buffer (`export`: [`Export`] bytes) to `dst`: device
-/// memory of this process when `dev`, else host memory. Zero-copy over NVLink for device
-/// targets (one copy, peer to local): the receiver's side of a pulled message.
+/// A peer copy issued on its device's stream; `None` from [`read_ipc`] or [`write_ipc`] means
+/// there was nothing to copy.
+pub struct InFlight {
+    d: super::DevCtx,
+    ev: cuda::Event,
+    t0: std::time::Instant,
+    len: usize,
+}
+
+impl InFlight {
+    /// Whether the copy has finished; an error: it failed.
+    pub fn done(&self) -> Result<bool, String> {
+        let r = cuda::with_context(self.d.ctx, || self.ev.query()).map_err(|e| e.to_string());
+        if matches!(r, Ok(true)) && self.len >= 1 << 20 {
+            let us = self.t0.elapsed().as_secs_f64() * 1e6;
+            tracing::debug!(
+                len = self.len,
+                us,
+                gbs = self.len as f64 / us / 1e3,
+                "CUDA IPC copy done"
+            );
+        }
+        r
+    }
+
+    /// Wait for the copy to finish.
+    pub fn wait(self) -> Result<(), String> {
+        cuda::with_context(self.d.ctx, || self.ev.synchronize()).map_err(|e| e.to_string())
+    }
+}
+
+/// Start copying `len` bytes of `peer`'s exported buffer (`export`: [`Export`] bytes) to `dst`:
+/// device memory of this process when `dev`, else host memory. Zero-copy over NVLink for
+/// device targets (one copy, peer to local): the receiver's side of a pulled message.
 ///
 /// # Safety
-/// `dst..dst+len` is writable memory of this process owned by the receive; the peer keeps its
-/// buffer untouched until told the read is done.
+/// `dst..dst+len` is writable memory of this process owned by the receive until the copy is
+/// done; the peer keeps its buffer untouched until told the read is done.
 pub unsafe fn read_ipc(
     peer: usize,
     export: &[u8],
     dst: usize,
     dev: bool,
     len: usize,
-) -> Result<(), String> {
+) -> Result<Option<InFlight>, String> {
     peer_copy(peer, export, dst, dev, len, Way::Pull)
 }
 
-/// Copy `len` bytes of this process's device buffer `src` into `peer`'s exported buffer
-/// (`export`): the sender's side of a pushed message, one copy local to peer over NVLink.
+/// Start copying `len` bytes of this process's device buffer `src` into `peer`'s exported
+/// buffer (`export`): the sender's side of a pushed message, one copy local to peer over NVLink.
 ///
 /// # Safety
-/// `src..src+len` is readable device memory of this process; the peer's buffer is a posted
-/// receive that it leaves untouched until told the write is done.
-pub unsafe fn write_ipc(peer: usize, export: &[u8], src: usize, len: usize) -> Result<(), String> {
+/// `src..src+len` is device memory of this process left untouched until the copy is done; the
+/// peer's buffer is a posted receive that it leaves untouched until told the write is done.
+pub unsafe fn write_ipc(
+    peer: usize,
+    export: &[u8],
+    src: usize,
+    len: usize,
+) -> Result<Option<InFlight>, String> {
     peer_copy(peer, export, src, true, len, Way::Push)
 }
 
@@ -59,8 +98,8 @@ enum Way {
     Push,
 }
 
-/// One copy between `peer`'s exported buffer and `local` (device memory of this process when
-/// `dev`, else host memory), in the direction `way`, finished when this returns.
+/// Start one copy between `peer`'s exported buffer and `local` (device memory of this process
+/// when `dev`, else host memory), in the direction `way`.
 unsafe fn peer_copy(
     peer: usize,
     export: &[u8],
@@ -68,7 +107,7 @@ unsafe fn peer_copy(
     dev: bool,
     len: usize,
     way: Way,
-) -> Result<(), String> {
+) -> Result<Option<InFlight>, String> {
     let e = Export::from_bytes(export).ok_or("short IPC descriptor")?;
     if len as u64 > e.size.saturating_sub(e.offset) {
         return Err("message longer than the exported allocation".into());
@@ -83,30 +122,23 @@ unsafe fn peer_copy(
     let d = g.device(ordinal)?;
     let remote = ipc::import(peer, &e, d.ordinal)?;
     if len == 0 {
-        return Ok(());
+        return Ok(None);
     }
     let (src, dst) = match way {
         Way::Pull => (remote, local),
         Way::Push => (local, remote),
     };
-    let t0 = std::time::Instant::now();
-    let r = copy(g, d, src, dst, dev, len);
     if len >= 1 << 20 {
-        let us = t0.elapsed().as_secs_f64() * 1e6;
-        tracing::debug!(
-            peer,
-            len,
-            us,
-            gbs = len as f64 / us / 1e3,
-            kernel = dev && use_kernel(),
-            ?way,
-            "CUDA IPC copy"
-        );
+        let kernel = dev && use_kernel();
+        tracing::debug!(peer, len, kernel, ?way, "CUDA IPC copy");
     }
-    r
+    let t0 = std::time::Instant::now();
+    let ev = copy(g, d, src, dst, dev, len)?;
+    Ok(Some(InFlight { d, ev, t0, len }))
 }
 
-/// Copy device `src` to `dst` (device memory when `dev`, else host) in `d`'s context.
+/// Issue a copy of device `src` to `dst` (device memory when `dev`, else host) on `d`'s stream;
+/// the returned event is recorded after it.
 unsafe fn copy(
     g: &super::Gpu,
     d: super::DevCtx,
@@ -114,8 +146,9 @@ unsafe fn copy(
     dst: usize,
     dev: bool,
     len: usize,
-) -> Result<(), String> {
+) -> Result<cuda::Event, String> {
     cuda::with_context(d.ctx, || {
+        let ev = cuda::Event::new()?;
         if dev && use_kernel() {
             if let Ok(k) = g.kernels(d.ordinal) {
                 let seg = super::kernels::Seg {
@@ -125,7 +158,8 @@ unsafe fn copy(
                 };
                 let grid = super::coll::max_grid(d.ordinal);
                 k.copy_segs_async(&[seg], grid, d.stream)?;
-                return cuda::stream_synchronize(d.stream);
+                ev.record(d.stream)?;
+                return Ok(ev);
             }
         }
         if dev {
@@ -137,7 +171,8 @@ unsafe fn copy(
                 d.stream,
             )?;
         }
-        cuda::stream_synchronize(d.stream)
+        ev.record(d.stream)?;
+        Ok(ev)
     })
     .map_err(|e| e.to_string())
 }
@@ -240,7 +275,10 @@ mod tests {
         let len = 1 << 20;
         let target = base + 4096;
         let export = export_range(target, len).expect("VMM memory with a handle type exports");
-        assert!(export_range(target, sizes[0]).is_none(), "past the allocation's end");
+        assert!(
+            export_range(target, sizes[0]).is_none(),
+            "past the allocation's end"
+        );
         let src: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8).collect();
         let local = cuda::with_context(d.ctx, || cuda::mem_alloc(len)).unwrap();
         // SAFETY: local holds len bytes of device memory owned by this test; target..+len lies
@@ -248,16 +286,30 @@ mod tests {
         unsafe {
             htod(local, &src).unwrap();
             htod(base, &[0xa5u8; 4096]).unwrap();
-            write_ipc(usize::MAX - 2, &export, local, len).unwrap();
-            assert!(dtoh(target, len).unwrap() == src, "pushed bytes land at the offset");
+            let w = write_ipc(usize::MAX - 2, &export, local, len).unwrap();
+            w.expect("a copy to wait for").wait().unwrap();
+            assert!(
+                dtoh(target, len).unwrap() == src,
+                "pushed bytes land at the offset"
+            );
             assert!(
                 dtoh(base, 4096).unwrap().iter().all(|&b| b == 0xa5),
                 "nothing before the offset is written"
             );
             htod(local, &vec![0u8; len]).unwrap();
-            read_ipc(usize::MAX - 2, &export, local, true, len).unwrap();
+            let r = read_ipc(usize::MAX - 2, &export, local, true, len)
+                .unwrap()
+                .unwrap();
+            while !r.done().unwrap() {
+                std::hint::spin_loop();
+            }
             assert!(dtoh(local, len).unwrap() == src, "pulled back");
-            let e = write_ipc(usize::MAX - 2, &export, local, sizes[0]).unwrap_err();
+            assert!(write_ipc(usize::MAX - 2, &export, local, 0)
+                .unwrap()
+                .is_none());
+            let e = write_ipc(usize::MAX - 2, &export, local, sizes[0])
+                .err()
+                .unwrap();
             assert!(e.contains("longer than the exported"), "{e}");
         }
         cuda::with_context(d.ctx, || {

@@ -563,6 +563,14 @@ impl Event {
         // SAFETY: a live event and stream of the same context.
         unsafe { check("cuEventRecord", cu::cuEventRecord(self.0, s.0)) }
     }
+    /// Whether the work before the last [`Event::record`] has finished (no wait).
+    pub fn query(&self) -> CuResult<bool> {
+        // SAFETY: a live event.
+        match unsafe { cu::cuEventQuery(self.0) } {
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check("cuEventQuery", r).map(|()| true),
+        }
+    }
     /// Wait until the work before the last [`Event::record`] has finished.
     pub fn synchronize(&self) -> CuResult<()> {
         // SAFETY: a live event.
