@@ -68,3 +68,4 @@ extern "C" __global__ void gpumpi_copy(uint8_t *dst, const uint8_t *src, uint64_
 #include "coll.cuh"
 #include "pack.cuh"
 #include "resident.cuh"
+#include "hostar.cuh"

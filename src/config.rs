@@ -168,13 +168,23 @@ pub static PARAMS: &[Param] = &[
         doc: "Without CUDA IPC: rounds of the host-memory pipelines in flight at once (slots per stage buffer, 2-8). Each rank's region per communicator holds depth x (ranks + 1) x GPUMPI_GPU_HOST_CHUNK bytes; on the 4 x H200 machine 2 was fastest (deeper regions fall out of the CPU caches). Must be the same on every rank.",
     },
     Param {
+        name: "GPUMPI_GPU_HOST_KERNEL",
+        default: "256K",
+        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB - 16 MiB, a multiple of 4 KiB; one kernel per rank moves every round, its blocks handing rounds to the peers' blocks through counters in host memory); 0 = the stream pipeline of GPUMPI_GPU_HOST_CHUNK instead. Used when every rank of the communicator has a GPU of its own. Each rank's region per communicator grows by 4 x (ranks + 1) of them. Must be the same on every rank.",
+    },
+    Param {
+        name: "GPUMPI_GPU_HOST_KERNEL_BLOCKS",
+        default: "32",
+        doc: "Without CUDA IPC: blocks of the kernel-driven allreduce (GPUMPI_GPU_HOST_KERNEL), rounded up to a power of two, at most 128. Must be the same on every rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
         doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",
     },
     Param {
         name: "GPUMPI_GPU_P2P_PUSH",
-        default: "1M",
+        default: "4M",
         doc: "Bytes (suffixes k, m, g) from which a point-to-point message between two exported device buffers (CUDA IPC) is written by the sender into the receiver's buffer (push) instead of read by the receiver (pull); `off` = always pull. Read by the receiving rank.",
     },
     Param {

@@ -73,8 +73,44 @@ fn chunk_and_depth() -> (usize, usize) {
     (q, get("GPUMPI_GPU_HOST_DEPTH").clamp(2, 8))
 }
 
-fn region_len(n: usize, q: usize, depth: usize) -> usize {
-    IN_OFF + depth * (n + 1) * q
+/// The kernel-driven allreduce (kernels/hostar.cuh): bytes per rank and round (0: off, the
+/// allreduce takes the stream pipeline) from `GPUMPI_GPU_HOST_KERNEL`, a multiple of 4 KiB,
+/// and blocks per kernel (a power of two, at most [`KMAXB`]) from
+/// `GPUMPI_GPU_HOST_KERNEL_BLOCKS`; read at set-up like [`chunk_and_depth`].
+fn kernel_chunk_and_blocks() -> (usize, u32) {
+    let get = crate::config::get_usize;
+    let q = get("GPUMPI_GPU_HOST_KERNEL");
+    let b = get("GPUMPI_GPU_HOST_KERNEL_BLOCKS")
+        .clamp(1, KMAXB)
+        .next_power_of_two();
+    let q = if q == 0 {
+        0
+    } else {
+        q.clamp(64 << 10, 16 << 20).next_multiple_of(4096)
+    };
+    (q, b as u32)
+}
+
+/// Slots per buffer of the kernel-driven allreduce: a block runs A(r), B(r-1), C(r-2) in one
+/// iteration, so 3 keep every slot-reuse wait an iteration behind; one more for slack.
+const KDEPTH: usize = 4;
+/// Most blocks of the kernel-driven allreduce (`HAR_MAXB` in kernels/hostar.cuh).
+const KMAXB: usize = 128;
+/// Offset of the slots in a kernel area (`HAR_DATA`; the counters sit before it).
+const KDATA: usize = 32768;
+
+/// Offset of the kernel area in a region, after the stream pipeline's slots.
+fn kernel_off(n: usize, q: usize, depth: usize) -> usize {
+    (IN_OFF + depth * (n + 1) * q).next_multiple_of(4096)
+}
+
+fn region_len(n: usize, q: usize, depth: usize, kq: usize) -> usize {
+    let k = if kq == 0 {
+        0
+    } else {
+        KDATA + KDEPTH * (n + 1) * kq
+    };
+    kernel_off(n, q, depth) + k
 }
 
 /// One communicator's regions as mapped and registered in this process.
@@ -94,6 +130,12 @@ pub struct HostComm {
     pub dev: Vec<u64>,
     /// Pipeline rounds run on this communicator so far (the same on every rank).
     rounds: u64,
+    /// The kernel-driven allreduce: bytes per slot (0: not used here: off, or two ranks of the
+    /// communicator share a GPU, where spinning kernels of two processes would take turns),
+    /// blocks, and its own rounds so far.
+    kq: usize,
+    kblocks: u32,
+    krounds: u64,
 }
 
 impl HostComm {
@@ -159,7 +201,16 @@ fn setup(
 ) -> MpiResult<Option<HostComm>> {
     let n = world.len();
     let (q, depth) = chunk_and_depth();
-    let len = region_len(n, q, depth);
+    let (kq, kblocks) = kernel_chunk_and_blocks();
+    // The kernel-driven allreduce needs every rank on a GPU of its own (agreed by all).
+    let uuid = super::coll::device_uuid(ordinal).unwrap_or_default();
+    let uuids = host.allgather(&uuid)?;
+    let distinct = {
+        let u: Vec<&[u8]> = uuids.chunks(16).collect();
+        (0..u.len()).all(|i| u[i] != [0u8; 16] && (0..i).all(|j| u[i] != u[j]))
+    };
+    let kq = if distinct { kq } else { 0 };
+    let len = region_len(n, q, depth, kq);
     let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
     let job = crate::transport::shm::job_id();
     let full = COMMS.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_COMMS;
@@ -234,6 +285,9 @@ fn setup(
         regions,
         dev,
         rounds: 0,
+        kq,
+        kblocks,
+        krounds: 0,
     }))
 }
 
@@ -581,6 +635,9 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
             s
         }
     };
+    if c.shape.kind == crate::coll::CollKind::Allreduce && hc.kq > 0 {
+        return execute_kernel(hc, c, d, k, streams[0]);
+    }
     let n = hc.n;
     let total = match c.shape.kind {
         crate::coll::CollKind::Allreduce => c.shape.bytes,
@@ -654,6 +711,70 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
         rounds,
         ranks = hc.n,
         "collective on the GPU through pinned shared host memory"
+    );
+    Ok(())
+}
+
+/// Bytes per rank and round of a kernel-driven allreduce of `bytes`: the vector spread evenly
+/// over the ranks when it fits one round, at most the slot size `kq`; a multiple of 16 bytes
+/// per block, so every block's slice is whole 16-byte vectors of any element type.
+fn kernel_round(bytes: usize, n: usize, kq: usize, blocks: usize) -> usize {
+    bytes
+        .div_ceil(n)
+        .next_multiple_of(16 * blocks)
+        .clamp(16 * blocks, kq)
+}
+
+/// The allreduce `c` by one kernel per rank (kernels/hostar.cuh; the module docs).
+unsafe fn execute_kernel(
+    hc: &mut HostComm,
+    c: &Call,
+    d: super::DevCtx,
+    k: &super::kernels::Kernels,
+    s: Stream,
+) -> Result<(), String> {
+    let (op, t) = c.red.ok_or("a reduction without an operation")?;
+    let es = t.size();
+    let elems = c.shape.bytes / es;
+    if elems == 0 {
+        return Ok(());
+    }
+    let n = hc.n;
+    let q = kernel_round(c.shape.bytes, n, hc.kq, hc.kblocks as usize);
+    let qe = q / es;
+    let rounds = elems.div_ceil(n * qe) as u64;
+    let recv = c.recv.map_or(0, |r| r.0);
+    let input = c.send.map_or(recv, |s| s.0);
+    let koff = kernel_off(n, hc.q, hc.depth) as u64;
+    let mut a = super::kernels::HostAr {
+        input: input as u64,
+        out: recv as u64,
+        elems: elems as u64,
+        qe: qe as u64,
+        base: hc.krounds,
+        rounds,
+        slot: hc.kq as u64,
+        n: n as i32,
+        me: hc.me as i32,
+        depth: KDEPTH as i32,
+        ..Default::default()
+    };
+    for (p, r) in a.reg.iter_mut().take(n).enumerate() {
+        *r = hc.dev[p] + koff;
+    }
+    cuda::with_context(d.ctx, || {
+        k.host_allreduce_async(op, t, &a, hc.kblocks, s)?;
+        cuda::stream_synchronize(s)
+    })
+    .map_err(|e| e.to_string())?;
+    hc.krounds += rounds;
+    tracing::debug!(
+        bytes = c.shape.bytes,
+        rounds,
+        round_bytes = q,
+        blocks = hc.kblocks,
+        ranks = n,
+        "allreduce on the GPU through pinned shared host memory, kernel-driven"
     );
     Ok(())
 }

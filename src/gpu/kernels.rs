@@ -115,6 +115,26 @@ pub struct Kernels {
     pack: Option<Function>,
     /// The resident kernel of small collectives (kernels/resident.cuh).
     pub resident: Option<Function>,
+    /// The kernel-driven allreduce through host memory (kernels/hostar.cuh), per (op, type).
+    host_ar: Vec<Function>,
+}
+
+/// `struct HostAr` of kernels/hostar.cuh: one rank's kernel-driven allreduce through pinned
+/// shared host memory (src/gpu/hostcoll.rs).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct HostAr {
+    pub input: u64,
+    pub out: u64,
+    pub elems: u64,
+    pub qe: u64,
+    pub base: u64,
+    pub rounds: u64,
+    pub slot: u64,
+    pub reg: [u64; MAXP],
+    pub n: i32,
+    pub me: i32,
+    pub depth: i32,
 }
 
 /// Most operands of one `reduce_n` launch and most segments of one `copy_segs` launch
@@ -173,6 +193,14 @@ impl Kernels {
                 reduce_n.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
             }
         }
+        let mut host_ar = Vec::with_capacity(OPS.len() * TYPES.len());
+        for op in OPS {
+            for t in TYPES {
+                let name = format!("gpumpi_host_allreduce_{}_{}\0", op.name(), t.name());
+                let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
+                host_ar.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
+            }
+        }
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
         let copy_segs = cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
@@ -184,7 +212,30 @@ impl Kernels {
             copy_segs,
             pack,
             resident,
+            host_ar,
         })
+    }
+
+    /// Enqueue the kernel-driven allreduce `a` (kernels/hostar.cuh) with `grid` blocks (at most
+    /// 128) of 512 threads on `s`.
+    ///
+    /// # Safety
+    /// `a` describes live device buffers and every rank's registered kernel area; every rank
+    /// of the communicator launches its own with the same geometry; the context owning `s` is
+    /// current.
+    pub unsafe fn host_allreduce_async(
+        &self,
+        op: KOp,
+        t: KType,
+        a: &HostAr,
+        grid: u32,
+        s: Stream,
+    ) -> cuda::CuResult<()> {
+        assert!((1..=128).contains(&grid));
+        let f = self.host_ar[Self::index(op, t)];
+        let mut a = *a;
+        let mut params: [*mut c_void; 1] = [&mut a as *mut HostAr as *mut c_void];
+        cuda::launch(f, grid, 512, &mut params, s)
     }
 
     fn index(op: KOp, t: KType) -> usize {
