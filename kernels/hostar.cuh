@@ -103,7 +103,16 @@ __device__ __forceinline__ void har_copy(T *dst, const T *src, unsigned long lon
         nv = cnt * sizeof(T) / 16;
         const uint4 *s = reinterpret_cast<const uint4 *>(src);
         uint4 *d = reinterpret_cast<uint4 *>(dst);
-        for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) d[i] = host_src ? __ldcv(s + i) : s[i];
+        unsigned long long i = threadIdx.x;
+        // Four vectors in flight per thread: reads of host memory are PCIe round trips.
+        for (; i + 3 * blockDim.x < nv; i += 4 * blockDim.x) {
+            uint4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = host_src ? __ldcv(s + i + u * blockDim.x) : s[i + u * blockDim.x];
+#pragma unroll
+            for (int u = 0; u < 4; u++) d[i + u * blockDim.x] = v[u];
+        }
+        for (; i < nv; i += blockDim.x) d[i] = host_src ? __ldcv(s + i) : s[i];
     }
     for (unsigned long long e = nv * 16 / sizeof(T) + threadIdx.x; e < cnt; e += blockDim.x)
         dst[e] = host_src ? har_ld(src + e) : src[e];
@@ -146,20 +155,27 @@ __device__ void host_allreduce(const HostAr &a) {
             unsigned long long nv = 0;
             if ((mis & 15) == 0) {
                 nv = cnt * sizeof(T) / 16;
-                for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) {
-                    uint4 v[GPUMPI_MAXP];
+                // Two vectors per source in flight per thread.
+                for (unsigned long long i = threadIdx.x; i < nv; i += 2 * blockDim.x) {
+                    const bool two = i + blockDim.x < nv;
+                    uint4 v[2][GPUMPI_MAXP];
 #pragma unroll
                     for (int p = 0; p < GPUMPI_MAXP; p++)
                         if (p < a.n) {
                             const uint4 *q = reinterpret_cast<const uint4 *>(src[p]) + i;
-                            v[p] = p == a.me ? *q : __ldcv(q);
+                            v[0][p] = p == a.me ? q[0] : __ldcv(q);
+                            if (two) v[1][p] = p == a.me ? q[blockDim.x] : __ldcv(q + blockDim.x);
                         }
-                    uint4 acc = v[0];
 #pragma unroll
-                    for (int p = 1; p < GPUMPI_MAXP; p++)
-                        if (p < a.n) acc = op_pack<T, Op>(acc, v[p]);
-                    reinterpret_cast<uint4 *>(out + at)[i] = acc;
-                    reinterpret_cast<uint4 *>(slot)[i] = acc;
+                    for (int u = 0; u < 2; u++) {
+                        if (u == 1 && !two) break;
+                        uint4 acc = v[u][0];
+#pragma unroll
+                        for (int p = 1; p < GPUMPI_MAXP; p++)
+                            if (p < a.n) acc = op_pack<T, Op>(acc, v[u][p]);
+                        reinterpret_cast<uint4 *>(out + at)[i + u * blockDim.x] = acc;
+                        reinterpret_cast<uint4 *>(slot)[i + u * blockDim.x] = acc;
+                    }
                 }
             }
             for (unsigned long long e = nv * 16 / sizeof(T) + threadIdx.x; e < cnt; e += blockDim.x) {

@@ -75,9 +75,10 @@ fn chunk_and_depth() -> (usize, usize) {
 
 /// The kernel-driven allreduce (kernels/hostar.cuh): bytes per rank and round (0: off, the
 /// allreduce takes the stream pipeline) from `GPUMPI_GPU_HOST_KERNEL`, a multiple of 4 KiB,
-/// and blocks per kernel (a power of two, at most [`KMAXB`]) from
-/// `GPUMPI_GPU_HOST_KERNEL_BLOCKS`; read at set-up like [`chunk_and_depth`].
-fn kernel_chunk_and_blocks() -> (usize, u32) {
+/// blocks per kernel (a power of two, at most [`KMAXB`]) from `GPUMPI_GPU_HOST_KERNEL_BLOCKS`,
+/// and the largest call it takes from `GPUMPI_GPU_HOST_KERNEL_MAX`; read at set-up like
+/// [`chunk_and_depth`].
+fn kernel_params() -> (usize, u32, usize) {
     let get = crate::config::get_usize;
     let q = get("GPUMPI_GPU_HOST_KERNEL");
     let b = get("GPUMPI_GPU_HOST_KERNEL_BLOCKS")
@@ -88,7 +89,7 @@ fn kernel_chunk_and_blocks() -> (usize, u32) {
     } else {
         q.clamp(64 << 10, 16 << 20).next_multiple_of(4096)
     };
-    (q, b as u32)
+    (q, b as u32, get("GPUMPI_GPU_HOST_KERNEL_MAX"))
 }
 
 /// Slots per buffer of the kernel-driven allreduce: a block runs A(r), B(r-1), C(r-2) in one
@@ -136,6 +137,8 @@ pub struct HostComm {
     kq: usize,
     kblocks: u32,
     krounds: u64,
+    /// Largest allreduce (bytes) the kernel takes; larger ones take the stream pipeline.
+    kmax: usize,
 }
 
 impl HostComm {
@@ -201,7 +204,7 @@ fn setup(
 ) -> MpiResult<Option<HostComm>> {
     let n = world.len();
     let (q, depth) = chunk_and_depth();
-    let (kq, kblocks) = kernel_chunk_and_blocks();
+    let (kq, kblocks, kmax) = kernel_params();
     // The kernel-driven allreduce needs every rank on a GPU of its own (agreed by all).
     let uuid = super::coll::device_uuid(ordinal).unwrap_or_default();
     let uuids = host.allgather(&uuid)?;
@@ -288,6 +291,7 @@ fn setup(
         kq,
         kblocks,
         krounds: 0,
+        kmax,
     }))
 }
 
@@ -635,7 +639,7 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
             s
         }
     };
-    if c.shape.kind == crate::coll::CollKind::Allreduce && hc.kq > 0 {
+    if c.shape.kind == crate::coll::CollKind::Allreduce && hc.kq > 0 && c.shape.bytes <= hc.kmax {
         return execute_kernel(hc, c, d, k, streams[0]);
     }
     let n = hc.n;
