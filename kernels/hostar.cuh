@@ -204,7 +204,7 @@ __device__ void host_allreduce(const HostAr &a) {
 }
 
 #define HOST_AR_KERNEL(OPNAME, OP, TNAME, T)                                          \
-    extern "C" __global__ void gpumpi_host_allreduce_##OPNAME##_##TNAME(HostAr a) { \
+    extern "C" __global__ void __launch_bounds__(512) gpumpi_host_allreduce_##OPNAME##_##TNAME(HostAr a) { \
         host_allreduce<T, OP<T>>(a);                                                  \
     }
 FOR_OPS(HOST_AR_KERNEL)
