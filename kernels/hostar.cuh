@@ -14,11 +14,12 @@
 //   B: reduce sub-chunk me: mine (device) and every peer's in[s][me], in rank order, into my
 //      output and my out[s]               (after every peer's A of g and C of round g - depth)
 //   C: every peer's out[s] -> my output sub-chunk p                (after every peer's B of g)
-// with s = g mod depth. A block runs A(r), B(r - 1), C(r - 2) in one iteration, so each wait is
-// for work the peers did an iteration earlier (depth >= 3 keeps the slot reuse waits off the
-// critical path). Data other GPUs wrote is read with __ldcv (never a stale cached line).
-// Every writing thread fences at system scope before the barrier after which thread 0 publishes
-// the counter, as the resident kernel does.
+// with s = g mod depth. A block runs A(r), B(r - 1), C(r - 2) in one iteration, so every wait is
+// for work the peers did an iteration earlier: one wait at the start of an iteration (one
+// thread per peer polls its counters) and one publication at its end (depth >= 3: the slot
+// reuse waits are as old). Data other GPUs wrote is read with __ldcv (never a stale cached
+// line). Every writing thread fences at system scope before the barrier after which thread 0
+// publishes the counters, as the resident kernel does.
 
 #define HAR_FLAGS 64
 #define HAR_MAXB 128
@@ -49,25 +50,20 @@ __device__ __forceinline__ char *har_out(const HostAr &a, int p, int s) {
     return a.reg[p] + HAR_DATA + ((unsigned long long)a.depth * a.n + s) * a.slot;
 }
 
-// Thread 0 waits until every peer's counter of `stage` (this block's) is at least v; the
-// barrier then releases the block.
-__device__ __forceinline__ void har_wait(const HostAr &a, int stage, unsigned long long v) {
-    if (threadIdx.x == 0) {
-        for (int p = 0; p < a.n; p++) {
-            if (p == a.me) continue;
-            volatile unsigned long long *f = har_flag(a, p, stage);
-            while (*f < v) {
+// Thread p (one per peer, at once) waits until peer p's counters of this block are at least
+// need[0..3] (A, B, C; 0: no need); the barrier then releases the block.
+__device__ __forceinline__ void har_wait(const HostAr &a, const unsigned long long need[3]) {
+    const int p = threadIdx.x;
+    if (p < a.n && p != a.me) {
+        for (int st = 0; st < 3; st++) {
+            if (need[st] == 0) continue;
+            volatile unsigned long long *f = har_flag(a, p, st);
+            while (*f < need[st]) {
             }
         }
         __threadfence();
     }
     __syncthreads();
-}
-
-__device__ __forceinline__ void har_signal(const HostAr &a, int stage, unsigned long long v, bool wrote) {
-    if (wrote) __threadfence_system();
-    __syncthreads();
-    if (threadIdx.x == 0) *har_flag(a, a.me, stage) = v;
 }
 
 template <typename T>
@@ -124,27 +120,32 @@ __device__ void host_allreduce(const HostAr &a) {
     T *out = reinterpret_cast<T *>(a.out);
     const unsigned long long se = a.qe / gridDim.x;
     const unsigned long long soff = blockIdx.x * se;  // this block's element offset in a slot
+    const unsigned long long D = a.depth;
     for (unsigned long long it = 0; it < a.rounds + 2; it++) {
-        if (it < a.rounds) {  // A
-            const unsigned long long r = it, g = a.base + r;
-            const int s = (int)(g % a.depth);
-            if (g >= (unsigned long long)a.depth) har_wait(a, 1, g - a.depth + 1);
-            bool wrote = false;
+        // This iteration runs A(it), B(it - 1), C(it - 2) (those that exist); everything it
+        // waits for, the peers did in their previous iteration, so it waits once, for all.
+        const bool runA = it < a.rounds, runB = it >= 1 && it <= a.rounds, runC = it >= 2;
+        const unsigned long long gA = a.base + it, gB = gA - 1, gC = gA - 2;
+        unsigned long long need[3] = {0, 0, 0};
+        if (runB) need[0] = gB + 1;                         // their in[s][me] of round gB
+        if (runC) need[1] = gC + 1;                         // their out[s] of round gC
+        if (runA && gA >= D) need[1] = max(need[1], gA - D + 1);  // my in[s] read by all
+        if (runB && gB >= D) need[2] = gB - D + 1;          // my out[s] read by all
+        har_wait(a, need);
+        bool wrote = false;
+        if (runA) {
+            const int s = (int)(gA % D);
             for (int j = 0; j < a.n; j++) {
                 if (j == a.me) continue;
-                unsigned long long at, cnt = har_slice(a, r, j, &at);
+                unsigned long long at, cnt = har_slice(a, it, j, &at);
                 if (cnt == 0) continue;
                 har_copy<T>(reinterpret_cast<T *>(har_in(a, a.me, s, j)) + soff, in + at, cnt, false);
                 wrote = true;
             }
-            har_signal(a, 0, g + 1, wrote);
         }
-        if (it >= 1 && it - 1 < a.rounds) {  // B
-            const unsigned long long r = it - 1, g = a.base + r;
-            const int s = (int)(g % a.depth);
-            har_wait(a, 0, g + 1);
-            if (g >= (unsigned long long)a.depth) har_wait(a, 2, g - a.depth + 1);
-            unsigned long long at, cnt = har_slice(a, r, a.me, &at);
+        if (runB) {
+            const int s = (int)(gB % D);
+            unsigned long long at, cnt = har_slice(a, it - 1, a.me, &at);
             T *slot = reinterpret_cast<T *>(har_out(a, a.me, s)) + soff;
             const T *src[GPUMPI_MAXP];
             uintptr_t mis = (uintptr_t)(out + at) | (uintptr_t)(in + at) | (uintptr_t)slot;
@@ -184,21 +185,26 @@ __device__ void host_allreduce(const HostAr &a) {
                 out[at + e] = acc;
                 slot[e] = acc;
             }
-            har_signal(a, 1, g + 1, cnt > 0);
+            wrote |= cnt > 0;
         }
-        if (it >= 2) {  // C
-            const unsigned long long r = it - 2, g = a.base + r;
-            const int s = (int)(g % a.depth);
-            har_wait(a, 1, g + 1);
+        if (runC) {
+            const int s = (int)(gC % D);
             for (int p = 0; p < a.n; p++) {
                 if (p == a.me) continue;
-                unsigned long long at, cnt = har_slice(a, r, p, &at);
+                unsigned long long at, cnt = har_slice(a, it - 2, p, &at);
                 if (cnt == 0) continue;
                 har_copy<T>(out + at, reinterpret_cast<const T *>(har_out(a, p, s)) + soff, cnt, true);
             }
-            // The loads are complete (their values are stored) once every thread passed the
-            // barrier: the peers may rewrite their out[s] after this.
-            har_signal(a, 2, g + 1, false);
+        }
+        // One publication for the three stages: the writing threads' stores to host memory
+        // are visible system-wide before the counters; C's loads have completed (their values
+        // are stored) once every thread has passed the barrier.
+        if (wrote) __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (runA) *har_flag(a, a.me, 0) = gA + 1;
+            if (runB) *har_flag(a, a.me, 1) = gB + 1;
+            if (runC) *har_flag(a, a.me, 2) = gC + 1;
         }
     }
 }

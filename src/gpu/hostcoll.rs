@@ -92,9 +92,11 @@ fn kernel_params() -> (usize, u32, usize) {
     (q, b as u32, get("GPUMPI_GPU_HOST_KERNEL_MAX"))
 }
 
-/// Slots per buffer of the kernel-driven allreduce: a block runs A(r), B(r-1), C(r-2) in one
-/// iteration, so 3 keep every slot-reuse wait an iteration behind; one more for slack.
-const KDEPTH: usize = 4;
+/// Slots per buffer of the kernel-driven allreduce. Two suffice: the blocks of all ranks run
+/// their iterations in lockstep (iteration `it` waits for every peer's `it - 1`), and within one
+/// iteration A writes `in[(g) % 2]` while B reads `in[(g - 1) % 2]`, B writes `out[(g - 1) % 2]`
+/// while C reads `out[(g - 2) % 2]`. The fewer slots, the likelier they stay in the CPU's caches.
+const KDEPTH: usize = 2;
 /// Most blocks of the kernel-driven allreduce (`HAR_MAXB` in kernels/hostar.cuh).
 const KMAXB: usize = 128;
 /// Offset of the slots in a kernel area (`HAR_DATA`; the counters sit before it).
@@ -719,6 +721,29 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
     Ok(())
 }
 
+/// The counters (A, B, C; 0: none) every peer's block must have reached before iteration `it`
+/// of a kernel-driven allreduce of `rounds` rounds from round `base`, with `depth` slots: the
+/// iteration runs A(it), B(it - 1), C(it - 2). kernels/hostar.cuh computes the same at the top
+/// of its loop; the tests run this protocol for every rank in random interleavings.
+pub fn kernel_needs(it: u64, rounds: u64, base: u64, depth: u64) -> [u64; 3] {
+    let (run_a, run_b, run_c) = (it < rounds, it >= 1 && it <= rounds, it >= 2);
+    let g_a = base + it;
+    let mut need = [0u64; 3];
+    if run_b {
+        need[0] = g_a; // their A of round g_a - 1: my sub-chunk in their `in`
+    }
+    if run_c {
+        need[1] = g_a - 1; // their B of round g_a - 2: their `out`
+    }
+    if run_a && g_a >= depth {
+        need[1] = need[1].max(g_a - depth + 1); // my `in` slot read by all
+    }
+    if run_b && g_a - 1 >= depth {
+        need[2] = g_a - depth; // my `out` slot read by all
+    }
+    need
+}
+
 /// Bytes per rank and round of a kernel-driven allreduce of `bytes`: the vector spread evenly
 /// over the ranks when it fits one round, at most the slot size `kq`; a multiple of 16 bytes
 /// per block, so every block's slice is whole 16-byte vectors of any element type.
@@ -1068,6 +1093,127 @@ mod tests {
         assert!(pipeline(&shape(K::Alltoall, 4, 0, 64, true), 4096, 2, 0).is_none());
         assert!(pipeline(&shape(K::ReduceScatterBlock, 4, 0, 64, true), 4096, 2, 0).is_none());
         assert!(pipeline(&shape(K::Scan, 4, 0, 64, false), 4096, 2, 0).is_none());
+    }
+
+    /// The kernel-driven allreduce's protocol (kernel_needs; the iteration body of
+    /// kernels/hostar.cuh with slots holding round numbers): every rank's iterations in random
+    /// interleavings over several calls, stepping a rank only when its counters allow. It never
+    /// deadlocks and every read finds the round it wants in the slot (a slot is never
+    /// rewritten before all its readers are done), with any depth of at least 2.
+    #[test]
+    fn kernel_allreduce_protocol() {
+        struct R {
+            flags: [u64; 3],
+            ins: Vec<Vec<u64>>, // [slot][j]: round + 1 written there (0: never)
+            outs: Vec<u64>,
+            call: usize,
+            base: u64,
+            it: u64,
+        }
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for (n, depth, calls) in [
+            (2, 2, vec![3u64, 1, 5]),
+            (4, 2, vec![1, 7, 2, 1]),
+            (4, 4, vec![9, 1, 3]),
+            (3, 3, vec![2, 2, 8]),
+        ] {
+            for _trial in 0..50 {
+                let mut rs: Vec<R> = (0..n)
+                    .map(|_| R {
+                        flags: [0; 3],
+                        ins: vec![vec![0; n]; depth],
+                        outs: vec![0; depth],
+                        call: 0,
+                        base: 0,
+                        it: 0,
+                    })
+                    .collect();
+                loop {
+                    let ready: Vec<usize> = (0..n)
+                        .filter(|&r| {
+                            let me = &rs[r];
+                            me.call < calls.len() && {
+                                let need =
+                                    kernel_needs(me.it, calls[me.call], me.base, depth as u64);
+                                (0..n)
+                                    .filter(|&p| p != r)
+                                    .all(|p| (0..3).all(|s| rs[p].flags[s] >= need[s]))
+                            }
+                        })
+                        .collect();
+                    if ready.is_empty() {
+                        assert!(
+                            rs.iter().all(|r| r.call == calls.len()),
+                            "deadlock: n {n} depth {depth}"
+                        );
+                        break;
+                    }
+                    let r = ready[(next() % ready.len() as u64) as usize];
+                    let (it, rounds, base) = (rs[r].it, calls[rs[r].call], rs[r].base);
+                    let g_a = base + it;
+                    let (run_a, run_b, run_c) = (it < rounds, it >= 1 && it <= rounds, it >= 2);
+                    let d = depth as u64;
+                    if run_b {
+                        let g = g_a - 1;
+                        for p in (0..n).filter(|&p| p != r) {
+                            assert_eq!(rs[p].ins[(g % d) as usize][r], g + 1, "B reads round {g}");
+                        }
+                        rs[r].outs[(g % d) as usize] = g + 1;
+                    }
+                    if run_c {
+                        let g = g_a - 2;
+                        for p in (0..n).filter(|&p| p != r) {
+                            assert_eq!(rs[p].outs[(g % d) as usize], g + 1, "C reads round {g}");
+                        }
+                    }
+                    if run_a {
+                        for j in (0..n).filter(|&j| j != r) {
+                            rs[r].ins[(g_a % d) as usize][j] = g_a + 1;
+                        }
+                    }
+                    // Reads above happen before the writes of A in the same step: a stricter
+                    // order than the kernel's (A writes first), checked by the waits alone.
+                    let me = &mut rs[r];
+                    if run_a {
+                        me.flags[0] = g_a + 1;
+                    }
+                    if run_b {
+                        me.flags[1] = g_a;
+                    }
+                    if run_c {
+                        me.flags[2] = g_a - 1;
+                    }
+                    me.it += 1;
+                    if me.it == rounds + 2 {
+                        me.base += rounds;
+                        me.call += 1;
+                        me.it = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_rounds_fit_the_slots() {
+        for blocks in [1, 32, 64, 128] {
+            for bytes in [1, 8, 4096, 1 << 20, 3 << 20, 1 << 30] {
+                let q = kernel_round(bytes, 4, 512 << 10, blocks);
+                assert!(
+                    q <= 512 << 10 && q % (16 * blocks) == 0 && q > 0,
+                    "{bytes} -> {q}"
+                );
+                if bytes <= 2 << 20 {
+                    assert!(4 * q >= bytes, "one round holds the call");
+                }
+            }
+        }
     }
 
     #[test]
