@@ -169,18 +169,18 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL",
-        default: "512K",
-        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB - 16 MiB, a multiple of 4 KiB; one kernel per rank moves every round, its blocks handing rounds to the peers' blocks through counters in host memory); 0 = the stream pipeline of GPUMPI_GPU_HOST_CHUNK instead. Used when every rank of the communicator has a GPU of its own. Each rank's region per communicator grows by 4 x (ranks + 1) of them. Must be the same on every rank.",
+        default: "1M",
+        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB - 16 MiB, a multiple of 4 KiB; one kernel per rank moves every round, its blocks handing rounds to the peers' blocks through counters in host memory); 0 = the stream pipeline of GPUMPI_GPU_HOST_CHUNK instead. Used when every rank of the communicator has a GPU of its own. Each rank's region per communicator grows by 2 x (ranks + 1) of them. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_BLOCKS",
-        default: "64",
+        default: "128",
         doc: "Without CUDA IPC: blocks of the kernel-driven allreduce (GPUMPI_GPU_HOST_KERNEL), rounded up to a power of two, at most 128. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_MAX",
-        default: "4M",
-        doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path (GPUMPI_GPU_HOST_KERNEL); larger ones take the stream pipeline. Must be the same on every rank.",
+        default: "0",
+        doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path (GPUMPI_GPU_HOST_KERNEL); larger ones take the stream pipeline; 0 = every size. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_P2P_COPY",

@@ -89,7 +89,11 @@ fn kernel_params() -> (usize, u32, usize) {
     } else {
         q.clamp(64 << 10, 16 << 20).next_multiple_of(4096)
     };
-    (q, b as u32, get("GPUMPI_GPU_HOST_KERNEL_MAX"))
+    let max = match get("GPUMPI_GPU_HOST_KERNEL_MAX") {
+        0 => usize::MAX,
+        m => m,
+    };
+    (q, b as u32, max)
 }
 
 /// Slots per buffer of the kernel-driven allreduce. Two suffice: the blocks of all ranks run
