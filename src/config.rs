@@ -185,7 +185,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
-        doc: "How a receiver copies a peer's device buffer (CUDA IPC point-to-point): ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs pulling over NVLink).",
+        doc: "How a point-to-point peer copy of an exported device buffer (the receiver's pull or the sender's push, GPUMPI_GPU_P2P_PUSH) is made: ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs copying over NVLink).",
     },
     Param {
         name: "GPUMPI_GPU_P2P_PUSH",

@@ -8,8 +8,14 @@
 //! - the resident kernel ([`super::resident`]) for calls of at most 64 KiB: its scratch is the
 //!   first part of the region instead of IPC-mapped device memory (flags and data over PCIe,
 //!   ~3 us GPU-to-GPU flag round trip measured);
-//! - pipelines here for larger calls: allreduce, alltoall, allgather, bcast, reduce and
-//!   reduce_scatter_block ([`pipeline`]).
+//! - the kernel-driven allreduce (kernels/hostar.cuh, [`kernel_needs`]), by default for every
+//!   allreduce the resident kernel does not take when every rank has a GPU of its own: the
+//!   two-shot below, but one kernel per rank runs all rounds, its blocks handing rounds to the
+//!   same blocks of the peers through per-block counters in the region's kernel area (one wait
+//!   and one publication per iteration; rounds of `GPUMPI_GPU_HOST_KERNEL`, 1 MiB per rank, in
+//!   two slots, small enough to stay in the CPU caches; no driver call per round);
+//! - pipelines here for larger calls: allreduce (with `GPUMPI_GPU_HOST_KERNEL=0`, or two ranks
+//!   on a GPU), alltoall, allgather, bcast, reduce and reduce_scatter_block ([`pipeline`]).
 //!   The allreduce is a two-shot; round `k` covers `n x chunk` bytes of the vector, sub-chunk
 //!   `j` of it belongs to rank `j`:
 //!   - A (copy engine): my sub-chunks `j != me` -> my region's `in[slot][j]`;
@@ -34,8 +40,9 @@
 //! 256 KiB, at most `GPUMPI_GPU_HOST_CHUNK`, default 1 MiB): the copies of one round overlap
 //! the others'. Per rank and per communicator the region holds the resident scratch (1 MiB:
 //! 64 KiB slots in host mode) plus `depth x (n + 1) x chunk` bytes (`GPUMPI_GPU_HOST_DEPTH`,
-//! default 2: 11 MiB in all at 4 ranks), for at most [`MAX_COMMS`] communicators per process;
-//! beyond that, calls are staged.
+//! default 2: 11 MiB in all at 4 ranks) plus the kernel area (32 KiB of counters and
+//! `2 x (n + 1) x GPUMPI_GPU_HOST_KERNEL` bytes: 10 MiB at 4 ranks), for at most [`MAX_COMMS`]
+//! communicators per process; beyond that, calls are staged.
 //!
 //! Host-memory bandwidth bounds this design: every byte a GPU contributes crosses PCIe and the
 //! host memory twice, 10 x the vector per call at 4 ranks through host memory (see
@@ -742,7 +749,7 @@ pub fn kernel_needs(it: u64, rounds: u64, base: u64, depth: u64) -> [u64; 3] {
     if run_a && g_a >= depth {
         need[1] = need[1].max(g_a - depth + 1); // my `in` slot read by all
     }
-    if run_b && g_a - 1 >= depth {
+    if run_b && g_a > depth {
         need[2] = g_a - depth; // my `out` slot read by all
     }
     need
@@ -1210,7 +1217,7 @@ mod tests {
             for bytes in [1, 8, 4096, 1 << 20, 3 << 20, 1 << 30] {
                 let q = kernel_round(bytes, 4, 512 << 10, blocks);
                 assert!(
-                    q <= 512 << 10 && q % (16 * blocks) == 0 && q > 0,
+                    q <= 512 << 10 && q.is_multiple_of(16 * blocks) && q > 0,
                     "{bytes} -> {q}"
                 );
                 if bytes <= 2 << 20 {
