@@ -170,7 +170,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL",
         default: "1M",
-        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB - 16 MiB, a multiple of 4 KiB; one kernel per rank moves every round, its blocks handing rounds to the peers' blocks through counters in host memory); 0 = the stream pipeline of GPUMPI_GPU_HOST_CHUNK instead. Used when every rank of the communicator has a GPU of its own. Each rank's region per communicator grows by 2 x (ranks + 1) of them. Must be the same on every rank.",
+        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB - 16 MiB, a multiple of 4 KiB; one kernel per rank moves every round, its blocks handing rounds to the peers' blocks through counters in host memory); 0 = the stream pipeline of GPUMPI_GPU_HOST_CHUNK instead. Used when every rank of the communicator has a GPU of its own and no rank runs at MPI_THREAD_MULTIPLE (its kernels wait for each other's: two communicators' kernels launched in different orders could each hold the SMs the other needs). Each rank's region per communicator grows by 2 x (ranks + 1) of them. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_BLOCKS",

@@ -66,6 +66,7 @@ fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
         EngineConfig {
             eager_limit: LIMIT,
             cma_min: 0,
+            push_min: usize::MAX,
         },
     );
     // Once we hear from the peer, it is past both fences: remove our markers.
@@ -394,6 +395,7 @@ fn shm_single_thread_overhead_bench() {
     let cfg = EngineConfig {
         eager_limit: LIMIT,
         cma_min: 0,
+        push_min: usize::MAX,
     };
     let mut es = [
         Engine::with_config(Box::new(a), 0, 2, cfg),

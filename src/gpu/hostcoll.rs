@@ -9,7 +9,8 @@
 //!   first part of the region instead of IPC-mapped device memory (flags and data over PCIe,
 //!   ~3 us GPU-to-GPU flag round trip measured);
 //! - the kernel-driven allreduce (kernels/hostar.cuh, [`kernel_needs`]), by default for every
-//!   allreduce the resident kernel does not take when every rank has a GPU of its own: the
+//!   allreduce the resident kernel does not take when every rank has a GPU of its own and none
+//!   runs at MPI_THREAD_MULTIPLE (kernels waiting for each other must all be resident): the
 //!   two-shot below, but one kernel per rank runs all rounds, its blocks handing rounds to the
 //!   same blocks of the peers through per-block counters in the region's kernel area (one wait
 //!   and one publication per iteration; rounds of `GPUMPI_GPU_HOST_KERNEL`, 1 MiB per rank, in
@@ -173,13 +174,17 @@ impl HostComm {
 static COMMS: Mutex<Vec<((u32, Arc<[usize]>, i32), Arc<Mutex<HostComm>>)>> = Mutex::new(Vec::new());
 
 /// Run `f` on the host state of (communicator, device), setting it up first (collective: every
-/// rank of the communicator calls this in the same call, with every rank's buffers on a GPU).
-/// `Ok(None)`: some rank could not set up (every rank gets `None`).
+/// rank of the communicator calls this in the same call, with every rank's buffers on a GPU;
+/// `thread_multiple`: this process runs at MPI_THREAD_MULTIPLE, which keeps the communicator
+/// off the kernel-driven allreduce on every rank). `Ok(None)`: some rank could not set up
+/// (every rank gets `None`).
+#[allow(clippy::too_many_arguments)]
 pub fn with_comm<R>(
     ctx_id: u32,
     world: &Arc<[usize]>,
     me: usize,
     ordinal: i32,
+    thread_multiple: bool,
     host: &dyn Host,
     f: impl FnOnce(&mut HostComm) -> R,
 ) -> MpiResult<Option<R>> {
@@ -192,7 +197,7 @@ pub fn with_comm<R>(
     let hc = match found {
         Some(hc) => hc,
         None => {
-            let Some(hc) = setup(ctx_id, world, me, ordinal, host)? else {
+            let Some(hc) = setup(ctx_id, world, me, ordinal, thread_multiple, host)? else {
                 return Ok(None);
             };
             let hc = Arc::new(Mutex::new(hc));
@@ -213,19 +218,25 @@ fn setup(
     world: &Arc<[usize]>,
     me: usize,
     ordinal: i32,
+    thread_multiple: bool,
     host: &dyn Host,
 ) -> MpiResult<Option<HostComm>> {
     let n = world.len();
     let (q, depth) = chunk_and_depth();
     let (kq, kblocks, kmax) = kernel_params();
-    // The kernel-driven allreduce needs every rank on a GPU of its own (agreed by all).
-    let uuid = super::coll::device_uuid(ordinal).unwrap_or_default();
-    let uuids = host.allgather(&uuid)?;
-    let distinct = {
-        let u: Vec<&[u8]> = uuids.chunks(16).collect();
-        (0..u.len()).all(|i| u[i] != [0u8; 16] && (0..i).all(|j| u[i] != u[j]))
+    // The kernel-driven allreduce needs every rank on a GPU of its own and none at
+    // MPI_THREAD_MULTIPLE (agreed by all): its kernels wait for each other.
+    let mut rec = [0u8; 17];
+    rec[..16].copy_from_slice(&super::coll::device_uuid(ordinal).unwrap_or_default());
+    rec[16] = thread_multiple as u8;
+    let recs = host.allgather(&rec)?;
+    let spin_ok = {
+        let r: Vec<&[u8]> = recs.chunks(17).collect();
+        (0..r.len()).all(|i| {
+            r[i][..16] != [0u8; 16] && r[i][16] == 0 && (0..i).all(|j| r[i][..16] != r[j][..16])
+        })
     };
-    let kq = if distinct { kq } else { 0 };
+    let kq = if spin_ok { kq } else { 0 };
     let len = region_len(n, q, depth, kq);
     let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
     let job = crate::transport::shm::job_id();
@@ -368,9 +379,15 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     }
     let ordinal = c.device.expect("agreed above");
     let (ctx_id, world) = host.identity();
-    let r = with_comm(ctx_id, &world, c.shape.rank, ordinal, host, |hc| {
-        execute(hc, c)
-    })?;
+    let r = with_comm(
+        ctx_id,
+        &world,
+        c.shape.rank,
+        ordinal,
+        c.thread_multiple,
+        host,
+        |hc| execute(hc, c),
+    )?;
     match r {
         None => Ok(false),
         Some(r) => r.map(|_| true).map_err(err),

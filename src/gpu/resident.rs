@@ -472,7 +472,8 @@ fn desc_bytes(d: &ResDesc) -> &[u8] {
 /// The resident path's set-up in host mode (collective, after every rank agreed it has its own
 /// GPU): the scratch of every rank is the start of its pinned shared host region.
 fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
-    let r = super::hostcoll::with_comm(c.ctx_id, &c.world, c.rank, ordinal, host, |hc| {
+    // The resident path never runs at MPI_THREAD_MULTIPLE (`applies`).
+    let r = super::hostcoll::with_comm(c.ctx_id, &c.world, c.rank, ordinal, false, host, |hc| {
         let mut peers = [0u64; MAXP];
         peers[..hc.dev.len()].copy_from_slice(&hc.dev);
         let desc = ResDesc {
