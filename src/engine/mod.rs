@@ -271,22 +271,15 @@ struct Copying {
     then: AfterCopy,
 }
 
-/// What finishes a peer copy.
-enum AfterCopy {
-    /// A pull: FIN to the sender, the receive completes.
-    Read {
-        rreq: u64,
-        src_world: usize,
-        sreq: u64,
-        want: usize,
-    },
-    /// A push: DONE to the receiver, the send's data is out.
-    Write {
-        sreq: u64,
-        dst_world: usize,
-        rreq: u64,
-        want: usize,
-    },
+/// What finishes a peer copy of `want` bytes between send `sreq` and receive `rreq`: a pull
+/// (`push` false: FIN to the sender `peer`, the receive completes) or a push (DONE to the
+/// receiver `peer`, the send's data is out).
+struct AfterCopy {
+    push: bool,
+    peer: usize,
+    sreq: u64,
+    rreq: u64,
+    want: usize,
 }
 
 /// Everything but the transport, so the transport's poll callback can borrow it.
@@ -818,9 +811,10 @@ impl Engine {
             let want = w.want.min(s.len);
             // SAFETY: the send's device buffer holds len >= want bytes until the send
             // completes; the receiver keeps its buffer (a posted receive) until our DONE.
-            let then = AfterCopy::Write {
+            let then = AfterCopy {
+                push: true,
+                peer: w.dst_world,
                 sreq: w.sreq,
-                dst_world: w.dst_world,
                 rreq: w.rreq,
                 want,
             };
@@ -875,10 +869,11 @@ impl Engine {
             } else if let Some(ipc) = &r.ipc {
                 // SAFETY: buf holds at least want bytes owned by this receive; the sender keeps
                 // its device buffer until our FIN.
-                let then = AfterCopy::Read {
-                    rreq: r.rreq,
-                    src_world: r.src_world,
+                let then = AfterCopy {
+                    push: false,
+                    peer: r.src_world,
                     sreq: r.sreq,
+                    rreq: r.rreq,
                     want: r.want,
                 };
                 match unsafe {

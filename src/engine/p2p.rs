@@ -252,69 +252,33 @@ impl State {
 
     /// A peer copy ended (`r`): tell the peer and complete the request, or, when the copy
     /// failed, fall back to streamed data (the sender keeps its buffer until then).
-    pub(super) fn after_copy(&mut self, then: AfterCopy, r: Result<(), String>) {
-        match (then, r) {
-            (
-                AfterCopy::Read {
-                    rreq,
-                    src_world,
-                    sreq,
-                    ..
-                },
-                Ok(()),
-            ) => {
-                let fin = Header {
-                    kind: kind::FIN,
-                    sreq,
+    pub(super) fn after_copy(&mut self, c: AfterCopy, r: Result<(), String>) {
+        let way = if c.push { "write to" } else { "read from" };
+        match r {
+            Ok(()) => {
+                let h = Header {
+                    kind: if c.push { kind::DONE } else { kind::FIN },
+                    sreq: c.sreq,
+                    rreq: c.rreq,
                     ..Default::default()
                 };
-                self.send_ctrl(src_world, fin);
-                self.complete(rreq);
+                self.send_ctrl(c.peer, h);
+                if c.push {
+                    self.mark_pushed(c.sreq);
+                } else {
+                    self.complete(c.rreq);
+                }
             }
-            (
-                AfterCopy::Write {
-                    sreq,
-                    dst_world,
-                    rreq,
-                    ..
-                },
-                Ok(()),
-            ) => {
-                let done = Header {
-                    kind: kind::DONE,
-                    rreq,
-                    ..Default::default()
-                };
-                self.send_ctrl(dst_world, done);
-                self.mark_pushed(sreq);
-            }
-            (
-                AfterCopy::Read {
-                    rreq,
-                    src_world,
-                    sreq,
-                    want,
-                },
-                Err(e),
-            ) => {
+            Err(e) => {
                 tracing::debug!(
-                    "engine: CUDA IPC read from rank {src_world} failed ({e}); streaming instead"
+                    "engine: CUDA IPC {way} rank {} failed ({e}); streaming instead",
+                    c.peer
                 );
-                self.request_stream(rreq, src_world, sreq, want);
-            }
-            (
-                AfterCopy::Write {
-                    sreq,
-                    dst_world,
-                    rreq,
-                    want,
-                },
-                Err(e),
-            ) => {
-                tracing::debug!(
-                    "engine: CUDA IPC write to rank {dst_world} failed ({e}); streaming instead"
-                );
-                self.stream_send(dst_world, sreq, rreq, want);
+                if c.push {
+                    self.stream_send(c.peer, c.sreq, c.rreq, c.want);
+                } else {
+                    self.request_stream(c.rreq, c.peer, c.sreq, c.want);
+                }
             }
         }
     }

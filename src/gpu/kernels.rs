@@ -177,30 +177,21 @@ impl Kernels {
         let image =
             unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, FATBIN.len()) };
         let m = cuda::module_load(image).map_err(|e| e.to_string())?;
-        let mut reduce = Vec::with_capacity(OPS.len() * TYPES.len());
-        for op in OPS {
-            for t in TYPES {
-                let name = format!("gpumpi_reduce_{}_{}\0", op.name(), t.name());
-                let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
-                reduce.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
+        // One function per (op, type) of a kernel family, in `index` order.
+        let family = |prefix: &str| -> Result<Vec<Function>, String> {
+            let mut v = Vec::with_capacity(OPS.len() * TYPES.len());
+            for op in OPS {
+                for t in TYPES {
+                    let name = format!("{prefix}_{}_{}\0", op.name(), t.name());
+                    let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
+                    v.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
+                }
             }
-        }
-        let mut reduce_n = Vec::with_capacity(OPS.len() * TYPES.len());
-        for op in OPS {
-            for t in TYPES {
-                let name = format!("gpumpi_reduce_n_{}_{}\0", op.name(), t.name());
-                let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
-                reduce_n.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
-            }
-        }
-        let mut host_ar = Vec::with_capacity(OPS.len() * TYPES.len());
-        for op in OPS {
-            for t in TYPES {
-                let name = format!("gpumpi_host_allreduce_{}_{}\0", op.name(), t.name());
-                let c = std::ffi::CStr::from_bytes_with_nul(name.as_bytes()).unwrap();
-                host_ar.push(cuda::module_function(m, c).map_err(|e| e.to_string())?);
-            }
-        }
+            Ok(v)
+        };
+        let reduce = family("gpumpi_reduce")?;
+        let reduce_n = family("gpumpi_reduce_n")?;
+        let host_ar = family("gpumpi_host_allreduce")?;
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
         let copy_segs = cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
