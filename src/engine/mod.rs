@@ -31,12 +31,14 @@
 //!   sends `FIN` (pull); from there on it answers `PUT` carrying the export of its own buffer,
 //!   the sender copies local to peer and sends `DONE` (push: copy engines write to a peer faster
 //!   than they read from one). A sender that cannot map the receiver's buffer streams the data
-//!   instead (`DATA` frames, as after a `CTS`).
+//!   instead (`DATA` frames, as after a `CTS`). The device operations sit behind
+//!   [`devcopy::DevCopy`] (CUDA in the library, a host-memory fake in the tests).
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 
 pub mod backoff;
 pub mod coll;
+pub mod devcopy;
 pub mod flag;
 mod p2p;
 mod slab;
@@ -267,7 +269,7 @@ struct PendingWrite {
 /// answers other messages meanwhile (a ring of Sendrecv calls, each rank reading or writing
 /// one peer while another waits for its answer, must not run one copy after another).
 struct Copying {
-    copy: crate::gpu::p2p::InFlight,
+    copy: Box<dyn devcopy::Pending>,
     then: AfterCopy,
 }
 
@@ -296,6 +298,8 @@ struct State {
     reads: Vec<PendingRead>,
     writes: Vec<PendingWrite>,
     copying: Vec<Copying>,
+    /// Device copies ([`devcopy::Cuda`]; a fake in tests).
+    dev: Box<dyn devcopy::DevCopy>,
     can_read: Vec<bool>,
     cma_min: usize,
     push_min: usize,
@@ -367,6 +371,7 @@ impl Engine {
                 reads: Vec::new(),
                 writes: Vec::new(),
                 copying: Vec::new(),
+                dev: Box::new(devcopy::Cuda),
                 can_read,
                 cma_min: cfg.cma_min,
                 push_min: cfg.push_min,
@@ -394,6 +399,12 @@ impl Engine {
     /// The transport's collective slot areas ([`Transport::coll_slots`]).
     pub fn coll_slots(&self) -> Option<Vec<usize>> {
         self.tp.coll_slots()
+    }
+
+    /// Replace the device copies (the engine's tests use a host-memory fake).
+    #[cfg(test)]
+    pub(crate) fn set_device_copies(&mut self, d: Box<dyn devcopy::DevCopy>) {
+        self.st.dev = d;
     }
 
     /// Change the single-copy threshold (see [`EngineConfig::cma_min`]).
@@ -819,7 +830,9 @@ impl Engine {
                 want,
             };
             match unsafe {
-                crate::gpu::p2p::write_ipc(w.dst_world, &w.export, s.buf as usize, want)
+                self.st
+                    .dev
+                    .write(w.dst_world, &w.export, s.buf as usize, want)
             } {
                 Ok(Some(copy)) => self.st.copying.push(Copying { copy, then }),
                 Ok(None) => self.st.after_copy(then, Ok(())),
@@ -877,7 +890,9 @@ impl Engine {
                     want: r.want,
                 };
                 match unsafe {
-                    crate::gpu::p2p::read_ipc(r.src_world, ipc, buf as usize, dev, r.want)
+                    self.st
+                        .dev
+                        .read(r.src_world, ipc, buf as usize, dev, r.want)
                 } {
                     Ok(Some(copy)) => self.st.copying.push(Copying { copy, then }),
                     Ok(None) => self.st.after_copy(then, Ok(())),
@@ -890,7 +905,7 @@ impl Engine {
                 // and MPI forbids the two from overlapping.
                 unsafe {
                     let src = std::slice::from_raw_parts(r.addr as usize as *const u8, r.want);
-                    State::put(buf, dev, 0, src)
+                    State::put(&*self.st.dev, buf, dev, 0, src)
                 }
             } else if dev {
                 let (src, addr) = (r.src_world, r.addr);

@@ -11,12 +11,18 @@ impl State {
     ///
     /// # Safety
     /// `buf + off .. + data.len()` lies in the receive's buffer.
-    pub(super) unsafe fn put(buf: *mut u8, dev: bool, off: usize, data: &[u8]) -> bool {
+    pub(super) unsafe fn put(
+        dc: &dyn devcopy::DevCopy,
+        buf: *mut u8,
+        dev: bool,
+        off: usize,
+        data: &[u8],
+    ) -> bool {
         if data.is_empty() {
             return true;
         }
         if dev {
-            match crate::gpu::p2p::htod(buf as usize + off, data) {
+            match dc.htod(buf as usize + off, data) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!("engine: copy into a device receive buffer failed: {e}");
@@ -158,7 +164,7 @@ impl State {
                 let n = data.len().min(cap);
                 let dev = self.recv_dev(rreq);
                 // SAFETY: buf holds cap >= n bytes and is owned by this receive.
-                if !unsafe { Self::put(buf, dev, 0, &data[..n]) } {
+                if !unsafe { Self::put(&*self.dev, buf, dev, 0, &data[..n]) } {
                     self.fail(rreq);
                 }
                 if data.len() == m.total {
@@ -232,7 +238,7 @@ impl State {
         if !rs.dev {
             return false;
         }
-        let Some(export) = crate::gpu::p2p::export_range(rs.buf as usize, want) else {
+        let Some(export) = self.dev.export_range(rs.buf as usize, want) else {
             return false;
         };
         // DONE completes the receive; should the sender stream instead, DATA frames count
@@ -246,7 +252,7 @@ impl State {
             total: want as u64,
             ..Default::default()
         };
-        self.enqueue(src_world, Out::CtrlP(h, export.to_vec().into_boxed_slice()));
+        self.enqueue(src_world, Out::CtrlP(h, export));
         true
     }
 
@@ -346,14 +352,22 @@ impl State {
             match &mut rs.stage {
                 Some(st) if off + n <= st.len() => st[off..off + n].copy_from_slice(&p[..n]),
                 // SAFETY: off + n <= cap, buf holds cap bytes owned by this receive.
-                _ => ok = unsafe { Self::put(rs.buf, rs.dev, off, &p[..n]) },
+                _ => ok = unsafe { Self::put(&*self.dev, rs.buf, rs.dev, off, &p[..n]) },
             }
         }
         rs.got += p.len();
         if ok && rs.got >= rs.expect {
             if let Some(st) = rs.stage.take() {
                 // SAFETY: the staged bytes are a prefix of the message, at most cap bytes.
-                ok = unsafe { Self::put(rs.buf, rs.dev, 0, &st[..rs.expect.min(st.len())]) };
+                ok = unsafe {
+                    Self::put(
+                        &*self.dev,
+                        rs.buf,
+                        rs.dev,
+                        0,
+                        &st[..rs.expect.min(st.len())],
+                    )
+                };
             }
         }
         if !ok {
@@ -440,7 +454,7 @@ impl State {
             return;
         }
         // SAFETY: the send's device buffer is valid for len bytes until the send completes.
-        match unsafe { crate::gpu::p2p::dtoh(s.buf as usize, s.len) } {
+        match unsafe { self.dev.dtoh(s.buf as usize, s.len) } {
             Ok(v) => {
                 s.buf = v.as_ptr();
                 s.staged = Some(v);

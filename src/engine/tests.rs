@@ -815,3 +815,264 @@ fn zero_byte_messages_with_null_buffers() {
         wait_on(&mut es, 0, s);
     }
 }
+
+/// Host-memory stand-in for the device copies: "device memory" is host memory registered as
+/// such; exports are (address, length); peer copies are memcpy that report done after a few
+/// polls (or fail when told to).
+mod fake_dev {
+    use super::devcopy::{DevCopy, Pending};
+    use std::cell::Cell;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    pub struct Book {
+        /// Ranges that count as device memory.
+        pub device: Vec<(usize, usize)>,
+        pub reads: usize,
+        pub writes: usize,
+        /// The next read reports failure when polled; the next write fails when issued.
+        pub fail_read: bool,
+        pub fail_write: bool,
+    }
+
+    #[derive(Clone, Default)]
+    pub struct Fake(pub Arc<Mutex<Book>>);
+
+    struct Later {
+        left: Cell<u32>,
+        fail: bool,
+    }
+
+    impl Pending for Later {
+        fn done(&self) -> Result<bool, String> {
+            if self.left.get() > 0 {
+                self.left.set(self.left.get() - 1);
+                return Ok(false);
+            }
+            if self.fail {
+                Err("injected copy failure".into())
+            } else {
+                Ok(true)
+            }
+        }
+    }
+
+    pub fn export(addr: usize, len: usize) -> [u8; crate::gpu::ipc::EXPORT_BYTES] {
+        let mut e = [0u8; crate::gpu::ipc::EXPORT_BYTES];
+        e[..8].copy_from_slice(&(addr as u64).to_le_bytes());
+        e[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+        e
+    }
+
+    fn decode(e: &[u8]) -> (usize, usize) {
+        let w = |i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap()) as usize;
+        (w(0), w(8))
+    }
+
+    impl DevCopy for Fake {
+        fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>> {
+            let b = self.0.lock().unwrap();
+            b.device
+                .iter()
+                .any(|&(a, l)| addr >= a && addr + len <= a + l)
+                .then(|| export(addr, len).to_vec().into_boxed_slice())
+        }
+
+        unsafe fn read(
+            &self,
+            _peer: usize,
+            e: &[u8],
+            dst: usize,
+            _dev: bool,
+            len: usize,
+        ) -> Result<Option<Box<dyn Pending>>, String> {
+            let (src, cap) = decode(e);
+            if len > cap {
+                return Err("longer than the export".into());
+            }
+            let mut b = self.0.lock().unwrap();
+            b.reads += 1;
+            let fail = std::mem::take(&mut b.fail_read);
+            if !fail {
+                std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
+            }
+            Ok((len > 0).then(|| {
+                Box::new(Later {
+                    left: Cell::new(3),
+                    fail,
+                }) as Box<dyn Pending>
+            }))
+        }
+
+        unsafe fn write(
+            &self,
+            _peer: usize,
+            e: &[u8],
+            src: usize,
+            len: usize,
+        ) -> Result<Option<Box<dyn Pending>>, String> {
+            let (dst, cap) = decode(e);
+            if len > cap {
+                return Err("longer than the export".into());
+            }
+            let mut b = self.0.lock().unwrap();
+            if std::mem::take(&mut b.fail_write) {
+                return Err("injected mapping failure".into());
+            }
+            b.writes += 1;
+            std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
+            Ok((len > 0).then(|| {
+                Box::new(Later {
+                    left: Cell::new(3),
+                    fail: false,
+                }) as Box<dyn Pending>
+            }))
+        }
+
+        unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len());
+            Ok(())
+        }
+
+        unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
+            Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
+        }
+    }
+}
+
+/// Two engines with the fake device copies and a push threshold.
+fn dev_pair(push_min: usize) -> (Vec<Engine>, fake_dev::Fake) {
+    let fake = fake_dev::Fake::default();
+    let es = InprocTransport::group(2, 8, 1000, false)
+        .into_iter()
+        .enumerate()
+        .map(|(r, t)| {
+            let mut e = Engine::with_config(
+                Box::new(t),
+                r,
+                2,
+                EngineConfig {
+                    eager_limit: LIMIT,
+                    cma_min: 0,
+                    push_min,
+                },
+            );
+            e.set_device_copies(Box::new(fake.clone()));
+            e
+        })
+        .collect();
+    (es, fake)
+}
+
+/// A device send of `src` (registered as device memory) from rank 0 into receive buffer `dst`
+/// of rank 1 (device memory when `dev`), the receive posted first or not. Returns the receive's
+/// status.
+fn dev_message(
+    es: &mut [Engine],
+    fake: &fake_dev::Fake,
+    src: &[u8],
+    dst: &mut [u8],
+    dev: bool,
+    posted_first: bool,
+) -> Status {
+    {
+        let mut b = fake.0.lock().unwrap();
+        b.device = vec![(src.as_ptr() as usize, src.len())];
+        if dev {
+            b.device.push((dst.as_ptr() as usize, dst.len()));
+        }
+    }
+    let post = |e: &mut Engine, dst: &mut [u8]| {
+        // SAFETY: dst outlives the request, which is waited for below.
+        unsafe {
+            e.irecv_dev(dst.as_mut_ptr(), dst.len(), dev, 7, 0, 5)
+                .unwrap()
+        }
+    };
+    let mut r = posted_first.then(|| post(&mut es[1], dst));
+    let a = SendArgs {
+        buf: src.as_ptr(),
+        len: src.len(),
+        dst_world: 1,
+        ctx: 7,
+        src_rank: 0,
+        tag: 5,
+        sync: false,
+        ipc: Some(fake_dev::export(src.as_ptr() as usize, src.len())),
+    };
+    // SAFETY: src outlives the request, which is waited for below.
+    let s = unsafe { es[0].isend(a).unwrap() };
+    spin(es, 2);
+    let r = r.take().unwrap_or_else(|| post(&mut es[1], dst));
+    let st = wait_on(es, 1, r);
+    assert_eq!(wait_on(es, 0, s).error, 0, "the send completes cleanly");
+    assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
+    st
+}
+
+/// Device rendezvous: from the push threshold on the sender writes (PUT/DONE), below it the
+/// receiver reads; a host receive buffer is always read; copies finish a few polls after they
+/// start; truncation writes only what fits.
+#[test]
+fn device_rendezvous_push_and_pull() {
+    let len = 3 * LIMIT + 5;
+    let src = pattern(len, 9);
+    for (push_min, dev, pushed) in [
+        (0, true, true),
+        (LIMIT, true, true),
+        (len + 1, true, false),
+        (usize::MAX, true, false),
+        (0, false, false),
+    ] {
+        for posted_first in [true, false] {
+            let (mut es, fake) = dev_pair(push_min);
+            let mut dst = vec![0u8; len];
+            let st = dev_message(&mut es, &fake, &src, &mut dst, dev, posted_first);
+            assert_eq!((st.error, st.bytes, st.source, st.tag), (0, len, 0, 5));
+            assert!(
+                dst == src,
+                "push_min {push_min} dev {dev}: every byte lands"
+            );
+            let b = fake.0.lock().unwrap();
+            assert_eq!(
+                (b.writes, b.reads),
+                if pushed { (1, 0) } else { (0, 1) },
+                "push_min {push_min} dev {dev} posted_first {posted_first}"
+            );
+        }
+    }
+    // Truncated: the push writes what fits and leaves the rest of nothing else touched.
+    let (mut es, fake) = dev_pair(0);
+    let mut dst = vec![0xeeu8; len];
+    let cap = LIMIT + 3;
+    let st = dev_message(&mut es, &fake, &src, &mut dst[..cap], true, true);
+    assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
+    assert_eq!(dst[..cap], src[..cap]);
+    assert!(dst[cap..].iter().all(|&b| b == 0xee));
+    assert_eq!(fake.0.lock().unwrap().writes, 1);
+}
+
+/// A sender that cannot map the receiver's buffer, and a pull whose copy fails, fall back to
+/// streamed data (staged from the device): the message still arrives whole.
+#[test]
+fn device_rendezvous_falls_back_to_streaming() {
+    let len = 5 * LIMIT + 1;
+    let src = pattern(len, 3);
+    for push in [true, false] {
+        let (mut es, fake) = dev_pair(if push { 0 } else { usize::MAX });
+        {
+            let mut b = fake.0.lock().unwrap();
+            b.fail_write = push;
+            b.fail_read = !push;
+        }
+        let mut dst = vec![0u8; len];
+        let st = dev_message(&mut es, &fake, &src, &mut dst, true, true);
+        assert_eq!((st.error, st.bytes), (0, len));
+        assert!(
+            dst == src,
+            "push {push}: streamed instead, every byte lands"
+        );
+        let b = fake.0.lock().unwrap();
+        assert_eq!((b.writes, b.reads), if push { (0, 0) } else { (0, 1) });
+    }
+}

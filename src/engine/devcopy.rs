@@ -1,0 +1,106 @@
+//! The device-memory operations of the engine's protocols, behind one narrow trait: CUDA IPC
+//! peer copies (a receiver's pull, a sender's push), the export of a receive buffer, and the
+//! host<->device copies of device buffers meeting host protocols. The library uses
+//! [`Cuda`] (`gpu::p2p`); the engine's tests use a host-memory fake, so the protocols
+//! around device buffers (PUT/DONE, copies finishing later, fallbacks to streaming) are tested
+//! without a GPU.
+
+/// A peer copy in flight.
+pub trait Pending {
+    /// Whether the copy has finished; an error: it failed.
+    fn done(&self) -> Result<bool, String>;
+}
+
+/// See the module documentation.
+pub trait DevCopy {
+    /// Export bytes of the device buffer `addr..addr+len` for a peer, `None` when it is not
+    /// exportable device memory.
+    fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>>;
+
+    /// Start copying `len` bytes of `peer`'s exported buffer to `dst` (device memory of this
+    /// process when `dev`, else host memory); `None`: nothing to copy.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is writable and owned by the caller until the copy is done.
+    unsafe fn read(
+        &self,
+        peer: usize,
+        export: &[u8],
+        dst: usize,
+        dev: bool,
+        len: usize,
+    ) -> Result<Option<Box<dyn Pending>>, String>;
+
+    /// Start copying `len` bytes of this process's device buffer `src` into `peer`'s exported
+    /// buffer; `None`: nothing to copy.
+    ///
+    /// # Safety
+    /// `src..src+len` is device memory left untouched until the copy is done.
+    unsafe fn write(
+        &self,
+        peer: usize,
+        export: &[u8],
+        src: usize,
+        len: usize,
+    ) -> Result<Option<Box<dyn Pending>>, String>;
+
+    /// Copy host bytes to device address `dst` (finished on return).
+    ///
+    /// # Safety
+    /// `dst..dst+data.len()` is writable device memory of this process.
+    unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String>;
+
+    /// The `len` bytes at device address `src`, copied to host memory.
+    ///
+    /// # Safety
+    /// `src..src+len` is readable device memory of this process.
+    unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String>;
+}
+
+/// The library's device copies: `gpu::p2p` (CUDA).
+pub struct Cuda;
+
+impl Pending for crate::gpu::p2p::InFlight {
+    fn done(&self) -> Result<bool, String> {
+        crate::gpu::p2p::InFlight::done(self)
+    }
+}
+
+fn boxed(p: Option<crate::gpu::p2p::InFlight>) -> Option<Box<dyn Pending>> {
+    p.map(|p| Box::new(p) as Box<dyn Pending>)
+}
+
+impl DevCopy for Cuda {
+    fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>> {
+        crate::gpu::p2p::export_range(addr, len).map(|e| e.to_vec().into_boxed_slice())
+    }
+
+    unsafe fn read(
+        &self,
+        peer: usize,
+        export: &[u8],
+        dst: usize,
+        dev: bool,
+        len: usize,
+    ) -> Result<Option<Box<dyn Pending>>, String> {
+        crate::gpu::p2p::read_ipc(peer, export, dst, dev, len).map(boxed)
+    }
+
+    unsafe fn write(
+        &self,
+        peer: usize,
+        export: &[u8],
+        src: usize,
+        len: usize,
+    ) -> Result<Option<Box<dyn Pending>>, String> {
+        crate::gpu::p2p::write_ipc(peer, export, src, len).map(boxed)
+    }
+
+    unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
+        crate::gpu::p2p::htod(dst, data)
+    }
+
+    unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
+        crate::gpu::p2p::dtoh(src, len)
+    }
+}
