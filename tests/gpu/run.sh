@@ -2,8 +2,8 @@
 # Build and run the GPU tests against an installed gpumpi:
 #   tests/gpu/run.sh PREFIX [--bench] [--max-count N]
 # Runs gpu_test at 1, 2 and 4 ranks (one GPU per rank, round-robin over the visible GPUs) and
-# at 2 ranks sharing one GPU, then at 4 ranks with CUDA IPC forced off (collectives through
-# pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
+# at 2 ranks sharing one GPU, then at 4 and 3 ranks with CUDA IPC forced off (collectives
+# through pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
 # the host (GPUMPI_CUDA_PACK=0), at 4 ranks with the kernel peer copy, at 4 ranks with every
 # device rendezvous pushed and at 2 ranks with every one pulled; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
@@ -47,6 +47,9 @@ run "gpu_test -n 2, two ranks per GPU" GPUMPI_TEST_RANKS_PER_GPU=2 \
 run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: pinned host memory, 64 KiB rounds)" \
     GPUMPI_CUDA_IPC=0 GPUMPI_GPU_HOST_CHUNK=65536 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC -x GPUMPI_GPU_HOST_CHUNK \
+    "$out/gpu_test" 1048577
+run "gpu_test -n 3, P2P forced off (the kernel-driven host-memory allreduce at an odd rank count)" \
+    GPUMPI_CUDA_IPC=0 "$mpirun" -n 3 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC \
     "$out/gpu_test" 1048577
 run "gpu_test -n 2, derived types packed on the host (GPUMPI_CUDA_PACK=0)" GPUMPI_CUDA_PACK=0 \
     "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_PACK "$out/gpu_test" 65537
