@@ -255,13 +255,10 @@ struct PendingRead {
     ipc: Option<Box<[u8]>>,
 }
 
-/// A device rendezvous whose data the sender writes into the receiver's buffer (`PUT`).
+/// A device rendezvous whose data the sender writes into the receiver's buffer (`PUT`): what
+/// finishes it (`then.push` is set) and the export of the receiver's device buffer.
 struct PendingWrite {
-    sreq: u64,
-    dst_world: usize,
-    rreq: u64,
-    want: usize,
-    /// The export of the receiver's device buffer.
+    then: AfterCopy,
     export: Box<[u8]>,
 }
 
@@ -811,33 +808,23 @@ impl Engine {
     /// Write pushed device rendezvous data into the receivers' buffers (see `kind::PUT`).
     fn run_writes(&mut self) {
         let writes = std::mem::take(&mut self.st.writes);
-        for w in writes {
+        for PendingWrite { mut then, export } in writes {
             let Some(Req {
                 kind: ReqKind::Send(s),
                 ..
-            }) = self.st.reqs.get(w.sreq)
+            }) = self.st.reqs.get(then.sreq)
             else {
                 continue;
             };
-            let want = w.want.min(s.len);
+            then.want = then.want.min(s.len);
             // SAFETY: the send's device buffer holds len >= want bytes until the send
             // completes; the receiver keeps its buffer (a posted receive) until our DONE.
-            let then = AfterCopy {
-                push: true,
-                peer: w.dst_world,
-                sreq: w.sreq,
-                rreq: w.rreq,
-                want,
-            };
-            match unsafe {
+            let r = unsafe {
                 self.st
                     .dev
-                    .write(w.dst_world, &w.export, s.buf as usize, want)
-            } {
-                Ok(Some(copy)) => self.st.copying.push(Copying { copy, then }),
-                Ok(None) => self.st.after_copy(then, Ok(())),
-                Err(e) => self.st.after_copy(then, Err(e)),
-            }
+                    .write(then.peer, &export, s.buf as usize, then.want)
+            };
+            self.st.started(then, r);
         }
     }
 
@@ -889,15 +876,12 @@ impl Engine {
                     rreq: r.rreq,
                     want: r.want,
                 };
-                match unsafe {
+                let c = unsafe {
                     self.st
                         .dev
                         .read(r.src_world, ipc, buf as usize, dev, r.want)
-                } {
-                    Ok(Some(copy)) => self.st.copying.push(Copying { copy, then }),
-                    Ok(None) => self.st.after_copy(then, Ok(())),
-                    Err(e) => self.st.after_copy(then, Err(e)),
-                }
+                };
+                self.st.started(then, c);
                 continue;
             } else if r.src_world == self.st.me {
                 // SAFETY: self-send rendezvous: the sender's (host) buffer is live in this

@@ -256,6 +256,20 @@ impl State {
         true
     }
 
+    /// A peer copy was issued (`r`): keep it for `progress` to poll, or finish it now when
+    /// there was nothing to copy or it failed to start.
+    pub(super) fn started(
+        &mut self,
+        then: AfterCopy,
+        r: Result<Option<Box<dyn devcopy::Pending>>, String>,
+    ) {
+        match r {
+            Ok(Some(copy)) => self.copying.push(Copying { copy, then }),
+            Ok(None) => self.after_copy(then, Ok(())),
+            Err(e) => self.after_copy(then, Err(e)),
+        }
+    }
+
     /// A peer copy ended (`r`): tell the peer and complete the request, or, when the copy
     /// failed, fall back to streamed data (the sender keeps its buffer until then).
     pub(super) fn after_copy(&mut self, c: AfterCopy, r: Result<(), String>) {
@@ -414,10 +428,13 @@ impl State {
             }
             kind::CTS => self.stream_send(src_world, h.sreq, h.rreq, h.total as usize),
             kind::PUT => self.writes.push(PendingWrite {
-                sreq: h.sreq,
-                dst_world: src_world,
-                rreq: h.rreq,
-                want: h.total as usize,
+                then: AfterCopy {
+                    push: true,
+                    peer: src_world,
+                    sreq: h.sreq,
+                    rreq: h.rreq,
+                    want: h.total as usize,
+                },
                 export: p.to_vec().into_boxed_slice(),
             }),
             kind::DONE => self.complete(h.rreq),

@@ -869,6 +869,43 @@ mod fake_dev {
         (w(0), w(8))
     }
 
+    impl Fake {
+        /// A peer copy of `len` bytes from `src` to `dst` (`cap`: the export's length): a
+        /// write that is told to fail fails when issued, a read when polled; otherwise the
+        /// bytes move now and the copy reports done after three polls.
+        unsafe fn copy(
+            &self,
+            src: usize,
+            dst: usize,
+            len: usize,
+            cap: usize,
+            write: bool,
+        ) -> Result<Option<Box<dyn Pending>>, String> {
+            if len > cap {
+                return Err("longer than the export".into());
+            }
+            let mut b = self.0.lock().unwrap();
+            let fail = std::mem::take(if write {
+                &mut b.fail_write
+            } else {
+                &mut b.fail_read
+            });
+            if write && fail {
+                return Err("injected mapping failure".into());
+            }
+            *(if write { &mut b.writes } else { &mut b.reads }) += 1;
+            if !fail {
+                std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
+            }
+            Ok((len > 0).then(|| {
+                Box::new(Later {
+                    left: Cell::new(3),
+                    fail,
+                }) as Box<dyn Pending>
+            }))
+        }
+    }
+
     impl DevCopy for Fake {
         fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>> {
             let b = self.0.lock().unwrap();
@@ -887,21 +924,7 @@ mod fake_dev {
             len: usize,
         ) -> Result<Option<Box<dyn Pending>>, String> {
             let (src, cap) = decode(e);
-            if len > cap {
-                return Err("longer than the export".into());
-            }
-            let mut b = self.0.lock().unwrap();
-            b.reads += 1;
-            let fail = std::mem::take(&mut b.fail_read);
-            if !fail {
-                std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
-            }
-            Ok((len > 0).then(|| {
-                Box::new(Later {
-                    left: Cell::new(3),
-                    fail,
-                }) as Box<dyn Pending>
-            }))
+            self.copy(src, dst, len, cap, false)
         }
 
         unsafe fn write(
@@ -912,21 +935,7 @@ mod fake_dev {
             len: usize,
         ) -> Result<Option<Box<dyn Pending>>, String> {
             let (dst, cap) = decode(e);
-            if len > cap {
-                return Err("longer than the export".into());
-            }
-            let mut b = self.0.lock().unwrap();
-            if std::mem::take(&mut b.fail_write) {
-                return Err("injected mapping failure".into());
-            }
-            b.writes += 1;
-            std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
-            Ok((len > 0).then(|| {
-                Box::new(Later {
-                    left: Cell::new(3),
-                    fail: false,
-                }) as Box<dyn Pending>
-            }))
+            self.copy(src, dst, len, cap, true)
         }
 
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {

@@ -629,10 +629,11 @@ pub struct Call {
     /// memory of that GPU (classified once by the caller); None forces the staged path for
     /// every rank.
     pub device: Option<i32>,
-    /// The process runs at MPI_THREAD_MULTIPLE: no kernel that spins waiting for the peers'
-    /// kernels (two communicators' kernels, launched in different orders on two ranks, could
-    /// each hold the SMs the other one needs).
-    pub thread_multiple: bool,
+    /// Whether the process runs at MPI_THREAD_MULTIPLE (asked only when a communicator's host
+    /// regions are set up): no kernel that spins waiting for the peers' kernels then (two
+    /// communicators' kernels, launched in different orders on two ranks, could each hold the
+    /// SMs the other one needs).
+    pub thread_multiple: fn() -> bool,
 }
 
 pub(crate) const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;

@@ -175,16 +175,15 @@ static COMMS: Mutex<Vec<((u32, Arc<[usize]>, i32), Arc<Mutex<HostComm>>)>> = Mut
 
 /// Run `f` on the host state of (communicator, device), setting it up first (collective: every
 /// rank of the communicator calls this in the same call, with every rank's buffers on a GPU;
-/// `thread_multiple`: this process runs at MPI_THREAD_MULTIPLE, which keeps the communicator
-/// off the kernel-driven allreduce on every rank). `Ok(None)`: some rank could not set up
+/// `thread_multiple`, asked at set-up: whether this process runs at MPI_THREAD_MULTIPLE, which
+/// keeps the communicator off the kernel-driven allreduce on every rank). `Ok(None)`: some rank could not set up
 /// (every rank gets `None`).
-#[allow(clippy::too_many_arguments)]
 pub fn with_comm<R>(
     ctx_id: u32,
     world: &Arc<[usize]>,
     me: usize,
     ordinal: i32,
-    thread_multiple: bool,
+    thread_multiple: fn() -> bool,
     host: &dyn Host,
     f: impl FnOnce(&mut HostComm) -> R,
 ) -> MpiResult<Option<R>> {
@@ -218,7 +217,7 @@ fn setup(
     world: &Arc<[usize]>,
     me: usize,
     ordinal: i32,
-    thread_multiple: bool,
+    thread_multiple: fn() -> bool,
     host: &dyn Host,
 ) -> MpiResult<Option<HostComm>> {
     let n = world.len();
@@ -226,11 +225,12 @@ fn setup(
     let (kq, kblocks, kmax) = kernel_params();
     // The kernel-driven allreduce needs every rank on a GPU of its own and none at
     // MPI_THREAD_MULTIPLE (agreed by all): its kernels wait for each other.
-    let mut rec = [0u8; 17];
-    rec[..16].copy_from_slice(&super::coll::device_uuid(ordinal).unwrap_or_default());
-    rec[16] = thread_multiple as u8;
-    let recs = host.allgather(&rec)?;
-    let spin_ok = {
+    // (No round at all when it is switched off, the same on every rank.)
+    let spin_ok = kq > 0 && {
+        let mut rec = [0u8; 17];
+        rec[..16].copy_from_slice(&super::coll::device_uuid(ordinal).unwrap_or_default());
+        rec[16] = thread_multiple() as u8;
+        let recs = host.allgather(&rec)?;
         let r: Vec<&[u8]> = recs.chunks(17).collect();
         (0..r.len()).all(|i| {
             r[i][..16] != [0u8; 16] && r[i][16] == 0 && (0..i).all(|j| r[i][..16] != r[j][..16])

@@ -46,6 +46,7 @@ impl InFlight {
     }
 
     /// Wait for the copy to finish.
+    #[cfg(test)]
     pub fn wait(self) -> Result<(), String> {
         cuda::with_context(self.d.ctx, || self.ev.synchronize()).map_err(|e| e.to_string())
     }

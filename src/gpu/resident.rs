@@ -473,28 +473,36 @@ fn desc_bytes(d: &ResDesc) -> &[u8] {
 /// GPU): the scratch of every rank is the start of its pinned shared host region.
 fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     // The resident path never runs at MPI_THREAD_MULTIPLE (`applies`).
-    let r = super::hostcoll::with_comm(c.ctx_id, &c.world, c.rank, ordinal, false, host, |hc| {
-        let mut peers = [0u64; MAXP];
-        peers[..hc.dev.len()].copy_from_slice(&hc.dev);
-        let desc = ResDesc {
-            nranks: c.nranks as u32,
-            rank: c.rank as u32,
-            slot: slot_limit() as u64,
-            peers,
-            host: 1,
-        };
-        let b = desc_bytes(&desc);
-        // SAFETY: my region is mapped and at least SCRATCH bytes long; the kernel reads the
-        // descriptor only in commands issued after this (the host's stores are ordered).
-        unsafe {
-            let dst = hc.own_host().add(DESC_OFF);
-            for (k, v) in b.iter().enumerate() {
-                std::ptr::write_volatile(dst.add(k), *v);
+    let r = super::hostcoll::with_comm(
+        c.ctx_id,
+        &c.world,
+        c.rank,
+        ordinal,
+        || false,
+        host,
+        |hc| {
+            let mut peers = [0u64; MAXP];
+            peers[..hc.dev.len()].copy_from_slice(&hc.dev);
+            let desc = ResDesc {
+                nranks: c.nranks as u32,
+                rank: c.rank as u32,
+                slot: slot_limit() as u64,
+                peers,
+                host: 1,
+            };
+            let b = desc_bytes(&desc);
+            // SAFETY: my region is mapped and at least SCRATCH bytes long; the kernel reads the
+            // descriptor only in commands issued after this (the host's stores are ordered).
+            unsafe {
+                let dst = hc.own_host().add(DESC_OFF);
+                for (k, v) in b.iter().enumerate() {
+                    std::ptr::write_volatile(dst.add(k), *v);
+                }
             }
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        (hc.dev[c.rank] as usize, peers)
-    })?;
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            (hc.dev[c.rank] as usize, peers)
+        },
+    )?;
     let Some((scratch, peers)) = r else {
         return Ok(false);
     };

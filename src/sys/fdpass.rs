@@ -13,6 +13,20 @@ use std::os::unix::net::UnixStream;
 /// Room for one descriptor's control message.
 const CMSG_SPACE: usize = 64;
 
+/// A system call's byte count, retried when a signal interrupted it.
+fn retry(mut call: impl FnMut() -> isize) -> io::Result<usize> {
+    loop {
+        let n = call();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Write `data`, attaching `fd` (if any) to it.
 pub fn send(s: &UnixStream, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
     if data.is_empty() {
@@ -47,17 +61,7 @@ pub fn send(s: &UnixStream, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
         }
     }
     // SAFETY: `m` describes live buffers (above); MSG_NOSIGNAL: a closed peer is an error.
-    let n = loop {
-        let n = unsafe { libc::sendmsg(s.as_raw_fd(), &m, libc::MSG_NOSIGNAL) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        break n;
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = n as usize;
+    let n = retry(|| unsafe { libc::sendmsg(s.as_raw_fd(), &m, libc::MSG_NOSIGNAL) })?;
     if n < data.len() {
         use std::io::Write;
         (&*s).write_all(&data[n..])?;
@@ -81,17 +85,8 @@ pub fn recv_exact(s: &UnixStream, buf: &mut [u8]) -> io::Result<Option<OwnedFd>>
     m.msg_iovlen = 1;
     m.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
     m.msg_controllen = CMSG_SPACE as _;
-    let n = loop {
-        // SAFETY: `m` describes `buf` and `ctl`, both live and writable.
-        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut m, libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        break n;
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: `m` describes `buf` and `ctl`, both live and writable.
+    let n = retry(|| unsafe { libc::recvmsg(s.as_raw_fd(), &mut m, libc::MSG_CMSG_CLOEXEC) })?;
     if n == 0 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -121,7 +116,6 @@ pub fn recv_exact(s: &UnixStream, buf: &mut [u8]) -> io::Result<Option<OwnedFd>>
             "more than one descriptor (or a truncated control message) received",
         ));
     }
-    let n = n as usize;
     if n < buf.len() {
         use std::io::Read;
         (&*s).read_exact(&mut buf[n..])?;

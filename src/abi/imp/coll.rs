@@ -762,7 +762,7 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
         recv,
         red,
         device,
-        thread_multiple: tm(),
+        thread_multiple: tm,
     };
     crate::gpu::coll::run(&call, &GpuHost(&spec.comm))
 }
