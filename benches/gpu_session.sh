@@ -65,9 +65,13 @@ for op in alltoall allgather bcast reduce; do
     timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
     timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o $op -b 64 -e 512M -f 8 -w 2 -n 7 -z 1
 done
-echo "== P2P off, sendrecv: gpumpi GPUMPI_CUDA_IPC=0 (staged point-to-point) then NCCL_P2P_DISABLE=1, blocking"
-timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n "$NP" -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o sendrecv -b 64K -e 512M -f 8 -w 2 -n 7 -z 1
-timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n "$NP" -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o sendrecv -b 64K -e 512M -f 8 -w 2 -n 7 -z 1
+echo "== P2P off, sendrecv ($NP ranks) and pingpong (2 ranks): gpumpi GPUMPI_CUDA_IPC=0 (pipes through"
+echo "   pinned shared host memory) then NCCL_P2P_DISABLE=1, blocking"
+for op in "sendrecv $NP" "pingpong 2"; do
+    set -- $op
+    timeout 200 env GPUMPI_CUDA_IPC=0 "$P/bin/mpirun" -n $2 -x GPUMPI_CUDA_IPC /tmp/gb -d cuda -o $1 -b 64K -e 512M -f 8 -w 2 -n 7 -z 1
+    timeout 200 env NCCL_P2P_DISABLE=1 "$P/bin/mpirun" -n $2 -x NCCL_P2P_DISABLE /tmp/gb -B nccl -o $1 -b 64K -e 512M -f 8 -w 2 -n 7 -z 1
+done
 echo "== VMM (cuMemCreate) buffers, 512 MiB, blocking: gpumpi -d vmm (POSIX fd: mapped by peers),"
 echo "   -d vmm-nohandle (not exportable: host-memory pipelines or staged), NCCL -d vmm"
 for op in allreduce alltoall sendrecv; do

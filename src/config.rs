@@ -193,6 +193,16 @@ pub static PARAMS: &[Param] = &[
         doc: "Bytes (suffixes k, m, g) from which a point-to-point message between two exported device buffers (CUDA IPC) is written by the sender into the receiver's buffer (push) instead of read by the receiver (pull); `off` = always pull. Read by the receiving rank.",
     },
     Param {
+        name: "GPUMPI_GPU_PIPE",
+        default: "2M",
+        doc: "Bytes per slot (64 KiB - 64 MiB, a multiple of 4 KiB; suffixes k, m, g) of the pipes that carry point-to-point device messages above the eager limit when CUDA IPC cannot share the sender's buffer (GPUMPI_CUDA_IPC=0, no peer access, memory without an IPC handle): pinned shared host memory per sender and receiver, filled by the sender's copy engines and emptied by the receiver's. 0 = no pipes: such a send is copied to host memory whole and the receiver reads it with a single-copy read. The sender's value is used for its pipes.",
+    },
+    Param {
+        name: "GPUMPI_GPU_PIPE_DEPTH",
+        default: "4",
+        doc: "Slots per pipe (2-16; see GPUMPI_GPU_PIPE): each pair of ranks that sends device messages through pipes holds GPUMPI_GPU_PIPE x GPUMPI_GPU_PIPE_DEPTH bytes (+4 KiB) of page-locked shared host memory per direction. The sender's value is used for its pipes.",
+    },
+    Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
         doc: "Small blocking allreduce/alltoall/allgather (at most 16 KiB per vector or block; 64 KiB with GPUMPI_CUDA_IPC=0, scratch in host memory) on device buffers, one rank per GPU, outside MPI_THREAD_MULTIPLE: 1 = through a resident kernel (one block polling mapped host memory; no launch or stream synchronize per call), 0 = through the launched GPU-native path or staging. Must be the same on every rank.",

@@ -91,6 +91,7 @@ fn isend(e: &mut Engine, b: &[u8], dst: usize, tag: i32, sync: bool) -> ReqId {
         tag,
         sync,
         ipc: None,
+        pipe: false,
     };
     // SAFETY: callers wait for the request before dropping the buffer.
     unsafe { e.isend(a).unwrap() }

@@ -271,6 +271,23 @@ pub fn device_send(
     crate::gpu::p2p::export_range(addr, len).map(|e| (addr, len, e))
 }
 
+/// A contiguous device (or managed) send buffer of more than `min` bytes for the engine's pipes
+/// (`gpu::pipe`; asked after [`device_send`] found it not exportable): (address of the data,
+/// length). `None`: use [`send_view`].
+pub fn device_pipe_send(
+    buf: *const c_void,
+    count: usize,
+    d: &DtypeObj,
+    min: usize,
+) -> Option<(usize, usize)> {
+    let len = d.desc.packed_size(count);
+    if len <= min || !d.desc.is_contiguous(count) || !crate::gpu::pipe::enabled() {
+        return None;
+    }
+    let addr = (buf as usize).wrapping_add_signed(d.desc.true_lb());
+    crate::gpu::is_device(addr as *const u8).then_some((addr, len))
+}
+
 /// Pack `count` elements (host or device memory) into a new vector.
 pub unsafe fn pack_all(buf: *const c_void, count: usize, d: &DtypeObj) -> MpiResult<Vec<u8>> {
     if let Some(v) = crate::gpu::stage::packed_from_device(buf as *const u8, count, &d.desc)? {

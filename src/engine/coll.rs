@@ -191,6 +191,7 @@ impl CollExec {
                         tag: self.tag,
                         sync: false,
                         ipc: None,
+                        pipe: false,
                     };
                     // SAFETY: the region is valid until the executor finishes (new's contract),
                     // and a later Wait (or the end) waits for the send.

@@ -1,6 +1,7 @@
 //! The device-memory operations of the engine's protocols, behind one narrow trait: CUDA IPC
-//! peer copies (a receiver's pull, a sender's push), the export of a receive buffer, and the
-//! host<->device copies of device buffers meeting host protocols. The library uses
+//! peer copies (a receiver's pull, a sender's push), the export of a receive buffer, the two
+//! sides of a pipe through pinned shared host memory (`gpu::pipe`), and the host<->device
+//! copies of device buffers meeting host protocols. The library uses
 //! [`Cuda`] (`gpu::p2p`); the engine's tests use a host-memory fake, so the protocols
 //! around device buffers (PUT/DONE, copies finishing later, fallbacks to streaming) are tested
 //! without a GPU.
@@ -44,6 +45,40 @@ pub trait DevCopy {
         len: usize,
     ) -> Result<Option<Box<dyn Pending>>, String>;
 
+    /// Sender `me`: the descriptor of its pipe to `peer` for an RTS (made at the first call);
+    /// `None`: no pipe (the engine stages the buffer).
+    fn pipe_offer(&self, me: usize, peer: usize) -> Option<Box<[u8]>>;
+
+    /// Receiver `me`: start taking `len` bytes from `peer`'s pipe (`desc`) into `dst` (device
+    /// memory of this process when `dev`, else host memory); returns the number of the
+    /// message's first chunk, for the sender, and the copy to poll.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is writable and owned by the caller until the copy is done.
+    unsafe fn pipe_recv(
+        &self,
+        me: usize,
+        peer: usize,
+        desc: &[u8],
+        dst: usize,
+        dev: bool,
+        len: usize,
+    ) -> Result<(u64, Box<dyn Pending>), String>;
+
+    /// Sender `me`: start writing `len` bytes of device buffer `src` into its pipe to `peer`
+    /// as the message the receiver numbered `start`.
+    ///
+    /// # Safety
+    /// `src..src+len` is device memory left untouched until the copy is done.
+    unsafe fn pipe_send(
+        &self,
+        me: usize,
+        peer: usize,
+        start: u64,
+        src: usize,
+        len: usize,
+    ) -> Result<Box<dyn Pending>, String>;
+
     /// Copy host bytes to device address `dst` (finished on return).
     ///
     /// # Safety
@@ -63,6 +98,12 @@ pub struct Cuda;
 impl Pending for crate::gpu::p2p::InFlight {
     fn done(&self) -> Result<bool, String> {
         crate::gpu::p2p::InFlight::done(self)
+    }
+}
+
+impl Pending for crate::gpu::pipe::Ticket {
+    fn done(&self) -> Result<bool, String> {
+        crate::gpu::pipe::Ticket::done(self)
     }
 }
 
@@ -94,6 +135,34 @@ impl DevCopy for Cuda {
         len: usize,
     ) -> Result<Option<Box<dyn Pending>>, String> {
         crate::gpu::p2p::write_ipc(peer, export, src, len).map(boxed)
+    }
+
+    fn pipe_offer(&self, me: usize, peer: usize) -> Option<Box<[u8]>> {
+        crate::gpu::pipe::offer(me, peer).map(|d| d.to_vec().into_boxed_slice())
+    }
+
+    unsafe fn pipe_recv(
+        &self,
+        me: usize,
+        peer: usize,
+        desc: &[u8],
+        dst: usize,
+        dev: bool,
+        len: usize,
+    ) -> Result<(u64, Box<dyn Pending>), String> {
+        crate::gpu::pipe::recv(me, peer, desc, dst, dev, len)
+            .map(|(s, t)| (s, Box::new(t) as Box<dyn Pending>))
+    }
+
+    unsafe fn pipe_send(
+        &self,
+        me: usize,
+        peer: usize,
+        start: u64,
+        src: usize,
+        len: usize,
+    ) -> Result<Box<dyn Pending>, String> {
+        crate::gpu::pipe::send(me, peer, start, src, len).map(|t| Box::new(t) as Box<dyn Pending>)
     }
 
     unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {

@@ -33,6 +33,14 @@
 //!   than they read from one). A sender that cannot map the receiver's buffer streams the data
 //!   instead (`DATA` frames, as after a `CTS`). The device operations sit behind
 //!   [`devcopy::DevCopy`] (CUDA in the library, a host-memory fake in the tests).
+//! - **Piped device rendezvous** (the sender's device buffer is not exportable, or CUDA IPC is
+//!   off): the RTS carries the descriptor of the sender's pipe to the receiver (pinned shared
+//!   host memory, `gpu::pipe`). The receiver numbers the message in that pipe, starts its side
+//!   (copy engines copying slots into its device buffer, or the CPU for a host buffer) and
+//!   answers `PIPE` with the number; the sender starts its side (its copy engines fill the
+//!   slots). Each side completes its request when its own side is through: no FIN. A receiver
+//!   that cannot open the pipe asks for streamed data instead (`CTS`), and a sender without a
+//!   pipe stages the buffer in host memory and sends an ordinary host message.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 
@@ -89,6 +97,10 @@ pub struct SendArgs {
     /// always rendezvous; the receiver copies peer to local, or asks for the data streamed
     /// (then staged through host memory here).
     pub ipc: Option<[u8; crate::gpu::ipc::EXPORT_BYTES]>,
+    /// `buf` is device (or managed) memory of this process that CUDA IPC cannot share (or IPC
+    /// is off): the receiver takes it through a pipe (see the protocol summary), or it is staged
+    /// in host memory.
+    pub pipe: bool,
 }
 
 mod kind {
@@ -104,10 +116,15 @@ mod kind {
     pub const PUT: u8 = 8;
     /// Sender -> receiver: the data of receive `rreq` is written (answer to `PUT`).
     pub const DONE: u8 = 9;
+    /// Receiver -> sender of a piped rendezvous: send `total` bytes through the pipe as the
+    /// message whose first chunk is `arg`.
+    pub const PIPE: u8 = 10;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
 const FLAG_IPC: u8 = 2;
+/// RTS payload: the descriptor of the sender's pipe (its buffer is device memory).
+const FLAG_PIPE: u8 = 4;
 
 /// Engine tunables.
 #[derive(Clone, Copy, Debug)]
@@ -154,8 +171,9 @@ struct SendState {
     pushed: bool,
     /// Synchronous eager send still waiting for the receiver's ACK.
     need_ack: bool,
-    /// The export bytes when `buf` is device memory (see [`SendArgs::ipc`]).
-    ipc: Option<Box<[u8]>>,
+    /// `buf` is device memory (exported, [`SendArgs::ipc`], or piped, [`SendArgs::pipe`]):
+    /// the CPU must not read it.
+    dev: bool,
     /// Host copy of a device buffer, made when the receiver asked for streamed data.
     staged: Option<Vec<u8>>,
 }
@@ -197,8 +215,29 @@ enum UBody {
     },
     Rndv {
         addr: u64,
-        ipc: Option<Box<[u8]>>,
+        dev: Option<DevRef>,
     },
+}
+
+/// How a rendezvous sender's device buffer is reached (the RTS payload).
+enum DevRef {
+    /// The buffer's CUDA IPC export.
+    Ipc(Box<[u8]>),
+    /// The descriptor of the sender's pipe.
+    Pipe(Box<[u8]>),
+}
+
+impl DevRef {
+    fn from_rts(h: &Header, p: &[u8]) -> Option<DevRef> {
+        let b = || p.to_vec().into_boxed_slice();
+        if h.flags & FLAG_IPC != 0 {
+            Some(DevRef::Ipc(b()))
+        } else if h.flags & FLAG_PIPE != 0 {
+            Some(DevRef::Pipe(b()))
+        } else {
+            None
+        }
+    }
 }
 
 struct Unexp {
@@ -256,7 +295,7 @@ struct PendingRead {
 }
 
 /// A device rendezvous whose data the sender writes into the receiver's buffer (`PUT`): what
-/// finishes it (`then.push` is set) and the export of the receiver's device buffer.
+/// finishes it (`then.way` is [`Way::Push`]) and the export of the receiver's device buffer.
 struct PendingWrite {
     then: AfterCopy,
     export: Box<[u8]>,
@@ -270,11 +309,22 @@ struct Copying {
     then: AfterCopy,
 }
 
-/// What finishes a peer copy of `want` bytes between send `sreq` and receive `rreq`: a pull
-/// (`push` false: FIN to the sender `peer`, the receive completes) or a push (DONE to the
-/// receiver `peer`, the send's data is out).
+/// What finishes a device copy of `want` bytes between send `sreq` and receive `rreq`, by way.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Way {
+    /// The receiver read the sender's buffer: FIN to the sender `peer`, the receive completes.
+    Pull,
+    /// The sender wrote the receiver's buffer: DONE to the receiver `peer`, the send's data is
+    /// out.
+    Push,
+    /// The receiver's side of a pipe is through: the receive completes.
+    PipeIn,
+    /// The sender's side of a pipe is through: the send's data is out.
+    PipeOut,
+}
+
 struct AfterCopy {
-    push: bool,
+    way: Way,
     peer: usize,
     sreq: u64,
     rreq: u64,
@@ -431,15 +481,38 @@ impl Engine {
         } else {
             a.ipc
         };
-        let eager = a.len <= self.eager_limit && ipc.is_none();
+        // A device buffer CUDA IPC cannot share goes through the pipe to the receiver, or,
+        // without one (or to this rank), as a host copy made now.
+        let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
+        if a.pipe && ipc.is_none() {
+            if a.dst_world != self.st.me {
+                pipe = self.st.dev.pipe_offer(self.st.me, a.dst_world);
+            }
+            if pipe.is_none() {
+                // SAFETY: the caller guarantees a.buf..a.buf+a.len is (device) memory to read.
+                match unsafe { self.st.dev.dtoh(a.buf as usize, a.len) } {
+                    Ok(v) => {
+                        buf = v.as_ptr();
+                        staged = Some(v);
+                    }
+                    Err(e) => crate::mpi_bail!(
+                        MPI_ERR_OTHER,
+                        "copying a device send buffer to host memory failed: {e}"
+                    ),
+                }
+            }
+        }
+        let eager = a.len <= self.eager_limit && ipc.is_none() && pipe.is_none();
         let hdr = Header {
             kind: if eager { kind::EAGER } else { kind::RTS },
-            flags: if a.sync { FLAG_SYNC } else { 0 } | if ipc.is_some() { FLAG_IPC } else { 0 },
+            flags: if a.sync { FLAG_SYNC } else { 0 }
+                | if ipc.is_some() { FLAG_IPC } else { 0 }
+                | if pipe.is_some() { FLAG_PIPE } else { 0 },
             ctx: a.ctx,
             src_rank: a.src_rank,
             tag: a.tag,
             total: a.len as u64,
-            arg: a.buf as u64,
+            arg: buf as u64,
             ..Default::default()
         };
         let status = Status {
@@ -454,13 +527,13 @@ impl Engine {
             freed: false,
             status,
             kind: ReqKind::Send(SendState {
-                buf: a.buf,
+                buf,
                 len: a.len,
                 hdr,
                 pushed: false,
                 need_ack: eager && a.sync,
-                ipc: ipc.map(|b| b.to_vec().into_boxed_slice()),
-                staged: None,
+                dev: ipc.is_some() || pipe.is_some(),
+                staged,
             }),
         });
         let mut hdr = hdr;
@@ -474,11 +547,12 @@ impl Engine {
         }
         if a.dst_world == self.st.me {
             if eager {
-                // SAFETY: the caller guarantees buf..buf+len is valid (a zero length needs no read).
+                // SAFETY: the caller guarantees buf..buf+len is valid (a zero length needs no
+                // read); a device buffer was staged above.
                 let data = if a.len == 0 {
                     Vec::new()
                 } else {
-                    unsafe { std::slice::from_raw_parts(a.buf, a.len) }.to_vec()
+                    unsafe { std::slice::from_raw_parts(buf, a.len) }.to_vec()
                 };
                 self.st.loopq.push_back((hdr, data));
                 self.st.mark_pushed(sreq);
@@ -494,6 +568,8 @@ impl Engine {
                 }
             } else if let Some(b) = ipc {
                 Out::CtrlP(hdr, b.to_vec().into_boxed_slice())
+            } else if let Some(d) = pipe {
+                Out::CtrlP(hdr, d)
             } else {
                 Out::Ctrl(hdr)
             };
@@ -870,7 +946,7 @@ impl Engine {
                 // SAFETY: buf holds at least want bytes owned by this receive; the sender keeps
                 // its device buffer until our FIN.
                 let then = AfterCopy {
-                    push: false,
+                    way: Way::Pull,
                     peer: r.src_world,
                     sreq: r.sreq,
                     rreq: r.rreq,

@@ -183,8 +183,8 @@ impl State {
                     let _ = uid;
                 }
             }
-            UBody::Rndv { addr, ipc } => {
-                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap), ipc)
+            UBody::Rndv { addr, dev } => {
+                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap), dev)
             }
         }
     }
@@ -196,8 +196,20 @@ impl State {
         sreq: u64,
         addr: u64,
         want: usize,
-        ipc: Option<Box<[u8]>>,
+        dev: Option<DevRef>,
     ) {
+        let ipc = match dev {
+            Some(DevRef::Ipc(e)) => Some(e),
+            Some(DevRef::Pipe(desc)) => {
+                // The sender's buffer is device memory the CPU cannot read: through the pipe,
+                // or else streamed (staged by the sender), never the single-copy read.
+                if want == 0 || !self.pipe_in(rreq, src_world, sreq, &desc, want) {
+                    self.request_stream(rreq, src_world, sreq, want);
+                }
+                return;
+            }
+            None => None,
+        };
         if ipc.is_some()
             && want > 0
             && want >= self.push_min
@@ -256,6 +268,92 @@ impl State {
         true
     }
 
+    /// Receive `rreq` takes `want` bytes of send `sreq` through `src_world`'s pipe (`desc`):
+    /// start this side and tell the sender which chunks are the message's (`PIPE`); false
+    /// (nothing sent) when the pipe cannot be used here.
+    fn pipe_in(
+        &mut self,
+        rreq: u64,
+        src_world: usize,
+        sreq: u64,
+        desc: &[u8],
+        want: usize,
+    ) -> bool {
+        let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        else {
+            return false;
+        };
+        // SAFETY: the receive's buffer holds want <= cap bytes and is owned by it until the
+        // pipe's ticket is done (the request completes only then).
+        let r = unsafe {
+            self.dev
+                .pipe_recv(self.me, src_world, desc, rs.buf as usize, rs.dev, want)
+        };
+        match r {
+            Ok((start, ticket)) => {
+                rs.expect = want;
+                rs.got = 0;
+                self.send_ctrl(
+                    src_world,
+                    Header {
+                        kind: kind::PIPE,
+                        sreq,
+                        rreq,
+                        total: want as u64,
+                        arg: start,
+                        ..Default::default()
+                    },
+                );
+                self.copying.push(Copying {
+                    copy: ticket,
+                    then: AfterCopy {
+                        way: Way::PipeIn,
+                        peer: src_world,
+                        sreq,
+                        rreq,
+                        want,
+                    },
+                });
+                true
+            }
+            Err(e) => {
+                tracing::debug!("engine: no pipe from rank {src_world} ({e}); streaming instead");
+                false
+            }
+        }
+    }
+
+    /// The receiver numbered send `sreq`'s `want` bytes from chunk `start` of the pipe: start
+    /// this side.
+    fn pipe_out(&mut self, peer: usize, sreq: u64, rreq: u64, start: u64, want: usize) {
+        let then = AfterCopy {
+            way: Way::PipeOut,
+            peer,
+            sreq,
+            rreq,
+            want,
+        };
+        let Some(Req {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.reqs.get(sreq)
+        else {
+            tracing::error!("engine: pipe request for unknown send {sreq:#x}");
+            return;
+        };
+        let want = want.min(s.len);
+        // SAFETY: the send's device buffer holds len >= want bytes until the send completes
+        // (when the pipe's ticket is done).
+        let r = unsafe {
+            self.dev
+                .pipe_send(self.me, peer, start, s.buf as usize, want)
+        };
+        self.started(then, r.map(Some));
+    }
+
     /// A peer copy was issued (`r`): keep it for `progress` to poll, or finish it now when
     /// there was nothing to copy or it failed to start.
     pub(super) fn started(
@@ -273,32 +371,52 @@ impl State {
     /// A peer copy ended (`r`): tell the peer and complete the request, or, when the copy
     /// failed, fall back to streamed data (the sender keeps its buffer until then).
     pub(super) fn after_copy(&mut self, c: AfterCopy, r: Result<(), String>) {
-        let way = if c.push { "write to" } else { "read from" };
-        match r {
-            Ok(()) => {
+        match (c.way, r) {
+            (Way::Pull | Way::Push, Ok(())) => {
+                let push = c.way == Way::Push;
                 let h = Header {
-                    kind: if c.push { kind::DONE } else { kind::FIN },
+                    kind: if push { kind::DONE } else { kind::FIN },
                     sreq: c.sreq,
                     rreq: c.rreq,
                     ..Default::default()
                 };
                 self.send_ctrl(c.peer, h);
-                if c.push {
+                if push {
                     self.mark_pushed(c.sreq);
                 } else {
                     self.complete(c.rreq);
                 }
             }
-            Err(e) => {
+            (Way::Push, Err(e)) => {
                 tracing::debug!(
-                    "engine: CUDA IPC {way} rank {} failed ({e}); streaming instead",
+                    "engine: CUDA IPC write to rank {} failed ({e}); streaming instead",
                     c.peer
                 );
-                if c.push {
-                    self.stream_send(c.peer, c.sreq, c.rreq, c.want);
-                } else {
-                    self.request_stream(c.rreq, c.peer, c.sreq, c.want);
+                self.stream_send(c.peer, c.sreq, c.rreq, c.want);
+            }
+            (Way::Pull, Err(e)) => {
+                tracing::debug!(
+                    "engine: CUDA IPC read from rank {} failed ({e}); streaming instead",
+                    c.peer
+                );
+                self.request_stream(c.rreq, c.peer, c.sreq, c.want);
+            }
+            (Way::PipeIn, r) => {
+                if let Err(e) = r {
+                    // The sender is committed to the pipe: nothing to fall back to.
+                    tracing::error!("engine: pipe from rank {} failed: {e}", c.peer);
+                    self.fail(c.rreq);
                 }
+                self.complete(c.rreq);
+            }
+            (Way::PipeOut, r) => {
+                if let Err(e) = r {
+                    tracing::error!("engine: pipe to rank {} failed: {e}", c.peer);
+                    if let Some(q) = self.reqs.get_mut(c.sreq) {
+                        q.status.error = crate::abi::consts::MPI_ERR_OTHER;
+                    }
+                }
+                self.mark_pushed(c.sreq);
             }
         }
     }
@@ -429,7 +547,7 @@ impl State {
             kind::CTS => self.stream_send(src_world, h.sreq, h.rreq, h.total as usize),
             kind::PUT => self.writes.push(PendingWrite {
                 then: AfterCopy {
-                    push: true,
+                    way: Way::Push,
                     peer: src_world,
                     sreq: h.sreq,
                     rreq: h.rreq,
@@ -438,6 +556,7 @@ impl State {
                 export: p.to_vec().into_boxed_slice(),
             }),
             kind::DONE => self.complete(h.rreq),
+            kind::PIPE => self.pipe_out(src_world, h.sreq, h.rreq, h.arg, h.total as usize),
             kind::DATA => self.deliver(h.rreq, h.arg as usize, p),
             kind::FIN => self.mark_pushed(h.sreq),
             kind::ACK => {
@@ -467,7 +586,7 @@ impl State {
         else {
             return;
         };
-        if s.ipc.is_none() || s.staged.is_some() {
+        if !s.dev || s.staged.is_some() {
             return;
         }
         // SAFETY: the send's device buffer is valid for len bytes until the send completes.
@@ -504,8 +623,8 @@ impl State {
             let rreq = self.posted.remove(pos).unwrap().rreq;
             let (_, cap) = self.matched(rreq, h.src_rank, h.tag, total);
             if h.kind == kind::RTS {
-                let ipc = (h.flags & FLAG_IPC != 0).then(|| p.to_vec().into_boxed_slice());
-                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap), ipc);
+                let dev = DevRef::from_rts(h, p);
+                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap), dev);
                 return;
             }
             if sync {
@@ -539,7 +658,7 @@ impl State {
         let body = if h.kind == kind::RTS {
             UBody::Rndv {
                 addr: h.arg,
-                ipc: (h.flags & FLAG_IPC != 0).then(|| p.to_vec().into_boxed_slice()),
+                dev: DevRef::from_rts(h, p),
             }
         } else {
             let mut data = Vec::with_capacity(total);

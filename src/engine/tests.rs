@@ -42,6 +42,7 @@ fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: b
         tag,
         sync,
         ipc: None,
+        pipe: false,
     };
     // SAFETY: every test keeps `buf` alive until the request is waited for.
     unsafe { e.isend(a).unwrap() }
@@ -790,6 +791,7 @@ fn zero_byte_messages_with_null_buffers() {
                 tag: 1,
                 sync: true,
                 ipc: None,
+                pipe: false,
             };
             let mut rr = None;
             if posted_first {
@@ -818,11 +820,20 @@ fn zero_byte_messages_with_null_buffers() {
 
 /// Host-memory stand-in for the device copies: "device memory" is host memory registered as
 /// such; exports are (address, length); peer copies are memcpy that report done after a few
-/// polls (or fail when told to).
+/// polls (or fail when told to); pipes are `gpu::pipe`'s lanes with CPU queues on both sides,
+/// over heap regions.
 mod fake_dev {
     use super::devcopy::{DevCopy, Pending};
+    use crate::gpu::pipe::{self, CpuQueue, Lane, Queue, Role, Shape, Side};
     use std::cell::Cell;
+    use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
+
+    /// Slots of the fake pipes: one engine test message spans several and wraps around.
+    pub const SHAPE: Shape = Shape {
+        chunk: 4096,
+        depth: 2,
+    };
 
     #[derive(Default)]
     pub struct Book {
@@ -833,6 +844,32 @@ mod fake_dev {
         /// The next read reports failure when polled; the next write fails when issued.
         pub fail_read: bool,
         pub fail_write: bool,
+        /// Senders get no pipe (they stage); receivers fail to open one (they ask for streams).
+        pub no_pipe: bool,
+        pub fail_pipe_recv: bool,
+        pub offers: usize,
+        /// Pipe lanes by (sender, receiver, role), over regions kept here.
+        lanes: HashMap<(usize, usize, bool), Arc<Mutex<Lane>>>,
+        regions: HashMap<(usize, usize), Vec<u64>>,
+    }
+
+    impl Book {
+        fn lane(&mut self, src: usize, dst: usize, role: Role) -> Arc<Mutex<Lane>> {
+            let host = self
+                .regions
+                .entry((src, dst))
+                .or_insert_with(|| vec![0u64; SHAPE.region_len() / 8])
+                .as_mut_ptr() as usize;
+            self.lanes
+                .entry((src, dst, role == Role::Producer))
+                .or_insert_with(|| {
+                    let make: pipe::MakeQueue =
+                        Box::new(move |_| Ok(Box::new(CpuQueue::new(host)) as Box<dyn Queue>));
+                    // SAFETY: the region lives in the book as long as the lane (never resized).
+                    Arc::new(Mutex::new(unsafe { Lane::new(role, SHAPE, host, make) }))
+                })
+                .clone()
+        }
     }
 
     #[derive(Clone, Default)]
@@ -938,6 +975,51 @@ mod fake_dev {
             self.copy(src, dst, len, cap, true)
         }
 
+        fn pipe_offer(&self, me: usize, peer: usize) -> Option<Box<[u8]>> {
+            let mut b = self.0.lock().unwrap();
+            if b.no_pipe {
+                return None;
+            }
+            b.offers += 1;
+            b.lane(me, peer, Role::Producer);
+            Some(SHAPE.to_bytes().to_vec().into_boxed_slice())
+        }
+
+        unsafe fn pipe_recv(
+            &self,
+            me: usize,
+            peer: usize,
+            desc: &[u8],
+            dst: usize,
+            dev: bool,
+            len: usize,
+        ) -> Result<(u64, Box<dyn Pending>), String> {
+            assert_eq!(Shape::from_bytes(desc), Some(SHAPE));
+            let lane = {
+                let mut b = self.0.lock().unwrap();
+                if std::mem::take(&mut b.fail_pipe_recv) {
+                    return Err("injected pipe failure".into());
+                }
+                b.lane(peer, me, Role::Consumer)
+            };
+            let side = if dev { Side::Device(0) } else { Side::Host };
+            pipe::enqueue(&lane, None, dst, len, side, None)
+                .map(|(s, t)| (s, Box::new(t) as Box<dyn Pending>))
+        }
+
+        unsafe fn pipe_send(
+            &self,
+            me: usize,
+            peer: usize,
+            start: u64,
+            src: usize,
+            len: usize,
+        ) -> Result<Box<dyn Pending>, String> {
+            let lane = self.0.lock().unwrap().lane(me, peer, Role::Producer);
+            pipe::enqueue(&lane, Some(start), src, len, Side::Device(0), None)
+                .map(|(_, t)| Box::new(t) as Box<dyn Pending>)
+        }
+
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len());
             Ok(())
@@ -984,6 +1066,19 @@ fn dev_message(
     dev: bool,
     posted_first: bool,
 ) -> Status {
+    dev_message_by(es, fake, src, dst, dev, posted_first, false)
+}
+
+/// [`dev_message`], the device send buffer exported (CUDA IPC) or, when `pipe`, not.
+fn dev_message_by(
+    es: &mut [Engine],
+    fake: &fake_dev::Fake,
+    src: &[u8],
+    dst: &mut [u8],
+    dev: bool,
+    posted_first: bool,
+    pipe: bool,
+) -> Status {
     {
         let mut b = fake.0.lock().unwrap();
         b.device = vec![(src.as_ptr() as usize, src.len())];
@@ -1007,7 +1102,8 @@ fn dev_message(
         src_rank: 0,
         tag: 5,
         sync: false,
-        ipc: Some(fake_dev::export(src.as_ptr() as usize, src.len())),
+        ipc: (!pipe).then(|| fake_dev::export(src.as_ptr() as usize, src.len())),
+        pipe,
     };
     // SAFETY: src outlives the request, which is waited for below.
     let s = unsafe { es[0].isend(a).unwrap() };
@@ -1084,4 +1180,145 @@ fn device_rendezvous_falls_back_to_streaming() {
         let b = fake.0.lock().unwrap();
         assert_eq!((b.writes, b.reads), if push { (0, 0) } else { (0, 1) });
     }
+}
+
+/// Piped device rendezvous (the sender's buffer not exportable): into device and host receive
+/// buffers, posted first or not, truncated; the message spans many pipe slots; no peer copy is
+/// made, one pipe is offered per message.
+#[test]
+fn piped_device_rendezvous() {
+    let len = 5 * fake_dev::SHAPE.chunk + 77;
+    let src = pattern(len, 21);
+    for dev in [true, false] {
+        for posted_first in [true, false] {
+            let (mut es, fake) = dev_pair(0);
+            let mut dst = vec![0u8; len];
+            let st = dev_message_by(&mut es, &fake, &src, &mut dst, dev, posted_first, true);
+            assert_eq!((st.error, st.bytes, st.source, st.tag), (0, len, 0, 5));
+            assert!(
+                dst == src,
+                "dev {dev} posted_first {posted_first}: every byte lands"
+            );
+            let b = fake.0.lock().unwrap();
+            assert_eq!((b.reads, b.writes, b.offers), (0, 0, 1));
+        }
+    }
+    let (mut es, fake) = dev_pair(0);
+    let mut dst = vec![0xeeu8; len];
+    let cap = 2 * fake_dev::SHAPE.chunk + 3;
+    let st = dev_message_by(&mut es, &fake, &src, &mut dst[..cap], true, true, true);
+    assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
+    assert_eq!(dst[..cap], src[..cap]);
+    assert!(
+        dst[cap..].iter().all(|&b| b == 0xee),
+        "nothing past the receive buffer"
+    );
+}
+
+/// Without a pipe the sender stages its device buffer and sends a host message; a receiver
+/// that cannot open the pipe asks for the data streamed (staged by the sender): both arrive.
+#[test]
+fn piped_rendezvous_fallbacks() {
+    let len = 3 * fake_dev::SHAPE.chunk + 9;
+    let src = pattern(len, 5);
+    for (no_pipe, fail_recv) in [(true, false), (false, true)] {
+        let (mut es, fake) = dev_pair(0);
+        {
+            let mut b = fake.0.lock().unwrap();
+            b.no_pipe = no_pipe;
+            b.fail_pipe_recv = fail_recv;
+        }
+        let mut dst = vec![0u8; len];
+        let st = dev_message_by(&mut es, &fake, &src, &mut dst, !no_pipe, true, true);
+        assert_eq!((st.error, st.bytes), (0, len));
+        assert!(
+            dst == src,
+            "no_pipe {no_pipe} fail_recv {fail_recv}: every byte lands"
+        );
+        assert_eq!(fake.0.lock().unwrap().offers, usize::from(!no_pipe));
+    }
+}
+
+/// Several piped messages in flight both ways, received in another order than sent (the
+/// receiver numbers them in the order it matches them), of lengths from one byte to many
+/// slots: each lands whole in its own buffer.
+#[test]
+fn piped_messages_in_any_match_order() {
+    let (mut es, fake) = dev_pair(0);
+    let lens = [
+        LIMIT + 1,
+        9 * fake_dev::SHAPE.chunk + 1,
+        2 * LIMIT,
+        3 * LIMIT + 4095,
+    ];
+    let srcs: Vec<Vec<Vec<u8>>> = (0..2)
+        .map(|r| {
+            lens.iter()
+                .enumerate()
+                .map(|(i, &n)| pattern(n, (r * 10 + i) as u8))
+                .collect()
+        })
+        .collect();
+    fake.0.lock().unwrap().device = srcs
+        .iter()
+        .flatten()
+        .map(|v| (v.as_ptr() as usize, v.len()))
+        .collect();
+    let mut dsts: Vec<Vec<Vec<u8>>> = (0..2)
+        .map(|_| lens.iter().map(|&n| vec![0u8; n]).collect())
+        .collect();
+    let mut sends = Vec::new();
+    for r in 0..2 {
+        for (i, v) in srcs[r].iter().enumerate() {
+            let a = SendArgs {
+                buf: v.as_ptr(),
+                len: v.len(),
+                dst_world: 1 - r,
+                ctx: 7,
+                src_rank: r as i32,
+                tag: i as i32,
+                sync: false,
+                ipc: None,
+                pipe: true,
+            };
+            // SAFETY: the buffers outlive the requests, waited for below.
+            sends.push((r, unsafe { es[r].isend(a).unwrap() }));
+        }
+    }
+    spin(&mut es, 3);
+    let mut recvs = Vec::new();
+    for r in 0..2 {
+        for i in [2usize, 0, 3, 1] {
+            let d = &mut dsts[r][i];
+            // SAFETY: as above.
+            let q = unsafe {
+                es[r]
+                    .irecv_dev(
+                        d.as_mut_ptr(),
+                        d.len(),
+                        i % 2 == 0,
+                        7,
+                        (1 - r) as i32,
+                        i as i32,
+                    )
+                    .unwrap()
+            };
+            recvs.push((r, q));
+        }
+    }
+    for (r, q) in recvs {
+        assert_eq!(wait_on(&mut es, r, q).error, 0);
+    }
+    for (r, q) in sends {
+        assert_eq!(wait_on(&mut es, r, q).error, 0);
+    }
+    for r in 0..2 {
+        for i in 0..lens.len() {
+            assert!(
+                dsts[r][i] == srcs[1 - r][i],
+                "rank {r} message {i} lands whole"
+            );
+        }
+    }
+    assert_eq!(fake.0.lock().unwrap().offers, 8);
 }

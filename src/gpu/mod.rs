@@ -26,6 +26,7 @@ pub mod kernels;
 pub mod layout;
 pub mod p2p;
 pub mod pack;
+pub mod pipe;
 pub mod pool;
 pub mod resident;
 pub mod stage;

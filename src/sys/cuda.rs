@@ -779,6 +779,19 @@ pub unsafe fn host_register(p: *mut u8, len: usize) -> CuResult<u64> {
     Ok(d as u64)
 }
 
+/// The device address of registered host memory `p` in the current context.
+///
+/// # Safety
+/// `p` lies in memory registered with [`host_register`].
+pub unsafe fn host_device_pointer(p: *mut u8) -> CuResult<u64> {
+    let mut d: cu::CUdeviceptr = 0;
+    check(
+        "cuMemHostGetDevicePointer",
+        cu::cuMemHostGetDevicePointer_v2(&mut d, p as *mut c_void, 0),
+    )?;
+    Ok(d as u64)
+}
+
 /// Undo [`host_register`].
 ///
 /// # Safety

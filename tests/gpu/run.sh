@@ -44,10 +44,10 @@ for n in 1 2 4; do
 done
 run "gpu_test -n 2, two ranks per GPU" GPUMPI_TEST_RANKS_PER_GPU=2 \
     "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_TEST_RANKS_PER_GPU "$out/gpu_test" "$max"
-run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: pinned host memory, 64 KiB rounds)" \
-    GPUMPI_CUDA_IPC=0 GPUMPI_GPU_HOST_CHUNK=65536 \
+run "gpu_test -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: pinned host memory, 64 KiB rounds and pipe slots)" \
+    GPUMPI_CUDA_IPC=0 GPUMPI_GPU_HOST_CHUNK=65536 GPUMPI_GPU_PIPE=65536 GPUMPI_GPU_PIPE_DEPTH=2 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC -x GPUMPI_GPU_HOST_CHUNK \
-    "$out/gpu_test" 1048577
+    -x GPUMPI_GPU_PIPE -x GPUMPI_GPU_PIPE_DEPTH "$out/gpu_test" 1048577
 run "gpu_test -n 3, P2P forced off (the kernel-driven host-memory allreduce at an odd rank count)" \
     GPUMPI_CUDA_IPC=0 "$mpirun" -n 3 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC \
     "$out/gpu_test" 1048577
@@ -71,7 +71,7 @@ for n in 2 4; do
     run "gpu_mem -n $n (every memory kind, mixed between ranks)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mem"
 done
-run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, staged p2p)" GPUMPI_CUDA_IPC=0 \
+run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, p2p through pipes)" GPUMPI_CUDA_IPC=0 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mem"
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.

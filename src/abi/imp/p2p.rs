@@ -126,6 +126,26 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
                 tag: s.tag,
                 sync: s.mode == Mode::Sync,
                 ipc: Some(ipc),
+                pipe: false,
+            })?;
+            return Ok(ReqKind::Engine {
+                id,
+                post: None,
+                hold: None,
+            });
+        }
+        // Device data CUDA IPC cannot share (or IPC off): through the pipe to the receiver.
+        if let Some((addr, len)) = types::device_pipe_send(s.buf, s.count, &s.dt, min) {
+            let id = rt.engine.isend(SendArgs {
+                buf: addr as *const u8,
+                len,
+                dst_world,
+                ctx: s.comm.ctx,
+                src_rank: s.comm.rank as i32,
+                tag: s.tag,
+                sync: s.mode == Mode::Sync,
+                ipc: None,
+                pipe: true,
             })?;
             return Ok(ReqKind::Engine {
                 id,
@@ -157,6 +177,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         tag: s.tag,
         sync: s.mode == Mode::Sync,
         ipc: None,
+        pipe: false,
     })?;
     let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
