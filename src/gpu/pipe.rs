@@ -9,27 +9,31 @@
 //! counters and `depth` slots of `chunk` bytes ([`Shape`], `GPUMPI_GPU_PIPE` and
 //! `GPUMPI_GPU_PIPE_DEPTH`, the sender's values travel in its request-to-send). Chunks are
 //! numbered per pipe across messages; chunk `c` lives in slot `c mod depth`:
-//! - the sender (producer) waits until `freed >= c + 1 - depth`, copies its bytes of chunk `c`
-//!   into the slot, sets `filled = c + 1`;
-//! - the receiver (consumer) waits until `filled >= c + 1`, copies the slot out, sets
-//!   `freed = c + 1`.
+//! - the sender (producer) may start chunk `c` once `freed >= c + 1 - depth`: it copies its
+//!   bytes of the chunk into the slot and then sets `filled = c + 1`;
+//! - the receiver (consumer) may start chunk `c` once `filled >= c + 1`: it copies the slot
+//!   out and then sets `freed = c + 1`.
 //!
-//! On a GPU both sides are CUDA stream operations on gpumpi's own streams (a wait on a counter,
-//! a copy-engine copy, a counter write with a system-scope barrier before it): the two copy
-//! engines of the two GPUs run the pipeline by themselves, no host thread copies or waits per
-//! chunk, and both directions of a pair (and every pair) run at once. A receive into host
-//! memory, or a send whose device queue could not be made, runs the same operations on the CPU
-//! ([`CpuQueue`]). The receiver numbers messages when it matches them (its answer carries the
-//! number of the first chunk), so both sides agree on the order without further messages.
+//! On a GPU each side's copies and counter writes are operations on a stream of gpumpi's own (a
+//! copy-engine copy, then a counter write with a system-scope barrier before it): no host thread
+//! copies, and both directions of a pair (and every pair) run at once. Whether a chunk may
+//! start is decided by the side's **host**, which reads the peer's counter when the engine
+//! polls and only then enqueues the chunk: a stream never waits for another process. (Streams
+//! that waited on a peer's counter hung intermittently: any device-wide synchronization in one
+//! process, its own or the application's -- `cudaDeviceSynchronize` between `MPI_Irecv` and
+//! `MPI_Wait`, a registration -- then waits for a peer whose host may be waiting the same way.)
+//! A receive into host memory, or a send whose device queue could not be made, runs the same
+//! operations on the CPU ([`CpuQueue`]). The receiver numbers messages when it matches them
+//! (its answer carries the number of the first chunk), so both sides agree on the order without
+//! further messages.
 //!
 //! Each side is a [`Lane`]: the jobs (messages) of one direction of one pipe, in order, and the
-//! queues that run them. The lane enqueues a bounded window of chunks ahead of what is done and
-//! tops it up whenever it is polled; a job is done when the side's own counter reaches its last
-//! chunk (for a receive on the GPU: its bytes are in device memory; for a send: its buffer is
-//! read). Jobs of one lane on different queues (a receive into host memory after one into
-//! device memory) run one queue at a time, so each counter only grows. The protocol is pure
-//! (any [`Queue`]); the tests drive it with CPU queues that run a random part of their work at
-//! each poll, in every interleaving of the two sides.
+//! queues that run them. Each poll enqueues every chunk the peer's counter allows; a job is
+//! done when the side's own counter reaches its last chunk (for a receive on the GPU: its bytes
+//! are in device memory; for a send: its buffer is read). Jobs of one lane on different queues
+//! (a receive into host memory after one into device memory) run one queue at a time, so each
+//! counter only grows. The protocol is pure (any [`Queue`]); the tests drive it with CPU queues
+//! that run a random part of their work at each poll, in every interleaving of the two sides.
 
 use crate::sys::cuda;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -41,9 +45,6 @@ pub const HEADER: usize = 4096;
 /// Offset of `filled` (written by the producer) and `freed` (written by the consumer).
 const FILLED: usize = 0;
 const FREED: usize = 64;
-/// Chunks a lane enqueues ahead of its own counter, in slots: enough that a GPU stream never
-/// runs dry between two polls, few enough that a queue never blocks its host thread.
-const AHEAD_SLOTS: u64 = 4;
 
 /// Slot size and count of a pipe (the sender's, carried in its request-to-send).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,20 +128,16 @@ pub enum Side {
 pub trait Queue: Send {
     /// The region's address as this queue's operations see it.
     fn base(&self) -> usize;
-    /// Wait until the 64-bit counter at `flag` is at least `v`.
-    ///
-    /// # Safety
-    /// `flag` lies in the region; the operations stay valid until they have run.
-    unsafe fn wait_geq(&mut self, flag: usize, v: u64) -> Result<(), String>;
     /// Copy `len` bytes from `src` to `dst` after the operations before it.
     ///
     /// # Safety
     /// Both ranges are valid for this queue until the copy has run.
     unsafe fn copy(&mut self, dst: usize, src: usize, len: usize) -> Result<(), String>;
-    /// Set the counter at `flag` to `v` once everything before it is complete.
+    /// Set the 64-bit counter at `flag` (in the region) to `v` once everything before it is
+    /// complete.
     ///
     /// # Safety
-    /// As for [`Queue::wait_geq`].
+    /// `flag` lies in the region; the operations stay valid until they have run.
     unsafe fn write(&mut self, flag: usize, v: u64) -> Result<(), String>;
     /// Run what can run now (the CPU; a GPU stream runs by itself).
     ///
@@ -156,7 +153,6 @@ unsafe fn counter<'a>(addr: usize) -> &'a AtomicU64 {
 }
 
 enum CpuOp {
-    Wait(usize, u64),
     Copy(usize, usize, usize),
     Write(usize, u64),
 }
@@ -182,11 +178,6 @@ impl Queue for CpuQueue {
         self.base
     }
 
-    unsafe fn wait_geq(&mut self, flag: usize, v: u64) -> Result<(), String> {
-        self.ops.push_back(CpuOp::Wait(flag, v));
-        Ok(())
-    }
-
     unsafe fn copy(&mut self, dst: usize, src: usize, len: usize) -> Result<(), String> {
         self.ops.push_back(CpuOp::Copy(dst, src, len));
         Ok(())
@@ -204,7 +195,7 @@ impl Queue for CpuQueue {
 }
 
 impl CpuQueue {
-    /// Run at most `limit` operations, stopping at a wait that is not satisfied yet.
+    /// Run at most `limit` operations.
     ///
     /// # Safety
     /// As for the operations enqueued.
@@ -214,11 +205,6 @@ impl CpuQueue {
                 break;
             }
             match *op {
-                CpuOp::Wait(f, v) => {
-                    if counter(f).load(Ordering::Acquire) < v {
-                        break;
-                    }
-                }
                 CpuOp::Copy(d, s, n) => {
                     std::ptr::copy_nonoverlapping(s as *const u8, d as *mut u8, n)
                 }
@@ -251,12 +237,6 @@ fn cu<R>(ctx: cuda::Context, f: impl FnOnce() -> cuda::CuResult<R>) -> Result<R,
 impl Queue for StreamQueue {
     fn base(&self) -> usize {
         self.base
-    }
-
-    unsafe fn wait_geq(&mut self, flag: usize, v: u64) -> Result<(), String> {
-        cu(self.ctx, || {
-            cuda::stream_wait_all_geq(self.stream, &[(flag as u64, v)])
-        })
     }
 
     unsafe fn copy(&mut self, dst: usize, src: usize, len: usize) -> Result<(), String> {
@@ -336,14 +316,25 @@ impl Lane {
         self.shape
     }
 
-    /// This side's own counter: chunks completely produced (or consumed).
-    pub fn reached(&self) -> u64 {
-        let off = match self.role {
-            Role::Producer => FILLED,
-            Role::Consumer => FREED,
-        };
+    fn load(&self, off: usize) -> u64 {
         // SAFETY: the region is live for the lane's life (Lane::new), counters 8-aligned.
         unsafe { counter(self.host + off) }.load(Ordering::Acquire)
+    }
+
+    /// This side's own counter: chunks completely produced (or consumed).
+    pub fn reached(&self) -> u64 {
+        self.load(match self.role {
+            Role::Producer => FILLED,
+            Role::Consumer => FREED,
+        })
+    }
+
+    /// The first chunk this side may not start yet (the peer's counter says so).
+    fn gate(&self) -> u64 {
+        match self.role {
+            Role::Producer => self.load(FREED) + self.shape.depth as u64,
+            Role::Consumer => self.load(FILLED),
+        }
     }
 
     /// The queue for `side`, made now if needed.
@@ -412,8 +403,7 @@ impl Lane {
         for (_, q) in &mut self.queues {
             q.run()?;
         }
-        let Shape { chunk, depth } = self.shape;
-        let depth = depth as u64;
+        let chunk = self.shape.chunk;
         loop {
             let own = self.reached();
             while self.jobs.front().is_some_and(|j| j.end <= own) {
@@ -435,24 +425,21 @@ impl Lane {
                 self.cur = Some(side);
             }
             let qi = self.queue(side)?;
+            let base = self.queues[qi].1.base();
+            // What the peer's counter allows now (it only grows: a later poll allows more).
+            let gate = self.gate();
             let q = &mut self.queues[qi].1;
-            let base = q.base();
-            let limit = own + AHEAD_SLOTS * depth;
-            while self.next < end && self.next < limit {
+            while self.next < end && self.next < gate {
                 let c = self.next;
                 let off = (c - start) as usize * chunk;
                 let n = chunk.min(len - off);
                 let slot = base + self.shape.slot(c);
                 match self.role {
                     Role::Producer => {
-                        if c + 1 > depth {
-                            q.wait_geq(base + FREED, c + 1 - depth)?;
-                        }
                         q.copy(slot, buf + off, n)?;
                         q.write(base + FILLED, c + 1)?;
                     }
                     Role::Consumer => {
-                        q.wait_geq(base + FILLED, c + 1)?;
                         q.copy(buf + off, slot, n)?;
                         q.write(base + FREED, c + 1)?;
                     }
@@ -713,9 +700,6 @@ mod tests {
         fn base(&self) -> usize {
             self.q.base
         }
-        unsafe fn wait_geq(&mut self, f: usize, v: u64) -> Result<(), String> {
-            self.q.wait_geq(f, v)
-        }
         unsafe fn copy(&mut self, d: usize, s: usize, n: usize) -> Result<(), String> {
             self.q.copy(d, s, n)
         }
@@ -967,7 +951,12 @@ mod tests {
                 assert_eq!(start, m as u64 * shape.chunks(len));
                 let (_, tp) = enqueue(&p, Some(start), dsrc, len, Side::Device(0), None).unwrap();
                 let t0 = std::time::Instant::now();
-                while !(tc.done().unwrap() && tp.done().unwrap()) {
+                // Each side moves only when its host polls it: poll both every time.
+                loop {
+                    let (a, b) = (tc.done().unwrap(), tp.done().unwrap());
+                    if a && b {
+                        break;
+                    }
                     assert!(t0.elapsed().as_secs() < 20, "message {m} stuck");
                 }
                 let got = if dev {

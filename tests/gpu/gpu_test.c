@@ -79,6 +79,15 @@ static void test_p2p(int sk, int rk) {
         MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
         snprintf(what, sizeof what, "isend/irecv %s->%s", kname[sk], kname[rk]);
         check(what, n, r, ref, n);
+        /* The application synchronizes its device between posting and waiting: the library
+           must leave no device work that waits for another process (or both would hang). */
+        poison(rk, r, b);
+        MPI_Irecv(r, (int)n, MPI_INT, from, 8, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(s, (int)n, MPI_INT, to, 8, MPI_COMM_WORLD, &q[1]);
+        CU(cudaDeviceSynchronize_());
+        MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        snprintf(what, sizeof what, "isend/irecv/device sync %s->%s", kname[sk], kname[rk]);
+        check(what, n, r, ref, n);
         /* Sendrecv_replace in the receive buffer's memory kind. */
         if (n <= 65537) {
             put(r, src, b);
