@@ -713,6 +713,21 @@ mod tests {
         }
     }
 
+    type Shared = Arc<Mutex<Lane>>;
+
+    /// A producer lane over `hosts.0` and a consumer lane over `hosts.1` (one region).
+    ///
+    /// # Safety
+    /// As for [`Lane::new`].
+    unsafe fn lane_pair(
+        shape: Shape,
+        hosts: (usize, usize),
+        make: impl Fn(usize) -> MakeQueue,
+    ) -> (Shared, Shared) {
+        let lane = |role, h| Arc::new(Mutex::new(Lane::new(role, shape, h, make(h))));
+        (lane(Role::Producer, hosts.0), lane(Role::Consumer, hosts.1))
+    }
+
     fn lazy_maker(host: usize, rng: Arc<Mutex<u64>>) -> MakeQueue {
         Box::new(move |_side| {
             Ok(Box::new(Lazy {
@@ -787,22 +802,7 @@ mod tests {
             let mut region = vec![0u64; shape.region_len() / 8];
             let host = region.as_mut_ptr() as usize;
             // SAFETY: region lives to the end of the test, zeroed.
-            let (p, c) = unsafe {
-                (
-                    Arc::new(Mutex::new(Lane::new(
-                        Role::Producer,
-                        shape,
-                        host,
-                        lazy_maker(host, rng.clone()),
-                    ))),
-                    Arc::new(Mutex::new(Lane::new(
-                        Role::Consumer,
-                        shape,
-                        host,
-                        lazy_maker(host, rng.clone()),
-                    ))),
-                )
-            };
+            let (p, c) = unsafe { lane_pair(shape, (host, host), |h| lazy_maker(h, rng.clone())) };
             let srcs: Vec<Vec<u8>> = lens
                 .iter()
                 .enumerate()
@@ -912,22 +912,7 @@ mod tests {
         };
         let (hp, hc) = two_mappings(shape.region_len());
         // SAFETY: both mappings live for the process's life, zero-filled.
-        let (p, c) = unsafe {
-            (
-                Arc::new(Mutex::new(Lane::new(
-                    Role::Producer,
-                    shape,
-                    hp,
-                    make_queues(hp, shape.region_len()),
-                ))),
-                Arc::new(Mutex::new(Lane::new(
-                    Role::Consumer,
-                    shape,
-                    hc,
-                    make_queues(hc, shape.region_len()),
-                ))),
-            )
-        };
+        let (p, c) = unsafe { lane_pair(shape, (hp, hc), |h| make_queues(h, shape.region_len())) };
         let len = 11 * shape.chunk / 2 + 7;
         let src: Vec<u8> = (0..len)
             .map(|i| (i * 29 % 251) as u8 ^ (i >> 16) as u8)

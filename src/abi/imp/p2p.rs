@@ -114,28 +114,15 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     };
     let dst_world = s.comm.world_rank(dest as usize);
     if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
-        // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC).
+        // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC),
+        // or, when IPC cannot share it (or is off), takes it through the pipe to it.
         let min = rt.engine.eager_limit();
-        if let Some((addr, len, ipc)) = types::device_send(s.buf, s.count, &s.dt, min) {
-            let id = rt.engine.isend(SendArgs {
-                buf: addr as *const u8,
-                len,
-                dst_world,
-                ctx: s.comm.ctx,
-                src_rank: s.comm.rank as i32,
-                tag: s.tag,
-                sync: s.mode == Mode::Sync,
-                ipc: Some(ipc),
-                pipe: false,
-            })?;
-            return Ok(ReqKind::Engine {
-                id,
-                post: None,
-                hold: None,
+        let dev = types::device_send(s.buf, s.count, &s.dt, min)
+            .map(|(addr, len, ipc)| (addr, len, Some(ipc)))
+            .or_else(|| {
+                types::device_pipe_send(s.buf, s.count, &s.dt, min).map(|(a, l)| (a, l, None))
             });
-        }
-        // Device data CUDA IPC cannot share (or IPC off): through the pipe to the receiver.
-        if let Some((addr, len)) = types::device_pipe_send(s.buf, s.count, &s.dt, min) {
+        if let Some((addr, len, ipc)) = dev {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
@@ -144,8 +131,8 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
                 src_rank: s.comm.rank as i32,
                 tag: s.tag,
                 sync: s.mode == Mode::Sync,
-                ipc: None,
-                pipe: true,
+                pipe: ipc.is_none(),
+                ipc,
             })?;
             return Ok(ReqKind::Engine {
                 id,
