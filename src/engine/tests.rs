@@ -1056,21 +1056,9 @@ fn dev_pair(push_min: usize) -> (Vec<Engine>, fake_dev::Fake) {
 }
 
 /// A device send of `src` (registered as device memory) from rank 0 into receive buffer `dst`
-/// of rank 1 (device memory when `dev`), the receive posted first or not. Returns the receive's
-/// status.
+/// of rank 1 (device memory when `dev`), the receive posted first or not, the send buffer
+/// exported (CUDA IPC) or, when `pipe`, not. Returns the receive's status.
 fn dev_message(
-    es: &mut [Engine],
-    fake: &fake_dev::Fake,
-    src: &[u8],
-    dst: &mut [u8],
-    dev: bool,
-    posted_first: bool,
-) -> Status {
-    dev_message_by(es, fake, src, dst, dev, posted_first, false)
-}
-
-/// [`dev_message`], the device send buffer exported (CUDA IPC) or, when `pipe`, not.
-fn dev_message_by(
     es: &mut [Engine],
     fake: &fake_dev::Fake,
     src: &[u8],
@@ -1132,7 +1120,7 @@ fn device_rendezvous_push_and_pull() {
         for posted_first in [true, false] {
             let (mut es, fake) = dev_pair(push_min);
             let mut dst = vec![0u8; len];
-            let st = dev_message(&mut es, &fake, &src, &mut dst, dev, posted_first);
+            let st = dev_message(&mut es, &fake, &src, &mut dst, dev, posted_first, false);
             assert_eq!((st.error, st.bytes, st.source, st.tag), (0, len, 0, 5));
             assert!(
                 dst == src,
@@ -1150,7 +1138,7 @@ fn device_rendezvous_push_and_pull() {
     let (mut es, fake) = dev_pair(0);
     let mut dst = vec![0xeeu8; len];
     let cap = LIMIT + 3;
-    let st = dev_message(&mut es, &fake, &src, &mut dst[..cap], true, true);
+    let st = dev_message(&mut es, &fake, &src, &mut dst[..cap], true, true, false);
     assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
     assert_eq!(dst[..cap], src[..cap]);
     assert!(dst[cap..].iter().all(|&b| b == 0xee));
@@ -1171,7 +1159,7 @@ fn device_rendezvous_falls_back_to_streaming() {
             b.fail_read = !push;
         }
         let mut dst = vec![0u8; len];
-        let st = dev_message(&mut es, &fake, &src, &mut dst, true, true);
+        let st = dev_message(&mut es, &fake, &src, &mut dst, true, true, false);
         assert_eq!((st.error, st.bytes), (0, len));
         assert!(
             dst == src,
@@ -1193,7 +1181,7 @@ fn piped_device_rendezvous() {
         for posted_first in [true, false] {
             let (mut es, fake) = dev_pair(0);
             let mut dst = vec![0u8; len];
-            let st = dev_message_by(&mut es, &fake, &src, &mut dst, dev, posted_first, true);
+            let st = dev_message(&mut es, &fake, &src, &mut dst, dev, posted_first, true);
             assert_eq!((st.error, st.bytes, st.source, st.tag), (0, len, 0, 5));
             assert!(
                 dst == src,
@@ -1206,7 +1194,7 @@ fn piped_device_rendezvous() {
     let (mut es, fake) = dev_pair(0);
     let mut dst = vec![0xeeu8; len];
     let cap = 2 * fake_dev::SHAPE.chunk + 3;
-    let st = dev_message_by(&mut es, &fake, &src, &mut dst[..cap], true, true, true);
+    let st = dev_message(&mut es, &fake, &src, &mut dst[..cap], true, true, true);
     assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
     assert_eq!(dst[..cap], src[..cap]);
     assert!(
@@ -1229,7 +1217,7 @@ fn piped_rendezvous_fallbacks() {
             b.fail_pipe_recv = fail_recv;
         }
         let mut dst = vec![0u8; len];
-        let st = dev_message_by(&mut es, &fake, &src, &mut dst, !no_pipe, true, true);
+        let st = dev_message(&mut es, &fake, &src, &mut dst, !no_pipe, true, true);
         assert_eq!((st.error, st.bytes), (0, len));
         assert!(
             dst == src,
