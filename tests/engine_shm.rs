@@ -90,8 +90,7 @@ fn isend(e: &mut Engine, b: &[u8], dst: usize, tag: i32, sync: bool) -> ReqId {
         src_rank: me,
         tag,
         sync,
-        ipc: None,
-        pipe: false,
+        dev: None,
     };
     // SAFETY: callers wait for the request before dropping the buffer.
     unsafe { e.isend(a).unwrap() }

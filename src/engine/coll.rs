@@ -190,8 +190,7 @@ impl CollExec {
                         src_rank: self.my_comm_rank as i32,
                         tag: self.tag,
                         sync: false,
-                        ipc: None,
-                        pipe: false,
+                        dev: None,
                     };
                     // SAFETY: the region is valid until the executor finishes (new's contract),
                     // and a later Wait (or the end) waits for the send.

@@ -1,7 +1,8 @@
 //! The device-memory operations of the engine's protocols, behind one narrow trait: CUDA IPC
 //! peer copies (a receiver's pull, a sender's push), the export of a receive buffer, the two
 //! sides of a pipe through pinned shared host memory (`gpu::pipe`), and the host<->device
-//! copies of device buffers meeting host protocols. The library uses
+//! copies of device buffers meeting host protocols (single copies, page-locked rounds,
+//! gathering buffers). The library uses
 //! [`Cuda`] (`gpu::p2p`); the engine's tests use a host-memory fake, so the protocols
 //! around device buffers (PUT/DONE, copies finishing later, fallbacks to streaming) are tested
 //! without a GPU.
@@ -78,6 +79,23 @@ pub trait DevCopy {
         src: usize,
         len: usize,
     ) -> Result<Box<dyn Pending>, String>;
+
+    /// Fill `len` bytes of device memory at `dst` from a host-side source, `read(offset, buf)`
+    /// filling `buf` with the bytes at `offset` (false: the source failed); `Ok(false)` when
+    /// `read` failed. Finished on return.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is writable device memory of this process owned by the caller.
+    unsafe fn fill(
+        &self,
+        dst: usize,
+        len: usize,
+        read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<bool, String>;
+
+    /// Page-locked host memory to gather `len` bytes bound for device address `dst` (`None`:
+    /// the caller copies piece by piece).
+    fn staging(&self, dst: usize, len: usize) -> Option<crate::gpu::pool::HostBuf>;
 
     /// Copy host bytes to device address `dst` (finished on return).
     ///
@@ -163,6 +181,19 @@ impl DevCopy for Cuda {
         len: usize,
     ) -> Result<Box<dyn Pending>, String> {
         crate::gpu::pipe::send(me, peer, start, src, len).map(|t| Box::new(t) as Box<dyn Pending>)
+    }
+
+    unsafe fn fill(
+        &self,
+        dst: usize,
+        len: usize,
+        read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<bool, String> {
+        crate::gpu::p2p::fill_device(dst, len, read)
+    }
+
+    fn staging(&self, dst: usize, len: usize) -> Option<crate::gpu::pool::HostBuf> {
+        crate::gpu::p2p::staging_for(dst, len)
     }
 
     unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {

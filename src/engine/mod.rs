@@ -93,14 +93,20 @@ pub struct SendArgs {
     pub tag: i32,
     /// Synchronous send: completes only after the receiver matched.
     pub sync: bool,
-    /// `buf` is device memory exported for CUDA IPC (these [`crate::gpu::ipc::Export`] bytes):
-    /// always rendezvous; the receiver copies peer to local, or asks for the data streamed
-    /// (then staged through host memory here).
-    pub ipc: Option<[u8; crate::gpu::ipc::EXPORT_BYTES]>,
-    /// `buf` is device (or managed) memory of this process that CUDA IPC cannot share (or IPC
-    /// is off): the receiver takes it through a pipe (see the protocol summary), or it is staged
-    /// in host memory.
-    pub pipe: bool,
+    /// `buf` is device memory (`None`: host memory the CPU may read); see [`DevSend`].
+    pub dev: Option<DevSend>,
+}
+
+/// How a device send buffer ([`SendArgs::dev`]) reaches the receiver.
+#[derive(Clone, Copy, Debug)]
+pub enum DevSend {
+    /// Exported for CUDA IPC (these [`crate::gpu::ipc::Export`] bytes): always rendezvous; the
+    /// receiver copies peer to local, or asks for the data streamed (then staged through host
+    /// memory here).
+    Ipc([u8; crate::gpu::ipc::EXPORT_BYTES]),
+    /// Device (or managed) memory that CUDA IPC cannot share (or IPC is off): the receiver
+    /// takes it through a pipe (see the protocol summary), or it is staged in host memory.
+    Pipe,
 }
 
 mod kind {
@@ -171,7 +177,7 @@ struct SendState {
     pushed: bool,
     /// Synchronous eager send still waiting for the receiver's ACK.
     need_ack: bool,
-    /// `buf` is device memory (exported, [`SendArgs::ipc`], or piped, [`SendArgs::pipe`]):
+    /// `buf` is device memory ([`SendArgs::dev`]: exported or piped):
     /// the CPU must not read it.
     dev: bool,
     /// Host copy of a device buffer, made when the receiver asked for streamed data.
@@ -473,18 +479,17 @@ impl Engine {
             );
         }
         debug_assert!(
-            a.ipc.is_none() || a.dst_world != self.st.me,
+            !matches!(a.dev, Some(DevSend::Ipc(_))) || a.dst_world != self.st.me,
             "no IPC to self"
         );
-        let ipc = if a.dst_world == self.st.me {
-            None
-        } else {
-            a.ipc
+        let ipc = match a.dev {
+            Some(DevSend::Ipc(e)) if a.dst_world != self.st.me => Some(e),
+            _ => None,
         };
         // A device buffer CUDA IPC cannot share goes through the pipe to the receiver, or,
         // without one (or to this rank), as a host copy made now.
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
-        if a.pipe && ipc.is_none() {
+        if matches!(a.dev, Some(DevSend::Pipe)) {
             if a.dst_world != self.st.me {
                 pipe = self.st.dev.pipe_offer(self.st.me, a.dst_world);
             }
@@ -973,7 +978,7 @@ impl Engine {
                 // SAFETY: as below, through page-locked host rounds into the device buffer
                 // (buf holds at least want bytes owned by this receive).
                 match unsafe {
-                    crate::gpu::p2p::fill_device(buf as usize, r.want, |off, chunk| {
+                    self.st.dev.fill(buf as usize, r.want, &mut |off, chunk| {
                         tp.read_remote(src, addr + off as u64, chunk)
                     })
                 } {

@@ -218,7 +218,7 @@ impl State {
             return;
         }
         // Device receives take the single-copy read at every rendezvous size: it fills the
-        // device in page-locked rounds (`gpu::p2p::fill_device`), while streamed frames would
+        // device in page-locked rounds (`DevCopy::fill`), while streamed frames would
         // gather on the host first (measured 1.1 GB/s at 4 MiB streamed, benches/NOTES.md).
         if ipc.is_some()
             || (self.can_read[src_world]
@@ -282,7 +282,7 @@ impl State {
         let Some(Req {
             kind: ReqKind::Recv(rs),
             ..
-        }) = self.reqs.get_mut(rreq)
+        }) = self.reqs.get(rreq)
         else {
             return false;
         };
@@ -294,8 +294,6 @@ impl State {
         };
         match r {
             Ok((start, ticket)) => {
-                rs.expect = want;
-                rs.got = 0;
                 self.send_ctrl(
                     src_world,
                     Header {
@@ -307,16 +305,14 @@ impl State {
                         ..Default::default()
                     },
                 );
-                self.copying.push(Copying {
-                    copy: ticket,
-                    then: AfterCopy {
-                        way: Way::PipeIn,
-                        peer: src_world,
-                        sreq,
-                        rreq,
-                        want,
-                    },
-                });
+                let then = AfterCopy {
+                    way: Way::PipeIn,
+                    peer: src_world,
+                    sreq,
+                    rreq,
+                    want,
+                };
+                self.started(then, Ok(Some(ticket)));
                 true
             }
             Err(e) => {
@@ -449,7 +445,7 @@ impl State {
             rs.expect = want;
             rs.got = 0;
             if rs.dev && want > 0 {
-                rs.stage = crate::gpu::p2p::staging_for(rs.buf as usize, want.min(rs.cap));
+                rs.stage = self.dev.staging(rs.buf as usize, want.min(rs.cap));
             }
         }
         self.send_ctrl(

@@ -41,8 +41,7 @@ fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: b
         src_rank,
         tag,
         sync,
-        ipc: None,
-        pipe: false,
+        dev: None,
     };
     // SAFETY: every test keeps `buf` alive until the request is waited for.
     unsafe { e.isend(a).unwrap() }
@@ -790,8 +789,7 @@ fn zero_byte_messages_with_null_buffers() {
                 src_rank: 0,
                 tag: 1,
                 sync: true,
-                ipc: None,
-                pipe: false,
+                dev: None,
             };
             let mut rr = None;
             if posted_first {
@@ -1020,6 +1018,19 @@ mod fake_dev {
                 .map(|(_, t)| Box::new(t) as Box<dyn Pending>)
         }
 
+        unsafe fn fill(
+            &self,
+            dst: usize,
+            len: usize,
+            read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        ) -> Result<bool, String> {
+            Ok(read(0, std::slice::from_raw_parts_mut(dst as *mut u8, len)))
+        }
+
+        fn staging(&self, _dst: usize, _len: usize) -> Option<crate::gpu::pool::HostBuf> {
+            None
+        }
+
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len());
             Ok(())
@@ -1090,8 +1101,11 @@ fn dev_message(
         src_rank: 0,
         tag: 5,
         sync: false,
-        ipc: (!pipe).then(|| fake_dev::export(src.as_ptr() as usize, src.len())),
-        pipe,
+        dev: Some(if pipe {
+            DevSend::Pipe
+        } else {
+            DevSend::Ipc(fake_dev::export(src.as_ptr() as usize, src.len()))
+        }),
     };
     // SAFETY: src outlives the request, which is waited for below.
     let s = unsafe { es[0].isend(a).unwrap() };
@@ -1266,8 +1280,7 @@ fn piped_messages_in_any_match_order() {
                 src_rank: r as i32,
                 tag: i as i32,
                 sync: false,
-                ipc: None,
-                pipe: true,
+                dev: Some(DevSend::Pipe),
             };
             // SAFETY: the buffers outlive the requests, waited for below.
             sends.push((r, unsafe { es[r].isend(a).unwrap() }));

@@ -1138,13 +1138,8 @@ mod tests {
             base: u64,
             it: u64,
         }
-        let mut rng = 0x9e3779b97f4a7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut rng = crate::bootstrap::wire::XorShift(0x9e3779b97f4a7c15);
+        let mut next = move || rng.next();
         for (n, depth, calls) in [
             (2, 2, vec![3u64, 1, 5]),
             (4, 2, vec![1, 7, 2, 1]),

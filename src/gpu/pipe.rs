@@ -680,20 +680,17 @@ pub unsafe fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bootstrap::wire::XorShift;
 
     /// A CPU queue that runs only part of its work per poll (a random number of operations),
     /// as a GPU stream runs behind its host (CpuQueue checks that counters never go down).
     struct Lazy {
         q: CpuQueue,
-        rng: Arc<Mutex<u64>>,
+        rng: Arc<Mutex<XorShift>>,
     }
 
-    fn rand(s: &Mutex<u64>) -> u64 {
-        let mut x = s.lock().unwrap();
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
+    fn rand(s: &Mutex<XorShift>) -> u64 {
+        s.lock().unwrap().next()
     }
 
     impl Queue for Lazy {
@@ -728,7 +725,7 @@ mod tests {
         (lane(Role::Producer, hosts.0), lane(Role::Consumer, hosts.1))
     }
 
-    fn lazy_maker(host: usize, rng: Arc<Mutex<u64>>) -> MakeQueue {
+    fn lazy_maker(host: usize, rng: Arc<Mutex<XorShift>>) -> MakeQueue {
         Box::new(move |_side| {
             Ok(Box::new(Lazy {
                 q: CpuQueue::new(host),
@@ -798,7 +795,9 @@ mod tests {
             100_000,
         ];
         for seed in 1..=40u64 {
-            let rng = Arc::new(Mutex::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+            let rng = Arc::new(Mutex::new(XorShift(
+                seed.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            )));
             let mut region = vec![0u64; shape.region_len() / 8];
             let host = region.as_mut_ptr() as usize;
             // SAFETY: region lives to the end of the test, zeroed.

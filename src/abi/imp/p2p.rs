@@ -7,7 +7,7 @@ use crate::abi::objects::{comm, nonnull, CommObj};
 use crate::abi::request::{ReqKind, Request, Status};
 use crate::abi::runtime::{self, new_request, wait_until, Runtime};
 use crate::abi::types::{self, DtypeObj};
-use crate::engine::SendArgs;
+use crate::engine::{DevSend, SendArgs};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
@@ -118,11 +118,12 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         // or, when IPC cannot share it (or is off), takes it through the pipe to it.
         let min = rt.engine.eager_limit();
         let dev = types::device_send(s.buf, s.count, &s.dt, min)
-            .map(|(addr, len, ipc)| (addr, len, Some(ipc)))
+            .map(|(addr, len, ipc)| (addr, len, DevSend::Ipc(ipc)))
             .or_else(|| {
-                types::device_pipe_send(s.buf, s.count, &s.dt, min).map(|(a, l)| (a, l, None))
+                types::device_pipe_send(s.buf, s.count, &s.dt, min)
+                    .map(|(a, l)| (a, l, DevSend::Pipe))
             });
-        if let Some((addr, len, ipc)) = dev {
+        if let Some((addr, len, dev)) = dev {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
@@ -131,8 +132,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
                 src_rank: s.comm.rank as i32,
                 tag: s.tag,
                 sync: s.mode == Mode::Sync,
-                pipe: ipc.is_none(),
-                ipc,
+                dev: Some(dev),
             })?;
             return Ok(ReqKind::Engine {
                 id,
@@ -163,8 +163,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         src_rank: s.comm.rank as i32,
         tag: s.tag,
         sync: s.mode == Mode::Sync,
-        ipc: None,
-        pipe: false,
+        dev: None,
     })?;
     let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
