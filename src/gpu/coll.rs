@@ -116,6 +116,13 @@ pub enum Algo {
     /// Two-shot in ring order in both phases: the reduce-scatter adds one peer's chunk at a
     /// time (a kernel per peer), the allgather writes as `two_shot_ring_ce`.
     TwoShotRing,
+    /// Two-shot whose both phases the copy engines push in ring order: the reduce-scatter
+    /// copies my input's chunk p into peer p's output at chunk `me` (free until the allgather
+    /// writes it), then each rank reduces its chunk locally; the chunks are cut in
+    /// [`RING_PIECES`] pieces so that a piece's local reduction runs under the next piece's
+    /// copies (and the last one's under the first allgather copies). Not in place, and only
+    /// when the vector cuts into equal chunks.
+    TwoShotRingPush,
     /// Two-shot in one kernel and one phase: the threads that reduce an element of my chunk
     /// store it into every rank's output at once (no barrier, launch or synchronize between
     /// the reduce-scatter and the allgather).
@@ -131,7 +138,7 @@ pub enum Algo {
 }
 
 /// Every algorithm with its name in tuning.txt (one table for both directions).
-const ALGOS: [(Algo, &str); 16] = [
+const ALGOS: [(Algo, &str); 17] = [
     (Algo::OneShot, "one_shot"),
     (Algo::TwoShot, "two_shot"),
     (Algo::TwoShotPush, "two_shot_push"),
@@ -144,6 +151,7 @@ const ALGOS: [(Algo, &str); 16] = [
     (Algo::Ring, "ring"),
     (Algo::TwoShotRingCe, "two_shot_ring_ce"),
     (Algo::TwoShotRing, "two_shot_ring"),
+    (Algo::TwoShotRingPush, "two_shot_ring_push"),
     (Algo::TwoShotFused, "two_shot_fused"),
     (Algo::Direct, "direct"),
     (Algo::Pull, "pull"),
@@ -170,6 +178,7 @@ impl Algo {
             | Algo::TwoShotPullCe
             | Algo::TwoShotRingCe
             | Algo::TwoShotRing
+            | Algo::TwoShotRingPush
             | Algo::TwoShotFused => kind == K::Allreduce,
             Algo::DirectCe | Algo::PullCe | Algo::RingCe | Algo::Ring => kind == K::Alltoall,
             Algo::RingPushCe => matches!(kind, K::Alltoall | K::Allgather),
@@ -308,6 +317,80 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                     Algo::TwoShotRingCe | Algo::TwoShotRing => Step::CopyCeRing(segs),
                     _ => Step::Copy(segs),
                 });
+            }
+        }
+        (K::Allreduce, Algo::TwoShotRingPush) => {
+            // Chunk c of a buffer holds elements c*cl.. (equal chunks, or the table's next row).
+            // Phase by phase (barriers between): RS(0) | Red(0), RS(1) | ... | Red(last),
+            // AG(0) | AG(rest), where RS(h) pushes piece h of my input's chunk p into peer p's
+            // output chunk me, Red(h) reduces piece h of my chunk from my input and the peers'
+            // contributions in my output's other chunks, and AG pushes my finished chunk into
+            // every peer's output chunk me (overwriting my contribution there, which the peer
+            // reduced a phase earlier).
+            if s.in_place {
+                return None;
+            }
+            let es = s.elem;
+            let elems = b / es;
+            let align = (16 / es).max(1);
+            let cl = chunk(elems, n, 0, align).1;
+            if (1..n).any(|p| chunk(elems, n, p, align).1 != cl) {
+                return None;
+            }
+            let at = |c: usize, e: usize| (c * cl + e) * es;
+            let pieces: Vec<(usize, usize)> = (0..RING_PIECES)
+                .map(|h| chunk(cl, RING_PIECES, h, align))
+                .filter(|x| x.1 > 0)
+                .collect();
+            let rs = |(e0, len): (usize, usize)| {
+                Step::CopyCeRing(
+                    ring(n, me)
+                        .map(|p| {
+                            (
+                                r(p, Buf::Recv, at(me, e0)),
+                                r(me, Buf::Send, at(p, e0)),
+                                len * es,
+                            )
+                        })
+                        .collect(),
+                )
+            };
+            let red = |(e0, len): (usize, usize)| Step::Reduce {
+                dst: r(me, Buf::Recv, at(me, e0)),
+                also: Vec::new(),
+                srcs: std::iter::once(r(me, Buf::Send, at(me, e0)))
+                    .chain(ring(n, me).map(|p| r(me, Buf::Recv, at(p, e0))))
+                    .collect(),
+                elems: len,
+            };
+            let ag = |e0: usize, len: usize| {
+                Step::CopyCeRing(
+                    ring(n, me)
+                        .map(|p| {
+                            (
+                                r(p, Buf::Recv, at(me, e0)),
+                                r(me, Buf::Recv, at(me, e0)),
+                                len * es,
+                            )
+                        })
+                        .collect(),
+                )
+            };
+            for (i, h) in pieces.iter().enumerate() {
+                if i > 0 {
+                    steps.push(red(pieces[i - 1]));
+                }
+                steps.push(rs(*h));
+                steps.push(Step::Barrier);
+            }
+            steps.push(red(*pieces.last().expect("cl > 0: at least one piece")));
+            if pieces.len() == 1 {
+                steps.push(Step::Barrier);
+                steps.push(ag(0, cl));
+            } else {
+                steps.push(ag(pieces[0].0, pieces[0].1));
+                steps.push(Step::Barrier);
+                steps.push(ag(pieces[1].0, cl - pieces[1].0));
             }
         }
         (K::Alltoall, Algo::Direct | Algo::DirectCe) => {
@@ -452,6 +535,11 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
     steps.push(Step::Barrier);
     Some(steps)
 }
+
+/// Pieces of a `two_shot_ring_push` chunk (its local reductions pipelined under the copies).
+/// Measured on 4 x H200 at 1 GiB: 2 pieces 381-382 GB/s busbw, 4: 378, 8: 369 (each piece
+/// costs a barrier; benches/NOTES.md, ninth session).
+pub const RING_PIECES: usize = 2;
 
 /// The peers of rank `me` of `n` in ring order: me+1, me+2, ... (mod n). At every position
 /// k the ranks' peers form a permutation: no rank is the k-th peer of two ranks.
@@ -897,7 +985,8 @@ unsafe fn execute(
     let k = g.kernels(ordinal).map_err(err)?;
     let at = |x: &Ref| addr[x.rank][if x.buf == Buf::Send { 0 } else { 1 }] + x.off;
     let grid = max_grid(ordinal);
-    let mut aux_used: Option<Vec<cuda::Stream>> = None;
+    // Bit i: auxiliary stream i has work since the last barrier (which waits for it).
+    let mut aux_used = 0u32;
     for s in steps {
         match s {
             Step::Reduce { srcs, elems, .. } => {
@@ -930,26 +1019,40 @@ unsafe fn execute(
                     Ok(())
                 })
                 .map_err(err)?;
-                aux_used = Some(aux);
+                aux_used |= (1u32 << segs.len().min(aux.len())) - 1;
             }
             Step::CopyCeRing(segs) => {
+                // On the last auxiliary stream: beside a reduction of the same phase (its
+                // plan keeps them apart), apart from CopyCe's streams (counted from the first).
+                let aux = aux_streams(ordinal, d.ctx).map_err(err)?;
+                let last = aux.len() - 1;
+                let s = aux[last];
                 cuda::with_context(d.ctx, || {
                     for (dd, ss, len) in segs {
-                        cuda::memcpy_dtod_async(at(dd), at(ss), *len, d.stream)?;
+                        cuda::memcpy_dtod_async(at(dd), at(ss), *len, s)?;
                     }
                     Ok(())
                 })
                 .map_err(err)?;
+                aux_used |= 1 << last;
             }
             Step::Barrier => {
+                let aux = if aux_used != 0 {
+                    aux_streams(ordinal, d.ctx).map_err(err)?
+                } else {
+                    Vec::new()
+                };
                 cuda::with_context(d.ctx, || {
                     cuda::stream_synchronize(d.stream)?;
-                    for s in aux_used.take().unwrap_or_default() {
-                        cuda::stream_synchronize(s)?;
+                    for (i, s) in aux.iter().enumerate() {
+                        if aux_used & (1 << i) != 0 {
+                            cuda::stream_synchronize(*s)?;
+                        }
                     }
                     Ok(())
                 })
                 .map_err(err)?;
+                aux_used = 0;
                 host.barrier()?;
             }
         }

@@ -61,6 +61,15 @@ run "gpu_test -n 4, every device rendezvous pushed by the sender (GPUMPI_GPU_P2P
 run "gpu_test -n 2, every device rendezvous pulled by the receiver (GPUMPI_GPU_P2P_PUSH=off)" \
     GPUMPI_GPU_P2P_PUSH=off "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_P2P_PUSH \
     "$out/gpu_test" "$max"
+# Every allreduce the copy-engine pipelined two-shot serves takes it (small sizes too: its
+# pieces and phases are the same at every size), the others the usual rows.
+printf 'allreduce two_shot_ring_push\nallreduce bytes<256k one_shot\nallreduce two_shot_fused\n' \
+    >"$out/ring_push.txt"
+for n in 3 4; do
+    run "gpu_test -n $n, allreduce two_shot_ring_push wherever it serves (GPUMPI_GPU_COLL_TUNING)" \
+        GPUMPI_GPU_COLL_TUNING="$out/ring_push.txt" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" \
+        -x GPUMPI_GPU_COLL_TUNING "$out/gpu_test" 1048577
+done
 for n in 2 4; do
     run "gpu_mt -n $n (MPI_THREAD_MULTIPLE: two threads, collectives on two communicators)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mt"

@@ -95,8 +95,9 @@ fn buffers(s: &Shape) -> (usize, usize) {
     }
 }
 
-const CASES: [(CollKind, Algo); 20] = [
+const CASES: [(CollKind, Algo); 21] = [
     (CollKind::Allreduce, Algo::TwoShotFused),
+    (CollKind::Allreduce, Algo::TwoShotRingPush),
     (CollKind::Allgather, Algo::RingPushCe),
     (CollKind::Alltoall, Algo::Ring),
     (CollKind::Allreduce, Algo::TwoShotPullCe),
@@ -123,7 +124,8 @@ fn every_plan_matches_the_reference_without_races() {
     let mut ran = 0;
     for (kind, algo) in CASES {
         for n in 1..=8 {
-            for elems in [1usize, 3, 4, 5, 17, 64, 1001] {
+            // 3360 = 4 x 840: equal 16-byte aligned chunks for every n (two_shot_ring_push).
+            for elems in [1usize, 3, 4, 5, 17, 64, 1001, 3360] {
                 for in_place in [false, true] {
                     for root in [0, n - 1] {
                         let shape = Shape {
@@ -142,14 +144,19 @@ fn every_plan_matches_the_reference_without_races() {
                         let r = simulate(shape, algo, &mut send, &mut recv, &sum_i32);
                         if r.is_none() {
                             // Only the documented exclusions may refuse.
+                            let unequal =
+                                (1..n).any(|p| chunk(elems, n, p, 4).1 != chunk(elems, n, 0, 4).1);
+                            let ring_push =
+                                (kind, algo) == (CollKind::Allreduce, Algo::TwoShotRingPush);
                             assert!(
-                                in_place
-                                    && matches!(
-                                        (kind, algo),
-                                        (CollKind::Allreduce, Algo::OneShot)
-                                            | (CollKind::Alltoall, _)
-                                            | (CollKind::ReduceScatterBlock, _)
-                                    ),
+                                ring_push && (in_place || unequal)
+                                    || in_place
+                                        && matches!(
+                                            (kind, algo),
+                                            (CollKind::Allreduce, Algo::OneShot)
+                                                | (CollKind::Alltoall, _)
+                                                | (CollKind::ReduceScatterBlock, _)
+                                        ),
                                 "{kind:?} {algo:?} refused n={n} in_place={in_place}"
                             );
                             continue;
@@ -179,6 +186,7 @@ fn ring_copies_form_a_permutation_at_every_position() {
         (CollKind::Alltoall, Algo::RingPushCe),
         (CollKind::Allreduce, Algo::TwoShotRingCe),
         (CollKind::Allreduce, Algo::TwoShotRing),
+        (CollKind::Allreduce, Algo::TwoShotRingPush),
         (CollKind::Allgather, Algo::RingPushCe),
     ] {
         for n in 2..=8 {
@@ -307,7 +315,8 @@ fn table_parses_and_selects_by_size_and_ranks() {
         (K::Allreduce, 4, 256 << 10, Algo::TwoShotFused),
         (K::Allreduce, 4, 32 << 20, Algo::TwoShotFused),
         (K::Allreduce, 4, 64 << 20, Algo::TwoShotRing),
-        (K::Allreduce, 4, 512 << 20, Algo::TwoShotRing),
+        (K::Allreduce, 4, 128 << 20, Algo::TwoShotRingPush),
+        (K::Allreduce, 4, 512 << 20, Algo::TwoShotRingPush),
         (K::Allreduce, 16, 8, Algo::Staged),
         (K::Alltoall, 4, 16, Algo::Direct),
         (K::Alltoall, 4, 128 << 20, Algo::RingPushCe),
@@ -346,6 +355,19 @@ fn table_parses_and_selects_by_size_and_ranks() {
     assert_eq!(
         plan_from(&rows, &shape(64 << 10, true)).unwrap().0,
         Algo::TwoShotFused
+    );
+    // Large: the copy-engine two-shot, except in place or with unequal chunks (the ring).
+    assert_eq!(
+        plan_from(&rows, &shape(512 << 20, false)).unwrap().0,
+        Algo::TwoShotRingPush
+    );
+    assert_eq!(
+        plan_from(&rows, &shape(512 << 20, true)).unwrap().0,
+        Algo::TwoShotRing
+    );
+    assert_eq!(
+        plan_from(&rows, &shape((512 << 20) + 4, false)).unwrap().0,
+        Algo::TwoShotRing
     );
     let only_one = parse_table("allreduce one_shot\nallreduce staged\nallreduce two_shot").unwrap();
     assert!(plan_from(&only_one, &shape(64, true)).is_none());
