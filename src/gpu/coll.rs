@@ -342,19 +342,24 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                 .map(|h| chunk(cl, RING_PIECES, h, align))
                 .filter(|x| x.1 > 0)
                 .collect();
-            let rs = |(e0, len): (usize, usize)| {
+            // Piece (e0, len) into every peer's output chunk me, in ring order: of my input's
+            // chunk p for peer p (reduce-scatter), or of my output's chunk me (allgather).
+            let push = |e0: usize, len: usize, from: Buf| {
                 Step::CopyCeRing(
                     ring(n, me)
                         .map(|p| {
+                            let c = if from == Buf::Send { p } else { me };
                             (
                                 r(p, Buf::Recv, at(me, e0)),
-                                r(me, Buf::Send, at(p, e0)),
+                                r(me, from, at(c, e0)),
                                 len * es,
                             )
                         })
                         .collect(),
                 )
             };
+            let rs = |(e0, len): (usize, usize)| push(e0, len, Buf::Send);
+            let ag = |e0: usize, len: usize| push(e0, len, Buf::Recv);
             let red = |(e0, len): (usize, usize)| Step::Reduce {
                 dst: r(me, Buf::Recv, at(me, e0)),
                 also: Vec::new(),
@@ -362,19 +367,6 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
                     .chain(ring(n, me).map(|p| r(me, Buf::Recv, at(p, e0))))
                     .collect(),
                 elems: len,
-            };
-            let ag = |e0: usize, len: usize| {
-                Step::CopyCeRing(
-                    ring(n, me)
-                        .map(|p| {
-                            (
-                                r(p, Buf::Recv, at(me, e0)),
-                                r(me, Buf::Recv, at(me, e0)),
-                                len * es,
-                            )
-                        })
-                        .collect(),
-                )
             };
             for (i, h) in pieces.iter().enumerate() {
                 if i > 0 {

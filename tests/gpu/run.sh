@@ -5,7 +5,8 @@
 # at 2 ranks sharing one GPU, then at 4 and 3 ranks with CUDA IPC forced off (collectives
 # through pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
 # the host (GPUMPI_CUDA_PACK=0), at 4 ranks with the kernel peer copy, at 4 ranks with every
-# device rendezvous pushed and at 2 ranks with every one pulled; gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
+# device rendezvous pushed and at 2 ranks with every one pulled, at 3 and 4 ranks with every
+# allreduce that two_shot_ring_push serves taking it (a GPU tuning table); gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
