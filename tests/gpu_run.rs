@@ -46,8 +46,8 @@ fn gpu_tests_pass_or_skip() {
         + text.matches("PASS: gpu_mt").count()
         + text.matches("PASS: gpu_mem").count();
     assert_eq!(
-        runs, 18,
-        "expected 10 gpu_test, 3 gpu_mt and 5 gpu_mem runs:\n{text}"
+        runs, 20,
+        "expected 12 gpu_test, 3 gpu_mt and 5 gpu_mem runs:\n{text}"
     );
     assert_eq!(
         verdicts, runs,
