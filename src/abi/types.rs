@@ -255,37 +255,28 @@ pub unsafe fn send_view(
     Ok((v.as_ptr(), len, Some(HostBuf::from_vec(v))))
 }
 
-/// A contiguous device send buffer of more than `min` bytes that CUDA IPC can export: (device
-/// address of the data, length, export bytes for the engine's RTS). `None`: use [`send_view`].
+/// A contiguous device (or managed) send buffer of more than `min` bytes for the engine's
+/// device rendezvous: (address of the data, length, how the receiver reaches it: the CUDA IPC
+/// export for the RTS, else the pipe to it when pipes are on). `None`: use [`send_view`].
 pub fn device_send(
     buf: *const c_void,
     count: usize,
     d: &DtypeObj,
     min: usize,
-) -> Option<(usize, usize, [u8; crate::gpu::ipc::EXPORT_BYTES])> {
+) -> Option<(usize, usize, crate::engine::DevSend)> {
+    use crate::engine::DevSend;
     let len = d.desc.packed_size(count);
     if len <= min || !d.desc.is_contiguous(count) {
         return None;
     }
     let addr = (buf as usize).wrapping_add_signed(d.desc.true_lb());
-    crate::gpu::p2p::export_range(addr, len).map(|e| (addr, len, e))
-}
-
-/// A contiguous device (or managed) send buffer of more than `min` bytes for the engine's pipes
-/// (`gpu::pipe`; asked after [`device_send`] found it not exportable): (address of the data,
-/// length). `None`: use [`send_view`].
-pub fn device_pipe_send(
-    buf: *const c_void,
-    count: usize,
-    d: &DtypeObj,
-    min: usize,
-) -> Option<(usize, usize)> {
-    let len = d.desc.packed_size(count);
-    if len <= min || !d.desc.is_contiguous(count) || !crate::gpu::pipe::enabled() {
+    if !crate::gpu::is_device(addr as *const u8) {
         return None;
     }
-    let addr = (buf as usize).wrapping_add_signed(d.desc.true_lb());
-    crate::gpu::is_device(addr as *const u8).then_some((addr, len))
+    match crate::gpu::p2p::export_range(addr, len) {
+        Some(e) => Some((addr, len, DevSend::Ipc(e))),
+        None => crate::gpu::pipe::enabled().then_some((addr, len, DevSend::Pipe)),
+    }
 }
 
 /// Pack `count` elements (host or device memory) into a new vector.

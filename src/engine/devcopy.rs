@@ -13,6 +13,11 @@ pub trait Pending {
     fn done(&self) -> Result<bool, String>;
 }
 
+/// A copy in flight as the engine keeps it.
+pub fn pending(p: impl Pending + 'static) -> Box<dyn Pending> {
+    Box::new(p)
+}
+
 /// See the module documentation.
 pub trait DevCopy {
     /// Export bytes of the device buffer `addr..addr+len` for a peer, `None` when it is not
@@ -125,10 +130,6 @@ impl Pending for crate::gpu::pipe::Ticket {
     }
 }
 
-fn boxed(p: Option<crate::gpu::p2p::InFlight>) -> Option<Box<dyn Pending>> {
-    p.map(|p| Box::new(p) as Box<dyn Pending>)
-}
-
 impl DevCopy for Cuda {
     fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>> {
         crate::gpu::p2p::export_range(addr, len).map(|e| e.to_vec().into_boxed_slice())
@@ -142,7 +143,7 @@ impl DevCopy for Cuda {
         dev: bool,
         len: usize,
     ) -> Result<Option<Box<dyn Pending>>, String> {
-        crate::gpu::p2p::read_ipc(peer, export, dst, dev, len).map(boxed)
+        crate::gpu::p2p::read_ipc(peer, export, dst, dev, len).map(|p| p.map(pending))
     }
 
     unsafe fn write(
@@ -152,7 +153,7 @@ impl DevCopy for Cuda {
         src: usize,
         len: usize,
     ) -> Result<Option<Box<dyn Pending>>, String> {
-        crate::gpu::p2p::write_ipc(peer, export, src, len).map(boxed)
+        crate::gpu::p2p::write_ipc(peer, export, src, len).map(|p| p.map(pending))
     }
 
     fn pipe_offer(&self, me: usize, peer: usize) -> Option<Box<[u8]>> {
@@ -168,8 +169,7 @@ impl DevCopy for Cuda {
         dev: bool,
         len: usize,
     ) -> Result<(u64, Box<dyn Pending>), String> {
-        crate::gpu::pipe::recv(me, peer, desc, dst, dev, len)
-            .map(|(s, t)| (s, Box::new(t) as Box<dyn Pending>))
+        crate::gpu::pipe::recv(me, peer, desc, dst, dev, len).map(|(s, t)| (s, pending(t)))
     }
 
     unsafe fn pipe_send(
@@ -180,7 +180,7 @@ impl DevCopy for Cuda {
         src: usize,
         len: usize,
     ) -> Result<Box<dyn Pending>, String> {
-        crate::gpu::pipe::send(me, peer, start, src, len).map(|t| Box::new(t) as Box<dyn Pending>)
+        crate::gpu::pipe::send(me, peer, start, src, len).map(pending)
     }
 
     unsafe fn fill(

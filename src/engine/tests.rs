@@ -821,7 +821,7 @@ fn zero_byte_messages_with_null_buffers() {
 /// polls (or fail when told to); pipes are `gpu::pipe`'s lanes with CPU queues on both sides,
 /// over heap regions.
 mod fake_dev {
-    use super::devcopy::{DevCopy, Pending};
+    use super::devcopy::{pending, DevCopy, Pending};
     use crate::gpu::pipe::{self, CpuQueue, Lane, Queue, Role, Shape, Side};
     use std::cell::Cell;
     use std::collections::HashMap;
@@ -933,10 +933,10 @@ mod fake_dev {
                 std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
             }
             Ok((len > 0).then(|| {
-                Box::new(Later {
+                pending(Later {
                     left: Cell::new(3),
                     fail,
-                }) as Box<dyn Pending>
+                })
             }))
         }
     }
@@ -1001,8 +1001,7 @@ mod fake_dev {
                 b.lane(peer, me, Role::Consumer)
             };
             let side = if dev { Side::Device(0) } else { Side::Host };
-            pipe::enqueue(&lane, None, dst, len, side, None)
-                .map(|(s, t)| (s, Box::new(t) as Box<dyn Pending>))
+            pipe::enqueue(&lane, None, dst, len, side, None).map(|(s, t)| (s, pending(t)))
         }
 
         unsafe fn pipe_send(
@@ -1015,7 +1014,7 @@ mod fake_dev {
         ) -> Result<Box<dyn Pending>, String> {
             let lane = self.0.lock().unwrap().lane(me, peer, Role::Producer);
             pipe::enqueue(&lane, Some(start), src, len, Side::Device(0), None)
-                .map(|(_, t)| Box::new(t) as Box<dyn Pending>)
+                .map(|(_, t)| pending(t))
         }
 
         unsafe fn fill(

@@ -977,7 +977,16 @@ unsafe fn execute(
     let k = g.kernels(ordinal).map_err(err)?;
     let at = |x: &Ref| addr[x.rank][if x.buf == Buf::Send { 0 } else { 1 }] + x.off;
     let grid = max_grid(ordinal);
-    // Bit i: auxiliary stream i has work since the last barrier (which waits for it).
+    // The copy engines' streams, looked up once for a plan that uses them; bit i of
+    // `aux_used`: stream i has work since the last barrier (which waits for it).
+    let aux = if steps
+        .iter()
+        .any(|s| matches!(s, Step::CopyCe(_) | Step::CopyCeRing(_)))
+    {
+        aux_streams(ordinal, d.ctx).map_err(err)?
+    } else {
+        Vec::new()
+    };
     let mut aux_used = 0u32;
     for s in steps {
         match s {
@@ -1003,7 +1012,6 @@ unsafe fn execute(
                     .map_err(err)?;
             }
             Step::CopyCe(segs) => {
-                let aux = aux_streams(ordinal, d.ctx).map_err(err)?;
                 cuda::with_context(d.ctx, || {
                     for (i, (dd, ss, len)) in segs.iter().enumerate() {
                         cuda::memcpy_dtod_async(at(dd), at(ss), *len, aux[i % aux.len()])?;
@@ -1016,7 +1024,6 @@ unsafe fn execute(
             Step::CopyCeRing(segs) => {
                 // On the last auxiliary stream: beside a reduction of the same phase (its
                 // plan keeps them apart), apart from CopyCe's streams (counted from the first).
-                let aux = aux_streams(ordinal, d.ctx).map_err(err)?;
                 let last = aux.len() - 1;
                 let s = aux[last];
                 cuda::with_context(d.ctx, || {
@@ -1029,11 +1036,6 @@ unsafe fn execute(
                 aux_used |= 1 << last;
             }
             Step::Barrier => {
-                let aux = if aux_used != 0 {
-                    aux_streams(ordinal, d.ctx).map_err(err)?
-                } else {
-                    Vec::new()
-                };
                 cuda::with_context(d.ctx, || {
                     cuda::stream_synchronize(d.stream)?;
                     for (i, s) in aux.iter().enumerate() {

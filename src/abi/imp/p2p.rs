@@ -7,7 +7,7 @@ use crate::abi::objects::{comm, nonnull, CommObj};
 use crate::abi::request::{ReqKind, Request, Status};
 use crate::abi::runtime::{self, new_request, wait_until, Runtime};
 use crate::abi::types::{self, DtypeObj};
-use crate::engine::{DevSend, SendArgs};
+use crate::engine::SendArgs;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
@@ -117,13 +117,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC),
         // or, when IPC cannot share it (or is off), takes it through the pipe to it.
         let min = rt.engine.eager_limit();
-        let dev = types::device_send(s.buf, s.count, &s.dt, min)
-            .map(|(addr, len, ipc)| (addr, len, DevSend::Ipc(ipc)))
-            .or_else(|| {
-                types::device_pipe_send(s.buf, s.count, &s.dt, min)
-                    .map(|(a, l)| (a, l, DevSend::Pipe))
-            });
-        if let Some((addr, len, dev)) = dev {
+        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, min) {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
