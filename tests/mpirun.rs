@@ -349,6 +349,64 @@ fn env_options_and_non_mpi_programs() {
     assert_eq!(lines, vec!["0|2|0|bar baz|fwd", "1|2|1|bar baz|fwd"]);
 }
 
+/// The launch variables of Open MPI, hydra and torchrun that programs read (docs/MPIRUN.md).
+const LAUNCH_VARS: &str = "$OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_SIZE \
+    $OMPI_COMM_WORLD_LOCAL_RANK $OMPI_COMM_WORLD_LOCAL_SIZE $OMPI_COMM_WORLD_NODE_RANK \
+    $MPI_LOCALRANKID $MPI_LOCALNRANKS $LOCAL_RANK $LOCAL_WORLD_SIZE";
+
+#[test]
+fn ranks_get_the_launch_variables_of_other_mpis() {
+    let script = format!("echo {LAUNCH_VARS}");
+    let (code, out, err, _) = run(mpirun(&["-n", "3", "--oversubscribe", "sh", "-c", &script]));
+    assert_eq!(code, 0, "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "0 3 0 3 0 0 3 0 3",
+            "1 3 1 3 1 1 3 1 3",
+            "2 3 2 3 2 2 3 2 3"
+        ]
+    );
+    // An explicit -x of the same name wins.
+    let (code, out, err, _) = run(mpirun(&[
+        "-n",
+        "1",
+        "-x",
+        "LOCAL_RANK=7",
+        "sh",
+        "-c",
+        "echo $LOCAL_RANK $OMPI_COMM_WORLD_LOCAL_RANK",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "7 0");
+}
+
+#[test]
+fn launch_variables_do_not_change_the_bootstrap() {
+    // Under mpirun (with every launch variable set) each rank chooses mpirun's protocol.
+    let (code, out, err, _) = run(mpirun(&["-n", "2", HELPER, "--method"]));
+    assert_eq!(code, 0, "{err}");
+    let mut methods: Vec<&str> = out.lines().filter(|l| l.starts_with("method ")).collect();
+    methods.sort();
+    assert_eq!(methods, vec!["method mpirun rank 0/2", "method mpirun rank 1/2"], "{out}");
+    // The same environment without mpirun's own GPUMPI_* variables: the launch variables
+    // alone select nothing, so every rank is a singleton (not PMIx, not PMI-1).
+    let script = format!(
+        "test -n \"$OMPI_COMM_WORLD_SIZE\" && unset GPUMPI_JOB_ID GPUMPI_RANK GPUMPI_SECRET \
+         GPUMPI_SERVER GPUMPI_SIZE && exec {HELPER} --method"
+    );
+    let (code, out, err, _) = run(mpirun(&["-n", "2", "sh", "-c", &script]));
+    assert_eq!(code, 0, "{err}");
+    let methods: Vec<&str> = out.lines().filter(|l| l.starts_with("method ")).collect();
+    assert_eq!(
+        methods,
+        vec!["method singleton rank 0/1", "method singleton rank 0/1"],
+        "{out}"
+    );
+}
+
 #[test]
 fn oversubscription_needs_consent() {
     let n = std::thread::available_parallelism().unwrap().get() + 1;

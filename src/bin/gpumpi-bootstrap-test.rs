@@ -16,6 +16,8 @@
 //!   --lines K        every rank prints K long lines (checks line-atomic forwarding)
 //!   --stderr         also print one line to stderr
 //!   --long K         every rank also puts a K-byte value and checks every peer's
+//!   --method         every rank first prints `method M rank R/N`: the bootstrap method that
+//!                    `bootstrap::init` chose (the same `choose` over the environment)
 //! Without a misbehaviour option: a second fence, finalize, exit 0.
 
 use mpi_abi::bootstrap;
@@ -30,6 +32,12 @@ fn main() {
         }
     };
     let (rank, size) = (b.rank(), b.size());
+    if args.iter().any(|a| a == "--method") {
+        let forced = mpi_abi::config::get("GPUMPI_BOOTSTRAP");
+        let (m, _) = bootstrap::choose(forced.as_deref(), bootstrap::Method::detect)
+            .expect("init chose a method with the same inputs");
+        println!("method {} rank {rank}/{size}", m.name());
+    }
     let arg = |name: &str, k: usize| -> Option<String> {
         args.iter()
             .position(|a| a == name)

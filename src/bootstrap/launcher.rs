@@ -6,7 +6,9 @@
 //! directory (mode 0700, under `$TMPDIR`), protected by a per-job random
 //! secret. Each rank gets (see `docs/ENV.md`): `GPUMPI_JOB_ID`, `GPUMPI_RANK`,
 //! `GPUMPI_SIZE`, `GPUMPI_LOCAL_RANK`, `GPUMPI_LOCAL_SIZE`,
-//! `GPUMPI_UNIVERSE_SIZE`, `GPUMPI_APPNUM`, `GPUMPI_SERVER`, `GPUMPI_SECRET`.
+//! `GPUMPI_UNIVERSE_SIZE`, `GPUMPI_APPNUM`, `GPUMPI_SERVER`, `GPUMPI_SECRET`, and the
+//! variables other launchers set that programs read ([`launch_env`]: `OMPI_COMM_WORLD_*`,
+//! `MPI_LOCALRANKID`, `LOCAL_RANK`, ...).
 //!
 //! With `GPUMPI_BIND=core` (the default) rank i is bound to the i-th CPU of mpirun's
 //! affinity mask when N >= 2 equals the number of those CPUs (see [`bind_set`]).
@@ -476,6 +478,26 @@ fn bind_set(n: usize, rank: usize) -> Option<libc::cpu_set_t> {
     }
 }
 
+/// The per-rank variables other MPI launchers set and programs read, e.g. to pick their GPU:
+/// Open MPI's `OMPI_COMM_WORLD_*`, MPICH hydra's `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`, and the
+/// `LOCAL_RANK`/`LOCAL_WORLD_SIZE` of torchrun-style launchers. Every rank runs on this node,
+/// so local rank = node rank = rank. The library itself reads none of them, and none selects a
+/// bootstrap method (`Method::env`): detection stays on `GPUMPI_*`, `PMIX_*` and `PMI_*`.
+pub fn launch_env(rank: usize, n: usize) -> [(&'static str, String); 9] {
+    let (r, n) = (rank.to_string(), n.to_string());
+    [
+        ("OMPI_COMM_WORLD_RANK", r.clone()),
+        ("OMPI_COMM_WORLD_SIZE", n.clone()),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", r.clone()),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", n.clone()),
+        ("OMPI_COMM_WORLD_NODE_RANK", r.clone()),
+        ("MPI_LOCALRANKID", r.clone()),
+        ("MPI_LOCALNRANKS", n.clone()),
+        ("LOCAL_RANK", r),
+        ("LOCAL_WORLD_SIZE", n),
+    ]
+}
+
 fn spawn_rank(
     o: &Options,
     rank: usize,
@@ -485,6 +507,8 @@ fn spawn_rank(
 ) -> std::io::Result<Child> {
     let mut cmd = Command::new(&o.program);
     cmd.args(&o.args);
+    // Set first, so that an explicit `-x` of the same name wins.
+    cmd.envs(launch_env(rank, o.n));
     // `-x VAR` forwards: the child inherits mpirun's environment, so only an explicit value
     // needs setting (an unset forwarded variable was warned about in `run`).
     for (k, v) in &o.env {
@@ -817,6 +841,30 @@ mod tests {
             let e = p(args).unwrap_err();
             assert!(e.contains(want), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn launch_variables_select_no_bootstrap() {
+        use crate::bootstrap::{choose, Method, METHODS};
+        let env = launch_env(2, 5);
+        let names: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("OMPI_COMM_WORLD_LOCAL_RANK"), Some("2"));
+        assert_eq!(get("MPI_LOCALNRANKS"), Some("5"));
+        assert_eq!(get("LOCAL_WORLD_SIZE"), Some("5"));
+        for m in METHODS {
+            for v in m.env() {
+                assert!(!names.contains(v), "{v} would select {m:?}");
+            }
+        }
+        // Alone, they leave a singleton; with mpirun's own variables, mpirun is chosen.
+        let only = |extra: &'static [&'static str]| {
+            let names = names.clone();
+            move |m: Method| m.detect_in(|v| names.contains(&v) || extra.contains(&v))
+        };
+        assert_eq!(choose(None, only(&[])).unwrap().0, Method::Singleton);
+        let mpirun = crate::bootstrap::mpirun::ENV;
+        assert_eq!(choose(None, only(mpirun)).unwrap().0, Method::Mpirun);
     }
 
     #[test]
