@@ -45,8 +45,11 @@ if [ -x "$target/mpirun" ]; then
     install -m 755 "$target/mpirun" "$prefix/bin/mpirun"
 fi
 
+# Nothing installed names the prefix: the wrappers and pkg-config files find it from their own
+# location (GPUMPI_PREFIX or pkg-config --define-variable=prefix= override), so the tree can be
+# moved or copied elsewhere.
 subst() { # template output name cc_var cc_default pcname
-    sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" -e "s|@NAME@|$3|g" \
+    sed -e "s|@VERSION@|$version|g" -e "s|@NAME@|$3|g" \
         -e "s|@CC_VAR@|$4|g" -e "s|@CC_DEFAULT@|$5|g" -e "s|@PCNAME@|$3|g" "$1" > "$2"
 }
 subst "$root/scripts/mpicc.in" "$prefix/bin/mpicc" mpicc MPICC_CC cc

@@ -1,5 +1,6 @@
-//! scripts/install.sh installs a usable prefix: library with its soname link, headers, mpicc /
-//! mpicxx wrappers with the prefix baked in, pkg-config files.
+//! scripts/install.sh installs a usable, relocatable prefix: library with its soname link,
+//! headers, mpicc / mpicxx wrappers and pkg-config files that find the prefix from their own
+//! location, mpirun.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,8 +20,8 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn install_and_build_with_mpicc() {
+/// Install what cargo built for this test run (`--no-build`) under `prefix`.
+fn install(prefix: &Path) {
     // The library this test links against is the one cargo built for this test run.
     let profile_dir = std::env::current_exe()
         .unwrap()
@@ -35,19 +36,46 @@ fn install_and_build_with_mpicc() {
         .to_str()
         .unwrap()
         .to_string();
-    let prefix = std::env::temp_dir().join(format!("gpumpi-install-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&prefix);
+    let _ = std::fs::remove_dir_all(prefix);
     let mut install = Command::new("bash");
     install
         .arg(repo().join("scripts/install.sh"))
         .arg("--no-build")
         .arg("--prefix")
-        .arg(&prefix);
+        .arg(prefix);
     install.env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
     if profile == "debug" {
         install.arg("--debug");
     }
     run(&mut install);
+}
+
+/// The -I and -L directories of pkg-config's output, resolved (the .pc file names them
+/// relative to its own directory: `<prefix>/lib/pkgconfig/../../include`).
+fn pc_dirs(pc: &str) -> (PathBuf, PathBuf) {
+    let words: Vec<&str> = pc.split_whitespace().collect();
+    let dir = |flag: &str| {
+        let d = words.iter().find_map(|w| w.strip_prefix(flag)).expect(pc);
+        std::fs::canonicalize(d).unwrap_or_else(|e| panic!("{d}: {e}"))
+    };
+    (dir("-I"), dir("-L"))
+}
+
+/// A command without the variables that would redirect the wrappers or the launcher.
+fn clean(prog: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(prog);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GPUMPI_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+#[test]
+fn install_and_build_with_mpicc() {
+    let prefix = std::env::temp_dir().join(format!("gpumpi-install-{}", std::process::id()));
+    install(&prefix);
 
     for f in [
         "lib/libmpi_abi.so.1",
@@ -67,7 +95,7 @@ fn install_and_build_with_mpicc() {
     let p = prefix.display().to_string();
     let mpicc = prefix.join("bin/mpicc");
 
-    let show = run(Command::new(&mpicc).args(["-show", "hello.c", "-o", "hello"]));
+    let show = run(clean(&mpicc).args(["-show", "hello.c", "-o", "hello"]));
     assert!(show.starts_with("cc "), "{show}");
     for want in [
         format!("-I{p}/include"),
@@ -77,22 +105,22 @@ fn install_and_build_with_mpicc() {
     ] {
         assert!(show.contains(&want), "`{want}` not in `{show}`");
     }
-    let compile_only = run(Command::new(&mpicc).args(["-c", "hello.c", "-showme"]));
+    let compile_only = run(clean(&mpicc).args(["-c", "hello.c", "-showme"]));
     assert!(
         compile_only.contains("-c hello.c") && !compile_only.contains("-lmpi_abi"),
         "{compile_only}"
     );
-    let link = run(Command::new(&mpicc).arg("-showme:link"));
+    let link = run(clean(&mpicc).arg("-showme:link"));
     assert_eq!(
         link.trim(),
         format!("-L{p}/lib -Wl,-rpath,{p}/lib -lmpi_abi")
     );
     assert_eq!(
-        run(Command::new(&mpicc).arg("-showme:compile")).trim(),
+        run(clean(&mpicc).arg("-showme:compile")).trim(),
         format!("-I{p}/include")
     );
-    assert!(run(Command::new(&mpicc).arg("-showme:version")).contains("gpumpi"));
-    let cxx_show = run(Command::new(prefix.join("bin/mpicxx"))
+    assert!(run(clean(&mpicc).arg("-showme:version")).contains("gpumpi"));
+    let cxx_show = run(clean(prefix.join("bin/mpicxx"))
         .args(["-show", "x.cc"])
         .env("MPICXX_CXX", "g++"));
     assert!(cxx_show.starts_with("g++ "), "{cxx_show}");
@@ -106,7 +134,7 @@ fn install_and_build_with_mpicc() {
     )
     .unwrap();
     let exe = prefix.join("hello");
-    run(Command::new(&mpicc)
+    run(clean(&mpicc)
         .args(["-Wall", "-Werror"])
         .arg(&src)
         .arg("-o")
@@ -124,7 +152,7 @@ fn install_and_build_with_mpicc() {
         "#include <mpi.h>\nint main() { int v, s; return MPI_Get_version(&v, &s) == MPI_SUCCESS ? 0 : 0; }\n",
     )
     .unwrap();
-    run(Command::new(prefix.join("bin/mpicxx"))
+    run(clean(prefix.join("bin/mpicxx"))
         .arg(&cxx_src)
         .arg("-o")
         .arg(prefix.join("hello_cc")));
@@ -133,10 +161,109 @@ fn install_and_build_with_mpicc() {
         let pc = run(Command::new("pkg-config")
             .args(["--cflags", "--libs", "mpi"])
             .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")));
-        assert!(
-            pc.contains(&format!("-I{p}/include")) && pc.contains("-lmpi_abi"),
-            "{pc}"
-        );
+        assert!(pc.contains("-lmpi_abi"), "{pc}");
+        assert_eq!(pc_dirs(&pc), (prefix.join("include"), prefix.join("lib")), "{pc}");
     }
     let _ = std::fs::remove_dir_all(&prefix);
+}
+
+const HELLO_RANKS: &str = "#include <mpi.h>\n#include <stdio.h>\n\
+     int main(int argc, char **argv) { int r, n; MPI_Init(&argc, &argv);\n\
+     MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n);\n\
+     int s = 0; MPI_Allreduce(&r, &s, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);\n\
+     printf(\"rank %d of %d sum %d\\n\", r, n, s); MPI_Finalize(); return 0; }\n";
+
+/// Install, move the prefix elsewhere, then build with the moved mpicc (directly, through a
+/// symbolic link and through pkg-config) and run with the moved mpirun: nothing may point at
+/// the old path.
+#[test]
+fn moved_install_builds_and_runs() {
+    let base = std::env::temp_dir().join(format!("gpumpi-reloc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let old = base.join("first");
+    install(&old);
+    let new = base.join("moved/elsewhere");
+    std::fs::create_dir_all(new.parent().unwrap()).unwrap();
+    std::fs::rename(&old, &new).unwrap();
+    assert!(!old.exists());
+    let (o, p) = (old.display().to_string(), new.display().to_string());
+    for f in ["bin/mpicc", "bin/mpicxx", "lib/pkgconfig/mpi.pc", "lib/pkgconfig/mpi-c.pc"] {
+        let text = std::fs::read_to_string(new.join(f)).unwrap();
+        assert!(!text.contains(&o), "{f} names the install path {o}");
+    }
+    let mpicc = new.join("bin/mpicc");
+    assert_eq!(
+        run(clean(&mpicc).arg("-showme:compile")).trim(),
+        format!("-I{p}/include")
+    );
+    assert_eq!(
+        run(clean(&mpicc).arg("-showme:link")).trim(),
+        format!("-L{p}/lib -Wl,-rpath,{p}/lib -lmpi_abi")
+    );
+    // Through a symbolic link from another directory (as module systems and /usr/local/bin do),
+    // and found on PATH by name.
+    let links = base.join("links");
+    std::fs::create_dir_all(&links).unwrap();
+    std::os::unix::fs::symlink(&mpicc, links.join("mpicc")).unwrap();
+    assert_eq!(
+        run(clean(links.join("mpicc")).arg("-showme:incdirs")).trim(),
+        format!("{p}/include")
+    );
+    let path = format!("{}:{}", links.display(), std::env::var("PATH").unwrap_or_default());
+    assert_eq!(
+        run(clean("mpicc").env("PATH", &path).arg("-showme:libdirs")).trim(),
+        format!("{p}/lib")
+    );
+    // The override.
+    assert_eq!(
+        run(clean(&mpicc).env("GPUMPI_PREFIX", &new).arg("-showme:incdirs")).trim(),
+        format!("{p}/include")
+    );
+    let bad = clean(&mpicc)
+        .env("GPUMPI_PREFIX", base.join("nothing"))
+        .arg("-showme:incdirs")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("GPUMPI_PREFIX"),
+        "{bad:?}"
+    );
+
+    // Build and run with the moved wrappers and launcher.
+    let src = base.join("hello.c");
+    std::fs::write(&src, HELLO_RANKS).unwrap();
+    let exe = base.join("hello");
+    run(clean(&mpicc).arg("-Wall").arg(&src).arg("-o").arg(&exe));
+    let dynamic = run(Command::new("readelf").arg("-d").arg(&exe));
+    assert!(dynamic.contains(&format!("{p}/lib")), "{dynamic}");
+    assert!(!dynamic.contains(&o), "{dynamic}");
+    let out = run(clean(new.join("bin/mpirun"))
+        .args(["-n", "2", "--oversubscribe"])
+        .arg(&exe));
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["rank 0 of 2 sum 1", "rank 1 of 2 sum 1"], "{out}");
+
+    // pkg-config finds the moved prefix from the .pc file's own location.
+    if Command::new("pkg-config").arg("--version").output().is_ok() {
+        let pc = run(Command::new("pkg-config")
+            .args(["--cflags", "--libs", "mpi"])
+            .env("PKG_CONFIG_PATH", new.join("lib/pkgconfig")));
+        assert!(!pc.contains(&o), "{pc}");
+        assert_eq!(pc_dirs(&pc), (new.join("include"), new.join("lib")), "{pc}");
+        let exe_pc = base.join("hello_pc");
+        let flags: Vec<&str> = pc.split_whitespace().collect();
+        run(Command::new("cc").arg(&src).arg("-o").arg(&exe_pc).args(&flags));
+        let out = run(clean(new.join("bin/mpirun")).args(["-n", "1"]).arg(&exe_pc));
+        assert_eq!(out.trim(), "rank 0 of 1 sum 0");
+        let over = run(Command::new("pkg-config")
+            .args(["--cflags", "mpi", "--define-variable=prefix=/opt/x"])
+            .env("PKG_CONFIG_PATH", new.join("lib/pkgconfig")));
+        assert_eq!(over.trim(), "-I/opt/x/include");
+    } else {
+        println!("SKIP pkg-config part: pkg-config is not installed");
+    }
+    let _ = std::fs::remove_dir_all(&base);
 }
