@@ -41,8 +41,8 @@ fn main() {
     build_kernels(&manifest, &out);
 }
 
-/// Compile kernels/*.cu with nvcc into OUT_DIR/kernels.fatbin (sm_80, sm_90 and compute_90 PTX)
-/// and set `cfg(gpumpi_kernels)`. Without nvcc the library builds without kernels (a warning;
+/// Compile kernels/*.cu with nvcc into OUT_DIR/kernels.fatbin ([`KERNEL_TARGETS`]) and set
+/// `cfg(gpumpi_kernels)`, `BUILD_KERNEL_ARCHS` and `BUILD_NVCC` (read by gpumpi-info). Without nvcc the library builds without kernels (a warning;
 /// device reductions are then staged to the host).
 fn build_kernels(manifest: &std::path::Path, out: &std::path::Path) {
     println!("cargo::rustc-check-cfg=cfg(gpumpi_kernels)");
@@ -78,25 +78,43 @@ fn build_kernels(manifest: &std::path::Path, out: &std::path::Path) {
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join("nvcc")));
     }
-    let Some(nvcc) = candidates.into_iter().find(|p| p.is_file()) else {
+    let Some(nvcc) = candidates.iter().find(|p| p.is_file()).cloned() else {
+        watch_for_nvcc(manifest, &candidates);
         println!(
             "cargo:warning=nvcc not found (NVCC, CUDA_HOME, build/cuda from scripts/install-nvcc.sh, \
              /usr/local/cuda, PATH): building without CUDA kernels"
         );
         return;
     };
+    // A new nvcc at this path (reinstalled, upgraded) compiles the kernels again.
+    println!("cargo:rerun-if-changed={}", nvcc.display());
     let fatbin = out.join("kernels.fatbin");
     let mut cmd = std::process::Command::new(&nvcc);
     cmd.args(["-fatbin", "-O3", "-std=c++17"])
-        .args(["-gencode", "arch=compute_80,code=sm_80"])
-        .args(["-gencode", "arch=compute_90,code=sm_90"])
-        .args(["-gencode", "arch=compute_90,code=compute_90"])
+        .args(KERNEL_TARGETS.iter().flat_map(|(arch, code)| {
+            ["-gencode".to_string(), format!("arch={arch},code={code}")]
+        }))
         .arg("-o")
         .arg(&fatbin)
         .args(&sources);
     match cmd.output() {
         Ok(o) if o.status.success() => {
             println!("cargo:rustc-cfg=gpumpi_kernels");
+            // What gpumpi-info reports: the compiled targets and the compiler.
+            let codes: Vec<&str> = KERNEL_TARGETS.iter().map(|(_, c)| *c).collect();
+            println!("cargo:rustc-env=BUILD_KERNEL_ARCHS={}", codes.join(","));
+            let version = std::process::Command::new(&nvcc)
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|o| {
+                    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                    text.lines()
+                        .find(|l| l.contains("release"))
+                        .map(|l| l.trim().to_string())
+                })
+                .unwrap_or_default();
+            println!("cargo:rustc-env=BUILD_NVCC={} ({version})", nvcc.display());
         }
         Ok(o) => {
             let err = String::from_utf8_lossy(&o.stderr);
@@ -109,6 +127,47 @@ fn build_kernels(manifest: &std::path::Path, out: &std::path::Path) {
             "cargo:warning=cannot run {}: {e}; building without CUDA kernels",
             nvcc.display()
         ),
+    }
+}
+
+/// The (virtual architecture, code) pairs the kernels are compiled for: SASS for sm_80 (runs on
+/// every 8.x device) and sm_90 (9.x), and compute_90 PTX that newer devices compile at load.
+const KERNEL_TARGETS: &[(&str, &str)] = &[
+    ("compute_80", "sm_80"),
+    ("compute_90", "sm_90"),
+    ("compute_90", "compute_90"),
+];
+
+/// No nvcc was found: ask cargo to run this script again when one appears, so that a build made
+/// before `scripts/install-nvcc.sh` (or a CUDA toolkit install) gets its kernels at the next
+/// `cargo build` without a `cargo clean`. A path that does not exist cannot be watched (cargo
+/// would rerun the script, and so rebuild the library, on every build), so each watched path is
+/// an existing directory that changes when nvcc is put under it:
+/// - `build/cuda`, where install-nvcc.sh installs, created here (empty, dated in the past so that
+///   creating it does not itself count as a change);
+/// - the existing `bin` directories among the other candidates (`$NVCC`'s, `$CUDA_HOME/bin`,
+///   `/usr/local/cuda/bin`, the `PATH` entries): adding a file there changes their date. Only
+///   directories named `bin` are watched, since cargo scans a watched directory recursively.
+/// `NVCC`, `CUDA_HOME` and `CUDA_PATH` are watched as variables (`build_kernels`).
+fn watch_for_nvcc(manifest: &std::path::Path, candidates: &[PathBuf]) {
+    let local = manifest.join("build/cuda");
+    if !local.exists() && std::fs::create_dir_all(&local).is_ok() {
+        let past = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86400);
+        let _ = std::fs::File::open(&local).and_then(|d| d.set_modified(past));
+    }
+    if local.is_dir() {
+        println!("cargo:rerun-if-changed={}", local.display());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for dir in candidates.iter().filter_map(|c| c.parent()) {
+        if dir.is_absolute()
+            && dir.file_name().is_some_and(|n| n == "bin")
+            && dir.is_dir()
+            && !dir.starts_with(&local)
+            && seen.insert(dir.to_path_buf())
+        {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
     }
 }
 

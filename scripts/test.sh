@@ -18,7 +18,11 @@ stage() {
     if "$@"; then passed=$((passed + 1)); echo "=== $name: ok ($((SECONDS - t0)) s)"
     else failed=$((failed + 1)); names+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"; fi
 }
-# CUDA kernels (kernels/*.cu) compile with nvcc 13.0 from PyPI even without a GPU (issue 3).
+# System packages (compilers, pkg-config, binutils, libclang, python3 venv/pip): installed with
+# apt-get where this runs as root, else each missing one is named; every stage runs either way.
+stage deps bash scripts/install-deps.sh
+# CUDA kernels (kernels/*.cu) compile with nvcc 13.0 from PyPI even without a GPU. build.rs
+# watches build/cuda, so a library built before (scripts/example.sh) is rebuilt with kernels.
 [ -x build/cuda/nvidia/cu13/bin/nvcc ] || stage nvcc bash scripts/install-nvcc.sh
 # The tests inspect the built libmpi_abi.so (cargo test alone builds only the rlib).
 stage cargo-build cargo build --workspace --release

@@ -267,3 +267,35 @@ fn moved_install_builds_and_runs() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// scripts/install-deps.sh names every missing package and what needs it, and installs nothing
+/// with --check: here on a PATH without compilers, pkg-config, readelf or python3.
+#[test]
+fn install_deps_names_what_is_missing() {
+    let bin = std::env::temp_dir().join(format!("gpumpi-deps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bin);
+    std::fs::create_dir_all(&bin).unwrap();
+    let bash = run(Command::new("sh").args(["-c", "command -v bash"]));
+    for tool in ["ls", "mktemp", "rm", "id", "grep"] {
+        let path = run(Command::new("sh").args(["-c", &format!("command -v {tool}")]));
+        std::os::unix::fs::symlink(path.trim(), bin.join(tool)).unwrap();
+    }
+    let out = Command::new(bash.trim())
+        .arg(repo().join("scripts/install-deps.sh"))
+        .arg("--check")
+        .env("PATH", &bin)
+        .env_remove("LIBCLANG_PATH")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for pkg in ["gcc", "g++", "pkg-config", "binutils", "python3-venv", "python3-pip"] {
+        assert!(
+            err.contains(&format!("missing package {pkg}: without it, ")),
+            "{pkg} not named in:\n{err}"
+        );
+    }
+    assert!(err.contains("install with: apt-get install gcc g++"), "{err}");
+    assert!(!err.contains("installing"), "--check installs nothing: {err}");
+    let _ = std::fs::remove_dir_all(&bin);
+}
