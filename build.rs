@@ -42,8 +42,9 @@ fn main() {
 }
 
 /// Compile kernels/*.cu with nvcc into OUT_DIR/kernels.fatbin ([`KERNEL_TARGETS`]) and set
-/// `cfg(gpumpi_kernels)`, `BUILD_KERNEL_ARCHS` and `BUILD_NVCC` (read by gpumpi-info). Without nvcc the library builds without kernels (a warning;
-/// device reductions are then staged to the host).
+/// `cfg(gpumpi_kernels)`, `BUILD_KERNEL_ARCHS` and `BUILD_NVCC` (read by gpumpi-info). Without
+/// nvcc the library builds without kernels (a warning; device reductions are then staged to the
+/// host) and [`watch_for_nvcc`] makes the next build look again once one appears.
 fn build_kernels(manifest: &std::path::Path, out: &std::path::Path) {
     println!("cargo::rustc-check-cfg=cfg(gpumpi_kernels)");
     println!("cargo:rerun-if-changed=kernels");
@@ -91,9 +92,11 @@ fn build_kernels(manifest: &std::path::Path, out: &std::path::Path) {
     let fatbin = out.join("kernels.fatbin");
     let mut cmd = std::process::Command::new(&nvcc);
     cmd.args(["-fatbin", "-O3", "-std=c++17"])
-        .args(KERNEL_TARGETS.iter().flat_map(|(arch, code)| {
-            ["-gencode".to_string(), format!("arch={arch},code={code}")]
-        }))
+        .args(
+            KERNEL_TARGETS.iter().flat_map(|(arch, code)| {
+                ["-gencode".to_string(), format!("arch={arch},code={code}")]
+            }),
+        )
         .arg("-o")
         .arg(&fatbin)
         .args(&sources);

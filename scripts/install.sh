@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build gpumpi and install it under a prefix:
-#   lib/libmpi_abi.so.1 (+ libmpi_abi.so), include/{mpi.h,mpi-ext.h}, bin/{mpicc,mpicxx,mpirun},
+#   lib/libmpi_abi.so.1 (+ libmpi_abi.so), include/{mpi.h,mpi-ext.h},
+#   bin/{mpicc,mpicxx,mpirun,gpumpi-info},
 #   lib/pkgconfig/{mpi.pc,mpi-c.pc}.
 # Usage: scripts/install.sh [--prefix DIR] [--debug] [--no-build]
 #   --prefix DIR  install there (default: ./build/install in the repository)
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
         --prefix=*) prefix="${1#--prefix=}"; shift ;;
         --debug) profile=debug; shift ;;
         --no-build) build=no; shift ;;
-        -h|--help) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -41,9 +42,11 @@ version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)
 install -m 755 "$target/libmpi_abi.so" "$prefix/lib/libmpi_abi.so.1"
 ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so"
 install -m 644 "$root/include/mpi.h" "$root/include/mpi-ext.h" "$prefix/include/"
-if [ -x "$target/mpirun" ]; then
-    install -m 755 "$target/mpirun" "$prefix/bin/mpirun"
-fi
+for tool in mpirun gpumpi-info; do
+    if [ -x "$target/$tool" ]; then
+        install -m 755 "$target/$tool" "$prefix/bin/$tool"
+    fi
+done
 
 # Nothing installed names the prefix: the wrappers and pkg-config files find it from their own
 # location (GPUMPI_PREFIX or pkg-config --define-variable=prefix= override), so the tree can be

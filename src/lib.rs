@@ -24,6 +24,7 @@ pub mod coll;
 pub mod config;
 pub mod engine;
 pub mod gpu;
+pub mod info;
 pub mod mpi;
 pub mod sys;
 pub mod transport;

@@ -83,6 +83,8 @@ fn install_and_build_with_mpicc() {
         "include/mpi-ext.h",
         "bin/mpicc",
         "bin/mpicxx",
+        "bin/mpirun",
+        "bin/gpumpi-info",
         "lib/pkgconfig/mpi.pc",
         "lib/pkgconfig/mpi-c.pc",
     ] {
@@ -162,7 +164,11 @@ fn install_and_build_with_mpicc() {
             .args(["--cflags", "--libs", "mpi"])
             .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")));
         assert!(pc.contains("-lmpi_abi"), "{pc}");
-        assert_eq!(pc_dirs(&pc), (prefix.join("include"), prefix.join("lib")), "{pc}");
+        assert_eq!(
+            pc_dirs(&pc),
+            (prefix.join("include"), prefix.join("lib")),
+            "{pc}"
+        );
     }
     let _ = std::fs::remove_dir_all(&prefix);
 }
@@ -188,7 +194,12 @@ fn moved_install_builds_and_runs() {
     std::fs::rename(&old, &new).unwrap();
     assert!(!old.exists());
     let (o, p) = (old.display().to_string(), new.display().to_string());
-    for f in ["bin/mpicc", "bin/mpicxx", "lib/pkgconfig/mpi.pc", "lib/pkgconfig/mpi-c.pc"] {
+    for f in [
+        "bin/mpicc",
+        "bin/mpicxx",
+        "lib/pkgconfig/mpi.pc",
+        "lib/pkgconfig/mpi-c.pc",
+    ] {
         let text = std::fs::read_to_string(new.join(f)).unwrap();
         assert!(!text.contains(&o), "{f} names the install path {o}");
     }
@@ -210,14 +221,21 @@ fn moved_install_builds_and_runs() {
         run(clean(links.join("mpicc")).arg("-showme:incdirs")).trim(),
         format!("{p}/include")
     );
-    let path = format!("{}:{}", links.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        links.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     assert_eq!(
         run(clean("mpicc").env("PATH", &path).arg("-showme:libdirs")).trim(),
         format!("{p}/lib")
     );
     // The override.
     assert_eq!(
-        run(clean(&mpicc).env("GPUMPI_PREFIX", &new).arg("-showme:incdirs")).trim(),
+        run(clean(&mpicc)
+            .env("GPUMPI_PREFIX", &new)
+            .arg("-showme:incdirs"))
+        .trim(),
         format!("{p}/include")
     );
     let bad = clean(&mpicc)
@@ -255,7 +273,11 @@ fn moved_install_builds_and_runs() {
         assert_eq!(pc_dirs(&pc), (new.join("include"), new.join("lib")), "{pc}");
         let exe_pc = base.join("hello_pc");
         let flags: Vec<&str> = pc.split_whitespace().collect();
-        run(Command::new("cc").arg(&src).arg("-o").arg(&exe_pc).args(&flags));
+        run(Command::new("cc")
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe_pc)
+            .args(&flags));
         let out = run(clean(new.join("bin/mpirun")).args(["-n", "1"]).arg(&exe_pc));
         assert_eq!(out.trim(), "rank 0 of 1 sum 0");
         let over = run(Command::new("pkg-config")
@@ -289,13 +311,198 @@ fn install_deps_names_what_is_missing() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    for pkg in ["gcc", "g++", "pkg-config", "binutils", "python3-venv", "python3-pip"] {
+    for pkg in [
+        "gcc",
+        "g++",
+        "pkg-config",
+        "binutils",
+        "python3-venv",
+        "python3-pip",
+    ] {
         assert!(
             err.contains(&format!("missing package {pkg}: without it, ")),
             "{pkg} not named in:\n{err}"
         );
     }
-    assert!(err.contains("install with: apt-get install gcc g++"), "{err}");
-    assert!(!err.contains("installing"), "--check installs nothing: {err}");
+    assert!(
+        err.contains("install with: apt-get install gcc g++"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("installing"),
+        "--check installs nothing: {err}"
+    );
     let _ = std::fs::remove_dir_all(&bin);
+}
+
+/// Run `cmd`, feed its output to python3's JSON parser and return `key=value` lines for the
+/// paths asked (dotted; list items by index), or the parser's error.
+fn json_fields(cmd: &mut Command, paths: &[&str]) -> String {
+    let json = run(cmd);
+    let script = "import json, sys\n\
+        d = json.loads(sys.stdin.read())\n\
+        for p in sys.argv[1:]:\n\
+        \x20   v = d\n\
+        \x20   for k in p.split('.'):\n\
+        \x20       v = v[int(k)] if isinstance(v, list) else v[k]\n\
+        \x20   print(p + '=' + json.dumps(v))\n";
+    let mut py = Command::new("python3");
+    py.arg("-c").arg(script).args(paths);
+    py.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = py
+        .spawn()
+        .expect("python3 (scripts/install-deps.sh installs it)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "not valid JSON or a field is missing: {}\n{json}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The installed gpumpi-info, on a machine without a GPU (or with one: the CUDA facts are
+/// checked for consistency, not for absence).
+#[test]
+fn gpumpi_info_reports_build_machine_and_environment() {
+    let prefix = std::env::temp_dir().join(format!("gpumpi-info-{}", std::process::id()));
+    install(&prefix);
+    let info = prefix.join("bin/gpumpi-info");
+    let p = prefix.display().to_string();
+
+    let mut c = clean(&info);
+    c.env("GPUMPI_EAGER_LIMIT", "32k").arg("--json");
+    let f = json_fields(
+        &mut c,
+        &[
+            "gpumpi.version",
+            "gpumpi.abi_version",
+            "gpumpi.mpi_version",
+            "gpumpi.prefix",
+            "gpumpi.library",
+            "kernels.compiled",
+            "kernels.targets",
+            "cuda.status",
+            "cuda.devices",
+            "bootstrap.would_choose",
+            "bootstrap.methods.0.method",
+            "bootstrap.methods.0.how",
+            "bootstrap.methods.1.method",
+            "bootstrap.methods.3.method",
+            "transports.0.transport",
+            "transports.0.usable",
+            "environment.GPUMPI_EAGER_LIMIT",
+            "environment.GPUMPI_BIND",
+        ],
+    );
+    let field = |k: &str| -> String {
+        f.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} not in {f}"))
+            .to_string()
+    };
+    assert_eq!(
+        field("gpumpi.version"),
+        format!("\"{}\"", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(field("gpumpi.abi_version"), "\"1.0\"");
+    assert_eq!(field("gpumpi.mpi_version"), "\"5.0\"");
+    assert_eq!(field("gpumpi.prefix"), format!("\"{p}\""));
+    assert_eq!(
+        field("gpumpi.library"),
+        format!("\"{p}/lib/libmpi_abi.so.1\"")
+    );
+    // Kernels: the targets are listed exactly when they were compiled.
+    let compiled = field("kernels.compiled") == "true";
+    assert_eq!(compiled, field("kernels.targets") != "[]", "{f}");
+    // CUDA: "no libcuda" / "no GPU" with no device, or N GPUs with N devices listed.
+    let status = field("cuda.status");
+    if status == "\"no libcuda\"" || status == "\"no GPU\"" {
+        assert_eq!(field("cuda.devices"), "[]");
+    } else {
+        assert!(
+            status.ends_with(" GPU\"") || status.ends_with(" GPUs\""),
+            "{status}"
+        );
+        assert_ne!(field("cuda.devices"), "[]");
+    }
+    assert!(
+        field("bootstrap.would_choose").starts_with("\"singleton"),
+        "{f}"
+    );
+    assert_eq!(field("bootstrap.methods.0.method"), "\"mpirun\"");
+    assert!(
+        field("bootstrap.methods.0.how").contains(&format!("{p}/bin/mpirun")),
+        "{f}"
+    );
+    assert_eq!(field("bootstrap.methods.1.method"), "\"pmix\"");
+    assert_eq!(field("bootstrap.methods.3.method"), "\"singleton\"");
+    assert_eq!(field("transports.0.transport"), "\"shm\"");
+    assert_eq!(field("transports.0.usable"), "true");
+    assert_eq!(
+        field("environment.GPUMPI_EAGER_LIMIT"),
+        r#"{"value": "32k", "default": "16k"}"#
+    );
+    assert_eq!(
+        field("environment.GPUMPI_BIND"),
+        r#"{"value": null, "default": "core"}"#
+    );
+    // Every GPUMPI_* variable of the registry, and nothing else, is in the environment section.
+    let json = run(clean(&info).arg("--json"));
+    for p in mpi_abi::config::PARAMS {
+        assert_eq!(
+            json.contains(&format!("\"{}\": {{", p.name)),
+            p.name.starts_with("GPUMPI_"),
+            "{}",
+            p.name
+        );
+    }
+
+    // Plain text: the same facts.
+    let text = run(&mut clean(&info));
+    for want in [
+        "gpumpi:\n".to_string(),
+        format!("  version: {}\n", env!("CARGO_PKG_VERSION")),
+        "  abi_version: 1.0\n".into(),
+        format!("  compiled: {}\n", if compiled { "yes" } else { "no" }),
+        format!("  status: {}\n", status.trim_matches('"')),
+        "  GPUMPI_EAGER_LIMIT: value -, default 16k\n".into(),
+        "- transport shm, usable yes".into(),
+    ] {
+        assert!(text.contains(&want), "`{want}` not in:\n{text}");
+    }
+    // CUDA switched off: said so.
+    let mut c = clean(&info);
+    c.env("GPUMPI_CUDA", "0").arg("--json");
+    let f = json_fields(
+        &mut c,
+        &["cuda.status", "cuda.reason", "transports.2.usable"],
+    );
+    assert!(f.contains("cuda.status=\"disabled\""), "{f}");
+    assert!(f.contains("GPUMPI_CUDA=0"), "{f}");
+    assert!(f.contains("transports.2.usable=false"), "{f}");
+    // Under mpirun it sees mpirun's bootstrap.
+    let mut c = clean(prefix.join("bin/mpirun"));
+    c.args(["-n", "1"]).arg(&info).arg("--json");
+    let f = json_fields(
+        &mut c,
+        &["bootstrap.would_choose", "bootstrap.methods.0.set_now"],
+    );
+    assert!(f.contains("bootstrap.would_choose=\"mpirun ("), "{f}");
+    assert!(f.contains("\"GPUMPI_SERVER\""), "{f}");
+    // Usage.
+    let bad = clean(&info).arg("--bogus").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown argument"));
+    assert!(run(clean(&info).arg("--help")).contains("--json"));
+    let _ = std::fs::remove_dir_all(&prefix);
 }

@@ -390,7 +390,11 @@ fn launch_variables_do_not_change_the_bootstrap() {
     assert_eq!(code, 0, "{err}");
     let mut methods: Vec<&str> = out.lines().filter(|l| l.starts_with("method ")).collect();
     methods.sort();
-    assert_eq!(methods, vec!["method mpirun rank 0/2", "method mpirun rank 1/2"], "{out}");
+    assert_eq!(
+        methods,
+        vec!["method mpirun rank 0/2", "method mpirun rank 1/2"],
+        "{out}"
+    );
     // The same environment without mpirun's own GPUMPI_* variables: the launch variables
     // alone select nothing, so every rank is a singleton (not PMIx, not PMI-1).
     let script = format!(

@@ -484,6 +484,85 @@ pub fn device_uuid(ordinal: i32) -> CuResult<[u8; 16]> {
     Ok(out)
 }
 
+/// Compute capability (major, minor) of device `ordinal`.
+pub fn compute_capability(ordinal: i32) -> CuResult<(i32, i32)> {
+    let (mut dev, mut major, mut minor) = (0, 0, 0);
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check(
+            "cuDeviceGetAttribute",
+            cu::cuDeviceGetAttribute(
+                &mut major,
+                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                dev,
+            ),
+        )?;
+        check(
+            "cuDeviceGetAttribute",
+            cu::cuDeviceGetAttribute(
+                &mut minor,
+                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                dev,
+            ),
+        )?;
+    }
+    Ok((major, minor))
+}
+
+/// Total memory of device `ordinal` in bytes.
+pub fn total_mem(ordinal: i32) -> CuResult<usize> {
+    let (mut dev, mut bytes) = (0, 0usize);
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check("cuDeviceTotalMem", cu::cuDeviceTotalMem_v2(&mut bytes, dev))?;
+    }
+    Ok(bytes)
+}
+
+/// PCI bus id of device `ordinal` ("0000:1b:00.0").
+pub fn pci_bus_id(ordinal: i32) -> CuResult<String> {
+    let mut dev = 0;
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: the buffer is 32 bytes and its length is passed; the driver NUL-terminates it.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
+        check(
+            "cuDeviceGetPCIBusId",
+            cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev),
+        )?;
+        Ok(CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
+    }
+}
+
+/// The link from device `a` to device `b` as the driver describes it: (peer access supported,
+/// performance rank (0 = best), native atomics supported).
+pub fn p2p_attributes(a: i32, b: i32) -> CuResult<(bool, i32, bool)> {
+    use cu::CUdevice_P2PAttribute as A;
+    let (mut da, mut db) = (0, 0);
+    let (mut access, mut rank, mut atomics) = (0, 0, 0);
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check("cuDeviceGet", cu::cuDeviceGet(&mut da, a))?;
+        check("cuDeviceGet", cu::cuDeviceGet(&mut db, b))?;
+        for (out, attr) in [
+            (&mut access, A::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED),
+            (&mut rank, A::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK),
+            (
+                &mut atomics,
+                A::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+            ),
+        ] {
+            check(
+                "cuDeviceGetP2PAttribute",
+                cu::cuDeviceGetP2PAttribute(out, attr, da, db),
+            )?;
+        }
+    }
+    Ok((access != 0, rank, atomics != 0))
+}
+
 /// Whether device `a` can access device `b`'s memory directly (P2P over NVLink or PCIe).
 pub fn can_access_peer(a: i32, b: i32) -> CuResult<bool> {
     if a == b {

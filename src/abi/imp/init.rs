@@ -101,9 +101,12 @@ pub unsafe fn MPI_Get_library_version(
     write_cstr(LIBRARY_VERSION, version, 8192, resultlen)
 }
 
+/// The MPI standard ABI version this library implements (MPI_Abi_get_version).
+pub const ABI_VERSION: (c_int, c_int) = (1, 0);
+
 pub unsafe fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> MpiResult<()> {
-    out(abi_major, "abi_major", 1)?;
-    out(abi_minor, "abi_minor", 0)
+    out(abi_major, "abi_major", ABI_VERSION.0)?;
+    out(abi_minor, "abi_minor", ABI_VERSION.1)
 }
 
 pub unsafe fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
