@@ -158,19 +158,26 @@ pub fn load() -> CuResult<(i32, i32)> {
     }
 }
 
-/// The name of device `ordinal`.
-pub fn device_name(ordinal: i32) -> CuResult<String> {
+/// A driver call that writes a NUL-terminated string about a device into a sized buffer.
+type DeviceStringFn =
+    unsafe fn(*mut std::ffi::c_char, std::ffi::c_int, cu::CUdevice) -> cu::CUresult;
+
+/// The string `get` (named `call`) writes for device `ordinal`.
+fn device_string(ordinal: i32, call: &'static str, get: DeviceStringFn) -> CuResult<String> {
     let mut dev = 0;
     let mut buf = [0 as std::ffi::c_char; 256];
-    // SAFETY: the buffer is 256 bytes and its length is passed; the driver NUL-terminates it.
+    // SAFETY: `get` is one of the driver's (buffer, length, device) string getters; the buffer
+    // is 256 bytes and its length is passed; the driver NUL-terminates what it writes.
     unsafe {
         check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
-        check(
-            "cuDeviceGetName",
-            cu::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, dev),
-        )?;
+        check(call, get(buf.as_mut_ptr(), buf.len() as i32, dev))?;
         Ok(CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
     }
+}
+
+/// The name of device `ordinal`.
+pub fn device_name(ordinal: i32) -> CuResult<String> {
+    device_string(ordinal, "cuDeviceGetName", cu::cuDeviceGetName)
 }
 
 /// A retained primary context (held for the life of the process).
@@ -523,17 +530,7 @@ pub fn total_mem(ordinal: i32) -> CuResult<usize> {
 
 /// PCI bus id of device `ordinal` ("0000:1b:00.0").
 pub fn pci_bus_id(ordinal: i32) -> CuResult<String> {
-    let mut dev = 0;
-    let mut buf = [0 as std::ffi::c_char; 32];
-    // SAFETY: the buffer is 32 bytes and its length is passed; the driver NUL-terminates it.
-    unsafe {
-        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
-        check(
-            "cuDeviceGetPCIBusId",
-            cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev),
-        )?;
-        Ok(CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
-    }
+    device_string(ordinal, "cuDeviceGetPCIBusId", cu::cuDeviceGetPCIBusId)
 }
 
 /// The link from device `a` to device `b` as the driver describes it: (peer access supported,
