@@ -456,23 +456,26 @@ pub unsafe fn launch_2d(
     )
 }
 
-/// Number of streaming multiprocessors of device `ordinal`.
-pub fn multiprocessor_count(ordinal: i32) -> CuResult<i32> {
-    let mut dev = 0;
-    let mut n = 0;
+/// An integer attribute of device `ordinal`.
+fn device_attribute(ordinal: i32, attr: cu::CUdevice_attribute) -> CuResult<i32> {
+    let (mut dev, mut n) = (0, 0);
     // SAFETY: out-pointers to locals.
     unsafe {
         check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
         check(
             "cuDeviceGetAttribute",
-            cu::cuDeviceGetAttribute(
-                &mut n,
-                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                dev,
-            ),
+            cu::cuDeviceGetAttribute(&mut n, attr, dev),
         )?;
     }
     Ok(n)
+}
+
+/// Number of streaming multiprocessors of device `ordinal`.
+pub fn multiprocessor_count(ordinal: i32) -> CuResult<i32> {
+    device_attribute(
+        ordinal,
+        cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    )
 }
 
 /// The UUID of device `ordinal` (the same in every process, whatever `CUDA_VISIBLE_DEVICES`).
@@ -493,28 +496,11 @@ pub fn device_uuid(ordinal: i32) -> CuResult<[u8; 16]> {
 
 /// Compute capability (major, minor) of device `ordinal`.
 pub fn compute_capability(ordinal: i32) -> CuResult<(i32, i32)> {
-    let (mut dev, mut major, mut minor) = (0, 0, 0);
-    // SAFETY: out-pointers to locals.
-    unsafe {
-        check("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal))?;
-        check(
-            "cuDeviceGetAttribute",
-            cu::cuDeviceGetAttribute(
-                &mut major,
-                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                dev,
-            ),
-        )?;
-        check(
-            "cuDeviceGetAttribute",
-            cu::cuDeviceGetAttribute(
-                &mut minor,
-                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                dev,
-            ),
-        )?;
-    }
-    Ok((major, minor))
+    use cu::CUdevice_attribute as A;
+    Ok((
+        device_attribute(ordinal, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        device_attribute(ordinal, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
 }
 
 /// Total memory of device `ordinal` in bytes.
