@@ -248,6 +248,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Path of libpmix.so.2 for the pmix bootstrap; when set, the only library tried. Unset: lib/, lib/openmpi/, lib64/ next to a bin/ on PATH holding prterun or pmix_info (the launcher's own), then libpmix.so.2 and libpmix.so from the library path.",
     },
     Param {
+        name: "GPUMPI_PREFIX",
+        default: "",
+        doc: "Read by mpicc/mpicxx (not the library): the gpumpi install prefix (with include/ and lib/) to compile and link against. Unset: the directory above the wrapper's own bin/ (symbolic links followed), so a moved or copied install works as is. A prefix without include/mpi.h is an error.",
+    },
+    Param {
         name: "GPUMPI_RANK",
         default: "",
         doc: "Set by mpirun: the rank of the process in MPI_COMM_WORLD.",
