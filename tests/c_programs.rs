@@ -447,6 +447,8 @@ c_tests!(
     coll_flag,
     launcher_check,
     mpi4py_needs,
+    err_matrix,
+    coll_mismatch,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.
@@ -472,5 +474,65 @@ fn testlist_covers_every_program() {
     assert_eq!(
         on_disk, tests,
         "tests/c/*.c and the c_tests! list in tests/c_programs.rs disagree"
+    );
+}
+
+/// err_matrix under the default handler (MPI_ERRORS_ARE_FATAL): every case of `err_matrix list`
+/// in a job of its own must end the job with a non-zero exit and gpumpi's fatal message naming
+/// the call and the class, never with a crash, a hang or a return from the call.
+#[test]
+fn err_matrix_fatal() {
+    let _guard = run_lock();
+    let prefix = match install() {
+        Ok(p) => p,
+        Err(msg) => panic!("C test err_matrix cannot run: {msg}"),
+    };
+    let exe = compile(prefix, "err_matrix");
+    let list = Command::new(&exe)
+        .arg("list")
+        .output()
+        .expect("err_matrix list");
+    assert!(list.status.success(), "err_matrix list failed");
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let cases: Vec<(&str, &str)> = list.lines().filter_map(|l| l.split_once(' ')).collect();
+    assert!(
+        cases.len() > 50,
+        "err_matrix lists only {} cases",
+        cases.len()
+    );
+    let mut failures = Vec::new();
+    for (name, call) in &cases {
+        let mut cmd = Command::new(prefix.join("bin/mpirun"));
+        cmd.args(["--oversubscribe", "-n", "1", "--timeout", "30"])
+            .arg(&exe)
+            .args(["fatal", name])
+            .current_dir(build_dir());
+        let o = run_cmd(
+            cmd,
+            &format!("err_matrix.fatal.{name}"),
+            Duration::from_secs(60),
+        );
+        let want = format!("gpumpi: fatal error: {call}: MPI_ERR_");
+        let ok = !o.timed_out
+            && o.code.is_some_and(|c| c != 0)
+            && o.stderr.contains(&want)
+            && !o.stderr.contains("FAIL")
+            && !o.stderr.contains("Segmentation")
+            && !o.stderr.contains("signal");
+        if !ok {
+            failures.push(format!(
+                "case {name}: want a fatal error naming {call} ({want:?}); exit {:?}{}\n{}",
+                o.code,
+                if o.timed_out { " (timeout)" } else { "" },
+                tail(&o.stderr, 10)
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases did not die as they should:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
     );
 }

@@ -5,7 +5,7 @@
 //! the object and the code, then the code is returned.
 
 use super::consts as c;
-use super::objects::{self, ErrhObj, ObjKind};
+use super::objects::{self, CommObj, ErrhObj, ObjKind};
 use super::ErrObj;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
@@ -16,6 +16,14 @@ use std::sync::Arc;
 thread_local! {
     /// The full text of the last error raised on this thread ("MPI_Send: MPI_ERR_RANK: ...").
     pub static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The communicator of a request whose completion failed in the current call (the Wait and
+    /// Test families): the call's error is raised on its handler. Taken by the next raise.
+    static REQUEST_COMM: RefCell<Option<Arc<CommObj>>> = const { RefCell::new(None) };
+}
+
+/// Note that a request made on `comm` completed with an error in the current call.
+pub fn failed_request_on(comm: Option<Arc<CommObj>>) {
+    REQUEST_COMM.with(|r| *r.borrow_mut() = comm);
 }
 
 /// Resolve an error handler handle.
@@ -38,6 +46,28 @@ pub fn lookup(h: usize) -> MpiResult<Option<Arc<ErrhObj>>> {
     }
 }
 
+/// Whether `code` is an error code: a predefined class, MPI_ERR_LASTCODE (clients enumerate
+/// every `MPI_ERR_*` constant), or one added by MPI_Add_error_class or MPI_Add_error_code (and
+/// not removed).
+pub fn is_code(code: i32) -> bool {
+    (0..=62).contains(&code)
+        || code == c::MPI_ERR_LASTCODE
+        || objects::objects().errors.codes.contains_key(&code)
+}
+
+/// Check an error code argument (MPI_Error_class, MPI_Error_string): anything else is
+/// MPI_ERR_ARG.
+pub fn check_code(code: i32) -> MpiResult<()> {
+    if !is_code(code) {
+        mpi_bail!(
+            MPI_ERR_ARG,
+            "{code} is not an error code (neither a predefined class nor one added by \
+             MPI_Add_error_class or MPI_Add_error_code)"
+        );
+    }
+    Ok(())
+}
+
 /// The error class of an error code (user codes from MPI_Add_error_code map to their class).
 pub fn class_of(code: i32) -> i32 {
     if (0..=62).contains(&code) {
@@ -56,20 +86,29 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
     tracing::debug!("{text}");
     LAST_ERROR.with(|l| *l.borrow_mut() = text.clone());
     let code = err.class;
+    let request_comm = REQUEST_COMM.with(|r| r.borrow_mut().take());
     // Which handler, and the handle to pass to a user handler.
     let (handler, handle) = match obj {
+        // A failed request's completion: its communicator's handler.
+        ErrObj::None if request_comm.is_some() => {
+            let c = request_comm.unwrap();
+            let handler = *c.errh.lock().unwrap_or_else(|e| e.into_inner());
+            (handler, objects::comm_handle(&c))
+        }
         ErrObj::Comm(h) => match objects::comm(h) {
             Ok(cm) => (
                 *cm.errh.lock().unwrap_or_else(|e| e.into_inner()),
                 h as usize,
             ),
-            Err(_) => (world_handler(), c::MPI_COMM_WORLD as usize),
+            // No communicator to raise it on (MPI_COMM_NULL, a freed or foreign handle).
+            Err(_) => (self_handler(), c::MPI_COMM_SELF as usize),
         },
-        // Files default to ERRORS_RETURN (MPI 5.0 §14.7); windows and sessions are not implemented yet.
+        // Files default to ERRORS_RETURN (MPI 5.0 §14.7); windows and sessions are not implemented
+        // yet, so their errors are not tied to an existing object either.
         ErrObj::File(_) => (c::MPI_ERRORS_RETURN as usize, 0),
-        ErrObj::Win(h) => (world_handler(), h as usize),
-        ErrObj::Session(h) => (world_handler(), h as usize),
-        ErrObj::None => (world_handler(), c::MPI_COMM_WORLD as usize),
+        ErrObj::Win(_) | ErrObj::Session(_) | ErrObj::None => {
+            (self_handler(), c::MPI_COMM_SELF as usize)
+        }
     };
     if handler == c::MPI_ERRORS_RETURN as usize {
         return code;
@@ -90,10 +129,10 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
     }
 }
 
-/// The handler of MPI_COMM_WORLD (used for errors not tied to an object).
-fn world_handler() -> usize {
+/// The handler of MPI_COMM_SELF: errors not tied to an object are raised on it (MPI 4.0 §9.3).
+fn self_handler() -> usize {
     let o = objects::objects();
-    match &o.world {
+    match &o.self_ {
         Some(w) => *w.errh.lock().unwrap_or_else(|e| e.into_inner()),
         None => c::MPI_ERRORS_ARE_FATAL as usize,
     }

@@ -155,6 +155,20 @@ pub static OBJECTS: Mutex<Objects> = Mutex::new(Objects {
     errh_world: 0,
 });
 
+/// The handle of a communicator object (MPI_COMM_NULL if it has none any more).
+pub fn comm_handle(c: &Arc<CommObj>) -> usize {
+    let o = objects();
+    if o.world.as_ref().is_some_and(|w| Arc::ptr_eq(w, c)) {
+        return c::MPI_COMM_WORLD as usize;
+    }
+    if o.self_.as_ref().is_some_and(|s| Arc::ptr_eq(s, c)) {
+        return c::MPI_COMM_SELF as usize;
+    }
+    o.comms
+        .find(|x| Arc::ptr_eq(x, c))
+        .unwrap_or(c::MPI_COMM_NULL as usize)
+}
+
 /// Lock the registry (recovering from poisoning: a panic elsewhere must not wedge MPI).
 pub fn objects() -> MutexGuard<'static, Objects> {
     OBJECTS.lock().unwrap_or_else(|e| e.into_inner())

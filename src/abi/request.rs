@@ -5,10 +5,12 @@
 
 use super::consts as c;
 use super::ffi::MPI_Status;
+use super::objects::CommObj;
 use super::runtime::Runtime;
 use crate::engine::coll::CollExec;
 use crate::engine::{Engine, ReqId};
 use crate::mpi::error::{MpiError, MpiResult};
+use std::sync::Arc;
 
 /// Completion information, independent of the C layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +128,9 @@ pub enum ReqKind {
 pub struct Request {
     pub kind: ReqKind,
     pub persistent: Option<Starter>,
+    /// The communicator of the call that made the request: an error of its completion (in the
+    /// Wait and Test families) is raised on its error handler.
+    pub comm: Option<Arc<CommObj>>,
 }
 
 // SAFETY: requests hold raw user-buffer pointers that MPI semantics give to the library until
@@ -137,6 +142,15 @@ impl Request {
         Request {
             kind,
             persistent: None,
+            comm: None,
+        }
+    }
+
+    /// The request, its errors raised on `comm`'s handler.
+    pub fn on(self, comm: &Arc<CommObj>) -> Self {
+        Request {
+            comm: Some(comm.clone()),
+            ..self
         }
     }
 

@@ -167,8 +167,23 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let t0 = std::time::Instant::now();
     let boot = bootstrap::init()?;
     let (rank, size) = (boot.rank(), boot.size());
-    let transport =
-        crate::transport::shm::ShmTransport::establish(boot.job_id(), rank, size, || boot.fence())?;
+    let allgather = |mine: &str| -> MpiResult<Vec<String>> {
+        boot.put("gpumpi-shm", mine.as_bytes());
+        boot.fence()?;
+        (0..size)
+            .map(|r| match r == rank {
+                true => Ok(mine.to_string()),
+                false => Ok(String::from_utf8_lossy(&boot.get(r, "gpumpi-shm")?).into_owned()),
+            })
+            .collect()
+    };
+    let transport = crate::transport::shm::ShmTransport::establish_keyed(
+        boot.job_id(),
+        rank,
+        size,
+        allgather,
+        || boot.fence(),
+    )?;
     tracing::debug!(
         footprint = transport.footprint(),
         "shared-memory transport ready (bytes of /dev/shm per rank)"

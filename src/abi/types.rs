@@ -231,6 +231,55 @@ pub fn handle_for(desc: &Arc<TypeDesc>) -> MPI_Datatype {
     insert(DtypeObj::from_arc(desc.clone(), true))
 }
 
+/// The lowest address a process can map: an access below it (through MPI_BOTTOM, that is a
+/// NULL buffer, with offsets that do not reach real memory) can only fault.
+const PAGE_ZERO: isize = 4096;
+
+/// Validate a user data buffer argument (`count` elements of `d` at `buf`): the one check every
+/// buffer of every communication, pack and reduction call passes, at the call, before any
+/// matching or schedule. The special pointer values of the standard ABI are not memory:
+/// `MPI_IN_PLACE` (1) and `MPI_BUFFER_AUTOMATIC` (2) are refused wherever the caller passes them
+/// here (callers accept `MPI_IN_PLACE` themselves where the standard allows it, and hand only
+/// buffers that will be accessed). `MPI_BOTTOM` (NULL) is legal with a type map of absolute
+/// addresses; it is refused when the elements would touch the zero page, as a NULL buffer with a
+/// predefined, contiguous or other relative type always does.
+pub fn check_buf(buf: *const c_void, count: usize, d: &DtypeObj, what: &str) -> MpiResult<()> {
+    check_buf_at(buf, 0, count, d, what)
+}
+
+/// [`check_buf`] for a block `disp` bytes from `buf` (the v and w collectives' blocks).
+pub fn check_buf_at(
+    buf: *const c_void,
+    disp: isize,
+    count: usize,
+    d: &DtypeObj,
+    what: &str,
+) -> MpiResult<()> {
+    match buf as usize {
+        1 => mpi_bail!(
+            MPI_ERR_BUFFER,
+            "{what} is MPI_IN_PLACE, which is not allowed for this argument"
+        ),
+        2 => mpi_bail!(
+            MPI_ERR_BUFFER,
+            "{what} is MPI_BUFFER_AUTOMATIC, which is not a data buffer"
+        ),
+        0 => {
+            let (lo, hi) = crate::gpu::stage::span(&d.desc, count);
+            let (lo, hi) = (lo + disp, hi + disp);
+            if hi > lo && lo < PAGE_ZERO {
+                mpi_bail!(
+                    MPI_ERR_BUFFER,
+                    "{what} is NULL (MPI_BOTTOM) but {count} elements of the datatype would access \
+                     addresses {lo}..{hi}"
+                );
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The bytes of `count` elements as one contiguous run, packing if needed (and staging device
 /// memory to the host through `gpu::stage`).
 /// Returns (pointer, length, temporary that must outlive the transfer).

@@ -19,13 +19,15 @@
 //! rank that drops its connection without finalizing, the time limit, a
 //! signal to mpirun) stops the job: SIGTERM to every rank's process group,
 //! SIGKILL 0.5 s later. At exit the private directory and every
-//! `/dev/shm/gpumpi-<job_id>-*` file are removed.
+//! `/dev/shm/gpumpi-<job_id>-*` file are removed; an mpirun that was killed cannot do that,
+//! so every mpirun first sweeps what killed jobs of its user left ([`sweep_stale_jobs`]).
 
 use super::server::{Event, RankState, Server};
 use super::wire;
 use crate::config;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -263,14 +265,99 @@ pub fn remove_shm_files(job_id: &str) -> usize {
     n
 }
 
-/// A private directory for the job's socket: `$TMPDIR/gpumpi-<job_id>` (or under /tmp when
-/// `$TMPDIR` is too long for a socket path), mode 0700.
-fn private_dir(job_id: &str) -> std::io::Result<PathBuf> {
-    let mut base = std::env::temp_dir();
+/// Where job directories live: `$TMPDIR` (or /tmp when `$TMPDIR` is too long for a socket path).
+fn jobs_base() -> PathBuf {
+    let base = std::env::temp_dir();
     if base.as_os_str().len() > 60 {
-        base = PathBuf::from("/tmp");
+        PathBuf::from("/tmp")
+    } else {
+        base
     }
-    let dir = base.join(format!("gpumpi-{job_id}"));
+}
+
+/// Clean up after mpiruns of this user that were killed (SIGKILL leaves no chance to clean up):
+/// a directory `gpumpi-<pid>-<8 hex digits>` under `base`, owned by our uid, whose mpirun
+/// `pid` is gone and whose wire-up socket nobody serves, is stale. Its job's processes that
+/// outlived it (ranks die with mpirun through PR_SET_PDEATHSIG, but processes a rank forked
+/// do not) are found by `GPUMPI_JOB_ID=<job>` in their environment among our uid's processes
+/// and killed; then the directory and the job's `/dev/shm` names are removed. Returns the job
+/// ids swept.
+pub fn sweep_stale_jobs(base: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut swept = Vec::new();
+    let Ok(rd) = std::fs::read_dir(base) else {
+        return swept;
+    };
+    for e in rd.flatten() {
+        let Some(job_id) = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("gpumpi-"))
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let Some((pid, tag)) = job_id.split_once('-') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        if pid <= 0 || tag.len() != 8 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let path = e.path();
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() && m.uid() == uid => {}
+            _ => continue,
+        }
+        if process_exists(pid) || UnixStream::connect(path.join("wireup.sock")).is_ok() {
+            continue;
+        }
+        kill_job_processes(&job_id, uid);
+        let _ = std::fs::remove_dir_all(&path);
+        remove_shm_files(&job_id);
+        tracing::debug!("mpirun: removed what the killed job {job_id} left");
+        swept.push(job_id);
+    }
+    swept
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// SIGKILL every process of `uid` whose environment holds `GPUMPI_JOB_ID=<job_id>`.
+fn kill_job_processes(job_id: &str, uid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let want = format!("GPUMPI_JOB_ID={job_id}");
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if !std::fs::metadata(e.path()).is_ok_and(|m| m.uid() == uid) {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            // SAFETY: plain kill(2) of a process of our own uid.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A private directory for the job's socket: `<jobs_base>/gpumpi-<job_id>`, mode 0700.
+fn private_dir(job_id: &str) -> std::io::Result<PathBuf> {
+    let dir = jobs_base().join(format!("gpumpi-{job_id}"));
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     Ok(dir)
 }
@@ -395,7 +482,17 @@ pub fn run(o: &Options) -> i32 {
             return 1;
         }
     };
-    let job_id = format!("{}-{}", std::process::id(), wire::to_hex(&secret[..4]));
+    // The job id is public (directory names, process environments): its random part is drawn
+    // apart from the secret.
+    let tag = match random_bytes(4) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mpirun: cannot read /dev/urandom for the job id: {e}");
+            return 1;
+        }
+    };
+    sweep_stale_jobs(&jobs_base());
+    let job_id = format!("{}-{}", std::process::id(), wire::to_hex(&tag));
     let dir = match private_dir(&job_id) {
         Ok(d) => d,
         Err(e) => {

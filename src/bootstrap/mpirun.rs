@@ -299,7 +299,7 @@ impl Bootstrap for MpirunBootstrap {
             rank: self.rank as u32,
             secret: self.secret.clone(),
             code,
-            msg: msg.to_string(),
+            msg: clip(msg, wire::MAX_PREAUTH_FRAME / 2).to_string(),
         };
         let sent = UnixStream::connect(&self.server).and_then(|mut s| {
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -334,6 +334,16 @@ impl Bootstrap for MpirunBootstrap {
             ),
         }
     }
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary): an abort travels on a fresh,
+/// not yet authenticated connection, whose frame the server bounds.
+fn clip(s: &str, max: usize) -> &str {
+    let mut n = s.len().min(max);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use super::wire::{self, Msg};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -14,6 +14,8 @@ use std::time::Duration;
 
 /// How long a new connection may take to present its `Hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many connections may wait for their first (unauthenticated) frame at once.
+const MAX_PREAUTH: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -49,6 +51,8 @@ struct Shared {
     cv: Condvar,
     events: Mutex<Sender<Event>>,
     stop: AtomicBool,
+    /// Connections accepted whose first frame has not been read yet.
+    preauth: AtomicUsize,
 }
 
 pub struct Server {
@@ -76,6 +80,7 @@ impl Server {
             cv: Condvar::new(),
             events: Mutex::new(tx),
             stop: AtomicBool::new(false),
+            preauth: AtomicUsize::new(0),
         });
         let sh = shared.clone();
         thread::Builder::new()
@@ -86,11 +91,21 @@ impl Server {
                         break;
                     }
                     match conn {
+                        // At most MAX_PREAUTH connections wait for their first frame at once:
+                        // with MAX_PREAUTH_FRAME each, that bounds what unauthenticated peers
+                        // make the server hold; more are closed at once.
+                        Ok(_) if sh.preauth.load(Ordering::Acquire) >= MAX_PREAUTH => {
+                            tracing::warn!("wire-up server: too many unauthenticated connections");
+                        }
                         Ok(s) => {
-                            let sh = sh.clone();
-                            let _ = thread::Builder::new()
+                            sh.preauth.fetch_add(1, Ordering::AcqRel);
+                            let conn_sh = sh.clone();
+                            let spawned = thread::Builder::new()
                                 .name("gpumpi-wireup-conn".into())
-                                .spawn(move || serve(&sh, s));
+                                .spawn(move || serve(&conn_sh, s));
+                            if spawned.is_err() {
+                                sh.preauth.fetch_sub(1, Ordering::AcqRel);
+                            }
                         }
                         Err(e) => tracing::warn!("wire-up server: accept failed: {e}"),
                     }
@@ -140,7 +155,10 @@ fn secret_ok(expected: &[u8], got: &[u8]) -> bool {
 
 fn serve(sh: &Shared, mut s: UnixStream) {
     let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
-    let rank = match wire::read_msg(&mut s) {
+    // Until the secret is checked, a peer gets one small frame and a few seconds.
+    let first = wire::read_msg_max(&mut s, wire::MAX_PREAUTH_FRAME);
+    sh.preauth.fetch_sub(1, Ordering::AcqRel);
+    let rank = match first {
         Ok(Msg::Hello {
             version,
             rank,
@@ -311,7 +329,7 @@ fn lost(sh: &Shared, rank: usize) {
 mod tests {
     use super::super::wire::XorShift;
     use super::*;
-    use std::io::Write;
+    use std::io::{Read, Write};
 
     fn tmp_sock(tag: &str) -> (PathBuf, PathBuf) {
         let dir = std::env::temp_dir().join(format!("gpumpi-test-{}-{tag}", std::process::id()));
@@ -474,6 +492,37 @@ mod tests {
         s.write_all(&[3, 0, 0, 0, 99, 1, 2]).unwrap();
         let e = srv.events().recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(e, Event::Lost { rank: 0 });
+        drop(srv);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn unauthenticated_peers_get_one_small_frame() {
+        let (path, dir) = tmp_sock("preauth");
+        let srv = Server::start(&path, 1, vec![6; 16]).unwrap();
+        // A first frame announcing 1 MiB is refused before anything is allocated or read:
+        // the server closes the connection (the peer sees end of stream, not a reply).
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&(1u32 << 20).to_le_bytes()).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(s.read(&mut buf).unwrap(), 0, "connection must be closed");
+        const { assert!(wire::MAX_PREAUTH_FRAME < 1 << 20) };
+        // Idle unauthenticated connections beyond the cap are closed at once.
+        let idle: Vec<UnixStream> = (0..MAX_PREAUTH)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut extra = UnixStream::connect(&path).unwrap();
+        extra
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(extra.read(&mut buf).unwrap(), 0, "over the cap: closed");
+        drop(idle);
+        std::thread::sleep(Duration::from_millis(200));
+        // The job's own rank still connects.
+        let (_s, r) = hello(&path, 0, &[6; 16]);
+        assert!(matches!(r, Msg::Welcome { .. }), "{r:?}");
         drop(srv);
         std::fs::remove_dir_all(dir).unwrap();
     }

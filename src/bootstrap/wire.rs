@@ -20,6 +20,9 @@ use std::io::{self, Read, Write};
 
 /// Largest accepted frame body.
 pub const MAX_FRAME: usize = 64 << 20;
+/// The largest first frame (`Hello`, or a standalone `Abort`) of a connection not yet
+/// authenticated: what an unauthenticated peer can make the server allocate.
+pub const MAX_PREAUTH_FRAME: usize = 64 << 10;
 /// Bumped on any incompatible change; `Hello` carries it.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -238,6 +241,11 @@ impl<'a> Cursor<'a> {
 
 /// Read one frame body. `Ok(None)` on a clean end of stream before a frame starts.
 pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    read_frame_max(r, MAX_FRAME)
+}
+
+/// [`read_frame`] refusing frames longer than `max` bytes (before allocating them).
+pub fn read_frame_max(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -255,7 +263,7 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
         }
     }
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("frame of {len} bytes exceeds the limit"),
@@ -268,7 +276,12 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
 
 /// Read and decode one message; end of stream and garbage are errors.
 pub fn read_msg(r: &mut impl Read) -> io::Result<Msg> {
-    match read_frame(r)? {
+    read_msg_max(r, MAX_FRAME)
+}
+
+/// [`read_msg`] refusing frames longer than `max` bytes.
+pub fn read_msg_max(r: &mut impl Read, max: usize) -> io::Result<Msg> {
+    match read_frame_max(r, max)? {
         None => Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "connection closed",

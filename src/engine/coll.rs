@@ -69,6 +69,10 @@ pub struct CollExec {
     my_comm_rank: usize,
     reduce: ReduceFn,
     pending: Vec<ReqId>,
+    /// The first receive that failed (truncated: a peer sent more than this rank's counts
+    /// describe). The schedule still runs to its end, so every peer waiting on this rank's
+    /// later sends completes; the error is returned then.
+    failed: Option<MpiError>,
     done: bool,
 }
 
@@ -107,6 +111,7 @@ impl CollExec {
             my_comm_rank,
             reduce,
             pending: Vec::new(),
+            failed: None,
             done: false,
         }
     }
@@ -133,8 +138,8 @@ impl CollExec {
         Ok(p)
     }
 
-    /// Whether all issued sends/receives are complete (releasing them); errors of receives
-    /// (truncation) are reported.
+    /// Whether all issued sends/receives are complete (releasing them); the first error of a
+    /// receive (truncation) is kept for the end of the schedule.
     fn drain(&mut self, eng: &mut Engine) -> MpiResult<bool> {
         if let Some(&r) = self.pending.first() {
             if !eng.is_done(r) {
@@ -147,10 +152,14 @@ impl CollExec {
             if eng.is_done(r) {
                 let s = eng.test(r).expect("completed request");
                 self.pending.swap_remove(i);
-                if s.error != MPI_SUCCESS {
-                    return Err(MpiError::new(
+                if s.error != MPI_SUCCESS && self.failed.is_none() {
+                    self.failed = Some(MpiError::new(
                         s.error,
-                        "message of a collective was truncated",
+                        format!(
+                            "a message from rank {} did not fit the {} bytes this rank's \
+                             counts and datatypes give it (they must match the sender's)",
+                            s.source, s.bytes
+                        ),
                     ));
                 }
             } else {
@@ -171,6 +180,9 @@ impl CollExec {
                     return Ok(false);
                 }
                 self.done = true;
+                if let Some(e) = self.failed.take() {
+                    return Err(e);
+                }
                 return Ok(true);
             }
             let step = self.sched.steps[self.pc].clone();

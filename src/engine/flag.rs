@@ -5,8 +5,11 @@
 //! Point-to-point messages pay for matching, request slots and ring frames; a small collective
 //! among the ranks of one node needs none of that. Every rank owns two slots that every other
 //! rank can read (page 0 of its shared-memory segment, `transport/shm.rs`):
-//! `[seq: u64 | 8 bytes padding | data: up to SLOT_MAX bytes]`, so a contribution of up to 48
-//! bytes travels in the cache line of its flag.
+//! `[seq: u64 | len: u64 | data: up to SLOT_MAX bytes]`, so a contribution of up to 48
+//! bytes travels in the cache line of its flag. `len` is the byte length the rank published:
+//! a rank that reads a longer contribution than its own call describes (a count mismatch,
+//! erroneous in MPI) reads what fits and reports `MPI_ERR_TRUNCATE` after finishing the call,
+//! so no peer waits for it.
 //!
 //! # Protocol
 //! Calls are numbered k = 1, 2, ... on every rank (collectives on a communicator are called in
@@ -123,6 +126,19 @@ impl Slots {
         unsafe { &*((self.bases[r] + (k as usize & 1) * SLOT_STRIDE) as *const AtomicU64) }
     }
 
+    /// The published length of rank r's contribution to call k (read after its seq).
+    fn len_of(&self, r: usize, k: u64) -> usize {
+        // SAFETY: new's contract: the word after seq is in the slot area, 8-byte aligned.
+        let p = (self.bases[r] + (k as usize & 1) * SLOT_STRIDE + 8) as *const AtomicU64;
+        unsafe { &*p }.load(Ordering::Relaxed) as usize
+    }
+
+    fn set_len(&self, k: u64, len: usize) {
+        // SAFETY: as for len_of, in our own slot (step 1 made it ours).
+        let p = (self.bases[self.me] + (k as usize & 1) * SLOT_STRIDE + 8) as *const AtomicU64;
+        unsafe { &*p }.store(len as u64, Ordering::Relaxed);
+    }
+
     fn data(&self, r: usize, k: u64) -> *mut u8 {
         (self.bases[r] + (k as usize & 1) * SLOT_STRIDE + DATA) as *mut u8
     }
@@ -180,6 +196,7 @@ impl Slots {
             // SAFETY: the caller's buffer holds len <= SLOT_MAX bytes; the slot is ours (step 1).
             std::ptr::copy_nonoverlapping(src, self.data(me, k), len);
         }
+        self.set_len(k, len);
         self.seq(me, k).store(k, Ordering::Release);
         // 3. Read.
         match *op {
@@ -187,8 +204,16 @@ impl Slots {
             FlagOp::Bcast { root, buf, len } => {
                 if root != me {
                     self.wait(idle, |s| s.published(root, k))?;
-                    // SAFETY: root's slot holds len bytes of call k (published, Acquire above).
-                    std::ptr::copy_nonoverlapping(self.data(root, k), buf, len);
+                    let sent = self.len_of(root, k).min(SLOT_MAX);
+                    // SAFETY: root's slot holds `sent` bytes of call k (published, Acquire
+                    // above); buf takes len bytes.
+                    std::ptr::copy_nonoverlapping(self.data(root, k), buf, sent.min(len));
+                    if sent > len {
+                        crate::mpi_bail!(
+                            MPI_ERR_TRUNCATE,
+                            "the root broadcast {sent} bytes, this rank's buffer holds {len}"
+                        );
+                    }
                 }
                 Ok(())
             }
@@ -224,6 +249,13 @@ impl Slots {
     ) -> MpiResult<()> {
         let n = self.bases.len();
         self.wait(idle, |s| s.all_published(k))?;
+        if let Some(r) = (0..n).find(|&r| self.len_of(r, k) != len) {
+            crate::mpi_bail!(
+                MPI_ERR_TRUNCATE,
+                "rank {r} contributed {} bytes to the reduction, this rank {len}",
+                self.len_of(r, k)
+            );
+        }
         if len == 0 {
             return Ok(());
         }

@@ -2,7 +2,9 @@
 //! single-producer single-consumer ring per sender.
 //!
 //! # Layout and footprint
-//! Rank `r` creates `/dev/shm/gpumpi-<job_id>-<r>`:
+//! Rank `r` creates `/dev/shm/gpumpi-<job_id>-<r>-<nonce>` (`nonce`: 16 random hex digits of
+//! its own, told to the peers through the bootstrap, so no other user can predict, and squat,
+//! the name; see [`ShmTransport::establish_keyed`]):
 //! ```text
 //! [ page 0: magic, pid, world size, ring bytes, CMA probe address; collective slots at 1024 ]
 //! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) | data (ring bytes) ]
@@ -188,9 +190,24 @@ fn ring_index(r: usize, s: usize) -> usize {
     }
 }
 
-fn seg_name(job_id: &str, rank: usize) -> MpiResult<CString> {
-    CString::new(format!("/gpumpi-{job_id}-{rank}"))
+fn seg_name(job_id: &str, rank: usize, nonce: &str) -> MpiResult<CString> {
+    let name = if nonce.is_empty() {
+        format!("/gpumpi-{job_id}-{rank}")
+    } else {
+        format!("/gpumpi-{job_id}-{rank}-{nonce}")
+    };
+    CString::new(name)
         .map_err(|_| crate::mpi_err!(MPI_ERR_INTERN, "job id {job_id:?} contains a NUL byte"))
+}
+
+/// `n` random bytes as hex (from the kernel's generator).
+fn random_hex(n: usize) -> MpiResult<String> {
+    use std::io::Read;
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| MpiError::other(format!("shm: cannot read /dev/urandom: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 fn errno_err(what: &str) -> MpiError {
@@ -213,6 +230,8 @@ pub struct ShmTransport {
     rank: usize,
     size: usize,
     job: String,
+    /// Each rank's segment name nonce (empty: names without one).
+    nonces: Vec<String>,
     name: CString,
     unlinked: bool,
     own: Mapping,
@@ -251,6 +270,18 @@ impl ShmTransport {
         ring_bytes: usize,
         cma: bool,
     ) -> MpiResult<Self> {
+        Self::create_named(job_id, rank, size, ring_bytes, cma, "")
+    }
+
+    /// As [`ShmTransport::create_with`], the segment's name ending in `nonce` (none if empty).
+    fn create_named(
+        job_id: &str,
+        rank: usize,
+        size: usize,
+        ring_bytes: usize,
+        cma: bool,
+        nonce: &str,
+    ) -> MpiResult<Self> {
         if rank >= size {
             crate::mpi_bail!(
                 MPI_ERR_INTERN,
@@ -258,7 +289,7 @@ impl ShmTransport {
             );
         }
         let ring = ring_bytes.clamp(1024, 1 << 30).next_power_of_two();
-        let name = seg_name(job_id, rank)?;
+        let name = seg_name(job_id, rank, nonce)?;
         let len = seg_len(size, ring);
         let own = create_mapped(&name, len)?;
         let hdr = own.ptr as *mut SegHeader;
@@ -297,6 +328,7 @@ impl ShmTransport {
             rank,
             size,
             job: job_id.to_string(),
+            nonces: vec![String::new(); size],
             name,
             unlinked: false,
             own,
@@ -328,6 +360,59 @@ impl ShmTransport {
         Ok(t)
     }
 
+    /// The set-up sequence of a real job, with names nobody else can predict: the job id is
+    /// public (launchers show it, mpirun's directory is named after it), so each rank names its
+    /// segment with a fresh random nonce (a new one if the name exists, however unlikely) and
+    /// the ranks learn each other's through `allgather` (publish mine, fence, every rank's, in
+    /// rank order: the bootstrap's key-value store, private to the job). Named regions
+    /// ([`Region`], [`job_id`]) use `<job_id>-<rank 0's nonce>`.
+    pub fn establish_keyed(
+        job_id: &str,
+        rank: usize,
+        size: usize,
+        mut allgather: impl FnMut(&str) -> MpiResult<Vec<String>>,
+        mut fence: impl FnMut() -> MpiResult<()>,
+    ) -> MpiResult<Self> {
+        let ring = configured_ring_bytes();
+        let cma = crate::config::get_bool("GPUMPI_SHM_CMA");
+        let mut tries = 0;
+        let mut t = loop {
+            let nonce = random_hex(8)?;
+            match Self::create_named(job_id, rank, size, ring, cma, &nonce) {
+                Ok(t) => break t,
+                Err(e) if tries < 3 && e.msg.contains("File exists") => {
+                    tracing::warn!("shm: {e}; trying another name");
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mine = t
+            .name
+            .to_str()
+            .unwrap_or_default()
+            .rsplit('-')
+            .next()
+            .unwrap_or_default();
+        let nonces = allgather(mine)?;
+        if nonces.len() != size
+            || nonces
+                .iter()
+                .any(|n| n.len() != 16 || !n.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            crate::mpi_bail!(
+                MPI_ERR_OTHER,
+                "shm: the ranks' segment names could not be exchanged (got {nonces:?})"
+            );
+        }
+        let _ = JOB_ID.set(format!("{job_id}-{}", nonces[0]));
+        t.nonces = nonces;
+        t.attach_peers()?;
+        fence()?;
+        t.unlink();
+        Ok(t)
+    }
+
     /// Map every other rank's segment (after a fence following `create` on all ranks) and
     /// probe single-copy reads per peer.
     pub fn attach_peers(&mut self) -> MpiResult<()> {
@@ -338,7 +423,7 @@ impl ShmTransport {
             if p == self.rank || self.peers[p].is_some() {
                 continue;
             }
-            let name = seg_name(job_id, p)?;
+            let name = seg_name(job_id, p, &self.nonces[p])?;
             let (fd, size) = open_existing(&name, PAGE, "shm: segment")?;
             let m = map_fd(fd, size)?;
             let h = m.header();
@@ -457,7 +542,21 @@ fn create_mapped(name: &CString, len: usize) -> MpiResult<Mapping> {
         fd = open();
     }
     if fd < 0 {
-        return Err(errno_err(&format!("shm_open({name:?})")));
+        let err = std::io::Error::last_os_error();
+        let path = format!("/dev/shm{}", name.to_string_lossy());
+        if err.raw_os_error() == Some(libc::EEXIST) {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::symlink_metadata(&path)
+                .map(|m| format!("uid {}", m.uid()))
+                .unwrap_or_else(|_| "unknown".into());
+            return Err(MpiError::other(format!(
+                "shm_open({name:?}): File exists: {path} was created by another process \
+                 (owner {owner}, we are uid {}) and cannot be replaced",
+                // SAFETY: getuid has no preconditions.
+                unsafe { libc::getuid() }
+            )));
+        }
+        return Err(MpiError::other(format!("shm_open({name:?}): {err}")));
     }
     // SAFETY: fd is an open shm object we own.
     if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
@@ -672,6 +771,57 @@ mod tests {
 
     fn job(tag: &str) -> String {
         format!("unit-{}-{tag}", std::process::id())
+    }
+
+    /// Another user who creates every name derivable from the public job id (here: directories,
+    /// which not even the owner of the job can replace) does not stop a job: its segments carry
+    /// nonces the squatter cannot know. Without nonces the failure says what happened.
+    #[test]
+    fn squatted_names_neither_stop_a_job_nor_go_unexplained() {
+        let j = job("squat");
+        let squats: Vec<String> = (0..2).map(|r| format!("/dev/shm/gpumpi-{j}-{r}")).collect();
+        for p in &squats {
+            std::fs::create_dir(p).unwrap();
+        }
+        let e = ShmTransport::create_with(&j, 0, 2, 1024, false)
+            .err()
+            .expect("squatted");
+        assert!(
+            e.msg.contains("File exists") && e.msg.contains("created by another process"),
+            "{e}"
+        );
+        // Two ranks as threads; the allgather is a shared table and a barrier.
+        let table = std::sync::Mutex::new(vec![String::new(); 2]);
+        let barrier = std::sync::Barrier::new(2);
+        let ts: Vec<ShmTransport> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..2)
+                .map(|r| {
+                    let (table, barrier, j) = (&table, &barrier, &j);
+                    sc.spawn(move || {
+                        let allgather = |mine: &str| {
+                            table.lock().unwrap()[r] = mine.to_string();
+                            barrier.wait();
+                            Ok(table.lock().unwrap().clone())
+                        };
+                        let fence = || {
+                            barrier.wait();
+                            Ok(())
+                        };
+                        ShmTransport::establish_keyed(j, r, 2, allgather, fence).unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let names = table.lock().unwrap().clone();
+        assert!(
+            names.iter().all(|n| n.len() == 16) && names[0] != names[1],
+            "{names:?}"
+        );
+        drop(ts);
+        for p in &squats {
+            std::fs::remove_dir(p).unwrap();
+        }
     }
 
     #[test]

@@ -264,6 +264,7 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Add_error_code(cls, &code));
         CHECK_MPI(MPI_Add_error_string(code, "a user code"));
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN); /* errors without an object */
         rc = MPI_Remove_error_class(cls);
         CHECK(rc != MPI_SUCCESS, "removed a class that still has a code");
         rc = MPI_Remove_error_code(code);
@@ -276,6 +277,7 @@ int main(int argc, char **argv)
         rc = MPI_Remove_error_class(MPI_ERR_ARG);
         CHECK(rc != MPI_SUCCESS, "removed a predefined class");
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
         CHECK_MPI(MPI_Get_hw_resource_info(&hw));
         CHECK(hw != MPI_INFO_NULL, "hw resource info is MPI_INFO_NULL");
         CHECK_MPI(MPI_Info_free(&hw));

@@ -11,7 +11,8 @@
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
-# prints why and passes when device memory is short). Without a CUDA runtime or device each run
+# prints why and passes when device memory is short). err_matrix (tests/c) runs every misuse with
+# device buffers at 1 and 2 ranks. Without a CUDA runtime or device each run
 # prints "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,6 +34,9 @@ mkdir -p "$out"
 for p in gpu_test gpu_bench gpu_mt gpu_mem; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
+# The bad-input matrix of tests/c with device memory as every valid buffer.
+"$prefix/bin/mpicc" -O2 -DERR_MATRIX_DEVICE -I"$here" -I"$here/../c" -o "$out/err_matrix" \
+    "$here/../c/err_matrix.c" -ldl
 mpirun="$prefix/bin/mpirun"
 fail=0
 run() { # label env... -- args
@@ -101,6 +105,10 @@ fdrun() {
     fi
 }
 fdrun
+for n in 1 2; do
+    run "gpu_err_matrix -n $n (every misuse of a buffer-taking call, the valid buffers on the device)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/err_matrix" return device
+done
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then

@@ -138,9 +138,7 @@ unsafe fn attach_to(ctx: Option<u32>, buffer: *mut c_void, size: usize) -> MpiRe
     let (buf, size) = if buffer as usize == AUTOMATIC {
         (AUTOMATIC, 0)
     } else {
-        if buffer.is_null() && size > 0 {
-            mpi_bail!(MPI_ERR_BUFFER, "buffer is NULL with size {size}");
-        }
+        crate::abi::types::check_buf(buffer, size, &crate::abi::types::BYTE, "buffer")?;
         (buffer as usize, size)
     };
     let mut b = BUF.lock().unwrap();

@@ -95,6 +95,16 @@ impl Side {
             blocks,
         })
     }
+    /// Validate the buffer (the standard ABI's special pointers, NULL reaching the zero page).
+    fn check(&self, what: &str) -> MpiResult<()> {
+        for b in &self.blocks {
+            types::check_buf_at(self.base as *const c_void, b.disp, b.count, &b.dt, what)?;
+        }
+        if self.blocks.is_empty() {
+            types::check_buf(self.base as *const c_void, 0, &types::BYTE, what)?;
+        }
+        Ok(())
+    }
     fn packed_len(&self) -> usize {
         self.blocks
             .iter()
@@ -487,6 +497,22 @@ impl CollSpec {
         }
     }
 
+    /// Validate the user buffers the call will access (those set in `send` and `recv`: a buffer
+    /// that is not significant at this rank, or replaced by MPI_IN_PLACE, is not there).
+    fn checked(self) -> MpiResult<CollSpec> {
+        if let Some(s) = &self.send {
+            s.check("sendbuf")?;
+        }
+        if let Some(r) = &self.recv {
+            r.check(if self.kind == CollKind::Bcast {
+                "buffer"
+            } else {
+                "recvbuf"
+            })?;
+        }
+        Ok(self)
+    }
+
     unsafe fn start(&self) -> MpiResult<ReqKind> {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
@@ -784,10 +810,11 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         Mode::Nonblocking(req) => {
             nonnull(req, "request")?;
             let k = spec.start()?;
-            super::p2p::submit(req, |_| Ok(k))
+            super::p2p::submit_on(req, Some(&spec.comm), |_| Ok(k))
         }
         Mode::Persistent(req) => {
             nonnull(req, "request")?;
+            let comm = spec.comm.clone();
             let starter: Starter = Box::new(move |_rt: &mut Runtime| spec.start());
             *req = runtime::with(|rt| {
                 Ok(new_request(
@@ -795,6 +822,7 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
                     Request {
                         kind: ReqKind::Inactive,
                         persistent: Some(starter),
+                        comm: Some(comm),
                     },
                 ))
             })? as MPI_Request;
@@ -1070,7 +1098,13 @@ unsafe fn flag_quick(
         _ => sendbuf as *const u8,
     };
     let output = recvbuf as *mut u8;
-    let host = |p: *const u8| !p.is_null() && !crate::gpu::is_device(p);
+    // The standard ABI's special pointers (NULL, MPI_IN_PLACE where not allowed,
+    // MPI_BUFFER_AUTOMATIC) are argument errors: the full path reports them.
+    let bad = |p: *const u8| p as usize == 1 || p as usize == 2 || (len > 0 && p.is_null());
+    if (i_am_root && bad(output)) || (!inplace && bad(input)) {
+        return Ok(false);
+    }
+    let host = |p: *const u8| !crate::gpu::is_device(p);
     if len > 0 && (!host(input) || (i_am_root && !host(output))) {
         return Ok(false);
     }
@@ -1127,16 +1161,6 @@ fn counts<T: AsI64>(p: *const T, n: usize, what: &str) -> MpiResult<Vec<i64>> {
     unsafe { i64s(p, n, what) }
 }
 
-fn check_buf(p: *const c_void, bytes: usize, what: &str) -> MpiResult<()> {
-    if bytes > 0 && p.is_null() {
-        mpi_bail!(
-            MPI_ERR_BUFFER,
-            "{what} is NULL but {bytes} bytes are to be transferred"
-        );
-    }
-    Ok(())
-}
-
 // ---- specs per collective ----
 
 fn barrier_spec(cm: MPI_Comm) -> MpiResult<CollSpec> {
@@ -1155,7 +1179,6 @@ unsafe fn bcast_spec(
     let dt = types::committed(dt)?;
     s.root = check_root(&s.comm, root)?;
     s.bytes = dt.desc.packed_size(count);
-    check_buf(buf, s.bytes, "buffer")?;
     s.recv = Some(Side::one(buf, count, &dt));
     s.recv_is_input = s.root == s.comm.rank;
     Ok(s)
@@ -1185,11 +1208,9 @@ unsafe fn reduce_like(
         mpi_bail!(MPI_ERR_BUFFER, "MPI_IN_PLACE is only valid at the root");
     }
     if !s.in_place {
-        check_buf(sendbuf, s.bytes, "sendbuf")?;
         s.send = Some(Side::one(sendbuf, count, &dt));
     }
     if i_am_root {
-        check_buf(recvbuf, s.bytes, "recvbuf")?;
         s.recv = Some(Side::one(recvbuf, count, &dt));
         s.recv_is_input = s.in_place;
     }
@@ -1547,19 +1568,19 @@ macro_rules! three_modes {
             if $quick {
                 return Ok(());
             }
-            run($spec, Mode::Blocking)
+            run($spec.checked()?, Mode::Blocking)
         }
         three_modes!(@rest $nb, $init, ($($arg: $ty),*), $spec);
     };
     ($blocking:ident, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
-        pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> { run($spec, Mode::Blocking) }
+        pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> { run($spec.checked()?, Mode::Blocking) }
         three_modes!(@rest $nb, $init, ($($arg: $ty),*), $spec);
     };
     (@rest $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
-        pub unsafe fn $nb($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec, Mode::Nonblocking(request)) }
+        pub unsafe fn $nb($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec.checked()?, Mode::Nonblocking(request)) }
         pub unsafe fn $init($($arg: $ty,)* info: MPI_Info, request: *mut MPI_Request) -> MpiResult<()> {
             crate::abi::objects::check_info(info)?;
-            run($spec, Mode::Persistent(request))
+            run($spec.checked()?, Mode::Persistent(request))
         }
     };
 }
@@ -1794,12 +1815,12 @@ pub(super) unsafe fn reduce_local(
 ) -> MpiResult<()> {
     let dt = types::committed(datatype)?;
     let (red, _) = reduction(op, datatype, &dt)?;
+    types::check_buf(inbuf, n, &dt, "inbuf")?;
+    types::check_buf(inoutbuf, n, &dt, "inoutbuf")?;
     let bytes = dt.desc.packed_size(n);
     if bytes == 0 {
         return Ok(());
     }
-    check_buf(inbuf, bytes, "inbuf")?;
-    check_buf(inoutbuf, bytes, "inoutbuf")?;
     let (lo, _) = crate::gpu::stage::span(&dt.desc, n);
     let on_device = |p: *const c_void| crate::gpu::is_device((p as *const u8).wrapping_offset(lo));
     if on_device(inbuf) || on_device(inoutbuf as *const c_void) {

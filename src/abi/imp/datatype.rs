@@ -535,6 +535,8 @@ pub(super) unsafe fn pack(
     crate::abi::objects::comm(cm)?;
     let d = types::committed(datatype)?;
     let need = d.desc.packed_size(n) as i64;
+    types::check_buf(inbuf, n, &d, "inbuf")?;
+    types::check_buf(outbuf, need as usize, &types::BYTE, "outbuf")?;
     if *pos < 0 || *pos + need > outsize.max(0) {
         mpi_bail!(
             MPI_ERR_TRUNCATE,
@@ -578,6 +580,8 @@ pub(super) unsafe fn unpack(
     crate::abi::objects::comm(cm)?;
     let d = types::committed(datatype)?;
     let need = d.desc.packed_size(n) as i64;
+    types::check_buf(inbuf, need as usize, &types::BYTE, "inbuf")?;
+    types::check_buf(outbuf, n, &d, "outbuf")?;
     if *pos < 0 || *pos + need > insize.max(0) {
         mpi_bail!(
             MPI_ERR_TRUNCATE,
@@ -985,6 +989,8 @@ unsafe fn pack_external(
     check_datarep(datarep)?;
     let d = types::committed(datatype)?;
     let need = d.desc.packed_size(n) as i64;
+    types::check_buf(inbuf, n, &d, "inbuf")?;
+    types::check_buf(outbuf, need as usize, &types::BYTE, "outbuf")?;
     if *pos < 0 || *pos + need > outsize.max(0) {
         mpi_bail!(
             MPI_ERR_TRUNCATE,
@@ -1014,6 +1020,8 @@ unsafe fn unpack_external(
     check_datarep(datarep)?;
     let d = types::committed(datatype)?;
     let need = d.desc.packed_size(n) as i64;
+    types::check_buf(inbuf, need as usize, &types::BYTE, "inbuf")?;
+    types::check_buf(outbuf, n, &d, "outbuf")?;
     if *pos < 0 || *pos + need > insize.max(0) {
         mpi_bail!(
             MPI_ERR_TRUNCATE,

@@ -65,9 +65,7 @@ pub unsafe fn MPI_Comm_call_errhandler(cm: MPI_Comm, errorcode: c_int) -> MpiRes
 }
 
 pub unsafe fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> MpiResult<()> {
-    if errorcode < 0 {
-        mpi_bail!(MPI_ERR_ARG, "error code {errorcode} is negative");
-    }
+    errh::check_code(errorcode)?;
     out(errorclass, "errorclass", errh::class_of(errorcode))
 }
 
@@ -76,6 +74,7 @@ pub unsafe fn MPI_Error_string(
     string: *mut c_char,
     resultlen: *mut c_int,
 ) -> MpiResult<()> {
+    errh::check_code(errorcode)?;
     let text = {
         let o = objects();
         if let Some(s) = o.errors.strings.get(&errorcode) {

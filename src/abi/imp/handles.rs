@@ -5,14 +5,35 @@ use crate::abi::ffi::*;
 use crate::abi::objects::nonnull;
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{from_int, to_int, Kind};
+
+/// The handle of `kind` whose C int form is `i`, restored from its table (the int form carries
+/// only part of the generation; see `mpi::handles`).
+fn handle_of(kind: Kind, i: c_int) -> usize {
+    use crate::abi::objects::objects;
+    match kind {
+        Kind::Comm => objects().comms.from_int(i),
+        Kind::Group => objects().groups.from_int(i),
+        Kind::Errhandler => objects().errhs.from_int(i),
+        Kind::Info => objects().infos.from_int(i),
+        Kind::Op => objects().ops.from_int(i),
+        Kind::Datatype => crate::abi::types::TYPES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .from_int(i),
+        Kind::Message => super::message::from_int(i),
+        Kind::Request => crate::abi::runtime::with(|rt| Ok(rt.reqs.from_int(i)))
+            .unwrap_or_else(|_| from_int(kind, i)),
+        Kind::Session | Kind::Win | Kind::File => from_int(kind, i),
+    }
+}
 use std::os::raw::c_int;
 
 macro_rules! conversions {
     ($($ty:ident, $kind:ident, $c2f:ident, $f2c:ident, $toint:ident, $fromint:ident;)*) => {$(
         pub unsafe fn $c2f(h: $ty) -> MPI_Fint { to_int(h as usize) }
-        pub unsafe fn $f2c(i: MPI_Fint) -> $ty { from_int(Kind::$kind, i) as $ty }
+        pub unsafe fn $f2c(i: MPI_Fint) -> $ty { handle_of(Kind::$kind, i) as $ty }
         pub unsafe fn $toint(h: $ty) -> c_int { to_int(h as usize) }
-        pub unsafe fn $fromint(i: c_int) -> $ty { from_int(Kind::$kind, i) as $ty }
+        pub unsafe fn $fromint(i: c_int) -> $ty { handle_of(Kind::$kind, i) as $ty }
     )*};
 }
 

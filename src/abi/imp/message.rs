@@ -13,3 +13,8 @@ pub fn insert(m: MsgId) -> usize {
 pub fn take(h: usize) -> Option<MsgId> {
     MESSAGES.lock().unwrap().remove(h)
 }
+
+/// The message handle whose C int form is `i` (MPI_Message_f2c, MPI_Message_fromint).
+pub fn from_int(i: i32) -> usize {
+    MESSAGES.lock().unwrap().from_int(i)
+}

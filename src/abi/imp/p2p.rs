@@ -90,12 +90,13 @@ pub unsafe fn send_spec(
     let dt = types::committed(dt)?;
     check_send_tag(tag)?;
     let dest = check_peer(&comm, dest, false)?;
-    if count > 0 && buf.is_null() && dt.desc.true_lb() == 0 && dest.is_some() {
-        // MPI_BOTTOM (NULL) with absolute addresses is legal only for types with displacements.
-        if dt.desc.size() > 0 && types::is_predefined(&dt) {
-            mpi_bail!(MPI_ERR_BUFFER, "the send buffer is NULL with count {count}");
-        }
-    }
+    // A send to MPI_PROC_NULL touches no data (but MPI_IN_PLACE is still not a buffer).
+    types::check_buf(
+        buf,
+        if dest.is_some() { count } else { 0 },
+        &dt,
+        "the send buffer",
+    )?;
     Ok(SendSpec {
         buf,
         count,
@@ -194,6 +195,8 @@ pub unsafe fn recv_spec(
     let dt = types::committed(dt)?;
     check_recv_tag(tag)?;
     let source = check_peer(&comm, source, true)?;
+    let touched = if source.is_some() { count } else { 0 };
+    types::check_buf(buf, touched, &dt, "the receive buffer")?;
     Ok(RecvSpec {
         buf,
         count,
@@ -285,7 +288,7 @@ unsafe fn nonblocking_send(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
-    submit(request, |rt| start_send(rt, &s))
+    submit_on(request, Some(&s.comm), |rt| start_send(rt, &s))
 }
 
 /// Start an operation under the runtime lock and store its new request handle: the one path
@@ -294,10 +297,23 @@ pub unsafe fn submit(
     request: *mut MPI_Request,
     start: impl FnOnce(&mut Runtime) -> MpiResult<ReqKind>,
 ) -> MpiResult<()> {
+    submit_on(request, None, start)
+}
+
+/// [`submit`] for a request made on `comm` (its completion errors go to `comm`'s handler).
+pub unsafe fn submit_on(
+    request: *mut MPI_Request,
+    comm: Option<&Arc<CommObj>>,
+    start: impl FnOnce(&mut Runtime) -> MpiResult<ReqKind>,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     let h = runtime::with(|rt| {
         let k = start(rt)?;
-        Ok(new_request(rt, Request::new(k)))
+        let r = Request::new(k);
+        Ok(new_request(
+            rt,
+            if let Some(c) = comm { r.on(c) } else { r },
+        ))
     })?;
     *request = h as MPI_Request;
     Ok(())
@@ -495,7 +511,7 @@ unsafe fn nonblocking_recv(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    submit(request, |rt| start_recv(rt, &r))
+    submit_on(request, Some(&r.comm), |rt| start_recv(rt, &r))
 }
 
 pub unsafe fn MPI_Irecv(
@@ -584,7 +600,12 @@ fn finish_pair(rk: ReqKind, sk: ReqKind, status: *mut MPI_Status) -> MpiResult<(
     status_result(rst)
 }
 
-unsafe fn pair_request(rk: ReqKind, sk: ReqKind, request: *mut MPI_Request) -> MpiResult<()> {
+unsafe fn pair_request(
+    rk: ReqKind,
+    sk: ReqKind,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     let kind = ReqKind::Pair {
         recv: Box::new(Request::new(rk)),
@@ -592,7 +613,7 @@ unsafe fn pair_request(rk: ReqKind, sk: ReqKind, request: *mut MPI_Request) -> M
         rst: None,
         sst: None,
     };
-    submit(request, |_| Ok(kind))
+    submit_on(request, comm(cm).ok().as_ref(), |_| Ok(kind))
 }
 
 pub unsafe fn MPI_Sendrecv(
@@ -673,7 +694,7 @@ pub unsafe fn MPI_Isendrecv(
         recvtag,
         cm,
     )?;
-    pair_request(rk, sk, request)
+    pair_request(rk, sk, cm, request)
 }
 
 pub unsafe fn MPI_Isendrecv_c(
@@ -694,7 +715,7 @@ pub unsafe fn MPI_Isendrecv_c(
         sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
         cm,
     )?;
-    pair_request(rk, sk, request)
+    pair_request(rk, sk, cm, request)
 }
 
 pub unsafe fn MPI_Sendrecv_replace(
@@ -758,7 +779,7 @@ pub unsafe fn MPI_Isendrecv_replace(
         recvtag,
         cm,
     )?;
-    pair_request(rk, sk, request)
+    pair_request(rk, sk, cm, request)
 }
 
 pub unsafe fn MPI_Isendrecv_replace_c(
@@ -774,7 +795,7 @@ pub unsafe fn MPI_Isendrecv_replace_c(
 ) -> MpiResult<()> {
     let (rk, sk) =
         sendrecv_replace_kinds(buf, count, datatype, dest, sendtag, source, recvtag, cm)?;
-    pair_request(rk, sk, request)
+    pair_request(rk, sk, cm, request)
 }
 
 // ---- probe and matched receive ----
@@ -900,6 +921,12 @@ unsafe fn matched_recv_kind(
     let count = check_count(count)?;
     let dt = types::committed(dt)?;
     let m = *message;
+    let touched = if m == c::MPI_MESSAGE_NO_PROC {
+        0
+    } else {
+        count
+    };
+    types::check_buf(buf, touched, &dt, "the receive buffer")?;
     if m == c::MPI_MESSAGE_NO_PROC {
         *message = c::MPI_MESSAGE_NULL;
         return Ok(ReqKind::Done(Status::proc_null()));

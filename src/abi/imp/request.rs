@@ -5,12 +5,13 @@ use super::p2p::{recv_spec, send_spec, start_recv, start_send, Mode, RecvSpec, S
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::nonnull;
+use crate::abi::objects::{nonnull, CommObj};
 use crate::abi::request::{Grequest, ReqKind, Request, Starter, Status};
 use crate::abi::runtime::{self, new_request, wait_until, Runtime};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
 
 fn is_null(h: MPI_Request) -> bool {
     h == c::MPI_REQUEST_NULL
@@ -30,6 +31,9 @@ pub fn test_one(rt: &mut Runtime, h: &mut MPI_Request) -> MpiResult<Option<Statu
     };
     let res = r.test(&mut rt.engine);
     let persistent = r.is_persistent();
+    if matches!(&res, Err(_) | Ok(Some(Status { error: 1.., .. }))) {
+        crate::abi::errh::failed_request_on(r.comm.clone());
+    }
     match res {
         Ok(None) => Ok(None),
         Ok(Some(st)) => {
@@ -581,12 +585,19 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> MpiResult<()> {
         let Some(r) = rt.reqs.get_mut(h as usize) else {
             mpi_bail!(MPI_ERR_REQUEST, "invalid request handle {:#x}", h as usize)
         };
-        // An active operation still completes; we let it finish in the background.
+        // An active operation still completes; we let it finish in the background, under a
+        // new handle, so that the caller's copies of this one are stale (MPI_ERR_REQUEST).
         r.persistent = None;
-        if matches!(r.kind, ReqKind::Inactive | ReqKind::Done(_)) {
-            rt.reqs.remove(h as usize);
-        } else {
-            super::bsend::detach_later(h as usize);
+        let done = matches!(r.kind, ReqKind::Inactive | ReqKind::Done(_));
+        let Some(r) = rt.reqs.remove(h as usize) else {
+            unreachable!("looked up above")
+        };
+        if !done {
+            let moved = rt.reqs.insert(r);
+            for a in rt.active.iter_mut().filter(|a| **a == h as usize) {
+                *a = moved;
+            }
+            super::bsend::detach_later(moved);
         }
         Ok(())
     })?;
@@ -631,7 +642,11 @@ pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> MpiResult<()> {
 
 // ---- persistent point-to-point ----
 
-unsafe fn persistent(request: *mut MPI_Request, starter: Starter) -> MpiResult<()> {
+unsafe fn persistent(
+    request: *mut MPI_Request,
+    comm: &Arc<CommObj>,
+    starter: Starter,
+) -> MpiResult<()> {
     nonnull(request, "request")?;
     let h = runtime::with(|rt| {
         Ok(new_request(
@@ -639,6 +654,7 @@ unsafe fn persistent(request: *mut MPI_Request, starter: Starter) -> MpiResult<(
             Request {
                 kind: ReqKind::Inactive,
                 persistent: Some(starter),
+                comm: Some(comm.clone()),
             },
         ))
     })?;
@@ -657,7 +673,8 @@ unsafe fn send_init(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     let s: SendSpec = send_spec(buf, count, dt, dest, tag, cm, mode)?;
-    persistent(request, Box::new(move |rt| start_send(rt, &s)))
+    let comm = s.comm.clone();
+    persistent(request, &comm, Box::new(move |rt| start_send(rt, &s)))
 }
 
 pub unsafe fn MPI_Send_init(
@@ -795,7 +812,8 @@ pub unsafe fn MPI_Recv_init(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     let r: RecvSpec = recv_spec(buf, count as i64, datatype, source, tag, cm)?;
-    persistent(request, Box::new(move |rt| start_recv(rt, &r)))
+    let comm = r.comm.clone();
+    persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
 }
 
 pub fn start(rt: &mut Runtime, h: MPI_Request) -> MpiResult<()> {
@@ -884,5 +902,6 @@ pub unsafe fn MPI_Recv_init_c(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     let r: RecvSpec = recv_spec(buf, count, datatype, source, tag, cm)?;
-    persistent(request, Box::new(move |rt| start_recv(rt, &r)))
+    let comm = r.comm.clone();
+    persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
 }
