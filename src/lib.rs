@@ -27,3 +27,8 @@ pub mod gpu;
 pub mod mpi;
 pub mod sys;
 pub mod transport;
+
+/// Skip records for the unit tests that need a GPU (shared with the integration tests).
+#[cfg(test)]
+#[path = "../tests/support/skip.rs"]
+pub(crate) mod test_skip;
