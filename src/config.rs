@@ -25,6 +25,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Force the allgather algorithm: recursive_doubling, bruck, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
     },
     Param {
+        name: "GPUMPI_ALLOW_GPU_SKIP",
+        default: "",
+        doc: "Test harness only (not read by the library): on a machine with a GPU, the GPU tests that may skip anyway: comma-separated parts of test names or tests/gpu/run.sh run labels, or `all`. Elsewhere a GPU test that skips fails there (tests/support/skip.rs).",
+    },
+    Param {
         name: "GPUMPI_ALLREDUCE_ALGORITHM",
         default: "",
         doc: "Force the allreduce algorithm: recursive_doubling, rabenseifner, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
@@ -233,6 +238,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Set by mpirun: the number of ranks on the rank's node.",
     },
     Param {
+        name: "GPUMPI_NO_KERNELS",
+        default: "",
+        doc: "Build time only, read by build.rs: when set (any value), the library is built without its CUDA kernels even if nvcc is found (device reductions and packing are then staged to the host, GPU-native collectives are never attempted; docs/GPU.md). Changing it rebuilds the library.",
+    },
+    Param {
         name: "GPUMPI_OVERSUBSCRIBE",
         default: "",
         doc: "Read by mpirun: 1 allows more ranks than cores, like --oversubscribe.",
@@ -250,7 +260,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_PREFIX",
         default: "",
-        doc: "Read by mpicc/mpicxx (not the library): the gpumpi install prefix (with include/ and lib/) to compile and link against. Unset: the directory above the wrapper's own bin/ (symbolic links followed), so a moved or copied install works as is. A prefix without include/mpi.h is an error.",
+        doc: "Read by mpicc/mpicxx (not the library): the gpumpi install prefix (with include/ and lib/) to compile and link against. Unset: the directory above the wrapper's own bin/ (symbolic links followed), so a moved or copied install works as is. A prefix without include/mpi.h is an error. Also read by benches/compare.py (like --gpumpi-prefix).",
     },
     Param {
         name: "GPUMPI_RANK",
@@ -271,6 +281,11 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_REDUCE_SCATTER_BLOCK_ALGORITHM",
         default: "",
         doc: "Force the reduce_scatter_block algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+    },
+    Param {
+        name: "GPUMPI_REQUIRE_GPU",
+        default: "",
+        doc: "Test harness only: `1` = this machine must run the GPU tests (a GPU test that skips fails, see GPUMPI_ALLOW_GPU_SKIP); `0` = it need not; unset = required when `nvidia-smi -L` lists a GPU. Read by tests/support/skip.rs and tests/gpu/run.sh.",
     },
     Param {
         name: "GPUMPI_SCAN_ALGORITHM",
@@ -328,6 +343,31 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_SIZE",
         default: "",
         doc: "Set by mpirun: the number of ranks in MPI_COMM_WORLD.",
+    },
+    Param {
+        name: "GPUMPI_TEST_CUDART",
+        default: "",
+        doc: "GPU tests only (tests/gpu/cudart.h): path of the CUDA runtime library to dlopen before the default names.",
+    },
+    Param {
+        name: "GPUMPI_TEST_CUDA_DRIVER",
+        default: "",
+        doc: "GPU tests only (tests/gpu/gpu_mem.c): path of the CUDA driver library to dlopen instead of libcuda.so.1.",
+    },
+    Param {
+        name: "GPUMPI_TEST_PREFIX",
+        default: "",
+        doc: "Test harness only (tests/c_programs.rs): an existing install (with bin/mpicc and bin/mpirun) to test instead of installing one.",
+    },
+    Param {
+        name: "GPUMPI_TEST_RANKS_PER_GPU",
+        default: "",
+        doc: "GPU tests only (tests/gpu/cudart.h): ranks sharing one GPU (default 1): a rank uses device local rank / this, modulo the device count.",
+    },
+    Param {
+        name: "GPUMPI_TEST_SKIPS",
+        default: "",
+        doc: "Test harness only: a file where a test that cannot run appends `SKIP <test>: <reason>` (tests/support/skip.rs, the client runners); scripts/test.sh sets it per stage and lists every record in its summary.",
     },
     Param {
         name: "GPUMPI_UNIVERSE_SIZE",
@@ -471,6 +511,57 @@ mod tests {
                 p.name
             );
         }
+    }
+
+    /// Every `GPUMPI_*` variable read anywhere in the tree (build script, library, tests, scripts,
+    /// benchmarks) is declared in PARAMS, so docs/ENV.md (checked above) lists it.
+    #[test]
+    fn every_variable_read_is_declared() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p
+                    .extension()
+                    .and_then(|x| x.to_str())
+                    .is_some_and(|x| ["rs", "c", "h", "cu", "cuh", "sh", "py", "in"].contains(&x))
+                {
+                    out.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![root.join("build.rs")];
+        for d in ["src", "tests", "scripts", "benches", "kernels", ".ci"] {
+            walk(&root.join(d), &mut files);
+        }
+        // What reads a variable: Rust/C/Python calls with a literal name; expansions in scripts.
+        const CALLS: &[&str] = &["var(\"", "var_os(\"", "getenv(\"", "environ.get(\""];
+        const EXPANSIONS: &[&str] = &["${", "$"];
+        let mut missing = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let script = f.extension().is_some_and(|x| x == "sh" || x == "in");
+            let reads = if script { EXPANSIONS } else { CALLS };
+            for (i, _) in text.match_indices("GPUMPI_") {
+                let name: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if reads.iter().any(|r| text[..i].ends_with(r))
+                    && !PARAMS.iter().any(|p| p.name == name)
+                {
+                    missing.push(format!("{name} ({})", f.display()));
+                }
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        assert!(
+            missing.is_empty(),
+            "read but not declared in config::PARAMS (and docs/ENV.md): {missing:?}"
+        );
     }
 
     #[test]

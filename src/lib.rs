@@ -28,3 +28,8 @@ pub mod info;
 pub mod mpi;
 pub mod sys;
 pub mod transport;
+
+/// Skip records for the unit tests that need a GPU (shared with the integration tests).
+#[cfg(test)]
+#[path = "../tests/support/skip.rs"]
+pub(crate) mod test_skip;

@@ -10,11 +10,11 @@
 //! - Each program `tests/c/<name>.c` is compiled with `mpicc -Wall -O1`; a compiler warning is a
 //!   failure (it usually means `mpi.h` disagrees with the standard prototypes).
 //! - `tests/c/testlist` says how to run it, one line per run group:
-//!   `program  nranks...  [singleton] [expect=fail] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
+//!   `program  nranks...  [singleton] [expect=fail] [exit=N] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
 //!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
 //!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
-//!   exit within half the timeout (not a hang ended by `--timeout`) and every `stderr=TEXT` (no
-//!   spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
+//!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
+//!   and every `stderr=TEXT` (no spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
 //!   environment. Anything else is an argument.
 //!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
@@ -125,6 +125,7 @@ struct RunSpec {
     nranks: Vec<u32>,
     singleton: bool,
     expect_fail: bool,
+    exit_code: Option<i32>,
     stderr_has: Vec<String>,
     timeout_s: u64,
     env: Vec<(String, String)>,
@@ -161,6 +162,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.singleton = true;
             } else if t == "expect=fail" {
                 spec.expect_fail = true;
+            } else if let Some(s) = t.strip_prefix("exit=") {
+                spec.exit_code = Some(
+                    s.parse()
+                        .unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1)),
+                );
             } else if let Some(s) = t.strip_prefix("stderr=") {
                 spec.stderr_has.push(s.to_string());
             } else if let Some(kv) = t.strip_prefix("env=") {
@@ -176,6 +182,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.args.push(t.to_string());
             }
         }
+        assert!(
+            spec.exit_code.is_none() || spec.expect_fail,
+            "testlist:{}: exit= needs expect=fail",
+            lineno + 1
+        );
         assert!(
             !spec.nranks.is_empty() || spec.singleton,
             "testlist:{}: {prog} has no rank counts",
@@ -317,6 +328,15 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
                 o.secs,
                 ctx()
             ));
+        }
+        if let Some(want) = spec.exit_code {
+            if o.code != Some(want) {
+                return Some(format!(
+                    "{prog} failed as expected but with exit {:?}, want {want}\n{}",
+                    o.code,
+                    ctx()
+                ));
+            }
         }
         for want in &spec.stderr_has {
             if !o.stderr.contains(want.as_str()) {

@@ -141,27 +141,40 @@ fn workload(e: &mut Engine, me: usize, max: usize) {
             e.wait(s);
         }
     }
-    // Sync send: completes only after the receiver matched (the receiver posts late).
+    // Sync send: completes only after the receiver matched. The receiver posts its receive only
+    // after telling the sender that the message has arrived (unmatched) and hearing back that
+    // the send was still incomplete then: the order is fixed by messages, not by timing.
+    let arrived = |e: &mut Engine, tag: i32| {
+        let t0 = Instant::now();
+        while e.iprobe(1, peer as i32, tag).is_none() {
+            e.progress();
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "no message with tag {tag} (hang)"
+            );
+        }
+    };
     if me == 0 {
         let s = isend(e, b"sync", peer, 50, true);
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_millis(20) {
-            e.progress();
-        }
+        arrived(e, 52); // the receiver has the message, unmatched
         assert!(
             e.test(s).is_none(),
             "sync send completed before the receive was posted"
         );
-        let r = irecv(e, &mut [], peer, 51); // receiver tells us it posted
+        let r = irecv(e, &mut [], peer, 52);
         e.wait(r);
+        let go = isend(e, &[], peer, 51, false); // now post your receive
+        e.wait(go);
         e.wait(s);
     } else {
-        std::thread::sleep(Duration::from_millis(60));
+        arrived(e, 50);
+        let here = isend(e, &[], peer, 52, false);
+        let go = irecv(e, &mut [], peer, 51);
+        e.wait(go);
         let mut b = [0u8; 4];
         let r = irecv(e, &mut b, peer, 50);
-        let s = isend(e, &[], peer, 51, false);
         e.wait(r);
-        e.wait(s);
+        e.wait(here);
         assert_eq!(&b, b"sync");
     }
     // Flood: 2000 small messages sent before the receiver posts anything.

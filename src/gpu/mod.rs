@@ -113,26 +113,35 @@ pub fn gpu() -> Option<&'static Gpu> {
     }
 }
 
-/// The driver for a test that needs a GPU, or None after printing why it is skipped.
+/// The driver for a test that needs a GPU, or None after recording the skip and its reason
+/// (`crate::test_skip::gpu_skip`: a failure on a machine with a GPU).
 #[cfg(test)]
+#[track_caller]
 pub(crate) fn gpu_or_skip() -> Option<&'static Gpu> {
     let g = gpu();
     if g.is_none() {
-        println!(
-            "SKIP: no CUDA device ({})",
-            unavailable_reason().unwrap_or_default()
+        crate::test_skip::gpu_skip(
+            &crate::test_skip::current_test(),
+            &format!(
+                "no CUDA device ({})",
+                unavailable_reason().unwrap_or_default()
+            ),
         );
     }
     g
 }
 
-/// The driver for a test that needs a GPU and the embedded kernels, or None after printing why
-/// it is skipped.
+/// The driver for a test that needs a GPU and the embedded kernels, or None after recording
+/// the skip and its reason.
 #[cfg(test)]
+#[track_caller]
 pub(crate) fn kernels_or_skip() -> Option<&'static Gpu> {
     let g = gpu_or_skip()?;
     if !kernels::embedded() {
-        println!("SKIP: built without kernels (no nvcc)");
+        crate::test_skip::gpu_skip(
+            &crate::test_skip::current_test(),
+            "built without CUDA kernels (no nvcc at build time)",
+        );
         return None;
     }
     Some(g)

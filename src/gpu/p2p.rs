@@ -259,7 +259,7 @@ pub unsafe fn dtoh(src: usize, len: usize) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
-    /// On a machine with a GPU (prints SKIP elsewhere): a push writes this process's device
+    /// On a machine with a GPU (a recorded skip elsewhere): a push writes this process's device
     /// bytes into an exported buffer at its offset and a pull reads them back, through this
     /// process's own descriptor service (VMM memory, the one kind a process can import from
     /// itself); a range longer than the export is refused before any copy.
@@ -321,7 +321,7 @@ mod tests {
         .unwrap();
     }
 
-    /// On a machine with a GPU (prints SKIP elsewhere): the pipelined fill over several rounds
+    /// On a machine with a GPU (a recorded skip elsewhere): the pipelined fill over several rounds
     /// and a short tail lands every byte, and a failing source stops it with `Ok(false)`.
     #[test]
     fn fill_device_in_rounds() {

@@ -207,7 +207,7 @@ mod tests {
     use super::*;
     use crate::mpi::datatype::Basic;
 
-    /// On a machine with a GPU (prints SKIP elsewhere): the pack kernel against the host
+    /// On a machine with a GPU (a recorded skip elsewhere): the pack kernel against the host
     /// packer, into device memory and into pinned host memory, and unpacking into poisoned
     /// device memory (the gaps must keep the poison).
     #[test]
@@ -216,7 +216,10 @@ mod tests {
             return;
         };
         if !enabled() {
-            println!("SKIP: built without kernels (no nvcc) or GPUMPI_CUDA_PACK=0");
+            crate::test_skip::gpu_skip(
+                &crate::test_skip::current_test(),
+                "built without CUDA kernels (no nvcc) or GPUMPI_CUDA_PACK=0",
+            );
             return;
         }
         let d = g.device(0).unwrap();

@@ -896,7 +896,7 @@ mod tests {
         }
     }
 
-    /// On a machine with a GPU (prints SKIP elsewhere): the stream queues run the pipe — device
+    /// On a machine with a GPU (a recorded skip elsewhere): the stream queues run the pipe — device
     /// to device over many slots, then device to host (the CPU consumer after a stream one),
     /// then device to device again — and each message lands whole.
     #[test]

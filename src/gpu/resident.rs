@@ -795,7 +795,10 @@ mod tests {
         let d = g.device(0).unwrap();
         g.kernels(0).unwrap();
         if !small_copy_ready(0, 1) {
-            println!("SKIP: another process uses GPU 0 (small copies stay on the copy engine)");
+            crate::test_skip::gpu_skip(
+                &crate::test_skip::current_test(),
+                "another process uses GPU 0 (small copies stay on the copy engine)",
+            );
             return;
         }
         let limit = small_copy_limit();

@@ -1,5 +1,6 @@
-/* MPI_Abort from one rank takes the whole job down with a non-zero exit while the other ranks
- * are blocked in a receive. The harness expects failure and "MPI_Abort" on stderr. */
+/* MPI_Abort from one rank takes the whole job down while the other ranks are blocked in a
+ * receive. The harness (testlist) expects exit code 3 (the errorcode) and mpirun's
+ * "rank N called MPI_Abort(MPI_COMM_WORLD, 3)" on stderr. */
 #include "ctest.h"
 
 int main(int argc, char **argv)

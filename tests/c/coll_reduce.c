@@ -6,6 +6,9 @@
 #include "ctest.h"
 #include <stdint.h>
 #include <stdbool.h>
+#include <float.h>
+#include <math.h>
+#include <limits.h>
 
 static int rank, size;
 
@@ -133,6 +136,193 @@ DEF_INT_TEST(double, double, 1, long)
 DEF_INT_TEST(long double, ldouble, 1, long)
 /* char is a text type in MPI: no reductions. MPI_C_BOOL: logical ops only (below). */
 
+/* ---- edge values: high bit of unsigned types, negative extremes, wraparound, IEEE specials ---- */
+/* Each integer type: the table below (0, 1, the high bit alone, all bits but the high one, all bits,
+ * high bit + 1, 0x55.., 0xAA.., 2) read as T: for unsigned types 40000-like values above the signed
+ * range, for signed ones MIN, MAX, -1 and MIN+1. Expected results are computed in unsigned long long
+ * and truncated (integer ops wrap), MAX/MIN compare as T. */
+#define EDGE_K 9
+#define DEF_EDGE_INT(T, UT, SUF)                                                                          \
+    static T edge_comb_##SUF(int o, T a, T b)                                                             \
+    {                                                                                                     \
+        unsigned long long x = (unsigned long long)(UT)a, y = (unsigned long long)(UT)b;                 \
+        switch (o) {                                                                                      \
+        case O_SUM: return (T)(UT)(x + y);                                                                \
+        case O_PROD: return (T)(UT)(x * y);                                                               \
+        case O_MAX: return a > b ? a : b;                                                                 \
+        case O_MIN: return a < b ? a : b;                                                                 \
+        case O_BAND: return (T)(UT)(x & y);                                                               \
+        case O_BOR: return (T)(UT)(x | y);                                                                \
+        case O_BXOR: return (T)(UT)(x ^ y);                                                               \
+        case O_LAND: return (T)(a && b);                                                                  \
+        case O_LOR: return (T)(a || b);                                                                   \
+        default: return (T)(!a != !b);                                                                    \
+        }                                                                                                 \
+    }                                                                                                     \
+    static void edge_##SUF(MPI_Datatype dt, const char *tn)                                              \
+    {                                                                                                     \
+        const UT hi = (UT)((UT)1 << (sizeof(T) * 8 - 1)), ones = (UT)~(UT)0;                              \
+        const UT e[EDGE_K] = {0, 1, hi, (UT)(hi - 1), ones, (UT)(hi + 1), (UT)(ones / 3),                 \
+                              (UT)(ones / 3 * 2), 2};                                                     \
+        T ev[EDGE_K], in[EDGE_K * EDGE_K], io[EDGE_K * EDGE_K], want[EDGE_K * EDGE_K];                    \
+        T sb[300], rb[301];                                                                               \
+        unsigned char mis[EDGE_K * EDGE_K * sizeof(T) + 1], mio[EDGE_K * EDGE_K * sizeof(T) + 1];         \
+        int o, a, b, i, r, ni;                                                                            \
+        const int ns[2] = {2 * EDGE_K, 300};                                                              \
+        for (a = 0; a < EDGE_K; a++)                                                                      \
+            ev[a] = (T)e[a];                                                                              \
+        for (o = 0; o < O_N; o++) {                                                                       \
+            /* Reduce_local on every ordered pair, aligned and one byte off alignment */                  \
+            for (a = 0; a < EDGE_K; a++)                                                                  \
+                for (b = 0; b < EDGE_K; b++) {                                                            \
+                    in[a * EDGE_K + b] = ev[a];                                                           \
+                    io[a * EDGE_K + b] = ev[b];                                                           \
+                    want[a * EDGE_K + b] = edge_comb_##SUF(o, ev[a], ev[b]);                              \
+                }                                                                                         \
+            memcpy(mis + 1, in, sizeof in);                                                               \
+            memcpy(mio + 1, io, sizeof io);                                                               \
+            CHECK_MPI(MPI_Reduce_local(in, io, EDGE_K * EDGE_K, dt, opv(o)));                             \
+            CHECK_MPI(MPI_Reduce_local(mis + 1, mio + 1, EDGE_K * EDGE_K, dt, opv(o)));                   \
+            for (i = 0; i < EDGE_K * EDGE_K; i++) {                                                       \
+                T u;                                                                                      \
+                memcpy(&u, mio + 1 + i * sizeof(T), sizeof(T));                                           \
+                CHECK(io[i] == want[i] && u == want[i],                                                   \
+                      "Reduce_local %s %s (%llu op %llu) = %llu (unaligned %llu) want %llu", tn, opnames[o], \
+                      (unsigned long long)(UT)in[i], (unsigned long long)(UT)ev[i % EDGE_K],              \
+                      (unsigned long long)(UT)io[i], (unsigned long long)(UT)u,                           \
+                      (unsigned long long)(UT)want[i]);                                                   \
+            }                                                                                             \
+            /* across ranks: rank r holds ev[(i + 3r) % K] at element i */                                \
+            for (ni = 0; ni < 2; ni++) {                                                                  \
+                int n = ns[ni], root = (o + ni) % size;                                                   \
+                for (i = 0; i < n; i++) {                                                                 \
+                    sb[i] = ev[(i + 3 * rank) % EDGE_K];                                                  \
+                    rb[i] = (T)0x5a;                                                                      \
+                }                                                                                         \
+                rb[n] = (T)0x5a;                                                                          \
+                COLL(Allreduce, allreduce, sb, rb, n, dt, opv(o), MPI_COMM_WORLD);                        \
+                for (i = 0; i < n; i++) {                                                                 \
+                    T w = ev[i % EDGE_K];                                                                 \
+                    for (r = 1; r < size; r++)                                                            \
+                        w = edge_comb_##SUF(o, w, ev[(i + 3 * r) % EDGE_K]);                              \
+                    CHECK(rb[i] == w, "Allreduce edges %s %s n %d [%d] = %llu want %llu", tn, opnames[o], \
+                          n, i, (unsigned long long)(UT)rb[i], (unsigned long long)(UT)w);                \
+                }                                                                                         \
+                CHECK(rb[n] == (T)0x5a, "Allreduce edges %s wrote past count", tn);                       \
+                for (i = 0; i < n; i++)                                                                   \
+                    rb[i] = (T)0x5a;                                                                      \
+                COLL(Reduce, reduce, sb, rb, n, dt, opv(o), root, MPI_COMM_WORLD);                        \
+                if (rank == root)                                                                         \
+                    for (i = 0; i < n; i++) {                                                             \
+                        T w = ev[i % EDGE_K];                                                             \
+                        for (r = 1; r < size; r++)                                                        \
+                            w = edge_comb_##SUF(o, w, ev[(i + 3 * r) % EDGE_K]);                          \
+                        CHECK(rb[i] == w, "Reduce edges %s %s n %d root %d [%d] = %llu want %llu", tn,    \
+                              opnames[o], n, root, i, (unsigned long long)(UT)rb[i],                      \
+                              (unsigned long long)(UT)w);                                                 \
+                    }                                                                                     \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+
+DEF_EDGE_INT(int, unsigned, int)
+DEF_EDGE_INT(unsigned, unsigned, uint)
+DEF_EDGE_INT(long, unsigned long, long)
+DEF_EDGE_INT(unsigned long, unsigned long, ulong)
+DEF_EDGE_INT(short, unsigned short, short)
+DEF_EDGE_INT(unsigned short, unsigned short, ushort)
+DEF_EDGE_INT(signed char, unsigned char, schar)
+DEF_EDGE_INT(unsigned char, unsigned char, uchar)
+DEF_EDGE_INT(long long, unsigned long long, llong)
+DEF_EDGE_INT(unsigned long long, unsigned long long, ullong)
+DEF_EDGE_INT(int8_t, uint8_t, i8)
+DEF_EDGE_INT(int16_t, uint16_t, i16)
+DEF_EDGE_INT(int32_t, uint32_t, i32)
+DEF_EDGE_INT(int64_t, uint64_t, i64)
+DEF_EDGE_INT(uint8_t, uint8_t, u8)
+DEF_EDGE_INT(uint16_t, uint16_t, u16)
+DEF_EDGE_INT(uint32_t, uint32_t, u32)
+DEF_EDGE_INT(uint64_t, uint64_t, u64)
+
+/* Floating types: IEEE values where the result does not depend on the order of the reduction.
+ * Reduce_local (one pair, order fixed): SUM/PROD of every pair incl. infinities, NaN, signed
+ * zeros, the extremes and the smallest subnormal (checked to the bit: sign of zero, NaN);
+ * MAX/MIN of every pair without NaN (MPI leaves NaN there undefined). Across ranks: MAX/MIN of
+ * the same table, SUM of -0.0 everywhere (-0.0), of one NaN (NaN), of +inf and -inf (NaN), of
+ * +inf and finite values (+inf), of subnormals (exact). */
+#define DEF_EDGE_FLOAT(T, SUF, TMAX, TMIN, TDEN)                                                          \
+    static int same_##SUF(T x, T y)                                                                       \
+    {                                                                                                     \
+        if (x != x || y != y)                                                                             \
+            return x != x && y != y;                                                                      \
+        return x == y && signbit(x) == signbit(y);                                                        \
+    }                                                                                                     \
+    static void edge_##SUF(MPI_Datatype dt, const char *tn)                                              \
+    {                                                                                                     \
+        const T ev[] = {(T)0.0, -(T)0.0, (T)1.0, (T)-1.0, TMAX, -TMAX, TMIN, TDEN, -TDEN,                 \
+                        (T)INFINITY, -(T)INFINITY, (T)NAN};                                               \
+        enum { K = sizeof ev / sizeof ev[0] };                                                            \
+        T in[K * K], io[K * K], want[K * K], sb[12], rb[12];                                              \
+        int o, a, b, i, r, any;                                                                           \
+        for (o = O_SUM; o <= O_MIN; o++) {                                                                \
+            for (a = 0; a < K; a++)                                                                       \
+                for (b = 0; b < K; b++) {                                                                 \
+                    T x = ev[a], y = ev[b];                                                               \
+                    in[a * K + b] = x;                                                                    \
+                    io[a * K + b] = y;                                                                    \
+                    want[a * K + b] = o == O_SUM ? x + y : o == O_PROD ? x * y : o == O_MAX ? (x > y ? x : y) \
+                                                                                   : (x < y ? x : y);     \
+                }                                                                                         \
+            CHECK_MPI(MPI_Reduce_local(in, io, K * K, dt, opv(o)));                                       \
+            for (i = 0; i < K * K; i++) {                                                                 \
+                int nan_in = in[i] != in[i] || ev[i % K] != ev[i % K];                                    \
+                if (o >= O_MAX && nan_in)                                                                 \
+                    continue;                                                                             \
+                if (o >= O_MAX ? io[i] != want[i] : !same_##SUF(io[i], want[i]))                          \
+                    CHECK(0, "Reduce_local %s %s (%Lg op %Lg) = %Lg want %Lg", tn, opnames[o],            \
+                          (long double)in[i], (long double)ev[i % K], (long double)io[i],                 \
+                          (long double)want[i]);                                                          \
+            }                                                                                             \
+            if (o < O_MAX)                                                                                \
+                continue;                                                                                 \
+            /* MAX/MIN across ranks of the table without NaN: rank r holds ev[(i + r) % (K - 1)] */       \
+            for (i = 0; i < K - 1; i++)                                                                   \
+                sb[i] = ev[(i + rank) % (K - 1)];                                                         \
+            COLL(Allreduce, allreduce, sb, rb, K - 1, dt, opv(o), MPI_COMM_WORLD);                        \
+            for (i = 0; i < K - 1; i++) {                                                                 \
+                T w = ev[i % (K - 1)];                                                                    \
+                for (r = 1; r < size; r++) {                                                              \
+                    T v = ev[(i + r) % (K - 1)];                                                          \
+                    w = o == O_MAX ? (v > w ? v : w) : (v < w ? v : w);                                   \
+                }                                                                                         \
+                CHECK(rb[i] == w, "Allreduce edges %s %s [%d] = %Lg want %Lg", tn, opnames[o], i,         \
+                      (long double)rb[i], (long double)w);                                                \
+            }                                                                                             \
+        }                                                                                                 \
+        /* SUM across ranks, order-independent cases */                                                   \
+        sb[0] = -(T)0.0;                                                                                  \
+        sb[1] = rank == size - 1 ? (T)NAN : (T)1.0;                                                       \
+        sb[2] = rank == 0 ? (T)INFINITY : rank == 1 ? -(T)INFINITY : (T)2.0;                              \
+        sb[3] = rank == size - 1 ? (T)INFINITY : TMAX;                                                    \
+        sb[4] = TDEN;                                                                                     \
+        sb[5] = rank % 2 ? -TDEN : TDEN;                                                                  \
+        COLL(Allreduce, allreduce, sb, rb, 6, dt, MPI_SUM, MPI_COMM_WORLD);                              \
+        any = 0;                                                                                          \
+        any |= !same_##SUF(rb[0], -(T)0.0) << 0;                                                          \
+        any |= !(rb[1] != rb[1]) << 1;                                                                    \
+        any |= !(size > 1 ? rb[2] != rb[2] : rb[2] == (T)INFINITY) << 2;                                  \
+        any |= !(rb[3] == (T)INFINITY) << 3;                                                              \
+        any |= !(rb[4] == TDEN * (T)size) << 4;                                                           \
+        any |= !(rb[5] == TDEN * (T)(size % 2)) << 5;                                                     \
+        CHECK(any == 0, "Allreduce SUM edges %s: failed elements mask 0x%x: %Lg %Lg %Lg %Lg %Lg %Lg", tn, any, \
+              (long double)rb[0], (long double)rb[1], (long double)rb[2], (long double)rb[3],             \
+              (long double)rb[4], (long double)rb[5]);                                                    \
+    }
+
+DEF_EDGE_FLOAT(float, float, FLT_MAX, FLT_MIN, 0x1p-149f)
+DEF_EDGE_FLOAT(double, double, DBL_MAX, DBL_MIN, 0x1p-1074)
+DEF_EDGE_FLOAT(long double, ldouble, LDBL_MAX, LDBL_MIN, 0x1p-16445L) /* x86-64 80-bit */
+
 static void test_bool(void)
 {
     bool sb[8], rb[8], exp[8];
@@ -230,6 +420,53 @@ static void test_loc(void)
                   rd[i].i, dv, di);
         }
     }
+}
+
+
+/* MINLOC/MAXLOC on every pair type with extreme and negative values; several ranks tie on each
+ * value and the index decreases with the rank, so a tie must pick the highest rank's index. */
+#define DEF_LOC_EDGE(VT, SUF, VMIN, VMAX)                                                                 \
+    static void loc_edge_##SUF(MPI_Datatype dt, const char *tn)                                          \
+    {                                                                                                     \
+        struct { VT v; int i; } sb[4], rb[4];                                                             \
+        const VT vals[4] = {VMIN, VMAX, (VT)-1, (VT)0};                                                   \
+        int k, r, o;                                                                                      \
+        for (o = 0; o < 2; o++) {                                                                         \
+            for (k = 0; k < 4; k++) {                                                                     \
+                sb[k].v = vals[(k + rank) % 4 < 2 ? (k + rank) % 4 : 2 + rank % 2];                       \
+                sb[k].i = (size - rank) * 3 - k;                                                          \
+            }                                                                                             \
+            COLL(Allreduce, allreduce, sb, rb, 4, dt, o ? MPI_MAXLOC : MPI_MINLOC, MPI_COMM_WORLD);       \
+            for (k = 0; k < 4; k++) {                                                                     \
+                VT bv = 0;                                                                                \
+                int bi = -1;                                                                              \
+                for (r = 0; r < size; r++) {                                                              \
+                    VT v = vals[(k + r) % 4 < 2 ? (k + r) % 4 : 2 + r % 2];                               \
+                    int idx = (size - r) * 3 - k;                                                         \
+                    if (bi < 0 || (o ? v > bv : v < bv) || (v == bv && idx < bi)) {                       \
+                        bv = v;                                                                           \
+                        bi = idx;                                                                         \
+                    }                                                                                     \
+                }                                                                                         \
+                CHECK(rb[k].v == bv && rb[k].i == bi, "%s %s [%d] = (%Lg, %d) want (%Lg, %d)",            \
+                      o ? "MAXLOC" : "MINLOC", tn, k, (long double)rb[k].v, rb[k].i, (long double)bv, bi); \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+DEF_LOC_EDGE(short, short, SHRT_MIN, SHRT_MAX)
+DEF_LOC_EDGE(int, int, INT_MIN, INT_MAX)
+DEF_LOC_EDGE(long, long, LONG_MIN, LONG_MAX)
+DEF_LOC_EDGE(float, float, -FLT_MAX, FLT_MAX)
+DEF_LOC_EDGE(double, double, -(double)INFINITY, DBL_MAX)
+DEF_LOC_EDGE(long double, ldouble, -LDBL_MAX, (long double)INFINITY)
+static void test_loc_edges(void)
+{
+    loc_edge_short(MPI_SHORT_INT, "MPI_SHORT_INT");
+    loc_edge_int(MPI_2INT, "MPI_2INT");
+    loc_edge_long(MPI_LONG_INT, "MPI_LONG_INT");
+    loc_edge_float(MPI_FLOAT_INT, "MPI_FLOAT_INT");
+    loc_edge_double(MPI_DOUBLE_INT, "MPI_DOUBLE_INT");
+    loc_edge_ldouble(MPI_LONG_DOUBLE_INT, "MPI_LONG_DOUBLE_INT");
 }
 
 /* ---- user ops ---- */
@@ -560,6 +797,28 @@ int main(int argc, char **argv)
     test_ldouble(MPI_LONG_DOUBLE, "MPI_LONG_DOUBLE", O_MIN + 1, 0);
     test_bool();
     test_loc();
+    edge_int(MPI_INT, "MPI_INT");
+    edge_uint(MPI_UNSIGNED, "MPI_UNSIGNED");
+    edge_long(MPI_LONG, "MPI_LONG");
+    edge_ulong(MPI_UNSIGNED_LONG, "MPI_UNSIGNED_LONG");
+    edge_short(MPI_SHORT, "MPI_SHORT");
+    edge_ushort(MPI_UNSIGNED_SHORT, "MPI_UNSIGNED_SHORT");
+    edge_schar(MPI_SIGNED_CHAR, "MPI_SIGNED_CHAR");
+    edge_uchar(MPI_UNSIGNED_CHAR, "MPI_UNSIGNED_CHAR");
+    edge_llong(MPI_LONG_LONG, "MPI_LONG_LONG");
+    edge_ullong(MPI_UNSIGNED_LONG_LONG, "MPI_UNSIGNED_LONG_LONG");
+    edge_i8(MPI_INT8_T, "MPI_INT8_T");
+    edge_i16(MPI_INT16_T, "MPI_INT16_T");
+    edge_i32(MPI_INT32_T, "MPI_INT32_T");
+    edge_i64(MPI_INT64_T, "MPI_INT64_T");
+    edge_u8(MPI_UINT8_T, "MPI_UINT8_T");
+    edge_u16(MPI_UINT16_T, "MPI_UINT16_T");
+    edge_u32(MPI_UINT32_T, "MPI_UINT32_T");
+    edge_u64(MPI_UINT64_T, "MPI_UINT64_T");
+    edge_float(MPI_FLOAT, "MPI_FLOAT");
+    edge_double(MPI_DOUBLE, "MPI_DOUBLE");
+    edge_ldouble(MPI_LONG_DOUBLE, "MPI_LONG_DOUBLE");
+    test_loc_edges();
     test_user_ops();
     test_scatter_scan();
     test_large();

@@ -127,19 +127,25 @@ int main(int argc, char **argv)
         rc = MPI_Recv(r, 2, MPI_INT, rank, 50, MPI_COMM_WORLD, &st);
         MPI_Error_class(rc, &cls);
         CHECK(cls == MPI_ERR_TRUNCATE, "Recv truncation returned class %d", cls);
-        CHECK(r[2] == -1, "truncated receive wrote past the buffer");
+        CHECK(r[0] == 1 && r[1] == 2 && r[2] == -1, "truncated receive data %d %d %d", r[0], r[1], r[2]);
+        CHECK_MPI(MPI_Get_count(&st, MPI_INT, &i));
+        CHECK(i == 2, "Get_count after a truncated Recv = %d, want the 2 ints that fit", i);
         CHECK_MPI(MPI_Wait(&rq, MPI_STATUS_IGNORE));
 
         CHECK_MPI(MPI_Irecv(r, 2, MPI_INT, rank, 51, MPI_COMM_WORLD, &rq));
         CHECK_MPI(MPI_Send(s, 5, MPI_INT, rank, 51, MPI_COMM_WORLD));
         CHECK_CLASS(MPI_Wait(&rq, &st), MPI_ERR_TRUNCATE);
         CHECK(r[2] == -1, "truncated Irecv wrote past the buffer");
+        CHECK_MPI(MPI_Get_count(&st, MPI_INT, &i));
+        CHECK(i == 2, "Get_count after a truncated Irecv = %d, want 2", i);
 
         CHECK_MPI(MPI_Irecv(r, 2, MPI_INT, rank, 52, MPI_COMM_WORLD, &rq));
         CHECK_MPI(MPI_Send(s, 5, MPI_INT, rank, 52, MPI_COMM_WORLD));
         CHECK_CLASS(MPI_Waitall(1, &rq, sts), MPI_ERR_IN_STATUS);
         MPI_Error_class(sts[0].MPI_ERROR, &cls);
         CHECK(cls == MPI_ERR_TRUNCATE, "Waitall status MPI_ERROR class %d", cls);
+        CHECK_MPI(MPI_Get_count(&sts[0], MPI_INT, &i));
+        CHECK(i == 2, "Get_count after a truncated Waitall = %d, want 2", i);
         /* truncation between ranks */
         if (size > 1) {
             int peer = rank ^ 1;
@@ -150,6 +156,31 @@ int main(int argc, char **argv)
                     CHECK_CLASS(MPI_Recv(r, 3, MPI_INT, peer, 53, MPI_COMM_WORLD, &st), MPI_ERR_TRUNCATE);
                     CHECK(r[0] == 1 && r[1] == 2 && r[2] == 3 && r[3] == -1, "remote truncation data %d %d %d %d",
                           r[0], r[1], r[2], r[3]);
+                    CHECK_MPI(MPI_Get_count(&st, MPI_INT, &i));
+                    CHECK(i == 3 && st.MPI_SOURCE == peer && st.MPI_TAG == 53,
+                          "remote truncation: count %d source %d tag %d", i, st.MPI_SOURCE, st.MPI_TAG);
+                }
+                /* eager (12 KB) and rendezvous (280 KB) messages truncated by 777 ints */
+                for (int k = 0; k < 2; k++) {
+                    int n = k ? 70000 : 3000, cap = n - 777, j;
+                    int *big = malloc(sizeof(int) * (size_t)(n + 1));
+                    CHECK(big, "malloc");
+                    if (rank % 2 == 0) {
+                        for (j = 0; j < n; j++)
+                            big[j] = j * 3 + 1;
+                        CHECK_MPI(MPI_Send(big, n, MPI_INT, peer, 54, MPI_COMM_WORLD));
+                    } else {
+                        for (j = 0; j <= n; j++)
+                            big[j] = -1;
+                        CHECK_CLASS(MPI_Recv(big, cap, MPI_INT, peer, 54, MPI_COMM_WORLD, &st), MPI_ERR_TRUNCATE);
+                        CHECK_MPI(MPI_Get_count(&st, MPI_INT, &i));
+                        CHECK(i == cap, "truncated %d-int message: Get_count %d, want %d", n, i, cap);
+                        for (j = 0; j < cap; j++)
+                            if (big[j] != j * 3 + 1)
+                                CHECK(0, "truncated %d-int message: [%d] = %d", n, j, big[j]);
+                        CHECK(big[cap] == -1, "truncated %d-int message written past the buffer", n);
+                    }
+                    free(big);
                 }
             }
         }

@@ -22,7 +22,9 @@
 #   MPI4PY_XFILE       exclusion list (default: tests/clients/mpi4py-exclude.txt)
 #   MPI4PY_ARGS        extra arguments for test/main.py (e.g. "-x testProbeCancel" or "-f")
 #
-# Exits non-zero if the build or any run fails. Last line: "mpi4py: N passed, N failed".
+# Exits non-zero if the build or any run fails, or a run ran no test. Exclusions and the suite's own
+# skips are appended, with their reasons, to the file named by GPUMPI_TEST_SKIPS when it is set
+# (scripts/test.sh lists them in its summary). Last line: "mpi4py: N passed, N failed".
 set -u -o pipefail
 
 if [ $# -lt 1 ]; then
@@ -42,6 +44,7 @@ TIMEOUT=${MPI4PY_TIMEOUT:-600}
 XFILE_SRC=${MPI4PY_XFILE:-$HERE/mpi4py-exclude.txt}
 
 log() { echo "mpi4py: $*"; }
+skip_record() { [ -z "${GPUMPI_TEST_SKIPS:-}" ] || echo "SKIP mpi4py $1" >>"$GPUMPI_TEST_SKIPS"; }
 die() { echo "mpi4py: ERROR: $*" >&2; exit 1; }
 
 for f in bin/mpicc bin/mpirun include/mpi.h; do
@@ -122,6 +125,7 @@ if [ -e "$XFILE_SRC" ]; then
         reason=""
         case "$line" in *'#'*) reason=${line#*#} ;; esac
         log "excluded: $pat --${reason}"
+        skip_record "$pat: excluded (tests/clients/mpi4py-exclude.txt):${reason:- no reason given}"
     done <"$XFILE_SRC"
 fi
 XARGS=()
@@ -144,9 +148,14 @@ for n in $NPS; do
         ran=$(grep -oE 'Ran [0-9]+ tests?' "$out" | head -n 1 | awk '{print $2}')
         res=$(grep -oE '^(OK|FAILED)( \([^)]*\))?' "$out" | head -n 1)
         nskip=$(grep -c -E '\.\.\. skipped' "$out" || true)
-        if [ "$rc" -eq 0 ]; then
+        if [ "$rc" -eq 0 ] && [ "${ran:-0}" -gt 0 ]; then
             passed=$((passed + 1))
             echo "PASS $t -n $n: ran ${ran:-?} per rank, $res"
+        elif [ "$rc" -eq 0 ]; then
+            failed=$((failed + 1))
+            failures+=("$t -n $n")
+            echo "FAIL $t -n $n: exit 0 but ran ${ran:-no} tests (module missing, or everything excluded?)"
+            tail -n 25 "$out" | sed 's/^/    | /'
         else
             failed=$((failed + 1))
             failures+=("$t -n $n")
@@ -170,6 +179,11 @@ done
 cat "$LOGDIR"/*.skipped.txt 2>/dev/null | sort -u >"$LOGDIR/skipped.txt"
 if [ -s "$LOGDIR/skipped.txt" ]; then
     log "tests skipped by the suite itself ($(wc -l <"$LOGDIR/skipped.txt"), reasons in $LOGDIR/skipped.txt)"
+    while IFS= read -r line; do skip_record "$line"; done <"$LOGDIR/skipped.txt"
+fi
+if [ $((passed + failed)) -eq 0 ]; then
+    failed=1
+    log "no test module ran (MPI4PY_TESTS='$TESTS', MPI4PY_NP='$NPS')"
 fi
 if [ "${#failures[@]}" -gt 0 ]; then
     log "failed: ${failures[*]}"

@@ -19,7 +19,9 @@
 #   RSMPI_UPSTREAM     "1": also build and run rsmpi's own examples (default 0)
 #   RSMPI_VERBOSE      "1": print every program's output
 #
-# Exits non-zero if the build or any run fails. Last line: "rsmpi: N passed, N failed".
+# Exits non-zero if the build or any run fails, or nothing ran. Skipped runs are appended, with
+# their reasons, to the file named by GPUMPI_TEST_SKIPS when it is set (scripts/test.sh lists
+# them). Last line: "rsmpi: N passed, N failed, N skipped".
 set -u -o pipefail
 
 if [ $# -lt 1 ]; then
@@ -223,12 +225,19 @@ for p in $UPSTREAM_EXAMPLES; do
     for n in $NPS; do
         case "$p:$n" in
             all_gather_bool:1 | immediate_multiple_requests:1)
-                skipped=$((skipped + 1)); echo "SKIP upstream/$p -n $n (needs 2+ ranks)"; continue ;;
+                skipped=$((skipped + 1)); echo "SKIP upstream/$p -n $n (needs 2+ ranks)"
+                [ -z "${GPUMPI_TEST_SKIPS:-}" ] ||
+                    echo "SKIP rsmpi upstream/$p -n $n: the example needs 2 or more ranks" >>"$GPUMPI_TEST_SKIPS"
+                continue ;;
         esac
         run_one "upstream/$p" "$TARGET/release/examples/$p" "$n" 0
     done
 done
 
+if [ $((passed + failed)) -eq 0 ]; then
+    failed=1
+    log "no program ran (RSMPI_PROGRAMS='$PROGRAMS', RSMPI_NP='$NPS')"
+fi
 if [ "${#failures[@]}" -gt 0 ]; then
     log "failed: ${failures[*]}"
 fi

@@ -1,5 +1,6 @@
 /* The few CUDA runtime calls the GPU tests use, loaded with dlopen so the tests build without
- * CUDA headers and print SKIP (and pass) where there is no CUDA runtime or device. */
+ * CUDA headers and print "SKIP: no CUDA device (<reason>)" where there is no CUDA runtime or device
+ * (tests/gpu/run.sh counts that run as a skip, a failure on a machine with a GPU). */
 #ifndef GPUMPI_TEST_CUDART_H
 #define GPUMPI_TEST_CUDART_H
 #include <dlfcn.h>

@@ -11,9 +11,13 @@
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
-# prints why and passes when device memory is short). err_matrix (tests/c) runs every misuse with
-# device buffers at 1 and 2 ranks. Without a CUDA runtime or device each run
-# prints "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
+# prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
+# each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
+# device buffers at 1 and 2 ranks. --bench also runs gpu_bench.
+# Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
+# last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
+# lists one, or GPUMPI_REQUIRE_GPU=1; GPUMPI_REQUIRE_GPU=0 says no) a skip fails the script
+# unless GPUMPI_ALLOW_GPU_SKIP names it (comma-separated parts of run labels, or `all`).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 prefix=${1:?usage: run.sh PREFIX [--bench] [--max-count N]}
@@ -38,11 +42,41 @@ done
 "$prefix/bin/mpicc" -O2 -DERR_MATRIX_DEVICE -I"$here" -I"$here/../c" -o "$out/err_matrix" \
     "$here/../c/err_matrix.c" -ldl
 mpirun="$prefix/bin/mpirun"
-fail=0
+case "${GPUMPI_REQUIRE_GPU:-}" in
+    1) gpu_required=yes ;;
+    0) gpu_required=no ;;
+    *) if nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then gpu_required=yes; else gpu_required=no; fi ;;
+esac
+fail=0 npass=0 nfail=0 nskip=0
+skip_allowed() { # label
+    local p
+    IFS=, read -ra allowed <<<"${GPUMPI_ALLOW_GPU_SKIP:-}"
+    for p in "${allowed[@]}"; do
+        [ "$p" = all ] && return 0
+        [ -n "$p" ] && [[ "$1" == *"$p"* ]] && return 0
+    done
+    return 1
+}
+verdict() { # label pass|skip|fail [why]: counts one run
+    case $2 in
+        pass) npass=$((npass + 1)) ;;
+        skip)
+            if [ "$gpu_required" = yes ] && ! skip_allowed "$1"; then
+                echo "FAILED: $1: skipped on a machine with a GPU (GPUMPI_ALLOW_GPU_SKIP allows it): $3"
+                nfail=$((nfail + 1)); fail=1
+            else
+                nskip=$((nskip + 1))
+            fi ;;
+        *) echo "FAILED: $1${3:+: $3}"; nfail=$((nfail + 1)); fail=1 ;;
+    esac
+}
 run() { # label env... -- args
-    local label=$1; shift
+    local label=$1 log="$out/run.log"; shift
     echo "== $label"
-    if ! env "$@"; then echo "FAILED: $label"; fail=1; fi
+    if ! env "$@" 2>&1 | tee "$log"; then verdict "$label" fail; return; fi
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"
+    elif grep -q "^PASS: " "$log"; then verdict "$label" pass
+    else verdict "$label" fail "exit 0 without a PASS or SKIP line"; fi
 }
 for n in 1 2 4; do
     run "gpu_test -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_test" "$max"
@@ -90,18 +124,24 @@ run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, p
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {
-    local log="$out/gpu_mem_fd.log" n
-    echo "== gpu_mem fd -n 4 (cuMemCreate memory mapped through POSIX descriptors, not staged)"
+    local label="gpu_mem fd -n 4" log="$out/gpu_mem_fd.log" n
+    echo "== $label (cuMemCreate memory mapped through POSIX descriptors, not staged)"
     if ! GPUMPI_DEBUG=2 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG "$out/gpu_mem" fd >"$log" 2>&1; then
-        tail -40 "$log"; echo "FAILED: gpu_mem fd"; fail=1; return
+        tail -40 "$log"; verdict "$label" fail; return
     fi
-    grep -E "^(PASS|FAIL|SKIP)|^vmm:|^fd:" "$log" || true
-    if grep -q "^SKIP\|POSIX fd handles refused" "$log"; then return; fi
-    n=$(grep -c "imported through a POSIX descriptor" "$log" || true)
+    grep -E "^(PASS|FAIL|SKIP)|^vmm:|^fd:" "$log"
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if grep -q "POSIX fd handles refused" "$log"; then
+        echo "SKIP: gpu_mem fd: the driver refused cuMemCreate with POSIX descriptor handles"
+        verdict "$label" skip "the driver refused POSIX descriptor handles"; return
+    fi
+    if ! grep -q "^PASS: gpu_mem" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    n=$(grep -c "imported through a POSIX descriptor" "$log") || n=0
     echo "VMM imports through descriptors: $n"
     if [ "$n" -lt 4 ]; then
-        echo "FAILED: gpu_mem fd: every rank should map its peers' cuMemCreate buffers through descriptors"
-        fail=1
+        verdict "$label" fail "every rank should map its peers' cuMemCreate buffers through descriptors"
+    else
+        verdict "$label" pass
     fi
 }
 fdrun
@@ -113,7 +153,9 @@ run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then
     for n in 2 4; do
-        run "gpu_bench -n $n" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench"
+        echo "== gpu_bench -n $n"
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench" || { echo "FAILED: gpu_bench -n $n"; fail=1; }
     done
 fi
+echo "gpu: $npass passed, $nfail failed, $nskip skipped"
 exit $fail
