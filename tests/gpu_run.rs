@@ -44,10 +44,11 @@ fn gpu_tests_pass_or_skip() {
     let verdicts = text.matches("SKIP: no CUDA device (").count()
         + text.matches("PASS: gpu_test").count()
         + text.matches("PASS: gpu_mt").count()
-        + text.matches("PASS: gpu_mem").count();
+        + text.matches("PASS: gpu_mem").count()
+        + text.matches("PASS: gpu_churn").count();
     assert_eq!(
-        runs, 20,
-        "expected 12 gpu_test, 3 gpu_mt and 5 gpu_mem runs:\n{text}"
+        runs, 22,
+        "expected 12 gpu_test, 3 gpu_mt, 5 gpu_mem and 2 gpu_churn runs:\n{text}"
     );
     assert_eq!(
         verdicts, runs,

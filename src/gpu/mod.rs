@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod coll;
+pub mod comm;
 pub mod fdshare;
 pub mod hostcoll;
 pub mod ipc;

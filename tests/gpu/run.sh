@@ -11,7 +11,9 @@
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
-# prints why and passes when device memory is short). Without a CUDA runtime or device each run
+# prints why and passes when device memory is short). gpu_churn creates and frees communicators
+# with device collectives (300 cycles, 20 alive at once; 120 and 18 with CUDA IPC off) and checks
+# that each sets up the resident path and gives its GPU state back. Without a CUDA runtime or device each run
 # prints "SKIP: no CUDA device (<reason>)" and the script passes. --bench also runs gpu_bench.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +32,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt gpu_mem; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 mpirun="$prefix/bin/mpirun"
@@ -101,6 +103,36 @@ fdrun() {
     fi
 }
 fdrun
+# Communicator churn with device buffers: every communicator (freed ones too, and 20 alive at
+# once) must set up the resident path, and release its GPU state when freed (the program checks
+# the counters and the device's free memory; the log shows the path of every communicator).
+churn() { # label cycles live env...
+    local label=$1 cycles=$2 live=$3 log="$out/gpu_churn.log" want got rel; shift 3
+    echo "== gpu_churn -n 4 $label"
+    if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
+        -x GPUMPI_CUDA_IPC -x GPUMPI_GPU_HOST_CHUNK -x GPUMPI_GPU_HOST_KERNEL \
+        "$out/gpu_churn" "$cycles" "$live" >"$log" 2>&1; then
+        tail -40 "$log"; echo "FAILED: gpu_churn $label"; fail=1; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)|^gpu_churn:" "$log" || true
+    if grep -q "^SKIP" "$log"; then return; fi
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt 4 ]; then
+        echo "(fewer than 4 GPUs: ranks share GPUs, the resident path is not taken; paths not counted)"
+        return
+    fi
+    want=$((4 * (cycles + live * ((cycles + 49) / 100))))
+    got=$(grep -c "resident collectives ready on a communicator" "$log" || true)
+    rel=$(grep -c "released by its communicator's free" "$log" || true)
+    echo "resident set-ups: $got of $want; releases at MPI_Comm_free: $rel"
+    if [ "$got" -lt "$want" ] || [ "$rel" -lt "$want" ]; then
+        echo "FAILED: gpu_churn $label: every communicator should set up the resident path and release it"
+        fail=1
+    fi
+}
+churn "(CUDA IPC)" 300 20 GPUMPI_CUDA_IPC=1 GPUMPI_GPU_HOST_CHUNK=1048576 \
+    GPUMPI_GPU_HOST_KERNEL=1048576
+churn "(P2P forced off: pinned host regions per communicator)" 120 18 GPUMPI_CUDA_IPC=0 \
+    GPUMPI_GPU_HOST_CHUNK=65536 GPUMPI_GPU_HOST_KERNEL=262144
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then
