@@ -112,6 +112,12 @@ const KMAXB: usize = 128;
 /// Offset of the slots in a kernel area (`HAR_DATA`; the counters sit before it).
 const KDATA: usize = 32768;
 
+/// The `#define`s of kernels/hostar.cuh with their Rust values (gpu::kabi's test).
+#[cfg(test)]
+pub(crate) fn constants() -> Vec<(&'static str, u64)> {
+    vec![("HAR_MAXB", KMAXB as u64), ("HAR_DATA", KDATA as u64)]
+}
+
 /// Offset of the kernel area in a region, after the stream pipeline's slots.
 fn kernel_off(n: usize, q: usize, depth: usize) -> usize {
     (IN_OFF + depth * (n + 1) * q).next_multiple_of(4096)

@@ -23,6 +23,7 @@ pub mod comm;
 pub mod fdshare;
 pub mod hostcoll;
 pub mod ipc;
+mod kabi;
 pub mod kernels;
 pub mod layout;
 pub mod p2p;

@@ -70,7 +70,17 @@ struct ResCmd {
     flagv: u64,
     desc: u64,
 }
-const _: () = assert!(std::mem::size_of::<ResCmd>() == 64);
+// The layout of kernels/resident.cuh (checked against the header by gpu::kabi's test).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<ResCmd>() == 64);
+    assert!(offset_of!(ResCmd, kind) == 8 && offset_of!(ResCmd, ok) == 20);
+    assert!(offset_of!(ResCmd, bytes) == 24 && offset_of!(ResCmd, desc) == 56);
+    assert!(size_of::<ResDesc>() == 88);
+    assert!(offset_of!(ResDesc, slot) == 8 && offset_of!(ResDesc, peers) == 16);
+    assert!(offset_of!(ResDesc, host) == 16 + 8 * MAXP);
+    assert!(size_of::<ResDone>() == 16 && offset_of!(ResDone, exited) == 8);
+};
 /// `ResCmd::kind` (the RES_* of kernels/resident.cuh).
 const RES_ALLREDUCE: u32 = 1;
 const RES_ALLTOALL: u32 = 2;
@@ -829,6 +839,62 @@ mod sole {
         }
         !st.shared
     }
+}
+
+/// The shared structs' layouts (gpu::kabi's test holds them against kernels/resident.cuh).
+#[cfg(test)]
+pub(crate) fn layouts() -> Vec<super::kabi::Layout> {
+    use std::mem::{offset_of, size_of};
+    vec![
+        (
+            "ResCmd",
+            size_of::<ResCmd>(),
+            vec![
+                ("seq", offset_of!(ResCmd, seq)),
+                ("kind", offset_of!(ResCmd, kind)),
+                ("op", offset_of!(ResCmd, op)),
+                ("type", offset_of!(ResCmd, ty)),
+                ("ok", offset_of!(ResCmd, ok)),
+                ("bytes", offset_of!(ResCmd, bytes)),
+                ("src", offset_of!(ResCmd, src)),
+                ("dst", offset_of!(ResCmd, dst)),
+                ("flagv", offset_of!(ResCmd, flagv)),
+                ("desc", offset_of!(ResCmd, desc)),
+            ],
+        ),
+        (
+            "ResDesc",
+            size_of::<ResDesc>(),
+            vec![
+                ("nranks", offset_of!(ResDesc, nranks)),
+                ("rank", offset_of!(ResDesc, rank)),
+                ("slot", offset_of!(ResDesc, slot)),
+                ("peers", offset_of!(ResDesc, peers)),
+                ("host", offset_of!(ResDesc, host)),
+            ],
+        ),
+        (
+            "ResDone",
+            size_of::<ResDone>(),
+            vec![
+                ("seq", offset_of!(ResDone, seq)),
+                ("exited", offset_of!(ResDone, exited)),
+            ],
+        ),
+    ]
+}
+
+/// The header's `#define`s with their Rust values.
+#[cfg(test)]
+pub(crate) fn constants() -> Vec<(&'static str, u64)> {
+    vec![
+        ("RES_ALLREDUCE", RES_ALLREDUCE as u64),
+        ("RES_ALLTOALL", RES_ALLTOALL as u64),
+        ("RES_ALLGATHER", RES_ALLGATHER as u64),
+        ("RES_COPY", RES_COPY as u64),
+        ("RES_DATA_OFF", DATA_OFF as u64),
+        ("RES_DESC_OFF", DESC_OFF as u64),
+    ]
 }
 
 #[cfg(test)]
