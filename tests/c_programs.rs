@@ -462,6 +462,7 @@ c_tests!(
     bigcount_c,
     mpi5_abi,
     coll_comms,
+    comm_churn,
     err_objects,
     coll_persist_reuse,
     coll_flag,

@@ -46,6 +46,9 @@ pub struct CommObj {
     /// Sequence number of collective operations: the tag of the next collective.
     pub coll_seq: AtomicU32,
     pub info: Mutex<Vec<(String, String)>>,
+    /// What the GPU paths set up for this communicator (empty until one runs on it); released
+    /// by `MPI_Comm_free`/`MPI_Comm_disconnect` (collective) or `MPI_Finalize`.
+    pub gpu: crate::gpu::comm::CommGpu,
 }
 
 /// Context ids: bit 31 set marks collective traffic of a communicator.
@@ -64,6 +67,7 @@ impl CommObj {
             topo: None,
             coll_seq: AtomicU32::new(0),
             info: Mutex::new(Vec::new()),
+            gpu: Default::default(),
         }
     }
     pub fn size(&self) -> usize {

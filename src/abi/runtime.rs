@@ -242,7 +242,11 @@ pub fn init(required: i32) -> MpiResult<i32> {
 /// MPI_Finalize: synchronize (so every message sent has been received), then tear down.
 pub fn finalize() -> MpiResult<()> {
     with(|_| Ok(()))?;
+    // Communicators' GPU state: every rank closes its mappings of peers' memory before the
+    // barrier and frees its own after it (gpu::comm).
+    crate::gpu::comm::finalize_begin();
     super::imp::coll::barrier_world()?;
+    crate::gpu::comm::finalize_end();
     WORLD_FLAG.live.store(false, Ordering::Release);
     let rt = lock().take();
     if let Some(rt) = rt {

@@ -687,14 +687,13 @@ pub trait Host {
     fn barrier(&self) -> MpiResult<()>;
     /// Logical AND over the communicator.
     fn all(&self, ok: bool) -> MpiResult<bool>;
-    /// Identity of the communicator and its device set, for the "every rank mapped every peer"
-    /// check done once per (communicator, devices).
-    fn comm_id(&self) -> u64;
     /// The world rank (process) of communicator rank `p`: the registration cache is keyed by
     /// process, since buffer ids are only unique within one process.
     fn world_rank(&self, p: usize) -> usize;
     /// The context id of the communicator and the world ranks of its members.
     fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
+    /// The communicator's GPU state (owned by the communicator object).
+    fn gpu(&self) -> &super::comm::CommGpu;
 }
 
 /// One rank's buffers: device address and byte length (None: not used by this rank).
@@ -815,9 +814,6 @@ pub(crate) fn device_uuid(ordinal: i32) -> Option<[u8; 16]> {
     Some(x)
 }
 
-/// Device sets (by communicator) on which every rank mapped every peer once.
-static VERIFIED: Mutex<Vec<(u64, Vec<[u8; 16]>)>> = Mutex::new(Vec::new());
-
 /// Run `c` on the GPU if every rank can; `Ok(false)`: every rank stages instead.
 ///
 /// # Safety
@@ -876,13 +872,14 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
             };
         }
     }
-    let key = host.comm_id();
+    // Device sets on which every rank mapped every peer once, kept by the communicator.
     let uuids: Vec<[u8; 16]> = descs.iter().map(|d| d.uuid).collect();
-    let verified = VERIFIED
+    let state = host.gpu().state();
+    let verified = state
+        .verified
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|(k, u)| *k == key && *u == uuids);
+        .contains(&uuids);
     if !verified {
         let ok = host.all(map_err.is_none())?;
         if !ok {
@@ -894,11 +891,11 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
             );
             return super::hostcoll::run(c, host);
         }
-        let mut v = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
-        if v.len() > 256 {
+        let mut v = state.verified.lock().unwrap_or_else(|e| e.into_inner());
+        if v.len() >= 16 {
             v.clear();
         }
-        v.push((key, uuids));
+        v.push(uuids);
     } else if let Some(e) = map_err {
         // Peers go ahead on the GPU path: there is no consistent way back for this call.
         return Err(err(format!("mapping a peer's buffer failed: {e}")));

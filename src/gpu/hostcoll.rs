@@ -42,8 +42,9 @@
 //! the others'. Per rank and per communicator the region holds the resident scratch (1 MiB:
 //! 64 KiB slots in host mode) plus `depth x (n + 1) x chunk` bytes (`GPUMPI_GPU_HOST_DEPTH`,
 //! default 2: 11 MiB in all at 4 ranks) plus the kernel area (32 KiB of counters and
-//! `2 x (n + 1) x GPUMPI_GPU_HOST_KERNEL` bytes: 10 MiB at 4 ranks), for at most [`MAX_COMMS`]
-//! communicators per process; beyond that, calls are staged.
+//! `2 x (n + 1) x GPUMPI_GPU_HOST_KERNEL` bytes: 10 MiB at 4 ranks). The regions belong to the
+//! communicator ([`super::comm`]): set up at its first call here, unregistered and unmapped when
+//! it is freed.
 //!
 //! Host-memory bandwidth bounds this design: every byte a GPU contributes crosses PCIe and the
 //! host memory twice, 10 x the vector per call at 4 ranks through host memory (see
@@ -53,15 +54,12 @@ use super::coll::{chunk, Call, Host};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda::{self, Stream};
 use crate::transport::shm::Region;
-use std::sync::{Arc, Mutex};
 
 /// Bytes at the start of each region for the resident kernel's scratch.
 pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
 const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
 /// Counters of stages A, B, C at PIPE_OFF (one 64-byte line each, [`Stage::flag_off`]).
 const IN_OFF: usize = PIPE_OFF + 4096;
-/// Communicators (per process) with a host region.
-pub const MAX_COMMS: usize = 16;
 
 fn err(e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
@@ -114,6 +112,12 @@ const KMAXB: usize = 128;
 /// Offset of the slots in a kernel area (`HAR_DATA`; the counters sit before it).
 const KDATA: usize = 32768;
 
+/// The `#define`s of kernels/hostar.cuh with their Rust values (gpu::kabi's test).
+#[cfg(test)]
+pub(crate) fn constants() -> Vec<(&'static str, u64)> {
+    vec![("HAR_MAXB", KMAXB as u64), ("HAR_DATA", KDATA as u64)]
+}
+
 /// Offset of the kernel area in a region, after the stream pipeline's slots.
 fn kernel_off(n: usize, q: usize, depth: usize) -> usize {
     (IN_OFF + depth * (n + 1) * q).next_multiple_of(4096)
@@ -139,9 +143,9 @@ pub struct HostComm {
     q: usize,
     /// Slots per stage buffer.
     depth: usize,
-    /// Every rank's region (mine at `me`), kept mapped for the life of the process.
+    /// Every rank's region (mine at `me`), mapped for the life of this state.
     regions: Vec<Region>,
-    /// Device address of every rank's region (registered here).
+    /// Device address of every rank's region (registered here; all of them).
     pub dev: Vec<u64>,
     /// Pipeline rounds run on this communicator so far (the same on every rank).
     rounds: u64,
@@ -168,58 +172,67 @@ impl HostComm {
     }
 }
 
-/// Set-up communicators; each has its own lock, held during its calls only (collectives of
-/// different communicators from different threads must not wait for each other's lock).
-#[allow(clippy::type_complexity)]
-static COMMS: Mutex<Vec<((u32, Arc<[usize]>, i32), Arc<Mutex<HostComm>>)>> = Mutex::new(Vec::new());
+impl Drop for HostComm {
+    /// Wait for the communicator's streams, destroy them, unregister every region (unmapped
+    /// when `regions` drops). Peers are unaffected: their mappings keep the shared pages alive,
+    /// and nothing they run writes into this process's view of them.
+    fn drop(&mut self) {
+        let Some(d) = super::gpu().and_then(|g| g.device(self.ordinal).ok()) else {
+            return;
+        };
+        let streams = self.streams.take();
+        let regions = &self.regions;
+        let _ = cuda::with_context(d.ctx, || {
+            for s in streams.into_iter().flatten() {
+                let _ = cuda::stream_synchronize(s);
+                cuda::stream_destroy(s);
+            }
+            Ok(())
+        });
+        unregister(regions, self.ordinal);
+        let bytes: usize = regions.iter().map(Region::len).sum();
+        super::comm::add_pinned(-(bytes as i64));
+    }
+}
 
-/// Run `f` on the host state of (communicator, device), setting it up first (collective: every
-/// rank of the communicator calls this in the same call, with every rank's buffers on a GPU;
-/// `thread_multiple`, asked at set-up: whether this process runs at MPI_THREAD_MULTIPLE, which
-/// keeps the communicator off the kernel-driven allreduce on every rank). `Ok(None)`: some rank could not set up
-/// (every rank gets `None`).
+/// Run `f` on the communicator's host state for device `ordinal`, setting it up first
+/// (collective: every rank of the communicator calls this in the same call, with every rank's
+/// buffers on a GPU; `thread_multiple`, asked at set-up: whether this process runs at
+/// MPI_THREAD_MULTIPLE, which keeps the communicator off the kernel-driven allreduce on every
+/// rank). The state lives in the communicator ([`Host::gpu`]); its lock is held during the call
+/// (collectives of one communicator never overlap; other communicators' are not held up).
+/// `Ok(None)`: some rank could not set up (every rank gets `None`).
 pub fn with_comm<R>(
-    ctx_id: u32,
-    world: &Arc<[usize]>,
     me: usize,
     ordinal: i32,
     thread_multiple: fn() -> bool,
     host: &dyn Host,
     f: impl FnOnce(&mut HostComm) -> R,
 ) -> MpiResult<Option<R>> {
-    let found = COMMS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .find(|(k, _)| k.0 == ctx_id && *k.1 == **world && k.2 == ordinal)
-        .map(|(_, hc)| hc.clone());
-    let hc = match found {
-        Some(hc) => hc,
-        None => {
-            let Some(hc) = setup(ctx_id, world, me, ordinal, thread_multiple, host)? else {
-                return Ok(None);
-            };
-            let hc = Arc::new(Mutex::new(hc));
-            COMMS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(((ctx_id, world.clone(), ordinal), hc.clone()));
-            hc
+    let state = host.gpu().state();
+    {
+        let mut v = state.host.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hc) = v.iter_mut().find(|h| h.ordinal == ordinal) {
+            return Ok(Some(f(hc)));
         }
+    }
+    let Some(hc) = setup(me, ordinal, thread_multiple, host)? else {
+        return Ok(None);
     };
-    let mut g = hc.lock().unwrap_or_else(|e| e.into_inner());
-    Ok(Some(f(&mut g)))
+    let mut v = state.host.lock().unwrap_or_else(|e| e.into_inner());
+    v.push(hc);
+    super::comm::log("host regions set up");
+    Ok(Some(f(v.last_mut().expect("pushed"))))
 }
 
 /// Create my region, map and register every rank's (collective; see the module docs).
 fn setup(
-    ctx_id: u32,
-    world: &Arc<[usize]>,
     me: usize,
     ordinal: i32,
     thread_multiple: fn() -> bool,
     host: &dyn Host,
 ) -> MpiResult<Option<HostComm>> {
+    let (ctx_id, world) = host.identity();
     let n = world.len();
     let (q, depth) = chunk_and_depth();
     let (kq, kblocks, kmax) = kernel_params();
@@ -240,12 +253,8 @@ fn setup(
     let len = region_len(n, q, depth, kq);
     let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
     let job = crate::transport::shm::job_id();
-    let full = COMMS.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_COMMS;
     let own = match job {
-        Some(j) if !full => Region::create(j, &tag(me), len).map_err(|e| e.to_string()),
-        Some(_) => Err(format!(
-            "host regions already set up for {MAX_COMMS} communicators"
-        )),
+        Some(j) => Region::create(j, &tag(me), len).map_err(|e| e.to_string()),
         None => Err("no shared-memory transport in this process".into()),
     };
     if let Err(e) = &own {
@@ -290,6 +299,8 @@ fn setup(
     if !ok {
         if fail.is_none() {
             unregister(&regions, ordinal);
+            let bytes: usize = regions.iter().map(Region::len).sum();
+            super::comm::add_pinned(-(bytes as i64));
         }
         tracing::info!(
             "GPU collectives over host memory: set-up failed ({}); staged",
@@ -325,14 +336,18 @@ fn register(regions: &[Region], ordinal: i32) -> Result<Vec<u64>, String> {
     let mut dev = Vec::with_capacity(regions.len());
     let r = cuda::with_context(d.ctx, || {
         for r in regions {
-            // SAFETY: each region stays mapped for the life of its HostComm (the process).
+            // SAFETY: each region stays mapped for the life of its HostComm, whose drop
+            // unregisters it first.
             dev.push(unsafe { cuda::host_register(r.as_ptr(), r.len())? });
+            super::comm::add_pinned(r.len() as i64);
         }
         Ok(())
     });
     if let Err(e) = r {
         let done = dev.len();
         unregister(&regions[..done], ordinal);
+        let bytes: usize = regions[..done].iter().map(Region::len).sum();
+        super::comm::add_pinned(-(bytes as i64));
         return Err(e.to_string());
     }
     Ok(dev)
@@ -378,16 +393,9 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
         return Ok(false);
     }
     let ordinal = c.device.expect("agreed above");
-    let (ctx_id, world) = host.identity();
-    let r = with_comm(
-        ctx_id,
-        &world,
-        c.shape.rank,
-        ordinal,
-        c.thread_multiple,
-        host,
-        |hc| execute(hc, c),
-    )?;
+    let r = with_comm(c.shape.rank, ordinal, c.thread_multiple, host, |hc| {
+        execute(hc, c)
+    })?;
     match r {
         None => Ok(false),
         Some(r) => r.map(|_| true).map_err(err),

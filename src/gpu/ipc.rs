@@ -331,6 +331,21 @@ impl ImportCache {
         Ok(mapped)
     }
 
+    /// Close the mapping of `peer`'s buffer `buffer_id` (pinned or not); whether there was one.
+    pub fn release(&mut self, peer: usize, buffer_id: u64, o: &mut dyn Opener) -> bool {
+        let Some(i) = self
+            .entries
+            .iter()
+            .position(|x| x.peer == peer && x.buffer_id == buffer_id)
+        else {
+            return false;
+        };
+        let x = self.entries.swap_remove(i);
+        o.close(x.mapped, x.kind, x.size);
+        self.closes += 1;
+        true
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -392,9 +407,31 @@ pub fn import(peer: usize, e: &Export, ordinal: i32) -> Result<usize, String> {
     import_as(peer, e, ordinal, false)
 }
 
-/// [`import`] of a mapping kept for the life of the process (a resident kernel's scratch).
+/// [`import`] of a mapping never evicted (a communicator's resident scratch), kept until
+/// [`release_pinned`].
 pub fn import_pinned(peer: usize, e: &Export, ordinal: i32) -> Result<usize, String> {
     import_as(peer, e, ordinal, true)
+}
+
+/// Close the mapping of `peer`'s buffer `buffer_id` in device `ordinal`'s context (the caller
+/// guarantees no operation uses it); whether there was one.
+pub fn release_pinned(peer: usize, buffer_id: u64, ordinal: i32) -> bool {
+    let Some(d) = super::gpu().and_then(|g| g.device(ordinal).ok()) else {
+        return false;
+    };
+    let mut all = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(Some(cache)) = all.get_mut(ordinal.max(0) as usize) else {
+        return false;
+    };
+    let mut o = Driver { ordinal: d.ordinal };
+    cuda::with_context(d.ctx, || Ok(cache.release(peer, buffer_id, &mut o))).unwrap_or(false)
+}
+
+/// Forget how our allocation `buffer_id` is exported (it is being freed).
+pub fn forget_export(buffer_id: u64) {
+    if let Some(m) = EXPORTS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        m.remove(&buffer_id);
+    }
 }
 
 fn import_as(peer: usize, e: &Export, ordinal: i32, pinned: bool) -> Result<usize, String> {
@@ -524,6 +561,22 @@ mod tests {
         assert!(f.open.contains(&scratch), "the pinned mapping stays open");
         assert_eq!(c.len(), 3, "two unpinned (the bound) plus the pinned one");
         assert_eq!(c.map(3, &exp(1, 0x1000, 16), &mut f).unwrap(), scratch);
+    }
+
+    #[test]
+    fn pinned_mappings_are_closed_on_release() {
+        let mut c = ImportCache::new(2);
+        let mut f = Fake::default();
+        let a = c.map_as(1, &exp(7, 0x1000, 0x100), &mut f, true).unwrap();
+        c.map(1, &exp(8, 0x9000, 0x100), &mut f).unwrap();
+        assert!(c.release(1, 7, &mut f), "the pinned mapping is closed");
+        assert_eq!(f.closed, [a]);
+        assert!(!c.release(1, 7, &mut f), "only once");
+        assert!(
+            !c.release(2, 8, &mut f),
+            "another peer's buffer id is not ours"
+        );
+        assert_eq!(c.len(), 1);
     }
 
     #[test]

@@ -148,6 +148,27 @@ struct Srcs {
     p: [u64; MAXP],
 }
 
+// The layouts of kernels/coll.cuh and kernels/hostar.cuh (checked against the headers by
+// gpu::kabi's test).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Srcs>() == 8 * MAXP);
+    assert!(size_of::<Seg>() == 24 && offset_of!(Seg, src) == 8 && offset_of!(Seg, len) == 16);
+    assert!(size_of::<HostAr>() == 136 && offset_of!(HostAr, reg) == 56);
+    assert!(offset_of!(HostAr, n) == 56 + 8 * MAXP && offset_of!(HostAr, depth) == 64 + 8 * MAXP);
+};
+
+/// `Srcs`, `Dsts` and `Segs` as gpu::kabi's test holds them against kernels/coll.cuh.
+#[cfg(test)]
+pub(crate) fn layouts() -> Vec<super::kabi::Layout> {
+    use std::mem::size_of;
+    vec![
+        ("Srcs", size_of::<Srcs>(), vec![("p", 0)]),
+        ("Dsts", size_of::<Srcs>(), vec![("p", 0)]),
+        ("Segs", size_of::<[Seg; MAXP]>(), vec![("s", 0)]),
+    ]
+}
+
 /// One `struct Seg` of kernels/coll.cuh: copy `len` bytes from `src` to `dst`.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]

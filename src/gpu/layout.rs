@@ -73,6 +73,14 @@ pub struct PackDesc {
     pub pad: u32,
 }
 
+// The layout of kernels/pack.cuh (checked against the header by gpu::kabi's test).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Run>() == 24 && offset_of!(Run, poff) == 16);
+    assert!(size_of::<PackDesc>() == 120 && offset_of!(PackDesc, runs) == 96);
+    assert!(offset_of!(PackDesc, wshift) == 104 && offset_of!(PackDesc, pad) == 116);
+};
+
 /// Threads per block of the pack kernel.
 pub const BLOCK: u32 = 512;
 /// Most blocks of one pack launch (grid-stride beyond).

@@ -19,9 +19,11 @@
 
 pub mod cache;
 pub mod coll;
+pub mod comm;
 pub mod fdshare;
 pub mod hostcoll;
 pub mod ipc;
+mod kabi;
 pub mod kernels;
 pub mod layout;
 pub mod p2p;

@@ -17,6 +17,7 @@
 //! of the application waits at most that long for it); the next call relaunches it.
 
 use super::coll::{Desc, Host, DESC_BYTES};
+use super::comm::{CommGpu, State};
 use super::ipc::{self, Export};
 use super::kernels::{KOp, KType, MAXP};
 use crate::coll::CollKind;
@@ -53,9 +54,6 @@ fn slot_limit() -> usize {
         SLOT
     }
 }
-/// Communicators (per process) that get resident scratch: at most MAX_COMMS x SCRATCH (16 MiB)
-/// of device memory, plus the peers' mappings.
-const MAX_COMMS: usize = 64;
 
 /// `struct ResCmd` of kernels/resident.cuh: one 64-byte line.
 #[repr(C, align(64))]
@@ -72,7 +70,17 @@ struct ResCmd {
     flagv: u64,
     desc: u64,
 }
-const _: () = assert!(std::mem::size_of::<ResCmd>() == 64);
+// The layout of kernels/resident.cuh (checked against the header by gpu::kabi's test).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<ResCmd>() == 64);
+    assert!(offset_of!(ResCmd, kind) == 8 && offset_of!(ResCmd, ok) == 20);
+    assert!(offset_of!(ResCmd, bytes) == 24 && offset_of!(ResCmd, desc) == 56);
+    assert!(size_of::<ResDesc>() == 88);
+    assert!(offset_of!(ResDesc, slot) == 8 && offset_of!(ResDesc, peers) == 16);
+    assert!(offset_of!(ResDesc, host) == 16 + 8 * MAXP);
+    assert!(size_of::<ResDone>() == 16 && offset_of!(ResDone, exited) == 8);
+};
 /// `ResCmd::kind` (the RES_* of kernels/resident.cuh).
 const RES_ALLREDUCE: u32 = 1;
 const RES_ALLTOALL: u32 = 2;
@@ -256,21 +264,52 @@ impl Res {
     }
 }
 
-/// One communicator's scratch on this rank and its peers' scratch as mapped here.
-struct ResComm {
-    ctx_id: u32,
-    world: std::sync::Arc<[usize]>,
+/// One communicator's scratch on this rank and its peers' scratch as mapped here, kept in the
+/// communicator's state ([`super::comm`]).
+pub(crate) struct CommRes {
     ordinal: i32,
     /// Device address of my scratch (device memory, or my host region in host mode).
     scratch: usize,
-    /// The IPC export of a device scratch (None in host mode).
+    /// The IPC export of a device scratch this rank allocated (None in host mode, where the
+    /// scratch belongs to the communicator's host regions).
     export: Option<Export>,
     peers: [u64; MAXP],
+    /// The peers' scratch mapped here: (world rank, buffer id).
+    mapped: Vec<(usize, u64)>,
     flagv: u64,
     verified: bool,
 }
 
-static COMMS: Mutex<Vec<ResComm>> = Mutex::new(Vec::new());
+impl CommRes {
+    /// Close the mappings of the peers' scratch (local: the peers' allocations stay).
+    pub(crate) fn close_mappings(&mut self) {
+        for (peer, id) in self.mapped.drain(..) {
+            if ipc::release_pinned(peer, id, self.ordinal) {
+                super::comm::add_mappings(-1);
+            }
+        }
+        self.peers = [0; MAXP];
+        self.verified = false;
+    }
+
+    /// Free my device scratch (once no peer maps it).
+    pub(crate) fn free(self) {
+        let Some(e) = self.export else { return };
+        if let Some(d) = super::gpu().and_then(|g| g.device(self.ordinal).ok()) {
+            let _ = cuda::with_context(d.ctx, || {
+                // SAFETY: the scratch came from mem_alloc in comm_state; no command of this
+                // communicator runs (its collectives returned) and no peer maps it any more.
+                unsafe { cuda::mem_free(self.scratch) };
+                Ok(())
+            });
+            ipc::forget_export(e.buffer_id);
+            super::comm::add_device(-(SCRATCH as i64));
+        }
+    }
+
+    /// Keep my device scratch allocated until the process ends (a peer may still map it).
+    pub(crate) fn leak(self) {}
+}
 
 /// Whether the resident path applies to a call of this shape (the same answer on every rank).
 pub fn applies(
@@ -303,9 +342,6 @@ pub struct ResCall {
     /// The GPU of this rank's buffers when they are all contiguous device memory of that GPU
     /// with the right lengths (else this rank does not qualify).
     pub device: Option<i32>,
-    /// Communicator identity: context id and world ranks.
-    pub ctx_id: u32,
-    pub world: std::sync::Arc<[usize]>,
 }
 
 fn kop_index(k: KOp) -> u32 {
@@ -328,20 +364,15 @@ fn ktype_index(t: KType) -> u32 {
     }
 }
 
-/// The scratch of (communicator, device), allocated and exported at first use.
-fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
-    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = comms
+/// The communicator's scratch on device `ordinal`, allocated and exported at first use; its
+/// export.
+fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
+    let mut comms = st.res.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(x) = comms
         .iter()
-        .position(|x| x.ctx_id == c.ctx_id && *x.world == *c.world && x.ordinal == ordinal)
+        .find(|x| x.ordinal == ordinal && x.export.is_some())
     {
-        return Ok(i);
-    }
-    if comms.len() >= MAX_COMMS {
-        // This rank reports "not ok" at set-up: every rank stages this communicator's calls.
-        return Err(format!(
-            "resident scratch already set up for {MAX_COMMS} communicators"
-        ));
+        return x.export.ok_or_else(|| "no export".to_string());
     }
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
@@ -353,23 +384,33 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
         Ok(p)
     })
     .map_err(|e| e.to_string())?;
-    let (export, _) = ipc::export(scratch).ok_or("scratch not exportable")?;
+    super::comm::add_device(SCRATCH as i64);
+    let Some((export, _)) = ipc::export(scratch) else {
+        let _ = cuda::with_context(d.ctx, || {
+            // SAFETY: allocated above, never used.
+            unsafe { cuda::mem_free(scratch) };
+            Ok(())
+        });
+        super::comm::add_device(-(SCRATCH as i64));
+        return Err("scratch not exportable".into());
+    };
+    comms.push(CommRes {
+        ordinal,
+        scratch,
+        export: Some(export),
+        peers: [0; MAXP],
+        mapped: Vec::new(),
+        flagv: 0,
+        verified: false,
+    });
+    drop(comms);
     tracing::debug!(
         ranks = c.nranks,
         bytes = SCRATCH,
         "resident collectives: scratch allocated for a communicator"
     );
-    comms.push(ResComm {
-        ctx_id: c.ctx_id,
-        world: c.world.clone(),
-        ordinal,
-        scratch,
-        export: Some(export),
-        peers: [0; MAXP],
-        flagv: 0,
-        verified: false,
-    });
-    Ok(comms.len() - 1)
+    super::comm::log("resident scratch allocated");
+    Ok(export)
 }
 
 /// Set up the resident path of a communicator: one host allgather of (ok, pid, device UUID,
@@ -379,22 +420,21 @@ fn comm_state(c: &ResCall, ordinal: i32) -> Result<usize, String> {
 /// `Ok(false)`: not every rank can (this call stages; the next one asks again).
 fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let host_mode = super::coll::mode() == Some(super::coll::Mode::Host);
+    // The communicator's state is created only by a rank with device buffers.
     let mine = c.device.and_then(|o| {
         let uuid = super::coll::device_uuid(o)?;
-        let i = if host_mode {
+        let e = if host_mode {
             None
         } else {
-            Some(comm_state(c, o).ok()?)
+            Some(comm_state(c, &host.gpu().state(), o).ok()?)
         };
-        Some((uuid, i, o))
+        Some((uuid, e, o))
     });
     let rec = Desc {
         ok: mine.is_some(),
         pid: std::process::id(),
         uuid: mine.map_or([0; 16], |m| m.0),
-        send: mine
-            .and_then(|(_, i, _)| i)
-            .and_then(|i| COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].export),
+        send: mine.and_then(|(_, e, _)| e),
         recv: None,
         ordinal: -1,
     };
@@ -408,20 +448,35 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     {
         return Ok(false);
     }
-    let (_, idx, ordinal) = mine.expect("my record said ok");
-    let Some(i) = idx else {
+    let (_, export, ordinal) = mine.expect("my record said ok");
+    if export.is_none() {
         return setup_host(c, ordinal, host);
-    };
-    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
-    let st = &mut comms[i];
+    }
+    // Every rank is about to map every peer's scratch: from now on releasing the communicator
+    // waits until every rank closed its mappings (the same on every rank).
+    let state = host.gpu().state();
+    state
+        .shared
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
+    let st = comms
+        .iter_mut()
+        .find(|x| x.ordinal == ordinal && x.export.is_some())
+        .expect("allocated by comm_state");
     let mut map_err = None;
     for (p, r) in recs.iter().enumerate() {
         let e = r.send.expect("checked above");
         st.peers[p] = if p == c.rank {
             st.scratch as u64
+        } else if st.mapped.contains(&(host.world_rank(p), e.buffer_id)) {
+            st.peers[p]
         } else {
-            match ipc::import_pinned(c.world[p], &e, st.ordinal) {
-                Ok(a) => a as u64,
+            match ipc::import_pinned(host.world_rank(p), &e, st.ordinal) {
+                Ok(a) => {
+                    st.mapped.push((host.world_rank(p), e.buffer_id));
+                    super::comm::add_mappings(1);
+                    a as u64
+                }
                 Err(x) => {
                     map_err.get_or_insert(x);
                     0
@@ -451,7 +506,15 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         );
         return setup_host(c, ordinal, host);
     }
-    COMMS.lock().unwrap_or_else(|e| e.into_inner())[i].verified = true;
+    if let Some(st) = state
+        .res
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter_mut()
+        .find(|x| x.ordinal == ordinal && x.export.is_some())
+    {
+        st.verified = true;
+    }
     tracing::debug!(
         ranks = c.nranks,
         "resident collectives ready on a communicator"
@@ -474,8 +537,6 @@ fn desc_bytes(d: &ResDesc) -> &[u8] {
 fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     // The resident path never runs at MPI_THREAD_MULTIPLE (`applies`).
     let r = super::hostcoll::with_comm(
-        c.ctx_id,
-        &c.world,
         c.rank,
         ordinal,
         || false,
@@ -506,17 +567,18 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     let Some((scratch, peers)) = r else {
         return Ok(false);
     };
-    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
-    comms.push(ResComm {
-        ctx_id: c.ctx_id,
-        world: c.world.clone(),
+    let state = host.gpu().state();
+    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
+    comms.push(CommRes {
         ordinal,
         scratch,
         export: None,
         peers,
+        mapped: Vec::new(),
         flagv: 0,
         verified: true,
     });
+    drop(comms);
     tracing::debug!(
         ranks = c.nranks,
         "resident collectives ready on a communicator (scratch in pinned host memory)"
@@ -524,36 +586,35 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     Ok(true)
 }
 
-/// The communicator's resident state when its kernels are set up here (the same answer on
-/// every rank: set-up succeeds or fails collectively). Entries are never removed, so the index
-/// stays valid for [`run`].
-pub fn ready(ctx_id: u32, world: &std::sync::Arc<[usize]>) -> Option<usize> {
-    COMMS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .position(|x| x.verified && x.ctx_id == ctx_id && *x.world == **world)
+/// Whether the communicator's resident kernels are set up here (the same answer on every
+/// rank: set-up succeeds or fails collectively).
+pub fn ready(g: &CommGpu) -> bool {
+    g.peek().is_some_and(|st| {
+        st.res
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|x| x.verified)
+    })
 }
 
-/// Run the call on the resident kernels if every rank can (`ready`: the communicator's state
-/// from [`ready`], None to set it up first). `Ok(false)`: every rank stages.
+/// Run the call on the resident kernels if every rank can (`ready`: from [`ready`]; false: set
+/// the communicator up first). `Ok(false)`: every rank stages.
 /// Once a communicator is set up, no host round is needed: each rank's kernel tells the others
 /// in its flag whether its buffers qualify, and all kernels report the same verdict.
 ///
 /// # Safety
 /// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
-pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: Option<usize>) -> MpiResult<bool> {
-    let i = match ready {
-        Some(i) => i,
-        None => {
-            if !setup(c, host)? {
-                return Ok(false);
-            }
-            self::ready(c.ctx_id, &c.world).expect("set up")
-        }
-    };
-    let mut comms = COMMS.lock().unwrap_or_else(|e| e.into_inner());
-    let st = &mut comms[i];
+pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> {
+    if !ready && !setup(c, host)? {
+        return Ok(false);
+    }
+    let state = host.gpu().state();
+    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
+    let st = comms
+        .iter_mut()
+        .find(|x| x.verified)
+        .ok_or_else(|| err("the communicator's resident state is gone"))?;
     let ok = c.device == Some(st.ordinal);
     st.flagv += 1;
     let (op, ty) = c
@@ -778,6 +839,62 @@ mod sole {
         }
         !st.shared
     }
+}
+
+/// The shared structs' layouts (gpu::kabi's test holds them against kernels/resident.cuh).
+#[cfg(test)]
+pub(crate) fn layouts() -> Vec<super::kabi::Layout> {
+    use std::mem::{offset_of, size_of};
+    vec![
+        (
+            "ResCmd",
+            size_of::<ResCmd>(),
+            vec![
+                ("seq", offset_of!(ResCmd, seq)),
+                ("kind", offset_of!(ResCmd, kind)),
+                ("op", offset_of!(ResCmd, op)),
+                ("type", offset_of!(ResCmd, ty)),
+                ("ok", offset_of!(ResCmd, ok)),
+                ("bytes", offset_of!(ResCmd, bytes)),
+                ("src", offset_of!(ResCmd, src)),
+                ("dst", offset_of!(ResCmd, dst)),
+                ("flagv", offset_of!(ResCmd, flagv)),
+                ("desc", offset_of!(ResCmd, desc)),
+            ],
+        ),
+        (
+            "ResDesc",
+            size_of::<ResDesc>(),
+            vec![
+                ("nranks", offset_of!(ResDesc, nranks)),
+                ("rank", offset_of!(ResDesc, rank)),
+                ("slot", offset_of!(ResDesc, slot)),
+                ("peers", offset_of!(ResDesc, peers)),
+                ("host", offset_of!(ResDesc, host)),
+            ],
+        ),
+        (
+            "ResDone",
+            size_of::<ResDone>(),
+            vec![
+                ("seq", offset_of!(ResDone, seq)),
+                ("exited", offset_of!(ResDone, exited)),
+            ],
+        ),
+    ]
+}
+
+/// The header's `#define`s with their Rust values.
+#[cfg(test)]
+pub(crate) fn constants() -> Vec<(&'static str, u64)> {
+    vec![
+        ("RES_ALLREDUCE", RES_ALLREDUCE as u64),
+        ("RES_ALLTOALL", RES_ALLTOALL as u64),
+        ("RES_ALLGATHER", RES_ALLGATHER as u64),
+        ("RES_COPY", RES_COPY as u64),
+        ("RES_DATA_OFF", DATA_OFF as u64),
+        ("RES_DESC_OFF", DESC_OFF as u64),
+    ]
 }
 
 #[cfg(test)]

@@ -235,6 +235,13 @@ pub fn stream_create() -> CuResult<Stream> {
     Ok(Stream(s))
 }
 
+/// Destroy a stream made by [`stream_create`] (in its context, which must be current).
+pub fn stream_destroy(s: Stream) {
+    // SAFETY: a stream created by stream_create, not used afterwards (Stream is a copyable
+    // handle: the caller drops its last use).
+    let _ = unsafe { cu::cuStreamDestroy_v2(s.0) };
+}
+
 pub fn stream_synchronize(s: Stream) -> CuResult<()> {
     // SAFETY: a stream created by stream_create.
     unsafe { check("cuStreamSynchronize", cu::cuStreamSynchronize(s.0)) }

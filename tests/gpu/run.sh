@@ -13,7 +13,9 @@
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
-# device buffers at 1 and 2 ranks. --bench also runs gpu_bench.
+# device buffers at 1 and 2 ranks. gpu_churn creates and frees communicators with device
+# collectives (300 cycles, 20 alive at once; 120 and 18 with CUDA IPC off) and checks that each
+# sets up the resident path and gives its GPU state back. --bench also runs gpu_bench.
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
 # lists one, or GPUMPI_REQUIRE_GPU=1; GPUMPI_REQUIRE_GPU=0 says no) a skip fails the script
@@ -35,7 +37,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt gpu_mem; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 # The bad-input matrix of tests/c with device memory as every valid buffer.
@@ -149,6 +151,38 @@ for n in 1 2; do
     run "gpu_err_matrix -n $n (every misuse of a buffer-taking call, the valid buffers on the device)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/err_matrix" return device
 done
+# Communicator churn with device buffers: every communicator (freed ones too, and 20 alive at
+# once) must set up the resident path, and release its GPU state when freed (the program checks
+# the counters and the device's free memory; the log shows the path of every communicator).
+churn() { # label cycles live env...
+    local label=$1 cycles=$2 live=$3 log="$out/gpu_churn.log" want got rel; shift 3
+    echo "== gpu_churn -n 4 $label"
+    if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
+        -x GPUMPI_CUDA_IPC -x GPUMPI_GPU_HOST_CHUNK -x GPUMPI_GPU_HOST_KERNEL \
+        "$out/gpu_churn" "$cycles" "$live" >"$log" 2>&1; then
+        tail -40 "$log"; verdict "gpu_churn $label" fail; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)|^gpu_churn:" "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "gpu_churn $label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: gpu_churn" "$log"; then verdict "gpu_churn $label" fail "no PASS line"; return; fi
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt 4 ]; then
+        echo "(fewer than 4 GPUs: ranks share GPUs, the resident path is not taken; paths not counted)"
+        verdict "gpu_churn $label" pass; return
+    fi
+    want=$((4 * (cycles + live * ((cycles + 49) / 100))))
+    got=$(grep -c "resident collectives ready on a communicator" "$log" || true)
+    rel=$(grep -c "released by its communicator's free" "$log" || true)
+    echo "resident set-ups: $got of $want; releases at MPI_Comm_free: $rel"
+    if [ "$got" -lt "$want" ] || [ "$rel" -lt "$want" ]; then
+        verdict "gpu_churn $label" fail "every communicator should set up the resident path and release it"
+    else
+        verdict "gpu_churn $label" pass
+    fi
+}
+churn "(CUDA IPC)" 300 20 GPUMPI_CUDA_IPC=1 GPUMPI_GPU_HOST_CHUNK=1048576 \
+    GPUMPI_GPU_HOST_KERNEL=1048576
+churn "(P2P forced off: pinned host regions per communicator)" 120 18 GPUMPI_CUDA_IPC=0 \
+    GPUMPI_GPU_HOST_CHUNK=65536 GPUMPI_GPU_HOST_KERNEL=262144
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then

@@ -662,15 +662,20 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
         allreduce_band_u64(self.0, &mut w)?;
         Ok(w[0] != 0)
     }
-    fn comm_id(&self) -> u64 {
-        (self.0.ctx as u64) << 32 | self.0.size() as u64
-    }
     fn world_rank(&self, p: usize) -> usize {
         self.0.peers[p]
     }
     fn identity(&self) -> (u32, Arc<[usize]>) {
         (self.0.ctx, self.0.peers.clone())
     }
+    fn gpu(&self) -> &crate::gpu::comm::CommGpu {
+        &self.0.gpu
+    }
+}
+
+/// Release what the GPU paths hold for `comm` (collective: `MPI_Comm_free`).
+pub fn release_gpu(comm: &Arc<CommObj>) -> MpiResult<()> {
+    comm.gpu.release(&GpuHost(comm))
 }
 
 /// Blocking collectives whose every rank passes device buffers run GPU-native (CUDA IPC,
@@ -740,12 +745,8 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
     // device buffers), as every rank would without a GPU. Skipped once the communicator's
     // resident kernels are set up (the same state on every rank): their ok bits agree by
     // themselves, and a "no" sends every rank on to the flag path just the same.
-    let ready = if resident {
-        crate::gpu::resident::ready(spec.comm.ctx, &spec.comm.peers)
-    } else {
-        None
-    };
-    if ready.is_none() {
+    let ready = resident && crate::gpu::resident::ready(&spec.comm.gpu);
+    if !ready {
         if let Some(slots) = flag_eligible(spec) {
             if !flag_all(&slots, device.is_some())? {
                 return Ok(false);
@@ -769,8 +770,6 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             dst,
             red,
             device: device.filter(|_| recv.is_some()),
-            ctx_id: spec.comm.ctx,
-            world: spec.comm.peers.clone(),
         };
         return crate::gpu::resident::run(&call, &GpuHost(&spec.comm), ready);
     }

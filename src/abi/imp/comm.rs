@@ -315,6 +315,7 @@ pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     }
     let o = comm(h)?;
     super::attr::delete_all_comm_attrs(h, &o)?;
+    super::coll::release_gpu(&o)?;
     objects().comms.remove(h as usize);
     super::bsend::forget_comm(o.ctx);
     release_ctx(o.ctx);

@@ -1,0 +1,211 @@
+//! The structs and constants shared with the CUDA kernels, held against kernels/*.cuh.
+//!
+//! Each Rust mirror of a kernel struct carries `const` assertions of its size and field offsets
+//! next to its definition (compile-time: a field moved on the Rust side fails the build). The
+//! test here checks the same numbers against the C side: it extracts the struct definitions
+//! and `#define`s from the kernel headers (their host-compilable part: plain C structs), writes
+//! a small C program printing `sizeof`/`offsetof` of every field, builds it with the host C
+//! compiler (no nvcc needed) and compares with `size_of`/`offset_of!` of the mirrors.
+
+/// Layout facts of one shared struct: C name, Rust size, (C field, Rust offset) pairs.
+#[cfg(test)]
+pub(crate) type Layout = (&'static str, usize, Vec<(&'static str, usize)>);
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+    use std::mem::{offset_of, size_of};
+
+    fn layouts() -> Vec<Layout> {
+        use crate::gpu::kernels::{HostAr, Seg};
+        use crate::gpu::layout::{PackDesc, Run};
+        let mut v: Vec<Layout> = vec![
+            (
+                "Seg",
+                size_of::<Seg>(),
+                vec![
+                    ("dst", offset_of!(Seg, dst)),
+                    ("src", offset_of!(Seg, src)),
+                    ("len", offset_of!(Seg, len)),
+                ],
+            ),
+            (
+                "HostAr",
+                size_of::<HostAr>(),
+                vec![
+                    ("in", offset_of!(HostAr, input)),
+                    ("out", offset_of!(HostAr, out)),
+                    ("elems", offset_of!(HostAr, elems)),
+                    ("qe", offset_of!(HostAr, qe)),
+                    ("base", offset_of!(HostAr, base)),
+                    ("rounds", offset_of!(HostAr, rounds)),
+                    ("slot", offset_of!(HostAr, slot)),
+                    ("reg", offset_of!(HostAr, reg)),
+                    ("n", offset_of!(HostAr, n)),
+                    ("me", offset_of!(HostAr, me)),
+                    ("depth", offset_of!(HostAr, depth)),
+                ],
+            ),
+            (
+                "PackRun",
+                size_of::<Run>(),
+                vec![
+                    ("disp", offset_of!(Run, disp)),
+                    ("len", offset_of!(Run, len)),
+                    ("poff", offset_of!(Run, poff)),
+                ],
+            ),
+            (
+                "PackDesc",
+                size_of::<PackDesc>(),
+                vec![
+                    ("mem", offset_of!(PackDesc, mem)),
+                    ("packed", offset_of!(PackDesc, packed)),
+                    ("ext", offset_of!(PackDesc, ext)),
+                    ("esize", offset_of!(PackDesc, esize)),
+                    ("items", offset_of!(PackDesc, items)),
+                    ("nruns", offset_of!(PackDesc, nruns)),
+                    ("cpb", offset_of!(PackDesc, cpb)),
+                    ("chunk", offset_of!(PackDesc, chunk)),
+                    ("len", offset_of!(PackDesc, len)),
+                    ("first", offset_of!(PackDesc, first)),
+                    ("stride", offset_of!(PackDesc, stride)),
+                    ("blen", offset_of!(PackDesc, blen)),
+                    ("runs", offset_of!(PackDesc, runs)),
+                    ("wshift", offset_of!(PackDesc, wshift)),
+                    ("group", offset_of!(PackDesc, group)),
+                    ("unpack", offset_of!(PackDesc, unpack)),
+                    ("pad", offset_of!(PackDesc, pad)),
+                ],
+            ),
+        ];
+        v.extend(crate::gpu::kernels::layouts());
+        v.extend(crate::gpu::resident::layouts());
+        v
+    }
+
+    /// `#define`s of the headers with their Rust values.
+    fn constants() -> Vec<(&'static str, u64)> {
+        let mut v = vec![("GPUMPI_MAXP", crate::gpu::kernels::MAXP as u64)];
+        v.extend(crate::gpu::resident::constants());
+        v.extend(crate::gpu::hostcoll::constants());
+        v
+    }
+
+    /// Every `struct Name { ... };` at the start of a line (the kernel headers' plain structs).
+    fn structs(src: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut rest = src;
+        while let Some(i) = rest.find("\nstruct ") {
+            rest = &rest[i + 1..];
+            let Some(open) = rest.find('{') else { break };
+            let head = &rest["struct ".len()..open];
+            let name = head.trim();
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                continue;
+            }
+            let Some(close) = rest.find("\n};") else {
+                break;
+            };
+            out.push((name.to_string(), rest[..close + 3].to_string()));
+            rest = &rest[close + 3..];
+        }
+        out
+    }
+
+    fn headers() -> String {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "cuh"))
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn kernel_structs_match_their_rust_mirrors() {
+        let src = headers();
+        let defs = structs(&src);
+        let layouts = layouts();
+        let mut c = String::from("#include <stdint.h>\n#include <stddef.h>\n#include <stdio.h>\n");
+        for (name, _, _) in &layouts {
+            assert!(
+                defs.iter().any(|(n, _)| n == name),
+                "struct {name} not found in kernels/*.cuh"
+            );
+        }
+        let mut prog = String::from("int main(void) {\n");
+        for (name, _) in constants() {
+            prog += &format!("printf(\"%llu\\n\", (unsigned long long)({name}));\n");
+        }
+        for (name, _) in &defs {
+            c += &format!("typedef struct {name} {name};\n");
+        }
+        for line in src.lines() {
+            if let Some(d) = line.strip_prefix("#define ") {
+                let mut it = d.split_whitespace();
+                if let (Some(k), Some(_)) = (it.next(), it.next()) {
+                    if !k.contains('(') {
+                        c += line;
+                        c += "\n";
+                    }
+                }
+            }
+        }
+        for (_, body) in &defs {
+            c += body;
+            c += "\n";
+        }
+        for (name, _, fields) in &layouts {
+            prog += &format!("printf(\"%zu\\n\", sizeof({name}));\n");
+            for (f, _) in fields {
+                prog += &format!("printf(\"%zu\\n\", offsetof({name}, {f}));\n");
+            }
+        }
+        prog += "return 0;\n}\n";
+        c += &prog;
+        let dir = std::env::temp_dir().join(format!("gpumpi-kabi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cfile, exe) = (dir.join("kabi.c"), dir.join("kabi"));
+        std::fs::write(&cfile, &c).unwrap();
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let out = std::process::Command::new(&cc)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&cfile)
+            .output()
+            .unwrap_or_else(|e| panic!("the host C compiler ({cc}) is needed: {e}"));
+        assert!(
+            out.status.success(),
+            "{cc} failed on the kernel headers' structs:\n{}\n{c}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = std::process::Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = String::from_utf8(run.stdout).unwrap();
+        let mut got = text.lines().map(|l| l.parse::<u64>().unwrap());
+        for (name, value) in constants() {
+            assert_eq!(got.next(), Some(value), "#define {name}: C against Rust");
+        }
+        for (name, size, fields) in &layouts {
+            assert_eq!(
+                got.next(),
+                Some(*size as u64),
+                "sizeof({name}): C against Rust"
+            );
+            for (f, off) in fields {
+                assert_eq!(
+                    got.next(),
+                    Some(*off as u64),
+                    "offsetof({name}, {f}): C against Rust"
+                );
+            }
+        }
+    }
+}
