@@ -300,10 +300,13 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_SHM_CMA_MIN",
-        default: "8m",
-        doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones \
-              are pipelined through the ring, which is faster while both ranks have a core (cache-hot \
-              copies). When the ranks outnumber the cores, CMA is used for every rendezvous size.",
+        default: "",
+        doc: "Force the rendezvous path of host receives: messages of at least this many bytes use \
+              the CMA single copy, smaller ones are pipelined through the ring. Unset: chosen per \
+              peer from what is measured (engine/rndv.rs): the pipelined copy only where both ranks \
+              are bound to cores of their own, one core's memcpy is at least twice its \
+              process_vm_readv rate (both measured at start-up), and no pipelined message from that \
+              peer has run slower than the single copy would have; the single copy everywhere else.",
     },
     Param {
         name: "GPUMPI_SHM_COLL_MAX",
