@@ -221,7 +221,11 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
 
 /// Block until the operation completes; return its status (error in the status -> Err).
 pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
-    let mut req = Some(Request::new(kind));
+    wait_request(Request::new(kind))
+}
+
+fn wait_request(req: Request) -> MpiResult<Status> {
+    let mut req = Some(req);
     let mut out = None;
     wait_until(|rt| {
         let r = req.as_mut().unwrap();
@@ -234,6 +238,24 @@ pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
         }
     })?;
     Ok(out.unwrap())
+}
+
+/// Start an operation and wait for it. The start and a first test share one hold of the
+/// runtime lock, so an operation complete at once (an eager send in the ring, a receive that
+/// matched a message already here) returns without a second round trip through the lock and
+/// a progress pass.
+fn start_wait(start: impl FnOnce(&mut Runtime) -> MpiResult<ReqKind>) -> MpiResult<Status> {
+    let pending = runtime::with(|rt| {
+        let mut r = Request::new(start(rt)?);
+        Ok(match r.test(&mut rt.engine)? {
+            Some(st) => Err(st),
+            None => Ok(r),
+        })
+    })?;
+    match pending {
+        Ok(r) => wait_request(r),
+        Err(st) => Ok(st),
+    }
 }
 
 fn status_result(st: Status) -> MpiResult<()> {
@@ -261,16 +283,16 @@ unsafe fn blocking_send(
     mode: Mode,
 ) -> MpiResult<()> {
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
-    let kind = runtime::with(|rt| start_send(rt, &s))?;
     if mode == Mode::Buffered {
-        // The data is already copied: let it complete in the background.
+        // The data is copied at the start: let it complete in the background.
         return runtime::with(|rt| {
+            let kind = start_send(rt, &s)?;
             let h = new_request(rt, Request::new(kind));
             super::bsend::detach_later(h);
             Ok(())
         });
     }
-    status_result(wait_kind(kind)?)
+    status_result(start_wait(|rt| start_send(rt, &s))?)
 }
 
 unsafe fn nonblocking_send(
@@ -455,8 +477,7 @@ unsafe fn blocking_recv(
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    let kind = runtime::with(|rt| start_recv(rt, &r))?;
-    let st = wait_kind(kind)?;
+    let st = start_wait(|rt| start_recv(rt, &r))?;
     st.store(status, false);
     status_result(st)
 }
