@@ -188,6 +188,11 @@ pub static PARAMS: &[Param] = &[
         doc: "How a point-to-point peer copy of an exported device buffer (the receiver's pull or the sender's push, GPUMPI_GPU_P2P_PUSH) is made: ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs copying over NVLink).",
     },
     Param {
+        name: "GPUMPI_GPU_P2P_MIN",
+        default: "2k",
+        doc: "Bytes (suffixes k, m, g) above which a contiguous device send buffer that CUDA IPC can share goes by rendezvous (the receiver copies it peer to peer, one copy) instead of the eager path (staged device to host at the sender and host to device at the receiver, two copies); capped at GPUMPI_EAGER_LIMIT. Up to it the staging copies take the resident kernel (GPUMPI_GPU_SMALL_COPY). Read by the sending rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_PUSH",
         default: "4M",
         doc: "Bytes (suffixes k, m, g) from which a point-to-point message between two exported device buffers (CUDA IPC) is written by the sender into the receiver's buffer (push) instead of read by the receiver (pull); `off` = always pull. Read by the receiving rank.",

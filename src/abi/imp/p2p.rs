@@ -114,10 +114,13 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     };
     let dst_world = s.comm.world_rank(dest as usize);
     if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
-        // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC),
-        // or, when IPC cannot share it (or is off), takes it through the pipe to it.
-        let min = rt.engine.eager_limit();
-        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, min) {
+        // Device data above GPUMPI_GPU_P2P_MIN (at most the eager limit) that CUDA IPC can
+        // share: the receiver copies it peer to peer; above the eager limit, when IPC cannot
+        // share it (or is off), the receiver takes it through the pipe to it. Smaller
+        // messages are staged through host memory (eager).
+        let eager = rt.engine.eager_limit();
+        let ipc_min = crate::gpu::p2p::rendezvous_min().min(eager);
+        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, ipc_min, eager) {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
