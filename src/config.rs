@@ -191,6 +191,11 @@ pub static PARAMS: &[Param] = &[
         doc: "How a point-to-point peer copy of an exported device buffer is made (the receiver's pull, or the sender's push, see `GPUMPI_GPU_P2P_PUSH`): `ce` = the copy engines (`cuMemcpyAsync`), `kernel` = gpumpi's copy kernel (SMs copying over NVLink; 333 pulled / 361 pushed against 370 / 386 GB/s at 512 MiB).",
     },
     Param {
+        name: "GPUMPI_GPU_P2P_MIN",
+        default: "2k",
+        doc: "Bytes (suffixes k, m, g) above which a contiguous device send buffer that CUDA IPC can share goes by rendezvous (the receiver copies it peer to peer, one copy) instead of the eager path (staged device to host at the sender and host to device at the receiver, two copies); capped at GPUMPI_EAGER_LIMIT. Up to it the staging copies take the resident kernel (GPUMPI_GPU_SMALL_COPY). Read by the sending rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_PUSH",
         default: "4M",
         doc: "Bytes (suffixes `k`, `m`, `g`) from which a point-to-point message between two exported device buffers (CUDA IPC) is pushed: the receiver answers the sender's request-to-send with the export of its own buffer and the sender copies local to peer (copy engines write to a peer faster than they read from one: 384-388 against 369-370 GB/s at 512 MiB, benches/NOTES.md, seventh session); smaller messages are pulled (the receiver copies peer to local, one message fewer; push gains nothing below 8 MiB). `off` = always pull. Read by the receiving rank; the sender follows what it is asked.",
@@ -317,8 +322,13 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_SHM_CMA_MIN",
-        default: "8m",
-        doc: "Rendezvous messages of at least this many bytes use the CMA single copy; smaller ones are pipelined through the ring (two cache-hot copies running in parallel: measured 3-6x faster than `process_vm_readv` for 64 KiB-16 MiB on an idle 2-core VM, but it needs both ranks on a core, so on a loaded machine CMA wins for large messages). When the ranks outnumber the online cores, CMA is used for every rendezvous size (it needs only the receiver on a core). Receives into device buffers use the single copy at every rendezvous size (it fills the device in page-locked 4 MiB rounds).",
+        default: "",
+        doc: "Force the rendezvous path of host receives: messages of at least this many bytes use \
+              the CMA single copy, smaller ones are pipelined through the ring. Unset: chosen per \
+              peer from what is measured (engine/rndv.rs): the pipelined copy only where both ranks \
+              are bound to cores of their own, one core's memcpy is at least twice its \
+              process_vm_readv rate (both measured at start-up), and no pipelined message from that \
+              peer has run slower than the single copy would have; the single copy everywhere else.",
     },
     Param {
         name: "GPUMPI_SHM_COLL_MAX",

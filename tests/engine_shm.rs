@@ -65,7 +65,7 @@ fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
         2,
         EngineConfig {
             eager_limit: LIMIT,
-            cma_min: 0,
+            cma_min: Some(0),
             push_min: usize::MAX,
         },
     );
@@ -334,7 +334,7 @@ fn shm_pingpong_bench() {
     };
     let (mut e, got_cma) = setup(&job, me, &o, me == 1);
     if let Ok(v) = std::env::var("BENCH_CMA_MIN") {
-        e.set_cma_min(v.parse().unwrap());
+        e.set_cma_min(Some(v.parse().unwrap()));
     }
     let peer = 1 - me;
     let wait = |e: &mut Engine, r: ReqId| e.wait(r);
@@ -407,7 +407,7 @@ fn shm_single_thread_overhead_bench() {
     b.unlink();
     let cfg = EngineConfig {
         eager_limit: LIMIT,
-        cma_min: 0,
+        cma_min: Some(0),
         push_min: usize::MAX,
     };
     let mut es = [

@@ -104,9 +104,10 @@ pub fn world_size() -> MpiResult<usize> {
 }
 
 impl Runtime {
-    /// One round of progress: the engine, then every active nonblocking collective.
-    pub fn progress(&mut self) {
-        self.engine.progress();
+    /// One round of progress: the engine, then every active nonblocking collective. Returns
+    /// whether the engine moved anything (a frame in or out, a read, a device copy polled).
+    pub fn progress(&mut self) -> bool {
+        let did = self.engine.progress();
         let mut i = 0;
         while i < self.active.len() {
             let h = self.active[i];
@@ -120,6 +121,7 @@ impl Runtime {
                 i += 1;
             }
         }
+        did
     }
 }
 
@@ -132,12 +134,13 @@ pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiR
             let Some(rt) = g.as_mut() else {
                 return not_running();
             };
-            rt.progress();
+            let moved = rt.progress();
             if done(rt)? {
                 return Ok(());
             }
-            if rt.engine.device_copies_pending() {
-                // Only polling sees a device copy end: no sleeping while one runs.
+            if moved || rt.engine.device_copies_pending() {
+                // Data is flowing (a message streamed through the ring takes many rounds), or
+                // only polling sees a device copy end: no sleeping, spin again.
                 backoff.reset();
             }
         }

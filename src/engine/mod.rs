@@ -22,10 +22,12 @@
 //! - **Rendezvous** (`len > eager limit`): `RTS` carrying the sender's buffer address. When a
 //!   receive matches, the receiver reads `min(len, capacity)` bytes straight from the sender's
 //!   memory (CMA `process_vm_readv`, a single copy) and sends `FIN`; the send completes on `FIN`.
-//!   Below `GPUMPI_SHM_CMA_MIN` (when both ranks have a core), or without CMA, the receiver
-//!   instead sends `CTS(want)` and the sender streams `DATA` frames through the
-//!   ring as space allows (the ring bounds the buffering); the send completes when the last
-//!   frame is in the ring. Rendezvous sends are therefore always synchronous.
+//!   Where [`rndv::choose`] says so (both ranks bound to cores of their own and concurrent
+//!   copies measured at least twice the read rate, or below a user-set `GPUMPI_SHM_CMA_MIN`),
+//!   or without CMA, the receiver instead sends `CTS(want)` and the sender streams `DATA`
+//!   frames through the ring as space allows (the ring bounds the buffering); the send
+//!   completes when the last frame is in the ring. Rendezvous sends are therefore always
+//!   synchronous.
 //! - **Device rendezvous** (both buffers exported device memory, CUDA IPC): the RTS carries the
 //!   sender's export. Below `GPUMPI_GPU_P2P_PUSH` bytes the receiver copies peer to local and
 //!   sends `FIN` (pull); from there on it answers `PUT` carrying the export of its own buffer,
@@ -49,6 +51,7 @@ pub mod coll;
 pub mod devcopy;
 pub mod flag;
 mod p2p;
+pub mod rndv;
 mod slab;
 
 pub use backoff::Backoff;
@@ -137,26 +140,21 @@ const FLAG_PIPE: u8 = 4;
 pub struct EngineConfig {
     /// Messages of at most this many bytes are sent eagerly.
     pub eager_limit: usize,
-    /// Rendezvous messages of at least this many bytes use the single-copy read (where the
-    /// transport offers it); smaller ones are pipelined through the channel.
-    pub cma_min: usize,
+    /// A user-set single-copy threshold: host rendezvous messages of at least this many bytes
+    /// are read, smaller ones streamed (where reads work). `None`: [`rndv::choose`] decides
+    /// from the transport's measurements.
+    pub cma_min: Option<usize>,
     /// Device rendezvous messages of at least this many bytes are pushed by the sender
     /// (`usize::MAX`: never); see the protocol summary.
     pub push_min: usize,
 }
 
 impl EngineConfig {
-    /// From `GPUMPI_EAGER_LIMIT` and `GPUMPI_SHM_CMA_MIN`; when the ranks outnumber the online
-    /// cores, the single-copy read is used for every rendezvous size (it needs only the
-    /// receiver on a core, the pipelined copy needs both).
-    pub fn from_env(world_size: usize) -> Self {
-        // SAFETY: sysconf with a valid name has no preconditions.
-        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        let cma_min = if world_size > cores {
-            0
-        } else {
-            crate::config::get_usize("GPUMPI_SHM_CMA_MIN")
-        };
+    /// From `GPUMPI_EAGER_LIMIT`, `GPUMPI_SHM_CMA_MIN` (unset: measured choice) and
+    /// `GPUMPI_GPU_P2P_PUSH`.
+    pub fn from_env() -> Self {
+        let cma_min = crate::config::get("GPUMPI_SHM_CMA_MIN")
+            .map(|_| crate::config::get_usize("GPUMPI_SHM_CMA_MIN"));
         let push_min = match crate::config::get("GPUMPI_GPU_P2P_PUSH").as_deref() {
             Some(v) if v.trim().eq_ignore_ascii_case("off") => usize::MAX,
             _ => crate::config::get_usize("GPUMPI_GPU_P2P_PUSH"),
@@ -353,8 +351,13 @@ struct State {
     copying: Vec<Copying>,
     /// Device copies ([`devcopy::Cuda`]; a fake in tests).
     dev: Box<dyn devcopy::DevCopy>,
-    can_read: Vec<bool>,
-    cma_min: usize,
+    /// Per peer: the inputs of the rendezvous choice ([`rndv::PeerFacts`]).
+    peers: Vec<rndv::PeerFacts>,
+    /// The transport's measured copy rates.
+    rates: Option<crate::transport::CopyRates>,
+    cma_min: Option<usize>,
+    /// Per peer: the streamed rendezvous being timed (receive, start), one at a time.
+    stream_watch: Vec<Option<(u64, std::time::Instant)>>,
     push_min: usize,
 }
 
@@ -390,7 +393,7 @@ impl Engine {
             transport,
             my_world_rank,
             world_size,
-            EngineConfig::from_env(world_size),
+            EngineConfig::from_env(),
         )
     }
 
@@ -401,11 +404,16 @@ impl Engine {
         cfg: EngineConfig,
     ) -> Self {
         let max_payload = transport.max_payload().max(8);
-        let can_read = (0..world_size)
-            .map(|r| r == my_world_rank || transport.can_read_remote(r))
+        let peers: Vec<rndv::PeerFacts> = (0..world_size)
+            .map(|r| rndv::PeerFacts {
+                can_read: r == my_world_rank || transport.can_read_remote(r),
+                own_cores: r != my_world_rank && transport.own_cores(r),
+                stream_stalled: false,
+            })
             .collect();
+        let rates = transport.copy_rates();
         tracing::debug!(
-            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single copy from {} bytes, frame payload {max_payload} bytes",
+            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
             cfg.eager_limit,
             cfg.cma_min
         );
@@ -425,7 +433,9 @@ impl Engine {
                 writes: Vec::new(),
                 copying: Vec::new(),
                 dev: Box::new(devcopy::Cuda),
-                can_read,
+                stream_watch: vec![None; world_size],
+                peers,
+                rates,
                 cma_min: cfg.cma_min,
                 push_min: cfg.push_min,
             },
@@ -461,7 +471,7 @@ impl Engine {
     }
 
     /// Change the single-copy threshold (see [`EngineConfig::cma_min`]).
-    pub fn set_cma_min(&mut self, bytes: usize) {
+    pub fn set_cma_min(&mut self, bytes: Option<usize>) {
         self.st.cma_min = bytes;
     }
 
@@ -1015,7 +1025,7 @@ impl Engine {
                         "engine: single-copy read from rank {} failed; streaming instead",
                         r.src_world
                     );
-                    self.st.can_read[r.src_world] = false;
+                    self.st.peers[r.src_world].can_read = false;
                 }
                 self.st.request_stream(r.rreq, r.src_world, r.sreq, r.want);
             }

@@ -3,6 +3,7 @@
 //! parent module). Nothing here touches the transport: outgoing frames are queued (`outq`,
 //! `loopq`) and single-copy reads are recorded (`reads`) for `Engine::progress` to carry out.
 
+use super::rndv::RndvPath;
 use super::*;
 
 impl State {
@@ -220,9 +221,12 @@ impl State {
         // Device receives take the single-copy read at every rendezvous size: it fills the
         // device in page-locked rounds (`DevCopy::fill`), while streamed frames would
         // gather on the host first (measured 1.1 GB/s at 4 MiB streamed, benches/NOTES.md).
+        let facts = self.peers[src_world];
         if ipc.is_some()
-            || (self.can_read[src_world]
-                && (want >= self.cma_min || src_world == self.me || self.recv_dev(rreq)))
+            || (facts.can_read
+                && (src_world == self.me
+                    || self.recv_dev(rreq)
+                    || rndv::choose(self.rates, facts, self.cma_min, want) == RndvPath::Read))
         {
             self.reads.push(PendingRead {
                 rreq,
@@ -233,7 +237,28 @@ impl State {
                 ipc,
             });
         } else {
+            if self.stream_watch[src_world].is_none() && !self.recv_dev(rreq) {
+                self.stream_watch[src_world] = Some((rreq, std::time::Instant::now()));
+            }
             self.request_stream(rreq, src_world, sreq, want);
+        }
+    }
+
+    /// Receive `rreq` from `src_world` completed its `bytes`: when it was the peer's timed
+    /// stream, note whether it ran slower than a single read would have.
+    fn stream_done(&mut self, src_world: usize, rreq: u64, bytes: usize) {
+        if let Some((r, t0)) = self.stream_watch[src_world] {
+            if r == rreq {
+                self.stream_watch[src_world] = None;
+                let secs = t0.elapsed().as_secs_f64();
+                if rndv::stream_stalled(self.rates, bytes, secs) {
+                    tracing::debug!(
+                        "engine: a streamed message of {bytes} bytes from rank {src_world} took {:.1} us; reading from that rank from now on",
+                        secs * 1e6
+                    );
+                    self.peers[src_world].stream_stalled = true;
+                }
+            }
         }
     }
 
@@ -553,7 +578,13 @@ impl State {
             }),
             kind::DONE => self.complete(h.rreq),
             kind::PIPE => self.pipe_out(src_world, h.sreq, h.rreq, h.arg, h.total as usize),
-            kind::DATA => self.deliver(h.rreq, h.arg as usize, p),
+            kind::DATA => {
+                self.deliver(h.rreq, h.arg as usize, p);
+                let watched = self.stream_watch[src_world].is_some_and(|(r, _)| r == h.rreq);
+                if watched && self.reqs.get(h.rreq).is_none_or(|r| r.done) {
+                    self.stream_done(src_world, h.rreq, h.arg as usize + p.len());
+                }
+            }
             kind::FIN => self.mark_pushed(h.sreq),
             kind::ACK => {
                 if let Some(Req {

@@ -18,7 +18,7 @@ fn group(n: usize, cap_msgs: usize, maxp: usize, cma: bool) -> Vec<Engine> {
                 n,
                 EngineConfig {
                     eager_limit: LIMIT,
-                    cma_min: 0,
+                    cma_min: Some(0),
                     push_min: usize::MAX,
                 },
             )
@@ -416,7 +416,7 @@ fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
                 n,
                 EngineConfig {
                     eager_limit: LIMIT,
-                    cma_min: 0,
+                    cma_min: Some(0),
                     push_min: usize::MAX,
                 },
             )
@@ -1054,7 +1054,7 @@ fn dev_pair(push_min: usize) -> (Vec<Engine>, fake_dev::Fake) {
                 2,
                 EngineConfig {
                     eager_limit: LIMIT,
-                    cma_min: 0,
+                    cma_min: Some(0),
                     push_min,
                 },
             );

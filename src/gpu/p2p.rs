@@ -20,6 +20,14 @@ fn use_kernel() -> bool {
     *K.get_or_init(|| crate::config::get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"))
 }
 
+/// Device send buffers CUDA IPC can share go by rendezvous (the receiver copies peer to peer)
+/// above this many bytes, `GPUMPI_GPU_P2P_MIN` (the caller caps it at the eager limit); up to
+/// it they are staged through host memory in the eager frame.
+pub fn rendezvous_min() -> usize {
+    static M: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *M.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_P2P_MIN"))
+}
+
 /// A peer copy issued on its device's stream; `None` from [`read_ipc`] or [`write_ipc`] means
 /// there was nothing to copy.
 pub struct InFlight {

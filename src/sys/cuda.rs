@@ -115,10 +115,20 @@ fn libcuda_loaded() -> bool {
 
 /// Whether some library of this process already loaded libcuda (the application uses CUDA).
 /// Device pointers cannot exist in a process that has not loaded the driver. Cheap when asked
-/// often: the list of loaded objects is walked again only after glibc loaded a new one.
+/// often (every send and receive asks): after an answer "no", the next RESCAN_NS of the coarse
+/// clock answer "no" again with one clock read (a few ns; asking glibc for its count of loaded
+/// objects takes its loader lock, ~20-50 ns), and the list of loaded objects is walked again
+/// only after glibc loaded a new one. The pause cannot hide a device pointer: between loading
+/// libcuda and holding device memory, `cuInit`, a context and an allocation take far longer.
 pub fn driver_in_process() -> bool {
     use std::sync::atomic::{AtomicU64, Ordering};
+    const RESCAN_NS: u64 = 1_000_000;
     static SCANNED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+    static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
+    let t = coarse_now_ns();
+    if t != 0 && t < QUIET_UNTIL.load(Ordering::Relaxed) {
+        return false;
+    }
     let now = loaded_objects_counter();
     if let Some(n) = now {
         if SCANNED_AT.load(Ordering::Relaxed) == n {
@@ -130,8 +140,24 @@ pub fn driver_in_process() -> bool {
         if let Some(n) = now {
             SCANNED_AT.store(n, Ordering::Relaxed);
         }
+        if t != 0 {
+            QUIET_UNTIL.store(t.saturating_add(RESCAN_NS), Ordering::Relaxed);
+        }
     }
     found
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (0 when unavailable, which disables the pause).
+fn coarse_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
 /// Load libcuda and initialize the driver; returns (driver version, device count).

@@ -11,6 +11,9 @@
 //! - [`Transport::read_remote`] is an optional single-copy read of another rank's memory
 //!   (Linux CMA `process_vm_readv` for [`shm`], a plain copy for [`inproc`]); it returns
 //!   `false` when not available, and the engine then pipelines data through the channel instead.
+//! - [`Transport::copy_rates`] and [`Transport::own_cores`] report what was measured at set-up
+//!   (copy and single-copy read rates; whether two ranks each have a core of their own), the
+//!   inputs of the engine's rendezvous choice (`engine::rndv`).
 //!
 //! A transport starts no threads; the engine drives it from the calling thread.
 //!
@@ -48,6 +51,15 @@ pub struct Header {
 pub const HEADER_BYTES: usize = std::mem::size_of::<Header>();
 const _: () = assert!(HEADER_BYTES == 48);
 
+/// Rates measured at set-up on a cache-resident buffer (GB/s, 1e9 bytes per second).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CopyRates {
+    /// `memcpy` by one core.
+    pub copy_gbps: f64,
+    /// The single-copy read ([`Transport::read_remote`]) by one core.
+    pub read_gbps: f64,
+}
+
 /// A channel between the ranks of one job. See the module documentation.
 pub trait Transport: Send {
     /// Largest payload one [`Transport::try_send`] accepts.
@@ -73,6 +85,17 @@ pub trait Transport: Send {
     /// `addr .. addr + dst.len()` must be a valid buffer of `src` that stays untouched until
     /// `src` learns that the read is done.
     unsafe fn read_remote(&mut self, _src: usize, _addr: u64, _dst: &mut [u8]) -> bool {
+        false
+    }
+
+    /// Copy rates of this machine measured at set-up (`None`: not measured).
+    fn copy_rates(&self) -> Option<CopyRates> {
+        None
+    }
+
+    /// Whether this rank and world rank `peer` are each bound to one core of their own (so
+    /// both can be assumed to run at the same time), as found at set-up.
+    fn own_cores(&self, _peer: usize) -> bool {
         false
     }
 

@@ -115,10 +115,13 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     };
     let dst_world = s.comm.world_rank(dest as usize);
     if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
-        // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC),
-        // or, when IPC cannot share it (or is off), takes it through the pipe to it.
-        let min = rt.engine.eager_limit();
-        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, min) {
+        // Device data above GPUMPI_GPU_P2P_MIN (at most the eager limit) that CUDA IPC can
+        // share: the receiver copies it peer to peer; above the eager limit, when IPC cannot
+        // share it (or is off), the receiver takes it through the pipe to it. Smaller
+        // messages are staged through host memory (eager).
+        let eager = rt.engine.eager_limit();
+        let ipc_min = crate::gpu::p2p::rendezvous_min().min(eager);
+        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, ipc_min, eager) {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
@@ -224,7 +227,11 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
 
 /// Block until the operation completes; return its status (error in the status -> Err).
 pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
-    let mut req = Some(Request::new(kind));
+    wait_request(Request::new(kind))
+}
+
+fn wait_request(req: Request) -> MpiResult<Status> {
+    let mut req = Some(req);
     let mut out = None;
     wait_until(|rt| {
         let r = req.as_mut().unwrap();
@@ -237,6 +244,24 @@ pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
         }
     })?;
     Ok(out.unwrap())
+}
+
+/// Start an operation and wait for it. The start and a first test share one hold of the
+/// runtime lock, so an operation complete at once (an eager send in the ring, a receive that
+/// matched a message already here) returns without a second round trip through the lock and
+/// a progress pass.
+fn start_wait(start: impl FnOnce(&mut Runtime) -> MpiResult<ReqKind>) -> MpiResult<Status> {
+    let pending = runtime::with(|rt| {
+        let mut r = Request::new(start(rt)?);
+        Ok(match r.test(&mut rt.engine)? {
+            Some(st) => Err(st),
+            None => Ok(r),
+        })
+    })?;
+    match pending {
+        Ok(r) => wait_request(r),
+        Err(st) => Ok(st),
+    }
 }
 
 fn status_result(st: Status) -> MpiResult<()> {
@@ -264,16 +289,16 @@ unsafe fn blocking_send(
     mode: Mode,
 ) -> MpiResult<()> {
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
-    let kind = runtime::with(|rt| start_send(rt, &s))?;
     if mode == Mode::Buffered {
-        // The data is already copied: let it complete in the background.
+        // The data is copied at the start: let it complete in the background.
         return runtime::with(|rt| {
+            let kind = start_send(rt, &s)?;
             let h = new_request(rt, Request::new(kind));
             super::bsend::detach_later(h);
             Ok(())
         });
     }
-    status_result(wait_kind(kind)?)
+    status_result(start_wait(|rt| start_send(rt, &s))?)
 }
 
 unsafe fn nonblocking_send(
@@ -471,8 +496,7 @@ unsafe fn blocking_recv(
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    let kind = runtime::with(|rt| start_recv(rt, &r))?;
-    let st = wait_kind(kind)?;
+    let st = start_wait(|rt| start_recv(rt, &r))?;
     st.store(status, false);
     status_result(st)
 }

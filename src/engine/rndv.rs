@@ -1,0 +1,163 @@
+//! Which way the data of a host rendezvous travels: a pure function of what was measured about
+//! the machine and the peer, so the choice is the same wherever the measurements are, and is
+//! unit-tested on fixture machines.
+//!
+//! Two ways exist for a host receive buffer:
+//! - **Read**: the receiver copies straight out of the sender's memory (CMA
+//!   `process_vm_readv`): one copy, done by the receiver alone. The sender need not be on a core.
+//! - **Stream**: the sender copies through the shared ring and the receiver copies out of it
+//!   (CTS, then DATA frames): two copies running at once on two cores, each at cache speed,
+//!   with a handoff per frame. It is only as fast as the slower of the two ranks gets a core:
+//!   when either is descheduled, everything stops (each frame waits for a time slice).
+//!
+//! The model: streaming is worth it only where both ranks can be assumed to run at the same
+//! time (each bound to a core of its own, not oversubscribed), where its two concurrent copies
+//! cost no more CPU time per byte than the single read (`copy >= 2 x read` rate, both measured
+//! at start-up), and where no streamed message from that peer has yet run slower than the read
+//! would have (measured while running: a peer that was descheduled mid-stream is read from
+//! then on). Everything else reads. Without CMA, everything streams.
+
+use crate::transport::CopyRates;
+
+/// How the receiver gets a rendezvous message into a host buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RndvPath {
+    /// Single copy out of the sender's memory (CMA).
+    Read,
+    /// The sender streams it through the ring (CTS/DATA).
+    Stream,
+}
+
+/// What is known about one peer, measured at start-up and while running.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct PeerFacts {
+    /// Single-copy reads from this peer work (probed at start-up).
+    pub can_read: bool,
+    /// This rank and the peer are each bound to one core of their own and the ranks do not
+    /// outnumber the cores: both can be assumed on a core at once.
+    pub own_cores: bool,
+    /// A streamed message from this peer ran slower than the single read would have.
+    pub stream_stalled: bool,
+}
+
+/// The rendezvous path for a message of `len` bytes from a peer with `facts`, on a machine
+/// whose copy rates were measured as `rates` (`None`: not measured). `forced_read_min` is the
+/// user's `GPUMPI_SHM_CMA_MIN` (read from that size on, stream below), which overrides the
+/// model but never reads where reads do not work.
+pub fn choose(
+    rates: Option<CopyRates>,
+    facts: PeerFacts,
+    forced_read_min: Option<usize>,
+    len: usize,
+) -> RndvPath {
+    if !facts.can_read {
+        return RndvPath::Stream;
+    }
+    if let Some(min) = forced_read_min {
+        return if len >= min {
+            RndvPath::Read
+        } else {
+            RndvPath::Stream
+        };
+    }
+    if !facts.own_cores || facts.stream_stalled {
+        return RndvPath::Read;
+    }
+    match rates {
+        Some(r) if r.copy_gbps >= 2.0 * r.read_gbps => RndvPath::Stream,
+        _ => RndvPath::Read,
+    }
+}
+
+/// Whether a streamed message of `bytes` that took `secs` from CTS to its last byte ran slower
+/// than the single read would have at the measured `rates` (unmeasured: any stream that took
+/// longer than a copy at 1 GB/s).
+pub fn stream_stalled(rates: Option<CopyRates>, bytes: usize, secs: f64) -> bool {
+    let read_gbps = rates.map_or(1.0, |r| r.read_gbps);
+    secs > 0.0 && (bytes as f64 / secs / 1e9) < read_gbps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(copy: f64, read: f64) -> Option<CopyRates> {
+        Some(CopyRates {
+            copy_gbps: copy,
+            read_gbps: read,
+        })
+    }
+
+    const DEDICATED: PeerFacts = PeerFacts {
+        can_read: true,
+        own_cores: true,
+        stream_stalled: false,
+    };
+    const SHARED: PeerFacts = PeerFacts {
+        can_read: true,
+        own_cores: false,
+        stream_stalled: false,
+    };
+
+    /// Unbound ranks (the default of most launchers, and any loaded machine) always read,
+    /// whatever the copy rates say.
+    #[test]
+    fn unbound_ranks_read_at_every_size() {
+        for r in [rates(40.0, 5.0), rates(10.0, 10.0), None] {
+            for len in [16 << 10, 64 << 10, 1 << 20, 64 << 20] {
+                assert_eq!(choose(r, SHARED, None, len), RndvPath::Read);
+            }
+        }
+    }
+
+    /// Bound ranks stream only where the concurrent copies are at least twice the read rate.
+    #[test]
+    fn bound_ranks_stream_where_copies_beat_the_read() {
+        // A machine with cache-speed copies far above process_vm_readv.
+        assert_eq!(choose(rates(40.0, 8.0), DEDICATED, None, 1 << 20), RndvPath::Stream);
+        assert_eq!(choose(rates(16.0, 8.0), DEDICATED, None, 1 << 20), RndvPath::Stream);
+        // A machine where the read is nearly as fast as a copy.
+        assert_eq!(choose(rates(15.9, 8.0), DEDICATED, None, 1 << 20), RndvPath::Read);
+        assert_eq!(choose(rates(12.0, 11.0), DEDICATED, None, 64 << 10), RndvPath::Read);
+        // Unmeasured rates: the read (needs only the receiver on a core).
+        assert_eq!(choose(None, DEDICATED, None, 1 << 20), RndvPath::Read);
+    }
+
+    #[test]
+    fn a_stalled_stream_turns_a_peer_to_reads() {
+        let stalled = PeerFacts {
+            stream_stalled: true,
+            ..DEDICATED
+        };
+        assert_eq!(choose(rates(40.0, 8.0), stalled, None, 1 << 20), RndvPath::Read);
+    }
+
+    #[test]
+    fn without_cma_everything_streams() {
+        let no_cma = PeerFacts {
+            can_read: false,
+            ..SHARED
+        };
+        for forced in [None, Some(0), Some(1 << 20)] {
+            assert_eq!(choose(rates(40.0, 8.0), no_cma, forced, 8 << 20), RndvPath::Stream);
+        }
+    }
+
+    #[test]
+    fn the_users_threshold_overrides_the_model() {
+        assert_eq!(choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 64 << 10), RndvPath::Stream);
+        assert_eq!(choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 1 << 20), RndvPath::Read);
+        assert_eq!(choose(rates(40.0, 8.0), DEDICATED, Some(0), 16 << 10), RndvPath::Read);
+    }
+
+    #[test]
+    fn stall_is_a_rate_below_the_read() {
+        let r = rates(40.0, 8.0);
+        // 1 MiB in 100 us = 10.5 GB/s: faster than the read.
+        assert!(!stream_stalled(r, 1 << 20, 100e-6));
+        // 1 MiB in 1 ms = 1 GB/s (a time slice lost): stalled.
+        assert!(stream_stalled(r, 1 << 20, 1e-3));
+        assert!(!stream_stalled(None, 1 << 20, 100e-6));
+        assert!(stream_stalled(None, 1 << 20, 5e-3));
+    }
+}
