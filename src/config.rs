@@ -183,6 +183,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path (GPUMPI_GPU_HOST_KERNEL); larger ones take the stream pipeline; 0 = every size. Must be the same on every rank.",
     },
     Param {
+        name: "GPUMPI_GPU_IPC_MIN",
+        default: "0",
+        doc: "Bytes above which a contiguous point-to-point send from device memory that CUDA IPC can share goes by device rendezvous (the receiver copies it peer to local: small copies through its GPU's resident kernel, one host <-> kernel round trip; larger ones by the copy engine) instead of eager staging through host memory (a copy to the host at the sender and one to the device at the receiver). 0: every non-empty message. Read by the sending rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
         doc: "How a point-to-point peer copy of an exported device buffer (the receiver's pull or the sender's push, GPUMPI_GPU_P2P_PUSH) is made: ce = copy engines (cuMemcpyAsync), kernel = gpumpi's copy kernel (SMs copying over NVLink).",
@@ -215,7 +220,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
         default: "4096",
-        doc: "Bytes up to which host<->device staging copies (point-to-point messages on device buffers, other staging) go through the resident kernel (one block polling mapped host memory, no launch or stream synchronize per copy; used once the CUDA kernels are loaded, and only while no other process uses the GPU); larger ones, and all with 0, by the copy engine (cuMemcpyAsync plus a stream synchronize). At most 16384.",
+        doc: "Bytes up to which host<->device staging copies (point-to-point messages on device buffers, other staging) go through the resident kernel (one block polling mapped host memory, no launch or stream synchronize per copy; used once the CUDA kernels are loaded, and only while no other process uses the GPU); larger ones, and all with 0, by the copy engine (cuMemcpyAsync plus a stream synchronize). At most 16384. A receiver's pull of a small device message from a peer GPU (`GPUMPI_GPU_IPC_MIN`) takes the resident kernel up to 16384 bytes whatever this value, except with 0.",
     },
     Param {
         name: "GPUMPI_JOB_ID",

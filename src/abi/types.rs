@@ -255,18 +255,21 @@ pub unsafe fn send_view(
     Ok((v.as_ptr(), len, Some(HostBuf::from_vec(v))))
 }
 
-/// A contiguous device (or managed) send buffer of more than `min` bytes for the engine's
-/// device rendezvous: (address of the data, length, how the receiver reaches it: the CUDA IPC
-/// export for the RTS, else the pipe to it when pipes are on). `None`: use [`send_view`].
+/// A contiguous device (or managed) send buffer for the engine's device rendezvous: (address
+/// of the data, length, how the receiver reaches it): the CUDA IPC export for the RTS when the
+/// message is longer than `ipc_min` bytes and IPC can share the buffer, else the pipe to the
+/// receiver when pipes are on and the message is longer than `pipe_min`. `None`: use
+/// [`send_view`].
 pub fn device_send(
     buf: *const c_void,
     count: usize,
     d: &DtypeObj,
-    min: usize,
+    ipc_min: usize,
+    pipe_min: usize,
 ) -> Option<(usize, usize, crate::engine::DevSend)> {
     use crate::engine::DevSend;
     let len = d.desc.packed_size(count);
-    if len <= min || !d.desc.is_contiguous(count) {
+    if len <= ipc_min.min(pipe_min) || !d.desc.is_contiguous(count) {
         return None;
     }
     let addr = (buf as usize).wrapping_add_signed(d.desc.true_lb());
@@ -274,8 +277,8 @@ pub fn device_send(
         return None;
     }
     match crate::gpu::p2p::export_range(addr, len) {
-        Some(e) => Some((addr, len, DevSend::Ipc(e))),
-        None => crate::gpu::pipe::enabled().then_some((addr, len, DevSend::Pipe)),
+        Some(e) if len > ipc_min => Some((addr, len, DevSend::Ipc(e))),
+        _ => (len > pipe_min && crate::gpu::pipe::enabled()).then_some((addr, len, DevSend::Pipe)),
     }
 }
 

@@ -114,10 +114,12 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     };
     let dst_world = s.comm.world_rank(dest as usize);
     if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
-        // Device data above the eager limit: the receiver copies it peer to peer (CUDA IPC),
-        // or, when IPC cannot share it (or is off), takes it through the pipe to it.
-        let min = rt.engine.eager_limit();
-        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, min) {
+        // Device data: the receiver copies it peer to peer (CUDA IPC) above GPUMPI_GPU_IPC_MIN,
+        // or, above the eager limit when IPC cannot share it (or is off), takes it through the
+        // pipe to it.
+        let (ipc_min, pipe_min) = (crate::gpu::p2p::ipc_min(), rt.engine.eager_limit());
+        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, ipc_min, pipe_min)
+        {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
