@@ -186,14 +186,14 @@ pub static PARAMS: &[Param] = &[
         doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path; larger ones take the stream pipeline. `0` = every size. Must be the same on every rank.",
     },
     Param {
+        name: "GPUMPI_GPU_IPC_MIN",
+        default: "0",
+        doc: "Bytes above which a contiguous point-to-point send from device memory that CUDA IPC can share goes by device rendezvous (the receiver copies it peer to local: small copies through its GPU's resident kernel, one host <-> kernel round trip; larger ones by the copy engine) instead of eager staging through host memory (a copy to the host at the sender and one to the device at the receiver). 0: every non-empty message. Read by the sending rank.",
+    },
+    Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
         doc: "How a point-to-point peer copy of an exported device buffer is made (the receiver's pull, or the sender's push, see `GPUMPI_GPU_P2P_PUSH`): `ce` = the copy engines (`cuMemcpyAsync`), `kernel` = gpumpi's copy kernel (SMs copying over NVLink; 333 pulled / 361 pushed against 370 / 386 GB/s at 512 MiB).",
-    },
-    Param {
-        name: "GPUMPI_GPU_P2P_MIN",
-        default: "2k",
-        doc: "Bytes (suffixes k, m, g) above which a contiguous device send buffer that CUDA IPC can share goes by rendezvous (the receiver copies it peer to peer, one copy) instead of the eager path (staged device to host at the sender and host to device at the receiver, two copies); capped at GPUMPI_EAGER_LIMIT. Up to it the staging copies take the resident kernel (GPUMPI_GPU_SMALL_COPY). Read by the sending rank.",
     },
     Param {
         name: "GPUMPI_GPU_P2P_PUSH",
@@ -223,7 +223,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
         default: "4096",
-        doc: "Bytes (at most 16384; the copy engine wins from between 4 and 8 KiB on, benches/NOTES.md) up to which the host<->device copies that point-to-point messages on device buffers (and other staging) make go through the resident kernel of the device (one block polling a command in mapped pinned host memory; device-to-host data comes back as tagged 8-byte words, so no system fence; no kernel launch or stream synchronize per copy). Used once the CUDA kernels are loaded (they are loaded in the background after the first few small copies, so the first call never waits for them) and only while no other process uses the GPU (kernels of processes sharing a GPU time-slice): the first process on a GPU holds an abstract Unix socket named after its UUID, a second one marks the GPU shared. Larger copies, and every copy with `0`, use the copy engine (`cuMemcpyAsync` and a stream synchronize).",
+        doc: "Bytes (at most 16384; the copy engine wins from between 4 and 8 KiB on, benches/NOTES.md) up to which the host<->device copies that point-to-point messages on device buffers (and other staging) make go through the resident kernel of the device (one block polling a command in mapped pinned host memory; device-to-host data comes back as tagged 8-byte words, so no system fence; no kernel launch or stream synchronize per copy). Used once the CUDA kernels are loaded (they are loaded in the background after the first few small copies, so the first call never waits for them) and only while no other process uses the GPU (kernels of processes sharing a GPU time-slice): the first process on a GPU holds an abstract Unix socket named after its UUID, a second one marks the GPU shared. Larger copies, and every copy with `0`, use the copy engine (`cuMemcpyAsync` and a stream synchronize). A receiver's pull of a small device message from a peer GPU (`GPUMPI_GPU_IPC_MIN`) takes the resident kernel up to 16384 bytes whatever this value, except with `0`.",
     },
     Param {
         name: "GPUMPI_JOB_ID",

@@ -306,8 +306,9 @@ pub unsafe fn send_view(
 
 /// A contiguous device (or managed) send buffer for the engine's device rendezvous: (address
 /// of the data, length, how the receiver reaches it): the CUDA IPC export for the RTS when the
-/// message has more than `ipc_min` bytes, else the pipe to it when it has more than `pipe_min`
-/// bytes and pipes are on. `None`: use [`send_view`] (eager staging, or a host copy).
+/// message is longer than `ipc_min` bytes and IPC can share the buffer, else the pipe to the
+/// receiver when pipes are on and the message is longer than `pipe_min`. `None`: use
+/// [`send_view`].
 pub fn device_send(
     buf: *const c_void,
     count: usize,

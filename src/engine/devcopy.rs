@@ -24,6 +24,21 @@ pub trait DevCopy {
     /// exportable device memory.
     fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>>;
 
+    /// Whether a pull of `len` bytes from `peer`'s exported buffer into `dst` (device memory
+    /// of this process when `dev`) should map it now; `false`: the engine has the sender stream
+    /// it instead (a small message from a buffer not seen before, where mapping would cost
+    /// more than staging).
+    fn worth_mapping(
+        &self,
+        _peer: usize,
+        _export: &[u8],
+        _dst: usize,
+        _dev: bool,
+        _len: usize,
+    ) -> bool {
+        true
+    }
+
     /// Start copying `len` bytes of `peer`'s exported buffer to `dst` (device memory of this
     /// process when `dev`, else host memory); `None`: nothing to copy.
     ///
@@ -133,6 +148,10 @@ impl Pending for crate::gpu::pipe::Ticket {
 impl DevCopy for Cuda {
     fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>> {
         crate::gpu::p2p::export_range(addr, len).map(|e| e.to_vec().into_boxed_slice())
+    }
+
+    fn worth_mapping(&self, peer: usize, export: &[u8], dst: usize, dev: bool, len: usize) -> bool {
+        crate::gpu::p2p::worth_mapping(peer, export, dst, dev, len)
     }
 
     unsafe fn read(

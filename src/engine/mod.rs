@@ -958,6 +958,14 @@ impl Engine {
             let ok = if r.want == 0 {
                 true
             } else if let Some(ipc) = &r.ipc {
+                if !self
+                    .st
+                    .dev
+                    .worth_mapping(r.src_world, ipc, buf as usize, dev, r.want)
+                {
+                    self.st.request_stream(r.rreq, r.src_world, r.sreq, r.want);
+                    continue;
+                }
                 // SAFETY: buf holds at least want bytes owned by this receive; the sender keeps
                 // its device buffer until our FIN.
                 let then = AfterCopy {

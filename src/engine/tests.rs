@@ -845,6 +845,8 @@ mod fake_dev {
         /// Senders get no pipe (they stage); receivers fail to open one (they ask for streams).
         pub no_pipe: bool,
         pub fail_pipe_recv: bool,
+        /// Receivers answer that the sender's buffer is not worth mapping (stream it).
+        pub not_worth_mapping: bool,
         pub offers: usize,
         /// Pipe lanes by (sender, receiver, role), over regions kept here.
         lanes: HashMap<(usize, usize, bool), Arc<Mutex<Lane>>>,
@@ -948,6 +950,17 @@ mod fake_dev {
                 .iter()
                 .any(|&(a, l)| addr >= a && addr + len <= a + l)
                 .then(|| export(addr, len).to_vec().into_boxed_slice())
+        }
+
+        fn worth_mapping(
+            &self,
+            _peer: usize,
+            _export: &[u8],
+            _dst: usize,
+            _dev: bool,
+            _len: usize,
+        ) -> bool {
+            !self.0.lock().unwrap().not_worth_mapping
         }
 
         unsafe fn read(
@@ -1180,6 +1193,34 @@ fn device_rendezvous_falls_back_to_streaming() {
         );
         let b = fake.0.lock().unwrap();
         assert_eq!((b.writes, b.reads), if push { (0, 0) } else { (0, 1) });
+    }
+}
+
+/// A pulled device message whose buffer the receiver does not map yet (a small message from a
+/// buffer not seen before) is streamed by its sender, into device and host receive buffers,
+/// posted first or not: no peer copy is made, every byte lands.
+#[test]
+fn device_rendezvous_not_worth_mapping_is_streamed() {
+    let len = LIMIT / 2 + 3;
+    let src = pattern(len, 17);
+    for dev in [true, false] {
+        for posted_first in [true, false] {
+            let (mut es, fake) = dev_pair(usize::MAX);
+            fake.0.lock().unwrap().not_worth_mapping = true;
+            let mut dst = vec![0u8; len];
+            let st = dev_message(&mut es, &fake, &src, &mut dst, dev, posted_first, false);
+            assert_eq!((st.error, st.bytes, st.source, st.tag), (0, len, 0, 5));
+            assert!(
+                dst == src,
+                "dev {dev} posted_first {posted_first}: every byte lands"
+            );
+            let b = fake.0.lock().unwrap();
+            assert_eq!(
+                (b.writes, b.reads),
+                (0, 0),
+                "streamed, not copied peer to peer"
+            );
+        }
     }
 }
 

@@ -244,6 +244,8 @@ struct Entry {
 /// The registration cache of one device's context: (peer, buffer id) -> local mapping.
 pub struct ImportCache {
     entries: Vec<Entry>,
+    /// (peer, buffer id) of small messages' exports met once and not mapped ([`Self::known`]).
+    offered: std::collections::VecDeque<(usize, u64)>,
     cap: usize,
     clock: u64,
     pub hits: u64,
@@ -255,12 +257,37 @@ impl ImportCache {
     pub fn new(cap: usize) -> Self {
         ImportCache {
             entries: Vec::new(),
+            offered: std::collections::VecDeque::new(),
             cap: cap.max(1),
             clock: 0,
             hits: 0,
             opens: 0,
             closes: 0,
         }
+    }
+
+    /// Whether `peer`'s buffer `e` is mapped, or was asked about once before. Mapping costs
+    /// milliseconds, copying a small message through host memory microseconds: a small
+    /// message's first sight is answered `false` (the caller stages it) and remembered, a
+    /// second one (a reused buffer) `true`, so the caller maps it.
+    pub fn known(&mut self, peer: usize, e: &Export) -> bool {
+        let key = (peer, e.buffer_id);
+        if self
+            .entries
+            .iter()
+            .any(|x| x.peer == peer && x.buffer_id == e.buffer_id)
+        {
+            return true;
+        }
+        if let Some(i) = self.offered.iter().position(|k| *k == key) {
+            self.offered.remove(i);
+            return true;
+        }
+        if self.offered.len() >= self.cap {
+            self.offered.pop_front();
+        }
+        self.offered.push_back(key);
+        false
     }
 
     /// The local address of `e`'s allocation base as exported by `peer`, mapping it if needed.
@@ -434,6 +461,22 @@ pub fn forget_export(buffer_id: u64) {
     }
 }
 
+/// [`ImportCache::known`] in device `ordinal`'s cache (`false` without CUDA).
+pub fn known(peer: usize, e: &Export, ordinal: i32) -> bool {
+    let Some(d) = super::gpu().and_then(|g| g.device(ordinal).ok()) else {
+        return false;
+    };
+    let mut all = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let idx = d.ordinal.max(0) as usize;
+    if all.len() <= idx {
+        all.resize_with(idx + 1, || None);
+    }
+    let cap = crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE");
+    all[idx]
+        .get_or_insert_with(|| ImportCache::new(cap))
+        .known(peer, e)
+}
+
 fn import_as(peer: usize, e: &Export, ordinal: i32, pinned: bool) -> Result<usize, String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
@@ -548,6 +591,29 @@ mod tests {
         assert_eq!(f.closed.len(), 1);
         assert_ne!(f.closed[0], a, "the least recently used one goes");
         assert!(f.open.contains(&a));
+    }
+
+    #[test]
+    fn a_small_buffer_is_mapped_at_its_second_sight() {
+        let mut c = ImportCache::new(2);
+        let mut f = Fake::default();
+        let (a, b) = (exp(1, 0x1000, 16), exp(2, 0x2000, 16));
+        assert!(!c.known(1, &a), "first sight: stage it");
+        assert!(
+            !c.known(2, &a),
+            "another peer's buffer id is another buffer"
+        );
+        assert!(c.known(1, &a), "second sight: map it");
+        assert!(!c.known(1, &b));
+        c.map(1, &b, &mut f).unwrap();
+        assert!(c.known(1, &b), "mapped: known");
+        assert!(c.known(1, &b), "and stays known while mapped");
+        // The remembered first sights are bounded like the mappings.
+        for id in 10..20u64 {
+            assert!(!c.known(5, &exp(id, 0x10_0000 * id, 16)));
+        }
+        assert!(!c.known(2, &a), "forgotten past the bound");
+        assert_eq!(f.open.len(), 1, "known() itself maps nothing");
     }
 
     #[test]

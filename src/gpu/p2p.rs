@@ -20,16 +20,47 @@ fn use_kernel() -> bool {
     *K.get_or_init(|| crate::config::get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"))
 }
 
-/// Device send buffers CUDA IPC can share go by rendezvous (the receiver copies peer to peer)
-/// above this many bytes, `GPUMPI_GPU_P2P_MIN` (the caller caps it at the eager limit); up to
-/// it they are staged through host memory in the eager frame.
-pub fn rendezvous_min() -> usize {
+/// Bytes above which a contiguous device send that CUDA IPC can share goes by device
+/// rendezvous (the receiver copies peer to local) instead of eager staging through host memory
+/// (`GPUMPI_GPU_IPC_MIN`).
+pub fn ipc_min() -> usize {
     static M: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *M.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_P2P_MIN"))
+    *M.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_IPC_MIN"))
+}
+
+/// Bytes up to which a pulled message from a buffer this process has not mapped is streamed
+/// by its sender the first time (the mapping, milliseconds, is made at the buffer's second
+/// message): the eager limit, the size below which messages are staged anyway.
+fn first_sight_max() -> usize {
+    static M: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *M.get_or_init(|| crate::config::get_usize("GPUMPI_EAGER_LIMIT"))
+}
+
+/// Whether a pull of `len` bytes from `peer`'s `export` into `dst` (device memory when `dev`)
+/// should map the buffer now (see [`first_sight_max`]); a short descriptor: yes (the read
+/// reports it).
+pub fn worth_mapping(peer: usize, export: &[u8], dst: usize, dev: bool, len: usize) -> bool {
+    if len > first_sight_max() {
+        return true;
+    }
+    let Some(e) = Export::from_bytes(export) else {
+        return true;
+    };
+    ipc::known(peer, &e, target_ordinal(dst, dev))
+}
+
+/// The device whose context maps a peer's buffer for a copy to `local`: a device buffer's own
+/// device; a host target reads through device 0's context.
+fn target_ordinal(local: usize, dev: bool) -> i32 {
+    if dev {
+        super::classify(local as *const u8).device.max(0)
+    } else {
+        0
+    }
 }
 
 /// A peer copy issued on its device's stream; `None` from [`read_ipc`] or [`write_ipc`] means
-/// there was nothing to copy.
+/// there was nothing left to copy (an empty message, or a small pull already done).
 pub struct InFlight {
     d: super::DevCtx,
     ev: cuda::Event,
@@ -62,7 +93,8 @@ impl InFlight {
 
 /// Start copying `len` bytes of `peer`'s exported buffer (`export`: [`Export`] bytes) to `dst`:
 /// device memory of this process when `dev`, else host memory. Zero-copy over NVLink for
-/// device targets (one copy, peer to local): the receiver's side of a pulled message.
+/// device targets (one copy, peer to local): the receiver's side of a pulled message. Copies
+/// small enough for the resident kernel are done when this returns (`Ok(None)`).
 ///
 /// # Safety
 /// `dst..dst+len` is writable memory of this process owned by the receive until the copy is
@@ -122,13 +154,7 @@ unsafe fn peer_copy(
         return Err("message longer than the exported allocation".into());
     }
     let g = super::gpu().ok_or("CUDA is not available")?;
-    // A device buffer's own device; a host target reads through device 0's context.
-    let ordinal = if dev {
-        super::classify(local as *const u8).device.max(0)
-    } else {
-        0
-    };
-    let d = g.device(ordinal)?;
+    let d = g.device(target_ordinal(local, dev))?;
     let remote = ipc::import(peer, &e, d.ordinal)?;
     if len == 0 {
         return Ok(None);
@@ -137,6 +163,18 @@ unsafe fn peer_copy(
         Way::Pull => (remote, local),
         Way::Push => (local, remote),
     };
+    if way == Way::Pull {
+        // A small pull goes through the device's resident kernel: one host <-> kernel round
+        // trip instead of a copy-engine copy and an event to poll.
+        let dir = if dev {
+            super::resident::SmallCopy::DevToDev
+        } else {
+            super::resident::SmallCopy::ToHost
+        };
+        if let Some(r) = super::resident::copy_small(d.ordinal, dst, src, len, dir) {
+            return r.map(|()| None);
+        }
+    }
     if len >= 1 << 20 {
         let kernel = dev && use_kernel();
         tracing::debug!(peer, len, kernel, ?way, "CUDA IPC copy");

@@ -670,8 +670,13 @@ fn small_copy_limit() -> usize {
 /// the background, and no copy waits for it); and no other process is known to use this GPU
 /// (kernels of processes sharing a GPU time-slice, so a polling kernel would delay the
 /// other's work).
-fn small_copy_ready(ordinal: i32, len: usize) -> bool {
-    if len > small_copy_limit() {
+fn small_copy_ready(ordinal: i32, len: usize, dir: SmallCopy) -> bool {
+    // A device-to-device pull uses none of the host areas: any size they would allow.
+    let limit = match (dir, small_copy_limit()) {
+        (SmallCopy::DevToDev, l) if l > 0 => COPY_MAX,
+        (_, l) => l,
+    };
+    if len > limit {
         return false;
     }
     let Some(g) = super::gpu() else {
@@ -689,23 +694,36 @@ fn small_copy_ready(ordinal: i32, len: usize) -> bool {
     sole::alone(ordinal)
 }
 
-/// Copy `len` bytes (at most `GPUMPI_GPU_SMALL_COPY`, itself at most [`COPY_MAX`]) between
-/// device memory of `ordinal` and host memory through the resident kernel: `to_host` copies
-/// device address `src` into host `dst`, else host `src` into device address `dst`.
-/// Synchronous, like the copies it replaces. `None`: not available here (the caller copies
-/// with the copy engine).
+/// The direction of a small copy by the resident kernel ([`copy_small`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SmallCopy {
+    /// Device address `src` (memory of the device, or a peer's buffer mapped into its context)
+    /// to host memory `dst`.
+    ToHost,
+    /// Host memory `src` to device address `dst`.
+    FromHost,
+    /// Device address `src` (a peer's buffer mapped through CUDA IPC into this device's
+    /// context) to device address `dst` of this device: the receiver's pull of a small device
+    /// message, one host <-> kernel round trip.
+    DevToDev,
+}
+
+/// Copy `len` bytes (at most `GPUMPI_GPU_SMALL_COPY`, itself at most [`COPY_MAX`]; a
+/// [`SmallCopy::DevToDev`] copy up to [`COPY_MAX`] unless that variable is 0) with the resident
+/// kernel of device `ordinal`, in direction `dir`. Synchronous, like the copies it
+/// replaces. `None`: not available here (the caller copies with the copy engine).
 ///
 /// # Safety
-/// The device range is memory of `ordinal` the caller may read (or write); the host range is
+/// The device ranges are memory the kernel of `ordinal` may read (or write); a host range is
 /// valid for `len` bytes.
 pub unsafe fn copy_small(
     ordinal: i32,
     dst: usize,
     src: usize,
     len: usize,
-    to_host: bool,
+    dir: SmallCopy,
 ) -> Option<Result<(), String>> {
-    if len == 0 || !small_copy_ready(ordinal, len) {
+    if len == 0 || !small_copy_ready(ordinal, len, dir) {
         return None;
     }
     Some(with_res(ordinal, |r| {
@@ -714,25 +732,34 @@ pub unsafe fn copy_small(
             bytes: len as u64,
             ..Default::default()
         };
-        if to_host {
-            c.src = src as u64;
-            c.dst = r.ll_dev;
-        } else if len <= INLINE {
-            let mut inline = [0u8; INLINE];
-            inline[..len].copy_from_slice(std::slice::from_raw_parts(src as *const u8, len));
-            c.op = 1;
-            c.ty = 1;
-            c.dst = dst as u64;
-            c.flagv = u64::from_le_bytes(inline[..8].try_into().unwrap());
-            c.desc = u64::from_le_bytes(inline[8..].try_into().unwrap());
-        } else {
-            std::ptr::copy_nonoverlapping(src as *const u8, r.stage, len);
-            c.op = 1;
-            c.src = r.stage_dev;
-            c.dst = dst as u64;
+        match dir {
+            SmallCopy::ToHost => {
+                c.src = src as u64;
+                c.dst = r.ll_dev;
+            }
+            SmallCopy::DevToDev => {
+                c.op = 1;
+                c.src = src as u64;
+                c.dst = dst as u64;
+            }
+            SmallCopy::FromHost if len <= INLINE => {
+                let mut inline = [0u8; INLINE];
+                inline[..len].copy_from_slice(std::slice::from_raw_parts(src as *const u8, len));
+                c.op = 1;
+                c.ty = 1;
+                c.dst = dst as u64;
+                c.flagv = u64::from_le_bytes(inline[..8].try_into().unwrap());
+                c.desc = u64::from_le_bytes(inline[8..].try_into().unwrap());
+            }
+            SmallCopy::FromHost => {
+                std::ptr::copy_nonoverlapping(src as *const u8, r.stage, len);
+                c.op = 1;
+                c.src = r.stage_dev;
+                c.dst = dst as u64;
+            }
         }
         r.run(c)?;
-        if to_host {
+        if dir == SmallCopy::ToHost {
             // Every word carries the command's tag once its data has arrived.
             let tag = (r.seq & 0xffff_ffff) << 32;
             let out = dst as *mut u8;
@@ -911,7 +938,7 @@ mod tests {
         };
         let d = g.device(0).unwrap();
         g.kernels(0).unwrap();
-        if !small_copy_ready(0, 1) {
+        if !small_copy_ready(0, 1, SmallCopy::ToHost) {
             crate::test_skip::gpu_skip(
                 &crate::test_skip::current_test(),
                 "another process uses GPU 0 (small copies stay on the copy engine)",
@@ -941,7 +968,7 @@ mod tests {
                         buf as usize + off,
                         host[off..].as_ptr() as usize,
                         len,
-                        false,
+                        SmallCopy::FromHost,
                     );
                     r.expect("applies").unwrap();
                     let mut back = vec![0u8; len];
@@ -958,7 +985,7 @@ mod tests {
                         out[off..].as_mut_ptr() as usize,
                         buf as usize + off,
                         len,
-                        true,
+                        SmallCopy::ToHost,
                     );
                     r.expect("applies").unwrap();
                     assert_eq!(
@@ -971,13 +998,25 @@ mod tests {
                         "nothing written before"
                     );
                     assert_eq!(out[off + len], 0x55, "nothing written after");
+                    // Device -> device by the kernel (the path of a pulled small message),
+                    // into the buffer's upper half, read back by the copy engine.
+                    let dst = buf as usize + COPY_MAX + 32 + (off ^ 1);
+                    let r = copy_small(0, dst, buf as usize + off, len, SmallCopy::DevToDev);
+                    r.expect("applies").unwrap();
+                    let mut back = vec![0u8; len];
+                    cuda::with_context(d.ctx, || {
+                        cuda::memcpy_dtoh_async(&mut back, dst, d.stream)?;
+                        cuda::stream_synchronize(d.stream)
+                    })
+                    .unwrap();
+                    assert_eq!(back, data, "device to device len={len} off={off}");
                 }
             }
         }
         // SAFETY: refused before anything is touched; then buf is freed once, unused after.
         unsafe {
             assert!(
-                copy_small(0, 0, 0, limit + 1, true).is_none(),
+                copy_small(0, 0, 0, limit + 1, SmallCopy::ToHost).is_none(),
                 "too long: not here"
             );
             cuda::with_context(d.ctx, || {

@@ -72,7 +72,12 @@ unsafe fn by_resident(
     if info.kind != super::cache::MemKind::Device {
         return None;
     }
-    let r = super::resident::copy_small(info.device, dst, src, len, to_host)?;
+    let dir = if to_host {
+        super::resident::SmallCopy::ToHost
+    } else {
+        super::resident::SmallCopy::FromHost
+    };
+    let r = super::resident::copy_small(info.device, dst, src, len, dir)?;
     let what = if to_host {
         "device to host, resident kernel"
     } else {

@@ -51,8 +51,8 @@ static void check(const char *what, size_t count, const void *got, const int *wa
     free(h);
 }
 
-/* Around every point-to-point size threshold: GPUMPI_GPU_P2P_MIN (2 KiB), the resident small
-   copy (4 KiB), the eager limit (16 KiB). */
+/* Around every point-to-point size threshold: the resident small copy (4 KiB), the resident
+   pull (16 KiB), the eager limit (16 KiB). */
 static const size_t counts[] = {0, 1, 7, 511, 513, 1023, 1025, 4095, 4097, 65535, 65537, 16u << 20 /* 64 MiB of ints */};
 #define NCOUNTS (sizeof counts / sizeof counts[0])
 

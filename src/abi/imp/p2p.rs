@@ -115,13 +115,12 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     };
     let dst_world = s.comm.world_rank(dest as usize);
     if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
-        // Device data above GPUMPI_GPU_P2P_MIN (at most the eager limit) that CUDA IPC can
-        // share: the receiver copies it peer to peer; above the eager limit, when IPC cannot
-        // share it (or is off), the receiver takes it through the pipe to it. Smaller
-        // messages are staged through host memory (eager).
-        let eager = rt.engine.eager_limit();
-        let ipc_min = crate::gpu::p2p::rendezvous_min().min(eager);
-        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, ipc_min, eager) {
+        // Device data: the receiver copies it peer to peer (CUDA IPC) above GPUMPI_GPU_IPC_MIN,
+        // or, above the eager limit when IPC cannot share it (or is off), takes it through the
+        // pipe to it.
+        let (ipc_min, pipe_min) = (crate::gpu::p2p::ipc_min(), rt.engine.eager_limit());
+        if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, ipc_min, pipe_min)
+        {
             let id = rt.engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
