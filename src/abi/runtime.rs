@@ -192,6 +192,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
         "shared-memory transport ready (bytes of /dev/shm per rank)"
     );
     let engine = Engine::new(Box::new(transport), rank, size);
+    crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(size));
     let flag_max = crate::config::get_usize("GPUMPI_SHM_COLL_MAX").min(SLOT_MAX);
     let flag = match engine.coll_slots() {
         Some(bases) if size > 1 && flag_max > 0 => {

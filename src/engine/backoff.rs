@@ -2,11 +2,20 @@
 //! at 50 us. Oversubscribed ranks (7 ranks on 2 cores) hand the core over quickly instead of
 //! spinning the machine to a halt, while a lone waiter still reacts within a few hundred ns.
 //!
-//! The spin phase is short (20 rounds of progress, about 1-2 us): a reply from a peer on another
-//! core comes within it, and a peer that shares this core (unbound ranks, a loaded machine) can
+//! The spin phase of an oversubscribed rank is short (20 rounds of progress, about 1-2 us): a
+//! reply from a peer on another core comes within it, and a peer that shares this core can
 //! only answer once we yield, so every extra spin is latency (300 spins made an 8-byte allreduce
 //! of 2 ranks sharing a core take 16 us; 20 make it 3 us). Yields then go on for a while (each
 //! is a syscall of well under 1 us when nothing else is runnable) before sleeping starts.
+//!
+//! How long to spin before yielding depends on where the peers can be ([`set_placement`],
+//! from what the transport found at start-up): a rank bound to a core that no other rank
+//! shares spins about a millisecond of progress rounds (no peer can be waiting for its core),
+//! a rank of a job with no more ranks than cores a few hundred microseconds (the scheduler
+//! spreads them; a peer rarely shares the core), and a rank of an oversubscribed job the 20
+//! rounds above. On a loaded machine every yield or sleep hands the core to another process
+//! for a whole time slice (milliseconds), which stalls every exchange that needs this rank's
+//! answer.
 //!
 //! ```ignore
 //! let mut b = Backoff::new();
@@ -15,26 +24,57 @@
 //! }
 //! ```
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 const SPINS: u32 = 20;
 const YIELDS: u32 = 500;
 const MAX_SLEEP_US: u64 = 50;
+/// Spin rounds (each a progress pass, ~0.1 us) of a rank with a core of its own, and of a
+/// rank of a job with no more ranks than cores.
+const OWN_CORE_SPINS: u32 = 10_000;
+const SPREAD_SPINS: u32 = 2_000;
+static SPIN_ROUNDS: AtomicU32 = AtomicU32::new(SPINS);
 
-#[derive(Debug, Default, Clone)]
+/// Where this rank runs: `own_core` (bound to one CPU that no other rank of the job is bound
+/// to) or `oversubscribed` (more ranks than CPUs): sets how long blocking waits spin.
+pub fn set_placement(own_core: bool, oversubscribed: bool) {
+    SPIN_ROUNDS.store(spin_rounds(own_core, oversubscribed), Ordering::Relaxed);
+}
+
+fn spin_rounds(own_core: bool, oversubscribed: bool) -> u32 {
+    match (own_core, oversubscribed) {
+        (true, false) => OWN_CORE_SPINS,
+        (false, false) => SPREAD_SPINS,
+        (_, true) => SPINS,
+    }
+}
+
+#[derive(Debug, Clone)]
 pub struct Backoff {
     step: u32,
+    /// Rounds of spinning before the first yield.
+    spins: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Backoff {
     pub fn new() -> Self {
-        Backoff { step: 0 }
+        Backoff {
+            step: 0,
+            spins: SPIN_ROUNDS.load(Ordering::Relaxed),
+        }
     }
 
     /// For ranks that share cores with other ranks (more ranks than cores): no spinning, yield
     /// from the first wait (the peer that must answer may be waiting for this core).
     pub fn yielding() -> Self {
-        Backoff { step: SPINS }
+        Backoff { step: 0, spins: 0 }
     }
 
     /// Call after progress was made: start spinning again.
@@ -44,9 +84,9 @@ impl Backoff {
 
     /// Wait a little; each call waits at least as long as the previous one, up to 50 us.
     pub fn snooze(&mut self) {
-        if self.step < SPINS {
+        if self.step < self.spins {
             std::hint::spin_loop();
-        } else if self.step < SPINS + YIELDS {
+        } else if self.step < self.spins + YIELDS {
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.sleep_time());
@@ -57,13 +97,13 @@ impl Backoff {
     /// The sleep of the next `snooze` once spinning and yielding are over: doubling from 1 us,
     /// capped at 50 us.
     fn sleep_time(&self) -> Duration {
-        let k = self.step.saturating_sub(SPINS + YIELDS).min(6);
+        let k = self.step.saturating_sub(self.spins + YIELDS).min(6);
         Duration::from_micros((1u64 << k).min(MAX_SLEEP_US))
     }
 
     /// Whether the spinning phase is over (callers may release locks around `snooze` then).
     pub fn is_sleeping(&self) -> bool {
-        self.step >= SPINS
+        self.step >= self.spins
     }
 }
 
@@ -72,9 +112,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn spins_follow_placement() {
+        assert_eq!(spin_rounds(true, false), OWN_CORE_SPINS);
+        assert_eq!(spin_rounds(false, false), SPREAD_SPINS);
+        assert_eq!(spin_rounds(false, true), SPINS);
+        assert_eq!(spin_rounds(true, true), SPINS);
+        assert_eq!(Backoff::yielding().spins, 0);
+    }
+
+    #[test]
     fn sleep_is_capped() {
         let mut b = Backoff::new();
-        for _ in 0..SPINS + YIELDS {
+        for _ in 0..b.spins + YIELDS {
             b.snooze();
         }
         assert!(b.is_sleeping());

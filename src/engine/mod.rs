@@ -459,6 +459,15 @@ impl Engine {
         self.eager_limit
     }
 
+    /// Whether this rank is bound to a core no other rank shares (every peer's
+    /// [`rndv::PeerFacts::own_cores`]; false for a single rank).
+    pub fn own_core(&self) -> bool {
+        self.size > 1
+            && (0..self.size)
+                .filter(|&r| r != self.st.me)
+                .all(|r| self.st.peers[r].own_cores)
+    }
+
     /// The transport's collective slot areas ([`Transport::coll_slots`]).
     pub fn coll_slots(&self) -> Option<Vec<usize>> {
         self.tp.coll_slots()
