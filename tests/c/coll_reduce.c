@@ -423,8 +423,8 @@ static void test_loc(void)
 }
 
 
-/* MINLOC/MAXLOC on every pair type with extreme and negative values; several ranks tie on each
- * value and the index decreases with the rank, so a tie must pick the highest rank's index. */
+/* MINLOC/MAXLOC on every pair type with extreme and negative values; ranks 2j and 2j+1 hold the
+ * same value and the index decreases with the rank, so a tie must pick the higher rank's index. */
 #define DEF_LOC_EDGE(VT, SUF, VMIN, VMAX)                                                                 \
     static void loc_edge_##SUF(MPI_Datatype dt, const char *tn)                                          \
     {                                                                                                     \
@@ -433,7 +433,7 @@ static void test_loc(void)
         int k, r, o;                                                                                      \
         for (o = 0; o < 2; o++) {                                                                         \
             for (k = 0; k < 4; k++) {                                                                     \
-                sb[k].v = vals[(k + rank) % 4 < 2 ? (k + rank) % 4 : 2 + rank % 2];                       \
+                sb[k].v = vals[(k + rank / 2) % 4];                                                       \
                 sb[k].i = (size - rank) * 3 - k;                                                          \
             }                                                                                             \
             COLL(Allreduce, allreduce, sb, rb, 4, dt, o ? MPI_MAXLOC : MPI_MINLOC, MPI_COMM_WORLD);       \
@@ -441,7 +441,7 @@ static void test_loc(void)
                 VT bv = 0;                                                                                \
                 int bi = -1;                                                                              \
                 for (r = 0; r < size; r++) {                                                              \
-                    VT v = vals[(k + r) % 4 < 2 ? (k + r) % 4 : 2 + r % 2];                               \
+                    VT v = vals[(k + r / 2) % 4];                                                         \
                     int idx = (size - r) * 3 - k;                                                         \
                     if (bi < 0 || (o ? v > bv : v < bv) || (v == bv && idx < bi)) {                       \
                         bv = v;                                                                           \

@@ -1,5 +1,7 @@
 /* Non-overtaking order: many same-tag messages from each sender arrive in send order, for
- * blocking, nonblocking, mixed sizes (eager and larger) and ANY_SOURCE receives. */
+ * blocking, nonblocking, mixed sizes (eager and larger) and ANY_SOURCE receives. Matching by
+ * source and tag: with every message already there, receives naming a source or tag take only
+ * that sender's or tag's message, whatever arrived first. */
 #include "ctest.h"
 
 #define NMSG 200
@@ -94,6 +96,26 @@ int main(int argc, char **argv)
     } else {
         for (k = 0; k < 50; k++)
             CHECK_MPI(MPI_Send(&k, 1, MPI_INT, 0, 6, MPI_COMM_WORLD));
+    }
+
+    /* Selective matching: every other rank sends one message with tag 7 and one with tag 8 to
+     * rank 0 before a barrier; then rank 0 receives them naming the source (last rank first)
+     * and the tag (8 before 7), so a receive that matched any waiting message would get another
+     * sender's or tag's payload. */
+    if (rank == 0) {
+        int v = -1, t, src;
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        for (t = 8; t >= 7; t--)
+            for (src = size - 1; src >= 1; src--) {
+                CHECK_MPI(MPI_Recv(&v, 1, MPI_INT, src, t, MPI_COMM_WORLD, &st));
+                CHECK(v == src * 10 + t && st.MPI_SOURCE == src && st.MPI_TAG == t,
+                      "Recv(source %d, tag %d) got %d from %d tag %d", src, t, v, st.MPI_SOURCE, st.MPI_TAG);
+            }
+    } else {
+        int v7 = rank * 10 + 7, v8 = rank * 10 + 8;
+        CHECK_MPI(MPI_Send(&v7, 1, MPI_INT, 0, 7, MPI_COMM_WORLD));
+        CHECK_MPI(MPI_Send(&v8, 1, MPI_INT, 0, 8, MPI_COMM_WORLD));
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     }
 
     return ct_finish("p2p_order");
