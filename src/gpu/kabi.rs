@@ -28,7 +28,7 @@ pub(crate) use layout;
 
 #[cfg(test)]
 mod tests {
-    use super::{layout, Layout};
+    use super::Layout;
 
     fn layouts() -> Vec<Layout> {
         use crate::gpu::kernels::{HostAr, Seg};
