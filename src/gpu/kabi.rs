@@ -11,72 +11,54 @@
 #[cfg(test)]
 pub(crate) type Layout = (&'static str, usize, Vec<(&'static str, usize)>);
 
+/// The [`Layout`] of Rust struct `$t` mirroring C struct `$c`:
+/// `layout!("ResCmd", ResCmd, "seq" => seq, "type" => ty)`.
+#[cfg(test)]
+macro_rules! layout {
+    ($c:literal, $t:ty, $($cf:literal => $f:ident),* $(,)?) => {
+        (
+            $c,
+            std::mem::size_of::<$t>(),
+            vec![$(($cf, std::mem::offset_of!($t, $f))),*],
+        )
+    };
+}
+#[cfg(test)]
+pub(crate) use layout;
+
 #[cfg(test)]
 mod tests {
     use super::Layout;
-    use std::mem::{offset_of, size_of};
 
     fn layouts() -> Vec<Layout> {
         use crate::gpu::kernels::{HostAr, Seg};
         use crate::gpu::layout::{PackDesc, Run};
         let mut v: Vec<Layout> = vec![
-            (
+            layout!(
                 "Seg",
-                size_of::<Seg>(),
-                vec![
-                    ("dst", offset_of!(Seg, dst)),
-                    ("src", offset_of!(Seg, src)),
-                    ("len", offset_of!(Seg, len)),
-                ],
+                Seg,
+                "dst" => dst, "src" => src, "len" => len,
             ),
-            (
+            layout!(
                 "HostAr",
-                size_of::<HostAr>(),
-                vec![
-                    ("in", offset_of!(HostAr, input)),
-                    ("out", offset_of!(HostAr, out)),
-                    ("elems", offset_of!(HostAr, elems)),
-                    ("qe", offset_of!(HostAr, qe)),
-                    ("base", offset_of!(HostAr, base)),
-                    ("rounds", offset_of!(HostAr, rounds)),
-                    ("slot", offset_of!(HostAr, slot)),
-                    ("reg", offset_of!(HostAr, reg)),
-                    ("n", offset_of!(HostAr, n)),
-                    ("me", offset_of!(HostAr, me)),
-                    ("depth", offset_of!(HostAr, depth)),
-                ],
+                HostAr,
+                "in" => input, "out" => out, "elems" => elems, "qe" => qe, "base" => base,
+                "rounds" => rounds, "slot" => slot, "reg" => reg, "n" => n, "me" => me,
+                "depth" => depth,
             ),
-            (
+            layout!(
                 "PackRun",
-                size_of::<Run>(),
-                vec![
-                    ("disp", offset_of!(Run, disp)),
-                    ("len", offset_of!(Run, len)),
-                    ("poff", offset_of!(Run, poff)),
-                ],
+                Run,
+                "disp" => disp, "len" => len, "poff" => poff,
             ),
-            (
+            layout!(
                 "PackDesc",
-                size_of::<PackDesc>(),
-                vec![
-                    ("mem", offset_of!(PackDesc, mem)),
-                    ("packed", offset_of!(PackDesc, packed)),
-                    ("ext", offset_of!(PackDesc, ext)),
-                    ("esize", offset_of!(PackDesc, esize)),
-                    ("items", offset_of!(PackDesc, items)),
-                    ("nruns", offset_of!(PackDesc, nruns)),
-                    ("cpb", offset_of!(PackDesc, cpb)),
-                    ("chunk", offset_of!(PackDesc, chunk)),
-                    ("len", offset_of!(PackDesc, len)),
-                    ("first", offset_of!(PackDesc, first)),
-                    ("stride", offset_of!(PackDesc, stride)),
-                    ("blen", offset_of!(PackDesc, blen)),
-                    ("runs", offset_of!(PackDesc, runs)),
-                    ("wshift", offset_of!(PackDesc, wshift)),
-                    ("group", offset_of!(PackDesc, group)),
-                    ("unpack", offset_of!(PackDesc, unpack)),
-                    ("pad", offset_of!(PackDesc, pad)),
-                ],
+                PackDesc,
+                "mem" => mem, "packed" => packed, "ext" => ext, "esize" => esize,
+                "items" => items, "nruns" => nruns, "cpb" => cpb, "chunk" => chunk,
+                "len" => len, "first" => first, "stride" => stride, "blen" => blen,
+                "runs" => runs, "wshift" => wshift, "group" => group, "unpack" => unpack,
+                "pad" => pad,
             ),
         ];
         v.extend(crate::gpu::kernels::layouts());

@@ -871,42 +871,24 @@ mod sole {
 /// The shared structs' layouts (gpu::kabi's test holds them against kernels/resident.cuh).
 #[cfg(test)]
 pub(crate) fn layouts() -> Vec<super::kabi::Layout> {
-    use std::mem::{offset_of, size_of};
+    use super::kabi::layout;
     vec![
-        (
+        layout!(
             "ResCmd",
-            size_of::<ResCmd>(),
-            vec![
-                ("seq", offset_of!(ResCmd, seq)),
-                ("kind", offset_of!(ResCmd, kind)),
-                ("op", offset_of!(ResCmd, op)),
-                ("type", offset_of!(ResCmd, ty)),
-                ("ok", offset_of!(ResCmd, ok)),
-                ("bytes", offset_of!(ResCmd, bytes)),
-                ("src", offset_of!(ResCmd, src)),
-                ("dst", offset_of!(ResCmd, dst)),
-                ("flagv", offset_of!(ResCmd, flagv)),
-                ("desc", offset_of!(ResCmd, desc)),
-            ],
+            ResCmd,
+            "seq" => seq, "kind" => kind, "op" => op, "type" => ty, "ok" => ok,
+            "bytes" => bytes, "src" => src, "dst" => dst, "flagv" => flagv, "desc" => desc,
         ),
-        (
+        layout!(
             "ResDesc",
-            size_of::<ResDesc>(),
-            vec![
-                ("nranks", offset_of!(ResDesc, nranks)),
-                ("rank", offset_of!(ResDesc, rank)),
-                ("slot", offset_of!(ResDesc, slot)),
-                ("peers", offset_of!(ResDesc, peers)),
-                ("host", offset_of!(ResDesc, host)),
-            ],
+            ResDesc,
+            "nranks" => nranks, "rank" => rank, "slot" => slot, "peers" => peers,
+            "host" => host,
         ),
-        (
+        layout!(
             "ResDone",
-            size_of::<ResDone>(),
-            vec![
-                ("seq", offset_of!(ResDone, seq)),
-                ("exited", offset_of!(ResDone, exited)),
-            ],
+            ResDone,
+            "seq" => seq, "exited" => exited,
         ),
     ]
 }

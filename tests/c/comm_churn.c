@@ -1,4 +1,4 @@
-/* Communicator churn keeps memory flat: CYCLES (argument, default 10000) rounds of
+/* Communicator churn keeps memory flat: CYCLES (argument cycles=N, default 10000) rounds of
  * MPI_Comm_dup + Allreduce + Bcast (checked) + MPI_Comm_free, with 20 dups alive at once every
  * 500 cycles. The resident set size (VmRSS) after the last cycle may exceed the one after the
  * warm-up (the first 1000 cycles) by at most 2 MiB (a leak of 200 bytes per cycle would show),
@@ -62,7 +62,9 @@ static void many_alive(int cycle)
 int main(int argc, char **argv)
 {
     ct_init(&argc, &argv);
-    int cycles = argc > 1 ? atoi(argv[1]) : 10000;
+    int cycles = 10000;
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "cycles=", 7) == 0) cycles = atoi(argv[i] + 7);
     int warm = cycles / 10;
     MPI_Count before[4], after[4];
     gpu_counters(before);
