@@ -14,7 +14,7 @@
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
 # device buffers at 1 and 2 ranks. gpu_churn creates and frees communicators with device
-# collectives (300 cycles, 20 alive at once; 120 and 18 with CUDA IPC off) and checks that each
+# collectives (300 cycles, 20 alive at once; 250 and 18 with CUDA IPC off) and checks that each
 # sets up the resident path and gives its GPU state back. --bench also runs gpu_bench.
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
@@ -181,7 +181,7 @@ churn() { # label cycles live env...
 }
 churn "(CUDA IPC)" 300 20 GPUMPI_CUDA_IPC=1 GPUMPI_GPU_HOST_CHUNK=1048576 \
     GPUMPI_GPU_HOST_KERNEL=1048576
-churn "(P2P forced off: pinned host regions per communicator)" 120 18 GPUMPI_CUDA_IPC=0 \
+churn "(P2P forced off: pinned host regions per communicator)" 250 18 GPUMPI_CUDA_IPC=0 \
     GPUMPI_GPU_HOST_CHUNK=65536 GPUMPI_GPU_HOST_KERNEL=262144
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
