@@ -114,11 +114,23 @@ mod tests {
     #[test]
     fn bound_ranks_stream_where_copies_beat_the_read() {
         // A machine with cache-speed copies far above process_vm_readv.
-        assert_eq!(choose(rates(40.0, 8.0), DEDICATED, None, 1 << 20), RndvPath::Stream);
-        assert_eq!(choose(rates(16.0, 8.0), DEDICATED, None, 1 << 20), RndvPath::Stream);
+        assert_eq!(
+            choose(rates(40.0, 8.0), DEDICATED, None, 1 << 20),
+            RndvPath::Stream
+        );
+        assert_eq!(
+            choose(rates(16.0, 8.0), DEDICATED, None, 1 << 20),
+            RndvPath::Stream
+        );
         // A machine where the read is nearly as fast as a copy.
-        assert_eq!(choose(rates(15.9, 8.0), DEDICATED, None, 1 << 20), RndvPath::Read);
-        assert_eq!(choose(rates(12.0, 11.0), DEDICATED, None, 64 << 10), RndvPath::Read);
+        assert_eq!(
+            choose(rates(15.9, 8.0), DEDICATED, None, 1 << 20),
+            RndvPath::Read
+        );
+        assert_eq!(
+            choose(rates(12.0, 11.0), DEDICATED, None, 64 << 10),
+            RndvPath::Read
+        );
         // Unmeasured rates: the read (needs only the receiver on a core).
         assert_eq!(choose(None, DEDICATED, None, 1 << 20), RndvPath::Read);
     }
@@ -129,7 +141,10 @@ mod tests {
             stream_stalled: true,
             ..DEDICATED
         };
-        assert_eq!(choose(rates(40.0, 8.0), stalled, None, 1 << 20), RndvPath::Read);
+        assert_eq!(
+            choose(rates(40.0, 8.0), stalled, None, 1 << 20),
+            RndvPath::Read
+        );
     }
 
     #[test]
@@ -139,15 +154,27 @@ mod tests {
             ..SHARED
         };
         for forced in [None, Some(0), Some(1 << 20)] {
-            assert_eq!(choose(rates(40.0, 8.0), no_cma, forced, 8 << 20), RndvPath::Stream);
+            assert_eq!(
+                choose(rates(40.0, 8.0), no_cma, forced, 8 << 20),
+                RndvPath::Stream
+            );
         }
     }
 
     #[test]
     fn the_users_threshold_overrides_the_model() {
-        assert_eq!(choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 64 << 10), RndvPath::Stream);
-        assert_eq!(choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 1 << 20), RndvPath::Read);
-        assert_eq!(choose(rates(40.0, 8.0), DEDICATED, Some(0), 16 << 10), RndvPath::Read);
+        assert_eq!(
+            choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 64 << 10),
+            RndvPath::Stream
+        );
+        assert_eq!(
+            choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 1 << 20),
+            RndvPath::Read
+        );
+        assert_eq!(
+            choose(rates(40.0, 8.0), DEDICATED, Some(0), 16 << 10),
+            RndvPath::Read
+        );
     }
 
     #[test]

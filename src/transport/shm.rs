@@ -667,7 +667,8 @@ fn single_cpu(pid: libc::pid_t) -> Option<usize> {
     // SAFETY: cpu_set_t is plain data, zero is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: set is a valid cpu_set_t of the size passed; any pid is allowed (the kernel checks).
-    let r = unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let r =
+        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if r != 0 {
         return None;
     }
