@@ -1,0 +1,20 @@
+#!/bin/bash
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+bash build/dev/fixprefix.sh build/base >/dev/null
+cp -a build/new /tmp/moved-new; N=/tmp/moved-new    # the relocatable install, moved
+nvidia-smi -L; uptime; date -u
+NCCL_LIB=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib'))")
+export LD_LIBRARY_PATH=$NCCL_LIB:/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+echo "== gpumpi-info"; $N/bin/gpumpi-info; $N/bin/gpumpi-info --json > $OUT/info.json; python3 -m json.tool $OUT/info.json >/dev/null && echo "json ok"
+GPUMPI_CUDA_IPC=0 $N/bin/gpumpi-info | grep -iE "path|ipc" | head -8
+$N/bin/mpirun -n 2 $N/bin/gpumpi-info --json | python3 -c "import sys;print(sys.stdin.read().count('would_choose'))"
+echo "== launch vars"; $N/bin/mpirun -n 2 sh -c 'echo $OMPI_COMM_WORLD_LOCAL_RANK $LOCAL_RANK $MPI_LOCALRANKID $LOCAL_WORLD_SIZE'
+echo "== unit gpu::"; build/unit/lib-tests gpu:: --test-threads=1 2>&1 | grep -E "test result|FAILED|panicked" | head
+echo "== gpu suite"; GPUMPI_TEST_CUDART=/usr/local/cuda/lib64/libcudart.so GPU_TEST_TIMEOUT=120 timeout 330 bash tests/gpu/run.sh $N 2>&1 | tee $OUT/runsh.log | grep -E "^==|^PASS|FAIL|SKIP|^gpu:|resident set-ups|fewer than" | head -80
+for P in build/base $N; do $P/bin/mpicc -std=c99 -O2 -Ibenches -o /tmp/gb-$(basename $P) benches/gpumpi-bench.c -ldl -lm || exit 1; done
+b() { l=$1; P=$2; shift 2; $P/bin/mpirun -n 2 /tmp/gb-$(basename $P) "$@" | awk -v l="$l" '!/^#/{printf "%-6s %10s %9s %8s %s\n", l, $1, $6, $8, $9}'; }
+for op in allreduce alltoall sendrecv; do echo "== $op -d cuda (time us, busbw GB/s, wrong)"
+ for r in 1 2; do b base build/base -d cuda -o $op -b 8 -e 256M -f 16 -w 5 -n 20; b new $N -d cuda -o $op -b 8 -e 256M -f 16 -w 5 -n 20; done
+ b nccl $N -B nccl -d cuda -o $op -b 8 -e 256M -f 16 -w 5 -n 20; done
+echo "== pingpong -d cuda"; for r in 1 2; do b base build/base -d cuda -o pingpong -b 1 -e 1M -f 4 -w 50 -n 500; b new $N -d cuda -o pingpong -b 1 -e 1M -f 4 -w 50 -n 500; done
+echo "== firstcall"; for P in build/base $N; do $P/bin/mpirun -n 2 /tmp/gb-$(basename $P) -d cuda -o firstcall | grep first_sendrecv; done

@@ -1,0 +1,20 @@
+#!/bin/bash
+# Device latency: base vs new (GPUMPI_GPU_IPC_MIN default and =16384), then the GPU suite on new.
+export NCCL_NVLS_ENABLE=0
+for P in build/base build/new; do bash build/dev/fixprefix.sh $P; done
+nvidia-smi -L; uptime
+NCCL_LIB=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib'))")
+export LD_LIBRARY_PATH=$NCCL_LIB:/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+for P in build/base build/new; do $P/bin/mpicc -std=c99 -O2 -Ibenches -o /tmp/gb-$(basename $P) benches/gpumpi-bench.c -ldl -lm || exit 1; done
+pp() { $1/bin/mpirun -n 2 "${@:3}" /tmp/gb-$(basename $1) -d cuda -o pingpong -b 1 -e 1M -f 2 -w 50 -n 500 -z 1 | awk -v l="$2" '!/^#/{printf "%s %10s %8s %8s %s\n", l, $1, $6, $10, $9}'; }
+for rep in 1 2; do
+pp build/base base
+pp build/new new
+GPUMPI_GPU_IPC_MIN=16384 pp build/new new-ipcmin16k -x GPUMPI_GPU_IPC_MIN
+done
+echo "== firstcall"
+for P in build/base build/new; do $P/bin/mpirun -n 2 /tmp/gb-$(basename $P) -d cuda -o firstcall 2>&1 | grep -v "^# [tma]"; done
+echo "== sendrecv/bw device new"
+build/new/bin/mpirun -n 2 /tmp/gb-new -d cuda -o bw -b 8 -e 4M -f 4 -w 5 -n 20
+echo "== gpu suite on new"
+GPUMPI_TEST_CUDART=/usr/local/cuda/lib64/libcudart.so timeout 420 bash tests/gpu/run.sh build/new 2>&1 | grep -E "^==|PASS|FAIL|SKIP|OK" | head -80
