@@ -461,32 +461,30 @@ pub fn forget_export(buffer_id: u64) {
     }
 }
 
+/// Device `ordinal`'s import cache in `all`, made at its first use.
+fn cache_of(all: &mut Vec<Option<ImportCache>>, ordinal: i32) -> &mut ImportCache {
+    let idx = ordinal.max(0) as usize;
+    if all.len() <= idx {
+        all.resize_with(idx + 1, || None);
+    }
+    all[idx]
+        .get_or_insert_with(|| ImportCache::new(crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE")))
+}
+
 /// [`ImportCache::known`] in device `ordinal`'s cache (`false` without CUDA).
 pub fn known(peer: usize, e: &Export, ordinal: i32) -> bool {
     let Some(d) = super::gpu().and_then(|g| g.device(ordinal).ok()) else {
         return false;
     };
     let mut all = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let idx = d.ordinal.max(0) as usize;
-    if all.len() <= idx {
-        all.resize_with(idx + 1, || None);
-    }
-    let cap = crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE");
-    all[idx]
-        .get_or_insert_with(|| ImportCache::new(cap))
-        .known(peer, e)
+    cache_of(&mut all, d.ordinal).known(peer, e)
 }
 
 fn import_as(peer: usize, e: &Export, ordinal: i32, pinned: bool) -> Result<usize, String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
     let mut all = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let idx = ordinal.max(0) as usize;
-    if all.len() <= idx {
-        all.resize_with(idx + 1, || None);
-    }
-    let cap = crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE");
-    let cache = all[idx].get_or_insert_with(|| ImportCache::new(cap));
+    let cache = cache_of(&mut all, ordinal);
     let mut o = Driver { ordinal: d.ordinal };
     let base = cuda::with_context(d.ctx, || Ok(cache.map_as(peer, e, &mut o, pinned)))
         .map_err(|x| x.to_string())??;
