@@ -530,7 +530,7 @@ pub fn plan(s: &Shape, algo: Algo) -> Option<Vec<Step>> {
 
 /// Pieces of a `two_shot_ring_push` chunk (its local reductions pipelined under the copies).
 /// Measured on 4 x H200 at 1 GiB: 2 pieces 381-382 GB/s busbw, 4: 378, 8: 369 (each piece
-/// costs a barrier; benches/NOTES.md, ninth session).
+/// costs a barrier; benches/NOTES.md).
 pub const RING_PIECES: usize = 2;
 
 /// The peers of rank `me` of `n` in ring order: me+1, me+2, ... (mod n). At every position

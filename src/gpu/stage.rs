@@ -47,8 +47,8 @@ const SMALL_PAGEABLE: usize = 4 << 10;
 
 /// A host staging buffer for copies with the device of `info`: pinned when the pool allows,
 /// except for small ones. A small copy is one PCIe transaction either way (or the resident
-/// kernel's), and a page-locked buffer's first allocation costs ~1 ms: it sat on the critical
-/// path of a process's first device send/recv (benches/NOTES.md, sixth session).
+/// kernel's), and a page-locked buffer's first allocation costs ~1 ms, which would sit on the
+/// critical path of a process's first device send/recv (benches/NOTES.md).
 pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
     let d = dev_ctx(info)?;
     if len <= SMALL_PAGEABLE {
