@@ -22,6 +22,7 @@ pub mod abi;
 pub mod bootstrap;
 pub mod coll;
 pub mod config;
+pub mod dispatch;
 pub mod engine;
 pub mod gpu;
 pub mod info;
