@@ -4,7 +4,7 @@
 
 use crate::abi::ffi::*;
 use crate::abi::objects::CommObj;
-use crate::abi::types::{self, DtypeObj};
+use crate::abi::types::{self, check_count, DtypeObj};
 use crate::coll::{Block, CollKind};
 use crate::gpu::stage::Mirror;
 use crate::mpi::datatype::Elem;
@@ -13,9 +13,6 @@ use crate::mpi::op::{self as ops, BuiltinOp};
 use smallvec::{smallvec, SmallVec};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
-
-/// `check_count` of the ABI: a count must not be negative.
-use crate::abi::imp::p2p::check_count;
 
 pub(crate) fn in_place(p: *const c_void) -> bool {
     p as usize == 1

@@ -88,13 +88,6 @@ impl Flat {
     }
 }
 
-/// MPI_COMM_WORLD's small blocking barrier, bcast, reduce and allreduce (predefined ops) through
-/// the flag slots of the shared-memory segments (`engine::flag`): no schedule, no messages, no
-/// allocation for contiguous host buffers. Whether a call goes this way depends only on what
-/// every rank has in common (the collective, the communicator, the byte count, the op and
-/// `GPUMPI_SHM_COLL_MAX`), never on where one rank's buffers live: device buffers are staged
-/// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
-/// `Ok(false)`: not this path.
 /// The world's flag slots if `run_flag` would serve this call (a rule on values every rank
 /// shares: communicator, collective, byte count, op kind).
 pub(super) fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
@@ -129,6 +122,13 @@ pub(super) fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
     Ok(out[0] != 0)
 }
 
+/// MPI_COMM_WORLD's small blocking barrier, bcast, reduce and allreduce (predefined ops) through
+/// the flag slots of the shared-memory segments (`engine::flag`): no schedule, no messages, no
+/// allocation for contiguous host buffers. Whether a call goes this way depends only on what
+/// every rank has in common (the collective, the communicator, the byte count, the op and
+/// `GPUMPI_SHM_COLL_MAX`), never on where one rank's buffers live: device buffers are staged
+/// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
+/// `Ok(false)`: not this path.
 pub(super) unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
     // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
     if spec.comm.ctx != 0 {
@@ -235,7 +235,7 @@ pub(crate) unsafe fn flag_quick(
         return Ok(false);
     }
     // Where GPU-native collectives are attempted, the ranks first agree on the path (in
-    // try_gpu), whatever memory their own buffers are in.
+    // the GPU paths), whatever memory their own buffers are in.
     if kind != CollKind::Barrier && crate::gpu::coll::enabled() {
         return Ok(false);
     }

@@ -80,13 +80,13 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         Mode::Blocking => run_blocking(spec),
         Mode::Nonblocking(req) => {
             nonnull(req, "request")?;
-            let k = spec.start()?;
+            let k = crate::dispatch::start(&spec)?;
             super::p2p::submit_on(req, Some(&spec.comm), |_| Ok(k))
         }
         Mode::Persistent(req) => {
             nonnull(req, "request")?;
             let comm = spec.comm.clone();
-            let starter: Starter = Box::new(move |_rt: &mut Runtime| spec.start());
+            let starter: Starter = Box::new(move |_rt: &mut Runtime| crate::dispatch::start(&spec));
             *req = runtime::with(|rt| {
                 Ok(new_request(
                     rt,
