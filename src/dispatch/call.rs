@@ -2,7 +2,7 @@
 //! communicator, the user's typed buffers as blocks (a [`Side`] each), the byte count, the
 //! reduction and the root, resolved and validated once.
 
-use crate::abi::ffi::*;
+use crate::standard::ffi::*;
 use crate::abi::objects::CommObj;
 use crate::abi::types::{self, check_count, DtypeObj};
 use crate::coll::{Block, CollKind};

@@ -2,9 +2,9 @@
 //! the shared-memory segments (`engine::flag`).
 
 use super::call::{in_place, CollSpec, DevPacked, Reduction, Side};
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 use crate::abi::objects::builtin_op;
-use crate::abi::ffi::*;
+use crate::standard::ffi::*;
 use crate::abi::runtime;
 use crate::abi::types;
 use crate::coll::CollKind;

@@ -4,7 +4,7 @@ use super::call::{CollSpec, Reduction};
 use super::flag::{flag_all, flag_eligible};
 use super::internal::{allgather_bytes, allreduce_band_u64};
 use super::run_blocking;
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 use crate::abi::objects::CommObj;
 use crate::coll::CollKind;
 use crate::gpu::coll::Mode as GpuMode;

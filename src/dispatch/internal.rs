@@ -3,7 +3,7 @@
 
 use super::call::{CollSpec, Reduction, Side};
 use super::run_blocking;
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 use crate::abi::objects::{comm, CommObj};
 use crate::abi::types;
 use crate::coll::CollKind;
