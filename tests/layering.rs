@@ -244,7 +244,7 @@ fn paths(code: &str) -> Vec<(String, usize, usize)> {
             {
                 // `mod name {` (inline) or `mod name;` (a file).
                 let rest = &code[i + 4..];
-                let end = rest.find(|ch: char| ch == '{' || ch == ';').unwrap_or(0);
+                let end = rest.find(['{', ';']).unwrap_or(0);
                 pending_mod = rest[..end].trim().chars().all(|ch| ch.is_alphanumeric() || ch == '_')
                     && rest[end..].starts_with('{');
             }
@@ -537,11 +537,33 @@ fn the_parser_reads_use_trees_and_inline_paths() {
     let code = code_only(
         "use crate::a::b; // crate::c::d\nfn f() { let s = \"crate::e\"; crate::f::g(); }\nmod tests {\n use super::*;\n}\n",
     );
-    let p: Vec<_> = paths(&code).into_iter().map(|(p, l, d)| (p, l, d)).collect();
+    let p = paths(&code);
     assert!(p.contains(&("crate::a::b".into(), 1, 0)), "{p:?}");
     assert!(p.contains(&("crate::f::g".into(), 2, 0)), "{p:?}");
     assert!(p.contains(&("super::*".into(), 4, 1)), "{p:?}");
     assert!(!p.iter().any(|x| x.0.contains("::c") || x.0.contains("::e")), "{p:?}");
+}
+
+#[test]
+fn cycles_and_the_layer_table_are_read_right() {
+    let mut e = BTreeMap::new();
+    for (a, b) in [("x::a", "x::b"), ("x::b", "x::a"), ("x::b", "y"), ("y", "z")] {
+        let seen = Seen {
+            file: "f".into(),
+            line: 1,
+        };
+        e.insert((a.to_string(), b.to_string()), seen);
+    }
+    let c = cycles(&e);
+    assert!(c.contains_key("x::a") && c.get("x::a") == c.get("x::b"), "{c:?}");
+    assert!(!c.contains_key("y") && !c.contains_key("z"), "{c:?}");
+    let mut t: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    t.entry("x".into()).or_default().insert("y".into());
+    t.entry("y".into()).or_default().insert("z".into());
+    t.entry("*".into()).or_default().insert("w".into());
+    assert!(reach("x", &t, true).contains("z"), "transitive");
+    assert!(reach("z", &t, true).contains("w"), "`*` for everyone");
+    assert!(!reach("z", &t, true).contains("x"), "upward");
 }
 
 #[test]

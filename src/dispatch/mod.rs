@@ -67,16 +67,6 @@ pub const BLOCKING: &[Path] = &[
 ];
 
 impl Path {
-    pub fn name(self) -> &'static str {
-        match self {
-            Path::Resident => "resident kernel",
-            Path::Nvlink => "GPU IPC",
-            Path::HostMemory => "GPU host memory",
-            Path::Flag => "flag slots",
-            Path::Schedule => "schedule",
-        }
-    }
-
     /// Whether this path may take the call: the same answer on every rank.
     fn eligible(self, spec: &CollSpec) -> bool {
         match self {
