@@ -3,9 +3,9 @@
 //! `mpi-abi/`; they validate, convert handles, catch panics and route errors
 //! through the error handler of the object the call was made on.
 
-pub mod consts;
+pub use crate::standard::consts;
 pub mod errh;
-pub mod ffi;
+pub use crate::standard::ffi;
 pub mod imp;
 pub mod objects;
 pub mod request;

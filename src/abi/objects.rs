@@ -269,3 +269,24 @@ pub fn check_info(h: MPI_Info) -> MpiResult<()> {
     }
     info_obj(h).map(|_| ())
 }
+
+/// The predefined operation a handle names, if it is one.
+pub fn builtin_op(h: MPI_Op) -> Option<crate::mpi::op::BuiltinOp> {
+    Some(match h as usize {
+        0x21 => crate::mpi::op::BuiltinOp::Sum,
+        0x22 => crate::mpi::op::BuiltinOp::Min,
+        0x23 => crate::mpi::op::BuiltinOp::Max,
+        0x24 => crate::mpi::op::BuiltinOp::Prod,
+        0x28 => crate::mpi::op::BuiltinOp::Band,
+        0x29 => crate::mpi::op::BuiltinOp::Bor,
+        0x2a => crate::mpi::op::BuiltinOp::Bxor,
+        0x30 => crate::mpi::op::BuiltinOp::Land,
+        0x31 => crate::mpi::op::BuiltinOp::Lor,
+        0x32 => crate::mpi::op::BuiltinOp::Lxor,
+        0x38 => crate::mpi::op::BuiltinOp::Minloc,
+        0x39 => crate::mpi::op::BuiltinOp::Maxloc,
+        0x3c => crate::mpi::op::BuiltinOp::Replace,
+        0x3d => crate::mpi::op::BuiltinOp::NoOp,
+        _ => return None,
+    })
+}

@@ -10,7 +10,7 @@
 
 use super::consts as c;
 use super::objects::{self, CommObj};
-use super::request::{ReqKind, Request};
+use super::request::{ReqKind, Request, Status};
 use crate::bootstrap::{self, Bootstrap};
 use crate::engine::flag::{Slots, SLOT_MAX};
 use crate::engine::{Backoff, Engine};
@@ -244,12 +244,13 @@ pub fn init(required: i32) -> MpiResult<i32> {
 }
 
 /// MPI_Finalize: synchronize (so every message sent has been received), then tear down.
-pub fn finalize() -> MpiResult<()> {
+/// `barrier`: MPI_COMM_WORLD's barrier (the collectives live above the runtime).
+pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
     with(|_| Ok(()))?;
     // Communicators' GPU state: every rank closes its mappings of peers' memory before the
     // barrier and frees its own after it (gpu::comm).
     crate::gpu::comm::finalize_begin();
-    super::imp::coll::barrier_world()?;
+    barrier()?;
     crate::gpu::comm::finalize_end();
     WORLD_FLAG.live.store(false, Ordering::Release);
     let rt = lock().take();
@@ -285,4 +286,25 @@ pub fn new_request(rt: &mut Runtime, r: Request) -> usize {
         rt.active.push(h);
     }
     h
+}
+
+/// Block until the operation completes; return its status (error in the status -> Err).
+pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
+    wait_request(Request::new(kind))
+}
+
+pub fn wait_request(req: Request) -> MpiResult<Status> {
+    let mut req = Some(req);
+    let mut out = None;
+    wait_until(|rt| {
+        let r = req.as_mut().unwrap();
+        match r.test(&mut rt.engine)? {
+            Some(st) => {
+                out = Some(st);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    })?;
+    Ok(out.unwrap())
 }

@@ -456,3 +456,11 @@ pub fn bytes_for_elements(d: &DtypeObj, n: usize) -> usize {
     }
     bytes
 }
+
+/// A count argument: MPI_ERR_COUNT when negative.
+pub fn check_count(count: i64) -> MpiResult<usize> {
+    if count < 0 {
+        mpi_bail!(MPI_ERR_COUNT, "count {count} is negative");
+    }
+    Ok(count as usize)
+}

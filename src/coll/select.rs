@@ -119,7 +119,7 @@ pub(crate) fn parse_lines<'a>(text: &'a str, what: &str) -> Result<Vec<Line<'a>>
 /// start at 1).
 pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
     let lines = parse_lines(text, "tuning table")
-        .map_err(|e| crate::mpi::error::MpiError::new(crate::abi::consts::MPI_ERR_ARG, e))?;
+        .map_err(|e| crate::mpi::error::MpiError::new(crate::standard::consts::MPI_ERR_ARG, e))?;
     let mut rows = Vec::new();
     for (line, kind, conds, name) in lines {
         let Some(info) = algorithm(kind, name) else {

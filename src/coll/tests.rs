@@ -873,7 +873,7 @@ fn validation_errors() {
         build_with(CollKind::Gatherv, "linear", &g)
             .unwrap_err()
             .class,
-        crate::abi::consts::MPI_ERR_TRUNCATE
+        crate::standard::consts::MPI_ERR_TRUNCATE
     );
     g.bytes = 3;
     assert!(build_with(CollKind::Gatherv, "linear", &g).is_ok());
@@ -888,7 +888,7 @@ fn validation_errors() {
         build_with(CollKind::Allreduce, "ring", &a)
             .unwrap_err()
             .class,
-        crate::abi::consts::MPI_ERR_COUNT
+        crate::standard::consts::MPI_ERR_COUNT
     );
     let mut a = CollArgs::new(0, 4, 8);
     a.commutative = false;
@@ -896,7 +896,7 @@ fn validation_errors() {
         build_with(CollKind::Allreduce, "ring", &a)
             .unwrap_err()
             .class,
-        crate::abi::consts::MPI_ERR_OP
+        crate::standard::consts::MPI_ERR_OP
     );
     assert!(build_with(CollKind::Allreduce, "nope", &CollArgs::new(0, 4, 8)).is_err());
     let mut a = CollArgs::new(0, 4, 8);
@@ -905,7 +905,7 @@ fn validation_errors() {
         build_with(CollKind::Bcast, "binomial", &a)
             .unwrap_err()
             .class,
-        crate::abi::consts::MPI_ERR_ROOT
+        crate::standard::consts::MPI_ERR_ROOT
     );
     assert!(
         build_with(CollKind::Allgatherv, "ring", &CollArgs::new(0, 4, 8)).is_err(),

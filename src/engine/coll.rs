@@ -10,7 +10,7 @@
 //! through a scratch copy.
 
 use super::{Engine, ReqId, SendArgs};
-use crate::abi::consts::MPI_SUCCESS;
+use crate::standard::consts::MPI_SUCCESS;
 use crate::coll::schedule::{BufId, Region, Schedule, Step};
 use crate::mpi::error::{MpiError, MpiResult};
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
 //! Flag-based collectives over per-rank shared-memory slots: the small-message path of the
-//! blocking barrier, bcast, reduce and allreduce on MPI_COMM_WORLD (`abi/imp/coll.rs` decides
+//! blocking barrier, bcast, reduce and allreduce on MPI_COMM_WORLD (`dispatch/flag.rs` decides
 //! when it applies).
 //!
 //! Point-to-point messages pay for matching, request slots and ring frames; a small collective
@@ -38,6 +38,8 @@ const DATA: usize = 16;
 pub const SLOT_MAX: usize = 1024;
 /// Bytes of one rank's slot area (two slots).
 pub const AREA: usize = 2 * SLOT_STRIDE;
+// The shared-memory transport reserves this much of each rank's segment for the slots.
+const _: () = assert!(AREA <= crate::transport::shm::COLL_SLOTS_BYTES);
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 16;
 

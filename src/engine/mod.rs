@@ -56,7 +56,7 @@ mod slab;
 
 pub use backoff::Backoff;
 
-use crate::abi::consts::{MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_ERR_TRUNCATE, MPI_SUCCESS};
+use crate::standard::consts::{MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_ERR_TRUNCATE, MPI_SUCCESS};
 use crate::mpi::error::MpiResult;
 use crate::transport::{Header, Transport};
 use slab::Slab;

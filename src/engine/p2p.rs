@@ -434,7 +434,7 @@ impl State {
                 if let Err(e) = r {
                     tracing::error!("engine: pipe to rank {} failed: {e}", c.peer);
                     if let Some(q) = self.reqs.get_mut(c.sreq) {
-                        q.status.error = crate::abi::consts::MPI_ERR_OTHER;
+                        q.status.error = crate::standard::consts::MPI_ERR_OTHER;
                     }
                 }
                 self.mark_pushed(c.sreq);
@@ -627,7 +627,7 @@ impl State {
                 let v = vec![0u8; s.len];
                 s.buf = v.as_ptr();
                 s.staged = Some(v);
-                status.error = crate::abi::consts::MPI_ERR_OTHER;
+                status.error = crate::standard::consts::MPI_ERR_OTHER;
             }
         }
     }
@@ -635,7 +635,7 @@ impl State {
     /// A receive whose data could not be stored completes with MPI_ERR_OTHER.
     fn fail(&mut self, rreq: u64) {
         if let Some(r) = self.reqs.get_mut(rreq) {
-            r.status.error = crate::abi::consts::MPI_ERR_OTHER;
+            r.status.error = crate::standard::consts::MPI_ERR_OTHER;
         }
     }
 

@@ -758,7 +758,7 @@ impl Desc {
 
 fn err(e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
-        crate::abi::consts::MPI_ERR_OTHER,
+        crate::standard::consts::MPI_ERR_OTHER,
         format!("GPU collective: {e}"),
     )
 }

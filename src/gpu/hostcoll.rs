@@ -63,7 +63,7 @@ const IN_OFF: usize = PIPE_OFF + 4096;
 
 fn err(e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
-        crate::abi::consts::MPI_ERR_OTHER,
+        crate::standard::consts::MPI_ERR_OTHER,
         format!("GPU collective over host memory: {e}"),
     )
 }

@@ -136,7 +136,7 @@ static RES: Mutex<Vec<Option<Res>>> = Mutex::new(Vec::new());
 
 fn err(e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
-        crate::abi::consts::MPI_ERR_OTHER,
+        crate::standard::consts::MPI_ERR_OTHER,
         format!("GPU resident collective: {e}"),
     )
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 fn cuda_err(what: &str, e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
-        crate::abi::consts::MPI_ERR_OTHER,
+        crate::standard::consts::MPI_ERR_OTHER,
         format!("CUDA staging ({what}): {e}"),
     )
 }

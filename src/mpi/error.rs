@@ -4,7 +4,7 @@
 //! message with the name of the MPI function and hands it to the error
 //! handler of the object the call was made on.
 
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl From<std::io::Error> for MpiError {
 #[macro_export]
 macro_rules! mpi_err {
     ($class:ident, $($arg:tt)*) => {
-        $crate::mpi::error::MpiError::new($crate::abi::consts::$class, format!($($arg)*))
+        $crate::mpi::error::MpiError::new($crate::standard::consts::$class, format!($($arg)*))
     };
 }
 
@@ -69,7 +69,7 @@ macro_rules! mpi_bail {
 
 /// The symbolic name of an error class ("MPI_ERR_RANK"), or "error code N".
 pub fn class_name(class: i32) -> String {
-    match crate::abi::consts::error_class_name(class) {
+    match crate::standard::consts::error_class_name(class) {
         Some(n) => n.to_string(),
         None => format!("error code {class}"),
     }

@@ -1,7 +1,7 @@
 //! Process groups: an ordered list of world ranks, with the set operations of
 //! MPI chapter 7. Pure logic, no handles.
 
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
 

@@ -25,9 +25,9 @@
 //! the rest. The largest payload is `min(ring_bytes / 4 - 56, 64 KiB)`.
 //!
 //! # Collective slots
-//! Bytes `1024 .. 1024 + engine::flag::AREA` (<= 4096) of page 0 are this rank's two flag
-//! collective slots (`engine/flag.rs`), read by every rank (`Transport::coll_slots`). They cost
-//! no extra memory.
+//! Bytes `1024 .. 4096` of page 0 ([`COLL_SLOTS_BYTES`]) hold this rank's two flag collective
+//! slots (laid out by the engine's `flag` module), read by every rank (`Transport::coll_slots`).
+//! They cost no extra memory.
 //!
 //! # Set-up sequence (the caller provides the fences)
 //! 1. `ShmTransport::create(job_id, rank, size)` — create and map own segment.
@@ -57,7 +57,8 @@ const WRAP: u64 = u64::MAX;
 const POLL_BUDGET: usize = 32;
 /// Offset of the collective slot area in page 0.
 const SLOTS_OFF: usize = 1024;
-const _: () = assert!(SLOTS_OFF + crate::engine::flag::AREA <= PAGE);
+/// Bytes of page 0 reserved for the collective slots (from `SLOTS_OFF` to the end of the page).
+pub const COLL_SLOTS_BYTES: usize = PAGE - SLOTS_OFF;
 
 /// Word a peer reads with `process_vm_readv` to check that CMA works.
 static CMA_PROBE: u64 = 0x434d_415f_5052_4f42;

@@ -2,7 +2,7 @@
 //! names. New communicators agree on a context id with one allreduce of the
 //! members' free-id bitmaps over the parent (the lowest id free everywhere).
 
-use super::coll::{allgather_bytes, allreduce_band_u64};
+use crate::dispatch::{allgather_bytes, allreduce_band_u64};
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
@@ -315,7 +315,7 @@ pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     }
     let o = comm(h)?;
     super::attr::delete_all_comm_attrs(h, &o)?;
-    super::coll::release_gpu(&o)?;
+    crate::dispatch::release_gpu(&o)?;
     objects().comms.remove(h as usize);
     super::bsend::forget_comm(o.ctx);
     release_ctx(o.ctx);

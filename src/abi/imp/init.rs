@@ -46,7 +46,7 @@ pub unsafe fn MPI_Finalized(flag: *mut c_int) -> MpiResult<()> {
 }
 
 pub unsafe fn MPI_Finalize() -> MpiResult<()> {
-    runtime::finalize()
+    runtime::finalize(crate::dispatch::barrier_world)
 }
 
 pub unsafe fn MPI_Abort(cm: MPI_Comm, errorcode: c_int) -> MpiResult<()> {

@@ -16,12 +16,7 @@ use std::sync::Arc;
 /// The largest tag value (the MPI_TAG_UB attribute).
 pub const TAG_UB: c_int = 0x3fff_ffff;
 
-pub fn check_count(count: i64) -> MpiResult<usize> {
-    if count < 0 {
-        mpi_bail!(MPI_ERR_COUNT, "count {count} is negative");
-    }
-    Ok(count as usize)
-}
+pub use crate::abi::types::check_count;
 
 pub fn check_send_tag(tag: c_int) -> MpiResult<()> {
     if !(0..=TAG_UB).contains(&tag) {
@@ -224,26 +219,8 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
     })
 }
 
-/// Block until the operation completes; return its status (error in the status -> Err).
-pub fn wait_kind(kind: ReqKind) -> MpiResult<Status> {
-    wait_request(Request::new(kind))
-}
-
-fn wait_request(req: Request) -> MpiResult<Status> {
-    let mut req = Some(req);
-    let mut out = None;
-    wait_until(|rt| {
-        let r = req.as_mut().unwrap();
-        match r.test(&mut rt.engine)? {
-            Some(st) => {
-                out = Some(st);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    })?;
-    Ok(out.unwrap())
-}
+pub use crate::abi::runtime::wait_kind;
+use crate::abi::runtime::wait_request;
 
 /// Start an operation and wait for it. The start and a first test share one hold of the
 /// runtime lock, so an operation complete at once (an eager send in the ring, a receive that

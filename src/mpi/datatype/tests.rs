@@ -1,7 +1,7 @@
 //! Unit tests of datatype construction, bounds, elem detection and packing.
 
 use super::*;
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 
 fn p(b: Basic) -> Arc<TypeDesc> {
     Arc::new(TypeDesc::predefined(b))

@@ -1,7 +1,7 @@
 //! Unit tests of the op/type table and every reduction kernel.
 
 use super::*;
-use crate::abi::consts as c;
+use crate::standard::consts as c;
 use BuiltinOp::*;
 
 fn bytes<T: Prim>(v: &[T]) -> Vec<u8> {

@@ -1,0 +1,111 @@
+//! Collective dispatch, below the C ABI.
+//!
+//! The ABI (`abi/imp/coll.rs`) validates a call's arguments and describes it as a [`CollSpec`]:
+//! the collective, the communicator, the buffers as typed blocks (one [`Side`] each), the byte
+//! count, the datatype and op (a [`Reduction`]), the root. This module chooses the path that
+//! runs it.
+//!
+//! A blocking call walks [`BLOCKING`], an ordered list of [`Path`]s: the first path that is
+//! eligible runs the call, and a path that declines (`Ok(false)`, after agreeing with the other
+//! ranks) hands it to the next eligible one; the schedule path takes everything. "Eligible" is
+//! a rule on values every rank of the communicator agrees on (the collective, the communicator,
+//! the byte count, the op, the configuration), never on where one rank's buffers live, so every
+//! rank walks the list the same way; a path that must look at the buffers agrees with the other
+//! ranks inside its `run` before it answers. A new path (a network or hierarchical one) is one
+//! more [`Path`] with its rule and its `run`, placed in the list; the ABI does not change.
+//!
+//! Nonblocking and persistent calls are schedules ([`start`]: a request's state machine).
+//!
+//! Before a [`CollSpec`] exists, the blocking `MPI_Barrier/Bcast/Reduce/Allreduce` entry points
+//! try [`flag_quick`]: the flag path straight from the C arguments (no allocation, no lock),
+//! for predefined datatypes on contiguous host buffers on MPI_COMM_WORLD; it declines to the
+//! full path with the same rule as [`Path::Flag`].
+//!
+//! The library's own collectives (context-id agreement, split, finalize, the GPU paths' set-up)
+//! are here too ([`allreduce_band_u64`], [`allgather_bytes`], [`barrier_world`]): host memory,
+//! never the GPU paths.
+
+mod call;
+mod flag;
+mod gpu;
+mod internal;
+mod schedule;
+
+pub(crate) use call::{in_place, CollSpec, Reduction, Side, TBlock};
+pub(crate) use flag::flag_quick;
+pub(crate) use gpu::release_gpu;
+pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
+
+use crate::abi::request::ReqKind;
+use crate::mpi::error::{MpiError, MpiResult};
+
+/// A way to run a collective call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Small allreduce/alltoall/allgather on device buffers through the communicator's resident
+    /// kernels (`gpu::resident`).
+    Resident,
+    /// Device buffers through CUDA IPC mappings of the peers' buffers (NVLink or PCIe peer
+    /// access): the plans of `gpu::coll`.
+    Nvlink,
+    /// Device buffers through pinned shared host memory (`gpu::hostcoll`), where peer access
+    /// is off.
+    HostMemory,
+    /// Small calls on MPI_COMM_WORLD through the shared-memory flag slots (`engine::flag`).
+    Flag,
+    /// A schedule over point-to-point (`coll::build`), run by the engine: every call.
+    Schedule,
+}
+
+/// The paths a blocking collective tries, in order.
+pub const BLOCKING: &[Path] = &[
+    Path::Resident,
+    Path::Nvlink,
+    Path::HostMemory,
+    Path::Flag,
+    Path::Schedule,
+];
+
+impl Path {
+    /// Whether this path may take the call: the same answer on every rank.
+    fn eligible(self, spec: &CollSpec) -> bool {
+        match self {
+            Path::Resident => gpu::resident_eligible(spec),
+            Path::Nvlink => gpu::nvlink_eligible(spec),
+            Path::HostMemory => gpu::host_memory_eligible(spec),
+            Path::Flag => flag::flag_eligible(spec).is_some(),
+            Path::Schedule => true,
+        }
+    }
+
+    /// Run an eligible blocking call. `Ok(false)`: declined, on every rank.
+    unsafe fn run(self, spec: &CollSpec) -> MpiResult<bool> {
+        match self {
+            Path::Resident => gpu::run_resident(spec),
+            Path::Nvlink | Path::HostMemory => gpu::run_native(spec),
+            Path::Flag => flag::run_flag(spec),
+            Path::Schedule => {
+                let st = crate::abi::runtime::wait_kind(spec.start()?)?;
+                if st.error != 0 {
+                    return Err(MpiError::new(st.error, "collective failed"));
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Run a blocking collective on the first path of [`BLOCKING`] that takes it.
+pub(crate) unsafe fn run_blocking(spec: CollSpec) -> MpiResult<()> {
+    for &path in BLOCKING {
+        if path.eligible(&spec) && path.run(&spec)? {
+            return Ok(());
+        }
+    }
+    Err(MpiError::intern("no collective path took the call"))
+}
+
+/// Start a nonblocking or persistent collective: its schedule, as a request's state machine.
+pub(crate) unsafe fn start(spec: &CollSpec) -> MpiResult<ReqKind> {
+    spec.start()
+}

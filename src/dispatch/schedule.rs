@@ -1,0 +1,135 @@
+//! The schedule path: every collective, every mode. Maps the call's blocks into a packed byte
+//! space (the user's memory directly when every block is contiguous, else temporaries packed
+//! at start and unpacked at completion), builds the schedule `coll::build` selects and hands
+//! it to the engine's executor.
+
+use super::call::CollSpec;
+use crate::abi::objects::COLL_CTX_BIT;
+use crate::abi::request::{Post, ReqKind, Status};
+use crate::coll::{self, Block, CollArgs, CollKind};
+use crate::engine::coll::CollExec;
+use crate::mpi::error::{MpiError, MpiResult};
+
+impl CollSpec {
+    pub(crate) unsafe fn start(&self) -> MpiResult<ReqKind> {
+        // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
+        // is held until completion, the receive side's is written back by the post step.
+        // Host buffers (the common case) are used through `self` without cloning their sides.
+        // Non-contiguous device layouts are packed into host memory instead (on the GPU where
+        // it applies). Exscan leaves rank 0's output unwritten: it is packed too, so it keeps
+        // its contents.
+        let sdev = match &self.send {
+            Some(s) => s.device_packed(true)?,
+            None => None,
+        };
+        let mut rdev = match &self.recv {
+            Some(r) => r.device_packed(self.recv_is_input || self.kind == CollKind::Exscan)?,
+            None => None,
+        };
+        let smir = match (&self.send, &sdev) {
+            (Some(s), None) => s.mirrored()?,
+            _ => None,
+        };
+        let rmir = match (&self.recv, &rdev) {
+            (Some(r), None) => r.mirrored()?,
+            _ => None,
+        };
+        let send = smir.as_ref().map(|(_, side)| side).or(self.send.as_ref());
+        let recv = rmir.as_ref().map(|(_, side)| side).or(self.recv.as_ref());
+        let (sptr, sblocks, shold) = match (&sdev, send) {
+            (Some(p), _) => (p.host.as_ptr() as *mut u8, p.blocks.clone(), None),
+            (None, Some(s)) => s.map(true),
+            (None, None) => (std::ptr::null_mut(), Vec::new(), None),
+        };
+        let (rptr, mut rblocks, rhold) = match (&mut rdev, recv) {
+            (Some(p), _) => (p.host.as_mut_ptr(), p.blocks.clone(), None),
+            (None, Some(r)) => r.map(self.recv_is_input),
+            (None, None) => (std::ptr::null_mut(), Vec::new(), None),
+        };
+        if let Some(l) = &self.rs_lens {
+            rblocks = l.iter().map(|&len| Block::new(0, len)).collect();
+        }
+        let (elem_size, commutative) = match &self.red {
+            Some((r, commute)) => (r.elem_size().max(1), *commute),
+            None => (1, true),
+        };
+        let args = CollArgs {
+            rank: self.comm.rank,
+            size: self.comm.size(),
+            root: self.root,
+            bytes: self.bytes,
+            send_blocks: &sblocks,
+            recv_blocks: &rblocks,
+            elem_size,
+            in_place: self.in_place,
+            commutative,
+        };
+        let (algo, sched) = coll::build_shared(self.kind, &args)?;
+        tracing::debug!(
+            coll = self.kind.name(),
+            algo,
+            bytes = self.bytes,
+            ranks = self.comm.size(),
+            "collective over shared memory"
+        );
+        let reduce: crate::engine::coll::ReduceFn = match self.red.clone() {
+            Some((r, _)) => Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)),
+            None => Box::new(|_: &[u8], _: &mut [u8]| {
+                Err(MpiError::intern(
+                    "reduction step in a collective without an operation",
+                ))
+            }),
+        };
+        let tag = self.comm.next_coll_tag();
+        let exec = CollExec::new(
+            sched,
+            sptr as *const u8,
+            rptr,
+            self.comm.ctx | COLL_CTX_BIT,
+            tag,
+            self.comm.peers.clone(),
+            self.comm.rank,
+            reduce,
+        );
+        let mut hold = Vec::new();
+        if let Some(h) = shold {
+            hold.push(crate::gpu::pool::HostBuf::from_vec(h));
+        }
+        if let Some((m, _)) = smir {
+            hold.push(m.into_host());
+        }
+        if let Some(p) = sdev {
+            hold.push(p.host);
+        }
+        let rside = match rmir {
+            Some((m, side)) => Some((Some(m), side)),
+            None if rhold.is_some() => self.recv.clone().map(|side| (None, side)),
+            None => None,
+        };
+        let post: Option<Post> = match (rhold, rside, rdev) {
+            (_, _, Some(p)) => {
+                let only = self.unpack_only;
+                Some(Box::new(move |_st: &mut Status| p.unpack(only)))
+            }
+            (_, None, None) => None,
+            (tmp, Some((mirror, side)), None) => {
+                let only = self.unpack_only;
+                Some(Box::new(move |_st: &mut Status| {
+                    if let Some(tmp) = tmp {
+                        side.unpack(&tmp, only);
+                    }
+                    if let Some(m) = mirror {
+                        m.flush()?;
+                    }
+                    Ok(())
+                }))
+            }
+        };
+        Ok(ReqKind::Coll {
+            exec: Box::new(exec),
+            post,
+            result: None,
+            hold,
+        })
+    }
+}
