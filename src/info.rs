@@ -355,7 +355,7 @@ fn cuda_section() -> (Value, bool) {
     };
     let codes = kernel_codes();
     let n = g.device_count;
-    let ipc = config::get_bool("GPUMPI_CUDA_IPC");
+    let ipc = config::snapshot().cuda.ipc;
     let devices = (0..n).map(|d| device(d, &codes)).collect();
     let links = (0..n)
         .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
@@ -480,7 +480,7 @@ fn transports_section(has_gpu: bool) -> Value {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map(|t| t.trim().to_string())
         .unwrap_or_else(|_| "absent".into());
-    let cma = if !config::get_bool("GPUMPI_SHM_CMA") {
+    let cma = if !config::snapshot().shm.cma {
         transport("cma", false, "GPUMPI_SHM_CMA=0".into())
     } else if scope == "2" || scope == "3" {
         transport(
@@ -501,7 +501,7 @@ fn transports_section(has_gpu: bool) -> Value {
     let no_gpu = || "no GPU (see cuda)".to_string();
     let ipc = if !has_gpu {
         transport("cuda_ipc", false, no_gpu())
-    } else if !config::get_bool("GPUMPI_CUDA_IPC") {
+    } else if !config::snapshot().cuda.ipc {
         transport("cuda_ipc", false, "GPUMPI_CUDA_IPC=0".into())
     } else {
         transport(
@@ -528,7 +528,7 @@ fn environment_section() -> Value {
             .iter()
             .filter(|p| p.name.starts_with("GPUMPI_"))
             .map(|p| {
-                let current = std::env::var(p.name).ok();
+                let current = config::given(p.name);
                 (
                     p.name.to_string(),
                     obj(vec![

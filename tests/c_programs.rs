@@ -11,6 +11,7 @@
 //!   failure (it usually means `mpi.h` disagrees with the standard prototypes).
 //! - `tests/c/testlist` says how to run it, one line per run group:
 //!   `program  nranks...  [singleton] [expect=fail] [exit=N] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
+//!   (a double-quoted token may hold spaces: `stderr="rank 0 has 256"`)
 //!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
 //!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
@@ -132,6 +133,33 @@ struct RunSpec {
     args: Vec<String>,
 }
 
+/// The whitespace-separated tokens of a testlist line; double quotes group words into one token
+/// (`stderr="rank 0 has 256"`) and are removed.
+fn tokens(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let (mut quoted, mut any) = (false, false);
+    for ch in line.chars() {
+        match ch {
+            '"' => (quoted, any) = (!quoted, true),
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(cur);
+    }
+    out
+}
+
 /// Parses `tests/c/testlist`: (program, spec) per non-comment line.
 fn testlist() -> Vec<(String, RunSpec)> {
     let path = c_dir().join("testlist");
@@ -143,7 +171,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
         if line.is_empty() {
             continue;
         }
-        let mut toks = line.split_whitespace();
+        let toks = tokens(line);
+        let mut toks = toks.iter().map(String::as_str);
         let prog = toks.next().unwrap().to_string();
         let mut spec = RunSpec {
             timeout_s: DEFAULT_TIMEOUT_S,
@@ -470,6 +499,7 @@ c_tests!(
     mpi4py_needs,
     err_matrix,
     coll_mismatch,
+    init_mismatch,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.

@@ -1,10 +1,18 @@
 //! Rust emitter: `wrappers.rs`, every exported `MPI_X` and its `PMPI_X` twin.
 //!
 //! A function is *implemented* when some `src/abi/imp/*.rs` has a line containing
-//! `pub unsafe fn MPI_X(` (see [`scan_implemented`]); its wrapper calls
-//! `crate::abi::imp::MPI_X(args)` under `crate::abi::guard` (error-code results) or
+//! `pub unsafe fn MPI_X(` or `pub unsafe fn MPI_X<W: Width>(` (see [`scan_implemented`]); its
+//! wrapper calls `crate::abi::imp::MPI_X(args)` under `crate::abi::guard` (error-code results) or
 //! `crate::abi::guard_value` (value results). Every other function reports
 //! `crate::abi::unsupported("MPI_X")`.
+//!
+//! Large-count forms ([`Target::Width`]): where the data has both `MPI_X` and its large-count
+//! twin `MPI_X_c`, and src/abi/imp implements `MPI_X` but not `MPI_X_c`, the implementation is one
+//! function generic over the count width, `pub unsafe fn MPI_X<W: Width>(..)`, whose count,
+//! displacement and address parameters are `W::Count`, `W::Disp`, `W::Aint` (and
+//! `W::UserFn` for a user function). `MPI_X` calls it as `MPI_X::<IntCounts>`, `MPI_X_c` as
+//! `MPI_X::<LargeCounts>`, and so does a deprecated `MPI_X_x` whose parameters are those of
+//! `MPI_X_c`. Each wrapper still names itself in `guard`, so errors name the function called.
 
 use crate::ctype::rust_ident;
 use crate::emit_ffi::ret_rust;
@@ -65,6 +73,86 @@ pub fn scan_macro_args(src: &str) -> Vec<String> {
     out
 }
 
+/// The generic parameter list of an implementation that serves both count widths.
+pub const WIDTH_GENERIC: &str = "<W: Width>(";
+
+/// Module of the count-width markers, as the generated code names it.
+const WIDTH_MOD: &str = "crate::abi::width";
+
+/// How an exported function reaches its implementation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Not implemented: the wrapper reports `unsupported`.
+    Unsupported,
+    /// `crate::abi::imp::MPI_X(args)`.
+    Direct,
+    /// `crate::abi::imp::<core>::<marker>(args)`: the width-generic implementation of a pair.
+    Width { core: String, large: bool },
+}
+
+impl Target {
+    pub fn implemented(&self) -> bool {
+        *self != Target::Unsupported
+    }
+}
+
+/// The name of `f`'s int-count twin when `f` is a large-count form: `MPI_X` for `MPI_X_c`,
+/// and for a deprecated `MPI_X_x` whose parameters are those of `MPI_X_c`.
+fn int_twin<'a>(abi: &'a Abi, f: &Function) -> Option<&'a Function> {
+    let name = f.name();
+    if let Some(base) = name.strip_suffix("_c") {
+        return abi.function(base);
+    }
+    let base = name.strip_suffix("_x")?;
+    let c = abi.function(&format!("{base}_c"))?;
+    let same = c.proto.params.len() == f.proto.params.len()
+        && c.proto
+            .params
+            .iter()
+            .zip(&f.proto.params)
+            .all(|(a, b)| a.ty == b.ty);
+    if same {
+        abi.function(base)
+    } else {
+        None
+    }
+}
+
+/// Where the wrapper of `f` goes, given the names implemented in src/abi/imp.
+pub fn target(abi: &Abi, implemented: &BTreeSet<String>, f: &Function) -> Target {
+    let name = f.name();
+    if let Some(base) = int_twin(abi, f) {
+        // A large-count form: hand-written, else the width-generic core of its int twin.
+        if implemented.contains(name) {
+            return Target::Direct;
+        }
+        if is_width_core(abi, implemented, base) {
+            return Target::Width {
+                core: base.name().to_string(),
+                large: true,
+            };
+        }
+        return Target::Unsupported;
+    }
+    if !implemented.contains(name) {
+        return Target::Unsupported;
+    }
+    if is_width_core(abi, implemented, f) {
+        return Target::Width {
+            core: name.to_string(),
+            large: false,
+        };
+    }
+    Target::Direct
+}
+
+/// `f` (an int-count form) is implemented generically: it is implemented, has a large-count twin
+/// in the data, and that twin is not implemented by hand.
+fn is_width_core(abi: &Abi, implemented: &BTreeSet<String>, f: &Function) -> bool {
+    let twin = format!("{}_c", f.name());
+    implemented.contains(f.name()) && abi.function(&twin).is_some() && !implemented.contains(&twin)
+}
+
 /// The `pub unsafe fn MPI...(` names in one source text.
 pub fn scan_source(src: &str) -> Vec<String> {
     const KEY: &str = "pub unsafe fn ";
@@ -79,7 +167,7 @@ pub fn scan_source(src: &str) -> Vec<String> {
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
         let (name, after) = rest.split_at(end);
-        if name.starts_with("MPI") && after.starts_with('(') {
+        if name.starts_with("MPI") && (after.starts_with('(') || after.starts_with(WIDTH_GENERIC)) {
             out.push(name.to_string());
         }
     }
@@ -117,11 +205,18 @@ fn err_obj(f: &Function) -> String {
     "crate::abi::ErrObj::None".into()
 }
 
-fn body(abi: &Abi, f: &Function, implemented: bool) -> String {
+fn body(abi: &Abi, f: &Function, target: &Target) -> String {
     let name = f.name();
     let args: Vec<String> = f.proto.params.iter().map(|p| rust_ident(&p.name)).collect();
-    let call = format!("crate::abi::imp::{name}({})", args.join(", "));
-    match (implemented, f.returns_error_code()) {
+    let callee = match target {
+        Target::Width { core, large } => {
+            let marker = if *large { "LargeCounts" } else { "IntCounts" };
+            format!("{core}::<{WIDTH_MOD}::{marker}>")
+        }
+        _ => name.to_string(),
+    };
+    let call = format!("crate::abi::imp::{callee}({})", args.join(", "));
+    match (target.implemented(), f.returns_error_code()) {
         (true, true) => format!("crate::abi::guard(\"{name}\", {}, || {call})", err_obj(f)),
         (true, false) => {
             format!(
@@ -158,14 +253,14 @@ pub fn rust_wrappers(abi: &Abi, implemented: &BTreeSet<String>) -> String {
             o,
             "    (\"{}\", {}),",
             f.name(),
-            implemented.contains(f.name())
+            target(abi, implemented, f).implemented()
         )
         .unwrap();
     }
     o.push_str("];\n\n");
 
     for f in &abi.functions {
-        let imp = implemented.contains(f.name());
+        let imp = target(abi, implemented, f);
         let params: Vec<String> = f
             .proto
             .params
@@ -173,7 +268,7 @@ pub fn rust_wrappers(abi: &Abi, implemented: &BTreeSet<String>) -> String {
             .map(|p| format!("{}: {}", rust_ident(&p.name), p.ty.rust(abi)))
             .collect();
         let ret = ret_rust(&f.proto.ret);
-        let body = body(abi, f, imp);
+        let body = body(abi, f, &imp);
         let mut names = vec![f.name().to_string()];
         if f.has_pmpi() {
             names.push(format!("P{}", f.name()));
@@ -207,12 +302,14 @@ mod tests {
     fn scans_only_mpi_fns() {
         let src = "pub unsafe fn MPI_Send(buf: *const c_void) -> MpiResult<()> {\n\
                    fn helper() {}\n    pub unsafe fn MPIX_Query_cuda_support() -> c_int {\n\
-                   pub unsafe fn not_mpi(\npub unsafe fn MPI_Recv<T>(\n//! `pub unsafe fn MPI_Xxx(`";
+                   pub unsafe fn not_mpi(\npub unsafe fn MPI_Recv<T>(\n//! `pub unsafe fn MPI_Xxx(`\n\
+                   pub unsafe fn MPI_Bsend<W: Width>(buf: *const c_void, count: W::Count";
         assert_eq!(
             scan_source(src),
             vec![
                 "MPI_Send".to_string(),
-                "MPIX_Query_cuda_support".to_string()
+                "MPIX_Query_cuda_support".to_string(),
+                "MPI_Bsend".to_string()
             ]
         );
     }

@@ -19,7 +19,9 @@ pub use ctype::{CParam, CType};
 pub use emit_c::{c_ext_header, c_header, c_reference_test};
 pub use emit_consts::rust_consts;
 pub use emit_ffi::rust_ffi;
-pub use emit_wrappers::{rust_wrappers, scan_implemented, scan_macro_args, scan_source};
+pub use emit_wrappers::{
+    rust_wrappers, scan_implemented, scan_macro_args, scan_source, target, Target, WIDTH_GENERIC,
+};
 
 /// The embedded data files.
 pub const HANDLES_TXT: &str = include_str!("../data/handles.txt");

@@ -31,7 +31,7 @@ fn implemented_functions_call_imp_under_guard() {
         "buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int"
     ));
     assert!(send.contains(
-        "crate::abi::guard(\"MPI_Send\", crate::abi::ErrObj::Comm(comm), || crate::abi::imp::MPI_Send(buf, count, datatype, dest, tag, comm))"
+        "crate::abi::guard(\"MPI_Send\", crate::abi::ErrObj::Comm(comm), || crate::abi::imp::MPI_Send::<crate::abi::width::IntCounts>(buf, count, datatype, dest, tag, comm))"
     ));
     assert_eq!(
         item(&w, "PMPI_Send").replace("PMPI_Send", "MPI_Send"),
@@ -46,6 +46,30 @@ fn implemented_functions_call_imp_under_guard() {
         .contains("guard_value(\"MPI_Comm_f2c\", crate::abi::consts::MPI_COMM_NULL,"));
     assert!(item(&w, "MPI_Comm_toint").contains("guard_value(\"MPI_Comm_toint\", 0,"));
     assert!(w.contains("(\"MPI_Send\", true),") && w.contains("(\"MPI_Recv\", false),"));
+}
+
+#[test]
+fn large_count_forms_share_one_width_generic_core() {
+    // MPI_Send implemented alone: one core for MPI_Send and MPI_Send_c, each wrapper naming itself.
+    let w = wrappers(&[
+        "MPI_Send",
+        "MPI_Type_size",
+        "MPI_Get_count",
+        "MPI_Get_count_c",
+    ]);
+    let send_c = item(&w, "MPI_Send_c");
+    assert!(send_c.contains("count: MPI_Count"));
+    assert!(send_c.contains(
+        "crate::abi::guard(\"MPI_Send_c\", crate::abi::ErrObj::Comm(comm), || crate::abi::imp::MPI_Send::<crate::abi::width::LargeCounts>(buf, count, datatype, dest, tag, comm))"
+    ));
+    assert!(w.contains("(\"MPI_Send_c\", true),") && w.contains("(\"MPI_Recv_c\", false),"));
+    // A deprecated _x form with the parameters of the _c form goes to the same core.
+    assert!(item(&w, "MPI_Type_size_x").contains(
+        "guard(\"MPI_Type_size_x\", crate::abi::ErrObj::None, || crate::abi::imp::MPI_Type_size::<crate::abi::width::LargeCounts>(datatype, size))"
+    ));
+    // Both forms written by hand: each is called directly.
+    assert!(item(&w, "MPI_Get_count").contains("crate::abi::imp::MPI_Get_count(status,"));
+    assert!(item(&w, "MPI_Get_count_c").contains("crate::abi::imp::MPI_Get_count_c(status,"));
 }
 
 #[test]

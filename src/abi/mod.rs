@@ -12,6 +12,7 @@ pub mod request;
 pub mod runtime;
 pub mod state;
 pub mod types;
+pub mod width;
 
 use crate::mpi::error::{MpiError, MpiResult};
 use ffi::*;

@@ -155,6 +155,33 @@ fn oversubscribed(size: usize) -> bool {
     size > online
 }
 
+/// Bootstrap keys of the variables that must be the same on every rank: their digest, and
+/// their values (read only when digests differ).
+const SAME_DIGEST_KEY: &str = "gpumpi-same-digest";
+const SAME_TEXT_KEY: &str = "gpumpi-same";
+
+/// Fail MPI_Init when a variable that must be the same on every rank differs (after a fence that
+/// published every rank's [`SAME_DIGEST_KEY`] and [`SAME_TEXT_KEY`]). Every rank compares every
+/// digest, so all fail together, with the same message.
+fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
+    let digest = crate::config::digest(mine);
+    let others = (0..boot.size()).filter(|&r| r != boot.rank());
+    let mut same = true;
+    for r in others {
+        same &= boot.get(r, SAME_DIGEST_KEY)? == digest.as_bytes();
+    }
+    if same {
+        return Ok(());
+    }
+    let texts = (0..boot.size())
+        .map(|r| Ok(String::from_utf8_lossy(&boot.get(r, SAME_TEXT_KEY)?).into_owned()))
+        .collect::<MpiResult<Vec<String>>>()?;
+    match crate::config::first_mismatch(&texts) {
+        Some(msg) => mpi_bail!(MPI_ERR_OTHER, "{msg}"),
+        None => Ok(()),
+    }
+}
+
 /// MPI_Init / MPI_Init_thread.
 pub fn init(required: i32) -> MpiResult<i32> {
     if super::state::is_initialized() {
@@ -167,9 +194,14 @@ pub fn init(required: i32) -> MpiResult<i32> {
         mpi_bail!(MPI_ERR_OTHER, "MPI is already initialized");
     }
     crate::config::init_logging();
+    let cfg = crate::config::snapshot();
     let t0 = std::time::Instant::now();
     let boot = bootstrap::init()?;
     let (rank, size) = (boot.rank(), boot.size());
+    // Published with the transport's addresses (one fence), compared once it is up.
+    let same = crate::config::same_on_every_rank_text();
+    boot.put(SAME_DIGEST_KEY, crate::config::digest(&same).as_bytes());
+    boot.put(SAME_TEXT_KEY, same.as_bytes());
     let allgather = |mine: &str| -> MpiResult<Vec<String>> {
         boot.put("gpumpi-shm", mine.as_bytes());
         boot.fence()?;
@@ -187,13 +219,14 @@ pub fn init(required: i32) -> MpiResult<i32> {
         allgather,
         || boot.fence(),
     )?;
+    check_same_on_every_rank(&*boot, &same)?;
     tracing::debug!(
         footprint = transport.footprint(),
         "shared-memory transport ready (bytes of /dev/shm per rank)"
     );
     let engine = Engine::new(Box::new(transport), rank, size);
     crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(size));
-    let flag_max = crate::config::get_usize("GPUMPI_SHM_COLL_MAX").min(SLOT_MAX);
+    let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {
         Some(bases) if size > 1 && flag_max > 0 => {
             // One small table per process, alive until exit (MPI is initialized once).

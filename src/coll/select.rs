@@ -198,7 +198,7 @@ pub fn select_from(
 pub fn table() -> &'static [Row] {
     static TABLE: OnceLock<Vec<Row>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        if let Some(path) = crate::config::get("GPUMPI_COLL_TUNING") {
+        if let Some(path) = &crate::config::snapshot().coll.tuning {
             match std::fs::read_to_string(&path)
                 .map_err(Into::into)
                 .and_then(|t| parse_table(&t))
@@ -216,18 +216,9 @@ pub fn table() -> &'static [Row] {
     })
 }
 
-/// The value of `GPUMPI_<COLL>_ALGORITHM`, read once per collective at its first use (reading the
-/// environment costs more than a small collective on shared memory).
+/// The value of `GPUMPI_<COLL>_ALGORITHM` ([`crate::config::snapshot`]).
 fn forced(kind: CollKind) -> Option<&'static str> {
-    const UNREAD: OnceLock<Option<String>> = OnceLock::new();
-    static FORCED: [OnceLock<Option<String>>; CollKind::ALL.len()] = [UNREAD; CollKind::ALL.len()];
-    let i = CollKind::ALL
-        .iter()
-        .position(|&k| k == kind)
-        .expect("CollKind::ALL lists every collective");
-    FORCED[i]
-        .get_or_init(|| crate::config::get(kind.algorithm_var()))
-        .as_deref()
+    crate::config::snapshot().coll.forced(kind.algorithm_var())
 }
 
 /// Choose the algorithm for one call (logged at debug level).

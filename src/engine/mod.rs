@@ -151,18 +151,13 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     /// From `GPUMPI_EAGER_LIMIT`, `GPUMPI_SHM_CMA_MIN` (unset: measured choice) and
-    /// `GPUMPI_GPU_P2P_PUSH`.
+    /// `GPUMPI_GPU_P2P_PUSH` ([`crate::config::snapshot`]).
     pub fn from_env() -> Self {
-        let cma_min = crate::config::get("GPUMPI_SHM_CMA_MIN")
-            .map(|_| crate::config::get_usize("GPUMPI_SHM_CMA_MIN"));
-        let push_min = match crate::config::get("GPUMPI_GPU_P2P_PUSH").as_deref() {
-            Some(v) if v.trim().eq_ignore_ascii_case("off") => usize::MAX,
-            _ => crate::config::get_usize("GPUMPI_GPU_P2P_PUSH"),
-        };
+        let c = crate::config::snapshot();
         EngineConfig {
-            eager_limit: crate::config::get_usize("GPUMPI_EAGER_LIMIT"),
-            cma_min,
-            push_min,
+            eager_limit: c.p2p.eager_limit,
+            cma_min: c.shm.cma_min,
+            push_min: c.p2p.gpu_push_min,
         }
     }
 }

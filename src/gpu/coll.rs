@@ -570,7 +570,7 @@ fn parse_table(text: &str) -> Result<Vec<Row>, String> {
 fn table() -> &'static [Row] {
     static T: OnceLock<Vec<Row>> = OnceLock::new();
     T.get_or_init(|| {
-        if let Some(path) = crate::config::get("GPUMPI_GPU_COLL_TUNING") {
+        if let Some(path) = &crate::config::snapshot().gpu.coll_tuning {
             match std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_table(&t))
@@ -639,8 +639,8 @@ pub fn mode() -> Option<Mode> {
     static M: OnceLock<Option<Mode>> = OnceLock::new();
     *M.get_or_init(|| {
         let m = mode_from(
-            crate::config::get("GPUMPI_CUDA_IPC").as_deref(),
-            crate::config::get("GPUMPI_GPU_COLL").as_deref(),
+            (!crate::config::snapshot().cuda.ipc).then_some("0"),
+            crate::config::snapshot().gpu.coll.as_deref(),
             std::path::Path::new("/dev/nvidiactl").exists(),
             super::kernels::embedded(),
         );
@@ -954,7 +954,7 @@ fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, St
 /// best for two-shot allreduce and alltoall at 512 MiB on 4 H200, benches/NOTES.md).
 pub(crate) fn max_grid(ordinal: i32) -> u32 {
     static G: OnceLock<u32> = OnceLock::new();
-    *G.get_or_init(|| match crate::config::get_usize("GPUMPI_GPU_BLOCKS") {
+    *G.get_or_init(|| match crate::config::snapshot().gpu.blocks {
         0 => cuda::multiprocessor_count(ordinal)
             .map(|n| n.max(1) as u32)
             .unwrap_or(64),

@@ -72,11 +72,12 @@ fn err(e: impl std::fmt::Display) -> MpiError {
 /// slots per stage buffer (`GPUMPI_GPU_HOST_DEPTH`, 2-8: rounds in flight at once), read when
 /// a communicator's regions are set up and kept in its [`HostComm`].
 fn chunk_and_depth() -> (usize, usize) {
-    let get = crate::config::get_usize;
-    let q = get("GPUMPI_GPU_HOST_CHUNK")
+    let c = &crate::config::snapshot().gpu;
+    let q = c
+        .host_chunk
         .clamp(64 << 10, 64 << 20)
         .next_multiple_of(4096);
-    (q, get("GPUMPI_GPU_HOST_DEPTH").clamp(2, 8))
+    (q, c.host_depth.clamp(2, 8))
 }
 
 /// The kernel-driven allreduce (kernels/hostar.cuh): bytes per rank and round (0: off, the
@@ -85,17 +86,15 @@ fn chunk_and_depth() -> (usize, usize) {
 /// and the largest call it takes from `GPUMPI_GPU_HOST_KERNEL_MAX`; read at set-up like
 /// [`chunk_and_depth`].
 fn kernel_params() -> (usize, u32, usize) {
-    let get = crate::config::get_usize;
-    let q = get("GPUMPI_GPU_HOST_KERNEL");
-    let b = get("GPUMPI_GPU_HOST_KERNEL_BLOCKS")
-        .clamp(1, KMAXB)
-        .next_power_of_two();
+    let c = &crate::config::snapshot().gpu;
+    let q = c.host_kernel;
+    let b = c.host_kernel_blocks.clamp(1, KMAXB).next_power_of_two();
     let q = if q == 0 {
         0
     } else {
         q.clamp(64 << 10, 16 << 20).next_multiple_of(4096)
     };
-    let max = match get("GPUMPI_GPU_HOST_KERNEL_MAX") {
+    let max = match c.host_kernel_max {
         0 => usize::MAX,
         m => m,
     };

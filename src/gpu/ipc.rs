@@ -113,8 +113,7 @@ static EXPORTS: Mutex<Option<HashMap<u64, Option<Way>>>> = Mutex::new(None);
 /// exportable device memory (host, managed, pool memory, VMM memory created without a POSIX
 /// descriptor handle type, or no CUDA).
 pub fn export(ptr: usize) -> Option<(Export, i32)> {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| crate::config::get("GPUMPI_CUDA_IPC").as_deref() != Some("0")) {
+    if !crate::config::snapshot().cuda.ipc {
         return None;
     }
     let info = super::classify(ptr as *const u8);
@@ -467,8 +466,7 @@ fn cache_of(all: &mut Vec<Option<ImportCache>>, ordinal: i32) -> &mut ImportCach
     if all.len() <= idx {
         all.resize_with(idx + 1, || None);
     }
-    all[idx]
-        .get_or_insert_with(|| ImportCache::new(crate::config::get_usize("GPUMPI_CUDA_IPC_CACHE")))
+    all[idx].get_or_insert_with(|| ImportCache::new(crate::config::snapshot().cuda.ipc_cache))
 }
 
 /// [`ImportCache::known`] in device `ordinal`'s cache (`false` without CUDA).

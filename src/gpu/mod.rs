@@ -64,7 +64,7 @@ static STATE: OnceLock<State> = OnceLock::new();
 static DRIVER_SEEN: AtomicBool = AtomicBool::new(false);
 
 fn disabled() -> bool {
-    crate::config::get("GPUMPI_CUDA").as_deref() == Some("0")
+    !crate::config::snapshot().cuda.enabled
 }
 
 fn state() -> &'static State {
@@ -104,7 +104,7 @@ fn state() -> &'static State {
 }
 
 fn cache_capacity() -> usize {
-    crate::config::get_usize("GPUMPI_CUDA_PTR_CACHE").max(1)
+    crate::config::snapshot().cuda.ptr_cache.max(1)
 }
 
 /// The initialized driver, if there is one with at least one device (initializes it).
@@ -209,8 +209,7 @@ pub fn classify(ptr: *const u8) -> PtrInfo {
         return PtrInfo::HOST;
     }
     if !DRIVER_SEEN.load(Ordering::Relaxed) {
-        static ENABLED: OnceLock<bool> = OnceLock::new();
-        if !*ENABLED.get_or_init(|| !disabled()) {
+        if disabled() {
             return PtrInfo::HOST;
         }
         if STATE.get().is_none() && !cuda::driver_in_process() {

@@ -16,24 +16,21 @@ use crate::sys::cuda;
 /// How a peer's exported buffer is copied: the copy engines (`ce`, cuMemcpyAsync) or gpumpi's
 /// copy kernel (`kernel`, SMs copying over NVLink). `GPUMPI_GPU_P2P_COPY`.
 fn use_kernel() -> bool {
-    static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *K.get_or_init(|| crate::config::get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"))
+    crate::config::snapshot().p2p.gpu_copy_kernel
 }
 
 /// Bytes above which a contiguous device send that CUDA IPC can share goes by device
 /// rendezvous (the receiver copies peer to local) instead of eager staging through host memory
 /// (`GPUMPI_GPU_IPC_MIN`).
 pub fn ipc_min() -> usize {
-    static M: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *M.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_IPC_MIN"))
+    crate::config::snapshot().p2p.gpu_ipc_min
 }
 
 /// Bytes up to which a pulled message from a buffer this process has not mapped is streamed
 /// by its sender the first time (the mapping, milliseconds, is made at the buffer's second
 /// message): the eager limit, the size below which messages are staged anyway.
 fn first_sight_max() -> usize {
-    static M: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *M.get_or_init(|| crate::config::get_usize("GPUMPI_EAGER_LIMIT"))
+    crate::config::snapshot().p2p.eager_limit
 }
 
 /// Whether a pull of `len` bytes from `peer`'s `export` into `dst` (device memory when `dev`)

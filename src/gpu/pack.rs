@@ -15,23 +15,19 @@
 use super::layout::{Layout, Shape, RUN_BYTES};
 use crate::mpi::datatype::TypeDesc;
 use crate::sys::cuda;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Most types whose layouts are cached.
 pub const ENTRIES: usize = 32;
 
 /// Whether GPU packing is enabled (`GPUMPI_CUDA_PACK`) and the kernels were built.
 pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        super::kernels::embedded() && crate::config::get("GPUMPI_CUDA_PACK").as_deref() != Some("0")
-    })
+    super::kernels::embedded() && crate::config::snapshot().cuda.pack
 }
 
 /// Bytes of run lists kept (`GPUMPI_CUDA_PACK_LISTS`).
 fn budget() -> usize {
-    static B: OnceLock<usize> = OnceLock::new();
-    *B.get_or_init(|| crate::config::get_usize("GPUMPI_CUDA_PACK_LISTS"))
+    crate::config::snapshot().cuda.pack_lists
 }
 
 /// A run list in device memory, freed when the last user drops it.

@@ -60,12 +60,12 @@ impl Shape {
     /// From `GPUMPI_GPU_PIPE` (slot bytes, 64 KiB - 64 MiB, a multiple of 4 KiB; 0: no pipes)
     /// and `GPUMPI_GPU_PIPE_DEPTH` (2-16 slots).
     pub fn from_env() -> Option<Shape> {
-        let get = crate::config::get_usize;
-        match get("GPUMPI_GPU_PIPE") {
+        let p = &crate::config::snapshot().p2p;
+        match p.gpu_pipe {
             0 => None,
             c => Some(Shape {
                 chunk: c.clamp(64 << 10, 64 << 20).next_multiple_of(4096),
-                depth: get("GPUMPI_GPU_PIPE_DEPTH").clamp(2, 16),
+                depth: p.gpu_pipe_depth.clamp(2, 16),
             }),
         }
     }
@@ -541,8 +541,7 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 }
 
 fn shape() -> Option<Shape> {
-    static S: OnceLock<Option<Shape>> = OnceLock::new();
-    *S.get_or_init(Shape::from_env)
+    Shape::from_env()
 }
 
 /// Whether device sends should offer pipes (`GPUMPI_GPU_PIPE` not 0, CUDA present).

@@ -22,7 +22,7 @@ static POOL: LazyLock<Mutex<Pool>> = LazyLock::new(|| {
     Mutex::new(Pool {
         free: Vec::new(),
         total: 0,
-        limit: crate::config::get_usize("GPUMPI_CUDA_STAGING_POOL"),
+        limit: crate::config::snapshot().cuda.staging_pool,
     })
 });
 

@@ -164,7 +164,7 @@ impl Res {
             std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0 });
             std::ptr::write_bytes(ll, 0, 2 * COPY_MAX);
         }
-        let idle_us = crate::config::get_usize("GPUMPI_GPU_RESIDENT_IDLE_US").max(1) as u64;
+        let idle_us = crate::config::snapshot().gpu.resident_idle_us.max(1) as u64;
         Ok(Res {
             ctx: d.ctx,
             stream,
@@ -318,14 +318,13 @@ pub fn applies(
     bytes: usize,
     thread_multiple: impl FnOnce() -> bool,
 ) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     matches!(
         kind,
         CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
     ) && bytes > 0
         && bytes <= slot_limit()
         && nranks <= MAXP
-        && *ON.get_or_init(|| crate::config::get("GPUMPI_GPU_RESIDENT").as_deref() != Some("0"))
+        && crate::config::snapshot().gpu.resident
         && !thread_multiple()
 }
 
@@ -660,8 +659,7 @@ fn with_res<R>(ordinal: i32, f: impl FnOnce(&mut Res) -> Result<R, String>) -> R
 /// Bytes up to which staging copies take the resident kernel (`GPUMPI_GPU_SMALL_COPY`, at
 /// most [`COPY_MAX`]; 0: never).
 fn small_copy_limit() -> usize {
-    static L: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *L.get_or_init(|| crate::config::get_usize("GPUMPI_GPU_SMALL_COPY").min(COPY_MAX))
+    crate::config::snapshot().gpu.small_copy.min(COPY_MAX)
 }
 
 /// Whether a copy of `len` bytes may use the resident kernel of device `ordinal`: `len` is

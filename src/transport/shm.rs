@@ -217,7 +217,9 @@ fn errno_err(what: &str) -> MpiError {
 
 /// Ring size from `GPUMPI_SHM_RING_BYTES`: a power of two, at least 1 KiB, at most 1 GiB.
 pub fn configured_ring_bytes() -> usize {
-    crate::config::get_usize("GPUMPI_SHM_RING_BYTES")
+    crate::config::snapshot()
+        .shm
+        .ring_bytes
         .clamp(1024, 1 << 30)
         .next_power_of_two()
 }
@@ -260,7 +262,7 @@ impl ShmTransport {
             rank,
             size,
             configured_ring_bytes(),
-            crate::config::get_bool("GPUMPI_SHM_CMA"),
+            crate::config::snapshot().shm.cma,
         )
     }
 
@@ -379,7 +381,7 @@ impl ShmTransport {
         mut fence: impl FnMut() -> MpiResult<()>,
     ) -> MpiResult<Self> {
         let ring = configured_ring_bytes();
-        let cma = crate::config::get_bool("GPUMPI_SHM_CMA");
+        let cma = crate::config::snapshot().shm.cma;
         let mut tries = 0;
         let mut t = loop {
             let nonce = random_hex(8)?;

@@ -5,13 +5,14 @@
 //! buffer may be MPI_BUFFER_AUTOMATIC (no bound).
 
 use super::util::*;
-use crate::abi::ffi::{MPI_Comm, MPI_Count, MPI_Request};
+use crate::abi::ffi::{MPI_Comm, MPI_Request};
 use crate::abi::objects::{comm, nonnull};
 use crate::abi::request::{ReqKind, Request, Status};
 use crate::abi::runtime::{self, wait_until};
+use crate::abi::width::{CInt, Width};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::sync::Mutex;
 
 /// An attached buffer: its address and size bound how much buffered data may be outstanding.
@@ -117,15 +118,16 @@ pub fn reap(block: bool) -> MpiResult<()> {
     Ok(())
 }
 
-pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> MpiResult<()> {
-    attach(buffer, nonneg(size, "size")?)
+pub unsafe fn MPI_Buffer_attach<W: Width>(buffer: *mut c_void, size: W::Count) -> MpiResult<()> {
+    attach(buffer, buffer_size(size)?)
 }
 
-pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> MpiResult<()> {
+fn buffer_size(size: impl AsI64) -> MpiResult<usize> {
+    let size = size.as_i64();
     if size < 0 {
         mpi_bail!(MPI_ERR_ARG, "size {size} is negative");
     }
-    attach(buffer, size as usize)
+    Ok(size as usize)
 }
 
 unsafe fn attach(buffer: *mut c_void, size: usize) -> MpiResult<()> {
@@ -162,14 +164,12 @@ unsafe fn attach_to(ctx: Option<u32>, buffer: *mut c_void, size: usize) -> MpiRe
     Ok(())
 }
 
-pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> MpiResult<()> {
+pub unsafe fn MPI_Buffer_detach<W: Width>(
+    buffer_addr: *mut c_void,
+    size: *mut W::Count,
+) -> MpiResult<()> {
     let n = detach(buffer_addr)?;
-    out(size, "size", n as c_int)
-}
-
-pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> MpiResult<()> {
-    let n = detach(buffer_addr)?;
-    out(size, "size", n as MPI_Count)
+    out(size, "size", W::Count::or_undefined(n as i64))
 }
 
 unsafe fn detach(buffer_addr: *mut c_void) -> MpiResult<usize> {
@@ -237,45 +237,23 @@ pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> MpiResult<()> {
     done_request(request)
 }
 
-pub unsafe fn MPI_Comm_attach_buffer(
+pub unsafe fn MPI_Comm_attach_buffer<W: Width>(
     cm: MPI_Comm,
     buffer: *mut c_void,
-    size: c_int,
+    size: W::Count,
 ) -> MpiResult<()> {
     let ctx = comm(cm)?.ctx;
-    attach_to(Some(ctx), buffer, nonneg(size, "size")?)
+    attach_to(Some(ctx), buffer, buffer_size(size)?)
 }
 
-pub unsafe fn MPI_Comm_attach_buffer_c(
-    cm: MPI_Comm,
-    buffer: *mut c_void,
-    size: MPI_Count,
-) -> MpiResult<()> {
-    let ctx = comm(cm)?.ctx;
-    if size < 0 {
-        mpi_bail!(MPI_ERR_ARG, "size {size} is negative");
-    }
-    attach_to(Some(ctx), buffer, size as usize)
-}
-
-pub unsafe fn MPI_Comm_detach_buffer(
+pub unsafe fn MPI_Comm_detach_buffer<W: Width>(
     cm: MPI_Comm,
     buffer_addr: *mut c_void,
-    size: *mut c_int,
+    size: *mut W::Count,
 ) -> MpiResult<()> {
     let ctx = comm(cm)?.ctx;
     let n = detach_from(Some(ctx), buffer_addr)?;
-    out(size, "size", n as c_int)
-}
-
-pub unsafe fn MPI_Comm_detach_buffer_c(
-    cm: MPI_Comm,
-    buffer_addr: *mut c_void,
-    size: *mut MPI_Count,
-) -> MpiResult<()> {
-    let ctx = comm(cm)?.ctx;
-    let n = detach_from(Some(ctx), buffer_addr)?;
-    out(size, "size", n as MPI_Count)
+    out(size, "size", W::Count::or_undefined(n as i64))
 }
 
 pub unsafe fn MPI_Comm_flush_buffer(cm: MPI_Comm) -> MpiResult<()> {

@@ -17,6 +17,7 @@ use crate::coll::CollKind;
 use crate::dispatch::{flag_quick, in_place, run_blocking, CollSpec, Reduction, Side, TBlock};
 use crate::mpi::error::MpiResult;
 use crate::mpi::op as ops;
+use crate::abi::width::{UserFn, Width};
 use crate::mpi_bail;
 use smallvec::SmallVec;
 use std::os::raw::{c_int, c_void};
@@ -468,24 +469,26 @@ unsafe fn reduce_scatter_block_spec(
 
 // ---- the C entry points ----
 
+/// The blocking, nonblocking and persistent entry points of one collective. `MPI_X<W>` makes
+/// them generic over the count width ([`Width`]): the generated `MPI_X_c` forms call them too.
 macro_rules! three_modes {
     // With a quick path for the blocking call (`flag_quick`), tried before building the spec.
-    ($blocking:ident, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr, quick: $quick:expr) => {
-        pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> {
+    ($blocking:ident $(<$w:ident>)?, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr, quick: $quick:expr) => {
+        pub unsafe fn $blocking $(<$w: Width>)? ($($arg: $ty),*) -> MpiResult<()> {
             if $quick {
                 return Ok(());
             }
             run($spec.checked()?, Mode::Blocking)
         }
-        three_modes!(@rest $nb, $init, ($($arg: $ty),*), $spec);
+        three_modes!(@rest $($w)?, $nb, $init, ($($arg: $ty),*), $spec);
     };
-    ($blocking:ident, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
-        pub unsafe fn $blocking($($arg: $ty),*) -> MpiResult<()> { run($spec.checked()?, Mode::Blocking) }
-        three_modes!(@rest $nb, $init, ($($arg: $ty),*), $spec);
+    ($blocking:ident $(<$w:ident>)?, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
+        pub unsafe fn $blocking $(<$w: Width>)? ($($arg: $ty),*) -> MpiResult<()> { run($spec.checked()?, Mode::Blocking) }
+        three_modes!(@rest $($w)?, $nb, $init, ($($arg: $ty),*), $spec);
     };
-    (@rest $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
-        pub unsafe fn $nb($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec.checked()?, Mode::Nonblocking(request)) }
-        pub unsafe fn $init($($arg: $ty,)* info: MPI_Info, request: *mut MPI_Request) -> MpiResult<()> {
+    (@rest $($w:ident)?, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
+        pub unsafe fn $nb $(<$w: Width>)? ($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec.checked()?, Mode::Nonblocking(request)) }
+        pub unsafe fn $init $(<$w: Width>)? ($($arg: $ty,)* info: MPI_Info, request: *mut MPI_Request) -> MpiResult<()> {
             crate::abi::objects::check_info(info)?;
             run($spec.checked()?, Mode::Persistent(request))
         }
@@ -495,118 +498,80 @@ macro_rules! three_modes {
 three_modes!(MPI_Barrier, MPI_Ibarrier, MPI_Barrier_init, (cm: MPI_Comm), barrier_spec(cm)?,
     quick: flag_quick(CollKind::Barrier, std::ptr::null(), std::ptr::null_mut(), 0, c::MPI_DATATYPE_NULL, c::MPI_OP_NULL, 0, cm)?);
 
-three_modes!(MPI_Bcast, MPI_Ibcast, MPI_Bcast_init,
-    (buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    bcast_spec(buffer, count as i64, datatype, root, cm)?,
-    quick: flag_quick(CollKind::Bcast, buffer, buffer, count as i64, datatype, c::MPI_OP_NULL, root, cm)?);
+three_modes!(MPI_Bcast<W>, MPI_Ibcast, MPI_Bcast_init,
+    (buffer: *mut c_void, count: W::Count, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    bcast_spec(buffer, count.as_i64(), datatype, root, cm)?,
+    quick: flag_quick(CollKind::Bcast, buffer, buffer, count.as_i64(), datatype, c::MPI_OP_NULL, root, cm)?);
 
-three_modes!(MPI_Reduce, MPI_Ireduce, MPI_Reduce_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
-    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count as i64, datatype, op, Some(root), cm)?,
-    quick: flag_quick(CollKind::Reduce, sendbuf, recvbuf, count as i64, datatype, op, root, cm)?);
+three_modes!(MPI_Reduce<W>, MPI_Ireduce, MPI_Reduce_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: W::Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
+    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count.as_i64(), datatype, op, Some(root), cm)?,
+    quick: flag_quick(CollKind::Reduce, sendbuf, recvbuf, count.as_i64(), datatype, op, root, cm)?);
 
-three_modes!(MPI_Allreduce, MPI_Iallreduce, MPI_Allreduce_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?,
-    quick: flag_quick(CollKind::Allreduce, sendbuf, recvbuf, count as i64, datatype, op, 0, cm)?);
+three_modes!(MPI_Allreduce<W>, MPI_Iallreduce, MPI_Allreduce_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: W::Count, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count.as_i64(), datatype, op, None, cm)?,
+    quick: flag_quick(CollKind::Allreduce, sendbuf, recvbuf, count.as_i64(), datatype, op, 0, cm)?);
 
-three_modes!(MPI_Scan, MPI_Iscan, MPI_Scan_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Scan, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?);
+three_modes!(MPI_Scan<W>, MPI_Iscan, MPI_Scan_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: W::Count, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Scan, sendbuf, recvbuf, count.as_i64(), datatype, op, None, cm)?);
 
-three_modes!(MPI_Exscan, MPI_Iexscan, MPI_Exscan_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Exscan, sendbuf, recvbuf, count as i64, datatype, op, None, cm)?);
+three_modes!(MPI_Exscan<W>, MPI_Iexscan, MPI_Exscan_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: W::Count, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_like(CollKind::Exscan, sendbuf, recvbuf, count.as_i64(), datatype, op, None, cm)?);
 
-three_modes!(MPI_Gather, MPI_Igather, MPI_Gather_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    gather_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, root, cm)?);
+three_modes!(MPI_Gather<W>, MPI_Igather, MPI_Gather_init,
+    (sendbuf: *const c_void, sendcount: W::Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: W::Count, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    gather_spec(sendbuf, sendcount.as_i64(), sendtype, recvbuf, recvcount.as_i64(), recvtype, root, cm)?);
 
-three_modes!(MPI_Scatter, MPI_Iscatter, MPI_Scatter_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    scatter_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, root, cm)?);
+three_modes!(MPI_Scatter<W>, MPI_Iscatter, MPI_Scatter_init,
+    (sendbuf: *const c_void, sendcount: W::Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: W::Count, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    scatter_spec(sendbuf, sendcount.as_i64(), sendtype, recvbuf, recvcount.as_i64(), recvtype, root, cm)?);
 
-three_modes!(MPI_Allgather, MPI_Iallgather, MPI_Allgather_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
-    allgather_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, cm)?);
+three_modes!(MPI_Allgather<W>, MPI_Iallgather, MPI_Allgather_init,
+    (sendbuf: *const c_void, sendcount: W::Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: W::Count, recvtype: MPI_Datatype, cm: MPI_Comm),
+    allgather_spec(sendbuf, sendcount.as_i64(), sendtype, recvbuf, recvcount.as_i64(), recvtype, cm)?);
 
-three_modes!(MPI_Alltoall, MPI_Ialltoall, MPI_Alltoall_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
-    alltoall_spec(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, cm)?);
+three_modes!(MPI_Alltoall<W>, MPI_Ialltoall, MPI_Alltoall_init,
+    (sendbuf: *const c_void, sendcount: W::Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: W::Count, recvtype: MPI_Datatype, cm: MPI_Comm),
+    alltoall_spec(sendbuf, sendcount.as_i64(), sendtype, recvbuf, recvcount.as_i64(), recvtype, cm)?);
 
-three_modes!(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_scatter_block_spec(sendbuf, recvbuf, recvcount as i64, datatype, op, cm)?);
+three_modes!(MPI_Reduce_scatter_block<W>, MPI_Ireduce_scatter_block, MPI_Reduce_scatter_block_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: W::Count, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+    reduce_scatter_block_spec(sendbuf, recvbuf, recvcount.as_i64(), datatype, op, cm)?);
 
 fn size_of(cm: MPI_Comm) -> MpiResult<usize> {
     Ok(comm(cm)?.size())
 }
 
-unsafe fn gatherv_args(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: MPI_Datatype,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: MPI_Datatype,
-    root: c_int,
+/// Counts of the root's side of gatherv/scatterv (significant at the root only).
+fn root_counts<C: AsI64>(
     cm: MPI_Comm,
-) -> MpiResult<CollSpec> {
+    root: c_int,
+    p: *const C,
+    what: &str,
+) -> MpiResult<Vec<i64>> {
     let cmo = comm(cm)?;
-    let root_u = check_root(&cmo, root)?;
-    let n = if root_u == cmo.rank { cmo.size() } else { 0 };
-    gatherv_spec(
-        sendbuf,
-        sendcount as i64,
-        sendtype,
-        recvbuf,
-        &counts(recvcounts, n, "recvcounts")?,
-        &counts(displs, n, "displs")?,
-        recvtype,
-        root,
-        cm,
-    )
+    let n = if check_root(&cmo, root)? == cmo.rank {
+        cmo.size()
+    } else {
+        0
+    };
+    counts(p, n, what)
 }
 
-three_modes!(MPI_Gatherv, MPI_Igatherv, MPI_Gatherv_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    gatherv_args(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, cm)?);
+three_modes!(MPI_Gatherv<W>, MPI_Igatherv, MPI_Gatherv_init,
+    (sendbuf: *const c_void, sendcount: W::Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const W::Count, displs: *const W::Disp, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    gatherv_spec(sendbuf, sendcount.as_i64(), sendtype, recvbuf, &root_counts(cm, root, recvcounts, "recvcounts")?, &root_counts(cm, root, displs, "displs")?, recvtype, root, cm)?);
 
-unsafe fn scatterv_args(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    displs: *const c_int,
-    sendtype: MPI_Datatype,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: MPI_Datatype,
-    root: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<CollSpec> {
-    let cmo = comm(cm)?;
-    let root_u = check_root(&cmo, root)?;
-    let n = if root_u == cmo.rank { cmo.size() } else { 0 };
-    scatterv_spec(
-        sendbuf,
-        &counts(sendcounts, n, "sendcounts")?,
-        &counts(displs, n, "displs")?,
-        sendtype,
-        recvbuf,
-        recvcount as i64,
-        recvtype,
-        root,
-        cm,
-    )
-}
+three_modes!(MPI_Scatterv<W>, MPI_Iscatterv, MPI_Scatterv_init,
+    (sendbuf: *const c_void, sendcounts: *const W::Count, displs: *const W::Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: W::Count, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
+    scatterv_spec(sendbuf, &root_counts(cm, root, sendcounts, "sendcounts")?, &root_counts(cm, root, displs, "displs")?, sendtype, recvbuf, recvcount.as_i64(), recvtype, root, cm)?);
 
-three_modes!(MPI_Scatterv, MPI_Iscatterv, MPI_Scatterv_init,
-    (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    scatterv_args(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
-
-three_modes!(MPI_Allgatherv, MPI_Iallgatherv, MPI_Allgatherv_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
-    allgatherv_spec(sendbuf, sendcount as i64, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
+three_modes!(MPI_Allgatherv<W>, MPI_Iallgatherv, MPI_Allgatherv_init,
+    (sendbuf: *const c_void, sendcount: W::Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const W::Count, displs: *const W::Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
+    allgatherv_spec(sendbuf, sendcount.as_i64(), sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
 
 unsafe fn alltoallv_args<C: AsI64, D: AsI64>(
     sendbuf: *const c_void,
@@ -642,8 +607,8 @@ unsafe fn alltoallv_args<C: AsI64, D: AsI64>(
     alltoallv_spec(CollKind::Alltoallv, send, recv, cmo)
 }
 
-three_modes!(MPI_Alltoallv, MPI_Ialltoallv, MPI_Alltoallv_init,
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, cm: MPI_Comm),
+three_modes!(MPI_Alltoallv<W>, MPI_Ialltoallv, MPI_Alltoallv_init,
+    (sendbuf: *const c_void, sendcounts: *const W::Count, sdispls: *const W::Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const W::Count, rdispls: *const W::Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
     alltoallv_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
 
 unsafe fn w_side<C: AsI64, D: AsI64>(
@@ -692,28 +657,28 @@ unsafe fn alltoallw_args<C: AsI64, D: AsI64>(
     alltoallv_spec(CollKind::Alltoallw, send, recv, cmo)
 }
 
-three_modes!(MPI_Alltoallw, MPI_Ialltoallw, MPI_Alltoallw_init,
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, cm: MPI_Comm),
+three_modes!(MPI_Alltoallw<W>, MPI_Ialltoallw, MPI_Alltoallw_init,
+    (sendbuf: *const c_void, sendcounts: *const W::Count, sdispls: *const W::Disp, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const W::Count, rdispls: *const W::Disp, recvtypes: *const MPI_Datatype, cm: MPI_Comm),
     alltoallw_args(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, cm)?);
 
-three_modes!(MPI_Reduce_scatter, MPI_Ireduce_scatter, MPI_Reduce_scatter_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
+three_modes!(MPI_Reduce_scatter<W>, MPI_Ireduce_scatter, MPI_Reduce_scatter_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const W::Count, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
     reduce_scatter_spec(sendbuf, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, datatype, op, cm)?);
 
 // ---- local reduction and user ops ----
 
-pub unsafe fn MPI_Reduce_local(
+pub unsafe fn MPI_Reduce_local<W: Width>(
     inbuf: *const c_void,
     inoutbuf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     op: MPI_Op,
 ) -> MpiResult<()> {
-    reduce_local(inbuf, inoutbuf, check_count(count as i64)?, datatype, op)
+    reduce_local(inbuf, inoutbuf, check_count(count.as_i64())?, datatype, op)
 }
 
-/// MPI_Reduce_local / MPI_Reduce_local_c.
-pub(super) unsafe fn reduce_local(
+/// MPI_Reduce_local on `n` elements.
+unsafe fn reduce_local(
     inbuf: *const c_void,
     inoutbuf: *mut c_void,
     n: usize,
@@ -758,8 +723,8 @@ pub(super) unsafe fn reduce_local(
     Ok(())
 }
 
-pub unsafe fn MPI_Op_create(
-    user_fn: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype)>,
+pub unsafe fn MPI_Op_create<W: Width>(
+    user_fn: Option<W::UserFn>,
     commute: c_int,
     op: *mut MPI_Op,
 ) -> MpiResult<()> {
@@ -768,29 +733,9 @@ pub unsafe fn MPI_Op_create(
     };
     nonnull(op, "op")?;
     let h = objects().ops.insert(Arc::new(OpObj::User {
-        func: f as usize,
+        func: f.addr(),
         commute: commute != 0,
-        large_count: false,
-    }));
-    *op = h as MPI_Op;
-    Ok(())
-}
-
-pub unsafe fn MPI_Op_create_c(
-    user_fn: Option<
-        unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype),
-    >,
-    commute: c_int,
-    op: *mut MPI_Op,
-) -> MpiResult<()> {
-    let Some(f) = user_fn else {
-        mpi_bail!(MPI_ERR_ARG, "the user function is NULL")
-    };
-    nonnull(op, "op")?;
-    let h = objects().ops.insert(Arc::new(OpObj::User {
-        func: f as usize,
-        commute: commute != 0,
-        large_count: true,
+        large_count: W::LARGE,
     }));
     *op = h as MPI_Op;
     Ok(())
@@ -818,91 +763,3 @@ pub unsafe fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> MpiResult<(
         None => mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x}", op as usize),
     }
 }
-
-// ---- large-count (`_c`) variants: the same specs with MPI_Count counts and MPI_Aint displacements ----
-
-type Cnt = MPI_Count;
-type Disp = MPI_Aint;
-
-three_modes!(MPI_Bcast_c, MPI_Ibcast_c, MPI_Bcast_init_c,
-    (buffer: *mut c_void, count: Cnt, datatype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    bcast_spec(buffer, count, datatype, root, cm)?,
-    quick: flag_quick(CollKind::Bcast, buffer, buffer, count, datatype, c::MPI_OP_NULL, root, cm)?);
-
-three_modes!(MPI_Reduce_c, MPI_Ireduce_c, MPI_Reduce_init_c,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, root: c_int, cm: MPI_Comm),
-    reduce_like(CollKind::Reduce, sendbuf, recvbuf, count, datatype, op, Some(root), cm)?,
-    quick: flag_quick(CollKind::Reduce, sendbuf, recvbuf, count, datatype, op, root, cm)?);
-
-three_modes!(MPI_Allreduce_c, MPI_Iallreduce_c, MPI_Allreduce_init_c,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Allreduce, sendbuf, recvbuf, count, datatype, op, None, cm)?,
-    quick: flag_quick(CollKind::Allreduce, sendbuf, recvbuf, count, datatype, op, 0, cm)?);
-
-three_modes!(MPI_Scan_c, MPI_Iscan_c, MPI_Scan_init_c,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Scan, sendbuf, recvbuf, count, datatype, op, None, cm)?);
-
-three_modes!(MPI_Exscan_c, MPI_Iexscan_c, MPI_Exscan_init_c,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_like(CollKind::Exscan, sendbuf, recvbuf, count, datatype, op, None, cm)?);
-
-three_modes!(MPI_Gather_c, MPI_Igather_c, MPI_Gather_init_c,
-    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    gather_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
-
-three_modes!(MPI_Scatter_c, MPI_Iscatter_c, MPI_Scatter_init_c,
-    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    scatter_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
-
-three_modes!(MPI_Allgather_c, MPI_Iallgather_c, MPI_Allgather_init_c,
-    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, cm: MPI_Comm),
-    allgather_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, cm)?);
-
-three_modes!(MPI_Alltoall_c, MPI_Ialltoall_c, MPI_Alltoall_init_c,
-    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, cm: MPI_Comm),
-    alltoall_spec(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, cm)?);
-
-three_modes!(MPI_Reduce_scatter_block_c, MPI_Ireduce_scatter_block_c, MPI_Reduce_scatter_block_init_c,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_scatter_block_spec(sendbuf, recvbuf, recvcount, datatype, op, cm)?);
-
-three_modes!(MPI_Reduce_scatter_c, MPI_Ireduce_scatter_c, MPI_Reduce_scatter_init_c,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const Cnt, datatype: MPI_Datatype, op: MPI_Op, cm: MPI_Comm),
-    reduce_scatter_spec(sendbuf, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, datatype, op, cm)?);
-
-/// Counts of the root's side of gatherv/scatterv (significant at the root only).
-fn root_counts<C: AsI64>(
-    cm: MPI_Comm,
-    root: c_int,
-    p: *const C,
-    what: &str,
-) -> MpiResult<Vec<i64>> {
-    let cmo = comm(cm)?;
-    let n = if check_root(&cmo, root)? == cmo.rank {
-        cmo.size()
-    } else {
-        0
-    };
-    counts(p, n, what)
-}
-
-three_modes!(MPI_Gatherv_c, MPI_Igatherv_c, MPI_Gatherv_init_c,
-    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, displs: *const Disp, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    gatherv_spec(sendbuf, sendcount, sendtype, recvbuf, &root_counts(cm, root, recvcounts, "recvcounts")?, &root_counts(cm, root, displs, "displs")?, recvtype, root, cm)?);
-
-three_modes!(MPI_Scatterv_c, MPI_Iscatterv_c, MPI_Scatterv_init_c,
-    (sendbuf: *const c_void, sendcounts: *const Cnt, displs: *const Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: Cnt, recvtype: MPI_Datatype, root: c_int, cm: MPI_Comm),
-    scatterv_spec(sendbuf, &root_counts(cm, root, sendcounts, "sendcounts")?, &root_counts(cm, root, displs, "displs")?, sendtype, recvbuf, recvcount, recvtype, root, cm)?);
-
-three_modes!(MPI_Allgatherv_c, MPI_Iallgatherv_c, MPI_Allgatherv_init_c,
-    (sendbuf: *const c_void, sendcount: Cnt, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, displs: *const Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
-    allgatherv_spec(sendbuf, sendcount, sendtype, recvbuf, &counts(recvcounts, size_of(cm)?, "recvcounts")?, &counts(displs, size_of(cm)?, "displs")?, recvtype, cm)?);
-
-three_modes!(MPI_Alltoallv_c, MPI_Ialltoallv_c, MPI_Alltoallv_init_c,
-    (sendbuf: *const c_void, sendcounts: *const Cnt, sdispls: *const Disp, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, rdispls: *const Disp, recvtype: MPI_Datatype, cm: MPI_Comm),
-    alltoallv_args(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, cm)?);
-
-three_modes!(MPI_Alltoallw_c, MPI_Ialltoallw_c, MPI_Alltoallw_init_c,
-    (sendbuf: *const c_void, sendcounts: *const Cnt, sdispls: *const Disp, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const Cnt, rdispls: *const Disp, recvtypes: *const MPI_Datatype, cm: MPI_Comm),
-    alltoallw_args(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, cm)?);

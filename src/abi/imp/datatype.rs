@@ -5,6 +5,7 @@ use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::nonnull;
 use crate::abi::types::{self, dtype, DtypeObj};
+use crate::abi::width::{CInt, Width};
 use crate::mpi::datatype::{CombinerKind, Distrib, F90Class, Order, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
@@ -12,67 +13,99 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub(super) unsafe fn new_type(newtype: *mut MPI_Datatype, d: MpiResult<TypeDesc>) -> MpiResult<()> {
+unsafe fn new_type(newtype: *mut MPI_Datatype, d: MpiResult<TypeDesc>) -> MpiResult<()> {
     nonnull(newtype, "newtype")?;
     let d = d?;
     *newtype = types::insert(DtypeObj::new(d));
     Ok(())
 }
 
-fn count_arg(n: c_int) -> MpiResult<usize> {
+/// A new type from a constructor; the large-count forms mark it, so that
+/// MPI_Type_get_contents_c reports its counts as large counts.
+unsafe fn new_type_of<W: Width>(
+    newtype: *mut MPI_Datatype,
+    d: MpiResult<TypeDesc>,
+) -> MpiResult<()> {
+    new_type(
+        newtype,
+        if W::LARGE {
+            d.map(TypeDesc::with_large_counts)
+        } else {
+            d
+        },
+    )
+}
+
+fn count_arg(n: impl AsI64) -> MpiResult<usize> {
+    let n = n.as_i64();
     if n < 0 {
         mpi_bail!(MPI_ERR_COUNT, "count {n} is negative");
     }
     Ok(n as usize)
 }
 
-pub unsafe fn MPI_Type_contiguous(
-    count: c_int,
-    oldtype: MPI_Datatype,
-    newtype: *mut MPI_Datatype,
-) -> MpiResult<()> {
-    let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::contiguous(count as i64, &old.desc))
+/// Byte displacements as addresses.
+unsafe fn addrs<T: AsI64>(p: *const T, n: usize, what: &str) -> MpiResult<Vec<isize>> {
+    Ok(i64s(p, n, what)?.into_iter().map(|x| x as isize).collect())
 }
 
-pub unsafe fn MPI_Type_vector(
-    count: c_int,
-    blocklength: c_int,
-    stride: c_int,
+pub unsafe fn MPI_Type_contiguous<W: Width>(
+    count: W::Count,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(newtype, TypeDesc::contiguous(count.as_i64(), &old.desc))
+}
+
+pub unsafe fn MPI_Type_vector<W: Width>(
+    count: W::Count,
+    blocklength: W::Count,
+    stride: W::Count,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let old = dtype(oldtype)?;
+    new_type_of::<W>(
         newtype,
-        TypeDesc::vector(count as i64, blocklength as i64, stride as i64, &old.desc),
+        TypeDesc::vector(
+            count.as_i64(),
+            blocklength.as_i64(),
+            stride.as_i64(),
+            &old.desc,
+        ),
     )
 }
 
-pub unsafe fn MPI_Type_create_hvector(
-    count: c_int,
-    blocklength: c_int,
-    stride: MPI_Aint,
+pub unsafe fn MPI_Type_create_hvector<W: Width>(
+    count: W::Count,
+    blocklength: W::Count,
+    stride: W::Aint,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(
         newtype,
-        TypeDesc::hvector(count as i64, blocklength as i64, stride, &old.desc),
+        TypeDesc::hvector(
+            count.as_i64(),
+            blocklength.as_i64(),
+            stride.as_i64() as isize,
+            &old.desc,
+        ),
     )
 }
 
-pub unsafe fn MPI_Type_indexed(
-    count: c_int,
-    blocklens: *const c_int,
-    disps: *const c_int,
+pub unsafe fn MPI_Type_indexed<W: Width>(
+    count: W::Count,
+    blocklens: *const W::Count,
+    disps: *const W::Count,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(
         newtype,
         TypeDesc::indexed(
             &i64s(blocklens, n, "array_of_blocklengths")?,
@@ -82,67 +115,67 @@ pub unsafe fn MPI_Type_indexed(
     )
 }
 
-pub unsafe fn MPI_Type_create_hindexed(
-    count: c_int,
-    blocklens: *const c_int,
-    disps: *const MPI_Aint,
+pub unsafe fn MPI_Type_create_hindexed<W: Width>(
+    count: W::Count,
+    blocklens: *const W::Count,
+    disps: *const W::Aint,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(
         newtype,
         TypeDesc::hindexed(
             &i64s(blocklens, n, "array_of_blocklengths")?,
-            slice(disps, n, "array_of_displacements")?,
+            &addrs(disps, n, "array_of_displacements")?,
             &old.desc,
         ),
     )
 }
 
-pub unsafe fn MPI_Type_create_indexed_block(
-    count: c_int,
-    blocklength: c_int,
-    disps: *const c_int,
+pub unsafe fn MPI_Type_create_indexed_block<W: Width>(
+    count: W::Count,
+    blocklength: W::Count,
+    disps: *const W::Count,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(
         newtype,
         TypeDesc::indexed_block(
-            blocklength as i64,
+            blocklength.as_i64(),
             &i64s(disps, n, "array_of_displacements")?,
             &old.desc,
         ),
     )
 }
 
-pub unsafe fn MPI_Type_create_hindexed_block(
-    count: c_int,
-    blocklength: c_int,
-    disps: *const MPI_Aint,
+pub unsafe fn MPI_Type_create_hindexed_block<W: Width>(
+    count: W::Count,
+    blocklength: W::Count,
+    disps: *const W::Aint,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let n = count_arg(count)?;
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(
         newtype,
         TypeDesc::hindexed_block(
-            blocklength as i64,
-            slice(disps, n, "array_of_displacements")?,
+            blocklength.as_i64(),
+            &addrs(disps, n, "array_of_displacements")?,
             &old.desc,
         ),
     )
 }
 
-pub unsafe fn MPI_Type_create_struct(
-    count: c_int,
-    blocklens: *const c_int,
-    disps: *const MPI_Aint,
+pub unsafe fn MPI_Type_create_struct<W: Width>(
+    count: W::Count,
+    blocklens: *const W::Count,
+    disps: *const W::Aint,
     types_: *const MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
@@ -152,24 +185,27 @@ pub unsafe fn MPI_Type_create_struct(
         .map(|&t| dtype(t))
         .collect::<MpiResult<_>>()?;
     let descs: Vec<&Arc<TypeDesc>> = ts.iter().map(|t| &t.desc).collect();
-    new_type(
+    new_type_of::<W>(
         newtype,
         TypeDesc::create_struct(
             &i64s(blocklens, n, "array_of_blocklengths")?,
-            slice(disps, n, "array_of_displacements")?,
+            &addrs(disps, n, "array_of_displacements")?,
             &descs,
         ),
     )
 }
 
-pub unsafe fn MPI_Type_create_resized(
+pub unsafe fn MPI_Type_create_resized<W: Width>(
     oldtype: MPI_Datatype,
-    lb: MPI_Aint,
-    extent: MPI_Aint,
+    lb: W::Aint,
+    extent: W::Aint,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
     let old = dtype(oldtype)?;
-    new_type(newtype, TypeDesc::resized(&old.desc, lb, extent))
+    new_type_of::<W>(
+        newtype,
+        TypeDesc::resized(&old.desc, lb.as_i64() as isize, extent.as_i64() as isize),
+    )
 }
 
 pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> MpiResult<()> {
@@ -185,50 +221,42 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
     Ok(())
 }
 
-/// MPI_Type_create_subarray and its large-count variant: one body for both count widths.
-pub(super) unsafe fn subarray<T: AsI64>(
+pub unsafe fn MPI_Type_create_subarray<W: Width>(
     ndims: c_int,
-    sizes: *const T,
-    subsizes: *const T,
-    starts: *const T,
-    order: c_int,
-    oldtype: MPI_Datatype,
-) -> MpiResult<TypeDesc> {
-    if ndims <= 0 {
-        mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
-    }
-    let n = ndims as usize;
-    let order = match order {
-        o if o == c::MPI_ORDER_C => Order::C,
-        o if o == c::MPI_ORDER_FORTRAN => Order::Fortran,
-        o => mpi_bail!(
-            MPI_ERR_ARG,
-            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
-        ),
-    };
-    let old = dtype(oldtype)?;
-    TypeDesc::subarray(
-        &i64s(sizes, n, "sizes")?,
-        &i64s(subsizes, n, "subsizes")?,
-        &i64s(starts, n, "starts")?,
-        order,
-        &old.desc,
-    )
-}
-
-pub unsafe fn MPI_Type_create_subarray(
-    ndims: c_int,
-    sizes: *const c_int,
-    subsizes: *const c_int,
-    starts: *const c_int,
+    sizes: *const W::Count,
+    subsizes: *const W::Count,
+    starts: *const W::Count,
     order: c_int,
     oldtype: MPI_Datatype,
     newtype: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    new_type(
+    if ndims <= 0 {
+        mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
+    }
+    let n = ndims as usize;
+    let order = order_arg(order)?;
+    let old = dtype(oldtype)?;
+    new_type_of::<W>(
         newtype,
-        subarray(ndims, sizes, subsizes, starts, order, oldtype),
+        TypeDesc::subarray(
+            &i64s(sizes, n, "sizes")?,
+            &i64s(subsizes, n, "subsizes")?,
+            &i64s(starts, n, "starts")?,
+            order,
+            &old.desc,
+        ),
     )
+}
+
+fn order_arg(order: c_int) -> MpiResult<Order> {
+    match order {
+        o if o == c::MPI_ORDER_C => Ok(Order::C),
+        o if o == c::MPI_ORDER_FORTRAN => Ok(Order::Fortran),
+        o => mpi_bail!(
+            MPI_ERR_ARG,
+            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
+        ),
+    }
 }
 
 pub unsafe fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> MpiResult<()> {
@@ -261,78 +289,44 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> MpiResult<()> {
     Ok(())
 }
 
-pub unsafe fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> MpiResult<()> {
-    let s = dtype(datatype)?.size();
-    out(
-        size,
-        "size",
-        if s > i32::MAX as usize {
-            c::MPI_UNDEFINED
-        } else {
-            s as c_int
-        },
-    )
-}
-pub unsafe fn MPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> MpiResult<()> {
-    out(size, "size", dtype(datatype)?.size() as MPI_Count)
-}
-pub unsafe fn MPI_Type_size_c(datatype: MPI_Datatype, size: *mut MPI_Count) -> MpiResult<()> {
-    MPI_Type_size_x(datatype, size)
+pub unsafe fn MPI_Type_size<W: Width>(
+    datatype: MPI_Datatype,
+    size: *mut W::Count,
+) -> MpiResult<()> {
+    let s = dtype(datatype)?.size() as i64;
+    out(size, "size", W::Count::or_undefined(s))
 }
 
-pub unsafe fn MPI_Type_get_extent(
+pub unsafe fn MPI_Type_get_extent<W: Width>(
     datatype: MPI_Datatype,
-    lb: *mut MPI_Aint,
-    extent: *mut MPI_Aint,
+    lb: *mut W::Aint,
+    extent: *mut W::Aint,
 ) -> MpiResult<()> {
     let d = dtype(datatype)?;
-    out(lb, "lb", d.desc.lb())?;
-    out(extent, "extent", d.desc.extent())
+    out(lb, "lb", W::Aint::or_undefined(d.desc.lb() as i64))?;
+    out(
+        extent,
+        "extent",
+        W::Aint::or_undefined(d.desc.extent() as i64),
+    )
 }
-pub unsafe fn MPI_Type_get_extent_x(
+
+pub unsafe fn MPI_Type_get_true_extent<W: Width>(
     datatype: MPI_Datatype,
-    lb: *mut MPI_Count,
-    extent: *mut MPI_Count,
+    true_lb: *mut W::Aint,
+    true_extent: *mut W::Aint,
 ) -> MpiResult<()> {
     let d = dtype(datatype)?;
-    out(lb, "lb", d.desc.lb() as MPI_Count)?;
-    out(extent, "extent", d.desc.extent() as MPI_Count)
-}
-pub unsafe fn MPI_Type_get_extent_c(
-    datatype: MPI_Datatype,
-    lb: *mut MPI_Count,
-    extent: *mut MPI_Count,
-) -> MpiResult<()> {
-    MPI_Type_get_extent_x(datatype, lb, extent)
-}
-pub unsafe fn MPI_Type_get_true_extent(
-    datatype: MPI_Datatype,
-    true_lb: *mut MPI_Aint,
-    true_extent: *mut MPI_Aint,
-) -> MpiResult<()> {
-    let d = dtype(datatype)?;
-    out(true_lb, "true_lb", d.desc.true_lb())?;
-    out(true_extent, "true_extent", d.desc.true_extent())
-}
-pub unsafe fn MPI_Type_get_true_extent_x(
-    datatype: MPI_Datatype,
-    true_lb: *mut MPI_Count,
-    true_extent: *mut MPI_Count,
-) -> MpiResult<()> {
-    let d = dtype(datatype)?;
-    out(true_lb, "true_lb", d.desc.true_lb() as MPI_Count)?;
+    out(
+        true_lb,
+        "true_lb",
+        W::Aint::or_undefined(d.desc.true_lb() as i64),
+    )?;
     out(
         true_extent,
         "true_extent",
-        d.desc.true_extent() as MPI_Count,
+        W::Aint::or_undefined(d.desc.true_extent() as i64),
     )
-}
-pub unsafe fn MPI_Type_get_true_extent_c(
-    datatype: MPI_Datatype,
-    true_lb: *mut MPI_Count,
-    true_extent: *mut MPI_Count,
-) -> MpiResult<()> {
-    MPI_Type_get_true_extent_x(datatype, true_lb, true_extent)
 }
 
 pub unsafe fn MPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> MpiResult<()> {
@@ -369,7 +363,7 @@ pub unsafe fn MPI_Type_get_name(
     write_cstr(&n, name, 128, resultlen)
 }
 
-pub(super) fn combiner_value(k: CombinerKind) -> c_int {
+fn combiner_value(k: CombinerKind) -> c_int {
     match k {
         CombinerKind::Named => c::MPI_COMBINER_NAMED,
         CombinerKind::Dup => c::MPI_COMBINER_DUP,
@@ -397,16 +391,52 @@ pub unsafe fn MPI_Type_get_envelope(
     num_datatypes: *mut c_int,
     combiner: *mut c_int,
 ) -> MpiResult<()> {
+    let nums = [
+        Some(num_integers),
+        Some(num_addresses),
+        None,
+        Some(num_datatypes),
+    ];
+    envelope(datatype, nums, combiner)
+}
+
+pub unsafe fn MPI_Type_get_envelope_c(
+    datatype: MPI_Datatype,
+    num_integers: *mut MPI_Count,
+    num_addresses: *mut MPI_Count,
+    num_large_counts: *mut MPI_Count,
+    num_datatypes: *mut MPI_Count,
+    combiner: *mut c_int,
+) -> MpiResult<()> {
+    let nums = [num_integers, num_addresses, num_large_counts, num_datatypes].map(Some);
+    envelope(datatype, nums, combiner)
+}
+
+/// Both forms of MPI_Type_get_envelope: the numbers of integers, addresses, large counts (the
+/// `int` form has no such argument: None) and datatypes.
+unsafe fn envelope<T: CInt>(
+    datatype: MPI_Datatype,
+    nums: [Option<*mut T>; 4],
+    combiner: *mut c_int,
+) -> MpiResult<()> {
     let d = dtype(datatype)?;
-    let (ni, na, _nl, nd) = d.desc.envelope();
-    out(num_integers, "num_integers", ni as c_int)?;
-    out(num_addresses, "num_addresses", na as c_int)?;
-    out(num_datatypes, "num_datatypes", nd as c_int)?;
+    let (ni, na, nl, nd) = d.desc.envelope();
+    let what = [
+        "num_integers",
+        "num_addresses",
+        "num_large_counts",
+        "num_datatypes",
+    ];
+    for ((p, what), n) in nums.into_iter().zip(what).zip([ni, na, nl, nd]) {
+        if let Some(p) = p {
+            out(p, what, T::or_undefined(n as i64))?;
+        }
+    }
     out(combiner, "combiner", combiner_value(d.desc.kind()))
 }
 
 /// The constructor arguments of a derived type, with enums mapped to the ABI's values.
-pub(super) fn contents(d: &DtypeObj) -> MpiResult<crate::mpi::datatype::Contents> {
+fn contents(d: &DtypeObj) -> MpiResult<crate::mpi::datatype::Contents> {
     if d.desc.kind() == CombinerKind::Named {
         mpi_bail!(
             MPI_ERR_ARG,
@@ -477,8 +507,30 @@ pub unsafe fn MPI_Type_get_contents(
     )
 }
 
+pub unsafe fn MPI_Type_get_contents_c(
+    datatype: MPI_Datatype,
+    max_integers: MPI_Count,
+    max_addresses: MPI_Count,
+    max_large_counts: MPI_Count,
+    max_datatypes: MPI_Count,
+    integers: *mut c_int,
+    addresses: *mut MPI_Aint,
+    large_counts: *mut MPI_Count,
+    datatypes: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    let ct = contents(&*dtype(datatype)?)?;
+    write_contents(
+        &ct,
+        [max_integers, max_addresses, max_large_counts, max_datatypes],
+        integers,
+        addresses,
+        large_counts,
+        datatypes,
+    )
+}
+
 /// Store a type's constructor arguments into the caller's arrays (both get_contents variants).
-pub(super) unsafe fn write_contents(
+unsafe fn write_contents(
     ct: &crate::mpi::datatype::Contents,
     max: [i64; 4],
     integers: *mut c_int,
@@ -510,20 +562,24 @@ pub(super) unsafe fn write_contents(
     Ok(())
 }
 
-pub unsafe fn MPI_Pack_size(
-    incount: c_int,
+pub unsafe fn MPI_Pack_size<W: Width>(
+    incount: W::Count,
     datatype: MPI_Datatype,
     cm: MPI_Comm,
-    size: *mut c_int,
+    size: *mut W::Count,
 ) -> MpiResult<()> {
     crate::abi::objects::comm(cm)?;
     let n = count_arg(incount)?;
     let d = dtype(datatype)?;
-    out(size, "size", d.desc.packed_size(n) as c_int)
+    out(
+        size,
+        "size",
+        W::Count::or_undefined(d.desc.packed_size(n) as i64),
+    )
 }
 
-/// MPI_Pack / MPI_Pack_c: pack `n` elements at `*pos` of a buffer of `outsize` bytes.
-pub(super) unsafe fn pack(
+/// MPI_Pack: pack `n` elements at `*pos` of a buffer of `outsize` bytes.
+unsafe fn pack(
     inbuf: *const c_void,
     n: usize,
     datatype: MPI_Datatype,
@@ -567,8 +623,8 @@ pub(super) unsafe fn pack(
     Ok(())
 }
 
-/// MPI_Unpack / MPI_Unpack_c.
-pub(super) unsafe fn unpack(
+/// MPI_Unpack: unpack `n` elements from `*pos` of a buffer of `insize` bytes.
+unsafe fn unpack(
     inbuf: *const c_void,
     insize: i64,
     pos: &mut i64,
@@ -612,52 +668,46 @@ pub(super) unsafe fn unpack(
     Ok(())
 }
 
-pub unsafe fn MPI_Pack(
-    inbuf: *const c_void,
-    incount: c_int,
-    datatype: MPI_Datatype,
-    outbuf: *mut c_void,
-    outsize: c_int,
-    position: *mut c_int,
-    cm: MPI_Comm,
+/// Read `*position`, run `f` on it, store it back.
+unsafe fn at_position<T: CInt>(
+    position: *mut T,
+    f: impl FnOnce(&mut i64) -> MpiResult<()>,
 ) -> MpiResult<()> {
     nonnull(position, "position")?;
-    let mut pos = *position as i64;
-    pack(
-        inbuf,
-        count_arg(incount)?,
-        datatype,
-        outbuf,
-        outsize as i64,
-        &mut pos,
-        cm,
-    )?;
-    *position = pos as c_int;
+    let mut pos = (*position).as_i64();
+    f(&mut pos)?;
+    *position = T::or_undefined(pos);
     Ok(())
 }
 
-pub unsafe fn MPI_Unpack(
+pub unsafe fn MPI_Pack<W: Width>(
     inbuf: *const c_void,
-    insize: c_int,
-    position: *mut c_int,
+    incount: W::Count,
+    datatype: MPI_Datatype,
     outbuf: *mut c_void,
-    outcount: c_int,
+    outsize: W::Count,
+    position: *mut W::Count,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    at_position(position, |pos| {
+        let n = count_arg(incount)?;
+        pack(inbuf, n, datatype, outbuf, outsize.as_i64(), pos, cm)
+    })
+}
+
+pub unsafe fn MPI_Unpack<W: Width>(
+    inbuf: *const c_void,
+    insize: W::Count,
+    position: *mut W::Count,
+    outbuf: *mut c_void,
+    outcount: W::Count,
     datatype: MPI_Datatype,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    nonnull(position, "position")?;
-    let mut pos = *position as i64;
-    unpack(
-        inbuf,
-        insize as i64,
-        &mut pos,
-        outbuf,
-        count_arg(outcount)?,
-        datatype,
-        cm,
-    )?;
-    *position = pos as c_int;
-    Ok(())
+    at_position(position, |pos| {
+        let n = count_arg(outcount)?;
+        unpack(inbuf, insize.as_i64(), pos, outbuf, n, datatype, cm)
+    })
 }
 
 /// Predefined Fortran types chosen by MPI_Type_create_f90_*, one handle per (class, p, r)
@@ -829,14 +879,7 @@ unsafe fn darray_args(
         mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
     }
     let n = ndims as usize;
-    let order = match order {
-        o if o == c::MPI_ORDER_C => Order::C,
-        o if o == c::MPI_ORDER_FORTRAN => Order::Fortran,
-        o => mpi_bail!(
-            MPI_ERR_ARG,
-            "order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
-        ),
-    };
+    let order = order_arg(order)?;
     let ds = i64s(distribs, n, "array_of_distribs")?
         .into_iter()
         .map(|d| match d as c_int {
@@ -856,11 +899,11 @@ unsafe fn darray_args(
     Ok((n, ds, da, order))
 }
 
-pub unsafe fn MPI_Type_create_darray(
+pub unsafe fn MPI_Type_create_darray<W: Width>(
     size: c_int,
     rank: c_int,
     ndims: c_int,
-    array_of_gsizes: *const c_int,
+    array_of_gsizes: *const W::Count,
     array_of_distribs: *const c_int,
     array_of_dargs: *const c_int,
     array_of_psizes: *const c_int,
@@ -870,7 +913,7 @@ pub unsafe fn MPI_Type_create_darray(
 ) -> MpiResult<()> {
     let (n, ds, da, order) = darray_args(ndims, array_of_distribs, array_of_dargs, order)?;
     let old = dtype(oldtype)?;
-    new_type(
+    new_type_of::<W>(
         newtype,
         TypeDesc::darray(
             size as i64,
@@ -882,37 +925,6 @@ pub unsafe fn MPI_Type_create_darray(
             order,
             &old.desc,
         ),
-    )
-}
-
-pub unsafe fn MPI_Type_create_darray_c(
-    size: c_int,
-    rank: c_int,
-    ndims: c_int,
-    array_of_gsizes: *const MPI_Count,
-    array_of_distribs: *const c_int,
-    array_of_dargs: *const c_int,
-    array_of_psizes: *const c_int,
-    order: c_int,
-    oldtype: MPI_Datatype,
-    newtype: *mut MPI_Datatype,
-) -> MpiResult<()> {
-    let (n, ds, da, order) = darray_args(ndims, array_of_distribs, array_of_dargs, order)?;
-    let old = dtype(oldtype)?;
-    let gs: Vec<i64> = slice(array_of_gsizes, n, "array_of_gsizes")?.to_vec();
-    new_type(
-        newtype,
-        TypeDesc::darray(
-            size as i64,
-            rank as i64,
-            &gs,
-            &ds,
-            &da,
-            &i64s(array_of_psizes, n, "array_of_psizes")?,
-            order,
-            &old.desc,
-        )
-        .map(|t| t.with_large_counts()),
     )
 }
 
@@ -1040,127 +1052,44 @@ unsafe fn unpack_external(
     Ok(())
 }
 
-pub unsafe fn MPI_Pack_external_size(
+pub unsafe fn MPI_Pack_external_size<W: Width>(
     datarep: *const c_char,
-    incount: c_int,
+    incount: W::Count,
     datatype: MPI_Datatype,
-    size: *mut MPI_Aint,
+    size: *mut W::Aint,
 ) -> MpiResult<()> {
     check_datarep(datarep)?;
     let n = count_arg(incount)?;
-    out(
-        size,
-        "size",
-        dtype(datatype)?.desc.packed_size(n) as MPI_Aint,
-    )
+    let s = dtype(datatype)?.desc.packed_size(n) as i64;
+    out(size, "size", W::Aint::or_undefined(s))
 }
 
-pub unsafe fn MPI_Pack_external_size_c(
-    datarep: *const c_char,
-    incount: MPI_Count,
-    datatype: MPI_Datatype,
-    size: *mut MPI_Count,
-) -> MpiResult<()> {
-    check_datarep(datarep)?;
-    if incount < 0 {
-        mpi_bail!(MPI_ERR_COUNT, "incount {incount} is negative");
-    }
-    let s = dtype(datatype)?.desc.packed_size(incount as usize);
-    out(size, "size", s as MPI_Count)
-}
-
-pub unsafe fn MPI_Pack_external(
+pub unsafe fn MPI_Pack_external<W: Width>(
     datarep: *const c_char,
     inbuf: *const c_void,
-    incount: c_int,
+    incount: W::Count,
     datatype: MPI_Datatype,
     outbuf: *mut c_void,
-    outsize: MPI_Aint,
-    position: *mut MPI_Aint,
+    outsize: W::Aint,
+    position: *mut W::Aint,
 ) -> MpiResult<()> {
-    nonnull(position, "position")?;
-    let mut pos = *position as i64;
-    let n = count_arg(incount)?;
-    pack_external(
-        datarep,
-        inbuf,
-        n,
-        datatype,
-        outbuf,
-        outsize as i64,
-        &mut pos,
-    )?;
-    *position = pos as MPI_Aint;
-    Ok(())
+    at_position(position, |pos| {
+        let n = count_arg(incount)?;
+        pack_external(datarep, inbuf, n, datatype, outbuf, outsize.as_i64(), pos)
+    })
 }
 
-pub unsafe fn MPI_Pack_external_c(
+pub unsafe fn MPI_Unpack_external<W: Width>(
     datarep: *const c_char,
     inbuf: *const c_void,
-    incount: MPI_Count,
-    datatype: MPI_Datatype,
+    insize: W::Aint,
+    position: *mut W::Aint,
     outbuf: *mut c_void,
-    outsize: MPI_Count,
-    position: *mut MPI_Count,
-) -> MpiResult<()> {
-    nonnull(position, "position")?;
-    if incount < 0 {
-        mpi_bail!(MPI_ERR_COUNT, "incount {incount} is negative");
-    }
-    let mut pos = *position;
-    pack_external(
-        datarep,
-        inbuf,
-        incount as usize,
-        datatype,
-        outbuf,
-        outsize,
-        &mut pos,
-    )?;
-    *position = pos;
-    Ok(())
-}
-
-pub unsafe fn MPI_Unpack_external(
-    datarep: *const c_char,
-    inbuf: *const c_void,
-    insize: MPI_Aint,
-    position: *mut MPI_Aint,
-    outbuf: *mut c_void,
-    outcount: c_int,
+    outcount: W::Count,
     datatype: MPI_Datatype,
 ) -> MpiResult<()> {
-    nonnull(position, "position")?;
-    let mut pos = *position as i64;
-    let n = count_arg(outcount)?;
-    unpack_external(datarep, inbuf, insize as i64, &mut pos, outbuf, n, datatype)?;
-    *position = pos as MPI_Aint;
-    Ok(())
-}
-
-pub unsafe fn MPI_Unpack_external_c(
-    datarep: *const c_char,
-    inbuf: *const c_void,
-    insize: MPI_Count,
-    position: *mut MPI_Count,
-    outbuf: *mut c_void,
-    outcount: MPI_Count,
-    datatype: MPI_Datatype,
-) -> MpiResult<()> {
-    nonnull(position, "position")?;
-    if outcount < 0 {
-        mpi_bail!(MPI_ERR_COUNT, "outcount {outcount} is negative");
-    }
-    let mut pos = *position;
-    unpack_external(
-        datarep,
-        inbuf,
-        insize,
-        &mut pos,
-        outbuf,
-        outcount as usize,
-        datatype,
-    )?;
-    *position = pos;
-    Ok(())
+    at_position(position, |pos| {
+        let n = count_arg(outcount)?;
+        unpack_external(datarep, inbuf, insize.as_i64(), pos, outbuf, n, datatype)
+    })
 }

@@ -7,6 +7,7 @@ use crate::abi::objects::{comm, nonnull, CommObj};
 use crate::abi::request::{ReqKind, Request, Status};
 use crate::abi::runtime::{self, new_request, wait_until, Runtime};
 use crate::abi::types::{self, DtypeObj};
+use crate::abi::width::{CInt, Width};
 use crate::engine::SendArgs;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
@@ -320,146 +321,44 @@ pub unsafe fn submit_on(
     Ok(())
 }
 
-pub unsafe fn MPI_Send(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Standard)
+/// The blocking, nonblocking and persistent forms of one send mode, generic over the count
+/// width (the generated `_c` forms call them too).
+macro_rules! send_modes {
+    ($($blocking:ident, $nb:ident, $init:ident => $mode:expr;)*) => {$(
+        pub unsafe fn $blocking<W: Width>(
+            buf: *const c_void,
+            count: W::Count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            cm: MPI_Comm,
+        ) -> MpiResult<()> {
+            blocking_send(buf, count.as_i64(), datatype, dest, tag, cm, $mode)
+        }
+        send_modes!(@request $nb, nonblocking_send, $mode);
+        send_modes!(@request $init, super::request::send_init, $mode);
+    )*};
+    // A form that returns a request: the same parameters and `request`.
+    (@request $name:ident, $start:path, $mode:expr) => {
+        pub unsafe fn $name<W: Width>(
+            buf: *const c_void,
+            count: W::Count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            cm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> MpiResult<()> {
+            $start(buf, count.as_i64(), datatype, dest, tag, cm, $mode, request)
+        }
+    };
 }
-pub unsafe fn MPI_Send_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Standard)
-}
-pub unsafe fn MPI_Ssend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Sync)
-}
-pub unsafe fn MPI_Rsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Ready)
-}
-pub unsafe fn MPI_Bsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count as i64, datatype, dest, tag, cm, Mode::Buffered)
-}
-pub unsafe fn MPI_Isend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Standard,
-        request,
-    )
-}
-pub unsafe fn MPI_Isend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Standard, request)
-}
-pub unsafe fn MPI_Issend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Sync,
-        request,
-    )
-}
-pub unsafe fn MPI_Irsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Ready,
-        request,
-    )
-}
-pub unsafe fn MPI_Ibsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Buffered,
-        request,
-    )
+
+send_modes! {
+    MPI_Send, MPI_Isend, MPI_Send_init => Mode::Standard;
+    MPI_Ssend, MPI_Issend, MPI_Ssend_init => Mode::Sync;
+    MPI_Rsend, MPI_Irsend, MPI_Rsend_init => Mode::Ready;
+    MPI_Bsend, MPI_Ibsend, MPI_Bsend_init => Mode::Buffered;
 }
 
 unsafe fn blocking_recv(
@@ -477,27 +376,16 @@ unsafe fn blocking_recv(
     status_result(st)
 }
 
-pub unsafe fn MPI_Recv(
+pub unsafe fn MPI_Recv<W: Width>(
     buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     source: c_int,
     tag: c_int,
     cm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    blocking_recv(buf, count as i64, datatype, source, tag, cm, status)
-}
-pub unsafe fn MPI_Recv_c(
-    buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    source: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    status: *mut MPI_Status,
-) -> MpiResult<()> {
-    blocking_recv(buf, count, datatype, source, tag, cm, status)
+    blocking_recv(buf, count.as_i64(), datatype, source, tag, cm, status)
 }
 
 unsafe fn nonblocking_recv(
@@ -514,27 +402,16 @@ unsafe fn nonblocking_recv(
     submit_on(request, Some(&r.comm), |rt| start_recv(rt, &r))
 }
 
-pub unsafe fn MPI_Irecv(
+pub unsafe fn MPI_Irecv<W: Width>(
     buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     source: c_int,
     tag: c_int,
     cm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    nonblocking_recv(buf, count as i64, datatype, source, tag, cm, request)
-}
-pub unsafe fn MPI_Irecv_c(
-    buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    source: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_recv(buf, count, datatype, source, tag, cm, request)
+    nonblocking_recv(buf, count.as_i64(), datatype, source, tag, cm, request)
 }
 
 unsafe fn sendrecv_kinds(
@@ -616,14 +493,14 @@ unsafe fn pair_request(
     submit_on(request, comm(cm).ok().as_ref(), |_| Ok(kind))
 }
 
-pub unsafe fn MPI_Sendrecv(
+pub unsafe fn MPI_Sendrecv<W: Width>(
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sendcount: W::Count,
     sendtype: MPI_Datatype,
     dest: c_int,
     sendtag: c_int,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: W::Count,
     recvtype: MPI_Datatype,
     source: c_int,
     recvtag: c_int,
@@ -632,12 +509,12 @@ pub unsafe fn MPI_Sendrecv(
 ) -> MpiResult<()> {
     let (rk, sk) = sendrecv_kinds(
         sendbuf,
-        sendcount as i64,
+        sendcount.as_i64(),
         sendtype,
         dest,
         sendtag,
         recvbuf,
-        recvcount as i64,
+        recvcount.as_i64(),
         recvtype,
         source,
         recvtag,
@@ -646,35 +523,14 @@ pub unsafe fn MPI_Sendrecv(
     finish_pair(rk, sk, status)
 }
 
-pub unsafe fn MPI_Sendrecv_c(
+pub unsafe fn MPI_Isendrecv<W: Width>(
     sendbuf: *const c_void,
-    sendcount: MPI_Count,
+    sendcount: W::Count,
     sendtype: MPI_Datatype,
     dest: c_int,
     sendtag: c_int,
     recvbuf: *mut c_void,
-    recvcount: MPI_Count,
-    recvtype: MPI_Datatype,
-    source: c_int,
-    recvtag: c_int,
-    cm: MPI_Comm,
-    status: *mut MPI_Status,
-) -> MpiResult<()> {
-    let (rk, sk) = sendrecv_kinds(
-        sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
-        cm,
-    )?;
-    finish_pair(rk, sk, status)
-}
-
-pub unsafe fn MPI_Isendrecv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: MPI_Datatype,
-    dest: c_int,
-    sendtag: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
+    recvcount: W::Count,
     recvtype: MPI_Datatype,
     source: c_int,
     recvtag: c_int,
@@ -683,12 +539,12 @@ pub unsafe fn MPI_Isendrecv(
 ) -> MpiResult<()> {
     let (rk, sk) = sendrecv_kinds(
         sendbuf,
-        sendcount as i64,
+        sendcount.as_i64(),
         sendtype,
         dest,
         sendtag,
         recvbuf,
-        recvcount as i64,
+        recvcount.as_i64(),
         recvtype,
         source,
         recvtag,
@@ -697,30 +553,9 @@ pub unsafe fn MPI_Isendrecv(
     pair_request(rk, sk, cm, request)
 }
 
-pub unsafe fn MPI_Isendrecv_c(
-    sendbuf: *const c_void,
-    sendcount: MPI_Count,
-    sendtype: MPI_Datatype,
-    dest: c_int,
-    sendtag: c_int,
-    recvbuf: *mut c_void,
-    recvcount: MPI_Count,
-    recvtype: MPI_Datatype,
-    source: c_int,
-    recvtag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    let (rk, sk) = sendrecv_kinds(
-        sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
-        cm,
-    )?;
-    pair_request(rk, sk, cm, request)
-}
-
-pub unsafe fn MPI_Sendrecv_replace(
+pub unsafe fn MPI_Sendrecv_replace<W: Width>(
     buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     dest: c_int,
     sendtag: c_int,
@@ -731,7 +566,7 @@ pub unsafe fn MPI_Sendrecv_replace(
 ) -> MpiResult<()> {
     let (rk, sk) = sendrecv_replace_kinds(
         buf,
-        count as i64,
+        count.as_i64(),
         datatype,
         dest,
         sendtag,
@@ -742,25 +577,9 @@ pub unsafe fn MPI_Sendrecv_replace(
     finish_pair(rk, sk, status)
 }
 
-pub unsafe fn MPI_Sendrecv_replace_c(
+pub unsafe fn MPI_Isendrecv_replace<W: Width>(
     buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    sendtag: c_int,
-    source: c_int,
-    recvtag: c_int,
-    cm: MPI_Comm,
-    status: *mut MPI_Status,
-) -> MpiResult<()> {
-    let (rk, sk) =
-        sendrecv_replace_kinds(buf, count, datatype, dest, sendtag, source, recvtag, cm)?;
-    finish_pair(rk, sk, status)
-}
-
-pub unsafe fn MPI_Isendrecv_replace(
-    buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     dest: c_int,
     sendtag: c_int,
@@ -771,7 +590,7 @@ pub unsafe fn MPI_Isendrecv_replace(
 ) -> MpiResult<()> {
     let (rk, sk) = sendrecv_replace_kinds(
         buf,
-        count as i64,
+        count.as_i64(),
         datatype,
         dest,
         sendtag,
@@ -779,22 +598,6 @@ pub unsafe fn MPI_Isendrecv_replace(
         recvtag,
         cm,
     )?;
-    pair_request(rk, sk, cm, request)
-}
-
-pub unsafe fn MPI_Isendrecv_replace_c(
-    buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    sendtag: c_int,
-    source: c_int,
-    recvtag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    let (rk, sk) =
-        sendrecv_replace_kinds(buf, count, datatype, dest, sendtag, source, recvtag, cm)?;
     pair_request(rk, sk, cm, request)
 }
 
@@ -949,14 +752,14 @@ unsafe fn matched_recv_kind(
     })
 }
 
-pub unsafe fn MPI_Mrecv(
+pub unsafe fn MPI_Mrecv<W: Width>(
     buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    mrecv(buf, count as i64, datatype, message, status)
+    mrecv(buf, count.as_i64(), datatype, message, status)
 }
 
 unsafe fn mrecv(
@@ -984,22 +787,24 @@ unsafe fn imrecv(
     submit(request, |_| Ok(k))
 }
 
-pub unsafe fn MPI_Imrecv(
+pub unsafe fn MPI_Imrecv<W: Width>(
     buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     message: *mut MPI_Message,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    imrecv(buf, count as i64, datatype, message, request)
+    imrecv(buf, count.as_i64(), datatype, message, request)
 }
 
 // ---- status inspection ----
 
-pub unsafe fn MPI_Get_count(
+/// MPI_Get_count: MPI_UNDEFINED when the bytes received are not a whole number of `datatype`s,
+/// or the count does not fit the output type.
+pub unsafe fn MPI_Get_count<W: Width>(
     status: *const MPI_Status,
     datatype: MPI_Datatype,
-    count: *mut c_int,
+    count: *mut W::Count,
 ) -> MpiResult<()> {
     nonnull(status, "status")?;
     let dt = types::committed(datatype)?;
@@ -1011,75 +816,35 @@ pub unsafe fn MPI_Get_count(
     } else {
         bytes / dt.desc.size() as i64
     };
-    out(count, "count", n.min(i32::MAX as i64) as c_int)
+    out(count, "count", W::Count::or_undefined(n))
 }
 
-pub unsafe fn MPI_Get_count_c(
+pub unsafe fn MPI_Get_elements<W: Width>(
     status: *const MPI_Status,
     datatype: MPI_Datatype,
-    count: *mut MPI_Count,
-) -> MpiResult<()> {
-    let mut n = 0;
-    MPI_Get_count(status, datatype, &mut n)?;
-    out(count, "count", n as MPI_Count)
-}
-
-pub unsafe fn MPI_Get_elements_x(
-    status: *const MPI_Status,
-    datatype: MPI_Datatype,
-    count: *mut MPI_Count,
+    count: *mut W::Count,
 ) -> MpiResult<()> {
     nonnull(status, "status")?;
     let dt = types::committed(datatype)?;
     let bytes = Status::bytes_of(&*status) as usize;
-    out(count, "count", types::elements_in(&dt, bytes))
+    out(
+        count,
+        "count",
+        W::Count::or_undefined(types::elements_in(&dt, bytes)),
+    )
 }
 
-pub unsafe fn MPI_Get_elements(
-    status: *const MPI_Status,
-    datatype: MPI_Datatype,
-    count: *mut c_int,
-) -> MpiResult<()> {
-    let mut n: MPI_Count = 0;
-    MPI_Get_elements_x(status, datatype, &mut n)?;
-    out(count, "count", n as c_int)
-}
-
-pub unsafe fn MPI_Get_elements_c(
-    status: *const MPI_Status,
-    datatype: MPI_Datatype,
-    count: *mut MPI_Count,
-) -> MpiResult<()> {
-    MPI_Get_elements_x(status, datatype, count)
-}
-
-pub unsafe fn MPI_Status_set_elements_x(
+pub unsafe fn MPI_Status_set_elements<W: Width>(
     status: *mut MPI_Status,
     datatype: MPI_Datatype,
-    count: MPI_Count,
+    count: W::Count,
 ) -> MpiResult<()> {
     nonnull(status, "status")?;
     let dt = types::committed(datatype)?;
-    let bytes = types::bytes_for_elements(&dt, count.max(0) as usize);
+    let bytes = types::bytes_for_elements(&dt, count.as_i64().max(0) as usize);
     let cancelled = Status::cancelled_of(&*status);
     Status::set_count(&mut *status, bytes as i64, cancelled);
     Ok(())
-}
-
-pub unsafe fn MPI_Status_set_elements(
-    status: *mut MPI_Status,
-    datatype: MPI_Datatype,
-    count: c_int,
-) -> MpiResult<()> {
-    MPI_Status_set_elements_x(status, datatype, count as MPI_Count)
-}
-
-pub unsafe fn MPI_Status_set_elements_c(
-    status: *mut MPI_Status,
-    datatype: MPI_Datatype,
-    count: MPI_Count,
-) -> MpiResult<()> {
-    MPI_Status_set_elements_x(status, datatype, count)
 }
 
 pub unsafe fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> MpiResult<()> {
@@ -1123,90 +888,4 @@ pub unsafe fn MPI_Status_set_error(status: *mut MPI_Status, err: c_int) -> MpiRe
     nonnull(status, "status")?;
     (*status).MPI_ERROR = err;
     Ok(())
-}
-
-// ---- large-count variants of the send modes and matched receives ----
-
-pub unsafe fn MPI_Ssend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Sync)
-}
-pub unsafe fn MPI_Rsend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Ready)
-}
-pub unsafe fn MPI_Bsend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-) -> MpiResult<()> {
-    blocking_send(buf, count, datatype, dest, tag, cm, Mode::Buffered)
-}
-pub unsafe fn MPI_Issend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Sync, request)
-}
-pub unsafe fn MPI_Irsend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Ready, request)
-}
-pub unsafe fn MPI_Ibsend_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    nonblocking_send(buf, count, datatype, dest, tag, cm, Mode::Buffered, request)
-}
-
-pub unsafe fn MPI_Mrecv_c(
-    buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    message: *mut MPI_Message,
-    status: *mut MPI_Status,
-) -> MpiResult<()> {
-    mrecv(buf, count, datatype, message, status)
-}
-
-pub unsafe fn MPI_Imrecv_c(
-    buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    message: *mut MPI_Message,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    imrecv(buf, count, datatype, message, request)
 }

@@ -8,6 +8,7 @@ use crate::abi::ffi::*;
 use crate::abi::objects::{nonnull, CommObj};
 use crate::abi::request::{Grequest, ReqKind, Request, Starter, Status};
 use crate::abi::runtime::{self, new_request, wait_until, Runtime};
+use crate::abi::width::Width;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
@@ -662,7 +663,8 @@ unsafe fn persistent(
     Ok(())
 }
 
-unsafe fn send_init(
+/// MPI_Send_init and the other persistent send modes (their entry points: p2p.rs `send_modes!`).
+pub(super) unsafe fn send_init(
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -677,141 +679,16 @@ unsafe fn send_init(
     persistent(request, &comm, Box::new(move |rt| start_send(rt, &s)))
 }
 
-pub unsafe fn MPI_Send_init(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Standard,
-        request,
-    )
-}
-pub unsafe fn MPI_Send_init_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(buf, count, datatype, dest, tag, cm, Mode::Standard, request)
-}
-pub unsafe fn MPI_Ssend_init(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Sync,
-        request,
-    )
-}
-pub unsafe fn MPI_Ssend_init_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(buf, count, datatype, dest, tag, cm, Mode::Sync, request)
-}
-pub unsafe fn MPI_Rsend_init(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Ready,
-        request,
-    )
-}
-pub unsafe fn MPI_Rsend_init_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(buf, count, datatype, dest, tag, cm, Mode::Ready, request)
-}
-pub unsafe fn MPI_Bsend_init(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(
-        buf,
-        count as i64,
-        datatype,
-        dest,
-        tag,
-        cm,
-        Mode::Buffered,
-        request,
-    )
-}
-pub unsafe fn MPI_Bsend_init_c(
-    buf: *const c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    send_init(buf, count, datatype, dest, tag, cm, Mode::Buffered, request)
-}
-
-pub unsafe fn MPI_Recv_init(
+pub unsafe fn MPI_Recv_init<W: Width>(
     buf: *mut c_void,
-    count: c_int,
+    count: W::Count,
     datatype: MPI_Datatype,
     source: c_int,
     tag: c_int,
     cm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    let r: RecvSpec = recv_spec(buf, count as i64, datatype, source, tag, cm)?;
+    let r: RecvSpec = recv_spec(buf, count.as_i64(), datatype, source, tag, cm)?;
     let comm = r.comm.clone();
     persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
 }
@@ -888,20 +765,4 @@ pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> MpiResult<()> {
         }
         _ => mpi_bail!(MPI_ERR_REQUEST, "the request is not a generalized request"),
     })
-}
-
-// ---- large-count persistent point-to-point ----
-
-pub unsafe fn MPI_Recv_init_c(
-    buf: *mut c_void,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    source: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    let r: RecvSpec = recv_spec(buf, count, datatype, source, tag, cm)?;
-    let comm = r.comm.clone();
-    persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
 }
