@@ -4,7 +4,7 @@ use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::{comm, nonnull, CommObj};
-use crate::abi::request::{ReqKind, Request, Status};
+use crate::abi::request::{ReqKind, Request, Starter, Status};
 use crate::abi::runtime::{self, new_request, wait_until, Runtime};
 use crate::abi::types::{self, DtypeObj};
 use crate::abi::width::{CInt, Width};
@@ -336,7 +336,7 @@ macro_rules! send_modes {
             blocking_send(buf, count.as_i64(), datatype, dest, tag, cm, $mode)
         }
         send_modes!(@request $nb, nonblocking_send, $mode);
-        send_modes!(@request $init, super::request::send_init, $mode);
+        send_modes!(@request $init, send_init, $mode);
     )*};
     // A form that returns a request: the same parameters and `request`.
     (@request $name:ident, $start:path, $mode:expr) => {
@@ -888,4 +888,56 @@ pub unsafe fn MPI_Status_set_error(status: *mut MPI_Status, err: c_int) -> MpiRe
     nonnull(status, "status")?;
     (*status).MPI_ERROR = err;
     Ok(())
+}
+
+// ---- persistent point-to-point ----
+
+unsafe fn persistent(
+    request: *mut MPI_Request,
+    comm: &Arc<CommObj>,
+    starter: Starter,
+) -> MpiResult<()> {
+    nonnull(request, "request")?;
+    let h = runtime::with(|rt| {
+        Ok(new_request(
+            rt,
+            Request {
+                kind: ReqKind::Inactive,
+                persistent: Some(starter),
+                comm: Some(comm.clone()),
+            },
+        ))
+    })?;
+    *request = h as MPI_Request;
+    Ok(())
+}
+
+/// MPI_Send_init and the other persistent send modes (their entry points: `send_modes!`).
+pub(super) unsafe fn send_init(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    mode: Mode,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let s: SendSpec = send_spec(buf, count, dt, dest, tag, cm, mode)?;
+    let comm = s.comm.clone();
+    persistent(request, &comm, Box::new(move |rt| start_send(rt, &s)))
+}
+
+pub unsafe fn MPI_Recv_init<W: Width>(
+    buf: *mut c_void,
+    count: W::Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> MpiResult<()> {
+    let r: RecvSpec = recv_spec(buf, count.as_i64(), datatype, source, tag, cm)?;
+    let comm = r.comm.clone();
+    persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
 }

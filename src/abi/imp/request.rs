@@ -1,18 +1,15 @@
 //! Completion: Wait/Test families, persistent requests, cancel, generalized
 //! requests (MPI 5.0 §3.7-3.9, §13.2).
 
-use super::p2p::{recv_spec, send_spec, start_recv, start_send, Mode, RecvSpec, SendSpec};
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{nonnull, CommObj};
-use crate::abi::request::{Grequest, ReqKind, Request, Starter, Status};
-use crate::abi::runtime::{self, new_request, wait_until, Runtime};
-use crate::abi::width::Width;
+use crate::abi::objects::nonnull;
+use crate::abi::request::{Grequest, ReqKind, Request, Status};
+use crate::abi::runtime::{self, wait_until, Runtime};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use std::os::raw::{c_int, c_void};
-use std::sync::Arc;
 
 fn is_null(h: MPI_Request) -> bool {
     h == c::MPI_REQUEST_NULL
@@ -639,58 +636,6 @@ pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> MpiResult<()> {
         }
     }
     Ok(())
-}
-
-// ---- persistent point-to-point ----
-
-unsafe fn persistent(
-    request: *mut MPI_Request,
-    comm: &Arc<CommObj>,
-    starter: Starter,
-) -> MpiResult<()> {
-    nonnull(request, "request")?;
-    let h = runtime::with(|rt| {
-        Ok(new_request(
-            rt,
-            Request {
-                kind: ReqKind::Inactive,
-                persistent: Some(starter),
-                comm: Some(comm.clone()),
-            },
-        ))
-    })?;
-    *request = h as MPI_Request;
-    Ok(())
-}
-
-/// MPI_Send_init and the other persistent send modes (their entry points: p2p.rs `send_modes!`).
-pub(super) unsafe fn send_init(
-    buf: *const c_void,
-    count: i64,
-    dt: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    mode: Mode,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    let s: SendSpec = send_spec(buf, count, dt, dest, tag, cm, mode)?;
-    let comm = s.comm.clone();
-    persistent(request, &comm, Box::new(move |rt| start_send(rt, &s)))
-}
-
-pub unsafe fn MPI_Recv_init<W: Width>(
-    buf: *mut c_void,
-    count: W::Count,
-    datatype: MPI_Datatype,
-    source: c_int,
-    tag: c_int,
-    cm: MPI_Comm,
-    request: *mut MPI_Request,
-) -> MpiResult<()> {
-    let r: RecvSpec = recv_spec(buf, count.as_i64(), datatype, source, tag, cm)?;
-    let comm = r.comm.clone();
-    persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
 }
 
 pub fn start(rt: &mut Runtime, h: MPI_Request) -> MpiResult<()> {
