@@ -18,6 +18,7 @@ use crate::abi::runtime::{self, new_request, Runtime};
 use crate::abi::types::{self, DtypeObj};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
+use crate::engine::collcheck::{Path, Record, Watch};
 use crate::engine::flag::{FlagOp, Slots};
 use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
@@ -513,7 +514,8 @@ impl CollSpec {
         Ok(self)
     }
 
-    unsafe fn start(&self) -> MpiResult<ReqKind> {
+    /// Start the schedule of call number `seq` of the communicator (`None`: the next one).
+    unsafe fn start(&self, seq: Option<i32>) -> MpiResult<ReqKind> {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
         // Host buffers (the common case) are used through `self` without cloning their sides.
@@ -582,7 +584,9 @@ impl CollSpec {
                 ))
             }),
         };
-        let tag = self.comm.next_coll_tag();
+        let tag = seq.unwrap_or_else(|| self.comm.next_coll_tag());
+        // collcheck hook: the record of this call, and its check while it waits.
+        let check = check_start(self, tag, Path::Schedule).map(Box::new);
         let exec = CollExec::new(
             sched,
             sptr as *const u8,
@@ -632,6 +636,7 @@ impl CollSpec {
             post,
             result: None,
             hold,
+            check,
         })
     }
 }
@@ -682,7 +687,7 @@ pub fn release_gpu(comm: &Arc<CommObj>) -> MpiResult<()> {
 /// kernels over NVLink: src/gpu/coll.rs). `Ok(false)`: every rank takes the staged path.
 /// The decision is collective: each condition checked before the exchange is the same on
 /// every rank (kind, sizes, op), the rest is agreed on inside `gpu::coll::run`.
-unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
+unsafe fn try_gpu(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
     use crate::gpu::coll::{Call, Shape};
     use CollKind as K;
     if !matches!(
@@ -753,6 +758,9 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
             }
         }
     }
+    // collcheck hook: this rank takes a GPU path (host ranks that meet it in their checks fail;
+    // the GPU paths' own waits are not checked).
+    check_start(spec, seq, Path::Gpu);
     if resident {
         // Small: the resident kernels (no launch, no stream synchronize per call).
         let dst = recv.map_or(0, |x| x.0);
@@ -796,10 +804,16 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
     match mode {
         Mode::Blocking => {
             // GPU-native first, then the flag slots: each declines the same way on every rank.
-            if try_gpu(&spec)? || run_flag(&spec)? {
+            let seq = spec.comm.next_coll_tag();
+            if try_gpu(&spec, seq)? || run_flag(&spec, seq)? {
                 return Ok(());
             }
-            let k = spec.start()?;
+            let k = spec.start(Some(seq))?;
+            // collcheck hook: a world call of the flag kinds still takes its flag number (after
+            // start published the call's record, which a peer that meets the pass reads).
+            if let Some(slots) = flag_pass(&spec) {
+                slots.pass(runtime::next_flag_seq(), &mut flag_idle(&slots, None))?;
+            }
             let st = super::p2p::wait_kind(k)?;
             if st.error != 0 {
                 return Err(MpiError::new(st.error, "collective failed"));
@@ -808,13 +822,13 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         }
         Mode::Nonblocking(req) => {
             nonnull(req, "request")?;
-            let k = spec.start()?;
+            let k = spec.start(None)?;
             super::p2p::submit_on(req, Some(&spec.comm), |_| Ok(k))
         }
         Mode::Persistent(req) => {
             nonnull(req, "request")?;
             let comm = spec.comm.clone();
-            let starter: Starter = Box::new(move |_rt: &mut Runtime| spec.start());
+            let starter: Starter = Box::new(move |_rt: &mut Runtime| spec.start(None));
             *req = runtime::with(|rt| {
                 Ok(new_request(
                     rt,
@@ -940,11 +954,11 @@ fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
     };
     let k = runtime::next_flag_seq();
     // SAFETY: input and output are live locals of the length given.
-    unsafe { slots.run(k, &op, &mut flag_idle(slots))? };
+    unsafe { slots.run(k, &op, &mut flag_idle(slots, None))? };
     Ok(out[0] != 0)
 }
 
-unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
+unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
     // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
     if spec.comm.ctx != 0 {
         return Ok(false);
@@ -998,7 +1012,10 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
         ranks = slots.size(),
         "collective over shared memory"
     );
-    slots.run(k, &op, &mut flag_idle(&slots))?;
+    // collcheck hook: the record of this call, checked while it waits.
+    let mut watch = check_start(spec, seq, Path::Flag);
+    let r = slots.run(k, &op, &mut flag_idle(&slots, watch.as_mut()));
+    r.map_err(|e| check_refine(watch.as_ref(), e))?;
     let received = match spec.kind {
         CollKind::Bcast => spec.root != spec.comm.rank,
         _ => true,
@@ -1010,9 +1027,52 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
     Ok(true)
 }
 
+/// The world's flag slots for a blocking call of the kinds they serve that runs on another
+/// path (a large count, a user op): it takes its flag number with [`Slots::pass`], so the
+/// numbering stays the same on every rank even when mismatched counts split the ranks between
+/// the paths.
+fn flag_pass(spec: &CollSpec) -> Option<Slots> {
+    use CollKind as K;
+    if spec.comm.ctx != 0 || !matches!(spec.kind, K::Barrier | K::Bcast | K::Reduce | K::Allreduce)
+    {
+        return None;
+    }
+    runtime::world_flag()
+}
+
+/// collcheck hook: publish this rank's record of call `seq` of `spec`'s communicator on
+/// `path`, and return the check of its waits (`None` without record rings).
+fn check_start(spec: &CollSpec, seq: i32, path: Path) -> Option<Watch> {
+    let rings = runtime::rings()?;
+    let rec = Record::new(
+        spec.comm.ctx,
+        seq as u32,
+        spec.kind,
+        spec.root,
+        spec.bytes,
+        path,
+    );
+    rings.publish(&rec);
+    let peers = (spec.comm.ctx != 0).then(|| spec.comm.peers.clone());
+    Some(Watch::new(rec, peers, spec.comm.rank))
+}
+
+/// collcheck hook: the error of a flag call that failed, told by the peers' records where they
+/// disagree with this rank's.
+fn check_refine(watch: Option<&Watch>, e: MpiError) -> MpiError {
+    match (watch, runtime::rings()) {
+        (Some(w), Some(r)) => w.refine(&r, e),
+        _ => e,
+    }
+}
+
 /// What a rank does while waiting on flag slots: progress (other traffic, nonblocking
-/// collectives), then back off (spin, yield, sleep) like every blocking call.
-fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
+/// collectives), then back off (spin, yield, sleep) like every blocking call; once the back-off
+/// sleeps, `watch` compares the peers' records of the call (collcheck hook).
+fn flag_idle<'a>(
+    slots: &Slots,
+    mut watch: Option<&'a mut Watch>,
+) -> impl FnMut() -> MpiResult<()> + 'a {
     let mut backoff = if slots.is_oversubscribed() {
         Backoff::yielding()
     } else {
@@ -1024,6 +1084,11 @@ fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
             Ok(())
         })?;
         backoff.snooze();
+        if backoff.is_sleeping() {
+            if let (Some(w), Some(r)) = (watch.as_deref_mut(), runtime::rings()) {
+                w.poll(&r)?;
+            }
+        }
         Ok(())
     }
 }
@@ -1132,6 +1197,10 @@ unsafe fn flag_quick(
             reduce: &reduce,
         },
     };
+    let Some(world) = runtime::world_comm() else {
+        return Ok(false);
+    };
+    let seq = world.next_coll_tag();
     let k = runtime::next_flag_seq();
     tracing::debug!(
         coll = kind.name(),
@@ -1140,7 +1209,14 @@ unsafe fn flag_quick(
         ranks = slots.size(),
         "collective over shared memory"
     );
-    slots.run(k, &op, &mut flag_idle(&slots))?;
+    // collcheck hook: the record of this call, checked while it waits.
+    let mut watch = runtime::rings().map(|rings| {
+        let rec = Record::new(0, seq as u32, kind, root, len, Path::Flag);
+        rings.publish(&rec);
+        Watch::new(rec, None, me)
+    });
+    let r = slots.run(k, &op, &mut flag_idle(&slots, watch.as_mut()));
+    r.map_err(|e| check_refine(watch.as_ref(), e))?;
     Ok(true)
 }
 

@@ -38,6 +38,11 @@ pub fn alloc_ctx(parent: &Arc<CommObj>) -> MpiResult<u32> {
 }
 
 pub fn release_ctx(id: u32) {
+    // collcheck hook: this rank's collective records of the id go with it (a communicator that
+    // gets the id next counts its collectives from 0 again).
+    if let Some(rings) = runtime::rings() {
+        rings.forget(id);
+    }
     let _ = runtime::with(|rt| {
         let (w, b) = (id as usize / 64, id as usize % 64);
         if w < CTX_WORDS && id > 1 {
