@@ -500,6 +500,7 @@ c_tests!(
     err_matrix,
     coll_mismatch,
     init_mismatch,
+    coll_split,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.

@@ -93,7 +93,8 @@ fn code_only(src: &str) -> String {
                     i += 1;
                 }
             }
-        } else if c == b'r' && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
+        } else if c == b'r'
+            && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
             && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
         {
             // Raw string r"..." / r#"..."#.
@@ -141,7 +142,10 @@ fn code_only(src: &str) -> String {
         } else if c == b'\'' {
             // A character literal ('x', '\n', '\''), else a lifetime.
             let lit = if b.get(i + 1) == Some(&b'\\') {
-                b[i + 2..].iter().position(|&x| x == b'\'').map(|p| i + 3 + p)
+                b[i + 2..]
+                    .iter()
+                    .position(|&x| x == b'\'')
+                    .map(|p| i + 3 + p)
             } else if b.get(i + 2) == Some(&b'\'') {
                 Some(i + 3)
             } else {
@@ -239,13 +243,17 @@ fn paths(code: &str) -> Vec<(String, usize, usize)> {
         let mut i = 0;
         while i < bytes.len() {
             let c = bytes[i];
-            if c == b'm' && code[i..].starts_with("mod ")
+            if c == b'm'
+                && code[i..].starts_with("mod ")
                 && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'))
             {
                 // `mod name {` (inline) or `mod name;` (a file).
                 let rest = &code[i + 4..];
                 let end = rest.find(['{', ';']).unwrap_or(0);
-                pending_mod = rest[..end].trim().chars().all(|ch| ch.is_alphanumeric() || ch == '_')
+                pending_mod = rest[..end]
+                    .trim()
+                    .chars()
+                    .all(|ch| ch.is_alphanumeric() || ch == '_')
                     && rest[end..].starts_with('{');
             }
             if c == b'{' {
@@ -273,7 +281,9 @@ fn paths(code: &str) -> Vec<(String, usize, usize)> {
         if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
             continue;
         }
-        let Some(end) = code[at..].find(';') else { break };
+        let Some(end) = code[at..].find(';') else {
+            break;
+        };
         let tree = &code[at + 4..at + end];
         if tree.contains('(') || tree.contains('=') {
             continue;
@@ -541,13 +551,21 @@ fn the_parser_reads_use_trees_and_inline_paths() {
     assert!(p.contains(&("crate::a::b".into(), 1, 0)), "{p:?}");
     assert!(p.contains(&("crate::f::g".into(), 2, 0)), "{p:?}");
     assert!(p.contains(&("super::*".into(), 4, 1)), "{p:?}");
-    assert!(!p.iter().any(|x| x.0.contains("::c") || x.0.contains("::e")), "{p:?}");
+    assert!(
+        !p.iter().any(|x| x.0.contains("::c") || x.0.contains("::e")),
+        "{p:?}"
+    );
 }
 
 #[test]
 fn cycles_and_the_layer_table_are_read_right() {
     let mut e = BTreeMap::new();
-    for (a, b) in [("x::a", "x::b"), ("x::b", "x::a"), ("x::b", "y"), ("y", "z")] {
+    for (a, b) in [
+        ("x::a", "x::b"),
+        ("x::b", "x::a"),
+        ("x::b", "y"),
+        ("y", "z"),
+    ] {
         let seen = Seen {
             file: "f".into(),
             line: 1,
@@ -555,7 +573,10 @@ fn cycles_and_the_layer_table_are_read_right() {
         e.insert((a.to_string(), b.to_string()), seen);
     }
     let c = cycles(&e);
-    assert!(c.contains_key("x::a") && c.get("x::a") == c.get("x::b"), "{c:?}");
+    assert!(
+        c.contains_key("x::a") && c.get("x::a") == c.get("x::b"),
+        "{c:?}"
+    );
     assert!(!c.contains_key("y") && !c.contains_key("z"), "{c:?}");
     let mut t: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     t.entry("x".into()).or_default().insert("y".into());
@@ -584,12 +605,18 @@ fn layering_and_cycles_match_the_allowlist() {
         if ta != tb && !reach(ta, &table, true).contains(tb) {
             bad.insert(
                 (a.clone(), b.clone()),
-                (format!("`{ta}` may not use `{tb}` (tests/layering/layers.txt)"), seen.clone()),
+                (
+                    format!("`{ta}` may not use `{tb}` (tests/layering/layers.txt)"),
+                    seen.clone(),
+                ),
             );
         } else if cyc.contains_key(a) && cyc.get(a) == cyc.get(b) {
             bad.insert(
                 (a.clone(), b.clone()),
-                ("the edge is part of an import cycle".to_string(), seen.clone()),
+                (
+                    "the edge is part of an import cycle".to_string(),
+                    seen.clone(),
+                ),
             );
         }
     }

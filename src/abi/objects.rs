@@ -73,10 +73,15 @@ impl CommObj {
     pub fn size(&self) -> usize {
         self.group.size()
     }
-    /// The tag of the next collective on this communicator (same on every rank,
-    /// since MPI requires collectives to be called in the same order).
+    /// The number of the next collective on this communicator, also its tag (the same on every
+    /// rank, since MPI requires collectives to be called in the same order). Every collective
+    /// call takes one, whatever path it runs on. Collective calls on one communicator never
+    /// overlap (MPI: the application orders them, also across threads), so a load and a store
+    /// suffice.
     pub fn next_coll_tag(&self) -> i32 {
-        (self.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff) as i32
+        let k = self.coll_seq.load(Ordering::Relaxed);
+        self.coll_seq.store(k.wrapping_add(1), Ordering::Relaxed);
+        (k & 0x3fff_ffff) as i32
     }
     pub fn world_rank(&self, r: usize) -> usize {
         self.group.ranks[r]

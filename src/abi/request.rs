@@ -110,6 +110,8 @@ pub enum ReqKind {
         post: Option<Post>,
         result: Option<MpiResult<()>>,
         hold: Vec<crate::gpu::pool::HostBuf>,
+        /// The collective consistency check of a call still waiting (`engine::collcheck`).
+        check: Option<Box<crate::engine::collcheck::Watch>>,
     },
     /// Complete from the start (PROC_NULL and the like).
     Done(Status),
@@ -157,12 +159,29 @@ impl Request {
     /// Advance a nonblocking collective; true when it needs no more progress calls.
     pub fn advance(&mut self, engine: &mut Engine) -> bool {
         match &mut self.kind {
-            ReqKind::Coll { exec, result, .. } => {
+            ReqKind::Coll {
+                exec,
+                result,
+                check,
+                ..
+            } => {
                 if result.is_some() {
                     return true;
                 }
                 match exec.advance(engine) {
-                    Ok(false) => false,
+                    // collcheck hook: a call that waits long compares its peers' records of it;
+                    // a mismatch ends it with an error (what it still has posted is withdrawn).
+                    Ok(false) => match (check, crate::abi::runtime::rings()) {
+                        (Some(w), Some(rings)) => match w.poll(&rings) {
+                            Ok(()) => false,
+                            Err(e) => {
+                                exec.abandon(engine);
+                                *result = Some(Err(e));
+                                true
+                            }
+                        },
+                        _ => false,
+                    },
                     Ok(true) => {
                         *result = Some(Ok(()));
                         true

@@ -12,6 +12,7 @@ use super::consts as c;
 use super::objects::{self, CommObj};
 use super::request::{ReqKind, Request, Status};
 use crate::bootstrap::{self, Bootstrap};
+use crate::engine::collcheck::Rings;
 use crate::engine::flag::{Slots, SLOT_MAX};
 use crate::engine::{Backoff, Engine};
 use crate::mpi::error::MpiResult;
@@ -58,6 +59,29 @@ pub fn world_flag() -> Option<Slots> {
     } else {
         None
     }
+}
+
+/// The collective record rings of the ranks of this node (`engine::collcheck`) and
+/// MPI_COMM_WORLD's object (its collective sequence, for the flag calls that do not look the
+/// communicator up), installed at MPI_Init, switched off in MPI_Finalize with the flag slots.
+static RINGS: OnceLock<Rings> = OnceLock::new();
+static WORLD: OnceLock<Arc<CommObj>> = OnceLock::new();
+static RINGS_LIVE: AtomicBool = AtomicBool::new(false);
+
+/// The collective record rings while MPI is running.
+#[inline]
+pub fn rings() -> Option<Rings> {
+    if RINGS_LIVE.load(Ordering::Acquire) {
+        RINGS.get().copied()
+    } else {
+        None
+    }
+}
+
+/// MPI_COMM_WORLD's object (set at MPI_Init).
+#[inline]
+pub fn world_comm() -> Option<&'static Arc<CommObj>> {
+    WORLD.get()
 }
 
 /// Number the next call through the world's flag slots. Collective calls on one communicator
@@ -245,9 +269,20 @@ pub fn init(required: i32) -> MpiResult<i32> {
         "MPI_COMM_WORLD",
     );
     let selfc = CommObj::new(1, Arc::new(Group::new(vec![rank])), 0, "MPI_COMM_SELF");
+    let world = Arc::new(world);
+    let _ = WORLD.set(world.clone());
+    let records = engine.coll_records();
+    if records.len() == size && records[rank] != 0 {
+        let bases: &'static [usize] = Box::leak(records.into_boxed_slice());
+        // SAFETY: the transport's record rings (Transport::coll_records contract) stay mapped
+        // while the runtime holds the engine; the rings are used only inside MPI calls and
+        // switched off in MPI_Finalize before the runtime is dropped.
+        let _ = RINGS.set(unsafe { Rings::new(bases, rank) });
+        RINGS_LIVE.store(true, Ordering::Release);
+    }
     {
         let mut o = objects::objects();
-        o.world = Some(Arc::new(world));
+        o.world = Some(world);
         o.self_ = Some(Arc::new(selfc));
     }
     let provided = required.clamp(c::MPI_THREAD_SINGLE, c::MPI_THREAD_MULTIPLE);
@@ -286,6 +321,7 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
     barrier()?;
     crate::gpu::comm::finalize_end();
     WORLD_FLAG.live.store(false, Ordering::Release);
+    RINGS_LIVE.store(false, Ordering::Release);
     let rt = lock().take();
     if let Some(rt) = rt {
         rt.boot.finalize()?;

@@ -2,17 +2,18 @@
 //! the shared-memory segments (`engine::flag`).
 
 use super::call::{in_place, CollSpec, DevPacked, Reduction, Side};
-use crate::standard::consts as c;
 use crate::abi::objects::builtin_op;
-use crate::standard::ffi::*;
 use crate::abi::runtime;
 use crate::abi::types;
 use crate::coll::CollKind;
+use crate::engine::collcheck::{Path as CheckPath, Record, Watch};
 use crate::engine::flag::{FlagOp, Slots};
 use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
-use crate::mpi::error::MpiResult;
+use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::op::{self as ops};
+use crate::standard::consts as c;
+use crate::standard::ffi::*;
 use std::os::raw::{c_int, c_void};
 
 /// A user buffer of a flag collective as one packed host byte range: the user's memory when it
@@ -118,7 +119,7 @@ pub(super) fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
     };
     let k = runtime::next_flag_seq();
     // SAFETY: input and output are live locals of the length given.
-    unsafe { slots.run(k, &op, &mut flag_idle(slots))? };
+    unsafe { slots.run(k, &op, &mut flag_idle(slots, None))? };
     Ok(out[0] != 0)
 }
 
@@ -129,7 +130,7 @@ pub(super) fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
 /// `GPUMPI_SHM_COLL_MAX`), never on where one rank's buffers live: device buffers are staged
 /// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
 /// `Ok(false)`: not this path.
-pub(super) unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
+pub(super) unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
     // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
     if spec.comm.ctx != 0 {
         return Ok(false);
@@ -183,7 +184,10 @@ pub(super) unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
         ranks = slots.size(),
         "collective over shared memory"
     );
-    slots.run(k, &op, &mut flag_idle(&slots))?;
+    // The record of this call, checked while it waits (engine::collcheck).
+    let mut watch = check_start(spec, seq, CheckPath::Flag);
+    let r = slots.run(k, &op, &mut flag_idle(&slots, watch.as_mut()));
+    r.map_err(|e| check_refine(watch.as_ref(), e))?;
     let received = match spec.kind {
         CollKind::Bcast => spec.root != spec.comm.rank,
         _ => true,
@@ -195,9 +199,55 @@ pub(super) unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
     Ok(true)
 }
 
+/// A blocking call on MPI_COMM_WORLD of the kinds the flag slots serve that runs on another
+/// path (a large count, a user op) still takes its flag number with [`Slots::pass`], so the
+/// numbering stays the same on every rank even when mismatched counts split the ranks between
+/// the paths.
+pub(super) fn flag_pass(spec: &CollSpec) -> MpiResult<()> {
+    use CollKind as K;
+    if spec.comm.ctx != 0 || !matches!(spec.kind, K::Barrier | K::Bcast | K::Reduce | K::Allreduce)
+    {
+        return Ok(());
+    }
+    match runtime::world_flag() {
+        Some(slots) => slots.pass(runtime::next_flag_seq(), &mut flag_idle(&slots, None)),
+        None => Ok(()),
+    }
+}
+
+/// Publish this rank's record of call `seq` of `spec`'s communicator on `path`
+/// (engine::collcheck), and return the check of its waits (`None` without record rings).
+pub(super) fn check_start(spec: &CollSpec, seq: i32, path: CheckPath) -> Option<Watch> {
+    let rings = runtime::rings()?;
+    let rec = Record::new(
+        spec.comm.ctx,
+        seq as u32,
+        spec.kind,
+        spec.root,
+        spec.bytes,
+        path,
+    );
+    rings.publish(&rec);
+    let peers = (spec.comm.ctx != 0).then(|| spec.comm.peers.clone());
+    Some(Watch::new(rec, peers, spec.comm.rank))
+}
+
+/// The error of a flag call that failed, told by the peers' records where they disagree with
+/// this rank's.
+fn check_refine(watch: Option<&Watch>, e: MpiError) -> MpiError {
+    match (watch, runtime::rings()) {
+        (Some(w), Some(r)) => w.refine(&r, e),
+        _ => e,
+    }
+}
+
 /// What a rank does while waiting on flag slots: progress (other traffic, nonblocking
-/// collectives), then back off (spin, yield, sleep) like every blocking call.
-fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
+/// collectives), then back off (spin, yield, sleep) like every blocking call; once the back-off
+/// sleeps, `watch` compares the peers' records of the call (engine::collcheck).
+fn flag_idle<'a>(
+    slots: &Slots,
+    mut watch: Option<&'a mut Watch>,
+) -> impl FnMut() -> MpiResult<()> + 'a {
     let mut backoff = if slots.is_oversubscribed() {
         Backoff::yielding()
     } else {
@@ -209,6 +259,11 @@ fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
             Ok(())
         })?;
         backoff.snooze();
+        if backoff.is_sleeping() {
+            if let (Some(w), Some(r)) = (watch.as_deref_mut(), runtime::rings()) {
+                w.poll(&r)?;
+            }
+        }
         Ok(())
     }
 }
@@ -317,6 +372,10 @@ pub(crate) unsafe fn flag_quick(
             reduce: &reduce,
         },
     };
+    let Some(world) = runtime::world_comm() else {
+        return Ok(false);
+    };
+    let seq = world.next_coll_tag();
     let k = runtime::next_flag_seq();
     tracing::debug!(
         coll = kind.name(),
@@ -325,6 +384,13 @@ pub(crate) unsafe fn flag_quick(
         ranks = slots.size(),
         "collective over shared memory"
     );
-    slots.run(k, &op, &mut flag_idle(&slots))?;
+    // The record of this call, checked while it waits (engine::collcheck).
+    let mut watch = runtime::rings().map(|rings| {
+        let rec = Record::new(0, seq as u32, kind, root, len, CheckPath::Flag);
+        rings.publish(&rec);
+        Watch::new(rec, None, me)
+    });
+    let r = slots.run(k, &op, &mut flag_idle(&slots, watch.as_mut()));
+    r.map_err(|e| check_refine(watch.as_ref(), e))?;
     Ok(true)
 }

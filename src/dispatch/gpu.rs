@@ -1,15 +1,16 @@
 //! The GPU paths: blocking collectives whose every rank passes device buffers.
 
 use super::call::{CollSpec, Reduction};
-use super::flag::{flag_all, flag_eligible};
+use super::flag::{check_start, flag_all, flag_eligible};
 use super::internal::{allgather_bytes, allreduce_band_u64};
 use super::run_blocking;
-use crate::standard::consts as c;
 use crate::abi::objects::CommObj;
 use crate::coll::CollKind;
+use crate::engine::collcheck::Path as CheckPath;
 use crate::gpu::coll::Mode as GpuMode;
 use crate::gpu::kernels::{KOp, KType};
 use crate::mpi::error::MpiResult;
+use crate::standard::consts as c;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -172,7 +173,7 @@ unsafe fn local(spec: &CollSpec, ready: bool) -> MpiResult<Option<Local>> {
 
 /// Small calls through the resident kernels (no launch, no stream synchronize per call).
 /// `Ok(false)`: declined on every rank (the kernels' ok bits, or the flag round).
-pub(super) unsafe fn run_resident(spec: &CollSpec) -> MpiResult<bool> {
+pub(super) unsafe fn run_resident(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
     use CollKind as K;
     let ready = crate::gpu::resident::ready(&spec.comm.gpu);
     let Some(Local {
@@ -184,6 +185,9 @@ pub(super) unsafe fn run_resident(spec: &CollSpec) -> MpiResult<bool> {
     else {
         return Ok(false);
     };
+    // This rank takes a GPU path: host ranks that meet its record in their checks fail (the
+    // GPU paths' own waits are not checked).
+    check_start(spec, seq, CheckPath::Gpu);
     let dst = recv.map_or(0, |x| x.0);
     let src = match (spec.kind, send) {
         (_, Some(s)) => s.0,
@@ -206,7 +210,7 @@ pub(super) unsafe fn run_resident(spec: &CollSpec) -> MpiResult<bool> {
 /// The GPU-native plans (`gpu::coll::run`, which takes the host-memory pipelines itself when
 /// peer access is off or some rank's buffers cannot be exported). `Ok(false)`: declined on
 /// every rank (the flag round, the descriptor exchange).
-pub(super) unsafe fn run_native(spec: &CollSpec) -> MpiResult<bool> {
+pub(super) unsafe fn run_native(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
     use crate::gpu::coll::{Call, Shape};
     let Some(Local {
         red,
@@ -217,6 +221,7 @@ pub(super) unsafe fn run_native(spec: &CollSpec) -> MpiResult<bool> {
     else {
         return Ok(false);
     };
+    check_start(spec, seq, CheckPath::Gpu);
     let call = Call {
         shape: Shape {
             kind: spec.kind,

@@ -3,13 +3,13 @@
 
 use super::call::{CollSpec, Reduction, Side};
 use super::run_blocking;
-use crate::standard::consts as c;
 use crate::abi::objects::{comm, CommObj};
 use crate::abi::types;
 use crate::coll::CollKind;
 use crate::mpi::datatype::Elem;
 use crate::mpi::error::MpiResult;
 use crate::mpi::op::BuiltinOp;
+use crate::standard::consts as c;
 use std::os::raw::c_void;
 use std::sync::Arc;
 

@@ -78,14 +78,19 @@ impl Path {
         }
     }
 
-    /// Run an eligible blocking call. `Ok(false)`: declined, on every rank.
-    unsafe fn run(self, spec: &CollSpec) -> MpiResult<bool> {
+    /// Run an eligible blocking call, number `seq` of its communicator. `Ok(false)`: declined,
+    /// on every rank.
+    unsafe fn run(self, spec: &CollSpec, seq: i32) -> MpiResult<bool> {
         match self {
-            Path::Resident => gpu::run_resident(spec),
-            Path::Nvlink | Path::HostMemory => gpu::run_native(spec),
-            Path::Flag => flag::run_flag(spec),
+            Path::Resident => gpu::run_resident(spec, seq),
+            Path::Nvlink | Path::HostMemory => gpu::run_native(spec, seq),
+            Path::Flag => flag::run_flag(spec, seq),
             Path::Schedule => {
-                let st = crate::abi::runtime::wait_kind(spec.start()?)?;
+                let k = spec.start(Some(seq))?;
+                // A world call of the flag kinds still takes its flag number (after start
+                // published the call's record, which a peer that meets the pass reads).
+                flag::flag_pass(spec)?;
+                let st = crate::abi::runtime::wait_kind(k)?;
                 if st.error != 0 {
                     return Err(MpiError::new(st.error, "collective failed"));
                 }
@@ -97,8 +102,10 @@ impl Path {
 
 /// Run a blocking collective on the first path of [`BLOCKING`] that takes it.
 pub(crate) unsafe fn run_blocking(spec: CollSpec) -> MpiResult<()> {
+    // Every path of the call shares its sequence number (engine::collcheck's records).
+    let seq = spec.comm.next_coll_tag();
     for &path in BLOCKING {
-        if path.eligible(&spec) && path.run(&spec)? {
+        if path.eligible(&spec) && path.run(&spec, seq)? {
             return Ok(());
         }
     }
@@ -107,5 +114,5 @@ pub(crate) unsafe fn run_blocking(spec: CollSpec) -> MpiResult<()> {
 
 /// Start a nonblocking or persistent collective: its schedule, as a request's state machine.
 pub(crate) unsafe fn start(spec: &CollSpec) -> MpiResult<ReqKind> {
-    spec.start()
+    spec.start(None)
 }

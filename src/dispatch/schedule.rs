@@ -4,14 +4,17 @@
 //! it to the engine's executor.
 
 use super::call::CollSpec;
+use super::flag::check_start;
 use crate::abi::objects::COLL_CTX_BIT;
 use crate::abi::request::{Post, ReqKind, Status};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
+use crate::engine::collcheck::Path as CheckPath;
 use crate::mpi::error::{MpiError, MpiResult};
 
 impl CollSpec {
-    pub(crate) unsafe fn start(&self) -> MpiResult<ReqKind> {
+    /// Start the schedule of call number `seq` of the communicator (`None`: the next one).
+    pub(crate) unsafe fn start(&self, seq: Option<i32>) -> MpiResult<ReqKind> {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
         // Host buffers (the common case) are used through `self` without cloning their sides.
@@ -80,7 +83,9 @@ impl CollSpec {
                 ))
             }),
         };
-        let tag = self.comm.next_coll_tag();
+        let tag = seq.unwrap_or_else(|| self.comm.next_coll_tag());
+        // The record of this call, and its check while it waits (engine::collcheck).
+        let check = check_start(self, tag, CheckPath::Schedule).map(Box::new);
         let exec = CollExec::new(
             sched,
             sptr as *const u8,
@@ -130,6 +135,7 @@ impl CollSpec {
             post,
             result: None,
             hold,
+            check,
         })
     }
 }

@@ -10,9 +10,9 @@
 //! through a scratch copy.
 
 use super::{Engine, ReqId, SendArgs};
-use crate::standard::consts::MPI_SUCCESS;
 use crate::coll::schedule::{BufId, Region, Schedule, Step};
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::standard::consts::MPI_SUCCESS;
 use std::sync::{Arc, Mutex};
 
 /// Scratch buffers (Tmp and the reduction scratch) of finished collectives, kept for reuse: a
@@ -292,6 +292,24 @@ impl CollExec {
 
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Give up a schedule that cannot complete (its peers run a different collective): receives
+    /// that have not matched are cancelled, operations in flight are released to the engine
+    /// (which drops them when they end), and the executor is done. Tmp stays allocated (leaked)
+    /// if anything was still in flight, since the engine may still write into it.
+    pub fn abandon(&mut self, eng: &mut Engine) {
+        let mut in_flight = false;
+        for id in self.pending.drain(..) {
+            if !eng.is_done(id) && !eng.cancel(id) {
+                in_flight = true;
+            }
+            eng.free(id);
+        }
+        if in_flight {
+            std::mem::forget(std::mem::take(&mut self.tmp));
+        }
+        self.done = true;
     }
 }
 

@@ -23,6 +23,11 @@
 //!
 //! A peer cannot overwrite a slot being read: to write slot `k % 2` again (call k+2) it must
 //! first see this rank publish k+1, which happens after this rank's reads of call k.
+//! A blocking barrier, bcast, reduce or allreduce on MPI_COMM_WORLD that another path serves
+//! still takes its number k and publishes it with the length [`PASS`] ([`Slots::pass`], steps 1
+//! and 2 only), so the numbering stays the same on every rank even when ranks of a mismatched
+//! call (erroneous) choose different paths; a flag call that meets `PASS` in a slot it reads
+//! fails instead of reading it.
 //! Reductions compute `c_0 op (c_1 op (... op c_{n-1}))` on every rank, so every rank gets the
 //! same bits in rank order. Waiting goes through the caller's `idle` (progress the engine, back
 //! off), so other traffic moves and oversubscribed ranks yield.
@@ -42,6 +47,12 @@ pub const AREA: usize = 2 * SLOT_STRIDE;
 const _: () = assert!(AREA <= crate::transport::shm::COLL_SLOTS_BYTES);
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 16;
+
+/// The published length of a rank that runs this call on another path: it takes the call's
+/// number (so every rank's numbering stays the same) but contributes nothing. Blocking
+/// barrier, bcast, reduce and allreduce on MPI_COMM_WORLD that do not go through the slots
+/// publish it ([`Slots::pass`]); only mismatched calls (erroneous) meet it in a flag call.
+const PASS: usize = usize::MAX;
 
 /// A reduction callback: `inout = input op inout`.
 pub type ReduceRef<'a> = &'a dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>;
@@ -170,6 +181,15 @@ impl Slots {
         (0..self.bases.len()).all(|r| r == self.me || self.published(r, k))
     }
 
+    /// Take call number `k` without taking part (this rank runs the call on another path):
+    /// steps 1 and 2 with the length [`PASS`].
+    pub fn pass(&self, k: u64, idle: &mut dyn FnMut() -> MpiResult<()>) -> MpiResult<()> {
+        self.wait(idle, |s| s.all_published(k - 1))?;
+        self.set_len(k, PASS);
+        self.seq(self.me, k).store(k, Ordering::Release);
+        Ok(())
+    }
+
     /// Run call number `k` (1, 2, ...: one more than the previous call's, on every rank).
     ///
     /// # Safety
@@ -206,7 +226,14 @@ impl Slots {
             FlagOp::Bcast { root, buf, len } => {
                 if root != me {
                     self.wait(idle, |s| s.published(root, k))?;
-                    let sent = self.len_of(root, k).min(SLOT_MAX);
+                    let sent = self.len_of(root, k);
+                    if sent == PASS {
+                        crate::mpi_bail!(
+                            MPI_ERR_OTHER,
+                            "the root (rank {root}) ran this call on another path"
+                        );
+                    }
+                    let sent = sent.min(SLOT_MAX);
                     // SAFETY: root's slot holds `sent` bytes of call k (published, Acquire
                     // above); buf takes len bytes.
                     std::ptr::copy_nonoverlapping(self.data(root, k), buf, sent.min(len));
@@ -251,6 +278,9 @@ impl Slots {
     ) -> MpiResult<()> {
         let n = self.bases.len();
         self.wait(idle, |s| s.all_published(k))?;
+        if let Some(r) = (0..n).find(|&r| self.len_of(r, k) == PASS) {
+            crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path");
+        }
         if let Some(r) = (0..n).find(|&r| self.len_of(r, k) != len) {
             crate::mpi_bail!(
                 MPI_ERR_TRUNCATE,
@@ -404,6 +434,66 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// A rank that passes call 1 (another path) fails its peer's flag bcast and allreduce of
+    /// that number, and call 2 through the slots works again on both.
+    #[test]
+    fn pass_keeps_the_numbering() {
+        let area: &'static mut [u64] = Box::leak(vec![0u64; 2 * AREA / 8 + 8].into_boxed_slice());
+        let start = (area.as_mut_ptr() as usize + 63) & !63;
+        let bases: &'static [usize] = Box::leak(vec![start, start + AREA].into_boxed_slice());
+        let sum = |i: &[u8], o: &mut [u8]| {
+            o[0] += i[0];
+            Ok(())
+        };
+        let threads: Vec<_> = (0..2)
+            .map(|me| {
+                std::thread::spawn(move || {
+                    // SAFETY: the areas are leaked, aligned, zeroed and shared by the threads.
+                    let s = unsafe { Slots::new(bases, me, SLOT_MAX) };
+                    let mut idle = || {
+                        std::thread::yield_now();
+                        Ok(())
+                    };
+                    let mut buf = [7u8; 4];
+                    for k in 1..=2u64 {
+                        let op = if k == 1 {
+                            FlagOp::Bcast {
+                                root: 1,
+                                buf: buf.as_mut_ptr(),
+                                len: 4,
+                            }
+                        } else {
+                            FlagOp::Allreduce {
+                                input: [1u8].as_ptr(),
+                                output: buf.as_mut_ptr(),
+                                len: 1,
+                                reduce: &sum,
+                            }
+                        };
+                        if me == 1 && k == 1 {
+                            s.pass(k, &mut idle).unwrap();
+                            continue;
+                        }
+                        // SAFETY: buffers of the lengths given.
+                        let r = unsafe { s.run(k, &op, &mut idle) };
+                        if k == 1 {
+                            let e = r.unwrap_err();
+                            assert_eq!(e.class, crate::standard::consts::MPI_ERR_OTHER);
+                            assert!(e.msg.contains("another path"), "{}", e.msg);
+                            assert_eq!(buf, [7u8; 4], "nothing read from a passing root");
+                        } else {
+                            r.unwrap();
+                            assert_eq!(buf[0], 2);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 
     #[test]

@@ -48,6 +48,7 @@
 
 pub mod backoff;
 pub mod coll;
+pub mod collcheck;
 pub mod devcopy;
 pub mod flag;
 mod p2p;
@@ -56,8 +57,8 @@ mod slab;
 
 pub use backoff::Backoff;
 
-use crate::standard::consts::{MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_ERR_TRUNCATE, MPI_SUCCESS};
 use crate::mpi::error::MpiResult;
+use crate::standard::consts::{MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_ERR_TRUNCATE, MPI_SUCCESS};
 use crate::transport::{Header, Transport};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
@@ -466,6 +467,11 @@ impl Engine {
     /// The transport's collective slot areas ([`Transport::coll_slots`]).
     pub fn coll_slots(&self) -> Option<Vec<usize>> {
         self.tp.coll_slots()
+    }
+
+    /// The transport's collective record rings ([`Transport::coll_records`]).
+    pub fn coll_records(&self) -> Vec<usize> {
+        self.tp.coll_records()
     }
 
     /// Replace the device copies (the engine's tests use a host-memory fake).

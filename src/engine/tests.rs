@@ -2,7 +2,9 @@
 //! control over interleavings) and multi-rank runs with one thread per rank.
 
 use super::*;
-use crate::standard::consts::{MPI_ANY_SOURCE as ANY_SRC, MPI_ANY_TAG as ANY_TAG, MPI_ERR_TRUNCATE};
+use crate::standard::consts::{
+    MPI_ANY_SOURCE as ANY_SRC, MPI_ANY_TAG as ANY_TAG, MPI_ERR_TRUNCATE,
+};
 use crate::transport::inproc::InprocTransport;
 
 const LIMIT: usize = 4096;

@@ -1,9 +1,9 @@
 //! Process groups: an ordered list of world ranks, with the set operations of
 //! MPI chapter 7. Pure logic, no handles.
 
-use crate::standard::consts as c;
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::standard::consts as c;
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Group {

@@ -105,4 +105,12 @@ pub trait Transport: Send {
     fn coll_slots(&self) -> Option<Vec<usize>> {
         None
     }
+
+    /// Addresses (in this process) of every rank's collective record ring, in world rank
+    /// order, 0 for a rank whose ring is not mapped here: [`crate::engine::collcheck::AREA`]
+    /// bytes each, 8-byte aligned, zero at creation, mapped as long as the transport lives.
+    /// Empty: not offered.
+    fn coll_records(&self) -> Vec<usize> {
+        Vec::new()
+    }
 }

@@ -6,7 +6,8 @@
 //! its own, told to the peers through the bootstrap, so no other user can predict, and squat,
 //! the name; see [`ShmTransport::establish_keyed`]):
 //! ```text
-//! [ page 0: magic, pid, world size, ring bytes, CMA probe address; collective slots at 1024 ]
+//! [ page 0: magic, pid, world size, ring bytes, CMA probe address; collective records at 512;
+//!   collective slots at 1024 ]
 //! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) | data (ring bytes) ]
 //! [ ring for sender s1 ... ]                       (one ring per other rank, in rank order)
 //! ```
@@ -28,6 +29,10 @@
 //! Bytes `1024 .. 4096` of page 0 ([`COLL_SLOTS_BYTES`]) hold this rank's two flag collective
 //! slots (laid out by the engine's `flag` module), read by every rank (`Transport::coll_slots`).
 //! They cost no extra memory.
+//!
+//! Bytes `512 .. 512 + engine::collcheck::AREA` (<= 1024) of page 0 are the ring of the rank's
+//! recent collective records (`engine/collcheck.rs`), read by the other ranks of the node when a
+//! collective waits long (`Transport::coll_records`).
 //!
 //! # Set-up sequence (the caller provides the fences)
 //! 1. `ShmTransport::create(job_id, rank, size)` — create and map own segment.
@@ -59,6 +64,11 @@ const POLL_BUDGET: usize = 32;
 const SLOTS_OFF: usize = 1024;
 /// Bytes of page 0 reserved for the collective slots (from `SLOTS_OFF` to the end of the page).
 pub const COLL_SLOTS_BYTES: usize = PAGE - SLOTS_OFF;
+/// Offset of the collective record ring in page 0 (after the header).
+const RECORDS_OFF: usize = 512;
+/// Bytes of page 0 reserved for the collective record ring (up to the slot area).
+pub const COLL_RECORDS_BYTES: usize = SLOTS_OFF - RECORDS_OFF;
+const _: () = assert!(std::mem::size_of::<SegHeader>() <= RECORDS_OFF);
 
 /// Word a peer reads with `process_vm_readv` to check that CMA works.
 static CMA_PROBE: u64 = 0x434d_415f_5052_4f42;
@@ -721,22 +731,31 @@ fn measure_rates() -> Option<CopyRates> {
     })
 }
 
+impl ShmTransport {
+    /// The address of byte `off` of rank r's page 0, if its segment is mapped here (page 0 of
+    /// every mapped segment is: at least one page, checked at attach).
+    fn page0(&self, r: usize, off: usize) -> Option<usize> {
+        let m = if r == self.rank {
+            Some(&self.own)
+        } else {
+            self.peers[r].as_ref()
+        };
+        m.map(|m| m.ptr as usize + off)
+    }
+}
+
 impl Transport for ShmTransport {
     fn max_payload(&self) -> usize {
         self.max_payload
     }
 
     fn coll_slots(&self) -> Option<Vec<usize>> {
+        (0..self.size).map(|r| self.page0(r, SLOTS_OFF)).collect()
+    }
+
+    fn coll_records(&self) -> Vec<usize> {
         (0..self.size)
-            .map(|r| {
-                let m = if r == self.rank {
-                    Some(&self.own)
-                } else {
-                    self.peers[r].as_ref()
-                };
-                // Page 0 of every segment is mapped (at least one page, checked at attach).
-                m.map(|m| m.ptr as usize + SLOTS_OFF)
-            })
+            .map(|r| self.page0(r, RECORDS_OFF).unwrap_or(0))
             .collect()
     }
 

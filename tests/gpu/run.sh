@@ -15,7 +15,9 @@
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
 # device buffers at 1 and 2 ranks. gpu_churn creates and frees communicators with device
 # collectives (300 cycles, 20 alive at once; 250 and 18 with CUDA IPC off) and checks that each
-# sets up the resident path and gives its GPU state back. --bench also runs gpu_bench.
+# sets up the resident path and gives its GPU state back. gpu_mismatch runs mismatched
+# collectives on device buffers at 2 and 4 ranks (every rank must return from each, within 120 s).
+# --bench also runs gpu_bench.
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
 # lists one, or GPUMPI_REQUIRE_GPU=1; GPUMPI_REQUIRE_GPU=0 says no) a skip fails the script
@@ -37,7 +39,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 # The bad-input matrix of tests/c with device memory as every valid buffer.
@@ -183,6 +185,10 @@ churn "(CUDA IPC)" 300 20 GPUMPI_CUDA_IPC=1 GPUMPI_GPU_HOST_CHUNK=1048576 \
     GPUMPI_GPU_HOST_KERNEL=1048576
 churn "(P2P forced off: pinned host regions per communicator)" 250 18 GPUMPI_CUDA_IPC=0 \
     GPUMPI_GPU_HOST_CHUNK=65536 GPUMPI_GPU_HOST_KERNEL=262144
+for n in 2 4; do
+    run "gpu_mismatch -n $n (mismatched collectives on device buffers end, never hang)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout 120 "$out/gpu_mismatch"
+done
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then

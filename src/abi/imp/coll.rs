@@ -13,11 +13,11 @@ use crate::abi::objects::{builtin_op, comm, nonnull, objects, CommObj, OpObj};
 use crate::abi::request::{ReqKind, Request, Starter};
 use crate::abi::runtime::{self, new_request, Runtime};
 use crate::abi::types::{self, DtypeObj};
+use crate::abi::width::{UserFn, Width};
 use crate::coll::CollKind;
 use crate::dispatch::{flag_quick, in_place, run_blocking, CollSpec, Reduction, Side, TBlock};
 use crate::mpi::error::MpiResult;
 use crate::mpi::op as ops;
-use crate::abi::width::{UserFn, Width};
 use crate::mpi_bail;
 use smallvec::SmallVec;
 use std::os::raw::{c_int, c_void};
@@ -66,7 +66,6 @@ fn reduction(op: MPI_Op, dth: MPI_Datatype, dt: &DtypeObj) -> MpiResult<(Reducti
     }
 }
 
-
 /// How a collective call is completed.
 #[derive(Clone, Copy)]
 enum Mode {
@@ -74,7 +73,6 @@ enum Mode {
     Nonblocking(*mut MPI_Request),
     Persistent(*mut MPI_Request),
 }
-
 
 unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
     match mode {
@@ -102,7 +100,6 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         }
     }
 }
-
 
 fn check_root(cm: &CommObj, root: c_int) -> MpiResult<usize> {
     if root < 0 || root as usize >= cm.size() {
@@ -465,7 +462,6 @@ unsafe fn reduce_scatter_block_spec(
     }
     Ok(s)
 }
-
 
 // ---- the C entry points ----
 

@@ -2,12 +2,12 @@
 //! names. New communicators agree on a context id with one allreduce of the
 //! members' free-id bitmaps over the parent (the lowest id free everywhere).
 
-use crate::dispatch::{allgather_bytes, allreduce_band_u64};
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::{comm, group, new_comm, nonnull, objects, CommObj, Topo};
 use crate::abi::runtime::{self, CTX_WORDS};
+use crate::dispatch::{allgather_bytes, allreduce_band_u64};
 use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi_bail;
@@ -38,6 +38,11 @@ pub fn alloc_ctx(parent: &Arc<CommObj>) -> MpiResult<u32> {
 }
 
 pub fn release_ctx(id: u32) {
+    // collcheck hook: this rank's collective records of the id go with it (a communicator that
+    // gets the id next counts its collectives from 0 again).
+    if let Some(rings) = runtime::rings() {
+        rings.forget(id);
+    }
     let _ = runtime::with(|rt| {
         let (w, b) = (id as usize / 64, id as usize % 64);
         if w < CTX_WORDS && id > 1 {

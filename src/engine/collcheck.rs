@@ -1,0 +1,499 @@
+//! Collective consistency check: ranks of one node that call mismatched collectives (different
+//! byte counts that send them down different paths, different collectives, different roots at
+//! the same point) get an error instead of waiting for each other forever.
+//!
+//! Every rank, when it starts a collective, publishes a [`Record`] of it into a small ring in page
+//! 0 of its own shared-memory segment (`transport/shm.rs`): the communicator's context id, the
+//! communicator's collective sequence number (every rank counts the collectives of a
+//! communicator the same way), the collective, its root, its byte count and the path the rank
+//! chose. That is a handful of stores; nothing is read on the fast path.
+//!
+//! A rank that has waited inside a collective for a while ([`Watch::poll`], called from the
+//! waits once their back-off sleeps, at most every [`CHECK_EVERY`]) reads its peers' rings for
+//! the same (context, sequence). A peer whose record disagrees ([`mismatch`]) makes the call
+//! fail with a message naming both ranks' values. The check is symmetric: each waiting rank finds
+//! the disagreement itself, and a rank that finished its side of the call never waits for it.
+//! A record goes to the entry its (context, sequence) hashes to, so a communicator's last
+//! [`ENTRIES`] records are kept (fewer while other communicators' collectives interleave), the
+//! record of a peer that already went on to later collectives is still found, and a reader looks
+//! at one entry.
+//!
+//! Entry layout (4 words of 8 bytes): `[stamp | bytes | kind, path, root | check]`. The stamp
+//! (valid bit, context id, sequence) is stored last with Release, `check` is a hash of the other
+//! three words; a reader takes an entry only if it reads the same stamp before and after the
+//! other words and the hash matches, so an entry being rewritten (also by two threads at once
+//! under MPI_THREAD_MULTIPLE) is never taken for a record. Writing costs four plain stores.
+
+use crate::coll::CollKind;
+use crate::mpi::error::MpiError;
+use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_ROOT, MPI_ERR_TRUNCATE};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Records kept per rank.
+pub const ENTRIES: usize = 16;
+/// Bytes of one record.
+const ENTRY: usize = 32;
+/// Bytes of one rank's ring.
+pub const AREA: usize = ENTRIES * ENTRY;
+const _: () = assert!(AREA <= crate::transport::shm::COLL_RECORDS_BYTES);
+/// A waiting rank reads its peers' records at most this often.
+pub const CHECK_EVERY: Duration = Duration::from_millis(20);
+/// `root` of a collective without one.
+pub const NO_ROOT: u32 = u32::MAX;
+/// `bytes` of a collective whose byte count may differ between correct ranks (the v-forms,
+/// gather and scatter, whose counts are significant at some ranks only).
+pub const ANY_BYTES: u64 = u64::MAX;
+const VALID: u64 = 1 << 63;
+
+/// Where a rank runs a collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Path {
+    /// MPI_COMM_WORLD's flag slots (`engine/flag.rs`).
+    Flag = 1,
+    /// A schedule over point-to-point messages (`engine/coll.rs`).
+    Schedule = 2,
+    /// GPU-native (`gpu/coll.rs`, `gpu/resident.rs`).
+    Gpu = 3,
+}
+
+impl Path {
+    fn from_u8(v: u8) -> Option<Path> {
+        match v {
+            1 => Some(Path::Flag),
+            2 => Some(Path::Schedule),
+            3 => Some(Path::Gpu),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Flag => "flag slots",
+            Path::Schedule => "schedule path",
+            Path::Gpu => "GPU path",
+        }
+    }
+}
+
+/// One rank's description of one collective call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub ctx: u32,
+    pub seq: u32,
+    pub kind: CollKind,
+    /// [`NO_ROOT`] for collectives without a root.
+    pub root: u32,
+    /// [`ANY_BYTES`] where the count may differ between ranks of a correct program.
+    pub bytes: u64,
+    pub path: Path,
+}
+
+impl Record {
+    /// The record of a call: the root and byte count are kept only where every rank of a correct
+    /// program passes the same value.
+    pub fn new(ctx: u32, seq: u32, kind: CollKind, root: usize, bytes: usize, path: Path) -> Self {
+        use CollKind as K;
+        let rooted = matches!(
+            kind,
+            K::Bcast | K::Reduce | K::Gather | K::Gatherv | K::Scatter | K::Scatterv
+        );
+        let sized = matches!(
+            kind,
+            K::Barrier | K::Bcast | K::Reduce | K::Allreduce | K::Scan | K::Exscan
+        );
+        Record {
+            ctx,
+            seq,
+            kind,
+            root: if rooted { root as u32 } else { NO_ROOT },
+            bytes: if sized { bytes as u64 } else { ANY_BYTES },
+            path,
+        }
+    }
+
+    fn stamp(&self) -> u64 {
+        stamp(self.ctx, self.seq)
+    }
+
+    fn encode(&self) -> [u64; 4] {
+        let kind = CollKind::ALL
+            .iter()
+            .position(|&k| k == self.kind)
+            .unwrap_or(0) as u64;
+        let w0 = self.stamp();
+        let w2 = kind | (self.path as u64) << 8 | (self.root as u64) << 32;
+        [w0, self.bytes, w2, check(w0, self.bytes, w2)]
+    }
+
+    fn decode(w: [u64; 4]) -> Option<Record> {
+        if w[0] & VALID == 0 || w[3] != check(w[0], w[1], w[2]) {
+            return None;
+        }
+        Some(Record {
+            ctx: ((w[0] >> 32) as u32) & !(1 << 31),
+            seq: w[0] as u32,
+            kind: *CollKind::ALL.get((w[2] & 0xff) as usize)?,
+            path: Path::from_u8((w[2] >> 8) as u8)?,
+            root: (w[2] >> 32) as u32,
+            bytes: w[1],
+        })
+    }
+
+    /// "bcast (root 0) of 40 bytes (flag slots)".
+    fn describe(&self) -> String {
+        let mut s = self.kind.name().to_string();
+        if self.root != NO_ROOT {
+            s += &format!(" (root {})", self.root);
+        }
+        if self.bytes != ANY_BYTES {
+            s += &format!(" of {} bytes", self.bytes);
+        }
+        s + &format!(" ({})", self.path.name())
+    }
+}
+
+fn stamp(ctx: u32, seq: u32) -> u64 {
+    VALID | ((ctx as u64 & 0x7fff_ffff) << 32) | seq as u64
+}
+
+/// The hash an entry's last word holds.
+fn check(w0: u64, w1: u64, w2: u64) -> u64 {
+    (w0 ^ w1.rotate_left(21) ^ w2.rotate_left(42) ^ 0x5bd1_e995_c2b2_ae35)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The entry of (ctx, seq).
+fn entry(ctx: u32, seq: u32) -> usize {
+    (seq as usize).wrapping_add((ctx as usize).wrapping_mul(5)) % ENTRIES
+}
+
+/// How two ranks' records of the same (context, sequence) disagree, as an error class; `None`
+/// when they agree.
+pub fn mismatch(mine: &Record, theirs: &Record) -> Option<i32> {
+    if mine.kind != theirs.kind {
+        return Some(MPI_ERR_OTHER);
+    }
+    if mine.root != theirs.root {
+        return Some(MPI_ERR_ROOT);
+    }
+    if mine.bytes != theirs.bytes {
+        return Some(MPI_ERR_TRUNCATE);
+    }
+    if mine.path != theirs.path {
+        return Some(MPI_ERR_OTHER);
+    }
+    None
+}
+
+/// The error of a disagreement found by `my_rank` with `peer` (ranks in the communicator).
+pub fn mismatch_error(
+    class: i32,
+    my_rank: usize,
+    mine: &Record,
+    peer: usize,
+    theirs: &Record,
+) -> MpiError {
+    let comm = match mine.ctx {
+        0 => "MPI_COMM_WORLD".to_string(),
+        1 => "MPI_COMM_SELF".to_string(),
+        c => format!("the communicator of context id {c}"),
+    };
+    MpiError::new(
+        class,
+        format!(
+            "collective mismatch on {comm} (its collective #{}): rank {peer} called {}, rank {my_rank} called {}",
+            mine.seq,
+            theirs.describe(),
+            mine.describe()
+        ),
+    )
+}
+
+/// The record rings of every rank of the job, as seen by this process.
+#[derive(Clone, Copy)]
+pub struct Rings {
+    /// Address of each world rank's ring, 0 where it is not mapped here (another node).
+    bases: &'static [usize],
+    me: usize,
+}
+
+impl Rings {
+    /// # Safety
+    /// Every non-zero `bases[r]` is the start of rank r's ring ([`AREA`] bytes, 8-byte aligned,
+    /// zero-filled before any rank used it, readable by this process, writable for `me`), mapped
+    /// for as long as this value and its copies are used.
+    pub unsafe fn new(bases: &'static [usize], me: usize) -> Self {
+        assert!(me < bases.len() && bases[me] != 0);
+        Rings { bases, me }
+    }
+
+    pub fn size(&self) -> usize {
+        self.bases.len()
+    }
+
+    fn word(&self, r: usize, entry: usize, w: usize) -> &AtomicU64 {
+        // SAFETY: new's contract: bases[r] (non-zero, checked by callers) is a live, aligned
+        // ring of ENTRIES entries of 4 words.
+        unsafe { &*((self.bases[r] + entry * ENTRY + w * 8) as *const AtomicU64) }
+    }
+
+    /// Publish this rank's record of a call it starts.
+    #[inline]
+    pub fn publish(&self, rec: &Record) {
+        let e = entry(rec.ctx, rec.seq);
+        let w = rec.encode();
+        self.word(self.me, e, 1).store(w[1], Ordering::Relaxed);
+        self.word(self.me, e, 2).store(w[2], Ordering::Relaxed);
+        self.word(self.me, e, 3).store(w[3], Ordering::Relaxed);
+        self.word(self.me, e, 0).store(w[0], Ordering::Release);
+    }
+
+    /// World rank r's record of (ctx, seq), if its ring holds one.
+    pub fn find(&self, r: usize, ctx: u32, seq: u32) -> Option<Record> {
+        if self.bases.get(r).is_none_or(|&b| b == 0) {
+            return None;
+        }
+        let want = stamp(ctx, seq);
+        let e = entry(ctx, seq);
+        if self.word(r, e, 0).load(Ordering::Acquire) != want {
+            return None;
+        }
+        let w1 = self.word(r, e, 1).load(Ordering::Relaxed);
+        let w2 = self.word(r, e, 2).load(Ordering::Relaxed);
+        let w3 = self.word(r, e, 3).load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        if self.word(r, e, 0).load(Ordering::Relaxed) != want {
+            return None;
+        }
+        Record::decode([want, w1, w2, w3])
+    }
+
+    /// Forget this rank's records of context `ctx` (its communicator is freed; the id may be
+    /// given to a new communicator, whose sequence starts again).
+    pub fn forget(&self, ctx: u32) {
+        for e in 0..ENTRIES {
+            let s = self.word(self.me, e, 0).load(Ordering::Relaxed);
+            if s & VALID != 0 && ((s >> 32) as u32 & 0x7fff_ffff) == ctx & 0x7fff_ffff {
+                self.word(self.me, e, 0).store(0, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// The check of one call while a rank waits in it.
+pub struct Watch {
+    rec: Record,
+    /// Communicator rank -> world rank; `None`: the identity (MPI_COMM_WORLD).
+    peers: Option<Arc<[usize]>>,
+    my_rank: usize,
+    /// When the wait was first seen to be slow, and when the peers were last read.
+    since: Option<Instant>,
+    last: Option<Instant>,
+    /// Calls of `poll`: the clock is read on every [`POLL_CLOCK`]th.
+    polls: u32,
+}
+
+/// `poll` reads the clock once per this many calls (a wait calls it once per progress pass).
+const POLL_CLOCK: u32 = 32;
+
+impl Watch {
+    pub fn new(rec: Record, peers: Option<Arc<[usize]>>, my_rank: usize) -> Self {
+        Watch {
+            rec,
+            peers,
+            my_rank,
+            since: None,
+            last: None,
+            polls: 0,
+        }
+    }
+
+    pub fn record(&self) -> &Record {
+        &self.rec
+    }
+
+    /// Call while waiting without progress (after the back-off stopped spinning): reads the
+    /// peers' records once the wait has gone on for [`CHECK_EVERY`], then at most that often.
+    pub fn poll(&mut self, rings: &Rings) -> Result<(), MpiError> {
+        self.polls = self.polls.wrapping_add(1);
+        if !self.polls.is_multiple_of(POLL_CLOCK) {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now.duration_since(since) < CHECK_EVERY
+            || self
+                .last
+                .is_some_and(|l| now.duration_since(l) < CHECK_EVERY)
+        {
+            return Ok(());
+        }
+        self.last = Some(now);
+        self.check(rings)
+    }
+
+    /// Compare with every peer's record of this call (those published so far).
+    pub fn check(&self, rings: &Rings) -> Result<(), MpiError> {
+        let n = self.peers.as_ref().map_or(rings.size(), |p| p.len());
+        for cr in (0..n).filter(|&r| r != self.my_rank) {
+            let w = self.peers.as_ref().map_or(cr, |p| p[cr]);
+            if let Some(t) = rings.find(w, self.rec.ctx, self.rec.seq) {
+                if let Some(class) = mismatch(&self.rec, &t) {
+                    return Err(mismatch_error(class, self.my_rank, &self.rec, cr, &t));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The error to report for `e` (a failure the call found itself, such as a peer that took
+    /// another path): the peers' records say more when they disagree.
+    pub fn refine(&self, rings: &Rings, e: MpiError) -> MpiError {
+        self.check(rings).err().unwrap_or(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rings(n: usize) -> Vec<Rings> {
+        let area: &'static mut [u64] = Box::leak(vec![0u64; n * AREA / 8].into_boxed_slice());
+        let start = area.as_mut_ptr() as usize;
+        let bases: &'static [usize] =
+            Box::leak((0..n).map(|r| start + r * AREA).collect::<Vec<_>>().into());
+        // SAFETY: leaked, zeroed, aligned memory of n rings.
+        (0..n).map(|me| unsafe { Rings::new(bases, me) }).collect()
+    }
+
+    #[test]
+    fn records_round_trip() {
+        for (i, &kind) in CollKind::ALL.iter().enumerate() {
+            for path in [Path::Flag, Path::Schedule, Path::Gpu] {
+                let r = Record::new(
+                    0x7fff_0000 | i as u32,
+                    0x3fff_fff0 + i as u32,
+                    kind,
+                    5,
+                    400_000,
+                    path,
+                );
+                let d = Record::decode(r.encode()).unwrap();
+                assert_eq!(d, r);
+            }
+        }
+        assert_eq!(Record::decode([0, 1, 2, 3]), None);
+        // A torn entry (the words of two records) is not taken.
+        let (a, b) = (
+            Record::new(4, 1, CollKind::Bcast, 0, 8, Path::Flag).encode(),
+            Record::new(4, 1, CollKind::Bcast, 0, 80, Path::Schedule).encode(),
+        );
+        assert_eq!(Record::decode([a[0], b[1], a[2], a[3]]), None);
+        assert_eq!(Record::decode([a[0], a[1], b[2], a[3]]), None);
+        let b = Record::new(3, 1, CollKind::Allgatherv, 2, 10, Path::Schedule);
+        assert_eq!((b.root, b.bytes), (NO_ROOT, ANY_BYTES));
+    }
+
+    #[test]
+    fn mismatch_classes() {
+        let r = |kind, root, bytes, path| Record::new(0, 7, kind, root, bytes, path);
+        let a = r(CollKind::Bcast, 0, 40, Path::Flag);
+        assert_eq!(mismatch(&a, &a), None);
+        assert_eq!(
+            mismatch(&a, &r(CollKind::Bcast, 0, 400_000, Path::Schedule)),
+            Some(MPI_ERR_TRUNCATE)
+        );
+        assert_eq!(
+            mismatch(&a, &r(CollKind::Reduce, 0, 40, Path::Flag)),
+            Some(MPI_ERR_OTHER)
+        );
+        assert_eq!(
+            mismatch(&a, &r(CollKind::Bcast, 1, 40, Path::Flag)),
+            Some(MPI_ERR_ROOT)
+        );
+        assert_eq!(
+            mismatch(&a, &r(CollKind::Bcast, 0, 40, Path::Gpu)),
+            Some(MPI_ERR_OTHER)
+        );
+        // The root of an allreduce and the counts of a gatherv mean nothing.
+        let x = r(CollKind::Allreduce, 0, 8, Path::Flag);
+        assert_eq!(
+            mismatch(&x, &r(CollKind::Allreduce, 1, 8, Path::Flag)),
+            None
+        );
+        let g = r(CollKind::Gatherv, 0, 8, Path::Schedule);
+        assert_eq!(
+            mismatch(&g, &r(CollKind::Gatherv, 0, 80, Path::Schedule)),
+            None
+        );
+        let e = mismatch_error(
+            MPI_ERR_TRUNCATE,
+            0,
+            &a,
+            1,
+            &r(CollKind::Bcast, 0, 400_000, Path::Schedule),
+        );
+        assert_eq!(e.class, MPI_ERR_TRUNCATE);
+        assert!(
+            e.msg.contains("MPI_COMM_WORLD")
+                && e.msg
+                    .contains("rank 1 called bcast (root 0) of 400000 bytes (schedule path)")
+                && e.msg
+                    .contains("rank 0 called bcast (root 0) of 40 bytes (flag slots)"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn rings_find_forget_and_wrap() {
+        let rs = rings(3);
+        let rec = |ctx, seq, kind| Record::new(ctx, seq, kind, 0, 8, Path::Schedule);
+        rs[1].publish(&rec(4, 9, CollKind::Bcast));
+        assert_eq!(rs[0].find(1, 4, 9), Some(rec(4, 9, CollKind::Bcast)));
+        assert_eq!(rs[0].find(1, 4, 10), None);
+        assert_eq!(rs[0].find(2, 4, 9), None);
+        // A watch of rank 0 at (4, 9) finds rank 1's disagreement, rank 2 (no record) is fine.
+        let w = Watch::new(rec(4, 9, CollKind::Reduce), None, 0);
+        let e = w.check(&rs[0]).unwrap_err();
+        assert_eq!(e.class, MPI_ERR_OTHER);
+        assert!(e.msg.contains("rank 1 called bcast"), "{}", e.msg);
+        // Through a communicator whose rank 0 is world rank 2 and rank 1 world rank 1.
+        let w = Watch::new(rec(4, 9, CollKind::Bcast), Some(Arc::from(vec![2, 1])), 0);
+        assert!(w.check(&rs[2]).is_ok());
+        rs[1].forget(4);
+        assert_eq!(rs[0].find(1, 4, 9), None);
+        // The ring keeps a communicator's last ENTRIES records.
+        let n = 3 * ENTRIES as u32;
+        for s in 0..n {
+            rs[2].publish(&rec(5, s, CollKind::Allreduce));
+        }
+        for s in 0..n {
+            let kept = rs[0].find(2, 5, s).is_some();
+            assert_eq!(kept, s >= n - ENTRIES as u32, "record {s}");
+        }
+    }
+
+    #[test]
+    fn poll_waits_before_reading() {
+        let rs = rings(2);
+        rs[1].publish(&Record::new(6, 1, CollKind::Bcast, 1, 8, Path::Schedule));
+        let mut w = Watch::new(
+            Record::new(6, 1, CollKind::Bcast, 0, 8, Path::Schedule),
+            None,
+            0,
+        );
+        for _ in 0..POLL_CLOCK {
+            assert!(
+                w.poll(&rs[0]).is_ok(),
+                "the first clock reading only starts the clock"
+            );
+        }
+        std::thread::sleep(CHECK_EVERY);
+        let e = (0..POLL_CLOCK).find_map(|_| w.poll(&rs[0]).err()).unwrap();
+        assert_eq!(e.class, MPI_ERR_ROOT);
+    }
+}
