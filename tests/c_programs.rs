@@ -470,6 +470,7 @@ c_tests!(
     mpi4py_needs,
     err_matrix,
     coll_mismatch,
+    coll_mid,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.

@@ -52,6 +52,7 @@ pub mod devcopy;
 pub mod flag;
 mod p2p;
 pub mod rndv;
+pub mod scratch;
 mod slab;
 
 pub use backoff::Backoff;
@@ -471,6 +472,11 @@ impl Engine {
     /// The transport's collective slot areas ([`Transport::coll_slots`]).
     pub fn coll_slots(&self) -> Option<Vec<usize>> {
         self.tp.coll_slots()
+    }
+
+    /// The transport's collective scratch areas ([`Transport::coll_scratch`]).
+    pub fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
+        self.tp.coll_scratch()
     }
 
     /// Replace the device copies (the engine's tests use a host-memory fake).

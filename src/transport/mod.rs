@@ -105,4 +105,12 @@ pub trait Transport: Send {
     fn coll_slots(&self) -> Option<Vec<usize>> {
         None
     }
+
+    /// Addresses (in this process) of every rank's collective scratch area, in world rank
+    /// order, and the data bytes of each: [`crate::engine::scratch::CTRL`] + that many bytes,
+    /// 64-byte aligned, zero at creation, shared by the whole job and mapped as long as the
+    /// transport lives. `None`: not offered (or not the same size on every rank).
+    fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
+        None
+    }
 }

@@ -29,6 +29,8 @@ use smallvec::{smallvec, SmallVec};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
+mod mid;
+
 fn in_place(p: *const c_void) -> bool {
     p as usize == 1
 }
@@ -795,8 +797,9 @@ unsafe fn try_gpu(spec: &CollSpec) -> MpiResult<bool> {
 unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
     match mode {
         Mode::Blocking => {
-            // GPU-native first, then the flag slots: each declines the same way on every rank.
-            if try_gpu(&spec)? || run_flag(&spec)? {
+            // GPU-native first, then the flag slots, then the scratch areas: each declines the
+            // same way on every rank.
+            if try_gpu(&spec)? || run_flag(&spec)? || mid::run(&spec)? {
                 return Ok(());
             }
             let k = spec.start()?;
@@ -1013,7 +1016,12 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
 /// What a rank does while waiting on flag slots: progress (other traffic, nonblocking
 /// collectives), then back off (spin, yield, sleep) like every blocking call.
 fn flag_idle(slots: &Slots) -> impl FnMut() -> MpiResult<()> {
-    let mut backoff = if slots.is_oversubscribed() {
+    flag_idle_with(slots.is_oversubscribed())
+}
+
+/// [`flag_idle`] for ranks that share cores (`oversubscribed`) or not.
+fn flag_idle_with(oversubscribed: bool) -> impl FnMut() -> MpiResult<()> {
+    let mut backoff = if oversubscribed {
         Backoff::yielding()
     } else {
         Backoff::new()
