@@ -71,9 +71,7 @@ pub fn world_mid() -> Option<(Scratch, usize)> {
 /// Number the next call through the world's scratch areas (as [`next_flag_seq`]).
 #[inline]
 pub fn next_mid_seq() -> u64 {
-    let k = WORLD_FLAG.mid_seq.load(Ordering::Relaxed) + 1;
-    WORLD_FLAG.mid_seq.store(k, Ordering::Relaxed);
-    k
+    bump(&WORLD_FLAG.mid_seq)
 }
 
 /// MPI_COMM_WORLD's flag slots while MPI is running (see [`WorldFlag`]).
@@ -91,8 +89,14 @@ pub fn world_flag() -> Option<Slots> {
 /// suffice.
 #[inline]
 pub fn next_flag_seq() -> u64 {
-    let k = WORLD_FLAG.seq.load(Ordering::Relaxed) + 1;
-    WORLD_FLAG.seq.store(k, Ordering::Relaxed);
+    bump(&WORLD_FLAG.seq)
+}
+
+/// One more than the counter's value, stored back (one thread at a time, see next_flag_seq).
+#[inline]
+fn bump(a: &AtomicU64) -> u64 {
+    let k = a.load(Ordering::Relaxed) + 1;
+    a.store(k, Ordering::Relaxed);
     k
 }
 

@@ -24,8 +24,8 @@
 //!    step (the peers finished reading what this rank exposed last).
 //! 2. `IN`: copy the input segment into my scratch (allreduce, reduce: every rank; bcast: the
 //!    root), publish `(k, s, IN)`. On segment 0 `len` is written first and, once every rank
-//!    published IN, compared by every rank: a mismatch makes every rank return
-//!    `MPI_ERR_TRUNCATE` at the same step. A bcast follows the root's length: the other ranks
+//!    published IN, compared by every rank: a mismatch makes every rank publish OUT (done
+//!    reading) and return `MPI_ERR_TRUNCATE` at the same step. A bcast follows the root's length: the other ranks
 //!    wait for the root's first IN and read it, a rank with a shorter buffer takes what fits and
 //!    returns `MPI_ERR_TRUNCATE` after the last segment (as the flag slots do).
 //! 3. `RED` (allreduce, reduce): wait for every peer's IN; reduce chunk `me` of every rank's
@@ -114,7 +114,11 @@ impl Plan {
 /// One collective with its buffers (byte lengths; reductions on whole `elem`-byte elements).
 pub enum MidOp<'a> {
     /// `buf` holds the data at the root and receives it elsewhere.
-    Bcast { root: usize, buf: *mut u8, len: usize },
+    Bcast {
+        root: usize,
+        buf: *mut u8,
+        len: usize,
+    },
     /// `output` is only used at the root (may be null elsewhere). `input` may equal `output`.
     Reduce {
         root: usize,
@@ -213,15 +217,7 @@ impl Scratch {
         ready: impl Fn(&Self) -> bool,
     ) -> MpiResult<()> {
         let checks = if self.oversubscribed { 1 } else { CHECKS };
-        loop {
-            for _ in 0..checks {
-                if ready(self) {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
-            }
-            idle()?;
-        }
+        super::flag::wait_for(checks, idle, || ready(self))
     }
 
     fn all_reached(&self, step: u64) -> bool {
@@ -297,10 +293,13 @@ impl Scratch {
                 if let Some(r) =
                     (0..n).find(|&r| self.word(r, LEN_OFF).load(Ordering::Relaxed) as usize != len)
                 {
+                    let theirs = self.word(r, LEN_OFF).load(Ordering::Relaxed);
+                    // Done reading: a peer's next call waits for this OUT before it writes its
+                    // length again, so every rank sees the lengths of this call.
+                    self.publish(step(OUT));
                     crate::mpi_bail!(
                         MPI_ERR_TRUNCATE,
-                        "rank {r} passed {} bytes to the collective, this rank {len}",
-                        self.word(r, LEN_OFF).load(Ordering::Relaxed)
+                        "rank {r} passed {theirs} bytes to the collective, this rank {len}"
                     );
                 }
             }
@@ -437,16 +436,27 @@ mod tests {
         (r as u64 + 1) * 1_000_003 + k * 7919 + i as u64
     }
 
-    /// Scratch areas in one heap block, one thread per rank, a mixed sequence of bcasts,
-    /// reduces and allreduces (in place or not) of lengths that span several segments and do
-    /// not divide by the rank count.
-    fn run_ranks(n: usize, cap: usize, calls: u64) {
+    /// n zeroed, 64-byte aligned scratch areas of `cap` data bytes in one leaked heap block.
+    fn areas(n: usize, cap: usize) -> &'static [usize] {
         let stride = (CTRL + cap).next_multiple_of(64);
         let area: &'static mut [u64] =
             Box::leak(vec![0u64; (n * stride + 64) / 8].into_boxed_slice());
         let start = (area.as_mut_ptr() as usize + 63) & !63;
-        let bases: &'static [usize] =
-            Box::leak((0..n).map(|r| start + r * stride).collect::<Vec<_>>().into_boxed_slice());
+        Box::leak(
+            (0..n)
+                .map(|r| start + r * stride)
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        )
+    }
+
+    /// Run `body(scratch, idle)` on one thread per rank over `areas(n, cap)`.
+    fn on_ranks(
+        n: usize,
+        cap: usize,
+        body: impl Fn(usize, Scratch, &mut dyn FnMut() -> MpiResult<()>) + Send + Copy + 'static,
+    ) {
+        let bases = areas(n, cap);
         let threads: Vec<_> = (0..n)
             .map(|me| {
                 std::thread::spawn(move || {
@@ -456,79 +466,86 @@ mod tests {
                         std::thread::yield_now();
                         Ok(())
                     };
-                    for k in 1..=calls {
-                        let words = [0, 1, 3, n - 1, n + 1, cap / 8, cap / 8 + 1, 3 * cap / 8 + 5]
-                            [k as usize % 8];
-                        let len = words * 8;
-                        let root = (k as usize * 5) % n;
-                        let inp: Vec<u64> = (0..words).map(|i| val(me, k, i)).collect();
-                        let mut out = vec![0u64; words];
-                        let kind = k % 4;
-                        let op = match kind {
-                            0 => {
-                                if me == root {
-                                    out.copy_from_slice(&inp);
-                                }
-                                MidOp::Bcast {
-                                    root,
-                                    buf: out.as_mut_ptr() as *mut u8,
-                                    len,
-                                }
-                            }
-                            1 => MidOp::Reduce {
-                                root,
-                                input: inp.as_ptr() as *const u8,
-                                output: if me == root {
-                                    out.as_mut_ptr() as *mut u8
-                                } else {
-                                    std::ptr::null_mut()
-                                },
-                                len,
-                                elem: 8,
-                                reduce: &combine,
-                            },
-                            2 => MidOp::Allreduce {
-                                input: inp.as_ptr() as *const u8,
-                                output: out.as_mut_ptr() as *mut u8,
-                                len,
-                                elem: 8,
-                                reduce: &combine,
-                            },
-                            _ => {
-                                out.copy_from_slice(&inp);
-                                MidOp::Allreduce {
-                                    input: out.as_ptr() as *const u8,
-                                    output: out.as_mut_ptr() as *mut u8,
-                                    len,
-                                    elem: 8,
-                                    reduce: &combine,
-                                }
-                            }
-                        };
-                        // SAFETY: buffers of len bytes; every thread runs the same sequence.
-                        unsafe { s.run(k, &op, &mut idle).unwrap() };
-                        if kind == 1 && me != root {
-                            continue;
-                        }
-                        for (i, &o) in out.iter().enumerate() {
-                            let want = if kind == 0 {
-                                val(root, k, i)
-                            } else {
-                                (0..n - 1)
-                                    .rev()
-                                    .fold(val(n - 1, k, i), |acc, r| {
-                                        val(r, k, i).wrapping_mul(3).wrapping_add(acc)
-                                    })
-                            };
-                            assert_eq!(o, want, "n {n} rank {me} call {k} word {i}");
-                        }
-                    }
+                    body(me, s, &mut idle)
                 })
             })
             .collect();
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    /// Scratch areas in one heap block, one thread per rank, a mixed sequence of bcasts,
+    /// reduces and allreduces (in place or not) of lengths that span several segments and do
+    /// not divide by the rank count.
+    fn run_ranks(n: usize, cap: usize, calls: u64) {
+        on_ranks(n, cap, move |me, s, idle| {
+            for k in 1..=calls {
+                let words =
+                    [0, 1, 3, n - 1, n + 1, cap / 8, cap / 8 + 1, 3 * cap / 8 + 5][k as usize % 8];
+                let len = words * 8;
+                let root = (k as usize * 5) % n;
+                let inp: Vec<u64> = (0..words).map(|i| val(me, k, i)).collect();
+                let mut out = vec![0u64; words];
+                let kind = k % 4;
+                let op = match kind {
+                    0 => {
+                        if me == root {
+                            out.copy_from_slice(&inp);
+                        }
+                        MidOp::Bcast {
+                            root,
+                            buf: out.as_mut_ptr() as *mut u8,
+                            len,
+                        }
+                    }
+                    1 => MidOp::Reduce {
+                        root,
+                        input: inp.as_ptr() as *const u8,
+                        output: if me == root {
+                            out.as_mut_ptr() as *mut u8
+                        } else {
+                            std::ptr::null_mut()
+                        },
+                        len,
+                        elem: 8,
+                        reduce: &combine,
+                    },
+                    2 => MidOp::Allreduce {
+                        input: inp.as_ptr() as *const u8,
+                        output: out.as_mut_ptr() as *mut u8,
+                        len,
+                        elem: 8,
+                        reduce: &combine,
+                    },
+                    _ => {
+                        out.copy_from_slice(&inp);
+                        MidOp::Allreduce {
+                            input: out.as_ptr() as *const u8,
+                            output: out.as_mut_ptr() as *mut u8,
+                            len,
+                            elem: 8,
+                            reduce: &combine,
+                        }
+                    }
+                };
+                // SAFETY: buffers of len bytes; every thread runs the same sequence.
+                unsafe { s.run(k, &op, idle).unwrap() };
+                if kind == 1 && me != root {
+                    continue;
+                }
+                for (i, &o) in out.iter().enumerate() {
+                    let want = if kind == 0 {
+                        val(root, k, i)
+                    } else {
+                        (0..n - 1).rev().fold(val(n - 1, k, i), |acc, r| {
+                            val(r, k, i).wrapping_mul(3).wrapping_add(acc)
+                        })
+                    };
+                    assert_eq!(o, want, "n {n} rank {me} call {k} word {i}");
+                }
+            }
+        });
     }
 
     #[test]
@@ -542,71 +559,52 @@ mod tests {
     fn a_length_mismatch_fails_on_every_rank_and_the_next_call_works() {
         let cap = 256;
         let n = 3;
-        let stride = CTRL + cap;
-        let area: &'static mut [u64] =
-            Box::leak(vec![0u64; (n * stride + 64) / 8].into_boxed_slice());
-        let start = (area.as_mut_ptr() as usize + 63) & !63;
-        let bases: &'static [usize] =
-            Box::leak((0..n).map(|r| start + r * stride).collect::<Vec<_>>().into_boxed_slice());
-        let threads: Vec<_> = (0..n)
-            .map(|me| {
-                std::thread::spawn(move || {
-                    // SAFETY: as in run_ranks.
-                    let s = unsafe { Scratch::new(bases, me, cap) };
-                    let mut idle = || {
-                        std::thread::yield_now();
-                        Ok(())
-                    };
-                    let words = if me == 1 { 40 } else { 50 };
-                    let inp = vec![1u64; words];
-                    let mut out = vec![0u64; words];
-                    let op = MidOp::Allreduce {
-                        input: inp.as_ptr() as *const u8,
-                        output: out.as_mut_ptr() as *mut u8,
-                        len: words * 8,
-                        elem: 8,
-                        reduce: &combine,
-                    };
-                    // SAFETY: buffers of len bytes.
-                    let e = unsafe { s.run(1, &op, &mut idle) }.unwrap_err();
-                    assert_eq!(e.class, crate::abi::consts::MPI_ERR_TRUNCATE);
-                    let inp = vec![me as u64; 50];
-                    let mut out = vec![0u64; 50];
-                    let op = MidOp::Allreduce {
-                        input: inp.as_ptr() as *const u8,
-                        output: out.as_mut_ptr() as *mut u8,
-                        len: 400,
-                        elem: 8,
-                        reduce: &combine,
-                    };
-                    // SAFETY: buffers of len bytes.
-                    unsafe { s.run(2, &op, &mut idle) }.unwrap();
-                    // c_0 op (c_1 op c_2) = 3 * 0 + (3 * 1 + 2).
-                    assert!(out.iter().all(|&x| x == 5));
-                    // A bcast of 70 words (two segments) from rank 2 into 40 words at rank 1.
-                    let words = if me == 1 { 40 } else { 70 };
-                    let mut buf: Vec<u64> = (0..80).map(|i| if me == 2 { i } else { 999 }).collect();
-                    let op = MidOp::Bcast {
-                        root: 2,
-                        buf: buf.as_mut_ptr() as *mut u8,
-                        len: words * 8,
-                    };
-                    // SAFETY: buffers of len bytes.
-                    let r = unsafe { s.run(3, &op, &mut idle) };
-                    if me == 1 {
-                        assert_eq!(r.unwrap_err().class, crate::abi::consts::MPI_ERR_TRUNCATE);
-                    } else {
-                        r.unwrap();
-                    }
-                    for (i, &b) in buf.iter().enumerate() {
-                        let want = if i < words || me == 2 { i as u64 } else { 999 };
-                        assert_eq!(b, want, "rank {me} word {i}");
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        on_ranks(n, cap, move |me, s, idle| {
+            let words = if me == 1 { 40 } else { 50 };
+            let inp = vec![1u64; words];
+            let mut out = vec![0u64; words];
+            let op = MidOp::Allreduce {
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: words * 8,
+                elem: 8,
+                reduce: &combine,
+            };
+            // SAFETY: buffers of len bytes.
+            let e = unsafe { s.run(1, &op, idle) }.unwrap_err();
+            assert_eq!(e.class, crate::abi::consts::MPI_ERR_TRUNCATE);
+            let inp = vec![me as u64; 50];
+            let mut out = vec![0u64; 50];
+            let op = MidOp::Allreduce {
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            // SAFETY: buffers of len bytes.
+            unsafe { s.run(2, &op, idle) }.unwrap();
+            // c_0 op (c_1 op c_2) = 3 * 0 + (3 * 1 + 2).
+            assert!(out.iter().all(|&x| x == 5));
+            // A bcast of 70 words (two segments) from rank 2 into 40 words at rank 1.
+            let words = if me == 1 { 40 } else { 70 };
+            let mut buf: Vec<u64> = (0..80).map(|i| if me == 2 { i } else { 999 }).collect();
+            let op = MidOp::Bcast {
+                root: 2,
+                buf: buf.as_mut_ptr() as *mut u8,
+                len: words * 8,
+            };
+            // SAFETY: buffers of len bytes.
+            let r = unsafe { s.run(3, &op, idle) };
+            if me == 1 {
+                assert_eq!(r.unwrap_err().class, crate::abi::consts::MPI_ERR_TRUNCATE);
+            } else {
+                r.unwrap();
+            }
+            for (i, &b) in buf.iter().enumerate() {
+                let want = if i < words || me == 2 { i as u64 } else { 999 };
+                assert_eq!(b, want, "rank {me} word {i}");
+            }
+        });
     }
 }

@@ -980,7 +980,10 @@ mod tests {
         a.unlink();
         b.unlink();
         assert!(!std::path::Path::new(&format!("/dev/shm/gpumpi-{j}-0")).exists());
-        assert_eq!(a.footprint(), footprint(2, 1024, configured_scratch_bytes()));
+        assert_eq!(
+            a.footprint(),
+            footprint(2, 1024, configured_scratch_bytes())
+        );
         assert_eq!(footprint(2, 1024, 0), 4096 + (256 + 1024));
         assert_eq!(footprint(2, 1024, 4096), 8192 + 128 + 4096);
         let sc = a.coll_scratch();

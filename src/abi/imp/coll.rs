@@ -889,6 +889,19 @@ impl Flat {
         })
     }
 
+    /// The send and receive sides of a rooted or reducing call, and where its input is (the
+    /// send side, or the receive side in place and for bcast).
+    unsafe fn sides(spec: &CollSpec) -> MpiResult<(Flat, Flat, *const u8)> {
+        let send = Flat::of(spec.send.as_ref(), true)?;
+        let recv = Flat::of(spec.recv.as_ref(), spec.recv_is_input)?;
+        let input = if spec.send.is_some() {
+            send.ptr as *const u8
+        } else {
+            recv.ptr as *const u8
+        };
+        Ok((send, recv, input))
+    }
+
     /// Write an output side back: unpack the temporary, copy the mirror to the device.
     unsafe fn finish(self, side: Option<&Side>) -> MpiResult<()> {
         let Some(side) = side else { return Ok(()) };
@@ -927,6 +940,15 @@ fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
     runtime::world_flag().filter(|s| spec.bytes <= s.max())
 }
 
+/// The reduction callback of a shared-memory collective (`inout = input op inout`; nothing
+/// without a reduction).
+fn reducer(red: Option<&Reduction>) -> impl Fn(&[u8], &mut [u8]) -> MpiResult<()> + '_ {
+    move |i, o| match red {
+        Some(r) => r.apply(i, o),
+        None => Ok(()),
+    }
+}
+
 /// Logical AND over MPI_COMM_WORLD in one round of the flag slots.
 fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
     let input = [mine as u8];
@@ -961,18 +983,9 @@ unsafe fn run_flag(spec: &CollSpec) -> MpiResult<bool> {
         return Ok(false);
     };
     let k = runtime::next_flag_seq();
-    let send = Flat::of(spec.send.as_ref(), true)?;
-    let recv = Flat::of(spec.recv.as_ref(), spec.recv_is_input)?;
-    let reduce = |i: &[u8], o: &mut [u8]| match red {
-        Some(r) => r.apply(i, o),
-        None => Ok(()),
-    };
+    let (send, recv, input) = Flat::sides(spec)?;
+    let reduce = reducer(red);
     let len = spec.bytes;
-    let input = if spec.send.is_some() {
-        send.ptr as *const u8
-    } else {
-        recv.ptr as *const u8
-    };
     let op = match spec.kind {
         CollKind::Barrier => FlagOp::Barrier,
         CollKind::Bcast => FlagOp::Bcast {

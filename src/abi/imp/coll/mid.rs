@@ -7,7 +7,7 @@
 //! buffers live: device buffers are staged through host mirrors and non-contiguous ones packed
 //! (as for the flag slots), so all ranks take the same path.
 
-use super::{flag_idle_with, CollSpec, Flat, Reduction};
+use super::{flag_idle_with, reducer, CollSpec, Flat, Reduction};
 use crate::abi::runtime;
 use crate::coll::CollKind;
 use crate::engine::scratch::MidOp;
@@ -39,18 +39,9 @@ pub(super) unsafe fn run(spec: &CollSpec) -> MpiResult<bool> {
         return Ok(false);
     }
     let k = runtime::next_mid_seq();
-    let send = Flat::of(spec.send.as_ref(), true)?;
-    let recv = Flat::of(spec.recv.as_ref(), spec.recv_is_input)?;
-    let reduce = |i: &[u8], o: &mut [u8]| match red {
-        Some(r) => r.apply(i, o),
-        None => Ok(()),
-    };
+    let (send, recv, input) = Flat::sides(spec)?;
+    let reduce = reducer(red);
     let len = spec.bytes;
-    let input = if spec.send.is_some() {
-        send.ptr as *const u8
-    } else {
-        recv.ptr as *const u8
-    };
     let op = match spec.kind {
         CollKind::Bcast => MidOp::Bcast {
             root: spec.root,
