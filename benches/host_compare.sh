@@ -10,7 +10,10 @@
 #
 # usage: benches/host_compare.sh GPUMPI_PREFIX [OUT_DIR]
 #   env: ROUNDS (3), CONDS ("bound unbound busy"), VENVS (dir of venv-ompi, venv-mpich: created
-#        from PyPI when missing; default ~/.cache/gpumpi-bench), NP4 (1: also allreduce at 4 ranks)
+#        from PyPI when missing; default ~/.cache/gpumpi-bench), NP4 (1: also allreduce at 4 ranks),
+#        ONLY (a regular expression: run only the cases whose name matches, e.g. 'pingpong|allred'),
+#        BASE_ENV (e.g. "GPUMPI_SHM_MID_MAX=0": also run gpumpi with these variables set, as a
+#        fourth column "base", interleaved with the others: an A/B of one install)
 # Prints one table per condition: for every (op, size) the median over rounds of each MPI's
 # per-run median (latency in us; bw in GB/s from the median time), and each MPI's busy/bound
 # ratio (how much it degrades with a third busy process). Raw outputs stay in OUT_DIR/raw.
@@ -46,6 +49,11 @@ launch() {
     local over=""
     [ "$np" -gt "$(nproc)" ] && over=1
     case $mpi in
+    base)
+        local bind=core
+        [ "$cond" = unbound ] && bind=none
+        # shellcheck disable=SC2086
+        env $BASE_ENV GPUMPI_BIND=$bind timeout 300 "$prefix/bin/mpirun" ${over:+--oversubscribe} -n "$np" "$out/gb-gpumpi" "$@" ;;
     gpumpi)
         local bind=core
         [ "$cond" = unbound ] && bind=none
@@ -66,6 +74,13 @@ cases=(
     "allreduce|2|-o allreduce -b 8 -e 1M -f 8 -w 10 -n 100"
 )
 [ "${NP4:-1}" = 1 ] && cases+=("allreduce4|4|-o allreduce -b 8 -e 1M -f 8 -w 10 -n 100")
+if [ -n "${ONLY:-}" ]; then
+    kept=()
+    for c in "${cases[@]}"; do [[ ${c%%|*} =~ $ONLY ]] && kept+=("$c"); done
+    cases=("${kept[@]}")
+fi
+mpis_run="gpumpi ompi mpich"
+[ -n "${BASE_ENV:-}" ] && mpis_run="gpumpi base ompi mpich"
 
 spin_pid=""
 stop_spin() { [ -n "$spin_pid" ] && kill "$spin_pid" 2>/dev/null; wait "$spin_pid" 2>/dev/null; spin_pid=""; }
@@ -73,13 +88,14 @@ trap stop_spin EXIT
 {
     echo "# host_compare.sh $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs, rounds=$rounds"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    [ -n "${BASE_ENV:-}" ] && echo "# base: gpumpi with $BASE_ENV"
 } | tee "$out/summary.txt"
 for cond in $conds; do
     [ "$cond" = busy ] && { sh -c 'while :; do :; done' & spin_pid=$!; }
     for r in $(seq 1 "$rounds"); do
         for c in "${cases[@]}"; do
             IFS='|' read -r name np args <<<"$c"
-            for mpi in gpumpi ompi mpich; do
+            for mpi in $mpis_run; do
                 # shellcheck disable=SC2086
                 launch $mpi "$cond" "$np" $args >"$out/raw/$cond-$name-$mpi-$r.txt" 2>&1 ||
                     echo "# $cond $name $mpi round $r: exit $?" | tee -a "$out/summary.txt"
@@ -90,10 +106,10 @@ for cond in $conds; do
     echo "# load after $cond: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/summary.txt"
 done
 
-python3 - "$out" "$rounds" "$conds" <<'EOF' | tee -a "$out/summary.txt"
+python3 - "$out" "$rounds" "$conds" "$mpis_run" <<'EOF' | tee -a "$out/summary.txt"
 import sys, os, statistics as st
 out, rounds, conds = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-mpis = ["gpumpi", "ompi", "mpich"]
+mpis = sys.argv[4].split()
 def rows(path):
     r = {}
     try:
@@ -120,13 +136,16 @@ def val(cond, name, size, mpi):
 names = sorted({k[1] for k in res}, key=lambda n: ["pingpong", "bw", "allreduce", "allreduce4"].index(n))
 for cond in conds:
     print(f"\n## {cond}: median over rounds of each run's median (pingpong: one-way us; bw: GB/s; allreduce: us)")
-    print(f"{'op':<11}{'size':>10}" + "".join(f"{m:>10}" for m in mpis) + "   gpumpi/ompi" + ("   degradation busy/bound: " + " ".join(mpis) if cond == "busy" else ""))
+    print(f"{'op':<11}{'size':>10}" + "".join(f"{m:>10}" for m in mpis) + "   gpumpi/ompi" + ("  base/ompi" if "base" in mpis else "") + ("   degradation busy/bound: " + " ".join(mpis) if cond == "busy" else ""))
     for name in names:
         for size in sorted({k[2] for k in res if k[0] == cond and k[1] == name}):
             v = [val(cond, name, size, m) for m in mpis]
             s = f"{name:<11}{size:>10}" + "".join(f"{x:>10.3f}" if x is not None else f"{'-':>10}" for x in v)
-            if v[0] and v[1]:
-                s += f"   {(v[0] / v[1] if name == 'bw' else v[1] / v[0]):>8.2f}x"
+            o = v[mpis.index("ompi")]
+            for m in ["gpumpi", "base"] if "base" in mpis else ["gpumpi"]:
+                g = v[mpis.index(m)]
+                if g and o:
+                    s += f"   {(g / o if name == 'bw' else o / g):>8.2f}x"
             if cond == "busy":
                 d = []
                 for m in mpis:

@@ -402,10 +402,22 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: true,
     },
     Param {
+        name: "GPUMPI_SHM_MID_MAX",
+        default: "1m",
+        doc: "Largest message (bytes) of the scratch-area path of blocking `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops, above the flag slots (`GPUMPI_SHM_COLL_MAX`): every rank copies its data into its own scratch area, reduces its share of every rank's data straight from the others' areas and copies the others' reduced shares out, in segments of `GPUMPI_SHM_SCRATCH_BYTES` (`src/engine/scratch.rs`). `0` disables the path.",
+        same_on_every_rank: true,
+    },
+    Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
-        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (256 + ring bytes)`; it never grows with traffic.",
+        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (256 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
         same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_SHM_SCRATCH_BYTES",
+        default: "256k",
+        doc: "Data bytes of each rank's collective scratch area at the end of its shared-memory segment (rounded up to a multiple of 4k; `0`: none, which disables the `GPUMPI_SHM_MID_MAX` path). Fixed at start-up.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_SIZE",

@@ -501,6 +501,7 @@ c_tests!(
     coll_mismatch,
     init_mismatch,
     coll_split,
+    coll_mid,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.

@@ -14,6 +14,7 @@ use super::request::{ReqKind, Request, Status};
 use crate::bootstrap::{self, Bootstrap};
 use crate::engine::collcheck::Rings;
 use crate::engine::flag::{Slots, SLOT_MAX};
+use crate::engine::scratch::Scratch;
 use crate::engine::{Backoff, Engine};
 use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
@@ -39,17 +40,40 @@ pub struct Runtime {
 /// installed at MPI_Init (unless there is one rank, `GPUMPI_SHM_COLL_MAX=0`, or the transport
 /// offers none), switched off in MPI_Finalize before the segments are unmapped. `seq` is the
 /// number of the last call that used them.
+/// The scratch areas (`engine::scratch`) live and die with the slots, under the same flag;
+/// `mid_max` is the largest message they serve and `mid_seq` the number of their last call.
 struct WorldFlag {
     slots: OnceLock<Slots>,
     live: AtomicBool,
     seq: AtomicU64,
+    mid: OnceLock<(Scratch, usize)>,
+    mid_seq: AtomicU64,
 }
 
 static WORLD_FLAG: WorldFlag = WorldFlag {
     slots: OnceLock::new(),
     live: AtomicBool::new(false),
     seq: AtomicU64::new(0),
+    mid: OnceLock::new(),
+    mid_seq: AtomicU64::new(0),
 };
+
+/// MPI_COMM_WORLD's collective scratch areas and the largest message they serve
+/// (`GPUMPI_SHM_MID_MAX`), while MPI is running.
+#[inline]
+pub fn world_mid() -> Option<(Scratch, usize)> {
+    if WORLD_FLAG.live.load(Ordering::Acquire) {
+        WORLD_FLAG.mid.get().copied()
+    } else {
+        None
+    }
+}
+
+/// Number the next call through the world's scratch areas (as [`next_flag_seq`]).
+#[inline]
+pub fn next_mid_seq() -> u64 {
+    bump(&WORLD_FLAG.mid_seq)
+}
 
 /// MPI_COMM_WORLD's flag slots while MPI is running (see [`WorldFlag`]).
 #[inline]
@@ -89,8 +113,14 @@ pub fn world_comm() -> Option<&'static Arc<CommObj>> {
 /// suffice.
 #[inline]
 pub fn next_flag_seq() -> u64 {
-    let k = WORLD_FLAG.seq.load(Ordering::Relaxed) + 1;
-    WORLD_FLAG.seq.store(k, Ordering::Relaxed);
+    bump(&WORLD_FLAG.seq)
+}
+
+/// One more than the counter's value, stored back (one thread at a time, see next_flag_seq).
+#[inline]
+fn bump(a: &AtomicU64) -> u64 {
+    let k = a.load(Ordering::Relaxed) + 1;
+    a.store(k, Ordering::Relaxed);
     k
 }
 
@@ -262,6 +292,17 @@ pub fn init(required: i32) -> MpiResult<i32> {
         }
         _ => None,
     };
+    let mid_max = crate::config::get_usize("GPUMPI_SHM_MID_MAX");
+    let mid = match engine.coll_scratch() {
+        Some((bases, cap)) if flag.is_some() && mid_max > 0 && cap > 0 => {
+            let bases: &'static [usize] = Box::leak(bases.into_boxed_slice());
+            // SAFETY: as for the slots: the transport's scratch areas (Transport::coll_scratch
+            // contract) stay mapped while the runtime holds the engine.
+            let s = unsafe { Scratch::new(bases, rank, cap) }.oversubscribed(oversubscribed(size));
+            Some((s, mid_max))
+        }
+        _ => None,
+    };
     let world = CommObj::new(
         0,
         Arc::new(Group::new((0..size).collect())),
@@ -298,6 +339,9 @@ pub fn init(required: i32) -> MpiResult<i32> {
         ctx_used,
     });
     if let Some(f) = flag {
+        if let Some(m) = mid {
+            let _ = WORLD_FLAG.mid.set(m);
+        }
         let _ = WORLD_FLAG.slots.set(f);
         WORLD_FLAG.live.store(true, Ordering::Release);
     }

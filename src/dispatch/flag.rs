@@ -18,8 +18,8 @@ use std::os::raw::{c_int, c_void};
 
 /// A user buffer of a flag collective as one packed host byte range: the user's memory when it
 /// is one contiguous host block, else a host mirror (device memory) and/or a packed temporary.
-struct Flat {
-    ptr: *mut u8,
+pub(super) struct Flat {
+    pub(super) ptr: *mut u8,
     mirror: Option<(Mirror, Side)>,
     dev: Option<DevPacked>,
     tmp: Option<Vec<u8>>,
@@ -72,8 +72,21 @@ impl Flat {
         })
     }
 
+    /// The send and receive sides of a rooted or reducing call, and where its input is (the
+    /// send side, or the receive side in place and for bcast).
+    pub(super) unsafe fn sides(spec: &CollSpec) -> MpiResult<(Flat, Flat, *const u8)> {
+        let send = Flat::of(spec.send.as_ref(), true)?;
+        let recv = Flat::of(spec.recv.as_ref(), spec.recv_is_input)?;
+        let input = if spec.send.is_some() {
+            send.ptr as *const u8
+        } else {
+            recv.ptr as *const u8
+        };
+        Ok((send, recv, input))
+    }
+
     /// Write an output side back: unpack the temporary, copy the mirror to the device.
-    unsafe fn finish(self, side: Option<&Side>) -> MpiResult<()> {
+    pub(super) unsafe fn finish(self, side: Option<&Side>) -> MpiResult<()> {
         let Some(side) = side else { return Ok(()) };
         if let Some(p) = &self.dev {
             return p.unpack(None);
@@ -144,18 +157,9 @@ pub(super) unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
         return Ok(false);
     };
     let k = runtime::next_flag_seq();
-    let send = Flat::of(spec.send.as_ref(), true)?;
-    let recv = Flat::of(spec.recv.as_ref(), spec.recv_is_input)?;
-    let reduce = |i: &[u8], o: &mut [u8]| match red {
-        Some(r) => r.apply(i, o),
-        None => Ok(()),
-    };
+    let (send, recv, input) = Flat::sides(spec)?;
+    let reduce = reducer(red);
     let len = spec.bytes;
-    let input = if spec.send.is_some() {
-        send.ptr as *const u8
-    } else {
-        recv.ptr as *const u8
-    };
     let op = match spec.kind {
         CollKind::Barrier => FlagOp::Barrier,
         CollKind::Bcast => FlagOp::Bcast {
@@ -197,6 +201,15 @@ pub(super) unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
     }
     drop(send);
     Ok(true)
+}
+
+/// The reduction callback of a shared-memory collective (`inout = input op inout`; nothing
+/// without a reduction).
+pub(super) fn reducer(red: Option<&Reduction>) -> impl Fn(&[u8], &mut [u8]) -> MpiResult<()> + '_ {
+    move |i, o| match red {
+        Some(r) => r.apply(i, o),
+        None => Ok(()),
+    }
 }
 
 /// A blocking call on MPI_COMM_WORLD of the kinds the flag slots serve that runs on another
@@ -246,9 +259,18 @@ fn check_refine(watch: Option<&Watch>, e: MpiError) -> MpiError {
 /// sleeps, `watch` compares the peers' records of the call (engine::collcheck).
 fn flag_idle<'a>(
     slots: &Slots,
+    watch: Option<&'a mut Watch>,
+) -> impl FnMut() -> MpiResult<()> + 'a {
+    idle_with(slots.is_oversubscribed(), watch)
+}
+
+/// [`flag_idle`] for ranks that share cores (`oversubscribed`) or not; also the wait of the
+/// scratch areas (`super::mid`).
+pub(super) fn idle_with<'a>(
+    oversubscribed: bool,
     mut watch: Option<&'a mut Watch>,
 ) -> impl FnMut() -> MpiResult<()> + 'a {
-    let mut backoff = if slots.is_oversubscribed() {
+    let mut backoff = if oversubscribed {
         Backoff::yielding()
     } else {
         Backoff::new()

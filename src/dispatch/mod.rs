@@ -29,6 +29,7 @@ mod call;
 mod flag;
 mod gpu;
 mod internal;
+mod mid;
 mod schedule;
 
 pub(crate) use call::{in_place, CollSpec, Reduction, Side, TBlock};
@@ -53,6 +54,9 @@ pub enum Path {
     HostMemory,
     /// Small calls on MPI_COMM_WORLD through the shared-memory flag slots (`engine::flag`).
     Flag,
+    /// Mid-size bcast/reduce/allreduce on MPI_COMM_WORLD through the shared-memory scratch
+    /// areas (`engine::scratch`).
+    Scratch,
     /// A schedule over point-to-point (`coll::build`), run by the engine: every call.
     Schedule,
 }
@@ -63,6 +67,7 @@ pub const BLOCKING: &[Path] = &[
     Path::Nvlink,
     Path::HostMemory,
     Path::Flag,
+    Path::Scratch,
     Path::Schedule,
 ];
 
@@ -74,6 +79,7 @@ impl Path {
             Path::Nvlink => gpu::nvlink_eligible(spec),
             Path::HostMemory => gpu::host_memory_eligible(spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
+            Path::Scratch => mid::mid_eligible(spec),
             Path::Schedule => true,
         }
     }
@@ -85,6 +91,7 @@ impl Path {
             Path::Resident => gpu::run_resident(spec, seq),
             Path::Nvlink | Path::HostMemory => gpu::run_native(spec, seq),
             Path::Flag => flag::run_flag(spec, seq),
+            Path::Scratch => mid::run_mid(spec, seq),
             Path::Schedule => {
                 let k = spec.start(Some(seq))?;
                 // A world call of the flag kinds still takes its flag number (after start

@@ -57,6 +57,8 @@ pub enum Path {
     Schedule = 2,
     /// GPU-native (`gpu/coll.rs`, `gpu/resident.rs`).
     Gpu = 3,
+    /// MPI_COMM_WORLD's scratch areas (`engine/scratch.rs`).
+    Scratch = 4,
 }
 
 impl Path {
@@ -65,6 +67,7 @@ impl Path {
             1 => Some(Path::Flag),
             2 => Some(Path::Schedule),
             3 => Some(Path::Gpu),
+            4 => Some(Path::Scratch),
             _ => None,
         }
     }
@@ -74,6 +77,7 @@ impl Path {
             Path::Flag => "flag slots",
             Path::Schedule => "schedule path",
             Path::Gpu => "GPU path",
+            Path::Scratch => "scratch areas",
         }
     }
 }
@@ -372,7 +376,7 @@ mod tests {
     #[test]
     fn records_round_trip() {
         for (i, &kind) in CollKind::ALL.iter().enumerate() {
-            for path in [Path::Flag, Path::Schedule, Path::Gpu] {
+            for path in [Path::Flag, Path::Schedule, Path::Gpu, Path::Scratch] {
                 let r = Record::new(
                     0x7fff_0000 | i as u32,
                     0x3fff_fff0 + i as u32,

@@ -53,6 +53,23 @@ const CHECKS: usize = 16;
 /// barrier, bcast, reduce and allreduce on MPI_COMM_WORLD that do not go through the slots
 /// publish it ([`Slots::pass`]); only mismatched calls (erroneous) meet it in a flag call.
 const PASS: usize = usize::MAX;
+/// Wait until `ready()`: check it `checks` times (spinning), then call `idle` (progress, back
+/// off), and again. Shared by the flag slots and the scratch areas (`engine/scratch.rs`).
+pub(crate) fn wait_for(
+    checks: usize,
+    idle: &mut dyn FnMut() -> MpiResult<()>,
+    ready: impl Fn() -> bool,
+) -> MpiResult<()> {
+    loop {
+        for _ in 0..checks {
+            if ready() {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        idle()?;
+    }
+}
 
 /// A reduction callback: `inout = input op inout`.
 pub type ReduceRef<'a> = &'a dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>;
@@ -166,15 +183,7 @@ impl Slots {
         ready: impl Fn(&Self) -> bool,
     ) -> MpiResult<()> {
         let checks = if self.oversubscribed { 1 } else { CHECKS };
-        loop {
-            for _ in 0..checks {
-                if ready(self) {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
-            }
-            idle()?;
-        }
+        wait_for(checks, idle, || ready(self))
     }
 
     fn all_published(&self, k: u64) -> bool {

@@ -53,6 +53,7 @@ pub mod devcopy;
 pub mod flag;
 mod p2p;
 pub mod rndv;
+pub mod scratch;
 mod slab;
 
 pub use backoff::Backoff;
@@ -472,6 +473,11 @@ impl Engine {
     /// The transport's collective record rings ([`Transport::coll_records`]).
     pub fn coll_records(&self) -> Vec<usize> {
         self.tp.coll_records()
+    }
+
+    /// The transport's collective scratch areas ([`Transport::coll_scratch`]).
+    pub fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
+        self.tp.coll_scratch()
     }
 
     /// Replace the device copies (the engine's tests use a host-memory fake).

@@ -113,4 +113,12 @@ pub trait Transport: Send {
     fn coll_records(&self) -> Vec<usize> {
         Vec::new()
     }
+
+    /// Addresses (in this process) of every rank's collective scratch area, in world rank
+    /// order, and the data bytes of each: [`shm::SCRATCH_CTRL_BYTES`] + that many bytes,
+    /// 64-byte aligned, zero at creation, shared by the whole job and mapped as long as the
+    /// transport lives. `None`: not offered (or not the same size on every rank).
+    fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
+        None
+    }
 }

@@ -10,8 +10,10 @@
 //!   collective slots at 1024 ]
 //! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) | data (ring bytes) ]
 //! [ ring for sender s1 ... ]                       (one ring per other rank, in rank order)
+//! [ collective scratch area, page aligned (if configured): control 128 bytes | data ]
 //! ```
-//! **Footprint per rank = 4096 + (size - 1) × (256 + ring_bytes)** bytes, with
+//! **Footprint per rank = 4096 + (size - 1) × (256 + ring_bytes)** bytes (plus the scratch area
+//! below), with
 //! `ring_bytes = GPUMPI_SHM_RING_BYTES` rounded up to a power of two (at least 1 KiB). It is fixed
 //! at creation and never grows with traffic (logged at debug level). Example: 8 ranks with the
 //! default 128 KiB rings use 4 KiB + 7 × 128.25 KiB ≈ 0.9 MiB each.
@@ -33,6 +35,12 @@
 //! Bytes `512 .. 512 + engine::collcheck::AREA` (<= 1024) of page 0 are the ring of the rank's
 //! recent collective records (`engine/collcheck.rs`), read by the other ranks of the node when a
 //! collective waits long (`Transport::coll_records`).
+//!
+//! # Collective scratch area
+//! With `GPUMPI_SHM_SCRATCH_BYTES` > 0 (and more than one rank), the segment ends with a
+//! page-aligned area `[control: 128 bytes | data: scratch bytes]` for the mid-size collectives
+//! (`engine/scratch.rs`, `Transport::coll_scratch`), which adds
+//! `128 + scratch bytes` (plus page alignment) to the footprint above.
 //!
 //! # Set-up sequence (the caller provides the fences)
 //! 1. `ShmTransport::create(job_id, rank, size)` — create and map own segment.
@@ -62,6 +70,9 @@ const WRAP: u64 = u64::MAX;
 const POLL_BUDGET: usize = 32;
 /// Offset of the collective slot area in page 0.
 const SLOTS_OFF: usize = 1024;
+/// Bytes of the control block in front of a collective scratch area's data (the engine's
+/// scratch-area protocol checks that its control block fits).
+pub const SCRATCH_CTRL_BYTES: usize = 128;
 /// Bytes of page 0 reserved for the collective slots (from `SLOTS_OFF` to the end of the page).
 pub const COLL_SLOTS_BYTES: usize = PAGE - SLOTS_OFF;
 /// Offset of the collective record ring in page 0 (after the header).
@@ -80,6 +91,8 @@ struct SegHeader {
     size: u64,
     ring_bytes: u64,
     probe_addr: u64,
+    /// Data bytes of the collective scratch area (0: none).
+    scratch: u64,
 }
 
 /// An `mmap`ed segment, unmapped on drop.
@@ -188,8 +201,29 @@ fn atomic_at(ctrl: *mut u8, off: usize) -> &'static AtomicU64 {
     unsafe { &*(ctrl.add(off) as *const AtomicU64) }
 }
 
-fn seg_len(size: usize, ring: usize) -> usize {
+fn rings_end(size: usize, ring: usize) -> usize {
     PAGE + size.saturating_sub(1) * (RING_CTRL + ring)
+}
+
+/// Offset of the collective scratch area (page aligned, after the rings).
+fn scratch_off(size: usize, ring: usize) -> usize {
+    rings_end(size, ring).next_multiple_of(PAGE)
+}
+
+fn seg_len(size: usize, ring: usize, scratch: usize) -> usize {
+    if scratch == 0 {
+        rings_end(size, ring)
+    } else {
+        scratch_off(size, ring) + SCRATCH_CTRL_BYTES + scratch
+    }
+}
+
+/// Data bytes of the collective scratch area from `GPUMPI_SHM_SCRATCH_BYTES` (0: none), a
+/// multiple of 4 KiB, at most 1 GiB.
+pub fn configured_scratch_bytes() -> usize {
+    crate::config::get_usize("GPUMPI_SHM_SCRATCH_BYTES")
+        .min(1 << 30)
+        .next_multiple_of(PAGE)
 }
 
 /// Index of sender `s` among the rings of receiver `r`.
@@ -235,8 +269,8 @@ pub fn configured_ring_bytes() -> usize {
 }
 
 /// Per-rank segment size for `size` ranks and rings of `ring_bytes` (see the module doc).
-pub fn footprint(size: usize, ring_bytes: usize) -> usize {
-    seg_len(size, ring_bytes)
+pub fn footprint(size: usize, ring_bytes: usize, scratch_bytes: usize) -> usize {
+    seg_len(size, ring_bytes, scratch_bytes)
 }
 
 pub struct ShmTransport {
@@ -305,7 +339,12 @@ impl ShmTransport {
         }
         let ring = ring_bytes.clamp(1024, 1 << 30).next_power_of_two();
         let name = seg_name(job_id, rank, nonce)?;
-        let len = seg_len(size, ring);
+        let scratch = if size > 1 {
+            configured_scratch_bytes()
+        } else {
+            0
+        };
+        let len = seg_len(size, ring, scratch);
         let own = create_mapped(&name, len)?;
         let hdr = own.ptr as *mut SegHeader;
         // SAFETY: the mapping is at least one page, zero-filled, and not yet visible to peers
@@ -315,6 +354,7 @@ impl ShmTransport {
             (*hdr).size = size as u64;
             (*hdr).ring_bytes = ring as u64;
             (*hdr).probe_addr = &CMA_PROBE as *const u64 as u64;
+            (*hdr).scratch = scratch as u64;
         }
         own.header().magic.store(MAGIC, Ordering::Release);
         if cma {
@@ -456,7 +496,7 @@ impl ShmTransport {
             }
             let ring = h.ring_bytes as usize;
             if h.size as usize != self.size
-                || m.len < seg_len(self.size, ring)
+                || m.len < seg_len(self.size, ring, h.scratch as usize)
                 || !ring.is_power_of_two()
             {
                 crate::mpi_bail!(
@@ -759,6 +799,28 @@ impl Transport for ShmTransport {
             .collect()
     }
 
+    fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
+        let scratch = self.own.header().scratch as usize;
+        if scratch == 0 {
+            return None;
+        }
+        let off = scratch_off(self.size, self.own.header().ring_bytes as usize);
+        let mut bases = Vec::with_capacity(self.size);
+        for r in 0..self.size {
+            let m = if r == self.rank {
+                &self.own
+            } else {
+                self.peers[r].as_ref()?
+            };
+            // Every rank's area must be as large as this rank's (the same configuration).
+            if m.header().scratch as usize != scratch {
+                return None;
+            }
+            bases.push(m.ptr as usize + off);
+        }
+        Some((bases, scratch))
+    }
+
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
         let t = self.tx[dst]
             .as_mut()
@@ -943,7 +1005,18 @@ mod tests {
         a.unlink();
         b.unlink();
         assert!(!std::path::Path::new(&format!("/dev/shm/gpumpi-{j}-0")).exists());
-        assert_eq!(a.footprint(), 4096 + (256 + 1024));
+        assert_eq!(
+            a.footprint(),
+            footprint(2, 1024, configured_scratch_bytes())
+        );
+        assert_eq!(footprint(2, 1024, 0), 4096 + (256 + 1024));
+        assert_eq!(footprint(2, 1024, 4096), 8192 + 128 + 4096);
+        let sc = a.coll_scratch();
+        if configured_scratch_bytes() > 0 {
+            let (bases, cap) = sc.unwrap();
+            assert_eq!((bases.len(), cap), (2, configured_scratch_bytes()));
+            assert!(bases.iter().all(|b| b % 64 == 0));
+        }
         let maxp = a.max_payload();
         assert_eq!(maxp, 1024 / 4 - 56);
         // Fill until full, drain, repeat across many wraps; check order and contents.
