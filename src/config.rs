@@ -276,6 +276,11 @@ pub static PARAMS: &[Param] = &[
         doc: "Helper threads per TCP network connection (like `NCCL_SOCKET_NTHREADS`, 1..16): each moves the data of its sockets with nonblocking calls and waits in `poll` when it cannot progress (idle threads use no CPU).",
     },
     Param {
+        name: "GPUMPI_NODE_ID",
+        default: "",
+        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). Computed by `bootstrap::node`, but not yet used by the engine: all ranks of a job must still share one node (docs/MULTINODE.md).",
+    },
+    Param {
         name: "GPUMPI_NO_KERNELS",
         default: "",
         doc: "Build time only, read by build.rs: when set (any value), the library is built without its CUDA kernels even if nvcc is found (device reductions and packing are then staged to the host, GPU-native collectives are never attempted; docs/GPU.md). Changing it rebuilds the library.",
