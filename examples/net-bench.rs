@@ -37,7 +37,10 @@ fn args() -> Args {
     let mut i = 0;
     while i < v.len() {
         let val = v.get(i + 1).cloned().unwrap_or_default();
-        let num = || val.parse::<usize>().unwrap_or_else(|_| panic!("{}: a number", v[i]));
+        let num = || {
+            val.parse::<usize>()
+                .unwrap_or_else(|_| panic!("{}: a number", v[i]))
+        };
         match v[i].as_str() {
             "--threads" => a.threads = num(),
             "--socks" => a.socks = num(),
@@ -106,7 +109,12 @@ fn backend(net: &TcpNet, size: usize, n: usize, window: usize) -> f64 {
         for w in 0..window {
             if rq[w].is_none() && posted_r < n {
                 // SAFETY: slot w of rb is not in use by another request; rb outlives r.
-                let b = RecvBuf { ptr: unsafe { rbase.add(w * size) }, size, tag: 0, mr: rmr };
+                let b = RecvBuf {
+                    ptr: unsafe { rbase.add(w * size) },
+                    size,
+                    tag: 0,
+                    mr: rmr,
+                };
                 // SAFETY: as above.
                 rq[w] = unsafe { r.irecv(&[b]) }.unwrap();
                 posted_r += rq[w].is_some() as usize;
@@ -148,12 +156,18 @@ fn main() {
         "# loopback 127.0.0.1; backend {}x{} sockets, window {}; raw N = {} streams; GB/s",
         a.threads, a.socks, a.window, a.streams
     );
-    println!("{:>10} {:>9} {:>9} {:>9} {:>8}", "bytes", "raw-1", "raw-N", "backend", "vs raw-N");
+    println!(
+        "{:>10} {:>9} {:>9} {:>9} {:>8}",
+        "bytes", "raw-1", "raw-N", "backend", "vs raw-N"
+    );
     for &size in &a.sizes {
         let n = iters(&a, size);
         let r1 = raw(size, n, 1);
         let rn = raw(size, n, a.streams);
         let b = backend(&net, size, n, a.window);
-        println!("{size:>10} {r1:>9.2} {rn:>9.2} {b:>9.2} {:>7.0}%", 100.0 * b / rn);
+        println!(
+            "{size:>10} {r1:>9.2} {rn:>9.2} {b:>9.2} {:>7.0}%",
+            100.0 * b / rn
+        );
     }
 }

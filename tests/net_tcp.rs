@@ -80,19 +80,38 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// Sends `msgs` (tag, size) in order with up to `window` requests in flight on each side and
 /// checks every byte and size at the receiver.
 fn xfer(s: &mut dyn SendComm, r: &mut dyn RecvComm, msgs: &[(i32, usize)], window: usize) {
-    let sbufs: Vec<Vec<u8>> = msgs.iter().enumerate().map(|(i, m)| pattern(i as u64 + 1, m.1)).collect();
+    let sbufs: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| pattern(i as u64 + 1, m.1))
+        .collect();
     let mut rbufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.1 + 3]).collect();
-    let smr: Vec<_> = sbufs.iter().map(|b| s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap()).collect();
-    let rmr: Vec<_> = rbufs.iter().map(|b| r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap()).collect();
+    let smr: Vec<_> = sbufs
+        .iter()
+        .map(|b| s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
+    let rmr: Vec<_> = rbufs
+        .iter()
+        .map(|b| r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
     let (mut si, mut ri) = (0, 0);
     let mut sq: Vec<(usize, Request)> = Vec::new();
     let mut rq: Vec<(usize, Request)> = Vec::new();
     let (mut sdone, mut rdone) = (0, 0);
     let end = deadline();
     while sdone < msgs.len() || rdone < msgs.len() {
-        assert!(Instant::now() < end, "transfer hangs: {sdone} sent, {rdone} received of {}", msgs.len());
+        assert!(
+            Instant::now() < end,
+            "transfer hangs: {sdone} sent, {rdone} received of {}",
+            msgs.len()
+        );
         while ri < msgs.len() && rq.len() < window {
-            let b = RecvBuf { ptr: rbufs[ri].as_mut_ptr(), size: rbufs[ri].len(), tag: msgs[ri].0, mr: rmr[ri] };
+            let b = RecvBuf {
+                ptr: rbufs[ri].as_mut_ptr(),
+                size: rbufs[ri].len(),
+                tag: msgs[ri].0,
+                mr: rmr[ri],
+            };
             // SAFETY: rbufs outlive the loop and are read only after completion.
             match unsafe { r.irecv(&[b]) }.unwrap() {
                 Some(q) => rq.push((ri, q)),
@@ -128,8 +147,16 @@ fn xfer(s: &mut dyn SendComm, r: &mut dyn RecvComm, msgs: &[(i32, usize)], windo
             }
         });
         for i in done {
-            assert!(rbufs[i][..msgs[i].1] == sbufs[i][..], "data of message {i} ({} bytes)", msgs[i].1);
-            assert_eq!(&rbufs[i][msgs[i].1..], &[0, 0, 0], "bytes past message {i} untouched");
+            assert!(
+                rbufs[i][..msgs[i].1] == sbufs[i][..],
+                "data of message {i} ({} bytes)",
+                msgs[i].1
+            );
+            assert_eq!(
+                &rbufs[i][msgs[i].1..],
+                &[0, 0, 0],
+                "bytes past message {i} untouched"
+            );
             rdone += 1;
         }
         std::thread::yield_now();
@@ -137,7 +164,19 @@ fn xfer(s: &mut dyn SendComm, r: &mut dyn RecvComm, msgs: &[(i32, usize)], windo
 }
 
 const SIZES: &[usize] = &[
-    0, 1, 7, 4095, 4096, 65535, 65536, 65537, 100_000, 1 << 20, (3 << 20) + 5, 16 << 20, 64 << 20,
+    0,
+    1,
+    7,
+    4095,
+    4096,
+    65535,
+    65536,
+    65537,
+    100_000,
+    1 << 20,
+    (3 << 20) + 5,
+    16 << 20,
+    64 << 20,
 ];
 
 #[test]
@@ -152,7 +191,9 @@ fn sizes_ipv4() {
 
 #[test]
 fn sizes_ipv6() {
-    let Some(net) = net_on("sizes_ipv6", Family::V6, 2, 2) else { return };
+    let Some(net) = net_on("sizes_ipv6", Family::V6, 2, 2) else {
+        return;
+    };
     assert_eq!(net.devices()[0].addr, "::1");
     let (mut s, mut r) = pair(&net);
     let msgs: Vec<(i32, usize)> = SIZES.iter().map(|&n| (-3, n)).collect();
@@ -164,8 +205,10 @@ fn threads_x_sockets_settings() {
     for (t, k) in [(1, 1), (1, 3), (3, 1), (4, 4), (16, 4)] {
         let net = net_on("threads_x_sockets_settings", Family::V4, t, k).unwrap();
         let (mut s, mut r) = pair(&net);
-        let msgs: Vec<(i32, usize)> =
-            [0, 1, 65537, 1 << 20, (5 << 20) + 3, 300_000].iter().map(|&n| (1, n)).collect();
+        let msgs: Vec<(i32, usize)> = [0, 1, 65537, 1 << 20, (5 << 20) + 3, 300_000]
+            .iter()
+            .map(|&n| (1, n))
+            .collect();
         xfer(&mut *s, &mut *r, &msgs, 32);
     }
     let e = TcpNet::new(cfg(Family::V4, 17, 1), SECRET).err().unwrap();
@@ -181,7 +224,9 @@ fn many_messages_in_flight() {
     let mut x = 12345u64;
     let msgs: Vec<(i32, usize)> = (0..600)
         .map(|i| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let n = match i % 4 {
                 0 => (x >> 33) as usize % 64,
                 1 => (x >> 33) as usize % 8192,
@@ -193,7 +238,7 @@ fn many_messages_in_flight() {
         .collect();
     xfer(&mut *s, &mut *r, &msgs, 32);
     // Beyond the slots: isend says "not yet" instead of allocating.
-    let b = vec![0u8; 8];
+    let b = [0u8; 8];
     let mr = s.reg_mr(b.as_ptr(), 8, MemKind::Host).unwrap();
     let mut reqs = Vec::new();
     // SAFETY: b outlives every request (they are completed below).
@@ -204,7 +249,12 @@ fn many_messages_in_flight() {
     let mut rb = vec![0u8; 8 * reqs.len()];
     let rmr = r.reg_mr(rb.as_ptr(), rb.len(), MemKind::Host).unwrap();
     for (i, _) in reqs.iter().enumerate() {
-        let b = RecvBuf { ptr: rb[8 * i..].as_mut_ptr(), size: 8, tag: 0, mr: rmr };
+        let b = RecvBuf {
+            ptr: rb[8 * i..].as_mut_ptr(),
+            size: 8,
+            tag: 0,
+            mr: rmr,
+        };
         // SAFETY: rb outlives the request, completed right after.
         let q = unsafe { r.irecv(&[b]) }.unwrap().unwrap();
         let mut sz = [0];
@@ -219,7 +269,10 @@ fn many_messages_in_flight() {
             assert!(Instant::now() < end);
         }
         let e = s.test(q).unwrap_err();
-        assert!(e.msg.contains("not a send request in flight"), "a completed request is stale: {e}");
+        assert!(
+            e.msg.contains("not a send request in flight"),
+            "a completed request is stale: {e}"
+        );
     }
 }
 
@@ -236,7 +289,12 @@ fn group(
         .zip(recvs)
         .map(|(b, m)| {
             let mr = r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap();
-            RecvBuf { ptr: b.as_mut_ptr(), size: b.len(), tag: m.0, mr }
+            RecvBuf {
+                ptr: b.as_mut_ptr(),
+                size: b.len(),
+                tag: m.0,
+                mr,
+            }
         })
         .collect();
     // SAFETY: rbufs outlive the group (completed or failed before returning).
@@ -246,7 +304,11 @@ fn group(
     for (b, m) in sbufs.iter().zip(sends) {
         let mr = s.reg_mr(b.as_ptr(), b.len().max(1), MemKind::Host).unwrap();
         // SAFETY: sbufs outlive the requests.
-        sq.push(unsafe { s.isend(b.as_ptr(), m.1, m.0, mr) }.unwrap().unwrap());
+        sq.push(
+            unsafe { s.isend(b.as_ptr(), m.1, m.0, mr) }
+                .unwrap()
+                .unwrap(),
+        );
     }
     let mut sizes = vec![0; recvs.len()];
     let end = deadline();
@@ -280,7 +342,12 @@ fn grouped_receives_match_by_tag() {
     // A group too large is refused.
     let mut b = [0u8; 4];
     let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host).unwrap();
-    let one = RecvBuf { ptr: b.as_mut_ptr(), size: 4, tag: 0, mr };
+    let one = RecvBuf {
+        ptr: b.as_mut_ptr(),
+        size: 4,
+        tag: 0,
+        mr,
+    };
     // SAFETY: refused before any use of the buffer.
     let e = unsafe { r.irecv(&[one; 9]) }.unwrap_err();
     assert!(e.msg.contains("group of 9"), "{e}");
@@ -291,7 +358,10 @@ fn tag_outside_the_group_is_an_error() {
     let net = net_on("tag_outside_the_group_is_an_error", Family::V4, 1, 2).unwrap();
     let (mut s, mut r) = pair(&net);
     let e = group(&mut *s, &mut *r, &[(1, 8), (2, 8)], &[(3, 8)]).unwrap_err();
-    assert!(e.msg.contains("tag 3") && e.msg.contains("127.0.0.1"), "{e}");
+    assert!(
+        e.msg.contains("tag 3") && e.msg.contains("127.0.0.1"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -299,14 +369,25 @@ fn truncation_is_an_error() {
     let net = net_on("truncation_is_an_error", Family::V4, 2, 2).unwrap();
     let (mut s, mut r) = pair(&net);
     let e = group(&mut *s, &mut *r, &[(4, 100)], &[(4, 200)]).unwrap_err();
-    assert!(e.msg.contains("truncated") && e.msg.contains("200") && e.msg.contains("100"), "{e}");
+    assert!(
+        e.msg.contains("truncated") && e.msg.contains("200") && e.msg.contains("100"),
+        "{e}"
+    );
     // The comm stays failed: later calls report the same error, no hang.
     let mut b = [0u8; 4];
     let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host);
     if let Ok(mr) = mr {
-        let one = RecvBuf { ptr: b.as_mut_ptr(), size: 4, tag: 0, mr };
+        let one = RecvBuf {
+            ptr: b.as_mut_ptr(),
+            size: 4,
+            tag: 0,
+            mr,
+        };
         // SAFETY: refused: the comm failed.
-        assert!(unsafe { r.irecv(&[one]) }.unwrap_err().msg.contains("truncated"));
+        assert!(unsafe { r.irecv(&[one]) }
+            .unwrap_err()
+            .msg
+            .contains("truncated"));
     }
 }
 
@@ -318,9 +399,16 @@ fn sender_closing_mid_message_is_an_error_naming_it() {
     let mut rb = vec![0u8; n];
     let rmr = r.reg_mr(rb.as_ptr(), n, MemKind::Host).unwrap();
     // SAFETY: rb outlives r (dropped at the end of the test, after the error).
-    let rq = unsafe { r.irecv(&[RecvBuf { ptr: rb.as_mut_ptr(), size: n, tag: 0, mr: rmr }]) }
-        .unwrap()
-        .unwrap();
+    let rq = unsafe {
+        r.irecv(&[RecvBuf {
+            ptr: rb.as_mut_ptr(),
+            size: n,
+            tag: 0,
+            mr: rmr,
+        }])
+    }
+    .unwrap()
+    .unwrap();
     let sb = vec![1u8; n];
     let smr = s.reg_mr(sb.as_ptr(), n, MemKind::Host).unwrap();
     // SAFETY: sb outlives s.
@@ -335,7 +423,10 @@ fn sender_closing_mid_message_is_an_error_naming_it() {
             Ok(done) => assert!(!done, "a message completed although its sender closed"),
         }
     };
-    assert!(e.msg.contains("closed the connection") && e.msg.contains("127.0.0.1:"), "{e}");
+    assert!(
+        e.msg.contains("closed the connection") && e.msg.contains("127.0.0.1:"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -381,7 +472,10 @@ fn bad_handles_and_secrets() {
         }
         assert!(t0.elapsed() < Duration::from_secs(5));
     };
-    assert!(e.msg.contains("127.0.0.1:") && e.msg.contains("refused"), "{e}");
+    assert!(
+        e.msg.contains("127.0.0.1:") && e.msg.contains("refused"),
+        "{e}"
+    );
 
     // A different job secret: the listener refuses; the connector says so; the listener stays
     // usable for the right peer.
@@ -412,7 +506,9 @@ fn bad_handles_and_secrets() {
 fn stray_connections_cannot_inject_data() {
     let net = net_on("stray_connections", Family::V4, 1, 1).unwrap();
     let (h, mut l) = net.listen(0).unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", u16::from_le_bytes([h.0[10], h.0[11]])).parse().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", u16::from_le_bytes([h.0[10], h.0[11]]))
+        .parse()
+        .unwrap();
     // Strays: one writing a megabyte of garbage, one sending a hello-sized block of zeros, one
     // that stays silent.
     let mut big = TcpStream::connect(addr).unwrap();
@@ -436,14 +532,18 @@ fn stray_connections_cannot_inject_data() {
     // The listener read one hello's worth from the garbage writer and closed it: more writes
     // fail (reset), where a socket still being read would merely fill up and block.
     big.set_nonblocking(false).unwrap();
-    big.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    big.set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let e = loop {
         if let Err(e) = big.write(&junk) {
             break e;
         }
     };
     assert!(
-        matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe),
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ),
         "the garbage writer was not cut off: {e}"
     );
     let (mut s, mut r) = (s.unwrap(), r.unwrap());
@@ -468,10 +568,16 @@ fn stalled_set_up_fails_in_time() {
             Err(e) => break e,
             Ok(s) => assert!(s.is_none()),
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "set-up did not time out");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "set-up did not time out"
+        );
         std::thread::sleep(Duration::from_millis(5));
     };
-    assert!(e.msg.contains(&format!("127.0.0.1:{port}")) && e.msg.contains("handshake"), "{e}");
+    assert!(
+        e.msg.contains(&format!("127.0.0.1:{port}")) && e.msg.contains("handshake"),
+        "{e}"
+    );
     assert!(t0.elapsed() >= Duration::from_secs(1));
 }
 
@@ -481,7 +587,7 @@ fn registration_rules() {
     let (mut s, mut r) = pair(&net);
     let e = s.reg_mr(std::ptr::null(), 8, MemKind::Cuda).unwrap_err();
     assert!(e.msg.contains("host memory only"), "{e}");
-    let b = vec![0u8; 100];
+    let b = [0u8; 100];
     let mr = s.reg_mr(b.as_ptr(), 50, MemKind::Host).unwrap();
     // SAFETY: refused before any use of the buffer.
     let e = unsafe { s.isend(b.as_ptr(), 60, 0, mr) }.unwrap_err();
@@ -489,7 +595,10 @@ fn registration_rules() {
     s.dereg_mr(mr).unwrap();
     assert!(s.dereg_mr(mr).is_err());
     // SAFETY: refused before any use of the buffer.
-    assert!(unsafe { s.isend(b.as_ptr(), 10, 0, mr) }.unwrap_err().msg.contains("not registered"));
+    assert!(unsafe { s.isend(b.as_ptr(), 10, 0, mr) }
+        .unwrap_err()
+        .msg
+        .contains("not registered"));
     let e = r.test(Request { slot: 3, gen: 9 }, &mut [0]).unwrap_err();
     assert!(e.msg.contains("not a receive request"), "{e}");
     assert!(r.test(Request { slot: 999, gen: 0 }, &mut [0]).is_err());

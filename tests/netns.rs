@@ -44,7 +44,9 @@ impl Drop for Down {
 }
 
 fn pattern(i: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|k| (k.wrapping_mul(31) ^ i.wrapping_mul(97)) as u8).collect()
+    (0..len)
+        .map(|k| (k.wrapping_mul(31) ^ i.wrapping_mul(97)) as u8)
+        .collect()
 }
 
 fn net() -> TcpNet {
@@ -79,9 +81,16 @@ fn child_recv(dir: &Path) {
         let mut b = vec![0u8; n + 1];
         let mr = r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap();
         // SAFETY: b outlives the request, completed below before b is read.
-        let q = unsafe { r.irecv(&[RecvBuf { ptr: b.as_mut_ptr(), size: n + 1, tag: i as i32, mr }]) }
-            .unwrap()
-            .unwrap();
+        let q = unsafe {
+            r.irecv(&[RecvBuf {
+                ptr: b.as_mut_ptr(),
+                size: n + 1,
+                tag: i as i32,
+                mr,
+            }])
+        }
+        .unwrap()
+        .unwrap();
         let mut sz = [0];
         while !r.test(q, &mut sz).unwrap() {
             assert!(Instant::now() < end, "message {i} hangs");
@@ -115,7 +124,9 @@ fn child_send(dir: &Path) {
         let b = pattern(i, n);
         let mr = s.reg_mr(b.as_ptr(), n, MemKind::Host).unwrap();
         // SAFETY: b outlives the request, completed below.
-        let q = unsafe { s.isend(b.as_ptr(), n, i as i32, mr) }.unwrap().unwrap();
+        let q = unsafe { s.isend(b.as_ptr(), n, i as i32, mr) }
+            .unwrap()
+            .unwrap();
         while s.test(q).unwrap().is_none() {
             assert!(Instant::now() < end, "send {i} hangs");
         }
@@ -164,7 +175,10 @@ fn tcp_between_two_namespace_nodes() {
     let mut tx = spawn("0", "send");
     let (sr, ss) = (rx.wait().unwrap(), tx.wait().unwrap());
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(sr.success() && ss.success(), "children: recv {sr}, send {ss}");
+    assert!(
+        sr.success() && ss.success(),
+        "children: recv {sr}, send {ss}"
+    );
 
     drop(guard);
     let left = String::from_utf8_lossy(&nodes(&prefix, &["list"]).stdout).to_string();
@@ -174,7 +188,9 @@ fn tcp_between_two_namespace_nodes() {
     let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
     let links = String::from_utf8_lossy(&links.stdout);
     assert!(
-        !links.lines().any(|l| l.contains("rail0") || l.contains(&prefix) || l.contains(" p0r0")),
+        !links
+            .lines()
+            .any(|l| l.contains("rail0") || l.contains(&prefix) || l.contains(" p0r0")),
         "interfaces left in the root namespace: {links}"
     );
 }

@@ -36,7 +36,11 @@ pub struct NodeMap {
 impl NodeMap {
     /// From the node name of each rank (index = rank).
     pub fn from_names(names: &[String]) -> NodeMap {
-        let mut m = NodeMap { node_of: Vec::with_capacity(names.len()), ranks: Vec::new(), names: Vec::new() };
+        let mut m = NodeMap {
+            node_of: Vec::with_capacity(names.len()),
+            ranks: Vec::new(),
+            names: Vec::new(),
+        };
         for (r, n) in names.iter().enumerate() {
             let i = match m.names.iter().position(|x| x == n) {
                 Some(i) => i,
@@ -63,7 +67,10 @@ pub fn exchange(bs: &dyn Bootstrap, name: &str) -> MpiResult<NodeMap> {
     bs.put(KEY, name.as_bytes());
     bs.fence()?;
     let names = (0..bs.size())
-        .map(|r| bs.get(r, KEY).map(|v| String::from_utf8_lossy(&v).into_owned()))
+        .map(|r| {
+            bs.get(r, KEY)
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+        })
         .collect::<MpiResult<Vec<_>>>()?;
     Ok(NodeMap::from_names(&names))
 }
@@ -74,7 +81,10 @@ mod tests {
 
     #[test]
     fn map_numbers_nodes_by_lowest_rank() {
-        let n: Vec<String> = ["b", "a", "b", "c", "a"].iter().map(|s| s.to_string()).collect();
+        let n: Vec<String> = ["b", "a", "b", "c", "a"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let m = NodeMap::from_names(&n);
         assert_eq!(m.node_of, [0, 1, 0, 2, 1]);
         assert_eq!(m.ranks, [vec![0, 2], vec![1, 4], vec![3]]);

@@ -44,12 +44,18 @@ pub fn interfaces() -> io::Result<Vec<IfAddr>> {
             libc::AF_INET => {
                 // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                (IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))), 0)
+                (
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
+                    0,
+                )
             }
             libc::AF_INET6 => {
                 // SAFETY: family AF_INET6 means the sockaddr is a sockaddr_in6.
                 let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                (IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)), sin6.sin6_scope_id)
+                (
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                    sin6.sin6_scope_id,
+                )
             }
             _ => continue,
         };
@@ -70,10 +76,18 @@ pub fn interfaces() -> io::Result<Vec<IfAddr>> {
 /// Starts a TCP connection to `addr` without waiting for it: the returned stream is nonblocking
 /// and the connection is established when it polls writable with no `take_error()`.
 pub fn connect_nonblocking(addr: &SocketAddr) -> io::Result<TcpStream> {
-    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain socket(2) call; the descriptor is owned by the OwnedFd right after.
     let fd = unsafe {
-        libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());
@@ -119,7 +133,12 @@ pub fn connect_nonblocking(addr: &SocketAddr) -> io::Result<TcpStream> {
 pub fn send_nb(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: buf is a valid readable slice of buf.len() bytes.
     let r = unsafe {
-        libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
     };
     if r < 0 {
         Err(io::Error::last_os_error())

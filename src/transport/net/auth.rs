@@ -21,7 +21,10 @@ fn sip(k0: u64, k1: u64, parts: &[&[u8]]) -> u64 {
 impl Key {
     pub fn from_secret(secret: &[u8]) -> Key {
         const C: u64 = 0x6770_756d_7069_6e65; // "gpumpine"
-        Key([sip(C, !C, &[b"gpumpi-net-key-0", secret]), sip(!C, C, &[b"gpumpi-net-key-1", secret])])
+        Key([
+            sip(C, !C, &[b"gpumpi-net-key-0", secret]),
+            sip(!C, C, &[b"gpumpi-net-key-1", secret]),
+        ])
     }
 
     /// The 128-bit MAC of `parts` (each length-prefixed, so boundaries cannot shift).
@@ -58,7 +61,11 @@ mod tests {
         let m = k.mac(&[b"ab", b"c"]);
         assert_eq!(m, Key::from_secret(b"secret").mac(&[b"ab", b"c"]));
         assert_ne!(m, Key::from_secret(b"secreT").mac(&[b"ab", b"c"]));
-        assert_ne!(m, k.mac(&[b"a", b"bc"]), "part boundaries are part of the input");
+        assert_ne!(
+            m,
+            k.mac(&[b"a", b"bc"]),
+            "part boundaries are part of the input"
+        );
         assert_ne!(m, k.mac(&[b"ab", b"d"]));
         assert!(ct_eq(&m, &m) && !ct_eq(&m, &[0; 16]) && !ct_eq(&m, &m[..15]));
         assert_ne!(random::<16>().unwrap(), random::<16>().unwrap());

@@ -31,14 +31,21 @@ impl IfFilter {
             .filter(|n| !n.is_empty())
             .map(String::from)
             .collect();
-        IfFilter { exclude, exact, names }
+        IfFilter {
+            exclude,
+            exact,
+            names,
+        }
     }
 
     pub fn matches(&self, name: &str) -> bool {
-        let hit = self
-            .names
-            .iter()
-            .any(|n| if self.exact { name == n } else { name.starts_with(n.as_str()) });
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                name == n
+            } else {
+                name.starts_with(n.as_str())
+            }
+        });
         hit != self.exclude
     }
 }
@@ -82,7 +89,11 @@ pub fn select(addrs: &[IfAddr], spec: Option<&str>, family: Family) -> Vec<IfAdd
     let picked: Vec<&IfAddr> = match spec {
         Some(s) => {
             let f = IfFilter::parse(s);
-            addrs.iter().filter(usable).filter(|a| f.matches(&a.name)).collect()
+            addrs
+                .iter()
+                .filter(usable)
+                .filter(|a| f.matches(&a.name))
+                .collect()
         }
         None => {
             let normal: Vec<&IfAddr> = addrs
@@ -118,7 +129,13 @@ mod tests {
     use super::*;
 
     fn a(name: &str, addr: &str, loopback: bool) -> IfAddr {
-        IfAddr { name: name.into(), addr: addr.parse().unwrap(), scope_id: 0, up: true, loopback }
+        IfAddr {
+            name: name.into(),
+            addr: addr.parse().unwrap(),
+            scope_id: 0,
+            up: true,
+            loopback,
+        }
     }
 
     fn fixture() -> Vec<IfAddr> {
@@ -143,7 +160,11 @@ mod tests {
     fn parse_forms() {
         assert_eq!(
             IfFilter::parse("^=eth0, lo"),
-            IfFilter { exclude: true, exact: true, names: vec!["eth0".into(), "lo".into()] }
+            IfFilter {
+                exclude: true,
+                exact: true,
+                names: vec!["eth0".into(), "lo".into()]
+            }
         );
         let f = IfFilter::parse("eth");
         assert!(f.matches("eth0") && f.matches("eth10") && !f.matches("ib0"));
@@ -156,30 +177,52 @@ mod tests {
     #[test]
     fn default_skips_loopback_and_bridges_and_prefers_ipv4() {
         let s = select(&fixture(), None, Family::Any);
-        assert_eq!(names(&s), ["eth0=192.0.2.2", "ib0=10.0.0.1", "eth10=10.1.0.1"]);
+        assert_eq!(
+            names(&s),
+            ["eth0=192.0.2.2", "ib0=10.0.0.1", "eth10=10.1.0.1"]
+        );
         let s = select(&fixture(), None, Family::V6);
-        assert_eq!(names(&s), ["eth0=fd00::2"], "a global IPv6 address before link-local");
+        assert_eq!(
+            names(&s),
+            ["eth0=fd00::2"],
+            "a global IPv6 address before link-local"
+        );
     }
 
     #[test]
     fn default_falls_back_to_loopback() {
         let only_lo: Vec<_> = fixture().into_iter().filter(|a| a.loopback).collect();
-        assert_eq!(names(&select(&only_lo, None, Family::Any)), ["lo=127.0.0.1"]);
+        assert_eq!(
+            names(&select(&only_lo, None, Family::Any)),
+            ["lo=127.0.0.1"]
+        );
         assert_eq!(names(&select(&only_lo, None, Family::V6)), ["lo=::1"]);
     }
 
     #[test]
     fn explicit_specs() {
         let f = fixture();
-        assert_eq!(names(&select(&f, Some("=eth1"), Family::Any)), Vec::<String>::new());
-        assert_eq!(names(&select(&f, Some("=eth10"), Family::Any)), ["eth10=10.1.0.1"]);
-        assert_eq!(names(&select(&f, Some("lo"), Family::Any)), ["lo=127.0.0.1"]);
+        assert_eq!(
+            names(&select(&f, Some("=eth1"), Family::Any)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names(&select(&f, Some("=eth10"), Family::Any)),
+            ["eth10=10.1.0.1"]
+        );
+        assert_eq!(
+            names(&select(&f, Some("lo"), Family::Any)),
+            ["lo=127.0.0.1"]
+        );
         assert_eq!(
             names(&select(&f, Some("^eth,lo"), Family::Any)),
             ["docker0=172.17.0.1", "virbr0=192.168.122.1", "ib0=10.0.0.1"]
         );
         let mut down = f.clone();
         down[7].up = false;
-        assert_eq!(names(&select(&down, Some("ib"), Family::Any)), Vec::<String>::new());
+        assert_eq!(
+            names(&select(&down, Some("ib"), Family::Any)),
+            Vec::<String>::new()
+        );
     }
 }

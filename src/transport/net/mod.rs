@@ -161,8 +161,13 @@ pub trait SendComm: Send {
     /// # Safety
     /// `data..data+size` must be readable, lie in `mr`, and stay unchanged until
     /// [`SendComm::test`] reports the request complete (or the comm is dropped).
-    unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: Mr)
-        -> NetResult<Option<Request>>;
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mr: Mr,
+    ) -> NetResult<Option<Request>>;
     /// `Ok(Some(size))` once the request is complete (its slot is then free), `Ok(None)` before.
     fn test(&mut self, req: Request) -> NetResult<Option<usize>>;
     /// The peer's address, as errors name it.
@@ -188,8 +193,11 @@ pub trait RecvComm: Send {
 
 /// The backends in automatic-selection order: the first that opens and has a device wins.
 /// (ibverbs joins this list ahead of TCP.)
-const BACKENDS: &[(&str, fn(&[u8]) -> NetResult<Box<dyn Net>>)] =
+const BACKENDS: &[(&str, OpenFn)] =
     &[("tcp", |secret| Ok(Box::new(tcp::TcpNet::from_env(secret)?)))];
+
+/// Opens one backend with the job secret.
+type OpenFn = fn(&[u8]) -> NetResult<Box<dyn Net>>;
 
 /// Opens the backend `GPUMPI_NET` names (unset: the first of [`BACKENDS`] that opens with at
 /// least one device). `secret` is the job's shared secret: connection set-up proves
@@ -200,7 +208,10 @@ pub fn open(secret: &[u8]) -> NetResult<Box<dyn Net>> {
 }
 
 fn open_named(want: Option<&str>, secret: &[u8]) -> NetResult<Box<dyn Net>> {
-    if let Some(w) = want.map(str::trim).filter(|w| !w.is_empty() && *w != "auto") {
+    if let Some(w) = want
+        .map(str::trim)
+        .filter(|w| !w.is_empty() && *w != "auto")
+    {
         let Some((_, ctor)) = BACKENDS.iter().find(|(n, _)| n.eq_ignore_ascii_case(w)) else {
             let names: Vec<_> = BACKENDS.iter().map(|(n, _)| *n).collect();
             return Err(NetError::new(format!(
@@ -223,7 +234,10 @@ fn open_named(want: Option<&str>, secret: &[u8]) -> NetResult<Box<dyn Net>> {
             Err(e) => why.push(format!("{name}: {e}")),
         }
     }
-    Err(NetError::new(format!("no network backend available ({})", why.join("; "))))
+    Err(NetError::new(format!(
+        "no network backend available ({})",
+        why.join("; ")
+    )))
 }
 
 #[cfg(test)]
@@ -233,7 +247,10 @@ mod tests {
     #[test]
     fn unknown_backend_is_an_error_naming_the_known_ones() {
         let e = open_named(Some("carrier-pigeon"), b"s").err().unwrap();
-        assert!(e.msg.contains("GPUMPI_NET=carrier-pigeon") && e.msg.contains("tcp"), "{e}");
+        assert!(
+            e.msg.contains("GPUMPI_NET=carrier-pigeon") && e.msg.contains("tcp"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -29,8 +29,8 @@
 use super::auth::{self, Key};
 use super::ifname::{self, Family};
 use super::{
-    Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult, Props, PtrSupport,
-    RecvBuf, RecvComm, Request, SendComm, HANDLE_BYTES,
+    Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult, Props, PtrSupport, RecvBuf,
+    RecvComm, Request, SendComm, HANDLE_BYTES,
 };
 use crate::sys::socket::{self as sock, EventFd, IfAddr, PollFd, POLLIN, POLLOUT};
 use std::collections::VecDeque;
@@ -163,7 +163,11 @@ impl TcpNet {
                     name: a.name.clone(),
                     addr: a.addr.to_string(),
                     speed_mbps: link_speed(&a.name),
-                    ptr_support: PtrSupport { host: true, cuda: false, dmabuf: false },
+                    ptr_support: PtrSupport {
+                        host: true,
+                        cuda: false,
+                        dmabuf: false,
+                    },
                     max_recvs: MAX_RECVS,
                     max_requests: MAX_REQUESTS,
                 },
@@ -171,13 +175,21 @@ impl TcpNet {
             })
             .collect();
         let props = devs.iter().map(|d| d.props.clone()).collect();
-        Ok(TcpNet { cfg, key: Key::from_secret(secret), devs, props })
+        Ok(TcpNet {
+            cfg,
+            key: Key::from_secret(secret),
+            devs,
+            props,
+        })
     }
 
     fn dev(&self, dev: usize) -> NetResult<&Dev> {
-        self.devs
-            .get(dev)
-            .ok_or_else(|| err(format!("tcp: no device {dev} ({} devices)", self.devs.len())))
+        self.devs.get(dev).ok_or_else(|| {
+            err(format!(
+                "tcp: no device {dev} ({} devices)",
+                self.devs.len()
+            ))
+        })
     }
 }
 
@@ -233,7 +245,11 @@ impl HandleData {
                 let scope = u32::from_le_bytes(h[28..32].try_into().unwrap());
                 SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope))
             }
-            f => return Err(err(format!("tcp: connection handle with bad address family {f}"))),
+            f => {
+                return Err(err(format!(
+                    "tcp: connection handle with bad address family {f}"
+                )))
+            }
         };
         let (threads, socks) = (h[7], h[8]);
         let n = threads as usize * socks as usize;
@@ -252,7 +268,14 @@ impl HandleData {
 }
 
 fn hello_mac(key: &Key, token: &[u8; 16], nonce: &[u8; NONCE], role: u8, conn: u64) -> [u8; 16] {
-    key.mac(&[b"gpumpi-tcp-hello", token, nonce, &[role], &conn.to_le_bytes(), &VERSION.to_le_bytes()])
+    key.mac(&[
+        b"gpumpi-tcp-hello",
+        token,
+        nonce,
+        &[role],
+        &conn.to_le_bytes(),
+        &VERSION.to_le_bytes(),
+    ])
 }
 
 impl Net for TcpNet {
@@ -272,8 +295,11 @@ impl Net for TcpNet {
         };
         let l = TcpListener::bind(bind)
             .map_err(|e| err(format!("tcp: listen on {bind} ({}): {e}", d.props.name)))?;
-        l.set_nonblocking(true).map_err(|e| err(format!("tcp: listen on {bind}: {e}")))?;
-        let addr = l.local_addr().map_err(|e| err(format!("tcp: listen on {bind}: {e}")))?;
+        l.set_nonblocking(true)
+            .map_err(|e| err(format!("tcp: listen on {bind}: {e}")))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| err(format!("tcp: listen on {bind}: {e}")))?;
         let token = auth::random::<16>().map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?;
         let hd = HandleData {
             addr,
@@ -305,7 +331,12 @@ impl Net for TcpNet {
         for _ in 0..n {
             let s = sock::connect_nonblocking(&hd.addr)
                 .map_err(|e| err(format!("tcp: connect to {}: {e}", hd.addr)))?;
-            socks.push(ConnSock { s, state: CState::Connecting, buf: [0; HELLO], done: 0 });
+            socks.push(ConnSock {
+                s,
+                state: CState::Connecting,
+                buf: [0; HELLO],
+                done: 0,
+            });
         }
         let now = Instant::now();
         Ok(Box::new(TcpConnect {
@@ -364,7 +395,11 @@ impl TcpConnect {
         loop {
             match c.state {
                 CState::Connecting => {
-                    let mut p = [PollFd { fd, events: POLLOUT, revents: 0 }];
+                    let mut p = [PollFd {
+                        fd,
+                        events: POLLOUT,
+                        revents: 0,
+                    }];
                     sock::poll(&mut p, 0).map_err(|e| err(format!("tcp: poll: {e}")))?;
                     if p[0].revents == 0 {
                         return Ok(());
@@ -372,7 +407,8 @@ impl TcpConnect {
                     if let Ok(Some(e)) | Err(e) = c.s.take_error() {
                         return Err(err(format!("tcp: connect to {addr}: {e}")));
                     }
-                    c.s.set_nodelay(true).map_err(|e| err(format!("tcp: {addr}: {e}")))?;
+                    c.s.set_nodelay(true)
+                        .map_err(|e| err(format!("tcp: {addr}: {e}")))?;
                     c.state = CState::ReadNonce;
                     c.done = 0;
                 }
@@ -451,7 +487,9 @@ impl Connector for TcpConnect {
             }
             return Ok(None);
         }
-        let deadline = *self.accept_deadline.get_or_insert(now + self.accept_timeout);
+        let deadline = *self
+            .accept_deadline
+            .get_or_insert(now + self.accept_timeout);
         if self.socks.iter().any(|c| c.state != CState::Done) {
             if now > deadline {
                 return Err(err(format!(
@@ -537,7 +575,10 @@ impl TcpListen {
         if role as usize > nsocks {
             return Check::Drop(format!("socket role {role} out of range"));
         }
-        Check::Ok { role: role as usize, conn }
+        Check::Ok {
+            role: role as usize,
+            conn,
+        }
     }
 }
 
@@ -555,7 +596,15 @@ impl Listener for TcpListen {
                         .map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?;
                     let _ = s.set_nonblocking(true);
                     let _ = s.set_nodelay(true);
-                    let p = Pending { s, peer, nonce, sent: 0, buf: [0; HELLO], got: 0, since: Instant::now() };
+                    let p = Pending {
+                        s,
+                        peer,
+                        nonce,
+                        sent: 0,
+                        buf: [0; HELLO],
+                        got: 0,
+                        since: Instant::now(),
+                    };
                     self.pending.push(p);
                 }
                 Err(e) if would_block(&e) => break,
@@ -609,8 +658,14 @@ impl Listener for TcpListen {
                 }
             }
         }
-        self.groups.retain(|g| now.duration_since(g.since) <= self.timeout || g.socks.iter().all(Option::is_some));
-        if let Some(gi) = self.groups.iter().position(|g| g.socks.iter().all(Option::is_some)) {
+        self.groups.retain(|g| {
+            now.duration_since(g.since) <= self.timeout || g.socks.iter().all(Option::is_some)
+        });
+        if let Some(gi) = self
+            .groups
+            .iter()
+            .position(|g| g.socks.iter().all(Option::is_some))
+        {
             let g = self.groups.swap_remove(gi);
             let socks: Vec<TcpStream> = g.socks.into_iter().map(Option::unwrap).collect();
             let comm = Comm::start(socks, self.hd, g.peer.to_string(), Dir::Recv)?;
@@ -682,7 +737,11 @@ fn helper_loop(socks: Vec<TcpStream>, dir: Dir, hs: Arc<HelperShared>, sh: Arc<S
     let n = socks.len();
     let mut cur: Vec<Option<Task>> = vec![None; n];
     let mut pfds: Vec<PollFd> = Vec::with_capacity(n + 1);
-    let what = if dir == Dir::Send { "sending to" } else { "receiving from" };
+    let what = if dir == Dir::Send {
+        "sending to"
+    } else {
+        "receiving from"
+    };
     while !hs.stop.load(Ordering::Acquire) {
         if cur.iter().any(Option::is_none) {
             let mut q = hs.queues.lock().unwrap_or_else(|p| p.into_inner());
@@ -702,13 +761,16 @@ fn helper_loop(socks: Vec<TcpStream>, dir: Dir, hs: Arc<HelperShared>, sh: Arc<S
                     // SAFETY: the range lies in the buffer the caller passed to isend, which
                     // stays valid and unchanged until the request completes (isend's
                     // contract); the request cannot complete before this piece is counted.
-                    let b = unsafe { std::slice::from_raw_parts((t.ptr + t.done) as *const u8, rest) };
+                    let b =
+                        unsafe { std::slice::from_raw_parts((t.ptr + t.done) as *const u8, rest) };
                     sock::send_nb(fd, b)
                 }
                 Dir::Recv => {
                     // SAFETY: the range lies in a buffer passed to irecv, writable and not
                     // accessed by anyone else until the group completes (irecv's contract).
-                    let b = unsafe { std::slice::from_raw_parts_mut((t.ptr + t.done) as *mut u8, rest) };
+                    let b = unsafe {
+                        std::slice::from_raw_parts_mut((t.ptr + t.done) as *mut u8, rest)
+                    };
                     sock::recv_nb(fd, b)
                 }
             };
@@ -734,7 +796,10 @@ fn helper_loop(socks: Vec<TcpStream>, dir: Dir, hs: Arc<HelperShared>, sh: Arc<S
                 }
                 Err(e) if would_block(&e) => {}
                 Err(e) => {
-                    sh.fail(format!("tcp: error {what} {} in the middle of a message: {e}", sh.peer));
+                    sh.fail(format!(
+                        "tcp: error {what} {} in the middle of a message: {e}",
+                        sh.peer
+                    ));
                     return;
                 }
             }
@@ -746,18 +811,28 @@ fn helper_loop(socks: Vec<TcpStream>, dir: Dir, hs: Arc<HelperShared>, sh: Arc<S
         hs.sleeping.store(true, Ordering::SeqCst);
         let queued = {
             let q = hs.queues.lock().unwrap_or_else(|p| p.into_inner());
-            cur.iter().zip(q.iter()).any(|(c, q)| c.is_none() && !q.is_empty())
+            cur.iter()
+                .zip(q.iter())
+                .any(|(c, q)| c.is_none() && !q.is_empty())
         };
         if queued || hs.stop.load(Ordering::SeqCst) {
             hs.sleeping.store(false, Ordering::SeqCst);
             continue;
         }
         pfds.clear();
-        pfds.push(PollFd { fd: hs.wake.fd(), events: POLLIN, revents: 0 });
+        pfds.push(PollFd {
+            fd: hs.wake.fd(),
+            events: POLLIN,
+            revents: 0,
+        });
         let ev = if dir == Dir::Send { POLLOUT } else { POLLIN };
         for (i, c) in cur.iter().enumerate() {
             if c.is_some() {
-                pfds.push(PollFd { fd: socks[i].as_raw_fd(), events: ev, revents: 0 });
+                pfds.push(PollFd {
+                    fd: socks[i].as_raw_fd(),
+                    events: ev,
+                    revents: 0,
+                });
             }
         }
         if let Err(e) = sock::poll(&mut pfds, -1) {
@@ -800,25 +875,43 @@ impl Comm {
         for (s, st) in data.into_iter().enumerate() {
             per[s % threads].push(st);
         }
-        let mut helpers = Vec::with_capacity(threads);
+        // The comm exists before its helpers start, so that a failure half-way stops (Drop)
+        // the helpers already started.
+        let mut comm = Comm {
+            sh: sh.clone(),
+            ctrl,
+            helpers: Vec::with_capacity(threads),
+            threads,
+            nsocks,
+            next_sock: 0,
+            mrs: Vec::new(),
+        };
         for (t, mine) in per.into_iter().enumerate() {
             let hs = Arc::new(HelperShared {
                 queues: Mutex::new(
-                    (0..mine.len()).map(|_| VecDeque::with_capacity(MAX_REQUESTS)).collect(),
+                    (0..mine.len())
+                        .map(|_| VecDeque::with_capacity(MAX_REQUESTS))
+                        .collect(),
                 ),
                 sleeping: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 wake: EventFd::new().map_err(|e| err(format!("tcp: eventfd: {e}")))?,
             });
             let (hs2, sh2) = (hs.clone(), sh.clone());
-            let name = format!("gpumpi-net-{}{t}", if dir == Dir::Send { "tx" } else { "rx" });
+            let name = format!(
+                "gpumpi-net-{}{t}",
+                if dir == Dir::Send { "tx" } else { "rx" }
+            );
             let join = std::thread::Builder::new()
                 .name(name)
                 .spawn(move || helper_loop(mine, dir, hs2, sh2))
                 .map_err(|e| err(format!("tcp: cannot start a helper thread: {e}")))?;
-            helpers.push(Helper { hs, join: Some(join) });
+            comm.helpers.push(Helper {
+                hs,
+                join: Some(join),
+            });
         }
-        Ok(Comm { sh, ctrl, helpers, threads, nsocks, next_sock: 0, mrs: Vec::new() })
+        Ok(comm)
     }
 
     fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr> {
@@ -854,7 +947,12 @@ impl Comm {
 
     fn check_mr(&self, op: &str, ptr: usize, size: usize, mr: Mr) -> NetResult<()> {
         match self.mrs.get(mr.0 as usize) {
-            Some(Some((b, l))) if size == 0 || (ptr >= *b && ptr.checked_add(size).is_some_and(|e| e <= b + l)) => Ok(()),
+            Some(Some((b, l)))
+                if size == 0
+                    || (ptr >= *b && ptr.checked_add(size).is_some_and(|e| e <= b + l)) =>
+            {
+                Ok(())
+            }
             Some(Some((b, l))) => Err(err(format!(
                 "tcp: {op}: buffer {ptr:#x}+{size} is outside its registration {b:#x}+{l}"
             ))),
@@ -871,8 +969,14 @@ impl Comm {
             let len = piece.min(size - off);
             let s = (self.next_sock + i) % self.nsocks;
             let h = &self.helpers[s % self.threads];
-            h.hs.queues.lock().unwrap_or_else(|p| p.into_inner())[s / self.threads]
-                .push_back(Task { ptr: ptr + off, len, done: 0, slot });
+            h.hs.queues.lock().unwrap_or_else(|p| p.into_inner())[s / self.threads].push_back(
+                Task {
+                    ptr: ptr + off,
+                    len,
+                    done: 0,
+                    slot,
+                },
+            );
             if h.hs.sleeping.swap(false, Ordering::SeqCst) {
                 h.hs.wake.signal();
             }
@@ -951,7 +1055,10 @@ impl TcpSend {
                 }
                 Err(e) if would_block(&e) => break,
                 Err(e) => {
-                    self.c.sh.fail(format!("tcp: control connection to {}: {e}", self.c.sh.peer));
+                    self.c.sh.fail(format!(
+                        "tcp: control connection to {}: {e}",
+                        self.c.sh.peer
+                    ));
                     break;
                 }
             }
@@ -969,7 +1076,13 @@ impl SendComm for TcpSend {
         self.c.dereg_mr(mr)
     }
 
-    unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: Mr) -> NetResult<Option<Request>> {
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mr: Mr,
+    ) -> NetResult<Option<Request>> {
         self.c.sh.check()?;
         self.c.check_mr("isend", data as usize, size, mr)?;
         let Some(slot) = self.slots.iter().position(|s| !s.active) else {
@@ -983,8 +1096,17 @@ impl SendComm for TcpSend {
         self.c.sh.done[slot].store(0, Ordering::Release);
         let pieces = self.c.post_pieces(data as usize, size, slot as u32);
         let s = &mut self.slots[slot];
-        *s = SendSlot { gen: s.gen.wrapping_add(1), active: true, size, pieces, hdr_end: self.queued };
-        let req = Request { slot: slot as u32, gen: s.gen };
+        *s = SendSlot {
+            gen: s.gen.wrapping_add(1),
+            active: true,
+            size,
+            pieces,
+            hdr_end: self.queued,
+        };
+        let req = Request {
+            slot: slot as u32,
+            gen: s.gen,
+        };
         self.flush()?;
         Ok(Some(req))
     }
@@ -992,7 +1114,11 @@ impl SendComm for TcpSend {
     fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
         let s = match self.slots.get(req.slot as usize) {
             Some(s) if s.active && s.gen == req.gen => *s,
-            _ => return Err(err(format!("tcp: test: {req:?} is not a send request in flight"))),
+            _ => {
+                return Err(err(format!(
+                    "tcp: test: {req:?} is not a send request in flight"
+                )))
+            }
         };
         self.flush()?;
         let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
@@ -1074,7 +1200,10 @@ impl TcpRecv {
                     Ok(n) => self.got += n,
                     Err(e) if would_block(&e) => return Ok(()),
                     Err(e) => {
-                        self.c.sh.fail(format!("tcp: control connection from {}: {e}", self.c.sh.peer));
+                        self.c.sh.fail(format!(
+                            "tcp: control connection from {}: {e}",
+                            self.c.sh.peer
+                        ));
                         return self.c.sh.check();
                     }
                 }
@@ -1085,7 +1214,10 @@ impl TcpRecv {
             let s = &mut self.slots[slot as usize];
             let n = s.n;
             let Some(e) = (0..n).find(|&e| !s.matched[e] && s.bufs[e].2 == tag) else {
-                let tags: Vec<i32> = (0..n).filter(|&e| !s.matched[e]).map(|e| s.bufs[e].2).collect();
+                let tags: Vec<i32> = (0..n)
+                    .filter(|&e| !s.matched[e])
+                    .map(|e| s.bufs[e].2)
+                    .collect();
                 self.c.sh.fail(format!(
                     "tcp: message with tag {tag} from {} matches no receive of the posted group \
                      (unmatched tags {tags:?})",
@@ -1141,19 +1273,30 @@ impl RecvComm for TcpRecv {
         self.c.sh.done[slot].store(0, Ordering::Release);
         let s = &mut self.slots[slot];
         let gen = s.gen.wrapping_add(1);
-        *s = RecvSlot { gen, active: true, n: bufs.len(), ..RecvSlot::default() };
+        *s = RecvSlot {
+            gen,
+            active: true,
+            n: bufs.len(),
+            ..RecvSlot::default()
+        };
         for (i, b) in bufs.iter().enumerate() {
             s.bufs[i] = (b.ptr as usize, b.size, b.tag);
         }
         self.order.push_back(slot as u32);
         self.progress()?;
-        Ok(Some(Request { slot: slot as u32, gen }))
+        Ok(Some(Request {
+            slot: slot as u32,
+            gen,
+        }))
     }
 
     fn test(&mut self, req: Request, sizes: &mut [usize]) -> NetResult<bool> {
-        let ok = matches!(self.slots.get(req.slot as usize), Some(s) if s.active && s.gen == req.gen);
+        let ok =
+            matches!(self.slots.get(req.slot as usize), Some(s) if s.active && s.gen == req.gen);
         if !ok {
-            return Err(err(format!("tcp: test: {req:?} is not a receive request in flight")));
+            return Err(err(format!(
+                "tcp: test: {req:?} is not a receive request in flight"
+            )));
         }
         self.progress()?;
         let s = &self.slots[req.slot as usize];
@@ -1180,12 +1323,26 @@ mod tests {
     #[test]
     fn split_covers_the_message_with_at_most_one_piece_per_socket() {
         for nsocks in [1, 2, 3, 4, 8, 64] {
-            for size in [1, 4095, 4096, 65535, 65536, 65537, 200_000, 1 << 20, (63 << 16) + 1, 64 << 20] {
+            for size in [
+                1,
+                4095,
+                4096,
+                65535,
+                65536,
+                65537,
+                200_000,
+                1 << 20,
+                (63 << 16) + 1,
+                64 << 20,
+            ] {
                 let (pieces, piece) = split(size, nsocks);
                 assert!(pieces >= 1 && pieces <= nsocks, "{size} {nsocks}: {pieces}");
                 assert!(piece % 4096 == 0 && (pieces - 1) * piece < size && pieces * piece >= size);
                 if size > MIN_CHUNK && nsocks > 1 {
-                    assert!(pieces > 1, "{size} over {nsocks} sockets stays in one piece");
+                    assert!(
+                        pieces > 1,
+                        "{size} over {nsocks} sockets stays in one piece"
+                    );
                 }
             }
         }
@@ -1205,10 +1362,18 @@ mod tests {
         }
         let e = HandleData::decode(&Handle([0; HANDLE_BYTES])).unwrap_err();
         assert!(e.msg.contains("bad magic"), "{e}");
-        let hd = HandleData { addr: "127.0.0.1:1".parse().unwrap(), threads: 1, socks_per_thread: 1, token: [0; 16] };
+        let hd = HandleData {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            threads: 1,
+            socks_per_thread: 1,
+            token: [0; 16],
+        };
         let mut h = hd.encode();
         h.0[4] = 9;
-        assert!(HandleData::decode(&h).unwrap_err().msg.contains("different gpumpi versions"));
+        assert!(HandleData::decode(&h)
+            .unwrap_err()
+            .msg
+            .contains("different gpumpi versions"));
         let mut h = hd.encode();
         h.0[7] = 65;
         assert!(HandleData::decode(&h).unwrap_err().msg.contains("corrupt"));
