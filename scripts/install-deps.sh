@@ -3,6 +3,7 @@
 #   gcc, g++      mpicc/mpicxx and every C test          pkg-config   tests/install.rs (mpi.pc)
 #   binutils      readelf (install and export checks)    libclang-dev bindgen, for the rsmpi stage
 #   python3-venv  mpi4py stage, launcher tests (PyPI)    python3-pip  scripts/install-nvcc.sh
+#   iproute2      `ip`: namespace nodes (scripts/netns-nodes.sh, tests/netns.rs)
 # Usage: scripts/install-deps.sh [--check]
 # Installs the missing ones with apt-get when it may (root, or sudo without a password, and
 # apt-get present; not with --check). Otherwise, or if that fails, prints each package still
@@ -33,6 +34,7 @@ checks=(
     "libclang-dev|rsmpi stage (bindgen loads libclang)|has_libclang"
     "python3-venv|mpi4py stage and launcher tests (Open MPI, MPICH from PyPI)|has_venv"
     "python3-pip|CUDA kernels (scripts/install-nvcc.sh takes nvcc from PyPI)|python3 -m pip --version"
+    "iproute2|namespace nodes of the network tests (scripts/netns-nodes.sh)|command -v ip"
 )
 missing() {
     local c pkg

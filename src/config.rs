@@ -289,6 +289,46 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_NET",
+        default: "",
+        doc: "Network backend for traffic between nodes: `tcp` (the only one so far). Unset or `auto`: the first backend that opens with at least one device, in the order of `transport::net` (ibverbs will precede TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. The network layer exists and is tested, but the engine does not use it yet: ranks must still share one node (docs/MULTINODE.md).",
+    },
+    Param {
+        name: "GPUMPI_NET_ACCEPT_TIMEOUT",
+        default: "30",
+        doc: "Seconds a TCP network connection may take, once the TCP connection itself is up, for the peer to accept and authenticate it; also how long a listener keeps a connection that has not authenticated. Past it, set-up fails with an error naming the address.",
+    },
+    Param {
+        name: "GPUMPI_NET_CONNECT_TIMEOUT",
+        default: "5",
+        doc: "Seconds a TCP network connection may take to be established (an unreachable address fails within it, with an error naming the address; a refused one fails at once).",
+    },
+    Param {
+        name: "GPUMPI_NET_FAMILY",
+        default: "",
+        doc: "Address family of the TCP network backend: `4` (IPv4 only), `6` (IPv6 only), unset or `any`: both, IPv4 first on each interface (then a global IPv6 address before a link-local one). Like `NCCL_SOCKET_FAMILY`.",
+    },
+    Param {
+        name: "GPUMPI_NET_IFNAME",
+        default: "",
+        doc: "Interfaces the TCP network backend uses, in the syntax of `NCCL_SOCKET_IFNAME`: a comma-separated list of name prefixes (`eth,ens`), `^` in front to exclude them instead (`^docker,lo`), `=` in front (after `^`) for exact names (`=eth0`). Unset: every interface that is up except loopback and container or VM bridges (`docker*`, `virbr*`, `br-*`, `veth*`), and loopback only when nothing else exists. One device per interface. A value that selects nothing is an error listing the interfaces.",
+    },
+    Param {
+        name: "GPUMPI_NET_TCP_SOCKS",
+        default: "2",
+        doc: "Data sockets per helper thread of each TCP network connection (like `NCCL_NSOCKS_PERTHREAD`); a connection has `GPUMPI_NET_TCP_THREADS` x this many data sockets (at most 64) plus one control socket. Messages of more than 64 KiB are split across them. The listener's values apply to both ends.",
+    },
+    Param {
+        name: "GPUMPI_NET_TCP_THREADS",
+        default: "2",
+        doc: "Helper threads per TCP network connection (like `NCCL_SOCKET_NTHREADS`, 1..16): each moves the data of its sockets with nonblocking calls and waits in `poll` when it cannot progress (idle threads use no CPU).",
+    },
+    Param {
+        name: "GPUMPI_NODE_ID",
+        default: "",
+        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). Computed by `bootstrap::node`, but not yet used by the engine: all ranks of a job must still share one node (docs/MULTINODE.md).",
+    },
+    Param {
         name: "GPUMPI_NO_KERNELS",
         default: "",
         doc: "Build time only, read by build.rs: when set (any value), the library is built without its CUDA kernels even if nvcc is found (device reductions and packing are then staged to the host, GPU-native collectives are never attempted; docs/GPU.md). Changing it rebuilds the library.",

@@ -15,6 +15,8 @@
 //! - [`singleton`]: a process started without a launcher (one rank);
 //! - [`fake`]: N threads in one process, for unit tests.
 //!
+//! [`node`] names each rank's node (`GPUMPI_NODE_ID` or the host name) and maps ranks to nodes.
+//!
 //! [`init`] walks an ordered list of methods, takes the first whose
 //! environment is present (or the one `GPUMPI_BOOTSTRAP` names) and logs its
 //! choice: mpirun (`GPUMPI_*` set), PMIx (`PMIX_NAMESPACE`/`PMIX_RANK`), PMI-1
@@ -25,6 +27,7 @@
 pub mod fake;
 pub mod launcher;
 pub mod mpirun;
+pub mod node;
 pub mod pmi1;
 pub mod pmix;
 pub mod server;

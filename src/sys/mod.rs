@@ -3,6 +3,8 @@
 //! - `cuda`: the CUDA driver API through cudarc, `dlopen`ed at first GPU use.
 //! - `pmix`: libpmix.so.2, `dlopen`ed when a PMIx launcher started the process.
 //! - `fdpass`: libc's `SCM_RIGHTS`/`SO_PEERCRED` on Unix sockets (descriptors of cuMem memory).
+//! - `socket`: libc sockets beyond std (getifaddrs, nonblocking connect, poll, eventfd).
 pub mod cuda;
 pub mod fdpass;
 pub mod pmix;
+pub mod socket;

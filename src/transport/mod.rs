@@ -21,6 +21,7 @@
 //! sender) and [`inproc::InprocTransport`] (in-process queues, for multi-rank tests with threads).
 
 pub mod inproc;
+pub mod net;
 pub mod shm;
 
 /// The fixed header of every framed message. Its meaning is defined by the engine

@@ -1,0 +1,119 @@
+//! Node identity: which ranks share a node, for the choice between intra-node paths (shared
+//! memory, CUDA IPC) and the network.
+//!
+//! A rank's node is named by `GPUMPI_NODE_ID` when set (so that several "nodes" can be
+//! emulated on one host, as `NCCL_HOSTID` does), else by the host name. Ranks exchange their
+//! names through the bootstrap ([`exchange`]); [`NodeMap`] numbers the nodes in the order of
+//! their lowest rank. Not yet used by the engine: today every rank of a job must share a node
+//! (docs/MULTINODE.md).
+
+use super::Bootstrap;
+use crate::mpi::error::MpiResult;
+
+/// This process's node name: `GPUMPI_NODE_ID`, else the host name.
+pub fn node_name() -> String {
+    if let Some(id) = crate::config::get("GPUMPI_NODE_ID") {
+        return id.trim().to_string();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Nodes of a job: the node index of each rank and the ranks of each node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeMap {
+    /// Node index of each rank.
+    pub node_of: Vec<usize>,
+    /// The ranks of each node, ascending.
+    pub ranks: Vec<Vec<usize>>,
+    /// Name of each node.
+    pub names: Vec<String>,
+}
+
+impl NodeMap {
+    /// From the node name of each rank (index = rank).
+    pub fn from_names(names: &[String]) -> NodeMap {
+        let mut m = NodeMap {
+            node_of: Vec::with_capacity(names.len()),
+            ranks: Vec::new(),
+            names: Vec::new(),
+        };
+        for (r, n) in names.iter().enumerate() {
+            let i = match m.names.iter().position(|x| x == n) {
+                Some(i) => i,
+                None => {
+                    m.names.push(n.clone());
+                    m.ranks.push(Vec::new());
+                    m.names.len() - 1
+                }
+            };
+            m.node_of.push(i);
+            m.ranks[i].push(r);
+        }
+        m
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// Publishes this rank's node name and reads every rank's (one fence, collective over the job).
+pub fn exchange(bs: &dyn Bootstrap, name: &str) -> MpiResult<NodeMap> {
+    const KEY: &str = "gpumpi-node";
+    bs.put(KEY, name.as_bytes());
+    bs.fence()?;
+    let names = (0..bs.size())
+        .map(|r| {
+            bs.get(r, KEY)
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+        })
+        .collect::<MpiResult<Vec<_>>>()?;
+    Ok(NodeMap::from_names(&names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_numbers_nodes_by_lowest_rank() {
+        let n: Vec<String> = ["b", "a", "b", "c", "a"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let m = NodeMap::from_names(&n);
+        assert_eq!(m.node_of, [0, 1, 0, 2, 1]);
+        assert_eq!(m.ranks, [vec![0, 2], vec![1, 4], vec![3]]);
+        assert_eq!(m.names, ["b", "a", "c"]);
+        assert_eq!(m.nodes(), 3);
+        assert_eq!(NodeMap::from_names(&[]).nodes(), 0);
+    }
+
+    #[test]
+    fn exchange_over_the_fake_bootstrap() {
+        let job = crate::bootstrap::fake::job(4);
+        let maps: Vec<NodeMap> = std::thread::scope(|s| {
+            let hs: Vec<_> = job
+                .iter()
+                .map(|b| s.spawn(move || exchange(b, &format!("node{}", b.rank() / 2)).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for m in &maps {
+            assert_eq!(m.node_of, [0, 0, 1, 1]);
+            assert_eq!(m.names, ["node0", "node1"]);
+        }
+    }
+
+    #[test]
+    fn host_name_is_the_default() {
+        if std::env::var_os("GPUMPI_NODE_ID").is_none() {
+            let n = node_name();
+            assert!(!n.is_empty() && !n.contains('\n'));
+        }
+    }
+}

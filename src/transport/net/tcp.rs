@@ -1,0 +1,1381 @@
+//! The TCP backend of the network interface (see the contract in `transport::net`).
+//!
+//! Shape (after NCCL's socket transport):
+//! - **Devices**: one per interface chosen by `GPUMPI_NET_IFNAME` / `GPUMPI_NET_FAMILY`
+//!   ([`super::ifname`]); IPv4 and IPv6.
+//! - **A connection** is one control socket plus `threads x socks` data sockets
+//!   (`GPUMPI_NET_TCP_THREADS`, `GPUMPI_NET_TCP_SOCKS`; the listener's values travel in the
+//!   handle, so both ends agree). All sockets are nonblocking with `TCP_NODELAY`.
+//! - **Set-up**: the connector opens every socket at once; for each, the listener sends a
+//!   16-byte random challenge, the connector answers with a 64-byte hello (socket role,
+//!   connection id, and the MAC of the challenge and the handle's token under the job secret,
+//!   [`super::auth`]), and the listener confirms with one byte. The listener reads at most 64
+//!   bytes from a socket before it is authenticated, keeps at most [`MAX_PENDING`] such
+//!   sockets and drops any that does not finish within the accept timeout; a failed check
+//!   closes that socket only.
+//! - **Data path**: `isend` writes a 16-byte header (tag, size) to the control socket (from the
+//!   calling thread, during `isend`/`test`) and splits the payload into at most one piece per
+//!   data socket (pieces of at least [`MIN_CHUNK`] bytes), handing each piece to the helper
+//!   thread that owns its socket. Pieces go to sockets round-robin over messages; the
+//!   receiver reads headers in order and computes the same split from the same sizes, so every
+//!   data socket carries the same sequence of pieces at both ends. Helper threads (started per
+//!   comm, joined at drop) move bytes with nonblocking `send`/`recv`, wait in `poll` on their
+//!   sockets and an `eventfd` when they cannot progress, and count finished pieces per request
+//!   slot. Requests live in [`MAX_REQUESTS`] preallocated slots; queues are preallocated:
+//!   the data path allocates nothing and never sleeps on a timer.
+//! - **Errors** name the peer's address: a connection closed mid-message, a truncated receive,
+//!   a tag the posted group does not hold, a set-up that does not finish in time.
+
+use super::auth::{self, Key};
+use super::ifname::{self, Family};
+use super::{
+    Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult, Props, PtrSupport, RecvBuf,
+    RecvComm, Request, SendComm, HANDLE_BYTES,
+};
+use crate::sys::socket::{self as sock, EventFd, IfAddr, PollFd, POLLIN, POLLOUT};
+use std::collections::VecDeque;
+use std::io::{self, ErrorKind};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Requests in flight per comm (as `NCCL_NET_MAX_REQUESTS`).
+pub const MAX_REQUESTS: usize = 32;
+/// Most receives in one group.
+pub const MAX_RECVS: usize = 8;
+/// Smallest piece a message is split into across data sockets.
+pub const MIN_CHUNK: usize = 64 << 10;
+/// Most data sockets per connection.
+pub const MAX_SOCKS: usize = 64;
+/// Most unauthenticated sockets a listener keeps (room for two connections being set up at once;
+/// past it the oldest is dropped).
+pub const MAX_PENDING: usize = 2 * (MAX_SOCKS + 1);
+
+const HANDLE_MAGIC: &[u8; 4] = b"GMNT";
+const HELLO_MAGIC: &[u8; 4] = b"GMNH";
+/// Wire version of handle, hello and headers: both ends must agree.
+const VERSION: u16 = 1;
+const NONCE: usize = 16;
+const HELLO: usize = 64;
+const HDR: usize = 16;
+const ACK: u8 = 0xa5;
+
+/// Settings of the backend; [`TcpConfig::from_env`] reads them from `GPUMPI_NET_*`.
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    pub ifname: Option<String>,
+    pub family: Family,
+    pub threads: usize,
+    pub socks_per_thread: usize,
+    /// Time for the TCP connection itself (an unreachable address fails within it).
+    pub connect_timeout: Duration,
+    /// Time for the peer to accept and authenticate once connected.
+    pub accept_timeout: Duration,
+}
+
+impl TcpConfig {
+    pub fn from_env() -> NetResult<TcpConfig> {
+        use crate::config::{get, get_usize};
+        let fam = get("GPUMPI_NET_FAMILY").unwrap_or_default();
+        let family = Family::parse(&fam).ok_or_else(|| {
+            NetError::new(format!("GPUMPI_NET_FAMILY={fam}: expected 4, 6 or any"))
+        })?;
+        let secs = |n| Duration::from_secs(get_usize(n).max(1) as u64);
+        Ok(TcpConfig {
+            ifname: get("GPUMPI_NET_IFNAME"),
+            family,
+            threads: get_usize("GPUMPI_NET_TCP_THREADS"),
+            socks_per_thread: get_usize("GPUMPI_NET_TCP_SOCKS"),
+            connect_timeout: secs("GPUMPI_NET_CONNECT_TIMEOUT"),
+            accept_timeout: secs("GPUMPI_NET_ACCEPT_TIMEOUT"),
+        })
+    }
+
+    fn check(&self) -> NetResult<()> {
+        let n = self.threads * self.socks_per_thread;
+        if self.threads == 0 || self.socks_per_thread == 0 || n > MAX_SOCKS || self.threads > 16 {
+            return Err(NetError::new(format!(
+                "tcp: GPUMPI_NET_TCP_THREADS={} x GPUMPI_NET_TCP_SOCKS={}: need 1..=16 threads \
+                 and 1..={MAX_SOCKS} sockets in all",
+                self.threads, self.socks_per_thread
+            )));
+        }
+        Ok(())
+    }
+}
+
+struct Dev {
+    addr: IfAddr,
+    props: Props,
+}
+
+/// The TCP backend: its devices, settings and the key derived from the job secret.
+pub struct TcpNet {
+    cfg: TcpConfig,
+    key: Key,
+    devs: Vec<Dev>,
+    props: Vec<Props>,
+}
+
+fn err(msg: impl Into<String>) -> NetError {
+    NetError::new(msg)
+}
+
+fn link_speed(name: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(10_000, |s| s.min(u32::MAX as i64) as u32)
+}
+
+impl TcpNet {
+    pub fn from_env(secret: &[u8]) -> NetResult<TcpNet> {
+        TcpNet::new(TcpConfig::from_env()?, secret)
+    }
+
+    pub fn new(cfg: TcpConfig, secret: &[u8]) -> NetResult<TcpNet> {
+        cfg.check()?;
+        let all = sock::interfaces().map_err(|e| err(format!("tcp: getifaddrs: {e}")))?;
+        let chosen = ifname::select(&all, cfg.ifname.as_deref(), cfg.family);
+        if chosen.is_empty() {
+            if let Some(spec) = &cfg.ifname {
+                let names: Vec<_> = all.iter().map(|a| a.name.as_str()).collect();
+                return Err(err(format!(
+                    "tcp: GPUMPI_NET_IFNAME={spec} selects no interface that is up with a {} \
+                     address (interfaces: {})",
+                    match cfg.family {
+                        Family::Any => "usable",
+                        Family::V4 => "IPv4",
+                        Family::V6 => "IPv6",
+                    },
+                    names.join(", ")
+                )));
+            }
+        }
+        let devs: Vec<Dev> = chosen
+            .into_iter()
+            .map(|a| Dev {
+                props: Props {
+                    name: a.name.clone(),
+                    addr: a.addr.to_string(),
+                    speed_mbps: link_speed(&a.name),
+                    ptr_support: PtrSupport {
+                        host: true,
+                        cuda: false,
+                        dmabuf: false,
+                    },
+                    max_recvs: MAX_RECVS,
+                    max_requests: MAX_REQUESTS,
+                },
+                addr: a,
+            })
+            .collect();
+        let props = devs.iter().map(|d| d.props.clone()).collect();
+        Ok(TcpNet {
+            cfg,
+            key: Key::from_secret(secret),
+            devs,
+            props,
+        })
+    }
+
+    fn dev(&self, dev: usize) -> NetResult<&Dev> {
+        self.devs.get(dev).ok_or_else(|| {
+            err(format!(
+                "tcp: no device {dev} ({} devices)",
+                self.devs.len()
+            ))
+        })
+    }
+}
+
+/// What a handle carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HandleData {
+    addr: SocketAddr,
+    threads: u8,
+    socks_per_thread: u8,
+    token: [u8; 16],
+}
+
+impl HandleData {
+    fn encode(&self) -> Handle {
+        let mut h = [0u8; HANDLE_BYTES];
+        h[0..4].copy_from_slice(HANDLE_MAGIC);
+        h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        h[7] = self.threads;
+        h[8] = self.socks_per_thread;
+        h[10..12].copy_from_slice(&self.addr.port().to_le_bytes());
+        match self.addr {
+            SocketAddr::V4(a) => {
+                h[6] = 4;
+                h[12..16].copy_from_slice(&a.ip().octets());
+            }
+            SocketAddr::V6(a) => {
+                h[6] = 6;
+                h[12..28].copy_from_slice(&a.ip().octets());
+                h[28..32].copy_from_slice(&a.scope_id().to_le_bytes());
+            }
+        }
+        h[32..48].copy_from_slice(&self.token);
+        Handle(h)
+    }
+
+    fn decode(h: &Handle) -> NetResult<HandleData> {
+        let h = &h.0;
+        if &h[0..4] != HANDLE_MAGIC {
+            return Err(err("tcp: not a TCP connection handle (bad magic)"));
+        }
+        let v = u16::from_le_bytes([h[4], h[5]]);
+        if v != VERSION {
+            return Err(err(format!(
+                "tcp: connection handle of wire version {v}, this gpumpi speaks {VERSION} \
+                 (different gpumpi versions on the two nodes?)"
+            )));
+        }
+        let port = u16::from_le_bytes([h[10], h[11]]);
+        let addr = match h[6] {
+            4 => SocketAddr::new(IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])), port),
+            6 => {
+                let ip: [u8; 16] = h[12..28].try_into().unwrap();
+                let scope = u32::from_le_bytes(h[28..32].try_into().unwrap());
+                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope))
+            }
+            f => {
+                return Err(err(format!(
+                    "tcp: connection handle with bad address family {f}"
+                )))
+            }
+        };
+        let (threads, socks) = (h[7], h[8]);
+        let n = threads as usize * socks as usize;
+        if threads == 0 || socks == 0 || n > MAX_SOCKS || port == 0 {
+            return Err(err(format!(
+                "tcp: corrupt connection handle ({threads} threads x {socks} sockets, port {port})"
+            )));
+        }
+        Ok(HandleData {
+            addr,
+            threads,
+            socks_per_thread: socks,
+            token: h[32..48].try_into().unwrap(),
+        })
+    }
+}
+
+fn hello_mac(key: &Key, token: &[u8; 16], nonce: &[u8; NONCE], role: u8, conn: u64) -> [u8; 16] {
+    key.mac(&[
+        b"gpumpi-tcp-hello",
+        token,
+        nonce,
+        &[role],
+        &conn.to_le_bytes(),
+        &VERSION.to_le_bytes(),
+    ])
+}
+
+impl Net for TcpNet {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn devices(&self) -> &[Props] {
+        &self.props
+    }
+
+    fn listen(&self, dev: usize) -> NetResult<(Handle, Box<dyn Listener>)> {
+        let d = self.dev(dev)?;
+        let bind = match d.addr.addr {
+            IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), 0),
+            IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(a, 0, 0, d.addr.scope_id)),
+        };
+        let l = TcpListener::bind(bind)
+            .map_err(|e| err(format!("tcp: listen on {bind} ({}): {e}", d.props.name)))?;
+        l.set_nonblocking(true)
+            .map_err(|e| err(format!("tcp: listen on {bind}: {e}")))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| err(format!("tcp: listen on {bind}: {e}")))?;
+        let token = auth::random::<16>().map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?;
+        let hd = HandleData {
+            addr,
+            threads: self.cfg.threads as u8,
+            socks_per_thread: self.cfg.socks_per_thread as u8,
+            token,
+        };
+        tracing::debug!(%addr, dev = %d.props.name, "tcp: listening");
+        let lis = TcpListen {
+            l,
+            addr,
+            key: self.key,
+            hd,
+            timeout: self.cfg.accept_timeout,
+            pending: Vec::with_capacity(MAX_PENDING),
+            groups: Vec::new(),
+        };
+        Ok((hd.encode(), Box::new(lis)))
+    }
+
+    fn connect(&self, dev: usize, handle: &Handle) -> NetResult<Box<dyn Connector>> {
+        self.dev(dev)?;
+        let hd = HandleData::decode(handle)?;
+        let conn_id = u64::from_le_bytes(
+            auth::random::<8>().map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?,
+        );
+        let n = 1 + hd.threads as usize * hd.socks_per_thread as usize;
+        let mut socks = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s = sock::connect_nonblocking(&hd.addr)
+                .map_err(|e| err(format!("tcp: connect to {}: {e}", hd.addr)))?;
+            socks.push(ConnSock {
+                s,
+                state: CState::Connecting,
+                buf: [0; HELLO],
+                done: 0,
+            });
+        }
+        let now = Instant::now();
+        Ok(Box::new(TcpConnect {
+            hd,
+            key: self.key,
+            conn_id,
+            socks,
+            connect_deadline: now + self.cfg.connect_timeout,
+            connect_timeout: self.cfg.connect_timeout,
+            accept_timeout: self.cfg.accept_timeout,
+            accept_deadline: None,
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection set-up.
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum CState {
+    Connecting,
+    ReadNonce,
+    WriteHello,
+    ReadAck,
+    Done,
+}
+
+struct ConnSock {
+    s: TcpStream,
+    state: CState,
+    buf: [u8; HELLO],
+    done: usize,
+}
+
+struct TcpConnect {
+    hd: HandleData,
+    key: Key,
+    conn_id: u64,
+    /// Index 0: control; 1..: data sockets.
+    socks: Vec<ConnSock>,
+    connect_deadline: Instant,
+    connect_timeout: Duration,
+    accept_timeout: Duration,
+    accept_deadline: Option<Instant>,
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted)
+}
+
+impl TcpConnect {
+    fn step(&mut self, i: usize) -> NetResult<()> {
+        let addr = self.hd.addr;
+        let c = &mut self.socks[i];
+        let fd = c.s.as_raw_fd();
+        loop {
+            match c.state {
+                CState::Connecting => {
+                    let mut p = [PollFd {
+                        fd,
+                        events: POLLOUT,
+                        revents: 0,
+                    }];
+                    sock::poll(&mut p, 0).map_err(|e| err(format!("tcp: poll: {e}")))?;
+                    if p[0].revents == 0 {
+                        return Ok(());
+                    }
+                    if let Ok(Some(e)) | Err(e) = c.s.take_error() {
+                        return Err(err(format!("tcp: connect to {addr}: {e}")));
+                    }
+                    c.s.set_nodelay(true)
+                        .map_err(|e| err(format!("tcp: {addr}: {e}")))?;
+                    c.state = CState::ReadNonce;
+                    c.done = 0;
+                }
+                CState::ReadNonce => match sock::recv_nb(fd, &mut c.buf[c.done..NONCE]) {
+                    Ok(0) => return Err(closed_in_setup(addr)),
+                    Ok(n) => {
+                        c.done += n;
+                        if c.done == NONCE {
+                            let nonce: [u8; NONCE] = c.buf[..NONCE].try_into().unwrap();
+                            let role = i as u8;
+                            let mut h = [0u8; HELLO];
+                            h[0..4].copy_from_slice(HELLO_MAGIC);
+                            h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+                            h[6] = role;
+                            h[8..16].copy_from_slice(&self.conn_id.to_le_bytes());
+                            h[16..32].copy_from_slice(&hello_mac(
+                                &self.key,
+                                &self.hd.token,
+                                &nonce,
+                                role,
+                                self.conn_id,
+                            ));
+                            c.buf = h;
+                            c.done = 0;
+                            c.state = CState::WriteHello;
+                        }
+                    }
+                    Err(e) if would_block(&e) => return Ok(()),
+                    Err(e) => return Err(err(format!("tcp: handshake with {addr}: {e}"))),
+                },
+                CState::WriteHello => match sock::send_nb(fd, &c.buf[c.done..]) {
+                    Ok(n) => {
+                        c.done += n;
+                        if c.done == HELLO {
+                            c.state = CState::ReadAck;
+                        }
+                    }
+                    Err(e) if would_block(&e) => return Ok(()),
+                    Err(e) => return Err(err(format!("tcp: handshake with {addr}: {e}"))),
+                },
+                CState::ReadAck => {
+                    let mut b = [0u8; 1];
+                    match sock::recv_nb(fd, &mut b) {
+                        Ok(1) if b[0] == ACK => c.state = CState::Done,
+                        Ok(_) => return Err(closed_in_setup(addr)),
+                        Err(e) if would_block(&e) => return Ok(()),
+                        Err(e) => return Err(err(format!("tcp: handshake with {addr}: {e}"))),
+                    }
+                }
+                CState::Done => return Ok(()),
+            }
+        }
+    }
+}
+
+fn closed_in_setup(addr: SocketAddr) -> NetError {
+    err(format!(
+        "tcp: {addr} closed the connection during set-up: not a gpumpi listener for this \
+         handle, or it refused the authentication (a different job secret)"
+    ))
+}
+
+impl Connector for TcpConnect {
+    fn poll(&mut self) -> NetResult<Option<Box<dyn SendComm>>> {
+        for i in 0..self.socks.len() {
+            self.step(i)?;
+        }
+        let now = Instant::now();
+        if self.socks.iter().any(|c| c.state == CState::Connecting) {
+            if now > self.connect_deadline {
+                return Err(err(format!(
+                    "tcp: connect to {}: no answer within {:?} (unreachable address, or a \
+                     firewall dropping it?)",
+                    self.hd.addr, self.connect_timeout
+                )));
+            }
+            return Ok(None);
+        }
+        let deadline = *self
+            .accept_deadline
+            .get_or_insert(now + self.accept_timeout);
+        if self.socks.iter().any(|c| c.state != CState::Done) {
+            if now > deadline {
+                return Err(err(format!(
+                    "tcp: {} accepted the TCP connection but did not complete the gpumpi \
+                     handshake within {:?}",
+                    self.hd.addr, self.accept_timeout
+                )));
+            }
+            return Ok(None);
+        }
+        let socks: Vec<TcpStream> = self.socks.drain(..).map(|c| c.s).collect();
+        let comm = Comm::start(socks, self.hd, self.hd.addr.to_string(), Dir::Send)?;
+        Ok(Some(Box::new(TcpSend::new(comm))))
+    }
+}
+
+struct Pending {
+    s: TcpStream,
+    peer: SocketAddr,
+    nonce: [u8; NONCE],
+    sent: usize,
+    buf: [u8; HELLO],
+    got: usize,
+    since: Instant,
+}
+
+struct Group {
+    conn: u64,
+    peer: SocketAddr,
+    socks: Vec<Option<TcpStream>>,
+    since: Instant,
+}
+
+struct TcpListen {
+    l: TcpListener,
+    addr: SocketAddr,
+    key: Key,
+    hd: HandleData,
+    timeout: Duration,
+    pending: Vec<Pending>,
+    groups: Vec<Group>,
+}
+
+enum Check {
+    Wait,
+    Drop(String),
+    Ok { role: usize, conn: u64 },
+}
+
+impl TcpListen {
+    fn check(&self, p: &mut Pending) -> Check {
+        let fd = p.s.as_raw_fd();
+        while p.sent < NONCE {
+            match sock::send_nb(fd, &p.nonce[p.sent..]) {
+                Ok(n) => p.sent += n,
+                Err(e) if would_block(&e) => return Check::Wait,
+                Err(e) => return Check::Drop(e.to_string()),
+            }
+        }
+        while p.got < HELLO {
+            match sock::recv_nb(fd, &mut p.buf[p.got..]) {
+                Ok(0) => return Check::Drop("closed before its hello".into()),
+                Ok(n) => p.got += n,
+                Err(e) if would_block(&e) => return Check::Wait,
+                Err(e) => return Check::Drop(e.to_string()),
+            }
+        }
+        let b = &p.buf;
+        if &b[0..4] != HELLO_MAGIC {
+            return Check::Drop("not a gpumpi hello".into());
+        }
+        let v = u16::from_le_bytes([b[4], b[5]]);
+        if v != VERSION {
+            return Check::Drop(format!("wire version {v}, this gpumpi speaks {VERSION}"));
+        }
+        let role = b[6];
+        let conn = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        let want = hello_mac(&self.key, &self.hd.token, &p.nonce, role, conn);
+        if !auth::ct_eq(&want, &b[16..32]) {
+            return Check::Drop("authentication failed (different job secret or handle)".into());
+        }
+        let nsocks = self.hd.threads as usize * self.hd.socks_per_thread as usize;
+        if role as usize > nsocks {
+            return Check::Drop(format!("socket role {role} out of range"));
+        }
+        Check::Ok {
+            role: role as usize,
+            conn,
+        }
+    }
+}
+
+impl Listener for TcpListen {
+    fn accept(&mut self) -> NetResult<Option<Box<dyn RecvComm>>> {
+        loop {
+            match self.l.accept() {
+                Ok((s, peer)) => {
+                    if self.pending.len() == MAX_PENDING {
+                        let old = self.pending.remove(0);
+                        tracing::warn!(peer = %old.peer, listener = %self.addr,
+                            "tcp: too many unauthenticated connections; dropping the oldest");
+                    }
+                    let nonce = auth::random::<NONCE>()
+                        .map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?;
+                    let _ = s.set_nonblocking(true);
+                    let _ = s.set_nodelay(true);
+                    let p = Pending {
+                        s,
+                        peer,
+                        nonce,
+                        sent: 0,
+                        buf: [0; HELLO],
+                        got: 0,
+                        since: Instant::now(),
+                    };
+                    self.pending.push(p);
+                }
+                Err(e) if would_block(&e) => break,
+                Err(e) => {
+                    // Per-connection failures (ECONNABORTED, EMFILE) leave the listener usable.
+                    tracing::warn!(listener = %self.addr, "tcp: accept: {e}");
+                    break;
+                }
+            }
+        }
+        let nsocks = self.hd.threads as usize * self.hd.socks_per_thread as usize;
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let mut p = self.pending.swap_remove(i);
+            match self.check(&mut p) {
+                Check::Wait if now.duration_since(p.since) > self.timeout => {
+                    tracing::warn!(peer = %p.peer, listener = %self.addr,
+                        "tcp: dropping a connection that sent no valid hello in {:?}", self.timeout);
+                }
+                Check::Wait => {
+                    self.pending.push(p);
+                    let last = self.pending.len() - 1;
+                    self.pending.swap(i, last);
+                    i += 1;
+                }
+                Check::Drop(why) => {
+                    tracing::warn!(peer = %p.peer, listener = %self.addr, "tcp: rejected connection: {why}");
+                }
+                Check::Ok { role, conn } => {
+                    if sock::send_nb(p.s.as_raw_fd(), &[ACK]).ok() != Some(1) {
+                        continue;
+                    }
+                    let gi = match self.groups.iter().position(|g| g.conn == conn) {
+                        Some(g) => g,
+                        None => {
+                            self.groups.push(Group {
+                                conn,
+                                peer: p.peer,
+                                socks: (0..=nsocks).map(|_| None).collect(),
+                                since: now,
+                            });
+                            self.groups.len() - 1
+                        }
+                    };
+                    let g = &mut self.groups[gi];
+                    if role == 0 {
+                        g.peer = p.peer;
+                    }
+                    g.socks[role] = Some(p.s);
+                }
+            }
+        }
+        self.groups.retain(|g| {
+            now.duration_since(g.since) <= self.timeout || g.socks.iter().all(Option::is_some)
+        });
+        if let Some(gi) = self
+            .groups
+            .iter()
+            .position(|g| g.socks.iter().all(Option::is_some))
+        {
+            let g = self.groups.swap_remove(gi);
+            let socks: Vec<TcpStream> = g.socks.into_iter().map(Option::unwrap).collect();
+            let comm = Comm::start(socks, self.hd, g.peer.to_string(), Dir::Recv)?;
+            return Ok(Some(Box::new(TcpRecv::new(comm))));
+        }
+        Ok(None)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helper threads and the shared state of one comm.
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dir {
+    Send,
+    Recv,
+}
+
+/// One piece of one message on one data socket: an address range of the caller's buffer.
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    ptr: usize,
+    len: usize,
+    done: usize,
+    slot: u32,
+}
+
+/// State shared by a comm and its helper threads.
+struct Shared {
+    /// Finished pieces per request slot.
+    done: [AtomicU32; MAX_REQUESTS],
+    failed: AtomicBool,
+    error: Mutex<Option<String>>,
+    peer: String,
+}
+
+impl Shared {
+    fn fail(&self, msg: String) {
+        let mut e = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if e.is_none() {
+            *e = Some(msg);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn check(&self) -> NetResult<()> {
+        if self.failed.load(Ordering::Acquire) {
+            let e = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            return Err(err(e.clone().unwrap_or_default()));
+        }
+        Ok(())
+    }
+}
+
+/// What one helper thread shares with the comm: a task queue per socket it owns.
+struct HelperShared {
+    queues: Mutex<Vec<VecDeque<Task>>>,
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    wake: EventFd,
+}
+
+struct Helper {
+    hs: Arc<HelperShared>,
+    join: Option<JoinHandle<()>>,
+}
+
+fn helper_loop(socks: Vec<TcpStream>, dir: Dir, hs: Arc<HelperShared>, sh: Arc<Shared>) {
+    let n = socks.len();
+    let mut cur: Vec<Option<Task>> = vec![None; n];
+    let mut pfds: Vec<PollFd> = Vec::with_capacity(n + 1);
+    let what = if dir == Dir::Send {
+        "sending to"
+    } else {
+        "receiving from"
+    };
+    while !hs.stop.load(Ordering::Acquire) {
+        if cur.iter().any(Option::is_none) {
+            let mut q = hs.queues.lock().unwrap_or_else(|p| p.into_inner());
+            for (c, q) in cur.iter_mut().zip(q.iter_mut()) {
+                if c.is_none() {
+                    *c = q.pop_front();
+                }
+            }
+        }
+        let mut progressed = false;
+        for (i, c) in cur.iter_mut().enumerate() {
+            let Some(t) = c else { continue };
+            let fd = socks[i].as_raw_fd();
+            let rest = t.len - t.done;
+            let r = match dir {
+                Dir::Send => {
+                    // SAFETY: the range lies in the buffer the caller passed to isend, which
+                    // stays valid and unchanged until the request completes (isend's
+                    // contract); the request cannot complete before this piece is counted.
+                    let b =
+                        unsafe { std::slice::from_raw_parts((t.ptr + t.done) as *const u8, rest) };
+                    sock::send_nb(fd, b)
+                }
+                Dir::Recv => {
+                    // SAFETY: the range lies in a buffer passed to irecv, writable and not
+                    // accessed by anyone else until the group completes (irecv's contract).
+                    let b = unsafe {
+                        std::slice::from_raw_parts_mut((t.ptr + t.done) as *mut u8, rest)
+                    };
+                    sock::recv_nb(fd, b)
+                }
+            };
+            match r {
+                Ok(0) => {
+                    sh.fail(format!(
+                        "tcp: {} closed the connection in the middle of a message ({} of {} \
+                         bytes of a piece {})",
+                        sh.peer,
+                        t.done,
+                        t.len,
+                        if dir == Dir::Send { "sent" } else { "received" }
+                    ));
+                    return;
+                }
+                Ok(k) => {
+                    progressed = true;
+                    t.done += k;
+                    if t.done == t.len {
+                        sh.done[t.slot as usize].fetch_add(1, Ordering::AcqRel);
+                        *c = None;
+                    }
+                }
+                Err(e) if would_block(&e) => {}
+                Err(e) => {
+                    sh.fail(format!(
+                        "tcp: error {what} {} in the middle of a message: {e}",
+                        sh.peer
+                    ));
+                    return;
+                }
+            }
+        }
+        if progressed {
+            continue;
+        }
+        // No progress: wait for a socket to become ready, or for a new task or stop (eventfd).
+        hs.sleeping.store(true, Ordering::SeqCst);
+        let queued = {
+            let q = hs.queues.lock().unwrap_or_else(|p| p.into_inner());
+            cur.iter()
+                .zip(q.iter())
+                .any(|(c, q)| c.is_none() && !q.is_empty())
+        };
+        if queued || hs.stop.load(Ordering::SeqCst) {
+            hs.sleeping.store(false, Ordering::SeqCst);
+            continue;
+        }
+        pfds.clear();
+        pfds.push(PollFd {
+            fd: hs.wake.fd(),
+            events: POLLIN,
+            revents: 0,
+        });
+        let ev = if dir == Dir::Send { POLLOUT } else { POLLIN };
+        for (i, c) in cur.iter().enumerate() {
+            if c.is_some() {
+                pfds.push(PollFd {
+                    fd: socks[i].as_raw_fd(),
+                    events: ev,
+                    revents: 0,
+                });
+            }
+        }
+        if let Err(e) = sock::poll(&mut pfds, -1) {
+            sh.fail(format!("tcp: poll on the sockets of {}: {e}", sh.peer));
+            return;
+        }
+        hs.sleeping.store(false, Ordering::SeqCst);
+        if pfds[0].revents != 0 {
+            hs.wake.clear();
+        }
+    }
+}
+
+/// The part common to both directions: the control socket, the helpers, the registrations.
+struct Comm {
+    sh: Arc<Shared>,
+    ctrl: TcpStream,
+    helpers: Vec<Helper>,
+    threads: usize,
+    nsocks: usize,
+    /// The data socket of the next message's first piece.
+    next_sock: usize,
+    mrs: Vec<Option<(usize, usize)>>,
+}
+
+impl Comm {
+    fn start(mut socks: Vec<TcpStream>, hd: HandleData, peer: String, dir: Dir) -> NetResult<Comm> {
+        let threads = hd.threads as usize;
+        let nsocks = threads * hd.socks_per_thread as usize;
+        let data = socks.split_off(1);
+        let ctrl = socks.pop().unwrap();
+        let sh = Arc::new(Shared {
+            done: std::array::from_fn(|_| AtomicU32::new(0)),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            peer,
+        });
+        // Socket s belongs to thread s % threads, as its (s / threads)-th socket.
+        let mut per: Vec<Vec<TcpStream>> = (0..threads).map(|_| Vec::new()).collect();
+        for (s, st) in data.into_iter().enumerate() {
+            per[s % threads].push(st);
+        }
+        // The comm exists before its helpers start, so that a failure half-way stops (Drop)
+        // the helpers already started.
+        let mut comm = Comm {
+            sh: sh.clone(),
+            ctrl,
+            helpers: Vec::with_capacity(threads),
+            threads,
+            nsocks,
+            next_sock: 0,
+            mrs: Vec::new(),
+        };
+        for (t, mine) in per.into_iter().enumerate() {
+            let hs = Arc::new(HelperShared {
+                queues: Mutex::new(
+                    (0..mine.len())
+                        .map(|_| VecDeque::with_capacity(MAX_REQUESTS))
+                        .collect(),
+                ),
+                sleeping: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+                wake: EventFd::new().map_err(|e| err(format!("tcp: eventfd: {e}")))?,
+            });
+            let (hs2, sh2) = (hs.clone(), sh.clone());
+            let name = format!(
+                "gpumpi-net-{}{t}",
+                if dir == Dir::Send { "tx" } else { "rx" }
+            );
+            let join = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || helper_loop(mine, dir, hs2, sh2))
+                .map_err(|e| err(format!("tcp: cannot start a helper thread: {e}")))?;
+            comm.helpers.push(Helper {
+                hs,
+                join: Some(join),
+            });
+        }
+        Ok(comm)
+    }
+
+    fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr> {
+        if kind != MemKind::Host {
+            return Err(err(
+                "tcp: reg_mr: device memory cannot be registered (the TCP backend sends host \
+                 memory only; stage device buffers through host memory)",
+            ));
+        }
+        let r = Some((ptr as usize, len));
+        let i = match self.mrs.iter().position(Option::is_none) {
+            Some(i) => {
+                self.mrs[i] = r;
+                i
+            }
+            None => {
+                self.mrs.push(r);
+                self.mrs.len() - 1
+            }
+        };
+        Ok(Mr(i as u64))
+    }
+
+    fn dereg_mr(&mut self, mr: Mr) -> NetResult<()> {
+        match self.mrs.get_mut(mr.0 as usize) {
+            Some(m @ Some(_)) => {
+                *m = None;
+                Ok(())
+            }
+            _ => Err(err(format!("tcp: dereg_mr: {mr:?} is not registered"))),
+        }
+    }
+
+    fn check_mr(&self, op: &str, ptr: usize, size: usize, mr: Mr) -> NetResult<()> {
+        match self.mrs.get(mr.0 as usize) {
+            Some(Some((b, l)))
+                if size == 0
+                    || (ptr >= *b && ptr.checked_add(size).is_some_and(|e| e <= b + l)) =>
+            {
+                Ok(())
+            }
+            Some(Some((b, l))) => Err(err(format!(
+                "tcp: {op}: buffer {ptr:#x}+{size} is outside its registration {b:#x}+{l}"
+            ))),
+            _ => Err(err(format!("tcp: {op}: {mr:?} is not registered"))),
+        }
+    }
+
+    /// Splits a message of `size` bytes into pieces and hands them to the helpers; returns the
+    /// number of pieces. Both ends call this with the same sizes in the same order.
+    fn post_pieces(&mut self, ptr: usize, size: usize, slot: u32) -> u32 {
+        let (pieces, piece) = split(size, self.nsocks);
+        for i in 0..pieces {
+            let off = i * piece;
+            let len = piece.min(size - off);
+            let s = (self.next_sock + i) % self.nsocks;
+            let h = &self.helpers[s % self.threads];
+            h.hs.queues.lock().unwrap_or_else(|p| p.into_inner())[s / self.threads].push_back(
+                Task {
+                    ptr: ptr + off,
+                    len,
+                    done: 0,
+                    slot,
+                },
+            );
+            if h.hs.sleeping.swap(false, Ordering::SeqCst) {
+                h.hs.wake.signal();
+            }
+        }
+        self.next_sock = (self.next_sock + pieces) % self.nsocks;
+        pieces as u32
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        for h in &self.helpers {
+            h.hs.stop.store(true, Ordering::SeqCst);
+            h.hs.wake.signal();
+        }
+        for h in &mut self.helpers {
+            if let Some(j) = h.join.take() {
+                let _ = j.join();
+            }
+        }
+    }
+}
+
+/// `(pieces, piece length)` of a message of `size` bytes over `nsocks` sockets: pieces of at
+/// least [`MIN_CHUNK`] bytes (but one piece for a smaller message), 4 KiB-aligned, at most one
+/// per socket.
+fn split(size: usize, nsocks: usize) -> (usize, usize) {
+    if size == 0 {
+        return (0, 0);
+    }
+    let want = size.div_ceil(MIN_CHUNK).clamp(1, nsocks);
+    let piece = size.div_ceil(want).next_multiple_of(4096);
+    (size.div_ceil(piece), piece)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sending side.
+
+#[derive(Clone, Copy, Default)]
+struct SendSlot {
+    gen: u32,
+    active: bool,
+    size: usize,
+    pieces: u32,
+    /// Control-stream offset just past this message's header.
+    hdr_end: u64,
+}
+
+struct TcpSend {
+    c: Comm,
+    slots: [SendSlot; MAX_REQUESTS],
+    out: VecDeque<u8>,
+    /// Control bytes written so far.
+    written: u64,
+    queued: u64,
+}
+
+impl TcpSend {
+    fn new(c: Comm) -> Self {
+        TcpSend {
+            c,
+            slots: [SendSlot::default(); MAX_REQUESTS],
+            out: VecDeque::with_capacity(MAX_REQUESTS * HDR),
+            written: 0,
+            queued: 0,
+        }
+    }
+
+    fn flush(&mut self) -> NetResult<()> {
+        while !self.out.is_empty() {
+            let (a, _) = self.out.as_slices();
+            match sock::send_nb(self.c.ctrl.as_raw_fd(), a) {
+                Ok(n) => {
+                    self.out.drain(..n);
+                    self.written += n as u64;
+                }
+                Err(e) if would_block(&e) => break,
+                Err(e) => {
+                    self.c.sh.fail(format!(
+                        "tcp: control connection to {}: {e}",
+                        self.c.sh.peer
+                    ));
+                    break;
+                }
+            }
+        }
+        self.c.sh.check()
+    }
+}
+
+impl SendComm for TcpSend {
+    fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr> {
+        self.c.reg_mr(ptr, len, kind)
+    }
+
+    fn dereg_mr(&mut self, mr: Mr) -> NetResult<()> {
+        self.c.dereg_mr(mr)
+    }
+
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mr: Mr,
+    ) -> NetResult<Option<Request>> {
+        self.c.sh.check()?;
+        self.c.check_mr("isend", data as usize, size, mr)?;
+        let Some(slot) = self.slots.iter().position(|s| !s.active) else {
+            return Ok(None);
+        };
+        let mut hdr = [0u8; HDR];
+        hdr[0..4].copy_from_slice(&tag.to_le_bytes());
+        hdr[8..16].copy_from_slice(&(size as u64).to_le_bytes());
+        self.out.extend(hdr);
+        self.queued += HDR as u64;
+        self.c.sh.done[slot].store(0, Ordering::Release);
+        let pieces = self.c.post_pieces(data as usize, size, slot as u32);
+        let s = &mut self.slots[slot];
+        *s = SendSlot {
+            gen: s.gen.wrapping_add(1),
+            active: true,
+            size,
+            pieces,
+            hdr_end: self.queued,
+        };
+        let req = Request {
+            slot: slot as u32,
+            gen: s.gen,
+        };
+        self.flush()?;
+        Ok(Some(req))
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
+        let s = match self.slots.get(req.slot as usize) {
+            Some(s) if s.active && s.gen == req.gen => *s,
+            _ => {
+                return Err(err(format!(
+                    "tcp: test: {req:?} is not a send request in flight"
+                )))
+            }
+        };
+        self.flush()?;
+        let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
+        if self.written >= s.hdr_end && done == s.pieces {
+            self.slots[req.slot as usize].active = false;
+            return Ok(Some(s.size));
+        }
+        Ok(None)
+    }
+
+    fn peer(&self) -> String {
+        self.c.sh.peer.clone()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The receiving side.
+
+#[derive(Clone, Copy)]
+struct RecvSlot {
+    gen: u32,
+    active: bool,
+    n: usize,
+    bufs: [(usize, usize, i32); MAX_RECVS],
+    matched: [bool; MAX_RECVS],
+    sizes: [usize; MAX_RECVS],
+    nmatched: usize,
+    pieces: u32,
+}
+
+impl Default for RecvSlot {
+    fn default() -> Self {
+        RecvSlot {
+            gen: 0,
+            active: false,
+            n: 0,
+            bufs: [(0, 0, 0); MAX_RECVS],
+            matched: [false; MAX_RECVS],
+            sizes: [0; MAX_RECVS],
+            nmatched: 0,
+            pieces: 0,
+        }
+    }
+}
+
+struct TcpRecv {
+    c: Comm,
+    slots: [RecvSlot; MAX_REQUESTS],
+    /// Posted groups that still have unmatched receives, oldest first.
+    order: VecDeque<u32>,
+    hdr: [u8; HDR],
+    got: usize,
+}
+
+impl TcpRecv {
+    fn new(c: Comm) -> Self {
+        TcpRecv {
+            c,
+            slots: [RecvSlot::default(); MAX_REQUESTS],
+            order: VecDeque::with_capacity(MAX_REQUESTS),
+            hdr: [0; HDR],
+            got: 0,
+        }
+    }
+
+    /// Reads message headers while a posted group waits for one, and matches them.
+    fn progress(&mut self) -> NetResult<()> {
+        self.c.sh.check()?;
+        while let Some(&slot) = self.order.front() {
+            while self.got < HDR {
+                match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.hdr[self.got..]) {
+                    Ok(0) => {
+                        self.c.sh.fail(format!(
+                            "tcp: {} closed the connection while a receive was posted",
+                            self.c.sh.peer
+                        ));
+                        return self.c.sh.check();
+                    }
+                    Ok(n) => self.got += n,
+                    Err(e) if would_block(&e) => return Ok(()),
+                    Err(e) => {
+                        self.c.sh.fail(format!(
+                            "tcp: control connection from {}: {e}",
+                            self.c.sh.peer
+                        ));
+                        return self.c.sh.check();
+                    }
+                }
+            }
+            self.got = 0;
+            let tag = i32::from_le_bytes(self.hdr[0..4].try_into().unwrap());
+            let size = u64::from_le_bytes(self.hdr[8..16].try_into().unwrap()) as usize;
+            let s = &mut self.slots[slot as usize];
+            let n = s.n;
+            let Some(e) = (0..n).find(|&e| !s.matched[e] && s.bufs[e].2 == tag) else {
+                let tags: Vec<i32> = (0..n)
+                    .filter(|&e| !s.matched[e])
+                    .map(|e| s.bufs[e].2)
+                    .collect();
+                self.c.sh.fail(format!(
+                    "tcp: message with tag {tag} from {} matches no receive of the posted group \
+                     (unmatched tags {tags:?})",
+                    self.c.sh.peer
+                ));
+                return self.c.sh.check();
+            };
+            let (ptr, cap, _) = s.bufs[e];
+            if size > cap {
+                self.c.sh.fail(format!(
+                    "tcp: message truncated: {} sent {size} bytes with tag {tag}, the receive \
+                     holds {cap}",
+                    self.c.sh.peer
+                ));
+                return self.c.sh.check();
+            }
+            s.matched[e] = true;
+            s.sizes[e] = size;
+            s.nmatched += 1;
+            if s.nmatched == n {
+                self.order.pop_front();
+            }
+            let p = self.c.post_pieces(ptr, size, slot);
+            self.slots[slot as usize].pieces += p;
+        }
+        Ok(())
+    }
+}
+
+impl RecvComm for TcpRecv {
+    fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr> {
+        self.c.reg_mr(ptr, len, kind)
+    }
+
+    fn dereg_mr(&mut self, mr: Mr) -> NetResult<()> {
+        self.c.dereg_mr(mr)
+    }
+
+    unsafe fn irecv(&mut self, bufs: &[RecvBuf]) -> NetResult<Option<Request>> {
+        self.c.sh.check()?;
+        if bufs.is_empty() || bufs.len() > MAX_RECVS {
+            return Err(err(format!(
+                "tcp: irecv: a group of {} receives (1..={MAX_RECVS})",
+                bufs.len()
+            )));
+        }
+        for b in bufs {
+            self.c.check_mr("irecv", b.ptr as usize, b.size, b.mr)?;
+        }
+        let Some(slot) = self.slots.iter().position(|s| !s.active) else {
+            return Ok(None);
+        };
+        self.c.sh.done[slot].store(0, Ordering::Release);
+        let s = &mut self.slots[slot];
+        let gen = s.gen.wrapping_add(1);
+        *s = RecvSlot {
+            gen,
+            active: true,
+            n: bufs.len(),
+            ..RecvSlot::default()
+        };
+        for (i, b) in bufs.iter().enumerate() {
+            s.bufs[i] = (b.ptr as usize, b.size, b.tag);
+        }
+        self.order.push_back(slot as u32);
+        self.progress()?;
+        Ok(Some(Request {
+            slot: slot as u32,
+            gen,
+        }))
+    }
+
+    fn test(&mut self, req: Request, sizes: &mut [usize]) -> NetResult<bool> {
+        let ok =
+            matches!(self.slots.get(req.slot as usize), Some(s) if s.active && s.gen == req.gen);
+        if !ok {
+            return Err(err(format!(
+                "tcp: test: {req:?} is not a receive request in flight"
+            )));
+        }
+        self.progress()?;
+        let s = &self.slots[req.slot as usize];
+        let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
+        if s.nmatched == s.n && done == s.pieces {
+            for (o, v) in sizes.iter_mut().zip(&s.sizes[..s.n]) {
+                *o = *v;
+            }
+            self.slots[req.slot as usize].active = false;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn peer(&self) -> String {
+        self.c.sh.peer.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_the_message_with_at_most_one_piece_per_socket() {
+        for nsocks in [1, 2, 3, 4, 8, 64] {
+            for size in [
+                1,
+                4095,
+                4096,
+                65535,
+                65536,
+                65537,
+                200_000,
+                1 << 20,
+                (63 << 16) + 1,
+                64 << 20,
+            ] {
+                let (pieces, piece) = split(size, nsocks);
+                assert!(pieces >= 1 && pieces <= nsocks, "{size} {nsocks}: {pieces}");
+                assert!(piece % 4096 == 0 && (pieces - 1) * piece < size && pieces * piece >= size);
+                if size > MIN_CHUNK && nsocks > 1 {
+                    assert!(
+                        pieces > 1,
+                        "{size} over {nsocks} sockets stays in one piece"
+                    );
+                }
+            }
+        }
+        assert_eq!(split(0, 4), (0, 0));
+    }
+
+    #[test]
+    fn handle_round_trips_and_rejects_garbage() {
+        for addr in ["127.0.0.1:5000", "[::1]:6000", "[fe80::1%3]:7"] {
+            let hd = HandleData {
+                addr: addr.parse().unwrap(),
+                threads: 2,
+                socks_per_thread: 3,
+                token: [7; 16],
+            };
+            assert_eq!(HandleData::decode(&hd.encode()).unwrap(), hd);
+        }
+        let e = HandleData::decode(&Handle([0; HANDLE_BYTES])).unwrap_err();
+        assert!(e.msg.contains("bad magic"), "{e}");
+        let hd = HandleData {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            threads: 1,
+            socks_per_thread: 1,
+            token: [0; 16],
+        };
+        let mut h = hd.encode();
+        h.0[4] = 9;
+        assert!(HandleData::decode(&h)
+            .unwrap_err()
+            .msg
+            .contains("different gpumpi versions"));
+        let mut h = hd.encode();
+        h.0[7] = 65;
+        assert!(HandleData::decode(&h).unwrap_err().msg.contains("corrupt"));
+    }
+}

@@ -1,0 +1,605 @@
+//! The TCP network backend over loopback (127.0.0.1 and ::1): both ends of each connection live
+//! in this process and are driven from one thread (the backend's helper threads move the data).
+//! Sizes 0 B..64 MiB, many messages in flight, grouped receives, threads x sockets settings,
+//! and the errors: truncation, a tag the group lacks, a peer closing mid-message, bad handles,
+//! a wrong secret, stray connections, refused and stalled set-up.
+
+#[path = "support/skip.rs"]
+mod skip;
+
+use mpi_abi::transport::net::ifname::Family;
+use mpi_abi::transport::net::tcp::{TcpConfig, TcpNet};
+use mpi_abi::transport::net::{
+    Handle, MemKind, Net, NetError, RecvBuf, RecvComm, Request, SendComm, HANDLE_BYTES,
+};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const SECRET: &[u8] = b"net-tcp-test-secret";
+
+fn cfg(family: Family, threads: usize, socks: usize) -> TcpConfig {
+    TcpConfig {
+        ifname: Some("=lo".into()),
+        family,
+        threads,
+        socks_per_thread: socks,
+        connect_timeout: Duration::from_secs(5),
+        accept_timeout: Duration::from_secs(5),
+    }
+}
+
+/// The backend on loopback, or `None` (with a recorded skip) where the family has no
+/// loopback address (IPv6 disabled).
+fn net_on(test: &str, family: Family, threads: usize, socks: usize) -> Option<TcpNet> {
+    match TcpNet::new(cfg(family, threads, socks), SECRET) {
+        Ok(n) => Some(n),
+        Err(e) if family == Family::V6 => {
+            skip::skip(test, &format!("no IPv6 loopback: {e}"));
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(120)
+}
+
+/// Connects a send comm to a recv comm through `net`, driving both ends from this thread.
+fn pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
+    let (h, mut l) = net.listen(0).unwrap();
+    let mut c = net.connect(0, &h).unwrap();
+    let (mut s, mut r) = (None, None);
+    let end = deadline();
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < end, "set-up hangs");
+        if s.is_none() {
+            s = c.poll().unwrap();
+        }
+        if r.is_none() {
+            r = l.accept().unwrap();
+        }
+    }
+    (s.unwrap(), r.unwrap())
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 8);
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Sends `msgs` (tag, size) in order with up to `window` requests in flight on each side and
+/// checks every byte and size at the receiver.
+fn xfer(s: &mut dyn SendComm, r: &mut dyn RecvComm, msgs: &[(i32, usize)], window: usize) {
+    let sbufs: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| pattern(i as u64 + 1, m.1))
+        .collect();
+    let mut rbufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.1 + 3]).collect();
+    let smr: Vec<_> = sbufs
+        .iter()
+        .map(|b| s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
+    let rmr: Vec<_> = rbufs
+        .iter()
+        .map(|b| r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
+    let (mut si, mut ri) = (0, 0);
+    let mut sq: Vec<(usize, Request)> = Vec::new();
+    let mut rq: Vec<(usize, Request)> = Vec::new();
+    let (mut sdone, mut rdone) = (0, 0);
+    let end = deadline();
+    while sdone < msgs.len() || rdone < msgs.len() {
+        assert!(
+            Instant::now() < end,
+            "transfer hangs: {sdone} sent, {rdone} received of {}",
+            msgs.len()
+        );
+        while ri < msgs.len() && rq.len() < window {
+            let b = RecvBuf {
+                ptr: rbufs[ri].as_mut_ptr(),
+                size: rbufs[ri].len(),
+                tag: msgs[ri].0,
+                mr: rmr[ri],
+            };
+            // SAFETY: rbufs outlive the loop and are read only after completion.
+            match unsafe { r.irecv(&[b]) }.unwrap() {
+                Some(q) => rq.push((ri, q)),
+                None => break,
+            }
+            ri += 1;
+        }
+        while si < msgs.len() && sq.len() < window {
+            // SAFETY: sbufs outlive the loop and are not modified.
+            match unsafe { s.isend(sbufs[si].as_ptr(), msgs[si].1, msgs[si].0, smr[si]) }.unwrap() {
+                Some(q) => sq.push((si, q)),
+                None => break,
+            }
+            si += 1;
+        }
+        sq.retain(|&(i, q)| match s.test(q).unwrap() {
+            Some(n) => {
+                assert_eq!(n, msgs[i].1);
+                sdone += 1;
+                false
+            }
+            None => true,
+        });
+        let mut done = Vec::new();
+        rq.retain(|&(i, q)| {
+            let mut sz = [usize::MAX];
+            if r.test(q, &mut sz).unwrap() {
+                assert_eq!(sz[0], msgs[i].1, "size of message {i}");
+                done.push(i);
+                false
+            } else {
+                true
+            }
+        });
+        for i in done {
+            assert!(
+                rbufs[i][..msgs[i].1] == sbufs[i][..],
+                "data of message {i} ({} bytes)",
+                msgs[i].1
+            );
+            assert_eq!(
+                &rbufs[i][msgs[i].1..],
+                &[0, 0, 0],
+                "bytes past message {i} untouched"
+            );
+            rdone += 1;
+        }
+        std::thread::yield_now();
+    }
+}
+
+const SIZES: &[usize] = &[
+    0,
+    1,
+    7,
+    4095,
+    4096,
+    65535,
+    65536,
+    65537,
+    100_000,
+    1 << 20,
+    (3 << 20) + 5,
+    16 << 20,
+    64 << 20,
+];
+
+#[test]
+fn sizes_ipv4() {
+    let net = net_on("sizes_ipv4", Family::V4, 2, 2).unwrap();
+    assert_eq!(net.devices()[0].addr, "127.0.0.1");
+    let (mut s, mut r) = pair(&net);
+    let msgs: Vec<(i32, usize)> = SIZES.iter().map(|&n| (7, n)).collect();
+    xfer(&mut *s, &mut *r, &msgs, 1);
+    xfer(&mut *s, &mut *r, &msgs, 8);
+}
+
+#[test]
+fn sizes_ipv6() {
+    let Some(net) = net_on("sizes_ipv6", Family::V6, 2, 2) else {
+        return;
+    };
+    assert_eq!(net.devices()[0].addr, "::1");
+    let (mut s, mut r) = pair(&net);
+    let msgs: Vec<(i32, usize)> = SIZES.iter().map(|&n| (-3, n)).collect();
+    xfer(&mut *s, &mut *r, &msgs, 4);
+}
+
+#[test]
+fn threads_x_sockets_settings() {
+    for (t, k) in [(1, 1), (1, 3), (3, 1), (4, 4), (16, 4)] {
+        let net = net_on("threads_x_sockets_settings", Family::V4, t, k).unwrap();
+        let (mut s, mut r) = pair(&net);
+        let msgs: Vec<(i32, usize)> = [0, 1, 65537, 1 << 20, (5 << 20) + 3, 300_000]
+            .iter()
+            .map(|&n| (1, n))
+            .collect();
+        xfer(&mut *s, &mut *r, &msgs, 32);
+    }
+    let e = TcpNet::new(cfg(Family::V4, 17, 1), SECRET).err().unwrap();
+    assert!(e.msg.contains("GPUMPI_NET_TCP_THREADS=17"), "{e}");
+    let e = TcpNet::new(cfg(Family::V4, 8, 9), SECRET).err().unwrap();
+    assert!(e.msg.contains("64 sockets"), "{e}");
+}
+
+#[test]
+fn many_messages_in_flight() {
+    let net = net_on("many_messages_in_flight", Family::V4, 2, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let mut x = 12345u64;
+    let msgs: Vec<(i32, usize)> = (0..600)
+        .map(|i| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let n = match i % 4 {
+                0 => (x >> 33) as usize % 64,
+                1 => (x >> 33) as usize % 8192,
+                2 => (x >> 33) as usize % 200_000,
+                _ => (x >> 33) as usize % (1 << 20),
+            };
+            (i, n)
+        })
+        .collect();
+    xfer(&mut *s, &mut *r, &msgs, 32);
+    // Beyond the slots: isend says "not yet" instead of allocating.
+    let b = [0u8; 8];
+    let mr = s.reg_mr(b.as_ptr(), 8, MemKind::Host).unwrap();
+    let mut reqs = Vec::new();
+    // SAFETY: b outlives every request (they are completed below).
+    while let Some(q) = unsafe { s.isend(b.as_ptr(), 8, 0, mr) }.unwrap() {
+        reqs.push(q);
+    }
+    assert_eq!(reqs.len(), net.devices()[0].max_requests);
+    let mut rb = vec![0u8; 8 * reqs.len()];
+    let rmr = r.reg_mr(rb.as_ptr(), rb.len(), MemKind::Host).unwrap();
+    for (i, _) in reqs.iter().enumerate() {
+        let b = RecvBuf {
+            ptr: rb[8 * i..].as_mut_ptr(),
+            size: 8,
+            tag: 0,
+            mr: rmr,
+        };
+        // SAFETY: rb outlives the request, completed right after.
+        let q = unsafe { r.irecv(&[b]) }.unwrap().unwrap();
+        let mut sz = [0];
+        let end = deadline();
+        while !r.test(q, &mut sz).unwrap() {
+            assert!(Instant::now() < end);
+        }
+    }
+    for q in reqs {
+        let end = deadline();
+        while s.test(q).unwrap().is_none() {
+            assert!(Instant::now() < end);
+        }
+        let e = s.test(q).unwrap_err();
+        assert!(
+            e.msg.contains("not a send request in flight"),
+            "a completed request is stale: {e}"
+        );
+    }
+}
+
+/// Posts one group and sends `sends` (tag, size); returns the group's sizes or the error.
+fn group(
+    s: &mut dyn SendComm,
+    r: &mut dyn RecvComm,
+    recvs: &[(i32, usize)],
+    sends: &[(i32, usize)],
+) -> Result<(Vec<usize>, Vec<Vec<u8>>), NetError> {
+    let mut rbufs: Vec<Vec<u8>> = recvs.iter().map(|m| vec![0u8; m.1]).collect();
+    let bufs: Vec<RecvBuf> = rbufs
+        .iter_mut()
+        .zip(recvs)
+        .map(|(b, m)| {
+            let mr = r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap();
+            RecvBuf {
+                ptr: b.as_mut_ptr(),
+                size: b.len(),
+                tag: m.0,
+                mr,
+            }
+        })
+        .collect();
+    // SAFETY: rbufs outlive the group (completed or failed before returning).
+    let rq = unsafe { r.irecv(&bufs) }?.unwrap();
+    let sbufs: Vec<Vec<u8>> = sends.iter().map(|m| pattern(m.0 as u64, m.1)).collect();
+    let mut sq = Vec::new();
+    for (b, m) in sbufs.iter().zip(sends) {
+        let mr = s.reg_mr(b.as_ptr(), b.len().max(1), MemKind::Host).unwrap();
+        // SAFETY: sbufs outlive the requests.
+        sq.push(
+            unsafe { s.isend(b.as_ptr(), m.1, m.0, mr) }
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let mut sizes = vec![0; recvs.len()];
+    let end = deadline();
+    loop {
+        assert!(Instant::now() < end, "group hangs");
+        for q in &sq {
+            let _ = s.test(*q);
+        }
+        if r.test(rq, &mut sizes)? {
+            return Ok((sizes, rbufs));
+        }
+    }
+}
+
+#[test]
+fn grouped_receives_match_by_tag() {
+    let net = net_on("grouped_receives_match_by_tag", Family::V4, 2, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let recvs = [(10, 1000), (11, 300_000), (12, 64), (13, 2 << 20)];
+    let sends = [(12, 50), (10, 1000), (13, (1 << 20) + 1), (11, 0)];
+    let (sizes, bufs) = group(&mut *s, &mut *r, &recvs, &sends).unwrap();
+    assert_eq!(sizes, [1000, 0, 50, (1 << 20) + 1]);
+    for (tag, n) in sends {
+        let i = recvs.iter().position(|m| m.0 == tag).unwrap();
+        assert!(bufs[i][..n] == pattern(tag as u64, n)[..], "tag {tag}");
+    }
+    // Equal tags in one group fill in order; the comm goes on working afterwards.
+    let (sizes, _) = group(&mut *s, &mut *r, &[(5, 10), (5, 10)], &[(5, 3), (5, 4)]).unwrap();
+    assert_eq!(sizes, [3, 4]);
+    xfer(&mut *s, &mut *r, &[(1, 5), (2, 70_000)], 2);
+    // A group too large is refused.
+    let mut b = [0u8; 4];
+    let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host).unwrap();
+    let one = RecvBuf {
+        ptr: b.as_mut_ptr(),
+        size: 4,
+        tag: 0,
+        mr,
+    };
+    // SAFETY: refused before any use of the buffer.
+    let e = unsafe { r.irecv(&[one; 9]) }.unwrap_err();
+    assert!(e.msg.contains("group of 9"), "{e}");
+}
+
+#[test]
+fn tag_outside_the_group_is_an_error() {
+    let net = net_on("tag_outside_the_group_is_an_error", Family::V4, 1, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let e = group(&mut *s, &mut *r, &[(1, 8), (2, 8)], &[(3, 8)]).unwrap_err();
+    assert!(
+        e.msg.contains("tag 3") && e.msg.contains("127.0.0.1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn truncation_is_an_error() {
+    let net = net_on("truncation_is_an_error", Family::V4, 2, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let e = group(&mut *s, &mut *r, &[(4, 100)], &[(4, 200)]).unwrap_err();
+    assert!(
+        e.msg.contains("truncated") && e.msg.contains("200") && e.msg.contains("100"),
+        "{e}"
+    );
+    // The comm stays failed: later calls report the same error, no hang.
+    let mut b = [0u8; 4];
+    let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host);
+    if let Ok(mr) = mr {
+        let one = RecvBuf {
+            ptr: b.as_mut_ptr(),
+            size: 4,
+            tag: 0,
+            mr,
+        };
+        // SAFETY: refused: the comm failed.
+        assert!(unsafe { r.irecv(&[one]) }
+            .unwrap_err()
+            .msg
+            .contains("truncated"));
+    }
+}
+
+#[test]
+fn sender_closing_mid_message_is_an_error_naming_it() {
+    let net = net_on("sender_closing_mid_message", Family::V4, 2, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let n = 64 << 20;
+    let mut rb = vec![0u8; n];
+    let rmr = r.reg_mr(rb.as_ptr(), n, MemKind::Host).unwrap();
+    // SAFETY: rb outlives r (dropped at the end of the test, after the error).
+    let rq = unsafe {
+        r.irecv(&[RecvBuf {
+            ptr: rb.as_mut_ptr(),
+            size: n,
+            tag: 0,
+            mr: rmr,
+        }])
+    }
+    .unwrap()
+    .unwrap();
+    let sb = vec![1u8; n];
+    let smr = s.reg_mr(sb.as_ptr(), n, MemKind::Host).unwrap();
+    // SAFETY: sb outlives s.
+    let sq = unsafe { s.isend(sb.as_ptr(), n, 0, smr) }.unwrap().unwrap();
+    assert_eq!(s.test(sq).unwrap(), None, "64 MiB cannot be out already");
+    drop(s);
+    let end = Instant::now() + Duration::from_secs(30);
+    let e = loop {
+        assert!(Instant::now() < end, "no error after the peer closed");
+        match r.test(rq, &mut [0]) {
+            Err(e) => break e,
+            Ok(done) => assert!(!done, "a message completed although its sender closed"),
+        }
+    };
+    assert!(
+        e.msg.contains("closed the connection") && e.msg.contains("127.0.0.1:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn receiver_closing_is_an_error_at_the_sender() {
+    let net = net_on("receiver_closing", Family::V4, 1, 1).unwrap();
+    let (mut s, r) = pair(&net);
+    let peer = s.peer();
+    let n = 64 << 20;
+    let sb = vec![1u8; n];
+    let smr = s.reg_mr(sb.as_ptr(), n, MemKind::Host).unwrap();
+    // SAFETY: sb outlives s.
+    let sq = unsafe { s.isend(sb.as_ptr(), n, 0, smr) }.unwrap().unwrap();
+    drop(r);
+    let end = Instant::now() + Duration::from_secs(30);
+    let e = loop {
+        assert!(Instant::now() < end, "no error after the receiver closed");
+        match s.test(sq) {
+            Err(e) => break e,
+            Ok(done) => assert_eq!(done, None),
+        }
+    };
+    assert!(e.msg.contains(&peer), "{e}");
+}
+
+#[test]
+fn bad_handles_and_secrets() {
+    let net = net_on("bad_handles_and_secrets", Family::V4, 1, 2).unwrap();
+    let e = net.connect(0, &Handle([0; HANDLE_BYTES])).err().unwrap();
+    assert!(e.msg.contains("not a TCP connection handle"), "{e}");
+    let e = net.connect(5, &Handle([0; HANDLE_BYTES])).err().unwrap();
+    assert!(e.msg.contains("no device 5"), "{e}");
+    assert!(net.listen(3).is_err());
+
+    // A listener gone: refused at once, naming the address.
+    let (h, l) = net.listen(0).unwrap();
+    drop(l);
+    let t0 = Instant::now();
+    let mut c = net.connect(0, &h).unwrap();
+    let e = loop {
+        match c.poll() {
+            Err(e) => break e,
+            Ok(s) => assert!(s.is_none()),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    };
+    assert!(
+        e.msg.contains("127.0.0.1:") && e.msg.contains("refused"),
+        "{e}"
+    );
+
+    // A different job secret: the listener refuses; the connector says so; the listener stays
+    // usable for the right peer.
+    let other = TcpNet::new(cfg(Family::V4, 1, 2), b"another job").unwrap();
+    let (h, mut l) = net.listen(0).unwrap();
+    let mut c = other.connect(0, &h).unwrap();
+    let end = deadline();
+    let e = loop {
+        assert!(l.accept().unwrap().is_none(), "a wrong secret made a comm");
+        match c.poll() {
+            Err(e) => break e,
+            Ok(s) => assert!(s.is_none()),
+        }
+        assert!(Instant::now() < end);
+    };
+    assert!(e.msg.contains("authentication"), "{e}");
+    let mut c = net.connect(0, &h).unwrap();
+    let (mut s, mut r) = (None, None);
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < end);
+        s = s.or(c.poll().unwrap());
+        r = r.or(l.accept().unwrap());
+    }
+    xfer(&mut *s.unwrap(), &mut *r.unwrap(), &[(0, 100)], 1);
+}
+
+#[test]
+fn stray_connections_cannot_inject_data() {
+    let net = net_on("stray_connections", Family::V4, 1, 1).unwrap();
+    let (h, mut l) = net.listen(0).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", u16::from_le_bytes([h.0[10], h.0[11]]))
+        .parse()
+        .unwrap();
+    // Strays: one writing a megabyte of garbage, one sending a hello-sized block of zeros, one
+    // that stays silent.
+    let mut big = TcpStream::connect(addr).unwrap();
+    big.set_nonblocking(true).unwrap();
+    let junk = vec![0x47u8; 1 << 20];
+    let mut written = 0;
+    let mut zeros = TcpStream::connect(addr).unwrap();
+    zeros.write_all(&[0u8; 64]).unwrap();
+    let _silent = TcpStream::connect(addr).unwrap();
+    let mut c = net.connect(0, &h).unwrap();
+    let (mut s, mut r) = (None, None);
+    let end = deadline();
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < end);
+        if written < junk.len() {
+            written += big.write(&junk[written..]).unwrap_or(0);
+        }
+        s = s.or(c.poll().unwrap());
+        r = r.or(l.accept().unwrap());
+    }
+    // The listener read one hello's worth from the garbage writer and closed it: more writes
+    // fail (reset), where a socket still being read would merely fill up and block.
+    big.set_nonblocking(false).unwrap();
+    big.set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let e = loop {
+        if let Err(e) = big.write(&junk) {
+            break e;
+        }
+    };
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ),
+        "the garbage writer was not cut off: {e}"
+    );
+    let (mut s, mut r) = (s.unwrap(), r.unwrap());
+    xfer(&mut *s, &mut *r, &[(9, 1000), (9, 0), (9, 200_000)], 3);
+    assert!(l.accept().unwrap().is_none());
+}
+
+#[test]
+fn stalled_set_up_fails_in_time() {
+    // A plain TCP listener that never answers the handshake.
+    let mut c = cfg(Family::V4, 1, 1);
+    c.accept_timeout = Duration::from_secs(1);
+    let net = TcpNet::new(c, SECRET).unwrap();
+    let mute = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    let (mut h, _l) = net.listen(0).unwrap();
+    h.0[10..12].copy_from_slice(&port.to_le_bytes());
+    let t0 = Instant::now();
+    let mut conn = net.connect(0, &h).unwrap();
+    let e = loop {
+        match conn.poll() {
+            Err(e) => break e,
+            Ok(s) => assert!(s.is_none()),
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "set-up did not time out"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        e.msg.contains(&format!("127.0.0.1:{port}")) && e.msg.contains("handshake"),
+        "{e}"
+    );
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+}
+
+#[test]
+fn registration_rules() {
+    let net = net_on("registration_rules", Family::V4, 1, 1).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let e = s.reg_mr(std::ptr::null(), 8, MemKind::Cuda).unwrap_err();
+    assert!(e.msg.contains("host memory only"), "{e}");
+    let b = [0u8; 100];
+    let mr = s.reg_mr(b.as_ptr(), 50, MemKind::Host).unwrap();
+    // SAFETY: refused before any use of the buffer.
+    let e = unsafe { s.isend(b.as_ptr(), 60, 0, mr) }.unwrap_err();
+    assert!(e.msg.contains("outside its registration"), "{e}");
+    s.dereg_mr(mr).unwrap();
+    assert!(s.dereg_mr(mr).is_err());
+    // SAFETY: refused before any use of the buffer.
+    assert!(unsafe { s.isend(b.as_ptr(), 10, 0, mr) }
+        .unwrap_err()
+        .msg
+        .contains("not registered"));
+    let e = r.test(Request { slot: 3, gen: 9 }, &mut [0]).unwrap_err();
+    assert!(e.msg.contains("not a receive request"), "{e}");
+    assert!(r.test(Request { slot: 999, gen: 0 }, &mut [0]).is_err());
+}
