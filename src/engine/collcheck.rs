@@ -298,7 +298,17 @@ pub struct Watch {
     last: Option<Instant>,
     /// Calls of `poll`: the clock is read on every [`POLL_CLOCK`]th.
     polls: u32,
+    /// Since when the only disagreement seen is a GPU path against another one (see
+    /// [`GPU_GRACE`]).
+    tentative: Option<Instant>,
 }
+
+/// How long a disagreement only in the path, with a GPU path on one side, must last before it
+/// is reported. A GPU path publishes its record before the ranks have agreed that every one
+/// of them has device buffers; when they have not (mixed memory kinds, a correct program),
+/// every rank declines to a host path and publishes again, which a slow rank may do well after
+/// a fast one's first check.
+pub const GPU_GRACE: Duration = Duration::from_secs(2);
 
 /// `poll` reads the clock once per this many calls (a wait calls it once per progress pass).
 const POLL_CLOCK: u32 = 32;
@@ -312,6 +322,7 @@ impl Watch {
             since: None,
             last: None,
             polls: 0,
+            tentative: None,
         }
     }
 
@@ -336,21 +347,55 @@ impl Watch {
             return Ok(());
         }
         self.last = Some(now);
-        self.check(rings)
+        match self.disagreement(rings) {
+            None => {
+                self.tentative = None;
+                Ok(())
+            }
+            Some((e, false)) => Err(e),
+            Some((e, true)) => {
+                let t0 = *self.tentative.get_or_insert(now);
+                if now.duration_since(t0) >= GPU_GRACE {
+                    Err(e)
+                } else {
+                    Ok(())
+                }
+            }
+        }
     }
 
-    /// Compare with every peer's record of this call (those published so far).
+    /// Compare with every peer's record of this call (those published so far); a
+    /// disagreement only in the path with a GPU path on one side is not reported here (it
+    /// may be a decline in progress: [`GPU_GRACE`]).
     pub fn check(&self, rings: &Rings) -> Result<(), MpiError> {
+        match self.disagreement(rings) {
+            Some((e, false)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The first disagreement with a peer's record, and whether it is tentative (only the
+    /// path differs, one of them a GPU path); a definite one is preferred.
+    fn disagreement(&self, rings: &Rings) -> Option<(MpiError, bool)> {
         let n = self.peers.as_ref().map_or(rings.size(), |p| p.len());
+        let mut tentative = None;
         for cr in (0..n).filter(|&r| r != self.my_rank) {
             let w = self.peers.as_ref().map_or(cr, |p| p[cr]);
             if let Some(t) = rings.find(w, self.rec.ctx, self.rec.seq) {
                 if let Some(class) = mismatch(&self.rec, &t) {
-                    return Err(mismatch_error(class, self.my_rank, &self.rec, cr, &t));
+                    let e = mismatch_error(class, self.my_rank, &self.rec, cr, &t);
+                    let path_only = self.rec.kind == t.kind
+                        && self.rec.root == t.root
+                        && self.rec.bytes == t.bytes;
+                    if path_only && (self.rec.path == Path::Gpu || t.path == Path::Gpu) {
+                        tentative.get_or_insert(e);
+                    } else {
+                        return Some((e, false));
+                    }
                 }
             }
         }
-        Ok(())
+        tentative.map(|e| (e, true))
     }
 
     /// The error to report for `e` (a failure the call found itself, such as a peer that took
@@ -399,6 +444,36 @@ mod tests {
         assert_eq!(Record::decode([a[0], a[1], b[2], a[3]]), None);
         let b = Record::new(3, 1, CollKind::Allgatherv, 2, 10, Path::Schedule);
         assert_eq!((b.root, b.bytes), (NO_ROOT, ANY_BYTES));
+    }
+
+    #[test]
+    fn gpu_path_disagreement_waits_for_the_grace() {
+        let rs = rings(2);
+        rs[1].publish(&Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Gpu));
+        let mine = Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Schedule);
+        let mut w = Watch::new(mine, None, 0);
+        // A decline in progress: not reported by check, nor by poll before the grace.
+        assert!(w.check(&rs[0]).is_ok());
+        let t0 = Instant::now();
+        w.since = Some(t0 - CHECK_EVERY * 2);
+        w.polls = POLL_CLOCK - 1;
+        assert!(w.poll(&rs[0]).is_ok());
+        assert!(w.tentative.is_some());
+        // The peer declined and published its host path: the disagreement is gone.
+        rs[1].publish(&mine);
+        w.last = None;
+        w.polls = POLL_CLOCK - 1;
+        assert!(w.poll(&rs[0]).is_ok());
+        assert!(w.tentative.is_none());
+        // A GPU record that stays past the grace is reported.
+        rs[1].publish(&Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Gpu));
+        w.tentative = Some(t0 - GPU_GRACE);
+        w.last = None;
+        w.polls = POLL_CLOCK - 1;
+        assert_eq!(w.poll(&rs[0]).unwrap_err().class, MPI_ERR_OTHER);
+        // Sizes that differ are reported at once, GPU path or not.
+        rs[1].publish(&Record::new(6, 1, CollKind::Allreduce, 0, 640, Path::Gpu));
+        assert_eq!(w.check(&rs[0]).unwrap_err().class, MPI_ERR_TRUNCATE);
     }
 
     #[test]
