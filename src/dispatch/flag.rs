@@ -102,18 +102,25 @@ impl Flat {
     }
 }
 
-/// The world's flag slots if `run_flag` would serve this call (a rule on values every rank
-/// shares: communicator, collective, byte count, op kind).
-pub(super) fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
+/// The world's flag slots and the call's reduction if `run_flag` would serve this call (a rule
+/// on values every rank shares: communicator, collective, byte count, op kind).
+fn flag_serves(spec: &CollSpec) -> Option<(Slots, Option<&Reduction>)> {
+    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
     if spec.comm.ctx != 0 {
         return None;
     }
-    match (spec.kind, &spec.red) {
-        (CollKind::Barrier | CollKind::Bcast, _) => {}
-        (CollKind::Reduce | CollKind::Allreduce, Some((Reduction::Builtin(..), _))) => {}
+    let red = match (spec.kind, &spec.red) {
+        (CollKind::Barrier | CollKind::Bcast, _) => None,
+        (CollKind::Reduce | CollKind::Allreduce, Some((r @ Reduction::Builtin(..), _))) => Some(r),
         _ => return None,
-    }
-    runtime::world_flag().filter(|s| spec.bytes <= s.max())
+    };
+    let slots = runtime::world_flag().filter(|s| spec.bytes <= s.max())?;
+    Some((slots, red))
+}
+
+/// The world's flag slots if `run_flag` would serve this call ([`flag_serves`]).
+pub(super) fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
+    flag_serves(spec).map(|(slots, _)| slots)
 }
 
 /// Logical AND over MPI_COMM_WORLD in one round of the flag slots.
@@ -144,16 +151,7 @@ pub(super) fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
 /// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
 /// `Ok(false)`: not this path.
 pub(super) unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
-    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
-    if spec.comm.ctx != 0 {
-        return Ok(false);
-    }
-    let red = match (spec.kind, &spec.red) {
-        (CollKind::Barrier | CollKind::Bcast, _) => None,
-        (CollKind::Reduce | CollKind::Allreduce, Some((r @ Reduction::Builtin(..), _))) => Some(r),
-        _ => return Ok(false),
-    };
-    let Some(slots) = runtime::world_flag().filter(|s| spec.bytes <= s.max()) else {
+    let Some((slots, red)) = flag_serves(spec) else {
         return Ok(false);
     };
     let k = runtime::next_flag_seq();
