@@ -277,6 +277,18 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_LAUNCH_AGENT",
+        default: "ssh",
+        doc: "How mpirun starts its node daemon on a host that is not this machine: the command (split at whitespace; `--launch-agent` overrides) run as `CMD HOST MPIRUN --gpumpi-daemon`, like Open MPI's rsh agent. The daemon gets the wire-up address and the job secret on its stdin, never on a command line. mpirun must be installed at the same path on every host.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_LAUNCH_TIMEOUT",
+        default: "60",
+        doc: "Seconds mpirun waits for the node daemon of each host started through the launch agent to connect back before it stops the job with an error naming the host. A launch agent that exits with an error before that ends the job at once.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_LOCAL_RANK",
         default: "",
         doc: "Set by mpirun: the rank's index among the ranks of its node (usable before MPI_Init, e.g. to pick a GPU).",
@@ -333,7 +345,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NODE_ID",
         default: "",
-        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). Computed by `bootstrap::node`, but not yet used by the engine: all ranks of a job must still share one node (docs/MULTINODE.md).",
+        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). Set by mpirun to the host name of the host list when a job spans hosts; `MPI_Get_processor_name` reports it. Computed by `bootstrap::node`, but not yet used by the engine: all ranks of a job must still share one node (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -423,7 +435,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SERVER",
         default: "",
-        doc: "Set by mpirun: path of the wire-up server's Unix socket, in a private directory (mode 0700) under `$TMPDIR`. The presence of any of `GPUMPI_JOB_ID`, `GPUMPI_RANK`, `GPUMPI_SECRET`, `GPUMPI_SERVER`, `GPUMPI_SIZE` selects the mpirun bootstrap, and then all of them must be present and valid (a half-set environment is an error, not a singleton).",
+        doc: "Set by mpirun: path of the wire-up server's Unix socket, in a private directory (mode 0700) under `$TMPDIR`; `tcp://IP:PORT` for ranks on other hosts (see `GPUMPI_WIREUP_ADDR`). The presence of any of `GPUMPI_JOB_ID`, `GPUMPI_RANK`, `GPUMPI_SECRET`, `GPUMPI_SERVER`, `GPUMPI_SIZE` selects the mpirun bootstrap, and then all of them must be present and valid (a half-set environment is an error, not a singleton).",
         same_on_every_rank: false,
     },
     Param {
@@ -507,6 +519,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_UNIVERSE_SIZE",
         default: "",
         doc: "Set by mpirun: MPI_UNIVERSE_SIZE: the number of ranks launched.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_WIREUP_ADDR",
+        default: "",
+        doc: "The address (`IP` or `IP:PORT`) on which mpirun's wire-up server listens for ranks and node daemons on other hosts (only when the job has some). Unset: the first interface that `GPUMPI_NET_IFNAME` and `GPUMPI_NET_FAMILY` select, on a port the kernel picks. Connections present the job secret in their first message before anything else is served; the secret itself travels in clear, so use a trusted network.",
         same_on_every_rank: false,
     },
     Param {

@@ -18,6 +18,10 @@
 //!   and every `stderr=TEXT` (no spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
 //!   environment. Anything else is an argument.
 //!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
+//! - `hosts=LIST` in a testlist line runs `mpirun --oversubscribe --host LIST --timeout S prog
+//!   args` over emulated hosts: `tests/support/local-agent` starts each host's node daemon on
+//!   this machine, the wire-up uses 127.0.0.1, and each host's ranks get its name as
+//!   `GPUMPI_NODE_ID`.
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
@@ -124,6 +128,8 @@ fn install() -> Result<&'static Path, String> {
 #[derive(Debug, Default, Clone)]
 struct RunSpec {
     nranks: Vec<u32>,
+    /// `hosts=LIST` runs: `mpirun --host LIST` over emulated hosts (tests/support/local-agent).
+    hosts: Vec<String>,
     singleton: bool,
     expect_fail: bool,
     exit_code: Option<i32>,
@@ -187,6 +193,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 );
                 assert!(n >= 1, "testlist:{}: rank count must be >= 1", lineno + 1);
                 spec.nranks.push(n);
+            } else if let Some(h) = t.strip_prefix("hosts=") {
+                spec.hosts.push(h.to_string());
             } else if t == "singleton" {
                 spec.singleton = true;
             } else if t == "expect=fail" {
@@ -217,7 +225,7 @@ fn testlist() -> Vec<(String, RunSpec)> {
             lineno + 1
         );
         assert!(
-            !spec.nranks.is_empty() || spec.singleton,
+            !spec.nranks.is_empty() || !spec.hosts.is_empty() || spec.singleton,
             "testlist:{}: {prog} has no rank counts",
             lineno + 1
         );
@@ -440,6 +448,21 @@ fn run_program(prog: &str) {
             let o = run_cmd(cmd, &format!("{prog}.{k}.n{n}"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }
+        for (h, hosts) in spec.hosts.iter().enumerate() {
+            let agent = repo_root().join("tests/support/local-agent");
+            let mut cmd = Command::new(&mpirun);
+            cmd.args(["--oversubscribe", "--host", hosts, "--launch-agent"])
+                .arg(&agent)
+                .args(["--timeout", &spec.timeout_s.to_string()])
+                .arg(&exe)
+                .args(&spec.args)
+                .envs(spec.env.iter().cloned())
+                .env("GPUMPI_WIREUP_ADDR", "127.0.0.1")
+                .current_dir(build_dir());
+            let what = format!("mpirun --host {hosts} {prog} {}", spec.args.join(" "));
+            let o = run_cmd(cmd, &format!("{prog}.{k}.h{h}"), limit);
+            failures.extend(judge(prog, &what, spec, &o));
+        }
     }
     assert!(
         failures.is_empty(),
@@ -464,6 +487,7 @@ macro_rules! c_tests {
 c_tests!(
     init_thread,
     init_plain,
+    multinode_init,
     p2p_basic,
     p2p_nonblocking,
     p2p_modes,

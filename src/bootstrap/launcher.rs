@@ -1,57 +1,67 @@
 //! The logic of `mpirun` (the binary in `src/bin/mpirun.rs` only calls [`main`]).
 //!
-//! `mpirun -n N [--oversubscribe] [-x VAR[=value]]... [--tag-output] [--timeout S] [--] program [args...]`
-//! starts N ranks of `program` on this machine with an embedded wire-up
-//! server ([`super::server`]) listening on a Unix socket in a private
-//! directory (mode 0700, under `$TMPDIR`), protected by a per-job random
-//! secret. Each rank gets (see `docs/ENV.md`): `GPUMPI_JOB_ID`, `GPUMPI_RANK`,
-//! `GPUMPI_SIZE`, `GPUMPI_LOCAL_RANK`, `GPUMPI_LOCAL_SIZE`,
-//! `GPUMPI_UNIVERSE_SIZE`, `GPUMPI_APPNUM`, `GPUMPI_SERVER`, `GPUMPI_SECRET`, and the
-//! variables other launchers set that programs read ([`launch_env`]: `OMPI_COMM_WORLD_*`,
-//! `MPI_LOCALRANKID`, `LOCAL_RANK`, ...).
+//! `mpirun [-n N] [--host H[:N],...] [--hostfile F] [--map-by slot|node] [--launch-agent CMD]
+//! [--oversubscribe] [-x VAR[=value]]... [--tag-output] [--timeout S] [--] program [args...]`
+//! places N ranks on hosts ([`super::hosts`]; without a host list all on this machine) and
+//! starts them with an embedded wire-up server ([`super::server`]) listening on a Unix socket in
+//! a private directory (mode 0700, under `$TMPDIR`), and on TCP as well when some host is not
+//! this machine, protected by a per-job random secret. Ranks on this machine are forked
+//! directly; every other host gets a node daemon through the launch agent ([`super::remote`],
+//! [`super::daemon`]). Each rank gets (see `docs/ENV.md`): `GPUMPI_JOB_ID`, `GPUMPI_RANK`,
+//! `GPUMPI_SIZE`, `GPUMPI_LOCAL_RANK`, `GPUMPI_LOCAL_SIZE`, `GPUMPI_UNIVERSE_SIZE`,
+//! `GPUMPI_APPNUM`, `GPUMPI_SERVER`, `GPUMPI_SECRET`, `GPUMPI_NODE_ID` (when the job spans
+//! hosts), and the variables other launchers set that programs read ([`launch_env`]:
+//! `OMPI_COMM_WORLD_*`, `MPI_LOCALRANKID`, `LOCAL_RANK`, ...).
 //!
-//! With `GPUMPI_BIND=core` (the default) rank i is bound to the i-th CPU of mpirun's
-//! affinity mask when N >= 2 equals the number of those CPUs (see [`bind_set`]).
+//! With `GPUMPI_BIND=core` (the default) the i-th rank of a host is bound to the i-th CPU of
+//! the affinity mask there when that host's rank count (2 or more) equals the number of those
+//! CPUs (see [`procs::bind_set`]).
 //!
-//! Each rank runs in its own process group with `PR_SET_PDEATHSIG` = SIGKILL,
-//! so it dies with mpirun. Output is forwarded line by line. The first
-//! failure (non-zero exit, death by signal, abort through the bootstrap, a
-//! rank that drops its connection without finalizing, the time limit, a
-//! signal to mpirun) stops the job: SIGTERM to every rank's process group,
-//! SIGKILL 0.5 s later. At exit the private directory and every
-//! `/dev/shm/gpumpi-<job_id>-*` file are removed; an mpirun that was killed cannot do that,
-//! so every mpirun first sweeps what killed jobs of its user left ([`sweep_stale_jobs`]).
+//! Each rank runs in its own process group with `PR_SET_PDEATHSIG` = SIGKILL, so it dies with
+//! mpirun (or its host's daemon, which dies when its connection to mpirun ends). Output is
+//! forwarded line by line. The first failure (non-zero exit, death by signal, abort through
+//! the bootstrap, a rank that drops its connection without finalizing, a daemon lost, a launch
+//! agent that fails, the time limit, a signal to mpirun) stops the job: SIGTERM to every
+//! rank's process group, SIGKILL 0.5 s later, on every host. At exit the private directory and
+//! every `/dev/shm/gpumpi-<job_id>-*` file are removed; an mpirun that was killed cannot do
+//! that, so every mpirun first sweeps what killed jobs of its user left ([`sweep_stale_jobs`]).
 
-use super::server::{Event, RankState, Server};
+use super::hosts::{self, HostSlots, MapBy, Placement};
+use super::procs::{self, Proc};
+use super::remote::{NodeEvent, RemoteNode};
+use super::server::{Event, Layout, RankState, Server};
 use super::wire;
 use crate::config;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
+use std::process::ExitStatus;
+use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-/// Time between SIGTERM and SIGKILL when the job is stopped.
-const KILL_GRACE: Duration = Duration::from_millis(500);
 /// How long a rank that dropped its connection may take to be reaped before it is reported as lost.
 const LOST_GRACE: Duration = Duration::from_millis(300);
-/// Longest piece of output forwarded as one line.
-const MAX_LINE: usize = 1 << 20;
+/// How long remote ranks may take to report their exit after `Kill` before their node is closed.
+const REMOTE_KILL_WAIT: Duration = Duration::from_secs(3);
 /// Exit code on `--timeout`, like timeout(1).
 pub const TIMEOUT_EXIT: i32 = 124;
 /// Exit code of a usage error: bad options, or more ranks than cores without `--oversubscribe`.
 pub const USAGE_EXIT: i32 = 2;
 
 pub const USAGE: &str = "\
-usage: mpirun -n N [options] [--] program [args...]
+usage: mpirun [-n N] [options] [--] program [args...]
 
 options:
-  -n, -np, --np N     number of ranks to start (required)
-  --oversubscribe     allow more ranks than cores (also GPUMPI_OVERSUBSCRIBE=1)
+  -n, -np, --np N     number of ranks to start (default with a host list: every slot)
+  -H, --host LIST     hosts and slots: h1:2,h2:2 (a host without :N has 1 slot)
+  --hostfile FILE     hosts from a file: `host slots=N` or `host:N` per line, # comments
+  --map-by slot|node  fill each host's slots in turn (slot, the default) or go round the hosts
+  --launch-agent CMD  how to start a daemon on another host: CMD HOST COMMAND... (default ssh,
+                      also GPUMPI_LAUNCH_AGENT)
+  --oversubscribe     allow more ranks than cores or slots (also GPUMPI_OVERSUBSCRIBE=1)
   -x VAR[=value]      set VAR=value in every rank, or forward VAR from mpirun's environment
   --tag-output        prefix each output line with [1,rank]<stdout>: or [1,rank]<stderr>:
   --timeout S         stop the job after S seconds (exit code 124)
@@ -61,8 +71,14 @@ options:
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    pub n: usize,
+    /// `-n`; without it a host list's slots decide.
+    pub n: Option<usize>,
     pub oversubscribe: bool,
+    /// `--host` entries, in order (repeated hosts add slots).
+    pub hosts: Vec<HostSlots>,
+    pub hostfile: Option<String>,
+    pub map_by: MapBy,
+    pub launch_agent: Option<String>,
     /// `-x` options in order: (name, Some(value)) sets, (name, None) forwards.
     pub env: Vec<(String, Option<String>)>,
     pub tag_output: bool,
@@ -80,10 +96,13 @@ pub enum Parsed {
 
 /// Parse mpirun's arguments (without `argv[0]`).
 pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
-    let mut n = None;
     let mut o = Options {
-        n: 0,
+        n: None,
         oversubscribe: false,
+        hosts: Vec::new(),
+        hostfile: None,
+        map_by: MapBy::Slot,
+        launch_agent: None,
         env: Vec::new(),
         tag_output: false,
         timeout: None,
@@ -121,7 +140,17 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
                         "{name} 0: the number of ranks must be a positive integer"
                     ));
                 }
-                n = Some(k);
+                o.n = Some(k);
+            }
+            "-H" | "--host" | "-host" | "--hosts" | "-hosts" => {
+                hosts::parse_host_list(&val(&mut i)?, &mut o.hosts)?
+            }
+            "--hostfile" | "-hostfile" | "--machinefile" | "-machinefile" | "-f" => {
+                o.hostfile = Some(val(&mut i)?)
+            }
+            "--map-by" | "-map-by" => o.map_by = MapBy::parse(&val(&mut i)?)?,
+            "--launch-agent" | "-launch-agent" | "--launcher-exec" => {
+                o.launch_agent = Some(val(&mut i)?)
             }
             "--oversubscribe" => o.oversubscribe = true,
             "--tag-output" => o.tag_output = true,
@@ -167,12 +196,20 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, String> {
     };
     o.program = prog.clone();
     o.args = args[i + 1..].to_vec();
-    o.n = n.ok_or("the number of ranks is missing: use -n N")?;
+    if o.hostfile.is_some() && !o.hosts.is_empty() {
+        return Err("--host and --hostfile cannot be used together".into());
+    }
+    if o.n.is_none() && o.hostfile.is_none() && o.hosts.is_empty() {
+        return Err("the number of ranks is missing: use -n N (or a host list)".into());
+    }
     Ok(Parsed::Run(o))
 }
 
 /// Entry point of the binary: returns the exit code.
 pub fn main(args: Vec<String>) -> i32 {
+    if args.first().map(String::as_str) == Some(super::daemon::DAEMON_ARG) {
+        return super::daemon::main();
+    }
     match parse_args(&args) {
         Ok(Parsed::Help) => {
             print!("{USAGE}");
@@ -186,25 +223,6 @@ pub fn main(args: Vec<String>) -> i32 {
         Err(e) => {
             eprintln!("mpirun: {e}");
             USAGE_EXIT
-        }
-    }
-}
-
-static SIGNALLED: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe;
-        // the sigaction struct is fully initialized (zeroed, then filled).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
 }
@@ -364,12 +382,6 @@ fn private_dir(job_id: &str) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-struct Rank {
-    child: Child,
-    pid: i32,
-    status: Option<ExitStatus>,
-}
-
 /// Why the job ends early.
 struct Stop {
     msg: String,
@@ -388,11 +400,13 @@ impl Stop {
     }
 }
 
-fn describe_exit(rank: usize, pid: i32, st: ExitStatus) -> Option<(String, i32)> {
+/// `who` (e.g. `rank 2 (pid 1234)`) ended with `st`: the message and mpirun's exit code, or
+/// `None` for a clean exit.
+fn describe_exit(who: &str, st: ExitStatus) -> Option<(String, i32)> {
     if let Some(sig) = st.signal() {
         return Some((
             format!(
-                "rank {rank} (pid {pid}) was killed by signal {sig} ({}); stopping the job",
+                "{who} was killed by signal {sig} ({}); stopping the job",
                 signal_name(sig)
             ),
             128 + sig,
@@ -400,10 +414,7 @@ fn describe_exit(rank: usize, pid: i32, st: ExitStatus) -> Option<(String, i32)>
     }
     match st.code() {
         Some(0) | None => None,
-        Some(c) => Some((
-            format!("rank {rank} (pid {pid}) exited with code {c}; stopping the job"),
-            c,
-        )),
+        Some(c) => Some((format!("{who} exited with code {c}; stopping the job"), c)),
     }
 }
 
@@ -414,39 +425,8 @@ fn forward(
     tag: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let prefix = if tag {
-            format!("[1,{rank}]<{}>:", if stderr { "stderr" } else { "stdout" })
-        } else {
-            String::new()
-        };
-        let mut r = BufReader::with_capacity(64 << 10, src);
-        let mut line = Vec::with_capacity(256);
-        loop {
-            line.clear();
-            // A "line" longer than MAX_LINE (binary output) is forwarded in pieces.
-            match (&mut r).take(MAX_LINE as u64).read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            if line.last() != Some(&b'\n') {
-                line.push(b'\n');
-            }
-            let mut out = Vec::with_capacity(prefix.len() + line.len());
-            out.extend_from_slice(prefix.as_bytes());
-            out.extend_from_slice(&line);
-            // One write_all under the lock: lines of different ranks never interleave.
-            let ok = if stderr {
-                let mut e = std::io::stderr().lock();
-                e.write_all(&out).and_then(|_| e.flush())
-            } else {
-                let mut o = std::io::stdout().lock();
-                o.write_all(&out).and_then(|_| o.flush())
-            };
-            if ok.is_err() {
-                // Our output is gone (closed pipe): keep draining so ranks do not block.
-                continue;
-            }
-        }
+        let prefix = procs::tag_prefix(tag, rank, stderr);
+        procs::read_lines(src, |l| procs::emit_line(&prefix, l, stderr));
     })
 }
 
@@ -456,20 +436,113 @@ fn cores() -> usize {
         .unwrap_or(1)
 }
 
+/// Where the job's ranks go: the host list or hostfile placed by [`hosts::place`], else `-n`
+/// ranks on this machine (refused beyond its cores without oversubscription). Errors carry
+/// mpirun's exit code.
+fn plan(o: &Options, oversubscribe: bool) -> Result<Placement, (String, i32)> {
+    let list = match &o.hostfile {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| (format!("cannot read the hostfile {f:?}: {e}"), USAGE_EXIT))?;
+            hosts::parse_hostfile(&text, f).map_err(|e| (e, USAGE_EXIT))?
+        }
+        None => o.hosts.clone(),
+    };
+    let hostname = super::node::host_name();
+    if list.is_empty() {
+        let n = o.n.unwrap_or(1);
+        let ncores = cores();
+        if n > ncores && !oversubscribe {
+            return Err((
+                format!(
+                    "there are not enough slots available in the system to satisfy the {n} \
+                     slots requested by the application {:?}: this machine has {ncores} cores.\n\
+                     Either request fewer ranks, or use --oversubscribe (or \
+                     GPUMPI_OVERSUBSCRIBE=1) to run more ranks than cores.",
+                    o.program
+                ),
+                USAGE_EXIT,
+            ));
+        }
+        return Ok(Placement {
+            nodes: vec![hosts::Node {
+                name: hostname,
+                local: true,
+                ranks: (0..n).collect(),
+            }],
+            node_of: vec![0; n],
+        });
+    }
+    hosts::place(
+        &list,
+        o.n,
+        o.map_by,
+        oversubscribe,
+        |h| hosts::is_local_name(h, &hostname),
+        &hostname,
+    )
+    .map_err(|e| (e, USAGE_EXIT))
+}
+
+/// The TCP listener of the wire-up server, for ranks and daemons on other hosts:
+/// `GPUMPI_WIREUP_ADDR` (an IP address, optionally `IP:PORT`), else the first interface that
+/// `GPUMPI_NET_IFNAME` and `GPUMPI_NET_FAMILY` select (the network transport's rule), on a port
+/// the kernel picks.
+fn wireup_listener() -> Result<TcpListener, String> {
+    use crate::transport::net::ifname::{self, Family};
+    let addr = match config::get("GPUMPI_WIREUP_ADDR").filter(|v| !v.trim().is_empty()) {
+        Some(v) => {
+            let v = v.trim();
+            let a = match v.parse::<IpAddr>() {
+                Ok(ip) => SocketAddr::new(ip, 0),
+                Err(_) => v.parse::<SocketAddr>().map_err(|_| {
+                    format!("GPUMPI_WIREUP_ADDR={v:?} is not an IP address or IP:PORT")
+                })?,
+            };
+            if a.ip().is_unspecified() {
+                return Err(format!(
+                    "GPUMPI_WIREUP_ADDR={v:?}: name the address the other hosts reach mpirun at"
+                ));
+            }
+            a
+        }
+        None => {
+            let all = crate::sys::socket::interfaces()
+                .map_err(|e| format!("cannot list the network interfaces: {e}"))?;
+            let fam = config::get("GPUMPI_NET_FAMILY").unwrap_or_default();
+            let fam = Family::parse(&fam).unwrap_or(Family::Any);
+            let spec = config::get("GPUMPI_NET_IFNAME").filter(|s| !s.trim().is_empty());
+            let picked = ifname::select(&all, spec.as_deref(), fam);
+            let names: Vec<String> = all
+                .iter()
+                .map(|a| format!("{} {}", a.name, a.addr))
+                .collect();
+            let a = picked.first().ok_or_else(|| {
+                format!(
+                    "no network interface for the wire-up of ranks on other hosts \
+                     (GPUMPI_NET_IFNAME={}; interfaces: {}); set GPUMPI_WIREUP_ADDR",
+                    spec.as_deref().unwrap_or("unset"),
+                    names.join(", ")
+                )
+            })?;
+            SocketAddr::new(a.addr, 0)
+        }
+    };
+    TcpListener::bind(addr).map_err(|e| {
+        format!("cannot listen on {addr} for the wire-up of ranks on other hosts: {e} (GPUMPI_WIREUP_ADDR)")
+    })
+}
+
 /// Run a job; returns mpirun's exit code.
 pub fn run(o: &Options) -> i32 {
     let oversubscribe = o.oversubscribe || config::get_bool("GPUMPI_OVERSUBSCRIBE");
-    let ncores = cores();
-    if o.n > ncores && !oversubscribe {
-        eprintln!(
-            "mpirun: there are not enough slots available in the system to satisfy the {} slots \
-             requested by the application {:?}: this machine has {ncores} cores.\n\
-             Either request fewer ranks, or use --oversubscribe (or GPUMPI_OVERSUBSCRIBE=1) \
-             to run more ranks than cores.",
-            o.n, o.program
-        );
-        return USAGE_EXIT;
-    }
+    let placement = match plan(o, oversubscribe) {
+        Ok(p) => p,
+        Err((msg, code)) => {
+            eprintln!("mpirun: {msg}");
+            return code;
+        }
+    };
     for (k, _) in o
         .env
         .iter()
@@ -493,6 +566,20 @@ pub fn run(o: &Options) -> i32 {
             return 1;
         }
     };
+    let remote: Vec<usize> = (0..placement.nodes.len())
+        .filter(|&i| !placement.nodes[i].local)
+        .collect();
+    let tcp = if remote.is_empty() {
+        None
+    } else {
+        match wireup_listener() {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("mpirun: {e}");
+                return 1;
+            }
+        }
+    };
     sweep_stale_jobs(&jobs_base());
     let job_id = format!("{}-{}", std::process::id(), wire::to_hex(&tag));
     let dir = match private_dir(&job_id) {
@@ -510,197 +597,277 @@ pub fn run(o: &Options) -> i32 {
         job_id: job_id.clone(),
     };
     let sock = dir.join("wireup.sock");
-    let server = match Server::start(&sock, o.n, secret.clone()) {
+    let layout = Layout {
+        node_of: placement.node_of.clone(),
+        daemon_nodes: remote,
+    };
+    let server = match Server::start_with(&sock, tcp, layout, secret.clone()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("mpirun: cannot start the wire-up server on {sock:?}: {e}");
             return 1;
         }
     };
-    install_signal_handlers();
-    tracing::debug!("mpirun: job {job_id}, {} ranks, server {sock:?}", o.n);
-
-    let code = launch_and_wait(o, &job_id, &sock, &wire::to_hex(&secret), &server);
+    procs::install_signal_handlers();
+    tracing::debug!(
+        "mpirun: job {job_id}, {} ranks on {} nodes, server {sock:?} {:?}",
+        placement.node_of.len(),
+        placement.nodes.len(),
+        server.tcp_addr()
+    );
+    let job = Job {
+        o,
+        placement: &placement,
+        job_id: &job_id,
+        sock: sock.to_string_lossy().into_owned(),
+        tcp: server
+            .tcp_addr()
+            .map(|a| format!("{}{a}", super::stream::TCP_PREFIX)),
+        secret: wire::to_hex(&secret),
+    };
+    let code = launch_and_wait(&job, &server);
     drop(server);
     drop(cleanup);
     code
 }
 
-/// The CPUs of mpirun's affinity mask (empty if it cannot be read).
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    let mine = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        set
-    };
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET reads the set for an index below its capacity.
-    (0..max)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &mine) })
-        .collect()
-}
-
-/// The CPU set of `rank` under `GPUMPI_BIND` (see `docs/ENV.md`): with `core` (the default), the
-/// rank-th CPU of mpirun's own affinity mask, when the job has 2 ranks or more and exactly as many
-/// ranks as those CPUs. A rank that waits on a peer then never shares a core with it while another
-/// core is idle (spinning there would only delay the peer). Smaller jobs stay unbound: binding
-/// them to the first CPUs would pile concurrent jobs onto those while the others idle.
-fn bind_set(n: usize, rank: usize) -> Option<libc::cpu_set_t> {
-    let mode = config::get("GPUMPI_BIND").unwrap_or_default();
-    match mode.to_ascii_lowercase().as_str() {
-        "core" => {}
-        "none" | "off" | "0" => return None,
-        _ => {
-            if rank == 0 {
-                eprintln!(
-                    "mpirun: warning: GPUMPI_BIND={mode:?}: not core or none; ranks are not bound"
-                );
-            }
-            return None;
-        }
-    }
-    if n < 2 {
-        return None;
-    }
-    let allowed = allowed_cpus();
-    if n != allowed.len() {
-        return None;
-    }
-    // SAFETY: as above; CPU_SET writes an index below the set's capacity.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(allowed[rank], &mut set);
-        Some(set)
-    }
-}
-
 /// The per-rank variables other MPI launchers set and programs read, e.g. to pick their GPU:
 /// Open MPI's `OMPI_COMM_WORLD_*`, MPICH hydra's `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`, and the
-/// `LOCAL_RANK`/`LOCAL_WORLD_SIZE` of torchrun-style launchers. Every rank runs on this node,
-/// so local rank = node rank = rank. The library itself reads none of them, and none selects a
-/// bootstrap method (`Method::env`): detection stays on `GPUMPI_*`, `PMIX_*` and `PMI_*`.
-pub fn launch_env(rank: usize, n: usize) -> [(&'static str, String); 9] {
-    let (r, n) = (rank.to_string(), n.to_string());
+/// `LOCAL_RANK`/`LOCAL_WORLD_SIZE` of torchrun-style launchers, for rank `rank` of `n`, the
+/// `local`-th of the `local_n` ranks on its node. The library itself reads none of them, and
+/// none selects a bootstrap method (`Method::env`): detection stays on `GPUMPI_*`, `PMIX_*`
+/// and `PMI_*`.
+pub fn launch_env(
+    rank: usize,
+    n: usize,
+    local: usize,
+    local_n: usize,
+) -> [(&'static str, String); 9] {
+    let (r, n, l, ln) = (
+        rank.to_string(),
+        n.to_string(),
+        local.to_string(),
+        local_n.to_string(),
+    );
     [
-        ("OMPI_COMM_WORLD_RANK", r.clone()),
-        ("OMPI_COMM_WORLD_SIZE", n.clone()),
-        ("OMPI_COMM_WORLD_LOCAL_RANK", r.clone()),
-        ("OMPI_COMM_WORLD_LOCAL_SIZE", n.clone()),
-        ("OMPI_COMM_WORLD_NODE_RANK", r.clone()),
-        ("MPI_LOCALRANKID", r.clone()),
-        ("MPI_LOCALNRANKS", n.clone()),
-        ("LOCAL_RANK", r),
-        ("LOCAL_WORLD_SIZE", n),
+        ("OMPI_COMM_WORLD_RANK", r),
+        ("OMPI_COMM_WORLD_SIZE", n),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", l.clone()),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", ln.clone()),
+        ("OMPI_COMM_WORLD_NODE_RANK", l.clone()),
+        ("MPI_LOCALRANKID", l.clone()),
+        ("MPI_LOCALNRANKS", ln.clone()),
+        ("LOCAL_RANK", l),
+        ("LOCAL_WORLD_SIZE", ln),
     ]
 }
 
-fn spawn_rank(
-    o: &Options,
-    rank: usize,
-    job_id: &str,
-    sock: &Path,
-    secret: &str,
-) -> std::io::Result<Child> {
-    let mut cmd = Command::new(&o.program);
-    cmd.args(&o.args);
-    // Set first, so that an explicit `-x` of the same name wins.
-    cmd.envs(launch_env(rank, o.n));
-    // `-x VAR` forwards: the child inherits mpirun's environment, so only an explicit value
-    // needs setting (an unset forwarded variable was warned about in `run`).
-    for (k, v) in &o.env {
-        if let Some(v) = v {
-            cmd.env(k, v);
-        }
-    }
-    cmd.env("GPUMPI_JOB_ID", job_id)
-        .env("GPUMPI_RANK", rank.to_string())
-        .env("GPUMPI_SIZE", o.n.to_string())
-        .env("GPUMPI_LOCAL_RANK", rank.to_string())
-        .env("GPUMPI_LOCAL_SIZE", o.n.to_string())
-        .env("GPUMPI_UNIVERSE_SIZE", o.n.to_string())
-        .env("GPUMPI_APPNUM", "0")
-        .env("GPUMPI_SERVER", sock)
-        .env("GPUMPI_SECRET", secret)
-        .env_remove("GPUMPI_BOOTSTRAP");
-    // stdin goes to rank 0 only, and only when it is not a terminal (a rank in its own
-    // process group reading the terminal would be stopped by SIGTTIN).
-    // SAFETY: isatty only inspects file descriptor 0.
-    let stdin_tty = unsafe { libc::isatty(0) } == 1;
-    cmd.stdin(if rank == 0 && !stdin_tty {
-        Stdio::inherit()
-    } else {
-        Stdio::null()
-    });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let bind = bind_set(o.n, rank);
-    // SAFETY: getpid is always safe.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure runs in the child between fork and exec and only calls
-    // async-signal-safe functions (setpgid, sched_setaffinity, prctl, getppid, _exit).
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::setpgid(0, 0);
-            if let Some(set) = &bind {
-                // A failure only leaves the rank unbound.
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
-            }
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            // mpirun may have died before prctl took effect.
-            if libc::getppid() != parent {
-                libc::_exit(137);
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
+/// Variables mpirun sets itself: never forwarded from its own environment to other hosts.
+const LAUNCHER_VARS: &[&str] = &[
+    "GPUMPI_APPNUM",
+    "GPUMPI_BOOTSTRAP",
+    "GPUMPI_JOB_ID",
+    "GPUMPI_LOCAL_RANK",
+    "GPUMPI_LOCAL_SIZE",
+    "GPUMPI_NODE_ID",
+    "GPUMPI_RANK",
+    "GPUMPI_SECRET",
+    "GPUMPI_SERVER",
+    "GPUMPI_SIZE",
+    "GPUMPI_UNIVERSE_SIZE",
+];
+
+/// What every rank's start needs to know about the job.
+struct Job<'a> {
+    o: &'a Options,
+    placement: &'a Placement,
+    job_id: &'a str,
+    /// The wire-up server's Unix socket and, for other hosts, its `tcp://` address.
+    sock: String,
+    tcp: Option<String>,
+    secret: String,
 }
 
-fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server: &Server) -> i32 {
-    let mut ranks: Vec<Rank> = Vec::with_capacity(o.n);
-    let mut outputs = Vec::new();
-    let start = Instant::now();
-    let mut stop: Option<Stop> = None;
-    for r in 0..o.n {
-        match spawn_rank(o, r, job_id, sock, secret) {
-            Ok(mut child) => {
-                let pid = child.id() as i32;
-                outputs.push(forward(
-                    child.stdout.take().unwrap(),
-                    r,
-                    false,
-                    o.tag_output,
-                ));
-                outputs.push(forward(child.stderr.take().unwrap(), r, true, o.tag_output));
-                ranks.push(Rank {
-                    child,
-                    pid,
-                    status: None,
-                });
-            }
-            Err(e) => {
-                let code = if e.kind() == std::io::ErrorKind::NotFound {
-                    127
-                } else {
-                    126
-                };
-                stop = Stop::failed(format!("cannot start rank {r}: {:?}: {e}", o.program), code);
-                break;
-            }
+impl Job<'_> {
+    fn host(&self, rank: usize) -> &str {
+        &self.placement.nodes[self.placement.node_of[rank]].name
+    }
+
+    fn is_local(&self, rank: usize) -> bool {
+        self.placement.nodes[self.placement.node_of[rank]].local
+    }
+
+    /// `rank 2 (pid 1234)` on this machine, `rank 2 (pid 1234 on n1)` on another host.
+    fn who(&self, rank: usize, pid: Option<i32>) -> String {
+        match (self.is_local(rank), pid) {
+            (true, Some(p)) => format!("rank {rank} (pid {p})"),
+            (true, None) => format!("rank {rank}"),
+            (false, Some(p)) => format!("rank {rank} (pid {p} on {})", self.host(rank)),
+            (false, None) => format!("rank {rank} (on {})", self.host(rank)),
         }
     }
 
+    /// The variables set in `rank`'s environment on top of what it inherits. Ranks on other
+    /// hosts also get mpirun's own `GPUMPI_*` settings (several must be the same on every
+    /// rank), as Open MPI forwards its `OMPI_MCA_*` variables; `-x VAR` is resolved here.
+    /// Later entries win: an explicit `-x` overrides a launch variable, never a `GPUMPI_*`
+    /// variable of the launcher.
+    fn rank_env(&self, rank: usize) -> Vec<(String, String)> {
+        let p = self.placement;
+        let n = p.node_of.len();
+        let (local, local_n) = p.local(rank);
+        let remote = !self.is_local(rank);
+        let mut env: Vec<(String, String)> = Vec::new();
+        if remote {
+            for (k, v) in std::env::vars_os() {
+                if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
+                    if k.starts_with("GPUMPI_") && !LAUNCHER_VARS.contains(&k) {
+                        env.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+        }
+        env.extend(
+            launch_env(rank, n, local, local_n)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        if p.nodes.len() > 1 {
+            env.push(("GPUMPI_NODE_ID".into(), self.host(rank).to_string()));
+        }
+        for (k, v) in &self.o.env {
+            match v {
+                Some(v) => env.push((k.clone(), v.clone())),
+                None => {
+                    if let Ok(v) = std::env::var(k) {
+                        env.push((k.clone(), v));
+                    }
+                }
+            }
+        }
+        let server = match (remote, &self.tcp) {
+            (true, Some(t)) => t.clone(),
+            _ => self.sock.clone(),
+        };
+        for (k, v) in [
+            ("GPUMPI_JOB_ID", self.job_id.to_string()),
+            ("GPUMPI_RANK", rank.to_string()),
+            ("GPUMPI_SIZE", n.to_string()),
+            ("GPUMPI_LOCAL_RANK", local.to_string()),
+            ("GPUMPI_LOCAL_SIZE", local_n.to_string()),
+            ("GPUMPI_UNIVERSE_SIZE", n.to_string()),
+            ("GPUMPI_APPNUM", "0".to_string()),
+            ("GPUMPI_SERVER", server),
+            ("GPUMPI_SECRET", self.secret.clone()),
+        ] {
+            env.push((k.to_string(), v));
+        }
+        env
+    }
+}
+
+fn launch_and_wait(job: &Job, server: &Server) -> i32 {
+    let o = job.o;
+    let p = job.placement;
+    let n = p.node_of.len();
+    let mut status: Vec<Option<ExitStatus>> = vec![None; n];
+    let mut pids: Vec<Option<i32>> = vec![None; n];
+    let mut locals: Vec<Proc> = Vec::new();
+    let mut outputs = Vec::new();
+    let (tx, rx) = channel::<NodeEvent>();
+    let mut remotes: Vec<RemoteNode> = Vec::new();
+    let start = Instant::now();
+    let mut stop: Option<Stop> = None;
+    // stdin goes to rank 0 only, and only when it runs here and stdin is not a terminal (a
+    // rank in its own process group reading the terminal would be stopped by SIGTTIN).
+    // SAFETY: isatty only inspects file descriptor 0.
+    let stdin_tty = unsafe { libc::isatty(0) } == 1;
+    'local: for node in p.nodes.iter().filter(|nd| nd.local) {
+        for (local, &r) in node.ranks.iter().enumerate() {
+            let env = job.rank_env(r);
+            let bind = procs::bind_set(node.ranks.len(), local);
+            match procs::spawn(&o.program, &o.args, &env, r == 0 && !stdin_tty, bind) {
+                Ok(mut child) => {
+                    let pid = child.id() as i32;
+                    let (so, se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+                    outputs.push(forward(so, r, false, o.tag_output));
+                    outputs.push(forward(se, r, true, o.tag_output));
+                    pids[r] = Some(pid);
+                    locals.push(Proc {
+                        rank: r,
+                        child,
+                        pid,
+                        status: None,
+                    });
+                }
+                Err(e) => {
+                    stop = Stop::failed(
+                        format!("cannot start rank {r}: {:?}: {e}", o.program),
+                        procs::spawn_error_code(&e),
+                    );
+                    break 'local;
+                }
+            }
+        }
+    }
+    let agent = super::remote::agent_words(o.launch_agent.as_deref());
+    let exe = std::env::current_exe()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "mpirun".into());
+    if stop.is_none() {
+        if let Some(tcp) = &job.tcp {
+            for (i, node) in p.nodes.iter().enumerate().filter(|(_, nd)| !nd.local) {
+                let line = format!("{tcp} {i} {}\n", job.secret);
+                match RemoteNode::start(
+                    &agent,
+                    i,
+                    &node.name,
+                    node.ranks.clone(),
+                    &exe,
+                    &line,
+                    tx.clone(),
+                ) {
+                    Ok(rn) => remotes.push(rn),
+                    Err(e) => {
+                        stop = Stop::failed(
+                            format!(
+                                "host {}: cannot run the launch agent {:?}: {e}",
+                                node.name,
+                                agent.join(" ")
+                            ),
+                            1,
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let launch_timeout =
+        Duration::from_secs(config::get_usize("GPUMPI_LAUNCH_TIMEOUT").max(1) as u64);
+    let cwd = std::env::current_dir()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
+
     let mut lost: Vec<(usize, Instant)> = Vec::new();
+    // A rank that exited: its failure, or a clean exit of a rank that never finalized.
+    let exited = |r: usize, st: ExitStatus, pid: Option<i32>| -> Option<Stop> {
+        if let Some((msg, code)) = describe_exit(&job.who(r, pid), st) {
+            return Stop::failed(msg, code);
+        }
+        match server.rank_state(r) {
+            RankState::Connected | RankState::Lost => Stop::failed(
+                format!(
+                    "{} exited without finalizing; stopping the job",
+                    job.who(r, pid)
+                ),
+                1,
+            ),
+            _ => None,
+        }
+    };
     while stop.is_none() {
-        let sig = SIGNALLED.swap(0, Ordering::SeqCst);
+        let sig = procs::take_signal();
         if sig != 0 {
             stop = Some(Stop {
                 msg: format!(
@@ -735,49 +902,149 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
             Ok(Event::Lost { rank }) => lost.push((rank, Instant::now())),
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
         }
-        // Reap.
-        for (r, rk) in ranks.iter_mut().enumerate() {
-            if rk.status.is_some() {
-                continue;
-            }
-            if let Ok(Some(st)) = rk.child.try_wait() {
-                rk.status = Some(st);
-                if let Some((msg, code)) = describe_exit(r, rk.pid, st) {
-                    stop = Stop::failed(msg, code);
-                    break;
+        // Daemons that connected back get their node's launch.
+        while let Ok((node, conn)) = server.daemons().try_recv() {
+            match remotes.iter_mut().find(|rn| rn.index == node) {
+                Some(rn) if !rn.attached() => {
+                    let launch = wire::Msg::Launch {
+                        program: o.program.clone(),
+                        args: o.args.clone(),
+                        cwd: cwd.clone(),
+                        ranks: rn
+                            .ranks
+                            .iter()
+                            .map(|&r| (r as u32, job.rank_env(r)))
+                            .collect(),
+                    };
+                    if let Err(e) = rn.attach(conn, &launch, o.tag_output, tx.clone()) {
+                        stop = Stop::failed(
+                            format!(
+                                "host {}: cannot send the launch to its daemon: {e}",
+                                rn.name
+                            ),
+                            1,
+                        );
+                    }
                 }
-                if server.rank_state(r) == RankState::Connected
-                    || server.rank_state(r) == RankState::Lost
-                {
+                _ => conn.shutdown(), // a second daemon for one node
+            }
+        }
+        while stop.is_none() {
+            let Ok(ev) = rx.try_recv() else { break };
+            match ev {
+                NodeEvent::Started { rank, pid } => pids[rank] = Some(pid),
+                NodeEvent::SpawnFailed { rank, code, msg } => {
                     stop = Stop::failed(
-                        format!(
-                            "rank {r} (pid {}) exited without finalizing; stopping the job",
-                            rk.pid
-                        ),
-                        1,
-                    );
-                    break;
+                        format!("cannot start rank {rank} on {}: {msg}", job.host(rank)),
+                        code,
+                    )
+                }
+                NodeEvent::Exited { rank, status: st } => {
+                    status[rank] = Some(st);
+                    stop = exited(rank, st, pids[rank]);
+                }
+                NodeEvent::Lost { node, why } => {
+                    if p.nodes[node].ranks.iter().any(|&r| status[r].is_none()) {
+                        stop = Stop::failed(
+                            format!(
+                                "lost the connection to the daemon on {} ({why}); stopping the job",
+                                p.nodes[node].name
+                            ),
+                            1,
+                        );
+                    }
+                }
+                NodeEvent::AgentExited {
+                    node,
+                    status: st,
+                    last,
+                } => {
+                    let attached = remotes.iter().any(|rn| rn.index == node && rn.attached());
+                    let failed = st.is_none_or(|s| !s.success());
+                    if !attached && failed {
+                        let how = match st {
+                            Some(s) => match (s.code(), s.signal()) {
+                                (Some(c), _) => format!("exited with code {c}"),
+                                (_, Some(g)) => {
+                                    format!("was killed by signal {g} ({})", signal_name(g))
+                                }
+                                _ => "failed".into(),
+                            },
+                            None => "could not be waited for".into(),
+                        };
+                        let last = if last.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {last}")
+                        };
+                        stop = Stop::failed(
+                            format!(
+                                "host {}: the launch agent \"{} {} {exe} {}\" {how}{last}",
+                                p.nodes[node].name,
+                                agent.join(" "),
+                                p.nodes[node].name,
+                                super::daemon::DAEMON_ARG
+                            ),
+                            1,
+                        );
+                    }
                 }
             }
         }
         if stop.is_some() {
             break;
         }
-        // A dropped connection whose process is still alive after a grace period is a dead rank.
+        if start.elapsed() >= launch_timeout {
+            if let Some(rn) = remotes.iter().find(|rn| !rn.attached()) {
+                stop = Stop::failed(
+                    format!(
+                        "host {}: its daemon did not connect back within {} s \
+                         (GPUMPI_LAUNCH_TIMEOUT); is mpirun installed at {exe} there, and can \
+                         it reach {}?",
+                        rn.name,
+                        launch_timeout.as_secs(),
+                        job.tcp.as_deref().unwrap_or("")
+                    ),
+                    1,
+                );
+                break;
+            }
+        }
+        procs::reap(&mut locals);
+        for l in &locals {
+            if let (Some(st), None) = (l.status, status[l.rank]) {
+                status[l.rank] = Some(st);
+                if stop.is_none() {
+                    stop = exited(l.rank, st, Some(l.pid));
+                }
+            }
+        }
+        if stop.is_some() {
+            break;
+        }
+        // A dropped connection whose process is still alive after a grace period is a dead
+        // rank (a rank on another host gets longer: its exit travels through its daemon).
+        let grace = |r: usize| {
+            if job.is_local(r) {
+                LOST_GRACE
+            } else {
+                5 * LOST_GRACE
+            }
+        };
         if let Some(&(r, _)) = lost
             .iter()
-            .find(|(r, t)| ranks[*r].status.is_none() && t.elapsed() >= LOST_GRACE)
+            .find(|(r, t)| status[*r].is_none() && t.elapsed() >= grace(*r))
         {
             stop = Stop::failed(
                 format!(
-                    "rank {r} (pid {}) closed its connection to mpirun without finalizing; stopping the job",
-                    ranks[r].pid
+                    "{} closed its connection to mpirun without finalizing; stopping the job",
+                    job.who(r, pids[r])
                 ),
                 1,
             );
             break;
         }
-        if ranks.iter().all(|r| r.status.is_some()) {
+        if status.iter().all(Option::is_some) {
             break;
         }
     }
@@ -790,10 +1057,33 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
             first_signal,
         }) => {
             eprintln!("mpirun: {msg}");
-            terminate_all(&mut ranks, first_signal);
+            for rn in remotes.iter_mut() {
+                rn.kill(first_signal);
+            }
+            procs::terminate_all(&mut locals, first_signal);
+            // The daemons SIGKILL after their grace period and report every exit.
+            let mut gone: Vec<usize> = Vec::new();
+            let t = Instant::now();
+            while t.elapsed() < REMOTE_KILL_WAIT
+                && remotes.iter().any(|rn| {
+                    rn.attached()
+                        && !gone.contains(&rn.index)
+                        && rn.ranks.iter().any(|&r| status[r].is_none())
+                })
+            {
+                match rx.recv_timeout(Duration::from_millis(10)) {
+                    Ok(NodeEvent::Exited { rank, status: st }) => status[rank] = Some(st),
+                    Ok(NodeEvent::Lost { node, .. }) => gone.push(node),
+                    _ => {}
+                }
+            }
             code
         }
     };
+    // Closing a daemon's connection ends it (and anything of the job left on its host).
+    for rn in remotes.iter_mut() {
+        rn.close(Duration::from_secs(2));
+    }
     // Output threads end when the last writer of each pipe is gone; do not wait
     // forever for a daemonized grandchild that kept a pipe open.
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -808,76 +1098,12 @@ fn launch_and_wait(o: &Options, job_id: &str, sock: &Path, secret: &str, server:
     code
 }
 
-/// `first` (SIGTERM, or the signal mpirun received) to every live rank's process group,
-/// SIGKILL after [`KILL_GRACE`], reap all.
-fn terminate_all(ranks: &mut [Rank], first: i32) {
-    let signal_live = |ranks: &mut [Rank], sig: i32| {
-        for rk in ranks.iter_mut() {
-            if rk.status.is_none() {
-                // SAFETY: plain kill(2) on the process group this rank leads; the rank is not
-                // reaped yet, so the group id cannot have been reused.
-                unsafe {
-                    libc::kill(-rk.pid, sig);
-                    libc::kill(rk.pid, sig); // in case setpgid had not run yet
-                }
-            }
-        }
-    };
-    let reap = |ranks: &mut [Rank]| {
-        for rk in ranks.iter_mut() {
-            if rk.status.is_none() {
-                if let Ok(Some(st)) = rk.child.try_wait() {
-                    rk.status = Some(st);
-                }
-            }
-        }
-        ranks.iter().all(|r| r.status.is_some())
-    };
-    signal_live(ranks, first);
-    let t = Instant::now();
-    while !reap(ranks) && t.elapsed() < KILL_GRACE {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    signal_live(ranks, libc::SIGKILL);
-    for rk in ranks.iter_mut() {
-        if rk.status.is_none() {
-            rk.status = rk.child.wait().ok();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn p(s: &str) -> Result<Parsed, String> {
         parse_args(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn binding_only_when_the_job_fills_the_cpus() {
-        if std::env::var_os("GPUMPI_BIND").is_some() {
-            return; // the default is what is tested
-        }
-        let cpus = allowed_cpus().len();
-        assert!(bind_set(1, 0).is_none(), "a single rank stays unbound");
-        assert!(
-            bind_set(cpus + 1, 0).is_none(),
-            "an oversubscribed job stays unbound"
-        );
-        if cpus >= 3 {
-            assert!(
-                bind_set(cpus - 1, 0).is_none(),
-                "a smaller job stays unbound"
-            );
-        }
-        if cpus >= 2 {
-            for r in 0..cpus {
-                let set = bind_set(cpus, r).expect("a job filling the CPUs is bound");
-                // SAFETY: CPU_COUNT reads the set.
-                assert_eq!(unsafe { libc::CPU_COUNT(&set) }, 1, "one CPU per rank");
-            }
-        }
     }
 
     fn run_opts(s: &str) -> Options {
@@ -891,7 +1117,7 @@ mod tests {
     fn parses_the_documented_forms() {
         let o =
             run_opts("-n 4 --oversubscribe -x A=1 -x B --tag-output --timeout 2.5 prog -n 3 --x");
-        assert_eq!(o.n, 4);
+        assert_eq!(o.n, Some(4));
         assert!(o.oversubscribe && o.tag_output);
         assert_eq!(
             o.env,
@@ -900,8 +1126,25 @@ mod tests {
         assert_eq!(o.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(o.program, "prog");
         assert_eq!(o.args, vec!["-n", "3", "--x"]);
-        assert_eq!(run_opts("-np 2 a").n, 2);
-        assert_eq!(run_opts("--np=3 a").n, 3);
+        assert_eq!(run_opts("-np 2 a").n, Some(2));
+        assert_eq!(run_opts("--np=3 a").n, Some(3));
+        let o = run_opts("-H a:2,b --host c:1 --map-by node --launch-agent myagent prog");
+        assert_eq!(o.n, None);
+        assert_eq!(
+            o.hosts
+                .iter()
+                .map(|h| (h.name.as_str(), h.slots))
+                .collect::<Vec<_>>(),
+            [("a", 2), ("b", 1), ("c", 1)]
+        );
+        assert_eq!(o.map_by, MapBy::Node);
+        assert_eq!(o.launch_agent.as_deref(), Some("myagent"));
+        let o = run_opts("--hostfile hf -np 3 --map-by=slot prog");
+        assert_eq!(
+            (o.hostfile.as_deref(), o.n, o.map_by),
+            (Some("hf"), Some(3), MapBy::Slot)
+        );
+        assert_eq!(run_opts("-f hf prog").hostfile.as_deref(), Some("hf"));
         assert_eq!(
             run_opts("--timeout=1 -n 1 a").timeout,
             Some(Duration::from_secs(1))
@@ -936,6 +1179,10 @@ mod tests {
             ("-n 2 --timeout abc a", "not a number"),
             ("-n 2 -x 1=2=3 a", "valid environment"),
             ("-n 2 -x =3 a", "valid environment"),
+            ("-H a:0 a", "positive"),
+            ("--host a,,b a", "empty"),
+            ("--map-by socket a", "slot or node"),
+            ("-H a --hostfile f a", "together"),
         ] {
             let e = p(args).unwrap_err();
             assert!(e.contains(want), "{args:?}: {e}");
@@ -945,12 +1192,14 @@ mod tests {
     #[test]
     fn launch_variables_select_no_bootstrap() {
         use crate::bootstrap::{choose, Method, METHODS};
-        let env = launch_env(2, 5);
+        let env = launch_env(2, 5, 1, 3);
         let names: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
         let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("OMPI_COMM_WORLD_LOCAL_RANK"), Some("2"));
-        assert_eq!(get("MPI_LOCALNRANKS"), Some("5"));
-        assert_eq!(get("LOCAL_WORLD_SIZE"), Some("5"));
+        assert_eq!(get("OMPI_COMM_WORLD_RANK"), Some("2"));
+        assert_eq!(get("OMPI_COMM_WORLD_SIZE"), Some("5"));
+        assert_eq!(get("OMPI_COMM_WORLD_LOCAL_RANK"), Some("1"));
+        assert_eq!(get("MPI_LOCALNRANKS"), Some("3"));
+        assert_eq!(get("LOCAL_WORLD_SIZE"), Some("3"));
         for m in METHODS {
             for v in m.env() {
                 assert!(!names.contains(v), "{v} would select {m:?}");
@@ -968,14 +1217,18 @@ mod tests {
 
     #[test]
     fn exit_descriptions() {
-        assert_eq!(describe_exit(1, 5, ExitStatus::from_raw(0)), None);
-        let (m, c) = describe_exit(2, 1234, ExitStatus::from_raw(9)).unwrap();
+        assert_eq!(
+            describe_exit("rank 1 (pid 5)", ExitStatus::from_raw(0)),
+            None
+        );
+        let (m, c) = describe_exit("rank 2 (pid 1234)", ExitStatus::from_raw(9)).unwrap();
         assert_eq!(
             m,
             "rank 2 (pid 1234) was killed by signal 9 (SIGKILL); stopping the job"
         );
         assert_eq!(c, 137);
-        let (m, c) = describe_exit(0, 7, ExitStatus::from_raw(3 << 8)).unwrap();
+        let (m, c) = describe_exit("rank 0 (pid 7 on n1)", ExitStatus::from_raw(3 << 8)).unwrap();
+        assert!(m.starts_with("rank 0 (pid 7 on n1) exited"), "{m}");
         assert!(m.contains("exited with code 3"));
         assert_eq!(c, 3);
     }

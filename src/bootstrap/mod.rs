@@ -9,7 +9,10 @@
 //! [`Bootstrap::abort`] ends the whole job through the launcher.
 //!
 //! Implementations (one file each):
-//! - [`mpirun`]: client of our own `mpirun`'s wire-up server (`launcher` + `server`);
+//! - [`mpirun`]: client of our own `mpirun`'s wire-up server (`launcher` + `server`, over
+//!   [`stream`]: a Unix socket, or TCP for ranks on other hosts); `mpirun` itself places ranks
+//!   on hosts ([`hosts`]), forks those of its own host ([`procs`]) and starts the others'
+//!   through a launch agent and a node daemon ([`remote`], [`daemon`]);
 //! - [`pmix`]: PMIx client (Open MPI 5 `mpirun`/`prterun`, `srun --mpi=pmix`), libpmix dlopen'd;
 //! - [`pmi1`]: PMI-1 text protocol (MPICH hydra `mpiexec`, `srun --mpi=pmi2`'s PMI-1 side);
 //! - [`singleton`]: a process started without a launcher (one rank);
@@ -24,14 +27,19 @@
 //! cannot be reached fails `MPI_Init` with an error naming it; it never falls through to a
 //! singleton (N singletons instead of one job of N would be worse than an error).
 
+pub mod daemon;
 pub mod fake;
+pub mod hosts;
 pub mod launcher;
 pub mod mpirun;
 pub mod node;
 pub mod pmi1;
 pub mod pmix;
+pub mod procs;
+pub mod remote;
 pub mod server;
 pub mod singleton;
+pub mod stream;
 pub mod wire;
 
 use crate::config;

@@ -1,12 +1,12 @@
 //! Client of our `mpirun`'s wire-up server (see [`super::wire`] for the protocol
 //! and [`super::launcher`] for the environment mpirun gives each rank).
 
+use super::stream::Stream;
 use super::wire::{self, Msg};
 use super::Bootstrap;
 use crate::config;
 use crate::mpi::error::{MpiError, MpiResult};
 use std::collections::HashMap;
-use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ pub struct MpirunBootstrap {
     job_id: String,
     server: String,
     secret: Vec<u8>,
-    conn: Mutex<UnixStream>,
+    conn: Mutex<Stream>,
     pending: Mutex<Vec<(String, Vec<u8>)>>,
     visible: Mutex<HashMap<(usize, String), Vec<u8>>>,
 }
@@ -55,68 +55,6 @@ fn env_usize(name: &str) -> MpiResult<usize> {
             "mpirun bootstrap: {name}={v:?} is not a non-negative integer"
         )
     })
-}
-
-/// `UnixStream::connect` that cannot block forever: a non-blocking connect is retried while
-/// the server's backlog is full (EAGAIN), until `timeout`.
-fn connect_timeout(path: &str, timeout: Duration) -> std::io::Result<UnixStream> {
-    use std::os::unix::io::FromRawFd;
-    let bytes = path.as_bytes();
-    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "socket path too long or not valid",
-        ));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *b as libc::c_char;
-    }
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh socket owned by nobody else; the stream closes it on drop.
-    let stream = unsafe { UnixStream::from_raw_fd(fd) };
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        // SAFETY: addr is a valid, initialized sockaddr_un and its size is passed with it.
-        let rc = unsafe {
-            libc::connect(
-                fd,
-                &addr as *const libc::sockaddr_un as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Some(libc::EAGAIN) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("the server accepted no connection within {timeout:?}"),
-                ))
-            }
-            _ => return Err(e),
-        }
-    }
-    stream.set_nonblocking(false)?;
-    Ok(stream)
 }
 
 impl MpirunBootstrap {
@@ -154,7 +92,7 @@ impl MpirunBootstrap {
         Self::connect(&server, &job_id, rank, size, &secret, timeout)
     }
 
-    /// Connect to the wire-up server at `server` (a Unix socket path).
+    /// Connect to the wire-up server at `server` (a Unix socket path or `tcp://IP:PORT`).
     pub fn connect(
         server: &str,
         job_id: &str,
@@ -169,7 +107,7 @@ impl MpirunBootstrap {
                 "mpirun bootstrap: wire-up server GPUMPI_SERVER={server}: {what}"
             )
         };
-        let mut s = connect_timeout(server, timeout).map_err(|e| {
+        let mut s = Stream::connect(server, timeout).map_err(|e| {
             fail(format!(
                 "cannot connect: {e} (is the job's mpirun still running?)"
             ))
@@ -301,7 +239,7 @@ impl Bootstrap for MpirunBootstrap {
             code,
             msg: clip(msg, wire::MAX_PREAUTH_FRAME / 2).to_string(),
         };
-        let sent = UnixStream::connect(&self.server).and_then(|mut s| {
+        let sent = Stream::connect(&self.server, Duration::from_secs(5)).and_then(|mut s| {
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
             wire::write_msg(&mut s, &m)?;
             wire::read_msg(&mut s)
@@ -349,6 +287,7 @@ fn clip(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::super::server::Server;
+    use super::super::stream::connect_unix;
     use super::*;
 
     #[test]
@@ -419,7 +358,7 @@ mod tests {
         let t = std::time::Instant::now();
         let mut kept = Vec::new();
         let err = loop {
-            match connect_timeout(path.to_str().unwrap(), Duration::from_millis(200)) {
+            match connect_unix(path.to_str().unwrap(), Duration::from_millis(200)) {
                 Ok(s) => kept.push(s),
                 Err(e) => break e,
             }

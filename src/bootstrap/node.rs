@@ -12,9 +12,14 @@ use crate::mpi::error::MpiResult;
 
 /// This process's node name: `GPUMPI_NODE_ID`, else the host name.
 pub fn node_name() -> String {
-    if let Some(id) = crate::config::get("GPUMPI_NODE_ID") {
-        return id.trim().to_string();
+    match crate::config::get("GPUMPI_NODE_ID") {
+        Some(id) if !id.trim().is_empty() => id.trim().to_string(),
+        _ => host_name(),
     }
+}
+
+/// This machine's host name (`localhost` when it cannot be read).
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()

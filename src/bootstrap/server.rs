@@ -1,9 +1,13 @@
-//! The wire-up server embedded in `mpirun`: listens on a Unix socket, one
-//! thread per client connection (jobs are small and each thread mostly sleeps
-//! in a blocking read), shared state under one mutex. It reports what the
-//! launcher must act on (aborts, lost ranks) as [`Event`]s on a channel.
+//! The wire-up server embedded in `mpirun`: listens on a Unix socket, and on TCP as well when
+//! the job has ranks on other hosts; one thread per client connection (jobs are small and each
+//! thread mostly sleeps in a blocking read), shared state under one mutex. It reports what the
+//! launcher must act on (aborts, lost ranks) as [`Event`]s on a channel, and hands the
+//! authenticated connections of node daemons to the launcher ([`Server::daemons`]). Both
+//! listeners share one bound on connections that have not yet presented the secret.
 
+use super::stream::Stream;
 use super::wire::{self, Msg};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -47,6 +51,11 @@ struct State {
 struct Shared {
     secret: Vec<u8>,
     size: usize,
+    /// The node index of each rank.
+    node_of: Vec<usize>,
+    /// Node indices that may present a daemon hello (nodes started through a launch agent).
+    daemon_nodes: Vec<usize>,
+    daemons: Mutex<Sender<(usize, Stream)>>,
     st: Mutex<State>,
     cv: Condvar,
     events: Mutex<Sender<Event>>,
@@ -57,18 +66,52 @@ struct Shared {
 
 pub struct Server {
     path: PathBuf,
+    tcp: Option<SocketAddr>,
     shared: Arc<Shared>,
     events: Receiver<Event>,
+    daemons: Receiver<(usize, Stream)>,
+}
+
+/// Where a job's ranks run, as the server needs it.
+pub struct Layout {
+    /// The node index of each rank (all 0 on one node).
+    pub node_of: Vec<usize>,
+    /// The nodes whose daemon may connect.
+    pub daemon_nodes: Vec<usize>,
 }
 
 impl Server {
-    /// Listen on `path` (which must not exist) for a job of `size` ranks.
+    /// Listen on `path` (which must not exist) for a job of `size` ranks on one node.
     pub fn start(path: &Path, size: usize, secret: Vec<u8>) -> std::io::Result<Server> {
+        let layout = Layout {
+            node_of: vec![0; size],
+            daemon_nodes: Vec::new(),
+        };
+        Self::start_with(path, None, layout, secret)
+    }
+
+    /// Listen on `path` and, when given, on `tcp` (a bound listener) for a job laid out as
+    /// `layout`.
+    pub fn start_with(
+        path: &Path,
+        tcp: Option<TcpListener>,
+        layout: Layout,
+        secret: Vec<u8>,
+    ) -> std::io::Result<Server> {
         let listener = UnixListener::bind(path)?;
+        let tcp_addr = match &tcp {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
+        let size = layout.node_of.len();
         let (tx, rx) = channel();
+        let (dtx, drx) = channel();
         let shared = Arc::new(Shared {
             secret,
             size,
+            node_of: layout.node_of,
+            daemon_nodes: layout.daemon_nodes,
+            daemons: Mutex::new(dtx),
             st: Mutex::new(State {
                 ranks: vec![RankState::NotConnected; size],
                 gen: 0,
@@ -85,41 +128,44 @@ impl Server {
         let sh = shared.clone();
         thread::Builder::new()
             .name("gpumpi-wireup".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if sh.stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    match conn {
-                        // At most MAX_PREAUTH connections wait for their first frame at once:
-                        // with MAX_PREAUTH_FRAME each, that bounds what unauthenticated peers
-                        // make the server hold; more are closed at once.
-                        Ok(_) if sh.preauth.load(Ordering::Acquire) >= MAX_PREAUTH => {
-                            tracing::warn!("wire-up server: too many unauthenticated connections");
-                        }
-                        Ok(s) => {
-                            sh.preauth.fetch_add(1, Ordering::AcqRel);
-                            let conn_sh = sh.clone();
-                            let spawned = thread::Builder::new()
-                                .name("gpumpi-wireup-conn".into())
-                                .spawn(move || serve(&conn_sh, s));
-                            if spawned.is_err() {
-                                sh.preauth.fetch_sub(1, Ordering::AcqRel);
-                            }
-                        }
-                        Err(e) => tracing::warn!("wire-up server: accept failed: {e}"),
-                    }
-                }
-            })?;
+            .spawn(move || accept_loop(&sh, listener.incoming().map(|c| c.map(Stream::Unix))))?;
+        if let Some(l) = tcp {
+            let sh = shared.clone();
+            thread::Builder::new()
+                .name("gpumpi-wireup-tcp".into())
+                .spawn(move || {
+                    accept_loop(
+                        &sh,
+                        l.incoming().map(|c| {
+                            let c = c?;
+                            c.set_nodelay(true)?;
+                            Ok(Stream::Tcp(c))
+                        }),
+                    )
+                })?;
+        }
         Ok(Server {
             path: path.to_path_buf(),
+            tcp: tcp_addr,
             shared,
             events: rx,
+            daemons: drx,
         })
     }
 
     pub fn events(&self) -> &Receiver<Event> {
         &self.events
+    }
+
+    /// Authenticated daemon connections: (node index, connection), after the daemon's hello
+    /// (which the launcher answers with the node's `Launch`).
+    pub fn daemons(&self) -> &Receiver<(usize, Stream)> {
+        &self.daemons
+    }
+
+    /// The TCP address the server listens on, if any.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp
     }
 
     pub fn rank_state(&self, rank: usize) -> RankState {
@@ -132,8 +178,11 @@ impl Drop for Server {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.st.lock().unwrap().shutdown = true;
         self.shared.cv.notify_all();
-        // Wake the accept loop so that it sees `stop`.
+        // Wake the accept loops so that they see `stop`.
         let _ = UnixStream::connect(&self.path);
+        if let Some(a) = self.tcp {
+            let _ = TcpStream::connect_timeout(&a, Duration::from_secs(1));
+        }
         // Later clients get a clear "no such file" instead of a connection nobody serves.
         let _ = std::fs::remove_file(&self.path);
     }
@@ -153,7 +202,35 @@ fn secret_ok(expected: &[u8], got: &[u8]) -> bool {
             == 0
 }
 
-fn serve(sh: &Shared, mut s: UnixStream) {
+/// Accepts connections until the server stops; each gets a thread.
+fn accept_loop(sh: &Arc<Shared>, incoming: impl Iterator<Item = std::io::Result<Stream>>) {
+    for conn in incoming {
+        if sh.stop.load(Ordering::Acquire) {
+            break;
+        }
+        match conn {
+            // At most MAX_PREAUTH connections wait for their first frame at once:
+            // with MAX_PREAUTH_FRAME each, that bounds what unauthenticated peers
+            // make the server hold; more are closed at once.
+            Ok(_) if sh.preauth.load(Ordering::Acquire) >= MAX_PREAUTH => {
+                tracing::warn!("wire-up server: too many unauthenticated connections");
+            }
+            Ok(s) => {
+                sh.preauth.fetch_add(1, Ordering::AcqRel);
+                let conn_sh = sh.clone();
+                let spawned = thread::Builder::new()
+                    .name("gpumpi-wireup-conn".into())
+                    .spawn(move || serve(&conn_sh, s));
+                if spawned.is_err() {
+                    sh.preauth.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            Err(e) => tracing::warn!("wire-up server: accept failed: {e}"),
+        }
+    }
+}
+
+fn serve(sh: &Shared, mut s: Stream) {
     let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
     // Until the secret is checked, a peer gets one small frame and a few seconds.
     let first = wire::read_msg_max(&mut s, wire::MAX_PREAUTH_FRAME);
@@ -165,7 +242,7 @@ fn serve(sh: &Shared, mut s: UnixStream) {
             pid,
             secret,
         }) => {
-            let refuse = |s: &mut UnixStream, why: String| {
+            let refuse = |s: &mut Stream, why: String| {
                 tracing::warn!("wire-up server: refused a client: {why}");
                 let _ = wire::write_msg(s, &Msg::Error { msg: why });
             };
@@ -197,8 +274,12 @@ fn serve(sh: &Shared, mut s: UnixStream) {
                 st.ranks[rank] = RankState::Connected;
             }
             tracing::debug!("wire-up server: rank {rank} (pid {pid}) connected");
+            let node = sh.node_of[rank];
             let welcome = Msg::Welcome {
-                node_ranks: (0..sh.size as u32).collect(),
+                node_ranks: (0..sh.size)
+                    .filter(|&r| sh.node_of[r] == node)
+                    .map(|r| r as u32)
+                    .collect(),
                 appnum: 0,
             };
             if wire::write_msg(&mut s, &welcome).is_err() {
@@ -234,6 +315,38 @@ fn serve(sh: &Shared, mut s: UnixStream) {
                 Msg::Ok
             };
             let _ = wire::write_msg(&mut s, &reply);
+            return;
+        }
+        Ok(Msg::DaemonHello {
+            version,
+            node,
+            secret,
+            build,
+        }) => {
+            let why = if !secret_ok(&sh.secret, &secret) {
+                Some("bad secret".to_string())
+            } else if version != wire::PROTOCOL_VERSION || build != env!("CARGO_PKG_VERSION") {
+                Some(format!(
+                    "the daemon is gpumpi {build} (protocol {version}), mpirun is gpumpi {} \
+                     (protocol {}): install the same version on every host",
+                    env!("CARGO_PKG_VERSION"),
+                    wire::PROTOCOL_VERSION
+                ))
+            } else if !sh.daemon_nodes.contains(&(node as usize)) {
+                Some(format!("node {node} is not started through a launch agent"))
+            } else {
+                None
+            };
+            match why {
+                Some(why) => {
+                    tracing::warn!("wire-up server: refused a daemon: {why}");
+                    let _ = wire::write_msg(&mut s, &Msg::Error { msg: why });
+                }
+                None => {
+                    let _ = s.set_read_timeout(None);
+                    let _ = sh.daemons.lock().unwrap().send((node as usize, s));
+                }
+            }
             return;
         }
         Ok(other) => {

@@ -15,6 +15,17 @@
 //!   gets through while another thread of the rank waits in a fence) -> S `Ok` (or `Error` for a
 //!   bad secret), and the server tells the launcher, which ends the job.
 //! - C `Finalize` -> S `Ok`; a client that disconnects without it is dead.
+//!
+//! The same server also listens on TCP when a job spans hosts; there the other peer can be a
+//! node daemon (`mpirun --gpumpi-daemon`, [`super::daemon`]) that starts a host's ranks:
+//! - D `DaemonHello{version, node, secret, build}` -> S `Launch{program, args, cwd, ranks}` (each
+//!   rank with its environment) or `Error` (bad secret, another gpumpi version, unknown node).
+//! - D `Started{rank, pid}` or `SpawnFailed{rank, code, msg}` per rank, then `Output{rank, stderr,
+//!   data}` (one line of a rank's stdout or stderr) and `Exited{rank, status}` (the raw wait
+//!   status, sent after the rank's output).
+//! - S `Kill{signal}`: signal every rank's process group, SIGKILL after a grace period. The
+//!   server closing the connection (mpirun done, or killed) makes the daemon SIGKILL whatever
+//!   still runs and exit.
 
 use std::io::{self, Read, Write};
 
@@ -55,6 +66,41 @@ pub enum Msg {
     Error {
         msg: String,
     },
+    DaemonHello {
+        version: u32,
+        node: u32,
+        secret: Vec<u8>,
+        /// The gpumpi version the daemon was built from (must equal mpirun's).
+        build: String,
+    },
+    Launch {
+        program: String,
+        args: Vec<String>,
+        cwd: String,
+        /// Each rank of the node and the variables to set in its environment.
+        ranks: Vec<(u32, Vec<(String, String)>)>,
+    },
+    Started {
+        rank: u32,
+        pid: u32,
+    },
+    SpawnFailed {
+        rank: u32,
+        code: i32,
+        msg: String,
+    },
+    Output {
+        rank: u32,
+        stderr: bool,
+        data: Vec<u8>,
+    },
+    Exited {
+        rank: u32,
+        status: i32,
+    },
+    Kill {
+        signal: i32,
+    },
 }
 
 const K_HELLO: u8 = 1;
@@ -65,6 +111,13 @@ const K_ABORT: u8 = 5;
 const K_FINALIZE: u8 = 6;
 const K_OK: u8 = 7;
 const K_ERROR: u8 = 8;
+const K_DAEMON_HELLO: u8 = 9;
+const K_LAUNCH: u8 = 10;
+const K_STARTED: u8 = 11;
+const K_SPAWN_FAILED: u8 = 12;
+const K_OUTPUT: u8 = 13;
+const K_EXITED: u8 = 14;
+const K_KILL: u8 = 15;
 
 fn put_u32(b: &mut Vec<u8>, v: u32) {
     b.extend_from_slice(&v.to_le_bytes());
@@ -134,6 +187,67 @@ impl Msg {
                 b.push(K_ERROR);
                 put_bytes(&mut b, msg.as_bytes());
             }
+            Msg::DaemonHello {
+                version,
+                node,
+                secret,
+                build,
+            } => {
+                b.push(K_DAEMON_HELLO);
+                put_u32(&mut b, *version);
+                put_u32(&mut b, *node);
+                put_bytes(&mut b, secret);
+                put_bytes(&mut b, build.as_bytes());
+            }
+            Msg::Launch {
+                program,
+                args,
+                cwd,
+                ranks,
+            } => {
+                b.push(K_LAUNCH);
+                put_bytes(&mut b, program.as_bytes());
+                put_u32(&mut b, args.len() as u32);
+                for a in args {
+                    put_bytes(&mut b, a.as_bytes());
+                }
+                put_bytes(&mut b, cwd.as_bytes());
+                put_u32(&mut b, ranks.len() as u32);
+                for (r, env) in ranks {
+                    put_u32(&mut b, *r);
+                    put_u32(&mut b, env.len() as u32);
+                    for (k, v) in env {
+                        put_bytes(&mut b, k.as_bytes());
+                        put_bytes(&mut b, v.as_bytes());
+                    }
+                }
+            }
+            Msg::Started { rank, pid } => {
+                b.push(K_STARTED);
+                put_u32(&mut b, *rank);
+                put_u32(&mut b, *pid);
+            }
+            Msg::SpawnFailed { rank, code, msg } => {
+                b.push(K_SPAWN_FAILED);
+                put_u32(&mut b, *rank);
+                put_u32(&mut b, *code as u32);
+                put_bytes(&mut b, msg.as_bytes());
+            }
+            Msg::Output { rank, stderr, data } => {
+                b.push(K_OUTPUT);
+                put_u32(&mut b, *rank);
+                b.push(u8::from(*stderr));
+                put_bytes(&mut b, data);
+            }
+            Msg::Exited { rank, status } => {
+                b.push(K_EXITED);
+                put_u32(&mut b, *rank);
+                put_u32(&mut b, *status as u32);
+            }
+            Msg::Kill { signal } => {
+                b.push(K_KILL);
+                put_u32(&mut b, *signal as u32);
+            }
         }
         let len = (b.len() - 4) as u32;
         b[..4].copy_from_slice(&len.to_le_bytes());
@@ -185,6 +299,63 @@ impl Msg {
             K_FINALIZE => Msg::Finalize,
             K_OK => Msg::Ok,
             K_ERROR => Msg::Error { msg: c.text()? },
+            K_DAEMON_HELLO => Msg::DaemonHello {
+                version: c.u32()?,
+                node: c.u32()?,
+                secret: c.bytes()?.to_vec(),
+                build: c.text()?,
+            },
+            K_LAUNCH => {
+                let program = c.text()?;
+                let n = c.count(4)?;
+                let mut args = Vec::with_capacity(n);
+                for _ in 0..n {
+                    args.push(c.text()?);
+                }
+                let cwd = c.text()?;
+                let n = c.count(8)?;
+                let mut ranks = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let r = c.u32()?;
+                    let k = c.count(8)?;
+                    let mut env = Vec::with_capacity(k);
+                    for _ in 0..k {
+                        env.push((c.text()?, c.text()?));
+                    }
+                    ranks.push((r, env));
+                }
+                Msg::Launch {
+                    program,
+                    args,
+                    cwd,
+                    ranks,
+                }
+            }
+            K_STARTED => Msg::Started {
+                rank: c.u32()?,
+                pid: c.u32()?,
+            },
+            K_SPAWN_FAILED => Msg::SpawnFailed {
+                rank: c.u32()?,
+                code: c.u32()? as i32,
+                msg: c.text()?,
+            },
+            K_OUTPUT => Msg::Output {
+                rank: c.u32()?,
+                stderr: match c.u8()? {
+                    0 => false,
+                    1 => true,
+                    x => return Err(format!("output stream flag {x} is not 0 or 1")),
+                },
+                data: c.bytes()?.to_vec(),
+            },
+            K_EXITED => Msg::Exited {
+                rank: c.u32()?,
+                status: c.u32()? as i32,
+            },
+            K_KILL => Msg::Kill {
+                signal: c.u32()? as i32,
+            },
             k => return Err(format!("unknown message kind {k}")),
         };
         if c.pos != body.len() {
@@ -361,6 +532,37 @@ mod tests {
             Msg::Finalize,
             Msg::Ok,
             Msg::Error { msg: "no".into() },
+            Msg::DaemonHello {
+                version: PROTOCOL_VERSION,
+                node: 1,
+                secret: vec![5; 32],
+                build: "0.1.0".into(),
+            },
+            Msg::Launch {
+                program: "./a.out".into(),
+                args: vec!["-x".into(), String::new()],
+                cwd: "/tmp".into(),
+                ranks: vec![
+                    (
+                        2,
+                        vec![("A".into(), "1".into()), ("B".into(), String::new())],
+                    ),
+                    (3, vec![]),
+                ],
+            },
+            Msg::Started { rank: 2, pid: 77 },
+            Msg::SpawnFailed {
+                rank: 3,
+                code: 127,
+                msg: "not found".into(),
+            },
+            Msg::Output {
+                rank: 2,
+                stderr: true,
+                data: b"line\n".to_vec(),
+            },
+            Msg::Exited { rank: 3, status: 9 },
+            Msg::Kill { signal: 15 },
         ]
     }
 
@@ -395,7 +597,7 @@ mod tests {
             let n = (rng.next() % 64) as usize;
             let mut b = rng.bytes(n);
             if i % 2 == 0 && !b.is_empty() {
-                b[0] = (b[0] % 9) + 1; // a valid kind, so the field decoders get exercised
+                b[0] = (b[0] % 15) + 1; // a valid kind, so the field decoders get exercised
             }
             let _ = Msg::decode(&b);
         }

@@ -109,17 +109,11 @@ pub unsafe fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) 
     out(abi_minor, "abi_minor", ABI_VERSION.1)
 }
 
+/// The node's name: the host name, or `GPUMPI_NODE_ID` where that names the node (set by
+/// mpirun for jobs across hosts, or to emulate several nodes on one host), so that ranks with
+/// the same processor name are the ranks of one `MPI_COMM_TYPE_SHARED` node.
 pub unsafe fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> MpiResult<()> {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
-    let rc = libc::gethostname(buf.as_mut_ptr() as *mut c_char, buf.len() - 1);
-    let host = if rc == 0 {
-        let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    } else {
-        "localhost".into()
-    };
-    write_cstr(&host, name, 256, resultlen)
+    write_cstr(&crate::bootstrap::node::node_name(), name, 256, resultlen)
 }
 
 pub unsafe fn MPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> MpiResult<()> {
