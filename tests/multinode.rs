@@ -12,6 +12,8 @@
 //!
 //! Every test checks that no rank and no daemon is left running afterwards.
 
+#[path = "support/netns.rs"]
+mod netns;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -497,27 +499,10 @@ fn daemon_refuses_a_bad_launch_line() {
 
 // ---- namespace nodes ----
 
-fn nodes(prefix: &str, args: &[&str]) -> std::process::Output {
-    Command::new("bash")
-        .arg(root().join("scripts/netns-nodes.sh"))
-        .args(["-p", prefix])
-        .args(args)
-        .output()
-        .expect("run scripts/netns-nodes.sh")
-}
-
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = nodes(&self.0, &["down"]);
-    }
-}
-
 /// mpirun inside node 0 of `prefix`, wire-up on rail0, node daemons through netns-agent.
 fn netns_mpirun(prefix: &str, mv: &str, args: &[&str]) -> Command {
     let mut c = Command::new("bash");
-    c.arg(root().join("scripts/netns-nodes.sh"))
+    c.arg(netns::script())
         .args(["-p", prefix, "exec", "0", "env"])
         .arg("GPUMPI_NET_IFNAME==rail0")
         .arg(format!("MULTINODE_TEST_MARK={mv}"))
@@ -540,14 +525,9 @@ fn netns_mpirun(prefix: &str, mv: &str, args: &[&str]) -> Command {
 fn jobs_across_two_namespace_nodes() {
     let test = "jobs_across_two_namespace_nodes";
     let prefix = format!("gmn{}", std::process::id());
-    let out = nodes(&prefix, &["up", "2", "1"]);
-    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    match out.status.code() {
-        Some(0) => {}
-        Some(77) => return skip::skip(test, &err),
-        c => panic!("netns-nodes.sh up failed ({c:?}): {err}"),
-    }
-    let guard = Down(prefix.clone());
+    let Some(guard) = netns::up(&prefix, 2, 1, test) else {
+        return;
+    };
     let mv = format!("netns-{}", std::process::id());
     let hosts = ["--host", "localhost:2,n1:2"];
 
@@ -629,7 +609,7 @@ fn jobs_across_two_namespace_nodes() {
     );
 
     drop(guard);
-    let left = String::from_utf8_lossy(&nodes(&prefix, &["list"]).stdout).to_string();
+    let left = String::from_utf8_lossy(&netns::nodes(&prefix, &["list"]).stdout).to_string();
     assert!(left.trim().is_empty(), "namespaces left: {left}");
     assert!(daemons_of(&mv).is_empty(), "daemons left");
 }

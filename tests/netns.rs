@@ -6,6 +6,8 @@
 //! namespace, bridge or veth of the set. Where namespaces are not permitted the test records a
 //! skip with the script's reason.
 
+#[path = "support/netns.rs"]
+mod netns;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -21,27 +23,7 @@ const DIR: &str = "NETNS_TEST_DIR";
 const SECRET: &[u8] = b"netns-test";
 const SIZES: &[usize] = &[0, 1, 4096, 65537, 1 << 20, (7 << 20) + 3];
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/netns-nodes.sh")
-}
-
-fn nodes(prefix: &str, args: &[&str]) -> std::process::Output {
-    Command::new("bash")
-        .arg(script())
-        .args(["-p", prefix])
-        .args(args)
-        .output()
-        .expect("run scripts/netns-nodes.sh")
-}
-
-/// Tears the namespace set down when the test ends, even by a panic.
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = nodes(&self.0, &["down"]);
-    }
-}
+use netns::{nodes, script};
 
 fn pattern(i: usize, len: usize) -> Vec<u8> {
     (0..len)
@@ -148,14 +130,9 @@ fn tcp_between_two_namespace_nodes() {
     }
     let test = "tcp_between_two_namespace_nodes";
     let prefix = format!("gmt{}", std::process::id());
-    let out = nodes(&prefix, &["up", "2", "1"]);
-    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    match out.status.code() {
-        Some(0) => {}
-        Some(77) => return skip::skip(test, &err),
-        c => panic!("netns-nodes.sh up failed ({c:?}): {err}"),
-    }
-    let guard = Down(prefix.clone());
+    let Some(guard) = netns::up(&prefix, 2, 1, test) else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("{prefix}-handles"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
