@@ -13,9 +13,11 @@
 //!   `program  nranks...  [singleton] [expect=fail] [exit=N] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
 //!   (a double-quoted token may hold spaces: `stderr="rank 0 has 256"`)
 //!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
-//!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
+//!   `singleton` also runs the program directly, without mpirun. `nodes=K` runs each rank
+//!   through `scripts/emulate-nodes.sh K` (the ranks spread over K emulated nodes on this host,
+//!   talking over loopback TCP between them). `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
-//!   and every `stderr=TEXT` (no spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
+//!   and every `stderr=TEXT` in the job's stderr (a passing run must show them too). `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
 //!   environment. Anything else is an argument.
 //!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
@@ -130,6 +132,8 @@ struct RunSpec {
     stderr_has: Vec<String>,
     timeout_s: u64,
     env: Vec<(String, String)>,
+    /// `nodes=K`: the ranks are spread over K emulated nodes (`scripts/emulate-nodes.sh`).
+    nodes: Option<u32>,
     args: Vec<String>,
 }
 
@@ -203,6 +207,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                     .split_once('=')
                     .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
                 spec.env.push((k.to_string(), v.to_string()));
+            } else if let Some(s) = t.strip_prefix("nodes=") {
+                spec.nodes = Some(
+                    s.parse()
+                        .unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1)),
+                );
             } else if let Some(s) = t.strip_prefix("timeout=") {
                 spec.timeout_s = s
                     .parse()
@@ -394,6 +403,14 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
     if o.stdout.contains("FAIL") || o.stderr.contains("FAIL ") {
         return Some(format!("{prog}: output mentions FAIL\n{}", ctx()));
     }
+    for want in &spec.stderr_has {
+        if !o.stderr.contains(want.as_str()) {
+            return Some(format!(
+                "{prog}: stderr does not contain {want:?}\n{}",
+                ctx()
+            ));
+        }
+    }
     None
 }
 
@@ -432,11 +449,21 @@ fn run_program(prog: &str) {
                 &n.to_string(),
                 "--timeout",
                 &spec.timeout_s.to_string(),
-            ])
-            .arg(&exe)
-            .args(&spec.args)
-            .current_dir(build_dir());
-            let what = format!("mpirun -n {n} {prog} {}", spec.args.join(" "));
+            ]);
+            if let Some(k) = spec.nodes {
+                cmd.arg(repo_root().join("scripts/emulate-nodes.sh"))
+                    .arg(k.to_string());
+            }
+            cmd.arg(&exe)
+                .args(&spec.args)
+                .envs(spec.env.iter().cloned())
+                .current_dir(build_dir());
+            let nodes = spec.nodes.map(|k| format!(" ({k} emulated nodes)"));
+            let what = format!(
+                "mpirun -n {n} {prog} {}{}",
+                spec.args.join(" "),
+                nodes.unwrap_or_default()
+            );
             let o = run_cmd(cmd, &format!("{prog}.{k}.n{n}"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }

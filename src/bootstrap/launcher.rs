@@ -22,6 +22,7 @@
 //! `/dev/shm/gpumpi-<job_id>-*` file are removed; an mpirun that was killed cannot do that,
 //! so every mpirun first sweeps what killed jobs of its user left ([`sweep_stale_jobs`]).
 
+use super::random_bytes;
 use super::server::{Event, RankState, Server};
 use super::wire;
 use crate::config;
@@ -228,12 +229,6 @@ pub fn signal_name(sig: i32) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         _ => "unknown signal",
     }
-}
-
-fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
-    let mut b = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b)
 }
 
 /// The private directory and shared-memory files of a job; removed on drop.
