@@ -82,6 +82,12 @@ pub fn one_node(ranks: &[usize]) -> bool {
     }
 }
 
+/// The world ranks on world rank `rank`'s node, ascending, from the job's map (`None` before
+/// `MPI_Init` recorded it).
+pub fn ranks_with(rank: usize) -> Option<Vec<usize>> {
+    JOB.get().map(|m| m.ranks[m.node_of[rank]].clone())
+}
+
 /// Publishes this rank's node name and reads every rank's (one fence, collective over the job).
 pub fn exchange(bs: &dyn Bootstrap, name: &str) -> MpiResult<NodeMap> {
     publish(bs, name);
