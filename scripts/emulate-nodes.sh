@@ -6,7 +6,8 @@
 #   mpirun -n 4 scripts/emulate-nodes.sh --netns PREFIX 2 ./prog   # each "node" in namespace
 #                                                                   # PREFIX-n<i> (netns-nodes.sh up)
 #
-# Ranks are placed in blocks (rank * K / size) through GPUMPI_NODE_ID, so ranks of different
+# Ranks are placed in blocks (rank * K / size; round-robin where the launcher exports no size)
+# through GPUMPI_NODE_ID, so ranks of different
 # "nodes" talk through the network transport instead of shared memory. Without --netns the
 # network stays on loopback (GPUMPI_NET_IFNAME defaults to =lo here); with it, each rank runs in
 # its node's namespace (made by scripts/netns-nodes.sh -p PREFIX up K R, root needed) and the
@@ -28,11 +29,15 @@ k=$1
 shift
 rank=${GPUMPI_RANK:-${PMIX_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-}}}}
 size=${GPUMPI_SIZE:-${OMPI_COMM_WORLD_SIZE:-${PMI_SIZE:-}}}
-if [ -z "$rank" ] || [ -z "$size" ]; then
-    echo "$0: no rank/size in the environment (not started by a launcher?)" >&2
+if [ -z "$rank" ]; then
+    echo "$0: no rank in the environment (not started by a launcher?)" >&2
     exit 2
 fi
-node=$((rank * k / size))
+if [ -n "$size" ]; then
+    node=$((rank * k / size))
+else
+    node=$((rank % k)) # a launcher that exports no job size: round-robin
+fi
 GPUMPI_NODE_ID=emulated-node$node
 export GPUMPI_NODE_ID
 if [ -n "$netns" ]; then
