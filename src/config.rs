@@ -303,7 +303,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET",
         default: "",
-        doc: "Network backend for traffic between nodes: `tcp` (the only one so far). Unset or `auto`: the first backend that opens with at least one device, in the order of `transport::net` (ibverbs will precede TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. The network layer exists and is tested, but the engine does not use it yet: ranks must still share one node (docs/MULTINODE.md).",
+        doc: "Network backend for traffic between nodes: `tcp` (the only one so far). Unset or `auto`: the first backend that opens with at least one device, in the order of `transport::net` (ibverbs will precede TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); every rank connects to every rank on another node at `MPI_Init` (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -345,7 +345,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NODE_ID",
         default: "",
-        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). Set by mpirun to the host name of the host list when a job spans hosts; `MPI_Get_processor_name` reports it. Computed by `bootstrap::node`, but not yet used by the engine: all ranks of a job must still share one node (docs/MULTINODE.md).",
+        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). `MPI_Init` exchanges the names through the launcher: ranks on one node talk through shared memory (and CUDA IPC), ranks on different nodes through the network (`GPUMPI_NET`), and collectives of a communicator that spans nodes run as schedules over point-to-point (docs/MULTINODE.md). `scripts/emulate-nodes.sh K` sets it per rank to spread a job over K emulated nodes; mpirun sets it to the host name of the host list when a job spans hosts, and `MPI_Get_processor_name` reports it.",
         same_on_every_rank: false,
     },
     Param {

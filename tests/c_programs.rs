@@ -13,9 +13,13 @@
 //!   `program  nranks...  [singleton] [expect=fail] [exit=N] [stderr=TEXT]... [timeout=S] [env=VAR=VALUE]... [args...]`
 //!   (a double-quoted token may hold spaces: `stderr="rank 0 has 256"`)
 //!   Integers are rank counts, each run as `mpirun --oversubscribe -n N --timeout S prog args`;
-//!   `singleton` also runs the program directly, without mpirun. `expect=fail` wants a non-zero
+//!   `singleton` also runs the program directly, without mpirun. `nodes=K` runs each rank
+//!   through `scripts/emulate-nodes.sh K` (the ranks spread over K emulated nodes on this host,
+//!   talking over loopback TCP between them); with `netns` too, each of those nodes is a
+//!   network namespace (`scripts/netns-nodes.sh`, 198.18.0.x; a recorded skip where
+//!   namespaces are not available). `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
-//!   and every `stderr=TEXT` (no spaces) in the job's stderr. `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
+//!   and every `stderr=TEXT` in the job's stderr (a passing run must show them too). `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
 //!   environment. Anything else is an argument.
 //!   A passing run exits 0 and prints exactly one line `OK <program>...` (from rank 0).
 //! - `hosts=LIST` in a testlist line runs `mpirun --oversubscribe --host LIST --timeout S prog
@@ -26,6 +30,9 @@
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
 //!   saying so; nothing is skipped silently.
+
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::fs;
 use std::io::Read;
@@ -136,6 +143,11 @@ struct RunSpec {
     stderr_has: Vec<String>,
     timeout_s: u64,
     env: Vec<(String, String)>,
+    /// `nodes=K`: the ranks are spread over K emulated nodes (`scripts/emulate-nodes.sh`).
+    nodes: Option<u32>,
+    /// `netns` (with `nodes=K`): each emulated node is a network namespace of its own
+    /// (`scripts/netns-nodes.sh`), talking over 198.18.0.x.
+    netns: bool,
     args: Vec<String>,
 }
 
@@ -197,6 +209,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.hosts.push(h.to_string());
             } else if t == "singleton" {
                 spec.singleton = true;
+            } else if t == "netns" {
+                spec.netns = true;
             } else if t == "expect=fail" {
                 spec.expect_fail = true;
             } else if let Some(s) = t.strip_prefix("exit=") {
@@ -211,6 +225,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                     .split_once('=')
                     .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
                 spec.env.push((k.to_string(), v.to_string()));
+            } else if let Some(s) = t.strip_prefix("nodes=") {
+                spec.nodes = Some(
+                    s.parse()
+                        .unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1)),
+                );
             } else if let Some(s) = t.strip_prefix("timeout=") {
                 spec.timeout_s = s
                     .parse()
@@ -219,6 +238,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.args.push(t.to_string());
             }
         }
+        assert!(
+            !spec.netns || spec.nodes.is_some(),
+            "testlist:{}: netns needs nodes=K",
+            lineno + 1
+        );
         assert!(
             spec.exit_code.is_none() || spec.expect_fail,
             "testlist:{}: exit= needs expect=fail",
@@ -232,6 +256,36 @@ fn testlist() -> Vec<(String, RunSpec)> {
         out.push((prog, spec));
     }
     out
+}
+
+/// A set of namespace nodes (`scripts/netns-nodes.sh -p PREFIX up K 1`), removed on drop.
+struct Netns(String);
+
+impl Netns {
+    /// Brings up `k` nodes; `Err(reason)` where namespaces are not available (exit 77).
+    fn up(k: u32) -> Result<Netns, String> {
+        let prefix = format!("gct{}", std::process::id());
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/netns-nodes.sh"))
+            .args(["-p", &prefix, "up", &k.to_string(), "1"])
+            .output()
+            .expect("run scripts/netns-nodes.sh");
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        match out.status.code() {
+            Some(0) => Ok(Netns(prefix)),
+            Some(77) => Err(err),
+            c => panic!("netns-nodes.sh up failed ({c:?}): {err}"),
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo_root().join("scripts/netns-nodes.sh"))
+            .args(["-p", &self.0, "down"])
+            .output();
+    }
 }
 
 fn build_dir() -> PathBuf {
@@ -402,6 +456,14 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
     if o.stdout.contains("FAIL") || o.stderr.contains("FAIL ") {
         return Some(format!("{prog}: output mentions FAIL\n{}", ctx()));
     }
+    for want in &spec.stderr_has {
+        if !o.stderr.contains(want.as_str()) {
+            return Some(format!(
+                "{prog}: stderr does not contain {want:?}\n{}",
+                ctx()
+            ));
+        }
+    }
     None
 }
 
@@ -432,6 +494,13 @@ fn run_program(prog: &str) {
             let o = run_cmd(cmd, &format!("{prog}.{k}.singleton"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }
+        let netns = match spec.nodes.filter(|_| spec.netns).map(Netns::up) {
+            Some(Err(why)) => {
+                skip::skip(&format!("c_programs::{prog} (netns line {k})"), &why);
+                continue;
+            }
+            other => other.map(Result::unwrap),
+        };
         for &n in &spec.nranks {
             let mut cmd = Command::new(&mpirun);
             cmd.args([
@@ -440,11 +509,27 @@ fn run_program(prog: &str) {
                 &n.to_string(),
                 "--timeout",
                 &spec.timeout_s.to_string(),
-            ])
-            .arg(&exe)
-            .args(&spec.args)
-            .current_dir(build_dir());
-            let what = format!("mpirun -n {n} {prog} {}", spec.args.join(" "));
+            ]);
+            if let Some(k) = spec.nodes {
+                cmd.arg(repo_root().join("scripts/emulate-nodes.sh"));
+                if let Some(ns) = &netns {
+                    cmd.args(["--netns", &ns.0]);
+                }
+                cmd.arg(k.to_string());
+            }
+            cmd.arg(&exe)
+                .args(&spec.args)
+                .envs(spec.env.iter().cloned())
+                .current_dir(build_dir());
+            let nodes = spec.nodes.map(|k| match netns {
+                Some(_) => format!(" ({k} namespace nodes)"),
+                None => format!(" ({k} emulated nodes)"),
+            });
+            let what = format!(
+                "mpirun -n {n} {prog} {}{}",
+                spec.args.join(" "),
+                nodes.unwrap_or_default()
+            );
             let o = run_cmd(cmd, &format!("{prog}.{k}.n{n}"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }

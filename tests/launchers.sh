@@ -157,6 +157,24 @@ for l in "${launchers[@]}"; do
             echo "  ok  $name bootstrap put/get of 100 kB values -n 4"
         fi
     fi
+    # Emulated nodes (scripts/emulate-nodes.sh): two "nodes" talking over loopback TCP, the
+    # network's job secret from this launcher (PMIx, PMI-1: rank 0's, through the key-value store).
+    if [ -x "$bin/p2p_basic" ]; then
+        c=${cmd//-n N/-n 4}
+        log="$out/$name-nodes"
+        GPUMPI_DEBUG=1 timeout 120 $c "$root/scripts/emulate-nodes.sh" 2 "$bin/p2p_basic" \
+            > "$log.out" 2> "$log.err"
+        rc=$?
+        oks=$(grep -c "^OK p2p_basic" "$log.out")
+        net=$(grep -c "bytes) received over the network" "$log.err")
+        if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$net" != 4 ]; then
+            fail "$name: p2p_basic -n 4 over 2 emulated nodes: rc=$rc, OK lines=$oks, ranks with network traffic=$net (see $log.*)"
+            tail -5 "$log.err" | sed 's/^/    /'
+        else
+            pass=$((pass + 1))
+            echo "  ok  $name p2p_basic -n 4 over 2 emulated nodes (network traffic on every rank)"
+        fi
+    fi
     # MPI_Abort goes through the launcher: non-zero exit, quickly, no rank left behind.
     if [ -x "$bin/abort_job" ]; then
         c=${cmd//-n N/-n 3}

@@ -49,6 +49,9 @@ pub struct CommObj {
     /// What the GPU paths set up for this communicator (empty until one runs on it); released
     /// by `MPI_Comm_free`/`MPI_Comm_disconnect` (collective) or `MPI_Finalize`.
     pub gpu: crate::gpu::comm::CommGpu,
+    /// Every rank of the group is on one node (`bootstrap::node::one_node`): the intra-node
+    /// collective paths (flag slots, scratch areas, GPU paths) may take its calls.
+    pub one_node: bool,
 }
 
 /// Context ids: bit 31 set marks collective traffic of a communicator.
@@ -58,6 +61,7 @@ impl CommObj {
     pub fn new(ctx: u32, group: Arc<Group>, rank: usize, name: &str) -> Self {
         CommObj {
             ctx,
+            one_node: crate::bootstrap::node::one_node(&group.ranks),
             peers: Arc::from(group.ranks.as_slice()),
             group,
             rank,

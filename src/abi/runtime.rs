@@ -11,15 +11,18 @@
 use super::consts as c;
 use super::objects::{self, CommObj};
 use super::request::{ReqKind, Request, Status};
-use crate::bootstrap::{self, Bootstrap};
+use crate::bootstrap::{self, node, wire, Bootstrap};
 use crate::engine::collcheck::Rings;
 use crate::engine::flag::{Slots, SLOT_MAX};
 use crate::engine::scratch::Scratch;
 use crate::engine::{Backoff, Engine};
-use crate::mpi::error::MpiResult;
+use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::group::Group;
 use crate::mpi::handles::{Kind, Slab};
 use crate::mpi_bail;
+use crate::transport::net::frames::NetFrames;
+use crate::transport::net::{Handle, HANDLE_BYTES};
+use crate::transport::route::Routed;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
@@ -236,6 +239,67 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
     }
 }
 
+/// Bootstrap key of the job secret rank 0 makes for launchers that hand none to the ranks.
+const NET_SECRET_KEY: &str = "gpumpi-net-secret";
+/// Bootstrap key of each rank's network listen handle.
+const NET_HANDLE_KEY: &str = "gpumpi-net";
+
+/// A job on several nodes: open the network backend (`GPUMPI_NET`) with the job secret, publish
+/// this rank's listen handle (one fence) and connect to every rank on another node
+/// (`remote[r]`), all at `MPI_Init`: every rank must be able to receive from any off-node peer
+/// at any time (MPI_ANY_SOURCE), and a connection set up inside a later call would stall it for
+/// a handshake. Collective over the job.
+fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
+    let fail = |e: crate::transport::net::NetError| {
+        MpiError::other(format!("MPI_Init: the job spans nodes: {e}"))
+    };
+    let secret = match boot.secret() {
+        Some(s) => s,
+        None => {
+            let hex = boot.get(0, NET_SECRET_KEY)?;
+            wire::from_hex(String::from_utf8_lossy(&hex).trim())
+                .ok_or_else(|| MpiError::other("MPI_Init: rank 0's job secret could not be read"))?
+        }
+    };
+    let net = crate::transport::net::open(&secret).map_err(fail)?;
+    let (handle, listener) = net.listen(0).map_err(fail)?;
+    boot.put(NET_HANDLE_KEY, wire::to_hex(&handle.0).as_bytes());
+    boot.fence()?;
+    let peers: Vec<usize> = (0..remote.len()).filter(|&r| remote[r]).collect();
+    let handle_of = |p: usize| {
+        let v = boot
+            .get(p, NET_HANDLE_KEY)
+            .map_err(|e| crate::transport::net::NetError::new(e.msg))?;
+        wire::from_hex(String::from_utf8_lossy(&v).trim())
+            .and_then(|b| <[u8; HANDLE_BYTES]>::try_from(b).ok())
+            .map(Handle)
+            .ok_or_else(|| {
+                crate::transport::net::NetError::new(format!(
+                    "rank {p}'s network handle is malformed"
+                ))
+            })
+    };
+    let limit = std::time::Duration::from_secs(
+        crate::config::get_usize("GPUMPI_NET_ACCEPT_TIMEOUT").max(1) as u64 + 5,
+    );
+    let frames = NetFrames::connect(
+        net,
+        listener,
+        boot.rank(),
+        boot.size(),
+        &peers,
+        &handle_of,
+        limit,
+    )
+    .map_err(fail)?;
+    tracing::info!(
+        "rank {}: {} off-node peers reached over the network",
+        boot.rank(),
+        peers.len()
+    );
+    Ok(frames)
+}
+
 /// MPI_Init / MPI_Init_thread.
 pub fn init(required: i32) -> MpiResult<i32> {
     if super::state::is_initialized() {
@@ -256,9 +320,19 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let same = crate::config::same_on_every_rank_text();
     boot.put(SAME_DIGEST_KEY, crate::config::digest(&same).as_bytes());
     boot.put(SAME_TEXT_KEY, same.as_bytes());
+    // The node of every rank, and (launchers without a job secret) rank 0's secret for the
+    // network, travel with the shared-memory names (one fence).
+    node::publish(&*boot, &node::node_name());
+    if rank == 0 && boot.secret().is_none() && size > 1 {
+        let s = bootstrap::random_bytes(32)
+            .map_err(|e| MpiError::other(format!("MPI_Init: no job secret: /dev/urandom: {e}")))?;
+        boot.put(NET_SECRET_KEY, wire::to_hex(&s).as_bytes());
+    }
+    let nodes = std::cell::RefCell::new(None);
     let allgather = |mine: &str| -> MpiResult<Vec<String>> {
         boot.put("gpumpi-shm", mine.as_bytes());
         boot.fence()?;
+        *nodes.borrow_mut() = Some(node::read(&*boot)?);
         (0..size)
             .map(|r| match r == rank {
                 true => Ok(mine.to_string()),
@@ -266,20 +340,39 @@ pub fn init(required: i32) -> MpiResult<i32> {
             })
             .collect()
     };
-    let transport = crate::transport::shm::ShmTransport::establish_keyed(
+    let here = || {
+        let b = nodes.borrow();
+        let m = b.as_ref().expect("node map read with the names");
+        (0..size).map(|r| m.node_of[r] == m.node_of[rank]).collect()
+    };
+    let shm = crate::transport::shm::ShmTransport::establish_keyed(
         boot.job_id(),
         rank,
         size,
+        here,
         allgather,
         || boot.fence(),
     )?;
     check_same_on_every_rank(&*boot, &same)?;
     tracing::debug!(
-        footprint = transport.footprint(),
+        footprint = shm.footprint(),
         "shared-memory transport ready (bytes of /dev/shm per rank)"
     );
-    let engine = Engine::new(Box::new(transport), rank, size);
-    crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(size));
+    let map = nodes.take().expect("node map read with the names");
+    let on_node = map.ranks[map.node_of[rank]].len();
+    let transport: Box<dyn crate::transport::Transport> = match map.nodes() {
+        1 => Box::new(shm),
+        _ => {
+            let remote: Vec<bool> = (0..size)
+                .map(|r| map.node_of[r] != map.node_of[rank])
+                .collect();
+            let net = open_network(&*boot, &remote)?;
+            Box::new(Routed::new(Box::new(shm), Box::new(net), &remote))
+        }
+    };
+    node::set_job(map);
+    let engine = Engine::new(transport, rank, size);
+    crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(on_node));
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {
         Some(bases) if size > 1 && flag_max > 0 => {

@@ -28,6 +28,7 @@
 
 use super::hosts::{self, HostSlots, MapBy, Placement};
 use super::procs::{self, Proc};
+use super::random_bytes;
 use super::remote::{NodeEvent, RemoteNode};
 use super::server::{Event, Layout, RankState, Server};
 use super::wire;
@@ -246,12 +247,6 @@ pub fn signal_name(sig: i32) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         _ => "unknown signal",
     }
-}
-
-fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
-    let mut b = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b)
 }
 
 /// The private directory and shared-memory files of a job; removed on drop.

@@ -84,6 +84,20 @@ pub trait Bootstrap: Send + Sync {
     fn abort(&self, code: i32, msg: &str) -> !;
     /// Tell the launcher that this rank finished cleanly (MPI_Finalize).
     fn finalize(&self) -> MpiResult<()>;
+    /// The job's secret when the launcher handed one to every rank (our mpirun's
+    /// `GPUMPI_SECRET`); `None` under launchers that have none (PMIx, PMI-1): the runtime then
+    /// shares one through the key-value store, which only the job's ranks read.
+    fn secret(&self) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// `n` random bytes from the kernel.
+pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
 }
 
 /// One way of bootstrapping, in the order [`init`] tries them.

@@ -170,6 +170,9 @@ impl MpirunBootstrap {
 }
 
 impl Bootstrap for MpirunBootstrap {
+    fn secret(&self) -> Option<Vec<u8>> {
+        Some(self.secret.clone())
+    }
     fn rank(&self) -> usize {
         self.rank
     }

@@ -4,8 +4,9 @@
 //! A rank's node is named by `GPUMPI_NODE_ID` when set (so that several "nodes" can be
 //! emulated on one host, as `NCCL_HOSTID` does), else by the host name. Ranks exchange their
 //! names through the bootstrap ([`exchange`]); [`NodeMap`] numbers the nodes in the order of
-//! their lowest rank. Not yet used by the engine: today every rank of a job must share a node
-//! (docs/MULTINODE.md).
+//! their lowest rank. `MPI_Init` records the job's map ([`set_job`]); the runtime then picks
+//! the shared-memory ring or the network per peer, and a communicator whose ranks are not all
+//! on one node declines the intra-node collective paths ([`one_node`]).
 
 use super::Bootstrap;
 use crate::mpi::error::MpiResult;
@@ -66,11 +67,48 @@ impl NodeMap {
     }
 }
 
+/// The job's map, recorded once by `MPI_Init` (MPI is initialized at most once per process).
+static JOB: std::sync::OnceLock<NodeMap> = std::sync::OnceLock::new();
+
+/// Records the job's node map (the first call wins).
+pub fn set_job(m: NodeMap) {
+    let _ = JOB.set(m);
+}
+
+/// Whether the world ranks `ranks` are all on one node (true before `MPI_Init` recorded a
+/// map, and for a job on one node).
+pub fn one_node(ranks: &[usize]) -> bool {
+    match JOB.get() {
+        Some(m) if m.nodes() > 1 => {
+            let first = ranks.first().map(|&r| m.node_of[r]);
+            ranks.iter().all(|&r| Some(m.node_of[r]) == first)
+        }
+        _ => true,
+    }
+}
+
+/// The world ranks on world rank `rank`'s node, ascending, from the job's map (`None` before
+/// `MPI_Init` recorded it).
+pub fn ranks_with(rank: usize) -> Option<Vec<usize>> {
+    JOB.get().map(|m| m.ranks[m.node_of[rank]].clone())
+}
+
 /// Publishes this rank's node name and reads every rank's (one fence, collective over the job).
 pub fn exchange(bs: &dyn Bootstrap, name: &str) -> MpiResult<NodeMap> {
-    const KEY: &str = "gpumpi-node";
-    bs.put(KEY, name.as_bytes());
+    publish(bs, name);
     bs.fence()?;
+    read(bs)
+}
+
+const KEY: &str = "gpumpi-node";
+
+/// Puts this rank's node name into the bootstrap (read by [`read`] after the next fence).
+pub fn publish(bs: &dyn Bootstrap, name: &str) {
+    bs.put(KEY, name.as_bytes());
+}
+
+/// Every rank's node name, published with [`publish`] before a fence.
+pub fn read(bs: &dyn Bootstrap) -> MpiResult<NodeMap> {
     let names = (0..bs.size())
         .map(|r| {
             bs.get(r, KEY)

@@ -105,8 +105,9 @@ impl Flat {
 /// The world's flag slots and the call's reduction if `run_flag` would serve this call (a rule
 /// on values every rank shares: communicator, collective, byte count, op kind).
 fn flag_serves(spec: &CollSpec) -> Option<(Slots, Option<&Reduction>)> {
-    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
-    if spec.comm.ctx != 0 {
+    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused). The slots are
+    // shared memory: only a world on one node has them.
+    if spec.comm.ctx != 0 || !spec.comm.one_node {
         return None;
     }
     let red = match (spec.kind, &spec.red) {

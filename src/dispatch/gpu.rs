@@ -50,7 +50,8 @@ pub(crate) fn release_gpu(comm: &Arc<CommObj>) -> MpiResult<()> {
 
 /// The kernel for a call the GPU paths serve (`Some(None)`: no reduction), None when they do not
 /// serve it. A rule on values every rank shares: the collective, the byte count, an internal
-/// call, whether GPU-native collectives are on, the op and element type.
+/// call, the communicator on one node, whether GPU-native collectives are on, the op and
+/// element type.
 fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
     use CollKind as K;
     if !matches!(
@@ -58,6 +59,7 @@ fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
         K::Allreduce | K::Alltoall | K::Allgather | K::Bcast | K::Reduce | K::ReduceScatterBlock
     ) || spec.bytes == 0
         || spec.host_only
+        || !spec.comm.one_node
         || !crate::gpu::coll::enabled()
     {
         return None;

@@ -18,8 +18,9 @@ use crate::mpi::error::MpiResult;
 /// The world's scratch areas and the call's reduction if this path serves `spec` (a rule on
 /// values every rank shares).
 fn serves(spec: &CollSpec) -> Option<(Scratch, Option<&Reduction>)> {
-    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused).
-    if spec.comm.ctx != 0 || spec.bytes == 0 {
+    // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused). The areas are
+    // shared memory: only a world on one node has them.
+    if spec.comm.ctx != 0 || spec.bytes == 0 || !spec.comm.one_node {
         return None;
     }
     let red = match (spec.kind, &spec.red) {

@@ -352,6 +352,9 @@ struct State {
     peers: Vec<rndv::PeerFacts>,
     /// The transport's measured copy rates.
     rates: Option<crate::transport::CopyRates>,
+    /// Per world rank: on this node ([`Transport::same_node`]). Device buffers reach a peer on
+    /// another node as host copies.
+    near: Vec<bool>,
     cma_min: Option<usize>,
     /// Per peer: the streamed rendezvous being timed (receive, start), one at a time.
     stream_watch: Vec<Option<(u64, std::time::Instant)>>,
@@ -409,6 +412,7 @@ impl Engine {
             })
             .collect();
         let rates = transport.copy_rates();
+        let near = (0..world_size).map(|r| transport.same_node(r)).collect();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
             cfg.eager_limit,
@@ -432,6 +436,7 @@ impl Engine {
                 dev: Box::new(devcopy::Cuda),
                 stream_watch: vec![None; world_size],
                 peers,
+                near,
                 rates,
                 cma_min: cfg.cma_min,
                 push_min: cfg.push_min,
@@ -508,15 +513,17 @@ impl Engine {
             !matches!(a.dev, Some(DevSend::Ipc(_))) || a.dst_world != self.st.me,
             "no IPC to self"
         );
+        let near = self.st.near[a.dst_world];
         let ipc = match a.dev {
-            Some(DevSend::Ipc(e)) if a.dst_world != self.st.me => Some(e),
+            Some(DevSend::Ipc(e)) if a.dst_world != self.st.me && near => Some(e),
             _ => None,
         };
-        // A device buffer CUDA IPC cannot share goes through the pipe to the receiver, or,
-        // without one (or to this rank), as a host copy made now.
+        // A device buffer CUDA IPC cannot share (or any device buffer to a peer on another
+        // node) goes through the pipe to the receiver, or, without one (or to this rank, or
+        // off the node), as a host copy made now.
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
-        if matches!(a.dev, Some(DevSend::Pipe)) {
-            if a.dst_world != self.st.me {
+        if a.dev.is_some() && ipc.is_none() {
+            if a.dst_world != self.st.me && near {
                 pipe = self.st.dev.pipe_offer(self.st.me, a.dst_world);
             }
             if pipe.is_none() {

@@ -15,13 +15,17 @@
 //!   (copy and single-copy read rates; whether two ranks each have a core of their own), the
 //!   inputs of the engine's rendezvous choice (`engine::rndv`).
 //!
-//! A transport starts no threads; the engine drives it from the calling thread.
+//! A transport starts no threads of its own (the network backend's helper threads move socket data,
+//! see `net::tcp`); the engine drives it from the calling thread.
 //!
 //! Implementations: [`shm::ShmTransport`] (one `/dev/shm` segment per rank, one SPSC ring per
-//! sender) and [`inproc::InprocTransport`] (in-process queues, for multi-rank tests with threads).
+//! sender), [`net::frames::NetFrames`] (to ranks on other nodes, over a network backend),
+//! [`route::Routed`] (a job on several nodes: per peer one of the two, chosen at set-up) and
+//! [`inproc::InprocTransport`] (in-process queues, for multi-rank tests with threads).
 
 pub mod inproc;
 pub mod net;
+pub mod route;
 pub mod shm;
 
 /// The fixed header of every framed message. Its meaning is defined by the engine
@@ -73,6 +77,12 @@ pub trait Transport: Send {
     /// Deliver up to a bounded number of incoming messages to `f(source world rank, header,
     /// payload)`; returns how many were delivered.
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize;
+
+    /// Whether world rank `peer` is on this node (decided at set-up). A device buffer goes to
+    /// a peer on another node as a host copy (no CUDA IPC or pipe across nodes).
+    fn same_node(&self, _peer: usize) -> bool {
+        true
+    }
 
     /// Whether [`Transport::read_remote`] may work for `src` (decided at set-up).
     fn can_read_remote(&self, _src: usize) -> bool {

@@ -289,6 +289,8 @@ pub struct ShmTransport {
     cma: Vec<bool>,
     pids: Vec<libc::pid_t>,
     own_cores: Vec<bool>,
+    /// The ranks on this node (the others are reached over the network and never attached).
+    local: Vec<bool>,
     rates: Option<CopyRates>,
     max_payload: usize,
     next: usize,
@@ -394,6 +396,7 @@ impl ShmTransport {
             cma: vec![false; size],
             pids: vec![0; size],
             own_cores: vec![false; size],
+            local: vec![true; size],
             rates: None,
             max_payload: 0,
             next: 0,
@@ -423,10 +426,13 @@ impl ShmTransport {
     /// the ranks learn each other's through `allgather` (publish mine, fence, every rank's, in
     /// rank order: the bootstrap's key-value store, private to the job). Named regions
     /// ([`Region`], [`job_id`]) use `<job_id>-<rank 0's nonce>`.
+    /// `local` (called after `allgather`) says which ranks share this node: only those are
+    /// attached (the others' segments live on other machines).
     pub fn establish_keyed(
         job_id: &str,
         rank: usize,
         size: usize,
+        local: impl FnOnce() -> Vec<bool>,
         mut allgather: impl FnMut(&str) -> MpiResult<Vec<String>>,
         mut fence: impl FnMut() -> MpiResult<()>,
     ) -> MpiResult<Self> {
@@ -464,6 +470,7 @@ impl ShmTransport {
         }
         let _ = JOB_ID.set(format!("{job_id}-{}", nonces[0]));
         t.nonces = nonces;
+        t.local = local();
         t.attach_peers()?;
         fence()?;
         t.unlink();
@@ -477,7 +484,7 @@ impl ShmTransport {
         let job_id = job_id.as_str();
         let mut max_payload = usize::MAX;
         for p in 0..self.size {
-            if p == self.rank || self.peers[p].is_some() {
+            if p == self.rank || self.peers[p].is_some() || !self.local[p] {
                 continue;
             }
             let name = seg_name(job_id, p, &self.nonces[p])?;
@@ -542,6 +549,7 @@ impl ShmTransport {
         let mine = single_cpu(0);
         for p in 0..self.size {
             self.own_cores[p] = p != self.rank
+                && self.local[p]
                 && self.size <= online
                 && mine.is_some()
                 && single_cpu(self.pids[p]).is_some_and(|c| Some(c) != mine);
@@ -558,7 +566,7 @@ impl ShmTransport {
         tracing::debug!(
             "shm: rank {} attached {} peers, single-copy (CMA) to {} of them, max frame payload {}",
             self.rank,
-            self.size - 1,
+            self.peers.iter().filter(|p| p.is_some()).count(),
             ncma,
             self.max_payload
         );
@@ -978,7 +986,8 @@ mod tests {
                             barrier.wait();
                             Ok(())
                         };
-                        ShmTransport::establish_keyed(j, r, 2, allgather, fence).unwrap()
+                        ShmTransport::establish_keyed(j, r, 2, || vec![true; 2], allgather, fence)
+                            .unwrap()
                     })
                 })
                 .collect();

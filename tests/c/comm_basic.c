@@ -3,6 +3,9 @@
  * Comm_free, set/get name, Comm_get_parent, Comm_test_inter, Comm_disconnect on a dup,
  * Comm_idup. */
 #include "ctest.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
@@ -106,13 +109,38 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Comm_free(&split));
     }
 
-    /* split_type SHARED: everyone is on this node */
-    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &split));
-    CHECK(split != MPI_COMM_NULL, "split_type SHARED gave NULL");
-    CHECK_MPI(MPI_Comm_size(split, &s));
-    CHECK_MPI(MPI_Comm_rank(split, &r));
-    CHECK(s == size && r == rank, "split_type SHARED rank %d size %d (single node)", r, s);
-    CHECK_MPI(MPI_Comm_free(&split));
+    /* split_type SHARED: the ranks of this node. All ranks run on this host; a rank's node is
+     * GPUMPI_NODE_ID where set (emulated nodes, scripts/emulate-nodes.sh), else the host. */
+    {
+        char mine[64] = {0};
+        const char *id = getenv("GPUMPI_NODE_ID");
+        snprintf(mine, sizeof mine, "%s", id ? id : "");
+        char *all = calloc((size_t)size, sizeof mine);
+        CHECK(all != NULL, "calloc");
+        CHECK_MPI(MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR,
+                                MPI_COMM_WORLD));
+        int want_s = 0, want_r = 0;
+        for (int i = 0; i < size; i++) {
+            if (strcmp(all + (size_t)i * sizeof mine, mine) == 0) {
+                want_r += i < rank;
+                want_s++;
+            }
+        }
+        free(all);
+        CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &split));
+        CHECK(split != MPI_COMM_NULL, "split_type SHARED gave NULL");
+        CHECK_MPI(MPI_Comm_size(split, &s));
+        CHECK_MPI(MPI_Comm_rank(split, &r));
+        CHECK(s == want_s && r == want_r, "split_type SHARED rank %d size %d, want %d of %d", r, s,
+              want_r, want_s);
+        /* a collective inside the node (its intra-node paths), then one over the world */
+        long one = 1, sum = 0;
+        CHECK_MPI(MPI_Allreduce(&one, &sum, 1, MPI_LONG, MPI_SUM, split));
+        CHECK(sum == s, "allreduce on the node communicator: %ld, want %d", sum, s);
+        CHECK_MPI(MPI_Allreduce(&one, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
+        CHECK(sum == size, "allreduce on MPI_COMM_WORLD: %ld, want %d", sum, size);
+        CHECK_MPI(MPI_Comm_free(&split));
+    }
     CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_UNDEFINED, 0, MPI_INFO_NULL, &split));
     CHECK(split == MPI_COMM_NULL, "split_type UNDEFINED gave a communicator");
 

@@ -9,7 +9,8 @@
 # allreduce that two_shot_ring_push serves taking it (a GPU tuning table); gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
-# 4 ranks with CUDA IPC off; `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# 4 ranks with CUDA IPC off; gpu_test at 2 and 4 ranks and gpu_mem at 4 ranks over 2 emulated
+# nodes (scripts/emulate-nodes.sh: the network transport between them); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
@@ -125,6 +126,15 @@ for n in 2 4; do
 done
 run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, p2p through pipes)" GPUMPI_CUDA_IPC=0 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mem"
+# Emulated nodes (scripts/emulate-nodes.sh: GPUMPI_NODE_ID per rank, loopback TCP between the
+# nodes): device data to off-node peers through host copies, collectives as schedules.
+emu="$here/../../scripts/emulate-nodes.sh"
+for n in 2 4; do
+    run "gpu_test -n $n over 2 emulated nodes (device data over the network transport)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$emu" 2 "$out/gpu_test" 1048577
+done
+run "gpu_mem -n 4 over 2 emulated nodes" \
+    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$emu" 2 "$out/gpu_mem"
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {

@@ -181,7 +181,11 @@ pub unsafe fn MPI_Comm_split_type(
 ) -> MpiResult<()> {
     crate::abi::objects::check_info(info)?;
     let parent = comm(cm)?;
-    let node = runtime::with(|rt| Ok(rt.boot.node_ranks()))?;
+    // The node as MPI_Init mapped it (GPUMPI_NODE_ID or the host name), else the launcher's.
+    let node = runtime::with(|rt| {
+        Ok(crate::bootstrap::node::ranks_with(rt.boot.rank())
+            .unwrap_or_else(|| rt.boot.node_ranks()))
+    })?;
     let node_color = node.iter().copied().min().unwrap_or(0) as c_int;
     let info_value = || -> MpiResult<Option<String>> {
         if info == c::MPI_INFO_NULL {

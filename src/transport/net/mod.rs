@@ -32,6 +32,7 @@
 //! backend documents (TCP starts helper threads per comm that move the data; see [`tcp`]).
 
 pub mod auth;
+pub mod frames;
 pub mod ifname;
 pub mod tcp;
 

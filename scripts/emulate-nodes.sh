@@ -1,0 +1,48 @@
+#!/bin/sh
+# Run one rank of a job as if the job's ranks were spread over K nodes, all on this host:
+#
+#   mpirun -n 4 scripts/emulate-nodes.sh 2 ./prog args...   # ranks 0,1 on "node0"; 2,3 on "node1"
+#
+#   mpirun -n 4 scripts/emulate-nodes.sh --netns PREFIX 2 ./prog   # each "node" in namespace
+#                                                                   # PREFIX-n<i> (netns-nodes.sh up)
+#
+# Ranks are placed in blocks (rank * K / size; round-robin where the launcher exports no size)
+# through GPUMPI_NODE_ID, so ranks of different
+# "nodes" talk through the network transport instead of shared memory. Without --netns the
+# network stays on loopback (GPUMPI_NET_IFNAME defaults to =lo here); with it, each rank runs in
+# its node's namespace (made by scripts/netns-nodes.sh -p PREFIX up K R, root needed) and the
+# network backend picks the node's rails (198.18.r.(i+1)) by its default interface selection.
+# The launcher, its Unix socket and /dev/shm are shared by all namespaces. The rank and size come from our mpirun
+# (GPUMPI_RANK/GPUMPI_SIZE), PMIx launchers (PMIX_RANK, OMPI_COMM_WORLD_SIZE) or PMI-1
+# (PMI_RANK/PMI_SIZE).
+set -eu
+netns=
+if [ "${1:-}" = --netns ]; then
+    netns=${2:?--netns needs a prefix}
+    shift 2
+fi
+if [ $# -lt 2 ]; then
+    echo "usage: $0 [--netns PREFIX] NODES PROGRAM [ARGS...]" >&2
+    exit 2
+fi
+k=$1
+shift
+rank=${GPUMPI_RANK:-${PMIX_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-}}}}
+size=${GPUMPI_SIZE:-${OMPI_COMM_WORLD_SIZE:-${PMI_SIZE:-}}}
+if [ -z "$rank" ]; then
+    echo "$0: no rank in the environment (not started by a launcher?)" >&2
+    exit 2
+fi
+if [ -n "$size" ]; then
+    node=$((rank * k / size))
+else
+    node=$((rank % k)) # a launcher that exports no job size: round-robin
+fi
+GPUMPI_NODE_ID=emulated-node$node
+export GPUMPI_NODE_ID
+if [ -n "$netns" ]; then
+    exec ip netns exec "$netns-n$node" "$@"
+fi
+GPUMPI_NET_IFNAME=${GPUMPI_NET_IFNAME:-=lo}
+export GPUMPI_NET_IFNAME
+exec "$@"
