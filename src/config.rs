@@ -464,7 +464,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SHM_MID_MAX",
         default: "1m",
-        doc: "Largest message (bytes) of the scratch-area path of blocking `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops, above the flag slots (`GPUMPI_SHM_COLL_MAX`): every rank copies its data into its own scratch area, reduces its share of every rank's data straight from the others' areas and copies the others' reduced shares out, in segments of `GPUMPI_SHM_SCRATCH_BYTES` (`src/engine/scratch.rs`). `0` disables the path.",
+        doc: "Largest message (bytes) of the scratch-area path of blocking `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops, above the flag slots (`GPUMPI_SHM_COLL_MAX`): every rank copies its data into its own scratch area and reduces straight from the others' areas, in segments of half `GPUMPI_SHM_SCRATCH_BYTES` that alternate between the halves; a segment is reduced whole by every rank (one wait) or a share by each rank with the others' reduced shares copied out (two waits), as a model with inputs measured at `MPI_Init` (reduction and copy speed, a flag-slot barrier; the largest of every rank's) says is faster (`src/engine/scratch.rs`). `0` disables the path.",
         same_on_every_rank: true,
     },
     Param {

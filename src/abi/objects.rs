@@ -13,8 +13,8 @@ use crate::mpi::handles::{Kind, Table};
 use crate::mpi_bail;
 use std::collections::BTreeMap;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Cartesian topology attached to a communicator.
 #[derive(Clone, Debug)]
@@ -187,9 +187,41 @@ pub fn objects() -> MutexGuard<'static, Objects> {
     OBJECTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// MPI_COMM_WORLD and MPI_COMM_SELF (in that order) while MPI is running, readable without the
+/// registry lock: every communication call resolves its communicator, and the predefined ones
+/// are the common case. Set once; a later initialization (if any) uses the registry only.
+static PREDEFINED: OnceLock<[Arc<CommObj>; 2]> = OnceLock::new();
+static PREDEFINED_LIVE: AtomicBool = AtomicBool::new(false);
+
+/// Install MPI_COMM_WORLD's and MPI_COMM_SELF's objects (MPI_Init).
+pub fn set_predefined(world: Arc<CommObj>, selfc: Arc<CommObj>) {
+    let mut o = objects();
+    let fast = PREDEFINED.get_or_init(|| [world.clone(), selfc.clone()]);
+    if Arc::ptr_eq(&fast[0], &world) && Arc::ptr_eq(&fast[1], &selfc) {
+        PREDEFINED_LIVE.store(true, Ordering::Release);
+    }
+    o.world = Some(world);
+    o.self_ = Some(selfc);
+}
+
+/// Remove MPI_COMM_WORLD's and MPI_COMM_SELF's objects (MPI_Finalize).
+pub fn clear_predefined() {
+    let mut o = objects();
+    PREDEFINED_LIVE.store(false, Ordering::Release);
+    o.world = None;
+    o.self_ = None;
+}
+
 /// Resolve a communicator handle (predefined or user) to its object.
 pub fn comm(h: MPI_Comm) -> MpiResult<Arc<CommObj>> {
     let v = h as usize;
+    if (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize)
+        && PREDEFINED_LIVE.load(Ordering::Acquire)
+    {
+        if let Some(p) = PREDEFINED.get() {
+            return Ok(p[usize::from(v == c::MPI_COMM_SELF as usize)].clone());
+        }
+    }
     let o = objects();
     let found = if v == c::MPI_COMM_WORLD as usize {
         o.world.clone()

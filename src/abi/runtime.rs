@@ -300,6 +300,57 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
     Ok(frames)
 }
 
+/// The costs the scratch areas choose their reduction protocol by, the same on every rank:
+/// each rank's reduction and copy speed `c` (`Scratch::measure_local`), and a few flag-slot
+/// barriers timed (the median); a flag-slot allreduce takes the largest of every value. Runs at MPI_Init on every rank
+/// (the flag numbers it takes are the same everywhere); takes tens of microseconds.
+fn scratch_costs(
+    slots: Slots,
+    mut c: crate::engine::scratch::Costs,
+) -> MpiResult<crate::engine::scratch::Costs> {
+    use crate::engine::flag::FlagOp;
+    let mut backoff = if slots.is_oversubscribed() {
+        Backoff::yielding()
+    } else {
+        Backoff::new()
+    };
+    let mut idle = || {
+        backoff.snooze();
+        Ok(())
+    };
+    let mut times = [0u64; 9];
+    for t in times.iter_mut() {
+        let t0 = std::time::Instant::now();
+        // SAFETY: a barrier has no buffers; every rank runs the same calls here.
+        unsafe { slots.run(next_flag_seq(), &FlagOp::Barrier, &mut idle)? };
+        *t = t0.elapsed().as_nanos() as u64;
+    }
+    times.sort_unstable();
+    c.sync_ns = times[times.len() / 2];
+    let mine = [c.sync_ns, c.reduce_ns_per_kib, c.copy_ns_per_kib];
+    let mut all = [0u64; 3];
+    let max = |i: &[u8], o: &mut [u8]| {
+        for (a, b) in i.chunks_exact(8).zip(o.chunks_exact_mut(8)) {
+            let x = u64::from_ne_bytes(a.try_into().unwrap_or_default());
+            let y = u64::from_ne_bytes((&*b).try_into().unwrap_or_default());
+            b.copy_from_slice(&x.max(y).to_ne_bytes());
+        }
+        Ok(())
+    };
+    let op = FlagOp::Allreduce {
+        input: mine.as_ptr() as *const u8,
+        output: all.as_mut_ptr() as *mut u8,
+        len: std::mem::size_of_val(&mine),
+        reduce: &max,
+    };
+    // SAFETY: input and output are 24-byte arrays; every rank runs the same calls here.
+    unsafe { slots.run(next_flag_seq(), &op, &mut idle)? };
+    c.sync_ns = all[0];
+    c.reduce_ns_per_kib = all[1];
+    c.copy_ns_per_kib = all[2];
+    Ok(c)
+}
+
 /// MPI_Init / MPI_Init_thread.
 pub fn init(required: i32) -> MpiResult<i32> {
     if super::state::is_initialized() {
@@ -360,6 +411,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
     );
     let map = nodes.take().expect("node map read with the names");
     let on_node = map.ranks[map.node_of[rank]].len();
+    let one_node = map.nodes() == 1;
     let transport: Box<dyn crate::transport::Transport> = match map.nodes() {
         1 => Box::new(shm),
         _ => {
@@ -392,7 +444,15 @@ pub fn init(required: i32) -> MpiResult<i32> {
             // SAFETY: as for the slots: the transport's scratch areas (Transport::coll_scratch
             // contract) stay mapped while the runtime holds the engine.
             let s = unsafe { Scratch::new(bases, rank, cap) }.oversubscribed(oversubscribed(size));
-            Some((s, mid_max))
+            let costs = match flag {
+                // The world's flag slots reach every rank only when the job is on one node
+                // (a job on several nodes never takes the scratch areas for world collectives).
+                // SAFETY: no collective has used the areas yet.
+                Some(slots) if one_node => scratch_costs(slots, unsafe { s.measure_local() })?,
+                None => s.costs(),
+            };
+            tracing::debug!(?costs, "scratch areas: measured costs (largest of every rank)");
+            Some((s.with_costs(costs), mid_max))
         }
         _ => None,
     };
@@ -414,11 +474,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
         let _ = RINGS.set(unsafe { Rings::new(bases, rank) });
         RINGS_LIVE.store(true, Ordering::Release);
     }
-    {
-        let mut o = objects::objects();
-        o.world = Some(world);
-        o.self_ = Some(Arc::new(selfc));
-    }
+    objects::set_predefined(world, Arc::new(selfc));
     let provided = required.clamp(c::MPI_THREAD_SINGLE, c::MPI_THREAD_MULTIPLE);
     let mut ctx_used = [0u64; CTX_WORDS];
     ctx_used[0] = 0b11;
@@ -463,11 +519,7 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
     if let Some(rt) = rt {
         rt.boot.finalize()?;
     }
-    {
-        let mut o = objects::objects();
-        o.world = None;
-        o.self_ = None;
-    }
+    objects::clear_predefined();
     super::state::set_finalized();
     Ok(())
 }

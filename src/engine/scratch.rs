@@ -1,59 +1,108 @@
 //! Mid-size collectives through per-rank shared-memory scratch areas: the blocking bcast,
 //! reduce and allreduce on MPI_COMM_WORLD between the flag slots (`engine/flag.rs`, up to
-//! 1 KiB) and `GPUMPI_SHM_MID_MAX` (`abi/imp/coll.rs` decides when it applies).
+//! 1 KiB) and `GPUMPI_SHM_MID_MAX` (`dispatch/mid.rs` decides when it applies).
 //!
 //! Going through point-to-point, a 64 KiB allreduce pays for message matching, ring frames and
 //! a copy into and out of the rings at every step of its schedule. Here every rank owns a
 //! scratch area that every other rank can read (after the rings of its shared-memory segment,
-//! `transport/shm.rs`): `[control: 128 bytes | data: cap bytes]`. The control block holds
-//! `pos` (the last protocol step this rank finished, below) and `len` (the byte length of the
-//! current call, to detect mismatched counts).
+//! `transport/shm.rs`): `[control: 128 bytes | data: two halves]`. The control block holds
+//! `pos` (the last protocol step this rank finished, below), `len` of each half (the byte
+//! length of the call that last used it, to detect mismatched counts) and this rank's own
+//! bookkeeping.
 //!
-//! # Plan (pure: [`Plan`])
-//! A message of `len` bytes of `elem`-byte elements is cut into segments of at most `cap`
-//! bytes (whole elements); every segment is cut into one chunk per rank, as even as whole
-//! elements allow (the first `rem` ranks get one element more). Rank r reduces chunk r.
+//! # Plan (pure: [`Plan`], [`Costs::one_phase`])
+//! A message of `len` bytes of `elem`-byte elements is cut into segments of at most half an
+//! area (whole elements); every segment is cut into one chunk per rank, as even as whole
+//! elements allow (the first `rem` ranks get one element more). Consecutive segments (across
+//! calls too) alternate between the two halves. A reduction segment takes one phase or two,
+//! by a model of what it costs on this machine ([`Costs`], measured at MPI_Init and agreed on
+//! by every rank): one phase waits once and has every rank reduce the whole segment, two phases
+//! wait twice and have each rank reduce only its chunk.
 //!
 //! # Protocol
 //! Calls are numbered k = 1, 2, ... (collectives on a communicator are called in the same order
 //! everywhere). Step `(k, s, p)` is encoded as `k << 32 | s << 2 | p` (segment s, phase p), so
 //! steps only grow; a rank publishes a step by storing it in its `pos` with Release, and waits
 //! for a peer's step by loading the peer's `pos` with Acquire until it is at least that step.
-//! For every segment s of call k, at rank `me`:
-//! 1. Before writing its scratch: wait until every peer reached this rank's previous published
-//!    step (the peers finished reading what this rank exposed last).
-//! 2. `IN`: copy the input segment into my scratch (allreduce, reduce: every rank; bcast: the
+//! For every segment s of call k, at rank `me`, in half h:
+//! 1. Before writing half h: wait until every peer reached the OUT of this rank's previous
+//!    segment in h (two segments ago, so this rarely waits: a rank that finished the segment
+//!    in between has already seen every peer past it in a reduction).
+//! 2. `IN`: copy the input segment into my half (allreduce, reduce: every rank; bcast: the
 //!    root), publish `(k, s, IN)`. On segment 0 `len` is written first and, once every rank
 //!    published IN, compared by every rank: a mismatch makes every rank publish OUT (done
-//!    reading) and return `MPI_ERR_TRUNCATE` at the same step. A bcast follows the root's length: the other ranks
-//!    wait for the root's first IN and read it, a rank with a shorter buffer takes what fits and
-//!    returns `MPI_ERR_TRUNCATE` after the last segment (as the flag slots do).
-//! 3. `RED` (allreduce, reduce): wait for every peer's IN; reduce chunk `me` of every rank's
-//!    scratch, in rank order `c_0 op (c_1 op (... op c_{n-1}))`, into my output (or a temporary
-//!    where this rank has no output) and copy it over chunk `me` of my scratch (no peer reads
-//!    that chunk of mine in this phase), publish `(k, s, RED)`.
-//! 4. `OUT`: wait for the steps the output needs (allreduce: every peer's RED; reduce, at the
-//!    root: every peer's RED; bcast, elsewhere: the root's IN), copy the other ranks' chunks
-//!    (bcast: the segment) into my output, publish `(k, s, OUT)`.
+//!    reading) and return `MPI_ERR_TRUNCATE` at the same step. A bcast follows the root's
+//!    length: the other ranks wait for the root's first IN and read it, a rank with a shorter
+//!    buffer takes what fits and returns `MPI_ERR_TRUNCATE` after the last segment (as the flag
+//!    slots do).
+//! 3. One phase (a reduction segment the model gives one phase): a rank with an output waits
+//!    for every peer's IN and reduces the whole segment of every rank's half, in rank order
+//!    `c_0 op (c_1 op (... op c_{n-1}))`, into its output. A reduce's other ranks do not wait.
+//! 3. Two phases, `RED`: wait for every peer's IN; reduce chunk `me` of every rank's half, in
+//!    the same order, into my output (or a temporary where this rank has no output) and copy
+//!    it over chunk `me` of my half (no peer reads that chunk of mine in this phase), publish
+//!    `(k, s, RED)`; then, where this rank has an output, wait for every peer's RED and copy
+//!    their chunks out.
+//! 4. Bcast, at the other ranks: wait for the root's IN, copy the segment out.
+//! 5. `OUT`: publish `(k, s, OUT)` (done reading the others' halves).
 //!
-//! A peer cannot overwrite what this rank reads: to write its scratch again it first waits for
-//! this rank's OUT of the segment. Every chunk is reduced by one rank in one order, so every rank
-//! gets the same bits. Waiting goes through the caller's `idle` (progress, back off), so other
-//! traffic moves and oversubscribed ranks yield.
+//! A peer cannot overwrite what this rank reads: to write that half again it first waits for
+//! this rank's OUT of the segment. Every element is reduced in one order (by its chunk's rank,
+//! or by every rank alike), and every rank takes the same choice, so every rank gets the same
+//! bits. Waiting goes through the caller's `idle` (progress, back off), so other traffic moves
+//! and oversubscribed ranks yield; the fewer waits of the halves and of one phase matter most
+//! there, where every wait that is not already over costs a context switch.
 
 use crate::mpi::error::MpiResult;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of the control block in front of a scratch area's data.
 pub const CTRL: usize = crate::transport::shm::SCRATCH_CTRL_BYTES;
-/// Offset of `len` in the control block (its own cache line, apart from `pos`).
+/// Offsets in the control block: `pos` has the first cache line; the second holds `len` of
+/// each half (read by peers once per call) and this rank's own bookkeeping (`OUT_OF` of each
+/// half, `EXPOSED`), which no peer reads.
 const LEN_OFF: usize = 64;
+const OUT_OF: usize = 80;
+const EXPOSED: usize = 96;
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 64;
 
 const IN: u64 = 1;
 const RED: u64 = 2;
 const OUT: u64 = 3;
+
+/// What the choice between the one-phase and the two-phase reduction rests on, measured at
+/// MPI_Init ([`Scratch::measure_local`] on every rank, a flag barrier timed) and agreed on by all ranks
+/// (the largest of each), so every rank makes the same choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Costs {
+    /// One synchronization of all ranks through shared flags (a flag-slot barrier), ns.
+    pub sync_ns: u64,
+    /// Reducing 1 KiB into 1 KiB (sum of doubles), ns.
+    pub reduce_ns_per_kib: u64,
+    /// Copying 1 KiB, ns.
+    pub copy_ns_per_kib: u64,
+}
+
+impl Costs {
+    /// Whether a reduction segment of `len` bytes over `n` ranks takes one phase: every rank
+    /// reduces the whole segment from every rank's area (one wait for the peers' inputs), rather
+    /// than two: each rank reduces its chunk, then copies the others' reduced chunks (a second
+    /// wait). Per rank, one phase costs `n-1` reductions of the segment; two phases cost `n-1`
+    /// reductions of a chunk (`len/n`), `n-1` chunk copies and one more synchronization. Both
+    /// read the same bytes of the peers' areas at `n = 2`; above, one phase reads more, which
+    /// the reduction cost stands for.
+    pub fn one_phase(&self, n: usize, len: usize) -> bool {
+        if n <= 1 {
+            return true;
+        }
+        let (n, kib) = (n as f64, len as f64 / 1024.0);
+        let one = (n - 1.0) * kib * self.reduce_ns_per_kib as f64;
+        let two = (n - 1.0) / n * kib * (self.reduce_ns_per_kib + self.copy_ns_per_kib) as f64
+            + self.sync_ns as f64;
+        one <= two
+    }
+}
 
 /// A reduction callback: `inout = input op inout`.
 pub type ReduceRef<'a> = &'a dyn Fn(&[u8], &mut [u8]) -> MpiResult<()>;
@@ -143,8 +192,10 @@ pub enum MidOp<'a> {
 pub struct Scratch {
     bases: &'static [usize],
     me: usize,
-    cap: usize,
+    /// Data bytes of one half of an area (one segment).
+    half: usize,
     oversubscribed: bool,
+    costs: Costs,
 }
 
 impl Scratch {
@@ -157,9 +208,69 @@ impl Scratch {
         Scratch {
             bases,
             me,
-            cap,
+            half: (cap / 2) & !63,
             oversubscribed: false,
+            // Until measured: one phase only where it reads no more than two (two ranks).
+            costs: Costs {
+                sync_ns: 0,
+                reduce_ns_per_kib: 1,
+                copy_ns_per_kib: 1,
+            },
         }
+    }
+
+    /// This rank's reduction and copy speeds on the buffers the protocol uses: the best of a
+    /// few timed runs, each copying 8 KiB from the heap into this rank's area (as an IN) and
+    /// reducing it from there into the heap eight times, the two interleaved (`sync_ns` is left
+    /// 0 for the caller to time). Takes some tens of microseconds.
+    ///
+    /// # Safety
+    /// No collective has used the areas yet (MPI_Init): no peer reads this rank's area.
+    pub unsafe fn measure_local(&self) -> Costs {
+        use crate::mpi::datatype::{Basic, Elem};
+        use crate::mpi::op::{reduce, BuiltinOp};
+        const REPS: u64 = 8;
+        let bytes = self.half.min(8 << 10) & !7;
+        if bytes == 0 {
+            return self.costs;
+        }
+        let a = vec![1u8; bytes];
+        let mut b = vec![1u8; bytes];
+        // SAFETY: the first `bytes` of this rank's half 0 are its own while no call runs.
+        let area = std::slice::from_raw_parts_mut(self.data(self.me, 0), bytes);
+        let timed = |f: &mut dyn FnMut()| {
+            let t = std::time::Instant::now();
+            for _ in 0..REPS {
+                f();
+            }
+            t.elapsed().as_nanos() as u64
+        };
+        let (mut red, mut copy) = (u64::MAX, u64::MAX);
+        for _ in 0..5 {
+            copy = copy.min(timed(&mut || {
+                area.copy_from_slice(std::hint::black_box(&a));
+                std::hint::black_box(&mut *area);
+            }));
+            red = red.min(timed(&mut || {
+                let _ = reduce(BuiltinOp::Sum, Elem::Basic(Basic::Double), area, &mut b);
+                std::hint::black_box(&mut b);
+            }));
+        }
+        let per_kib = |ns: u64| ns * 1024 / REPS / bytes as u64;
+        Costs {
+            sync_ns: 0,
+            reduce_ns_per_kib: per_kib(red),
+            copy_ns_per_kib: per_kib(copy),
+        }
+    }
+
+    /// Use `costs` (agreed on by every rank) to choose between one and two reduction phases.
+    pub fn with_costs(self, costs: Costs) -> Self {
+        Scratch { costs, ..self }
+    }
+
+    pub fn costs(&self) -> Costs {
+        self.costs
     }
 
     /// Mark the ranks as sharing cores: waits check once, then go to `idle` (which should
@@ -184,9 +295,10 @@ impl Scratch {
         self.me
     }
 
-    /// Data bytes of one scratch area.
+    /// Data bytes of one segment: half a scratch area (consecutive segments alternate
+    /// between the two halves).
     pub fn cap(&self) -> usize {
-        self.cap
+        self.half
     }
 
     fn word(&self, r: usize, off: usize) -> &AtomicU64 {
@@ -194,8 +306,8 @@ impl Scratch {
         unsafe { &*((self.bases[r] + off) as *const AtomicU64) }
     }
 
-    fn data(&self, r: usize) -> *mut u8 {
-        (self.bases[r] + CTRL) as *mut u8
+    fn data(&self, r: usize, h: usize) -> *mut u8 {
+        (self.bases[r] + CTRL + h * self.half) as *mut u8
     }
 
     /// The step this rank published last (where call numbering resumes).
@@ -245,35 +357,56 @@ impl Scratch {
             MidOp::Allreduce { len, elem, .. } => (len, elem, usize::MAX),
         };
         let reduces = !matches!(op, MidOp::Bcast { .. });
+        // Segments alternate between the halves of every area, numbered the same on every rank
+        // (every rank runs the same calls with the same segment counts).
+        let exposed = self.word(me, EXPOSED);
+        let first = exposed.load(Ordering::Relaxed);
+        let half = |s: usize| ((first + s as u64) & 1) as usize;
         // A bcast follows the root's length (the root publishes it with its first IN): a rank
         // whose buffer is shorter takes what fits and reports MPI_ERR_TRUNCATE at the end.
         let mut sent = len;
         if !reduces && root != me {
-            let first = k << 32 | IN;
-            self.wait(idle, |x| x.reached(root, first))?;
-            sent = self.word(root, LEN_OFF).load(Ordering::Relaxed) as usize;
+            let step = k << 32 | IN;
+            self.wait(idle, |x| x.reached(root, step))?;
+            sent = self.word(root, LEN_OFF + 8 * half(0)).load(Ordering::Relaxed) as usize;
         }
-        let Some(plan) = Plan::new(n, elem, sent, self.cap) else {
+        let Some(plan) = Plan::new(n, elem, sent, self.half) else {
             crate::mpi_bail!(
                 MPI_ERR_INTERN,
-                "an element of {elem} bytes does not fit a scratch area of {} bytes",
-                self.cap
+                "an element of {elem} bytes does not fit a scratch segment of {} bytes",
+                self.half
             );
         };
         let reduce = match *op {
             MidOp::Reduce { reduce, .. } | MidOp::Allreduce { reduce, .. } => Some(reduce),
             MidOp::Bcast { .. } => None,
         };
+        // Where this rank's result goes (null: a reduce's non-root, which has none).
+        let output: *mut u8 = match *op {
+            MidOp::Allreduce { output, .. } => output,
+            MidOp::Reduce { output, .. } if root == me => output,
+            _ => std::ptr::null_mut(),
+        };
         let mut tmp: Vec<u8> = Vec::new();
         for s in 0..plan.segments() {
             let step = |p: u64| k << 32 | (s as u64) << 2 | p;
             let (off, slen) = plan.segment(s);
-            // 1. The peers are done with what this rank exposed last.
-            let prev = self.last_step();
+            let h = half(s);
+            let mine = self.data(me, h);
+            // 1. The peers are done with what this rank exposed in this half last (two segments
+            //    ago: usually long since true, so no wait).
+            let prev = self.word(me, OUT_OF + 8 * h).load(Ordering::Relaxed);
             self.wait(idle, |x| x.all_reached(prev))?;
+            let done = |x: &Self| {
+                x.publish(step(OUT));
+                x.word(me, OUT_OF + 8 * h)
+                    .store(step(OUT), Ordering::Relaxed);
+                exposed.store(first + s as u64 + 1, Ordering::Relaxed);
+            };
             // 2. IN.
             if s == 0 {
-                self.word(me, LEN_OFF).store(len as u64, Ordering::Relaxed);
+                self.word(me, LEN_OFF + 8 * h)
+                    .store(len as u64, Ordering::Relaxed);
             }
             let src = match *op {
                 MidOp::Bcast { buf, .. } if root == me => Some(buf as *const u8),
@@ -281,83 +414,90 @@ impl Scratch {
                 MidOp::Reduce { input, .. } | MidOp::Allreduce { input, .. } => Some(input),
             };
             if let Some(src) = src {
-                // SAFETY: the caller's buffer holds len bytes, the segment fits cap; the scratch
-                // is ours (step 1).
-                std::ptr::copy_nonoverlapping(src.add(off), self.data(me), slen);
+                // SAFETY: the caller's buffer holds len bytes, the segment fits the half; the
+                // half is ours (step 1).
+                std::ptr::copy_nonoverlapping(src.add(off), mine, slen);
             }
             self.publish(step(IN));
+            let one = reduces && self.costs.one_phase(n, slen);
+            if reduces && (s == 0 || !one || !output.is_null()) {
+                self.wait(idle, |x| x.all_reached(step(IN)))?;
+            }
             if s == 0 && reduces {
                 // Every rank compares every rank's length after their IN: a mismatch is seen
                 // by every rank at this same step, so all return together.
-                self.wait(idle, |x| x.all_reached(step(IN)))?;
-                if let Some(r) =
-                    (0..n).find(|&r| self.word(r, LEN_OFF).load(Ordering::Relaxed) as usize != len)
-                {
-                    let theirs = self.word(r, LEN_OFF).load(Ordering::Relaxed);
-                    // Done reading: a peer's next call waits for this OUT before it writes its
-                    // length again, so every rank sees the lengths of this call.
-                    self.publish(step(OUT));
+                if let Some(r) = (0..n).find(|&r| {
+                    self.word(r, LEN_OFF + 8 * h).load(Ordering::Relaxed) as usize != len
+                }) {
+                    let theirs = self.word(r, LEN_OFF + 8 * h).load(Ordering::Relaxed);
+                    // Done reading: a peer's next use of this half waits for this OUT before
+                    // it writes its length there again, so every rank sees this call's lengths.
+                    done(self);
                     crate::mpi_bail!(
                         MPI_ERR_TRUNCATE,
                         "rank {r} passed {theirs} bytes to the collective, this rank {len}"
                     );
                 }
             }
-            // 3. RED.
-            if reduces {
-                self.wait(idle, |x| x.all_reached(step(IN)))?;
-                let (coff, clen) = plan.chunk(s, me);
-                let out: *mut u8 = match *op {
-                    MidOp::Allreduce { output, .. } => output.add(off + coff),
-                    MidOp::Reduce { output, .. } if root == me => output.add(off + coff),
-                    _ => {
-                        tmp.resize(clen, 0);
-                        tmp.as_mut_ptr()
-                    }
-                };
-                if clen > 0 {
-                    // SAFETY: every rank's scratch holds the segment (their IN, Acquire above);
-                    // `out` is clen writable bytes distinct from every scratch area.
-                    std::ptr::copy_nonoverlapping(self.data(n - 1).add(coff), out, clen);
-                    let o = std::slice::from_raw_parts_mut(out, clen);
-                    for r in (0..n - 1).rev() {
-                        let i = std::slice::from_raw_parts(self.data(r).add(coff), clen);
-                        if let Some(f) = reduce {
-                            f(i, o)?;
-                        }
-                    }
-                    // SAFETY: chunk `me` of my scratch is read by no peer before my RED.
-                    std::ptr::copy_nonoverlapping(out, self.data(me).add(coff), clen);
+            let f = |i: &[u8], o: &mut [u8]| reduce.map_or(Ok(()), |f| f(i, o));
+            // The segment, or chunk, at byte `coff` of every rank's half reduced into `out`,
+            // in rank order c_0 op (c_1 op (... op c_{n-1})).
+            let fold = |coff: usize, clen: usize, out: *mut u8| -> MpiResult<()> {
+                if clen == 0 {
+                    return Ok(());
                 }
+                // SAFETY: every rank's half holds the segment (their IN, Acquire above); `out`
+                // is clen writable bytes distinct from every scratch area.
+                std::ptr::copy_nonoverlapping(self.data(n - 1, h).add(coff), out, clen);
+                let o = std::slice::from_raw_parts_mut(out, clen);
+                for r in (0..n - 1).rev() {
+                    f(std::slice::from_raw_parts(self.data(r, h).add(coff), clen), o)?;
+                }
+                Ok(())
+            };
+            if one {
+                // 3'. One phase: the whole segment from every rank's half into my output.
+                if !output.is_null() {
+                    fold(0, slen, output.add(off))?;
+                }
+            } else if reduces {
+                // 3. RED: my chunk, then it goes over chunk `me` of my half (no peer reads that
+                //    chunk of mine in this phase).
+                let (coff, clen) = plan.chunk(s, me);
+                let out = if output.is_null() {
+                    tmp.resize(clen, 0);
+                    tmp.as_mut_ptr()
+                } else {
+                    output.add(off + coff)
+                };
+                fold(coff, clen, out)?;
+                // SAFETY: clen bytes at out (just reduced) and in my half.
+                std::ptr::copy_nonoverlapping(out, mine.add(coff), clen);
                 self.publish(step(RED));
-            }
-            // 4. OUT.
-            match *op {
-                MidOp::Allreduce { output, .. } | MidOp::Reduce { output, .. }
-                    if root == me || matches!(op, MidOp::Allreduce { .. }) =>
-                {
+                // 4. The other ranks' reduced chunks.
+                if !output.is_null() {
                     for r in (0..n).filter(|&r| r != me) {
                         self.wait(idle, |x| x.reached(r, step(RED)))?;
                         let (coff, clen) = plan.chunk(s, r);
-                        // SAFETY: rank r's scratch chunk r holds its reduced chunk (its RED,
-                        // Acquire above); the output holds len bytes.
+                        // SAFETY: rank r's half holds its reduced chunk r (its RED, Acquire
+                        // above); the output holds len bytes.
                         std::ptr::copy_nonoverlapping(
-                            self.data(r).add(coff),
+                            self.data(r, h).add(coff),
                             output.add(off + coff),
                             clen,
                         );
                     }
                 }
-                MidOp::Bcast { buf, .. } if root != me => {
+            } else if root != me {
+                if let MidOp::Bcast { buf, .. } = *op {
                     self.wait(idle, |x| x.reached(root, step(IN)))?;
-                    // SAFETY: the root's scratch holds the segment (its IN, Acquire above); buf
+                    // SAFETY: the root's half holds the segment (its IN, Acquire above); buf
                     // holds len bytes, of which this copies only those below len.
                     let fit = slen.min(len.saturating_sub(off));
-                    std::ptr::copy_nonoverlapping(self.data(root), buf.add(off), fit);
+                    std::ptr::copy_nonoverlapping(self.data(root, h), buf.add(off), fit);
                 }
-                _ => {}
             }
-            self.publish(step(OUT));
+            done(self);
         }
         if sent > len {
             crate::mpi_bail!(
@@ -450,10 +590,31 @@ mod tests {
         )
     }
 
+    /// Costs under which every reduction takes one phase, and under which none does.
+    const ONE: Costs = Costs {
+        sync_ns: 1000,
+        reduce_ns_per_kib: 0,
+        copy_ns_per_kib: 0,
+    };
+    const TWO: Costs = Costs {
+        sync_ns: 0,
+        reduce_ns_per_kib: 100,
+        copy_ns_per_kib: 0,
+    };
+
     /// Run `body(scratch, idle)` on one thread per rank over `areas(n, cap)`.
     fn on_ranks(
         n: usize,
         cap: usize,
+        body: impl Fn(usize, Scratch, &mut dyn FnMut() -> MpiResult<()>) + Send + Copy + 'static,
+    ) {
+        on_ranks_with(n, cap, TWO, body)
+    }
+
+    fn on_ranks_with(
+        n: usize,
+        cap: usize,
+        costs: Costs,
         body: impl Fn(usize, Scratch, &mut dyn FnMut() -> MpiResult<()>) + Send + Copy + 'static,
     ) {
         let bases = areas(n, cap);
@@ -461,7 +622,7 @@ mod tests {
             .map(|me| {
                 std::thread::spawn(move || {
                     // SAFETY: the areas are leaked, aligned, zeroed and shared by the threads.
-                    let s = unsafe { Scratch::new(bases, me, cap) };
+                    let s = unsafe { Scratch::new(bases, me, cap) }.with_costs(costs);
                     let mut idle = || {
                         std::thread::yield_now();
                         Ok(())
@@ -478,11 +639,11 @@ mod tests {
     /// Scratch areas in one heap block, one thread per rank, a mixed sequence of bcasts,
     /// reduces and allreduces (in place or not) of lengths that span several segments and do
     /// not divide by the rank count.
-    fn run_ranks(n: usize, cap: usize, calls: u64) {
-        on_ranks(n, cap, move |me, s, idle| {
+    fn run_ranks(n: usize, cap: usize, calls: u64, costs: Costs) {
+        on_ranks_with(n, cap, costs, move |me, s, idle| {
             for k in 1..=calls {
-                let words =
-                    [0, 1, 3, n - 1, n + 1, cap / 8, cap / 8 + 1, 3 * cap / 8 + 5][k as usize % 8];
+                let seg = s.cap() / 8;
+                let words = [0, 1, 3, n - 1, n + 1, seg, seg + 1, 3 * seg + 5][k as usize % 8];
                 let len = words * 8;
                 let root = (k as usize * 5) % n;
                 let inp: Vec<u64> = (0..words).map(|i| val(me, k, i)).collect();
@@ -551,8 +712,78 @@ mod tests {
     #[test]
     fn every_op_at_1_to_8_ranks() {
         for n in 1..=8 {
-            run_ranks(n, 256, 120);
+            run_ranks(n, 256, 120, TWO);
+            run_ranks(n, 256, 120, ONE);
         }
+    }
+
+    #[test]
+    fn segments_alternate_halves_and_phases_mix() {
+        // Costs under which short segments take one phase and long ones two (at 3 ranks:
+        // one phase up to 512 bytes), over segments of 1 KiB: calls switch between the two
+        // protocols and halves from call to call.
+        let mixed = Costs {
+            sync_ns: 1000,
+            reduce_ns_per_kib: 1000,
+            copy_ns_per_kib: 0,
+        };
+        assert!(mixed.one_phase(3, 512) && !mixed.one_phase(3, 1024));
+        run_ranks(3, 2048 + 64, 200, mixed);
+    }
+
+    #[test]
+    fn one_phase_follows_the_measured_costs() {
+        // A machine where a flag round costs 500 ns, reducing 1 KiB 60 ns, copying it 40 ns.
+        let idle = Costs {
+            sync_ns: 500,
+            reduce_ns_per_kib: 60,
+            copy_ns_per_kib: 40,
+        };
+        // Two ranks: one phase reads no more than two; it wins until the extra reduction
+        // (half the segment) costs more than a synchronization: 50 KiB here.
+        assert!(idle.one_phase(2, 2 << 10));
+        assert!(idle.one_phase(2, 48 << 10));
+        assert!(!idle.one_phase(2, 64 << 10));
+        // Four ranks: one phase reduces three whole segments; it wins below ~4.7 KiB.
+        assert!(idle.one_phase(4, 4 << 10));
+        assert!(!idle.one_phase(4, 8 << 10));
+        // The same machine oversubscribed: a synchronization is a context switch (tens of us),
+        // so one phase wins up to far larger segments.
+        let busy = Costs {
+            sync_ns: 40_000,
+            ..idle
+        };
+        assert!(busy.one_phase(4, 256 << 10));
+        assert!(!busy.one_phase(8, 256 << 10));
+        // A machine where reducing is as cheap as copying: at two ranks one phase always wins.
+        let fast = Costs {
+            sync_ns: 200,
+            reduce_ns_per_kib: 40,
+            copy_ns_per_kib: 40,
+        };
+        assert!(fast.one_phase(2, 1 << 30));
+        // One rank: nothing to wait for either way.
+        assert!(idle.one_phase(1, 1 << 30));
+        // Monotonic: a shorter segment never takes more phases than a longer one.
+        for n in 2..=8 {
+            let mut prev = true;
+            for kib in 0..512 {
+                let one = idle.one_phase(n, kib << 10);
+                assert!(prev || !one, "n {n}: one phase at {kib} KiB after two below");
+                prev = one;
+            }
+        }
+    }
+
+    #[test]
+    fn local_costs_are_measured_on_the_area() {
+        on_ranks(1, 1 << 14, |_, s, _| {
+            // SAFETY: no call has used the areas.
+            let c = unsafe { s.measure_local() };
+            assert_eq!(c.sync_ns, 0);
+            // 8 KiB take more than a nanosecond on any machine.
+            assert!(c.reduce_ns_per_kib > 0 || c.copy_ns_per_kib > 0, "{c:?}");
+        });
     }
 
     #[test]

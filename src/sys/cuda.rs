@@ -129,9 +129,17 @@ pub fn driver_in_process() -> bool {
     if t != 0 && t < QUIET_UNTIL.load(Ordering::Relaxed) {
         return false;
     }
+    // Every "no" starts a new quiet period, the counter's as well as the walk's: without it,
+    // once the first period ended every call would take the loader lock.
+    let quiet = || {
+        if t != 0 {
+            QUIET_UNTIL.store(t.saturating_add(RESCAN_NS), Ordering::Relaxed);
+        }
+    };
     let now = loaded_objects_counter();
     if let Some(n) = now {
         if SCANNED_AT.load(Ordering::Relaxed) == n {
+            quiet();
             return false;
         }
     }
@@ -140,9 +148,7 @@ pub fn driver_in_process() -> bool {
         if let Some(n) = now {
             SCANNED_AT.store(n, Ordering::Relaxed);
         }
-        if t != 0 {
-            QUIET_UNTIL.store(t.saturating_add(RESCAN_NS), Ordering::Relaxed);
-        }
+        quiet();
     }
     found
 }
