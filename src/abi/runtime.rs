@@ -449,7 +449,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 // (a job on several nodes never takes the scratch areas for world collectives).
                 // SAFETY: no collective has used the areas yet.
                 Some(slots) if one_node => scratch_costs(slots, unsafe { s.measure_local() })?,
-                None => s.costs(),
+                _ => s.costs(),
             };
             tracing::debug!(?costs, "scratch areas: measured costs (largest of every rank)");
             Some((s.with_costs(costs), mid_max))
