@@ -451,7 +451,10 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 Some(slots) if one_node => scratch_costs(slots, unsafe { s.measure_local() })?,
                 _ => s.costs(),
             };
-            tracing::debug!(?costs, "scratch areas: measured costs (largest of every rank)");
+            tracing::debug!(
+                ?costs,
+                "scratch areas: measured costs (largest of every rank)"
+            );
             Some((s.with_costs(costs), mid_max))
         }
         _ => None,

@@ -368,7 +368,9 @@ impl Scratch {
         if !reduces && root != me {
             let step = k << 32 | IN;
             self.wait(idle, |x| x.reached(root, step))?;
-            sent = self.word(root, LEN_OFF + 8 * half(0)).load(Ordering::Relaxed) as usize;
+            sent = self
+                .word(root, LEN_OFF + 8 * half(0))
+                .load(Ordering::Relaxed) as usize;
         }
         let Some(plan) = Plan::new(n, elem, sent, self.half) else {
             crate::mpi_bail!(
@@ -451,7 +453,10 @@ impl Scratch {
                 std::ptr::copy_nonoverlapping(self.data(n - 1, h).add(coff), out, clen);
                 let o = std::slice::from_raw_parts_mut(out, clen);
                 for r in (0..n - 1).rev() {
-                    f(std::slice::from_raw_parts(self.data(r, h).add(coff), clen), o)?;
+                    f(
+                        std::slice::from_raw_parts(self.data(r, h).add(coff), clen),
+                        o,
+                    )?;
                 }
                 Ok(())
             };
@@ -769,7 +774,10 @@ mod tests {
             let mut prev = true;
             for kib in 0..512 {
                 let one = idle.one_phase(n, kib << 10);
-                assert!(prev || !one, "n {n}: one phase at {kib} KiB after two below");
+                assert!(
+                    prev || !one,
+                    "n {n}: one phase at {kib} KiB after two below"
+                );
                 prev = one;
             }
         }
