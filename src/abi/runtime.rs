@@ -20,7 +20,7 @@ use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi::handles::{Kind, Slab};
 use crate::mpi_bail;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 
@@ -38,24 +38,20 @@ pub struct Runtime {
 
 /// MPI_COMM_WORLD's flag collective slots (`engine::flag`), used without the runtime lock:
 /// installed at MPI_Init (unless there is one rank, `GPUMPI_SHM_COLL_MAX=0`, or the transport
-/// offers none), switched off in MPI_Finalize before the segments are unmapped. `seq` is the
-/// number of the last call that used them.
-/// The scratch areas (`engine::scratch`) live and die with the slots, under the same flag;
-/// `mid_max` is the largest message they serve and `mid_seq` the number of their last call.
+/// offers none), switched off in MPI_Finalize before the segments are unmapped. Calls through
+/// them are numbered by MPI_COMM_WORLD's collective sequence (`engine::collcheck::CallNo`).
+/// The scratch areas (`engine::scratch`) live and die with the slots, under the same flag,
+/// with the largest message they serve.
 struct WorldFlag {
     slots: OnceLock<Slots>,
     live: AtomicBool,
-    seq: AtomicU64,
     mid: OnceLock<(Scratch, usize)>,
-    mid_seq: AtomicU64,
 }
 
 static WORLD_FLAG: WorldFlag = WorldFlag {
     slots: OnceLock::new(),
     live: AtomicBool::new(false),
-    seq: AtomicU64::new(0),
     mid: OnceLock::new(),
-    mid_seq: AtomicU64::new(0),
 };
 
 /// MPI_COMM_WORLD's collective scratch areas and the largest message they serve
@@ -67,12 +63,6 @@ pub fn world_mid() -> Option<(Scratch, usize)> {
     } else {
         None
     }
-}
-
-/// Number the next call through the world's scratch areas (as [`next_flag_seq`]).
-#[inline]
-pub fn next_mid_seq() -> u64 {
-    bump(&WORLD_FLAG.mid_seq)
 }
 
 /// MPI_COMM_WORLD's flag slots while MPI is running (see [`WorldFlag`]).
@@ -106,22 +96,6 @@ pub fn rings() -> Option<Rings> {
 #[inline]
 pub fn world_comm() -> Option<&'static Arc<CommObj>> {
     WORLD.get()
-}
-
-/// Number the next call through the world's flag slots. Collective calls on one communicator
-/// never overlap (MPI: the application orders them, also across threads), so a load and a store
-/// suffice.
-#[inline]
-pub fn next_flag_seq() -> u64 {
-    bump(&WORLD_FLAG.seq)
-}
-
-/// One more than the counter's value, stored back (one thread at a time, see next_flag_seq).
-#[inline]
-fn bump(a: &AtomicU64) -> u64 {
-    let k = a.load(Ordering::Relaxed) + 1;
-    a.store(k, Ordering::Relaxed);
-    k
 }
 
 pub const CTX_WORDS: usize = 64;

@@ -15,10 +15,13 @@
 //! elements allow (the first `rem` ranks get one element more). Rank r reduces chunk r.
 //!
 //! # Protocol
-//! Calls are numbered k = 1, 2, ... (collectives on a communicator are called in the same order
-//! everywhere). Step `(k, s, p)` is encoded as `k << 32 | s << 2 | p` (segment s, phase p), so
-//! steps only grow; a rank publishes a step by storing it in its `pos` with Release, and waits
-//! for a peer's step by loading the peer's `pos` with Acquire until it is at least that step.
+//! Calls are numbered k, the same on every rank and increasing from call to call (MPI_COMM_WORLD's
+//! collective sequence: numbers skip the calls of other paths, so a mismatched call that some
+//! ranks ran elsewhere does not move the numbering). Step `(k, s, p)` is encoded as
+//! `k << 32 | s << 2 | p` (segment s, phase p), so steps only grow; a rank publishes a step by storing it in its `pos` with Release, and waits
+//! for a peer's step by loading the peer's `pos` with Acquire until it is at least that step;
+//! a peer whose `pos` went on to a later call instead ran call k on another path (erroneous),
+//! and the call fails (a peer in call k cannot leave it before this rank's part is done).
 //! For every segment s of call k, at rank `me`:
 //! 1. Before writing its scratch: wait until every peer reached this rank's previous published
 //!    step (the peers finished reading what this rank exposed last).
@@ -220,11 +223,36 @@ impl Scratch {
         super::flag::wait_for(checks, idle, || ready(self))
     }
 
+    /// Wait until rank r reached `step` of call `step >> 32`; an error when it went on to a
+    /// later call instead (it ran this call on another path: a peer in this call cannot
+    /// leave it while this rank has not finished its part).
+    fn wait_step(
+        &self,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+        r: usize,
+        step: u64,
+    ) -> MpiResult<()> {
+        self.wait(idle, |x| x.reached(r, step))?;
+        if self.word(r, 0).load(Ordering::Acquire) >> 32 != step >> 32 {
+            crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path");
+        }
+        Ok(())
+    }
+
+    /// [`Scratch::wait_step`] for every peer.
+    fn wait_all(&self, idle: &mut dyn FnMut() -> MpiResult<()>, step: u64) -> MpiResult<()> {
+        for r in (0..self.bases.len()).filter(|&r| r != self.me) {
+            self.wait_step(idle, r, step)?;
+        }
+        Ok(())
+    }
+
     fn all_reached(&self, step: u64) -> bool {
         (0..self.bases.len()).all(|r| r == self.me || self.reached(r, step))
     }
 
-    /// Run call number `k` (1, 2, ...: one more than the previous call's, on every rank).
+    /// Run call number `k` (1 <= k < 2^32, greater than every number this rank used before,
+    /// the same on every rank; numbers may skip).
     ///
     /// # Safety
     /// The buffers of `op` are valid for `len` bytes (outputs writable, not aliasing a scratch
@@ -250,7 +278,7 @@ impl Scratch {
         let mut sent = len;
         if !reduces && root != me {
             let first = k << 32 | IN;
-            self.wait(idle, |x| x.reached(root, first))?;
+            self.wait_step(idle, root, first)?;
             sent = self.word(root, LEN_OFF).load(Ordering::Relaxed) as usize;
         }
         let Some(plan) = Plan::new(n, elem, sent, self.cap) else {
@@ -289,7 +317,7 @@ impl Scratch {
             if s == 0 && reduces {
                 // Every rank compares every rank's length after their IN: a mismatch is seen
                 // by every rank at this same step, so all return together.
-                self.wait(idle, |x| x.all_reached(step(IN)))?;
+                self.wait_all(idle, step(IN))?;
                 if let Some(r) =
                     (0..n).find(|&r| self.word(r, LEN_OFF).load(Ordering::Relaxed) as usize != len)
                 {
@@ -305,7 +333,7 @@ impl Scratch {
             }
             // 3. RED.
             if reduces {
-                self.wait(idle, |x| x.all_reached(step(IN)))?;
+                self.wait_all(idle, step(IN))?;
                 let (coff, clen) = plan.chunk(s, me);
                 let out: *mut u8 = match *op {
                     MidOp::Allreduce { output, .. } => output.add(off + coff),
@@ -337,7 +365,7 @@ impl Scratch {
                     if root == me || matches!(op, MidOp::Allreduce { .. }) =>
                 {
                     for r in (0..n).filter(|&r| r != me) {
-                        self.wait(idle, |x| x.reached(r, step(RED)))?;
+                        self.wait_step(idle, r, step(RED))?;
                         let (coff, clen) = plan.chunk(s, r);
                         // SAFETY: rank r's scratch chunk r holds its reduced chunk (its RED,
                         // Acquire above); the output holds len bytes.
@@ -349,7 +377,7 @@ impl Scratch {
                     }
                 }
                 MidOp::Bcast { buf, .. } if root != me => {
-                    self.wait(idle, |x| x.reached(root, step(IN)))?;
+                    self.wait_step(idle, root, step(IN))?;
                     // SAFETY: the root's scratch holds the segment (its IN, Acquire above); buf
                     // holds len bytes, of which this copies only those below len.
                     let fit = slen.min(len.saturating_sub(off));
@@ -478,9 +506,11 @@ mod tests {
     /// Scratch areas in one heap block, one thread per rank, a mixed sequence of bcasts,
     /// reduces and allreduces (in place or not) of lengths that span several segments and do
     /// not divide by the rank count.
-    fn run_ranks(n: usize, cap: usize, calls: u64) {
+    fn run_ranks(n: usize, cap: usize, calls: u64, stride: u64) {
         on_ranks(n, cap, move |me, s, idle| {
             for k in 1..=calls {
+                // Call numbers with gaps (the calls of other paths take none).
+                let num = k * stride;
                 let words =
                     [0, 1, 3, n - 1, n + 1, cap / 8, cap / 8 + 1, 3 * cap / 8 + 5][k as usize % 8];
                 let len = words * 8;
@@ -530,7 +560,7 @@ mod tests {
                     }
                 };
                 // SAFETY: buffers of len bytes; every thread runs the same sequence.
-                unsafe { s.run(k, &op, idle).unwrap() };
+                unsafe { s.run(num, &op, idle).unwrap() };
                 if kind == 1 && me != root {
                     continue;
                 }
@@ -551,8 +581,40 @@ mod tests {
     #[test]
     fn every_op_at_1_to_8_ranks() {
         for n in 1..=8 {
-            run_ranks(n, 256, 120);
+            run_ranks(n, 256, 120, 1);
+            run_ranks(n, 256, 40, 7);
         }
+    }
+
+    /// A rank that runs call 2 on another path (it takes no step of it) fails its peers'
+    /// call 2 once it publishes a later call, and call 5 works on every rank.
+    #[test]
+    fn a_skipped_call_fails_and_the_next_works() {
+        on_ranks(3, 256, move |me, s, idle| {
+            let inp = vec![me as u64 + 1; 50];
+            let mut out = vec![0u64; 50];
+            let op = MidOp::Allreduce {
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            if me != 1 {
+                // SAFETY: buffers of len bytes.
+                let e = unsafe { s.run(2, &op, idle) }.unwrap_err();
+                assert_eq!(e.class, crate::standard::consts::MPI_ERR_OTHER);
+                assert!(
+                    e.msg.contains("rank 1 ran this call on another path"),
+                    "{}",
+                    e.msg
+                );
+            }
+            // SAFETY: buffers of len bytes.
+            unsafe { s.run(5, &op, idle) }.unwrap();
+            // c_0 op (c_1 op c_2) = 3 * 1 + (3 * 2 + 3).
+            assert!(out.iter().all(|&x| x == 12), "{:?}", &out[..4]);
+        });
     }
 
     #[test]
