@@ -501,6 +501,7 @@ c_tests!(
     coll_mismatch,
     init_mismatch,
     coll_split,
+    coll_drift,
     coll_mid,
 );
 

@@ -6,7 +6,9 @@
 //! among the ranks of one node needs none of that. Every rank owns two slots that every other
 //! rank can read (page 0 of its shared-memory segment, `transport/shm.rs`):
 //! `[seq: u64 | len: u64 | data: up to SLOT_MAX bytes]`, so a contribution of up to 48
-//! bytes travels in the cache line of its flag. `len` is the byte length the rank published:
+//! bytes travels in the cache line of its flag. `len` is the byte length the rank published
+//! (and, above bit 32, the root its call names plus one: a reduction or bcast reader whose
+//! roots differ reports `MPI_ERR_ROOT`):
 //! a rank that reads a longer contribution than its own call describes (a count mismatch,
 //! erroneous in MPI) reads what fits and reports `MPI_ERR_TRUNCATE` after finishing the call,
 //! so no peer waits for it.
@@ -154,17 +156,28 @@ impl Slots {
         unsafe { &*((self.bases[r] + i * SLOT_STRIDE) as *const AtomicU64) }
     }
 
-    /// The published length of rank r's contribution in its slot i (read after its seq).
-    fn len_of(&self, r: usize, i: usize) -> usize {
+    /// The word after rank r's seq in its slot i (read after the seq): the length of its
+    /// contribution, and above bit 32 the root its call names plus one (0: no root).
+    fn len_word(&self, r: usize, i: usize) -> u64 {
         // SAFETY: new's contract: the word after seq is in the slot area, 8-byte aligned.
         let p = (self.bases[r] + i * SLOT_STRIDE + 8) as *const AtomicU64;
-        unsafe { &*p }.load(Ordering::Relaxed) as usize
+        unsafe { &*p }.load(Ordering::Relaxed)
     }
 
-    fn set_len(&self, i: usize, len: usize) {
-        // SAFETY: as for len_of, in our own slot (step 1 made it ours).
+    /// The published length of rank r's contribution in its slot i.
+    fn len_of(&self, r: usize, i: usize) -> usize {
+        (self.len_word(r, i) & 0xffff_ffff) as usize
+    }
+
+    /// The root (plus one; 0: none) rank r's call in its slot i names.
+    fn root_of(&self, r: usize, i: usize) -> u64 {
+        self.len_word(r, i) >> 32
+    }
+
+    fn set_len(&self, i: usize, len: usize, root: u64) {
+        // SAFETY: as for len_word, in our own slot (step 1 made it ours).
         let p = (self.bases[self.me] + i * SLOT_STRIDE + 8) as *const AtomicU64;
-        unsafe { &*p }.store(len as u64, Ordering::Relaxed);
+        unsafe { &*p }.store(len as u64 | root << 32, Ordering::Relaxed);
     }
 
     fn data(&self, r: usize, i: usize) -> *mut u8 {
@@ -253,7 +266,11 @@ impl Slots {
             // SAFETY: the caller's buffer holds len <= SLOT_MAX bytes; the slot is ours (step 1).
             std::ptr::copy_nonoverlapping(src, self.data(me, slot), len);
         }
-        self.set_len(slot, len);
+        let root = match *op {
+            FlagOp::Bcast { root, .. } | FlagOp::Reduce { root, .. } => root as u64 + 1,
+            _ => 0,
+        };
+        self.set_len(slot, len, root);
         self.seq(me, slot).store(k, Ordering::Release);
         // 3. Read.
         match *op {
@@ -272,6 +289,16 @@ impl Slots {
                             "the root (rank {root}) ran this call on another path"
                         ),
                     };
+                    if self.root_of(root, i) != root as u64 + 1 {
+                        crate::mpi_bail!(
+                            MPI_ERR_ROOT,
+                            "rank {root} (this rank's root) called it with {}",
+                            match self.root_of(root, i) {
+                                0 => "no root".to_string(),
+                                t => format!("root {}", t - 1),
+                            }
+                        );
+                    }
                     let sent = self.len_of(root, i).min(SLOT_MAX);
                     // SAFETY: root's slot holds `sent` bytes of call k (published, Acquire
                     // above); buf takes len bytes.
@@ -293,7 +320,7 @@ impl Slots {
                 ..
             } => {
                 if root == me {
-                    self.combine(k, output, len, reduce, idle)?;
+                    self.combine(k, output, len, root as u64 + 1, reduce, idle)?;
                 }
                 Ok(())
             }
@@ -302,16 +329,18 @@ impl Slots {
                 len,
                 reduce,
                 ..
-            } => self.combine(k, output, len, reduce, idle),
+            } => self.combine(k, output, len, 0, reduce, idle),
         }
     }
 
-    /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k.
+    /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k; `root`: the root
+    /// this rank's call names, plus one (0: an allreduce).
     unsafe fn combine(
         &self,
         k: u64,
         output: *mut u8,
         len: usize,
+        root: u64,
         reduce: ReduceRef,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<()> {
@@ -319,6 +348,22 @@ impl Slots {
         let mut slots: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::with_capacity(n);
         for r in 0..n {
             slots.push(self.slot_of(r, k, idle)?);
+        }
+        if let Some(r) = (0..n).find(|&r| self.root_of(r, slots[r]) != root) {
+            let theirs = self.root_of(r, slots[r]);
+            if root == 0 || theirs == 0 {
+                crate::mpi_bail!(
+                    MPI_ERR_OTHER,
+                    "rank {r} called another collective (a reduction {} a root)",
+                    if theirs == 0 { "without" } else { "with" }
+                );
+            }
+            crate::mpi_bail!(
+                MPI_ERR_ROOT,
+                "rank {r} called the reduction with root {}, this rank with root {}",
+                theirs - 1,
+                root - 1
+            );
         }
         if let Some(r) = (0..n).find(|&r| self.len_of(r, slots[r]) != len) {
             crate::mpi_bail!(
@@ -529,6 +574,54 @@ mod tests {
                             assert_eq!(buf[0], 2);
                         }
                     }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    /// A reduction whose ranks name different roots fails at the ranks that combine (each
+    /// takes itself for the root) with MPI_ERR_ROOT, and the next call works.
+    #[test]
+    fn different_roots_fail_with_err_root() {
+        let area: &'static mut [u64] = Box::leak(vec![0u64; 2 * AREA / 8 + 8].into_boxed_slice());
+        let start = (area.as_mut_ptr() as usize + 63) & !63;
+        let bases: &'static [usize] = Box::leak(vec![start, start + AREA].into_boxed_slice());
+        let sum = |i: &[u8], o: &mut [u8]| {
+            o[0] += i[0];
+            Ok(())
+        };
+        let threads: Vec<_> = (0..2)
+            .map(|me| {
+                std::thread::spawn(move || {
+                    // SAFETY: the areas are leaked, aligned, zeroed and shared by the threads.
+                    let s = unsafe { Slots::new(bases, me, SLOT_MAX) };
+                    let mut idle = || {
+                        std::thread::yield_now();
+                        Ok(())
+                    };
+                    let mut out = [0u8; 1];
+                    let op = FlagOp::Reduce {
+                        root: me,
+                        input: [1u8].as_ptr(),
+                        output: out.as_mut_ptr(),
+                        len: 1,
+                        reduce: &sum,
+                    };
+                    // SAFETY: buffers of the lengths given.
+                    let e = unsafe { s.run(4, &op, &mut idle) }.unwrap_err();
+                    assert_eq!(e.class, crate::standard::consts::MPI_ERR_ROOT, "{}", e.msg);
+                    let op = FlagOp::Allreduce {
+                        input: [1u8].as_ptr(),
+                        output: out.as_mut_ptr(),
+                        len: 1,
+                        reduce: &sum,
+                    };
+                    // SAFETY: as above.
+                    unsafe { s.run(9, &op, &mut idle) }.unwrap();
+                    assert_eq!(out[0], 2);
                 })
             })
             .collect();

@@ -276,10 +276,15 @@ impl Scratch {
         // A bcast follows the root's length (the root publishes it with its first IN): a rank
         // whose buffer is shorter takes what fits and reports MPI_ERR_TRUNCATE at the end.
         let mut sent = len;
+        let mine = call_word(op);
         if !reduces && root != me {
             let first = k << 32 | IN;
             self.wait_step(idle, root, first)?;
-            sent = self.word(root, LEN_OFF).load(Ordering::Relaxed) as usize;
+            let theirs = self.word(root, LEN_OFF).load(Ordering::Relaxed);
+            if let Some(e) = call_mismatch(mine, theirs, root) {
+                return Err(e);
+            }
+            sent = word_len(theirs);
         }
         let Some(plan) = Plan::new(n, elem, sent, self.cap) else {
             crate::mpi_bail!(
@@ -301,7 +306,7 @@ impl Scratch {
             self.wait(idle, |x| x.all_reached(prev))?;
             // 2. IN.
             if s == 0 {
-                self.word(me, LEN_OFF).store(len as u64, Ordering::Relaxed);
+                self.word(me, LEN_OFF).store(mine, Ordering::Relaxed);
             }
             let src = match *op {
                 MidOp::Bcast { buf, .. } if root == me => Some(buf as *const u8),
@@ -318,17 +323,14 @@ impl Scratch {
                 // Every rank compares every rank's length after their IN: a mismatch is seen
                 // by every rank at this same step, so all return together.
                 self.wait_all(idle, step(IN))?;
-                if let Some(r) =
-                    (0..n).find(|&r| self.word(r, LEN_OFF).load(Ordering::Relaxed) as usize != len)
-                {
-                    let theirs = self.word(r, LEN_OFF).load(Ordering::Relaxed);
+                let e = (0..n).find_map(|r| {
+                    call_mismatch(mine, self.word(r, LEN_OFF).load(Ordering::Relaxed), r)
+                });
+                if let Some(e) = e {
                     // Done reading: a peer's next call waits for this OUT before it writes its
                     // length again, so every rank sees the lengths of this call.
                     self.publish(step(OUT));
-                    crate::mpi_bail!(
-                        MPI_ERR_TRUNCATE,
-                        "rank {r} passed {theirs} bytes to the collective, this rank {len}"
-                    );
+                    return Err(e);
                 }
             }
             // 3. RED.
@@ -395,6 +397,59 @@ impl Scratch {
         }
         Ok(())
     }
+}
+
+/// What a rank's call publishes beside its first IN (`LEN_OFF`): its byte length (bits 0-39),
+/// its operation (bits 40-41: 1 bcast, 2 reduce, 3 allreduce) and the root it names plus one
+/// (bits 42-63; 0 for allreduce).
+fn call_word(op: &MidOp) -> u64 {
+    let (len, kind, root) = match *op {
+        MidOp::Bcast { root, len, .. } => (len, 1, root as u64 + 1),
+        MidOp::Reduce { root, len, .. } => (len, 2, root as u64 + 1),
+        MidOp::Allreduce { len, .. } => (len, 3, 0),
+    };
+    len as u64 | kind << 40 | root << 42
+}
+
+fn word_len(w: u64) -> usize {
+    (w & ((1 << 40) - 1)) as usize
+}
+
+/// How rank `r`'s call (`theirs`, its [`call_word`]) disagrees with this rank's (`mine`), the
+/// operation first, then the root, then the length; a bcast reader checks only the operation
+/// and root (it takes what fits of the root's length).
+fn call_mismatch(mine: u64, theirs: u64, r: usize) -> Option<crate::mpi::error::MpiError> {
+    let name = |w: u64| match (w >> 40) & 3 {
+        1 => "bcast",
+        2 => "reduce",
+        _ => "allreduce",
+    };
+    if (mine ^ theirs) >> 40 & 3 != 0 {
+        return Some(crate::mpi_err!(
+            MPI_ERR_OTHER,
+            "rank {r} called {}, this rank {}",
+            name(theirs),
+            name(mine)
+        ));
+    }
+    if mine >> 42 != theirs >> 42 {
+        return Some(crate::mpi_err!(
+            MPI_ERR_ROOT,
+            "rank {r} called the {} with root {}, this rank with root {}",
+            name(mine),
+            (theirs >> 42).wrapping_sub(1),
+            (mine >> 42).wrapping_sub(1)
+        ));
+    }
+    if (mine >> 40) & 3 != 1 && word_len(mine) != word_len(theirs) {
+        return Some(crate::mpi_err!(
+            MPI_ERR_TRUNCATE,
+            "rank {r} passed {} bytes to the collective, this rank {}",
+            word_len(theirs),
+            word_len(mine)
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -584,6 +639,59 @@ mod tests {
             run_ranks(n, 256, 120, 1);
             run_ranks(n, 256, 40, 7);
         }
+    }
+
+    /// A bcast at rank 0 against a reduce elsewhere of the same length: the reducing ranks
+    /// report MPI_ERR_OTHER, different reduce roots MPI_ERR_ROOT, and the next call works.
+    #[test]
+    fn other_operations_and_roots_fail() {
+        on_ranks(3, 256, move |me, s, idle| {
+            let inp = vec![me as u64 + 1; 50];
+            let mut out = vec![0u64; 50];
+            let op = if me == 0 {
+                MidOp::Bcast {
+                    root: 0,
+                    buf: out.as_mut_ptr() as *mut u8,
+                    len: 400,
+                }
+            } else {
+                MidOp::Reduce {
+                    root: 0,
+                    input: inp.as_ptr() as *const u8,
+                    output: std::ptr::null_mut(),
+                    len: 400,
+                    elem: 8,
+                    reduce: &combine,
+                }
+            };
+            // SAFETY: buffers of len bytes.
+            let r = unsafe { s.run(3, &op, idle) };
+            if me != 0 {
+                let e = r.unwrap_err();
+                assert_eq!(e.class, crate::standard::consts::MPI_ERR_OTHER, "{}", e.msg);
+            }
+            let op = MidOp::Reduce {
+                root: if me == 0 { 0 } else { 1 },
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            // SAFETY: as above.
+            let e = unsafe { s.run(4, &op, idle) }.unwrap_err();
+            assert_eq!(e.class, crate::standard::consts::MPI_ERR_ROOT, "{}", e.msg);
+            let op = MidOp::Allreduce {
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            // SAFETY: as above.
+            unsafe { s.run(6, &op, idle) }.unwrap();
+            assert!(out.iter().all(|&x| x == 12), "{:?}", &out[..4]);
+        });
     }
 
     /// A rank that runs call 2 on another path (it takes no step of it) fails its peers'
