@@ -610,6 +610,7 @@ c_tests!(
     coll_mismatch,
     init_mismatch,
     coll_split,
+    coll_drift,
     coll_mid,
 );
 

@@ -13,7 +13,7 @@ use crate::mpi::handles::{Kind, Table};
 use crate::mpi_bail;
 use std::collections::BTreeMap;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Cartesian topology attached to a communicator.
@@ -43,8 +43,9 @@ pub struct CommObj {
     /// keyval -> attribute value.
     pub attrs: Mutex<BTreeMap<i32, usize>>,
     pub topo: Option<Topo>,
-    /// Sequence number of collective operations: the tag of the next collective.
-    pub coll_seq: AtomicU32,
+    /// Sequence number of collective operations: the number of the next collective
+    /// (`engine::collcheck::CallNo`).
+    pub coll_seq: AtomicU64,
     pub info: Mutex<Vec<(String, String)>>,
     /// What the GPU paths set up for this communicator (empty until one runs on it); released
     /// by `MPI_Comm_free`/`MPI_Comm_disconnect` (collective) or `MPI_Finalize`.
@@ -69,7 +70,7 @@ impl CommObj {
             errh: Mutex::new(c::MPI_ERRORS_ARE_FATAL as usize),
             attrs: Mutex::new(BTreeMap::new()),
             topo: None,
-            coll_seq: AtomicU32::new(0),
+            coll_seq: AtomicU64::new(0),
             info: Mutex::new(Vec::new()),
             gpu: Default::default(),
         }
@@ -82,10 +83,10 @@ impl CommObj {
     /// call takes one, whatever path it runs on. Collective calls on one communicator never
     /// overlap (MPI: the application orders them, also across threads), so a load and a store
     /// suffice.
-    pub fn next_coll_tag(&self) -> i32 {
+    pub fn next_coll_seq(&self) -> u64 {
         let k = self.coll_seq.load(Ordering::Relaxed);
         self.coll_seq.store(k.wrapping_add(1), Ordering::Relaxed);
-        (k & 0x3fff_ffff) as i32
+        k
     }
     pub fn world_rank(&self, r: usize) -> usize {
         self.group.ranks[r]

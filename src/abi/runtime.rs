@@ -23,7 +23,7 @@ use crate::mpi_bail;
 use crate::transport::net::frames::NetFrames;
 use crate::transport::net::{Handle, HANDLE_BYTES};
 use crate::transport::route::Routed;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 
@@ -41,24 +41,20 @@ pub struct Runtime {
 
 /// MPI_COMM_WORLD's flag collective slots (`engine::flag`), used without the runtime lock:
 /// installed at MPI_Init (unless there is one rank, `GPUMPI_SHM_COLL_MAX=0`, or the transport
-/// offers none), switched off in MPI_Finalize before the segments are unmapped. `seq` is the
-/// number of the last call that used them.
-/// The scratch areas (`engine::scratch`) live and die with the slots, under the same flag;
-/// `mid_max` is the largest message they serve and `mid_seq` the number of their last call.
+/// offers none), switched off in MPI_Finalize before the segments are unmapped. Calls through
+/// them are numbered by MPI_COMM_WORLD's collective sequence (`engine::collcheck::CallNo`).
+/// The scratch areas (`engine::scratch`) live and die with the slots, under the same flag,
+/// with the largest message they serve.
 struct WorldFlag {
     slots: OnceLock<Slots>,
     live: AtomicBool,
-    seq: AtomicU64,
     mid: OnceLock<(Scratch, usize)>,
-    mid_seq: AtomicU64,
 }
 
 static WORLD_FLAG: WorldFlag = WorldFlag {
     slots: OnceLock::new(),
     live: AtomicBool::new(false),
-    seq: AtomicU64::new(0),
     mid: OnceLock::new(),
-    mid_seq: AtomicU64::new(0),
 };
 
 /// MPI_COMM_WORLD's collective scratch areas and the largest message they serve
@@ -70,12 +66,6 @@ pub fn world_mid() -> Option<(Scratch, usize)> {
     } else {
         None
     }
-}
-
-/// Number the next call through the world's scratch areas (as [`next_flag_seq`]).
-#[inline]
-pub fn next_mid_seq() -> u64 {
-    bump(&WORLD_FLAG.mid_seq)
 }
 
 /// MPI_COMM_WORLD's flag slots while MPI is running (see [`WorldFlag`]).
@@ -109,22 +99,6 @@ pub fn rings() -> Option<Rings> {
 #[inline]
 pub fn world_comm() -> Option<&'static Arc<CommObj>> {
     WORLD.get()
-}
-
-/// Number the next call through the world's flag slots. Collective calls on one communicator
-/// never overlap (MPI: the application orders them, also across threads), so a load and a store
-/// suffice.
-#[inline]
-pub fn next_flag_seq() -> u64 {
-    bump(&WORLD_FLAG.seq)
-}
-
-/// One more than the counter's value, stored back (one thread at a time, see next_flag_seq).
-#[inline]
-fn bump(a: &AtomicU64) -> u64 {
-    let k = a.load(Ordering::Relaxed) + 1;
-    a.store(k, Ordering::Relaxed);
-    k
 }
 
 pub const CTX_WORDS: usize = 64;
@@ -302,8 +276,9 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
 
 /// The costs the scratch areas choose their reduction protocol by, the same on every rank:
 /// each rank's reduction and copy speed `c` (`Scratch::measure_local`), and a few flag-slot
-/// barriers timed (the median); a flag-slot allreduce takes the largest of every value. Runs at MPI_Init on every rank
-/// (the flag numbers it takes are the same everywhere); takes tens of microseconds.
+/// barriers timed (the median); a flag-slot allreduce takes the largest of every value. Runs at
+/// MPI_Init on every rank before any collective, in flag rounds 1-10 (below the rounds of the
+/// world's first call, `CallNo::flag`); takes tens of microseconds.
 fn scratch_costs(
     slots: Slots,
     mut c: crate::engine::scratch::Costs,
@@ -319,10 +294,10 @@ fn scratch_costs(
         Ok(())
     };
     let mut times = [0u64; 9];
-    for t in times.iter_mut() {
+    for (k, t) in (1..).zip(times.iter_mut()) {
         let t0 = std::time::Instant::now();
         // SAFETY: a barrier has no buffers; every rank runs the same calls here.
-        unsafe { slots.run(next_flag_seq(), &FlagOp::Barrier, &mut idle)? };
+        unsafe { slots.run(k, &FlagOp::Barrier, &mut idle)? };
         *t = t0.elapsed().as_nanos() as u64;
     }
     times.sort_unstable();
@@ -344,7 +319,7 @@ fn scratch_costs(
         reduce: &max,
     };
     // SAFETY: input and output are 24-byte arrays; every rank runs the same calls here.
-    unsafe { slots.run(next_flag_seq(), &op, &mut idle)? };
+    unsafe { slots.run(times.len() as u64 + 1, &op, &mut idle)? };
     c.sync_ns = all[0];
     c.reduce_ns_per_kib = all[1];
     c.copy_ns_per_kib = all[2];

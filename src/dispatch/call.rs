@@ -397,6 +397,9 @@ pub(crate) struct CollSpec {
     /// Library-internal call on host memory: never tries the GPU path (which itself uses
     /// these calls).
     pub(crate) host_only: bool,
+    /// Internal collectives the GPU paths made in this call so far (their numbers,
+    /// `engine::collcheck::CallNo::sub`, continue from path to path).
+    pub(crate) subs: std::cell::Cell<u32>,
 }
 // SAFETY: raw user buffer addresses stored as usize; used only during the call per MPI semantics.
 unsafe impl Send for CollSpec {}
@@ -416,6 +419,7 @@ impl CollSpec {
             unpack_only: None,
             rs_lens: None,
             host_only: false,
+            subs: std::cell::Cell::new(0),
         }
     }
 

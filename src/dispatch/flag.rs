@@ -6,7 +6,7 @@ use crate::abi::objects::builtin_op;
 use crate::abi::runtime;
 use crate::abi::types;
 use crate::coll::CollKind;
-use crate::engine::collcheck::{Path as CheckPath, Record, Watch};
+use crate::engine::collcheck::{CallNo, Path as CheckPath, Record, Watch};
 use crate::engine::flag::{FlagOp, Slots};
 use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
@@ -124,24 +124,29 @@ pub(super) fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
     flag_serves(spec).map(|(slots, _)| slots)
 }
 
-/// Logical AND over MPI_COMM_WORLD in one round of the flag slots.
-pub(super) fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
-    let input = [mine as u8];
-    let mut out = [0u8];
+/// Bitwise AND of `bytes` over MPI_COMM_WORLD, in place, in one round of the flag slots
+/// numbered `k` (`CallNo::flag`); `watch`: the check of the call it is part of.
+pub(super) fn flag_and(
+    slots: &Slots,
+    bytes: &mut [u8],
+    k: u64,
+    watch: Option<&mut Watch>,
+) -> MpiResult<()> {
+    let input = bytes.to_vec();
     let reduce = |i: &[u8], o: &mut [u8]| {
-        o[0] &= i[0];
+        for (o, i) in o.iter_mut().zip(i) {
+            *o &= i;
+        }
         Ok(())
     };
     let op = FlagOp::Allreduce {
         input: input.as_ptr(),
-        output: out.as_mut_ptr(),
-        len: 1,
+        output: bytes.as_mut_ptr(),
+        len: bytes.len(),
         reduce: &reduce,
     };
-    let k = runtime::next_flag_seq();
-    // SAFETY: input and output are live locals of the length given.
-    unsafe { slots.run(k, &op, &mut flag_idle(slots, None))? };
-    Ok(out[0] != 0)
+    // SAFETY: input and output are live buffers of the length given.
+    unsafe { slots.run(k, &op, &mut flag_idle(slots, watch)) }
 }
 
 /// MPI_COMM_WORLD's small blocking barrier, bcast, reduce and allreduce (predefined ops) through
@@ -151,11 +156,11 @@ pub(super) fn flag_all(slots: &Slots, mine: bool) -> MpiResult<bool> {
 /// `GPUMPI_SHM_COLL_MAX`), never on where one rank's buffers live: device buffers are staged
 /// through host mirrors and non-contiguous ones packed here, so all ranks take the same path.
 /// `Ok(false)`: not this path.
-pub(super) unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
+pub(super) unsafe fn run_flag(spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
     let Some((slots, red)) = flag_serves(spec) else {
         return Ok(false);
     };
-    let k = runtime::next_flag_seq();
+    let k = no.flag();
     let (send, recv, input) = Flat::sides(spec)?;
     let reduce = reducer(red);
     let len = spec.bytes;
@@ -188,7 +193,7 @@ pub(super) unsafe fn run_flag(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
         "collective over shared memory"
     );
     // The record of this call, checked while it waits (engine::collcheck).
-    let mut watch = check_start(spec, seq, CheckPath::Flag);
+    let mut watch = check_start(spec, no, CheckPath::Flag);
     let r = slots.run(k, &op, &mut flag_idle(&slots, watch.as_mut()));
     r.map_err(|e| check_refine(watch.as_ref(), e))?;
     let received = match spec.kind {
@@ -211,29 +216,13 @@ pub(super) fn reducer(red: Option<&Reduction>) -> impl Fn(&[u8], &mut [u8]) -> M
     }
 }
 
-/// A blocking call on MPI_COMM_WORLD of the kinds the flag slots serve that runs on another
-/// path (a large count, a user op) still takes its flag number with [`Slots::pass`], so the
-/// numbering stays the same on every rank even when mismatched counts split the ranks between
-/// the paths.
-pub(super) fn flag_pass(spec: &CollSpec) -> MpiResult<()> {
-    use CollKind as K;
-    if spec.comm.ctx != 0 || !matches!(spec.kind, K::Barrier | K::Bcast | K::Reduce | K::Allreduce)
-    {
-        return Ok(());
-    }
-    match runtime::world_flag() {
-        Some(slots) => slots.pass(runtime::next_flag_seq(), &mut flag_idle(&slots, None)),
-        None => Ok(()),
-    }
-}
-
-/// Publish this rank's record of call `seq` of `spec`'s communicator on `path`
+/// Publish this rank's record of call `no` of `spec`'s communicator on `path`
 /// (engine::collcheck), and return the check of its waits (`None` without record rings).
-pub(super) fn check_start(spec: &CollSpec, seq: i32, path: CheckPath) -> Option<Watch> {
+pub(super) fn check_start(spec: &CollSpec, no: CallNo, path: CheckPath) -> Option<Watch> {
     let rings = runtime::rings()?;
     let rec = Record::new(
         spec.comm.ctx,
-        seq as u32,
+        no.tag() as u32,
         spec.kind,
         spec.root,
         spec.bytes,
@@ -396,8 +385,8 @@ pub(crate) unsafe fn flag_quick(
     let Some(world) = runtime::world_comm() else {
         return Ok(false);
     };
-    let seq = world.next_coll_tag();
-    let k = runtime::next_flag_seq();
+    let no = CallNo::new(world.next_coll_seq());
+    let k = no.flag();
     tracing::debug!(
         coll = kind.name(),
         algo = "flag slots (quick)",
@@ -407,11 +396,15 @@ pub(crate) unsafe fn flag_quick(
     );
     // The record of this call, checked while it waits (engine::collcheck).
     let mut watch = runtime::rings().map(|rings| {
-        let rec = Record::new(0, seq as u32, kind, root, len, CheckPath::Flag);
+        let rec = Record::new(0, no.tag() as u32, kind, root, len, CheckPath::Flag);
         rings.publish(&rec);
         Watch::new(rec, None, me)
     });
     let r = slots.run(k, &op, &mut flag_idle(&slots, watch.as_mut()));
-    r.map_err(|e| check_refine(watch.as_ref(), e))?;
+    r.map_err(|e| {
+        // As run_blocking does for a failed call.
+        crate::gpu::resident::call_failed(&world.gpu, no.seq);
+        check_refine(watch.as_ref(), e)
+    })?;
     Ok(true)
 }

@@ -1,51 +1,238 @@
 //! The GPU paths: blocking collectives whose every rank passes device buffers.
 
 use super::call::{CollSpec, Reduction};
-use super::flag::{check_start, flag_all, flag_eligible};
-use super::internal::{allgather_bytes, allreduce_band_u64};
-use super::run_blocking;
+use super::flag::{check_start, flag_and, flag_eligible};
+use super::internal::{
+    allgather_bytes, allgather_bytes_at, allreduce_band_u64, allreduce_band_u64_at,
+};
+use super::{run_blocking, run_numbered};
 use crate::abi::objects::CommObj;
+use crate::abi::runtime;
 use crate::coll::CollKind;
-use crate::engine::collcheck::Path as CheckPath;
+use crate::engine::collcheck::{
+    agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath, Record, Watch,
+};
 use crate::gpu::coll::Mode as GpuMode;
 use crate::gpu::kernels::{KOp, KType};
-use crate::mpi::error::MpiResult;
+use crate::mpi::error::{MpiError, MpiResult};
 use crate::standard::consts as c;
 use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
-/// The host collectives the GPU path needs, over the call's communicator.
-struct GpuHost<'a>(&'a Arc<CommObj>);
+/// The host collectives the GPU path needs, over the call's communicator: inside a call
+/// (`call`), numbered as that call's internal collectives, carrying the call's collective,
+/// root and byte count in every exchange, and checked against the peers' records of the call
+/// while they wait (engine::collcheck).
+struct GpuHost<'a> {
+    comm: &'a Arc<CommObj>,
+    call: Option<CallCheck<'a>>,
+}
+
+/// The consistency check of the call a GPU path runs.
+struct CallCheck<'a> {
+    spec: &'a CollSpec,
+    no: CallNo,
+    /// This rank's record of the call (with `Path::Choosing` until the ranks agree to run it
+    /// on a GPU path), published when the path starts.
+    rec: Cell<Record>,
+    /// The check of its waits (`None` without record rings).
+    watch: RefCell<Option<Watch>>,
+    /// While alive, the waits of the internal collectives check the call's record too.
+    _outer: Outer,
+}
+
+impl<'a> GpuHost<'a> {
+    /// The host side of a GPU path serving call `no` of `spec`: publishes the call's record
+    /// (path not chosen yet) and checks it in every wait of the path from here on.
+    fn for_call(spec: &'a CollSpec, no: CallNo) -> Self {
+        let rec = Record::new(
+            spec.comm.ctx,
+            no.tag() as u32,
+            spec.kind,
+            spec.root,
+            spec.bytes,
+            CheckPath::Choosing,
+        );
+        let watch = check_start(spec, no, CheckPath::Choosing);
+        GpuHost {
+            comm: &spec.comm,
+            call: Some(CallCheck {
+                spec,
+                no,
+                rec: Cell::new(rec),
+                watch: RefCell::new(watch),
+                _outer: Outer::enter(rec),
+            }),
+        }
+    }
+
+    /// The number of the call's next internal collective (`None` outside a call).
+    fn next_no(&self) -> MpiResult<Option<CallNo>> {
+        let Some(c) = &self.call else {
+            return Ok(None);
+        };
+        let sub = c.spec.subs.get() + 1;
+        if sub > CallNo::MAX_SUB {
+            return Err(MpiError::intern(
+                "a GPU collective made more internal collectives than its numbering allows",
+            ));
+        }
+        c.spec.subs.set(sub);
+        Ok(Some(c.no.nested(sub)))
+    }
+
+    /// The error of an agreement whose exchange found that the ranks called different
+    /// collectives (`class`, from `collcheck::disagreed`): names the peer `peer` and its call
+    /// where known, else the first peer whose published record disagrees.
+    fn agreement_error(
+        &self,
+        c: &CallCheck,
+        class: i32,
+        peer: Option<(usize, Record)>,
+    ) -> MpiError {
+        let mine = c.rec.get();
+        if let Some((p, theirs)) = peer {
+            return mismatch_error(class, self.comm.rank, &mine, p, &theirs);
+        }
+        if let (Some(w), Some(r)) = (c.watch.borrow().as_ref(), runtime::rings()) {
+            if let Err(e) = w.check(&r) {
+                return e;
+            }
+        }
+        MpiError::new(
+            class,
+            format!(
+                "collective mismatch: another rank's call differs from this rank's {} (its {})",
+                c.spec.kind.name(),
+                if class == c::MPI_ERR_ROOT {
+                    "root"
+                } else if class == c::MPI_ERR_TRUNCATE {
+                    "byte count"
+                } else {
+                    "collective"
+                }
+            ),
+        )
+    }
+}
+
+/// A rank's collective, root and byte count from its [`agreement_words`] (a record for the
+/// error message).
+fn record_of(c: &CallCheck, w: &[u64]) -> Record {
+    let mine = c.rec.get();
+    Record {
+        kind: CollKind::ALL
+            .get(w[0] as usize)
+            .copied()
+            .unwrap_or(mine.kind),
+        root: w[2] as u32,
+        bytes: w[4],
+        ..mine
+    }
+}
+
+const KEY: usize = 6;
 
 impl crate::gpu::coll::Host for GpuHost<'_> {
     fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
-        allgather_bytes(self.0, mine)
+        let Some(no) = self.next_no()? else {
+            return allgather_bytes(self.comm, mine);
+        };
+        let c = self.call.as_ref().expect("inside a call");
+        // Each rank's record followed by its call's agreement words.
+        let n = mine.len();
+        let mut rec = mine.to_vec();
+        for w in agreement_words(&c.rec.get()) {
+            rec.extend_from_slice(&w.to_le_bytes());
+        }
+        let all = allgather_bytes_at(self.comm, &rec, Some(no))?;
+        let stride = n + KEY * 8;
+        let words = |p: usize| -> [u64; KEY] {
+            let b = &all[p * stride + n..(p + 1) * stride];
+            std::array::from_fn(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+        };
+        let mut and = [u64::MAX; KEY];
+        for p in 0..self.comm.size() {
+            for (a, w) in and.iter_mut().zip(words(p)) {
+                *a &= w;
+            }
+        }
+        if let Some(class) = disagreed(&and) {
+            let me = words(self.comm.rank);
+            let peer = (0..self.comm.size())
+                .find(|&p| words(p) != me)
+                .map(|p| (p, record_of(c, &words(p))));
+            return Err(self.agreement_error(c, class, peer));
+        }
+        Ok((0..self.comm.size())
+            .flat_map(|p| all[p * stride..p * stride + n].iter().copied())
+            .collect())
     }
     fn barrier(&self) -> MpiResult<()> {
-        let mut s = CollSpec::new(CollKind::Barrier, self.0.clone());
+        let mut s = CollSpec::new(CollKind::Barrier, self.comm.clone());
         s.host_only = true;
         // SAFETY: no user buffers.
-        unsafe { run_blocking(s) }
+        unsafe {
+            match self.next_no()? {
+                Some(no) => run_numbered(&s, no),
+                None => run_blocking(s),
+            }
+        }
     }
     fn all(&self, ok: bool) -> MpiResult<bool> {
-        let mut w = [ok as u64];
-        allreduce_band_u64(self.0, &mut w)?;
+        let Some(no) = self.next_no()? else {
+            let mut w = [ok as u64];
+            allreduce_band_u64(self.comm, &mut w)?;
+            return Ok(w[0] != 0);
+        };
+        let c = self.call.as_ref().expect("inside a call");
+        let key = agreement_words(&c.rec.get());
+        let mut w = [0u64; 1 + KEY];
+        w[0] = ok as u64;
+        w[1..].copy_from_slice(&key);
+        allreduce_band_u64_at(self.comm, &mut w, Some(no))?;
+        if let Some(class) = disagreed(w[1..].try_into().expect("KEY words")) {
+            return Err(self.agreement_error(c, class, None));
+        }
         Ok(w[0] != 0)
     }
     fn world_rank(&self, p: usize) -> usize {
-        self.0.peers[p]
+        self.comm.peers[p]
     }
     fn identity(&self) -> (u32, Arc<[usize]>) {
-        (self.0.ctx, self.0.peers.clone())
+        (self.comm.ctx, self.comm.peers.clone())
     }
     fn gpu(&self) -> &crate::gpu::comm::CommGpu {
-        &self.0.gpu
+        &self.comm.gpu
+    }
+    fn check(&self) -> MpiResult<()> {
+        let Some(c) = &self.call else { return Ok(()) };
+        match (c.watch.borrow_mut().as_mut(), runtime::rings()) {
+            (Some(w), Some(r)) => w.poll_now(&r),
+            _ => Ok(()),
+        }
+    }
+    fn commit(&self, step: u64) {
+        let Some(c) = &self.call else { return };
+        let rec = Record {
+            path: CheckPath::Gpu,
+            step: step as u16,
+            ..c.rec.get()
+        };
+        c.rec.set(rec);
+        if let Some(rings) = runtime::rings() {
+            rings.publish(&rec);
+        }
+        if let Some(w) = c.watch.borrow_mut().as_mut() {
+            w.set_record(rec);
+        }
     }
 }
 
 /// Release what the GPU paths hold for `comm` (collective: `MPI_Comm_free`).
 pub(crate) fn release_gpu(comm: &Arc<CommObj>) -> MpiResult<()> {
-    comm.gpu.release(&GpuHost(comm))
+    comm.gpu.release(&GpuHost { comm, call: None })
 }
 
 /// The kernel for a call the GPU paths serve (`Some(None)`: no reduction), None when they do not
@@ -122,7 +309,7 @@ struct Local {
 /// without a GPU. `ready`: the communicator's resident kernels are set up (the same state on
 /// every rank): their ok bits agree by themselves, and a "no" sends every rank on to the flag
 /// path just the same, so the round is skipped.
-unsafe fn local(spec: &CollSpec, ready: bool) -> MpiResult<Option<Local>> {
+unsafe fn local(spec: &CollSpec, ready: bool, host: &GpuHost) -> MpiResult<Option<Local>> {
     use CollKind as K;
     let Some(red) = gpu_call(spec) else {
         return Ok(None);
@@ -160,7 +347,23 @@ unsafe fn local(spec: &CollSpec, ready: bool) -> MpiResult<Option<Local>> {
     };
     if !ready {
         if let Some(slots) = flag_eligible(spec) {
-            if !flag_all(&slots, device.is_some())? {
+            // One flag round: whether every rank has device buffers, and (the call's
+            // agreement words) whether every rank called the same.
+            let no = host.next_no()?.expect("inside a call");
+            let c = host.call.as_ref().expect("inside a call");
+            let mut bytes = [0u8; 1 + KEY * 8];
+            bytes[0] = device.is_some() as u8;
+            for (i, w) in agreement_words(&c.rec.get()).into_iter().enumerate() {
+                bytes[1 + i * 8..9 + i * 8].copy_from_slice(&w.to_le_bytes());
+            }
+            flag_and(&slots, &mut bytes, no.flag(), c.watch.borrow_mut().as_mut())?;
+            let and: [u64; KEY] = std::array::from_fn(|i| {
+                u64::from_le_bytes(bytes[1 + i * 8..9 + i * 8].try_into().expect("8 bytes"))
+            });
+            if let Some(class) = disagreed(&and) {
+                return Err(host.agreement_error(c, class, None));
+            }
+            if bytes[0] == 0 {
                 return Ok(None);
             }
         }
@@ -175,21 +378,19 @@ unsafe fn local(spec: &CollSpec, ready: bool) -> MpiResult<Option<Local>> {
 
 /// Small calls through the resident kernels (no launch, no stream synchronize per call).
 /// `Ok(false)`: declined on every rank (the kernels' ok bits, or the flag round).
-pub(super) unsafe fn run_resident(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
+pub(super) unsafe fn run_resident(spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
     use CollKind as K;
     let ready = crate::gpu::resident::ready(&spec.comm.gpu);
+    let host = GpuHost::for_call(spec, no);
     let Some(Local {
         red,
         send,
         recv,
         device,
-    }) = local(spec, ready)?
+    }) = local(spec, ready, &host)?
     else {
         return Ok(false);
     };
-    // This rank takes a GPU path: host ranks that meet its record in their checks fail (the
-    // GPU paths' own waits are not checked).
-    check_start(spec, seq, CheckPath::Gpu);
     let dst = recv.map_or(0, |x| x.0);
     let src = match (spec.kind, send) {
         (_, Some(s)) => s.0,
@@ -205,25 +406,26 @@ pub(super) unsafe fn run_resident(spec: &CollSpec, seq: i32) -> MpiResult<bool> 
         dst,
         red,
         device: device.filter(|_| recv.is_some()),
+        seq: no.seq,
     };
-    crate::gpu::resident::run(&call, &GpuHost(&spec.comm), ready)
+    crate::gpu::resident::run(&call, &host, ready)
 }
 
 /// The GPU-native plans (`gpu::coll::run`, which takes the host-memory pipelines itself when
 /// peer access is off or some rank's buffers cannot be exported). `Ok(false)`: declined on
 /// every rank (the flag round, the descriptor exchange).
-pub(super) unsafe fn run_native(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
+pub(super) unsafe fn run_native(spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
     use crate::gpu::coll::{Call, Shape};
+    let host = GpuHost::for_call(spec, no);
     let Some(Local {
         red,
         send,
         recv,
         device,
-    }) = local(spec, false)?
+    }) = local(spec, false, &host)?
     else {
         return Ok(false);
     };
-    check_start(spec, seq, CheckPath::Gpu);
     let call = Call {
         shape: Shape {
             kind: spec.kind,
@@ -240,5 +442,5 @@ pub(super) unsafe fn run_native(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
         device,
         thread_multiple,
     };
-    crate::gpu::coll::run(&call, &GpuHost(&spec.comm))
+    crate::gpu::coll::run(&call, &host)
 }

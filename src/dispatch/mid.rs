@@ -8,10 +8,10 @@
 //! (as for the flag slots), so all ranks take the same path.
 
 use super::call::{CollSpec, Reduction};
-use super::flag::{check_start, flag_pass, idle_with, reducer, Flat};
+use super::flag::{check_start, idle_with, reducer, Flat};
 use crate::abi::runtime;
 use crate::coll::CollKind;
-use crate::engine::collcheck::Path as CheckPath;
+use crate::engine::collcheck::{CallNo, Path as CheckPath};
 use crate::engine::scratch::{MidOp, Scratch};
 use crate::mpi::error::MpiResult;
 
@@ -20,7 +20,9 @@ use crate::mpi::error::MpiResult;
 fn serves(spec: &CollSpec) -> Option<(Scratch, Option<&Reduction>)> {
     // Context id 0 is MPI_COMM_WORLD's (reserved at MPI_Init, never reused). The areas are
     // shared memory: only a world on one node has them.
-    if spec.comm.ctx != 0 || spec.bytes == 0 || !spec.comm.one_node {
+    // The library's own collectives never come here: a call's number in the scratch areas is
+    // its sequence number, which its internal collectives share (`CallNo::sub`).
+    if spec.comm.ctx != 0 || spec.bytes == 0 || spec.host_only || !spec.comm.one_node {
         return None;
     }
     let red = match (spec.kind, &spec.red) {
@@ -44,15 +46,16 @@ pub(super) fn mid_eligible(spec: &CollSpec) -> bool {
 ///
 /// # Safety
 /// The buffers of `spec` were validated for the call (`CollSpec::check`).
-pub(super) unsafe fn run_mid(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
+pub(super) unsafe fn run_mid(spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
     let Some((scratch, red)) = serves(spec) else {
         return Ok(false);
     };
     let elem = red.map_or(1, |r| r.elem_size());
-    // The record of this call (engine::collcheck), then its flag number, as the schedule path.
-    let mut watch = check_start(spec, seq, CheckPath::Scratch);
-    flag_pass(spec)?;
-    let k = runtime::next_mid_seq();
+    // The record of this call, checked while it waits (engine::collcheck).
+    let mut watch = check_start(spec, no, CheckPath::Scratch);
+    // The call's number in the areas: its sequence number (the calls of other paths take none,
+    // so nothing a mismatched call did moves it).
+    let k = (no.seq + 1) & 0xffff_ffff;
     let (send, recv, input) = Flat::sides(spec)?;
     let reduce = reducer(red);
     let len = spec.bytes;

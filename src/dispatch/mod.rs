@@ -38,6 +38,7 @@ pub(crate) use gpu::release_gpu;
 pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
 
 use crate::abi::request::ReqKind;
+use crate::engine::collcheck::CallNo;
 use crate::mpi::error::{MpiError, MpiResult};
 
 /// A way to run a collective call.
@@ -84,19 +85,16 @@ impl Path {
         }
     }
 
-    /// Run an eligible blocking call, number `seq` of its communicator. `Ok(false)`: declined,
+    /// Run an eligible blocking call, number `no` of its communicator. `Ok(false)`: declined,
     /// on every rank.
-    unsafe fn run(self, spec: &CollSpec, seq: i32) -> MpiResult<bool> {
+    unsafe fn run(self, spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
         match self {
-            Path::Resident => gpu::run_resident(spec, seq),
-            Path::Nvlink | Path::HostMemory => gpu::run_native(spec, seq),
-            Path::Flag => flag::run_flag(spec, seq),
-            Path::Scratch => mid::run_mid(spec, seq),
+            Path::Resident => gpu::run_resident(spec, no),
+            Path::Nvlink | Path::HostMemory => gpu::run_native(spec, no),
+            Path::Flag => flag::run_flag(spec, no),
+            Path::Scratch => mid::run_mid(spec, no),
             Path::Schedule => {
-                let k = spec.start(Some(seq))?;
-                // A world call of the flag kinds still takes its flag number (after start
-                // published the call's record, which a peer that meets the pass reads).
-                flag::flag_pass(spec)?;
+                let k = spec.start(Some(no))?;
                 let st = crate::abi::runtime::wait_kind(k)?;
                 if st.error != 0 {
                     return Err(MpiError::new(st.error, "collective failed"));
@@ -109,10 +107,21 @@ impl Path {
 
 /// Run a blocking collective on the first path of [`BLOCKING`] that takes it.
 pub(crate) unsafe fn run_blocking(spec: CollSpec) -> MpiResult<()> {
-    // Every path of the call shares its sequence number (engine::collcheck's records).
-    let seq = spec.comm.next_coll_tag();
+    // Every path of the call shares its number (engine::collcheck's CallNo).
+    let no = CallNo::new(spec.comm.next_coll_seq());
+    let r = run_numbered(&spec, no);
+    if r.is_err() {
+        // A failed call (ranks that called different collectives fail it) restarts the
+        // numbering of the resident kernels' flags the same way on every rank that failed it.
+        crate::gpu::resident::call_failed(&spec.comm.gpu, no.seq);
+    }
+    r
+}
+
+/// [`run_blocking`] as call number `no` (an internal collective of a GPU path: `no.sub > 0`).
+pub(crate) unsafe fn run_numbered(spec: &CollSpec, no: CallNo) -> MpiResult<()> {
     for &path in BLOCKING {
-        if path.eligible(&spec) && path.run(&spec, seq)? {
+        if path.eligible(spec) && path.run(spec, no)? {
             return Ok(());
         }
     }

@@ -9,12 +9,12 @@ use crate::abi::objects::COLL_CTX_BIT;
 use crate::abi::request::{Post, ReqKind, Status};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
-use crate::engine::collcheck::Path as CheckPath;
+use crate::engine::collcheck::{CallNo, Path as CheckPath};
 use crate::mpi::error::{MpiError, MpiResult};
 
 impl CollSpec {
-    /// Start the schedule of call number `seq` of the communicator (`None`: the next one).
-    pub(crate) unsafe fn start(&self, seq: Option<i32>) -> MpiResult<ReqKind> {
+    /// Start the schedule of call number `no` of the communicator (`None`: the next one).
+    pub(crate) unsafe fn start(&self, no: Option<CallNo>) -> MpiResult<ReqKind> {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
         // Host buffers (the common case) are used through `self` without cloning their sides.
@@ -83,9 +83,10 @@ impl CollSpec {
                 ))
             }),
         };
-        let tag = seq.unwrap_or_else(|| self.comm.next_coll_tag());
+        let no = no.unwrap_or_else(|| CallNo::new(self.comm.next_coll_seq()));
+        let tag = no.tag();
         // The record of this call, and its check while it waits (engine::collcheck).
-        let check = check_start(self, tag, CheckPath::Schedule).map(Box::new);
+        let check = check_start(self, no, CheckPath::Schedule).map(Box::new);
         let exec = CollExec::new(
             sched,
             sptr as *const u8,

@@ -43,7 +43,8 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(20);
 /// `root` of a collective without one.
 pub const NO_ROOT: u32 = u32::MAX;
 /// `bytes` of a collective whose byte count may differ between correct ranks (the v-forms,
-/// gather and scatter, whose counts are significant at some ranks only).
+/// gather and scatter, whose counts are significant at some ranks only; for the others the
+/// byte count is the vector's, or one block's).
 pub const ANY_BYTES: u64 = u64::MAX;
 const VALID: u64 = 1 << 63;
 
@@ -59,6 +60,10 @@ pub enum Path {
     Gpu = 3,
     /// MPI_COMM_WORLD's scratch areas (`engine/scratch.rs`).
     Scratch = 4,
+    /// Not chosen yet: the GPU paths' agreement (the ranks decide together whether the call
+    /// runs on a GPU path, on whatever memory their own buffers are in). Not compared with
+    /// the other side's path.
+    Choosing = 5,
 }
 
 impl Path {
@@ -68,6 +73,7 @@ impl Path {
             2 => Some(Path::Schedule),
             3 => Some(Path::Gpu),
             4 => Some(Path::Scratch),
+            5 => Some(Path::Choosing),
             _ => None,
         }
     }
@@ -78,6 +84,7 @@ impl Path {
             Path::Schedule => "schedule path",
             Path::Gpu => "GPU path",
             Path::Scratch => "scratch areas",
+            Path::Choosing => "choosing a path",
         }
     }
 }
@@ -93,6 +100,9 @@ pub struct Record {
     /// [`ANY_BYTES`] where the count may differ between ranks of a correct program.
     pub bytes: u64,
     pub path: Path,
+    /// A number the path's ranks must agree on in this call (its low 16 bits; the GPU
+    /// resident kernels' flag value), 0 where the path has none.
+    pub step: u16,
 }
 
 impl Record {
@@ -106,7 +116,15 @@ impl Record {
         );
         let sized = matches!(
             kind,
-            K::Barrier | K::Bcast | K::Reduce | K::Allreduce | K::Scan | K::Exscan
+            K::Barrier
+                | K::Bcast
+                | K::Reduce
+                | K::Allreduce
+                | K::Scan
+                | K::Exscan
+                | K::Allgather
+                | K::Alltoall
+                | K::ReduceScatterBlock
         );
         Record {
             ctx,
@@ -115,6 +133,7 @@ impl Record {
             root: if rooted { root as u32 } else { NO_ROOT },
             bytes: if sized { bytes as u64 } else { ANY_BYTES },
             path,
+            step: 0,
         }
     }
 
@@ -128,7 +147,8 @@ impl Record {
             .position(|&k| k == self.kind)
             .unwrap_or(0) as u64;
         let w0 = self.stamp();
-        let w2 = kind | (self.path as u64) << 8 | (self.root as u64) << 32;
+        let w2 =
+            kind | (self.path as u64) << 8 | (self.step as u64) << 16 | (self.root as u64) << 32;
         [w0, self.bytes, w2, check(w0, self.bytes, w2)]
     }
 
@@ -141,6 +161,7 @@ impl Record {
             seq: w[0] as u32,
             kind: *CollKind::ALL.get((w[2] & 0xff) as usize)?,
             path: Path::from_u8((w[2] >> 8) as u8)?,
+            step: (w[2] >> 16) as u16,
             root: (w[2] >> 32) as u32,
             bytes: w[1],
         })
@@ -155,7 +176,11 @@ impl Record {
         if self.bytes != ANY_BYTES {
             s += &format!(" of {} bytes", self.bytes);
         }
-        s + &format!(" ({})", self.path.name())
+        s += &format!(" ({}", self.path.name());
+        if self.step != 0 {
+            s += &format!(", step {}", self.step);
+        }
+        s + ")"
     }
 }
 
@@ -186,7 +211,8 @@ pub fn mismatch(mine: &Record, theirs: &Record) -> Option<i32> {
     if mine.bytes != theirs.bytes {
         return Some(MPI_ERR_TRUNCATE);
     }
-    if mine.path != theirs.path {
+    let chosen = mine.path != Path::Choosing && theirs.path != Path::Choosing;
+    if chosen && (mine.path != theirs.path || mine.step != theirs.step) {
         return Some(MPI_ERR_OTHER);
     }
     None
@@ -208,12 +234,40 @@ pub fn mismatch_error(
     MpiError::new(
         class,
         format!(
-            "collective mismatch on {comm} (its collective #{}): rank {peer} called {}, rank {my_rank} called {}",
-            mine.seq,
+            "collective mismatch on {comm} (its collective {}): rank {peer} called {}, rank {my_rank} called {}",
+            call_name(mine.seq),
             theirs.describe(),
             mine.describe()
         ),
     )
+}
+
+/// Words a call adds to an exchange every rank of the communicator makes with a bitwise AND
+/// (the GPU paths' agreement): its collective, root and byte count, each followed by its
+/// complement. ANDed over the ranks, a field and its complement AND to all ones only where
+/// every rank has the same value ([`disagreed`]), so every rank reaches the same verdict.
+pub fn agreement_words(rec: &Record) -> [u64; 6] {
+    let kind = CollKind::ALL
+        .iter()
+        .position(|&k| k == rec.kind)
+        .unwrap_or(0) as u64;
+    let root = rec.root as u64;
+    [kind, !kind, root, !root, rec.bytes, !rec.bytes]
+}
+
+/// The class of the first field that differs between the ranks whose [`agreement_words`]
+/// ANDed to `and`, in the order of [`mismatch`]; `None`: every rank called the same.
+pub fn disagreed(and: &[u64; 6]) -> Option<i32> {
+    let differs = |i: usize| and[i] & and[i + 1] != 0 || and[i] | and[i + 1] != u64::MAX;
+    if differs(0) {
+        Some(MPI_ERR_OTHER)
+    } else if differs(2) {
+        Some(MPI_ERR_ROOT)
+    } else if differs(4) {
+        Some(MPI_ERR_TRUNCATE)
+    } else {
+        None
+    }
 }
 
 /// The record rings of every rank of the job, as seen by this process.
@@ -287,6 +341,95 @@ impl Rings {
     }
 }
 
+/// A collective call's number on its communicator: the communicator's sequence number `seq`
+/// (every rank numbers a communicator's collective calls the same way, whatever path each
+/// takes), and `sub` for the library's own collectives inside the call (the GPU paths'
+/// agreement, set-up and barriers: 1, 2, ... in the call; 0: the call itself). Everything a
+/// call numbers (its message tags, its record, its round of the world's flag slots) comes
+/// from this pair, so after a call that the ranks ran differently (an erroneous program:
+/// one rank made internal collectives that another did not), the next call has the same
+/// number on every rank again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallNo {
+    pub seq: u64,
+    pub sub: u32,
+}
+
+impl CallNo {
+    /// Internal collectives one call may make.
+    pub const MAX_SUB: u32 = 254;
+
+    pub fn new(seq: u64) -> Self {
+        CallNo { seq, sub: 0 }
+    }
+
+    /// The `sub`th internal collective of this call (1 <= sub <= [`CallNo::MAX_SUB`]).
+    pub fn nested(self, sub: u32) -> Self {
+        debug_assert!(self.sub == 0 && (1..=Self::MAX_SUB).contains(&sub));
+        CallNo { seq: self.seq, sub }
+    }
+
+    /// The call's message tag (on the communicator's collective context) and the sequence
+    /// field of its record: the call itself in `0 .. 2^30`, internal collectives in
+    /// `2^30 .. 2^31`.
+    pub fn tag(self) -> i32 {
+        if self.sub == 0 {
+            (self.seq & 0x3fff_ffff) as i32
+        } else {
+            (0x4000_0000 | ((self.seq << 8 | self.sub as u64) & 0x3fff_ffff)) as i32
+        }
+    }
+
+    /// The number of the call's round of MPI_COMM_WORLD's flag slots (`engine::flag`):
+    /// increasing with (seq, sub), the call's own round after its internal ones (a GPU path
+    /// that agrees in a flag round, then declines to the flag path, in the same call).
+    pub fn flag(self) -> u64 {
+        (self.seq + 1) << 8 | if self.sub == 0 { 255 } else { self.sub as u64 }
+    }
+}
+
+/// "#12" for a call, "#12 (internal step 2)" for an internal collective (from a record's
+/// sequence field, [`CallNo::tag`]).
+fn call_name(seq: u32) -> String {
+    if seq & 0x4000_0000 == 0 {
+        format!("#{seq}")
+    } else {
+        format!(
+            "#{} (its internal collective {})",
+            (seq & 0x3fff_ffff) >> 8,
+            seq & 0xff
+        )
+    }
+}
+
+std::thread_local! {
+    /// The record of the GPU-path call this thread is inside ([`Outer`]): the waits of its
+    /// internal collectives check it too.
+    static OUTER: std::cell::Cell<Option<Record>> = const { std::cell::Cell::new(None) };
+}
+
+/// While alive, the waits of this thread's collectives also compare `rec` (the call that
+/// runs them as its internal collectives, such as a GPU path's agreement) with the peers'
+/// records: a peer that called something else at that point makes them fail instead of
+/// waiting for internal collectives the peer never makes.
+pub struct Outer {
+    prev: Option<Record>,
+}
+
+impl Outer {
+    pub fn enter(rec: Record) -> Outer {
+        Outer {
+            prev: OUTER.with(|o| o.replace(Some(rec))),
+        }
+    }
+}
+
+impl Drop for Outer {
+    fn drop(&mut self) {
+        OUTER.with(|o| o.set(self.prev));
+    }
+}
+
 /// The check of one call while a rank waits in it.
 pub struct Watch {
     rec: Record,
@@ -298,17 +441,7 @@ pub struct Watch {
     last: Option<Instant>,
     /// Calls of `poll`: the clock is read on every [`POLL_CLOCK`]th.
     polls: u32,
-    /// Since when the only disagreement seen is a GPU path against another one (see
-    /// [`GPU_GRACE`]).
-    tentative: Option<Instant>,
 }
-
-/// How long a disagreement only in the path, with a GPU path on one side, must last before it
-/// is reported. A GPU path publishes its record before the ranks have agreed that every one
-/// of them has device buffers; when they have not (mixed memory kinds, a correct program),
-/// every rank declines to a host path and publishes again, which a slow rank may do well after
-/// a fast one's first check.
-pub const GPU_GRACE: Duration = Duration::from_secs(2);
 
 /// `poll` reads the clock once per this many calls (a wait calls it once per progress pass).
 const POLL_CLOCK: u32 = 32;
@@ -322,12 +455,16 @@ impl Watch {
             since: None,
             last: None,
             polls: 0,
-            tentative: None,
         }
     }
 
     pub fn record(&self) -> &Record {
         &self.rec
+    }
+
+    /// Replace the record (published again: the call chose its path).
+    pub fn set_record(&mut self, rec: Record) {
+        self.rec = rec;
     }
 
     /// Call while waiting without progress (after the back-off stopped spinning): reads the
@@ -337,6 +474,11 @@ impl Watch {
         if !self.polls.is_multiple_of(POLL_CLOCK) {
             return Ok(());
         }
+        self.poll_now(rings)
+    }
+
+    /// [`Watch::poll`] for waits that call it rarely (each call reads the clock).
+    pub fn poll_now(&mut self, rings: &Rings) -> Result<(), MpiError> {
         let now = Instant::now();
         let since = *self.since.get_or_insert(now);
         if now.duration_since(since) < CHECK_EVERY
@@ -347,55 +489,33 @@ impl Watch {
             return Ok(());
         }
         self.last = Some(now);
-        match self.disagreement(rings) {
-            None => {
-                self.tentative = None;
-                Ok(())
-            }
-            Some((e, false)) => Err(e),
-            Some((e, true)) => {
-                let t0 = *self.tentative.get_or_insert(now);
-                if now.duration_since(t0) >= GPU_GRACE {
-                    Err(e)
-                } else {
-                    Ok(())
-                }
-            }
-        }
+        self.check(rings)
     }
 
-    /// Compare with every peer's record of this call (those published so far); a
-    /// disagreement only in the path with a GPU path on one side is not reported here (it
-    /// may be a decline in progress: [`GPU_GRACE`]).
+    /// Compare with every peer's record of this call (those published so far), and of the
+    /// call this one is an internal collective of ([`Outer`]).
     pub fn check(&self, rings: &Rings) -> Result<(), MpiError> {
-        match self.disagreement(rings) {
-            Some((e, false)) => Err(e),
+        self.disagreement(rings, &self.rec)?;
+        match OUTER.with(|o| o.get()) {
+            Some(o) if o.ctx == self.rec.ctx && o.seq != self.rec.seq => {
+                self.disagreement(rings, &o)
+            }
             _ => Ok(()),
         }
     }
 
-    /// The first disagreement with a peer's record, and whether it is tentative (only the
-    /// path differs, one of them a GPU path); a definite one is preferred.
-    fn disagreement(&self, rings: &Rings) -> Option<(MpiError, bool)> {
+    /// The first peer whose record of `rec`'s call disagrees with it.
+    fn disagreement(&self, rings: &Rings, rec: &Record) -> Result<(), MpiError> {
         let n = self.peers.as_ref().map_or(rings.size(), |p| p.len());
-        let mut tentative = None;
         for cr in (0..n).filter(|&r| r != self.my_rank) {
             let w = self.peers.as_ref().map_or(cr, |p| p[cr]);
-            if let Some(t) = rings.find(w, self.rec.ctx, self.rec.seq) {
-                if let Some(class) = mismatch(&self.rec, &t) {
-                    let e = mismatch_error(class, self.my_rank, &self.rec, cr, &t);
-                    let path_only = self.rec.kind == t.kind
-                        && self.rec.root == t.root
-                        && self.rec.bytes == t.bytes;
-                    if path_only && (self.rec.path == Path::Gpu || t.path == Path::Gpu) {
-                        tentative.get_or_insert(e);
-                    } else {
-                        return Some((e, false));
-                    }
+            if let Some(t) = rings.find(w, rec.ctx, rec.seq) {
+                if let Some(class) = mismatch(rec, &t) {
+                    return Err(mismatch_error(class, self.my_rank, rec, cr, &t));
                 }
             }
         }
-        tentative.map(|e| (e, true))
+        Ok(())
     }
 
     /// The error to report for `e` (a failure the call found itself, such as a peer that took
@@ -446,34 +566,148 @@ mod tests {
         assert_eq!((b.root, b.bytes), (NO_ROOT, ANY_BYTES));
     }
 
+    /// A record of a call whose path is not chosen yet (the GPU paths' agreement) is compared
+    /// in everything but the path; once a GPU path commits, the path and its step count too.
     #[test]
-    fn gpu_path_disagreement_waits_for_the_grace() {
+    fn choosing_is_not_compared_by_path() {
         let rs = rings(2);
-        rs[1].publish(&Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Gpu));
-        let mine = Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Schedule);
-        let mut w = Watch::new(mine, None, 0);
-        // A decline in progress: not reported by check, nor by poll before the grace.
-        assert!(w.check(&rs[0]).is_ok());
-        let t0 = Instant::now();
-        w.since = Some(t0 - CHECK_EVERY * 2);
-        w.polls = POLL_CLOCK - 1;
-        assert!(w.poll(&rs[0]).is_ok());
-        assert!(w.tentative.is_some());
-        // The peer declined and published its host path: the disagreement is gone.
-        rs[1].publish(&mine);
-        w.last = None;
-        w.polls = POLL_CLOCK - 1;
-        assert!(w.poll(&rs[0]).is_ok());
-        assert!(w.tentative.is_none());
-        // A GPU record that stays past the grace is reported.
-        rs[1].publish(&Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Gpu));
-        w.tentative = Some(t0 - GPU_GRACE);
-        w.last = None;
-        w.polls = POLL_CLOCK - 1;
-        assert_eq!(w.poll(&rs[0]).unwrap_err().class, MPI_ERR_OTHER);
-        // Sizes that differ are reported at once, GPU path or not.
-        rs[1].publish(&Record::new(6, 1, CollKind::Allreduce, 0, 640, Path::Gpu));
+        let choosing = Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Choosing);
+        rs[1].publish(&choosing);
+        let mine = Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Flag);
+        let w = Watch::new(mine, None, 0);
+        assert!(w.check(&rs[0]).is_ok(), "a GPU agreement that may decline");
+        rs[1].publish(&Record::new(
+            6,
+            1,
+            CollKind::Allreduce,
+            0,
+            640,
+            Path::Choosing,
+        ));
         assert_eq!(w.check(&rs[0]).unwrap_err().class, MPI_ERR_TRUNCATE);
+        rs[1].publish(&Record::new(6, 1, CollKind::Bcast, 0, 64, Path::Choosing));
+        assert_eq!(w.check(&rs[0]).unwrap_err().class, MPI_ERR_OTHER);
+        // Committed: a GPU path against a host path is a mismatch, and so are two GPU paths
+        // whose steps differ (the resident kernels' flag values).
+        let gpu = |step| Record {
+            step,
+            ..Record::new(6, 1, CollKind::Allreduce, 0, 64, Path::Gpu)
+        };
+        rs[1].publish(&gpu(4));
+        assert_eq!(w.check(&rs[0]).unwrap_err().class, MPI_ERR_OTHER);
+        let w = Watch::new(gpu(4), None, 0);
+        assert!(w.check(&rs[0]).is_ok());
+        let w = Watch::new(gpu(5), None, 0);
+        let e = w.check(&rs[0]).unwrap_err();
+        assert_eq!(e.class, MPI_ERR_OTHER);
+        assert!(e.msg.contains("(GPU path, step 4)"), "{}", e.msg);
+        assert_eq!(Record::decode(gpu(0xfffe).encode()), Some(gpu(0xfffe)));
+    }
+
+    /// The waits of a call's internal collectives also check the call ([`Outer`]): a peer
+    /// that called something else at that point fails them, though their own records agree.
+    #[test]
+    fn internal_collectives_check_their_call() {
+        let rs = rings(2);
+        let no = CallNo::new(9);
+        let rec = |r: usize, kind, bytes| {
+            let path = if r == 0 {
+                Path::Choosing
+            } else {
+                Path::Schedule
+            };
+            Record::new(3, no.tag() as u32, kind, 0, bytes, path)
+        };
+        // Rank 0 runs a bcast on a GPU path, rank 1 a reduce on the schedule path; both
+        // reached an internal allgather (an earlier call's of rank 1, say).
+        rs[0].publish(&rec(0, CollKind::Bcast, 400));
+        rs[1].publish(&rec(1, CollKind::Reduce, 400));
+        let inner = no.nested(1);
+        let ag = Record::new(
+            3,
+            inner.tag() as u32,
+            CollKind::Allgather,
+            0,
+            8,
+            Path::Schedule,
+        );
+        rs[1].publish(&ag);
+        let w = Watch::new(ag, None, 0);
+        assert!(w.check(&rs[0]).is_ok(), "no call around it");
+        let e = {
+            let _outer = Outer::enter(rec(0, CollKind::Bcast, 400));
+            w.check(&rs[0]).unwrap_err()
+        };
+        assert_eq!(e.class, MPI_ERR_OTHER);
+        assert!(
+            e.msg.contains("rank 1 called reduce") && e.msg.contains("collective #9"),
+            "{}",
+            e.msg
+        );
+        assert!(w.check(&rs[0]).is_ok(), "the call's check ends with it");
+    }
+
+    #[test]
+    fn call_numbers() {
+        let a = CallNo::new(5);
+        assert_eq!(a.tag(), 5);
+        let i = a.nested(3);
+        assert!(
+            i.tag() >= 1 << 30,
+            "internal collectives: their own tag range"
+        );
+        assert_ne!(i.tag(), a.nested(4).tag());
+        assert_ne!(i.tag(), CallNo::new(6).nested(3).tag());
+        assert_eq!(call_name(i.tag() as u32), "#5 (its internal collective 3)");
+        assert_eq!(call_name(a.tag() as u32), "#5");
+        // Flag rounds increase with the calls, internal rounds before the call's own.
+        assert!(a.nested(1).flag() < a.nested(CallNo::MAX_SUB).flag());
+        assert!(a.nested(CallNo::MAX_SUB).flag() < a.flag());
+        assert!(a.flag() < CallNo::new(6).nested(1).flag());
+        assert!(CallNo::new(0).nested(1).flag() > 0);
+        // Tags stay in 30 bits (call) and below 2^31 (internal) for any sequence number.
+        let big = CallNo::new(u64::MAX >> 1);
+        assert!((0..1 << 30).contains(&big.tag()));
+        assert!(big.nested(7).tag() >= 1 << 30);
+    }
+
+    #[test]
+    fn agreement_words_find_the_first_difference() {
+        let and = |recs: &[Record]| {
+            recs.iter().fold([u64::MAX; 6], |mut a, r| {
+                for (x, w) in a.iter_mut().zip(agreement_words(r)) {
+                    *x &= w;
+                }
+                a
+            })
+        };
+        let r = |kind, root, bytes| Record::new(2, 1, kind, root, bytes, Path::Choosing);
+        let a = r(CollKind::Bcast, 0, 400_000);
+        assert_eq!(disagreed(&and(&[a, a, a])), None);
+        assert_eq!(
+            disagreed(&and(&[a, r(CollKind::Bcast, 0, 40), a])),
+            Some(MPI_ERR_TRUNCATE)
+        );
+        assert_eq!(
+            disagreed(&and(&[a, a, r(CollKind::Bcast, 1, 400_000)])),
+            Some(MPI_ERR_ROOT)
+        );
+        assert_eq!(
+            disagreed(&and(&[r(CollKind::Reduce, 0, 40), a])),
+            Some(MPI_ERR_OTHER),
+            "the collective first"
+        );
+        // Values that AND to the same word still differ (5 & 6 == 4 & 6).
+        assert_eq!(
+            disagreed(&and(&[r(CollKind::Bcast, 0, 5), r(CollKind::Bcast, 0, 6)])),
+            Some(MPI_ERR_TRUNCATE)
+        );
+        let x = r(CollKind::Allreduce, 3, 8);
+        assert_eq!(
+            disagreed(&and(&[x, r(CollKind::Allreduce, 1, 8)])),
+            None,
+            "an allreduce has no root"
+        );
     }
 
     #[test]

@@ -6,28 +6,32 @@
 //! among the ranks of one node needs none of that. Every rank owns two slots that every other
 //! rank can read (page 0 of its shared-memory segment, `transport/shm.rs`):
 //! `[seq: u64 | len: u64 | data: up to SLOT_MAX bytes]`, so a contribution of up to 48
-//! bytes travels in the cache line of its flag. `len` is the byte length the rank published:
+//! bytes travels in the cache line of its flag. `len` is the byte length the rank published
+//! (and, above bit 32, the root its call names plus one: a reduction or bcast reader whose
+//! roots differ reports `MPI_ERR_ROOT`):
 //! a rank that reads a longer contribution than its own call describes (a count mismatch,
 //! erroneous in MPI) reads what fits and reports `MPI_ERR_TRUNCATE` after finishing the call,
 //! so no peer waits for it.
 //!
 //! # Protocol
-//! Calls are numbered k = 1, 2, ... on every rank (collectives on a communicator are called in
-//! the same order everywhere). Call k uses slot `k % 2` of every rank. At rank `me`:
-//! 1. Wait until every peer has published k-1 (its slot `(k-1) % 2` holds seq >= k-1): a rank
-//!    publishes k-1 only after finishing call k-2, the last call that read slot `k % 2`.
-//! 2. Write my contribution (if the operation has one) into my slot `k % 2`, then store seq = k
+//! Every call has a number k (`engine::collcheck::CallNo::flag`), the same on every rank and
+//! increasing from call to call on every rank; numbers may skip (calls that run on other paths
+//! take none), so nothing a rank did on another path (also in an erroneous program, where
+//! ranks met different collectives) moves the numbering. A rank's slot holds `[seq | len |
+//! data]`; its newer slot holds its last published call. At rank `me`, call k:
+//! 1. Wait until every peer has published a call numbered at least `prev` (my last published
+//!    call, in my newer slot): a rank publishes a later call only after finishing the earlier
+//!    ones, so every peer is done reading my older slot, published before `prev`.
+//! 2. Write my contribution (if the operation has one) into my older slot, then store seq = k
 //!    with Release.
 //! 3. Wait (Acquire) for the slots the operation reads and read them: allreduce and barrier read
-//!    every rank's, reduce every rank's at the root, bcast the root's at the others.
+//!    every rank's, reduce every rank's at the root, bcast the root's at the others. A peer's
+//!    contribution to call k is the slot holding seq = k; a peer whose slots hold a later call
+//!    and not k ran call k on another path (erroneous: a mismatched call), and the call fails
+//!    instead of reading it.
 //!
-//! A peer cannot overwrite a slot being read: to write slot `k % 2` again (call k+2) it must
-//! first see this rank publish k+1, which happens after this rank's reads of call k.
-//! A blocking barrier, bcast, reduce or allreduce on MPI_COMM_WORLD that another path serves
-//! still takes its number k and publishes it with the length [`PASS`] ([`Slots::pass`], steps 1
-//! and 2 only), so the numbering stays the same on every rank even when ranks of a mismatched
-//! call (erroneous) choose different paths; a flag call that meets `PASS` in a slot it reads
-//! fails instead of reading it.
+//! A peer cannot overwrite a slot being read: to write it again it must first see this rank
+//! publish a call after k, which happens after this rank's reads of call k.
 //! Reductions compute `c_0 op (c_1 op (... op c_{n-1}))` on every rank, so every rank gets the
 //! same bits in rank order. Waiting goes through the caller's `idle` (progress the engine, back
 //! off), so other traffic moves and oversubscribed ranks yield.
@@ -48,11 +52,6 @@ const _: () = assert!(AREA <= crate::transport::shm::COLL_SLOTS_BYTES);
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 16;
 
-/// The published length of a rank that runs this call on another path: it takes the call's
-/// number (so every rank's numbering stays the same) but contributes nothing. Blocking
-/// barrier, bcast, reduce and allreduce on MPI_COMM_WORLD that do not go through the slots
-/// publish it ([`Slots::pass`]); only mismatched calls (erroneous) meet it in a flag call.
-const PASS: usize = usize::MAX;
 /// Wait until `ready()`: check it `checks` times (spinning), then call `idle` (progress, back
 /// off), and again. Shared by the flag slots and the scratch areas (`engine/scratch.rs`).
 pub(crate) fn wait_for(
@@ -151,30 +150,59 @@ impl Slots {
         self.me
     }
 
-    fn seq(&self, r: usize, k: u64) -> &AtomicU64 {
+    /// The sequence word of rank r's slot i (0 or 1).
+    fn seq(&self, r: usize, i: usize) -> &AtomicU64 {
         // SAFETY: new's contract: the slot area is live, aligned, and seq is its first word.
-        unsafe { &*((self.bases[r] + (k as usize & 1) * SLOT_STRIDE) as *const AtomicU64) }
+        unsafe { &*((self.bases[r] + i * SLOT_STRIDE) as *const AtomicU64) }
     }
 
-    /// The published length of rank r's contribution to call k (read after its seq).
-    fn len_of(&self, r: usize, k: u64) -> usize {
+    /// The word after rank r's seq in its slot i (read after the seq): the length of its
+    /// contribution, and above bit 32 the root its call names plus one (0: no root).
+    fn len_word(&self, r: usize, i: usize) -> u64 {
         // SAFETY: new's contract: the word after seq is in the slot area, 8-byte aligned.
-        let p = (self.bases[r] + (k as usize & 1) * SLOT_STRIDE + 8) as *const AtomicU64;
-        unsafe { &*p }.load(Ordering::Relaxed) as usize
+        let p = (self.bases[r] + i * SLOT_STRIDE + 8) as *const AtomicU64;
+        unsafe { &*p }.load(Ordering::Relaxed)
     }
 
-    fn set_len(&self, k: u64, len: usize) {
-        // SAFETY: as for len_of, in our own slot (step 1 made it ours).
-        let p = (self.bases[self.me] + (k as usize & 1) * SLOT_STRIDE + 8) as *const AtomicU64;
-        unsafe { &*p }.store(len as u64, Ordering::Relaxed);
+    /// The published length of rank r's contribution in its slot i.
+    fn len_of(&self, r: usize, i: usize) -> usize {
+        (self.len_word(r, i) & 0xffff_ffff) as usize
     }
 
-    fn data(&self, r: usize, k: u64) -> *mut u8 {
-        (self.bases[r] + (k as usize & 1) * SLOT_STRIDE + DATA) as *mut u8
+    /// The root (plus one; 0: none) rank r's call in its slot i names.
+    fn root_of(&self, r: usize, i: usize) -> u64 {
+        self.len_word(r, i) >> 32
     }
 
-    fn published(&self, r: usize, k: u64) -> bool {
-        self.seq(r, k).load(Ordering::Acquire) >= k
+    fn set_len(&self, i: usize, len: usize, root: u64) {
+        // SAFETY: as for len_word, in our own slot (step 1 made it ours).
+        let p = (self.bases[self.me] + i * SLOT_STRIDE + 8) as *const AtomicU64;
+        unsafe { &*p }.store(len as u64 | root << 32, Ordering::Relaxed);
+    }
+
+    fn data(&self, r: usize, i: usize) -> *mut u8 {
+        (self.bases[r] + i * SLOT_STRIDE + DATA) as *mut u8
+    }
+
+    /// Rank r's last published call number (Acquire: its slot's contents before it).
+    fn last(&self, r: usize) -> u64 {
+        self.seq(r, 0)
+            .load(Ordering::Acquire)
+            .max(self.seq(r, 1).load(Ordering::Acquire))
+    }
+
+    /// Where rank r stands with call k: `Some(Ok(slot))` it published k there, `Some(Err(()))`
+    /// it published a later call and not k (it ran k on another path), `None` not yet.
+    fn at(&self, r: usize, k: u64) -> Option<Result<usize, ()>> {
+        let s = [
+            self.seq(r, 0).load(Ordering::Acquire),
+            self.seq(r, 1).load(Ordering::Acquire),
+        ];
+        match s.iter().position(|&x| x == k) {
+            Some(i) => Some(Ok(i)),
+            None if s[0] > k || s[1] > k => Some(Err(())),
+            None => None,
+        }
     }
 
     fn wait(
@@ -186,20 +214,23 @@ impl Slots {
         wait_for(checks, idle, || ready(self))
     }
 
-    fn all_published(&self, k: u64) -> bool {
-        (0..self.bases.len()).all(|r| r == self.me || self.published(r, k))
+    /// Wait for rank r's contribution to call k: its slot, or an error when r ran k on another
+    /// path.
+    fn slot_of(
+        &self,
+        r: usize,
+        k: u64,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+    ) -> MpiResult<usize> {
+        self.wait(idle, |s| s.at(r, k).is_some())?;
+        match self.at(r, k) {
+            Some(Ok(i)) => Ok(i),
+            _ => crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path"),
+        }
     }
 
-    /// Take call number `k` without taking part (this rank runs the call on another path):
-    /// steps 1 and 2 with the length [`PASS`].
-    pub fn pass(&self, k: u64, idle: &mut dyn FnMut() -> MpiResult<()>) -> MpiResult<()> {
-        self.wait(idle, |s| s.all_published(k - 1))?;
-        self.set_len(k, PASS);
-        self.seq(self.me, k).store(k, Ordering::Release);
-        Ok(())
-    }
-
-    /// Run call number `k` (1, 2, ...: one more than the previous call's, on every rank).
+    /// Run call number `k` (greater than every call number this rank used before; the same
+    /// on every rank).
     ///
     /// # Safety
     /// The buffers of `op` are valid for `len` bytes (output writable, not aliasing a slot);
@@ -212,8 +243,16 @@ impl Slots {
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<()> {
         let me = self.me;
-        // 1. Everyone is done with call k-2, the previous user of slot k % 2.
-        self.wait(idle, |s| s.all_published(k - 1))?;
+        // 1. Everyone is done with my older slot: each has published my newer slot's call.
+        let mine = [self.seq(me, 0), self.seq(me, 1)].map(|w| w.load(Ordering::Relaxed));
+        let (prev, slot) = if mine[0] >= mine[1] {
+            (mine[0], 1)
+        } else {
+            (mine[1], 0)
+        };
+        debug_assert!(k > prev, "flag call numbers increase");
+        let n = self.bases.len();
+        self.wait(idle, |s| (0..n).all(|r| r == me || s.last(r) >= prev))?;
         // 2. Publish.
         let (src, len) = match *op {
             FlagOp::Barrier => (std::ptr::null(), 0),
@@ -225,27 +264,45 @@ impl Slots {
         };
         if len > 0 {
             // SAFETY: the caller's buffer holds len <= SLOT_MAX bytes; the slot is ours (step 1).
-            std::ptr::copy_nonoverlapping(src, self.data(me, k), len);
+            std::ptr::copy_nonoverlapping(src, self.data(me, slot), len);
         }
-        self.set_len(k, len);
-        self.seq(me, k).store(k, Ordering::Release);
+        let root = match *op {
+            FlagOp::Bcast { root, .. } | FlagOp::Reduce { root, .. } => root as u64 + 1,
+            _ => 0,
+        };
+        self.set_len(slot, len, root);
+        self.seq(me, slot).store(k, Ordering::Release);
         // 3. Read.
         match *op {
-            FlagOp::Barrier => self.wait(idle, |s| s.all_published(k)),
+            FlagOp::Barrier => {
+                for r in (0..n).filter(|&r| r != me) {
+                    self.slot_of(r, k, idle)?;
+                }
+                Ok(())
+            }
             FlagOp::Bcast { root, buf, len } => {
                 if root != me {
-                    self.wait(idle, |s| s.published(root, k))?;
-                    let sent = self.len_of(root, k);
-                    if sent == PASS {
-                        crate::mpi_bail!(
+                    let i = match self.slot_of(root, k, idle) {
+                        Ok(i) => i,
+                        Err(_) => crate::mpi_bail!(
                             MPI_ERR_OTHER,
                             "the root (rank {root}) ran this call on another path"
+                        ),
+                    };
+                    if self.root_of(root, i) != root as u64 + 1 {
+                        crate::mpi_bail!(
+                            MPI_ERR_ROOT,
+                            "rank {root} (this rank's root) called it with {}",
+                            match self.root_of(root, i) {
+                                0 => "no root".to_string(),
+                                t => format!("root {}", t - 1),
+                            }
                         );
                     }
-                    let sent = sent.min(SLOT_MAX);
+                    let sent = self.len_of(root, i).min(SLOT_MAX);
                     // SAFETY: root's slot holds `sent` bytes of call k (published, Acquire
                     // above); buf takes len bytes.
-                    std::ptr::copy_nonoverlapping(self.data(root, k), buf, sent.min(len));
+                    std::ptr::copy_nonoverlapping(self.data(root, i), buf, sent.min(len));
                     if sent > len {
                         crate::mpi_bail!(
                             MPI_ERR_TRUNCATE,
@@ -263,7 +320,7 @@ impl Slots {
                 ..
             } => {
                 if root == me {
-                    self.combine(k, output, len, reduce, idle)?;
+                    self.combine(k, output, len, root as u64 + 1, reduce, idle)?;
                 }
                 Ok(())
             }
@@ -272,29 +329,47 @@ impl Slots {
                 len,
                 reduce,
                 ..
-            } => self.combine(k, output, len, reduce, idle),
+            } => self.combine(k, output, len, 0, reduce, idle),
         }
     }
 
-    /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k.
+    /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k; `root`: the root
+    /// this rank's call names, plus one (0: an allreduce).
     unsafe fn combine(
         &self,
         k: u64,
         output: *mut u8,
         len: usize,
+        root: u64,
         reduce: ReduceRef,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<()> {
         let n = self.bases.len();
-        self.wait(idle, |s| s.all_published(k))?;
-        if let Some(r) = (0..n).find(|&r| self.len_of(r, k) == PASS) {
-            crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path");
+        let mut slots: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::with_capacity(n);
+        for r in 0..n {
+            slots.push(self.slot_of(r, k, idle)?);
         }
-        if let Some(r) = (0..n).find(|&r| self.len_of(r, k) != len) {
+        if let Some(r) = (0..n).find(|&r| self.root_of(r, slots[r]) != root) {
+            let theirs = self.root_of(r, slots[r]);
+            if root == 0 || theirs == 0 {
+                crate::mpi_bail!(
+                    MPI_ERR_OTHER,
+                    "rank {r} called another collective (a reduction {} a root)",
+                    if theirs == 0 { "without" } else { "with" }
+                );
+            }
+            crate::mpi_bail!(
+                MPI_ERR_ROOT,
+                "rank {r} called the reduction with root {}, this rank with root {}",
+                theirs - 1,
+                root - 1
+            );
+        }
+        if let Some(r) = (0..n).find(|&r| self.len_of(r, slots[r]) != len) {
             crate::mpi_bail!(
                 MPI_ERR_TRUNCATE,
                 "rank {r} contributed {} bytes to the reduction, this rank {len}",
-                self.len_of(r, k)
+                self.len_of(r, slots[r])
             );
         }
         if len == 0 {
@@ -302,10 +377,10 @@ impl Slots {
         }
         // SAFETY: every slot holds len published bytes of call k; output is the caller's
         // writable buffer of len bytes, distinct from every slot.
-        std::ptr::copy_nonoverlapping(self.data(n - 1, k), output, len);
+        std::ptr::copy_nonoverlapping(self.data(n - 1, slots[n - 1]), output, len);
         let out = std::slice::from_raw_parts_mut(output, len);
         for r in (0..n - 1).rev() {
-            reduce(std::slice::from_raw_parts(self.data(r, k), len), out)?;
+            reduce(std::slice::from_raw_parts(self.data(r, slots[r]), len), out)?;
         }
         Ok(())
     }
@@ -318,7 +393,7 @@ mod tests {
 
     /// Slot areas in one heap block, one thread per rank: every operation, many calls in a mixed
     /// sequence (so slots are reused while slower ranks may still be one call behind).
-    fn run_ranks(n: usize, calls: u64) {
+    fn run_ranks(n: usize, calls: u64, stride: u64) {
         let area: &'static mut [u64] = Box::leak(vec![0u64; n * AREA / 8 + 8].into_boxed_slice());
         let start = (area.as_mut_ptr() as usize + 63) & !63;
         let bases: &'static [usize] = Box::leak(
@@ -359,6 +434,8 @@ mod tests {
                         Ok(())
                     };
                     for k in 1..=calls {
+                        // Call numbers with gaps (the calls of other paths take none).
+                        let num = k * stride;
                         let words = 1 + (k as usize % 5) * 20; // 8..808 bytes
                         let len = words * 8;
                         let val = |r: usize, i: usize| (r as u64 + 1) * 1000 + k * 7 + i as u64;
@@ -396,7 +473,7 @@ mod tests {
                         };
                         arrived[k as usize].fetch_add(1, Ordering::SeqCst);
                         // SAFETY: buffers of len bytes, all threads run the same sequence.
-                        unsafe { s.run(k, &op, &mut idle).unwrap() };
+                        unsafe { s.run(num, &op, &mut idle).unwrap() };
                         if k % 4 == 0 {
                             assert_eq!(
                                 arrived[k as usize].load(Ordering::SeqCst),
@@ -445,10 +522,11 @@ mod tests {
             .collect()
     }
 
-    /// A rank that passes call 1 (another path) fails its peer's flag bcast and allreduce of
-    /// that number, and call 2 through the slots works again on both.
+    /// A rank that runs call 1 on another path (it takes no flag round) fails its peer's flag
+    /// bcast of that number once it publishes a later call, and call 2 through the slots works
+    /// on both.
     #[test]
-    fn pass_keeps_the_numbering() {
+    fn a_skipped_call_fails_and_the_next_works() {
         let area: &'static mut [u64] = Box::leak(vec![0u64; 2 * AREA / 8 + 8].into_boxed_slice());
         let start = (area.as_mut_ptr() as usize + 63) & !63;
         let bases: &'static [usize] = Box::leak(vec![start, start + AREA].into_boxed_slice());
@@ -482,7 +560,6 @@ mod tests {
                             }
                         };
                         if me == 1 && k == 1 {
-                            s.pass(k, &mut idle).unwrap();
                             continue;
                         }
                         // SAFETY: buffers of the lengths given.
@@ -505,10 +582,59 @@ mod tests {
         }
     }
 
+    /// A reduction whose ranks name different roots fails at the ranks that combine (each
+    /// takes itself for the root) with MPI_ERR_ROOT, and the next call works.
+    #[test]
+    fn different_roots_fail_with_err_root() {
+        let area: &'static mut [u64] = Box::leak(vec![0u64; 2 * AREA / 8 + 8].into_boxed_slice());
+        let start = (area.as_mut_ptr() as usize + 63) & !63;
+        let bases: &'static [usize] = Box::leak(vec![start, start + AREA].into_boxed_slice());
+        let sum = |i: &[u8], o: &mut [u8]| {
+            o[0] += i[0];
+            Ok(())
+        };
+        let threads: Vec<_> = (0..2)
+            .map(|me| {
+                std::thread::spawn(move || {
+                    // SAFETY: the areas are leaked, aligned, zeroed and shared by the threads.
+                    let s = unsafe { Slots::new(bases, me, SLOT_MAX) };
+                    let mut idle = || {
+                        std::thread::yield_now();
+                        Ok(())
+                    };
+                    let mut out = [0u8; 1];
+                    let op = FlagOp::Reduce {
+                        root: me,
+                        input: [1u8].as_ptr(),
+                        output: out.as_mut_ptr(),
+                        len: 1,
+                        reduce: &sum,
+                    };
+                    // SAFETY: buffers of the lengths given.
+                    let e = unsafe { s.run(4, &op, &mut idle) }.unwrap_err();
+                    assert_eq!(e.class, crate::standard::consts::MPI_ERR_ROOT, "{}", e.msg);
+                    let op = FlagOp::Allreduce {
+                        input: [1u8].as_ptr(),
+                        output: out.as_mut_ptr(),
+                        len: 1,
+                        reduce: &sum,
+                    };
+                    // SAFETY: as above.
+                    unsafe { s.run(9, &op, &mut idle) }.unwrap();
+                    assert_eq!(out[0], 2);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn every_op_at_1_to_9_ranks() {
         for n in 1..=9 {
-            run_ranks(n, 400);
+            run_ranks(n, 400, 1);
+            run_ranks(n, 100, 3);
         }
     }
 }

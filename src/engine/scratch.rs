@@ -20,18 +20,25 @@
 //! wait twice and have each rank reduce only its chunk.
 //!
 //! # Protocol
-//! Calls are numbered k = 1, 2, ... (collectives on a communicator are called in the same order
-//! everywhere). Step `(k, s, p)` is encoded as `k << 32 | s << 2 | p` (segment s, phase p), so
-//! steps only grow; a rank publishes a step by storing it in its `pos` with Release, and waits
-//! for a peer's step by loading the peer's `pos` with Acquire until it is at least that step.
+//! Calls are numbered k, the same on every rank and increasing from call to call (MPI_COMM_WORLD's
+//! collective sequence: numbers skip the calls of other paths, so a mismatched call that some
+//! ranks ran elsewhere does not move the numbering). Step `(k, s, p)` is encoded as
+//! `k << 32 | s << 2 | p` (segment s, phase p), so steps only grow; a rank publishes a step by
+//! storing it in its `pos` with Release, and waits for a peer's step by loading the peer's `pos`
+//! with Acquire until it is at least that step; a peer whose `pos` went on to a later call
+//! instead ran call k on another path (erroneous), and the call fails (a peer in call k cannot
+//! leave it before this rank's part is done). Segment s of call k uses half `(k + s) mod 2`, a
+//! choice every rank makes alike from values they share, even after a failed call.
 //! For every segment s of call k, at rank `me`, in half h:
 //! 1. Before writing half h: wait until every peer reached the OUT of this rank's previous
-//!    segment in h (two segments ago, so this rarely waits: a rank that finished the segment
-//!    in between has already seen every peer past it in a reduction).
+//!    segment in h (two segments ago in a run of calls of one segment count, so this rarely
+//!    waits: a rank that finished the segment in between has already seen every peer past it
+//!    in a reduction).
 //! 2. `IN`: copy the input segment into my half (allreduce, reduce: every rank; bcast: the
-//!    root), publish `(k, s, IN)`. On segment 0 `len` is written first and, once every rank
-//!    published IN, compared by every rank: a mismatch makes every rank publish OUT (done
-//!    reading) and return `MPI_ERR_TRUNCATE` at the same step. A bcast follows the root's
+//!    root), publish `(k, s, IN)`. On segment 0 the call word (length, operation, root) is
+//!    written first and, once every rank published IN, compared by every rank: a mismatch makes
+//!    every rank publish OUT (done reading) and return `MPI_ERR_TRUNCATE`, `MPI_ERR_ROOT` or
+//!    `MPI_ERR_OTHER` at the same step. A bcast follows the root's
 //!    length: the other ranks wait for the root's first IN and read it, a rank with a shorter
 //!    buffer takes what fits and returns `MPI_ERR_TRUNCATE` after the last segment (as the flag
 //!    slots do).
@@ -58,12 +65,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of the control block in front of a scratch area's data.
 pub const CTRL: usize = crate::transport::shm::SCRATCH_CTRL_BYTES;
-/// Offsets in the control block: `pos` has the first cache line; the second holds `len` of
-/// each half (read by peers once per call) and this rank's own bookkeeping (`OUT_OF` of each
-/// half, `EXPOSED`), which no peer reads.
+/// Offsets in the control block: `pos` has the first cache line; the second holds the call word
+/// ([`call_word`]: length, operation, root) of each half (read by peers once per call) and this
+/// rank's own bookkeeping (`OUT_OF` of each half), which no peer reads, and the number of the
+/// call that last used each half (`CALL_OF`, read by peers that see this rank in a later call).
 const LEN_OFF: usize = 64;
 const OUT_OF: usize = 80;
-const EXPOSED: usize = 96;
+const CALL_OF: usize = 96;
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 64;
 
@@ -310,11 +318,6 @@ impl Scratch {
         (self.bases[r] + CTRL + h * self.half) as *mut u8
     }
 
-    /// The step this rank published last (where call numbering resumes).
-    pub fn last_step(&self) -> u64 {
-        self.word(self.me, 0).load(Ordering::Relaxed)
-    }
-
     fn publish(&self, step: u64) {
         self.word(self.me, 0).store(step, Ordering::Release);
     }
@@ -332,11 +335,46 @@ impl Scratch {
         super::flag::wait_for(checks, idle, || ready(self))
     }
 
+    /// Wait until rank r reached `step` (of call `step >> 32`, in half `h`). A peer may be
+    /// in a later call already: it can run at most one segment ahead, in the other half, as
+    /// reusing half `h` waits for this rank's OUT of this segment. So its `CALL_OF` of half
+    /// `h` still names this call if it ran it; anything else means it ran this call on another
+    /// path (erroneous), and the call fails.
+    fn wait_step(
+        &self,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+        r: usize,
+        step: u64,
+        h: usize,
+    ) -> MpiResult<()> {
+        self.wait(idle, |x| x.reached(r, step))?;
+        if self.word(r, 0).load(Ordering::Acquire) >> 32 != step >> 32
+            && self.word(r, CALL_OF + 8 * h).load(Ordering::Relaxed) != step >> 32
+        {
+            crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path");
+        }
+        Ok(())
+    }
+
+    /// [`Scratch::wait_step`] for every peer.
+    fn wait_all(
+        &self,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+        step: u64,
+        h: usize,
+    ) -> MpiResult<()> {
+        for r in (0..self.bases.len()).filter(|&r| r != self.me) {
+            self.wait_step(idle, r, step, h)?;
+        }
+        Ok(())
+    }
+
     fn all_reached(&self, step: u64) -> bool {
         (0..self.bases.len()).all(|r| r == self.me || self.reached(r, step))
     }
 
-    /// Run call number `k` (1, 2, ...: one more than the previous call's, on every rank).
+    /// Run call number `k` (1 <= k < 2^32, greater than every number this rank used before,
+    /// the same on every rank; numbers may skip).
     ///
     /// # Safety
     /// The buffers of `op` are valid for `len` bytes (outputs writable, not aliasing a scratch
@@ -357,20 +395,21 @@ impl Scratch {
             MidOp::Allreduce { len, elem, .. } => (len, elem, usize::MAX),
         };
         let reduces = !matches!(op, MidOp::Bcast { .. });
-        // Segments alternate between the halves of every area, numbered the same on every rank
-        // (every rank runs the same calls with the same segment counts).
-        let exposed = self.word(me, EXPOSED);
-        let first = exposed.load(Ordering::Relaxed);
-        let half = |s: usize| ((first + s as u64) & 1) as usize;
+        // Segments alternate between the halves of every area; every rank numbers them alike.
+        let half = |s: usize| ((k + s as u64) & 1) as usize;
         // A bcast follows the root's length (the root publishes it with its first IN): a rank
         // whose buffer is shorter takes what fits and reports MPI_ERR_TRUNCATE at the end.
         let mut sent = len;
+        let word = call_word(op);
         if !reduces && root != me {
-            let step = k << 32 | IN;
-            self.wait(idle, |x| x.reached(root, step))?;
-            sent = self
+            self.wait_step(idle, root, k << 32 | IN, half(0))?;
+            let theirs = self
                 .word(root, LEN_OFF + 8 * half(0))
-                .load(Ordering::Relaxed) as usize;
+                .load(Ordering::Relaxed);
+            if let Some(e) = call_mismatch(word, theirs, root) {
+                return Err(e);
+            }
+            sent = word_len(theirs);
         }
         let Some(plan) = Plan::new(n, elem, sent, self.half) else {
             crate::mpi_bail!(
@@ -403,13 +442,13 @@ impl Scratch {
                 x.publish(step(OUT));
                 x.word(me, OUT_OF + 8 * h)
                     .store(step(OUT), Ordering::Relaxed);
-                exposed.store(first + s as u64 + 1, Ordering::Relaxed);
             };
             // 2. IN.
             if s == 0 {
                 self.word(me, LEN_OFF + 8 * h)
-                    .store(len as u64, Ordering::Relaxed);
+                    .store(word, Ordering::Relaxed);
             }
+            self.word(me, CALL_OF + 8 * h).store(k, Ordering::Relaxed);
             let src = match *op {
                 MidOp::Bcast { buf, .. } if root == me => Some(buf as *const u8),
                 MidOp::Bcast { .. } => None,
@@ -423,22 +462,23 @@ impl Scratch {
             self.publish(step(IN));
             let one = reduces && self.costs.one_phase(n, slen);
             if reduces && (s == 0 || !one || !output.is_null()) {
-                self.wait(idle, |x| x.all_reached(step(IN)))?;
+                self.wait_all(idle, step(IN), h)?;
             }
             if s == 0 && reduces {
                 // Every rank compares every rank's length after their IN: a mismatch is seen
                 // by every rank at this same step, so all return together.
-                if let Some(r) = (0..n).find(|&r| {
-                    self.word(r, LEN_OFF + 8 * h).load(Ordering::Relaxed) as usize != len
-                }) {
-                    let theirs = self.word(r, LEN_OFF + 8 * h).load(Ordering::Relaxed);
+                let e = (0..n).find_map(|r| {
+                    call_mismatch(
+                        word,
+                        self.word(r, LEN_OFF + 8 * h).load(Ordering::Relaxed),
+                        r,
+                    )
+                });
+                if let Some(e) = e {
                     // Done reading: a peer's next use of this half waits for this OUT before
-                    // it writes its length there again, so every rank sees this call's lengths.
+                    // it writes its call there again, so every rank sees this call's words.
                     done(self);
-                    crate::mpi_bail!(
-                        MPI_ERR_TRUNCATE,
-                        "rank {r} passed {theirs} bytes to the collective, this rank {len}"
-                    );
+                    return Err(e);
                 }
             }
             let f = |i: &[u8], o: &mut [u8]| reduce.map_or(Ok(()), |f| f(i, o));
@@ -482,7 +522,7 @@ impl Scratch {
                 // 4. The other ranks' reduced chunks.
                 if !output.is_null() {
                     for r in (0..n).filter(|&r| r != me) {
-                        self.wait(idle, |x| x.reached(r, step(RED)))?;
+                        self.wait_step(idle, r, step(RED), h)?;
                         let (coff, clen) = plan.chunk(s, r);
                         // SAFETY: rank r's half holds its reduced chunk r (its RED, Acquire
                         // above); the output holds len bytes.
@@ -495,7 +535,7 @@ impl Scratch {
                 }
             } else if root != me {
                 if let MidOp::Bcast { buf, .. } = *op {
-                    self.wait(idle, |x| x.reached(root, step(IN)))?;
+                    self.wait_step(idle, root, step(IN), h)?;
                     // SAFETY: the root's half holds the segment (its IN, Acquire above); buf
                     // holds len bytes, of which this copies only those below len.
                     let fit = slen.min(len.saturating_sub(off));
@@ -512,6 +552,59 @@ impl Scratch {
         }
         Ok(())
     }
+}
+
+/// What a rank's call publishes beside its first IN (`LEN_OFF`): its byte length (bits 0-39),
+/// its operation (bits 40-41: 1 bcast, 2 reduce, 3 allreduce) and the root it names plus one
+/// (bits 42-63; 0 for allreduce).
+fn call_word(op: &MidOp) -> u64 {
+    let (len, kind, root) = match *op {
+        MidOp::Bcast { root, len, .. } => (len, 1, root as u64 + 1),
+        MidOp::Reduce { root, len, .. } => (len, 2, root as u64 + 1),
+        MidOp::Allreduce { len, .. } => (len, 3, 0),
+    };
+    len as u64 | kind << 40 | root << 42
+}
+
+fn word_len(w: u64) -> usize {
+    (w & ((1 << 40) - 1)) as usize
+}
+
+/// How rank `r`'s call (`theirs`, its [`call_word`]) disagrees with this rank's (`mine`), the
+/// operation first, then the root, then the length; a bcast reader checks only the operation
+/// and root (it takes what fits of the root's length).
+fn call_mismatch(mine: u64, theirs: u64, r: usize) -> Option<crate::mpi::error::MpiError> {
+    let name = |w: u64| match (w >> 40) & 3 {
+        1 => "bcast",
+        2 => "reduce",
+        _ => "allreduce",
+    };
+    if (mine ^ theirs) >> 40 & 3 != 0 {
+        return Some(crate::mpi_err!(
+            MPI_ERR_OTHER,
+            "rank {r} called {}, this rank {}",
+            name(theirs),
+            name(mine)
+        ));
+    }
+    if mine >> 42 != theirs >> 42 {
+        return Some(crate::mpi_err!(
+            MPI_ERR_ROOT,
+            "rank {r} called the {} with root {}, this rank with root {}",
+            name(mine),
+            (theirs >> 42).wrapping_sub(1),
+            (mine >> 42).wrapping_sub(1)
+        ));
+    }
+    if (mine >> 40) & 3 != 1 && word_len(mine) != word_len(theirs) {
+        return Some(crate::mpi_err!(
+            MPI_ERR_TRUNCATE,
+            "rank {r} passed {} bytes to the collective, this rank {}",
+            word_len(theirs),
+            word_len(mine)
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -644,9 +737,11 @@ mod tests {
     /// Scratch areas in one heap block, one thread per rank, a mixed sequence of bcasts,
     /// reduces and allreduces (in place or not) of lengths that span several segments and do
     /// not divide by the rank count.
-    fn run_ranks(n: usize, cap: usize, calls: u64, costs: Costs) {
+    fn run_ranks(n: usize, cap: usize, calls: u64, stride: u64, costs: Costs) {
         on_ranks_with(n, cap, costs, move |me, s, idle| {
             for k in 1..=calls {
+                // Call numbers with gaps (the calls of other paths take none).
+                let num = k * stride;
                 let seg = s.cap() / 8;
                 let words = [0, 1, 3, n - 1, n + 1, seg, seg + 1, 3 * seg + 5][k as usize % 8];
                 let len = words * 8;
@@ -696,7 +791,7 @@ mod tests {
                     }
                 };
                 // SAFETY: buffers of len bytes; every thread runs the same sequence.
-                unsafe { s.run(k, &op, idle).unwrap() };
+                unsafe { s.run(num, &op, idle).unwrap() };
                 if kind == 1 && me != root {
                     continue;
                 }
@@ -717,8 +812,10 @@ mod tests {
     #[test]
     fn every_op_at_1_to_8_ranks() {
         for n in 1..=8 {
-            run_ranks(n, 256, 120, TWO);
-            run_ranks(n, 256, 120, ONE);
+            run_ranks(n, 256, 120, 1, TWO);
+            run_ranks(n, 256, 120, 1, ONE);
+            run_ranks(n, 256, 40, 7, TWO);
+            run_ranks(n, 256, 40, 7, ONE);
         }
     }
 
@@ -733,7 +830,7 @@ mod tests {
             copy_ns_per_kib: 0,
         };
         assert!(mixed.one_phase(3, 512) && !mixed.one_phase(3, 1024));
-        run_ranks(3, 2048 + 64, 200, mixed);
+        run_ranks(3, 2048 + 64, 200, 1, mixed);
     }
 
     #[test]
@@ -791,6 +888,90 @@ mod tests {
             assert_eq!(c.sync_ns, 0);
             // 8 KiB take more than a nanosecond on any machine.
             assert!(c.reduce_ns_per_kib > 0 || c.copy_ns_per_kib > 0, "{c:?}");
+        });
+    }
+
+    /// A bcast at rank 0 against a reduce elsewhere of the same length: the reducing ranks
+    /// report MPI_ERR_OTHER, different reduce roots MPI_ERR_ROOT, and the next call works.
+    #[test]
+    fn other_operations_and_roots_fail() {
+        on_ranks(3, 256, move |me, s, idle| {
+            let inp = vec![me as u64 + 1; 50];
+            let mut out = vec![0u64; 50];
+            let op = if me == 0 {
+                MidOp::Bcast {
+                    root: 0,
+                    buf: out.as_mut_ptr() as *mut u8,
+                    len: 400,
+                }
+            } else {
+                MidOp::Reduce {
+                    root: 0,
+                    input: inp.as_ptr() as *const u8,
+                    output: std::ptr::null_mut(),
+                    len: 400,
+                    elem: 8,
+                    reduce: &combine,
+                }
+            };
+            // SAFETY: buffers of len bytes.
+            let r = unsafe { s.run(3, &op, idle) };
+            if me != 0 {
+                let e = r.unwrap_err();
+                assert_eq!(e.class, crate::standard::consts::MPI_ERR_OTHER, "{}", e.msg);
+            }
+            let op = MidOp::Reduce {
+                root: if me == 0 { 0 } else { 1 },
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            // SAFETY: as above.
+            let e = unsafe { s.run(4, &op, idle) }.unwrap_err();
+            assert_eq!(e.class, crate::standard::consts::MPI_ERR_ROOT, "{}", e.msg);
+            let op = MidOp::Allreduce {
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            // SAFETY: as above.
+            unsafe { s.run(6, &op, idle) }.unwrap();
+            assert!(out.iter().all(|&x| x == 12), "{:?}", &out[..4]);
+        });
+    }
+
+    /// A rank that runs call 2 on another path (it takes no step of it) fails its peers'
+    /// call 2 once it publishes a later call, and call 5 works on every rank.
+    #[test]
+    fn a_skipped_call_fails_and_the_next_works() {
+        on_ranks(3, 256, move |me, s, idle| {
+            let inp = vec![me as u64 + 1; 50];
+            let mut out = vec![0u64; 50];
+            let op = MidOp::Allreduce {
+                input: inp.as_ptr() as *const u8,
+                output: out.as_mut_ptr() as *mut u8,
+                len: 400,
+                elem: 8,
+                reduce: &combine,
+            };
+            if me != 1 {
+                // SAFETY: buffers of len bytes.
+                let e = unsafe { s.run(2, &op, idle) }.unwrap_err();
+                assert_eq!(e.class, crate::standard::consts::MPI_ERR_OTHER);
+                assert!(
+                    e.msg.contains("rank 1 ran this call on another path"),
+                    "{}",
+                    e.msg
+                );
+            }
+            // SAFETY: buffers of len bytes.
+            unsafe { s.run(5, &op, idle) }.unwrap();
+            // c_0 op (c_1 op c_2) = 3 * 1 + (3 * 2 + 3).
+            assert!(out.iter().all(|&x| x == 12), "{:?}", &out[..4]);
         });
     }
 

@@ -694,6 +694,17 @@ pub trait Host {
     fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
     /// The communicator's GPU state (owned by the communicator object).
     fn gpu(&self) -> &super::comm::CommGpu;
+    /// The call's consistency check: every host-side wait of a GPU path on its peers (their
+    /// kernels, flags or streams) calls it on each round; at most every 20 ms it compares the
+    /// peers' records of the call, and an error (the peers called something else) ends the
+    /// wait with that error.
+    fn check(&self) -> MpiResult<()> {
+        Ok(())
+    }
+    /// Every rank agreed to run the call on this GPU path (the point of no return): say so in
+    /// the call's record, with `step`, a number every rank's path must agree on in this call
+    /// (the resident kernels' flag value; 0: none), compared with the peers' records.
+    fn commit(&self, _step: u64) {}
 }
 
 /// One rank's buffers: device address and byte length (None: not used by this rank).
@@ -907,6 +918,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
         ranks = c.shape.nranks,
         "collective on the GPU (CUDA IPC, zero-copy)"
     );
+    host.commit(0);
     execute(&steps, &addr, c, ordinal, host)?;
     Ok(true)
 }

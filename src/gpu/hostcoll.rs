@@ -156,6 +156,11 @@ pub struct HostComm {
     krounds: u64,
     /// Largest allreduce (bytes) the kernel takes; larger ones take the stream pipeline.
     kmax: usize,
+    /// A call was given up while its operations waited for a peer that called something else
+    /// ([`wait_streams`]): those operations never finish, so the state is not used again (every
+    /// rank's later calls on the communicator decline this path) and never synchronized or
+    /// freed (its streams and regions are left to the process's end).
+    given_up: bool,
 }
 
 impl HostComm {
@@ -176,6 +181,10 @@ impl Drop for HostComm {
     /// when `regions` drops). Peers are unaffected: their mappings keep the shared pages alive,
     /// and nothing they run writes into this process's view of them.
     fn drop(&mut self) {
+        if self.given_up {
+            std::mem::forget(std::mem::take(&mut self.regions));
+            return;
+        }
         let Some(d) = super::gpu().and_then(|g| g.device(self.ordinal).ok()) else {
             return;
         };
@@ -326,6 +335,7 @@ fn setup(
         kblocks,
         krounds: 0,
         kmax,
+        given_up: false,
     }))
 }
 
@@ -388,17 +398,61 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     if !served || c.shape.nranks > super::kernels::MAXP {
         return Ok(false);
     }
-    if !host.all(c.device.is_some())? {
+    // A communicator whose state here was given up takes the staged paths on every rank.
+    let given_up = c.device.is_some_and(|o| {
+        host.gpu().peek().is_some_and(|st| {
+            st.host
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|h| h.ordinal == o && h.given_up)
+        })
+    });
+    if !host.all(c.device.is_some() && !given_up)? {
         return Ok(false);
     }
     let ordinal = c.device.expect("agreed above");
     let r = with_comm(c.shape.rank, ordinal, c.thread_multiple, host, |hc| {
-        execute(hc, c)
+        host.commit(0);
+        execute(hc, c, host)
     })?;
     match r {
         None => Ok(false),
-        Some(r) => r.map(|_| true).map_err(err),
+        Some(r) => r.map(|_| true),
     }
+}
+
+/// Wait for the work enqueued on `streams` (in context `ctx`), asking `host.check()` between
+/// polls: a peer that called something else ends the wait with its error. The operations
+/// left on the streams then wait for that peer for good: the communicator's state here is
+/// marked given up ([`HostComm::given_up`]) and never used or synchronized again.
+fn wait_streams(
+    hc: &mut HostComm,
+    ctx: cuda::Context,
+    streams: &[Stream],
+    host: &dyn Host,
+) -> MpiResult<()> {
+    let mut spins: u32 = 0;
+    for &s in streams {
+        loop {
+            if cuda::with_context(ctx, || cuda::stream_query(s)).map_err(err)? {
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                if let Err(e) = host.check() {
+                    hc.given_up = true;
+                    return Err(e);
+                }
+            }
+            if spins > 4096 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Bytes per rank of one round for a call of `bytes`: about 4 rounds (copies of one round
@@ -656,11 +710,11 @@ pub fn pipeline(
     Some((st, rounds))
 }
 
-/// The call's [`pipeline`] enqueued on three streams, then those streams synchronized.
-unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
-    let g = super::gpu().ok_or("CUDA is not available")?;
-    let d = g.device(hc.ordinal)?;
-    let k = g.kernels(hc.ordinal)?;
+/// The call's [`pipeline`] enqueued on three streams, then those streams waited for.
+unsafe fn execute(hc: &mut HostComm, c: &Call, host: &dyn Host) -> MpiResult<()> {
+    let g = super::gpu().ok_or_else(|| err("CUDA is not available"))?;
+    let d = g.device(hc.ordinal).map_err(err)?;
+    let k = g.kernels(hc.ordinal).map_err(err)?;
     let streams = match hc.streams {
         Some(s) => s,
         None => {
@@ -671,13 +725,13 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
                     cuda::stream_create()?,
                 ])
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(err)?;
             hc.streams = Some(s);
             s
         }
     };
     if c.shape.kind == crate::coll::CollKind::Allreduce && hc.kq > 0 && c.shape.bytes <= hc.kmax {
-        return execute_kernel(hc, c, d, k, streams[0]);
+        return execute_kernel(hc, c, d, k, streams[0], host);
     }
     let n = hc.n;
     let total = match c.shape.kind {
@@ -685,8 +739,8 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
         _ => c.shape.bytes * n,
     };
     let q = round_chunk(total, n, hc.q);
-    let (ops, rounds) =
-        pipeline(&c.shape, q, hc.depth, hc.rounds).ok_or("no schedule for this call")?;
+    let (ops, rounds) = pipeline(&c.shape, q, hc.depth, hc.rounds)
+        .ok_or_else(|| err("no schedule for this call"))?;
     let recv = c.recv.map_or(0, |r| r.0);
     let input = c.send.map_or(recv, |s| s.0);
     let grid = super::coll::max_grid(hc.ordinal);
@@ -739,12 +793,10 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
                 }
             }
         }
-        for s in streams {
-            cuda::stream_synchronize(s)?;
-        }
         Ok(())
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(err)?;
+    wait_streams(hc, d.ctx, &streams, host)?;
     hc.rounds += rounds;
     tracing::debug!(
         coll = c.shape.kind.name(),
@@ -796,8 +848,11 @@ unsafe fn execute_kernel(
     d: super::DevCtx,
     k: &super::kernels::Kernels,
     s: Stream,
-) -> Result<(), String> {
-    let (op, t) = c.red.ok_or("a reduction without an operation")?;
+    host: &dyn Host,
+) -> MpiResult<()> {
+    let (op, t) = c
+        .red
+        .ok_or_else(|| err("a reduction without an operation"))?;
     let es = t.size();
     let elems = c.shape.bytes / es;
     if elems == 0 {
@@ -826,11 +881,8 @@ unsafe fn execute_kernel(
     for (p, r) in a.reg.iter_mut().take(n).enumerate() {
         *r = hc.dev[p] + koff;
     }
-    cuda::with_context(d.ctx, || {
-        k.host_allreduce_async(op, t, &a, hc.kblocks, s)?;
-        cuda::stream_synchronize(s)
-    })
-    .map_err(|e| e.to_string())?;
+    cuda::with_context(d.ctx, || k.host_allreduce_async(op, t, &a, hc.kblocks, s)).map_err(err)?;
+    wait_streams(hc, d.ctx, &[s], host)?;
     hc.krounds += rounds;
     tracing::debug!(
         bytes = c.shape.bytes,

@@ -33,6 +33,8 @@ pub const SLOT: usize = 16 << 10;
 /// 14.7 us resident at 4 KiB, 4 x H200, benches/NOTES.md), so the resident kernel serves more.
 pub const HOST_SLOT: usize = 64 << 10;
 const THREADS: u32 = 512;
+/// How long a released command may take to finish ([`Res::run`]).
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Largest staging copy the resident kernel can take ([`copy_small`]; its host areas' size).
 /// `GPUMPI_GPU_SMALL_COPY` sets the limit used, at most this.
 pub const COPY_MAX: usize = 16 << 10;
@@ -212,8 +214,15 @@ impl Res {
     }
 
     /// Run one command to completion; whether every rank's buffers qualified (else nothing
-    /// was done).
-    fn run(&mut self, mut c: ResCmd) -> Result<bool, String> {
+    /// was done). While it waits, `stop` is asked now and then whether to give the command up
+    /// (the peers called something else); then `release` makes the kernel finish it without
+    /// doing it, and `Ok(None)` says so.
+    fn run(
+        &mut self,
+        mut c: ResCmd,
+        stop: &mut dyn FnMut() -> bool,
+        release: &dyn Fn() -> Result<(), String>,
+    ) -> Result<Option<bool>, String> {
         self.seq += 1;
         c.seq = 0;
         // SAFETY: cmd is this object's mapped memory; the kernel reads the fields only after it
@@ -233,6 +242,7 @@ impl Res {
             self.launch()?;
         }
         let mut spins: u64 = 0;
+        let mut released: Option<std::time::Instant> = None;
         loop {
             // SAFETY: done is this object's mapped memory, written by the kernel.
             let (dseq, exited) = unsafe {
@@ -242,7 +252,7 @@ impl Res {
                 )
             };
             if dseq >> 1 == self.seq {
-                return Ok(dseq & 1 == 1);
+                return Ok(released.is_none().then_some(dseq & 1 == 1));
             }
             if exited == self.epoch {
                 // It exited idle; it wrote done.seq before exited, so re-read once.
@@ -250,11 +260,27 @@ impl Res {
                 let again =
                     unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
                 if again >> 1 == self.seq {
-                    return Ok(again & 1 == 1);
+                    return Ok(released.is_none().then_some(again & 1 == 1));
                 }
                 self.launch()?;
             }
             spins += 1;
+            if spins % 1024 == 0 {
+                match released {
+                    None if stop() => {
+                        release()?;
+                        released = Some(std::time::Instant::now());
+                    }
+                    Some(t) if t.elapsed() > RELEASE_WAIT => {
+                        return Err(format!(
+                            "the kernel did not finish a command it was released from within \
+                             {} s; the GPU's resident kernels are unusable",
+                            RELEASE_WAIT.as_secs()
+                        ));
+                    }
+                    _ => {}
+                }
+            }
             if spins > 1 << 22 {
                 std::thread::yield_now();
             } else {
@@ -341,6 +367,45 @@ pub struct ResCall {
     /// The GPU of this rank's buffers when they are all contiguous device memory of that GPU
     /// with the right lengths (else this rank does not qualify).
     pub device: Option<i32>,
+    /// The call's sequence number on its communicator (the same on every rank).
+    pub seq: u64,
+}
+
+/// The flag value of a resident call (the kernels wait for exactly this value in every
+/// rank's flag): the call's sequence number `seq`, a 16-bit digest `shape` of the call's
+/// collective, size, op and type, and the parity bit, the other one than the communicator's
+/// previous call's (`prev`: the kernels alternate between two slots, and a rank may reuse a
+/// slot only after every peer finished the call before). A function of values the ranks share,
+/// so they agree on it by themselves; where they do not (a mismatched call: another size, or
+/// `prev` differing after an earlier one), no kernel sees its value from every rank, the
+/// waits find the disagreement in the call's records, and the call is given up on every rank
+/// (then every rank continues from [`flag_after_stop`]).
+pub fn flag_value(prev: u64, seq: u64, shape: u16) -> u64 {
+    (seq + 1) << 17 | (shape as u64) << 1 | ((prev & 1) ^ 1)
+}
+
+/// The `prev` of the next resident call after call `seq` was given up: the same on every rank.
+pub fn flag_after_stop(seq: u64) -> u64 {
+    (seq + 1) << 17 | 1
+}
+
+/// Call `seq` of the communicator failed on this rank (the ranks called different
+/// collectives there, or one gave it up): its next resident call's flag continues from
+/// [`flag_after_stop`], as on every rank that failed the same call, whatever each rank ran
+/// in it.
+pub fn call_failed(g: &CommGpu, seq: u64) {
+    if let Some(st) = g.peek() {
+        for x in st.res.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+            x.flagv = flag_after_stop(seq);
+        }
+    }
+}
+
+/// The digest of a resident call's shape in its flag value ([`flag_value`]).
+fn shape_digest(kind: u32, op: u32, ty: u32, bytes: usize) -> u16 {
+    let h = (kind as u64 | (op as u64) << 8 | (ty as u64) << 16 | (bytes as u64) << 24)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 48) as u16
 }
 
 fn kop_index(k: KOp) -> u32 {
@@ -615,17 +680,19 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> 
         .find(|x| x.verified)
         .ok_or_else(|| err("the communicator's resident state is gone"))?;
     let ok = c.device == Some(st.ordinal);
-    st.flagv += 1;
     let (op, ty) = c
         .red
         .map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
+    let kind = match c.kind {
+        CollKind::Allreduce => RES_ALLREDUCE,
+        CollKind::Alltoall => RES_ALLTOALL,
+        _ => RES_ALLGATHER,
+    };
+    st.flagv = flag_value(st.flagv, c.seq, shape_digest(kind, op, ty, c.bytes));
+    let (flagv, scratch) = (st.flagv, st.scratch);
     let cmd = ResCmd {
         seq: 0,
-        kind: match c.kind {
-            CollKind::Allreduce => RES_ALLREDUCE,
-            CollKind::Alltoall => RES_ALLTOALL,
-            _ => RES_ALLGATHER,
-        },
+        kind,
         op,
         ty,
         ok: ok as u32,
@@ -637,7 +704,49 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> 
     };
     let ordinal = st.ordinal;
     drop(comms);
-    with_res(ordinal, |r| r.run(cmd)).map_err(err)
+    // Every rank runs this call here: say so in its record, with the flag value.
+    host.commit(flagv);
+    let failed = std::cell::RefCell::new(None);
+    let mut stop = || match host.check() {
+        Ok(()) => false,
+        Err(e) => {
+            *failed.borrow_mut() = Some(e);
+            true
+        }
+    };
+    let release = || release(ordinal, scratch, c.nranks, flagv);
+    match with_res(ordinal, |r| r.run(cmd, &mut stop, &release)).map_err(err)? {
+        Some(ok) => Ok(ok),
+        None => {
+            // Given up (the call fails: the dispatch layer then calls `call_failed`).
+            Err(failed
+                .into_inner()
+                .unwrap_or_else(|| err("the call was given up")))
+        }
+    }
+}
+
+/// Release this rank's resident kernel from the command with flag value `flagv`, which waits
+/// for peers that called something else: every rank's flag of the command in my scratch
+/// (`nranks` words at the command's parity, kernels/resident.cuh) set to that value with
+/// "not ok", so the kernel finishes the command without doing it. Written by the copy engine
+/// on the device's own stream (the resident kernel's stream is busy with the command; the
+/// resident small copies are this kernel).
+fn release(ordinal: i32, scratch: usize, nranks: usize, flagv: u64) -> Result<(), String> {
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = g.device(ordinal)?;
+    let words: Vec<u8> = (0..nranks)
+        .flat_map(|_| (flagv << 1).to_le_bytes())
+        .collect();
+    let at = scratch + ((flagv & 1) as usize * MAXP) * 8;
+    cuda::with_context(d.ctx, || {
+        // SAFETY: the flag words lie at the start of my scratch (device memory of this
+        // context, or pinned host memory mapped into it); `words` lives until the stream is
+        // synchronized.
+        unsafe { cuda::memcpy_htod_async(at, &words, d.stream)? };
+        cuda::stream_synchronize(d.stream)
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// `f` on the resident kernel of device `ordinal` (set up at first use), under its lock: one
@@ -756,7 +865,7 @@ pub unsafe fn copy_small(
                 c.dst = dst as u64;
             }
         }
-        r.run(c)?;
+        r.run(c, &mut || false, &|| Ok(()))?;
         if dir == SmallCopy::ToHost {
             // Every word carries the command's tag once its data has arrived.
             let tag = (r.seq & 0xffff_ffff) << 32;
@@ -863,6 +972,37 @@ mod sole {
             }
         }
         !st.shared
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+
+    /// Flag values: the parity alternates from call to call, whatever calls of other paths
+    /// came between; a value is never one an earlier call used; calls of another shape (a
+    /// mismatched size) or after a different previous call differ; after a given-up call every
+    /// rank continues the same way.
+    #[test]
+    fn flag_values() {
+        let d = shape_digest(RES_ALLREDUCE, 0, 0, 32);
+        let mut prev = 0;
+        let mut seen = Vec::new();
+        for seq in [0u64, 1, 4, 5, 9, 100, 101] {
+            let f = flag_value(prev, seq, d);
+            assert_ne!(f & 1, prev & 1, "parity alternates at {seq}");
+            assert!(!seen.contains(&f), "new value at {seq}");
+            assert!(f << 1 >> 1 == f, "fits the flag word");
+            seen.push(f);
+            prev = f;
+        }
+        assert_ne!(d, shape_digest(RES_ALLREDUCE, 0, 0, 16));
+        assert_ne!(d, shape_digest(RES_ALLGATHER, 0, 0, 32));
+        assert_ne!(d, shape_digest(RES_ALLREDUCE, 0, 1, 32));
+        assert_ne!(flag_value(0, 7, d), flag_value(1, 7, d));
+        let after = flag_after_stop(7);
+        assert_eq!(flag_value(after, 9, d) & 1, 0);
+        assert!(flag_value(after, 8, d) > after);
     }
 }
 

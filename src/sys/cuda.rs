@@ -279,6 +279,15 @@ pub fn stream_synchronize(s: Stream) -> CuResult<()> {
     unsafe { check("cuStreamSynchronize", cu::cuStreamSynchronize(s.0)) }
 }
 
+/// Whether every operation enqueued on `s` has finished (no wait).
+pub fn stream_query(s: Stream) -> CuResult<bool> {
+    // SAFETY: a stream created by stream_create.
+    match unsafe { cu::cuStreamQuery(s.0) } {
+        cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => check("cuStreamQuery", r).map(|()| true),
+    }
+}
+
 /// Copy `dst.len()` bytes from device address `src` into host memory, ordered on `s`
 /// (the caller synchronizes the stream before reading `dst`).
 ///

@@ -17,7 +17,8 @@
 # device buffers at 1 and 2 ranks. gpu_churn creates and frees communicators with device
 # collectives (300 cycles, 20 alive at once; 250 and 18 with CUDA IPC off) and checks that each
 # sets up the resident path and gives its GPU state back. gpu_mismatch runs mismatched
-# collectives on device buffers at 2 and 4 ranks (every rank must return from each, within 120 s).
+# collectives on device buffers at 2 and 4 ranks and at 4 ranks with CUDA IPC off (every rank
+# must get the standard's class from each, within 120 s, and later collectives must be right).
 # --bench also runs gpu_bench.
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
@@ -196,9 +197,11 @@ churn "(CUDA IPC)" 300 20 GPUMPI_CUDA_IPC=1 GPUMPI_GPU_HOST_CHUNK=1048576 \
 churn "(P2P forced off: pinned host regions per communicator)" 250 18 GPUMPI_CUDA_IPC=0 \
     GPUMPI_GPU_HOST_CHUNK=65536 GPUMPI_GPU_HOST_KERNEL=262144
 for n in 2 4; do
-    run "gpu_mismatch -n $n (mismatched collectives on device buffers end, never hang)" \
+    run "gpu_mismatch -n $n (mismatched collectives on device buffers fail with their class, never hang)" \
         "$mpirun" -n "$n" --oversubscribe --timeout 120 "$out/gpu_mismatch"
 done
+run "gpu_mismatch -n 4 (CUDA IPC off: the pinned host-memory paths)" GPUMPI_CUDA_IPC=0 \
+    "$mpirun" -n 4 --oversubscribe --timeout 120 -x GPUMPI_CUDA_IPC "$out/gpu_mismatch"
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then

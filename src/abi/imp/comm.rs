@@ -12,7 +12,7 @@ use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi_bail;
 use std::os::raw::{c_char, c_int};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Agree on a new context id with every rank of `parent` (collective over `parent`).
@@ -272,7 +272,7 @@ pub unsafe fn MPI_Comm_create_group(
     // Only the group's members take part: agree on a context id over a temporary communicator
     // made of the group, in a context derived from the parent's and the user's tag.
     let mut tmp = CommObj::new(parent.ctx | (1 << 30), Arc::new((*g).clone()), my, "");
-    tmp.coll_seq = AtomicU32::new((tag as u32) << 8);
+    tmp.coll_seq = AtomicU64::new(((tag as u32) << 8) as u64);
     let tmp = Arc::new(tmp);
     let ctx = alloc_ctx(&tmp)?;
     *newcomm = make_comm(ctx, (*g).clone(), None, &parent)?;
@@ -303,7 +303,7 @@ pub unsafe fn MPI_Comm_create_from_group(
         (h ^ b as u32).wrapping_mul(0x0100_0193)
     });
     let mut tmp = CommObj::new((1 << 30) | (1 << 29), Arc::new((*g).clone()), my, "");
-    tmp.coll_seq = AtomicU32::new((hash & 0x3f_ffff) << 8);
+    tmp.coll_seq = AtomicU64::new(((hash & 0x3f_ffff) << 8) as u64);
     let tmp = Arc::new(tmp);
     let ctx = alloc_ctx(&tmp)?;
     let h = new_comm(CommObj::new(ctx, Arc::new((*g).clone()), my, ""));
