@@ -28,6 +28,7 @@
 mod call;
 mod flag;
 mod gpu;
+mod hier;
 mod internal;
 mod mid;
 mod schedule;
@@ -57,6 +58,9 @@ pub enum Path {
     /// Mid-size bcast/reduce/allreduce on MPI_COMM_WORLD through the shared-memory scratch
     /// areas (`engine::scratch`).
     Scratch,
+    /// Allreduce/bcast/reduce/allgather/alltoall on a communicator that spans nodes: inside
+    /// each node, between one leader per node, inside the node again (`coll::hier`).
+    Hier,
     /// A schedule over point-to-point (`coll::build`), run by the engine: every call.
     Schedule,
 }
@@ -68,6 +72,7 @@ pub const BLOCKING: &[Path] = &[
     Path::HostMemory,
     Path::Flag,
     Path::Scratch,
+    Path::Hier,
     Path::Schedule,
 ];
 
@@ -80,6 +85,7 @@ impl Path {
             Path::HostMemory => gpu::host_memory_eligible(spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
+            Path::Hier => hier::hier_eligible(spec),
             Path::Schedule => true,
         }
     }
@@ -92,19 +98,25 @@ impl Path {
             Path::Nvlink | Path::HostMemory => gpu::run_native(spec, seq),
             Path::Flag => flag::run_flag(spec, seq),
             Path::Scratch => mid::run_mid(spec, seq),
-            Path::Schedule => {
-                let k = spec.start(Some(seq))?;
-                // A world call of the flag kinds still takes its flag number (after start
-                // published the call's record, which a peer that meets the pass reads).
-                flag::flag_pass(spec)?;
-                let st = crate::abi::runtime::wait_kind(k)?;
-                if st.error != 0 {
-                    return Err(MpiError::new(st.error, "collective failed"));
-                }
-                Ok(true)
-            }
+            Path::Hier => match hier::start_hier(spec, Some(seq))? {
+                Some(k) => wait_schedule(spec, k),
+                None => Ok(false),
+            },
+            Path::Schedule => wait_schedule(spec, spec.start(Some(seq))?),
         }
     }
+}
+
+/// Completes a started blocking schedule.
+fn wait_schedule(spec: &CollSpec, k: ReqKind) -> MpiResult<bool> {
+    // A world call of the flag kinds still takes its flag number (after start published the
+    // call's record, which a peer that meets the pass reads).
+    flag::flag_pass(spec)?;
+    let st = crate::abi::runtime::wait_kind(k)?;
+    if st.error != 0 {
+        return Err(MpiError::new(st.error, "collective failed"));
+    }
+    Ok(true)
 }
 
 /// Run a blocking collective on the first path of [`BLOCKING`] that takes it.
@@ -119,7 +131,11 @@ pub(crate) unsafe fn run_blocking(spec: CollSpec) -> MpiResult<()> {
     Err(MpiError::intern("no collective path took the call"))
 }
 
-/// Start a nonblocking or persistent collective: its schedule, as a request's state machine.
+/// Start a nonblocking or persistent collective: its schedule (hierarchical where
+/// [`Path::Hier`] would take the blocking call), as a request's state machine.
 pub(crate) unsafe fn start(spec: &CollSpec) -> MpiResult<ReqKind> {
-    spec.start(None)
+    match hier::start_hier(spec, None)? {
+        Some(k) => Ok(k),
+        None => spec.start(None),
+    }
 }
