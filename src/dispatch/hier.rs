@@ -7,12 +7,11 @@
 //! whether the op commutes, and `GPUMPI_COLL_HIER`.
 
 use super::call::CollSpec;
-use crate::abi::request::ReqKind;
 use crate::coll::hier;
-use crate::mpi::error::MpiResult;
 
-/// The communicator's nodes, if the hierarchical schedules take `spec`.
-fn serves(spec: &CollSpec) -> Option<&hier::Nodes> {
+/// The communicator's nodes, if the hierarchical schedules take `spec` (`CollSpec::start_on`
+/// then runs them).
+pub(super) fn serves(spec: &CollSpec) -> Option<&hier::Nodes> {
     let nodes = spec.comm.nodes.as_deref()?;
     if !crate::config::snapshot().coll.hier || !hier::supports(spec.kind) {
         return None;
@@ -21,21 +20,4 @@ fn serves(spec: &CollSpec) -> Option<&hier::Nodes> {
         return None;
     }
     Some(nodes)
-}
-
-/// Whether the hierarchical path takes `spec`: the same answer on every rank.
-pub(super) fn hier_eligible(spec: &CollSpec) -> bool {
-    serves(spec).is_some()
-}
-
-/// Start `spec` as its hierarchical schedule (`None` for `seq`: the communicator's next call
-/// number); `Ok(None)` when the path does not serve it.
-///
-/// # Safety
-/// The buffers of `spec` were validated for the call (`CollSpec::check`).
-pub(super) unsafe fn start_hier(spec: &CollSpec, seq: Option<i32>) -> MpiResult<Option<ReqKind>> {
-    match serves(spec) {
-        Some(nodes) => spec.start_on(seq, Some(nodes)).map(Some),
-        None => Ok(None),
-    }
 }

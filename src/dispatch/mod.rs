@@ -85,7 +85,7 @@ impl Path {
             Path::HostMemory => gpu::host_memory_eligible(spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
-            Path::Hier => hier::hier_eligible(spec),
+            Path::Hier => hier::serves(spec).is_some(),
             Path::Schedule => true,
         }
     }
@@ -98,8 +98,8 @@ impl Path {
             Path::Nvlink | Path::HostMemory => gpu::run_native(spec, seq),
             Path::Flag => flag::run_flag(spec, seq),
             Path::Scratch => mid::run_mid(spec, seq),
-            Path::Hier => match hier::start_hier(spec, Some(seq))? {
-                Some(k) => wait_schedule(spec, k),
+            Path::Hier => match hier::serves(spec) {
+                Some(nodes) => wait_schedule(spec, spec.start_on(Some(seq), Some(nodes))?),
                 None => Ok(false),
             },
             Path::Schedule => wait_schedule(spec, spec.start(Some(seq))?),
@@ -134,8 +134,5 @@ pub(crate) unsafe fn run_blocking(spec: CollSpec) -> MpiResult<()> {
 /// Start a nonblocking or persistent collective: its schedule (hierarchical where
 /// [`Path::Hier`] would take the blocking call), as a request's state machine.
 pub(crate) unsafe fn start(spec: &CollSpec) -> MpiResult<ReqKind> {
-    match hier::start_hier(spec, None)? {
-        Some(k) => Ok(k),
-        None => spec.start(None),
-    }
+    spec.start_on(None, hier::serves(spec))
 }
