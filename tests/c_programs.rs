@@ -29,7 +29,7 @@
 //!   `n<i>` node i; `scripts/netns-nodes.sh`, brought up for the run and removed after it):
 //!   mpirun runs in node 0, `scripts/netns-agent` starts the other nodes' daemons in theirs, and
 //!   the wire-up and the ranks' traffic between nodes go over 198.18.0.x (a recorded skip where
-//!   namespaces are not available).
+//!   namespaces are not available). `map-by=POLICY` adds `--map-by POLICY` to those runs.
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
@@ -141,6 +141,8 @@ struct RunSpec {
     nranks: Vec<u32>,
     /// `hosts=LIST` runs: `mpirun --host LIST` over emulated hosts (tests/support/local-agent).
     hosts: Vec<String>,
+    /// `map-by=POLICY` (with `hosts=`): `mpirun --map-by POLICY`.
+    map_by: Option<String>,
     singleton: bool,
     expect_fail: bool,
     exit_code: Option<i32>,
@@ -211,6 +213,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.nranks.push(n);
             } else if let Some(h) = t.strip_prefix("hosts=") {
                 spec.hosts.push(h.to_string());
+            } else if let Some(m) = t.strip_prefix("map-by=") {
+                spec.map_by = Some(m.to_string());
             } else if t == "singleton" {
                 spec.singleton = true;
             } else if t == "netns" {
@@ -591,6 +595,9 @@ fn run_program(prog: &str) {
                 cmd.args(["--oversubscribe", "--host", hosts, "--launch-agent"])
                     .arg(repo_root().join("tests/support/local-agent"))
                     .env("GPUMPI_WIREUP_ADDR", "127.0.0.1");
+            }
+            if let Some(m) = &spec.map_by {
+                cmd.args(["--map-by", m]);
             }
             cmd.args(["--timeout", &spec.timeout_s.to_string()])
                 .arg(&exe)
