@@ -501,7 +501,7 @@ impl Hier<'_> {
         self.b.wait();
         // Each member's result in rank order: the leader's in its Recv, the others' in Tmp.
         let mut outs = Vec::with_capacity(m);
-        for i in 0..m {
+        for (i, &dst) in members.iter().enumerate() {
             let res = match i {
                 0 => Region::recv(0, size * bs),
                 _ => Region::tmp(self.alloc(size * bs), size * bs),
@@ -510,7 +510,7 @@ impl Hier<'_> {
                 let j = nodes.of[s];
                 let k = nodes.local(s);
                 let src = if j == g {
-                    from(k, members[i])
+                    from(k, dst)
                 } else {
                     Region::tmp(inn[j] + (k * m + i) * bs, bs)
                 };
