@@ -97,6 +97,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_COLL_HIER",
+        default: "1",
+        doc: "Hierarchical collectives on communicators that span nodes (`src/coll/hier.rs`): blocking and nonblocking `MPI_Allreduce` and `MPI_Reduce` (commutative ops), `MPI_Bcast`, `MPI_Allgather` and `MPI_Alltoall` work inside each node first, then between one leader per node over the network, then inside the node again, whenever a node has more than one of the communicator's ranks. `0`: every collective of such a communicator is one flat schedule over point-to-point.",
+        same_on_every_rank: true,
+    },
+    Param {
         name: "GPUMPI_COLL_TUNING",
         default: "",
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
@@ -761,6 +767,8 @@ pub struct CollConfig {
     pub tuning: Option<String>,
     /// The `GPUMPI_<COLL>_ALGORITHM` variables that are set: (variable, algorithm).
     pub forced: Vec<(&'static str, String)>,
+    /// `GPUMPI_COLL_HIER` is not `0`.
+    pub hier: bool,
 }
 
 impl CollConfig {
@@ -844,6 +852,7 @@ impl Config {
                     .filter(|p| p.name.ends_with("_ALGORITHM"))
                     .filter_map(|p| Some((p.name, get(p.name)?)))
                     .collect(),
+                hier: not_zero("GPUMPI_COLL_HIER"),
             },
             cuda: CudaConfig {
                 enabled: not_zero("GPUMPI_CUDA"),

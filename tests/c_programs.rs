@@ -25,7 +25,11 @@
 //! - `hosts=LIST` in a testlist line runs `mpirun --oversubscribe --host LIST --timeout S prog
 //!   args` over emulated hosts: `tests/support/local-agent` starts each host's node daemon on
 //!   this machine, the wire-up uses 127.0.0.1, and each host's ranks get its name as
-//!   `GPUMPI_NODE_ID`.
+//!   `GPUMPI_NODE_ID`. With `netns` too, the hosts are namespace nodes (`localhost` is node 0,
+//!   `n<i>` node i; `scripts/netns-nodes.sh`, brought up for the run and removed after it):
+//!   mpirun runs in node 0, `scripts/netns-agent` starts the other nodes' daemons in theirs, and
+//!   the wire-up and the ranks' traffic between nodes go over 198.18.0.x (a recorded skip where
+//!   namespaces are not available). `map-by=POLICY` adds `--map-by POLICY` to those runs.
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
@@ -137,6 +141,8 @@ struct RunSpec {
     nranks: Vec<u32>,
     /// `hosts=LIST` runs: `mpirun --host LIST` over emulated hosts (tests/support/local-agent).
     hosts: Vec<String>,
+    /// `map-by=POLICY` (with `hosts=`): `mpirun --map-by POLICY`.
+    map_by: Option<String>,
     singleton: bool,
     expect_fail: bool,
     exit_code: Option<i32>,
@@ -207,6 +213,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.nranks.push(n);
             } else if let Some(h) = t.strip_prefix("hosts=") {
                 spec.hosts.push(h.to_string());
+            } else if let Some(m) = t.strip_prefix("map-by=") {
+                spec.map_by = Some(m.to_string());
             } else if t == "singleton" {
                 spec.singleton = true;
             } else if t == "netns" {
@@ -239,8 +247,13 @@ fn testlist() -> Vec<(String, RunSpec)> {
             }
         }
         assert!(
-            !spec.netns || spec.nodes.is_some(),
-            "testlist:{}: netns needs nodes=K",
+            !spec.netns || spec.nodes.is_some() != !spec.hosts.is_empty(),
+            "testlist:{}: netns needs nodes=K or hosts=LIST (not both)",
+            lineno + 1
+        );
+        assert!(
+            !spec.netns || spec.hosts.iter().all(|h| netns_hosts(h).is_some()),
+            "testlist:{}: netns hosts are localhost (node 0) and n<i> (node i)",
             lineno + 1
         );
         assert!(
@@ -256,6 +269,20 @@ fn testlist() -> Vec<(String, RunSpec)> {
         out.push((prog, spec));
     }
     out
+}
+
+/// The namespace nodes a `hosts=LIST netns` run needs (`localhost` is node 0, where mpirun
+/// runs; `n<i>` is node i): the highest node index + 1, or None for another host name.
+fn netns_hosts(list: &str) -> Option<u32> {
+    let mut nodes = 1;
+    for h in list.split(',') {
+        let name = h.split(':').next().unwrap_or("");
+        if name != "localhost" {
+            let i: u32 = name.strip_prefix('n')?.parse().ok()?;
+            nodes = nodes.max(i + 1);
+        }
+    }
+    Some(nodes)
 }
 
 /// A set of namespace nodes (`scripts/netns-nodes.sh -p PREFIX up K 1`), removed on drop.
@@ -534,17 +561,54 @@ fn run_program(prog: &str) {
             failures.extend(judge(prog, &what, spec, &o));
         }
         for (h, hosts) in spec.hosts.iter().enumerate() {
-            let agent = repo_root().join("tests/support/local-agent");
-            let mut cmd = Command::new(&mpirun);
-            cmd.args(["--oversubscribe", "--host", hosts, "--launch-agent"])
-                .arg(&agent)
-                .args(["--timeout", &spec.timeout_s.to_string()])
+            let mut cmd;
+            // Namespace nodes of a `netns` run, removed once the run is judged.
+            let mut _nodes = None;
+            if spec.netns {
+                let k = netns_hosts(hosts).expect("checked by testlist()");
+                let ns = match Netns::up(k) {
+                    Ok(ns) => _nodes.insert(ns),
+                    Err(why) => {
+                        skip::skip(&format!("c_programs::{prog} (hosts={hosts} netns)"), &why);
+                        continue;
+                    }
+                };
+                // mpirun in node 0; every other host's daemon through netns-agent in its node.
+                // Wire-up and the ranks' network use the default interface choice (rail0).
+                cmd = Command::new("bash");
+                cmd.arg(repo_root().join("scripts/netns-nodes.sh"))
+                    .args(["-p", &ns.0, "exec", "0"])
+                    .arg(&mpirun)
+                    .args(["--oversubscribe", "--host", hosts, "--launch-agent"])
+                    .arg(format!(
+                        "{} -p {}",
+                        repo_root().join("scripts/netns-agent").display(),
+                        ns.0
+                    ));
+                for (var, _) in std::env::vars() {
+                    if var.starts_with("GPUMPI_") && var != "GPUMPI_TEST_PREFIX" {
+                        cmd.env_remove(var);
+                    }
+                }
+            } else {
+                cmd = Command::new(&mpirun);
+                cmd.args(["--oversubscribe", "--host", hosts, "--launch-agent"])
+                    .arg(repo_root().join("tests/support/local-agent"))
+                    .env("GPUMPI_WIREUP_ADDR", "127.0.0.1");
+            }
+            if let Some(m) = &spec.map_by {
+                cmd.args(["--map-by", m]);
+            }
+            cmd.args(["--timeout", &spec.timeout_s.to_string()])
                 .arg(&exe)
                 .args(&spec.args)
                 .envs(spec.env.iter().cloned())
-                .env("GPUMPI_WIREUP_ADDR", "127.0.0.1")
                 .current_dir(build_dir());
-            let what = format!("mpirun --host {hosts} {prog} {}", spec.args.join(" "));
+            let netns_note = if spec.netns { " (namespace nodes)" } else { "" };
+            let what = format!(
+                "mpirun --host {hosts} {prog} {}{netns_note}",
+                spec.args.join(" ")
+            );
             let o = run_cmd(cmd, &format!("{prog}.{k}.h{h}"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }

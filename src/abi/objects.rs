@@ -53,6 +53,9 @@ pub struct CommObj {
     /// Every rank of the group is on one node (`bootstrap::node::one_node`): the intra-node
     /// collective paths (flag slots, scratch areas, GPU paths) may take its calls.
     pub one_node: bool,
+    /// The nodes of the group's ranks when they span nodes and a node holds more than one of
+    /// them (`bootstrap::node::labels`): the hierarchical collectives (`coll::hier`) serve it.
+    pub nodes: Option<Arc<crate::coll::hier::Nodes>>,
 }
 
 /// Context ids: bit 31 set marks collective traffic of a communicator.
@@ -63,6 +66,10 @@ impl CommObj {
         CommObj {
             ctx,
             one_node: crate::bootstrap::node::one_node(&group.ranks),
+            nodes: crate::bootstrap::node::labels(&group.ranks)
+                .map(|l| crate::coll::hier::Nodes::new(&l))
+                .filter(|n| n.worth_it())
+                .map(Arc::new),
             peers: Arc::from(group.ranks.as_slice()),
             group,
             rank,

@@ -3,7 +3,8 @@
 //!
 //! It reads one line from its stdin, `SERVER NODE SECRET` (mpirun's wire-up address
 //! `tcp://IP:PORT`, its node index, the job secret in hex: the secret never appears on a
-//! command line), connects back to mpirun, presents the secret in a `DaemonHello`, and gets
+//! command line), connects back to mpirun, answers its challenge with a proof of the secret
+//! (`wire::proof`; the secret never crosses the network) in a `DaemonHello`, and gets
 //! the node's `Launch` (program, arguments, working directory, each rank's environment).
 //! It starts the ranks as mpirun does on its own host (own process group, killed when the
 //! daemon dies, CPU binding by local rank), forwards their output line by line and their exit
@@ -64,14 +65,17 @@ pub fn main() -> i32 {
         Ok(c) => c,
         Err(e) => return fail(format!("cannot connect to mpirun at {server}: {e}")),
     };
-    let hello = Msg::DaemonHello {
-        version: wire::PROTOCOL_VERSION,
-        node,
-        secret,
-        build: env!("CARGO_PKG_VERSION").into(),
-    };
     let _ = conn.set_read_timeout(Some(timeout));
-    let launch = wire::write_msg(&mut conn, &hello).and_then(|_| wire::read_msg(&mut conn));
+    let launch = wire::read_challenge(&mut conn).and_then(|nonce| {
+        let hello = Msg::DaemonHello {
+            version: wire::PROTOCOL_VERSION,
+            node,
+            proof: wire::proof(&secret, &nonce, "daemon"),
+            build: env!("CARGO_PKG_VERSION").into(),
+        };
+        wire::write_msg(&mut conn, &hello)?;
+        wire::read_msg(&mut conn)
+    });
     let (program, args, cwd, ranks) = match launch {
         Ok(Msg::Launch {
             program,
@@ -100,8 +104,13 @@ pub fn main() -> i32 {
     let n = ranks.len();
     let mut procs: Vec<Proc> = Vec::with_capacity(n);
     let mut outputs: Vec<(usize, [JoinHandle<()>; 2])> = Vec::new();
+    let secret_hex = wire::to_hex(&secret);
     for (local, (rank, env)) in ranks.iter().enumerate() {
         let rank = *rank as usize;
+        // The job secret from the launch line (mpirun does not send it over the network).
+        let mut env = env.clone();
+        env.push(("GPUMPI_SECRET".into(), secret_hex.clone()));
+        let env = &env;
         match procs::spawn(&program, &args, env, false, procs::bind_set(n, local)) {
             Ok(mut child) => {
                 let pid = child.id() as i32;

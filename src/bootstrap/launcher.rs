@@ -753,9 +753,13 @@ impl Job<'_> {
             ("GPUMPI_UNIVERSE_SIZE", n.to_string()),
             ("GPUMPI_APPNUM", "0".to_string()),
             ("GPUMPI_SERVER", server),
-            ("GPUMPI_SECRET", self.secret.clone()),
         ] {
             env.push((k.to_string(), v));
+        }
+        // A rank on another host gets the secret from its node daemon, which has it from the
+        // launch agent's stdin: the `Launch` message over TCP does not carry it.
+        if !remote {
+            env.push(("GPUMPI_SECRET".into(), self.secret.clone()));
         }
         env
     }

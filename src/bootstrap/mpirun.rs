@@ -116,11 +116,23 @@ impl MpirunBootstrap {
             .map_err(|e| fail(e.to_string()))?;
         s.set_write_timeout(Some(timeout))
             .map_err(|e| fail(e.to_string()))?;
+        let timed_out = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        };
+        let nonce = wire::read_challenge(&mut s).map_err(|e| match timed_out(&e) {
+            true => fail(format!(
+                "no challenge (no reply to hello) within {timeout:?} (GPUMPI_BOOTSTRAP_TIMEOUT)"
+            )),
+            false => fail(format!("reading the server's challenge: {e}")),
+        })?;
         let hello = Msg::Hello {
             version: wire::PROTOCOL_VERSION,
             rank: rank as u32,
             pid: std::process::id(),
-            secret: secret.to_vec(),
+            proof: wire::proof(secret, &nonce, "hello"),
         };
         wire::write_msg(&mut s, &hello).map_err(|e| fail(format!("sending hello: {e}")))?;
         let (node_ranks, appnum) = match wire::read_msg(&mut s) {
@@ -133,12 +145,7 @@ impl MpirunBootstrap {
             ),
             Ok(Msg::Error { msg }) => return Err(fail(format!("refused rank {rank}: {msg}"))),
             Ok(m) => return Err(fail(format!("unexpected reply to hello: {m:?}"))),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(e) if timed_out(&e) => {
                 return Err(fail(format!(
                     "no reply to hello within {timeout:?} (GPUMPI_BOOTSTRAP_TIMEOUT)"
                 )))
@@ -236,14 +243,15 @@ impl Bootstrap for MpirunBootstrap {
     }
     fn abort(&self, code: i32, msg: &str) -> ! {
         // A fresh connection: the main one may be held by another thread waiting in a fence.
-        let m = Msg::Abort {
-            rank: self.rank as u32,
-            secret: self.secret.clone(),
-            code,
-            msg: clip(msg, wire::MAX_PREAUTH_FRAME / 2).to_string(),
-        };
         let sent = Stream::connect(&self.server, Duration::from_secs(5)).and_then(|mut s| {
             s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let nonce = wire::read_challenge(&mut s)?;
+            let m = Msg::Abort {
+                rank: self.rank as u32,
+                proof: wire::proof(&self.secret, &nonce, "abort"),
+                code,
+                msg: clip(msg, wire::MAX_PREAUTH_FRAME / 2).to_string(),
+            };
             wire::write_msg(&mut s, &m)?;
             wire::read_msg(&mut s)
         });

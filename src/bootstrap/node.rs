@@ -87,6 +87,15 @@ pub fn one_node(ranks: &[usize]) -> bool {
     }
 }
 
+/// The node index of each of the world ranks `ranks`, where the job spans nodes (`None` for a
+/// job on one node, or before `MPI_Init` recorded a map).
+pub fn labels(ranks: &[usize]) -> Option<Vec<usize>> {
+    match JOB.get() {
+        Some(m) if m.nodes() > 1 => Some(ranks.iter().map(|&r| m.node_of[r]).collect()),
+        _ => None,
+    }
+}
+
 /// The world ranks on world rank `rank`'s node, ascending, from the job's map (`None` before
 /// `MPI_Init` recorded it).
 pub fn ranks_with(rank: usize) -> Option<Vec<usize>> {

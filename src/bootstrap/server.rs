@@ -192,15 +192,8 @@ fn send_event(sh: &Shared, e: Event) {
     let _ = sh.events.lock().unwrap().send(e);
 }
 
-/// Constant-time comparison of the presented secret.
-fn secret_ok(expected: &[u8], got: &[u8]) -> bool {
-    expected.len() == got.len()
-        && expected
-            .iter()
-            .zip(got)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-}
+/// The refusal of a client whose proof of the job secret does not match.
+const BAD_SECRET: &str = "bad secret (its proof of the job secret does not match the challenge)";
 
 /// Accepts connections until the server stops; each gets a thread.
 fn accept_loop(sh: &Arc<Shared>, incoming: impl Iterator<Item = std::io::Result<Stream>>) {
@@ -232,22 +225,38 @@ fn accept_loop(sh: &Arc<Shared>, incoming: impl Iterator<Item = std::io::Result<
 
 fn serve(sh: &Shared, mut s: Stream) {
     let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
-    // Until the secret is checked, a peer gets one small frame and a few seconds.
-    let first = wire::read_msg_max(&mut s, wire::MAX_PREAUTH_FRAME);
+    let _ = s.set_write_timeout(Some(HELLO_TIMEOUT));
+    // Every connection starts with a fresh challenge; the client's first frame answers it with
+    // a MAC keyed by the secret (wire::proof), so the secret never crosses the connection.
+    // Until the answer is checked, a peer gets one small frame and a few seconds.
+    let first = wire::nonce().and_then(|nonce| {
+        wire::write_msg(
+            &mut s,
+            &Msg::Challenge {
+                nonce: nonce.clone(),
+            },
+        )?;
+        Ok((nonce, wire::read_msg_max(&mut s, wire::MAX_PREAUTH_FRAME)?))
+    });
     sh.preauth.fetch_sub(1, Ordering::AcqRel);
+    let _ = s.set_write_timeout(None);
+    let (nonce, first) = match first {
+        Ok((nonce, m)) => (nonce, Ok(m)),
+        Err(e) => (Vec::new(), Err(e)),
+    };
     let rank = match first {
         Ok(Msg::Hello {
             version,
             rank,
             pid,
-            secret,
+            proof,
         }) => {
             let refuse = |s: &mut Stream, why: String| {
                 tracing::warn!("wire-up server: refused a client: {why}");
                 let _ = wire::write_msg(s, &Msg::Error { msg: why });
             };
-            if !secret_ok(&sh.secret, &secret) {
-                return refuse(&mut s, "bad secret".into());
+            if !wire::proof_ok(&sh.secret, &nonce, "hello", &proof) {
+                return refuse(&mut s, BAD_SECRET.into());
             }
             if version != wire::PROTOCOL_VERSION {
                 return refuse(
@@ -290,14 +299,14 @@ fn serve(sh: &Shared, mut s: Stream) {
         }
         Ok(Msg::Abort {
             rank,
-            secret,
+            proof,
             code,
             msg,
         }) => {
             // A standalone abort on a fresh connection.
-            let reply = if !secret_ok(&sh.secret, &secret) {
+            let reply = if !wire::proof_ok(&sh.secret, &nonce, "abort", &proof) {
                 Msg::Error {
-                    msg: "bad secret".into(),
+                    msg: BAD_SECRET.into(),
                 }
             } else if rank as usize >= sh.size {
                 Msg::Error {
@@ -320,11 +329,11 @@ fn serve(sh: &Shared, mut s: Stream) {
         Ok(Msg::DaemonHello {
             version,
             node,
-            secret,
+            proof,
             build,
         }) => {
-            let why = if !secret_ok(&sh.secret, &secret) {
-                Some("bad secret".to_string())
+            let why = if !wire::proof_ok(&sh.secret, &nonce, "daemon", &proof) {
+                Some(BAD_SECRET.to_string())
             } else if version != wire::PROTOCOL_VERSION || build != env!("CARGO_PKG_VERSION") {
                 Some(format!(
                     "the daemon is gpumpi {build} (protocol {version}), mpirun is gpumpi {} \
@@ -402,9 +411,10 @@ fn serve(sh: &Shared, mut s: Stream) {
                     return;
                 }
             }
+            // On the rank's authenticated connection: the proof answers its challenge.
             Msg::Abort {
-                secret, code, msg, ..
-            } if secret_ok(&sh.secret, &secret) => {
+                proof, code, msg, ..
+            } if wire::proof_ok(&sh.secret, &nonce, "abort", &proof) => {
                 send_event(sh, Event::Abort { rank, code, msg });
                 let _ = wire::write_msg(&mut s, &Msg::Ok);
                 // Keep the connection open: the launcher kills the rank.
@@ -454,11 +464,12 @@ mod tests {
     fn hello(path: &Path, rank: u32, secret: &[u8]) -> (UnixStream, Msg) {
         let mut s = UnixStream::connect(path).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let nonce = wire::read_challenge(&mut s).unwrap();
         let h = Msg::Hello {
             version: wire::PROTOCOL_VERSION,
             rank,
             pid: 1,
-            secret: secret.to_vec(),
+            proof: wire::proof(secret, &nonce, "hello"),
         };
         wire::write_msg(&mut s, &h).unwrap();
         let r = wire::read_msg(&mut s).unwrap();
@@ -520,7 +531,7 @@ mod tests {
         assert_eq!(
             r,
             Msg::Error {
-                msg: "bad secret".into()
+                msg: BAD_SECRET.into()
             }
         );
         let (_s, r) = hello(&path, 5, &[1; 32]);
@@ -550,9 +561,10 @@ mod tests {
         wire::write_msg(&mut s0, &Msg::Fence { puts: vec![] }).unwrap();
         let abort = |secret: Vec<u8>| {
             let mut a = UnixStream::connect(&path).unwrap();
+            let nonce = wire::read_challenge(&mut a).unwrap();
             let m = Msg::Abort {
                 rank: 0,
-                secret,
+                proof: wire::proof(&secret, &nonce, "abort"),
                 code: 3,
                 msg: "boom".into(),
             };
@@ -562,7 +574,7 @@ mod tests {
         assert_eq!(
             abort(vec![2; 8]),
             Msg::Error {
-                msg: "bad secret".into()
+                msg: BAD_SECRET.into()
             }
         );
         assert_eq!(abort(vec![1; 8]), Msg::Ok);
@@ -609,6 +621,119 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// Over TCP (ranks and daemons on other hosts): the client answers a fresh challenge with a
+    /// MAC, so no frame from the client contains the secret; a client with another secret, or
+    /// one replaying an answer recorded on another connection, is refused with a clear error.
+    #[test]
+    fn tcp_clients_prove_the_secret_without_sending_it() {
+        let (path, dir) = tmp_sock("tcp");
+        let secret = vec![0x5e; 32];
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let layout = Layout {
+            node_of: vec![0, 1],
+            daemon_nodes: vec![1],
+        };
+        let srv = Server::start_with(&path, Some(tcp), layout, secret.clone()).unwrap();
+        let connect = || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let nonce = wire::read_challenge(&mut s).unwrap();
+            (s, nonce)
+        };
+        let hello = |s: &mut TcpStream, proof: Vec<u8>| {
+            let h = Msg::Hello {
+                version: wire::PROTOCOL_VERSION,
+                rank: 1,
+                pid: 1,
+                proof,
+            };
+            let frame = h.encode();
+            assert!(!frame.windows(secret.len()).any(|w| w == secret));
+            s.write_all(&frame).unwrap();
+            wire::read_msg(s).unwrap()
+        };
+        // Another job's secret, the secret itself sent in the clear (the old protocol), and
+        // an answer to another connection's challenge: refused.
+        let (mut s, nonce) = connect();
+        let r = hello(&mut s, wire::proof(&[0x5f; 32], &nonce, "hello"));
+        assert_eq!(
+            r,
+            Msg::Error {
+                msg: BAD_SECRET.into()
+            }
+        );
+        let (mut s, _) = connect();
+        let mut m = Msg::Hello {
+            version: wire::PROTOCOL_VERSION,
+            rank: 1,
+            pid: 1,
+            proof: secret.clone(),
+        };
+        wire::write_msg(&mut s, &m).unwrap();
+        assert_eq!(
+            wire::read_msg(&mut s).unwrap(),
+            Msg::Error {
+                msg: BAD_SECRET.into()
+            }
+        );
+        let (_s, old) = connect();
+        let (mut s, nonce) = connect();
+        assert_ne!(old, nonce, "every connection gets a fresh challenge");
+        let r = hello(&mut s, wire::proof(&secret, &old, "hello"));
+        assert_eq!(
+            r,
+            Msg::Error {
+                msg: BAD_SECRET.into()
+            }
+        );
+        // A daemon's proof does not pass for a rank's hello (the kind of message is bound).
+        let (mut s, nonce) = connect();
+        let r = hello(&mut s, wire::proof(&secret, &nonce, "daemon"));
+        assert_eq!(
+            r,
+            Msg::Error {
+                msg: BAD_SECRET.into()
+            }
+        );
+        assert_eq!(srv.rank_state(1), RankState::NotConnected);
+        // The right answer: welcome.
+        let (mut s, nonce) = connect();
+        if let Msg::Hello { proof, .. } = &mut m {
+            *proof = wire::proof(&secret, &nonce, "hello");
+        }
+        wire::write_msg(&mut s, &m).unwrap();
+        assert!(matches!(
+            wire::read_msg(&mut s).unwrap(),
+            Msg::Welcome { .. }
+        ));
+        assert_eq!(srv.rank_state(1), RankState::Connected);
+        // A daemon with a wrong secret: refused; with the right one, handed to the launcher.
+        let daemon = |secret: &[u8]| {
+            let (mut s, nonce) = connect();
+            let d = Msg::DaemonHello {
+                version: wire::PROTOCOL_VERSION,
+                node: 1,
+                proof: wire::proof(secret, &nonce, "daemon"),
+                build: env!("CARGO_PKG_VERSION").into(),
+            };
+            wire::write_msg(&mut s, &d).unwrap();
+            s
+        };
+        let mut s = daemon(&[1; 32]);
+        assert_eq!(
+            wire::read_msg(&mut s).unwrap(),
+            Msg::Error {
+                msg: BAD_SECRET.into()
+            }
+        );
+        let _s = daemon(&secret);
+        let (node, _) = srv.daemons().recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(node, 1);
+        drop(srv);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     #[test]
     fn unauthenticated_peers_get_one_small_frame() {
         let (path, dir) = tmp_sock("preauth");
@@ -617,6 +742,7 @@ mod tests {
         // the server closes the connection (the peer sees end of stream, not a reply).
         let mut s = UnixStream::connect(&path).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        wire::read_challenge(&mut s).unwrap();
         s.write_all(&(1u32 << 20).to_le_bytes()).unwrap();
         let mut buf = [0u8; 8];
         assert_eq!(s.read(&mut buf).unwrap(), 0, "connection must be closed");

@@ -7,18 +7,21 @@
 //! [`MAX_FRAME`] are refused. Decoding never panics on any input.
 //!
 //! Conversation (client = C, server = S):
-//! - C `Hello{version, rank, pid, secret}` -> S `Welcome{node_ranks, appnum}` or `Error`.
+//! - S `Challenge{nonce}`: the server's first frame on every connection (16 fresh random
+//!   bytes). The client's first message proves it knows the job secret with [`proof`] (a keyed
+//!   MAC of the nonce); the secret itself never crosses the connection.
+//! - C `Hello{version, rank, pid, proof}` -> S `Welcome{node_ranks, appnum}` or `Error`.
 //! - C `Fence{puts}` (every key/value put since the previous fence, in one
 //!   message) -> S, once every rank has fenced, `FenceDone{kvs}` with the puts
 //!   of all ranks since the previous fence: one round trip per fence.
-//! - C `Abort{rank, secret, code, msg}`, as the first message of a fresh connection (so that it
+//! - C `Abort{rank, proof, code, msg}`, as the first message of a fresh connection (so that it
 //!   gets through while another thread of the rank waits in a fence) -> S `Ok` (or `Error` for a
-//!   bad secret), and the server tells the launcher, which ends the job.
+//!   bad proof), and the server tells the launcher, which ends the job.
 //! - C `Finalize` -> S `Ok`; a client that disconnects without it is dead.
 //!
 //! The same server also listens on TCP when a job spans hosts; there the other peer can be a
 //! node daemon (`mpirun --gpumpi-daemon`, [`super::daemon`]) that starts a host's ranks:
-//! - D `DaemonHello{version, node, secret, build}` -> S `Launch{program, args, cwd, ranks}` (each
+//! - D `DaemonHello{version, node, proof, build}` -> S `Launch{program, args, cwd, ranks}` (each
 //!   rank with its environment) or `Error` (bad secret, another gpumpi version, unknown node).
 //! - D `Started{rank, pid}` or `SpawnFailed{rank, code, msg}` per rank, then `Output{rank, stderr,
 //!   data}` (one line of a rank's stdout or stderr) and `Exited{rank, status}` (the raw wait
@@ -27,6 +30,7 @@
 //!   server closing the connection (mpirun done, or killed) makes the daemon SIGKILL whatever
 //!   still runs and exit.
 
+use crate::transport::net::auth::{ct_eq, random, Key};
 use std::io::{self, Read, Write};
 
 /// Largest accepted frame body.
@@ -35,7 +39,7 @@ pub const MAX_FRAME: usize = 64 << 20;
 /// authenticated: what an unauthenticated peer can make the server allocate.
 pub const MAX_PREAUTH_FRAME: usize = 64 << 10;
 /// Bumped on any incompatible change; `Hello` carries it.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -43,7 +47,8 @@ pub enum Msg {
         version: u32,
         rank: u32,
         pid: u32,
-        secret: Vec<u8>,
+        /// [`proof`] of the job secret for the connection's challenge.
+        proof: Vec<u8>,
     },
     Welcome {
         node_ranks: Vec<u32>,
@@ -57,7 +62,7 @@ pub enum Msg {
     },
     Abort {
         rank: u32,
-        secret: Vec<u8>,
+        proof: Vec<u8>,
         code: i32,
         msg: String,
     },
@@ -69,7 +74,7 @@ pub enum Msg {
     DaemonHello {
         version: u32,
         node: u32,
-        secret: Vec<u8>,
+        proof: Vec<u8>,
         /// The gpumpi version the daemon was built from (must equal mpirun's).
         build: String,
     },
@@ -101,6 +106,10 @@ pub enum Msg {
     Kill {
         signal: i32,
     },
+    /// The server's first frame on every connection: a fresh random nonce.
+    Challenge {
+        nonce: Vec<u8>,
+    },
 }
 
 const K_HELLO: u8 = 1;
@@ -118,6 +127,7 @@ const K_SPAWN_FAILED: u8 = 12;
 const K_OUTPUT: u8 = 13;
 const K_EXITED: u8 = 14;
 const K_KILL: u8 = 15;
+const K_CHALLENGE: u8 = 16;
 
 fn put_u32(b: &mut Vec<u8>, v: u32) {
     b.extend_from_slice(&v.to_le_bytes());
@@ -136,13 +146,13 @@ impl Msg {
                 version,
                 rank,
                 pid,
-                secret,
+                proof,
             } => {
                 b.push(K_HELLO);
                 put_u32(&mut b, *version);
                 put_u32(&mut b, *rank);
                 put_u32(&mut b, *pid);
-                put_bytes(&mut b, secret);
+                put_bytes(&mut b, proof);
             }
             Msg::Welcome { node_ranks, appnum } => {
                 b.push(K_WELCOME);
@@ -171,13 +181,13 @@ impl Msg {
             }
             Msg::Abort {
                 rank,
-                secret,
+                proof,
                 code,
                 msg,
             } => {
                 b.push(K_ABORT);
                 put_u32(&mut b, *rank);
-                put_bytes(&mut b, secret);
+                put_bytes(&mut b, proof);
                 put_u32(&mut b, *code as u32);
                 put_bytes(&mut b, msg.as_bytes());
             }
@@ -190,13 +200,13 @@ impl Msg {
             Msg::DaemonHello {
                 version,
                 node,
-                secret,
+                proof,
                 build,
             } => {
                 b.push(K_DAEMON_HELLO);
                 put_u32(&mut b, *version);
                 put_u32(&mut b, *node);
-                put_bytes(&mut b, secret);
+                put_bytes(&mut b, proof);
                 put_bytes(&mut b, build.as_bytes());
             }
             Msg::Launch {
@@ -248,6 +258,10 @@ impl Msg {
                 b.push(K_KILL);
                 put_u32(&mut b, *signal as u32);
             }
+            Msg::Challenge { nonce } => {
+                b.push(K_CHALLENGE);
+                put_bytes(&mut b, nonce);
+            }
         }
         let len = (b.len() - 4) as u32;
         b[..4].copy_from_slice(&len.to_le_bytes());
@@ -263,7 +277,7 @@ impl Msg {
                 version: c.u32()?,
                 rank: c.u32()?,
                 pid: c.u32()?,
-                secret: c.bytes()?.to_vec(),
+                proof: c.bytes()?.to_vec(),
             },
             K_WELCOME => {
                 let appnum = c.u32()?;
@@ -292,7 +306,7 @@ impl Msg {
             }
             K_ABORT => Msg::Abort {
                 rank: c.u32()?,
-                secret: c.bytes()?.to_vec(),
+                proof: c.bytes()?.to_vec(),
                 code: c.u32()? as i32,
                 msg: c.text()?,
             },
@@ -302,7 +316,7 @@ impl Msg {
             K_DAEMON_HELLO => Msg::DaemonHello {
                 version: c.u32()?,
                 node: c.u32()?,
-                secret: c.bytes()?.to_vec(),
+                proof: c.bytes()?.to_vec(),
                 build: c.text()?,
             },
             K_LAUNCH => {
@@ -355,6 +369,9 @@ impl Msg {
             },
             K_KILL => Msg::Kill {
                 signal: c.u32()? as i32,
+            },
+            K_CHALLENGE => Msg::Challenge {
+                nonce: c.bytes()?.to_vec(),
             },
             k => return Err(format!("unknown message kind {k}")),
         };
@@ -466,6 +483,40 @@ pub fn write_msg(w: &mut impl Write, m: &Msg) -> io::Result<()> {
     w.flush()
 }
 
+/// Bytes of the server's challenge nonce.
+pub const NONCE_BYTES: usize = 16;
+
+/// What a client proves it knows the job secret with: a keyed MAC (`transport::net::auth`,
+/// SipHash-2-4, 128 bits) of the connection's challenge `nonce` and the kind of first message
+/// (`what`: "hello", "abort", "daemon"), keyed by the secret. The secret never crosses the
+/// connection, and an answer recorded on one connection fits no other (the nonce is fresh).
+pub fn proof(secret: &[u8], nonce: &[u8], what: &str) -> Vec<u8> {
+    Key::from_secret(secret)
+        .mac(&[b"gpumpi-wireup", what.as_bytes(), nonce])
+        .to_vec()
+}
+
+/// Whether `got` is the [`proof`] of `secret` for `nonce` and `what` (constant time).
+pub fn proof_ok(secret: &[u8], nonce: &[u8], what: &str, got: &[u8]) -> bool {
+    ct_eq(&proof(secret, nonce, what), got)
+}
+
+/// A fresh challenge nonce from the kernel.
+pub fn nonce() -> io::Result<Vec<u8>> {
+    random::<NONCE_BYTES>().map(|n| n.to_vec())
+}
+
+/// The client's side of a new connection: reads the server's challenge and returns its nonce.
+pub fn read_challenge(r: &mut impl Read) -> io::Result<Vec<u8>> {
+    match read_msg_max(r, MAX_PREAUTH_FRAME)? {
+        Msg::Challenge { nonce } if nonce.len() == NONCE_BYTES => Ok(nonce),
+        m => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("expected the server's challenge, got {m:?} (another gpumpi version?)"),
+        )),
+    }
+}
+
 /// Lower-case hex, for passing the secret through the environment.
 pub fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -510,7 +561,7 @@ mod tests {
                 version: PROTOCOL_VERSION,
                 rank: 3,
                 pid: 4242,
-                secret: vec![1, 2, 3, 255],
+                proof: vec![1, 2, 3, 255],
             },
             Msg::Welcome {
                 node_ranks: vec![0, 1, 2],
@@ -525,7 +576,7 @@ mod tests {
             },
             Msg::Abort {
                 rank: 2,
-                secret: vec![1; 4],
+                proof: vec![1; 4],
                 code: -3,
                 msg: "bad thing".into(),
             },
@@ -535,9 +586,10 @@ mod tests {
             Msg::DaemonHello {
                 version: PROTOCOL_VERSION,
                 node: 1,
-                secret: vec![5; 32],
+                proof: vec![5; 32],
                 build: "0.1.0".into(),
             },
+            Msg::Challenge { nonce: vec![3; 16] },
             Msg::Launch {
                 program: "./a.out".into(),
                 args: vec!["-x".into(), String::new()],

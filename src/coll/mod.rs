@@ -58,6 +58,7 @@ pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
+pub mod hier;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scan;

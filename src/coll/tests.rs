@@ -18,7 +18,7 @@ fn all_ranks() -> Vec<usize> {
 
 // ---------- ops ----------
 
-fn sum_op(l: &[u8], r: &[u8]) -> Vec<u8> {
+pub(super) fn sum_op(l: &[u8], r: &[u8]) -> Vec<u8> {
     l.chunks(4)
         .zip(r.chunks(4))
         .flat_map(|(a, b)| {
@@ -84,7 +84,7 @@ fn mix(mut x: u64) -> u64 {
 
 /// Deterministic bytes for (rank, salt); every 8-byte element has an odd low word (so affine
 /// maps stay invertible and order mistakes cannot hide behind zeros).
-fn gen(rank: usize, len: usize, salt: u64) -> Vec<u8> {
+pub(super) fn gen(rank: usize, len: usize, salt: u64) -> Vec<u8> {
     (0..len)
         .map(|i| {
             let v = mix((rank as u64) << 40 ^ (i as u64) << 8 ^ salt) as u8;

@@ -28,6 +28,7 @@
 mod call;
 mod flag;
 mod gpu;
+mod hier;
 mod internal;
 mod mid;
 mod schedule;
@@ -58,6 +59,9 @@ pub enum Path {
     /// Mid-size bcast/reduce/allreduce on MPI_COMM_WORLD through the shared-memory scratch
     /// areas (`engine::scratch`).
     Scratch,
+    /// Allreduce/bcast/reduce/allgather/alltoall on a communicator that spans nodes: inside
+    /// each node, between one leader per node, inside the node again (`coll::hier`).
+    Hier,
     /// A schedule over point-to-point (`coll::build`), run by the engine: every call.
     Schedule,
 }
@@ -69,6 +73,7 @@ pub const BLOCKING: &[Path] = &[
     Path::HostMemory,
     Path::Flag,
     Path::Scratch,
+    Path::Hier,
     Path::Schedule,
 ];
 
@@ -81,6 +86,7 @@ impl Path {
             Path::HostMemory => gpu::host_memory_eligible(spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
+            Path::Hier => hier::serves(spec).is_some(),
             Path::Schedule => true,
         }
     }
@@ -93,16 +99,22 @@ impl Path {
             Path::Nvlink | Path::HostMemory => gpu::run_native(spec, no),
             Path::Flag => flag::run_flag(spec, no),
             Path::Scratch => mid::run_mid(spec, no),
-            Path::Schedule => {
-                let k = spec.start(Some(no))?;
-                let st = crate::abi::runtime::wait_kind(k)?;
-                if st.error != 0 {
-                    return Err(MpiError::new(st.error, "collective failed"));
-                }
-                Ok(true)
-            }
+            Path::Hier => match hier::serves(spec) {
+                Some(nodes) => wait_schedule(spec.start_on(Some(no), Some(nodes))?),
+                None => Ok(false),
+            },
+            Path::Schedule => wait_schedule(spec.start(Some(no))?),
         }
     }
+}
+
+/// Completes a started blocking schedule.
+fn wait_schedule(k: ReqKind) -> MpiResult<bool> {
+    let st = crate::abi::runtime::wait_kind(k)?;
+    if st.error != 0 {
+        return Err(MpiError::new(st.error, "collective failed"));
+    }
+    Ok(true)
 }
 
 /// Run a blocking collective on the first path of [`BLOCKING`] that takes it.
@@ -128,7 +140,8 @@ pub(crate) unsafe fn run_numbered(spec: &CollSpec, no: CallNo) -> MpiResult<()> 
     Err(MpiError::intern("no collective path took the call"))
 }
 
-/// Start a nonblocking or persistent collective: its schedule, as a request's state machine.
+/// Start a nonblocking or persistent collective: its schedule (hierarchical where
+/// [`Path::Hier`] would take the blocking call), as a request's state machine.
 pub(crate) unsafe fn start(spec: &CollSpec) -> MpiResult<ReqKind> {
-    spec.start(None)
+    spec.start_on(None, hier::serves(spec))
 }

@@ -7,14 +7,26 @@ use super::call::CollSpec;
 use super::flag::check_start;
 use crate::abi::objects::COLL_CTX_BIT;
 use crate::abi::request::{Post, ReqKind, Status};
+use crate::coll::hier::{self, Nodes};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
 use crate::engine::collcheck::{CallNo, Path as CheckPath};
 use crate::mpi::error::{MpiError, MpiResult};
+use std::sync::Arc;
 
 impl CollSpec {
     /// Start the schedule of call number `no` of the communicator (`None`: the next one).
     pub(crate) unsafe fn start(&self, no: Option<CallNo>) -> MpiResult<ReqKind> {
+        self.start_on(no, None)
+    }
+
+    /// [`Self::start`] with the hierarchical schedule over `nodes` (`coll::hier`) instead of
+    /// the one `coll::build` selects, where `nodes` is given.
+    pub(crate) unsafe fn start_on(
+        &self,
+        no: Option<CallNo>,
+        nodes: Option<&Nodes>,
+    ) -> MpiResult<ReqKind> {
         // Device buffers are staged through host mirrors (gpu::stage): the send side's mirror
         // is held until completion, the receive side's is written back by the post step.
         // Host buffers (the common case) are used through `self` without cloning their sides.
@@ -67,7 +79,13 @@ impl CollSpec {
             in_place: self.in_place,
             commutative,
         };
-        let (algo, sched) = coll::build_shared(self.kind, &args)?;
+        let (algo, sched) = match nodes {
+            Some(nodes) => (
+                "hierarchical",
+                Arc::new(hier::build(self.kind, &args, nodes)?),
+            ),
+            None => coll::build_shared(self.kind, &args)?,
+        };
         tracing::debug!(
             coll = self.kind.name(),
             algo,

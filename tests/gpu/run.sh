@@ -128,7 +128,9 @@ done
 run "gpu_mem -n 4, P2P forced off (GPUMPI_CUDA_IPC=0: host-memory collectives, p2p through pipes)" GPUMPI_CUDA_IPC=0 \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mem"
 # Emulated nodes (scripts/emulate-nodes.sh: GPUMPI_NODE_ID per rank, loopback TCP between the
-# nodes): device data to off-node peers through host copies, collectives as schedules.
+# nodes): device data to off-node peers through host copies; at 4 ranks (2 per node) allreduce,
+# reduce, bcast, allgather and alltoall take the hierarchical schedules (device buffers staged
+# through host mirrors), the other collectives flat schedules.
 emu="$here/../../scripts/emulate-nodes.sh"
 for n in 2 4; do
     run "gpu_test -n $n over 2 emulated nodes (device data over the network transport)" \

@@ -1,0 +1,289 @@
+//! Every hierarchical collective on synthetic node maps (1 to 8 ranks per node, uneven,
+//! interleaved), executed by the simulator with synchronous sends and checked against a direct
+//! computation, with awkward counts, in place and every root.
+
+use super::*;
+use crate::coll::sim::{simulate, RankBufs};
+use crate::coll::tests::{gen, sum_op as sum};
+
+/// Node label of each rank: blocks, uneven blocks, round-robin, scattered.
+fn maps() -> Vec<Vec<usize>> {
+    let blocks = |sizes: &[usize]| -> Vec<usize> {
+        sizes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &k)| std::iter::repeat(i).take(k))
+            .collect()
+    };
+    vec![
+        blocks(&[2, 2]),
+        blocks(&[1, 1, 1]),
+        blocks(&[3, 3]),
+        blocks(&[1, 4]),
+        blocks(&[3, 1, 2]),
+        blocks(&[8, 8]),
+        blocks(&[1, 8, 2, 5]),
+        blocks(&[7, 1]),
+        (0..8).map(|r| r % 2).collect(),
+        (0..7).map(|r| r % 3).collect(),
+        vec![2, 0, 0, 1, 2, 2, 0, 1, 1, 0],
+        vec![5, 5, 9, 5, 9, 9, 9, 9, 9],
+    ]
+}
+
+/// Builds every rank's schedule (reduce takes in place at the root only) and runs them.
+fn run(
+    kind: CollKind,
+    labels: &[usize],
+    bytes: usize,
+    root: usize,
+    in_place: bool,
+    mut bufs: Vec<RankBufs>,
+) -> Vec<RankBufs> {
+    let n = labels.len();
+    let nodes = Nodes::new(labels);
+    let scheds: Vec<Schedule> = (0..n)
+        .map(|r| {
+            let a = CollArgs {
+                rank: r,
+                size: n,
+                root,
+                bytes,
+                send_blocks: &[],
+                recv_blocks: &[],
+                elem_size: if kind.is_reduction() { 4 } else { 1 },
+                // Reduce takes MPI_IN_PLACE at the root only.
+                in_place: in_place && (kind != CollKind::Reduce || r == root),
+                commutative: true,
+            };
+            build(kind, &a, &nodes).unwrap_or_else(|e| panic!("{kind:?} rank {r}: {e:?}"))
+        })
+        .collect();
+    simulate(&scheds, &mut bufs, 4, &sum);
+    bufs
+}
+
+const COUNTS: [usize; 4] = [0, 1, 3, 17];
+
+#[test]
+fn node_maps_number_nodes_by_lowest_rank() {
+    let n = Nodes::new(&[7, 3, 7, 1, 3]);
+    assert_eq!(n.of, [0, 1, 0, 2, 1]);
+    assert_eq!(n.ranks, [vec![0, 2], vec![1, 4], vec![3]]);
+    assert!(n.worth_it());
+    assert!(!Nodes::new(&[1, 2, 3]).worth_it());
+    assert!(!Nodes::new(&[1, 1, 1]).worth_it());
+}
+
+#[test]
+fn allreduce() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            let len = count * 4;
+            for in_place in [false, true] {
+                let inputs: Vec<Vec<u8>> = (0..n).map(|r| gen(r, len, 1)).collect();
+                let bufs = (0..n)
+                    .map(|r| match in_place {
+                        true => RankBufs {
+                            send: vec![],
+                            recv: inputs[r].clone(),
+                        },
+                        false => RankBufs {
+                            send: inputs[r].clone(),
+                            recv: vec![0xEE; len],
+                        },
+                    })
+                    .collect();
+                let want = inputs[1..]
+                    .iter()
+                    .fold(inputs[0].clone(), |a, x| sum(&a, x));
+                let out = run(CollKind::Allreduce, &labels, len, 0, in_place, bufs);
+                for (r, b) in out.iter().enumerate() {
+                    assert_eq!(
+                        b.recv, want,
+                        "{labels:?} count {count} in_place {in_place} rank {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bcast() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            for root in 0..n {
+                let data = gen(root, count, 2);
+                let bufs = (0..n)
+                    .map(|r| RankBufs {
+                        send: vec![],
+                        recv: if r == root {
+                            data.clone()
+                        } else {
+                            vec![0xEE; count]
+                        },
+                    })
+                    .collect();
+                let out = run(CollKind::Bcast, &labels, count, root, false, bufs);
+                for (r, b) in out.iter().enumerate() {
+                    assert_eq!(
+                        b.recv, data,
+                        "{labels:?} count {count} root {root} rank {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            let len = count * 4;
+            for root in 0..n {
+                for in_place in [false, true] {
+                    let inputs: Vec<Vec<u8>> = (0..n).map(|r| gen(r, len, 3)).collect();
+                    // A Recv that is not significant (off the root) is empty: never touched.
+                    let bufs = (0..n)
+                        .map(|r| match (r == root, in_place) {
+                            (true, true) => RankBufs {
+                                send: vec![],
+                                recv: inputs[r].clone(),
+                            },
+                            (true, false) => RankBufs {
+                                send: inputs[r].clone(),
+                                recv: vec![0xEE; len],
+                            },
+                            (false, _) => RankBufs {
+                                send: inputs[r].clone(),
+                                recv: vec![],
+                            },
+                        })
+                        .collect();
+                    let want = inputs[1..]
+                        .iter()
+                        .fold(inputs[0].clone(), |a, x| sum(&a, x));
+                    let out = run(CollKind::Reduce, &labels, len, root, in_place, bufs);
+                    assert_eq!(
+                        out[root].recv, want,
+                        "{labels:?} count {count} root {root} in_place {in_place}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn allgather() {
+    for labels in maps() {
+        let n = labels.len();
+        for bs in COUNTS {
+            for in_place in [false, true] {
+                let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, bs, 4)).collect();
+                let want: Vec<u8> = blocks.concat();
+                let bufs = (0..n)
+                    .map(|r| {
+                        let mut recv = vec![0xEE; n * bs];
+                        if in_place {
+                            recv[r * bs..(r + 1) * bs].copy_from_slice(&blocks[r]);
+                        }
+                        RankBufs {
+                            send: if in_place { vec![] } else { blocks[r].clone() },
+                            recv,
+                        }
+                    })
+                    .collect();
+                let out = run(CollKind::Allgather, &labels, bs, 0, in_place, bufs);
+                for (r, b) in out.iter().enumerate() {
+                    assert_eq!(
+                        b.recv, want,
+                        "{labels:?} bytes {bs} in_place {in_place} rank {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn alltoall() {
+    for labels in maps() {
+        let n = labels.len();
+        for bs in COUNTS {
+            for in_place in [false, true] {
+                // Block (s, d): what rank s sends to rank d.
+                let block = |s: usize, d: usize| gen(s * 64 + d, bs, 5);
+                let input = |s: usize| (0..n).flat_map(|d| block(s, d)).collect::<Vec<u8>>();
+                let bufs = (0..n)
+                    .map(|r| match in_place {
+                        true => RankBufs {
+                            send: vec![],
+                            recv: input(r),
+                        },
+                        false => RankBufs {
+                            send: input(r),
+                            recv: vec![0xEE; n * bs],
+                        },
+                    })
+                    .collect();
+                let out = run(CollKind::Alltoall, &labels, bs, 0, in_place, bufs);
+                for (d, b) in out.iter().enumerate() {
+                    let want: Vec<u8> = (0..n).flat_map(|s| block(s, d)).collect();
+                    assert_eq!(
+                        b.recv, want,
+                        "{labels:?} bytes {bs} in_place {in_place} rank {d}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Only leaders talk across nodes: every message between ranks of different nodes has a
+/// node's leader at both ends (for the unrooted collectives, the node's lowest rank).
+#[test]
+fn only_leaders_cross_nodes() {
+    for labels in maps() {
+        let n = labels.len();
+        let nodes = Nodes::new(&labels);
+        let leader = |r: usize| nodes.ranks[nodes.of[r]][0] == r;
+        for kind in [CollKind::Allreduce, CollKind::Allgather, CollKind::Alltoall] {
+            for r in 0..n {
+                let a = CollArgs {
+                    elem_size: if kind.is_reduction() { 4 } else { 1 },
+                    ..CollArgs::new(r, n, 64)
+                };
+                let s = build(kind, &a, &nodes).unwrap();
+                for st in &s.steps {
+                    if let Step::Send { peer, .. } | Step::Recv { peer, .. } = *st {
+                        if nodes.of[peer] != nodes.of[r] {
+                            assert!(
+                                leader(r) && leader(peer),
+                                "{kind:?} {labels:?}: rank {r} talks to {peer} across nodes"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn refuses_what_it_cannot_do() {
+    let nodes = Nodes::new(&[0, 0, 1, 1]);
+    let mut a = CollArgs::new(0, 4, 16);
+    a.elem_size = 4;
+    a.commutative = false;
+    assert!(build(CollKind::Allreduce, &a, &nodes).is_err());
+    a.commutative = true;
+    assert!(build(CollKind::Scan, &a, &nodes).is_err());
+    assert!(build(CollKind::Allreduce, &a, &Nodes::new(&[0, 1])).is_err());
+    assert!(supports(CollKind::Alltoall) && !supports(CollKind::Gather));
+}
