@@ -2,7 +2,7 @@
 //!
 //! The contract mirrors the semantics of NCCL's net plugins (`ncclNet_v8`/`v9`), so that TCP
 //! ([`tcp`]), ibverbs and external plugins are backends of one interface, chosen at run time by
-//! `GPUMPI_NET` ([`open`]):
+//! `GPUMPI_NET` ([`open`]; ibverbs is [`ib`]):
 //! - A backend lists **devices** (one per usable interface) with their [`Props`]: name, speed,
 //!   which memory it can send from ([`PtrSupport`]), how many receives may be grouped.
 //! - **Connection set-up** is one-way and nonblocking. The receiving side calls
@@ -33,6 +33,7 @@
 
 pub mod auth;
 pub mod frames;
+pub mod ib;
 pub mod ifname;
 pub mod tcp;
 
@@ -193,9 +194,10 @@ pub trait RecvComm: Send {
 }
 
 /// The backends in automatic-selection order: the first that opens and has a device wins.
-/// (ibverbs joins this list ahead of TCP.)
-const BACKENDS: &[(&str, OpenFn)] =
-    &[("tcp", |secret| Ok(Box::new(tcp::TcpNet::from_env(secret)?)))];
+const BACKENDS: &[(&str, OpenFn)] = &[
+    ("ib", |secret| Ok(Box::new(ib::IbNet::from_env(secret)?))),
+    ("tcp", |secret| Ok(Box::new(tcp::TcpNet::from_env(secret)?))),
+];
 
 /// Opens one backend with the job secret.
 type OpenFn = fn(&[u8]) -> NetResult<Box<dyn Net>>;
