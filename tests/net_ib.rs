@@ -65,7 +65,9 @@ fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
 
-fn pair2(a: &dyn Net, b: &dyn Net) -> Result<(Box<dyn SendComm>, Box<dyn RecvComm>), NetError> {
+type Pair = (Box<dyn SendComm>, Box<dyn RecvComm>);
+
+fn pair2(a: &dyn Net, b: &dyn Net) -> Result<Pair, NetError> {
     let (h, mut l) = b.listen(0)?;
     let mut c = a.connect(0, &h)?;
     let (mut s, mut r) = (None, None);

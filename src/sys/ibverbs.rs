@@ -387,44 +387,44 @@ impl Verbs {
             unsafe { libc::dlsym(h, n.as_ptr()) }
         };
         macro_rules! req {
-            ($name:literal) => {{
+            ($t:ty, $name:literal) => {{
                 let p = sym($name);
                 if p.is_null() {
                     return Err(format!("{path} lacks {}", $name));
                 }
                 // SAFETY: the symbol is the libibverbs function of this name, whose C
                 // signature the target type mirrors.
-                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+                unsafe { std::mem::transmute::<*mut c_void, $t>(p) }
             }};
         }
         macro_rules! opt {
-            ($name:literal) => {{
+            ($t:ty, $name:literal) => {{
                 let p = sym($name);
                 // SAFETY: as in `req!`; a null pointer maps to None.
-                (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, _>(p) })
+                (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, $t>(p) })
             }};
         }
         Ok(Verbs {
             path: path.to_string(),
-            get_device_list: req!("ibv_get_device_list"),
-            free_device_list: req!("ibv_free_device_list"),
-            get_device_name: req!("ibv_get_device_name"),
-            open_device: req!("ibv_open_device"),
-            close_device: req!("ibv_close_device"),
-            query_port: req!("ibv_query_port"),
-            query_gid: req!("ibv_query_gid"),
-            query_gid_ex: opt!("_ibv_query_gid_ex"),
-            alloc_pd: req!("ibv_alloc_pd"),
-            dealloc_pd: req!("ibv_dealloc_pd"),
-            reg_mr: req!("ibv_reg_mr"),
-            reg_mr_iova2: opt!("ibv_reg_mr_iova2"),
-            reg_dmabuf_mr: opt!("ibv_reg_dmabuf_mr"),
-            dereg_mr: req!("ibv_dereg_mr"),
-            create_cq: req!("ibv_create_cq"),
-            destroy_cq: req!("ibv_destroy_cq"),
-            create_qp: req!("ibv_create_qp"),
-            modify_qp: req!("ibv_modify_qp"),
-            destroy_qp: req!("ibv_destroy_qp"),
+            get_device_list: req!(GetDeviceListFn, "ibv_get_device_list"),
+            free_device_list: req!(FreeDeviceListFn, "ibv_free_device_list"),
+            get_device_name: req!(GetDeviceNameFn, "ibv_get_device_name"),
+            open_device: req!(OpenDeviceFn, "ibv_open_device"),
+            close_device: req!(CloseDeviceFn, "ibv_close_device"),
+            query_port: req!(QueryPortFn, "ibv_query_port"),
+            query_gid: req!(QueryGidFn, "ibv_query_gid"),
+            query_gid_ex: opt!(QueryGidExFn, "_ibv_query_gid_ex"),
+            alloc_pd: req!(AllocPdFn, "ibv_alloc_pd"),
+            dealloc_pd: req!(DeallocPdFn, "ibv_dealloc_pd"),
+            reg_mr: req!(RegMrFn, "ibv_reg_mr"),
+            reg_mr_iova2: opt!(RegMrIova2Fn, "ibv_reg_mr_iova2"),
+            reg_dmabuf_mr: opt!(RegDmabufMrFn, "ibv_reg_dmabuf_mr"),
+            dereg_mr: req!(DeregMrFn, "ibv_dereg_mr"),
+            create_cq: req!(CreateCqFn, "ibv_create_cq"),
+            destroy_cq: req!(DestroyCqFn, "ibv_destroy_cq"),
+            create_qp: req!(CreateQpFn, "ibv_create_qp"),
+            modify_qp: req!(ModifyQpFn, "ibv_modify_qp"),
+            destroy_qp: req!(DestroyQpFn, "ibv_destroy_qp"),
         })
     }
 
@@ -1104,7 +1104,7 @@ impl NicMem {
 
     /// Reads the u64 at byte `off` (8-aligned).
     pub fn load(&self, off: usize) -> u64 {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         // SAFETY: in bounds and aligned (checked); the NIC may write it concurrently, hence
         // the volatile read of a whole word.
@@ -1113,7 +1113,7 @@ impl NicMem {
 
     /// Writes the u64 at byte `off` (8-aligned).
     pub fn store(&self, off: usize, v: u64) {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: in bounds and aligned (checked).
         unsafe { std::ptr::write_volatile(self.ptr.add(off) as *mut u64, v) };
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
@@ -1139,7 +1139,7 @@ pub fn memlock_limit() -> (Option<u64>, Option<u64>) {
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
         return (None, None);
     }
-    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(u64::from(v));
     (f(r.rlim_cur), f(r.rlim_max))
 }
 

@@ -21,8 +21,10 @@
 //!   goes to the oldest posted group that still has an unmatched receive, to the receive of
 //!   that group with the same tag. A message larger than its receive is an error
 //!   (truncation), as is a tag that the group does not hold. Both calls return `Ok(None)` when
-//!   all request slots are busy (the caller tests older requests and retries): the data path
-//!   allocates nothing.
+//!   the request cannot be posted yet: all request slots are busy, or (a backend with
+//!   receiver-posted credits, as ibverbs and NCCL's net_ib) the receiver has not posted the
+//!   receive for this message yet. The caller tests older requests, lets its own receives
+//!   progress, and retries: the data path allocates nothing.
 //! - **test**: [`SendComm::test`] / [`RecvComm::test`] return `Ok(None)` while a request is in
 //!   flight, then its size(s) once; a send is complete when its buffer may be reused.
 //! - **Close** is `Drop` of a comm or listener. Errors ([`NetError`]) name the peer's address;
@@ -158,7 +160,8 @@ pub trait Connector: Send {
 pub trait SendComm: Send {
     fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr>;
     fn dereg_mr(&mut self, mr: Mr) -> NetResult<()>;
-    /// Posts one message; `Ok(None)` when every request slot is busy.
+    /// Posts one message; `Ok(None)` when it cannot be posted yet (every request slot busy, or
+    /// no receive posted by the peer for it on a credit-based backend): retry later.
     ///
     /// # Safety
     /// `data..data+size` must be readable, lie in `mr`, and stay unchanged until

@@ -250,6 +250,9 @@ fn keys(port: &Port, mr: Mr, ptr: usize, len: usize, op: &str) -> NetResult<(u32
 // ---------------------------------------------------------------------------------------------
 // Sender.
 
+/// One receive of a posted group as the FIFO announces it: address, rkey, capacity, tag.
+type Posted = (u64, u32, usize, i32);
+
 #[derive(Clone, Copy, Default)]
 struct SendSlot {
     busy: bool,
@@ -292,7 +295,7 @@ impl IbSend {
     }
 
     /// The entries of the next group if the receiver has posted it: (addr, rkey, cap, tag).
-    fn group(&self) -> Option<([(u64, u32, usize, i32); MAX_RECVS], usize)> {
+    fn group(&self) -> Option<([Posted; MAX_RECVS], usize)> {
         let slot = ((self.gseq - 1) % MAX_REQUESTS as u64) as usize;
         let f = &self.side.exposed;
         let base = slot * SLOT_BYTES;

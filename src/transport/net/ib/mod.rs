@@ -358,11 +358,6 @@ pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> Net
             let span = (addr + len.max(1)).next_multiple_of(page) - base;
             let fd = crate::sys::cuda::dmabuf_fd(base, span)
                 .map_err(|e| err(format!("ib: {}: dma-buf export: {e}", port.label())))?;
-            let access = if port.relaxed {
-                access
-            } else {
-                access & !ibv::ACCESS_RELAXED_ORDERING
-            };
             let r = MemRegion::register(
                 &port.pd,
                 addr as u64,
@@ -417,7 +412,7 @@ pub(crate) fn dereg(port: &Port, mr: Mr) -> NetResult<()> {
             drop(region);
             Ok(())
         }
-        Err(()) => Err(err(format!(
+        Err(regcache::UnknownKey) => Err(err(format!(
             "ib: {}: dereg_mr of an unknown region {}",
             port.label(),
             mr.0
@@ -943,19 +938,22 @@ impl IbListen {
                         return Ok(Step::Drop);
                     }
                     let theirs = PeerInfo::decode(body);
-                    let side = comm::Side::new(&self.port, self.cfg.qps, comm::Role::Recv)?;
-                    let mut mine = my_info(&self.port, &self.cfg, &side);
                     let mut a = vec![0u8; HELLO];
                     a[0..4].copy_from_slice(HANDLE_MAGIC);
                     a[4..6].copy_from_slice(&VERSION.to_le_bytes());
-                    match check_settings(&mine, &theirs, &p.peer).and_then(|mtu| {
-                        connect_qps(&self.port, &side.qps, &theirs, mtu)?;
-                        Ok(mtu)
-                    }) {
-                        Ok(mtu) => {
+                    // Any failure from here on is answered to the peer, so that both ends
+                    // report it.
+                    let set_up = comm::Side::new(&self.port, self.cfg.qps, comm::Role::Recv)
+                        .and_then(|side| {
+                            let mine = my_info(&self.port, &self.cfg, &side);
+                            let mtu = check_settings(&mine, &theirs, &p.peer)?;
+                            connect_qps(&self.port, &side.qps, &theirs, mtu)?;
+                            Ok((side, mine, mtu))
+                        });
+                    match set_up {
+                        Ok((mut side, mut mine, mtu)) => {
                             mine.path_mtu = mtu as u8;
                             mine.encode(&mut a[BODY..BODY + BODY_LEN]);
-                            let mut side = side;
                             side.set_remote(theirs.buf_addr, theirs.buf_rkey);
                             p.side = Some(side);
                         }
@@ -1046,15 +1044,11 @@ impl Listener for IbListen {
                 }
                 Ok(Step::Wait) | Ok(Step::Drop) => {}
                 Ok(Step::Done(c)) => return Ok(Some(c)),
-                // An authenticated peer whose settings do not match: the job cannot go on.
-                Err(e) if p.refusal.is_none() && p.state == LState::WriteAnswer => return Err(e),
-                Err(e)
-                    if e.msg.contains("settings")
-                        || e.msg.contains("MTU")
-                        || e.msg.contains("link layers") =>
-                {
-                    return Err(e)
-                }
+                // An authenticated peer this end refused (settings, MTU, resources): the
+                // refusal was sent; the job cannot go on.
+                Err(e) if p.state == LState::WriteAnswer => return Err(e),
+                // A connection that broke before authenticating, or a peer that went away:
+                // closed alone, the listener goes on.
                 Err(_) => {}
             }
         }
@@ -1088,7 +1082,7 @@ mod tests {
             gid: [3; 16],
             qpns,
             psn: 77,
-            buf_addr: 0xdead_beef_000,
+            buf_addr: 0x0dea_dbee_f000,
             buf_rkey: 0x1234,
             path_mtu: 4,
             label: "mlx5_0:1@node-a".into(),

@@ -43,6 +43,10 @@ pub struct RegCache<M> {
 /// What a registration returned: the key the caller deregisters with.
 pub type RegKey = u64;
 
+/// A key that names no registration held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownKey;
+
 impl<M> RegCache<M> {
     pub fn new(cap_unused: usize) -> Self {
         RegCache {
@@ -116,12 +120,12 @@ impl<M> RegCache<M> {
 
     /// Drops one reference of `key`; returns the region when it must be deregistered now
     /// (host memory, or a stale entry), `Err` for an unknown key.
-    pub fn release(&mut self, key: RegKey) -> Result<Option<M>, ()> {
+    pub fn release(&mut self, key: RegKey) -> Result<Option<M>, UnknownKey> {
         let i = self
             .entries
             .iter()
             .position(|e| e.key == key && e.refs > 0)
-            .ok_or(())?;
+            .ok_or(UnknownKey)?;
         let e = &mut self.entries[i];
         e.refs -= 1;
         if e.refs == 0 && (e.id == 0 || e.stale) {
@@ -207,7 +211,7 @@ mod tests {
             "stale entries never hit"
         );
         assert_eq!(c.release(k1), Ok(Some("in-use")));
-        assert_eq!(c.release(k1), Err(()));
+        assert_eq!(c.release(k1), Err(UnknownKey));
     }
 
     #[test]
@@ -218,7 +222,7 @@ mod tests {
         assert_eq!(c.release(k), Ok(None));
         assert_eq!(c.release(k), Ok(Some("h")));
         assert_eq!(c.lookup(0x5000, 64, 0).0, None);
-        assert_eq!(c.release(99), Err(()));
+        assert_eq!(c.release(99), Err(UnknownKey));
     }
 
     #[test]
