@@ -768,3 +768,55 @@ fn missing_lib_child() {
     let e = IbNet::new(cfg("", 1), SECRET).err().unwrap();
     println!("ERROR: {e}");
 }
+
+#[path = "support/skip.rs"]
+mod skip;
+
+/// On the GPU machine: device memory registered through the dma-buf path (a real dma-buf
+/// descriptor from `cuMemGetHandleForAddressRange`, handed to the double's `ibv_reg_dmabuf_mr`,
+/// which checks that it is an open descriptor), and a buffer freed and reallocated at the same
+/// address registered anew (never the stale cache entry). The double cannot move device
+/// memory between processes, so no data moves here.
+#[test]
+fn gpu_dmabuf_registration_through_the_double() {
+    use mpi_abi::sys::cuda;
+    const T: &str = "net_ib::gpu_dmabuf_registration_through_the_double";
+    let n = match cuda::load() {
+        Ok((_, n)) => n,
+        Err(e) => return skip::gpu_skip(T, &format!("no CUDA: {e}")),
+    };
+    if n < 1 {
+        return skip::gpu_skip(T, "no CUDA device");
+    }
+    if !cuda::dmabuf_supported() {
+        return skip::gpu_skip(T, "device 0 does not export dma-bufs");
+    }
+    setup();
+    let ctx = cuda::primary_context(0).unwrap();
+    let mut c = cfg("=fib0", 1);
+    c.gdr = "dmabuf".into();
+    let net = IbNet::new(c, SECRET).unwrap();
+    assert!(net.devices()[0].ptr_support.dmabuf && net.devices()[0].ptr_support.cuda);
+    let (mut s, _r) = pair(&net);
+    let len = 4 << 20;
+    let (first, again, second) = cuda::with_context(ctx, || {
+        let p = cuda::mem_alloc(len)?;
+        let m1 = s.reg_mr(p as *const u8, len, MemKind::Cuda).unwrap();
+        let m1b = s.reg_mr((p + 4096) as *const u8, 100, MemKind::Cuda).unwrap();
+        s.dereg_mr(m1).unwrap();
+        s.dereg_mr(m1b).unwrap();
+        // SAFETY: p came from mem_alloc and is no longer registered (the cached region is
+        // evicted at the next lookup of a new buffer over its range).
+        unsafe { cuda::mem_free(p) };
+        let q = cuda::mem_alloc(len)?;
+        let m2 = s.reg_mr(q as *const u8, len, MemKind::Cuda).unwrap();
+        println!("first buffer {p:#x}, second {q:#x}");
+        s.dereg_mr(m2).unwrap();
+        // SAFETY: as above.
+        unsafe { cuda::mem_free(q) };
+        Ok((m1, m1b, m2))
+    })
+    .unwrap();
+    assert_eq!(first, again, "a range inside a registered buffer hits its region");
+    assert_ne!(first, second, "a reallocated buffer must not hit the stale registration");
+}
