@@ -802,7 +802,9 @@ fn gpu_dmabuf_registration_through_the_double() {
     let (first, again, second) = cuda::with_context(ctx, || {
         let p = cuda::mem_alloc(len)?;
         let m1 = s.reg_mr(p as *const u8, len, MemKind::Cuda).unwrap();
-        let m1b = s.reg_mr((p + 4096) as *const u8, 100, MemKind::Cuda).unwrap();
+        let m1b = s
+            .reg_mr((p + 4096) as *const u8, 100, MemKind::Cuda)
+            .unwrap();
         s.dereg_mr(m1).unwrap();
         s.dereg_mr(m1b).unwrap();
         // SAFETY: p came from mem_alloc and is no longer registered (the cached region is
@@ -817,6 +819,12 @@ fn gpu_dmabuf_registration_through_the_double() {
         Ok((m1, m1b, m2))
     })
     .unwrap();
-    assert_eq!(first, again, "a range inside a registered buffer hits its region");
-    assert_ne!(first, second, "a reallocated buffer must not hit the stale registration");
+    assert_eq!(
+        first, again,
+        "a range inside a registered buffer hits its region"
+    );
+    assert_ne!(
+        first, second,
+        "a reallocated buffer must not hit the stale registration"
+    );
 }

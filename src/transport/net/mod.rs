@@ -55,6 +55,48 @@ impl fmt::Debug for Handle {
     }
 }
 
+/// Writes a socket address into a handle the way the socket-based set-up of every backend
+/// does: byte 6 the family (4 or 6), bytes 10..12 the port, 12..28 the address, 28..32 the IPv6
+/// scope id.
+pub(crate) fn put_addr(h: &mut [u8; HANDLE_BYTES], addr: std::net::SocketAddr) {
+    use std::net::SocketAddr;
+    h[10..12].copy_from_slice(&addr.port().to_le_bytes());
+    match addr {
+        SocketAddr::V4(a) => {
+            h[6] = 4;
+            h[12..16].copy_from_slice(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            h[6] = 6;
+            h[12..28].copy_from_slice(&a.ip().octets());
+            h[28..32].copy_from_slice(&a.scope_id().to_le_bytes());
+        }
+    }
+}
+
+/// The socket address [`put_addr`] wrote; `Err(family)` for an unknown family byte.
+pub(crate) fn get_addr(h: &[u8; HANDLE_BYTES]) -> Result<std::net::SocketAddr, u8> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+    let port = u16::from_le_bytes([h[10], h[11]]);
+    match h[6] {
+        4 => Ok(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
+            port,
+        )),
+        6 => {
+            let ip: [u8; 16] = h[12..28].try_into().unwrap();
+            let scope = u32::from_le_bytes(h[28..32].try_into().unwrap());
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(ip),
+                port,
+                0,
+                scope,
+            )))
+        }
+        f => Err(f),
+    }
+}
+
 /// Which memory a device can send from and receive into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PtrSupport {

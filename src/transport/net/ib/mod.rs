@@ -35,7 +35,7 @@ use crate::sys::socket as sock;
 use regcache::RegCache;
 use select::{GdrFacts, GdrPath, GidInfo, HcaSpec};
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -440,18 +440,7 @@ impl HandleData {
         let mut h = [0u8; HANDLE_BYTES];
         h[0..4].copy_from_slice(HANDLE_MAGIC);
         h[4..6].copy_from_slice(&VERSION.to_le_bytes());
-        h[10..12].copy_from_slice(&self.addr.port().to_le_bytes());
-        match self.addr {
-            SocketAddr::V4(a) => {
-                h[6] = 4;
-                h[12..16].copy_from_slice(&a.ip().octets());
-            }
-            SocketAddr::V6(a) => {
-                h[6] = 6;
-                h[12..28].copy_from_slice(&a.ip().octets());
-                h[28..32].copy_from_slice(&a.scope_id().to_le_bytes());
-            }
-        }
+        super::put_addr(&mut h, self.addr);
         h[32..48].copy_from_slice(&self.token);
         Handle(h)
     }
@@ -470,16 +459,9 @@ impl HandleData {
                 "ib: connection handle of wire version {v}, this gpumpi speaks {VERSION}"
             )));
         }
-        let port = u16::from_le_bytes([h[10], h[11]]);
-        let addr = match h[6] {
-            4 => SocketAddr::new(IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])), port),
-            6 => {
-                let ip: [u8; 16] = h[12..28].try_into().unwrap();
-                let scope = u32::from_le_bytes(h[28..32].try_into().unwrap());
-                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope))
-            }
-            f => return Err(err(format!("ib: connection handle with bad family {f}"))),
-        };
+        let addr = super::get_addr(h)
+            .map_err(|f| err(format!("ib: connection handle with bad family {f}")))?;
+        let port = addr.port();
         if port == 0 {
             return Err(err("ib: corrupt connection handle (port 0)"));
         }
