@@ -277,6 +277,48 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_IBVERBS_LIB",
+        default: "",
+        doc: "Path of the libibverbs the ibverbs network backend (`GPUMPI_NET=ib`) loads with `dlopen`. Unset: `libibverbs.so.1` from the loader's search path. Where it cannot be loaded the backend is unavailable (automatic selection goes on to TCP; `GPUMPI_NET=ib` is an error naming the library). The tests point it at the test double `tests/support/fake_ibverbs.c`.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_IB_GDR",
+        default: "auto",
+        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_IB_GID_INDEX",
+        default: "auto",
+        doc: "GID index of the ibverbs backend's port (as `NCCL_IB_GID_INDEX`). `auto`: on InfiniBand index 0; on RoCE the first RoCE v2 GID with an IPv4-mapped address, else the first RoCE v2 GID with a global IPv6 address, else the first RoCE v2 GID, else index 0. A number outside the port's GID table, or one whose GID is empty, is an error naming the port and its table size.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_IB_HCA",
+        default: "",
+        doc: "Which RDMA devices and ports the ibverbs backend uses (one rail each), in `NCCL_IB_HCA`'s syntax: `mlx5_0,mlx5_1:1` (prefixes, optionally a port), `=mlx5_0` (exact names), `^mlx5_2` (all but these). Unset: every device, every active port. A value that selects nothing is an error listing the devices.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_IB_MTU",
+        default: "",
+        doc: "Path MTU of the ibverbs backend's queue pairs: 256, 512, 1024, 2048 or 4096. Unset: the smaller of the two ports' active MTUs. Set: that MTU on every connection; a port whose active MTU is lower, or a peer set to another value, fails the connection with an error naming both.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_IB_QPS_PER_CONN",
+        default: "2",
+        doc: "Reliable-connected queue pairs per ibverbs connection (as `NCCL_IB_QPS_PER_CONNECTION`), 1..=8: messages of more than 128 KiB are striped across them. Both ends of a connection must agree: a different value at the peer fails the connection with an error naming both.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_IB_RELAXED_ORDERING",
+        default: "auto",
+        doc: "Register memory with `IBV_ACCESS_RELAXED_ORDERING` (through `ibv_reg_mr_iova2`; as `NCCL_IB_PCI_RELAXED_ORDERING`): `auto` where libibverbs has `ibv_reg_mr_iova2`, `1` demands it (an error where the library lacks it), `0` never. Relaxed ordering lets the PCIe fabric reorder the NIC's writes, which GPUDirect RDMA needs for full speed in virtual machines.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_JOB_ID",
         default: "",
         doc: "Set by mpirun: job id, unique per job, made of `[A-Za-z0-9-]`; shared-memory segments are `/dev/shm/gpumpi-<job_id>-*` and mpirun removes them at exit.",
@@ -309,7 +351,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET",
         default: "",
-        doc: "Network backend for traffic between nodes: `tcp` (the only one so far). Unset or `auto`: the first backend that opens with at least one device, in the order of `transport::net` (ibverbs will precede TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); every rank connects to every rank on another node at `MPI_Init` (docs/MULTINODE.md).",
+        doc: "Network backend for traffic between nodes: `ib` (ibverbs: InfiniBand and RoCE, `transport::net::ib`) or `tcp`. Unset or `auto`: the first backend that opens with at least one device, in that order (so a machine without libibverbs or without an active RDMA port uses TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); every rank connects to every rank on another node at `MPI_Init` (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {

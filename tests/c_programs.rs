@@ -35,6 +35,8 @@
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
 //!   saying so; nothing is skipped silently.
 
+#[path = "support/fake_ib.rs"]
+mod fake_ib;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -154,6 +156,9 @@ struct RunSpec {
     /// `netns` (with `nodes=K`): each emulated node is a network namespace of its own
     /// (`scripts/netns-nodes.sh`), talking over 198.18.0.x.
     netns: bool,
+    /// `ib` (with `nodes=K`): the nodes talk through the ibverbs backend (`GPUMPI_NET=ib`) over
+    /// the libibverbs test double (`tests/support/fake_ibverbs.c`, a fabric file per run).
+    ib: bool,
     args: Vec<String>,
 }
 
@@ -219,6 +224,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
                 spec.singleton = true;
             } else if t == "netns" {
                 spec.netns = true;
+            } else if t == "ib" {
+                spec.ib = true;
             } else if t == "expect=fail" {
                 spec.expect_fail = true;
             } else if let Some(s) = t.strip_prefix("exit=") {
@@ -254,6 +261,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
         assert!(
             !spec.netns || spec.hosts.iter().all(|h| netns_hosts(h).is_some()),
             "testlist:{}: netns hosts are localhost (node 0) and n<i> (node i)",
+            lineno + 1
+        );
+        assert!(
+            !spec.ib || spec.nodes.is_some(),
+            "testlist:{}: ib needs nodes=K",
             lineno + 1
         );
         assert!(
@@ -529,7 +541,17 @@ fn run_program(prog: &str) {
             other => other.map(Result::unwrap),
         };
         for &n in &spec.nranks {
+            let fabric = spec
+                .ib
+                .then(|| fake_ib::Fabric::new(&format!("c-{prog}-{k}-{n}")));
             let mut cmd = Command::new(&mpirun);
+            if let Some(f) = &fabric {
+                let lib = fake_ib::lib()
+                    .unwrap_or_else(|e| panic!("building the libibverbs test double: {e}"));
+                cmd.env("GPUMPI_NET", "ib")
+                    .env("GPUMPI_IBVERBS_LIB", lib)
+                    .env("FAKEIBV_FABRIC", &f.path);
+            }
             cmd.args([
                 "--oversubscribe",
                 "-n",
@@ -548,9 +570,11 @@ fn run_program(prog: &str) {
                 .args(&spec.args)
                 .envs(spec.env.iter().cloned())
                 .current_dir(build_dir());
-            let nodes = spec.nodes.map(|k| match netns {
-                Some(_) => format!(" ({k} namespace nodes)"),
-                None => format!(" ({k} emulated nodes)"),
+            let nodes = spec.nodes.map(|k| match (&netns, spec.ib) {
+                (Some(_), false) => format!(" ({k} namespace nodes)"),
+                (None, false) => format!(" ({k} emulated nodes)"),
+                (Some(_), true) => format!(" ({k} namespace nodes, ibverbs test double)"),
+                (None, true) => format!(" ({k} emulated nodes, ibverbs test double)"),
             });
             let what = format!(
                 "mpirun -n {n} {prog} {}{}",
@@ -559,6 +583,7 @@ fn run_program(prog: &str) {
             );
             let o = run_cmd(cmd, &format!("{prog}.{k}.n{n}"), limit);
             failures.extend(judge(prog, &what, spec, &o));
+            drop(fabric);
         }
         for (h, hosts) in spec.hosts.iter().enumerate() {
             let mut cmd;

@@ -1030,3 +1030,51 @@ mod tests {
         assert!(per < 20e-6, "driver_in_process takes {:.1} us", per * 1e6);
     }
 }
+
+/// Whether device memory can be exported as a dma-buf: the process already uses CUDA
+/// ([`driver_in_process`]: this never initializes CUDA on its own), the driver loads, and
+/// device 0 reports `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`.
+pub fn dmabuf_supported() -> bool {
+    if !driver_in_process() || load().map(|(_, n)| n).unwrap_or(0) < 1 {
+        return false;
+    }
+    let r = std::panic::catch_unwind(|| {
+        let mut dev = 0;
+        let mut v = 0;
+        // SAFETY: out-pointers to locals; device 0 exists (count checked above).
+        unsafe {
+            cu::cuDeviceGet(&mut dev, 0) == cu::CUresult::CUDA_SUCCESS
+                && cu::cuDeviceGetAttribute(
+                    &mut v,
+                    cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+                    dev,
+                ) == cu::CUresult::CUDA_SUCCESS
+                && v != 0
+        }
+    });
+    r.unwrap_or(false)
+}
+
+/// A dma-buf descriptor for the device memory `base..base+len` (both page-aligned, inside one
+/// allocation), from `cuMemGetHandleForAddressRange`. The caller owns (and closes) it.
+pub fn dmabuf_fd(base: usize, len: usize) -> CuResult<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut fd: std::ffi::c_int = -1;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the driver writes one int for the dma-buf handle type; it fails cleanly for
+        // a range that is not device memory.
+        unsafe {
+            cu::cuMemGetHandleForAddressRange(
+                &mut fd as *mut std::ffi::c_int as *mut c_void,
+                base as cu::CUdeviceptr,
+                len,
+                cu::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        }
+    }))
+    .map_err(|_| fail("cuMemGetHandleForAddressRange", "not in this libcuda"))?;
+    check("cuMemGetHandleForAddressRange", r)?;
+    // SAFETY: the driver returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}

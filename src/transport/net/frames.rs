@@ -116,8 +116,9 @@ impl NetFrames {
         let hello = (me as u64).to_le_bytes();
         // Accepted comms whose hello has not arrived: comm, its buffer, the request.
         let mut greeting: Vec<(Box<dyn RecvComm>, Box<[u8; 8]>, Mr, Request)> = Vec::new();
-        // Connected comms whose hello is in flight.
-        let mut saying: Vec<(usize, Box<dyn SendComm>, Mr, Request)> = Vec::new();
+        // Connected comms whose hello is in flight (`None`: not posted yet, the backend had no
+        // request slot or no receive posted by the peer yet).
+        let mut saying: Vec<(usize, Box<dyn SendComm>, Mr, Option<Request>)> = Vec::new();
         let (mut sent, mut heard) = (0, 0);
         let end = Instant::now() + timeout;
         while sent < remote.len() || heard < remote.len() {
@@ -128,10 +129,7 @@ impl NetFrames {
                     Some(mut c) => {
                         let p = conns.swap_remove(i).0;
                         let mr = c.reg_mr(hello.as_ptr(), hello.len(), MemKind::Host)?;
-                        // SAFETY: `hello` lives until set-up ends, after every hello completed.
-                        let q = unsafe { c.isend(hello.as_ptr(), hello.len(), TAG_HELLO, mr) }?
-                            .ok_or_else(|| NetError::new("net: no request slot for the hello"))?;
-                        saying.push((p, c, mr, q));
+                        saying.push((p, c, mr, None));
                         moved = true;
                     }
                     None => i += 1,
@@ -139,7 +137,15 @@ impl NetFrames {
             }
             let mut i = 0;
             while i < saying.len() {
-                let q = saying[i].3;
+                let Some(q) = saying[i].3 else {
+                    let mr = saying[i].2;
+                    let c = &mut saying[i].1;
+                    // SAFETY: `hello` lives until set-up ends, after every hello completed.
+                    saying[i].3 = unsafe { c.isend(hello.as_ptr(), hello.len(), TAG_HELLO, mr) }?;
+                    moved |= saying[i].3.is_some();
+                    i += 1;
+                    continue;
+                };
                 match saying[i].1.test(q)? {
                     Some(_) => {
                         let (p, mut c, mr, _) = saying.swap_remove(i);
@@ -402,6 +408,7 @@ impl NetFrames {
         let me = self.me;
         let peers = self.remote.clone();
         let mut said = Vec::new();
+        let mut sink = |_: usize, _: &Header, _: &[u8]| {};
         for &p in &peers {
             let t = self.tx[p]
                 .as_mut()
@@ -415,19 +422,29 @@ impl NetFrames {
                 }
                 std::thread::yield_now();
             }
-            // SAFETY: an empty message reads nothing.
             loop {
+                let t = self.tx[p]
+                    .as_mut()
+                    .expect("net: off-node peer without a send comm");
+                // SAFETY: an empty message reads nothing.
                 if let Some(q) = unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) }? {
                     said.push((p, q, false));
                     break;
                 }
                 t.reap()?;
+                // A backend with receiver-posted credits (ibverbs) takes the goodbye once the
+                // peer has a receive posted for it: keep this rank's receives moving meanwhile.
+                self.poll(&mut sink);
+                if Instant::now() > end {
+                    return Err(NetError::new(format!(
+                        "net: rank {me}: goodbye to rank {p} not posted within {limit:?}"
+                    )));
+                }
             }
         }
         // A peer closes only after our goodbye and its own were sent; the backend may report
         // its close before its goodbye (the receives posted behind it see the end).
         self.closing = true;
-        let mut sink = |_: usize, _: &Header, _: &[u8]| {};
         loop {
             self.poll(&mut sink);
             let mut done = true;

@@ -2,7 +2,7 @@
 //!
 //! The contract mirrors the semantics of NCCL's net plugins (`ncclNet_v8`/`v9`), so that TCP
 //! ([`tcp`]), ibverbs and external plugins are backends of one interface, chosen at run time by
-//! `GPUMPI_NET` ([`open`]):
+//! `GPUMPI_NET` ([`open`]; ibverbs is [`ib`]):
 //! - A backend lists **devices** (one per usable interface) with their [`Props`]: name, speed,
 //!   which memory it can send from ([`PtrSupport`]), how many receives may be grouped.
 //! - **Connection set-up** is one-way and nonblocking. The receiving side calls
@@ -21,8 +21,10 @@
 //!   goes to the oldest posted group that still has an unmatched receive, to the receive of
 //!   that group with the same tag. A message larger than its receive is an error
 //!   (truncation), as is a tag that the group does not hold. Both calls return `Ok(None)` when
-//!   all request slots are busy (the caller tests older requests and retries): the data path
-//!   allocates nothing.
+//!   the request cannot be posted yet: all request slots are busy, or (a backend with
+//!   receiver-posted credits, as ibverbs and NCCL's net_ib) the receiver has not posted the
+//!   receive for this message yet. The caller tests older requests, lets its own receives
+//!   progress, and retries: the data path allocates nothing.
 //! - **test**: [`SendComm::test`] / [`RecvComm::test`] return `Ok(None)` while a request is in
 //!   flight, then its size(s) once; a send is complete when its buffer may be reused.
 //! - **Close** is `Drop` of a comm or listener. Errors ([`NetError`]) name the peer's address;
@@ -33,6 +35,7 @@
 
 pub mod auth;
 pub mod frames;
+pub mod ib;
 pub mod ifname;
 pub mod tcp;
 
@@ -49,6 +52,48 @@ impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The handle carries an authentication token: never print it whole.
         write!(f, "Handle({:02x?}..)", &self.0[..8])
+    }
+}
+
+/// Writes a socket address into a handle the way the socket-based set-up of every backend
+/// does: byte 6 the family (4 or 6), bytes 10..12 the port, 12..28 the address, 28..32 the IPv6
+/// scope id.
+pub(crate) fn put_addr(h: &mut [u8; HANDLE_BYTES], addr: std::net::SocketAddr) {
+    use std::net::SocketAddr;
+    h[10..12].copy_from_slice(&addr.port().to_le_bytes());
+    match addr {
+        SocketAddr::V4(a) => {
+            h[6] = 4;
+            h[12..16].copy_from_slice(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            h[6] = 6;
+            h[12..28].copy_from_slice(&a.ip().octets());
+            h[28..32].copy_from_slice(&a.scope_id().to_le_bytes());
+        }
+    }
+}
+
+/// The socket address [`put_addr`] wrote; `Err(family)` for an unknown family byte.
+pub(crate) fn get_addr(h: &[u8; HANDLE_BYTES]) -> Result<std::net::SocketAddr, u8> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+    let port = u16::from_le_bytes([h[10], h[11]]);
+    match h[6] {
+        4 => Ok(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
+            port,
+        )),
+        6 => {
+            let ip: [u8; 16] = h[12..28].try_into().unwrap();
+            let scope = u32::from_le_bytes(h[28..32].try_into().unwrap());
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(ip),
+                port,
+                0,
+                scope,
+            )))
+        }
+        f => Err(f),
     }
 }
 
@@ -157,7 +202,8 @@ pub trait Connector: Send {
 pub trait SendComm: Send {
     fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr>;
     fn dereg_mr(&mut self, mr: Mr) -> NetResult<()>;
-    /// Posts one message; `Ok(None)` when every request slot is busy.
+    /// Posts one message; `Ok(None)` when it cannot be posted yet (every request slot busy, or
+    /// no receive posted by the peer for it on a credit-based backend): retry later.
     ///
     /// # Safety
     /// `data..data+size` must be readable, lie in `mr`, and stay unchanged until
@@ -193,9 +239,10 @@ pub trait RecvComm: Send {
 }
 
 /// The backends in automatic-selection order: the first that opens and has a device wins.
-/// (ibverbs joins this list ahead of TCP.)
-const BACKENDS: &[(&str, OpenFn)] =
-    &[("tcp", |secret| Ok(Box::new(tcp::TcpNet::from_env(secret)?)))];
+const BACKENDS: &[(&str, OpenFn)] = &[
+    ("ib", |secret| Ok(Box::new(ib::IbNet::from_env(secret)?))),
+    ("tcp", |secret| Ok(Box::new(tcp::TcpNet::from_env(secret)?))),
+];
 
 /// Opens one backend with the job secret.
 type OpenFn = fn(&[u8]) -> NetResult<Box<dyn Net>>;

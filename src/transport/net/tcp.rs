@@ -35,7 +35,7 @@ use super::{
 use crate::sys::socket::{self as sock, EventFd, IfAddr, PollFd, POLLIN, POLLOUT};
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -209,18 +209,7 @@ impl HandleData {
         h[4..6].copy_from_slice(&VERSION.to_le_bytes());
         h[7] = self.threads;
         h[8] = self.socks_per_thread;
-        h[10..12].copy_from_slice(&self.addr.port().to_le_bytes());
-        match self.addr {
-            SocketAddr::V4(a) => {
-                h[6] = 4;
-                h[12..16].copy_from_slice(&a.ip().octets());
-            }
-            SocketAddr::V6(a) => {
-                h[6] = 6;
-                h[12..28].copy_from_slice(&a.ip().octets());
-                h[28..32].copy_from_slice(&a.scope_id().to_le_bytes());
-            }
-        }
+        super::put_addr(&mut h, self.addr);
         h[32..48].copy_from_slice(&self.token);
         Handle(h)
     }
@@ -237,20 +226,12 @@ impl HandleData {
                  (different gpumpi versions on the two nodes?)"
             )));
         }
-        let port = u16::from_le_bytes([h[10], h[11]]);
-        let addr = match h[6] {
-            4 => SocketAddr::new(IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])), port),
-            6 => {
-                let ip: [u8; 16] = h[12..28].try_into().unwrap();
-                let scope = u32::from_le_bytes(h[28..32].try_into().unwrap());
-                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope))
-            }
-            f => {
-                return Err(err(format!(
-                    "tcp: connection handle with bad address family {f}"
-                )))
-            }
-        };
+        let addr = super::get_addr(h).map_err(|f| {
+            err(format!(
+                "tcp: connection handle with bad address family {f}"
+            ))
+        })?;
+        let port = addr.port();
         let (threads, socks) = (h[7], h[8]);
         let n = threads as usize * socks as usize;
         if threads == 0 || socks == 0 || n > MAX_SOCKS || port == 0 {

@@ -1,0 +1,830 @@
+//! The ibverbs network backend over the libibverbs test double (`tests/support/fake_ibverbs.c`,
+//! built here with cc and loaded through `GPUMPI_IBVERBS_LIB`): both ends of each connection
+//! live in this process (set-up over loopback TCP, data by the double's RDMA writes). Sizes
+//! 0 B..64 MiB, many messages in flight, striping over 1..8 queue pairs, grouped receives, RoCE
+//! GID choice, and the errors: truncation, a tag the group lacks, a peer closing, bad handles,
+//! a wrong secret, mismatched settings and MTUs. Faults of the double (queue pair to error,
+//! remote access error, CQ overrun, port down, no device, RLIMIT_MEMLOCK) run in child
+//! processes of this binary (the double reads its fault once per process), each ending with a
+//! clear error, no hang, and its fabric file removed.
+
+#[path = "support/fake_ib.rs"]
+mod fake_ib;
+
+use mpi_abi::transport::net::ib::{IbConfig, IbNet};
+use mpi_abi::transport::net::ifname::Family;
+use mpi_abi::transport::net::{
+    Handle, MemKind, Net, NetError, RecvBuf, RecvComm, Request, SendComm, HANDLE_BYTES,
+};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const SECRET: &[u8] = b"net-ib-test-secret";
+const DEVICES: &str = "fib0,fib1:mtu=1024,roce0:link=eth,down0:state=down";
+
+/// Points this process at the double (once, before the first use of libibverbs).
+fn setup() -> &'static fake_ib::Fabric {
+    static F: OnceLock<fake_ib::Fabric> = OnceLock::new();
+    F.get_or_init(|| {
+        let lib = fake_ib::lib().expect("building the libibverbs test double");
+        let f = fake_ib::Fabric::new("net_ib");
+        if std::env::var_os("NET_IB_CHILD").is_none() {
+            std::env::set_var("GPUMPI_IBVERBS_LIB", &lib);
+            std::env::set_var("FAKEIBV_FABRIC", &f.path);
+            std::env::set_var("FAKEIBV_DEVICES", DEVICES);
+            // Map the fabric, then remove its name: every user is in this process, and a
+            // static is never dropped.
+            IbNet::new(cfg("=fib0", 1), SECRET).unwrap();
+            std::fs::remove_file(&f.path).unwrap();
+        }
+        f
+    })
+}
+
+fn cfg(hca: &str, qps: usize) -> IbConfig {
+    IbConfig {
+        hca: Some(hca.into()),
+        gid_index: None,
+        mtu: 0,
+        qps,
+        relaxed_ordering: "auto".into(),
+        gdr: "auto".into(),
+        ifname: Some("=lo".into()),
+        family: Family::V4,
+        connect_timeout: Duration::from_secs(5),
+        accept_timeout: Duration::from_secs(5),
+    }
+}
+
+fn net(hca: &str, qps: usize) -> IbNet {
+    setup();
+    IbNet::new(cfg(hca, qps), SECRET).unwrap()
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+type Pair = (Box<dyn SendComm>, Box<dyn RecvComm>);
+
+fn pair2(a: &dyn Net, b: &dyn Net) -> Result<Pair, NetError> {
+    let (h, mut l) = b.listen(0)?;
+    let mut c = a.connect(0, &h)?;
+    let (mut s, mut r) = (None, None);
+    let end = deadline();
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < end, "set-up hangs");
+        if s.is_none() {
+            s = c.poll()?;
+        }
+        if r.is_none() {
+            r = l.accept()?;
+        }
+    }
+    Ok((s.unwrap(), r.unwrap()))
+}
+
+fn pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
+    pair2(net, net).unwrap()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 8);
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Sends `msgs` with up to `window` requests in flight and checks every byte and size.
+fn xfer(s: &mut dyn SendComm, r: &mut dyn RecvComm, msgs: &[(i32, usize)], window: usize) {
+    let sbufs: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| pattern(i as u64 + 1, m.1))
+        .collect();
+    let mut rbufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.1 + 3]).collect();
+    let smr: Vec<_> = sbufs
+        .iter()
+        .map(|b| s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
+    let rmr: Vec<_> = rbufs
+        .iter()
+        .map(|b| r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
+    let (mut si, mut ri) = (0, 0);
+    let mut sq: Vec<(usize, Request)> = Vec::new();
+    let mut rq: Vec<(usize, Request)> = Vec::new();
+    let (mut sdone, mut rdone) = (0, 0);
+    let end = deadline();
+    while sdone < msgs.len() || rdone < msgs.len() {
+        assert!(
+            Instant::now() < end,
+            "transfer hangs: {sdone} sent, {rdone} received"
+        );
+        while ri < msgs.len() && rq.len() < window {
+            let b = RecvBuf {
+                ptr: rbufs[ri].as_mut_ptr(),
+                size: rbufs[ri].len(),
+                tag: msgs[ri].0,
+                mr: rmr[ri],
+            };
+            // SAFETY: rbufs outlive the loop and are read only after completion.
+            match unsafe { r.irecv(&[b]) }.unwrap() {
+                Some(q) => rq.push((ri, q)),
+                None => break,
+            }
+            ri += 1;
+        }
+        while si < msgs.len() && sq.len() < window {
+            // SAFETY: sbufs outlive the loop and are not modified.
+            match unsafe { s.isend(sbufs[si].as_ptr(), msgs[si].1, msgs[si].0, smr[si]) }.unwrap() {
+                Some(q) => sq.push((si, q)),
+                None => break,
+            }
+            si += 1;
+        }
+        sq.retain(|&(i, q)| match s.test(q).unwrap() {
+            Some(n) => {
+                assert_eq!(n, msgs[i].1);
+                sdone += 1;
+                false
+            }
+            None => true,
+        });
+        rq.retain(|&(i, q)| {
+            let mut sz = [usize::MAX];
+            if r.test(q, &mut sz).unwrap() {
+                assert_eq!(sz[0], msgs[i].1, "size of message {i}");
+                assert!(
+                    rbufs[i][..msgs[i].1] == sbufs[i][..],
+                    "data of message {i} ({} bytes)",
+                    msgs[i].1
+                );
+                assert_eq!(&rbufs[i][msgs[i].1..], &[0, 0, 0], "bytes past message {i}");
+                rdone += 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+    for m in smr {
+        s.dereg_mr(m).unwrap();
+    }
+    for m in rmr {
+        r.dereg_mr(m).unwrap();
+    }
+}
+
+#[test]
+fn devices_ports_and_links() {
+    let n = net("", 2);
+    let names: Vec<_> = n.devices().iter().map(|d| d.name.clone()).collect();
+    // The inactive port of down0 is skipped when nothing names it.
+    assert_eq!(names, ["fib0:1", "fib1:1", "roce0:1"]);
+    assert!(n
+        .devices()
+        .iter()
+        .all(|d| d.ptr_support.host && d.addr == "127.0.0.1"));
+    assert_eq!(n.name(), "ib");
+    // GPUMPI_IB_HCA syntax: exact, exclusion.
+    let only = net("=fib1", 1);
+    assert_eq!(only.devices().len(), 1);
+    assert_eq!(only.devices()[0].name, "fib1:1");
+    let ex = net("^fib,down", 1);
+    assert_eq!(ex.devices()[0].name, "roce0:1");
+    // A port named explicitly that is down is an error naming it.
+    setup();
+    let e = IbNet::new(cfg("down0", 1), SECRET).err().unwrap();
+    assert!(
+        e.msg.contains("port down") && e.msg.contains("down0:1 is DOWN"),
+        "{e}"
+    );
+    let e = IbNet::new(cfg("=nosuch", 1), SECRET).err().unwrap();
+    assert!(
+        e.msg.contains("selects none") && e.msg.contains("fib0"),
+        "{e}"
+    );
+    let e = IbNet::new(cfg("", 9), SECRET).err().unwrap();
+    assert!(e.msg.contains("GPUMPI_IB_QPS_PER_CONN=9"), "{e}");
+}
+
+#[test]
+fn sizes_over_infiniband_and_roce() {
+    for hca in ["=fib0", "=roce0"] {
+        let n = net(hca, 2);
+        let (mut s, mut r) = pair(&n);
+        let sizes = [
+            0usize,
+            1,
+            7,
+            4096,
+            65_536,
+            131_073,
+            1 << 20,
+            (4 << 20) + 3,
+            64 << 20,
+        ];
+        let msgs: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &z)| (i as i32, z))
+            .collect();
+        xfer(&mut *s, &mut *r, &msgs, 1);
+        xfer(&mut *s, &mut *r, &msgs, 4);
+    }
+}
+
+#[test]
+fn roce_gid_index_auto_and_set() {
+    setup();
+    // The double's RoCE port: index 0 RoCE v1 link-local, 1 RoCE v2 link-local, 2 RoCE v2
+    // IPv4-mapped, 3 empty. Auto picks 2; 1 works when set; 3 (empty) and 9 (outside) fail.
+    let mut c = cfg("=roce0", 1);
+    c.gid_index = Some(1);
+    let n = IbNet::new(c.clone(), SECRET).unwrap();
+    let (mut s, mut r) = pair(&n);
+    xfer(&mut *s, &mut *r, &[(1, 1000)], 1);
+    c.gid_index = Some(3);
+    let e = IbNet::new(c.clone(), SECRET).err().unwrap();
+    assert!(
+        e.msg.contains("GPUMPI_IB_GID_INDEX=3") && e.msg.contains("empty"),
+        "{e}"
+    );
+    c.gid_index = Some(9);
+    let e = IbNet::new(c, SECRET).err().unwrap();
+    assert!(
+        e.msg
+            .contains("outside the GID table of roce0:1 (4 entries)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn striping_over_queue_pairs_and_many_in_flight() {
+    for qps in [1, 3, 8] {
+        let n = net("=fib0", qps);
+        let (mut s, mut r) = pair(&n);
+        let msgs: Vec<_> = (0..200)
+            .map(|i| (i % 5, [0, 10, 200_000, 1 << 20, 3_000_001][i as usize % 5]))
+            .collect();
+        xfer(&mut *s, &mut *r, &msgs, 32);
+    }
+}
+
+fn group(
+    s: &mut dyn SendComm,
+    r: &mut dyn RecvComm,
+    recvs: &[(i32, usize)],
+    sends: &[(i32, usize)],
+) -> Result<(Vec<usize>, Vec<Vec<u8>>), NetError> {
+    let mut rbufs: Vec<Vec<u8>> = recvs.iter().map(|m| vec![0u8; m.1]).collect();
+    let bufs: Vec<RecvBuf> = rbufs
+        .iter_mut()
+        .zip(recvs)
+        .map(|(b, m)| {
+            let mr = r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap();
+            RecvBuf {
+                ptr: b.as_mut_ptr(),
+                size: b.len(),
+                tag: m.0,
+                mr,
+            }
+        })
+        .collect();
+    // SAFETY: rbufs outlive the group (completed or failed before returning).
+    let rq = unsafe { r.irecv(&bufs) }?.unwrap();
+    let sbufs: Vec<Vec<u8>> = sends.iter().map(|m| pattern(m.0 as u64, m.1)).collect();
+    let mut sq = Vec::new();
+    for (b, m) in sbufs.iter().zip(sends) {
+        let mr = s.reg_mr(b.as_ptr(), b.len().max(1), MemKind::Host).unwrap();
+        // SAFETY: sbufs outlive the requests.
+        sq.push(
+            unsafe { s.isend(b.as_ptr(), m.1, m.0, mr) }
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let mut sizes = vec![0; recvs.len()];
+    let end = deadline();
+    loop {
+        assert!(Instant::now() < end, "group hangs");
+        for q in &sq {
+            let _ = s.test(*q);
+        }
+        if r.test(rq, &mut sizes)? {
+            return Ok((sizes, rbufs));
+        }
+    }
+}
+
+#[test]
+fn grouped_receives_match_by_tag() {
+    let n = net("=fib0", 2);
+    let (mut s, mut r) = pair(&n);
+    let recvs = [(10, 1000), (11, 300_000), (12, 64), (13, 2 << 20)];
+    let sends = [(12, 50), (10, 1000), (13, (1 << 20) + 1), (11, 0)];
+    let (sizes, bufs) = group(&mut *s, &mut *r, &recvs, &sends).unwrap();
+    assert_eq!(sizes, [1000, 0, 50, (1 << 20) + 1]);
+    for (tag, n) in sends {
+        let i = recvs.iter().position(|m| m.0 == tag).unwrap();
+        assert!(bufs[i][..n] == pattern(tag as u64, n)[..], "tag {tag}");
+    }
+    let (sizes, _) = group(&mut *s, &mut *r, &[(5, 10), (5, 10)], &[(5, 3), (5, 4)]).unwrap();
+    assert_eq!(sizes, [3, 4]);
+    xfer(&mut *s, &mut *r, &[(1, 5), (2, 70_000)], 2);
+    let mut b = [0u8; 4];
+    let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host).unwrap();
+    let one = RecvBuf {
+        ptr: b.as_mut_ptr(),
+        size: 4,
+        tag: 0,
+        mr,
+    };
+    // SAFETY: refused before any use of the buffer.
+    let e = unsafe { r.irecv(&[one; 9]) }.unwrap_err();
+    assert!(e.msg.contains("group of 9"), "{e}");
+}
+
+#[test]
+fn tag_outside_the_group_is_an_error() {
+    let n = net("=fib0", 1);
+    let (mut s, mut r) = pair(&n);
+    let e = group(&mut *s, &mut *r, &[(1, 8), (2, 8)], &[(3, 8)]).unwrap_err();
+    assert!(
+        e.msg.contains("tag 3") && e.msg.contains("127.0.0.1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn truncation_is_an_error() {
+    let n = net("=fib0", 2);
+    let (mut s, mut r) = pair(&n);
+    let e = group(&mut *s, &mut *r, &[(4, 100)], &[(4, 200)]).unwrap_err();
+    assert!(
+        e.msg.contains("truncated") && e.msg.contains("200") && e.msg.contains("100"),
+        "{e}"
+    );
+    let mut b = [0u8; 4];
+    let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host).unwrap();
+    let one = RecvBuf {
+        ptr: b.as_mut_ptr(),
+        size: 4,
+        tag: 0,
+        mr,
+    };
+    // SAFETY: refused: the comm failed.
+    assert!(unsafe { r.irecv(&[one]) }
+        .unwrap_err()
+        .msg
+        .contains("truncated"));
+}
+
+#[test]
+fn a_peer_closing_is_an_error_naming_it() {
+    let n = net("=fib0", 2);
+    // The sender goes away while a receive is posted.
+    let (s, mut r) = pair(&n);
+    let mut rb = vec![0u8; 1 << 20];
+    let rmr = r.reg_mr(rb.as_ptr(), rb.len(), MemKind::Host).unwrap();
+    // SAFETY: rb outlives r.
+    let rq = unsafe {
+        r.irecv(&[RecvBuf {
+            ptr: rb.as_mut_ptr(),
+            size: rb.len(),
+            tag: 0,
+            mr: rmr,
+        }])
+    }
+    .unwrap()
+    .unwrap();
+    drop(s);
+    let end = deadline();
+    let e = loop {
+        assert!(Instant::now() < end, "no error after the sender closed");
+        match r.test(rq, &mut [0]) {
+            Err(e) => break e,
+            Ok(done) => assert!(!done),
+        }
+    };
+    assert!(
+        e.msg.contains("closed the connection") && e.msg.contains("127.0.0.1:"),
+        "{e}"
+    );
+    // The receiver goes away: the sender's next send fails naming it.
+    let (mut s, r) = pair(&n);
+    let peer = s.peer();
+    drop(r);
+    let sb = vec![1u8; 4096];
+    let smr = s.reg_mr(sb.as_ptr(), sb.len(), MemKind::Host).unwrap();
+    let end = deadline();
+    let e = loop {
+        assert!(Instant::now() < end, "no error after the receiver closed");
+        // SAFETY: sb outlives s.
+        match unsafe { s.isend(sb.as_ptr(), sb.len(), 0, smr) } {
+            Err(e) => break e,
+            Ok(q) => assert!(q.is_none(), "a send without a posted receive"),
+        }
+    };
+    assert!(e.msg.contains(&peer), "{e}");
+}
+
+#[test]
+fn bad_handles_secrets_and_settings() {
+    let n = net("=fib0", 2);
+    let e = n.connect(0, &Handle([0; HANDLE_BYTES])).err().unwrap();
+    assert!(e.msg.contains("not an ibverbs connection handle"), "{e}");
+    let e = n.connect(7, &Handle([0; HANDLE_BYTES])).err().unwrap();
+    assert!(e.msg.contains("no device 7"), "{e}");
+    // A wrong secret: the listener drops the connection, the connector says so.
+    let other = IbNet::new(cfg("=fib0", 2), b"another job").unwrap();
+    let e = pair2(&other, &n).err().unwrap();
+    assert!(e.msg.contains("closed the connection during set-up"), "{e}");
+    // Queue pairs per connection differ: both ends fail naming both values.
+    let four = IbNet::new(cfg("=fib0", 4), SECRET).unwrap();
+    let e = pair2(&four, &n).err().unwrap();
+    assert!(
+        e.msg.contains("GPUMPI_IB_QPS_PER_CONN") && e.msg.contains('4') && e.msg.contains('2'),
+        "{e}"
+    );
+    // MTU: fib1 runs at 1024, fib0 at 4096: unset, the path MTU is 1024 and data flows; a
+    // GPUMPI_IB_MTU of 4096 is an MTU mismatch naming both.
+    let small = net("=fib1", 2);
+    let (mut s, mut r) = pair2(&small, &n).unwrap();
+    xfer(&mut *s, &mut *r, &[(0, 100_000)], 1);
+    let mut c = cfg("=fib0", 2);
+    c.mtu = 5;
+    let big = IbNet::new(c.clone(), SECRET).unwrap();
+    let mut c1 = cfg("=fib1", 2);
+    c1.mtu = 5;
+    let small5 = IbNet::new(c1, SECRET).unwrap();
+    let e = pair2(&small5, &big).err().unwrap();
+    assert!(
+        e.msg.contains("MTU mismatch") && e.msg.contains("4096") && e.msg.contains("1024"),
+        "{e}"
+    );
+    // InfiniBand against RoCE.
+    let roce = net("=roce0", 2);
+    let e = pair2(&roce, &n).err().unwrap();
+    assert!(e.msg.contains("link layers differ"), "{e}");
+}
+
+#[test]
+fn registration_rules_and_cache() {
+    let n = net("=fib0", 1);
+    let (mut s, _r) = pair(&n);
+    let b = vec![0u8; 1 << 16];
+    let m1 = s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap();
+    // The same host buffer again: the cached region.
+    let m2 = s.reg_mr(b.as_ptr(), 100, MemKind::Host).unwrap();
+    assert_eq!(m1, m2);
+    s.dereg_mr(m1).unwrap();
+    s.dereg_mr(m2).unwrap();
+    assert!(s.dereg_mr(m1).unwrap_err().msg.contains("unknown region"));
+    // A send outside its region is refused.
+    let m = s.reg_mr(b.as_ptr(), 16, MemKind::Host).unwrap();
+    // SAFETY: refused before the buffer is used.
+    let e = unsafe { s.isend(b.as_ptr(), 17, 0, m) }.unwrap_err();
+    assert!(e.msg.contains("outside its memory region"), "{e}");
+    // Device memory without a GPUDirect path (no CUDA here) is refused with the reason.
+    if !n.devices()[0].ptr_support.cuda {
+        let e = s.reg_mr(b.as_ptr(), 16, MemKind::Cuda).unwrap_err();
+        assert!(e.msg.contains("device memory cannot be registered"), "{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults, in child processes.
+
+/// Runs `scenario` in a child process of this test binary with `env`; returns its output.
+fn child(scenario: &str, env: &[(&str, &str)]) -> String {
+    let lib = fake_ib::lib().unwrap();
+    let fabric = fake_ib::Fabric::new(&format!("child-{scenario}"));
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "fault_child",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("NET_IB_CHILD", scenario)
+    .env("GPUMPI_IBVERBS_LIB", &lib)
+    .env("FAKEIBV_FABRIC", &fabric.path)
+    .env("FAKEIBV_DEVICES", "fib0");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child {scenario} failed:\n{text}");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "child {scenario} took too long"
+    );
+    assert!(text.contains(&format!("CHILD {scenario} OK")), "{text}");
+    drop(fabric);
+    assert!(
+        !std::path::Path::new(&format!(
+            "/dev/shm/gpumpi-fakeibv-child-{scenario}-{}",
+            std::process::id()
+        ))
+        .exists(),
+        "fabric left behind"
+    );
+    text
+}
+
+/// Sends until one end fails (the fault), then drops that end and waits for the other end to
+/// fail too (it must notice, not hang). Returns both messages, the first end's first.
+fn run_until_error(n: &IbNet, size: usize) -> String {
+    let (mut s, mut r) = pair(n);
+    let sb = pattern(1, size);
+    let mut rb = vec![0u8; size];
+    let smr = s.reg_mr(sb.as_ptr(), size, MemKind::Host).unwrap();
+    let rmr = r.reg_mr(rb.as_ptr(), size, MemKind::Host).unwrap();
+    let end = deadline();
+    let mut rq: Option<Request> = None;
+    let mut sq: Option<Request> = None;
+    let first: Result<NetError, NetError> = 'outer: loop {
+        assert!(Instant::now() < end, "hang instead of an error");
+        if rq.is_none() {
+            // SAFETY: rb outlives the comms (dropped at the end of this function).
+            match unsafe {
+                r.irecv(&[RecvBuf {
+                    ptr: rb.as_mut_ptr(),
+                    size,
+                    tag: 0,
+                    mr: rmr,
+                }])
+            } {
+                Ok(q) => rq = q,
+                Err(e) => break 'outer Err(e),
+            }
+        }
+        if sq.is_none() {
+            // SAFETY: sb outlives the comms.
+            match unsafe { s.isend(sb.as_ptr(), size, 0, smr) } {
+                Ok(q) => sq = q,
+                Err(e) => break 'outer Ok(e),
+            }
+        }
+        if let Some(q) = sq {
+            match s.test(q) {
+                Ok(Some(_)) => sq = None,
+                Ok(None) => {}
+                Err(e) => break 'outer Ok(e),
+            }
+        }
+        if let Some(q) = rq {
+            match r.test(q, &mut [0]) {
+                Ok(true) => rq = None,
+                Ok(false) => {}
+                Err(e) => break 'outer Err(e),
+            }
+        }
+    };
+    let end = deadline();
+    let (a, b) = match first {
+        Ok(e) => {
+            // The sender failed: the receiver must fail once the sender is gone.
+            drop(s);
+            let e2 = loop {
+                assert!(
+                    Instant::now() < end,
+                    "the receiver hangs after the sender failed"
+                );
+                let q = match rq {
+                    Some(q) => q,
+                    // SAFETY: as above.
+                    None => match unsafe {
+                        r.irecv(&[RecvBuf {
+                            ptr: rb.as_mut_ptr(),
+                            size,
+                            tag: 0,
+                            mr: rmr,
+                        }])
+                    } {
+                        Ok(Some(q)) => q,
+                        Ok(None) => continue,
+                        Err(e) => break e,
+                    },
+                };
+                rq = Some(q);
+                match r.test(q, &mut [0]) {
+                    Ok(true) => rq = None,
+                    Ok(false) => {}
+                    Err(e) => break e,
+                }
+            };
+            (e, e2)
+        }
+        Err(e) => {
+            drop(r);
+            let e2 = loop {
+                assert!(
+                    Instant::now() < end,
+                    "the sender hangs after the receiver failed"
+                );
+                if let Some(q) = sq {
+                    match s.test(q) {
+                        Ok(Some(_)) => sq = None,
+                        Ok(None) => {}
+                        Err(e) => break e,
+                    }
+                } else {
+                    // SAFETY: as above.
+                    match unsafe { s.isend(sb.as_ptr(), size, 0, smr) } {
+                        Ok(q) => sq = q,
+                        Err(e) => break e,
+                    }
+                }
+            };
+            (e, e2)
+        }
+    };
+    format!("{a} // then: {b}")
+}
+
+#[test]
+#[ignore = "run by the fault tests in a child process"]
+fn fault_child() {
+    let Ok(sc) = std::env::var("NET_IB_CHILD") else {
+        return;
+    };
+    setup();
+    let msg = match sc.as_str() {
+        "port_down" | "no_device" => IbNet::new(cfg("", 1), SECRET).err().unwrap().msg,
+        "memlock" => {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: plain getrlimit/setrlimit on this child process (soft limit lowered).
+            unsafe {
+                assert_eq!(libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim), 0);
+                lim.rlim_cur = 1 << 20;
+                assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
+            }
+            let n = net("", 1);
+            let (mut s, _r) = pair(&n);
+            let big = vec![0u8; 4 << 20];
+            s.reg_mr(big.as_ptr(), big.len(), MemKind::Host)
+                .unwrap_err()
+                .msg
+        }
+        _ => run_until_error(&net("", 2), 300_000),
+    };
+    println!("ERROR: {msg}");
+    println!("CHILD {sc} OK");
+}
+
+#[test]
+fn fault_qp_to_error() {
+    let out = child("qp_error", &[("FAKEIBV_FAULT", "qp_error=5")]);
+    assert!(
+        out.contains("retry counter exceeded") && out.contains("127.0.0.1"),
+        "{out}"
+    );
+    assert!(out.contains("// then: ib:"), "{out}");
+}
+
+#[test]
+fn fault_remote_access_error() {
+    let out = child("remote_access", &[("FAKEIBV_FAULT", "remote_access=4")]);
+    assert!(
+        out.contains("remote access error") || out.contains("flushed"),
+        "{out}"
+    );
+    assert!(out.contains("// then: ib:"), "{out}");
+}
+
+#[test]
+fn fault_cq_overrun() {
+    let out = child("cq_overrun", &[("FAKEIBV_FAULT", "cq_overrun")]);
+    assert!(out.contains("completion queue overrun"), "{out}");
+}
+
+#[test]
+fn fault_port_down() {
+    let out = child("port_down", &[("FAKEIBV_FAULT", "port_down")]);
+    assert!(out.contains("port down: fib0:1 is DOWN"), "{out}");
+}
+
+#[test]
+fn fault_no_device() {
+    let out = child("no_device", &[("FAKEIBV_DEVICES", "")]);
+    assert!(out.contains("no RDMA device"), "{out}");
+}
+
+#[test]
+fn fault_memlock_too_low() {
+    let out = child("memlock", &[("FAKEIBV_FAULT", "memlock")]);
+    assert!(
+        out.contains("RLIMIT_MEMLOCK is 1048576 bytes soft") && out.contains("ulimit -l unlimited"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_missing_libibverbs_is_a_clear_error() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "missing_lib_child",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env("NET_IB_CHILD", "missing")
+        .env("GPUMPI_IBVERBS_LIB", "/nonexistent/libibverbs.so.1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("cannot load /nonexistent/libibverbs.so.1"),
+        "{text}"
+    );
+}
+
+#[test]
+#[ignore = "run by a_missing_libibverbs_is_a_clear_error in a child process"]
+fn missing_lib_child() {
+    if std::env::var_os("NET_IB_CHILD").is_none() {
+        return;
+    }
+    let e = IbNet::new(cfg("", 1), SECRET).err().unwrap();
+    println!("ERROR: {e}");
+}
+
+#[path = "support/skip.rs"]
+mod skip;
+
+/// On the GPU machine: device memory registered through the dma-buf path (a real dma-buf
+/// descriptor from `cuMemGetHandleForAddressRange`, handed to the double's `ibv_reg_dmabuf_mr`,
+/// which checks that it is an open descriptor), and a buffer freed and reallocated at the same
+/// address registered anew (never the stale cache entry). The double cannot move device
+/// memory between processes, so no data moves here.
+#[test]
+fn gpu_dmabuf_registration_through_the_double() {
+    use mpi_abi::sys::cuda;
+    const T: &str = "net_ib::gpu_dmabuf_registration_through_the_double";
+    let n = match cuda::load() {
+        Ok((_, n)) => n,
+        Err(e) => return skip::gpu_skip(T, &format!("no CUDA: {e}")),
+    };
+    if n < 1 {
+        return skip::gpu_skip(T, "no CUDA device");
+    }
+    if !cuda::dmabuf_supported() {
+        return skip::gpu_skip(T, "device 0 does not export dma-bufs");
+    }
+    setup();
+    let ctx = cuda::primary_context(0).unwrap();
+    let mut c = cfg("=fib0", 1);
+    c.gdr = "dmabuf".into();
+    let net = IbNet::new(c, SECRET).unwrap();
+    assert!(net.devices()[0].ptr_support.dmabuf && net.devices()[0].ptr_support.cuda);
+    let (mut s, _r) = pair(&net);
+    let len = 4 << 20;
+    let (first, again, second) = cuda::with_context(ctx, || {
+        let p = cuda::mem_alloc(len)?;
+        let m1 = s.reg_mr(p as *const u8, len, MemKind::Cuda).unwrap();
+        let m1b = s
+            .reg_mr((p + 4096) as *const u8, 100, MemKind::Cuda)
+            .unwrap();
+        s.dereg_mr(m1).unwrap();
+        s.dereg_mr(m1b).unwrap();
+        // SAFETY: p came from mem_alloc and is no longer registered (the cached region is
+        // evicted at the next lookup of a new buffer over its range).
+        unsafe { cuda::mem_free(p) };
+        let q = cuda::mem_alloc(len)?;
+        let m2 = s.reg_mr(q as *const u8, len, MemKind::Cuda).unwrap();
+        println!("first buffer {p:#x}, second {q:#x}");
+        s.dereg_mr(m2).unwrap();
+        // SAFETY: as above.
+        unsafe { cuda::mem_free(q) };
+        Ok((m1, m1b, m2))
+    })
+    .unwrap();
+    assert_eq!(
+        first, again,
+        "a range inside a registered buffer hits its region"
+    );
+    assert_ne!(
+        first, second,
+        "a reallocated buffer must not hit the stale registration"
+    );
+}
