@@ -28,13 +28,7 @@ fn main() {
         .map(|f| f.name().to_string())
         .collect();
     let hand_src = std::fs::read_to_string(manifest.join("src/hand.rs")).expect("src/hand.rs");
-    let hand: BTreeSet<String> = hand_src
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("pub unsafe extern \"C\" fn "))
-        .filter_map(|rest| rest.split('(').next())
-        .map(|n| n.strip_prefix('P').unwrap_or(n).to_string())
-        .filter(|n| abi.function(n).is_some())
-        .collect();
+    let hand = mpi_abi::scan_hand_written(&abi, &hand_src);
     let code =
         mpi_abi::rust_mpich(&abi, &mpich, &implemented, &hand).unwrap_or_else(|e| panic!("{e}"));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());

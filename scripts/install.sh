@@ -33,9 +33,7 @@ if [ "$build" = yes ]; then
     fi
 fi
 target="${CARGO_TARGET_DIR:-$root/target}/$profile"
-for lib in libmpi_abi.so libmpi.so; do
-    [ -f "$target/$lib" ] || { echo "install.sh: $target/$lib not built" >&2; exit 1; }
-done
+[ -f "$target/libmpi_abi.so" ] || { echo "install.sh: $target/libmpi_abi.so not built" >&2; exit 1; }
 
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
@@ -46,8 +44,14 @@ install -m 755 "$target/libmpi_abi.so" "$prefix/lib/libmpi_abi.so.1"
 ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so"
 # The MPICH ABI (mpich/): binaries built against MPICH (mpi4py's wheel, MPICH's mpicc) load
 # libmpi.so.12; it forwards to libmpi_abi.so.1 in the same directory.
-install -m 755 "$target/libmpi.so" "$prefix/lib/libmpi.so.12"
-ln -sfn libmpi.so.12 "$prefix/lib/libmpi.so"
+if [ -f "$target/libmpi.so" ]; then
+    install -m 755 "$target/libmpi.so" "$prefix/lib/libmpi.so.12"
+    ln -sfn libmpi.so.12 "$prefix/lib/libmpi.so"
+else
+    # --no-build after a build of the gpumpi package alone (cargo build -p gpumpi).
+    echo "install.sh: warning: $target/libmpi.so not built (cargo build -p gpumpi-mpich):" \
+        "lib/libmpi.so.12 (the MPICH ABI) not installed" >&2
+fi
 install -m 644 "$root/include/mpi.h" "$root/include/mpi-ext.h" "$prefix/include/"
 for tool in mpirun gpumpi-info; do
     if [ -x "$target/$tool" ]; then

@@ -11,7 +11,7 @@
 //! The generated code uses the runtime of `mpich/src/rt.rs`: `core()` (the standard-ABI entry
 //! points, resolved from libmpi_abi.so.1), `Kind` (a handle type's translation), `h_in`/`h_out`,
 //! `StdStatus`/`MpichStatus` and their conversions, `err_from_std`, `buf_in`, `comm_size`,
-//! `buf_out`, `copy_str`, `guard_rc`/`guard_val`.
+//! `buf_out`, `keep_err`, `UNSET`, `copy_str`, `guard_rc`/`guard_val`.
 //!
 //! A parameter of an implemented function that no rule covers (a callback) stops the generator,
 //! naming the function: it must be written by hand.
@@ -183,20 +183,21 @@ fn std_handle_value(abi: &Abi, ty: &str, name: &str) -> Option<u64> {
         .map(|c| c.value as u64)
 }
 
-/// The Rust type of a parameter, with `handle` naming how handle types are spelled.
+/// The Rust type of a parameter: as the MPICH ABI spells it (`mpich`: int handles, MPICH's
+/// status), or as the forwarders call the standard ABI (handles as `usize`).
 fn rust_ty(abi: &Abi, ty: &CType, mpich: bool) -> String {
-    let mut levels = ty.ptrs + usize::from(!ty.arrays.is_empty());
-    let mut elem = if abi.callback(&ty.base).is_some() {
-        levels = levels.saturating_sub(1);
-        "*const c_void".to_string()
-    } else if let Some(h) = abi.handle(&ty.base) {
-        if mpich && !h.tool && h.name != "MPI_File" {
-            "c_int".into()
-        } else {
-            "usize".into()
+    ty.rust_with(abi, |base| {
+        if abi.callback(base).is_some() {
+            return "*const c_void".into();
         }
-    } else {
-        match ty.base.as_str() {
+        if let Some(h) = abi.handle(base) {
+            return if mpich && !h.tool && h.name != "MPI_File" {
+                "c_int".into()
+            } else {
+                "usize".into()
+            };
+        }
+        match base {
             "MPI_Status" if mpich => "MpichStatus".into(),
             "MPI_Status" => "StdStatus".into(),
             "MPI_Aint" => "isize".into(),
@@ -204,22 +205,7 @@ fn rust_ty(abi: &Abi, ty: &CType, mpich: bool) -> String {
             "MPI_Fint" | "MPI_T_cb_safety" | "MPI_T_source_order" => "c_int".into(),
             other => rust_base(other),
         }
-    };
-    for d in ty.arrays.iter().skip(1).rev() {
-        elem = format!(
-            "[{elem}; {}]",
-            d.expect("inner array dimension must be sized")
-        );
-    }
-    for level in 0..levels {
-        let q = if level == 0 && ty.is_const {
-            "*const"
-        } else {
-            "*mut"
-        };
-        elem = format!("{q} {elem}");
-    }
-    elem
+    })
 }
 
 fn ret_ty(abi: &Abi, ret: &str, mpich: bool) -> String {
@@ -439,6 +425,38 @@ fn length(m: &Mpich, f: &Function, p: &CParam, fwd: &mut Fwd) -> Result<String, 
     ))
 }
 
+/// How the elements of an array parameter translate: the temporary's element type, the
+/// expression of element `i` in the standard ABI, and the statement that writes back `v`, the
+/// standard value of element `i` (`{s}_0` holds the values before the call).
+struct Conv {
+    elem: &'static str,
+    to_std: String,
+    from_std: String,
+}
+
+/// An array parameter `n` of `len` elements: translated into the temporary `s` before the call
+/// and, unless `is_const`, written back after it.
+fn array_param(fwd: &mut Fwd, n: &str, s: &str, is_const: bool, len: &str, c: &Conv) {
+    let (elem, to_std, from_std) = (c.elem, &c.to_std, &c.from_std);
+    let m = if is_const { "" } else { "mut" };
+    fwd.pre.push(format!(
+        "let {m} {s}: Vec<{elem}> = if {n}.is_null() {{ Vec::new() }} else {{ (0..{len}).map(|i| {to_std}).collect() }};"
+    ));
+    if is_const {
+        fwd.args.push(format!(
+            "if {n}.is_null() {{ std::ptr::null() }} else {{ {s}.as_ptr() }}"
+        ));
+    } else {
+        fwd.pre.push(format!("let {s}_0 = {s}.clone();"));
+        fwd.args.push(format!(
+            "if {n}.is_null() {{ std::ptr::null_mut() }} else {{ {s}.as_mut_ptr() }}"
+        ));
+        fwd.post.push(format!(
+            "for (i, v) in {s}.iter().enumerate() {{ {from_std} }}"
+        ));
+    }
+}
+
 fn param(abi: &Abi, m: &Mpich, f: &Function, p: &CParam, fwd: &mut Fwd) -> Result<(), String> {
     let n = rust_ident(&p.name);
     let s = format!("{n}_s");
@@ -454,34 +472,30 @@ fn param(abi: &Abi, m: &Mpich, f: &Function, p: &CParam, fwd: &mut Fwd) -> Resul
             fwd.pre.push(format!("let {s} = h_in::<{k}>(core, {n});"));
             fwd.args.push(s);
         } else if ty.ptrs == 1 && !array {
+            // An output is written back when the core stored a handle: an input handle the
+            // call leaves as it was (an error) stays untouched, an output starts as UNSET.
             let inout = m.inout.contains(&format!("{fname}:{}", p.name));
             fwd.pre.push(format!(
-                "let mut {s}: usize = if {inout} && !{n}.is_null() {{ h_in::<{k}>(core, *{n}) }} else {{ {k}::STD_NULL }};"
+                "let {s}_0: usize = if {inout} && !{n}.is_null() {{ h_in::<{k}>(core, *{n}) }} else {{ UNSET }};"
             ));
+            fwd.pre.push(format!("let mut {s} = {s}_0;"));
             fwd.args.push(format!(
                 "if {n}.is_null() {{ std::ptr::null_mut() }} else {{ &mut {s} }}"
             ));
             fwd.post.push(format!(
-                "if !{n}.is_null() {{ match h_out::<{k}>(core, {s}) {{ Ok(v) => *{n} = v, Err(e) => rc = e }} }}"
+                "if !{n}.is_null() && {s} != {s}_0 {{ match h_out::<{k}>(core, {s}) {{ Ok(v) => *{n} = v, Err(e) => keep_err(&mut rc, e) }} }}"
             ));
         } else if ty.ptrs == 0 && ty.arrays.len() == 1 {
             let len = length(m, f, p, fwd)?;
-            fwd.pre.push(format!(
-                "let {} {s}: Vec<usize> = if {n}.is_null() {{ Vec::new() }} else {{ (0..{len}).map(|i| h_in::<{k}>(core, *{n}.add(i))).collect() }};",
-                if ty.is_const { "" } else { "mut" }
-            ));
-            if ty.is_const {
-                fwd.args.push(format!(
-                    "if {n}.is_null() {{ std::ptr::null() }} else {{ {s}.as_ptr() }}"
-                ));
-            } else {
-                fwd.args.push(format!(
-                    "if {n}.is_null() {{ std::ptr::null_mut() }} else {{ {s}.as_mut_ptr() }}"
-                ));
-                fwd.post.push(format!(
-                    "for (i, h) in {s}.iter().enumerate() {{ match h_out::<{k}>(core, *h) {{ Ok(v) => *{n}.add(i) = v, Err(e) => rc = e }} }}"
-                ));
-            }
+            let conv = Conv {
+                elem: "usize",
+                to_std: format!("h_in::<{k}>(core, *{n}.add(i))"),
+                // Only entries the core changed are written back (as for one handle).
+                from_std: format!(
+                    "if *v != {s}_0[i] {{ match h_out::<{k}>(core, *v) {{ Ok(v) => *{n}.add(i) = v, Err(e) => keep_err(&mut rc, e) }} }}"
+                ),
+            };
+            array_param(fwd, &n, &s, ty.is_const, &len, &conv);
         } else {
             return Err(format!(
                 "{fname}: handle parameter `{}` of an unknown shape",
@@ -547,22 +561,12 @@ fn param(abi: &Abi, m: &Mpich, f: &Function, p: &CParam, fwd: &mut Fwd) -> Resul
                 ));
             } else if ty.ptrs == 0 && ty.arrays.len() == 1 {
                 let len = length(m, f, p, fwd)?;
-                fwd.pre.push(format!(
-                    "let {} {s}: Vec<c_int> = if {n}.is_null() {{ Vec::new() }} else {{ (0..{len}).map(|i| {class}_to_std(*{n}.add(i))).collect() }};",
-                    if ty.is_const { "" } else { "mut" }
-                ));
-                if ty.is_const {
-                    fwd.args.push(format!(
-                        "if {n}.is_null() {{ std::ptr::null() }} else {{ {s}.as_ptr() }}"
-                    ));
-                } else {
-                    fwd.args.push(format!(
-                        "if {n}.is_null() {{ std::ptr::null_mut() }} else {{ {s}.as_mut_ptr() }}"
-                    ));
-                    fwd.post.push(format!(
-                        "for (i, v) in {s}.iter().enumerate() {{ *{n}.add(i) = {class}_from_std(*v); }}"
-                    ));
-                }
+                let conv = Conv {
+                    elem: "c_int",
+                    to_std: format!("{class}_to_std(*{n}.add(i))"),
+                    from_std: format!("*{n}.add(i) = {class}_from_std(*v);"),
+                };
+                array_param(fwd, &n, &s, ty.is_const, &len, &conv);
             } else {
                 return Err(format!(
                     "{fname}: classed int `{}` of an unknown shape",
@@ -741,6 +745,17 @@ fn identity(abi: &Abi, f: &Function) -> String {
         .unwrap();
     }
     o
+}
+
+/// The MPI functions a source text exports itself (`pub unsafe extern "C" fn PMPI_X(` or
+/// `MPIX_X(`), as standard-ABI names: mpich/src/hand.rs, which the generator leaves out.
+pub fn scan_hand_written(abi: &Abi, src: &str) -> BTreeSet<String> {
+    src.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("pub unsafe extern \"C\" fn "))
+        .filter_map(|rest| rest.split('(').next())
+        .map(|n| n.strip_prefix('P').unwrap_or(n).to_string())
+        .filter(|n| abi.function(n).is_some())
+        .collect()
 }
 
 /// The generated Rust source of libmpi.so.12's translation tables and forwarders.

@@ -127,6 +127,17 @@ pub unsafe fn h_out<K: Kind>(c: &Core, h: usize) -> Result<c_int, c_int> {
     })
 }
 
+/// The initial value of a handle output: no handle of any kind, so that a stored handle
+/// (MPI_*_NULL included) is told apart from an output the call did not write.
+pub const UNSET: usize = usize::MAX;
+
+/// Record a translation error `e` unless the call already failed (its error is the one to report).
+pub fn keep_err(rc: &mut c_int, e: c_int) {
+    if *rc == 0 {
+        *rc = e;
+    }
+}
+
 /// A standard error code as MPICH's: the predefined classes by the table, codes added at run
 /// time (above both ABIs' predefined classes) unchanged.
 pub fn err_from_std(rc: c_int) -> c_int {
