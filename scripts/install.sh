@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build gpumpi and install it under a prefix:
-#   lib/libmpi_abi.so.1 (+ libmpi_abi.so), include/{mpi.h,mpi-ext.h},
+#   lib/libmpi_abi.so.1 (+ libmpi_abi.so), the MPICH-ABI lib/libmpi.so.12 (+ libmpi.so),
+#   include/{mpi.h,mpi-ext.h},
 #   bin/{mpicc,mpicxx,mpirun,gpumpi-info},
 #   lib/pkgconfig/{mpi.pc,mpi-c.pc}.
 # Usage: scripts/install.sh [--prefix DIR] [--debug] [--no-build]
@@ -26,9 +27,9 @@ done
 
 if [ "$build" = yes ]; then
     if [ "$profile" = release ]; then
-        (cd "$root" && cargo build --release -p gpumpi)
+        (cd "$root" && cargo build --release -p gpumpi -p gpumpi-mpich)
     else
-        (cd "$root" && cargo build -p gpumpi)
+        (cd "$root" && cargo build -p gpumpi -p gpumpi-mpich)
     fi
 fi
 target="${CARGO_TARGET_DIR:-$root/target}/$profile"
@@ -41,6 +42,16 @@ version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)
 
 install -m 755 "$target/libmpi_abi.so" "$prefix/lib/libmpi_abi.so.1"
 ln -sfn libmpi_abi.so.1 "$prefix/lib/libmpi_abi.so"
+# The MPICH ABI (mpich/): binaries built against MPICH (mpi4py's wheel, MPICH's mpicc) load
+# libmpi.so.12; it forwards to libmpi_abi.so.1 in the same directory.
+if [ -f "$target/libmpi.so" ]; then
+    install -m 755 "$target/libmpi.so" "$prefix/lib/libmpi.so.12"
+    ln -sfn libmpi.so.12 "$prefix/lib/libmpi.so"
+else
+    # --no-build after a build of the gpumpi package alone (cargo build -p gpumpi).
+    echo "install.sh: warning: $target/libmpi.so not built (cargo build -p gpumpi-mpich):" \
+        "lib/libmpi.so.12 (the MPICH ABI) not installed" >&2
+fi
 install -m 644 "$root/include/mpi.h" "$root/include/mpi-ext.h" "$prefix/include/"
 for tool in mpirun gpumpi-info; do
     if [ -x "$target/$tool" ]; then

@@ -3,7 +3,8 @@
 #   1. cargo test: unit tests (schedules, datatypes, ops, matching, bootstrap, ABI data) and
 #      integration tests (mpirun, shared-memory engine, installed headers/library/mpicc, and the
 #      C MPI programs of tests/c at the rank counts of tests/c/testlist).
-#   2. Real clients against the installed library: rsmpi examples and mpi4py's own test modules.
+#   2. Real clients against the installed library: rsmpi examples and mpi4py's own test modules
+#      (built from source, and mpi4py's binary wheel on libmpi.so.12); MPICH's mpicc on libmpi.so.12.
 #   3. The benchmark driver's smoke run; launchers (PMIx, PMI-1) where their tests exist.
 # GPU tests are not run here: see tests/gpu/ (they run on the GPU machine); the GPU unit tests
 # and tests/gpu_run.rs record skips here, and fail instead on a machine with a GPU.
@@ -54,6 +55,10 @@ stage cargo-test cargo test --workspace --release --no-fail-fast
 stage install bash scripts/install.sh --prefix "$prefix"
 stage rsmpi bash tests/clients/run_rsmpi.sh "$prefix"
 stage mpi4py bash tests/clients/run_mpi4py.sh "$prefix"
+# The MPICH ABI (lib/libmpi.so.12): mpi4py's binary wheel runs the same modules on it, and a
+# program built with MPICH's own mpicc runs on it in place of MPICH's library.
+stage mpi4py-wheel env MPI4PY_FROM=wheel bash tests/clients/run_mpi4py.sh "$prefix"
+stage mpich-abi bash tests/clients/run_mpich_abi.sh "$prefix"
 stage bench-smoke bash benches/ci_smoke.sh "$prefix"
 echo
 echo "=== summary"

@@ -98,6 +98,25 @@ fn install_and_build_with_mpicc() {
         std::fs::read_link(prefix.join("lib/libmpi_abi.so")).unwrap(),
         Path::new("libmpi_abi.so.1")
     );
+    // The MPICH-ABI library, where the build made it (cargo build --workspace, as test.sh runs).
+    let built = std::env::current_exe().unwrap();
+    if built
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libmpi.so")
+        .exists()
+    {
+        assert!(
+            prefix.join("lib/libmpi.so.12").exists(),
+            "libmpi.so.12 not installed"
+        );
+        assert_eq!(
+            std::fs::read_link(prefix.join("lib/libmpi.so")).unwrap(),
+            Path::new("libmpi.so.12")
+        );
+    }
     let p = prefix.display().to_string();
     let mpicc = prefix.join("bin/mpicc");
 

@@ -119,14 +119,24 @@ impl CType {
     /// The Rust type of this C type in an `extern "C"` signature.
     /// Function-type bases (callbacks) become `Option<Callback>` (nullable function pointer).
     pub fn rust(&self, abi: &Abi) -> String {
+        self.rust_with(abi, |base| {
+            if abi.callback(base).is_some() {
+                format!("Option<{base}>")
+            } else {
+                rust_base(base)
+            }
+        })
+    }
+
+    /// The Rust type with `elem` spelling the base type: arrays and pointers around it as in
+    /// [`CType::rust`]. A callback base is already a function pointer (one level fewer).
+    pub fn rust_with(&self, abi: &Abi, elem: impl Fn(&str) -> String) -> String {
         let mut levels = self.ptrs + usize::from(!self.arrays.is_empty());
-        let mut elem = if abi.callback(&self.base).is_some() {
+        if abi.callback(&self.base).is_some() {
             // `MPI_User_function *f` and `MPI_T_event_cb_function f` are both one function pointer.
             levels = levels.saturating_sub(1);
-            format!("Option<{}>", self.base)
-        } else {
-            rust_base(&self.base)
-        };
+        }
+        let mut elem = elem(&self.base);
         for d in self.arrays.iter().skip(1).rev() {
             let n = d.expect("inner array dimension must be sized");
             elem = format!("[{elem}; {n}]");

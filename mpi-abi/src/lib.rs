@@ -12,6 +12,7 @@ mod ctype;
 mod emit_c;
 mod emit_consts;
 mod emit_ffi;
+mod emit_mpich;
 mod emit_wrappers;
 mod parse;
 
@@ -19,6 +20,7 @@ pub use ctype::{CParam, CType};
 pub use emit_c::{c_ext_header, c_header, c_reference_test};
 pub use emit_consts::rust_consts;
 pub use emit_ffi::rust_ffi;
+pub use emit_mpich::{load_mpich, parse_mpich, rust_mpich, scan_hand_written, Mpich, MPICH_TXT};
 pub use emit_wrappers::{
     rust_wrappers, scan_implemented, scan_macro_args, scan_source, target, Target, WIDTH_GENERIC,
 };

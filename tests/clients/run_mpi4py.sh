@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Build mpi4py from its PyPI sdist against an MPI install and run its own test modules.
+# Build mpi4py from its PyPI sdist against an MPI install and run its own test modules; or,
+# with MPI4PY_FROM=wheel, install mpi4py's binary wheel (built for the MPICH ABI) and run the same
+# modules on the install's MPICH-ABI library PREFIX/lib/libmpi.so.12, which the wheel finds
+# through LD_LIBRARY_PATH=PREFIX/lib (how a user points a wheel at an MPI).
 #
 #   tests/clients/run_mpi4py.sh PREFIX
+#   MPI4PY_FROM=wheel tests/clients/run_mpi4py.sh PREFIX
 #
 # PREFIX is an install made by `scripts/install.sh --prefix PREFIX` (PREFIX/bin/{mpicc,mpirun},
 # PREFIX/include/mpi.h, PREFIX/lib/libmpi_abi.so). Needs python3 with venv/pip, a C compiler
 # and access to PyPI (mpi4py sdist; setuptools, wheel, build, Cython: all installed as wheels).
 #
 # Environment (all optional):
+#   MPI4PY_FROM        "sdist" (default): build from source with PREFIX/bin/mpicc;
+#                      "wheel": `pip install --only-binary=:all: mpi4py==VERSION` (no build); the
+#                      test modules come from the sdist, which is downloaded but not built
 #   CLIENTS_BUILD_DIR  where to build (default: <repo>/target/clients)
 #   PYTHON             interpreter for the venv (default: python3)
 #   MPI4PY_VERSION     sdist version (default 4.1.2)
@@ -54,13 +61,61 @@ command -v "$PY" >/dev/null || die "$PY not found"
 
 mkdir -p "$BUILD"
 BUILD=$(cd "$BUILD" && pwd)
+FROM=${MPI4PY_FROM:-sdist}
 VENV=$BUILD/mpi4py-venv
+[ "$FROM" = wheel ] && VENV=$BUILD/mpi4py-wheel-venv
 SRCROOT=$BUILD/mpi4py-src
 SRC=$SRCROOT/mpi4py-$VERSION
 LOGDIR=$BUILD/mpi4py-logs
+[ "$FROM" = wheel ] && LOGDIR=$BUILD/mpi4py-wheel-logs
 rm -rf "$LOGDIR"
 mkdir -p "$LOGDIR"
 
+# --- wheel ------------------------------------------------------------------------------------
+# The binary wheel carries MPI.mpich.*.so (NEEDED libmpi.so.12) and MPI.openmpi.*.so; at import,
+# mpi4py dlopens libmpi.so / libmpi.so.12 from the search path and picks the variant by the
+# library's answers (src/mpi4py/_mpiabi.py). The test modules come from the sdist's test/.
+wheel_install() {
+    if [ "${MPI4PY_REBUILD:-0}" != 1 ] && [ -e "$VENV/.gpumpi-stamp" ] &&
+        [ "$(cat "$VENV/.gpumpi-stamp")" = "wheel|$VERSION" ] && [ -d "$SRC/test" ]; then
+        log "reusing the mpi4py wheel in $VENV"
+        return
+    fi
+    rm -rf "$VENV"
+    "$PY" -m venv "$VENV" || die "python venv failed (Debian: apt-get install python3-venv)"
+    log "installing the binary wheel mpi4py==$VERSION"
+    "$VENV/bin/python" -m pip --disable-pip-version-check install -q --only-binary=:all: \
+        "mpi4py==$VERSION" >"$LOGDIR/pip-wheel.log" 2>&1 ||
+        { cat "$LOGDIR/pip-wheel.log" >&2; die "pip install of the mpi4py wheel failed"; }
+    if [ ! -d "$SRC/test" ]; then
+        # The sdist only for its tests (pip prepares its metadata: setuptools and wheel, as
+        # wheels, in the venv; nothing is compiled).
+        mkdir -p "$SRCROOT"
+        { "$VENV/bin/python" -m pip --disable-pip-version-check install -q "setuptools>=70.1" wheel &&
+            "$VENV/bin/python" -m pip --disable-pip-version-check download -q --no-deps \
+                --no-binary mpi4py --no-build-isolation -d "$SRCROOT" "mpi4py==$VERSION" &&
+            tar -xzf "$SRCROOT/mpi4py-$VERSION.tar.gz" -C "$SRCROOT"; } >"$LOGDIR/sdist.log" 2>&1 ||
+            { cat "$LOGDIR/sdist.log" >&2; die "cannot fetch the mpi4py $VERSION sdist for its tests"; }
+    fi
+    echo "wheel|$VERSION" >"$VENV/.gpumpi-stamp"
+}
+
+if [ "$FROM" = wheel ]; then
+    [ -e "$PREFIX/lib/libmpi.so.12" ] || die "missing $PREFIX/lib/libmpi.so.12"
+    wheel_install
+    export LD_LIBRARY_PATH=$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # The wheel must take its MPICH variant and load gpumpi's library, not another MPI.
+    "$VENV/bin/python" - <<'PYEOF' || die "the mpi4py wheel did not pick gpumpi's libmpi.so.12"
+import mpi4py, mpi4py._mpiabi as abi
+from mpi4py import MPI
+kind = abi._get_mpiabi()
+lib = MPI.Get_library_version()
+print(f"mpi4py: wheel {mpi4py.__version__}: ABI variant {kind!r}, library {lib.splitlines()[0]!r}")
+assert kind == "mpich", kind
+assert MPI.__file__.split("/")[-1].startswith("MPI.mpich."), MPI.__file__
+assert lib.startswith("gpumpi"), lib
+PYEOF
+else
 # --- build ------------------------------------------------------------------------------------
 # mpi4py links libmpi_abi dynamically: only the headers (what configure probes and MPI.c
 # compiles against) and the prefix (rpath) decide whether the build must be redone.
@@ -109,6 +164,7 @@ if [ -e "$VENV/build.log" ]; then
         "$(wc -l <"$LOGDIR/configure-missing.txt") missing (list: $LOGDIR/configure-missing.txt)"
 fi
 
+fi
 PYV=$VENV/bin/python
 "$PYV" -c "import mpi4py; print('mpi4py', mpi4py.__version__, mpi4py.get_config())" ||
     die "mpi4py is not importable"
