@@ -12,12 +12,14 @@
 #   env: ROUNDS (3), CONDS ("bound unbound busy"), VENVS (dir of venv-ompi, venv-mpich: created
 #        from PyPI when missing; default ~/.cache/gpumpi-bench), NP4 (1: also allreduce at 4 ranks),
 #        ONLY (a regular expression: run only the cases whose name matches, e.g. 'pingpong|allred'),
+#        MPIS (the columns to run, e.g. "gpumpi base ompi"; default all: gpumpi [base] ompi mpich),
 #        BASE_ENV (e.g. "GPUMPI_SHM_MID_MAX=0": also run gpumpi with these variables set, as a
 #        fourth column "base", interleaved with the others: an A/B of one install),
 #        BASE_PREFIX (another gpumpi install, e.g. main's: the "base" column runs it instead,
 #        with BASE_ENV if set: an A/B of two builds),
 #        RT (1: run every job under `chrt -f 10`, real-time priority, so that on a machine loaded
-#        by other work the ranks get their cores as on an idle one. Needs root. The "busy"
+#        by other work the ranks get their cores as on an idle one; not for jobs with more
+#        ranks than CPUs, which run at normal priority. Needs root. The "busy"
 #        process stays at normal priority, so "busy" means nothing then: CONDS="bound unbound")
 # Prints one table per condition: for every (op, size) the median over rounds of each MPI's
 # per-run median (latency in us; bw in GB/s from the median time), and each MPI's busy/bound
@@ -58,6 +60,10 @@ launch() {
     shift 3
     local over=""
     [ "$np" -gt "$(nproc)" ] && over=1
+    # Real-time priority only where every rank has a core: spinning FIFO ranks that share one
+    # starve each other (and the machine).
+    local rt=("${rt[@]}")
+    [ -n "$over" ] && rt=()
     case $mpi in
     base)
         local bind=core
@@ -92,6 +98,7 @@ if [ -n "${ONLY:-}" ]; then
 fi
 mpis_run="gpumpi ompi mpich"
 [ -n "${BASE_ENV:-}${BASE_PREFIX:-}" ] && mpis_run="gpumpi base ompi mpich"
+[ -n "${MPIS:-}" ] && mpis_run=$MPIS
 
 spin_pid=""
 stop_spin() { [ -n "$spin_pid" ] && kill "$spin_pid" 2>/dev/null; wait "$spin_pid" 2>/dev/null; spin_pid=""; }
