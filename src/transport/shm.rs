@@ -715,23 +715,7 @@ fn map_fd(fd: libc::c_int, len: usize) -> MpiResult<Mapping> {
 /// # Safety
 /// `dst` is a valid local buffer; the remote range is the caller's business (the kernel checks it).
 unsafe fn cma_read(pid: libc::pid_t, addr: u64, dst: &mut [u8]) -> bool {
-    let mut done = 0usize;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst.as_mut_ptr().add(done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        let n = libc::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-        if n <= 0 {
-            return false;
-        }
-        done += n as usize;
-    }
-    true
+    cma_copy(pid, addr, dst.as_mut_ptr(), dst.len(), false)
 }
 
 /// `process_vm_writev` of `src` to `addr` in process `pid`; true when fully written.
@@ -739,17 +723,31 @@ unsafe fn cma_read(pid: libc::pid_t, addr: u64, dst: &mut [u8]) -> bool {
 /// # Safety
 /// `src` is a valid local buffer; the remote range is the caller's business (the kernel checks it).
 unsafe fn cma_write(pid: libc::pid_t, addr: u64, src: &[u8]) -> bool {
+    cma_copy(pid, addr, src.as_ptr() as *mut u8, src.len(), true)
+}
+
+/// `len` bytes between `local` and `addr` in process `pid`: into `local` (`process_vm_readv`),
+/// or out of it when `write` (`process_vm_writev`, which only reads `local`); true when all
+/// were copied.
+///
+/// # Safety
+/// `local .. local + len` is a valid local buffer (writable unless `write`).
+unsafe fn cma_copy(pid: libc::pid_t, addr: u64, local: *mut u8, len: usize, write: bool) -> bool {
     let mut done = 0usize;
-    while done < src.len() {
-        let local = libc::iovec {
-            iov_base: src.as_ptr().add(done) as *mut libc::c_void,
-            iov_len: src.len() - done,
+    while done < len {
+        let l = libc::iovec {
+            iov_base: local.add(done) as *mut libc::c_void,
+            iov_len: len - done,
         };
-        let remote = libc::iovec {
+        let r = libc::iovec {
             iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: src.len() - done,
+            iov_len: len - done,
         };
-        let n = libc::process_vm_writev(pid, &local, 1, &remote, 1, 0);
+        let n = if write {
+            libc::process_vm_writev(pid, &l, 1, &r, 1, 0)
+        } else {
+            libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
+        };
         if n <= 0 {
             return false;
         }
