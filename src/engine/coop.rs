@@ -94,7 +94,7 @@ impl Slot {
     /// `table` is a table of [`crate::transport::Transport::copy_slots`] (or memory laid out
     /// alike) that outlives `'a`, and `i < COPY_SLOTS`.
     pub unsafe fn at<'a>(table: usize, i: usize) -> &'a Slot {
-        debug_assert!(i < crate::transport::shm::COPY_SLOTS && table % 64 == 0);
+        debug_assert!(i < crate::transport::shm::COPY_SLOTS && table.is_multiple_of(64));
         // SAFETY: the caller's contract; every field is an atomic, valid for any bit pattern.
         unsafe { &*((table + i * std::mem::size_of::<Slot>()) as *const Slot) }
     }
