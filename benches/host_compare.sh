@@ -12,8 +12,15 @@
 #   env: ROUNDS (3), CONDS ("bound unbound busy"), VENVS (dir of venv-ompi, venv-mpich: created
 #        from PyPI when missing; default ~/.cache/gpumpi-bench), NP4 (1: also allreduce at 4 ranks),
 #        ONLY (a regular expression: run only the cases whose name matches, e.g. 'pingpong|allred'),
+#        MPIS (the columns to run, e.g. "gpumpi base ompi"; default all: gpumpi [base] ompi mpich),
 #        BASE_ENV (e.g. "GPUMPI_SHM_MID_MAX=0": also run gpumpi with these variables set, as a
-#        fourth column "base", interleaved with the others: an A/B of one install)
+#        fourth column "base", interleaved with the others: an A/B of one install),
+#        BASE_PREFIX (another gpumpi install, e.g. main's: the "base" column runs it instead,
+#        with BASE_ENV if set: an A/B of two builds),
+#        RT (1: run every job under `chrt -f 10`, real-time priority, so that on a machine loaded
+#        by other work the ranks get their cores as on an idle one; not for jobs with more
+#        ranks than CPUs, which run at normal priority. Needs root. The "busy"
+#        process stays at normal priority, so "busy" means nothing then: CONDS="bound unbound")
 # Prints one table per condition: for every (op, size) the median over rounds of each MPI's
 # per-run median (latency in us; bw in GB/s from the median time), and each MPI's busy/bound
 # ratio (how much it degrades with a third busy process). Raw outputs stay in OUT_DIR/raw.
@@ -22,6 +29,7 @@ prefix=${1:?usage: host_compare.sh GPUMPI_PREFIX [OUT_DIR]}
 out=${2:-$(mktemp -d /tmp/host-compare.XXXXXX)}
 rounds=${ROUNDS:-3}
 conds=${CONDS:-bound unbound busy}
+[ "${RT:-0}" = 1 ] && conds=${CONDS:-bound unbound}
 venvs=${VENVS:-$HOME/.cache/gpumpi-bench}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out/raw" "$venvs"
@@ -39,6 +47,10 @@ ompi=$venvs/venv-ompi/bin mpich=$venvs/venv-mpich/bin
 
 build() { "$1" -std=c99 -O2 -o "$2" "$here/gpumpi-bench.c" -ldl -lm || exit 1; }
 build "$prefix/bin/mpicc" "$out/gb-gpumpi"
+base_prefix=${BASE_PREFIX:-$prefix}
+if [ -n "${BASE_PREFIX:-}" ]; then build "$base_prefix/bin/mpicc" "$out/gb-base"; else cp "$out/gb-gpumpi" "$out/gb-base"; fi
+rt=()
+[ "${RT:-0}" = 1 ] && rt=(chrt -f 10)
 PATH=$ompi:$PATH build "$ompi/mpicc" "$out/gb-ompi"
 PATH=$mpich:$PATH build "$mpich/mpicc" "$out/gb-mpich"
 
@@ -48,22 +60,26 @@ launch() {
     shift 3
     local over=""
     [ "$np" -gt "$(nproc)" ] && over=1
+    # Real-time priority only where every rank has a core: spinning FIFO ranks that share one
+    # starve each other (and the machine).
+    local rt=("${rt[@]}")
+    [ -n "$over" ] && rt=()
     case $mpi in
     base)
         local bind=core
         [ "$cond" = unbound ] && bind=none
         # shellcheck disable=SC2086
-        env $BASE_ENV GPUMPI_BIND=$bind timeout 300 "$prefix/bin/mpirun" ${over:+--oversubscribe} -n "$np" "$out/gb-gpumpi" "$@" ;;
+        env ${BASE_ENV:-} GPUMPI_BIND=$bind timeout 300 "${rt[@]}" "$base_prefix/bin/mpirun" ${over:+--oversubscribe} -n "$np" "$out/gb-base" "$@" ;;
     gpumpi)
         local bind=core
         [ "$cond" = unbound ] && bind=none
-        GPUMPI_BIND=$bind timeout 300 "$prefix/bin/mpirun" ${over:+--oversubscribe} -n "$np" "$out/gb-gpumpi" "$@" ;;
+        GPUMPI_BIND=$bind timeout 300 "${rt[@]}" "$prefix/bin/mpirun" ${over:+--oversubscribe} -n "$np" "$out/gb-gpumpi" "$@" ;;
     ompi)
         local b=()
         [ "$cond" = unbound ] && b=(--bind-to none)
-        PATH=$ompi:$PATH timeout 300 "$ompi/mpirun" ${over:+--oversubscribe} "${b[@]}" -n "$np" "$out/gb-ompi" "$@" ;;
+        PATH=$ompi:$PATH timeout 300 "${rt[@]}" "$ompi/mpirun" ${over:+--oversubscribe} "${b[@]}" -n "$np" "$out/gb-ompi" "$@" ;;
     mpich)
-        PATH=$mpich:$PATH timeout 300 "$mpich/mpiexec" -n "$np" "$out/gb-mpich" "$@" ;;
+        PATH=$mpich:$PATH timeout 300 "${rt[@]}" "$mpich/mpiexec" -n "$np" "$out/gb-mpich" "$@" ;;
     esac
 }
 
@@ -71,6 +87,7 @@ launch() {
 cases=(
     "pingpong|2|-o pingpong -b 8 -e 8 -w 200 -n 5000"
     "bw|2|-o bw -b 64K -e 64M -f 4 -w 1 -n 3"
+    "bw1|2|-o bw -W 1 -b 64K -e 64M -f 4 -w 2 -n 20"
     "allreduce|2|-o allreduce -b 8 -e 1M -f 8 -w 10 -n 100"
 )
 [ "${NP4:-1}" = 1 ] && cases+=("allreduce4|4|-o allreduce -b 8 -e 1M -f 8 -w 10 -n 100")
@@ -80,7 +97,8 @@ if [ -n "${ONLY:-}" ]; then
     cases=("${kept[@]}")
 fi
 mpis_run="gpumpi ompi mpich"
-[ -n "${BASE_ENV:-}" ] && mpis_run="gpumpi base ompi mpich"
+[ -n "${BASE_ENV:-}${BASE_PREFIX:-}" ] && mpis_run="gpumpi base ompi mpich"
+[ -n "${MPIS:-}" ] && mpis_run=$MPIS
 
 spin_pid=""
 stop_spin() { [ -n "$spin_pid" ] && kill "$spin_pid" 2>/dev/null; wait "$spin_pid" 2>/dev/null; spin_pid=""; }
@@ -88,7 +106,9 @@ trap stop_spin EXIT
 {
     echo "# host_compare.sh $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs, rounds=$rounds"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    [ -n "${BASE_PREFIX:-}" ] && echo "# base: gpumpi of $BASE_PREFIX"
     [ -n "${BASE_ENV:-}" ] && echo "# base: gpumpi with $BASE_ENV"
+    [ "${RT:-0}" = 1 ] && echo "# every job under chrt -f 10 (real-time priority)"
 } | tee "$out/summary.txt"
 for cond in $conds; do
     [ "$cond" = busy ] && { sh -c 'while :; do :; done' & spin_pid=$!; }
@@ -132,10 +152,10 @@ def val(cond, name, size, mpi):
     v = res.get((cond, name, size, mpi))
     if not v: return None
     m = st.median(v)
-    return size / m / 1e3 if name == "bw" else m
-names = sorted({k[1] for k in res}, key=lambda n: ["pingpong", "bw", "allreduce", "allreduce4"].index(n))
+    return size / m / 1e3 if name.startswith("bw") else m
+names = sorted({k[1] for k in res}, key=lambda n: ["pingpong", "bw", "bw1", "allreduce", "allreduce4"].index(n))
 for cond in conds:
-    print(f"\n## {cond}: median over rounds of each run's median (pingpong: one-way us; bw: GB/s; allreduce: us)")
+    print(f"\n## {cond}: median over rounds of each run's median (pingpong: one-way us; bw: GB/s, window 64, bw1: window 1; allreduce: us)")
     print(f"{'op':<11}{'size':>10}" + "".join(f"{m:>10}" for m in mpis) + "   gpumpi/ompi" + ("  base/ompi" if "base" in mpis else "") + ("   degradation busy/bound: " + " ".join(mpis) if cond == "busy" else ""))
     for name in names:
         for size in sorted({k[2] for k in res if k[0] == cond and k[1] == name}):
@@ -145,12 +165,12 @@ for cond in conds:
             for m in ["gpumpi", "base"] if "base" in mpis else ["gpumpi"]:
                 g = v[mpis.index(m)]
                 if g and o:
-                    s += f"   {(g / o if name == 'bw' else o / g):>8.2f}x"
+                    s += f"   {(g / o if name.startswith('bw') else o / g):>8.2f}x"
             if cond == "busy":
                 d = []
                 for m in mpis:
                     a, b = val("bound", name, size, m), val("busy", name, size, m)
-                    d.append(f"{(a / b if name == 'bw' else b / a):.2f}" if a and b else "-")
+                    d.append(f"{(a / b if name.startswith('bw') else b / a):.2f}" if a and b else "-")
                 s += "   " + " ".join(d)
             print(s)
 print("\n(gpumpi/ompi above 1: gpumpi faster; degradation: busy time / bound time, 1 = unaffected)")

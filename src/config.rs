@@ -504,6 +504,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_SHM_CMA_SHARE",
+        default: "1",
+        doc: "Shared single copies: a host message of at least 512 KiB whose receiver takes it with               CMA is cut into 256 KiB chunks that both ranks claim, the sender writing its chunks into               the receiver's buffer (`process_vm_writev`) while the receiver reads the others, so two               cores copy it (engine/coop.rs). Not where the ranks of a node outnumber its CPUs; a               sender outside MPI calls leaves every chunk to the receiver. `0`: the receiver copies               alone.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_SHM_COLL_MAX",
         default: "1k",
         doc: "Largest message (bytes, at most 1k) of the flag-based shared-memory path of blocking `MPI_Barrier`, `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` on `MPI_COMM_WORLD` with predefined ops: each rank publishes its data into a slot in page 0 of its own segment (no extra memory) and reads the others' slots, with no point-to-point messages (`src/engine/flag.rs`). `0` disables the path.",
@@ -518,7 +524,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
-        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (256 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
+        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (4352 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
         same_on_every_rank: false,
     },
     Param {
@@ -782,6 +788,8 @@ pub struct ShmConfig {
     pub cma: bool,
     /// `GPUMPI_SHM_CMA_MIN`; None: chosen from measurements.
     pub cma_min: Option<usize>,
+    /// `GPUMPI_SHM_CMA_SHARE`.
+    pub cma_share: bool,
     /// `GPUMPI_SHM_COLL_MAX`.
     pub coll_max: usize,
 }
@@ -874,6 +882,7 @@ impl Config {
                 ring_bytes: get_usize("GPUMPI_SHM_RING_BYTES"),
                 cma: get_bool("GPUMPI_SHM_CMA"),
                 cma_min: get("GPUMPI_SHM_CMA_MIN").map(|_| get_usize("GPUMPI_SHM_CMA_MIN")),
+                cma_share: get_bool("GPUMPI_SHM_CMA_SHARE"),
                 coll_max: get_usize("GPUMPI_SHM_COLL_MAX"),
             },
             p2p: P2pConfig {

@@ -67,6 +67,7 @@ fn setup(job: &str, me: usize, o: &Opts, use_env: bool) -> (Engine, bool) {
             eager_limit: LIMIT,
             cma_min: Some(0),
             push_min: usize::MAX,
+            share: true,
         },
     );
     // Once we hear from the peer, it is past both fences: remove our markers.
@@ -409,6 +410,7 @@ fn shm_single_thread_overhead_bench() {
         eager_limit: LIMIT,
         cma_min: Some(0),
         push_min: usize::MAX,
+        share: true,
     };
     let mut es = [
         Engine::with_config(Box::new(a), 0, 2, cfg),

@@ -398,7 +398,8 @@ pub fn init(required: i32) -> MpiResult<i32> {
         }
     };
     node::set_job(map);
-    let engine = Engine::new(transport, rank, size);
+    let mut engine = Engine::new(transport, rank, size);
+    engine.set_crowded(oversubscribed(on_node));
     crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(on_node));
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {

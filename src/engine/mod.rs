@@ -28,6 +28,10 @@
 //!   frames through the ring as space allows (the ring bounds the buffering); the send
 //!   completes when the last frame is in the ring. Rendezvous sends are therefore always
 //!   synchronous.
+//! - **Shared read** (a host rendezvous of at least [`coop::MIN_BYTES`] whose sender had a
+//!   free shared-copy slot for the peer): the RTS carries the slot's index (`FLAG_COOP`, in
+//!   `rreq`). A receiver that reads ([`rndv::RndvPath::SharedRead`]) opens the slot and both
+//!   ranks copy chunks of the message (see [`coop`]); `FIN` as for the read.
 //! - **Device rendezvous** (both buffers exported device memory, CUDA IPC): the RTS carries the
 //!   sender's export. Below `GPUMPI_GPU_P2P_PUSH` bytes the receiver copies peer to local and
 //!   sends `FIN` (pull); from there on it answers `PUT` carrying the export of its own buffer,
@@ -49,6 +53,7 @@
 pub mod backoff;
 pub mod coll;
 pub mod collcheck;
+pub mod coop;
 pub mod devcopy;
 pub mod flag;
 mod p2p;
@@ -136,6 +141,8 @@ const FLAG_SYNC: u8 = 1;
 const FLAG_IPC: u8 = 2;
 /// RTS payload: the descriptor of the sender's pipe (its buffer is device memory).
 const FLAG_PIPE: u8 = 4;
+/// RTS: the sender offers shared-copy slot `rreq` ([`coop`]).
+const FLAG_COOP: u8 = 8;
 
 /// Engine tunables.
 #[derive(Clone, Copy, Debug)]
@@ -149,17 +156,20 @@ pub struct EngineConfig {
     /// Device rendezvous messages of at least this many bytes are pushed by the sender
     /// (`usize::MAX`: never); see the protocol summary.
     pub push_min: usize,
+    /// Shared reads ([`coop`]) where the transport offers slots.
+    pub share: bool,
 }
 
 impl EngineConfig {
-    /// From `GPUMPI_EAGER_LIMIT`, `GPUMPI_SHM_CMA_MIN` (unset: measured choice) and
-    /// `GPUMPI_GPU_P2P_PUSH` ([`crate::config::snapshot`]).
+    /// From `GPUMPI_EAGER_LIMIT`, `GPUMPI_SHM_CMA_MIN` (unset: measured choice),
+    /// `GPUMPI_GPU_P2P_PUSH` and `GPUMPI_SHM_CMA_SHARE` ([`crate::config::snapshot`]).
     pub fn from_env() -> Self {
         let c = crate::config::snapshot();
         EngineConfig {
             eager_limit: c.p2p.eager_limit,
             cma_min: c.shm.cma_min,
             push_min: c.p2p.gpu_push_min,
+            share: c.shm.cma_share,
         }
     }
 }
@@ -177,6 +187,8 @@ struct SendState {
     dev: bool,
     /// Host copy of a device buffer, made when the receiver asked for streamed data.
     staged: Option<Vec<u8>>,
+    /// The shared-copy slot offered with the RTS: (peer, slot), freed when the send completes.
+    coop: Option<(usize, u8)>,
 }
 
 struct RecvState {
@@ -211,12 +223,12 @@ struct Req {
 
 enum UBody {
     /// Eager data received so far (fragments arrive in order, so it is a prefix).
-    Eager {
-        data: Vec<u8>,
-    },
+    Eager { data: Vec<u8> },
     Rndv {
         addr: u64,
         dev: Option<DevRef>,
+        /// The shared-copy slot the sender offered.
+        coop: Option<u8>,
     },
 }
 
@@ -293,6 +305,16 @@ struct PendingRead {
     want: usize,
     /// The sender's device buffer export: read peer to local with CUDA instead of CMA.
     ipc: Option<Box<[u8]>>,
+    /// A shared read: the sender's slot, and the job once the slot is open.
+    coop: Option<(u8, Option<coop::Job>)>,
+}
+
+/// A send whose shared-copy slot the sender watches, to copy chunks once the receiver opens it.
+#[derive(Clone, Copy)]
+struct CoopSend {
+    peer: usize,
+    slot: u8,
+    sreq: u64,
 }
 
 /// A device rendezvous whose data the sender writes into the receiver's buffer (`PUT`): what
@@ -359,6 +381,12 @@ struct State {
     /// Per peer: the streamed rendezvous being timed (receive, start), one at a time.
     stream_watch: Vec<Option<(u64, std::time::Instant)>>,
     push_min: usize,
+    /// Per peer: the shared-copy slot tables ([`Transport::copy_slots`]: to it, from it).
+    slots: Vec<Option<(usize, usize)>>,
+    /// Per peer: the slots of sends to it in use (bit i: slot i).
+    slots_busy: Vec<u64>,
+    /// Sends with an offered slot not yet opened or still with chunks to claim.
+    coop_tx: Vec<CoopSend>,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -409,6 +437,14 @@ impl Engine {
                 can_read: r == my_world_rank || transport.can_read_remote(r),
                 own_cores: r != my_world_rank && transport.own_cores(r),
                 stream_stalled: false,
+                crowded: false,
+            })
+            .collect();
+        let slots = (0..world_size)
+            .map(|r| {
+                (cfg.share && r != my_world_rank)
+                    .then(|| transport.copy_slots(r))
+                    .flatten()
             })
             .collect();
         let rates = transport.copy_rates();
@@ -440,6 +476,9 @@ impl Engine {
                 rates,
                 cma_min: cfg.cma_min,
                 push_min: cfg.push_min,
+                slots,
+                slots_busy: vec![0; world_size],
+                coop_tx: Vec::new(),
             },
             colls: Vec::new(),
             in_colls: false,
@@ -489,6 +528,14 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn set_device_copies(&mut self, d: Box<dyn devcopy::DevCopy>) {
         self.st.dev = d;
+    }
+
+    /// Whether the ranks of this node outnumber its CPUs ([`rndv::PeerFacts::crowded`]; false
+    /// until set).
+    pub fn set_crowded(&mut self, yes: bool) {
+        for f in &mut self.st.peers {
+            f.crowded = yes;
+        }
     }
 
     /// Change the single-copy threshold (see [`EngineConfig::cma_min`]).
@@ -541,15 +588,22 @@ impl Engine {
             }
         }
         let eager = a.len <= self.eager_limit && ipc.is_none() && pipe.is_none();
+        let coop = if !eager && a.dev.is_none() && a.dst_world != self.st.me {
+            self.st.offer_slot(a.dst_world, a.len)
+        } else {
+            None
+        };
         let hdr = Header {
             kind: if eager { kind::EAGER } else { kind::RTS },
             flags: if a.sync { FLAG_SYNC } else { 0 }
                 | if ipc.is_some() { FLAG_IPC } else { 0 }
-                | if pipe.is_some() { FLAG_PIPE } else { 0 },
+                | if pipe.is_some() { FLAG_PIPE } else { 0 }
+                | if coop.is_some() { FLAG_COOP } else { 0 },
             ctx: a.ctx,
             src_rank: a.src_rank,
             tag: a.tag,
             total: a.len as u64,
+            rreq: coop.map_or(0, u64::from),
             arg: buf as u64,
             ..Default::default()
         };
@@ -572,8 +626,16 @@ impl Engine {
                 need_ack: eager && a.sync,
                 dev: ipc.is_some() || pipe.is_some(),
                 staged,
+                coop: coop.map(|i| (a.dst_world, i)),
             }),
         });
+        if let Some(slot) = coop {
+            self.st.coop_tx.push(CoopSend {
+                peer: a.dst_world,
+                slot,
+                sreq,
+            });
+        }
         let mut hdr = hdr;
         hdr.sreq = sreq;
         if let Some(Req {
@@ -902,8 +964,13 @@ impl Engine {
             if self.st.busy > 0 {
                 self.flush_all();
             }
+            let wrote = !self.st.writes.is_empty();
             self.run_writes();
-            self.run_reads();
+            if self.run_reads() || wrote {
+                did = true;
+            }
+        }
+        if !self.st.coop_tx.is_empty() && self.run_coop_sends() {
             did = true;
         }
         if !self.st.copying.is_empty() {
@@ -965,9 +1032,12 @@ impl Engine {
         !self.st.copying.is_empty()
     }
 
-    fn run_reads(&mut self) {
+    /// Carry out the pending single-copy reads. A shared read whose last chunks the sender is
+    /// still writing stays pending. Returns whether any data moved or a receive completed.
+    fn run_reads(&mut self) -> bool {
         let reads = std::mem::take(&mut self.st.reads);
-        for r in reads {
+        let mut moved = false;
+        for mut r in reads {
             let Some(Req {
                 kind: ReqKind::Recv(rs),
                 ..
@@ -1013,6 +1083,17 @@ impl Engine {
                     let src = std::slice::from_raw_parts(r.addr as usize as *const u8, r.want);
                     State::put(&*self.st.dev, buf, dev, 0, src)
                 }
+            } else if let Some((slot, job)) = &mut r.coop {
+                let (slot, mut j) = (*slot, *job);
+                let out = self.shared_read(&r, buf, slot, &mut j, &mut moved);
+                r.coop = Some((slot, j));
+                match out {
+                    Some(ok) => ok,
+                    None => {
+                        self.st.reads.push(r);
+                        continue;
+                    }
+                }
             } else if dev {
                 let (src, addr) = (r.src_world, r.addr);
                 let tp = &mut self.tp;
@@ -1041,6 +1122,7 @@ impl Engine {
                     )
                 }
             };
+            moved = true;
             if ok {
                 let fin = Header {
                     kind: kind::FIN,
@@ -1061,6 +1143,100 @@ impl Engine {
                 self.st.request_stream(r.rreq, r.src_world, r.sreq, r.want);
             }
         }
+        moved
+    }
+
+    /// Copy the chunks of shared read `r` (into host buffer `buf`) that this rank can claim,
+    /// opening the sender's slot first (`job`). `Some(ok)`: the receive's data is all in
+    /// (`false`: a read failed, the slot is closed); `None`: the sender is still writing a
+    /// chunk. `moved` is set when a chunk was copied here.
+    fn shared_read(
+        &mut self,
+        r: &PendingRead,
+        buf: *mut u8,
+        slot: u8,
+        job: &mut Option<coop::Job>,
+        moved: &mut bool,
+    ) -> Option<bool> {
+        let (_, table) = self.st.slots[r.src_world].expect("a shared read has slots");
+        // SAFETY: the table is the transport's, mapped while the engine lives; slot < COPY_SLOTS
+        // (checked when the RTS arrived).
+        let s = unsafe { coop::Slot::at(table, slot as usize) };
+        let j = *job.get_or_insert_with(|| s.open(buf as u64, r.want));
+        while let Some((off, n)) = s.take_back(&j).or_else(|| s.claim(&j)) {
+            // SAFETY: off + n <= want <= cap: buf holds them and is owned by this receive; the
+            // remote range is the sender's buffer, kept until our FIN.
+            let ok = unsafe {
+                self.tp.read_remote(
+                    r.src_world,
+                    r.addr + off as u64,
+                    std::slice::from_raw_parts_mut(buf.add(off), n),
+                )
+            };
+            if !ok {
+                s.close(&j);
+                return Some(false);
+            }
+            s.finish();
+            *moved = true;
+        }
+        s.all_done(&j).then_some(true)
+    }
+
+    /// Copy chunks of the sends whose receivers opened their shared-copy slots ([`coop`]).
+    /// Returns whether a chunk was written.
+    fn run_coop_sends(&mut self) -> bool {
+        let mut wrote = false;
+        let mut i = 0;
+        while i < self.st.coop_tx.len() {
+            let c = self.st.coop_tx[i];
+            let (buf, len) = match self.st.reqs.get(c.sreq) {
+                Some(Req {
+                    done: false,
+                    kind: ReqKind::Send(s),
+                    ..
+                }) => (s.buf, s.len),
+                _ => {
+                    self.st.coop_tx.swap_remove(i);
+                    continue;
+                }
+            };
+            let (table, _) = self.st.slots[c.peer].expect("an offered slot has a table");
+            // SAFETY: the transport's table, mapped while the engine lives; slot < COPY_SLOTS.
+            let s = unsafe { coop::Slot::at(table, c.slot as usize) };
+            let Some(job) = s.opened() else {
+                i += 1;
+                continue;
+            };
+            while let Some((off, n)) = s.claim(&job) {
+                if off + n > len {
+                    // A receiver asking for more than was sent: leave it to its own reads
+                    // (which the kernel bounds to mapped memory).
+                    s.give_back(&job, off);
+                    break;
+                }
+                // SAFETY: off + n <= len: the send buffer holds them until the send completes
+                // (after the receiver's FIN); the receiver handed over raddr + want through the
+                // slot and keeps it until every chunk is done.
+                let ok = unsafe {
+                    self.tp.write_remote(
+                        c.peer,
+                        job.raddr + off as u64,
+                        std::slice::from_raw_parts(buf.add(off), n),
+                    )
+                };
+                if !ok {
+                    s.give_back(&job, off);
+                    // Writes to that peer fail: offer it no more slots.
+                    self.st.peers[c.peer].can_read = false;
+                    break;
+                }
+                s.finish();
+                wrote = true;
+            }
+            self.st.coop_tx.swap_remove(i);
+        }
+        wrote
     }
 
     fn flush_all(&mut self) -> bool {

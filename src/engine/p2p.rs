@@ -59,6 +59,23 @@ impl State {
         matches!(self.reqs.get(rreq), Some(Req { kind: ReqKind::Recv(rs), .. }) if rs.dev)
     }
 
+    /// A free shared-copy slot for a host rendezvous of `len` bytes to `dst`, now offered
+    /// ([`coop`]); `None` when none is free or the message is not one to share.
+    pub(super) fn offer_slot(&mut self, dst: usize, len: usize) -> Option<u8> {
+        let (table, _) = self.slots[dst]?;
+        if !coop::offer(len, self.peers[dst].can_read) {
+            return None;
+        }
+        let i = self.slots_busy[dst].trailing_ones() as usize;
+        if i >= crate::transport::shm::COPY_SLOTS.min(64) {
+            return None;
+        }
+        self.slots_busy[dst] |= 1u64 << i;
+        // SAFETY: the transport's table, mapped while the engine lives; i < COPY_SLOTS.
+        unsafe { coop::Slot::at(table, i) }.offer();
+        Some(i as u8)
+    }
+
     pub(super) fn enqueue(&mut self, dst: usize, o: Out) {
         if self.outq[dst].is_empty() {
             self.busy += 1;
@@ -76,6 +93,13 @@ impl State {
 
     pub(super) fn complete(&mut self, id: u64) {
         if let Some(r) = self.reqs.get_mut(id) {
+            if let ReqKind::Send(SendState {
+                coop: Some((peer, slot)),
+                ..
+            }) = r.kind
+            {
+                self.slots_busy[peer] &= !(1u64 << slot);
+            }
             r.done = true;
             if r.freed {
                 self.reqs.remove(id);
@@ -184,12 +208,16 @@ impl State {
                     let _ = uid;
                 }
             }
-            UBody::Rndv { addr, dev } => {
-                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap), dev)
+            UBody::Rndv { addr, dev, coop } => {
+                self.start_rndv(rreq, m.src_world, m.sreq, addr, m.total.min(cap), dev, coop)
             }
         }
     }
 
+    /// Receive `rreq` matched rendezvous `sreq` of `src_world` (buffer `addr`, `want` bytes to
+    /// take, `dev`: the sender's device buffer, `coop`: the shared-copy slot it offered): start
+    /// the data's way here.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start_rndv(
         &mut self,
         rreq: u64,
@@ -198,6 +226,7 @@ impl State {
         addr: u64,
         want: usize,
         dev: Option<DevRef>,
+        coop: Option<u8>,
     ) {
         let ipc = match dev {
             Some(DevRef::Ipc(e)) => Some(e),
@@ -222,12 +251,20 @@ impl State {
         // device in page-locked rounds (`DevCopy::fill`), while streamed frames would
         // gather on the host first (measured 1.1 GB/s at 4 MiB streamed, benches/NOTES.md).
         let facts = self.peers[src_world];
+        let offered = coop.filter(|&i| {
+            (i as usize) < crate::transport::shm::COPY_SLOTS
+                && self.slots[src_world].is_some()
+                && ipc.is_none()
+                && !self.recv_dev(rreq)
+        });
+        let path = rndv::choose(self.rates, facts, self.cma_min, want, offered.is_some());
         if ipc.is_some()
             || (facts.can_read
-                && (src_world == self.me
-                    || self.recv_dev(rreq)
-                    || rndv::choose(self.rates, facts, self.cma_min, want) == RndvPath::Read))
+                && (src_world == self.me || self.recv_dev(rreq) || path != RndvPath::Stream))
         {
+            let coop = offered
+                .filter(|_| path == RndvPath::SharedRead)
+                .map(|i| (i, self.open_slot(rreq, src_world, i, want)));
             self.reads.push(PendingRead {
                 rreq,
                 src_world,
@@ -235,6 +272,7 @@ impl State {
                 addr,
                 want,
                 ipc,
+                coop,
             });
         } else {
             if self.stream_watch[src_world].is_none() && !self.recv_dev(rreq) {
@@ -632,6 +670,28 @@ impl State {
         }
     }
 
+    /// Open slot `i` of the sends from `src_world` for a shared read of `want` bytes into
+    /// receive `rreq`, at once, so that the sender may start on chunks before this rank's next
+    /// progress call carries out its reads.
+    fn open_slot(&mut self, rreq: u64, src_world: usize, i: u8, want: usize) -> Option<coop::Job> {
+        let (_, table) = self.slots[src_world]?;
+        let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get(rreq)
+        else {
+            return None;
+        };
+        // SAFETY: the transport's table, mapped while the engine lives; i < COPY_SLOTS (checked
+        // by the caller).
+        Some(unsafe { coop::Slot::at(table, i as usize) }.open(rs.buf as u64, want))
+    }
+
+    /// The shared-copy slot an RTS offers.
+    fn offered_slot(h: &Header) -> Option<u8> {
+        (h.flags & FLAG_COOP != 0).then_some(h.rreq as u8)
+    }
+
     /// A receive whose data could not be stored completes with MPI_ERR_OTHER.
     fn fail(&mut self, rreq: u64) {
         if let Some(r) = self.reqs.get_mut(rreq) {
@@ -651,7 +711,8 @@ impl State {
             let (_, cap) = self.matched(rreq, h.src_rank, h.tag, total);
             if h.kind == kind::RTS {
                 let dev = DevRef::from_rts(h, p);
-                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap), dev);
+                let coop = Self::offered_slot(h);
+                self.start_rndv(rreq, src_world, h.sreq, h.arg, total.min(cap), dev, coop);
                 return;
             }
             if sync {
@@ -686,6 +747,7 @@ impl State {
             UBody::Rndv {
                 addr: h.arg,
                 dev: DevRef::from_rts(h, p),
+                coop: Self::offered_slot(h),
             }
         } else {
             let mut data = Vec::with_capacity(total);

@@ -16,7 +16,14 @@
 //! at start-up), and where no streamed message from that peer has yet run slower than the read
 //! would have (measured while running: a peer that was descheduled mid-stream is read from
 //! then on). Everything else reads. Without CMA, everything streams.
+//!
+//! A read of a message whose sender offered a shared-copy slot ([`super::coop`]) is a
+//! **shared read** wherever [`super::coop::share`] allows it (the ranks do not outnumber the
+//! CPUs): both ranks copy chunks of it, each chunk once, so it uses two cores like the stream
+//! with half the copying, and needs no more of the sender than the plain read (a sender that is
+//! not in an MPI call leaves every chunk to the receiver). It is preferred to the stream.
 
+use super::coop;
 use crate::transport::CopyRates;
 
 /// How the receiver gets a rendezvous message into a host buffer.
@@ -24,6 +31,8 @@ use crate::transport::CopyRates;
 pub enum RndvPath {
     /// Single copy out of the sender's memory (CMA).
     Read,
+    /// Single copies in chunks, claimed by both ranks ([`super::coop`]).
+    SharedRead,
     /// The sender streams it through the ring (CTS/DATA).
     Stream,
 }
@@ -38,30 +47,35 @@ pub struct PeerFacts {
     pub own_cores: bool,
     /// A streamed message from this peer ran slower than the single read would have.
     pub stream_stalled: bool,
+    /// The ranks of this node outnumber its CPUs.
+    pub crowded: bool,
 }
 
 /// The rendezvous path for a message of `len` bytes from a peer with `facts`, on a machine
-/// whose copy rates were measured as `rates` (`None`: not measured). `forced_read_min` is the
-/// user's `GPUMPI_SHM_CMA_MIN` (read from that size on, stream below), which overrides the
-/// model but never reads where reads do not work.
+/// whose copy rates were measured as `rates` (`None`: not measured); `offered`: the sender
+/// offered a shared-copy slot. `forced_read_min` is the user's `GPUMPI_SHM_CMA_MIN` (read from
+/// that size on, stream below), which overrides the model but never reads where reads do not
+/// work.
 pub fn choose(
     rates: Option<CopyRates>,
     facts: PeerFacts,
     forced_read_min: Option<usize>,
     len: usize,
+    offered: bool,
 ) -> RndvPath {
     if !facts.can_read {
         return RndvPath::Stream;
     }
+    let read = if offered && coop::share(len, facts.crowded) {
+        RndvPath::SharedRead
+    } else {
+        RndvPath::Read
+    };
     if let Some(min) = forced_read_min {
-        return if len >= min {
-            RndvPath::Read
-        } else {
-            RndvPath::Stream
-        };
+        return if len >= min { read } else { RndvPath::Stream };
     }
-    if !facts.own_cores || facts.stream_stalled {
-        return RndvPath::Read;
+    if read == RndvPath::SharedRead || !facts.own_cores || facts.stream_stalled {
+        return read;
     }
     match rates {
         Some(r) if r.copy_gbps >= 2.0 * r.read_gbps => RndvPath::Stream,
@@ -92,11 +106,13 @@ mod tests {
         can_read: true,
         own_cores: true,
         stream_stalled: false,
+        crowded: false,
     };
     const SHARED: PeerFacts = PeerFacts {
         can_read: true,
         own_cores: false,
         stream_stalled: false,
+        crowded: false,
     };
 
     /// Unbound ranks (the default of most launchers, and any loaded machine) always read,
@@ -105,7 +121,7 @@ mod tests {
     fn unbound_ranks_read_at_every_size() {
         for r in [rates(40.0, 5.0), rates(10.0, 10.0), None] {
             for len in [16 << 10, 64 << 10, 1 << 20, 64 << 20] {
-                assert_eq!(choose(r, SHARED, None, len), RndvPath::Read);
+                assert_eq!(choose(r, SHARED, None, len, false), RndvPath::Read);
             }
         }
     }
@@ -115,24 +131,27 @@ mod tests {
     fn bound_ranks_stream_where_copies_beat_the_read() {
         // A machine with cache-speed copies far above process_vm_readv.
         assert_eq!(
-            choose(rates(40.0, 8.0), DEDICATED, None, 1 << 20),
+            choose(rates(40.0, 8.0), DEDICATED, None, 1 << 20, false),
             RndvPath::Stream
         );
         assert_eq!(
-            choose(rates(16.0, 8.0), DEDICATED, None, 1 << 20),
+            choose(rates(16.0, 8.0), DEDICATED, None, 1 << 20, false),
             RndvPath::Stream
         );
         // A machine where the read is nearly as fast as a copy.
         assert_eq!(
-            choose(rates(15.9, 8.0), DEDICATED, None, 1 << 20),
+            choose(rates(15.9, 8.0), DEDICATED, None, 1 << 20, false),
             RndvPath::Read
         );
         assert_eq!(
-            choose(rates(12.0, 11.0), DEDICATED, None, 64 << 10),
+            choose(rates(12.0, 11.0), DEDICATED, None, 64 << 10, false),
             RndvPath::Read
         );
         // Unmeasured rates: the read (needs only the receiver on a core).
-        assert_eq!(choose(None, DEDICATED, None, 1 << 20), RndvPath::Read);
+        assert_eq!(
+            choose(None, DEDICATED, None, 1 << 20, false),
+            RndvPath::Read
+        );
     }
 
     #[test]
@@ -142,7 +161,7 @@ mod tests {
             ..DEDICATED
         };
         assert_eq!(
-            choose(rates(40.0, 8.0), stalled, None, 1 << 20),
+            choose(rates(40.0, 8.0), stalled, None, 1 << 20, false),
             RndvPath::Read
         );
     }
@@ -155,7 +174,7 @@ mod tests {
         };
         for forced in [None, Some(0), Some(1 << 20)] {
             assert_eq!(
-                choose(rates(40.0, 8.0), no_cma, forced, 8 << 20),
+                choose(rates(40.0, 8.0), no_cma, forced, 8 << 20, false),
                 RndvPath::Stream
             );
         }
@@ -164,15 +183,15 @@ mod tests {
     #[test]
     fn the_users_threshold_overrides_the_model() {
         assert_eq!(
-            choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 64 << 10),
+            choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 64 << 10, false),
             RndvPath::Stream
         );
         assert_eq!(
-            choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 1 << 20),
+            choose(rates(40.0, 8.0), SHARED, Some(1 << 20), 1 << 20, false),
             RndvPath::Read
         );
         assert_eq!(
-            choose(rates(40.0, 8.0), DEDICATED, Some(0), 16 << 10),
+            choose(rates(40.0, 8.0), DEDICATED, Some(0), 16 << 10, false),
             RndvPath::Read
         );
     }
@@ -186,5 +205,50 @@ mod tests {
         assert!(stream_stalled(r, 1 << 20, 1e-3));
         assert!(!stream_stalled(None, 1 << 20, 100e-6));
         assert!(stream_stalled(None, 1 << 20, 5e-3));
+    }
+
+    /// A sender's offer turns every read of two chunks or more into a shared read (and a
+    /// stream on bound ranks too: two cores with half the copying), except where the ranks
+    /// outnumber the CPUs; without CMA it streams all the same.
+    #[test]
+    fn an_offered_slot_makes_a_shared_read() {
+        let big = coop::MIN_BYTES;
+        for facts in [DEDICATED, SHARED] {
+            for r in [rates(40.0, 8.0), rates(10.0, 10.0), None] {
+                assert_eq!(choose(r, facts, None, big, true), RndvPath::SharedRead);
+                assert_eq!(choose(r, facts, None, 64 << 20, true), RndvPath::SharedRead);
+                assert_eq!(choose(r, facts, Some(0), big, true), RndvPath::SharedRead);
+            }
+        }
+        // Below two chunks: the choice without an offer.
+        assert_eq!(
+            choose(rates(40.0, 8.0), DEDICATED, None, big - 1, true),
+            RndvPath::Stream
+        );
+        assert_eq!(
+            choose(rates(40.0, 8.0), SHARED, None, big - 1, true),
+            RndvPath::Read
+        );
+        let crowded = PeerFacts {
+            crowded: true,
+            ..SHARED
+        };
+        assert_eq!(
+            choose(rates(40.0, 8.0), crowded, None, 64 << 20, true),
+            RndvPath::Read
+        );
+        let no_cma = PeerFacts {
+            can_read: false,
+            ..DEDICATED
+        };
+        assert_eq!(
+            choose(rates(40.0, 8.0), no_cma, None, 64 << 20, true),
+            RndvPath::Stream
+        );
+        // The user's threshold still streams below it.
+        assert_eq!(
+            choose(rates(40.0, 8.0), SHARED, Some(1 << 30), 64 << 20, true),
+            RndvPath::Stream
+        );
     }
 }

@@ -22,6 +22,7 @@ fn group(n: usize, cap_msgs: usize, maxp: usize, cma: bool) -> Vec<Engine> {
                     eager_limit: LIMIT,
                     cma_min: Some(0),
                     push_min: usize::MAX,
+                    share: true,
                 },
             )
         })
@@ -420,6 +421,7 @@ fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
                     eager_limit: LIMIT,
                     cma_min: Some(0),
                     push_min: usize::MAX,
+                    share: true,
                 },
             )
         })
@@ -1071,6 +1073,7 @@ fn dev_pair(push_min: usize) -> (Vec<Engine>, fake_dev::Fake) {
                     eager_limit: LIMIT,
                     cma_min: Some(0),
                     push_min,
+                    share: true,
                 },
             );
             e.set_device_copies(Box::new(fake.clone()));
@@ -1364,4 +1367,166 @@ fn piped_messages_in_any_match_order() {
         }
     }
     assert_eq!(fake.0.lock().unwrap().offers, 8);
+}
+
+/// Shared reads ([`super::coop`]): both ranks copy chunks of one large host message.
+mod shared_read {
+    use super::*;
+    use crate::engine::coop::{CHUNK, MIN_BYTES};
+
+    const BIG: usize = 8 * CHUNK + 123;
+
+    fn slots_in_use(e: &Engine, peer: usize) -> u64 {
+        e.st.slots_busy[peer]
+    }
+
+    #[test]
+    fn the_sender_writes_chunks_once_the_receiver_opens_the_slot() {
+        let mut es = group(2, 16, 2000, true);
+        let data = pattern(BIG, 5);
+        let mut out = vec![0u8; BIG];
+        let s = send(&mut es[0], &data, 1, 0, 1, false);
+        assert_eq!(slots_in_use(&es[0], 1), 1);
+        es[1].progress(); // the RTS arrives before a receive: unexpected
+        let r = recv(&mut es[1], &mut out, 0, 1); // matches: the slot opens
+        es[0].progress(); // the sender claims every chunk and writes it
+        assert!(out == data, "the sender wrote the whole message");
+        assert!(!es[0].is_done(s), "the send waits for the receiver's FIN");
+        let st = wait_on(&mut es, 1, r);
+        assert_eq!((st.error, st.bytes), (0, BIG));
+        wait_on(&mut es, 0, s);
+        assert_eq!(slots_in_use(&es[0], 1), 0, "FIN frees the slot");
+    }
+
+    #[test]
+    fn a_sender_outside_mpi_leaves_every_chunk_to_the_receiver() {
+        let mut es = group(2, 16, 2000, true);
+        let data = pattern(BIG, 9);
+        let mut out = vec![0u8; BIG];
+        let r = recv(&mut es[1], &mut out, 0, 1);
+        let s = send(&mut es[0], &data, 1, 0, 1, false);
+        let mut rounds = 0;
+        while !es[1].is_done(r) {
+            es[1].progress();
+            rounds += 1;
+            assert!(
+                rounds < 1000,
+                "the receiver waits for a sender that is not copying"
+            );
+        }
+        assert_eq!(es[1].test(r).unwrap().error, 0);
+        assert!(out == data);
+        wait_on(&mut es, 0, s);
+        assert_eq!(slots_in_use(&es[0], 1), 0);
+    }
+
+    #[test]
+    fn crowded_ranks_read_alone() {
+        let mut es = group(2, 16, 2000, true);
+        es[1].set_crowded(true);
+        let data = pattern(BIG, 3);
+        let mut out = vec![0u8; BIG];
+        let s = send(&mut es[0], &data, 1, 0, 1, false);
+        es[1].progress();
+        let r = recv(&mut es[1], &mut out, 0, 1);
+        es[0].progress();
+        assert!(
+            out.iter().all(|&b| b == 0),
+            "the sender wrote into a plain read"
+        );
+        wait_on(&mut es, 1, r);
+        assert!(out == data);
+        wait_on(&mut es, 0, s);
+        assert_eq!(slots_in_use(&es[0], 1), 0);
+    }
+
+    #[test]
+    fn a_truncated_shared_read_takes_what_fits() {
+        let mut es = group(2, 16, 2000, true);
+        let data = pattern(BIG, 1);
+        let cap = MIN_BYTES + CHUNK / 2 + 3;
+        let mut out = vec![0u8; cap + 10];
+        let s = send(&mut es[0], &data, 1, 0, 1, false);
+        es[1].progress();
+        let r = recv(&mut es[1], &mut out[..cap], 0, 1);
+        es[0].progress();
+        let st = wait_on(&mut es, 1, r);
+        assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
+        assert!(out[..cap] == data[..cap] && out[cap..].iter().all(|&b| b == 0));
+        wait_on(&mut es, 0, s);
+    }
+
+    /// More sends in flight than slots, from one reused buffer into one reused buffer: those
+    /// without a slot are plain reads, and every slot is free again afterwards.
+    #[test]
+    fn more_messages_than_slots() {
+        let mut es = group(2, 200, 2000, true);
+        let n = crate::transport::shm::COPY_SLOTS + 6;
+        let data = pattern(MIN_BYTES, 4);
+        let mut out = vec![0u8; MIN_BYTES];
+        let rs: Vec<ReqId> = (0..n).map(|_| recv(&mut es[1], &mut out, 0, 2)).collect();
+        let ss: Vec<ReqId> = (0..n)
+            .map(|_| send(&mut es[0], &data, 1, 0, 2, false))
+            .collect();
+        assert_eq!(slots_in_use(&es[0], 1), u64::MAX);
+        // Alternate single progress calls: the sender helps with whatever is open.
+        for r in rs {
+            assert_eq!(wait_on(&mut es, 1, r).error, 0);
+        }
+        for s in ss {
+            wait_on(&mut es, 0, s);
+        }
+        assert!(out == data);
+        assert_eq!(slots_in_use(&es[0], 1), 0);
+        assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
+    }
+
+    /// Two threads over shared memory with real single copies (this process reads and writes
+    /// itself): windows of large messages into distinct buffers, both ranks progressing at
+    /// once, so chunks go both ways.
+    #[test]
+    fn shm_threads_windowed_large_messages() {
+        let es = shm_group(2, 64 << 10, true);
+        let sizes = [MIN_BYTES, BIG, 3 << 20];
+        let handles: Vec<_> = es
+            .into_iter()
+            .map(|mut e| {
+                std::thread::spawn(move || {
+                    let me = e.world_rank();
+                    for round in 0..4u8 {
+                        if me == 0 {
+                            let bufs: Vec<Vec<u8>> =
+                                sizes.iter().map(|&n| pattern(n, round)).collect();
+                            let ss: Vec<ReqId> = bufs
+                                .iter()
+                                .enumerate()
+                                .map(|(k, b)| send(&mut e, b, 1, 0, k as i32, false))
+                                .collect();
+                            for s in ss {
+                                assert_eq!(e.wait(s).error, 0);
+                            }
+                        } else {
+                            let mut outs: Vec<Vec<u8>> =
+                                sizes.iter().map(|&n| vec![0u8; n]).collect();
+                            let rs: Vec<ReqId> = outs
+                                .iter_mut()
+                                .enumerate()
+                                .map(|(k, o)| recv(&mut e, o, 0, k as i32))
+                                .collect();
+                            for r in rs {
+                                assert_eq!(e.wait(r).error, 0);
+                            }
+                            for (k, o) in outs.iter().enumerate() {
+                                assert!(*o == pattern(sizes[k], round), "round {round} size {k}");
+                            }
+                        }
+                    }
+                    assert_eq!(e.live_requests(), 0);
+                    e
+                })
+            })
+            .collect();
+        let es: Vec<Engine> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(es[0].st.slots_busy[1], 0);
+    }
 }

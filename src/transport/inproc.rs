@@ -1,9 +1,12 @@
 //! In-process transport: the [`Transport`] contract over bounded queues shared by threads of one
 //! process. For multi-rank tests (one thread per rank). `read_remote` is a plain memory copy
-//! (all "ranks" share the address space) and can be switched off to test the pipelined path.
+//! (all "ranks" share the address space) and can be switched off to test the pipelined path;
+//! so is `write_remote`, and the shared-copy slots are heap memory shared by the group.
 
+use super::shm::{COPY_SLOTS, COPY_SLOT_BYTES};
 use super::{Header, Transport};
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 struct Msg {
@@ -15,6 +18,29 @@ struct Msg {
 /// One bounded FIFO per (sender, receiver) pair, like the shared-memory rings.
 type Inboxes = Arc<Vec<Vec<Mutex<VecDeque<Msg>>>>>; // [receiver][sender]
 
+/// The shared-copy slot tables of every directed pair ([sender][receiver]), 64-byte aligned.
+struct SlotTables {
+    words: Vec<AtomicU64>,
+    n: usize,
+}
+
+impl SlotTables {
+    const WORDS: usize = COPY_SLOTS * COPY_SLOT_BYTES / 8;
+
+    fn new(n: usize) -> SlotTables {
+        // 8 spare words so that every table can start on a 64-byte boundary.
+        let words = (0..n * n * Self::WORDS + 8)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        SlotTables { words, n }
+    }
+
+    fn table(&self, sender: usize, receiver: usize) -> usize {
+        let base = (self.words.as_ptr() as usize).next_multiple_of(64);
+        base + (sender * self.n + receiver) * Self::WORDS * 8
+    }
+}
+
 pub struct InprocTransport {
     rank: usize,
     inboxes: Inboxes,
@@ -22,6 +48,7 @@ pub struct InprocTransport {
     max_payload: usize,
     cma: bool,
     next_sender: usize,
+    slots: Arc<SlotTables>,
 }
 
 impl InprocTransport {
@@ -33,8 +60,10 @@ impl InprocTransport {
                 .map(|_| (0..n).map(|_| Mutex::new(VecDeque::new())).collect())
                 .collect(),
         );
+        let slots = Arc::new(SlotTables::new(n));
         (0..n)
             .map(|rank| InprocTransport {
+                slots: slots.clone(),
                 rank,
                 inboxes: inboxes.clone(),
                 cap_msgs: cap_msgs.max(1),
@@ -103,5 +132,24 @@ impl Transport for InprocTransport {
             std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len())
         };
         true
+    }
+
+    unsafe fn write_remote(&mut self, _dst: usize, addr: u64, src: &[u8]) -> bool {
+        if !self.cma {
+            return false;
+        }
+        // SAFETY: as in read_remote: one address space, and the caller guarantees that
+        // `addr..addr+len` is a live buffer the peer handed over for writing.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as usize as *mut u8, src.len()) };
+        true
+    }
+
+    fn copy_slots(&self, peer: usize) -> Option<(usize, usize)> {
+        (self.cma && peer != self.rank).then(|| {
+            (
+                self.slots.table(self.rank, peer),
+                self.slots.table(peer, self.rank),
+            )
+        })
     }
 }

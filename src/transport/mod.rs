@@ -99,6 +99,27 @@ pub trait Transport: Send {
         false
     }
 
+    /// Copy `src` to address `addr` in the memory of world rank `dst` with a single copy (the
+    /// mirror of [`Transport::read_remote`], allowed wherever reads from `dst` are). `false`
+    /// when not supported or when the kernel refused.
+    ///
+    /// # Safety
+    /// `addr .. addr + src.len()` must be a buffer of `dst` that `dst` has handed to this rank
+    /// for writing and does not touch until it learns that the write is done.
+    unsafe fn write_remote(&mut self, _dst: usize, _addr: u64, _src: &[u8]) -> bool {
+        false
+    }
+
+    /// The shared-copy slots between this rank and world rank `peer` (`engine/coop.rs`):
+    /// addresses (in this process) of the table for messages this rank sends to `peer` and of
+    /// the table for messages `peer` sends to this rank, each [`shm::COPY_SLOTS`] slots of
+    /// [`shm::COPY_SLOT_BYTES`] bytes, 64-byte aligned, zero at creation, mapped in both
+    /// processes as long as the transport lives. `None`: not offered for that peer (no
+    /// single copies to it, or not on this node).
+    fn copy_slots(&self, _peer: usize) -> Option<(usize, usize)> {
+        None
+    }
+
     /// Copy rates of this machine measured at set-up (`None`: not measured).
     fn copy_rates(&self) -> Option<CopyRates> {
         None

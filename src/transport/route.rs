@@ -62,6 +62,16 @@ impl Transport for Routed {
         unsafe { self.parts[i].read_remote(src, addr, dst) }
     }
 
+    unsafe fn write_remote(&mut self, dst: usize, addr: u64, src: &[u8]) -> bool {
+        let i = self.link[dst] as usize;
+        // SAFETY: the caller's contract, passed on to the transport that reaches `dst`.
+        unsafe { self.parts[i].write_remote(dst, addr, src) }
+    }
+
+    fn copy_slots(&self, peer: usize) -> Option<(usize, usize)> {
+        self.to(peer).copy_slots(peer)
+    }
+
     fn copy_rates(&self) -> Option<CopyRates> {
         self.parts[0].copy_rates()
     }

@@ -8,15 +8,21 @@
 //! ```text
 //! [ page 0: magic, pid, world size, ring bytes, CMA probe address; collective records at 512;
 //!   collective slots at 1024 ]
-//! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) | data (ring bytes) ]
+//! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) |
+//!   shared-copy slots (64 x 64 bytes) | data (ring bytes) ]
 //! [ ring for sender s1 ... ]                       (one ring per other rank, in rank order)
 //! [ collective scratch area, page aligned (if configured): control 128 bytes | data ]
 //! ```
-//! **Footprint per rank = 4096 + (size - 1) × (256 + ring_bytes)** bytes (plus the scratch area
+//! **Footprint per rank = 4096 + (size - 1) × (4352 + ring_bytes)** bytes (plus the scratch area
 //! below), with
 //! `ring_bytes = GPUMPI_SHM_RING_BYTES` rounded up to a power of two (at least 1 KiB). It is fixed
 //! at creation and never grows with traffic (logged at debug level). Example: 8 ranks with the
-//! default 128 KiB rings use 4 KiB + 7 × 128.25 KiB ≈ 0.9 MiB each.
+//! default 128 KiB rings use 4 KiB + 7 × 132.25 KiB ≈ 0.9 MiB each.
+//!
+//! # Shared-copy slots
+//! Between a ring's control block and its data lie [`COPY_SLOTS`] slots of [`COPY_SLOT_BYTES`]
+//! for the large messages that sender sends to this rank (`Transport::copy_slots`): the engine's
+//! shared single copy (`engine/coop.rs`), in which both ranks copy chunks of one message.
 //!
 //! # Rings
 //! `head` (bytes ever written) is written only by the sender, `tail` (bytes ever consumed) only
@@ -63,7 +69,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6770_756d_7069_5348; // "gpumpiSH"
 const PAGE: usize = 4096;
-const RING_CTRL: usize = 256;
+/// Shared-copy slots per directed pair of ranks, and bytes per slot (`engine/coop.rs`).
+pub const COPY_SLOTS: usize = 64;
+pub const COPY_SLOT_BYTES: usize = 64;
+/// Offset of the shared-copy slots in a ring's control block.
+const COPY_SLOTS_OFF: usize = 256;
+/// A ring's control block: head line, tail line, shared-copy slots.
+const RING_CTRL: usize = COPY_SLOTS_OFF + COPY_SLOTS * COPY_SLOT_BYTES;
 const TAIL_OFF: usize = 128;
 const FRAME_PREFIX: usize = 8 + HEADER_BYTES;
 const WRAP: u64 = u64::MAX;
@@ -377,7 +389,7 @@ impl ShmTransport {
             }
         }
         tracing::debug!(
-            "shm: rank {rank}/{size}: segment {:?} of {} bytes = 4096 + ({size} - 1) x (256 + ring {ring})",
+            "shm: rank {rank}/{size}: segment {:?} of {} bytes = 4096 + ({size} - 1) x ({RING_CTRL} + ring {ring})",
             name,
             len
         );
@@ -703,17 +715,39 @@ fn map_fd(fd: libc::c_int, len: usize) -> MpiResult<Mapping> {
 /// # Safety
 /// `dst` is a valid local buffer; the remote range is the caller's business (the kernel checks it).
 unsafe fn cma_read(pid: libc::pid_t, addr: u64, dst: &mut [u8]) -> bool {
+    cma_copy(pid, addr, dst.as_mut_ptr(), dst.len(), false)
+}
+
+/// `process_vm_writev` of `src` to `addr` in process `pid`; true when fully written.
+///
+/// # Safety
+/// `src` is a valid local buffer; the remote range is the caller's business (the kernel checks it).
+unsafe fn cma_write(pid: libc::pid_t, addr: u64, src: &[u8]) -> bool {
+    cma_copy(pid, addr, src.as_ptr() as *mut u8, src.len(), true)
+}
+
+/// `len` bytes between `local` and `addr` in process `pid`: into `local` (`process_vm_readv`),
+/// or out of it when `write` (`process_vm_writev`, which only reads `local`); true when all
+/// were copied.
+///
+/// # Safety
+/// `local .. local + len` is a valid local buffer (writable unless `write`).
+unsafe fn cma_copy(pid: libc::pid_t, addr: u64, local: *mut u8, len: usize, write: bool) -> bool {
     let mut done = 0usize;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst.as_mut_ptr().add(done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
+    while done < len {
+        let l = libc::iovec {
+            iov_base: local.add(done) as *mut libc::c_void,
+            iov_len: len - done,
         };
-        let remote = libc::iovec {
+        let r = libc::iovec {
             iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
+            iov_len: len - done,
         };
-        let n = libc::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+        let n = if write {
+            libc::process_vm_writev(pid, &l, 1, &r, 1, 0)
+        } else {
+            libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
+        };
         if n <= 0 {
             return false;
         }
@@ -924,6 +958,32 @@ impl Transport for ShmTransport {
         self.rates
     }
 
+    fn copy_slots(&self, peer: usize) -> Option<(usize, usize)> {
+        if !self.cma[peer] {
+            return None;
+        }
+        let (tx, rx) = (self.tx[peer].as_ref()?, self.rx[peer].as_ref()?);
+        Some((
+            tx.ctrl as usize + COPY_SLOTS_OFF,
+            rx.ctrl as usize + COPY_SLOTS_OFF,
+        ))
+    }
+
+    unsafe fn write_remote(&mut self, dst: usize, addr: u64, src: &[u8]) -> bool {
+        if !self.cma[dst] {
+            return false;
+        }
+        // SAFETY: src is a valid local buffer; the remote range is the caller's contract.
+        let ok = unsafe { cma_write(self.pids[dst], addr, src) };
+        if !ok {
+            tracing::debug!(
+                "shm: process_vm_writev to rank {dst} failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        ok
+    }
+
     fn own_cores(&self, peer: usize) -> bool {
         self.own_cores[peer]
     }
@@ -1018,8 +1078,8 @@ mod tests {
             a.footprint(),
             footprint(2, 1024, configured_scratch_bytes())
         );
-        assert_eq!(footprint(2, 1024, 0), 4096 + (256 + 1024));
-        assert_eq!(footprint(2, 1024, 4096), 8192 + 128 + 4096);
+        assert_eq!(footprint(2, 1024, 0), 4096 + (4352 + 1024));
+        assert_eq!(footprint(2, 1024, 4096), 12288 + 128 + 4096);
         let sc = a.coll_scratch();
         if configured_scratch_bytes() > 0 {
             let (bases, cap) = sc.unwrap();
