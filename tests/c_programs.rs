@@ -16,7 +16,8 @@
 //!   `singleton` also runs the program directly, without mpirun. `nodes=K` runs each rank
 //!   through `scripts/emulate-nodes.sh K` (the ranks spread over K emulated nodes on this host,
 //!   talking over loopback TCP between them); with `netns` too, each of those nodes is a
-//!   network namespace (`scripts/netns-nodes.sh`, 198.18.0.x; a recorded skip where
+//!   network namespace (`scripts/netns-nodes.sh`, 198.18.0.x; `rails=R`: R rails per node,
+//!   local rank `i` on rail `i mod R`; a recorded skip where
 //!   namespaces are not available). `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
 //!   and every `stderr=TEXT` in the job's stderr (a passing run must show them too). `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
@@ -148,6 +149,9 @@ struct RunSpec {
     /// `netns` (with `nodes=K`): each emulated node is a network namespace of its own
     /// (`scripts/netns-nodes.sh`), talking over 198.18.0.x.
     netns: bool,
+    /// `rails=R` (with `nodes=K`): each emulated node has R rails, local rank `i` on rail
+    /// `i mod R` (`emulate-nodes.sh --rails`); with `netns`, R interfaces and bridges per node.
+    rails: Option<u32>,
     args: Vec<String>,
 }
 
@@ -225,6 +229,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                     .split_once('=')
                     .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
                 spec.env.push((k.to_string(), v.to_string()));
+            } else if let Some(s) = t.strip_prefix("rails=") {
+                spec.rails = Some(
+                    s.parse()
+                        .unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1)),
+                );
             } else if let Some(s) = t.strip_prefix("nodes=") {
                 spec.nodes = Some(
                     s.parse()
@@ -258,16 +267,17 @@ fn testlist() -> Vec<(String, RunSpec)> {
     out
 }
 
-/// A set of namespace nodes (`scripts/netns-nodes.sh -p PREFIX up K 1`), removed on drop.
+/// A set of namespace nodes (`scripts/netns-nodes.sh -p PREFIX up K R`), removed on drop.
 struct Netns(String);
 
 impl Netns {
-    /// Brings up `k` nodes; `Err(reason)` where namespaces are not available (exit 77).
-    fn up(k: u32) -> Result<Netns, String> {
+    /// Brings up `k` nodes of `rails` rails; `Err(reason)` where namespaces are not available
+    /// (exit 77).
+    fn up(k: u32, rails: u32) -> Result<Netns, String> {
         let prefix = format!("gct{}", std::process::id());
         let out = Command::new("bash")
             .arg(repo_root().join("scripts/netns-nodes.sh"))
-            .args(["-p", &prefix, "up", &k.to_string(), "1"])
+            .args(["-p", &prefix, "up", &k.to_string(), &rails.to_string()])
             .output()
             .expect("run scripts/netns-nodes.sh");
         let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -494,7 +504,10 @@ fn run_program(prog: &str) {
             let o = run_cmd(cmd, &format!("{prog}.{k}.singleton"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }
-        let netns = match spec.nodes.filter(|_| spec.netns).map(Netns::up) {
+        let netns = match spec
+            .nodes
+            .filter(|_| spec.netns)
+            .map(|k| Netns::up(k, spec.rails.unwrap_or(1))) {
             Some(Err(why)) => {
                 skip::skip(&format!("c_programs::{prog} (netns line {k})"), &why);
                 continue;
@@ -514,6 +527,9 @@ fn run_program(prog: &str) {
                 cmd.arg(repo_root().join("scripts/emulate-nodes.sh"));
                 if let Some(ns) = &netns {
                     cmd.args(["--netns", &ns.0]);
+                }
+                if let Some(r) = spec.rails {
+                    cmd.args(["--rails", &r.to_string()]);
                 }
                 cmd.arg(k.to_string());
             }
