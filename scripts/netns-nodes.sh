@@ -124,8 +124,9 @@ up() {
                 ip -n "$node" route add default via "198.18.$k.254" dev "rail$k" table $((100 + k))
             fi
         done
-        if [[ -n $spine ]]; then
-            # Replies from another rail arrive on the sender's rail: no reverse-path filter.
+        if [[ $r -gt 1 ]]; then
+            # A connection between rails leaves through one rail and is answered through the
+            # other (or through the spine): no reverse-path filter.
             ip netns exec "$node" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
             for ((k = 0; k < r; k++)); do
                 ip netns exec "$node" sysctl -qw "net.ipv4.conf.rail$k.rp_filter=0"

@@ -507,7 +507,8 @@ fn run_program(prog: &str) {
         let netns = match spec
             .nodes
             .filter(|_| spec.netns)
-            .map(|k| Netns::up(k, spec.rails.unwrap_or(1))) {
+            .map(|k| Netns::up(k, spec.rails.unwrap_or(1)))
+        {
             Some(Err(why)) => {
                 skip::skip(&format!("c_programs::{prog} (netns line {k})"), &why);
                 continue;

@@ -472,11 +472,19 @@ pub fn init(required: i32) -> MpiResult<i32> {
             let pxn = layout.enabled(mode);
             let hops = crate::topo::pxn::routes(&layout, rank, pxn);
             tracing::info!(
-                "rank {rank}: PXN {} (GPUMPI_PXN={mode:?}), {} off-node peers through a forwarder",
+                "rank {rank}: PXN {} (GPUMPI_PXN={}), {} off-node peers through a forwarder",
                 if pxn { "on" } else { "off" },
-                hops.iter().filter(|h| matches!(h, crate::topo::pxn::Hop::Via(_))).count()
+                format!("{mode:?}").to_lowercase(),
+                hops.iter()
+                    .filter(|h| matches!(h, crate::topo::pxn::Hop::Via(_)))
+                    .count()
             );
-            Box::new(Routed::with_routes(Box::new(shm), Box::new(net), rank, &hops))
+            Box::new(Routed::with_routes(
+                Box::new(shm),
+                Box::new(net),
+                rank,
+                &hops,
+            ))
         }
     };
     node::set_job(map);

@@ -43,9 +43,7 @@ impl Mode {
             None | Some("") | Some("auto") => Ok(Mode::Auto),
             Some("0") | Some("off") | Some("no") => Ok(Mode::Off),
             Some("1") | Some("on") | Some("yes") => Ok(Mode::On),
-            Some(other) => Err(format!(
-                "GPUMPI_PXN={other:?}: expected auto, 0 or 1"
-            )),
+            Some(other) => Err(format!("GPUMPI_PXN={other:?}: expected auto, 0 or 1")),
         }
     }
 }
@@ -67,7 +65,10 @@ impl Layout {
             (0..self.size()).any(|d| {
                 self.node_of[s] != self.node_of[d]
                     && self.rail_of[s] != self.rail_of[d]
-                    && self.on_rail(self.node_of[s], self.rail_of[d]).next().is_some()
+                    && self
+                        .on_rail(self.node_of[s], self.rail_of[d])
+                        .next()
+                        .is_some()
             })
         })
     }
@@ -96,7 +97,10 @@ pub fn proxy(l: &Layout, src: usize, dst: usize, pxn: bool) -> Option<usize> {
     if cand.is_empty() {
         return Some(src);
     }
-    let k = l.on_rail(l.node_of[dst], rail).take_while(|&r| r != dst).count();
+    let k = l
+        .on_rail(l.node_of[dst], rail)
+        .take_while(|&r| r != dst)
+        .count();
     Some(cand[k % cand.len()])
 }
 
@@ -180,7 +184,9 @@ mod tests {
 
     /// Deterministic pseudo-random numbers (an LCG), for irregular layouts.
     fn lcg(seed: &mut u64) -> usize {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (*seed >> 33) as usize
     }
 
@@ -332,7 +338,9 @@ mod tests {
         assert_eq!(Mode::parse(Some("AUTO")), Ok(Mode::Auto));
         assert_eq!(Mode::parse(Some("0")), Ok(Mode::Off));
         assert_eq!(Mode::parse(Some("1")), Ok(Mode::On));
-        assert!(Mode::parse(Some("2")).unwrap_err().contains("GPUMPI_PXN=\"2\""));
+        assert!(Mode::parse(Some("2"))
+            .unwrap_err()
+            .contains("GPUMPI_PXN=\"2\""));
         let one_rail = layout(2, 2, |_, _| 0);
         let two = layout(2, 2, |_, i| i);
         // One rank per node: nobody to forward through.

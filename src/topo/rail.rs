@@ -171,7 +171,11 @@ pub fn pci_rail(root: &Path, gpu_bdf: &str, nics: &[String]) -> Option<usize> {
     let gpu = pci_path(&pci_device(root, gpu_bdf)?);
     let paths: Vec<Vec<String>> = nics
         .iter()
-        .map(|n| nic_device(root, n).map(|p| pci_path(&p)).unwrap_or_default())
+        .map(|n| {
+            nic_device(root, n)
+                .map(|p| pci_path(&p))
+                .unwrap_or_default()
+        })
         .collect();
     nearest(&gpu, &paths)
 }
@@ -313,12 +317,19 @@ mod tests {
         let gpu = p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0");
         assert_eq!(gpu.len(), 5);
         let same_root = p("/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0");
-        let same_switch = p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0");
+        let same_switch =
+            p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0");
         let other_root = p("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0");
-        assert_eq!(nearest(&gpu, &[same_root.clone(), same_switch.clone()]), Some(1));
+        assert_eq!(
+            nearest(&gpu, &[same_root.clone(), same_switch.clone()]),
+            Some(1)
+        );
         assert_eq!(nearest(&gpu, &[same_root, other_root.clone()]), None);
         assert_eq!(nearest(&gpu, &[other_root, Vec::new()]), None);
-        assert_eq!(pci_path(Path::new("/sys/devices/virtual/net/lo")), Vec::<String>::new());
+        assert_eq!(
+            pci_path(Path::new("/sys/devices/virtual/net/lo")),
+            Vec::<String>::new()
+        );
     }
 
     /// A fake sysfs tree: two PCIe switches under one root complex, a GPU and a NIC under each,
@@ -350,10 +361,17 @@ mod tests {
             symlink(target, root.join(class).join(name)).unwrap();
         }
         std::fs::create_dir_all(root.join("class/net/veth0")).unwrap();
-        let nics = ["eth0".to_string(), "mlx5_1".to_string(), "veth0".to_string()];
+        let nics = [
+            "eth0".to_string(),
+            "mlx5_1".to_string(),
+            "veth0".to_string(),
+        ];
         assert_eq!(pci_rail(&root, "0000:03:00.0", &nics), Some(0));
         // Upper case bus ids (as CUDA reports them) are found too.
-        assert_eq!(pci_rail(&root, "0000:13:00.0".to_uppercase().as_str(), &nics), Some(1));
+        assert_eq!(
+            pci_rail(&root, "0000:13:00.0".to_uppercase().as_str(), &nics),
+            Some(1)
+        );
         assert_eq!(pci_rail(&root, "0000:99:00.0", &nics), None);
         assert_eq!(pci_rail(&root, "0000:03:00.0", &nics[2..]), None);
         std::fs::remove_dir_all(&root).unwrap();

@@ -343,7 +343,9 @@ mod tests {
         let from0: Vec<_> = got.iter().filter(|g| g.0 == 0).cloned().collect();
         assert_eq!(
             from0,
-            (0..3u8).map(|i| (0, i as i32, vec![i; 5])).collect::<Vec<_>>()
+            (0..3u8)
+                .map(|i| (0, i as i32, vec![i; 5]))
+                .collect::<Vec<_>>()
         );
         assert_eq!(got.iter().filter(|g| g.0 == 1).count(), 3);
         assert_eq!(r[1].counts().forwarded, 3);

@@ -8,9 +8,11 @@
 //! - **Send and aggregation**: [`Transport::try_send`] appends the frame to the peer's open
 //!   slot (the one being filled) when it fits, else posts the open slot and opens the next
 //!   free one; `false` when every slot is in flight (the engine keeps the frame and retries).
-//!   [`Transport::poll`] posts every open slot first, so the frames written to one peer
-//!   between two polls (all local ranks' frames that a PXN forwarder passes on, or the
-//!   fragments of large messages) travel as one network operation of up to [`SLOT_BYTES`].
+//!   A frame to a peer with no send in flight is posted at once; otherwise it waits in the
+//!   open slot until [`Transport::poll`] (which posts every open slot first) or until the slot
+//!   is full, so the frames written to a busy peer between two polls (all local ranks' frames
+//!   that a PXN forwarder passes on, or the fragments of large messages) travel as one network
+//!   operation of up to [`SLOT_BYTES`] (as Nagle's rule does for TCP segments).
 //!   Slots are freed in posting order as the backend reports them complete.
 //! - **Receive**: every receive slot is posted at set-up and re-posted after its frames are
 //!   delivered. Messages are delivered in posting order (the backend matches a comm's
@@ -281,7 +283,9 @@ impl NetFrames {
     fn post_open(&mut self, dst: usize) -> bool {
         let me = self.me;
         let frame = self.frame;
-        let t = self.tx[dst].as_mut().expect("net: open slot of a rank on this node");
+        let t = self.tx[dst]
+            .as_mut()
+            .expect("net: open slot of a rank on this node");
         let Some((s, used, n)) = t.open else {
             return true;
         };
@@ -402,7 +406,9 @@ impl Transport for NetFrames {
         if full && !self.post_open(dst) {
             return false;
         }
-        let t = self.tx[dst].as_mut().expect("net: try_send to a rank on this node");
+        let t = self.tx[dst]
+            .as_mut()
+            .expect("net: try_send to a rank on this node");
         if let Err(e) = t.reap() {
             fatal(me, e);
         }
@@ -431,8 +437,15 @@ impl Transport for NetFrames {
         r[body..body + payload.len()].copy_from_slice(payload);
         r[body + payload.len()..].fill(0);
         t.open = Some((s, used + need, n + 1));
+        let idle = t.inflight.is_empty();
         self.counts.frames += 1;
         self.counts.bytes += payload.len() as u64;
+        // Nothing in flight to this peer: no reason to wait for more frames.
+        if idle && self.post_open(dst) {
+            if let Some(i) = self.open.iter().position(|&p| p == dst) {
+                self.open.swap_remove(i);
+            }
+        }
         true
     }
 

@@ -329,9 +329,9 @@ impl Net for TcpNet {
             (IpAddr::V4(a), IpAddr::V4(b)) if a.is_loopback() == b.is_loopback() => {
                 Some(SocketAddr::new(IpAddr::V4(a), 0))
             }
-            (IpAddr::V6(a), IpAddr::V6(b)) if a.is_loopback() == b.is_loopback() => Some(
-                SocketAddr::V6(SocketAddrV6::new(a, 0, 0, d.addr.scope_id)),
-            ),
+            (IpAddr::V6(a), IpAddr::V6(b)) if a.is_loopback() == b.is_loopback() => {
+                Some(SocketAddr::V6(SocketAddrV6::new(a, 0, 0, d.addr.scope_id)))
+            }
             _ => None,
         };
         let conn_id = u64::from_le_bytes(
