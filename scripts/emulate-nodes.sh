@@ -6,6 +6,9 @@
 #   mpirun -n 4 scripts/emulate-nodes.sh --netns PREFIX 2 ./prog   # each "node" in namespace
 #                                                                   # PREFIX-n<i> (netns-nodes.sh up)
 #
+#   mpirun -n 4 scripts/emulate-nodes.sh --rails 2 2 ./prog   # local rank i on rail i mod 2
+#                                                               # (GPUMPI_RAIL, unless set)
+#
 # Ranks are placed in blocks (rank * K / size; round-robin where the launcher exports no size)
 # through GPUMPI_NODE_ID, so ranks of different
 # "nodes" talk through the network transport instead of shared memory. Without --netns the
@@ -17,12 +20,16 @@
 # (PMI_RANK/PMI_SIZE).
 set -eu
 netns=
-if [ "${1:-}" = --netns ]; then
-    netns=${2:?--netns needs a prefix}
-    shift 2
-fi
+rails=
+while :; do
+    case "${1:-}" in
+    --netns) netns=${2:?--netns needs a prefix}; shift 2 ;;
+    --rails) rails=${2:?--rails needs a number}; shift 2 ;;
+    *) break ;;
+    esac
+done
 if [ $# -lt 2 ]; then
-    echo "usage: $0 [--netns PREFIX] NODES PROGRAM [ARGS...]" >&2
+    echo "usage: $0 [--netns PREFIX] [--rails R] NODES PROGRAM [ARGS...]" >&2
     exit 2
 fi
 k=$1
@@ -40,6 +47,16 @@ else
 fi
 GPUMPI_NODE_ID=emulated-node$node
 export GPUMPI_NODE_ID
+if [ -n "$rails" ] && [ -z "${GPUMPI_RAIL:-}" ]; then
+    if [ -n "$size" ]; then
+        first=$(((node * size + k - 1) / k)) # the node's lowest rank (blocks)
+        local_rank=$((rank - first))
+    else
+        local_rank=$((rank / k))
+    fi
+    GPUMPI_RAIL=$((local_rank % rails))
+    export GPUMPI_RAIL
+fi
 if [ -n "$netns" ]; then
     exec ip netns exec "$netns-n$node" "$@"
 fi

@@ -427,6 +427,18 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_PXN",
+        default: "auto",
+        doc: "PXN routing between nodes (docs/MULTINODE.md, \"Rails and PXN\"): a message to a rank on another node and another rail goes first over shared memory to the rank of this node on the destination's rail, which sends it over its rail, combining what it forwards and sends to one peer into fewer network operations. `auto`: on where some message between nodes would cross rails and a rank of the sender's node sits on the destination's rail; `1`: on (routes that cannot stay on their rail are sent directly); `0`: off (every rank sends its own messages over its own rail). Must be the same on every rank.",
+        same_on_every_rank: true,
+    },
+    Param {
+        name: "GPUMPI_RAIL",
+        default: "",
+        doc: "This rank's rail (a number from 0): it sends through network device `rail mod D` of the D devices `GPUMPI_NET_IFNAME` selects, and PXN routes by it (so one loopback device can carry emulated rails). Unset: the topology file's line for this rank (`GPUMPI_TOPO_FILE`), else the device under the same PCIe switch as the rank's GPU (sysfs; when the process uses CUDA before `MPI_Init`), else local rank modulo the number of devices. The rank listens and connects through that device; the choice is logged with `GPUMPI_DEBUG=1` and shown by gpumpi-info.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_RANK",
         default: "",
         doc: "Set by mpirun: rank of the process in MPI_COMM_WORLD.",
@@ -567,6 +579,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_TEST_SKIPS",
         default: "",
         doc: "Test harness only: a file where a test that cannot run appends `SKIP <test>: <reason>` (tests/support/skip.rs, the client runners); scripts/test.sh sets it per stage and lists every record in its summary.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_TOPO_FILE",
+        default: "",
+        doc: "A topology file giving each rank's rail (as `NCCL_TOPO_FILE` describes a machine): lines `rails N`, `local L rail R` (local rank L of every node) and `node NAME local L rail R` (on node NAME only, wins over the former); `#` starts a comment. Format and an example: docs/MULTINODE.md, \"Rails and PXN\". A malformed file is an error at `MPI_Init` naming the line. `GPUMPI_RAIL` wins over it.",
         same_on_every_rank: false,
     },
     Param {

@@ -13,6 +13,9 @@
 //!   environment and usable (our mpirun next to this tool, libpmix loadable, ...), and the one
 //!   `MPI_Init` would choose here;
 //! - `transports`: shared memory, CMA, CUDA IPC, pinned host-memory pipes: usable or why not;
+//! - `rails`: the network devices the backend selects here (one rail each), the rail of each GPU
+//!   from the PCI topology, and the rail this process would take as a rank (`crate::topo::rail`:
+//!   `GPUMPI_RAIL`, `GPUMPI_TOPO_FILE`, PCI, local rank `GPUMPI_LOCAL_RANK`) with its source;
 //! - `environment`: every `GPUMPI_*` variable of the registry (`crate::config`) with its default
 //!   and its value in this environment.
 //!
@@ -548,6 +551,72 @@ fn environment_section() -> Value {
     )
 }
 
+fn rails_section(gpus: i32) -> Value {
+    use crate::topo::rail;
+    let net = match crate::transport::net::open(&[0u8; 32]) {
+        Ok(n) => n,
+        Err(e) => {
+            return obj(vec![
+                ("status", s("no network devices")),
+                ("reason", s(e.to_string())),
+            ])
+        }
+    };
+    let nics: Vec<String> = net.devices().iter().map(|d| d.name.clone()).collect();
+    let bus: Vec<Option<String>> = (0..gpus).map(|d| cuda::pci_bus_id(d).ok()).collect();
+    let per_gpu = bus
+        .iter()
+        .enumerate()
+        .map(|(d, b)| {
+            let r = b
+                .as_deref()
+                .and_then(|b| rail::pci_rail(Path::new("/sys"), b, &nics));
+            obj(vec![
+                ("gpu", Value::Int(d as i64)),
+                ("pci_bus_id", b.clone().map_or(Value::Null, s)),
+                ("rail", r.map_or(Value::Null, |r| Value::Int(r as i64))),
+            ])
+        })
+        .collect();
+    let local = config::get("GPUMPI_LOCAL_RANK")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let gpu = match gpus {
+        0 => None,
+        n => bus[local % n as usize].as_deref(),
+    };
+    let node = bootstrap::node::node_name();
+    let this = match rail::from_config(&node, local, &nics, gpu) {
+        Ok((r, how)) => obj(vec![
+            ("rail", Value::Int(r as i64)),
+            ("source", s(how.name())),
+            (
+                "device",
+                s(nics.get(r % nics.len().max(1)).cloned().unwrap_or_default()),
+            ),
+        ]),
+        Err(e) => obj(vec![("error", s(e))]),
+    };
+    obj(vec![
+        (
+            "status",
+            s(format!(
+                "{} network devices, one rail each ({})",
+                nics.len(),
+                net.name()
+            )),
+        ),
+        (
+            "devices",
+            Value::List(nics.iter().map(|n| s(n.clone())).collect()),
+        ),
+        ("gpus", Value::List(per_gpu)),
+        ("node", s(node)),
+        ("local_rank", Value::Int(local as i64)),
+        ("this_rank", this),
+    ])
+}
+
 /// The whole report.
 pub fn report() -> Value {
     let prefix = prefix();
@@ -558,6 +627,10 @@ pub fn report() -> Value {
         ("cuda", cuda),
         ("bootstrap", bootstrap_section(prefix.as_deref())),
         ("transports", transports_section(has_gpu)),
+        (
+            "rails",
+            rails_section(gpu::gpu().map_or(0, |g| g.device_count)),
+        ),
         ("environment", environment_section()),
     ])
 }

@@ -31,6 +31,7 @@ pub mod info;
 pub mod mpi;
 pub mod standard;
 pub mod sys;
+pub mod topo;
 pub mod transport;
 
 /// Skip records for the unit tests that need a GPU (shared with the integration tests).

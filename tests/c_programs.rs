@@ -16,7 +16,8 @@
 //!   `singleton` also runs the program directly, without mpirun. `nodes=K` runs each rank
 //!   through `scripts/emulate-nodes.sh K` (the ranks spread over K emulated nodes on this host,
 //!   talking over loopback TCP between them); with `netns` too, each of those nodes is a
-//!   network namespace (`scripts/netns-nodes.sh`, 198.18.0.x; a recorded skip where
+//!   network namespace (`scripts/netns-nodes.sh`, 198.18.0.x; `rails=R`: R rails per node,
+//!   local rank `i` on rail `i mod R`; a recorded skip where
 //!   namespaces are not available). `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
 //!   and every `stderr=TEXT` in the job's stderr (a passing run must show them too). `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
@@ -159,6 +160,9 @@ struct RunSpec {
     /// `ib` (with `nodes=K`): the nodes talk through the ibverbs backend (`GPUMPI_NET=ib`) over
     /// the libibverbs test double (`tests/support/fake_ibverbs.c`, a fabric file per run).
     ib: bool,
+    /// `rails=R` (with `nodes=K`): each emulated node has R rails, local rank `i` on rail
+    /// `i mod R` (`emulate-nodes.sh --rails`); with `netns`, R interfaces and bridges per node.
+    rails: Option<u32>,
     args: Vec<String>,
 }
 
@@ -240,6 +244,11 @@ fn testlist() -> Vec<(String, RunSpec)> {
                     .split_once('=')
                     .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
                 spec.env.push((k.to_string(), v.to_string()));
+            } else if let Some(s) = t.strip_prefix("rails=") {
+                spec.rails = Some(
+                    s.parse()
+                        .unwrap_or_else(|_| panic!("testlist:{}: bad {t}", lineno + 1)),
+                );
             } else if let Some(s) = t.strip_prefix("nodes=") {
                 spec.nodes = Some(
                     s.parse()
@@ -297,16 +306,17 @@ fn netns_hosts(list: &str) -> Option<u32> {
     Some(nodes)
 }
 
-/// A set of namespace nodes (`scripts/netns-nodes.sh -p PREFIX up K 1`), removed on drop.
+/// A set of namespace nodes (`scripts/netns-nodes.sh -p PREFIX up K R`), removed on drop.
 struct Netns(String);
 
 impl Netns {
-    /// Brings up `k` nodes; `Err(reason)` where namespaces are not available (exit 77).
-    fn up(k: u32) -> Result<Netns, String> {
+    /// Brings up `k` nodes of `rails` rails; `Err(reason)` where namespaces are not available
+    /// (exit 77).
+    fn up(k: u32, rails: u32) -> Result<Netns, String> {
         let prefix = format!("gct{}", std::process::id());
         let out = Command::new("bash")
             .arg(repo_root().join("scripts/netns-nodes.sh"))
-            .args(["-p", &prefix, "up", &k.to_string(), "1"])
+            .args(["-p", &prefix, "up", &k.to_string(), &rails.to_string()])
             .output()
             .expect("run scripts/netns-nodes.sh");
         let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -533,7 +543,11 @@ fn run_program(prog: &str) {
             let o = run_cmd(cmd, &format!("{prog}.{k}.singleton"), limit);
             failures.extend(judge(prog, &what, spec, &o));
         }
-        let netns = match spec.nodes.filter(|_| spec.netns).map(Netns::up) {
+        let netns = match spec
+            .nodes
+            .filter(|_| spec.netns)
+            .map(|k| Netns::up(k, spec.rails.unwrap_or(1)))
+        {
             Some(Err(why)) => {
                 skip::skip(&format!("c_programs::{prog} (netns line {k})"), &why);
                 continue;
@@ -564,6 +578,9 @@ fn run_program(prog: &str) {
                 if let Some(ns) = &netns {
                     cmd.args(["--netns", &ns.0]);
                 }
+                if let Some(r) = spec.rails {
+                    cmd.args(["--rails", &r.to_string()]);
+                }
                 cmd.arg(k.to_string());
             }
             cmd.arg(&exe)
@@ -591,7 +608,7 @@ fn run_program(prog: &str) {
             let mut _nodes = None;
             if spec.netns {
                 let k = netns_hosts(hosts).expect("checked by testlist()");
-                let ns = match Netns::up(k) {
+                let ns = match Netns::up(k, 1) {
                     Ok(ns) => _nodes.insert(ns),
                     Err(why) => {
                         skip::skip(&format!("c_programs::{prog} (hosts={hosts} netns)"), &why);

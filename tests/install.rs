@@ -434,7 +434,9 @@ fn gpumpi_info_reports_build_machine_and_environment() {
     let p = prefix.display().to_string();
 
     let mut c = clean(&info);
-    c.env("GPUMPI_EAGER_LIMIT", "32k").arg("--json");
+    c.env("GPUMPI_EAGER_LIMIT", "32k")
+        .env("GPUMPI_RAIL", "5")
+        .arg("--json");
     let f = json_fields(
         &mut c,
         &[
@@ -454,6 +456,8 @@ fn gpumpi_info_reports_build_machine_and_environment() {
             "bootstrap.methods.3.method",
             "transports.0.transport",
             "transports.0.usable",
+            "rails.this_rank.rail",
+            "rails.this_rank.source",
             "environment.GPUMPI_EAGER_LIMIT",
             "environment.GPUMPI_BIND",
         ],
@@ -502,6 +506,9 @@ fn gpumpi_info_reports_build_machine_and_environment() {
     assert_eq!(field("bootstrap.methods.3.method"), "\"singleton\"");
     assert_eq!(field("transports.0.transport"), "\"shm\"");
     assert_eq!(field("transports.0.usable"), "true");
+    // The rail this process would take as a rank: GPUMPI_RAIL wins.
+    assert_eq!(field("rails.this_rank.rail"), "5");
+    assert_eq!(field("rails.this_rank.source"), "\"GPUMPI_RAIL\"");
     assert_eq!(
         field("environment.GPUMPI_EAGER_LIMIT"),
         r#"{"value": "32k", "default": "16k"}"#

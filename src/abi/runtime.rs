@@ -217,13 +217,17 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
 const NET_SECRET_KEY: &str = "gpumpi-net-secret";
 /// Bootstrap key of each rank's network listen handle.
 const NET_HANDLE_KEY: &str = "gpumpi-net";
+/// Bootstrap key of each rank's rail (`topo::rail`).
+const NET_RAIL_KEY: &str = "gpumpi-rail";
 
 /// A job on several nodes: open the network backend (`GPUMPI_NET`) with the job secret, publish
 /// this rank's listen handle (one fence) and connect to every rank on another node
 /// (`remote[r]`), all at `MPI_Init`: every rank must be able to receive from any off-node peer
 /// at any time (MPI_ANY_SOURCE), and a connection set up inside a later call would stall it for
-/// a handshake. Collective over the job.
-fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
+/// a handshake. Each rank listens and connects through the device of its rail
+/// (`topo::rail`), published with the handle; returns the rail of every rank too.
+/// Collective over the job.
+fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, Vec<usize>)> {
     let fail = |e: crate::transport::net::NetError| {
         MpiError::other(format!("MPI_Init: the job spans nodes: {e}"))
     };
@@ -236,9 +240,35 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
         }
     };
     let net = crate::transport::net::open(&secret).map_err(fail)?;
-    let (handle, listener) = net.listen(0).map_err(fail)?;
+    let nics: Vec<String> = net.devices().iter().map(|d| d.name.clone()).collect();
+    let (rail, how) = crate::topo::rail::from_config(
+        &node::node_name(),
+        boot.local_rank(),
+        &nics,
+        gpu_bus_id(boot.local_rank()).as_deref(),
+    )
+    .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
+    tracing::info!(
+        "rank {}: rail {rail} ({}; {} network devices), device {}",
+        boot.rank(),
+        how.name(),
+        nics.len(),
+        nics[rail % nics.len().max(1)]
+    );
+    let dev = rail % nics.len().max(1);
+    let (handle, listener) = net.listen(dev).map_err(fail)?;
     boot.put(NET_HANDLE_KEY, wire::to_hex(&handle.0).as_bytes());
+    boot.put(NET_RAIL_KEY, rail.to_string().as_bytes());
     boot.fence()?;
+    let rail_of = (0..remote.len())
+        .map(|r| match r == boot.rank() {
+            true => Ok(rail),
+            false => String::from_utf8_lossy(&boot.get(r, NET_RAIL_KEY)?)
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| MpiError::other(format!("MPI_Init: rank {r}'s rail is malformed"))),
+        })
+        .collect::<MpiResult<Vec<usize>>>()?;
     let peers: Vec<usize> = (0..remote.len()).filter(|&r| remote[r]).collect();
     let handle_of = |p: usize| {
         let v = boot
@@ -256,8 +286,9 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
     let limit = std::time::Duration::from_secs(
         crate::config::get_usize("GPUMPI_NET_ACCEPT_TIMEOUT").max(1) as u64 + 5,
     );
-    let frames = NetFrames::connect(
+    let mut frames = NetFrames::connect(
         net,
+        dev,
         listener,
         boot.rank(),
         boot.size(),
@@ -271,7 +302,20 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<NetFrames> {
         boot.rank(),
         peers.len()
     );
-    Ok(frames)
+    frames.set_rails(rail, rail_of.clone());
+    Ok((frames, rail_of))
+}
+
+/// The PCI bus id of the GPU this rank most likely uses (local rank modulo the devices), when
+/// the process already loaded CUDA; for the rail from the PCI topology.
+fn gpu_bus_id(local: usize) -> Option<String> {
+    if !crate::sys::cuda::driver_in_process() {
+        return None;
+    }
+    let (_, n) = crate::sys::cuda::load().ok()?;
+    (n > 0)
+        .then(|| crate::sys::cuda::pci_bus_id((local % n as usize) as i32).ok())
+        .flatten()
 }
 
 /// The costs the scratch areas choose their reduction protocol by, the same on every rank:
@@ -393,8 +437,29 @@ pub fn init(required: i32) -> MpiResult<i32> {
             let remote: Vec<bool> = (0..size)
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
-            let net = open_network(&*boot, &remote)?;
-            Box::new(Routed::new(Box::new(shm), Box::new(net), &remote))
+            let (net, rail_of) = open_network(&*boot, &remote)?;
+            let layout = crate::topo::pxn::Layout {
+                node_of: map.node_of.clone(),
+                rail_of,
+            };
+            let mode = crate::topo::pxn::Mode::parse(crate::config::get("GPUMPI_PXN").as_deref())
+                .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
+            let pxn = layout.enabled(mode);
+            let hops = crate::topo::pxn::routes(&layout, rank, pxn);
+            tracing::info!(
+                "rank {rank}: PXN {} (GPUMPI_PXN={}), {} off-node peers through a forwarder",
+                if pxn { "on" } else { "off" },
+                format!("{mode:?}").to_lowercase(),
+                hops.iter()
+                    .filter(|h| matches!(h, crate::topo::pxn::Hop::Via(_)))
+                    .count()
+            );
+            Box::new(Routed::with_routes(
+                Box::new(shm),
+                Box::new(net),
+                rank,
+                &hops,
+            ))
         }
     };
     node::set_job(map);

@@ -74,8 +74,10 @@ pub fn interfaces() -> io::Result<Vec<IfAddr>> {
 }
 
 /// Starts a TCP connection to `addr` without waiting for it: the returned stream is nonblocking
-/// and the connection is established when it polls writable with no `take_error()`.
-pub fn connect_nonblocking(addr: &SocketAddr) -> io::Result<TcpStream> {
+/// and the connection is established when it polls writable with no `take_error()`. With
+/// `from`, the socket is bound to that local address first (port 0: any), so that its packets
+/// leave with that source address (and, under source routing, through its interface).
+pub fn connect_nonblocking(addr: &SocketAddr, from: Option<&SocketAddr>) -> io::Result<TcpStream> {
     let family = if addr.is_ipv4() {
         libc::AF_INET
     } else {
@@ -94,6 +96,28 @@ pub fn connect_nonblocking(addr: &SocketAddr) -> io::Result<TcpStream> {
     }
     // SAFETY: fd is a fresh descriptor nobody else owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    if let Some(from) = from {
+        let (ss, len) = sockaddr(from);
+        // SAFETY: ss holds a sockaddr of `len` bytes; fd is a valid socket.
+        let r = unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len as u32) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: ss holds a sockaddr of `len` bytes; fd is a valid socket.
+    let r = unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len as u32) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(TcpStream::from(owned))
+}
+
+/// `addr` as a C socket address and its length.
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, usize) {
     // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match addr {
@@ -116,15 +140,7 @@ pub fn connect_nonblocking(addr: &SocketAddr) -> io::Result<TcpStream> {
             std::mem::size_of::<libc::sockaddr_in6>()
         }
     };
-    // SAFETY: ss holds a sockaddr of `len` bytes; fd is a valid socket.
-    let r = unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len as u32) };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINPROGRESS) {
-            return Err(e);
-        }
-    }
-    Ok(TcpStream::from(owned))
+    (ss, len)
 }
 
 /// `send` without blocking and without `SIGPIPE` (a closed peer is an `EPIPE` error, never a

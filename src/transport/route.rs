@@ -1,51 +1,213 @@
 //! A job on more than one node: each peer is reached through one of two transports, the
 //! shared-memory rings (ranks on this node) or the network frames (`net::frames`, ranks on
-//! other nodes), chosen once at set-up from the node map into a table (`link`), so a message
-//! costs one table lookup and one call of the chosen transport's [`Transport`] methods.
+//! other nodes), chosen once at set-up into a table (`link`), so a message costs one table
+//! lookup and one call of the chosen transport's [`Transport`] methods.
+//!
+//! **PXN forwarding** (`topo::pxn`): a peer whose [`Hop`] is `Via(p)` is reached through rank
+//! `p` of this node, which sits on the peer's rail. The frame goes to `p` over shared memory
+//! wrapped in a forwarding frame ([`KIND_FWD`]: the outer header names the original sender in
+//! `src_rank` and the destination in `tag`; its payload is the inner header and payload);
+//! `p`'s `poll` passes it on to the destination over the network unchanged (queued while the
+//! network is full, in arrival order), and the destination's `poll` unwraps it and delivers
+//! the inner frame as from the original sender. All frames from one sender to one
+//! destination take the same two hops, each first in first out, so per-sender order holds.
+//! The network transport combines what `p` forwards and sends itself to one peer between
+//! two polls into one network operation (aggregation, `net::frames`).
+//! Forwarding progresses whenever the forwarding rank is inside an MPI call (the engine
+//! polls); a rank that stays outside MPI delays what goes through it, as a receiver outside
+//! MPI does.
 //!
 //! A job on one node does not use this type: the engine holds the shared-memory transport
 //! itself.
 
-use super::{CopyRates, Header, Transport};
+use super::{CopyRates, Header, Transport, HEADER_BYTES};
+use crate::topo::pxn::Hop;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Header kind of a forwarding frame (kinds from 0xF0 up belong to transports; the engine
+/// never sees them).
+pub const KIND_FWD: u8 = 0xF0;
+/// Bytes of forwarded frames a forwarding rank queues before it stops reading its
+/// shared-memory rings until the network drains some.
+const PENDING_MAX: usize = 16 << 20;
+
+/// What this rank forwarded and had forwarded (logged at `MPI_Finalize` with `GPUMPI_DEBUG=1`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PxnCounters {
+    /// Frames (and their payload bytes) this rank passed on for ranks of its node.
+    pub forwarded: u64,
+    pub forwarded_bytes: u64,
+    /// Frames this rank sent to off-node peers through a forwarding rank.
+    pub via: u64,
+}
 
 /// Per-peer routing over a node-local and a network transport.
 pub struct Routed {
+    me: usize,
     /// `[node-local, network]`.
     parts: [Box<dyn Transport>; 2],
     /// Index into `parts` per world rank (this rank: node-local; never used for sends).
     link: Vec<u8>,
+    /// The forwarding rank per world rank (`u32::MAX`: none, sent directly).
+    via: Vec<u32>,
     /// Which part `poll` asks first (alternates, so neither starves the other).
     first: usize,
+    /// Frames to forward that the network did not take yet: destination, header, payload.
+    pending: VecDeque<(usize, Header, Vec<u8>)>,
+    pending_bytes: usize,
+    /// Wrapping buffer of forwarding frames.
+    scratch: Vec<u8>,
+    counts: PxnCounters,
 }
 
 impl Routed {
-    /// `remote[r]`: world rank `r` is on another node.
+    /// `remote[r]`: world rank `r` is on another node (every off-node peer reached directly).
     pub fn new(local: Box<dyn Transport>, net: Box<dyn Transport>, remote: &[bool]) -> Routed {
+        let hops: Vec<Hop> = remote
+            .iter()
+            .map(|&r| if r { Hop::Net } else { Hop::Local })
+            .collect();
+        Routed::with_routes(local, net, usize::MAX, &hops)
+    }
+
+    /// Rank `me` with its routes to every world rank (`topo::pxn::routes`).
+    pub fn with_routes(
+        local: Box<dyn Transport>,
+        net: Box<dyn Transport>,
+        me: usize,
+        hops: &[Hop],
+    ) -> Routed {
         Routed {
+            me,
             parts: [local, net],
-            link: remote.iter().map(|&r| r as u8).collect(),
+            link: hops.iter().map(|h| (*h != Hop::Local) as u8).collect(),
+            via: hops
+                .iter()
+                .map(|h| match h {
+                    Hop::Via(p) => *p as u32,
+                    _ => u32::MAX,
+                })
+                .collect(),
             first: 0,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            scratch: Vec::new(),
+            counts: PxnCounters::default(),
         }
+    }
+
+    /// What this rank forwarded so far.
+    pub fn counts(&self) -> PxnCounters {
+        self.counts
     }
 
     fn to(&self, peer: usize) -> &dyn Transport {
         &*self.parts[self.link[peer] as usize]
     }
+
+    fn forwards(&self) -> bool {
+        self.via.iter().any(|&v| v != u32::MAX)
+    }
+
+    /// Passes queued forwarding frames to the network, in order per destination.
+    fn flush(&mut self) {
+        let mut blocked: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (d, h, p) = &self.pending[i];
+            if !blocked.contains(d) && self.parts[1].try_send(*d, h, p) {
+                self.pending_bytes -= p.len();
+                self.counts.forwarded += 1;
+                self.counts.forwarded_bytes += (p.len() - HEADER_BYTES) as u64;
+                self.pending.remove(i);
+            } else {
+                if !blocked.contains(d) {
+                    blocked.push(*d);
+                }
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The inner header at the start of a forwarding frame's payload.
+fn inner(payload: &[u8]) -> Option<Header> {
+    // SAFETY: Header is plain data (any bit pattern valid), read unaligned from a slice of at
+    // least HEADER_BYTES bytes.
+    (payload.len() >= HEADER_BYTES)
+        .then(|| unsafe { std::ptr::read_unaligned(payload.as_ptr() as *const Header) })
 }
 
 impl Transport for Routed {
     fn max_payload(&self) -> usize {
-        self.parts[0].max_payload().min(self.parts[1].max_payload())
+        let m = self.parts[0].max_payload().min(self.parts[1].max_payload());
+        // A forwarded frame carries its inner header in the payload.
+        if self.forwards() {
+            m - HEADER_BYTES
+        } else {
+            m
+        }
     }
 
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
-        self.parts[self.link[dst] as usize].try_send(dst, hdr, payload)
+        let v = self.via[dst];
+        if v == u32::MAX {
+            return self.parts[self.link[dst] as usize].try_send(dst, hdr, payload);
+        }
+        let outer = Header {
+            kind: KIND_FWD,
+            src_rank: self.me as i32,
+            tag: dst as i32,
+            total: payload.len() as u64,
+            ..Default::default()
+        };
+        self.scratch.clear();
+        // SAFETY: Header is repr(C) plain data of HEADER_BYTES bytes.
+        let hb =
+            unsafe { std::slice::from_raw_parts(hdr as *const Header as *const u8, HEADER_BYTES) };
+        self.scratch.extend_from_slice(hb);
+        self.scratch.extend_from_slice(payload);
+        let ok = self.parts[0].try_send(v as usize, &outer, &self.scratch);
+        self.counts.via += ok as u64;
+        ok
     }
 
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+        self.flush();
         let a = self.first;
         self.first ^= 1;
-        self.parts[a].poll(f) + self.parts[a ^ 1].poll(f)
+        let mut n = 0;
+        for i in [a, a ^ 1] {
+            if i == 0 && self.pending_bytes > PENDING_MAX {
+                continue;
+            }
+            let Routed {
+                parts,
+                pending,
+                pending_bytes,
+                ..
+            } = self;
+            n += parts[i].poll(&mut |s, h, p| {
+                if h.kind != KIND_FWD {
+                    return f(s, h, p);
+                }
+                match (i, inner(p)) {
+                    // From a rank of this node: pass it on.
+                    (0, Some(_)) => {
+                        *pending_bytes += p.len();
+                        pending.push_back((h.tag as usize, *h, p.to_vec()));
+                    }
+                    // From the network: the original sender's frame.
+                    (_, Some(ih)) => f(h.src_rank as usize, &ih, &p[HEADER_BYTES..]),
+                    (_, None) => tracing::error!("pxn: short forwarding frame from rank {s}"),
+                }
+            });
+        }
+        if !self.pending.is_empty() {
+            self.flush();
+        }
+        n
     }
 
     fn same_node(&self, peer: usize) -> bool {
@@ -93,6 +255,34 @@ impl Transport for Routed {
     }
 }
 
+impl Drop for Routed {
+    /// Passes on what is still queued (the network transport then sends it before it closes).
+    fn drop(&mut self) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !self.pending.is_empty() && Instant::now() < end {
+            self.flush();
+            std::thread::yield_now();
+        }
+        if !self.pending.is_empty() {
+            tracing::warn!(
+                "pxn: rank {}: {} forwarded frames not sent within 10 s",
+                self.me,
+                self.pending.len()
+            );
+        }
+        if self.forwards() || self.counts.forwarded > 0 {
+            let c = self.counts;
+            tracing::info!(
+                "pxn: rank {}: {} frames ({} bytes) forwarded for ranks of this node, {} frames sent through a forwarder",
+                self.me,
+                c.forwarded,
+                c.forwarded_bytes,
+                c.via
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +312,56 @@ mod tests {
             got,
             [("a1", 0, b"near".to_vec()), ("b2", 0, b"far".to_vec())]
         );
+    }
+
+    /// Two nodes {0, 1} and {2, 3}, rails 0, 1, 0, 1: rank 0 reaches rank 3 through rank 1,
+    /// which passes the frames on over the network; rank 3 sees them from rank 0, in order.
+    #[test]
+    fn pxn_forwards_through_the_rank_on_the_destinations_rail() {
+        use crate::topo::pxn::{routes, Layout};
+        let l = Layout {
+            node_of: vec![0, 0, 1, 1],
+            rail_of: vec![0, 1, 0, 1],
+        };
+        let mut shm = InprocTransport::group(4, 64, 1 << 10, false);
+        let mut net = InprocTransport::group(4, 64, 1 << 10, false);
+        let mut r: Vec<Routed> = (0..4)
+            .rev()
+            .map(|i| {
+                let (a, b) = (shm.pop().unwrap(), net.pop().unwrap());
+                Routed::with_routes(Box::new(a), Box::new(b), i, &routes(&l, i, true))
+            })
+            .collect();
+        r.reverse();
+        assert_eq!(r[0].max_payload(), (1 << 10) - HEADER_BYTES);
+        for i in 0..3u8 {
+            let h = Header {
+                tag: i as i32,
+                kind: 1,
+                ..Default::default()
+            };
+            assert!(r[0].try_send(3, &h, &[i; 5]));
+            // Rank 1's own frame to 3 shares the forwarder's connection.
+            assert!(r[1].try_send(3, &h, &[10 + i; 3]));
+        }
+        // Nothing reaches 3 before rank 1 polls.
+        let mut got = Vec::new();
+        r[3].poll(&mut |s, h, p| got.push((s, h.tag, p.to_vec())));
+        assert!(got.iter().all(|g| g.0 == 1));
+        r[1].poll(&mut |_, _, _| panic!("rank 1 receives nothing itself"));
+        r[3].poll(&mut |s, h, p| got.push((s, h.tag, p.to_vec())));
+        let from0: Vec<_> = got.iter().filter(|g| g.0 == 0).cloned().collect();
+        assert_eq!(
+            from0,
+            (0..3u8)
+                .map(|i| (0, i as i32, vec![i; 5]))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(got.iter().filter(|g| g.0 == 1).count(), 3);
+        assert_eq!(r[1].counts().forwarded, 3);
+        assert_eq!(r[1].counts().forwarded_bytes, 15);
+        assert_eq!(r[0].counts().via, 3);
+        // Rank 0 reaches rank 2 (its rail) directly, rank 1 over shared memory.
+        assert!(!r[0].same_node(2) && r[0].same_node(1) && !r[0].same_node(3));
     }
 }

@@ -2,16 +2,22 @@
 //! backend ([`Net`]).
 //!
 //! Per off-node peer this rank holds one [`SendComm`] (to it) and one [`RecvComm`] (from it),
-//! each with [`SLOTS`] preallocated, registered frame buffers of `HEADER_BYTES + max_payload`
-//! bytes. A frame is one network message (tag [`TAG_FRAME`]): the 48-byte [`Header`] followed
-//! by the payload.
-//! - **Send**: [`Transport::try_send`] copies the frame into the next free send slot and posts
-//!   it; `false` when all slots are in flight (the engine keeps the frame and retries). Slots
-//!   are freed in posting order as the backend reports them complete.
-//! - **Receive**: every receive slot is posted at set-up and re-posted after its frame is
-//!   delivered. Frames are delivered in posting order (the backend matches a comm's messages
-//!   to the oldest posted receive), so a sender's frames arrive in the order it sent them, as
-//!   the engine's matching requires.
+//! each with [`SLOTS`] preallocated, registered buffers of [`SLOT_BYTES`]. A network message
+//! (tag [`TAG_FRAME`]) carries one or more frames, each a record: its payload length (u32,
+//! then 4 zero bytes), the 48-byte [`Header`], the payload, zero bytes up to a multiple of 8.
+//! - **Send and aggregation**: [`Transport::try_send`] appends the frame to the peer's open
+//!   slot (the one being filled) when it fits, else posts the open slot and opens the next
+//!   free one; `false` when every slot is in flight (the engine keeps the frame and retries).
+//!   A frame to a peer with no send in flight is posted at once; otherwise it waits in the
+//!   open slot until [`Transport::poll`] (which posts every open slot first) or until the slot
+//!   is full, so the frames written to a busy peer between two polls (all local ranks' frames
+//!   that a PXN forwarder passes on, or the fragments of large messages) travel as one network
+//!   operation of up to [`SLOT_BYTES`] (as Nagle's rule does for TCP segments).
+//!   Slots are freed in posting order as the backend reports them complete.
+//! - **Receive**: every receive slot is posted at set-up and re-posted after its frames are
+//!   delivered. Messages are delivered in posting order (the backend matches a comm's
+//!   messages to the oldest posted receive) and the frames of one in record order, so a
+//!   sender's frames arrive in the order it sent them, as the engine's matching requires.
 //! - **Set-up** ([`NetFrames::connect`], collective over the job, at `MPI_Init`): each rank
 //!   listens once, its handle travels through the bootstrap, and it connects to every off-node
 //!   peer; the first message of each connection carries the sender's world rank (tag
@@ -26,19 +32,47 @@
 //!   with a message naming the peer, as MPI's default error handler would: the transport
 //!   contract has no error path, and a job that lost a connection cannot go on.
 //!
-//! Counters of frames and bytes each way are logged when the transport is dropped
+//! Counters ([`Counters`]: frames and bytes each way, network operations, aggregated ones,
+//! operations to a peer on another rail) are logged when the transport is dropped
 //! (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`): the tests read them to check that
-//! off-node traffic went over the network.
+//! off-node traffic went over the network, and on which rails.
 
 use super::{MemKind, Mr, Net, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
 use crate::transport::{Header, Transport, HEADER_BYTES};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Frame buffers per direction and peer.
+/// Message buffers per direction and peer.
 pub const SLOTS: usize = 8;
 /// Largest payload of one frame.
 pub const MAX_PAYLOAD: usize = 64 << 10;
+/// Bytes before a frame's header in a message: the payload length and 4 zero bytes.
+const REC_PREFIX: usize = 8;
+/// Most frames of the largest payload one network message holds.
+const AGG_FRAMES: usize = 4;
+/// Bytes of one message buffer: [`AGG_FRAMES`] full frames.
+pub const SLOT_BYTES: usize = AGG_FRAMES * (REC_PREFIX + HEADER_BYTES + MAX_PAYLOAD);
+
+/// Bytes a frame of `payload` bytes takes in a message.
+fn record_len(payload: usize) -> usize {
+    (REC_PREFIX + HEADER_BYTES + payload + 7) & !7
+}
+
+/// What this rank sent over the network (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames and payload bytes sent.
+    pub frames: u64,
+    pub bytes: u64,
+    /// Network operations (messages) sent; those carrying more than one frame.
+    pub ops: u64,
+    pub aggregated: u64,
+    /// Operations sent to a peer on another rail than this rank's.
+    pub cross_rail: u64,
+    /// Frames and payload bytes received.
+    pub frames_in: u64,
+    pub bytes_in: u64,
+}
 /// Tag of the engine's frames.
 const TAG_FRAME: i32 = 0;
 /// Tag of the first message of a connection: the sender's world rank.
@@ -53,8 +87,10 @@ struct Tx {
     buf: Vec<u8>,
     /// Posted requests, oldest first, with their slot.
     inflight: VecDeque<(usize, Request)>,
-    /// Slot of the next frame.
+    /// Slot opened next.
     next: usize,
+    /// The slot being filled: its index, bytes and frames written (not yet posted).
+    open: Option<(usize, usize, u32)>,
 }
 
 /// The receive side from one peer: every slot posted, delivered in posting order.
@@ -70,14 +106,18 @@ struct Rx {
 /// Frames to and from the off-node peers. See the module documentation.
 pub struct NetFrames {
     me: usize,
+    /// Bytes of one message buffer.
     frame: usize,
     tx: Vec<Option<Tx>>,
+    /// Peers whose send slot is open (posted by the next poll).
+    open: Vec<usize>,
+    /// Rail of every rank and of this one, when known (for [`Counters::cross_rail`]).
+    rails: Option<(usize, Vec<usize>)>,
     rx: Vec<Option<Rx>>,
     /// Off-node peers, polled round-robin from `next`.
     remote: Vec<usize>,
     next: usize,
-    /// Frames and payload bytes sent and received.
-    counts: [u64; 4],
+    counts: Counters,
     /// This rank has said goodbye to every peer: a peer closing its end is its own goodbye.
     closing: bool,
     /// Kept for the life of the comms (closed last).
@@ -93,11 +133,14 @@ fn fatal(me: usize, e: NetError) -> ! {
 }
 
 impl NetFrames {
-    /// Connects this rank (`me` of `size`) to every rank of `remote` through `net`: `listener`
-    /// is this rank's (its handle already published), `handle_of(p)` peer `p`'s. Collective
-    /// over the ranks of `remote` and this one; fails after `timeout` naming the missing peers.
+    /// Connects this rank (`me` of `size`) to every rank of `remote` through device `dev` of
+    /// `net`: `listener` is this rank's (its handle already published), `handle_of(p)` peer
+    /// `p`'s. Collective over the ranks of `remote` and this one; fails after `timeout` naming
+    /// the missing peers.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         net: Box<dyn Net>,
+        dev: usize,
         mut listener: Box<dyn super::Listener>,
         me: usize,
         size: usize,
@@ -105,11 +148,11 @@ impl NetFrames {
         handle_of: &dyn Fn(usize) -> NetResult<super::Handle>,
         timeout: Duration,
     ) -> NetResult<NetFrames> {
-        let frame = HEADER_BYTES + MAX_PAYLOAD;
-        let slots = SLOTS.min(net.devices().first().map_or(SLOTS, |d| d.max_requests));
+        let frame = SLOT_BYTES;
+        let slots = SLOTS.min(net.devices().get(dev).map_or(SLOTS, |d| d.max_requests));
         let mut conns = Vec::with_capacity(remote.len());
         for &p in remote {
-            conns.push((p, net.connect(0, &handle_of(p)?)?));
+            conns.push((p, net.connect(dev, &handle_of(p)?)?));
         }
         let mut tx: Vec<Option<Tx>> = (0..size).map(|_| None).collect();
         let mut rx: Vec<Option<Rx>> = (0..size).map(|_| None).collect();
@@ -212,7 +255,7 @@ impl NetFrames {
             }
         }
         tracing::debug!(
-            "net: rank {me}: connected to {} off-node peers ({slots} frames of {frame} bytes each way)",
+            "net: rank {me}: connected to {} off-node peers ({slots} buffers of {frame} bytes each way)",
             remote.len()
         );
         Ok(NetFrames {
@@ -220,17 +263,68 @@ impl NetFrames {
             frame,
             tx,
             rx,
+            open: Vec::new(),
+            rails: None,
             remote: remote.to_vec(),
             next: 0,
-            counts: [0; 4],
+            counts: Counters::default(),
             closing: false,
             _net: net,
         })
     }
 
-    /// Frames sent, payload bytes sent, frames received, payload bytes received.
-    pub fn counts(&self) -> [u64; 4] {
+    /// What went over the network so far.
+    pub fn counts(&self) -> Counters {
         self.counts
+    }
+
+    /// Records this rank's rail and every rank's, so that operations to another rail are
+    /// counted.
+    pub fn set_rails(&mut self, mine: usize, rail_of: Vec<usize>) {
+        self.rails = Some((mine, rail_of));
+    }
+
+    /// Posts peer `dst`'s open slot; `false` when the backend had no request slot (it stays
+    /// open and is posted by a later poll).
+    fn post_open(&mut self, dst: usize) -> bool {
+        let me = self.me;
+        let frame = self.frame;
+        let t = self.tx[dst]
+            .as_mut()
+            .expect("net: open slot of a rank on this node");
+        let Some((s, used, n)) = t.open else {
+            return true;
+        };
+        let f = &t.buf[s * frame..s * frame + used];
+        // SAFETY: the slot lies in the registered buffer and is not written again until the
+        // backend reports this send complete (`reap`).
+        match unsafe { t.comm.isend(f.as_ptr(), used, TAG_FRAME, t.mr) } {
+            Ok(Some(q)) => {
+                t.inflight.push_back((s, q));
+                t.open = None;
+                let c = &mut self.counts;
+                c.ops += 1;
+                c.aggregated += (n > 1) as u64;
+                if let Some((mine, rail_of)) = &self.rails {
+                    c.cross_rail += (rail_of[dst] != *mine) as u64;
+                }
+                true
+            }
+            Ok(None) => false,
+            Err(e) => fatal(me, e),
+        }
+    }
+
+    /// Posts every open slot (see the module documentation).
+    fn flush(&mut self) {
+        let mut i = 0;
+        while i < self.open.len() {
+            if self.post_open(self.open[i]) {
+                self.open.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
     }
 }
 
@@ -244,6 +338,7 @@ impl Tx {
             buf,
             inflight: VecDeque::with_capacity(slots),
             next: 0,
+            open: None,
         })
     }
 
@@ -301,47 +396,67 @@ impl Rx {
 
 impl Transport for NetFrames {
     fn max_payload(&self) -> usize {
-        self.frame - HEADER_BYTES
+        MAX_PAYLOAD
     }
 
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
         let me = self.me;
         let frame = self.frame;
+        debug_assert!(payload.len() <= MAX_PAYLOAD);
+        let need = record_len(payload.len());
+        let full = self.tx[dst]
+            .as_ref()
+            .expect("net: try_send to a rank on this node")
+            .open
+            .is_some_and(|(_, used, _)| used + need > frame);
+        if full && !self.post_open(dst) {
+            return false;
+        }
         let t = self.tx[dst]
             .as_mut()
             .expect("net: try_send to a rank on this node");
-        debug_assert!(payload.len() <= frame - HEADER_BYTES);
         if let Err(e) = t.reap() {
             fatal(me, e);
         }
-        let slots = t.buf.len() / frame;
-        if t.inflight.len() == slots {
-            return false;
-        }
-        let s = t.next;
-        let f = &mut t.buf[s * frame..s * frame + HEADER_BYTES + payload.len()];
+        let (s, used, n) = match t.open {
+            Some(o) => o,
+            None => {
+                let slots = t.buf.len() / frame;
+                if t.inflight.len() == slots {
+                    return false;
+                }
+                let s = t.next;
+                t.next = (s + 1) % slots;
+                self.open.push(dst);
+                (s, 0, 0)
+            }
+        };
+        let at = s * frame + used;
+        let r = &mut t.buf[at..at + need];
+        r[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        r[4..REC_PREFIX].fill(0);
         // SAFETY: Header is repr(C) plain data of HEADER_BYTES bytes.
         let hb =
             unsafe { std::slice::from_raw_parts(hdr as *const Header as *const u8, HEADER_BYTES) };
-        f[..HEADER_BYTES].copy_from_slice(hb);
-        f[HEADER_BYTES..].copy_from_slice(payload);
-        let len = f.len();
-        // SAFETY: the slot lies in the registered buffer and is not written again until the
-        // backend reports this send complete (`reap`).
-        match unsafe { t.comm.isend(f.as_ptr(), len, TAG_FRAME, t.mr) } {
-            Ok(Some(q)) => {
-                t.inflight.push_back((s, q));
-                t.next = (s + 1) % slots;
-                self.counts[0] += 1;
-                self.counts[1] += payload.len() as u64;
-                true
+        r[REC_PREFIX..REC_PREFIX + HEADER_BYTES].copy_from_slice(hb);
+        let body = REC_PREFIX + HEADER_BYTES;
+        r[body..body + payload.len()].copy_from_slice(payload);
+        r[body + payload.len()..].fill(0);
+        t.open = Some((s, used + need, n + 1));
+        let idle = t.inflight.is_empty();
+        self.counts.frames += 1;
+        self.counts.bytes += payload.len() as u64;
+        // Nothing in flight to this peer: no reason to wait for more frames.
+        if idle && self.post_open(dst) {
+            if let Some(i) = self.open.iter().position(|&p| p == dst) {
+                self.open.swap_remove(i);
             }
-            Ok(None) => false,
-            Err(e) => fatal(me, e),
         }
+        true
     }
 
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+        self.flush();
         let n = self.remote.len();
         let mut delivered = 0;
         for i in 0..n {
@@ -375,20 +490,31 @@ impl Transport for NetFrames {
                     r.bye = true;
                     break;
                 }
-                let fr = &r.buf[s * self.frame..s * self.frame + size[0]];
-                if fr.len() < HEADER_BYTES {
-                    fatal(
-                        self.me,
-                        NetError::new(format!("net: short frame from {}", r.comm.peer())),
-                    );
+                let mut m = &r.buf[s * self.frame..s * self.frame + size[0]];
+                while !m.is_empty() {
+                    let len = match m.get(..4) {
+                        Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize,
+                        None => 0,
+                    };
+                    let need = record_len(len);
+                    if m.len() < REC_PREFIX + HEADER_BYTES + len {
+                        fatal(
+                            self.me,
+                            NetError::new(format!("net: short frame from {}", r.comm.peer())),
+                        );
+                    }
+                    // SAFETY: a record's header is a Header (plain data, any bit pattern
+                    // valid); read unaligned from the byte buffer.
+                    let hdr: Header = unsafe {
+                        std::ptr::read_unaligned(m[REC_PREFIX..].as_ptr() as *const Header)
+                    };
+                    let body = REC_PREFIX + HEADER_BYTES;
+                    f(p, &hdr, &m[body..body + len]);
+                    self.counts.frames_in += 1;
+                    self.counts.bytes_in += len as u64;
+                    delivered += 1;
+                    m = &m[need.min(m.len())..];
                 }
-                // SAFETY: the frame starts with a Header (plain data, any bit pattern valid);
-                // read unaligned from the byte buffer.
-                let hdr: Header = unsafe { std::ptr::read_unaligned(fr.as_ptr() as *const Header) };
-                f(p, &hdr, &fr[HEADER_BYTES..]);
-                self.counts[2] += 1;
-                self.counts[3] += (fr.len() - HEADER_BYTES) as u64;
-                delivered += 1;
                 if let Err(e) = r.post(s, self.frame) {
                     fatal(self.me, e);
                 }
@@ -409,6 +535,14 @@ impl NetFrames {
         let peers = self.remote.clone();
         let mut said = Vec::new();
         let mut sink = |_: usize, _: &Header, _: &[u8]| {};
+        while !self.open.is_empty() {
+            self.flush();
+            if Instant::now() > end {
+                return Err(NetError::new(format!(
+                    "net: rank {me}: frames not posted within {limit:?}"
+                )));
+            }
+        }
         for &p in &peers {
             let t = self.tx[p]
                 .as_mut()
@@ -479,7 +613,8 @@ impl Drop for NetFrames {
         if let Err(e) = self.close(Duration::from_secs(10)) {
             tracing::warn!("{e}");
         }
-        let [fs, bs, fr, br] = self.counts;
+        let c = self.counts;
+        let (fs, bs, fr, br) = (c.frames, c.bytes, c.frames_in, c.bytes_in);
         if fs == 0 && fr == 0 {
             tracing::info!("net: rank {}: no frames went over the network", self.me);
         } else {
@@ -489,5 +624,13 @@ impl Drop for NetFrames {
                 self.remote.len()
             );
         }
+        let rail = self.rails.as_ref().map_or(0, |r| r.0);
+        tracing::info!(
+            "net: rank {} rail {rail}: {} network sends ({} aggregated), {} cross-rail, {fs} frames, {bs} bytes",
+            self.me,
+            c.ops,
+            c.aggregated,
+            c.cross_rail
+        );
     }
 }

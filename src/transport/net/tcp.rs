@@ -302,15 +302,26 @@ impl Net for TcpNet {
     }
 
     fn connect(&self, dev: usize, handle: &Handle) -> NetResult<Box<dyn Connector>> {
-        self.dev(dev)?;
+        let d = self.dev(dev)?;
         let hd = HandleData::decode(handle)?;
+        // Leave through the device's address (its rail, where source routing is set up), when
+        // it can reach the peer's address at all (same family, both loopback or neither).
+        let from = match (d.addr.addr, hd.addr.ip()) {
+            (IpAddr::V4(a), IpAddr::V4(b)) if a.is_loopback() == b.is_loopback() => {
+                Some(SocketAddr::new(IpAddr::V4(a), 0))
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) if a.is_loopback() == b.is_loopback() => {
+                Some(SocketAddr::V6(SocketAddrV6::new(a, 0, 0, d.addr.scope_id)))
+            }
+            _ => None,
+        };
         let conn_id = u64::from_le_bytes(
             auth::random::<8>().map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?,
         );
         let n = 1 + hd.threads as usize * hd.socks_per_thread as usize;
         let mut socks = Vec::with_capacity(n);
         for _ in 0..n {
-            let s = sock::connect_nonblocking(&hd.addr)
+            let s = sock::connect_nonblocking(&hd.addr, from.as_ref())
                 .map_err(|e| err(format!("tcp: connect to {}: {e}", hd.addr)))?;
             socks.push(ConnSock {
                 s,

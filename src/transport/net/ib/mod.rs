@@ -688,7 +688,7 @@ impl Net for IbNet {
     fn connect(&self, dev: usize, handle: &Handle) -> NetResult<Box<dyn Connector>> {
         let port = self.port(dev)?.clone();
         let hd = HandleData::decode(handle)?;
-        let s = sock::connect_nonblocking(&hd.addr)
+        let s = sock::connect_nonblocking(&hd.addr, None)
             .map_err(|e| err(format!("ib: connect to {}: {e}", hd.addr)))?;
         let now = Instant::now();
         Ok(Box::new(IbConnect {
