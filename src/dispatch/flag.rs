@@ -132,7 +132,8 @@ pub(super) fn flag_and(
     k: u64,
     watch: Option<&mut Watch>,
 ) -> MpiResult<()> {
-    let input = bytes.to_vec();
+    // A copy of the input on the stack (the rounds of the GPU paths' agreement are small).
+    let input: smallvec::SmallVec<[u8; 64]> = bytes.iter().copied().collect();
     let reduce = |i: &[u8], o: &mut [u8]| {
         for (o, i) in o.iter_mut().zip(i) {
             *o &= i;
