@@ -125,14 +125,17 @@ pub(super) fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
 }
 
 /// Bitwise AND of `bytes` over MPI_COMM_WORLD, in place, in one round of the flag slots
-/// numbered `k` (`CallNo::flag`); `watch`: the check of the call it is part of.
+/// numbered `k` (`CallNo::flag`); `watch`: the check of the call it is part of, which also
+/// names the error of a round a peer did not take part in (it called something else) where the
+/// peers' records say what they called.
 pub(super) fn flag_and(
     slots: &Slots,
     bytes: &mut [u8],
     k: u64,
-    watch: Option<&mut Watch>,
+    mut watch: Option<&mut Watch>,
 ) -> MpiResult<()> {
-    let input = bytes.to_vec();
+    // A copy of the input on the stack (the rounds of the GPU paths' agreement are small).
+    let input: smallvec::SmallVec<[u8; 64]> = bytes.iter().copied().collect();
     let reduce = |i: &[u8], o: &mut [u8]| {
         for (o, i) in o.iter_mut().zip(i) {
             *o &= i;
@@ -146,7 +149,8 @@ pub(super) fn flag_and(
         reduce: &reduce,
     };
     // SAFETY: input and output are live buffers of the length given.
-    unsafe { slots.run(k, &op, &mut flag_idle(slots, watch)) }
+    let r = unsafe { slots.run(k, &op, &mut flag_idle(slots, watch.as_deref_mut())) };
+    r.map_err(|e| check_refine(watch.as_deref(), e))
 }
 
 /// MPI_COMM_WORLD's small blocking barrier, bcast, reduce and allreduce (predefined ops) through

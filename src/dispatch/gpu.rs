@@ -10,7 +10,8 @@ use crate::abi::objects::CommObj;
 use crate::abi::runtime;
 use crate::coll::CollKind;
 use crate::engine::collcheck::{
-    agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath, Record, Watch,
+    agreement_fields, agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath,
+    Record, Watch, AGREEMENT_WORDS,
 };
 use crate::gpu::coll::Mode as GpuMode;
 use crate::gpu::kernels::{KOp, KType};
@@ -119,20 +120,18 @@ impl<'a> GpuHost<'a> {
 
 /// A rank's collective, root and byte count from its [`agreement_words`] (a record for the
 /// error message).
-fn record_of(c: &CallCheck, w: &[u64]) -> Record {
+fn record_of(c: &CallCheck, w: &[u64; KEY]) -> Record {
     let mine = c.rec.get();
+    let (kind, root, bytes) = agreement_fields(w);
     Record {
-        kind: CollKind::ALL
-            .get(w[0] as usize)
-            .copied()
-            .unwrap_or(mine.kind),
-        root: w[2] as u32,
-        bytes: w[4],
+        kind: CollKind::ALL.get(kind).copied().unwrap_or(mine.kind),
+        root,
+        bytes,
         ..mine
     }
 }
 
-const KEY: usize = 6;
+const KEY: usize = AGREEMENT_WORDS;
 
 impl crate::gpu::coll::Host for GpuHost<'_> {
     fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
@@ -348,7 +347,8 @@ unsafe fn local(spec: &CollSpec, ready: bool, host: &GpuHost) -> MpiResult<Optio
     if !ready {
         if let Some(slots) = flag_eligible(spec) {
             // One flag round: whether every rank has device buffers, and (the call's
-            // agreement words) whether every rank called the same.
+            // agreement words) whether every rank called the same; 33 bytes, carried in the
+            // cache line of the round's flag (`engine::flag`).
             let no = host.next_no()?.expect("inside a call");
             let c = host.call.as_ref().expect("inside a call");
             let mut bytes = [0u8; 1 + KEY * 8];

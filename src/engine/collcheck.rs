@@ -242,32 +242,46 @@ pub fn mismatch_error(
     )
 }
 
+/// The number of [`agreement_words`].
+pub const AGREEMENT_WORDS: usize = 4;
+
 /// Words a call adds to an exchange every rank of the communicator makes with a bitwise AND
-/// (the GPU paths' agreement): its collective, root and byte count, each followed by its
-/// complement. ANDed over the ranks, a field and its complement AND to all ones only where
-/// every rank has the same value ([`disagreed`]), so every rank reaches the same verdict.
-pub fn agreement_words(rec: &Record) -> [u64; 6] {
+/// (the GPU paths' agreement): its collective (bits 0..8) with its root (bits 8..64), and its
+/// byte count, each followed by its complement. ANDed over the ranks, a word and its
+/// complement AND to all ones only where every rank has the same value ([`disagreed`]), so
+/// every rank reaches the same verdict. Four words: with a flag byte they stay within the 48
+/// bytes a round of the flag slots carries in its flag's cache line (`engine::flag`).
+pub fn agreement_words(rec: &Record) -> [u64; AGREEMENT_WORDS] {
     let kind = CollKind::ALL
         .iter()
         .position(|&k| k == rec.kind)
         .unwrap_or(0) as u64;
-    let root = rec.root as u64;
-    [kind, !kind, root, !root, rec.bytes, !rec.bytes]
+    let call = kind & 0xff | (rec.root as u64) << 8;
+    [call, !call, rec.bytes, !rec.bytes]
 }
 
 /// The class of the first field that differs between the ranks whose [`agreement_words`]
-/// ANDed to `and`, in the order of [`mismatch`]; `None`: every rank called the same.
-pub fn disagreed(and: &[u64; 6]) -> Option<i32> {
-    let differs = |i: usize| and[i] & and[i + 1] != 0 || and[i] | and[i + 1] != u64::MAX;
-    if differs(0) {
+/// ANDed to `and`, in the order of [`mismatch`] (collective, root, byte count); `None`: every
+/// rank called the same.
+pub fn disagreed(and: &[u64; AGREEMENT_WORDS]) -> Option<i32> {
+    // Bits some ranks have set and others clear.
+    let differs = |i: usize| !(and[i] | and[i + 1]) | (and[i] & and[i + 1]);
+    let call = differs(0);
+    if call & 0xff != 0 {
         Some(MPI_ERR_OTHER)
-    } else if differs(2) {
+    } else if call != 0 {
         Some(MPI_ERR_ROOT)
-    } else if differs(4) {
+    } else if differs(2) != 0 {
         Some(MPI_ERR_TRUNCATE)
     } else {
         None
     }
+}
+
+/// The collective (its index in `CollKind::ALL`), root and byte count in a rank's
+/// [`agreement_words`].
+pub fn agreement_fields(w: &[u64; AGREEMENT_WORDS]) -> (usize, u32, u64) {
+    ((w[0] & 0xff) as usize, (w[0] >> 8) as u32, w[2])
 }
 
 /// The record rings of every rank of the job, as seen by this process.
@@ -674,7 +688,7 @@ mod tests {
     #[test]
     fn agreement_words_find_the_first_difference() {
         let and = |recs: &[Record]| {
-            recs.iter().fold([u64::MAX; 6], |mut a, r| {
+            recs.iter().fold([u64::MAX; AGREEMENT_WORDS], |mut a, r| {
                 for (x, w) in a.iter_mut().zip(agreement_words(r)) {
                     *x &= w;
                 }
@@ -708,6 +722,47 @@ mod tests {
             None,
             "an allreduce has no root"
         );
+        // Another collective and another root: the collective first.
+        assert_eq!(
+            disagreed(&and(&[
+                r(CollKind::Reduce, 1, 40),
+                r(CollKind::Bcast, 0, 40)
+            ])),
+            Some(MPI_ERR_OTHER)
+        );
+        assert_eq!(
+            disagreed(&and(&[
+                r(CollKind::Reduce, 1, 40),
+                r(CollKind::Reduce, 0, 8)
+            ])),
+            Some(MPI_ERR_ROOT)
+        );
+        // Large roots and byte counts are exact.
+        let big = r(CollKind::Bcast, u32::MAX as usize, 1 << 40);
+        assert_eq!(disagreed(&and(&[big, big])), None);
+        assert_eq!(
+            disagreed(&and(&[big, r(CollKind::Bcast, u32::MAX as usize, 1 << 41)])),
+            Some(MPI_ERR_TRUNCATE)
+        );
+        assert_eq!(
+            disagreed(&and(&[big, r(CollKind::Bcast, 1 << 24, 1 << 40)])),
+            Some(MPI_ERR_ROOT)
+        );
+        let w = agreement_words(&big);
+        assert_eq!(
+            agreement_fields(&w),
+            (
+                CollKind::ALL
+                    .iter()
+                    .position(|&k| k == CollKind::Bcast)
+                    .unwrap(),
+                u32::MAX,
+                1 << 40
+            )
+        );
+        // With the flag byte, an agreement fits the data a flag round keeps in its flag's
+        // cache line.
+        assert!(1 + 8 * AGREEMENT_WORDS <= 48);
     }
 
     #[test]

@@ -184,24 +184,37 @@ impl Slots {
         (self.bases[r] + i * SLOT_STRIDE + DATA) as *mut u8
     }
 
-    /// Rank r's last published call number (Acquire: its slot's contents before it).
-    fn last(&self, r: usize) -> u64 {
-        self.seq(r, 0)
-            .load(Ordering::Acquire)
-            .max(self.seq(r, 1).load(Ordering::Acquire))
+    /// Whether rank r published a call numbered at least `k` (Acquire: its slot's contents
+    /// before it). Slot `i` first: where every rank runs the same calls, rank r's slot `i`
+    /// holds the same call as mine, so the line of its other slot (the one it may be writing
+    /// for its next call) is not touched.
+    fn reached(&self, r: usize, i: usize, k: u64) -> bool {
+        self.seq(r, i).load(Ordering::Acquire) >= k
+            || self.seq(r, 1 - i).load(Ordering::Acquire) >= k
     }
 
     /// Where rank r stands with call k: `Some(Ok(slot))` it published k there, `Some(Err(()))`
-    /// it published a later call and not k (it ran k on another path), `None` not yet.
-    fn at(&self, r: usize, k: u64) -> Option<Result<usize, ()>> {
-        let s = [
-            self.seq(r, 0).load(Ordering::Acquire),
-            self.seq(r, 1).load(Ordering::Acquire),
-        ];
-        match s.iter().position(|&x| x == k) {
-            Some(i) => Some(Ok(i)),
-            None if s[0] > k || s[1] > k => Some(Err(())),
-            None => None,
+    /// it published a later call and not k (it ran k on another path), `None` not yet. Slot
+    /// `hint` (mine for call k) first, as in [`Slots::reached`].
+    ///
+    /// The two slots are read one after the other: rank r may publish k in slot `hint` and
+    /// its next call in the other slot between the two reads. Its later call then shows in
+    /// the second read (Acquire), and k (published before it, and not overwritten while this
+    /// rank has not published a later call) in a second read of slot `hint`.
+    fn at(&self, r: usize, k: u64, hint: usize) -> Option<Result<usize, ()>> {
+        let a = self.seq(r, hint).load(Ordering::Acquire);
+        if a == k {
+            return Some(Ok(hint));
+        }
+        let b = self.seq(r, 1 - hint).load(Ordering::Acquire);
+        if b == k {
+            Some(Ok(1 - hint))
+        } else if b > k && self.seq(r, hint).load(Ordering::Acquire) == k {
+            Some(Ok(hint))
+        } else if a > k || b > k {
+            Some(Err(()))
+        } else {
+            None
         }
     }
 
@@ -216,14 +229,21 @@ impl Slots {
 
     /// Wait for rank r's contribution to call k: its slot, or an error when r ran k on another
     /// path.
+    /// `hint`: my slot of call k.
     fn slot_of(
         &self,
         r: usize,
         k: u64,
+        hint: usize,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<usize> {
-        self.wait(idle, |s| s.at(r, k).is_some())?;
-        match self.at(r, k) {
+        let found = std::cell::Cell::new(None);
+        self.wait(idle, |s| {
+            let at = s.at(r, k, hint);
+            found.set(at);
+            at.is_some()
+        })?;
+        match found.get() {
             Some(Ok(i)) => Ok(i),
             _ => crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path"),
         }
@@ -252,7 +272,9 @@ impl Slots {
         };
         debug_assert!(k > prev, "flag call numbers increase");
         let n = self.bases.len();
-        self.wait(idle, |s| (0..n).all(|r| r == me || s.last(r) >= prev))?;
+        self.wait(idle, |s| {
+            (0..n).all(|r| r == me || s.reached(r, 1 - slot, prev))
+        })?;
         // 2. Publish.
         let (src, len) = match *op {
             FlagOp::Barrier => (std::ptr::null(), 0),
@@ -276,13 +298,13 @@ impl Slots {
         match *op {
             FlagOp::Barrier => {
                 for r in (0..n).filter(|&r| r != me) {
-                    self.slot_of(r, k, idle)?;
+                    self.slot_of(r, k, slot, idle)?;
                 }
                 Ok(())
             }
             FlagOp::Bcast { root, buf, len } => {
                 if root != me {
-                    let i = match self.slot_of(root, k, idle) {
+                    let i = match self.slot_of(root, k, slot, idle) {
                         Ok(i) => i,
                         Err(_) => crate::mpi_bail!(
                             MPI_ERR_OTHER,
@@ -320,7 +342,7 @@ impl Slots {
                 ..
             } => {
                 if root == me {
-                    self.combine(k, output, len, root as u64 + 1, reduce, idle)?;
+                    self.combine(k, slot, output, len, root as u64 + 1, reduce, idle)?;
                 }
                 Ok(())
             }
@@ -329,15 +351,17 @@ impl Slots {
                 len,
                 reduce,
                 ..
-            } => self.combine(k, output, len, 0, reduce, idle),
+            } => self.combine(k, slot, output, len, 0, reduce, idle),
         }
     }
 
-    /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k; `root`: the root
-    /// this rank's call names, plus one (0: an allreduce).
+    /// `output = c_0 op (c_1 op (... op c_{n-1}))` over the slots of call k (mine: `slot`);
+    /// `root`: the root this rank's call names, plus one (0: an allreduce).
+    #[allow(clippy::too_many_arguments)]
     unsafe fn combine(
         &self,
         k: u64,
+        slot: usize,
         output: *mut u8,
         len: usize,
         root: u64,
@@ -347,7 +371,7 @@ impl Slots {
         let n = self.bases.len();
         let mut slots: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::with_capacity(n);
         for r in 0..n {
-            slots.push(self.slot_of(r, k, idle)?);
+            slots.push(self.slot_of(r, k, slot, idle)?);
         }
         if let Some(r) = (0..n).find(|&r| self.root_of(r, slots[r]) != root) {
             let theirs = self.root_of(r, slots[r]);

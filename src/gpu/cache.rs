@@ -57,6 +57,11 @@ pub trait Classifier {
     fn classify(&self, ptr: usize) -> PtrInfo;
     /// Just its buffer id (cheap; 0 when not CUDA memory).
     fn buffer_id(&self, ptr: usize) -> u64;
+    /// A device allocation seen for the first time (a cache miss that classified it as
+    /// [`MemKind::Device`]; again after it was freed and reallocated, or evicted): make the
+    /// program's synchronous copies into it complete before they return, so that gpumpi's own
+    /// streams never read bytes still on their way (the driver's `SYNC_MEMOPS`).
+    fn first_seen(&self, _ptr: usize, _info: &PtrInfo) {}
 }
 
 /// Allocations by start address, bounded to `cap` entries.
@@ -100,6 +105,9 @@ impl PtrCache {
         }
         self.misses += 1;
         let info = c.classify(ptr);
+        if info.kind == MemKind::Device {
+            c.first_seen(ptr, &info);
+        }
         if info.kind != MemKind::Host && info.len > 0 && info.buffer_id != 0 {
             // Drop entries the new range overlaps (stale allocations at those addresses).
             let end = info.start + info.len;
@@ -140,6 +148,8 @@ mod tests {
         allocs: RefCell<Vec<PtrInfo>>,
         next_id: RefCell<u64>,
         classify_calls: RefCell<usize>,
+        /// Buffer ids passed to `first_seen`, in order.
+        first_seen: RefCell<Vec<u64>>,
     }
 
     impl Fake {
@@ -174,6 +184,36 @@ mod tests {
         fn buffer_id(&self, ptr: usize) -> u64 {
             self.find(ptr).map_or(0, |a| a.buffer_id)
         }
+        fn first_seen(&self, ptr: usize, info: &PtrInfo) {
+            assert!(ptr >= info.start && ptr < info.start + info.len);
+            self.first_seen.borrow_mut().push(info.buffer_id);
+        }
+    }
+
+    /// Every device allocation is made synchronous (`first_seen`) when first classified, once
+    /// while it stays cached, and again when the address holds a new allocation; host, pinned
+    /// and managed memory never.
+    #[test]
+    fn device_allocations_first_seen_once() {
+        let f = Fake::default();
+        f.alloc(0x10000, 0x1000, MemKind::Device);
+        f.alloc(0x20000, 0x1000, MemKind::PinnedHost);
+        f.alloc(0x30000, 0x1000, MemKind::Managed);
+        let mut c = PtrCache::new(8);
+        for p in [0x10000, 0x10010, 0x20000, 0x30000, 0x5000, 0x10ff0] {
+            c.lookup(p, &f);
+        }
+        assert_eq!(
+            *f.first_seen.borrow(),
+            vec![1],
+            "the device allocation, once"
+        );
+        // Freed and reallocated at the same address: a new allocation, made synchronous too.
+        f.free(0x10000);
+        f.alloc(0x10000, 0x2000, MemKind::Device);
+        c.lookup(0x10800, &f);
+        c.lookup(0x11800, &f);
+        assert_eq!(*f.first_seen.borrow(), vec![1, 4]);
     }
 
     #[test]

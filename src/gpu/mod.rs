@@ -199,6 +199,26 @@ impl Classifier for Driver {
     fn buffer_id(&self, ptr: usize) -> u64 {
         cuda::pointer_buffer_id(ptr)
     }
+    fn first_seen(&self, ptr: usize, info: &PtrInfo) {
+        // From now on the program's synchronous copies into the allocation complete before
+        // they return. One that returned early before this call is waited for here: the
+        // legacy default stream (the stream of `cudaMemcpy`) of the device's primary context
+        // (gpumpi's streams are non-blocking: none of gpumpi's own work is waited for).
+        // Memory the attribute does not apply to (stream-ordered pools, VMM) keeps the
+        // driver's default.
+        let Some(d) = gpu().and_then(|g| g.device(info.device).ok()) else {
+            return;
+        };
+        let r = cuda::with_context(d.ctx, || {
+            if let Err(e) = cuda::set_sync_memops(ptr) {
+                tracing::trace!("{e}: {ptr:#x} keeps the default synchronization");
+            }
+            cuda::legacy_stream_synchronize()
+        });
+        if let Err(e) = r {
+            tracing::debug!("{e}: device buffer {ptr:#x} used without waiting for earlier copies");
+        }
+    }
 }
 
 /// Where `ptr` lives. Cheap for host memory in a process that does not use CUDA.

@@ -401,6 +401,39 @@ pub fn pointer_attributes(ptr: usize) -> CuResult<RawPtrAttrs> {
     })
 }
 
+/// Make synchronous memory operations on the device allocation holding `ptr` complete before
+/// they return (CU_POINTER_ATTRIBUTE_SYNC_MEMOPS). Without it a `cudaMemcpy` from pageable host
+/// memory into the allocation may return before the bytes land (the driver's documented
+/// "API synchronization behavior"), and a copy or kernel on another stream (gpumpi's
+/// non-blocking streams) may then read the old bytes.
+pub fn set_sync_memops(ptr: usize) -> CuResult<()> {
+    let on: u32 = 1;
+    // SAFETY: the attribute's value is an unsigned int read during the call.
+    unsafe {
+        check(
+            "cuPointerSetAttribute(SYNC_MEMOPS)",
+            cu::cuPointerSetAttribute(
+                &on as *const u32 as *const c_void,
+                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                ptr as cu::CUdeviceptr,
+            ),
+        )
+    }
+}
+
+/// Wait for the work of the current context's legacy default stream (CU_STREAM_LEGACY): the
+/// stream of a program's synchronous `cudaMemcpy` calls.
+pub fn legacy_stream_synchronize() -> CuResult<()> {
+    // SAFETY: CU_STREAM_LEGACY (the handle value 0x1) names the current context's legacy
+    // default stream; a context is current (the caller's contract, as for every call here).
+    unsafe {
+        check(
+            "cuStreamSynchronize(CU_STREAM_LEGACY)",
+            cu::cuStreamSynchronize(0x1 as cu::CUstream),
+        )
+    }
+}
+
 /// The driver's buffer id of the allocation holding `ptr` (0 when it is not CUDA memory).
 pub fn pointer_buffer_id(ptr: usize) -> u64 {
     pointer_attribute_u64(ptr, cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID)
