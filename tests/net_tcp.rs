@@ -4,14 +4,15 @@
 //! and the errors: truncation, a tag the group lacks, a peer closing mid-message, bad handles,
 //! a wrong secret, stray connections, refused and stalled set-up.
 
+#[path = "support/netcheck.rs"]
+mod netcheck;
 #[path = "support/skip.rs"]
 mod skip;
 
 use mpi_abi::transport::net::ifname::Family;
 use mpi_abi::transport::net::tcp::{TcpConfig, TcpNet};
-use mpi_abi::transport::net::{
-    Handle, MemKind, Net, NetError, RecvBuf, RecvComm, Request, SendComm, HANDLE_BYTES,
-};
+use mpi_abi::transport::net::{Handle, MemKind, Net, RecvBuf, Request, HANDLE_BYTES};
+use netcheck::*;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -39,127 +40,6 @@ fn net_on(test: &str, family: Family, threads: usize, socks: usize) -> Option<Tc
             None
         }
         Err(e) => panic!("{e}"),
-    }
-}
-
-fn deadline() -> Instant {
-    Instant::now() + Duration::from_secs(120)
-}
-
-/// Connects a send comm to a recv comm through `net`, driving both ends from this thread.
-fn pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let (h, mut l) = net.listen(0).unwrap();
-    let mut c = net.connect(0, &h).unwrap();
-    let (mut s, mut r) = (None, None);
-    let end = deadline();
-    while s.is_none() || r.is_none() {
-        assert!(Instant::now() < end, "set-up hangs");
-        if s.is_none() {
-            s = c.poll().unwrap();
-        }
-        if r.is_none() {
-            r = l.accept().unwrap();
-        }
-    }
-    (s.unwrap(), r.unwrap())
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(len + 8);
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// Sends `msgs` (tag, size) in order with up to `window` requests in flight on each side and
-/// checks every byte and size at the receiver.
-fn xfer(s: &mut dyn SendComm, r: &mut dyn RecvComm, msgs: &[(i32, usize)], window: usize) {
-    let sbufs: Vec<Vec<u8>> = msgs
-        .iter()
-        .enumerate()
-        .map(|(i, m)| pattern(i as u64 + 1, m.1))
-        .collect();
-    let mut rbufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.1 + 3]).collect();
-    let smr: Vec<_> = sbufs
-        .iter()
-        .map(|b| s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
-        .collect();
-    let rmr: Vec<_> = rbufs
-        .iter()
-        .map(|b| r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
-        .collect();
-    let (mut si, mut ri) = (0, 0);
-    let mut sq: Vec<(usize, Request)> = Vec::new();
-    let mut rq: Vec<(usize, Request)> = Vec::new();
-    let (mut sdone, mut rdone) = (0, 0);
-    let end = deadline();
-    while sdone < msgs.len() || rdone < msgs.len() {
-        assert!(
-            Instant::now() < end,
-            "transfer hangs: {sdone} sent, {rdone} received of {}",
-            msgs.len()
-        );
-        while ri < msgs.len() && rq.len() < window {
-            let b = RecvBuf {
-                ptr: rbufs[ri].as_mut_ptr(),
-                size: rbufs[ri].len(),
-                tag: msgs[ri].0,
-                mr: rmr[ri],
-            };
-            // SAFETY: rbufs outlive the loop and are read only after completion.
-            match unsafe { r.irecv(&[b]) }.unwrap() {
-                Some(q) => rq.push((ri, q)),
-                None => break,
-            }
-            ri += 1;
-        }
-        while si < msgs.len() && sq.len() < window {
-            // SAFETY: sbufs outlive the loop and are not modified.
-            match unsafe { s.isend(sbufs[si].as_ptr(), msgs[si].1, msgs[si].0, smr[si]) }.unwrap() {
-                Some(q) => sq.push((si, q)),
-                None => break,
-            }
-            si += 1;
-        }
-        sq.retain(|&(i, q)| match s.test(q).unwrap() {
-            Some(n) => {
-                assert_eq!(n, msgs[i].1);
-                sdone += 1;
-                false
-            }
-            None => true,
-        });
-        let mut done = Vec::new();
-        rq.retain(|&(i, q)| {
-            let mut sz = [usize::MAX];
-            if r.test(q, &mut sz).unwrap() {
-                assert_eq!(sz[0], msgs[i].1, "size of message {i}");
-                done.push(i);
-                false
-            } else {
-                true
-            }
-        });
-        for i in done {
-            assert!(
-                rbufs[i][..msgs[i].1] == sbufs[i][..],
-                "data of message {i} ({} bytes)",
-                msgs[i].1
-            );
-            assert_eq!(
-                &rbufs[i][msgs[i].1..],
-                &[0, 0, 0],
-                "bytes past message {i} untouched"
-            );
-            rdone += 1;
-        }
-        std::thread::yield_now();
     }
 }
 
@@ -277,51 +157,6 @@ fn many_messages_in_flight() {
 }
 
 /// Posts one group and sends `sends` (tag, size); returns the group's sizes or the error.
-fn group(
-    s: &mut dyn SendComm,
-    r: &mut dyn RecvComm,
-    recvs: &[(i32, usize)],
-    sends: &[(i32, usize)],
-) -> Result<(Vec<usize>, Vec<Vec<u8>>), NetError> {
-    let mut rbufs: Vec<Vec<u8>> = recvs.iter().map(|m| vec![0u8; m.1]).collect();
-    let bufs: Vec<RecvBuf> = rbufs
-        .iter_mut()
-        .zip(recvs)
-        .map(|(b, m)| {
-            let mr = r.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap();
-            RecvBuf {
-                ptr: b.as_mut_ptr(),
-                size: b.len(),
-                tag: m.0,
-                mr,
-            }
-        })
-        .collect();
-    // SAFETY: rbufs outlive the group (completed or failed before returning).
-    let rq = unsafe { r.irecv(&bufs) }?.unwrap();
-    let sbufs: Vec<Vec<u8>> = sends.iter().map(|m| pattern(m.0 as u64, m.1)).collect();
-    let mut sq = Vec::new();
-    for (b, m) in sbufs.iter().zip(sends) {
-        let mr = s.reg_mr(b.as_ptr(), b.len().max(1), MemKind::Host).unwrap();
-        // SAFETY: sbufs outlive the requests.
-        sq.push(
-            unsafe { s.isend(b.as_ptr(), m.1, m.0, mr) }
-                .unwrap()
-                .unwrap(),
-        );
-    }
-    let mut sizes = vec![0; recvs.len()];
-    let end = deadline();
-    loop {
-        assert!(Instant::now() < end, "group hangs");
-        for q in &sq {
-            let _ = s.test(*q);
-        }
-        if r.test(rq, &mut sizes)? {
-            return Ok((sizes, rbufs));
-        }
-    }
-}
 
 #[test]
 fn grouped_receives_match_by_tag() {
