@@ -172,3 +172,63 @@ pub fn group(
         }
     }
 }
+
+/// Grouped receives match sends by tag (equal tags fill in order), the comm goes on working
+/// afterwards, and a group too large is refused.
+pub fn check_grouped_receives(s: &mut dyn SendComm, r: &mut dyn RecvComm) {
+    let recvs = [(10, 1000), (11, 300_000), (12, 64), (13, 2 << 20)];
+    let sends = [(12, 50), (10, 1000), (13, (1 << 20) + 1), (11, 0)];
+    let (sizes, bufs) = group(s, r, &recvs, &sends).unwrap();
+    assert_eq!(sizes, [1000, 0, 50, (1 << 20) + 1]);
+    for (tag, n) in sends {
+        let i = recvs.iter().position(|m| m.0 == tag).unwrap();
+        assert!(bufs[i][..n] == pattern(tag as u64, n)[..], "tag {tag}");
+    }
+    let (sizes, _) = group(s, r, &[(5, 10), (5, 10)], &[(5, 3), (5, 4)]).unwrap();
+    assert_eq!(sizes, [3, 4]);
+    xfer(s, r, &[(1, 5), (2, 70_000)], 2);
+    let mut b = [0u8; 4];
+    let mr = r.reg_mr(b.as_ptr(), 4, MemKind::Host).unwrap();
+    let one = RecvBuf {
+        ptr: b.as_mut_ptr(),
+        size: 4,
+        tag: 0,
+        mr,
+    };
+    // SAFETY: refused before any use of the buffer.
+    let e = unsafe { r.irecv(&[one; 9]) }.unwrap_err();
+    assert!(e.msg.contains("group of 9"), "{e}");
+}
+
+/// A message whose tag the posted group lacks fails the receive, naming the tag and the peer.
+pub fn check_tag_outside_the_group(s: &mut dyn SendComm, r: &mut dyn RecvComm) {
+    let e = group(s, r, &[(1, 8), (2, 8)], &[(3, 8)]).unwrap_err();
+    assert!(
+        e.msg.contains("tag 3") && e.msg.contains("127.0.0.1"),
+        "{e}"
+    );
+}
+
+/// A message larger than its receive fails it; the comm stays failed (later receives report
+/// the same error, no hang).
+pub fn check_truncation(s: &mut dyn SendComm, r: &mut dyn RecvComm) {
+    let e = group(s, r, &[(4, 100)], &[(4, 200)]).unwrap_err();
+    assert!(
+        e.msg.contains("truncated") && e.msg.contains("200") && e.msg.contains("100"),
+        "{e}"
+    );
+    let mut b = [0u8; 4];
+    if let Ok(mr) = r.reg_mr(b.as_ptr(), 4, MemKind::Host) {
+        let one = RecvBuf {
+            ptr: b.as_mut_ptr(),
+            size: 4,
+            tag: 0,
+            mr,
+        };
+        // SAFETY: refused: the comm failed.
+        assert!(unsafe { r.irecv(&[one]) }
+            .unwrap_err()
+            .msg
+            .contains("truncated"));
+    }
+}
