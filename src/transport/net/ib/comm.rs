@@ -253,6 +253,14 @@ fn keys(port: &Port, mr: Mr, ptr: usize, len: usize, op: &str) -> NetResult<(u32
 /// One receive of a posted group as the FIFO announces it: address, rkey, capacity, tag.
 type Posted = (u64, u32, usize, i32);
 
+/// One batch of completions of `side`'s completion queue into `wc`; a failed poll fails the
+/// connection (`dir`: "to" on the sending side, "from" on the receiving side).
+fn poll_completions(side: &Side, wc: &mut [Wc], link: &mut Link, dir: &str) -> NetResult<usize> {
+    side.cq
+        .poll(wc)
+        .map_err(|e| link.fail(format!("ib: {e} (connection {dir} {})", link.peer)))
+}
+
 #[derive(Clone, Copy, Default)]
 struct SendSlot {
     busy: bool,
@@ -324,14 +332,7 @@ impl IbSend {
     fn progress(&mut self) -> NetResult<bool> {
         let mut any = false;
         loop {
-            let n = match self.side.cq.poll(&mut self.wc) {
-                Ok(n) => n,
-                Err(e) => {
-                    return Err(self
-                        .link
-                        .fail(format!("ib: {e} (connection to {})", self.link.peer)))
-                }
-            };
+            let n = poll_completions(&self.side, &mut self.wc, &mut self.link, "to")?;
             for i in 0..n {
                 let wc = self.wc[i];
                 if wc.status != ibv::WC_SUCCESS {
@@ -596,14 +597,7 @@ impl IbRecv {
     fn progress(&mut self) -> NetResult<bool> {
         let mut any = false;
         loop {
-            let n = match self.side.cq.poll(&mut self.wc) {
-                Ok(n) => n,
-                Err(e) => {
-                    return Err(self
-                        .link
-                        .fail(format!("ib: {e} (connection from {})", self.link.peer)))
-                }
-            };
+            let n = poll_completions(&self.side, &mut self.wc, &mut self.link, "from")?;
             for i in 0..n {
                 let wc = self.wc[i];
                 if wc.status != ibv::WC_SUCCESS {
