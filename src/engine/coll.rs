@@ -303,6 +303,8 @@ impl CollExec {
         for id in self.pending.drain(..) {
             if !eng.is_done(id) && !eng.cancel(id) {
                 in_flight = true;
+                // A send still queued would read the caller's buffer after the call returned.
+                eng.detach(id);
             }
             eng.free(id);
         }

@@ -841,6 +841,29 @@ impl Engine {
         false
     }
 
+    /// Make an unfinished host send independent of its caller's buffer: the data not yet handed
+    /// to the transport is read from a copy the request owns from now on. For a send given up
+    /// while queued (a collective schedule abandoned when its peers called something else),
+    /// whose buffer the caller may free or reuse once its call returned. Device sends and sends
+    /// already in the transport are left as they are.
+    pub fn detach(&mut self, req: ReqId) {
+        if let Some(Req {
+            kind: ReqKind::Send(s),
+            done: false,
+            ..
+        }) = self.st.reqs.get_mut(req.0)
+        {
+            if s.dev || s.pushed || s.staged.is_some() || s.len == 0 {
+                return;
+            }
+            // SAFETY: the send's buffer is valid for len bytes until the send completes (the
+            // contract of isend), and the caller detaches before its buffer goes away.
+            let v = unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec();
+            s.buf = v.as_ptr();
+            s.staged = Some(v);
+        }
+    }
+
     /// Release a request; an incomplete one is released when it completes.
     pub fn free(&mut self, req: ReqId) {
         let done = match self.st.reqs.get_mut(req.0) {

@@ -392,6 +392,28 @@ fn freed_requests_are_released() {
     assert_eq!(es[0].live_requests(), 0);
 }
 
+/// A detached send (eager frames still queued, or a rendezvous not yet matched) delivers the
+/// data it had when detached, though its caller's buffer changes afterwards.
+#[test]
+fn detached_sends_no_longer_read_the_callers_buffer() {
+    for len in [LIMIT, LIMIT * 3] {
+        let mut es = group(2, 2, 1000, false);
+        let want = pattern(len, 9);
+        let mut data = want.clone();
+        let s = send(&mut es[0], &data, 1, 0, 4, false);
+        es[0].progress();
+        es[0].detach(s);
+        data.fill(0xee);
+        es[0].free(s);
+        let mut out = vec![0u8; len];
+        let r = recv(&mut es[1], &mut out, 0, 4);
+        wait_on(&mut es, 1, r);
+        spin(&mut es, 5);
+        assert!(out == want, "len {len}");
+        assert_eq!(es[0].live_requests(), 0);
+    }
+}
+
 /// `n` engines over real shared-memory transports in this process (one per thread in the tests).
 fn shm_group(n: usize, ring: usize, cma: bool) -> Vec<Engine> {
     use crate::transport::shm::ShmTransport;
