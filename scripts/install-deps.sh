@@ -16,7 +16,7 @@ check_only=no
 # package | what needs it | test (succeeds when present)
 has_libclang() {
     [ -n "${LIBCLANG_PATH:-}" ] || ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 ||
-        ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'
+        ldconfig -p 2>/dev/null | grep 'libclang[-.0-9]*\.so' >/dev/null
 }
 has_venv() {
     local t

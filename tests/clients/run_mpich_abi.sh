@@ -51,7 +51,7 @@ if [ ! -x "$WHEEL/data/bin/mpicc" ]; then
 fi
 EXE=$LOGDIR/abi
 if "$WHEEL/data/bin/mpicc" -Wall -O1 "$HERE/mpich_abi/abi.c" -o "$EXE" >"$LOGDIR/cc.log" 2>&1; then
-    if readelf -d "$EXE" | grep -q 'NEEDED.*\[libmpi\.so\.12\]'; then
+    if readelf -d "$EXE" | grep 'NEEDED.*\[libmpi\.so\.12\]' >/dev/null; then
         pass "abi.c built with MPICH's mpicc ($("$WHEEL/data/bin/mpicc" -show | cut -c1-60)...)"
     else
         fail "abi.c does not link libmpi.so.12"

@@ -49,7 +49,7 @@ ls "$PREFIX"/lib/libmpi_abi.so* >/dev/null 2>&1 || die "missing $PREFIX/lib/libm
 command -v cargo >/dev/null || die "cargo not found"
 
 # bindgen (run by mpi-sys's build script) loads libclang at run time.
-if [ -z "${LIBCLANG_PATH:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
+if [ -z "${LIBCLANG_PATH:-}" ] && ! ldconfig -p 2>/dev/null | grep 'libclang[-.0-9]*\.so' >/dev/null; then
     die "libclang not found: install Debian package libclang-dev (or set LIBCLANG_PATH)"
 fi
 
