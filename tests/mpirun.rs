@@ -2,6 +2,9 @@
 //! doc comment for the modes) and checks output, exit codes, clean-up and
 //! the absence of leftover processes.
 
+#[path = "support/reports.rs"]
+mod reports;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -46,18 +49,7 @@ fn wait_output(mut child: Child, limit: Duration) -> (Output, Duration, Duration
             std::io::Read::read_to_string(&mut se, &mut e).unwrap();
             e
         });
-        let mut s = String::new();
-        let mut last = Instant::now();
-        let mut r = BufReader::new(so);
-        loop {
-            let n = s.len();
-            if r.read_line(&mut s).unwrap() == 0 {
-                break;
-            }
-            if s[n..].starts_with("rank ") {
-                last = Instant::now();
-            }
-        }
+        let (s, last) = reports::read_reports(so);
         let e = th.join().unwrap();
         let st = child.wait().unwrap();
         (

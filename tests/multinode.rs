@@ -14,6 +14,8 @@
 
 #[path = "support/netns.rs"]
 mod netns;
+#[path = "support/reports.rs"]
+mod reports;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -77,20 +79,7 @@ fn run(mut c: Command) -> Out {
         e
     });
     let so = child.stdout.take().unwrap();
-    let outt = std::thread::spawn(move || {
-        let (mut s, mut last) = (String::new(), Instant::now());
-        let mut r = BufReader::new(so);
-        loop {
-            let n = s.len();
-            if r.read_line(&mut s).unwrap() == 0 {
-                break;
-            }
-            if s[n..].starts_with("rank ") {
-                last = Instant::now();
-            }
-        }
-        (s, last)
-    });
+    let outt = std::thread::spawn(move || reports::read_reports(so));
     let t = Instant::now();
     let st = loop {
         if let Some(st) = child.try_wait().unwrap() {

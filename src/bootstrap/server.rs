@@ -653,7 +653,7 @@ mod tests {
             s.write_all(&frame).unwrap();
             wire::read_msg(s).unwrap()
         };
-        // Another job's secret, the secret itself sent in the clear (the old protocol), and
+        // Another job's secret, the secret itself sent in the clear (a client that skips the challenge), and
         // an answer to another connection's challenge: refused.
         let (mut s, nonce) = connect();
         let r = hello(&mut s, wire::proof(&[0x5f; 32], &nonce, "hello"));

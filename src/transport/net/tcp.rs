@@ -35,7 +35,7 @@ use super::{
 use crate::sys::socket::{self as sock, EventFd, IfAddr, PollFd, POLLIN, POLLOUT};
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -270,10 +270,7 @@ impl Net for TcpNet {
 
     fn listen(&self, dev: usize) -> NetResult<(Handle, Box<dyn Listener>)> {
         let d = self.dev(dev)?;
-        let bind = match d.addr.addr {
-            IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), 0),
-            IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(a, 0, 0, d.addr.scope_id)),
-        };
+        let bind = super::any_port(d.addr.addr, d.addr.scope_id);
         let l = TcpListener::bind(bind)
             .map_err(|e| err(format!("tcp: listen on {bind} ({}): {e}", d.props.name)))?;
         l.set_nonblocking(true)
@@ -306,15 +303,9 @@ impl Net for TcpNet {
         let hd = HandleData::decode(handle)?;
         // Leave through the device's address (its rail, where source routing is set up), when
         // it can reach the peer's address at all (same family, both loopback or neither).
-        let from = match (d.addr.addr, hd.addr.ip()) {
-            (IpAddr::V4(a), IpAddr::V4(b)) if a.is_loopback() == b.is_loopback() => {
-                Some(SocketAddr::new(IpAddr::V4(a), 0))
-            }
-            (IpAddr::V6(a), IpAddr::V6(b)) if a.is_loopback() == b.is_loopback() => {
-                Some(SocketAddr::V6(SocketAddrV6::new(a, 0, 0, d.addr.scope_id)))
-            }
-            _ => None,
-        };
+        let (a, b) = (d.addr.addr, hd.addr.ip());
+        let from = (a.is_ipv4() == b.is_ipv4() && a.is_loopback() == b.is_loopback())
+            .then(|| super::any_port(a, d.addr.scope_id));
         let conn_id = u64::from_le_bytes(
             auth::random::<8>().map_err(|e| err(format!("tcp: /dev/urandom: {e}")))?,
         );

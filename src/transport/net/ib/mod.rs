@@ -35,7 +35,7 @@ use crate::sys::socket as sock;
 use regcache::RegCache;
 use select::{GdrFacts, GdrPath, GidInfo, HcaSpec};
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -660,10 +660,7 @@ impl Net for IbNet {
 
     fn listen(&self, dev: usize) -> NetResult<(Handle, Box<dyn Listener>)> {
         let port = self.port(dev)?.clone();
-        let bind = match self.oob {
-            IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), 0),
-            IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(a, 0, 0, self.oob_scope)),
-        };
+        let bind = super::any_port(self.oob, self.oob_scope);
         let l = TcpListener::bind(bind).map_err(|e| err(format!("ib: listen on {bind}: {e}")))?;
         l.set_nonblocking(true)
             .map_err(|e| err(format!("ib: listen on {bind}: {e}")))?;
