@@ -278,7 +278,8 @@ pub fn init(required: i32) -> MpiResult<i32> {
         footprint = transport.footprint(),
         "shared-memory transport ready (bytes of /dev/shm per rank)"
     );
-    let engine = Engine::new(Box::new(transport), rank, size);
+    let mut engine = Engine::new(Box::new(transport), rank, size);
+    engine.set_device_copies(Box::new(crate::dispatch::devices::Cuda));
     crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(size));
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {

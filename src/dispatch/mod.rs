@@ -26,6 +26,7 @@
 //! never the GPU paths.
 
 mod call;
+pub(crate) mod devices;
 mod flag;
 mod gpu;
 mod internal;
