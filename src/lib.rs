@@ -37,3 +37,7 @@ pub mod transport;
 #[cfg(test)]
 #[path = "../tests/support/skip.rs"]
 pub(crate) mod test_skip;
+
+#[cfg(test)]
+#[path = "../tests/support/rng.rs"]
+pub(crate) mod test_rng;

@@ -1,8 +1,13 @@
-//! The engine's device copies over the GPU layer: the CUDA implementation of
-//! [`DevCopy`], installed into the engine at MPI_Init. It sits above both, so that the engine
-//! knows only its trait and `gpu/` knows nothing of the engine.
+//! What the engine and the GPU layer are handed from above, so that neither reaches into a
+//! layer beside or above it:
+//! - [`Cuda`]: the engine's device copies over `gpu/`, the CUDA implementation of
+//!   [`DevCopy`], installed into the engine at MPI_Init;
+//! - [`JobShm`]: the job's named shared host memory for the GPU paths without peer access
+//!   (`gpu::shmem`), regions of the shared-memory transport.
 
 use crate::engine::devcopy::{pending, DevCopy, HostStage, Pending, EXPORT_BYTES};
+use crate::gpu::shmem::{SharedMem, SharedRegion};
+use crate::transport::shm::{self, Region};
 
 // The engine carries exports in fixed-size request-to-send payloads.
 const _: () = assert!(crate::gpu::ipc::EXPORT_BYTES == EXPORT_BYTES);
@@ -53,7 +58,7 @@ impl DevCopy for Cuda {
     }
 
     fn pipe_offer(&self, me: usize, peer: usize) -> Option<Box<[u8]>> {
-        crate::gpu::pipe::offer(me, peer).map(|d| d.to_vec().into_boxed_slice())
+        crate::gpu::pipe::offer(&JobShm, me, peer).map(|d| d.to_vec().into_boxed_slice())
     }
 
     unsafe fn pipe_recv(
@@ -65,7 +70,7 @@ impl DevCopy for Cuda {
         dev: bool,
         len: usize,
     ) -> Result<(u64, Box<dyn Pending>), String> {
-        crate::gpu::pipe::recv(me, peer, desc, dst, dev, len).map(|(s, t)| (s, pending(t)))
+        crate::gpu::pipe::recv(&JobShm, me, peer, desc, dst, dev, len).map(|(s, t)| (s, pending(t)))
     }
 
     unsafe fn pipe_send(
@@ -98,5 +103,41 @@ impl DevCopy for Cuda {
 
     unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
         crate::gpu::p2p::dtoh(src, len)
+    }
+}
+
+/// The job's named shared host memory: regions of the shared-memory transport,
+/// `/dev/shm/gpumpi-<job id>-<tag>` (removed by the launcher's clean-up too).
+pub struct JobShm;
+
+impl JobShm {
+    fn job() -> Result<&'static str, String> {
+        shm::job_id().ok_or_else(|| "no shared-memory transport in this process".into())
+    }
+}
+
+impl SharedMem for JobShm {
+    fn create(&self, tag: &str, len: usize) -> Result<Box<dyn SharedRegion>, String> {
+        let r = Region::create(Self::job()?, tag, len).map_err(|e| e.to_string())?;
+        Ok(Box::new(r))
+    }
+
+    fn open(&self, tag: &str, len: usize) -> Result<Box<dyn SharedRegion>, String> {
+        let r = Region::open(Self::job()?, tag, len).map_err(|e| e.to_string())?;
+        Ok(Box::new(r))
+    }
+}
+
+impl SharedRegion for Region {
+    fn as_ptr(&self) -> *mut u8 {
+        Region::as_ptr(self)
+    }
+
+    fn bytes(&self) -> usize {
+        self.len()
+    }
+
+    fn unlink(&self) {
+        Region::unlink(self)
     }
 }

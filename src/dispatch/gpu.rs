@@ -41,6 +41,9 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
     fn gpu(&self) -> &crate::gpu::comm::CommGpu {
         &self.0.gpu
     }
+    fn shared_mem(&self) -> &dyn crate::gpu::shmem::SharedMem {
+        &super::devices::JobShm
+    }
 }
 
 /// Release what the GPU paths hold for `comm` (collective: `MPI_Comm_free`).

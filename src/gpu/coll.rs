@@ -694,6 +694,9 @@ pub trait Host {
     fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
     /// The communicator's GPU state (owned by the communicator object).
     fn gpu(&self) -> &super::comm::CommGpu;
+    /// The job's named shared host memory (the host regions of GPU collectives without peer
+    /// access).
+    fn shared_mem(&self) -> &dyn super::shmem::SharedMem;
 }
 
 /// One rank's buffers: device address and byte length (None: not used by this rank).
