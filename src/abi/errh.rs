@@ -114,7 +114,7 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
         return code;
     }
     if handler == c::MPI_ERRORS_ARE_FATAL as usize || handler == c::MPI_ERRORS_ABORT as usize {
-        super::state::fatal(&text, code);
+        super::runtime::fatal(&text, code);
     }
     match lookup(handler) {
         Ok(Some(e)) => {
@@ -125,7 +125,7 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
             unsafe { (e.func)(&mut h, &mut code) };
             code
         }
-        _ => super::state::fatal(&text, code),
+        _ => super::runtime::fatal(&text, code),
     }
 }
 

@@ -380,6 +380,11 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
     Ok(())
 }
 
+/// A fatal error: print it and end the whole job with `code`.
+pub fn fatal(text: &str, code: i32) -> ! {
+    abort(code.clamp(1, 255), &format!("gpumpi: fatal error: {text}"))
+}
+
 /// End the whole job through the launcher (MPI_Abort and fatal errors).
 pub fn abort(code: i32, msg: &str) -> ! {
     // Never block here: if another thread holds the lock, fall back to exiting.

@@ -6,7 +6,7 @@ use crate::abi::objects::builtin_op;
 use crate::abi::runtime;
 use crate::abi::types;
 use crate::coll::CollKind;
-use crate::engine::collcheck::{Path as CheckPath, Record, Watch};
+use crate::engine::collcheck::{Path as CheckPath, Record, Rings, Watch};
 use crate::engine::flag::{FlagOp, Slots};
 use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
@@ -241,6 +241,13 @@ pub(super) fn check_start(spec: &CollSpec, seq: i32, path: CheckPath) -> Option<
     rings.publish(&rec);
     let peers = (spec.comm.ctx != 0).then(|| spec.comm.peers.clone());
     Some(Watch::new(rec, peers, spec.comm.rank))
+}
+
+/// [`check_start`] for a call that returns before its waits end (a request's check): the
+/// watch with the record rings it reads.
+pub(super) fn check_kept(spec: &CollSpec, seq: i32, path: CheckPath) -> Option<(Watch, Rings)> {
+    let rings = runtime::rings()?;
+    check_start(spec, seq, path).map(|w| (w, rings))
 }
 
 /// The error of a flag call that failed, told by the peers' records where they disagree with

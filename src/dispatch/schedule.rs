@@ -4,9 +4,9 @@
 //! it to the engine's executor.
 
 use super::call::CollSpec;
-use super::flag::check_start;
+use super::flag::check_kept;
 use crate::abi::objects::COLL_CTX_BIT;
-use crate::abi::request::{Post, ReqKind, Status};
+use crate::abi::request::{CollCheck, Post, ReqKind, Status};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
 use crate::engine::collcheck::Path as CheckPath;
@@ -85,7 +85,8 @@ impl CollSpec {
         };
         let tag = seq.unwrap_or_else(|| self.comm.next_coll_tag());
         // The record of this call, and its check while it waits (engine::collcheck).
-        let check = check_start(self, tag, CheckPath::Schedule).map(Box::new);
+        let check = check_kept(self, tag, CheckPath::Schedule)
+            .map(|(watch, rings)| Box::new(CollCheck { watch, rings }));
         let exec = CollExec::new(
             sched,
             sptr as *const u8,

@@ -11,7 +11,7 @@ use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::objects::{builtin_op, comm, nonnull, objects, CommObj, OpObj};
 use crate::abi::request::{ReqKind, Request, Starter};
-use crate::abi::runtime::{self, new_request, Runtime};
+use crate::abi::runtime::{self, new_request};
 use crate::abi::types::{self, DtypeObj};
 use crate::abi::width::{UserFn, Width};
 use crate::coll::CollKind;
@@ -85,7 +85,8 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         Mode::Persistent(req) => {
             nonnull(req, "request")?;
             let comm = spec.comm.clone();
-            let starter: Starter = Box::new(move |_rt: &mut Runtime| crate::dispatch::start(&spec));
+            let starter: Starter =
+                Box::new(move |_: &mut crate::engine::Engine| crate::dispatch::start(&spec));
             *req = runtime::with(|rt| {
                 Ok(new_request(
                     rt,

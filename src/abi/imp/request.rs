@@ -649,9 +649,9 @@ pub fn start(rt: &mut Runtime, h: MPI_Request) -> MpiResult<()> {
     if !matches!(r.kind, ReqKind::Inactive) {
         mpi_bail!(MPI_ERR_REQUEST, "the persistent request is already active");
     }
-    // Take the starter out while it runs (it needs the runtime).
+    // Take the starter out while it runs (it needs the engine).
     let mut starter = r.persistent.take().unwrap();
-    let kind = starter(rt);
+    let kind = starter(&mut rt.engine);
     let r = rt.reqs.get_mut(key).unwrap();
     r.persistent = Some(starter);
     let kind = kind?;
