@@ -29,6 +29,7 @@ pub mod engine;
 pub mod gpu;
 pub mod info;
 pub mod mpi;
+pub mod runtime;
 pub mod standard;
 pub mod sys;
 pub mod transport;

@@ -2,9 +2,6 @@
 //! the shared-memory segments (`engine::flag`).
 
 use super::call::{in_place, CollSpec, DevPacked, Reduction, Side};
-use crate::abi::objects::builtin_op;
-use crate::abi::runtime;
-use crate::abi::types;
 use crate::coll::CollKind;
 use crate::engine::collcheck::{Path as CheckPath, Record, Rings, Watch};
 use crate::engine::flag::{FlagOp, Slots};
@@ -12,6 +9,9 @@ use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::op::{self as ops};
+use crate::runtime;
+use crate::runtime::objects::builtin_op;
+use crate::runtime::types;
 use crate::standard::consts as c;
 use crate::standard::ffi::*;
 use std::os::raw::{c_int, c_void};

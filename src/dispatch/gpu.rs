@@ -4,12 +4,12 @@ use super::call::{CollSpec, Reduction};
 use super::flag::{check_start, flag_all, flag_eligible};
 use super::internal::{allgather_bytes, allreduce_band_u64};
 use super::run_blocking;
-use crate::abi::objects::CommObj;
 use crate::coll::CollKind;
 use crate::engine::collcheck::Path as CheckPath;
 use crate::gpu::coll::Mode as GpuMode;
 use crate::gpu::kernels::{KOp, KType};
 use crate::mpi::error::MpiResult;
+use crate::runtime::objects::CommObj;
 use crate::standard::consts as c;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
         &self.0.gpu
     }
     fn shared_mem(&self) -> &dyn crate::gpu::shmem::SharedMem {
-        &super::devices::JobShm
+        &crate::runtime::devices::JobShm
     }
 }
 
@@ -75,7 +75,7 @@ fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
 /// Whether the calling program asked for MPI_THREAD_MULTIPLE (the resident kernels serve one
 /// caller at a time). Asked (a lock) only for calls the resident path could take.
 fn thread_multiple() -> bool {
-    crate::abi::runtime::lock()
+    crate::runtime::lock()
         .as_ref()
         .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE)
 }

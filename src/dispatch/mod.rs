@@ -26,7 +26,6 @@
 //! never the GPU paths.
 
 mod call;
-pub(crate) mod devices;
 mod flag;
 mod gpu;
 mod internal;
@@ -38,8 +37,8 @@ pub(crate) use flag::flag_quick;
 pub(crate) use gpu::release_gpu;
 pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
 
-use crate::abi::request::ReqKind;
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::runtime::request::ReqKind;
 
 /// A way to run a collective call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +97,7 @@ impl Path {
                 // A world call of the flag kinds still takes its flag number (after start
                 // published the call's record, which a peer that meets the pass reads).
                 flag::flag_pass(spec)?;
-                let st = crate::abi::runtime::wait_kind(k)?;
+                let st = crate::runtime::wait_kind(k)?;
                 if st.error != 0 {
                     return Err(MpiError::new(st.error, "collective failed"));
                 }

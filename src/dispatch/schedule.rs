@@ -5,12 +5,12 @@
 
 use super::call::CollSpec;
 use super::flag::check_kept;
-use crate::abi::objects::COLL_CTX_BIT;
-use crate::abi::request::{CollCheck, Post, ReqKind, Status};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
 use crate::engine::collcheck::Path as CheckPath;
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::runtime::objects::COLL_CTX_BIT;
+use crate::runtime::request::{CollCheck, Post, ReqKind, Status};
 
 impl CollSpec {
     /// Start the schedule of call number `seq` of the communicator (`None`: the next one).

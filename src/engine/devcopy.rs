@@ -3,7 +3,7 @@
 //! sides of a pipe through pinned shared host memory, and the host<->device copies of device
 //! buffers meeting host protocols (single copies, page-locked rounds, gathering buffers).
 //! The engine knows only this trait and plain sizes: the library installs the CUDA
-//! implementation over `gpu/` (`dispatch/devices.rs`) with [`crate::engine::Engine::set_device_copies`];
+//! implementation over `gpu/` (`runtime/devices.rs`) with [`crate::engine::Engine::set_device_copies`];
 //! until then an engine has [`NoDevice`]. The engine's tests use a host-memory fake, so the
 //! protocols around device buffers (PUT/DONE, copies finishing later, fallbacks to streaming)
 //! are tested without a GPU.

@@ -3,21 +3,21 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{comm, nonnull, CommObj};
-use crate::abi::request::{ReqKind, Request, Starter, Status};
-use crate::abi::runtime::{self, new_request, wait_until, Runtime};
-use crate::abi::types::{self, DtypeObj};
 use crate::abi::width::{CInt, Width};
 use crate::engine::{Engine, SendArgs};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, nonnull, CommObj};
+use crate::runtime::request::{ReqKind, Request, Starter, Status};
+use crate::runtime::types::{self, DtypeObj};
+use crate::runtime::{self, new_request, wait_until, Runtime};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The largest tag value (the MPI_TAG_UB attribute).
 pub const TAG_UB: c_int = 0x3fff_ffff;
 
-pub use crate::abi::types::check_count;
+pub use crate::runtime::types::check_count;
 
 pub fn check_send_tag(tag: c_int) -> MpiResult<()> {
     if !(0..=TAG_UB).contains(&tag) {
@@ -158,7 +158,7 @@ pub unsafe fn start_send(engine: &mut Engine, s: &SendSpec) -> MpiResult<ReqKind
         sync: s.mode == Mode::Sync,
         dev: None,
     })?;
-    let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
+    let post: Option<crate::runtime::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
             super::bsend::release(pool, len);
             Ok(())
@@ -218,8 +218,8 @@ pub unsafe fn start_recv(engine: &mut Engine, r: &RecvSpec) -> MpiResult<ReqKind
     })
 }
 
-pub use crate::abi::runtime::wait_kind;
-use crate::abi::runtime::wait_request;
+pub use crate::runtime::wait_kind;
+use crate::runtime::wait_request;
 
 /// Start an operation and wait for it. The start and a first test share one hold of the
 /// runtime lock, so an operation complete at once (an eager send in the ring, a receive that

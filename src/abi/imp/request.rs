@@ -4,11 +4,11 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::nonnull;
-use crate::abi::request::{Grequest, ReqKind, Request, Status};
-use crate::abi::runtime::{self, wait_until, Runtime};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
+use crate::runtime::objects::nonnull;
+use crate::runtime::request::{Grequest, ReqKind, Request, Status};
+use crate::runtime::{self, wait_until, Runtime};
 use std::os::raw::{c_int, c_void};
 
 fn is_null(h: MPI_Request) -> bool {

@@ -3,13 +3,13 @@
 //! requests. Completion runs the request's post-processing step (unpacking a
 //! derived-datatype receive into the user's buffer) exactly once.
 
-use super::consts as c;
-use super::ffi::MPI_Status;
 use super::objects::CommObj;
 use crate::engine::coll::CollExec;
 use crate::engine::collcheck::{Rings, Watch};
 use crate::engine::{Engine, ReqId};
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::standard::consts as c;
+use crate::standard::ffi::MPI_Status;
 use std::sync::Arc;
 
 /// Completion information, independent of the C layout.
