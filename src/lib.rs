@@ -29,6 +29,7 @@ pub mod engine;
 pub mod gpu;
 pub mod info;
 pub mod mpi;
+pub mod runtime;
 pub mod standard;
 pub mod sys;
 pub mod topo;
@@ -38,3 +39,7 @@ pub mod transport;
 #[cfg(test)]
 #[path = "../tests/support/skip.rs"]
 pub(crate) mod test_skip;
+
+#[cfg(test)]
+#[path = "../tests/support/rng.rs"]
+pub(crate) mod test_rng;

@@ -5,7 +5,7 @@
 //! - **Layers** (`tests/layering/layers.txt`): a top-level module (`abi`, `dispatch`, `engine`,
 //!   ...) may use the modules its line lists and, through them, whatever those may use; any
 //!   other edge between top-level modules points the wrong way.
-//! - **No cycles**: no edge inside a cycle of file modules (`abi::runtime`, `gpu::stage`, ...).
+//! - **No cycles**: no edge inside a cycle of file modules (`runtime::request`, `gpu::stage`, ...).
 //!
 //! `tests/layering/allow.txt` lists the edges of today's code that break a rule. A new one
 //! fails the test, naming the edge and the file; a listed edge that is gone fails it too (delete

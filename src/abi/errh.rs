@@ -5,10 +5,10 @@
 //! the object and the code, then the code is returned.
 
 use super::consts as c;
-use super::objects::{self, CommObj, ErrhObj, ObjKind};
 use super::ErrObj;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
+use crate::runtime::objects::{self, CommObj, ErrhObj, ObjKind};
 use std::cell::RefCell;
 use std::os::raw::c_int;
 use std::sync::Arc;
@@ -114,7 +114,7 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
         return code;
     }
     if handler == c::MPI_ERRORS_ARE_FATAL as usize || handler == c::MPI_ERRORS_ABORT as usize {
-        super::state::fatal(&text, code);
+        crate::runtime::fatal(&text, code);
     }
     match lookup(handler) {
         Ok(Some(e)) => {
@@ -125,7 +125,7 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
             unsafe { (e.func)(&mut h, &mut code) };
             code
         }
-        _ => super::state::fatal(&text, code),
+        _ => crate::runtime::fatal(&text, code),
     }
 }
 

@@ -7,11 +7,6 @@ pub use crate::standard::consts;
 pub mod errh;
 pub use crate::standard::ffi;
 pub mod imp;
-pub mod objects;
-pub mod request;
-pub mod runtime;
-pub mod state;
-pub mod types;
 pub mod width;
 
 use crate::mpi::error::{MpiError, MpiResult};

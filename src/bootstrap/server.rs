@@ -450,8 +450,8 @@ fn lost(sh: &Shared, rank: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wire::XorShift;
     use super::*;
+    use crate::test_rng::XorShift;
     use std::io::{Read, Write};
 
     fn tmp_sock(tag: &str) -> (PathBuf, PathBuf) {

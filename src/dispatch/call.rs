@@ -2,13 +2,13 @@
 //! communicator, the user's typed buffers as blocks (a [`Side`] each), the byte count, the
 //! reduction and the root, resolved and validated once.
 
-use crate::abi::objects::CommObj;
-use crate::abi::types::{self, check_count, DtypeObj};
 use crate::coll::{Block, CollKind};
 use crate::gpu::stage::Mirror;
 use crate::mpi::datatype::Elem;
 use crate::mpi::error::MpiResult;
 use crate::mpi::op::{self as ops, BuiltinOp};
+use crate::runtime::objects::CommObj;
+use crate::runtime::types::{self, check_count, DtypeObj};
 use crate::standard::ffi::*;
 use smallvec::{smallvec, SmallVec};
 use std::os::raw::{c_int, c_void};

@@ -2,16 +2,16 @@
 //! the shared-memory segments (`engine::flag`).
 
 use super::call::{in_place, CollSpec, DevPacked, Reduction, Side};
-use crate::abi::objects::builtin_op;
-use crate::abi::runtime;
-use crate::abi::types;
 use crate::coll::CollKind;
-use crate::engine::collcheck::{CallNo, Path as CheckPath, Record, Watch};
+use crate::engine::collcheck::{CallNo, Path as CheckPath, Record, Rings, Watch};
 use crate::engine::flag::{FlagOp, Slots};
 use crate::engine::Backoff;
 use crate::gpu::stage::Mirror;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::op::{self as ops};
+use crate::runtime;
+use crate::runtime::objects::builtin_op;
+use crate::runtime::types;
 use crate::standard::consts as c;
 use crate::standard::ffi::*;
 use std::os::raw::{c_int, c_void};
@@ -235,6 +235,13 @@ pub(super) fn check_start(spec: &CollSpec, no: CallNo, path: CheckPath) -> Optio
     rings.publish(&rec);
     let peers = (spec.comm.ctx != 0).then(|| spec.comm.peers.clone());
     Some(Watch::new(rec, peers, spec.comm.rank))
+}
+
+/// [`check_start`] for a call that returns before its waits end (a request's check): the
+/// watch with the record rings it reads.
+pub(super) fn check_kept(spec: &CollSpec, no: CallNo, path: CheckPath) -> Option<(Watch, Rings)> {
+    let rings = runtime::rings()?;
+    check_start(spec, no, path).map(|w| (w, rings))
 }
 
 /// The error of a flag call that failed, told by the peers' records where they disagree with

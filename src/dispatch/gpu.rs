@@ -6,8 +6,6 @@ use super::internal::{
     allgather_bytes, allgather_bytes_at, allreduce_band_u64, allreduce_band_u64_at,
 };
 use super::{run_blocking, run_numbered};
-use crate::abi::objects::CommObj;
-use crate::abi::runtime;
 use crate::coll::CollKind;
 use crate::engine::collcheck::{
     agreement_fields, agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath,
@@ -16,6 +14,8 @@ use crate::engine::collcheck::{
 use crate::gpu::coll::Mode as GpuMode;
 use crate::gpu::kernels::{KOp, KType};
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::runtime;
+use crate::runtime::objects::CommObj;
 use crate::standard::consts as c;
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -227,6 +227,9 @@ impl crate::gpu::coll::Host for GpuHost<'_> {
             w.set_record(rec);
         }
     }
+    fn shared_mem(&self) -> &dyn crate::gpu::shmem::SharedMem {
+        &crate::runtime::devices::JobShm
+    }
 }
 
 /// Release what the GPU paths hold for `comm` (collective: `MPI_Comm_free`).
@@ -260,7 +263,7 @@ fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
 /// Whether the calling program asked for MPI_THREAD_MULTIPLE (the resident kernels serve one
 /// caller at a time). Asked (a lock) only for calls the resident path could take.
 fn thread_multiple() -> bool {
-    crate::abi::runtime::lock()
+    crate::runtime::lock()
         .as_ref()
         .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE)
 }

@@ -3,13 +3,13 @@
 
 use super::call::{CollSpec, Reduction, Side};
 use super::{run_blocking, run_numbered};
-use crate::abi::objects::{comm, CommObj};
-use crate::abi::types;
 use crate::coll::CollKind;
 use crate::engine::collcheck::CallNo;
 use crate::mpi::datatype::Elem;
 use crate::mpi::error::MpiResult;
 use crate::mpi::op::BuiltinOp;
+use crate::runtime::objects::{comm, CommObj};
+use crate::runtime::types;
 use crate::standard::consts as c;
 use std::os::raw::c_void;
 use std::sync::Arc;

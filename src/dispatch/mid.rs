@@ -9,11 +9,11 @@
 
 use super::call::{CollSpec, Reduction};
 use super::flag::{check_start, idle_with, reducer, Flat};
-use crate::abi::runtime;
 use crate::coll::CollKind;
 use crate::engine::collcheck::{CallNo, Path as CheckPath};
 use crate::engine::scratch::{MidOp, Scratch};
 use crate::mpi::error::MpiResult;
+use crate::runtime;
 
 /// The world's scratch areas and the call's reduction if this path serves `spec` (a rule on
 /// values every rank shares).

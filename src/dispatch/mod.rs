@@ -38,9 +38,9 @@ pub(crate) use flag::flag_quick;
 pub(crate) use gpu::release_gpu;
 pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
 
-use crate::abi::request::ReqKind;
 use crate::engine::collcheck::CallNo;
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::runtime::request::ReqKind;
 
 /// A way to run a collective call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl Path {
 
 /// Completes a started blocking schedule.
 fn wait_schedule(k: ReqKind) -> MpiResult<bool> {
-    let st = crate::abi::runtime::wait_kind(k)?;
+    let st = crate::runtime::wait_kind(k)?;
     if st.error != 0 {
         return Err(MpiError::new(st.error, "collective failed"));
     }

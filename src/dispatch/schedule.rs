@@ -4,14 +4,14 @@
 //! it to the engine's executor.
 
 use super::call::CollSpec;
-use super::flag::check_start;
-use crate::abi::objects::COLL_CTX_BIT;
-use crate::abi::request::{Post, ReqKind, Status};
+use super::flag::check_kept;
 use crate::coll::hier::{self, Nodes};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
 use crate::engine::collcheck::{CallNo, Path as CheckPath};
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::runtime::objects::COLL_CTX_BIT;
+use crate::runtime::request::{CollCheck, Post, ReqKind, Status};
 use std::sync::Arc;
 
 impl CollSpec {
@@ -104,7 +104,8 @@ impl CollSpec {
         let no = no.unwrap_or_else(|| CallNo::new(self.comm.next_coll_seq()));
         let tag = no.tag();
         // The record of this call, and its check while it waits (engine::collcheck).
-        let check = check_start(self, no, CheckPath::Schedule).map(Box::new);
+        let check = check_kept(self, no, CheckPath::Schedule)
+            .map(|(watch, rings)| Box::new(CollCheck { watch, rings }));
         let exec = CollExec::new(
             sched,
             sptr as *const u8,

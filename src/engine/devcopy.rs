@@ -1,11 +1,20 @@
 //! The device-memory operations of the engine's protocols, behind one narrow trait: CUDA IPC
 //! peer copies (a receiver's pull, a sender's push), the export of a receive buffer, the two
-//! sides of a pipe through pinned shared host memory (`gpu::pipe`), and the host<->device
-//! copies of device buffers meeting host protocols (single copies, page-locked rounds,
-//! gathering buffers). The library uses
-//! [`Cuda`] (`gpu::p2p`); the engine's tests use a host-memory fake, so the protocols
-//! around device buffers (PUT/DONE, copies finishing later, fallbacks to streaming) are tested
-//! without a GPU.
+//! sides of a pipe through pinned shared host memory, and the host<->device copies of device
+//! buffers meeting host protocols (single copies, page-locked rounds, gathering buffers).
+//! The engine knows only this trait and plain sizes: the library installs the CUDA
+//! implementation over `gpu/` (`runtime/devices.rs`) with [`crate::engine::Engine::set_device_copies`];
+//! until then an engine has [`NoDevice`]. The engine's tests use a host-memory fake, so the
+//! protocols around device buffers (PUT/DONE, copies finishing later, fallbacks to streaming)
+//! are tested without a GPU.
+
+/// Bytes of a device buffer's export as a request-to-send carries it (the device layer's
+/// export format has exactly this size; its implementation of [`DevCopy`] checks that).
+pub const EXPORT_BYTES: usize = 104;
+
+/// Host memory that gathers a streamed message bound for device memory (page-locked where the
+/// implementation can), handed back to it when dropped.
+pub type HostStage = Box<dyn std::ops::DerefMut<Target = [u8]> + Send>;
 
 /// A peer copy in flight.
 pub trait Pending {
@@ -115,7 +124,7 @@ pub trait DevCopy {
 
     /// Page-locked host memory to gather `len` bytes bound for device address `dst` (`None`:
     /// the caller copies piece by piece).
-    fn staging(&self, dst: usize, len: usize) -> Option<crate::gpu::pool::HostBuf>;
+    fn staging(&self, dst: usize, len: usize) -> Option<HostStage>;
 
     /// Copy host bytes to device address `dst` (finished on return).
     ///
@@ -130,96 +139,83 @@ pub trait DevCopy {
     unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String>;
 }
 
-/// The library's device copies: `gpu::p2p` (CUDA).
-pub struct Cuda;
+/// No device memory at all (an engine before the library installs its device copies): nothing
+/// is exportable, no pipe is offered, and a device operation fails.
+pub struct NoDevice;
 
-impl Pending for crate::gpu::p2p::InFlight {
-    fn done(&self) -> Result<bool, String> {
-        crate::gpu::p2p::InFlight::done(self)
-    }
-}
+const NO_DEVICE: &str = "no device copies in this engine";
 
-impl Pending for crate::gpu::pipe::Ticket {
-    fn done(&self) -> Result<bool, String> {
-        crate::gpu::pipe::Ticket::done(self)
-    }
-}
-
-impl DevCopy for Cuda {
-    fn export_range(&self, addr: usize, len: usize) -> Option<Box<[u8]>> {
-        crate::gpu::p2p::export_range(addr, len).map(|e| e.to_vec().into_boxed_slice())
-    }
-
-    fn worth_mapping(&self, peer: usize, export: &[u8], dst: usize, dev: bool, len: usize) -> bool {
-        crate::gpu::p2p::worth_mapping(peer, export, dst, dev, len)
+impl DevCopy for NoDevice {
+    fn export_range(&self, _addr: usize, _len: usize) -> Option<Box<[u8]>> {
+        None
     }
 
     unsafe fn read(
         &self,
-        peer: usize,
-        export: &[u8],
-        dst: usize,
-        dev: bool,
-        len: usize,
+        _peer: usize,
+        _export: &[u8],
+        _dst: usize,
+        _dev: bool,
+        _len: usize,
     ) -> Result<Option<Box<dyn Pending>>, String> {
-        crate::gpu::p2p::read_ipc(peer, export, dst, dev, len).map(|p| p.map(pending))
+        Err(NO_DEVICE.into())
     }
 
     unsafe fn write(
         &self,
-        peer: usize,
-        export: &[u8],
-        src: usize,
-        len: usize,
+        _peer: usize,
+        _export: &[u8],
+        _src: usize,
+        _len: usize,
     ) -> Result<Option<Box<dyn Pending>>, String> {
-        crate::gpu::p2p::write_ipc(peer, export, src, len).map(|p| p.map(pending))
+        Err(NO_DEVICE.into())
     }
 
-    fn pipe_offer(&self, me: usize, peer: usize) -> Option<Box<[u8]>> {
-        crate::gpu::pipe::offer(me, peer).map(|d| d.to_vec().into_boxed_slice())
+    fn pipe_offer(&self, _me: usize, _peer: usize) -> Option<Box<[u8]>> {
+        None
     }
 
     unsafe fn pipe_recv(
         &self,
-        me: usize,
-        peer: usize,
-        desc: &[u8],
-        dst: usize,
-        dev: bool,
-        len: usize,
+        _me: usize,
+        _peer: usize,
+        _desc: &[u8],
+        _dst: usize,
+        _dev: bool,
+        _len: usize,
     ) -> Result<(u64, Box<dyn Pending>), String> {
-        crate::gpu::pipe::recv(me, peer, desc, dst, dev, len).map(|(s, t)| (s, pending(t)))
+        Err(NO_DEVICE.into())
     }
 
     unsafe fn pipe_send(
         &self,
-        me: usize,
-        peer: usize,
-        start: u64,
-        src: usize,
-        len: usize,
+        _me: usize,
+        _peer: usize,
+        _start: u64,
+        _src: usize,
+        _len: usize,
     ) -> Result<Box<dyn Pending>, String> {
-        crate::gpu::pipe::send(me, peer, start, src, len).map(pending)
+        Err(NO_DEVICE.into())
     }
 
     unsafe fn fill(
         &self,
-        dst: usize,
-        len: usize,
-        read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        _dst: usize,
+        _len: usize,
+        _read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
     ) -> Result<bool, String> {
-        crate::gpu::p2p::fill_device(dst, len, read)
+        Err(NO_DEVICE.into())
     }
 
-    fn staging(&self, dst: usize, len: usize) -> Option<crate::gpu::pool::HostBuf> {
-        crate::gpu::p2p::staging_for(dst, len)
+    fn staging(&self, _dst: usize, _len: usize) -> Option<HostStage> {
+        None
     }
 
-    unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
-        crate::gpu::p2p::htod(dst, data)
+    unsafe fn htod(&self, _dst: usize, _data: &[u8]) -> Result<(), String> {
+        Err(NO_DEVICE.into())
     }
 
-    unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
-        crate::gpu::p2p::dtoh(src, len)
+    unsafe fn dtoh(&self, _src: usize, _len: usize) -> Result<Vec<u8>, String> {
+        Err(NO_DEVICE.into())
     }
 }

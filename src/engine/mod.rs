@@ -41,7 +41,7 @@
 //!   [`devcopy::DevCopy`] (CUDA in the library, a host-memory fake in the tests).
 //! - **Piped device rendezvous** (the sender's device buffer is not exportable, or CUDA IPC is
 //!   off): the RTS carries the descriptor of the sender's pipe to the receiver (pinned shared
-//!   host memory, `gpu::pipe`). The receiver numbers the message in that pipe, starts its side
+//!   host memory, made by the device copies). The receiver numbers the message in that pipe, starts its side
 //!   (copy engines copying slots into its device buffer, or the CPU for a host buffer) and
 //!   answers `PIPE` with the number; the sender starts its side (its copy engines fill the
 //!   slots). Each side completes its request when its own side is through: no FIN. A receiver
@@ -110,10 +110,10 @@ pub struct SendArgs {
 /// How a device send buffer ([`SendArgs::dev`]) reaches the receiver.
 #[derive(Clone, Copy, Debug)]
 pub enum DevSend {
-    /// Exported for CUDA IPC (these [`crate::gpu::ipc::Export`] bytes): always rendezvous; the
-    /// receiver copies peer to local, or asks for the data streamed (then staged through host
-    /// memory here).
-    Ipc([u8; crate::gpu::ipc::EXPORT_BYTES]),
+    /// Exported for CUDA IPC (the device copies' export, [`devcopy::EXPORT_BYTES`] bytes):
+    /// always rendezvous; the receiver copies peer to local, or asks for the data streamed
+    /// (then staged through host memory here).
+    Ipc([u8; devcopy::EXPORT_BYTES]),
     /// Device (or managed) memory that CUDA IPC cannot share (or IPC is off): the receiver
     /// takes it through a pipe (see the protocol summary), or it is staged in host memory.
     Pipe,
@@ -204,7 +204,7 @@ struct RecvState {
     dev: bool,
     /// A streamed message into device memory gathers here (page-locked host memory) and goes
     /// to the device in one copy when complete, not one copy per frame.
-    stage: Option<crate::gpu::pool::HostBuf>,
+    stage: Option<devcopy::HostStage>,
 }
 
 enum ReqKind {
@@ -368,7 +368,8 @@ struct State {
     reads: Vec<PendingRead>,
     writes: Vec<PendingWrite>,
     copying: Vec<Copying>,
-    /// Device copies ([`devcopy::Cuda`]; a fake in tests).
+    /// Device copies (the library's CUDA ones once installed; a fake in tests;
+    /// [`devcopy::NoDevice`] until then).
     dev: Box<dyn devcopy::DevCopy>,
     /// Per peer: the inputs of the rendezvous choice ([`rndv::PeerFacts`]).
     peers: Vec<rndv::PeerFacts>,
@@ -469,7 +470,7 @@ impl Engine {
                 reads: Vec::new(),
                 writes: Vec::new(),
                 copying: Vec::new(),
-                dev: Box::new(devcopy::Cuda),
+                dev: Box::new(devcopy::NoDevice),
                 stream_watch: vec![None; world_size],
                 peers,
                 near,
@@ -524,9 +525,9 @@ impl Engine {
         self.tp.coll_scratch()
     }
 
-    /// Replace the device copies (the engine's tests use a host-memory fake).
-    #[cfg(test)]
-    pub(crate) fn set_device_copies(&mut self, d: Box<dyn devcopy::DevCopy>) {
+    /// Install the device copies: the library's CUDA ones at MPI_Init, a host-memory fake in
+    /// the engine's tests.
+    pub fn set_device_copies(&mut self, d: Box<dyn devcopy::DevCopy>) {
         self.st.dev = d;
     }
 

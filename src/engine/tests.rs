@@ -844,20 +844,26 @@ fn zero_byte_messages_with_null_buffers() {
 
 /// Host-memory stand-in for the device copies: "device memory" is host memory registered as
 /// such; exports are (address, length); peer copies are memcpy that report done after a few
-/// polls (or fail when told to); pipes are `gpu::pipe`'s lanes with CPU queues on both sides,
-/// over heap regions.
+/// polls (or fail when told to); a pipe numbers its messages in chunks of [`fake_dev::CHUNK`]
+/// bytes in the order the receiver takes them, and the sender's side of message `start` copies
+/// into that receive's buffer (the receiver's side is done only after that).
 mod fake_dev {
-    use super::devcopy::{pending, DevCopy, Pending};
-    use crate::gpu::pipe::{self, CpuQueue, Lane, Queue, Role, Shape, Side};
+    use super::devcopy::{pending, DevCopy, Pending, EXPORT_BYTES};
     use std::cell::Cell;
     use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
-    /// Slots of the fake pipes: one engine test message spans several and wraps around.
-    pub const SHAPE: Shape = Shape {
-        chunk: 4096,
-        depth: 2,
-    };
+    /// Bytes per pipe chunk: an engine test message spans several.
+    pub const CHUNK: usize = 4096;
+
+    /// One pipe (sender -> receiver): the next chunk number, and the receives taken from it
+    /// by their first chunk: (buffer, length, whether the sender's copy ran).
+    #[derive(Default)]
+    struct Pipe {
+        next: u64,
+        takes: HashMap<u64, (usize, usize, Arc<AtomicBool>)>,
+    }
 
     #[derive(Default)]
     pub struct Book {
@@ -874,28 +880,8 @@ mod fake_dev {
         /// Receivers answer that the sender's buffer is not worth mapping (stream it).
         pub not_worth_mapping: bool,
         pub offers: usize,
-        /// Pipe lanes by (sender, receiver, role), over regions kept here.
-        lanes: HashMap<(usize, usize, bool), Arc<Mutex<Lane>>>,
-        regions: HashMap<(usize, usize), Vec<u64>>,
-    }
-
-    impl Book {
-        fn lane(&mut self, src: usize, dst: usize, role: Role) -> Arc<Mutex<Lane>> {
-            let host = self
-                .regions
-                .entry((src, dst))
-                .or_insert_with(|| vec![0u64; SHAPE.region_len() / 8])
-                .as_mut_ptr() as usize;
-            self.lanes
-                .entry((src, dst, role == Role::Producer))
-                .or_insert_with(|| {
-                    let make: pipe::MakeQueue =
-                        Box::new(move |_| Ok(Box::new(CpuQueue::new(host)) as Box<dyn Queue>));
-                    // SAFETY: the region lives in the book as long as the lane (never resized).
-                    Arc::new(Mutex::new(unsafe { Lane::new(role, SHAPE, host, make) }))
-                })
-                .clone()
-        }
+        /// Pipes by (sender, receiver).
+        pipes: HashMap<(usize, usize), Pipe>,
     }
 
     #[derive(Clone, Default)]
@@ -920,8 +906,36 @@ mod fake_dev {
         }
     }
 
-    pub fn export(addr: usize, len: usize) -> [u8; crate::gpu::ipc::EXPORT_BYTES] {
-        let mut e = [0u8; crate::gpu::ipc::EXPORT_BYTES];
+    /// One side of a piped message: done a few polls after the sender's copy ran.
+    struct Side {
+        copied: Arc<AtomicBool>,
+        left: Cell<u32>,
+    }
+
+    impl Side {
+        fn after(copied: Arc<AtomicBool>) -> Box<dyn Pending> {
+            pending(Side {
+                copied,
+                left: Cell::new(3),
+            })
+        }
+    }
+
+    impl Pending for Side {
+        fn done(&self) -> Result<bool, String> {
+            if !self.copied.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            if self.left.get() > 0 {
+                self.left.set(self.left.get() - 1);
+                return Ok(false);
+            }
+            Ok(true)
+        }
+    }
+
+    pub fn export(addr: usize, len: usize) -> [u8; EXPORT_BYTES] {
+        let mut e = [0u8; EXPORT_BYTES];
         e[..8].copy_from_slice(&(addr as u64).to_le_bytes());
         e[8..16].copy_from_slice(&(len as u64).to_le_bytes());
         e
@@ -1018,8 +1032,8 @@ mod fake_dev {
                 return None;
             }
             b.offers += 1;
-            b.lane(me, peer, Role::Producer);
-            Some(SHAPE.to_bytes().to_vec().into_boxed_slice())
+            b.pipes.entry((me, peer)).or_default();
+            Some(CHUNK.to_le_bytes().to_vec().into_boxed_slice())
         }
 
         unsafe fn pipe_recv(
@@ -1028,19 +1042,20 @@ mod fake_dev {
             peer: usize,
             desc: &[u8],
             dst: usize,
-            dev: bool,
+            _dev: bool,
             len: usize,
         ) -> Result<(u64, Box<dyn Pending>), String> {
-            assert_eq!(Shape::from_bytes(desc), Some(SHAPE));
-            let lane = {
-                let mut b = self.0.lock().unwrap();
-                if std::mem::take(&mut b.fail_pipe_recv) {
-                    return Err("injected pipe failure".into());
-                }
-                b.lane(peer, me, Role::Consumer)
-            };
-            let side = if dev { Side::Device(0) } else { Side::Host };
-            pipe::enqueue(&lane, None, dst, len, side, None).map(|(s, t)| (s, pending(t)))
+            assert_eq!(desc, CHUNK.to_le_bytes(), "the sender's pipe descriptor");
+            let mut b = self.0.lock().unwrap();
+            if std::mem::take(&mut b.fail_pipe_recv) {
+                return Err("injected pipe failure".into());
+            }
+            let pipe = b.pipes.get_mut(&(peer, me)).ok_or("no pipe offered")?;
+            let start = pipe.next;
+            pipe.next += len.div_ceil(CHUNK).max(1) as u64;
+            let copied = Arc::new(AtomicBool::new(false));
+            pipe.takes.insert(start, (dst, len, copied.clone()));
+            Ok((start, Side::after(copied)))
         }
 
         unsafe fn pipe_send(
@@ -1051,9 +1066,13 @@ mod fake_dev {
             src: usize,
             len: usize,
         ) -> Result<Box<dyn Pending>, String> {
-            let lane = self.0.lock().unwrap().lane(me, peer, Role::Producer);
-            pipe::enqueue(&lane, Some(start), src, len, Side::Device(0), None)
-                .map(|(_, t)| pending(t))
+            let mut b = self.0.lock().unwrap();
+            let pipe = b.pipes.get_mut(&(me, peer)).ok_or("no pipe offered")?;
+            let (dst, cap, copied) = pipe.takes.remove(&start).ok_or("no receive numbered so")?;
+            assert_eq!(len, cap, "the sender writes what the receiver takes");
+            std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
+            copied.store(true, Ordering::Release);
+            Ok(Side::after(Arc::new(AtomicBool::new(true))))
         }
 
         unsafe fn fill(
@@ -1065,7 +1084,7 @@ mod fake_dev {
             Ok(read(0, std::slice::from_raw_parts_mut(dst as *mut u8, len)))
         }
 
-        fn staging(&self, _dst: usize, _len: usize) -> Option<crate::gpu::pool::HostBuf> {
+        fn staging(&self, _dst: usize, _len: usize) -> Option<super::devcopy::HostStage> {
             None
         }
 
@@ -1256,7 +1275,7 @@ fn device_rendezvous_not_worth_mapping_is_streamed() {
 /// made, one pipe is offered per message.
 #[test]
 fn piped_device_rendezvous() {
-    let len = 5 * fake_dev::SHAPE.chunk + 77;
+    let len = 5 * fake_dev::CHUNK + 77;
     let src = pattern(len, 21);
     for dev in [true, false] {
         for posted_first in [true, false] {
@@ -1274,7 +1293,7 @@ fn piped_device_rendezvous() {
     }
     let (mut es, fake) = dev_pair(0);
     let mut dst = vec![0xeeu8; len];
-    let cap = 2 * fake_dev::SHAPE.chunk + 3;
+    let cap = 2 * fake_dev::CHUNK + 3;
     let st = dev_message(&mut es, &fake, &src, &mut dst[..cap], true, true, true);
     assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, cap));
     assert_eq!(dst[..cap], src[..cap]);
@@ -1288,7 +1307,7 @@ fn piped_device_rendezvous() {
 /// that cannot open the pipe asks for the data streamed (staged by the sender): both arrive.
 #[test]
 fn piped_rendezvous_fallbacks() {
-    let len = 3 * fake_dev::SHAPE.chunk + 9;
+    let len = 3 * fake_dev::CHUNK + 9;
     let src = pattern(len, 5);
     for (no_pipe, fail_recv) in [(true, false), (false, true)] {
         let (mut es, fake) = dev_pair(0);
@@ -1316,7 +1335,7 @@ fn piped_messages_in_any_match_order() {
     let (mut es, fake) = dev_pair(0);
     let lens = [
         LIMIT + 1,
-        9 * fake_dev::SHAPE.chunk + 1,
+        9 * fake_dev::CHUNK + 1,
         2 * LIMIT,
         3 * LIMIT + 4095,
     ];

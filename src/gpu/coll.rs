@@ -705,6 +705,9 @@ pub trait Host {
     /// the call's record, with `step`, a number every rank's path must agree on in this call
     /// (the resident kernels' flag value; 0: none), compared with the peers' records.
     fn commit(&self, _step: u64) {}
+    /// The job's named shared host memory (the host regions of GPU collectives without peer
+    /// access).
+    fn shared_mem(&self) -> &dyn super::shmem::SharedMem;
 }
 
 /// One rank's buffers: device address and byte length (None: not used by this rank).

@@ -333,6 +333,9 @@ mod tests {
             fn gpu(&self) -> &CommGpu {
                 unreachable!()
             }
+            fn shared_mem(&self) -> &dyn crate::gpu::shmem::SharedMem {
+                unreachable!()
+            }
         }
         let g = CommGpu::default();
         assert!(g.peek().is_none(), "no state before a GPU path runs");

@@ -51,9 +51,9 @@
 //! benches/NOTES.md for the measured ceiling on the 4 x H200 machine).
 
 use super::coll::{chunk, Call, Host};
+use super::shmem::SharedRegion;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda::{self, Stream};
-use crate::transport::shm::Region;
 
 /// Bytes at the start of each region for the resident kernel's scratch.
 pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
@@ -143,7 +143,7 @@ pub struct HostComm {
     /// Slots per stage buffer.
     depth: usize,
     /// Every rank's region (mine at `me`), mapped for the life of this state.
-    regions: Vec<Region>,
+    regions: Vec<Box<dyn SharedRegion>>,
     /// Device address of every rank's region (registered here; all of them).
     pub dev: Vec<u64>,
     /// Pipeline rounds run on this communicator so far (the same on every rank).
@@ -198,7 +198,7 @@ impl Drop for HostComm {
             Ok(())
         });
         unregister(regions, self.ordinal);
-        let bytes: usize = regions.iter().map(Region::len).sum();
+        let bytes: usize = regions.iter().map(|r| r.bytes()).sum();
         super::comm::add_pinned(-(bytes as i64));
     }
 }
@@ -260,11 +260,8 @@ fn setup(
     let kq = if spin_ok { kq } else { 0 };
     let len = region_len(n, q, depth, kq);
     let tag = |p: usize| format!("gpu{ctx_id}-{}", world[p]);
-    let job = crate::transport::shm::job_id();
-    let own = match job {
-        Some(j) => Region::create(j, &tag(me), len).map_err(|e| e.to_string()),
-        None => Err("no shared-memory transport in this process".into()),
-    };
+    let shm = host.shared_mem();
+    let own = shm.create(&tag(me), len);
     if let Err(e) = &own {
         tracing::info!("GPU collectives over host memory unavailable here: {e}");
     }
@@ -272,21 +269,20 @@ fn setup(
         return Ok(None);
     }
     let own = own.expect("agreed above");
-    let job = job.expect("own region created");
     // Every rank created its region: map the others' and register all of them.
     let mut fail: Option<String> = None;
-    let mut regions: Vec<Region> = Vec::with_capacity(n);
+    let mut regions: Vec<Box<dyn SharedRegion>> = Vec::with_capacity(n);
     let mut own = Some(own);
     for p in 0..n {
         let r = if p == me {
             Ok(own.take().expect("once"))
         } else {
-            Region::open(job, &tag(p), len)
+            shm.open(&tag(p), len)
         };
         match r {
             Ok(r) => regions.push(r),
             Err(e) => {
-                fail = Some(e.to_string());
+                fail = Some(e);
                 break;
             }
         }
@@ -307,7 +303,7 @@ fn setup(
     if !ok {
         if fail.is_none() {
             unregister(&regions, ordinal);
-            let bytes: usize = regions.iter().map(Region::len).sum();
+            let bytes: usize = regions.iter().map(|r| r.bytes()).sum();
             super::comm::add_pinned(-(bytes as i64));
         }
         tracing::info!(
@@ -339,7 +335,7 @@ fn setup(
     }))
 }
 
-fn register(regions: &[Region], ordinal: i32) -> Result<Vec<u64>, String> {
+fn register(regions: &[Box<dyn SharedRegion>], ordinal: i32) -> Result<Vec<u64>, String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
     let mut dev = Vec::with_capacity(regions.len());
@@ -347,22 +343,22 @@ fn register(regions: &[Region], ordinal: i32) -> Result<Vec<u64>, String> {
         for r in regions {
             // SAFETY: each region stays mapped for the life of its HostComm, whose drop
             // unregisters it first.
-            dev.push(unsafe { cuda::host_register(r.as_ptr(), r.len())? });
-            super::comm::add_pinned(r.len() as i64);
+            dev.push(unsafe { cuda::host_register(r.as_ptr(), r.bytes())? });
+            super::comm::add_pinned(r.bytes() as i64);
         }
         Ok(())
     });
     if let Err(e) = r {
         let done = dev.len();
         unregister(&regions[..done], ordinal);
-        let bytes: usize = regions[..done].iter().map(Region::len).sum();
+        let bytes: usize = regions[..done].iter().map(|r| r.bytes()).sum();
         super::comm::add_pinned(-(bytes as i64));
         return Err(e.to_string());
     }
     Ok(dev)
 }
 
-fn unregister(regions: &[Region], ordinal: i32) {
+fn unregister(regions: &[Box<dyn SharedRegion>], ordinal: i32) {
     if let Some(d) = super::gpu().and_then(|g| g.device(ordinal).ok()) {
         let _ = cuda::with_context(d.ctx, || {
             for r in regions {
@@ -1197,7 +1193,7 @@ mod tests {
             base: u64,
             it: u64,
         }
-        let mut rng = crate::bootstrap::wire::XorShift(0x9e3779b97f4a7c15);
+        let mut rng = crate::test_rng::XorShift(0x9e3779b97f4a7c15);
         let mut next = move || rng.next();
         for (n, depth, calls) in [
             (2, 2, vec![3u64, 1, 5]),

@@ -31,6 +31,7 @@ pub mod pack;
 pub mod pipe;
 pub mod pool;
 pub mod resident;
+pub mod shmem;
 pub mod stage;
 
 use crate::sys::cuda;

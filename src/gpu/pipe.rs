@@ -35,6 +35,7 @@
 //! counter only grows. The protocol is pure (any [`Queue`]); the tests drive it with CPU queues
 //! that run a random part of their work at each poll, in every interleaving of the two sides.
 
+use super::shmem::{SharedMem, SharedRegion};
 use crate::sys::cuda;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -530,7 +531,7 @@ struct Registry {
     /// Peers no pipe could be made to (not retried).
     broken: HashSet<usize>,
     /// The regions' mappings, kept for the process's life.
-    regions: Vec<crate::transport::shm::Region>,
+    regions: Vec<Box<dyn SharedRegion>>,
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -554,8 +555,9 @@ fn region_tag(src: usize, dst: usize) -> String {
 }
 
 /// Sender `me`: the descriptor of its pipe to `peer` for a request-to-send (made at the first
-/// call), `None` when there is none (the caller stages the message in host memory).
-pub fn offer(me: usize, peer: usize) -> Option<[u8; Shape::BYTES]> {
+/// call, its region created in `shm`), `None` when there is none (the caller stages the message
+/// in host memory).
+pub fn offer(shm: &dyn SharedMem, me: usize, peer: usize) -> Option<[u8; Shape::BYTES]> {
     let s = shape()?;
     let mut r = registry();
     if r.out.contains_key(&peer) {
@@ -564,12 +566,7 @@ pub fn offer(me: usize, peer: usize) -> Option<[u8; Shape::BYTES]> {
     if r.broken.contains(&peer) {
         return None;
     }
-    let made = crate::transport::shm::job_id()
-        .ok_or_else(|| "no shared-memory transport in this process".to_string())
-        .and_then(|job| {
-            crate::transport::shm::Region::create(job, &region_tag(me, peer), s.region_len())
-                .map_err(|e| e.to_string())
-        });
+    let made = shm.create(&region_tag(me, peer), s.region_len());
     match made {
         Ok(region) => {
             let host = region.as_ptr() as usize;
@@ -594,13 +591,14 @@ pub fn offer(me: usize, peer: usize) -> Option<[u8; Shape::BYTES]> {
     }
 }
 
-/// Receiver `me`: take `len` bytes from `peer`'s pipe (announced with `desc`) into `dst`
-/// (device memory of this process when `dev`). Returns the number of the message's first chunk
-/// (for the sender) and its ticket.
+/// Receiver `me`: take `len` bytes from `peer`'s pipe (announced with `desc`, its region mapped
+/// from `shm`) into `dst` (device memory of this process when `dev`). Returns the number of the
+/// message's first chunk (for the sender) and its ticket.
 ///
 /// # Safety
 /// `dst..dst+len` is writable and owned by the receive until the ticket is done.
 pub unsafe fn recv(
+    shm: &dyn SharedMem,
     me: usize,
     peer: usize,
     desc: &[u8],
@@ -614,10 +612,7 @@ pub unsafe fn recv(
         match r.inb.get(&peer) {
             Some(l) => l.clone(),
             None => {
-                let job = crate::transport::shm::job_id().ok_or("no shared-memory transport")?;
-                let region =
-                    crate::transport::shm::Region::open(job, &region_tag(peer, me), s.region_len())
-                        .map_err(|e| e.to_string())?;
+                let region = shm.open(&region_tag(peer, me), s.region_len())?;
                 // Both sides have it mapped now: the name can go.
                 region.unlink();
                 let host = region.as_ptr() as usize;
@@ -679,7 +674,7 @@ pub unsafe fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bootstrap::wire::XorShift;
+    use crate::test_rng::XorShift;
 
     /// A CPU queue that runs only part of its work per poll (a random number of operations),
     /// as a GPU stream runs behind its host (CpuQueue checks that counters never go down).

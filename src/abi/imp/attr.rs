@@ -4,10 +4,10 @@
 
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{comm, nonnull, objects, CommObj, Keyval, ObjKind};
-use crate::abi::types::{dtype, DtypeObj};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, nonnull, objects, CommObj, Keyval, ObjKind};
+use crate::runtime::types::{dtype, DtypeObj};
 use std::collections::BTreeMap;
 use std::os::raw::{c_int, c_void};
 
@@ -228,7 +228,7 @@ pub unsafe fn MPI_Comm_get_attr(
     nonnull(attribute_val, "attribute_val")?;
     if let Some(slot) = predefined_attr(k) {
         use std::sync::atomic::Ordering::Relaxed;
-        let world = crate::abi::runtime::world_size()? as i32;
+        let world = crate::runtime::world_size()? as i32;
         let value = match slot {
             0 => super::p2p::TAG_UB,
             1 => c::MPI_PROC_NULL,

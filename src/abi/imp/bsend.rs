@@ -6,12 +6,12 @@
 
 use super::util::*;
 use crate::abi::ffi::{MPI_Comm, MPI_Request};
-use crate::abi::objects::{comm, nonnull};
-use crate::abi::request::{ReqKind, Request, Status};
-use crate::abi::runtime::{self, wait_until};
 use crate::abi::width::{CInt, Width};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, nonnull};
+use crate::runtime::request::{ReqKind, Request, Status};
+use crate::runtime::{self, wait_until};
 use std::os::raw::c_void;
 use std::sync::Mutex;
 
@@ -144,7 +144,7 @@ unsafe fn attach_to(ctx: Option<u32>, buffer: *mut c_void, size: usize) -> MpiRe
     let (buf, size) = if buffer as usize == AUTOMATIC {
         (AUTOMATIC, 0)
     } else {
-        crate::abi::types::check_buf(buffer, size, &crate::abi::types::BYTE, "buffer")?;
+        crate::runtime::types::check_buf(buffer, size, &crate::runtime::types::BYTE, "buffer")?;
         (buffer as usize, size)
     };
     let mut b = BUF.lock().unwrap();

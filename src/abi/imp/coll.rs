@@ -9,16 +9,16 @@ use super::p2p::check_count;
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{builtin_op, comm, nonnull, objects, CommObj, OpObj};
-use crate::abi::request::{ReqKind, Request, Starter};
-use crate::abi::runtime::{self, new_request, Runtime};
-use crate::abi::types::{self, DtypeObj};
 use crate::abi::width::{UserFn, Width};
 use crate::coll::CollKind;
 use crate::dispatch::{flag_quick, in_place, run_blocking, CollSpec, Reduction, Side, TBlock};
 use crate::mpi::error::MpiResult;
 use crate::mpi::op as ops;
 use crate::mpi_bail;
+use crate::runtime::objects::{builtin_op, comm, nonnull, objects, CommObj, OpObj};
+use crate::runtime::request::{ReqKind, Request, Starter};
+use crate::runtime::types::{self, DtypeObj};
+use crate::runtime::{self, new_request};
 use smallvec::SmallVec;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -85,7 +85,8 @@ unsafe fn run(spec: CollSpec, mode: Mode) -> MpiResult<()> {
         Mode::Persistent(req) => {
             nonnull(req, "request")?;
             let comm = spec.comm.clone();
-            let starter: Starter = Box::new(move |_rt: &mut Runtime| crate::dispatch::start(&spec));
+            let starter: Starter =
+                Box::new(move |_: &mut crate::engine::Engine| crate::dispatch::start(&spec));
             *req = runtime::with(|rt| {
                 Ok(new_request(
                     rt,
@@ -485,7 +486,7 @@ macro_rules! three_modes {
     (@rest $($w:ident)?, $nb:ident, $init:ident, ($($arg:ident: $ty:ty),*), $spec:expr) => {
         pub unsafe fn $nb $(<$w: Width>)? ($($arg: $ty,)* request: *mut MPI_Request) -> MpiResult<()> { run($spec.checked()?, Mode::Nonblocking(request)) }
         pub unsafe fn $init $(<$w: Width>)? ($($arg: $ty,)* info: MPI_Info, request: *mut MPI_Request) -> MpiResult<()> {
-            crate::abi::objects::check_info(info)?;
+            crate::runtime::objects::check_info(info)?;
             run($spec.checked()?, Mode::Persistent(request))
         }
     };

@@ -5,12 +5,12 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{comm, group, new_comm, nonnull, objects, CommObj, Topo};
-use crate::abi::runtime::{self, CTX_WORDS};
 use crate::dispatch::{allgather_bytes, allreduce_band_u64};
 use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, group, new_comm, nonnull, objects, CommObj, Topo};
+use crate::runtime::{self, CTX_WORDS};
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -87,7 +87,7 @@ pub unsafe fn MPI_Comm_dup_with_info(
     info: MPI_Info,
     newcomm: *mut MPI_Comm,
 ) -> MpiResult<()> {
-    crate::abi::objects::check_info(info)?;
+    crate::runtime::objects::check_info(info)?;
     MPI_Comm_dup(cm, newcomm)
 }
 
@@ -100,8 +100,8 @@ pub unsafe fn MPI_Comm_idup(
     MPI_Comm_dup(cm, newcomm)?;
     // The duplicate exists already: the request is complete from the start.
     super::p2p::submit(request, |_| {
-        Ok(crate::abi::request::ReqKind::Done(
-            crate::abi::request::Status::EMPTY,
+        Ok(crate::runtime::request::ReqKind::Done(
+            crate::runtime::request::Status::EMPTY,
         ))
     })
 }
@@ -112,7 +112,7 @@ pub unsafe fn MPI_Comm_idup_with_info(
     newcomm: *mut MPI_Comm,
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
-    crate::abi::objects::check_info(info)?;
+    crate::runtime::objects::check_info(info)?;
     MPI_Comm_idup(cm, newcomm, request)
 }
 
@@ -179,7 +179,7 @@ pub unsafe fn MPI_Comm_split_type(
     info: MPI_Info,
     newcomm: *mut MPI_Comm,
 ) -> MpiResult<()> {
-    crate::abi::objects::check_info(info)?;
+    crate::runtime::objects::check_info(info)?;
     let parent = comm(cm)?;
     // The node as MPI_Init mapped it (GPUMPI_NODE_ID or the host name), else the launcher's.
     let node = runtime::with(|rt| {
@@ -191,7 +191,7 @@ pub unsafe fn MPI_Comm_split_type(
         if info == c::MPI_INFO_NULL {
             return Ok(None);
         }
-        let l = crate::abi::objects::info_obj(info)?;
+        let l = crate::runtime::objects::info_obj(info)?;
         let v = l.lock().unwrap();
         Ok(v.iter()
             .find(|e| e.0 == HW_RESOURCE_TYPE)
@@ -222,7 +222,7 @@ pub unsafe fn MPI_Comm_split_type(
     };
     MPI_Comm_split(cm, color, key, newcomm)?;
     if unguided_found && info != c::MPI_INFO_NULL {
-        let l = crate::abi::objects::info_obj(info)?;
+        let l = crate::runtime::objects::info_obj(info)?;
         let mut v = l.lock().unwrap();
         v.retain(|e| e.0 != HW_RESOURCE_TYPE);
         v.push((HW_RESOURCE_TYPE.to_string(), SHARED_MEMORY.to_string()));
@@ -292,7 +292,7 @@ pub unsafe fn MPI_Comm_create_from_group(
 ) -> MpiResult<()> {
     nonnull(newcomm, "newcomm")?;
     let tag = read_cstr(stringtag, "stringtag")?;
-    crate::abi::objects::check_info(info)?;
+    crate::runtime::objects::check_info(info)?;
     let g = group(g)?;
     let me = runtime::with(|rt| Ok(rt.boot.rank()))?;
     let Some(my) = g.rank_of(me) else {
@@ -385,7 +385,10 @@ pub unsafe fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> MpiResult<()> {
 
 pub unsafe fn MPI_Comm_set_info(cm: MPI_Comm, info: MPI_Info) -> MpiResult<()> {
     let o = comm(cm)?;
-    let v = crate::abi::objects::info_obj(info)?.lock().unwrap().clone();
+    let v = crate::runtime::objects::info_obj(info)?
+        .lock()
+        .unwrap()
+        .clone();
     *o.info.lock().unwrap() = v;
     Ok(())
 }

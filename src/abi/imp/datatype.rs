@@ -3,12 +3,12 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::nonnull;
-use crate::abi::types::{self, dtype, DtypeObj};
 use crate::abi::width::{CInt, Width};
 use crate::mpi::datatype::{CombinerKind, Distrib, F90Class, Order, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::nonnull;
+use crate::runtime::types::{self, dtype, DtypeObj};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -568,7 +568,7 @@ pub unsafe fn MPI_Pack_size<W: Width>(
     cm: MPI_Comm,
     size: *mut W::Count,
 ) -> MpiResult<()> {
-    crate::abi::objects::comm(cm)?;
+    crate::runtime::objects::comm(cm)?;
     let n = count_arg(incount)?;
     let d = dtype(datatype)?;
     out(
@@ -588,7 +588,7 @@ unsafe fn pack(
     pos: &mut i64,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    crate::abi::objects::comm(cm)?;
+    crate::runtime::objects::comm(cm)?;
     let d = types::committed(datatype)?;
     let need = d.desc.packed_size(n) as i64;
     types::check_buf(inbuf, n, &d, "inbuf")?;
@@ -633,7 +633,7 @@ unsafe fn unpack(
     datatype: MPI_Datatype,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    crate::abi::objects::comm(cm)?;
+    crate::runtime::objects::comm(cm)?;
     let d = types::committed(datatype)?;
     let need = d.desc.packed_size(n) as i64;
     types::check_buf(inbuf, need as usize, &types::BYTE, "inbuf")?;

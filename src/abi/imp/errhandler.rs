@@ -4,9 +4,9 @@ use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::errh;
 use crate::abi::ffi::*;
-use crate::abi::objects::{self, comm, nonnull, objects, ErrhFn, ObjKind};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::{self, comm, nonnull, objects, ErrhFn, ObjKind};
 use std::os::raw::{c_char, c_int};
 
 type CommErrhFn = Option<unsafe extern "C" fn(*mut MPI_Comm, *mut c_int, ...)>;

@@ -3,9 +3,9 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{comm, group, new_group, nonnull, objects};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, group, new_group, nonnull, objects};
 use std::os::raw::c_int;
 
 pub unsafe fn MPI_Group_size(g: MPI_Group, size: *mut c_int) -> MpiResult<()> {
@@ -14,7 +14,7 @@ pub unsafe fn MPI_Group_size(g: MPI_Group, size: *mut c_int) -> MpiResult<()> {
 
 pub unsafe fn MPI_Group_rank(g: MPI_Group, rank: *mut c_int) -> MpiResult<()> {
     let g = group(g)?;
-    let me = crate::abi::runtime::world_rank()?;
+    let me = crate::runtime::world_rank()?;
     out(
         rank,
         "rank",

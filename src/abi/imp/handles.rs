@@ -2,27 +2,28 @@
 //! rsmpi and mpi4py) and the MPI-5 ABI's MPI_*_toint / MPI_*_fromint.
 
 use crate::abi::ffi::*;
-use crate::abi::objects::nonnull;
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{from_int, to_int, Kind};
+use crate::runtime::objects::nonnull;
 
 /// The handle of `kind` whose C int form is `i`, restored from its table (the int form carries
 /// only part of the generation; see `mpi::handles`).
 fn handle_of(kind: Kind, i: c_int) -> usize {
-    use crate::abi::objects::objects;
+    use crate::runtime::objects::objects;
     match kind {
         Kind::Comm => objects().comms.from_int(i),
         Kind::Group => objects().groups.from_int(i),
         Kind::Errhandler => objects().errhs.from_int(i),
         Kind::Info => objects().infos.from_int(i),
         Kind::Op => objects().ops.from_int(i),
-        Kind::Datatype => crate::abi::types::TYPES
+        Kind::Datatype => crate::runtime::types::TYPES
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .from_int(i),
         Kind::Message => super::message::from_int(i),
-        Kind::Request => crate::abi::runtime::with(|rt| Ok(rt.reqs.from_int(i)))
-            .unwrap_or_else(|_| from_int(kind, i)),
+        Kind::Request => {
+            crate::runtime::with(|rt| Ok(rt.reqs.from_int(i))).unwrap_or_else(|_| from_int(kind, i))
+        }
         Kind::Session | Kind::Win | Kind::File => from_int(kind, i),
     }
 }

@@ -3,9 +3,9 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{info_obj, objects};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::{info_obj, objects};
 use std::os::raw::{c_char, c_int};
 use std::sync::{Arc, Mutex};
 
@@ -109,7 +109,7 @@ pub unsafe fn MPI_Info_get_string(
     flag: *mut c_int,
 ) -> MpiResult<()> {
     let k = read_cstr(key, "key")?;
-    crate::abi::objects::nonnull(buflen, "buflen")?;
+    crate::runtime::objects::nonnull(buflen, "buflen")?;
     match lookup(info, k)? {
         Some(v) => {
             let cap = (*buflen).max(0) as usize;
@@ -164,7 +164,7 @@ pub unsafe fn MPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> MpiResult<
 }
 
 pub unsafe fn MPI_Info_free(info: *mut MPI_Info) -> MpiResult<()> {
-    crate::abi::objects::nonnull(info, "info")?;
+    crate::runtime::objects::nonnull(info, "info")?;
     let h = *info as usize;
     if h == c::MPI_INFO_ENV as usize || objects().infos.remove(h).is_none() {
         mpi_bail!(

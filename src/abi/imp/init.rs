@@ -3,10 +3,10 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{check_info, comm};
-use crate::abi::{runtime, state};
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::{check_info, comm};
+use crate::runtime::{self, state};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -31,7 +31,7 @@ pub unsafe fn MPI_Init_thread(
     {
         mpi_bail!(MPI_ERR_ARG, "required thread level {required} is not one of MPI_THREAD_SINGLE/FUNNELED/SERIALIZED/MULTIPLE");
     }
-    crate::abi::objects::nonnull(provided, "provided")?;
+    crate::runtime::objects::nonnull(provided, "provided")?;
     let p = runtime::init(required)?;
     *provided = p;
     Ok(())
@@ -121,7 +121,7 @@ pub unsafe fn MPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void
         mpi_bail!(MPI_ERR_SIZE, "size {size} is negative");
     }
     check_info(info)?;
-    crate::abi::objects::nonnull(baseptr, "baseptr")?;
+    crate::runtime::objects::nonnull(baseptr, "baseptr")?;
     // SAFETY: plain allocation; at least one byte so a zero-size request still gets a unique pointer.
     let p = libc::malloc((size as usize).max(1));
     if p.is_null() {
@@ -153,7 +153,7 @@ pub unsafe fn MPI_Comm_size(cm: MPI_Comm, size: *mut c_int) -> MpiResult<()> {
 
 /// MPI_Abi_get_info: sizes of the ABI's integer types, as an info object the caller frees.
 pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
-    crate::abi::objects::nonnull(info, "info")?;
+    crate::runtime::objects::nonnull(info, "info")?;
     let kv = [
         ("mpi_aint_size", std::mem::size_of::<MPI_Aint>()),
         ("mpi_count_size", std::mem::size_of::<MPI_Count>()),
@@ -163,7 +163,7 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
         .iter()
         .map(|(k, n)| (k.to_string(), n.to_string()))
         .collect();
-    *info = crate::abi::objects::objects()
+    *info = crate::runtime::objects::objects()
         .infos
         .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
@@ -173,13 +173,13 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> MpiResult<()> {
 /// object the caller frees: the shared-memory domain (one node), the level
 /// MPI_Comm_split_type splits by.
 pub unsafe fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> MpiResult<()> {
-    crate::abi::objects::nonnull(hw_info, "hw_info")?;
+    crate::runtime::objects::nonnull(hw_info, "hw_info")?;
     runtime::with(|_| Ok(()))?;
     let v = vec![(
         "mpi_hw_resource_type".to_string(),
         "mpi_shared_memory".to_string(),
     )];
-    *hw_info = crate::abi::objects::objects()
+    *hw_info = crate::runtime::objects::objects()
         .infos
         .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
@@ -202,8 +202,8 @@ static FORTRAN: std::sync::Mutex<FortranInfo> = std::sync::Mutex::new(FortranInf
 /// LOGICAL, INTEGER, REAL, DOUBLE PRECISION; `mpi_X_supported` of each sized Fortran type),
 /// overridden by what MPI_Abi_set_fortran_info set, as an info object the caller frees.
 pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> MpiResult<()> {
-    crate::abi::objects::nonnull(info, "info")?;
-    let size = |t: MPI_Datatype| crate::abi::types::dtype(t).map(|d| d.size()).ok();
+    crate::runtime::objects::nonnull(info, "info")?;
+    let size = |t: MPI_Datatype| crate::runtime::types::dtype(t).map(|d| d.size()).ok();
     let mut v: Vec<(String, String)> = Vec::new();
     for (name, t) in [
         ("logical", c::MPI_LOGICAL),
@@ -243,14 +243,17 @@ pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> MpiResult<()> {
         v.retain(|e| e.0 != *k);
         v.push((k.clone(), val.clone()));
     }
-    *info = crate::abi::objects::objects()
+    *info = crate::runtime::objects::objects()
         .infos
         .insert(std::sync::Arc::new(std::sync::Mutex::new(v))) as MPI_Info;
     Ok(())
 }
 
 pub unsafe fn MPI_Abi_set_fortran_info(info: MPI_Info) -> MpiResult<()> {
-    let v = crate::abi::objects::info_obj(info)?.lock().unwrap().clone();
+    let v = crate::runtime::objects::info_obj(info)?
+        .lock()
+        .unwrap()
+        .clone();
     let mut f = FORTRAN.lock().unwrap();
     for (k, val) in v {
         f.info.retain(|e| e.0 != k);
@@ -293,12 +296,12 @@ pub unsafe fn MPI_Abi_get_fortran_booleans(
     is_set: *mut c_int,
 ) -> MpiResult<()> {
     let n = logical_size(logical_size_)?;
-    crate::abi::objects::nonnull(is_set, "is_set")?;
+    crate::runtime::objects::nonnull(is_set, "is_set")?;
     let fi = FORTRAN.lock().unwrap();
     match fi.booleans.iter().find(|e| e.0 == n) {
         Some((_, t, f)) => {
-            crate::abi::objects::nonnull(logical_true, "logical_true")?;
-            crate::abi::objects::nonnull(logical_false, "logical_false")?;
+            crate::runtime::objects::nonnull(logical_true, "logical_true")?;
+            crate::runtime::objects::nonnull(logical_false, "logical_false")?;
             std::ptr::copy_nonoverlapping(t.as_ptr(), logical_true as *mut u8, n);
             std::ptr::copy_nonoverlapping(f.as_ptr(), logical_false as *mut u8, n);
             *is_set = 1;

@@ -3,21 +3,21 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{comm, nonnull, CommObj};
-use crate::abi::request::{ReqKind, Request, Starter, Status};
-use crate::abi::runtime::{self, new_request, wait_until, Runtime};
-use crate::abi::types::{self, DtypeObj};
 use crate::abi::width::{CInt, Width};
-use crate::engine::SendArgs;
+use crate::engine::{Engine, SendArgs};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, nonnull, CommObj};
+use crate::runtime::request::{ReqKind, Request, Starter, Status};
+use crate::runtime::types::{self, DtypeObj};
+use crate::runtime::{self, new_request, wait_until, Runtime};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 /// The largest tag value (the MPI_TAG_UB attribute).
 pub const TAG_UB: c_int = 0x3fff_ffff;
 
-pub use crate::abi::types::check_count;
+pub use crate::runtime::types::check_count;
 
 pub fn check_send_tag(tag: c_int) -> MpiResult<()> {
     if !(0..=TAG_UB).contains(&tag) {
@@ -105,19 +105,19 @@ pub unsafe fn send_spec(
 }
 
 /// Post a send in the engine.
-pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
+pub unsafe fn start_send(engine: &mut Engine, s: &SendSpec) -> MpiResult<ReqKind> {
     let Some(dest) = s.dest else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
     let dst_world = s.comm.world_rank(dest as usize);
-    if s.mode != Mode::Buffered && dst_world != rt.engine.world_rank() {
+    if s.mode != Mode::Buffered && dst_world != engine.world_rank() {
         // Device data: the receiver copies it peer to peer (CUDA IPC) above GPUMPI_GPU_IPC_MIN,
         // or, above the eager limit when IPC cannot share it (or is off), takes it through the
         // pipe to it.
-        let (ipc_min, pipe_min) = (crate::gpu::p2p::ipc_min(), rt.engine.eager_limit());
+        let (ipc_min, pipe_min) = (crate::gpu::p2p::ipc_min(), engine.eager_limit());
         if let Some((addr, len, dev)) = types::device_send(s.buf, s.count, &s.dt, ipc_min, pipe_min)
         {
-            let id = rt.engine.isend(SendArgs {
+            let id = engine.isend(SendArgs {
                 buf: addr as *const u8,
                 len,
                 dst_world,
@@ -148,7 +148,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
     } else {
         (ptr, hold, None)
     };
-    let id = rt.engine.isend(SendArgs {
+    let id = engine.isend(SendArgs {
         buf: ptr,
         len,
         dst_world: s.comm.world_rank(dest as usize),
@@ -158,7 +158,7 @@ pub unsafe fn start_send(rt: &mut Runtime, s: &SendSpec) -> MpiResult<ReqKind> {
         sync: s.mode == Mode::Sync,
         dev: None,
     })?;
-    let post: Option<crate::abi::request::Post> = if s.mode == Mode::Buffered {
+    let post: Option<crate::runtime::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
             super::bsend::release(pool, len);
             Ok(())
@@ -205,14 +205,12 @@ pub unsafe fn recv_spec(
     })
 }
 
-pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
+pub unsafe fn start_recv(engine: &mut Engine, r: &RecvSpec) -> MpiResult<ReqKind> {
     let Some(src) = r.source else {
         return Ok(ReqKind::Done(Status::proc_null()));
     };
     let v = types::recv_view(r.buf, r.count, &r.dt)?;
-    let id = rt
-        .engine
-        .irecv_dev(v.ptr, v.cap, v.dev, r.comm.ctx, src, r.tag)?;
+    let id = engine.irecv_dev(v.ptr, v.cap, v.dev, r.comm.ctx, src, r.tag)?;
     Ok(ReqKind::Engine {
         id,
         post: v.post,
@@ -220,8 +218,8 @@ pub unsafe fn start_recv(rt: &mut Runtime, r: &RecvSpec) -> MpiResult<ReqKind> {
     })
 }
 
-pub use crate::abi::runtime::wait_kind;
-use crate::abi::runtime::wait_request;
+pub use crate::runtime::wait_kind;
+use crate::runtime::wait_request;
 
 /// Start an operation and wait for it. The start and a first test share one hold of the
 /// runtime lock, so an operation complete at once (an eager send in the ring, a receive that
@@ -269,13 +267,13 @@ unsafe fn blocking_send(
     if mode == Mode::Buffered {
         // The data is copied at the start: let it complete in the background.
         return runtime::with(|rt| {
-            let kind = start_send(rt, &s)?;
+            let kind = start_send(&mut rt.engine, &s)?;
             let h = new_request(rt, Request::new(kind));
             super::bsend::detach_later(h);
             Ok(())
         });
     }
-    status_result(start_wait(|rt| start_send(rt, &s))?)
+    status_result(start_wait(|rt| start_send(&mut rt.engine, &s))?)
 }
 
 unsafe fn nonblocking_send(
@@ -290,7 +288,7 @@ unsafe fn nonblocking_send(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
-    submit_on(request, Some(&s.comm), |rt| start_send(rt, &s))
+    submit_on(request, Some(&s.comm), |rt| start_send(&mut rt.engine, &s))
 }
 
 /// Start an operation under the runtime lock and store its new request handle: the one path
@@ -371,7 +369,7 @@ unsafe fn blocking_recv(
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    let st = start_wait(|rt| start_recv(rt, &r))?;
+    let st = start_wait(|rt| start_recv(&mut rt.engine, &r))?;
     st.store(status, false);
     status_result(st)
 }
@@ -399,7 +397,7 @@ unsafe fn nonblocking_recv(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    submit_on(request, Some(&r.comm), |rt| start_recv(rt, &r))
+    submit_on(request, Some(&r.comm), |rt| start_recv(&mut rt.engine, &r))
 }
 
 pub unsafe fn MPI_Irecv<W: Width>(
@@ -437,7 +435,12 @@ unsafe fn sendrecv_kinds(
         Mode::Standard,
     )?;
     let r = recv_spec(recvbuf, recvcount, recvtype, source, recvtag, cm)?;
-    runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &s)?)))
+    runtime::with(|rt| {
+        Ok((
+            start_recv(&mut rt.engine, &r)?,
+            start_send(&mut rt.engine, &s)?,
+        ))
+    })
 }
 
 /// The send half of a send-receive-replace goes from a packed copy, so the receive can land in
@@ -461,7 +464,12 @@ unsafe fn sendrecv_replace_kinds(
         dt: types::BYTE.clone(),
         ..s
     };
-    let (rk, mut sk) = runtime::with(|rt| Ok((start_recv(rt, &r)?, start_send(rt, &copy)?)))?;
+    let (rk, mut sk) = runtime::with(|rt| {
+        Ok((
+            start_recv(&mut rt.engine, &r)?,
+            start_send(&mut rt.engine, &copy)?,
+        ))
+    })?;
     if let ReqKind::Engine { hold, .. } = &mut sk {
         *hold = Some(crate::gpu::pool::HostBuf::from_vec(packed));
     }
@@ -925,7 +933,7 @@ pub(super) unsafe fn send_init(
 ) -> MpiResult<()> {
     let s: SendSpec = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     let comm = s.comm.clone();
-    persistent(request, &comm, Box::new(move |rt| start_send(rt, &s)))
+    persistent(request, &comm, Box::new(move |e| start_send(e, &s)))
 }
 
 pub unsafe fn MPI_Recv_init<W: Width>(
@@ -939,5 +947,5 @@ pub unsafe fn MPI_Recv_init<W: Width>(
 ) -> MpiResult<()> {
     let r: RecvSpec = recv_spec(buf, count.as_i64(), datatype, source, tag, cm)?;
     let comm = r.comm.clone();
-    persistent(request, &comm, Box::new(move |rt| start_recv(rt, &r)))
+    persistent(request, &comm, Box::new(move |e| start_recv(e, &r)))
 }

@@ -4,11 +4,11 @@
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::nonnull;
-use crate::abi::request::{Grequest, ReqKind, Request, Status};
-use crate::abi::runtime::{self, wait_until, Runtime};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
+use crate::runtime::objects::nonnull;
+use crate::runtime::request::{Grequest, ReqKind, Request, Status};
+use crate::runtime::{self, wait_until, Runtime};
 use std::os::raw::{c_int, c_void};
 
 fn is_null(h: MPI_Request) -> bool {
@@ -649,9 +649,9 @@ pub fn start(rt: &mut Runtime, h: MPI_Request) -> MpiResult<()> {
     if !matches!(r.kind, ReqKind::Inactive) {
         mpi_bail!(MPI_ERR_REQUEST, "the persistent request is already active");
     }
-    // Take the starter out while it runs (it needs the runtime).
+    // Take the starter out while it runs (it needs the engine).
     let mut starter = r.persistent.take().unwrap();
-    let kind = starter(rt);
+    let kind = starter(&mut rt.engine);
     let r = rt.reqs.get_mut(key).unwrap();
     r.persistent = Some(starter);
     let kind = kind?;

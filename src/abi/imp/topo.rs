@@ -4,10 +4,10 @@ use super::comm::{alloc_ctx, make_comm, release_ctx};
 use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
-use crate::abi::objects::{comm, nonnull, Cart, CommObj, Topo};
 use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi_bail;
+use crate::runtime::objects::{comm, nonnull, Cart, CommObj, Topo};
 use std::os::raw::c_int;
 
 /// Balanced factorization of `nnodes` into the zero entries of `dims` (non-increasing order).

@@ -1,8 +1,8 @@
 //! Small helpers shared by the implementations: C strings and argument checks.
 
-use crate::abi::objects::nonnull;
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
+use crate::runtime::objects::nonnull;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 

@@ -3,13 +3,13 @@
 //! requests. Completion runs the request's post-processing step (unpacking a
 //! derived-datatype receive into the user's buffer) exactly once.
 
-use super::consts as c;
-use super::ffi::MPI_Status;
 use super::objects::CommObj;
-use super::runtime::Runtime;
 use crate::engine::coll::CollExec;
+use crate::engine::collcheck::{Rings, Watch};
 use crate::engine::{Engine, ReqId};
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::standard::consts as c;
+use crate::standard::ffi::MPI_Status;
 use std::sync::Arc;
 
 /// Completion information, independent of the C layout.
@@ -86,7 +86,15 @@ impl From<crate::engine::Status> for Status {
 pub type Post = Box<dyn FnOnce(&mut Status) -> MpiResult<()> + Send>;
 
 /// Builds a fresh active operation each time a persistent request is started.
-pub type Starter = Box<dyn FnMut(&mut Runtime) -> MpiResult<ReqKind> + Send>;
+pub type Starter = Box<dyn FnMut(&mut Engine) -> MpiResult<ReqKind> + Send>;
+
+/// The collective consistency check of a nonblocking collective still waiting
+/// (`engine::collcheck`): the watch of its record and the record rings it reads (mapped while
+/// the runtime, and so every request, lives).
+pub struct CollCheck {
+    pub watch: Watch,
+    pub rings: Rings,
+}
 
 /// Generalized request callbacks (MPI 5.0 §13.2).
 pub struct Grequest {
@@ -110,8 +118,8 @@ pub enum ReqKind {
         post: Option<Post>,
         result: Option<MpiResult<()>>,
         hold: Vec<crate::gpu::pool::HostBuf>,
-        /// The collective consistency check of a call still waiting (`engine::collcheck`).
-        check: Option<Box<crate::engine::collcheck::Watch>>,
+        /// The collective consistency check of a call still waiting.
+        check: Option<Box<CollCheck>>,
     },
     /// Complete from the start (PROC_NULL and the like).
     Done(Status),
@@ -171,8 +179,8 @@ impl Request {
                 match exec.advance(engine) {
                     // collcheck hook: a call that waits long compares its peers' records of it;
                     // a mismatch ends it with an error (what it still has posted is withdrawn).
-                    Ok(false) => match (check, crate::abi::runtime::rings()) {
-                        (Some(w), Some(rings)) => match w.poll(&rings) {
+                    Ok(false) => match check {
+                        Some(c) => match c.watch.poll(&c.rings) {
                             Ok(()) => false,
                             Err(e) => {
                                 exec.abandon(engine);
@@ -180,7 +188,7 @@ impl Request {
                                 true
                             }
                         },
-                        _ => false,
+                        None => false,
                     },
                     Ok(true) => {
                         *result = Some(Ok(()));

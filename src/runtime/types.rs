@@ -2,14 +2,14 @@
 //! `mpi::datatype` descriptions, user types in a handle table, and the views
 //! point-to-point and collectives use to move typed data as packed bytes.
 
-use super::consts as c;
-use super::ffi::*;
 use super::request::{Post, Status};
 use crate::gpu::pool::HostBuf;
 use crate::mpi::datatype::{Basic, Combiner, Elem, TypeDesc};
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{Kind, Table};
 use crate::mpi_bail;
+use crate::standard::consts as c;
+use crate::standard::ffi::*;
 use std::collections::BTreeMap;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};

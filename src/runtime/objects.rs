@@ -5,12 +5,12 @@
 //! Locking: `OBJECTS` is held only to look up or store objects, never while
 //! user callbacks run or while the engine makes progress.
 
-use super::consts as c;
-use super::ffi::*;
 use crate::mpi::error::MpiResult;
 use crate::mpi::group::Group;
 use crate::mpi::handles::{Kind, Table};
 use crate::mpi_bail;
+use crate::standard::consts as c;
+use crate::standard::ffi::*;
 use std::collections::BTreeMap;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

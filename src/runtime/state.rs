@@ -1,4 +1,4 @@
-//! Process lifecycle: whether MPI is initialized/finalized, and ending the job.
+//! Process lifecycle: whether MPI is initialized/finalized.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -19,14 +19,4 @@ pub fn set_initialized() {
 }
 pub fn set_finalized() {
     PHASE.store(FINALIZED, Ordering::Release);
-}
-
-/// A fatal error: print it and end the whole job with `code`.
-pub fn fatal(text: &str, code: i32) -> ! {
-    abort_job(code.clamp(1, 255), &format!("gpumpi: fatal error: {text}"))
-}
-
-/// End the whole job (MPI_Abort semantics): through the launcher when there is one.
-pub fn abort_job(code: i32, msg: &str) -> ! {
-    super::runtime::abort(code, msg)
 }

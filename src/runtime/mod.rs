@@ -1,5 +1,11 @@
-//! The process-wide runtime: bootstrap, engine, requests, and the one lock
-//! under which progress is made.
+//! The MPI runtime of this process, below the dispatch layer and above the engine, the GPU
+//! layer, the schedules and the bootstrap: the objects behind MPI handles (communicators,
+//! groups, error handlers, info, keyvals and ops in [`objects`], datatypes in [`types`],
+//! requests in [`request`]), the init/finalize phase ([`state`]), what the engine and the GPU
+//! layer are handed ([`devices`]), and the runtime itself (this file): bootstrap, engine,
+//! requests and MPI_COMM_WORLD's shared-memory collective state, and the one lock under which
+//! progress is made. The C ABI (`abi/`) checks arguments, translates handles through these
+//! tables and raises errors; the collective dispatch (`dispatch/`) runs calls over them.
 //!
 //! Progress model (the only place it is decided): no hidden threads. Any
 //! application thread inside an MPI call takes `RT`, makes progress (engine +
@@ -8,9 +14,12 @@
 //! so several threads (MPI_THREAD_MULTIPLE) and oversubscribed ranks all make
 //! progress. User callbacks (reduction ops excepted) never run under `RT`.
 
-use super::consts as c;
-use super::objects::{self, CommObj};
-use super::request::{ReqKind, Request, Status};
+pub mod devices;
+pub mod objects;
+pub mod request;
+pub mod state;
+pub mod types;
+
 use crate::bootstrap::{self, node, wire, Bootstrap};
 use crate::engine::collcheck::Rings;
 use crate::engine::flag::{Slots, SLOT_MAX};
@@ -20,9 +29,12 @@ use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi::group::Group;
 use crate::mpi::handles::{Kind, Slab};
 use crate::mpi_bail;
+use crate::standard::consts as c;
 use crate::transport::net::frames::NetFrames;
 use crate::transport::net::{Handle, HANDLE_BYTES};
 use crate::transport::route::Routed;
+use objects::CommObj;
+use request::{ReqKind, Request, Status};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
@@ -119,7 +131,7 @@ pub fn with<R>(f: impl FnOnce(&mut Runtime) -> MpiResult<R>) -> MpiResult<R> {
 }
 
 fn not_running<R>() -> MpiResult<R> {
-    if super::state::is_finalized() {
+    if state::is_finalized() {
         mpi_bail!(MPI_ERR_OTHER, "called after MPI_Finalize")
     } else {
         mpi_bail!(MPI_ERR_OTHER, "called before MPI_Init")
@@ -372,8 +384,8 @@ fn scratch_costs(
 
 /// MPI_Init / MPI_Init_thread.
 pub fn init(required: i32) -> MpiResult<i32> {
-    if super::state::is_initialized() {
-        if super::state::is_finalized() {
+    if state::is_initialized() {
+        if state::is_finalized() {
             mpi_bail!(
                 MPI_ERR_OTHER,
                 "MPI cannot be initialized again after MPI_Finalize"
@@ -464,6 +476,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
     };
     node::set_job(map);
     let mut engine = Engine::new(transport, rank, size);
+    engine.set_device_copies(Box::new(devices::Cuda));
     engine.set_crowded(oversubscribed(on_node));
     crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(on_node));
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
@@ -538,7 +551,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
         let _ = WORLD_FLAG.slots.set(f);
         WORLD_FLAG.live.store(true, Ordering::Release);
     }
-    super::state::set_initialized();
+    state::set_initialized();
     tracing::info!(
         rank,
         size,
@@ -564,8 +577,13 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
         rt.boot.finalize()?;
     }
     objects::clear_predefined();
-    super::state::set_finalized();
+    state::set_finalized();
     Ok(())
+}
+
+/// A fatal error: print it and end the whole job with `code`.
+pub fn fatal(text: &str, code: i32) -> ! {
+    abort(code.clamp(1, 255), &format!("gpumpi: fatal error: {text}"))
 }
 
 /// End the whole job through the launcher (MPI_Abort and fatal errors).
