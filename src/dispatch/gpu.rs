@@ -7,7 +7,7 @@ use super::run_blocking;
 use crate::abi::objects::CommObj;
 use crate::coll::CollKind;
 use crate::engine::collcheck::Path as CheckPath;
-use crate::gpu::coll::Mode as GpuMode;
+use crate::gpu::device::Mode as GpuMode;
 use crate::gpu::kernels::{KOp, KType};
 use crate::mpi::error::MpiResult;
 use crate::standard::consts as c;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// The host collectives the GPU path needs, over the call's communicator.
 struct GpuHost<'a>(&'a Arc<CommObj>);
 
-impl crate::gpu::coll::Host for GpuHost<'_> {
+impl crate::gpu::comm::Host for GpuHost<'_> {
     fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
         allgather_bytes(self.0, mine)
     }
@@ -58,7 +58,7 @@ fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
         K::Allreduce | K::Alltoall | K::Allgather | K::Bcast | K::Reduce | K::ReduceScatterBlock
     ) || spec.bytes == 0
         || spec.host_only
-        || !crate::gpu::coll::enabled()
+        || !crate::gpu::device::enabled()
     {
         return None;
     }
@@ -89,10 +89,10 @@ pub(super) fn resident_eligible(spec: &CollSpec) -> bool {
 }
 
 /// The GPU-native path over CUDA IPC mappings (NVLink or PCIe peer access): a GPU call the
-/// resident kernels do not take, with peer access on (`gpu::coll::mode`).
+/// resident kernels do not take, with peer access on (`gpu::device::mode`).
 pub(super) fn nvlink_eligible(spec: &CollSpec) -> bool {
     gpu_call(spec).is_some()
-        && crate::gpu::coll::mode() == Some(GpuMode::Ipc)
+        && crate::gpu::device::mode() == Some(GpuMode::Ipc)
         && !resident_call(spec)
 }
 
@@ -100,7 +100,7 @@ pub(super) fn nvlink_eligible(spec: &CollSpec) -> bool {
 /// kernels do not take, with peer access off (`GPUMPI_CUDA_IPC=0`, no P2P).
 pub(super) fn host_memory_eligible(spec: &CollSpec) -> bool {
     gpu_call(spec).is_some()
-        && crate::gpu::coll::mode() == Some(GpuMode::Host)
+        && crate::gpu::device::mode() == Some(GpuMode::Host)
         && !resident_call(spec)
 }
 
@@ -211,7 +211,7 @@ pub(super) unsafe fn run_resident(spec: &CollSpec, seq: i32) -> MpiResult<bool> 
 /// peer access is off or some rank's buffers cannot be exported). `Ok(false)`: declined on
 /// every rank (the flag round, the descriptor exchange).
 pub(super) unsafe fn run_native(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
-    use crate::gpu::coll::{Call, Shape};
+    use crate::gpu::call::{Call, Shape};
     let Some(Local {
         red,
         send,

@@ -22,10 +22,26 @@
 //!   peer mappings they hold; logged at `GPUMPI_DEBUG=2` whenever a communicator's state is set
 //!   up or released, and read by `MPIX_Query_gpu_resources`.
 
-use super::coll::Host;
 use crate::mpi::error::MpiResult;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// The host-side collectives of a communicator that the GPU paths need (implemented by the
+/// dispatch layer over the communicator object).
+pub trait Host {
+    /// Allgather of equal-size records (also the entry barrier).
+    fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>>;
+    fn barrier(&self) -> MpiResult<()>;
+    /// Logical AND over the communicator.
+    fn all(&self, ok: bool) -> MpiResult<bool>;
+    /// The world rank (process) of communicator rank `p`: the registration cache is keyed by
+    /// process, since buffer ids are only unique within one process.
+    fn world_rank(&self, p: usize) -> usize;
+    /// The context id of the communicator and the world ranks of its members.
+    fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
+    /// The communicator's GPU state (owned by the communicator object).
+    fn gpu(&self) -> &CommGpu;
+}
 
 /// One communicator's GPU state; see the module docs.
 #[derive(Default)]

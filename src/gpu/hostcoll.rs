@@ -50,7 +50,8 @@
 //! host memory twice, 10 x the vector per call at 4 ranks through host memory (see
 //! benches/NOTES.md for the measured ceiling on the 4 x H200 machine).
 
-use super::coll::{chunk, Call, Host};
+use super::call::{chunk, Call, Shape};
+use super::comm::Host;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda::{self, Stream};
 use crate::transport::shm::Region;
@@ -240,7 +241,7 @@ fn setup(
     // (No round at all when it is switched off, the same on every rank.)
     let spin_ok = kq > 0 && {
         let mut rec = [0u8; 17];
-        rec[..16].copy_from_slice(&super::coll::device_uuid(ordinal).unwrap_or_default());
+        rec[..16].copy_from_slice(&super::device::device_uuid(ordinal).unwrap_or_default());
         rec[16] = thread_multiple() as u8;
         let recs = host.allgather(&rec)?;
         let r: Vec<&[u8]> = recs.chunks(17).collect();
@@ -476,12 +477,7 @@ pub enum Op {
 /// for round g it waits until every other rank's C of round g-depth is done (C, the last
 /// stage, waits for everything of its round), except in allreduce's steady state, where the
 /// readers are known precisely: `in` slots are read by B, `out` slots by C.
-pub fn pipeline(
-    s: &super::coll::Shape,
-    q: usize,
-    depth: usize,
-    base: u64,
-) -> Option<([Vec<Op>; 3], u64)> {
+pub fn pipeline(s: &Shape, q: usize, depth: usize, base: u64) -> Option<([Vec<Op>; 3], u64)> {
     use crate::coll::CollKind as K;
     let (n, me) = (s.nranks, s.rank);
     let es = match s.kind {
@@ -689,7 +685,7 @@ unsafe fn execute(hc: &mut HostComm, c: &Call) -> Result<(), String> {
         pipeline(&c.shape, q, hc.depth, hc.rounds).ok_or("no schedule for this call")?;
     let recv = c.recv.map_or(0, |r| r.0);
     let input = c.send.map_or(recv, |s| s.0);
-    let grid = super::coll::max_grid(hc.ordinal);
+    let grid = super::device::max_grid(hc.ordinal);
     let at = |l: &Loc| match *l {
         Loc::Input(o) => input + o,
         Loc::Recv(o) => recv + o,
@@ -847,7 +843,6 @@ unsafe fn execute_kernel(
 mod tests {
     use super::*;
     use crate::coll::CollKind as K;
-    use crate::gpu::coll::Shape;
 
     /// One rank's buffers of one call: (send, receive); no send buffer = in place.
     type Bufs = (Option<Vec<u8>>, Vec<u8>);

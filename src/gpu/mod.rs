@@ -18,8 +18,10 @@
 //!   is left as it was.
 
 pub mod cache;
+pub mod call;
 pub mod coll;
 pub mod comm;
+pub mod device;
 pub mod fdshare;
 pub mod hostcoll;
 pub mod ipc;

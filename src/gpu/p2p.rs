@@ -200,7 +200,7 @@ unsafe fn copy(
                     src: src as u64,
                     len: len as u64,
                 };
-                let grid = super::coll::max_grid(d.ordinal);
+                let grid = super::device::max_grid(d.ordinal);
                 k.copy_segs_async(&[seg], grid, d.stream)?;
                 ev.record(d.stream)?;
                 return Ok(ev);

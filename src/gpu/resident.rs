@@ -16,8 +16,8 @@
 //! `GPUMPI_GPU_RESIDENT_IDLE_US` without a command (a `cudaDeviceSynchronize` or `cudaFree`
 //! of the application waits at most that long for it); the next call relaunches it.
 
-use super::coll::{Desc, Host, DESC_BYTES};
-use super::comm::{CommGpu, State};
+use super::call::{Desc, DESC_BYTES};
+use super::comm::{CommGpu, Host, State};
 use super::ipc::{self, Export};
 use super::kernels::{KOp, KType, MAXP};
 use crate::coll::CollKind;
@@ -48,7 +48,7 @@ pub const HOST_SCRATCH: usize = DATA_OFF + 2 * MAXP * HOST_SLOT;
 
 /// The largest vector or block of the resident path in the current mode.
 fn slot_limit() -> usize {
-    if super::coll::mode() == Some(super::coll::Mode::Host) {
+    if super::device::mode() == Some(super::device::Mode::Host) {
         HOST_SLOT
     } else {
         SLOT
@@ -328,7 +328,7 @@ pub fn applies(
         && !thread_multiple()
 }
 
-/// What the ABI layer hands over (see [`super::coll::Call`]).
+/// What the ABI layer hands over (see [`super::call::Call`]).
 pub struct ResCall {
     pub kind: CollKind,
     pub nranks: usize,
@@ -418,10 +418,10 @@ fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
 /// scratch) the scratch is each rank's pinned shared host region ([`super::hostcoll`]).
 /// `Ok(false)`: not every rank can (this call stages; the next one asks again).
 fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
-    let host_mode = super::coll::mode() == Some(super::coll::Mode::Host);
+    let host_mode = super::device::mode() == Some(super::device::Mode::Host);
     // The communicator's state is created only by a rank with device buffers.
     let mine = c.device.and_then(|o| {
-        let uuid = super::coll::device_uuid(o)?;
+        let uuid = super::device::device_uuid(o)?;
         let e = if host_mode {
             None
         } else {
@@ -812,7 +812,7 @@ mod sole {
             last: Instant::now(),
             _held: None,
         };
-        let Some(uuid) = super::super::coll::device_uuid(ordinal) else {
+        let Some(uuid) = super::super::device::device_uuid(ordinal) else {
             return st;
         };
         let (Ok(own), Ok(marker)) = (
