@@ -51,7 +51,7 @@
 //! benches/NOTES.md for the measured ceiling on the 4 x H200 machine).
 
 use super::call::{chunk, Call, Shape};
-use super::comm::Host;
+use super::comm::{Host, PathState};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda::{self, Stream};
 use crate::transport::shm::Region;
@@ -172,6 +172,9 @@ impl HostComm {
     }
 }
 
+/// Kept in the communicator's state; released by dropping it (below).
+impl PathState for HostComm {}
+
 impl Drop for HostComm {
     /// Wait for the communicator's streams, destroy them, unregister every region (unmapped
     /// when `regions` drops). Peers are unaffected: their mappings keep the shared pages alive,
@@ -209,9 +212,9 @@ pub fn with_comm<R>(
     host: &dyn Host,
     f: impl FnOnce(&mut HostComm) -> R,
 ) -> MpiResult<Option<R>> {
-    let state = host.gpu().state();
+    let state = host.gpu().state().of::<HostComm>();
     {
-        let mut v = state.host.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hc) = v.iter_mut().find(|h| h.ordinal == ordinal) {
             return Ok(Some(f(hc)));
         }
@@ -219,7 +222,7 @@ pub fn with_comm<R>(
     let Some(hc) = setup(me, ordinal, thread_multiple, host)? else {
         return Ok(None);
     };
-    let mut v = state.host.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v = state.lock().unwrap_or_else(|e| e.into_inner());
     v.push(hc);
     super::comm::log("host regions set up");
     Ok(Some(f(v.last_mut().expect("pushed"))))

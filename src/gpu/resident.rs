@@ -17,7 +17,7 @@
 //! of the application waits at most that long for it); the next call relaunches it.
 
 use super::call::{Desc, DESC_BYTES};
-use super::comm::{CommGpu, Host, State};
+use super::comm::{CommGpu, Host, PathState, State};
 use super::ipc::{self, Export};
 use super::kernels::{KOp, KType, MAXP};
 use crate::coll::CollKind;
@@ -280,9 +280,9 @@ pub(crate) struct CommRes {
     verified: bool,
 }
 
-impl CommRes {
+impl PathState for CommRes {
     /// Close the mappings of the peers' scratch (local: the peers' allocations stay).
-    pub(crate) fn close_mappings(&mut self) {
+    fn close_mappings(&mut self) {
         for (peer, id) in self.mapped.drain(..) {
             if ipc::release_pinned(peer, id, self.ordinal) {
                 super::comm::add_mappings(-1);
@@ -293,7 +293,7 @@ impl CommRes {
     }
 
     /// Free my device scratch (once no peer maps it).
-    pub(crate) fn free(self) {
+    fn free(self) {
         let Some(e) = self.export else { return };
         if let Some(d) = super::gpu().and_then(|g| g.device(self.ordinal).ok()) {
             let _ = cuda::with_context(d.ctx, || {
@@ -308,7 +308,7 @@ impl CommRes {
     }
 
     /// Keep my device scratch allocated until the process ends (a peer may still map it).
-    pub(crate) fn leak(self) {}
+    fn leak(self) {}
 }
 
 /// Whether the resident path applies to a call of this shape (the same answer on every rank).
@@ -366,7 +366,8 @@ fn ktype_index(t: KType) -> u32 {
 /// The communicator's scratch on device `ordinal`, allocated and exported at first use; its
 /// export.
 fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
-    let mut comms = st.res.lock().unwrap_or_else(|e| e.into_inner());
+    let res = st.of::<CommRes>();
+    let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(x) = comms
         .iter()
         .find(|x| x.ordinal == ordinal && x.export.is_some())
@@ -457,7 +458,8 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     state
         .shared
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
+    let res = state.of::<CommRes>();
+    let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     let st = comms
         .iter_mut()
         .find(|x| x.ordinal == ordinal && x.export.is_some())
@@ -505,8 +507,7 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         );
         return setup_host(c, ordinal, host);
     }
-    if let Some(st) = state
-        .res
+    if let Some(st) = res
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter_mut()
@@ -566,8 +567,8 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     let Some((scratch, peers)) = r else {
         return Ok(false);
     };
-    let state = host.gpu().state();
-    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
+    let res = host.gpu().state().of::<CommRes>();
+    let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     comms.push(CommRes {
         ordinal,
         scratch,
@@ -589,7 +590,7 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
 /// rank: set-up succeeds or fails collectively).
 pub fn ready(g: &CommGpu) -> bool {
     g.peek().is_some_and(|st| {
-        st.res
+        st.of::<CommRes>()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
@@ -608,8 +609,8 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> 
     if !ready && !setup(c, host)? {
         return Ok(false);
     }
-    let state = host.gpu().state();
-    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
+    let res = host.gpu().state().of::<CommRes>();
+    let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     let st = comms
         .iter_mut()
         .find(|x| x.verified)
