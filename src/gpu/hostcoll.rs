@@ -57,7 +57,7 @@ use crate::sys::cuda::{self, Stream};
 use crate::transport::shm::Region;
 
 /// Bytes at the start of each region for the resident kernel's scratch.
-pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
+pub const RES_BYTES: usize = super::resident::kernel::HOST_SCRATCH;
 const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
 /// Counters of stages A, B, C at PIPE_OFF (one 64-byte line each, [`Stage::flag_off`]).
 const IN_OFF: usize = PIPE_OFF + 4096;
@@ -380,7 +380,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     // ranks on a GPU, MPI_THREAD_MULTIPLE): one stream-ordered round costs tens of
     // microseconds; allreduce takes the pipeline at every size (its staged path reduces on
     // the host).
-    let big = c.shape.bytes > super::resident::HOST_SLOT;
+    let big = c.shape.bytes > super::resident::kernel::HOST_SLOT;
     let served = match c.shape.kind {
         K::Allreduce => c.red.is_some(),
         K::Alltoall => big && !c.shape.in_place,

@@ -164,11 +164,11 @@ unsafe fn peer_copy(
         // A small pull goes through the device's resident kernel: one host <-> kernel round
         // trip instead of a copy-engine copy and an event to poll.
         let dir = if dev {
-            super::resident::SmallCopy::DevToDev
+            super::resident::kernel::SmallCopy::DevToDev
         } else {
-            super::resident::SmallCopy::ToHost
+            super::resident::kernel::SmallCopy::ToHost
         };
-        if let Some(r) = super::resident::copy_small(d.ordinal, dst, src, len, dir) {
+        if let Some(r) = super::resident::kernel::copy_small(d.ordinal, dst, src, len, dir) {
             return r.map(|()| None);
         }
     }

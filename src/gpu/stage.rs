@@ -2,7 +2,7 @@
 //! buffer may be device (or managed) memory. Each helper classifies the pointer; host memory
 //! passes through untouched, device memory is copied to or from a host buffer with the copy
 //! engine on gpumpi's stream (and the stream synchronized before the host buffer is used), or,
-//! for copies of at most 4 KiB, by the resident kernel (`resident::copy_small`: no launch and
+//! for copies of at most 4 KiB, by the resident kernel (`resident::kernel::copy_small`: no launch and
 //! no stream synchronize).
 //!
 //! This is the correct-first path: every call of the subset works with device buffers. The
@@ -59,7 +59,7 @@ pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
 }
 
 /// A small copy between device memory (allocation `info`) and host memory by the device's
-/// resident kernel, when it takes it (`resident::copy_small`); None: use the copy engine.
+/// resident kernel, when it takes it (`resident::kernel::copy_small`); None: use the copy engine.
 ///
 /// # Safety
 /// As for [`copy_to_host`] (`to_host`) or [`copy_to_device`].
@@ -74,11 +74,11 @@ unsafe fn by_resident(
         return None;
     }
     let dir = if to_host {
-        super::resident::SmallCopy::ToHost
+        super::resident::kernel::SmallCopy::ToHost
     } else {
-        super::resident::SmallCopy::FromHost
+        super::resident::kernel::SmallCopy::FromHost
     };
-    let r = super::resident::copy_small(info.device, dst, src, len, dir)?;
+    let r = super::resident::kernel::copy_small(info.device, dst, src, len, dir)?;
     let what = if to_host {
         "device to host, resident kernel"
     } else {

@@ -35,14 +35,14 @@ fn layouts() -> Vec<Layout> {
         ),
     ];
     v.extend(crate::gpu::kernels::layouts());
-    v.extend(crate::gpu::resident::layouts());
+    v.extend(crate::gpu::resident::kernel::layouts());
     v
 }
 
 /// `#define`s of the headers with their Rust values.
 fn constants() -> Vec<(&'static str, u64)> {
     let mut v = vec![("GPUMPI_MAXP", crate::gpu::kernels::MAXP as u64)];
-    v.extend(crate::gpu::resident::constants());
+    v.extend(crate::gpu::resident::kernel::constants());
     v.extend(crate::gpu::hostcoll::constants());
     v
 }
