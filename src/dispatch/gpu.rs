@@ -1,4 +1,6 @@
-//! The GPU paths: blocking collectives whose every rank passes device buffers.
+//! The GPU paths: blocking collectives whose every rank passes device buffers, each run through
+//! its `gpu::path::GpuPath` (the rule shared by every GPU path, this rank's buffers, the flag
+//! round, then the path's own eligibility and run).
 
 use super::call::{CollSpec, Reduction};
 use super::flag::{check_start, flag_all, flag_eligible};
@@ -7,8 +9,9 @@ use super::run_blocking;
 use crate::abi::objects::CommObj;
 use crate::coll::CollKind;
 use crate::engine::collcheck::Path as CheckPath;
-use crate::gpu::device::Mode as GpuMode;
+use crate::gpu::call::{Call, Shape};
 use crate::gpu::kernels::{KOp, KType};
+use crate::gpu::path::GpuPath;
 use crate::mpi::error::MpiResult;
 use crate::standard::consts as c;
 use smallvec::SmallVec;
@@ -77,31 +80,24 @@ fn thread_multiple() -> bool {
         .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE)
 }
 
-/// Small allreduce, alltoall and allgather (`gpu::resident::applies`: size, rank count,
-/// `GPUMPI_GPU_RESIDENT`, thread level).
-fn resident_call(spec: &CollSpec) -> bool {
-    crate::gpu::resident::applies(spec.kind, spec.comm.size(), spec.bytes, thread_multiple)
+/// The shape of a GPU call (`red`: from [`gpu_call`]).
+fn shape(spec: &CollSpec, red: Option<(KOp, KType)>) -> Shape {
+    Shape {
+        kind: spec.kind,
+        nranks: spec.comm.size(),
+        rank: spec.comm.rank,
+        root: spec.root,
+        bytes: spec.bytes,
+        elem: red.map_or(1, |(_, t)| t.size()),
+        in_place: spec.in_place,
+    }
 }
 
-/// The resident kernels' path: a GPU call that [`resident_call`] accepts.
-pub(super) fn resident_eligible(spec: &CollSpec) -> bool {
-    gpu_call(spec).is_some() && resident_call(spec)
-}
-
-/// The GPU-native path over CUDA IPC mappings (NVLink or PCIe peer access): a GPU call the
-/// resident kernels do not take, with peer access on (`gpu::device::mode`).
-pub(super) fn nvlink_eligible(spec: &CollSpec) -> bool {
-    gpu_call(spec).is_some()
-        && crate::gpu::device::mode() == Some(GpuMode::Ipc)
-        && !resident_call(spec)
-}
-
-/// The GPU path through pinned shared host memory (`gpu::hostcoll`): a GPU call the resident
-/// kernels do not take, with peer access off (`GPUMPI_CUDA_IPC=0`, no P2P).
-pub(super) fn host_memory_eligible(spec: &CollSpec) -> bool {
-    gpu_call(spec).is_some()
-        && crate::gpu::device::mode() == Some(GpuMode::Host)
-        && !resident_call(spec)
+/// Whether GPU path `path` may take the call: a GPU call ([`gpu_call`]) that the path's own
+/// rule accepts (`GpuPath::eligible`: resident kernels for small allreduce, alltoall and
+/// allgather; NVLink with peer access on; host memory with it off).
+pub(super) fn eligible(path: &dyn GpuPath, spec: &CollSpec) -> bool {
+    gpu_call(spec).is_some_and(|red| path.eligible(&shape(spec, red), thread_multiple))
 }
 
 /// This rank's side of a GPU call: its contiguous send and receive ranges and its device.
@@ -171,11 +167,11 @@ unsafe fn local(spec: &CollSpec, ready: bool) -> MpiResult<Option<Local>> {
     }))
 }
 
-/// Small calls through the resident kernels (no launch, no stream synchronize per call).
-/// `Ok(false)`: declined on every rank (the kernels' ok bits, or the flag round).
-pub(super) unsafe fn run_resident(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
-    use CollKind as K;
-    let ready = crate::gpu::resident::ready(&spec.comm.gpu);
+/// Run an eligible call on GPU path `path`. `Ok(false)`: declined on every rank (the flag
+/// round, the descriptor exchange, the resident kernels' ok bits). A path whose communicator
+/// state is ready (the resident kernels) agrees by itself, so the flag round is skipped.
+pub(super) unsafe fn run(path: &dyn GpuPath, spec: &CollSpec, seq: i32) -> MpiResult<bool> {
+    let ready = path.ready(&spec.comm.gpu);
     let Some(Local {
         red,
         send,
@@ -188,55 +184,13 @@ pub(super) unsafe fn run_resident(spec: &CollSpec, seq: i32) -> MpiResult<bool> 
     // This rank takes a GPU path: host ranks that meet its record in their checks fail (the
     // GPU paths' own waits are not checked).
     check_start(spec, seq, CheckPath::Gpu);
-    let dst = recv.map_or(0, |x| x.0);
-    let src = match (spec.kind, send) {
-        (_, Some(s)) => s.0,
-        (K::Allgather, None) => dst + spec.comm.rank * spec.bytes,
-        (_, None) => dst,
-    };
-    let call = crate::gpu::resident::ResCall {
-        kind: spec.kind,
-        nranks: spec.comm.size(),
-        rank: spec.comm.rank,
-        bytes: spec.bytes,
-        src,
-        dst,
-        red,
-        device: device.filter(|_| recv.is_some()),
-    };
-    crate::gpu::resident::run(&call, &GpuHost(&spec.comm), ready)
-}
-
-/// The GPU-native plans (`gpu::coll::run`, which takes the host-memory pipelines itself when
-/// peer access is off or some rank's buffers cannot be exported). `Ok(false)`: declined on
-/// every rank (the flag round, the descriptor exchange).
-pub(super) unsafe fn run_native(spec: &CollSpec, seq: i32) -> MpiResult<bool> {
-    use crate::gpu::call::{Call, Shape};
-    let Some(Local {
-        red,
-        send,
-        recv,
-        device,
-    }) = local(spec, false)?
-    else {
-        return Ok(false);
-    };
-    check_start(spec, seq, CheckPath::Gpu);
     let call = Call {
-        shape: Shape {
-            kind: spec.kind,
-            nranks: spec.comm.size(),
-            rank: spec.comm.rank,
-            root: spec.root,
-            bytes: spec.bytes,
-            elem: red.map_or(1, |(_, t)| t.size()),
-            in_place: spec.in_place,
-        },
+        shape: shape(spec, red),
         send,
         recv,
         red,
         device,
         thread_multiple,
     };
-    crate::gpu::coll::run(&call, &GpuHost(&spec.comm))
+    path.run(&call, &GpuHost(&spec.comm), ready)
 }

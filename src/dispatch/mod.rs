@@ -38,6 +38,7 @@ pub(crate) use gpu::release_gpu;
 pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
 
 use crate::abi::request::ReqKind;
+use crate::gpu::path::{HOST_MEMORY, NVLINK, RESIDENT};
 use crate::mpi::error::{MpiError, MpiResult};
 
 /// A way to run a collective call.
@@ -75,9 +76,9 @@ impl Path {
     /// Whether this path may take the call: the same answer on every rank.
     fn eligible(self, spec: &CollSpec) -> bool {
         match self {
-            Path::Resident => gpu::resident_eligible(spec),
-            Path::Nvlink => gpu::nvlink_eligible(spec),
-            Path::HostMemory => gpu::host_memory_eligible(spec),
+            Path::Resident => gpu::eligible(&RESIDENT, spec),
+            Path::Nvlink => gpu::eligible(&NVLINK, spec),
+            Path::HostMemory => gpu::eligible(&HOST_MEMORY, spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
             Path::Schedule => true,
@@ -88,8 +89,9 @@ impl Path {
     /// on every rank.
     unsafe fn run(self, spec: &CollSpec, seq: i32) -> MpiResult<bool> {
         match self {
-            Path::Resident => gpu::run_resident(spec, seq),
-            Path::Nvlink | Path::HostMemory => gpu::run_native(spec, seq),
+            Path::Resident => gpu::run(&RESIDENT, spec, seq),
+            Path::Nvlink => gpu::run(&NVLINK, spec, seq),
+            Path::HostMemory => gpu::run(&HOST_MEMORY, spec, seq),
             Path::Flag => flag::run_flag(spec, seq),
             Path::Scratch => mid::run_mid(spec, seq),
             Path::Schedule => {

@@ -30,6 +30,7 @@ pub mod kernels;
 pub mod layout;
 pub mod p2p;
 pub mod pack;
+pub mod path;
 pub mod pipe;
 pub mod pool;
 pub mod resident;
