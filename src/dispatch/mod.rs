@@ -48,9 +48,9 @@ pub enum Path {
     /// kernels (`gpu::resident`).
     Resident,
     /// Device buffers through CUDA IPC mappings of the peers' buffers (NVLink or PCIe peer
-    /// access): the plans of `gpu::coll`.
+    /// access): the plans of `gpu::nvlink`.
     Nvlink,
-    /// Device buffers through pinned shared host memory (`gpu::hostcoll`), where peer access
+    /// Device buffers through pinned shared host memory (`gpu::hostmem`), where peer access
     /// is off.
     HostMemory,
     /// Small calls on MPI_COMM_WORLD through the shared-memory flag slots (`engine::flag`).

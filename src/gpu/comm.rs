@@ -4,8 +4,8 @@
 //! - Every communicator object holds one [`CommGpu`] (empty, no allocation, until a GPU path
 //!   first runs on it). The GPU paths keep there what they set up for the communicator: the
 //!   resident kernel's scratch and the peers' scratch as mapped here (`gpu::resident`), the
-//!   pinned shared host regions (`gpu::hostcoll`) and the device sets on which every rank
-//!   mapped every peer (`gpu::coll`). Each path keeps its own type ([`PathState`]; the state
+//!   pinned shared host regions (`gpu::hostmem`) and the device sets on which every rank
+//!   mapped every peer (`gpu::nvlink`). Each path keeps its own type ([`PathState`]; the state
 //!   holds one list per type, [`State::of`]), so this module names none of the paths. Nothing
 //!   is looked up by context id, and nothing bounds how many communicators have GPU state.
 //! - [`CommGpu::release`] gives it all back; the ABI layer calls it from `MPI_Comm_free` and

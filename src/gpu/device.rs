@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 pub enum Mode {
     /// CUDA IPC mappings of the peers' buffers (NVLink/PCIe peer access, zero-copy).
     Ipc,
-    /// Pinned shared host memory (`gpu::hostcoll`): P2P forced off (`GPUMPI_CUDA_IPC=0`).
+    /// Pinned shared host memory (`gpu::hostmem`): P2P forced off (`GPUMPI_CUDA_IPC=0`).
     Host,
 }
 

@@ -19,15 +19,15 @@
 
 pub mod cache;
 pub mod call;
-pub mod coll;
 pub mod comm;
 pub mod device;
 pub mod fdshare;
-pub mod hostcoll;
+pub mod hostmem;
 pub mod ipc;
 mod kabi;
 pub mod kernels;
 pub mod layout;
+pub mod nvlink;
 pub mod p2p;
 pub mod pack;
 pub mod path;

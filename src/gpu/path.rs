@@ -48,9 +48,9 @@ pub trait GpuPath: Sync {
 /// (`gpu::resident`).
 pub struct Resident;
 /// Plans over CUDA IPC mappings of the peers' buffers (NVLink or PCIe peer access,
-/// `gpu::coll`); calls whose buffers some rank cannot export go through host memory inside it.
+/// `gpu::nvlink`); calls whose buffers some rank cannot export go through host memory inside it.
 pub struct Nvlink;
-/// Pipelines through pinned shared host memory (`gpu::hostcoll`), where peer access is off.
+/// Pipelines through pinned shared host memory (`gpu::hostmem`), where peer access is off.
 pub struct HostMemory;
 
 pub static RESIDENT: Resident = Resident;
@@ -94,7 +94,7 @@ impl GpuPath for Nvlink {
     }
 
     unsafe fn run(&self, c: &Call, host: &dyn Host, _ready: bool) -> MpiResult<bool> {
-        super::coll::run(c, host)
+        super::nvlink::run(c, host)
     }
 }
 
@@ -109,6 +109,6 @@ impl GpuPath for HostMemory {
         if c.shape.nranks > MAXP {
             return Ok(false);
         }
-        super::hostcoll::run(c, host)
+        super::hostmem::run(c, host)
     }
 }

@@ -43,7 +43,7 @@ fn layouts() -> Vec<Layout> {
 fn constants() -> Vec<(&'static str, u64)> {
     let mut v = vec![("GPUMPI_MAXP", crate::gpu::kernels::MAXP as u64)];
     v.extend(crate::gpu::resident::kernel::constants());
-    v.extend(crate::gpu::hostcoll::constants());
+    v.extend(crate::gpu::hostmem::constants());
     v
 }
 

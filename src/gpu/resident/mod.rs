@@ -197,7 +197,7 @@ fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
 /// Set up the resident path of a communicator: one host allgather of (ok, pid, device UUID,
 /// scratch export), the peers' scratch mapped, and (once) a host AND that every rank mapped
 /// every peer. Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or a rank that could not map its peers'
-/// scratch) the scratch is each rank's pinned shared host region ([`super::hostcoll`]).
+/// scratch) the scratch is each rank's pinned shared host region ([`super::hostmem`]).
 /// `Ok(false)`: not every rank can (this call stages; the next one asks again).
 fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let host_mode = super::device::mode() == Some(super::device::Mode::Host);
@@ -317,7 +317,7 @@ fn desc_bytes(d: &ResDesc) -> &[u8] {
 /// GPU): the scratch of every rank is the start of its pinned shared host region.
 fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
     // The resident path never runs at MPI_THREAD_MULTIPLE (`applies`).
-    let r = super::hostcoll::with_comm(
+    let r = super::hostmem::with_comm(
         c.rank,
         ordinal,
         || false,

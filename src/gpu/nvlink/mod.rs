@@ -659,7 +659,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
         return Ok(false);
     }
     if mode() == Some(Mode::Host) {
-        return super::hostcoll::run(c, host);
+        return super::hostmem::run(c, host);
     }
     let Some((algo, steps)) = plan_from(table(), &c.shape) else {
         return Ok(false);
@@ -678,7 +678,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
             "GPU collective: some rank's buffers are not exportable device memory; \
              through pinned host memory where it serves, else staged"
         );
-        return super::hostcoll::run(c, host);
+        return super::hostmem::run(c, host);
     }
     // Resolve every rank's buffers this plan touches.
     let mypid = std::process::id();
@@ -724,7 +724,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
                  through pinned host memory where it serves, else staged",
                 map_err.as_deref().unwrap_or("on another rank")
             );
-            return super::hostcoll::run(c, host);
+            return super::hostmem::run(c, host);
         }
         let mut v = state.verified.lock().unwrap_or_else(|e| e.into_inner());
         if v.len() >= 16 {
