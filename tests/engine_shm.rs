@@ -92,6 +92,7 @@ fn isend(e: &mut Engine, b: &[u8], dst: usize, tag: i32, sync: bool) -> ReqId {
         tag,
         sync,
         dev: None,
+        note: None,
     };
     // SAFETY: callers wait for the request before dropping the buffer.
     unsafe { e.isend(a).unwrap() }

@@ -8,8 +8,10 @@ use super::flag::check_kept;
 use crate::coll::hier::{self, Nodes};
 use crate::coll::{self, Block, CollArgs, CollKind};
 use crate::engine::coll::CollExec;
-use crate::engine::collcheck::{CallNo, Path as CheckPath};
+use crate::engine::collcheck::{CallNo, Path as CheckPath, Record};
+use crate::engine::collnote::CrossCheck;
 use crate::mpi::error::{MpiError, MpiResult};
+use crate::runtime;
 use crate::runtime::objects::COLL_CTX_BIT;
 use crate::runtime::request::{CollCheck, Post, ReqKind, Status};
 use std::sync::Arc;
@@ -106,7 +108,7 @@ impl CollSpec {
         // The record of this call, and its check while it waits (engine::collcheck).
         let check = check_kept(self, no, CheckPath::Schedule)
             .map(|(watch, rings)| Box::new(CollCheck { watch, rings }));
-        let exec = CollExec::new(
+        let mut exec = CollExec::new(
             sched,
             sptr as *const u8,
             rptr,
@@ -116,6 +118,19 @@ impl CollSpec {
             self.comm.rank,
             reduce,
         );
+        if !self.comm.one_node {
+            // Ranks on other nodes do not see this rank's record: its messages carry it
+            // (engine::collnote).
+            let rec = Record::new(
+                self.comm.ctx,
+                tag as u32,
+                self.kind,
+                self.root,
+                self.bytes,
+                CheckPath::Schedule,
+            );
+            exec = exec.with_cross_check(CrossCheck::new(rec, self.comm.rank, runtime::rings()));
+        }
         let mut hold = Vec::new();
         if let Some(h) = shold {
             hold.push(crate::gpu::pool::HostBuf::from_vec(h));

@@ -9,10 +9,11 @@
 //! (`reduce(input, inout)`: `inout = input op inout`); `ReduceRev` computes `dst = dst op src`
 //! through a scratch copy.
 
+use super::collnote::{CrossCheck, Found};
 use super::{Engine, ReqId, SendArgs};
 use crate::coll::schedule::{BufId, Region, Schedule, Step};
 use crate::mpi::error::{MpiError, MpiResult};
-use crate::standard::consts::MPI_SUCCESS;
+use crate::standard::consts::{MPI_ERR_TRUNCATE, MPI_SUCCESS};
 use std::sync::{Arc, Mutex};
 
 /// Scratch buffers (Tmp and the reduction scratch) of finished collectives, kept for reuse: a
@@ -68,12 +69,22 @@ pub struct CollExec {
     peers_world: Arc<[usize]>,
     my_comm_rank: usize,
     reduce: ReduceFn,
-    pending: Vec<ReqId>,
+    pending: Vec<Pending>,
+    /// The check of this call's messages on a communicator that spans nodes
+    /// (`engine::collnote`).
+    cross: Option<Box<CrossCheck>>,
     /// The first receive that failed (truncated: a peer sent more than this rank's counts
     /// describe). The schedule still runs to its end, so every peer waiting on this rank's
     /// later sends completes; the error is returned then.
     failed: Option<MpiError>,
     done: bool,
+}
+
+/// An issued send or receive; a receive with its peer (communicator rank) and length.
+#[derive(Clone, Copy)]
+struct Pending {
+    id: ReqId,
+    recv: Option<(usize, usize)>,
 }
 
 // SAFETY: the buffer pointers are only used by advance(), which runs under the engine's lock; the
@@ -111,9 +122,16 @@ impl CollExec {
             my_comm_rank,
             reduce,
             pending: Vec::new(),
+            cross: None,
             failed: None,
             done: false,
         }
+    }
+
+    /// The executor with the check of its messages between nodes (`engine::collnote`).
+    pub fn with_cross_check(mut self, check: CrossCheck) -> Self {
+        self.cross = Some(Box::new(check));
+        self
     }
 
     fn ptr(&mut self, r: &Region) -> MpiResult<*mut u8> {
@@ -141,17 +159,30 @@ impl CollExec {
     /// Whether all issued sends/receives are complete (releasing them); the first error of a
     /// receive (truncation) is kept for the end of the schedule.
     fn drain(&mut self, eng: &mut Engine) -> MpiResult<bool> {
-        if let Some(&r) = self.pending.first() {
-            if !eng.is_done(r) {
+        if let Some(p) = self.pending.first() {
+            if !eng.is_done(p.id) {
                 eng.progress();
             }
         }
         let mut i = 0;
         while i < self.pending.len() {
-            let r = self.pending[i];
+            let Pending { id: r, recv } = self.pending[i];
             if eng.is_done(r) {
+                let note = match (&self.cross, recv) {
+                    (Some(_), Some(_)) => eng.note(r),
+                    _ => None,
+                };
                 let s = eng.test(r).expect("completed request");
                 self.pending.swap_remove(i);
+                if let (Some(c), Some((peer, want))) = (self.cross.as_mut(), recv) {
+                    let world = self.peers_world.get(peer).copied().unwrap_or(usize::MAX);
+                    let lens = (s.bytes, want, s.error == MPI_ERR_TRUNCATE);
+                    if let Some(e) = c.received(peer, world, note, lens) {
+                        // What the calls were says more than the truncation.
+                        self.failed = Some(e);
+                        continue;
+                    }
+                }
                 if s.error != MPI_SUCCESS && self.failed.is_none() {
                     self.failed = Some(MpiError::new(
                         s.error,
@@ -176,7 +207,11 @@ impl CollExec {
         }
         loop {
             if self.pc == self.sched.steps.len() {
-                if !self.drain(eng)? {
+                let drained = self.drain(eng)?;
+                if self.cross.as_ref().is_some_and(|c| c.found()) {
+                    return Err(self.give_up(eng, None));
+                }
+                if !drained {
                     return Ok(false);
                 }
                 self.done = true;
@@ -188,33 +223,24 @@ impl CollExec {
             let step = self.sched.steps[self.pc].clone();
             match step {
                 Step::Wait => {
-                    if !self.drain(eng)? {
+                    let drained = self.drain(eng)?;
+                    if self.cross.as_ref().is_some_and(|c| c.found()) {
+                        return Err(self.give_up(eng, None));
+                    }
+                    if !drained {
                         return Ok(false);
                     }
                 }
-                Step::Send { peer, src } => {
-                    let buf = self.ptr(&src)?;
-                    let a = SendArgs {
-                        buf,
-                        len: src.len,
-                        dst_world: self.world(peer)?,
-                        ctx: self.ctx,
-                        src_rank: self.my_comm_rank as i32,
-                        tag: self.tag,
-                        sync: false,
-                        dev: None,
-                    };
-                    // SAFETY: the region is valid until the executor finishes (new's contract),
-                    // and a later Wait (or the end) waits for the send.
-                    let r = unsafe { eng.isend(a)? };
-                    self.pending.push(r);
-                }
+                Step::Send { peer, src } => self.send(eng, peer, &src)?,
                 Step::Recv { peer, dst } => {
                     let buf = self.ptr(&dst)?;
                     self.world(peer)?; // validates the peer
                                        // SAFETY: as for Send; the schedule does not touch dst before the Wait.
                     let r = unsafe { eng.irecv(buf, dst.len, self.ctx, peer as i32, self.tag)? };
-                    self.pending.push(r);
+                    self.pending.push(Pending {
+                        id: r,
+                        recv: Some((peer, dst.len)),
+                    });
                 }
                 Step::Copy { src, dst } => {
                     let s = self.ptr(&src)?;
@@ -279,6 +305,81 @@ impl CollExec {
         }
     }
 
+    /// Issue a `Send` step of the schedule, with the note its destination gets.
+    fn send(&mut self, eng: &mut Engine, peer: usize, src: &Region) -> MpiResult<()> {
+        let buf = self.ptr(src)?;
+        let dst_world = self.world(peer)?;
+        let a = SendArgs {
+            buf,
+            len: src.len,
+            dst_world,
+            ctx: self.ctx,
+            src_rank: self.my_comm_rank as i32,
+            tag: self.tag,
+            sync: false,
+            dev: None,
+            note: self
+                .cross
+                .as_ref()
+                .and_then(|c| c.note_to(eng.same_node(dst_world))),
+        };
+        // SAFETY: the region is valid until the executor finishes (new's contract), and a
+        // later Wait (or the end, or abandon) waits for the send or detaches it.
+        let r = unsafe { eng.isend(a)? };
+        self.pending.push(Pending { id: r, recv: None });
+        Ok(())
+    }
+
+    /// While the call waits: the notes of messages of this call that arrived but match no
+    /// receive of its schedule (a peer that runs another collective sends what this rank's
+    /// schedule never receives) show a disagreement the receives cannot; the call then ends
+    /// as [`CollExec::give_up`] does, with its error.
+    pub fn check_waiting(&mut self, eng: &mut Engine) -> MpiResult<()> {
+        let Some(c) = self.cross.as_mut() else {
+            return Ok(());
+        };
+        let found = eng
+            .unexpected_notes(self.ctx, self.tag)
+            .into_iter()
+            .find_map(|(from, note)| c.noted(from, note));
+        match found {
+            Some(e) => {
+                self.failed = Some(e);
+                Err(self.give_up(eng, None))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// End a call whose ranks called different collectives: with the check between nodes,
+    /// remember `found` (a disagreement the caller found) and send at once, noted, what the
+    /// rest of the schedule sends (the ranks downstream learn the disagreement from them,
+    /// even where they wait for nothing else; the data is meaningless); then
+    /// [`CollExec::abandon`]. The error to return: what the executor found, else
+    /// `MPI_ERR_OTHER`.
+    pub fn give_up(&mut self, eng: &mut Engine, found: Option<Found>) -> MpiError {
+        if let Some(c) = self.cross.as_mut() {
+            if let Some(f) = found {
+                c.keep(f);
+            }
+            let sched = self.sched.clone();
+            for step in sched.steps.iter().skip(self.pc) {
+                if let Step::Send { peer, src } = step {
+                    if let Err(e) = self.send(eng, *peer, src) {
+                        tracing::debug!("engine::coll: a send of an abandoned call failed: {e}");
+                    }
+                }
+            }
+        }
+        self.abandon(eng);
+        self.failed.take().unwrap_or_else(|| {
+            MpiError::new(
+                crate::standard::consts::MPI_ERR_OTHER,
+                "collective mismatch",
+            )
+        })
+    }
+
     fn world(&self, peer: usize) -> MpiResult<usize> {
         match self.peers_world.get(peer) {
             Some(&w) => Ok(w),
@@ -296,14 +397,16 @@ impl CollExec {
 
     /// Give up a schedule that cannot complete (its peers run a different collective): receives
     /// that have not matched are cancelled, operations in flight are released to the engine
-    /// (which drops them when they end), and the executor is done. Tmp stays allocated (leaked)
+    /// (which drops them when they end) after [`Engine::detach`] made them independent of the
+    /// caller's buffers, and the executor is done. Tmp stays allocated (leaked)
     /// if anything was still in flight, since the engine may still write into it.
     pub fn abandon(&mut self, eng: &mut Engine) {
         let mut in_flight = false;
-        for id in self.pending.drain(..) {
+        for Pending { id, .. } in self.pending.drain(..) {
             if !eng.is_done(id) && !eng.cancel(id) {
                 in_flight = true;
-                // A send still queued would read the caller's buffer after the call returned.
+                // A send still queued would read the caller's buffer after the call returned,
+                // a receive in flight would write it.
                 eng.detach(id);
             }
             eng.free(id);

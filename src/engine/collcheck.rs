@@ -24,6 +24,7 @@
 //! other words and the hash matches, so an entry being rewritten (also by two threads at once
 //! under MPI_THREAD_MULTIPLE) is never taken for a record. Writing costs four plain stores.
 
+use super::collnote::Found;
 use crate::coll::CollKind;
 use crate::mpi::error::MpiError;
 use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_ROOT, MPI_ERR_TRUNCATE};
@@ -141,14 +142,31 @@ impl Record {
         stamp(self.ctx, self.seq)
     }
 
-    fn encode(&self) -> [u64; 4] {
+    /// The collective, path, step and root in one word.
+    pub(super) fn call_word(&self) -> u64 {
         let kind = CollKind::ALL
             .iter()
             .position(|&k| k == self.kind)
             .unwrap_or(0) as u64;
+        kind | (self.path as u64) << 8 | (self.step as u64) << 16 | (self.root as u64) << 32
+    }
+
+    /// The record of (ctx, seq) whose [`Record::call_word`] is `w` and byte count `bytes`.
+    pub(super) fn from_call_word(ctx: u32, seq: u32, w: u64, bytes: u64) -> Option<Record> {
+        Some(Record {
+            ctx,
+            seq,
+            kind: *CollKind::ALL.get((w & 0xff) as usize)?,
+            path: Path::from_u8((w >> 8) as u8)?,
+            step: (w >> 16) as u16,
+            root: (w >> 32) as u32,
+            bytes,
+        })
+    }
+
+    fn encode(&self) -> [u64; 4] {
         let w0 = self.stamp();
-        let w2 =
-            kind | (self.path as u64) << 8 | (self.step as u64) << 16 | (self.root as u64) << 32;
+        let w2 = self.call_word();
         [w0, self.bytes, w2, check(w0, self.bytes, w2)]
     }
 
@@ -156,19 +174,11 @@ impl Record {
         if w[0] & VALID == 0 || w[3] != check(w[0], w[1], w[2]) {
             return None;
         }
-        Some(Record {
-            ctx: ((w[0] >> 32) as u32) & !(1 << 31),
-            seq: w[0] as u32,
-            kind: *CollKind::ALL.get((w[2] & 0xff) as usize)?,
-            path: Path::from_u8((w[2] >> 8) as u8)?,
-            step: (w[2] >> 16) as u16,
-            root: (w[2] >> 32) as u32,
-            bytes: w[1],
-        })
+        Record::from_call_word(((w[0] >> 32) as u32) & !(1 << 31), w[0] as u32, w[2], w[1])
     }
 
     /// "bcast (root 0) of 40 bytes (flag slots)".
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let mut s = self.kind.name().to_string();
         if self.root != NO_ROOT {
             s += &format!(" (root {})", self.root);
@@ -226,11 +236,7 @@ pub fn mismatch_error(
     peer: usize,
     theirs: &Record,
 ) -> MpiError {
-    let comm = match mine.ctx {
-        0 => "MPI_COMM_WORLD".to_string(),
-        1 => "MPI_COMM_SELF".to_string(),
-        c => format!("the communicator of context id {c}"),
-    };
+    let comm = comm_name(mine.ctx);
     MpiError::new(
         class,
         format!(
@@ -240,6 +246,15 @@ pub fn mismatch_error(
             mine.describe()
         ),
     )
+}
+
+/// How a mismatch message names the communicator of context id `ctx`.
+pub(super) fn comm_name(ctx: u32) -> String {
+    match ctx {
+        0 => "MPI_COMM_WORLD".to_string(),
+        1 => "MPI_COMM_SELF".to_string(),
+        c => format!("the communicator of context id {c}"),
+    }
 }
 
 /// The number of [`agreement_words`].
@@ -404,7 +419,7 @@ impl CallNo {
 
 /// "#12" for a call, "#12 (internal step 2)" for an internal collective (from a record's
 /// sequence field, [`CallNo::tag`]).
-fn call_name(seq: u32) -> String {
+pub(super) fn call_name(seq: u32) -> String {
     if seq & 0x4000_0000 == 0 {
         format!("#{seq}")
     } else {
@@ -484,15 +499,33 @@ impl Watch {
     /// Call while waiting without progress (after the back-off stopped spinning): reads the
     /// peers' records once the wait has gone on for [`CHECK_EVERY`], then at most that often.
     pub fn poll(&mut self, rings: &Rings) -> Result<(), MpiError> {
+        self.poll_with(rings, || Ok(()))
+    }
+
+    /// [`Watch::poll`] that also runs `more` (another check of the call, such as the notes
+    /// of the messages waiting for it: `engine::collnote`) whenever it reads the records.
+    pub fn poll_with(
+        &mut self,
+        rings: &Rings,
+        more: impl FnOnce() -> Result<(), MpiError>,
+    ) -> Result<(), MpiError> {
         self.polls = self.polls.wrapping_add(1);
         if !self.polls.is_multiple_of(POLL_CLOCK) {
             return Ok(());
         }
-        self.poll_now(rings)
+        self.poll_now_with(rings, more)
     }
 
     /// [`Watch::poll`] for waits that call it rarely (each call reads the clock).
     pub fn poll_now(&mut self, rings: &Rings) -> Result<(), MpiError> {
+        self.poll_now_with(rings, || Ok(()))
+    }
+
+    fn poll_now_with(
+        &mut self,
+        rings: &Rings,
+        more: impl FnOnce() -> Result<(), MpiError>,
+    ) -> Result<(), MpiError> {
         let now = Instant::now();
         let since = *self.since.get_or_insert(now);
         if now.duration_since(since) < CHECK_EVERY
@@ -503,7 +536,8 @@ impl Watch {
             return Ok(());
         }
         self.last = Some(now);
-        self.check(rings)
+        self.check(rings)?;
+        more()
     }
 
     /// Compare with every peer's record of this call (those published so far), and of the
@@ -520,16 +554,37 @@ impl Watch {
 
     /// The first peer whose record of `rec`'s call disagrees with it.
     fn disagreement(&self, rings: &Rings, rec: &Record) -> Result<(), MpiError> {
-        let n = self.peers.as_ref().map_or(rings.size(), |p| p.len());
-        for cr in (0..n).filter(|&r| r != self.my_rank) {
-            let w = self.peers.as_ref().map_or(cr, |p| p[cr]);
-            if let Some(t) = rings.find(w, rec.ctx, rec.seq) {
-                if let Some(class) = mismatch(rec, &t) {
-                    return Err(mismatch_error(class, self.my_rank, rec, cr, &t));
-                }
-            }
+        match self.first_disagreement(rings, rec) {
+            Some(f) => Err(mismatch_error(
+                f.class,
+                self.my_rank,
+                rec,
+                f.rank as usize,
+                &f.call.expect("a record read"),
+            )),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The first peer (communicator rank) whose record of `rec`'s call disagrees with it, with
+    /// the class and that record.
+    fn first_disagreement(&self, rings: &Rings, rec: &Record) -> Option<Found> {
+        let n = self.peers.as_ref().map_or(rings.size(), |p| p.len());
+        (0..n).filter(|&r| r != self.my_rank).find_map(|cr| {
+            let w = self.peers.as_ref().map_or(cr, |p| p[cr]);
+            let t = rings.find(w, rec.ctx, rec.seq)?;
+            mismatch(rec, &t).map(|class| Found {
+                class,
+                rank: cr as u32,
+                call: Some(t),
+            })
+        })
+    }
+
+    /// The peer whose record of this call disagrees with this rank's ([`Watch::check`]'s
+    /// finding, for the ranks this rank still sends to: `engine::collnote`).
+    pub fn finding(&self, rings: &Rings) -> Option<Found> {
+        self.first_disagreement(rings, &self.rec)
     }
 
     /// The error to report for `e` (a failure the call found itself, such as a peer that took

@@ -49,10 +49,16 @@
 //!   pipe stages the buffer in host memory and sends an ordinary host message.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
+//! - **Notes** (`FLAG_NOTE`): a send may carry a [`Note`] of [`NOTE_BYTES`] opaque bytes (the
+//!   collective consistency check's description of the sender's call, `collnote::Note`),
+//!   appended to the payload of its first frame (EAGER: after the data it carries, which is
+//!   that many bytes shorter; RTS: after its payload). The receiver strips it at arrival and
+//!   keeps it with the receive ([`Engine::note`]). Messages without a note are unchanged.
 
 pub mod backoff;
 pub mod coll;
 pub mod collcheck;
+pub mod collnote;
 pub mod coop;
 pub mod devcopy;
 pub mod flag;
@@ -105,7 +111,14 @@ pub struct SendArgs {
     pub sync: bool,
     /// `buf` is device memory (`None`: host memory the CPU may read); see [`DevSend`].
     pub dev: Option<DevSend>,
+    /// Bytes the receive keeps beside the data (see the protocol summary).
+    pub note: Option<Note>,
 }
+
+/// Bytes of a [`Note`].
+pub const NOTE_BYTES: usize = collnote::NOTE_BYTES;
+/// What a message may carry beside its data for the receiver's collective check (opaque here).
+pub type Note = [u8; NOTE_BYTES];
 
 /// How a device send buffer ([`SendArgs::dev`]) reaches the receiver.
 #[derive(Clone, Copy, Debug)]
@@ -143,6 +156,8 @@ const FLAG_IPC: u8 = 2;
 const FLAG_PIPE: u8 = 4;
 /// RTS: the sender offers shared-copy slot `rreq` ([`coop`]).
 const FLAG_COOP: u8 = 8;
+/// EAGER/RTS: the payload ends with a [`Note`].
+const FLAG_NOTE: u8 = 16;
 
 /// Engine tunables.
 #[derive(Clone, Copy, Debug)]
@@ -189,6 +204,8 @@ struct SendState {
     staged: Option<Vec<u8>>,
     /// The shared-copy slot offered with the RTS: (peer, slot), freed when the send completes.
     coop: Option<(usize, u8)>,
+    /// The note the first frame carries (`FLAG_NOTE`).
+    note: Option<Note>,
 }
 
 struct RecvState {
@@ -205,6 +222,10 @@ struct RecvState {
     /// A streamed message into device memory gathers here (page-locked host memory) and goes
     /// to the device in one copy when complete, not one copy per frame.
     stage: Option<devcopy::HostStage>,
+    /// The matched message's note.
+    note: Option<Note>,
+    /// Where the data goes instead of the caller's buffer after [`Engine::detach`].
+    owned: Option<Vec<u8>>,
 }
 
 enum ReqKind {
@@ -262,6 +283,7 @@ struct Unexp {
     sreq: u64,
     sync: bool,
     body: UBody,
+    note: Option<Note>,
 }
 
 #[derive(Clone, Copy)]
@@ -400,6 +422,8 @@ pub struct Engine {
     size: usize,
     eager_limit: usize,
     max_payload: usize,
+    /// The first frame of an eager send with a note, assembled (kept for reuse).
+    note_frame: Vec<u8>,
 }
 
 // SAFETY: the raw buffer pointers in requests are only dereferenced by the engine's methods, and
@@ -486,6 +510,7 @@ impl Engine {
             size: world_size,
             eager_limit: cfg.eager_limit,
             max_payload,
+            note_frame: Vec::new(),
         }
     }
 
@@ -589,6 +614,8 @@ impl Engine {
             }
         }
         let eager = a.len <= self.eager_limit && ipc.is_none() && pipe.is_none();
+        // A note needs room in the first frame (every transport here has it).
+        let note = a.note.filter(|_| self.max_payload >= 2 * NOTE_BYTES);
         let coop = if !eager && a.dev.is_none() && a.dst_world != self.st.me {
             self.st.offer_slot(a.dst_world, a.len)
         } else {
@@ -599,7 +626,8 @@ impl Engine {
             flags: if a.sync { FLAG_SYNC } else { 0 }
                 | if ipc.is_some() { FLAG_IPC } else { 0 }
                 | if pipe.is_some() { FLAG_PIPE } else { 0 }
-                | if coop.is_some() { FLAG_COOP } else { 0 },
+                | if coop.is_some() { FLAG_COOP } else { 0 }
+                | if note.is_some() { FLAG_NOTE } else { 0 },
             ctx: a.ctx,
             src_rank: a.src_rank,
             tag: a.tag,
@@ -628,6 +656,7 @@ impl Engine {
                 dev: ipc.is_some() || pipe.is_some(),
                 staged,
                 coop: coop.map(|i| (a.dst_world, i)),
+                note,
             }),
         });
         if let Some(slot) = coop {
@@ -650,15 +679,17 @@ impl Engine {
             if eager {
                 // SAFETY: the caller guarantees buf..buf+len is valid (a zero length needs no
                 // read); a device buffer was staged above.
-                let data = if a.len == 0 {
+                let mut data = if a.len == 0 {
                     Vec::new()
                 } else {
                     unsafe { std::slice::from_raw_parts(buf, a.len) }.to_vec()
                 };
+                data.extend_from_slice(note.as_ref().map_or(&[][..], |n| &n[..]));
                 self.st.loopq.push_back((hdr, data));
                 self.st.mark_pushed(sreq);
             } else {
-                self.st.loopq.push_back((hdr, Vec::new()));
+                let data = note.map_or(Vec::new(), |n| n.to_vec());
+                self.st.loopq.push_back((hdr, data));
             }
         } else {
             let out = if eager {
@@ -667,12 +698,21 @@ impl Engine {
                     off: 0,
                     first: true,
                 }
-            } else if let Some(b) = ipc {
-                Out::CtrlP(hdr, b.to_vec().into_boxed_slice())
-            } else if let Some(d) = pipe {
-                Out::CtrlP(hdr, d)
             } else {
-                Out::Ctrl(hdr)
+                let p: Option<Box<[u8]>> = match (ipc, pipe) {
+                    (Some(b), _) => Some(b.to_vec().into_boxed_slice()),
+                    (None, Some(d)) => Some(d),
+                    (None, None) => None,
+                };
+                match (p, note) {
+                    (p, Some(n)) => {
+                        let mut v = p.map_or(Vec::new(), |p| p.into_vec());
+                        v.extend_from_slice(&n);
+                        Out::CtrlP(hdr, v.into_boxed_slice())
+                    }
+                    (Some(p), None) => Out::CtrlP(hdr, p),
+                    (None, None) => Out::Ctrl(hdr),
+                }
             };
             self.st.enqueue(a.dst_world, out);
             self.flush(a.dst_world);
@@ -813,6 +853,34 @@ impl Engine {
         }
     }
 
+    /// The note the message a receive matched carried (`None`: none, or not a receive).
+    pub fn note(&self, req: ReqId) -> Option<Note> {
+        match self.st.reqs.get(req.0) {
+            Some(Req {
+                kind: ReqKind::Recv(rs),
+                ..
+            }) => rs.note,
+            _ => None,
+        }
+    }
+
+    /// The notes of the unexpected messages on context `ctx` with tag `tag`, with their
+    /// senders (ranks in the communicator).
+    pub fn unexpected_notes(&self, ctx: u32, tag: i32) -> Vec<(usize, Note)> {
+        self.st
+            .unexp_order
+            .iter()
+            .filter_map(|&u| self.st.unexp.get(u))
+            .filter(|m| m.ctx == ctx && m.tag == tag)
+            .filter_map(|m| Some((m.src_rank as usize, m.note?)))
+            .collect()
+    }
+
+    /// Whether world rank `peer` is on this node ([`Transport::same_node`]).
+    pub fn same_node(&self, peer: usize) -> bool {
+        self.st.near.get(peer).copied().unwrap_or(true)
+    }
+
     /// The status of a completed request without releasing it (`MPI_Request_get_status`).
     pub fn peek(&self, req: ReqId) -> Option<Status> {
         self.st.reqs.get(req.0).filter(|r| r.done).map(|r| r.status)
@@ -842,12 +910,33 @@ impl Engine {
         false
     }
 
-    /// Make an unfinished host send independent of its caller's buffer: the data not yet handed
-    /// to the transport is read from a copy the request owns from now on. For a send given up
-    /// while queued (a collective schedule abandoned when its peers called something else),
-    /// whose buffer the caller may free or reuse once its call returned. Device sends and sends
-    /// already in the transport are left as they are.
+    /// Make an unfinished host send or matched receive independent of its caller's buffer: the
+    /// data not yet handed to the transport is read from a copy the request owns from now on,
+    /// and the data still to arrive goes to a buffer the request owns. For operations given
+    /// up in flight (a collective schedule abandoned when its peers called something else),
+    /// whose buffers the caller may free or reuse once its call returned. Device buffers,
+    /// sends already in the transport, and receives whose data a copy already in progress
+    /// writes (a shared read, a pipe) are left as they are.
     pub fn detach(&mut self, req: ReqId) {
+        let busy = self
+            .st
+            .reads
+            .iter()
+            .any(|r| r.rreq == req.0 && r.coop.is_some())
+            || self.st.copying.iter().any(|c| c.then.rreq == req.0);
+        if let Some(Req {
+            kind: ReqKind::Recv(rs),
+            done: false,
+            ..
+        }) = self.st.reqs.get_mut(req.0)
+        {
+            if !rs.posted && !rs.dev && !busy && rs.stage.is_none() && rs.cap > 0 {
+                let mut v = vec![0u8; rs.cap];
+                rs.buf = v.as_mut_ptr();
+                rs.owned = Some(v);
+            }
+            return;
+        }
         if let Some(Req {
             kind: ReqKind::Send(s),
             done: false,
@@ -1305,14 +1394,23 @@ impl Engine {
                         self.st.outq[dst].pop_front();
                         continue;
                     };
-                    let n = (s.len - *off).min(maxp);
+                    let note = s.note.filter(|_| *first);
+                    let room = maxp - note.map_or(0, |_| NOTE_BYTES);
+                    let n = (s.len - *off).min(room);
                     // SAFETY: the send buffer is valid for len bytes until the send completes,
                     // which happens only after its last frame is pushed.
-                    let data = if n == 0 {
+                    let mut data = if n == 0 {
                         &[][..]
                     } else {
                         unsafe { std::slice::from_raw_parts(s.buf.add(*off), n) }
                     };
+                    if let Some(note) = note {
+                        // The first frame's data, then its note (the send's header says so).
+                        self.note_frame.clear();
+                        self.note_frame.extend_from_slice(data);
+                        self.note_frame.extend_from_slice(&note);
+                        data = &self.note_frame;
+                    }
                     let h = if *first {
                         s.hdr
                     } else {

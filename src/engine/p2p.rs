@@ -50,6 +50,8 @@ impl State {
                 got: 0,
                 dev,
                 stage: None,
+                note: None,
+                owned: None,
             }),
         })
     }
@@ -174,6 +176,7 @@ impl State {
     /// Receive `rreq` takes unexpected message `m` (already out of the queue and the slab).
     pub(super) fn bind(&mut self, rreq: u64, uid: u64, m: Unexp) {
         let (buf, cap) = self.matched(rreq, m.src_rank, m.tag, m.total);
+        self.keep_note(rreq, m.note);
         if m.sync {
             self.send_ctrl(
                 m.src_world,
@@ -699,7 +702,29 @@ impl State {
         }
     }
 
+    /// Receive `rreq` keeps the note of the message it matched.
+    fn keep_note(&mut self, rreq: u64, note: Option<Note>) {
+        if let (
+            Some(Req {
+                kind: ReqKind::Recv(rs),
+                ..
+            }),
+            Some(_),
+        ) = (self.reqs.get_mut(rreq), note)
+        {
+            rs.note = note;
+        }
+    }
+
     pub(super) fn on_new_message(&mut self, src_world: usize, h: &Header, p: &[u8]) {
+        // A note ends the first frame's payload (FLAG_NOTE): the rest is the message's.
+        let (p, note) = match p.len().checked_sub(NOTE_BYTES) {
+            Some(at) if h.flags & FLAG_NOTE != 0 => {
+                let (data, n) = p.split_at(at);
+                (data, n.try_into().ok())
+            }
+            _ => (p, None),
+        };
         let total = h.total as usize;
         let sync = h.flags & FLAG_SYNC != 0;
         let pos = self
@@ -709,6 +734,7 @@ impl State {
         if let Some(pos) = pos {
             let rreq = self.posted.remove(pos).unwrap().rreq;
             let (_, cap) = self.matched(rreq, h.src_rank, h.tag, total);
+            self.keep_note(rreq, note);
             if h.kind == kind::RTS {
                 let dev = DevRef::from_rts(h, p);
                 let coop = Self::offered_slot(h);
@@ -763,6 +789,7 @@ impl State {
             sreq: h.sreq,
             sync,
             body,
+            note,
         });
         if h.kind == kind::EAGER && p.len() < total {
             self.frags

@@ -45,6 +45,7 @@ fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: b
         tag,
         sync,
         dev: None,
+        note: None,
     };
     // SAFETY: every test keeps `buf` alive until the request is waited for.
     unsafe { e.isend(a).unwrap() }
@@ -816,6 +817,7 @@ fn zero_byte_messages_with_null_buffers() {
                 tag: 1,
                 sync: true,
                 dev: None,
+                note: None,
             };
             let mut rr = None;
             if posted_first {
@@ -1164,6 +1166,7 @@ fn dev_message(
         } else {
             DevSend::Ipc(fake_dev::export(src.as_ptr() as usize, src.len()))
         }),
+        note: None,
     };
     // SAFETY: src outlives the request, which is waited for below.
     let s = unsafe { es[0].isend(a).unwrap() };
@@ -1367,6 +1370,7 @@ fn piped_messages_in_any_match_order() {
                 tag: i as i32,
                 sync: false,
                 dev: Some(DevSend::Pipe),
+                note: None,
             };
             // SAFETY: the buffers outlive the requests, waited for below.
             sends.push((r, unsafe { es[r].isend(a).unwrap() }));
@@ -1570,4 +1574,105 @@ mod shared_read {
         let es: Vec<Engine> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         assert_eq!(es[0].st.slots_busy[1], 0);
     }
+}
+
+fn send_noted(e: &mut Engine, buf: &[u8], dst: usize, tag: i32, note: Note) -> ReqId {
+    let a = SendArgs {
+        buf: buf.as_ptr(),
+        len: buf.len(),
+        dst_world: dst,
+        ctx: 7,
+        src_rank: e.world_rank() as i32,
+        tag,
+        sync: false,
+        dev: None,
+        note: Some(note),
+    };
+    // SAFETY: every test keeps `buf` alive until the request is waited for.
+    unsafe { e.isend(a).unwrap() }
+}
+
+/// A note travels with eager messages of one and several frames, rendezvous messages and
+/// messages to this rank, posted before or after the message came, and takes no data bytes;
+/// messages without one have none. Unexpected messages show theirs.
+#[test]
+fn notes_travel_beside_the_data() {
+    let maxp = 256;
+    for size in [
+        0,
+        1,
+        100,
+        maxp - NOTE_BYTES,
+        maxp,
+        3 * maxp + 5,
+        LIMIT + 1,
+        50_000,
+    ] {
+        for (dst, pre_post) in [(1, true), (1, false), (0, true), (0, false)] {
+            let mut es = group(2, 64, maxp, true);
+            let note: Note = std::array::from_fn(|i| (i as u8) ^ (size as u8));
+            let data = pattern(size, 3);
+            let mut out = vec![0u8; size];
+            let r = pre_post.then(|| recv(&mut es[dst], &mut out, 0, 9));
+            let s = send_noted(&mut es[0], &data, dst, 9, note);
+            let r = match r {
+                Some(r) => r,
+                None => {
+                    spin(&mut es, 4);
+                    if size <= LIMIT {
+                        let waiting = es[dst].unexpected_notes(7, 9);
+                        assert_eq!(waiting, vec![(0, note)], "size {size}");
+                        assert!(es[dst].unexpected_notes(7, 8).is_empty());
+                    }
+                    recv(&mut es[dst], &mut out, 0, 9)
+                }
+            };
+            let mut got = None;
+            for _ in 0..1_000_000 {
+                spin(&mut es, 1);
+                if es[dst].is_done(r) {
+                    got = Some(es[dst].note(r));
+                    break;
+                }
+            }
+            assert_eq!(got, Some(Some(note)), "size {size} to {dst}");
+            let st = wait_on(&mut es, dst, r);
+            assert_eq!((st.error, st.bytes), (MPI_SUCCESS, size), "size {size}");
+            assert_eq!(out, data, "size {size} to {dst}");
+            wait_on(&mut es, 0, s);
+            // Without a note: none.
+            let r = recv(&mut es[1], &mut out, 0, 10);
+            let s = send(&mut es[0], &data, 1, 0, 10, false);
+            wait_on(&mut es, 0, s);
+            while !es[1].is_done(r) {
+                spin(&mut es, 1);
+            }
+            assert_eq!(es[1].note(r), None);
+            wait_on(&mut es, 1, r);
+        }
+    }
+}
+
+/// A matched receive given up in flight writes the rest of its data into a buffer of its
+/// own, not the caller's.
+#[test]
+fn a_detached_receive_leaves_the_callers_buffer() {
+    let maxp = 256;
+    let mut es = group(2, 2, maxp, false);
+    let data = pattern(3000, 5);
+    let mut out = vec![0u8; 3000];
+    let r = recv(&mut es[1], &mut out, 0, 4);
+    let s = send(&mut es[0], &data, 1, 0, 4, false);
+    // The first frames only (the channel holds two), then the receive is given up.
+    es[0].progress();
+    es[1].progress();
+    assert!(!es[1].is_done(r));
+    es[1].detach(r);
+    es[1].free(r);
+    let seen = out.clone();
+    wait_on(&mut es, 0, s);
+    spin(&mut es, 100);
+    assert_eq!(out, seen, "nothing written after the detach");
+    assert_ne!(&out[..], &data[..]);
+    assert_eq!(es[1].live_requests(), 0);
 }

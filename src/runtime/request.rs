@@ -180,10 +180,15 @@ impl Request {
                     // collcheck hook: a call that waits long compares its peers' records of it;
                     // a mismatch ends it with an error (what it still has posted is withdrawn).
                     Ok(false) => match check {
-                        Some(c) => match c.watch.poll(&c.rings) {
+                        Some(c) => match c.watch.poll_with(&c.rings, || exec.check_waiting(engine))
+                        {
                             Ok(()) => false,
                             Err(e) => {
-                                exec.abandon(engine);
+                                // The ranks it still sends to learn it too (engine::collnote).
+                                if !exec.is_done() {
+                                    let found = c.watch.finding(&c.rings);
+                                    exec.give_up(engine, found);
+                                }
                                 *result = Some(Err(e));
                                 true
                             }

@@ -126,6 +126,7 @@ pub unsafe fn start_send(engine: &mut Engine, s: &SendSpec) -> MpiResult<ReqKind
                 tag: s.tag,
                 sync: s.mode == Mode::Sync,
                 dev: Some(dev),
+                note: None,
             })?;
             return Ok(ReqKind::Engine {
                 id,
@@ -157,6 +158,7 @@ pub unsafe fn start_send(engine: &mut Engine, s: &SendSpec) -> MpiResult<ReqKind
         tag: s.tag,
         sync: s.mode == Mode::Sync,
         dev: None,
+        note: None,
     })?;
     let post: Option<crate::runtime::request::Post> = if s.mode == Mode::Buffered {
         Some(Box::new(move |_st: &mut Status| {
