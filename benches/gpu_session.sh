@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session for the issue notes: the GPU test suite, gpumpi beside NCCL (blocking
-# and back-to-back), first-call times, device memory per process, alltoall at 16 B per peer and
+# and back-to-back), first-call times, device memory per process, the mid sizes of the resident
+# kernels (16 KiB - 4 MiB: one-shot, two-shot, the NVLink plans), alltoall at 16 B per peer and
 # the P2P-off comparison (collectives and sendrecv), VMM (cuMemCreate) buffers at 512 MiB, and
 # Gloo beside both. SKIP_TESTS=1 skips the test suite.
 #   OUT=dir benches/gpu_session.sh PREFIX [NP]
@@ -45,6 +46,26 @@ for z in 1 0; do
         --ops pingpong,sendrecv,allreduce,alltoall -n "$NP" -d cuda -b 8 -e 512M -f 4 \
         -w 5 --iters 20 -z $z --timeout 300 -o /tmp/cmp$z > /tmp/cmp$z.log 2>&1
     echo "compare rc=$?"; cat /tmp/cmp$z/tables.txt 2>/dev/null || tail -30 /tmp/cmp$z.log
+done
+echo "== mid sizes (16 KiB - 4 MiB), blocking: the wide resident kernel (built-in table, then one_shot"
+echo "   and two_shot forced), the NVLink plans (GPUMPI_GPU_RESIDENT_MAX=0), NCCL"
+printf 'allreduce resident\nallreduce one_shot\n' > /tmp/res_one.txt
+printf 'allreduce resident\nallreduce two_shot\n' > /tmp/res_two.txt
+for op in allreduce alltoall allgather; do
+    for v in "builtin" "one /tmp/res_one.txt" "two /tmp/res_two.txt" "nvlink"; do
+        set -- $v
+        [ "$op" != allreduce ] && [ "$1" != builtin ] && [ "$1" != nvlink ] && continue
+        echo "-- $op gpumpi $1"
+        case $1 in
+            builtin) e="GPUMPI_GPU_RESIDENT_MAX=4m" ;;
+            nvlink) e="GPUMPI_GPU_RESIDENT_MAX=0" ;;
+            *) e="GPUMPI_GPU_RESIDENT_MAX=4m GPUMPI_GPU_RESIDENT_TUNING=$2" ;;
+        esac
+        timeout 120 env $e "$P/bin/mpirun" -n "$NP" -x GPUMPI_GPU_RESIDENT_MAX -x GPUMPI_GPU_RESIDENT_TUNING \
+            /tmp/gb -d cuda -o $op -b 16K -e 4M -f 2 -w 50 -n 500 -z 1
+    done
+    echo "-- $op NCCL"
+    timeout 120 "$P/bin/mpirun" -n "$NP" /tmp/gb -B nccl -o $op -b 16K -e 4M -f 2 -w 50 -n 500 -z 1
 done
 echo "== alltoall 16 B per peer ($((16 * NP)) B per rank), blocking, gpumpi then NCCL"
 for be in "-d cuda" "-B nccl"; do

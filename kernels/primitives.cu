@@ -68,4 +68,5 @@ extern "C" __global__ void gpumpi_copy(uint8_t *dst, const uint8_t *src, uint64_
 #include "coll.cuh"
 #include "pack.cuh"
 #include "resident.cuh"
+#include "resident_mid.cuh"
 #include "hostar.cuh"

@@ -200,6 +200,35 @@ __device__ void res_small_copy(const ResCmd &c) {
     }
 }
 
+// Warp 0 of a resident kernel: poll the whole command line in one coalesced read per poll
+// (each read of mapped host memory is a PCIe round trip) until its seq differs from `seen`:
+// returns 1, with this lane's word of the line (lanes 0-7) in *v. After `idle_ns` without a
+// command (re-checked after the decision), says so in `done->exited` (the host relaunches when
+// it sees `exited` for this epoch and its command not done) and returns 2.
+__device__ int res_poll(const volatile ResCmd *cmd, volatile ResDone *done, unsigned long long epoch,
+                        unsigned long long idle_ns, unsigned long long seen, unsigned long long *out) {
+    const volatile unsigned long long *w = reinterpret_cast<const volatile unsigned long long *>(cmd);
+    const unsigned long long t0 = res_now();
+    int action = 0;
+    unsigned long long v = 0;
+    while (action == 0) {
+        v = threadIdx.x < 8 ? w[threadIdx.x] : 0;
+        if (__shfl_sync(0xffffffffu, v, 0) != seen) {
+            action = 1;
+        } else if (threadIdx.x == 0 && res_now() - t0 > idle_ns) {
+            __threadfence_system();
+            if (w[0] == seen) {
+                done->exited = epoch;
+                __threadfence_system();
+                action = 2;
+            }
+        }
+        action = __shfl_sync(0xffffffffu, action, 0);
+    }
+    *out = v;
+    return action;
+}
+
 extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
                                            unsigned long long epoch, unsigned long long idle_ns,
                                            unsigned long long last_seq) {
@@ -208,29 +237,9 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
     __shared__ int go, all_ok;
     unsigned long long seen = last_seq;
     for (;;) {
-        // Warp 0 polls the whole command line in one coalesced read (each read of mapped host
-        // memory is a PCIe round trip).
         if (threadIdx.x < 32) {
-            const volatile unsigned long long *w = reinterpret_cast<const volatile unsigned long long *>(cmd);
-            const unsigned long long t0 = res_now();
-            int action = 0;
             unsigned long long v = 0;
-            while (action == 0) {
-                v = threadIdx.x < 8 ? w[threadIdx.x] : 0;
-                if (__shfl_sync(0xffffffffu, v, 0) != seen) {
-                    action = 1;
-                } else if (threadIdx.x == 0 && res_now() - t0 > idle_ns) {
-                    // Re-check after the decision, then say so: the host relaunches when it
-                    // sees `exited` for this epoch and its command not done.
-                    __threadfence_system();
-                    if (w[0] == seen) {
-                        done->exited = epoch;
-                        __threadfence_system();
-                        action = 2;
-                    }
-                }
-                action = __shfl_sync(0xffffffffu, action, 0);
-            }
+            const int action = res_poll(cmd, done, epoch, idle_ns, seen, &v);
             if (action == 1 && threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = v;
             if (threadIdx.x == 0) {
                 go = action == 1;

@@ -261,14 +261,32 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
-        doc: "Small blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at most 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernel (one block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md); `0` = the launched GPU-native path or staging.",
+        doc: "Small and mid-size blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernels (a block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md): the one-block kernel up to 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`), the wide one up to `GPUMPI_GPU_RESIDENT_MAX` with peer access; `0` = the launched GPU-native path or staging.",
         same_on_every_rank: true,
+    },
+    Param {
+        name: "GPUMPI_GPU_RESIDENT_BLOCKS",
+        default: "16",
+        doc: "Blocks (1-64, and at most the GPU's SMs) of the wide resident kernel that runs the mid-size collectives of `GPUMPI_GPU_RESIDENT_MAX` (one-shot and two-shot allreduce, alltoall and allgather by direct stores into the peers' scratch). It is launched at the first mid-size call and, like the one-block resident kernel, holds its SMs until `GPUMPI_GPU_RESIDENT_IDLE_US` pass without a command. The ranks of a communicator use the smallest value among them (agreed when its scratch is set up); a call of `bytes` runs on at most `bytes / 16 KiB` of them.",
+        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT_IDLE_US",
         default: "100",
         doc: "Microseconds the resident kernel waits for the next command before it exits. While it runs it holds one SM, and the application's `cudaDeviceSynchronize` (or `cudaFree`, which synchronizes) waits for it; the next call relaunches it (a few microseconds).",
         same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_GPU_RESIDENT_MAX",
+        default: "1m",
+        doc: "Largest vector (allreduce) or block (alltoall, allgather) that the resident kernels serve with peer access on (CUDA IPC): up to 16 KiB the one-block resident kernel, above that the wide one (`GPUMPI_GPU_RESIDENT_BLOCKS`), choosing one-shot or two-shot by the table `src/gpu/resident/tuning.txt` (`GPUMPI_GPU_RESIDENT_TUNING`); larger calls take the NVLink plans. Each rank of a communicator that makes such a call allocates, once, device scratch of 20 KiB + 2 x (ranks + 1) x this value (10 MiB at 4 ranks with the default), mapped by its peers and freed with the communicator. `0` or at most 16384: only the one-block kernel. Suffixes k, m.",
+        same_on_every_rank: true,
+    },
+    Param {
+        name: "GPUMPI_GPU_RESIDENT_TUNING",
+        default: "",
+        doc: "Path of a table replacing the built-in `src/gpu/resident/tuning.txt`: which resident algorithm (`resident`: the one-block kernel, 16 KiB at most; `one_shot`, `two_shot`: allreduce; `push`: alltoall, allgather; `nvlink`: not the resident kernels) takes an allreduce, alltoall or allgather by size and rank count (same syntax as `GPUMPI_COLL_TUNING`). A row whose algorithm cannot serve the call (too large, another collective) is skipped. An unreadable or invalid file is reported once and the built-in table is used.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
@@ -887,6 +905,12 @@ pub struct GpuConfig {
     pub resident: bool,
     /// `GPUMPI_GPU_RESIDENT_IDLE_US`.
     pub resident_idle_us: usize,
+    /// `GPUMPI_GPU_RESIDENT_BLOCKS`.
+    pub resident_blocks: usize,
+    /// `GPUMPI_GPU_RESIDENT_MAX`.
+    pub resident_max: usize,
+    /// `GPUMPI_GPU_RESIDENT_TUNING`.
+    pub resident_tuning: Option<String>,
     /// `GPUMPI_GPU_SMALL_COPY`.
     pub small_copy: usize,
 }
@@ -943,6 +967,9 @@ impl Config {
                 host_kernel_max: get_usize("GPUMPI_GPU_HOST_KERNEL_MAX"),
                 resident: not_zero("GPUMPI_GPU_RESIDENT"),
                 resident_idle_us: get_usize("GPUMPI_GPU_RESIDENT_IDLE_US"),
+                resident_blocks: get_usize("GPUMPI_GPU_RESIDENT_BLOCKS"),
+                resident_max: get_usize("GPUMPI_GPU_RESIDENT_MAX"),
+                resident_tuning: get("GPUMPI_GPU_RESIDENT_TUNING"),
                 small_copy: get_usize("GPUMPI_GPU_SMALL_COPY"),
             },
         }

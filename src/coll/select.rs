@@ -115,6 +115,35 @@ pub(crate) fn parse_lines<'a>(text: &'a str, what: &str) -> Result<Vec<Line<'a>>
     Ok(rows)
 }
 
+/// One row of a GPU path's table (src/gpu/nvlink/tuning.txt, src/gpu/resident/tuning.txt):
+/// the path's own algorithm type `A`.
+pub struct AlgoRow<A> {
+    pub(crate) kind: CollKind,
+    pub(crate) conds: Vec<Cond>,
+    pub(crate) algo: A,
+}
+
+/// The rows of a table in this syntax whose algorithm name `algo` resolves for the row's
+/// collective (`None`: an error naming the line).
+pub(crate) fn parse_rows<A>(
+    text: &str,
+    what: &str,
+    algo: impl Fn(CollKind, &str) -> Option<A>,
+) -> Result<Vec<AlgoRow<A>>, String> {
+    parse_lines(text, what)?
+        .into_iter()
+        .map(|(line, kind, conds, name)| {
+            let algo = algo(kind, name).ok_or_else(|| {
+                format!(
+                    "{what} line {line}: {} has no algorithm {name:?}",
+                    kind.name()
+                )
+            })?;
+            Ok(AlgoRow { kind, conds, algo })
+        })
+        .collect()
+}
+
 /// Parse a table. Unknown collectives, conditions or algorithm names are errors (line numbers
 /// start at 1).
 pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {

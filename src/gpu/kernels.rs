@@ -115,6 +115,8 @@ pub struct Kernels {
     pack: Option<Function>,
     /// The resident kernel of small collectives (kernels/resident.cuh).
     pub resident: Option<Function>,
+    /// The wide resident kernel of mid-size collectives (kernels/resident_mid.cuh).
+    pub resident_mid: Option<Function>,
     /// The kernel-driven allreduce through host memory (kernels/hostar.cuh), per (op, type).
     host_ar: Vec<Function>,
 }
@@ -216,6 +218,7 @@ impl Kernels {
         let copy = cuda::module_function(m, c"gpumpi_copy").map_err(|e| e.to_string())?;
         let copy_segs = cuda::module_function(m, c"gpumpi_copy_segs").map_err(|e| e.to_string())?;
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
+        let resident_mid = cuda::module_function(m, c"gpumpi_resident_mid").ok();
         let pack = cuda::module_function(m, c"gpumpi_pack").ok();
         Ok(Kernels {
             reduce,
@@ -224,6 +227,7 @@ impl Kernels {
             copy_segs,
             pack,
             resident,
+            resident_mid,
             host_ar,
         })
     }

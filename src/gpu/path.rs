@@ -44,8 +44,8 @@ pub trait GpuPath: Sync {
     unsafe fn run(&self, c: &Call, host: &dyn Host, ready: bool) -> MpiResult<bool>;
 }
 
-/// Small allreduce, alltoall and allgather through the communicator's resident kernels
-/// (`gpu::resident`).
+/// Small and mid-size allreduce, alltoall and allgather through the communicator's resident
+/// kernels (`gpu::resident`).
 pub struct Resident;
 /// Plans over CUDA IPC mappings of the peers' buffers (NVLink or PCIe peer access,
 /// `gpu::nvlink`); calls whose buffers some rank cannot export go through host memory inside it.
@@ -88,10 +88,19 @@ impl GpuPath for Resident {
     }
 }
 
+/// Whether the one-block resident kernel takes the call (the paths below it then never do: a
+/// call it declines stages). A mid-size call of the wide kernel that it declines (a rank's
+/// buffers do not qualify, its set-up failed) goes on to the NVLink plans.
+fn narrow(s: &Shape, thread_multiple: fn() -> bool) -> bool {
+    super::resident::algorithm(s.kind, s.nranks, s.bytes, thread_multiple)
+        == Some(super::resident::mid::Algo::Narrow)
+}
+
 impl GpuPath for Nvlink {
-    /// Peer access on (`device::mode` = IPC), and not a call the resident kernels take.
+    /// Peer access on (`device::mode` = IPC), and not a call the one-block resident kernel
+    /// takes.
     fn eligible(&self, s: &Shape, thread_multiple: fn() -> bool) -> bool {
-        mode() == Some(Mode::Ipc) && !RESIDENT.eligible(s, thread_multiple)
+        mode() == Some(Mode::Ipc) && !narrow(s, thread_multiple)
     }
 
     unsafe fn run(&self, c: &Call, host: &dyn Host, _ready: bool) -> MpiResult<bool> {
@@ -102,7 +111,7 @@ impl GpuPath for Nvlink {
 impl GpuPath for HostMemory {
     /// Peer access off (`GPUMPI_CUDA_IPC=0`, no P2P), and not a call the resident kernels take.
     fn eligible(&self, s: &Shape, thread_multiple: fn() -> bool) -> bool {
-        mode() == Some(Mode::Host) && !RESIDENT.eligible(s, thread_multiple)
+        mode() == Some(Mode::Host) && !narrow(s, thread_multiple)
     }
 
     unsafe fn run(&self, c: &Call, host: &dyn Host, _ready: bool) -> MpiResult<bool> {

@@ -19,6 +19,12 @@
 # sets up the resident path and gives its GPU state back. gpu_mismatch runs mismatched
 # collectives on device buffers at 2 and 4 ranks and at 4 ranks with CUDA IPC off (every rank
 # must get the standard's class from each, within 120 s, and later collectives must be right).
+# gpu_resident_mid runs allreduce (every op and type the GPU kernels serve), alltoall and
+# allgather from 4 B to 4 MiB, in place and not, at 2 and 4 ranks with the built-in resident
+# table, at 4 ranks with one_shot and at 3 and 2 ranks with two_shot for every allreduce (and
+# push for the others) up to 4 MiB (GPUMPI_GPU_RESIDENT_TUNING, GPUMPI_GPU_RESIDENT_MAX=4m; the
+# 3-rank run with GPUMPI_GPU_RESIDENT_BLOCKS=3); where every rank has its own GPU each run must
+# set up the wide resident kernel on every rank (its debug log says so).
 # --bench also runs gpu_bench.
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
@@ -41,7 +47,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch gpu_resident_mid; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 # The bad-input matrix of tests/c with device memory as every valid buffer.
@@ -204,6 +210,44 @@ for n in 2 4; do
 done
 run "gpu_mismatch -n 4 (CUDA IPC off: the pinned host-memory paths)" GPUMPI_CUDA_IPC=0 \
     "$mpirun" -n 4 --oversubscribe --timeout 120 -x GPUMPI_CUDA_IPC "$out/gpu_mismatch"
+# The resident kernels' mid sizes: every result checked; with one GPU per rank the wide kernel
+# must have been set up on every rank.
+midrun() { # label ranks env...
+    local label=$1 n=$2 log="$out/gpu_resident_mid.log" got; shift 2
+    echo "== gpu_resident_mid -n $n $label"
+    if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
+        -x GPUMPI_GPU_RESIDENT_TUNING -x GPUMPI_GPU_RESIDENT_MAX -x GPUMPI_GPU_RESIDENT_BLOCKS \
+        "$out/gpu_resident_mid" $((4 << 20)) >"$log" 2>&1; then
+        grep -E "^(PASS|FAIL|SKIP)|^gpu_resident_mid:" "$log" | head -20; tail -20 "$log"
+        verdict "gpu_resident_mid -n $n $label" fail; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)|^gpu_resident_mid:" "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "gpu_resident_mid -n $n $label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: gpu_resident_mid" "$log"; then verdict "gpu_resident_mid -n $n $label" fail "no PASS line"; return; fi
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt "$n" ]; then
+        echo "(fewer than $n GPUs: ranks share GPUs, the resident kernels are not used)"
+        verdict "gpu_resident_mid -n $n $label" pass; return
+    fi
+    got=$(grep -c "wide resident kernel ready on a communicator" "$log" || true)
+    echo "wide resident kernel set-ups: $got of $n ranks"
+    if [ "$got" -lt "$n" ]; then
+        verdict "gpu_resident_mid -n $n $label" fail "every rank should set up the wide resident kernel"
+    else
+        verdict "gpu_resident_mid -n $n $label" pass
+    fi
+}
+printf 'allreduce resident\nallreduce one_shot\nalltoall resident\nalltoall push\nallgather resident\nallgather push\n' \
+    >"$out/resident_one_shot.txt"
+printf 'allreduce two_shot\nalltoall push\nallgather push\n' >"$out/resident_two_shot.txt"
+for n in 2 4; do
+    midrun "(built-in table)" "$n"
+done
+midrun "(one_shot up to 4 MiB)" 4 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_one_shot.txt" \
+    GPUMPI_GPU_RESIDENT_MAX=4m
+midrun "(two_shot from 4 B to 4 MiB, 3 blocks)" 3 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \
+    GPUMPI_GPU_RESIDENT_MAX=4m GPUMPI_GPU_RESIDENT_BLOCKS=3
+midrun "(two_shot from 4 B to 4 MiB)" 2 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \
+    GPUMPI_GPU_RESIDENT_MAX=4m
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then

@@ -521,30 +521,15 @@ fn ring(n: usize, me: usize) -> impl Iterator<Item = usize> {
 
 // ---- selection (data) ----
 
-pub struct Row {
-    kind: CollKind,
-    conds: Vec<crate::coll::select::Cond>,
-    algo: Algo,
-}
+pub type Row = crate::coll::select::AlgoRow<Algo>;
 
 /// The built-in table.
 pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
 
 fn parse_table(text: &str) -> Result<Vec<Row>, String> {
-    crate::coll::select::parse_lines(text, "GPU tuning table")?
-        .into_iter()
-        .map(|(line, kind, conds, name)| {
-            let algo = Algo::from_name(name)
-                .filter(|a| a.serves(kind))
-                .ok_or_else(|| {
-                    format!(
-                        "GPU tuning table line {line}: {} has no GPU algorithm {name:?}",
-                        kind.name()
-                    )
-                })?;
-            Ok(Row { kind, conds, algo })
-        })
-        .collect()
+    crate::coll::select::parse_rows(text, "GPU tuning table", |kind, name| {
+        Algo::from_name(name).filter(|a| a.serves(kind))
+    })
 }
 
 fn table() -> &'static [Row] {

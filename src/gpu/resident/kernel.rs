@@ -7,6 +7,10 @@
 //! Holding an SM: one block of [`THREADS`] threads, which exits after
 //! `GPUMPI_GPU_RESIDENT_IDLE_US` without a command (a `cudaDeviceSynchronize` or `cudaFree`
 //! of the application waits at most that long for it); the next command relaunches it.
+//!
+//! The mid-size collectives (`resident::mid`) run on a second, wide instance of the same
+//! protocol (kernels/resident_mid.cuh: `GPUMPI_GPU_RESIDENT_BLOCKS` blocks, launched at the first
+//! mid-size command, exiting after the same idle time): [`with_wide`].
 
 use crate::gpu::kernels::MAXP;
 use crate::sys::cuda::{self, Function, Stream};
@@ -66,6 +70,29 @@ pub(super) const RES_ALLREDUCE: u32 = 1;
 pub(super) const RES_ALLTOALL: u32 = 2;
 pub(super) const RES_ALLGATHER: u32 = 3;
 const RES_COPY: u32 = 4;
+/// Two-shot allreduce of the wide kernel (kernels/resident_mid.cuh).
+pub(super) const RES_AR_TWO_SHOT: u32 = 5;
+/// Most blocks of the wide kernel (its flag array's size).
+pub const MID_BLOCKS_MAX: usize = 64;
+/// Where the wide kernel's scratch keeps its `ResDesc` and its data (after the flags: u64
+/// [2 phases][2 parities][MID_BLOCKS_MAX][MAXP]).
+pub(super) const MID_DESC_OFF: usize = 16384;
+pub(super) const MID_DATA_OFF: usize = 20480;
+const _: () = assert!(4 * MID_BLOCKS_MAX * MAXP * 8 <= MID_DESC_OFF);
+const _: () = assert!(MID_DESC_OFF + std::mem::size_of::<ResDesc>() <= MID_DATA_OFF);
+/// Bytes of the wide kernel's `MidGrid` (device memory shared by its blocks).
+const MID_GRID_BYTES: usize = 128;
+
+/// `struct MidGrid` of kernels/resident_mid.cuh: the command as block 0 hands it to the other
+/// blocks, and their completion count. Device memory the host only zeroes.
+#[repr(C)]
+struct MidGrid {
+    cmd: [u64; 8],
+    gen: u64,
+    finished: u64,
+    bad: u64,
+}
+const _: () = assert!(std::mem::size_of::<MidGrid>() <= MID_GRID_BYTES);
 
 /// `struct ResDesc` of kernels/resident.cuh, at `DESC_OFF` of each rank's scratch.
 #[repr(C)]
@@ -108,18 +135,41 @@ pub(super) struct Res {
     seq: u64,
     launched: bool,
     idle_ns: u64,
+    /// The wide kernel: its blocks and its `MidGrid` (device memory); 0 for the one-block one.
+    blocks: u32,
+    grid_dev: u64,
 }
 // SAFETY: the raw pointers are pinned host memory owned by this object, used under RES's lock.
 unsafe impl Send for Res {}
 
 static RES: Mutex<Vec<Option<Res>>> = Mutex::new(Vec::new());
+static WIDE: Mutex<Vec<Option<Res>>> = Mutex::new(Vec::new());
 
 impl Res {
-    fn new(ordinal: i32) -> Result<Res, String> {
+    /// The resident kernel of device `ordinal`: the one-block kernel (`blocks` 0) or the wide
+    /// one of `blocks` blocks.
+    fn new(ordinal: i32, blocks: u32) -> Result<Res, String> {
         let g = crate::gpu::gpu().ok_or("CUDA is not available")?;
         let d = g.device(ordinal)?;
         let k = g.kernels(ordinal)?;
-        let func = k.resident.ok_or("no resident kernel in this build")?;
+        let func = if blocks == 0 {
+            k.resident.ok_or("no resident kernel in this build")?
+        } else {
+            k.resident_mid
+                .ok_or("no wide resident kernel in this build")?
+        };
+        let grid_dev = if blocks == 0 {
+            0
+        } else {
+            cuda::with_context(d.ctx, || {
+                let p = cuda::mem_alloc(MID_GRID_BYTES)?;
+                // SAFETY: a fresh allocation of MID_GRID_BYTES bytes.
+                unsafe { cuda::memset_async(p, 0, MID_GRID_BYTES, d.stream)? };
+                cuda::stream_synchronize(d.stream)?;
+                Ok(p as u64)
+            })
+            .map_err(|e| e.to_string())?
+        };
         let (stream, (cmd, cmd_dev), (done, done_dev), (ll, ll_dev), (stage, stage_dev)) =
             cuda::with_context(d.ctx, || {
                 Ok((
@@ -154,30 +204,41 @@ impl Res {
             seq: 0,
             launched: false,
             idle_ns: idle_us * 1000,
+            blocks,
+            grid_dev,
         })
     }
 
     fn launch(&mut self) -> Result<(), String> {
         self.epoch += 1;
-        let (mut c, mut d, mut e, mut idle, mut last) = (
+        let (mut c, mut d, mut grid, mut e, mut idle, mut last) = (
             self.cmd_dev,
             self.done_dev,
+            self.grid_dev,
             self.epoch,
             self.idle_ns,
             self.seq - 1,
         );
-        let mut params: [*mut c_void; 5] = [
-            &mut c as *mut u64 as *mut c_void,
-            &mut d as *mut u64 as *mut c_void,
-            &mut e as *mut u64 as *mut c_void,
-            &mut idle as *mut u64 as *mut c_void,
-            &mut last as *mut u64 as *mut c_void,
-        ];
-        let (f, s) = (self.func, self.stream);
-        // SAFETY: the parameters match gpumpi_resident's signature; the pointers are the
-        // device addresses of this object's mapped memory.
+        let p = |x: &mut u64| x as *mut u64 as *mut c_void;
+        // gpumpi_resident(cmd, done, epoch, idle_ns, last_seq); gpumpi_resident_mid(cmd, done,
+        // grid, epoch, idle_ns, last_seq).
+        let mut params: Vec<*mut c_void> = if self.blocks == 0 {
+            vec![p(&mut c), p(&mut d), p(&mut e), p(&mut idle), p(&mut last)]
+        } else {
+            vec![
+                p(&mut c),
+                p(&mut d),
+                p(&mut grid),
+                p(&mut e),
+                p(&mut idle),
+                p(&mut last),
+            ]
+        };
+        let (f, s, blocks) = (self.func, self.stream, self.blocks.max(1));
+        // SAFETY: the parameters match the kernel's signature (above); the pointers are the
+        // device addresses of this object's mapped memory and its MidGrid.
         cuda::with_context(self.ctx, || unsafe {
-            cuda::launch(f, 1, THREADS, &mut params, s)
+            cuda::launch(f, blocks, THREADS, &mut params, s)
         })
         .map_err(|e| e.to_string())?;
         self.launched = true;
@@ -267,15 +328,46 @@ pub(super) fn with_res<R>(
     ordinal: i32,
     f: impl FnOnce(&mut Res) -> Result<R, String>,
 ) -> Result<R, String> {
-    let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
+    with_kernel(&RES, ordinal, 0, f)
+}
+
+/// `f` on the wide resident kernel of device `ordinal` (set up at first use with
+/// [`wide_blocks`] blocks), under its lock.
+pub(super) fn with_wide<R>(
+    ordinal: i32,
+    f: impl FnOnce(&mut Res) -> Result<R, String>,
+) -> Result<R, String> {
+    with_kernel(&WIDE, ordinal, wide_blocks(ordinal), f)
+}
+
+fn with_kernel<R>(
+    table: &Mutex<Vec<Option<Res>>>,
+    ordinal: i32,
+    blocks: u32,
+    f: impl FnOnce(&mut Res) -> Result<R, String>,
+) -> Result<R, String> {
+    let mut res = table.lock().unwrap_or_else(|e| e.into_inner());
     let idx = ordinal.max(0) as usize;
     if res.len() <= idx {
         res.resize_with(idx + 1, || None);
     }
     if res[idx].is_none() {
-        res[idx] = Some(Res::new(ordinal)?);
+        res[idx] = Some(Res::new(ordinal, blocks)?);
     }
     f(res[idx].as_mut().expect("set up above"))
+}
+
+/// Blocks of the wide kernel of device `ordinal`: `GPUMPI_GPU_RESIDENT_BLOCKS`, within 1 and
+/// [`MID_BLOCKS_MAX`], and at most the device's SMs (every block must be resident at once: the
+/// blocks of one command wait for the peers' blocks, never for each other, but block 0 hands
+/// every command to the others).
+pub(super) fn wide_blocks(ordinal: i32) -> u32 {
+    let want = crate::config::snapshot()
+        .gpu
+        .resident_blocks
+        .clamp(1, MID_BLOCKS_MAX);
+    let sms = cuda::multiprocessor_count(ordinal).map_or(1, |n| n.max(1) as usize);
+    want.min(sms) as u32
 }
 
 // ---- small copies for point-to-point staging ----
@@ -512,6 +604,11 @@ pub(crate) fn layouts() -> Vec<crate::gpu::kabi::Layout> {
             ResDone,
             "seq" => seq, "exited" => exited,
         ),
+        layout!(
+            "MidGrid",
+            MidGrid,
+            "cmd" => cmd, "gen" => gen, "finished" => finished, "bad" => bad,
+        ),
     ]
 }
 
@@ -525,6 +622,11 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
         ("RES_COPY", RES_COPY as u64),
         ("RES_DATA_OFF", DATA_OFF as u64),
         ("RES_DESC_OFF", DESC_OFF as u64),
+        ("RES_AR_TWO_SHOT", RES_AR_TWO_SHOT as u64),
+        ("RES_MID_BLOCKS_MAX", MID_BLOCKS_MAX as u64),
+        ("RES_MID_DESC_OFF", MID_DESC_OFF as u64),
+        ("RES_MID_DATA_OFF", MID_DATA_OFF as u64),
+        ("RES_MID_GRID_BYTES", MID_GRID_BYTES as u64),
     ]
 }
 

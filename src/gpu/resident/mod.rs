@@ -4,7 +4,10 @@
 //! through per-communicator scratch buffers mapped with CUDA IPC (NVLink stores and flags).
 //!
 //! Used for blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at
-//! most [`SLOT`] bytes when every rank passes device memory of its own GPU (one rank per GPU:
+//! most [`SLOT`] bytes (the one-block kernel), and with peer access on up to
+//! `GPUMPI_GPU_RESIDENT_MAX` (the wide kernel: one-shot or two-shot allreduce, alltoall and
+//! allgather by stores into the peers' scratch; [`mid`] chooses by the table `tuning.txt`), when
+//! every rank passes device memory of its own GPU (one rank per GPU:
 //! kernels of different processes on one GPU time-slice, so spinning kernels there would wait
 //! for each other) and the process is not `MPI_THREAD_MULTIPLE` (one command at a time per
 //! process; concurrent collectives on different communicators could otherwise wait on each
@@ -13,7 +16,8 @@
 //! agree on the GPU, and fall back together, with no host round per call.
 //!
 //! The kernel itself, its commands and the scratch layout are in [`kernel`] (which also serves
-//! small point-to-point copies).
+//! small point-to-point copies). Each kernel (one-block, wide) has its own scratch per
+//! communicator, set up at its first call, and its own chain of flag values.
 
 use super::call::{Desc, DESC_BYTES};
 use super::comm::{CommGpu, Host, PathState, State};
@@ -23,11 +27,13 @@ use crate::coll::CollKind;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
 use kernel::{
-    with_res, ResCmd, ResDesc, DESC_OFF, HOST_SLOT, RES_ALLGATHER, RES_ALLREDUCE, RES_ALLTOALL,
-    SCRATCH, SLOT,
+    with_res, with_wide, ResCmd, ResDesc, DESC_OFF, HOST_SLOT, MID_BLOCKS_MAX, MID_DESC_OFF,
+    RES_ALLGATHER, RES_ALLREDUCE, RES_ALLTOALL, RES_AR_TWO_SHOT, SCRATCH, SLOT,
 };
+use mid::Algo;
 
 pub mod kernel;
+pub mod mid;
 
 /// The largest vector or block of the resident path in the current mode.
 fn slot_limit() -> usize {
@@ -59,6 +65,15 @@ pub(crate) struct CommRes {
     mapped: Vec<(usize, u64)>,
     flagv: u64,
     verified: bool,
+    /// The scratch of the wide kernel (mid-size calls), else of the one-block kernel.
+    wide: bool,
+    /// Bytes of the device scratch this rank allocated (0: host mode's region).
+    bytes: usize,
+    /// Wide: the blocks every rank's kernel runs (the least of the ranks' counts).
+    blocks: usize,
+    /// Wide: set-up failed on some rank (its peers' scratch could not be mapped): the
+    /// communicator's mid-size calls take the NVLink plans.
+    failed: bool,
 }
 
 impl PathState for CommRes {
@@ -84,12 +99,27 @@ impl PathState for CommRes {
                 Ok(())
             });
             ipc::forget_export(e.buffer_id);
-            super::comm::add_device(-(SCRATCH as i64));
+            super::comm::add_device(-(self.bytes as i64));
         }
     }
 
     /// Keep my device scratch allocated until the process ends (a peer may still map it).
     fn leak(self) {}
+}
+
+/// The resident algorithm of a call of this shape, if the resident path applies (the same
+/// answer on every rank).
+pub fn algorithm(
+    kind: CollKind,
+    nranks: usize,
+    bytes: usize,
+    thread_multiple: impl FnOnce() -> bool,
+) -> Option<Algo> {
+    if bytes == 0 || nranks > MAXP || !crate::config::snapshot().gpu.resident {
+        return None;
+    }
+    let ipc = super::device::mode() == Some(super::device::Mode::Ipc);
+    mid::select(kind, nranks, bytes, slot_limit(), ipc).filter(|_| !thread_multiple())
 }
 
 /// Whether the resident path applies to a call of this shape (the same answer on every rank).
@@ -99,14 +129,7 @@ pub fn applies(
     bytes: usize,
     thread_multiple: impl FnOnce() -> bool,
 ) -> bool {
-    matches!(
-        kind,
-        CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
-    ) && bytes > 0
-        && bytes <= slot_limit()
-        && nranks <= MAXP
-        && crate::config::snapshot().gpu.resident
-        && !thread_multiple()
+    algorithm(kind, nranks, bytes, thread_multiple).is_some()
 }
 
 /// What the ABI layer hands over (see [`super::call::Call`]).
@@ -190,33 +213,38 @@ fn ktype_index(t: KType) -> u32 {
 
 /// The communicator's scratch on device `ordinal`, allocated and exported at first use; its
 /// export.
-fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
+fn comm_state(c: &ResCall, st: &State, ordinal: i32, wide: bool) -> Result<Export, String> {
     let res = st.of::<CommRes>();
     let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(x) = comms
         .iter()
-        .find(|x| x.ordinal == ordinal && x.export.is_some())
+        .find(|x| x.ordinal == ordinal && x.export.is_some() && x.wide == wide)
     {
         return x.export.ok_or_else(|| "no export".to_string());
     }
+    let bytes = if wide {
+        mid::scratch_bytes(c.nranks, mid::wide_limit())
+    } else {
+        SCRATCH
+    };
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
     let scratch = cuda::with_context(d.ctx, || {
-        let p = cuda::mem_alloc(SCRATCH)?;
-        // SAFETY: p is a fresh allocation of SCRATCH bytes; flags start at zero.
-        unsafe { cuda::memset_async(p, 0, SCRATCH, d.stream)? };
+        let p = cuda::mem_alloc(bytes)?;
+        // SAFETY: p is a fresh allocation of `bytes` bytes; flags start at zero.
+        unsafe { cuda::memset_async(p, 0, bytes, d.stream)? };
         cuda::stream_synchronize(d.stream)?;
         Ok(p)
     })
     .map_err(|e| e.to_string())?;
-    super::comm::add_device(SCRATCH as i64);
+    super::comm::add_device(bytes as i64);
     let Some((export, _)) = ipc::export(scratch) else {
         let _ = cuda::with_context(d.ctx, || {
             // SAFETY: allocated above, never used.
             unsafe { cuda::mem_free(scratch) };
             Ok(())
         });
-        super::comm::add_device(-(SCRATCH as i64));
+        super::comm::add_device(-(bytes as i64));
         return Err("scratch not exportable".into());
     };
     comms.push(CommRes {
@@ -227,11 +255,16 @@ fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
         mapped: Vec::new(),
         flagv: 0,
         verified: false,
+        wide,
+        bytes,
+        blocks: 0,
+        failed: false,
     });
     drop(comms);
     tracing::debug!(
         ranks = c.nranks,
-        bytes = SCRATCH,
+        bytes,
+        wide,
         "resident collectives: scratch allocated for a communicator"
     );
     super::comm::log("resident scratch allocated");
@@ -243,7 +276,9 @@ fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
 /// every peer. Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or a rank that could not map its peers'
 /// scratch) the scratch is each rank's pinned shared host region ([`super::hostmem`]).
 /// `Ok(false)`: not every rank can (this call stages; the next one asks again).
-fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
+/// `wide`: the scratch of the wide kernel (peer access only; where some rank cannot map its
+/// peers' scratch, the communicator's mid-size calls take the NVLink plans from then on).
+fn setup(c: &ResCall, host: &dyn Host, wide: bool) -> MpiResult<bool> {
     let host_mode = super::device::mode() == Some(super::device::Mode::Host);
     // The communicator's state is created only by a rank with device buffers.
     let mine = c.device.and_then(|o| {
@@ -251,7 +286,7 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         let e = if host_mode {
             None
         } else {
-            Some(comm_state(c, &host.gpu().state(), o).ok()?)
+            Some(comm_state(c, &host.gpu().state(), o, wide).ok()?)
         };
         Some((uuid, e, o))
     });
@@ -275,6 +310,9 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     }
     let (_, export, ordinal) = mine.expect("my record said ok");
     if export.is_none() {
+        if wide {
+            return Ok(false);
+        }
         return setup_host(c, ordinal, host);
     }
     // Every rank is about to map every peer's scratch: from now on releasing the communicator
@@ -287,7 +325,7 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
     let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     let st = comms
         .iter_mut()
-        .find(|x| x.ordinal == ordinal && x.export.is_some())
+        .find(|x| x.ordinal == ordinal && x.export.is_some() && x.wide == wide)
         .expect("allocated by comm_state");
     let mut map_err = None;
     for (p, r) in recs.iter().enumerate() {
@@ -311,20 +349,29 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         };
     }
     if map_err.is_none() {
+        let (slot, at) = if wide {
+            (mid::wide_limit(), MID_DESC_OFF)
+        } else {
+            (SLOT, DESC_OFF)
+        };
         let desc = ResDesc {
             nranks: c.nranks as u32,
             rank: c.rank as u32,
-            slot: SLOT as u64,
+            slot: slot as u64,
             peers: st.peers,
             host: 0,
         };
         // SAFETY: the descriptor area lies inside this rank's scratch allocation.
-        if let Err(e) = unsafe { super::p2p::htod(st.scratch + DESC_OFF, desc_bytes(&desc)) } {
+        if let Err(e) = unsafe { super::p2p::htod(st.scratch + at, desc_bytes(&desc)) } {
             map_err = Some(e);
         }
     }
     drop(comms);
-    if !host.all(map_err.is_none())? {
+    let mapped_everywhere = host.all(map_err.is_none())?;
+    if wide {
+        return setup_wide(c, host, ordinal, mapped_everywhere);
+    }
+    if !mapped_everywhere {
         tracing::info!(
             "resident collectives: a rank could not map its peers' scratch ({}); \
              trying pinned host memory",
@@ -336,7 +383,7 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter_mut()
-        .find(|x| x.ordinal == ordinal && x.export.is_some())
+        .find(|x| x.ordinal == ordinal && x.export.is_some() && !x.wide)
     {
         st.verified = true;
     }
@@ -345,6 +392,48 @@ fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
         "resident collectives ready on a communicator"
     );
     Ok(true)
+}
+
+/// The end of the wide kernel's set-up: where every rank mapped every peer's scratch, the
+/// ranks agree on the blocks a command runs on (the least of theirs: block b of each rank
+/// exchanges flags with block b of every peer); else the communicator's wide state is marked
+/// failed (the same on every rank).
+fn setup_wide(c: &ResCall, host: &dyn Host, ordinal: i32, mapped: bool) -> MpiResult<bool> {
+    let blocks = if mapped {
+        let mine = kernel::wide_blocks(ordinal);
+        let all = host.allgather(&mine.to_le_bytes())?;
+        all.chunks(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .min()
+            .unwrap_or(1)
+            .clamp(1, MID_BLOCKS_MAX)
+    } else {
+        0
+    };
+    let res = host.gpu().state().of::<CommRes>();
+    if let Some(st) = res
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter_mut()
+        .find(|x| x.ordinal == ordinal && x.export.is_some() && x.wide)
+    {
+        st.verified = mapped;
+        st.failed = !mapped;
+        st.blocks = blocks;
+    }
+    if mapped {
+        tracing::debug!(
+            ranks = c.nranks,
+            blocks,
+            "wide resident kernel ready on a communicator"
+        );
+    } else {
+        tracing::info!(
+            "wide resident kernel: a rank could not map its peers' scratch; mid-size calls of \
+             this communicator take the NVLink plans"
+        );
+    }
+    Ok(mapped)
 }
 
 fn desc_bytes(d: &ResDesc) -> &[u8] {
@@ -402,6 +491,10 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
         mapped: Vec::new(),
         flagv: 0,
         verified: true,
+        wide: false,
+        bytes: 0,
+        blocks: 0,
+        failed: false,
     });
     drop(comms);
     tracing::debug!(
@@ -430,25 +523,41 @@ pub fn ready(g: &CommGpu) -> bool {
 ///
 /// # Safety
 /// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
-pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> {
-    if !ready && !setup(c, host)? {
+pub unsafe fn run(c: &ResCall, host: &dyn Host, _ready: bool) -> MpiResult<bool> {
+    let algo = algorithm(c.kind, c.nranks, c.bytes, || false)
+        .ok_or_else(|| err("called for a call the resident path does not take"))?;
+    let wide = algo.wide();
+    // Set up at the first call of this kernel (collective: the state is the same on every
+    // rank, whatever the other kernel's).
+    let (set, failed) = {
+        let res = host.gpu().state().of::<CommRes>();
+        let comms = res.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = || comms.iter().filter(|x| x.wide == wide);
+        (mine().any(|x| x.verified), mine().any(|x| x.failed))
+    };
+    if failed || (!set && !setup(c, host, wide)?) {
         return Ok(false);
     }
     let res = host.gpu().state().of::<CommRes>();
     let mut comms = res.lock().unwrap_or_else(|e| e.into_inner());
     let st = comms
         .iter_mut()
-        .find(|x| x.verified)
+        .find(|x| x.verified && x.wide == wide)
         .ok_or_else(|| err("the communicator's resident state is gone"))?;
     let ok = c.device == Some(st.ordinal);
     let (op, ty) = c
         .red
         .map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
-    let kind = match c.kind {
-        CollKind::Allreduce => RES_ALLREDUCE,
-        CollKind::Alltoall => RES_ALLTOALL,
+    let mut kind = match (algo, c.kind) {
+        (Algo::TwoShot, _) => RES_AR_TWO_SHOT,
+        (_, CollKind::Allreduce) => RES_ALLREDUCE,
+        (_, CollKind::Alltoall) => RES_ALLTOALL,
         _ => RES_ALLGATHER,
     };
+    if wide {
+        // The blocks the command runs on, in the kind's upper half (kernels/resident_mid.cuh).
+        kind |= (mid::blocks_for(algo, c.nranks, c.bytes, st.blocks) as u32) << 16;
+    }
     st.flagv = flag_value(st.flagv, c.seq, shape_digest(kind, op, ty, c.bytes));
     let (flagv, scratch) = (st.flagv, st.scratch);
     let cmd = ResCmd {
@@ -461,7 +570,7 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> 
         src: c.src as u64,
         dst: c.dst as u64,
         flagv: st.flagv,
-        desc: (st.scratch + DESC_OFF) as u64,
+        desc: (st.scratch + if wide { MID_DESC_OFF } else { DESC_OFF }) as u64,
     };
     let ordinal = st.ordinal;
     drop(comms);
@@ -475,8 +584,14 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> 
             true
         }
     };
-    let release = || release(ordinal, scratch, c.nranks, flagv);
-    match with_res(ordinal, |r| r.run(cmd, &mut stop, &release)).map_err(err)? {
+    let release = || release(ordinal, scratch, c.nranks, flagv, wide);
+    let run = |r: &mut kernel::Res| r.run(cmd, &mut stop, &release);
+    let done = if wide {
+        with_wide(ordinal, run)
+    } else {
+        with_res(ordinal, run)
+    };
+    match done.map_err(err)? {
         Some(ok) => Ok(ok),
         None => {
             // Given up (the call fails: the dispatch layer then calls `call_failed`).
@@ -492,14 +607,29 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> 
 /// (`nranks` words at the command's parity, kernels/resident.cuh) set to that value with
 /// "not ok", so the kernel finishes the command without doing it. Written by the copy engine
 /// on the device's own stream (the resident kernel's stream is busy with the command; the
-/// resident small copies are this kernel).
-fn release(ordinal: i32, scratch: usize, nranks: usize, flagv: u64) -> Result<(), String> {
+/// resident small copies are this kernel). The wide kernel's command: the first phase's flags
+/// of every block and sender at the command's parity (kernels/resident_mid.cuh; a block reaches
+/// the second phase only when every rank took part in the first).
+fn release(
+    ordinal: i32,
+    scratch: usize,
+    nranks: usize,
+    flagv: u64,
+    wide: bool,
+) -> Result<(), String> {
     let g = super::gpu().ok_or("CUDA is not available")?;
     let d = g.device(ordinal)?;
-    let words: Vec<u8> = (0..nranks)
+    let (words, at) = if wide {
+        (
+            MID_BLOCKS_MAX * MAXP,
+            scratch + (flagv & 1) as usize * MID_BLOCKS_MAX * MAXP * 8,
+        )
+    } else {
+        (nranks, scratch + ((flagv & 1) as usize * MAXP) * 8)
+    };
+    let words: Vec<u8> = (0..words)
         .flat_map(|_| (flagv << 1).to_le_bytes())
         .collect();
-    let at = scratch + ((flagv & 1) as usize * MAXP) * 8;
     cuda::with_context(d.ctx, || {
         // SAFETY: the flag words lie at the start of my scratch (device memory of this
         // context, or pinned host memory mapped into it); `words` lives until the stream is

@@ -1,0 +1,287 @@
+// The wide resident kernel of mid-size collectives (src/gpu/resident/mid.rs): the resident
+// kernel's protocol (kernels/resident.cuh: a command in mapped pinned host memory, completion in
+// mapped host memory, flags carrying (call number << 1 | ok), exit after `idle_ns` without a
+// command) run by a grid of blocks, so that vectors of up to a few MiB move at NVLink speed:
+// one block alone cannot keep enough stores in flight.
+//
+// Block 0 polls the command and hands it to the other blocks through `MidGrid` in device memory
+// (a generation word: (launch epoch << 32) | broadcast number, so a relaunch never sees the
+// previous launch's words as new). A command runs on its first `nblk` blocks (kind >> 16); each
+// takes one chunk (16-byte aligned, `mid_chunk`) of every piece of data and exchanges its own
+// flags with the same block of every peer, so the blocks never wait for each other. Each block
+// then counts itself done in `MidGrid::finished`; the last one reports the command.
+//
+// Scratch of one rank for one communicator (device memory, mapped by every peer with CUDA IPC):
+// flags u64 [2 phases][2 parities][RES_MID_BLOCKS_MAX blocks][GPUMPI_MAXP senders] at 0, the
+// ResDesc at RES_MID_DESC_OFF, data at RES_MID_DATA_OFF: the push area [2 parities][nranks]
+// [slot], then the gather area of two-shot [2 parities][slot]. Parity reuse as in
+// resident.cuh: a rank starts a call of parity p only after every peer finished the previous
+// mid-size call, so their reads of the call before that (parity p) are over.
+//
+// Commands (kind & 0xffff):
+// - RES_ALLREDUCE (one-shot): every rank pushes its vector into slot (p, me) of every peer,
+//   then reduces the n slots of its own scratch into its output.
+// - RES_AR_TWO_SHOT: the vector in n slices (mid_chunk over n); rank q's slice of every rank is
+//   pushed into rank q's slot (p, sender); rank q reduces it and pushes the result into every
+//   rank's gather area (phase 1 flags), from which each rank copies the others' slices.
+// - RES_ALLTOALL, RES_ALLGATHER: every rank pushes its block for q (alltoall: block q of the
+//   send buffer; allgather: the send buffer) into slot (p, me) of q; each copies its slots out.
+
+#define RES_AR_TWO_SHOT 5u
+#define RES_MID_BLOCKS_MAX 64
+#define RES_MID_DESC_OFF 16384ull
+#define RES_MID_DATA_OFF 20480ull
+#define RES_MID_GRID_BYTES 128
+
+// Device memory shared by the blocks of one launch (zeroed once at allocation).
+struct MidGrid {
+    unsigned long long cmd[8]; // the command, as block 0 read it
+    unsigned long long gen;    // (epoch << 32) | broadcast number of this launch
+    unsigned long long finished; // blocks done with the current command
+    unsigned long long bad;      // a block saw some rank not ok
+};
+static_assert(sizeof(MidGrid) <= RES_MID_GRID_BYTES, "MidGrid fits its allocation");
+
+// Piece i of `parts` of `len` bytes: (offset, length), in 16-byte units except the last piece
+// (the same function as src/gpu/resident/mid.rs, chunk()).
+__device__ __forceinline__ void mid_chunk(unsigned long long len, unsigned long long parts,
+                                          unsigned long long i, unsigned long long *off,
+                                          unsigned long long *n) {
+    const unsigned long long units = (len + 15) / 16;
+    const unsigned long long per = (units + parts - 1) / parts;
+    unsigned long long s = i * per * 16, e = (i + 1) * per * 16;
+    if (s > len) s = len;
+    if (e > len) e = len;
+    *off = s;
+    *n = e - s;
+}
+
+__device__ __forceinline__ volatile unsigned long long *mid_flag(unsigned long long scratch, int phase,
+                                                                 unsigned long long par, int blk,
+                                                                 int sender) {
+    return reinterpret_cast<volatile unsigned long long *>(scratch) +
+           ((phase * 2 + par) * RES_MID_BLOCKS_MAX + blk) * GPUMPI_MAXP + sender;
+}
+
+// Reduce `elems` elements of the n operands at src(q) into every destination dst(k), k < nd
+// (two-shot writes its slice's result into every rank's gather area at once): 16-byte packs
+// where every address is aligned, elements otherwise.
+template <typename T, typename Op, typename Src, typename Dst>
+__device__ void mid_reduce(int n, Src src, int nd, Dst dst, unsigned long long elems) {
+    bool aligned = true;
+    for (int q = 0; q < n; q++) aligned = aligned && (((unsigned long long)src(q)) & 15) == 0;
+    for (int k = 0; k < nd; k++) aligned = aligned && (((unsigned long long)dst(k)) & 15) == 0;
+    constexpr int L = 16 / sizeof(T);
+    unsigned long long done = 0;
+    if (aligned) {
+        const unsigned long long nv = elems / L;
+        for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) {
+            uint4 v[GPUMPI_MAXP];
+#pragma unroll
+            for (int q = 0; q < GPUMPI_MAXP; q++)
+                if (q < n) v[q] = __ldcg(reinterpret_cast<const uint4 *>(src(q)) + i);
+            T *a = reinterpret_cast<T *>(&v[0]);
+#pragma unroll
+            for (int q = 1; q < GPUMPI_MAXP; q++) {
+                if (q < n) {
+                    const T *b = reinterpret_cast<const T *>(&v[q]);
+#pragma unroll
+                    for (int l = 0; l < L; l++) a[l] = Op::apply(a[l], b[l]);
+                }
+            }
+            for (int k = 0; k < nd; k++) reinterpret_cast<uint4 *>(dst(k))[i] = v[0];
+        }
+        done = nv * L;
+    }
+    for (unsigned long long i = done + threadIdx.x; i < elems; i += blockDim.x) {
+        T a = __ldcg(reinterpret_cast<const T *>(src(0)) + i);
+        for (int q = 1; q < n; q++) a = Op::apply(a, __ldcg(reinterpret_cast<const T *>(src(q)) + i));
+        for (int k = 0; k < nd; k++) reinterpret_cast<T *>(dst(k))[i] = a;
+    }
+}
+
+template <typename T, typename Src, typename Dst>
+__device__ void mid_reduce_op(unsigned int op, int n, Src src, int nd, Dst dst, unsigned long long elems) {
+    switch (op) {
+    case 0: mid_reduce<T, OpSum<T>>(n, src, nd, dst, elems); break;
+    case 1: mid_reduce<T, OpProd<T>>(n, src, nd, dst, elems); break;
+    case 2: mid_reduce<T, OpMin<T>>(n, src, nd, dst, elems); break;
+    default: mid_reduce<T, OpMax<T>>(n, src, nd, dst, elems); break;
+    }
+}
+
+// The op and type switch of a reduction of `bytes` bytes (types as in resident.cuh).
+template <typename Src, typename Dst>
+__device__ void mid_reduce_any(unsigned int op, unsigned int type, int n, Src src, int nd, Dst dst,
+                               unsigned long long bytes) {
+    switch (type) {
+    case 0: mid_reduce_op<int32_t>(op, n, src, nd, dst, bytes / 4); break;
+    case 1: mid_reduce_op<long long>(op, n, src, nd, dst, bytes / 8); break;
+    case 2: mid_reduce_op<float>(op, n, src, nd, dst, bytes / 4); break;
+    case 3: mid_reduce_op<double>(op, n, src, nd, dst, bytes / 8); break;
+    case 4: mid_reduce_op<__half>(op, n, src, nd, dst, bytes / 2); break;
+    default: mid_reduce_op<__nv_bfloat16>(op, n, src, nd, dst, bytes / 2); break;
+    }
+}
+
+// Set my flag of (phase, parity, block) at every rank, after this block's stores (every
+// thread that stored fenced at system scope before the barrier).
+__device__ __forceinline__ void mid_signal(const ResDesc &d, int phase, unsigned long long par, int blk,
+                                           unsigned long long v) {
+    if (threadIdx.x < d.nranks) *mid_flag(d.peers[threadIdx.x], phase, par, blk, (int)d.rank) = v;
+}
+
+// Wait for every rank's flag of (phase, parity, block) in my scratch; whether all said ok.
+__device__ __forceinline__ bool mid_wait(const ResDesc &d, int phase, unsigned long long par, int blk,
+                                         unsigned long long flagv, int *all_ok) {
+    if (threadIdx.x < d.nranks) {
+        volatile unsigned long long *f = mid_flag(d.peers[d.rank], phase, par, blk, threadIdx.x);
+        unsigned long long v;
+        while (((v = *f) >> 1) != flagv) {
+        }
+        if (!(v & 1)) *all_ok = 0;
+    }
+    __syncthreads();
+    __threadfence();
+    return *all_ok != 0;
+}
+
+extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volatile ResDone *done,
+                                               MidGrid *grid, unsigned long long epoch,
+                                               unsigned long long idle_ns, unsigned long long last_seq) {
+    __shared__ ResCmd c;
+    __shared__ ResDesc dsc;
+    __shared__ int go, all_ok, last;
+    volatile MidGrid *g = grid;
+    unsigned long long seen = last_seq;  // block 0: the last command's seq
+    unsigned long long gen = epoch << 32; // thread 0: the last broadcast taken
+    for (;;) {
+        if (blockIdx.x == 0) {
+            if (threadIdx.x < 32) {
+                // Exit (action 2) reaches the other blocks as a command of kind 0; the host's
+                // relaunch queues behind this whole grid on the kernel's stream.
+                unsigned long long v = 0;
+                const int action = res_poll(cmd, done, epoch, idle_ns, seen, &v);
+                if (threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = action == 1 ? v : 0;
+                __syncwarp();
+                if (threadIdx.x == 0) {
+                    // Hand the command (kind 0: exit) to the other blocks.
+                    for (int k = 0; k < 8; k++) g->cmd[k] = reinterpret_cast<unsigned long long *>(&c)[k];
+                    __threadfence();
+                    g->gen = ++gen;
+                    go = action == 1;
+                }
+            }
+        } else if (threadIdx.x == 0) {
+            unsigned long long x;
+            while ((x = g->gen) <= gen) {
+            }
+            gen = x;
+            __threadfence();
+            for (int k = 0; k < 8; k++) reinterpret_cast<unsigned long long *>(&c)[k] = g->cmd[k];
+            go = c.kind != 0;
+        }
+        __syncthreads();
+        if (!go) return;
+        if (threadIdx.x == 0) {
+            all_ok = 1;
+            last = 0;
+        }
+        if (threadIdx.x < sizeof(ResDesc) / 8)
+            reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
+                __ldcv(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
+        __syncthreads();
+        const unsigned int kind = c.kind & 0xffffu;
+        const int nblk = (int)(c.kind >> 16), blk = (int)blockIdx.x;
+        const int n = (int)dsc.nranks, me = (int)dsc.rank;
+        const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
+        const unsigned long long sig = c.flagv << 1 | (c.ok ? 1 : 0);
+        auto push = [&](int q, int from) { // slot (par, from) of rank q
+            return reinterpret_cast<char *>(dsc.peers[q]) + RES_MID_DATA_OFF + (par * n + from) * slot;
+        };
+        auto gather = [&](int q) {
+            return reinterpret_cast<char *>(dsc.peers[q]) + RES_MID_DATA_OFF + 2ull * n * slot + par * slot;
+        };
+        const char *src = reinterpret_cast<const char *>(c.src);
+        char *dst = reinterpret_cast<char *>(c.dst);
+        if (blk < nblk) {
+            if (kind == RES_AR_TWO_SHOT) {
+                // Phase 0: my piece of slice q to rank q.
+                bool wrote = false;
+                if (c.ok) {
+                    for (int q = 0; q < n; q++) {
+                        unsigned long long so, sl, co, cl;
+                        mid_chunk(b, n, q, &so, &sl);
+                        mid_chunk(sl, nblk, blk, &co, &cl);
+                        wrote |= res_copy(push(q, me) + co, src + so + co, cl);
+                    }
+                }
+                if (wrote) __threadfence_system();
+                __syncthreads();
+                mid_signal(dsc, 0, par, blk, sig);
+                if (mid_wait(dsc, 0, par, blk, c.flagv, &all_ok)) {
+                    // Phase 1: my slice's piece reduced into my output and every peer's
+                    // gather area.
+                    unsigned long long so, sl, co, cl;
+                    mid_chunk(b, n, me, &so, &sl);
+                    mid_chunk(sl, nblk, blk, &co, &cl);
+                    mid_reduce_any(
+                        c.op, c.type, n, [&](int q) { return push(me, q) + co; }, n,
+                        [&](int k) { return k == me ? dst + so + co : gather(k) + so + co; }, cl);
+                    __threadfence_system();
+                    __syncthreads();
+                    mid_signal(dsc, 1, par, blk, c.flagv << 1 | 1);
+                    mid_wait(dsc, 1, par, blk, c.flagv, &all_ok);
+                    for (int q = 0; q < n; q++) {
+                        if (q == me) continue;
+                        mid_chunk(b, n, q, &so, &sl);
+                        mid_chunk(sl, nblk, blk, &co, &cl);
+                        res_copy(dst + so + co, gather(me) + so + co, cl);
+                    }
+                }
+            } else {
+                unsigned long long co, cl;
+                mid_chunk(b, nblk, blk, &co, &cl);
+                bool wrote = false;
+                if (c.ok) {
+                    const bool a2a = kind == RES_ALLTOALL;
+                    wrote = res_copy_n(
+                        n, cl, [&](int q) { return src + (a2a ? q * b : 0) + co; },
+                        [&](int q) { return push(q, me) + co; });
+                }
+                if (wrote) __threadfence_system();
+                __syncthreads();
+                mid_signal(dsc, 0, par, blk, sig);
+                if (mid_wait(dsc, 0, par, blk, c.flagv, &all_ok)) {
+                    if (kind == RES_ALLREDUCE) {
+                        mid_reduce_any(
+                            c.op, c.type, n, [&](int q) { return push(me, q) + co; }, 1,
+                            [&](int) { return dst + co; }, cl);
+                    } else {
+                        res_copy_n(
+                            n, cl, [&](int q) { return push(me, q) + co; },
+                            [&](int q) { return dst + q * b + co; });
+                    }
+                }
+            }
+        }
+        // Results visible device-wide, then count this block done; the last block reports.
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (blk < nblk && !all_ok) g->bad = 1;
+            __threadfence();
+            last = atomicAdd(&grid->finished, 1ull) == gridDim.x - 1;
+            if (last) {
+                __threadfence();
+                const unsigned long long ok = g->bad ? 0 : 1;
+                g->bad = 0;
+                g->finished = 0;
+                __threadfence();
+                done->seq = c.seq << 1 | ok;
+            }
+        }
+        seen = c.seq;
+        __syncthreads();
+    }
+}

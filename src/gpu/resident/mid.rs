@@ -1,0 +1,293 @@
+//! Which resident algorithm takes a call, and the pure arithmetic the wide resident kernel
+//! (kernels/resident_mid.cuh) shares with the host: the selection table (data: `tuning.txt`
+//! beside this file, replaced by `GPUMPI_GPU_RESIDENT_TUNING`), the size limit
+//! (`GPUMPI_GPU_RESIDENT_MAX`), the chunking of a call over the kernel's blocks and the scratch
+//! size of a communicator.
+
+use super::kernel::{MID_DATA_OFF, SLOT};
+use crate::coll::select::{holds, parse_rows, AlgoRow};
+use crate::coll::CollKind;
+use std::sync::OnceLock;
+
+/// A resident algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    /// The one-block kernel (kernels/resident.cuh), at most [`SLOT`] bytes.
+    Narrow,
+    /// Allreduce: each rank stores its vector into every peer's scratch, each reduces its own.
+    OneShot,
+    /// Allreduce: reduce-scatter, then allgather, through the scratch.
+    TwoShot,
+    /// Alltoall, allgather: each rank stores its blocks into the peers' scratch.
+    Push,
+    /// Not the resident kernels (the NVLink plans take the call).
+    Nvlink,
+}
+
+impl Algo {
+    fn from_name(s: &str) -> Option<Algo> {
+        Some(match s {
+            "resident" => Algo::Narrow,
+            "one_shot" => Algo::OneShot,
+            "two_shot" => Algo::TwoShot,
+            "push" => Algo::Push,
+            "nvlink" => Algo::Nvlink,
+            _ => return None,
+        })
+    }
+
+    /// Whether the algorithm runs collective `kind` at all.
+    fn serves(self, kind: CollKind) -> bool {
+        match self {
+            Algo::Narrow | Algo::Nvlink => matches!(
+                kind,
+                CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
+            ),
+            Algo::OneShot | Algo::TwoShot => kind == CollKind::Allreduce,
+            Algo::Push => matches!(kind, CollKind::Alltoall | CollKind::Allgather),
+        }
+    }
+
+    /// Whether it runs on the wide kernel.
+    pub fn wide(self) -> bool {
+        matches!(self, Algo::OneShot | Algo::TwoShot | Algo::Push)
+    }
+}
+
+pub type Row = AlgoRow<Algo>;
+
+/// The built-in table.
+pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
+
+fn parse_table(text: &str) -> Result<Vec<Row>, String> {
+    parse_rows(text, "resident tuning table", |kind, name| {
+        Algo::from_name(name).filter(|a| a.serves(kind))
+    })
+}
+
+fn table() -> &'static [Row] {
+    static T: OnceLock<Vec<Row>> = OnceLock::new();
+    T.get_or_init(|| {
+        if let Some(path) = &crate::config::snapshot().gpu.resident_tuning {
+            match std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| parse_table(&t))
+            {
+                Ok(rows) => return rows,
+                Err(e) => {
+                    tracing::warn!("GPUMPI_GPU_RESIDENT_TUNING={path}: {e}; built-in table used")
+                }
+            }
+        }
+        parse_table(DEFAULT_TABLE).expect("the built-in resident tuning table parses")
+    })
+}
+
+/// The algorithm of the first row of `rows` that matches the call and can serve it: the
+/// one-block kernel up to `narrow_max` bytes, the wide one up to `wide_max`. `None`: not the
+/// resident kernels (an `nvlink` row, or no row left).
+pub fn select_from(
+    rows: &[Row],
+    kind: CollKind,
+    nranks: usize,
+    bytes: usize,
+    narrow_max: usize,
+    wide_max: usize,
+) -> Option<Algo> {
+    rows.iter()
+        .filter(|r| r.kind == kind && r.conds.iter().all(|c| holds(c, nranks, bytes)))
+        .map(|r| r.algo)
+        .find(|a| match a {
+            Algo::Narrow => bytes <= narrow_max,
+            Algo::Nvlink => true,
+            _ => bytes <= wide_max,
+        })
+        .filter(|a| *a != Algo::Nvlink)
+}
+
+/// [`select_from`] on the table in use: `narrow_max` the one-block kernel's limit of the
+/// current mode; the wide kernel only with peer access (`ipc`), up to
+/// `GPUMPI_GPU_RESIDENT_MAX`.
+pub fn select(
+    kind: CollKind,
+    nranks: usize,
+    bytes: usize,
+    narrow_max: usize,
+    ipc: bool,
+) -> Option<Algo> {
+    let wide_max = if ipc { wide_limit() } else { 0 };
+    select_from(table(), kind, nranks, bytes, narrow_max, wide_max)
+}
+
+/// The largest call of the wide kernel (`GPUMPI_GPU_RESIDENT_MAX`, rounded up to 16 bytes; 0
+/// when it is not above the one-block kernel's [`SLOT`]): also its slot size.
+pub fn wide_limit() -> usize {
+    let m = crate::config::snapshot().gpu.resident_max;
+    if m <= SLOT {
+        0
+    } else {
+        m.next_multiple_of(16)
+    }
+}
+
+/// Piece `i` of `parts` of `len` bytes: (offset, length), in 16-byte units except the last
+/// piece (kernels/resident_mid.cuh, `mid_chunk`: the two must agree).
+pub fn chunk(len: usize, parts: usize, i: usize) -> (usize, usize) {
+    super::super::call::chunk(len, parts, i, 16)
+}
+
+/// Least bytes a block of the wide kernel takes in one command (fewer blocks for less data:
+/// each block costs a flag exchange with every peer).
+pub const BLOCK_MIN: usize = 16 << 10;
+
+/// Blocks a command of `algo` on `bytes` (per rank, as in the shape) runs on, of the `blocks`
+/// the communicator agreed: enough that each block moves about [`BLOCK_MIN`] of the largest
+/// piece a rank sends one peer (two-shot: one slice of the vector).
+pub fn blocks_for(algo: Algo, nranks: usize, bytes: usize, blocks: usize) -> usize {
+    let piece = match algo {
+        Algo::TwoShot => bytes.div_ceil(nranks.max(1)),
+        _ => bytes,
+    };
+    piece.div_ceil(BLOCK_MIN).clamp(1, blocks.max(1))
+}
+
+/// Bytes of one rank's wide scratch for a communicator of `nranks` with slots of `slot` bytes:
+/// flags and descriptor, the push area [2][nranks][slot], the gather area [2][slot].
+pub fn scratch_bytes(nranks: usize, slot: usize) -> usize {
+    MID_DATA_OFF + 2 * (nranks + 1) * slot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CollKind as K;
+
+    #[test]
+    fn the_built_in_table_parses_and_selects_by_size() {
+        let rows = parse_table(DEFAULT_TABLE).unwrap();
+        let sel = |k, n, b| select_from(&rows, k, n, b, SLOT, 1 << 20);
+        for k in [K::Allreduce, K::Alltoall, K::Allgather] {
+            assert_eq!(sel(k, 4, 4), Some(Algo::Narrow));
+            assert_eq!(sel(k, 4, SLOT), Some(Algo::Narrow));
+            assert_eq!(
+                sel(k, 4, (1 << 20) + 1),
+                None,
+                "above the limit: NVLink plans"
+            );
+        }
+        assert_eq!(sel(K::Allreduce, 2, SLOT + 4), Some(Algo::OneShot));
+        assert_eq!(sel(K::Allreduce, 2, 512 << 10), Some(Algo::OneShot));
+        assert_eq!(sel(K::Allreduce, 2, 1 << 20), Some(Algo::TwoShot));
+        assert_eq!(sel(K::Allreduce, 4, 256 << 10), Some(Algo::OneShot));
+        assert_eq!(sel(K::Allreduce, 4, (256 << 10) + 8), Some(Algo::TwoShot));
+        assert_eq!(sel(K::Alltoall, 8, 1 << 20), Some(Algo::Push));
+        assert_eq!(sel(K::Allgather, 3, 100_000), Some(Algo::Push));
+        assert_eq!(sel(K::Bcast, 2, 64), None);
+        // Host mode (no peer access): the one-block kernel only, with its own limit.
+        let host = |k, b| select_from(&rows, k, 4, b, 64 << 10, 0);
+        assert_eq!(host(K::Allreduce, 64 << 10), Some(Algo::Narrow));
+        assert_eq!(host(K::Alltoall, (64 << 10) + 1), None);
+    }
+
+    #[test]
+    fn rows_that_cannot_serve_are_skipped_and_bad_rows_are_errors() {
+        let rows = parse_table(
+            "allreduce bytes<=64k resident\nallreduce nranks>4 nvlink\nallreduce two_shot\n",
+        )
+        .unwrap();
+        // The resident row matches, but 64 KiB is beyond the one-block kernel: next row.
+        assert_eq!(
+            select_from(&rows, K::Allreduce, 2, 64 << 10, SLOT, 1 << 20),
+            Some(Algo::TwoShot)
+        );
+        assert_eq!(
+            select_from(&rows, K::Allreduce, 8, 1024, SLOT, 1 << 20),
+            Some(Algo::Narrow)
+        );
+        assert_eq!(
+            select_from(&rows, K::Allreduce, 8, 64 << 10, SLOT, 1 << 20),
+            None
+        );
+        // The wide kernel off (limit 0): nothing above the one-block kernel.
+        assert_eq!(select_from(&rows, K::Allreduce, 2, 64 << 10, SLOT, 0), None);
+        for bad in [
+            "alltoall one_shot",
+            "allreduce push",
+            "bcast resident",
+            "allreduce bytes<x one_shot",
+            "allreduce fast",
+        ] {
+            let e = parse_table(bad).err().expect(bad);
+            assert!(e.contains("line 1"), "{e}");
+        }
+    }
+
+    /// The chunks of the kernel: cover the data exactly once, in order, 16-byte aligned starts,
+    /// for every length class and piece count; the two-shot slices of every rank and the blocks'
+    /// pieces of each slice do the same.
+    #[test]
+    fn chunks_cover_every_byte_once_aligned() {
+        for len in [
+            0usize,
+            1,
+            2,
+            15,
+            16,
+            17,
+            100,
+            4096,
+            65_538,
+            1 << 20,
+            (1 << 20) + 6,
+        ] {
+            for parts in 1..=17 {
+                let mut next = 0;
+                for i in 0..parts {
+                    let (o, n) = chunk(len, parts, i);
+                    assert_eq!(o, next, "len {len} parts {parts} piece {i}");
+                    assert!(o % 16 == 0 || n == 0);
+                    next = o + n;
+                }
+                assert_eq!(next, len);
+            }
+            // Two-shot: slices over ranks, then pieces of each slice over blocks.
+            for nranks in [2usize, 3, 4, 8] {
+                let blocks = blocks_for(Algo::TwoShot, nranks, len.max(1), 16);
+                let mut seen = vec![0u8; len];
+                for q in 0..nranks {
+                    let (so, sl) = chunk(len, nranks, q);
+                    for b in 0..blocks {
+                        let (co, cl) = chunk(sl, blocks, b);
+                        assert!((so + co) % 16 == 0 || cl == 0);
+                        for x in &mut seen[so + co..so + co + cl] {
+                            *x += 1;
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|&x| x == 1), "len {len} nranks {nranks}");
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_grow_with_the_data_up_to_the_agreed_count() {
+        assert_eq!(blocks_for(Algo::OneShot, 2, 20 << 10, 16), 2);
+        assert_eq!(blocks_for(Algo::OneShot, 2, 1, 16), 1);
+        assert_eq!(blocks_for(Algo::OneShot, 2, 1 << 20, 16), 16);
+        assert_eq!(blocks_for(Algo::Push, 8, 1 << 20, 4), 4);
+        assert_eq!(blocks_for(Algo::TwoShot, 4, 1 << 20, 64), 16);
+        assert_eq!(blocks_for(Algo::TwoShot, 4, 100, 0), 1);
+    }
+
+    /// The scratch holds what the kernel addresses: every push slot (parity, sender) and the
+    /// gather area of both parities, for the largest call.
+    #[test]
+    fn scratch_holds_every_slot() {
+        let slot = 1 << 20;
+        for n in 1..=crate::gpu::kernels::MAXP {
+            let end_push = MID_DATA_OFF + (2 * n) * slot;
+            let end_gather = end_push + 2 * slot;
+            assert_eq!(scratch_bytes(n, slot), end_gather);
+        }
+    }
+}
