@@ -373,6 +373,24 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_NET_GPU_CHUNK",
+        default: "1m",
+        doc: "Bytes per chunk of a device buffer's rendezvous message to or from a rank on another node (at least 4k): the sender copies chunks device to host on a stream while earlier chunks are on the wire, the receiver copies chunks host to device while later ones arrive. Suffixes k/m/g.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GPU_DEPTH",
+        default: "4",
+        doc: "Chunks (`GPUMPI_NET_GPU_CHUNK`) of one device message to or from another node in host memory at once: the sender's device-to-host copies in flight, and the receiver's credit (the sender sends at most this many chunks ahead of the receiver's copies to the device).",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GPU_PIPELINE",
+        default: "1",
+        doc: "`1`: device buffers of rendezvous messages to and from ranks on other nodes move in chunks pipelined through host memory (`GPUMPI_NET_GPU_CHUNK`, `GPUMPI_NET_GPU_DEPTH`); `0`: a device send buffer is copied to host memory whole before its message goes out, and a device receive gathers the whole message in host memory before one copy to the device (for comparison; a receiver still honours a pipelining sender's chunks).",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_NET_IFNAME",
         default: "",
         doc: "Interfaces the TCP network backend uses, in the syntax of `NCCL_SOCKET_IFNAME`: a comma-separated list of name prefixes (`eth,ens`), `^` in front to exclude them instead (`^docker,lo`), `=` in front (after `^`) for exact names (`=eth0`). Unset: every interface that is up except loopback and container or VM bridges (`docker*`, `virbr*`, `br-*`, `veth*`), and loopback only when nothing else exists. One device per interface. A value that selects nothing is an error listing the interfaces.",
@@ -826,6 +844,10 @@ pub struct P2pConfig {
     /// `GPUMPI_GPU_PIPE` (slot bytes; 0: no pipes) and `GPUMPI_GPU_PIPE_DEPTH`, as given.
     pub gpu_pipe: usize,
     pub gpu_pipe_depth: usize,
+    /// `GPUMPI_NET_GPU_PIPELINE`, `GPUMPI_NET_GPU_CHUNK`, `GPUMPI_NET_GPU_DEPTH`.
+    pub net_gpu_pipeline: bool,
+    pub net_gpu_chunk: usize,
+    pub net_gpu_depth: usize,
 }
 
 /// Host collective algorithm selection.
@@ -913,6 +935,9 @@ impl Config {
                 gpu_copy_kernel: get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"),
                 gpu_pipe: get_usize("GPUMPI_GPU_PIPE"),
                 gpu_pipe_depth: get_usize("GPUMPI_GPU_PIPE_DEPTH"),
+                net_gpu_pipeline: not_zero("GPUMPI_NET_GPU_PIPELINE"),
+                net_gpu_chunk: get_usize("GPUMPI_NET_GPU_CHUNK"),
+                net_gpu_depth: get_usize("GPUMPI_NET_GPU_DEPTH"),
             },
             coll: CollConfig {
                 tuning: get("GPUMPI_COLL_TUNING"),
