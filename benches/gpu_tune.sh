@@ -2,7 +2,7 @@
 # Variant sweep for the GPU-native paths at one size (benches/NOTES.md records the results):
 #   benches/gpu_tune.sh PREFIX [NP] [SIZE]
 # NCCL first (same run, same machine), then gpumpi allreduce and alltoall variants
-# (VARIANTS="op:algo ...", names as in src/gpu/tuning.txt), each at the block counts in BLOCKS
+# (VARIANTS="op:algo ...", names as in src/gpu/nvlink/tuning.txt), each at the block counts in BLOCKS
 # (GPUMPI_GPU_BLOCKS), the whole list REPEAT times (interleaved, to see the run-to-run
 # spread), then sendrecv (copy engines, copy kernel) unless SENDRECV=0. Blocking mode (-z 1).
 # NVLink multicast stays off.

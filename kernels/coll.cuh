@@ -1,7 +1,7 @@
-// Kernels of the GPU-native collectives (src/gpu/coll.rs), included by primitives.cu so that
+// Kernels of the GPU-native collectives (src/gpu/nvlink/mod.rs), included by primitives.cu so that
 // one nvcc invocation builds one fatbin. Peer buffers are CUDA IPC mappings: loads and stores
 // to them travel over NVLink (or PCIe) directly; these kernels never synchronize across GPUs,
-// the host orders their launches (src/gpu/coll.rs says how).
+// the host orders their launches (src/gpu/nvlink/mod.rs says how).
 //
 // - gpumpi_reduce_n_<op>_<type>(Dsts, m, Srcs, k, n): d0[i] = ... = d(m-1)[i] = s0[i] op s1[i]
 //   op ... op s(k-1)[i], the same operand order on every rank, so every rank computes

@@ -1,4 +1,4 @@
-// Allreduce through pinned shared host memory driven by one kernel per rank (src/gpu/hostcoll.rs,
+// Allreduce through pinned shared host memory driven by one kernel per rank (src/gpu/hostmem/,
 // "kernel-driven allreduce"): no copy engines, no stream memory operations, no host work per
 // round, so rounds can be small enough for every rank's slots to stay in the CPU's caches.
 //

@@ -195,7 +195,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_COLL_TUNING",
         default: "",
-        doc: "Path of a table replacing the built-in `src/gpu/tuning.txt`: GPU-native algorithm per collective by size and rank count (same syntax as `GPUMPI_COLL_TUNING`; the algorithm `staged` means the host path).",
+        doc: "Path of a table replacing the built-in `src/gpu/nvlink/tuning.txt`: GPU-native algorithm per collective by size and rank count (same syntax as `GPUMPI_COLL_TUNING`; the algorithm `staged` means the host path).",
         same_on_every_rank: true,
     },
     Param {

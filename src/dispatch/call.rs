@@ -160,7 +160,7 @@ impl Side {
         let mut lo = isize::MAX;
         let mut hi = isize::MIN;
         for b in &self.blocks {
-            let (l, h) = crate::gpu::stage::span(&b.dt.desc, b.count);
+            let (l, h) = crate::gpu::layout::span(&b.dt.desc, b.count);
             if h > l {
                 lo = lo.min(b.disp + l);
                 hi = hi.max(b.disp + h);

@@ -312,7 +312,7 @@ pub(crate) unsafe fn flag_quick(
     }
     // Where GPU-native collectives are attempted, the ranks first agree on the path (in
     // the GPU paths), whatever memory their own buffers are in.
-    if kind != CollKind::Barrier && crate::gpu::coll::enabled() {
+    if kind != CollKind::Barrier && crate::gpu::device::enabled() {
         return Ok(false);
     }
     let Some(slots) = runtime::world_flag() else {

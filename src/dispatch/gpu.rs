@@ -1,4 +1,6 @@
-//! The GPU paths: blocking collectives whose every rank passes device buffers.
+//! The GPU paths: blocking collectives whose every rank passes device buffers, each run through
+//! its `gpu::path::GpuPath` (the rule shared by every GPU path, this rank's buffers, the flag
+//! round, then the path's own eligibility and run).
 
 use super::call::{CollSpec, Reduction};
 use super::flag::{check_start, flag_and, flag_eligible};
@@ -11,8 +13,9 @@ use crate::engine::collcheck::{
     agreement_fields, agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath,
     Record, Watch, AGREEMENT_WORDS,
 };
-use crate::gpu::coll::Mode as GpuMode;
+use crate::gpu::call::{Call, Shape};
 use crate::gpu::kernels::{KOp, KType};
+use crate::gpu::path::GpuPath;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::runtime;
 use crate::runtime::objects::CommObj;
@@ -133,7 +136,7 @@ fn record_of(c: &CallCheck, w: &[u64; KEY]) -> Record {
 
 const KEY: usize = AGREEMENT_WORDS;
 
-impl crate::gpu::coll::Host for GpuHost<'_> {
+impl crate::gpu::comm::Host for GpuHost<'_> {
     fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
         let Some(no) = self.next_no()? else {
             return allgather_bytes(self.comm, mine);
@@ -249,7 +252,7 @@ fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
     ) || spec.bytes == 0
         || spec.host_only
         || !spec.comm.one_node
-        || !crate::gpu::coll::enabled()
+        || !crate::gpu::device::enabled()
     {
         return None;
     }
@@ -268,31 +271,24 @@ fn thread_multiple() -> bool {
         .is_some_and(|rt| rt.thread_level == c::MPI_THREAD_MULTIPLE)
 }
 
-/// Small allreduce, alltoall and allgather (`gpu::resident::applies`: size, rank count,
-/// `GPUMPI_GPU_RESIDENT`, thread level).
-fn resident_call(spec: &CollSpec) -> bool {
-    crate::gpu::resident::applies(spec.kind, spec.comm.size(), spec.bytes, thread_multiple)
+/// The shape of a GPU call (`red`: from [`gpu_call`]).
+fn shape(spec: &CollSpec, red: Option<(KOp, KType)>) -> Shape {
+    Shape {
+        kind: spec.kind,
+        nranks: spec.comm.size(),
+        rank: spec.comm.rank,
+        root: spec.root,
+        bytes: spec.bytes,
+        elem: red.map_or(1, |(_, t)| t.size()),
+        in_place: spec.in_place,
+    }
 }
 
-/// The resident kernels' path: a GPU call that [`resident_call`] accepts.
-pub(super) fn resident_eligible(spec: &CollSpec) -> bool {
-    gpu_call(spec).is_some() && resident_call(spec)
-}
-
-/// The GPU-native path over CUDA IPC mappings (NVLink or PCIe peer access): a GPU call the
-/// resident kernels do not take, with peer access on (`gpu::coll::mode`).
-pub(super) fn nvlink_eligible(spec: &CollSpec) -> bool {
-    gpu_call(spec).is_some()
-        && crate::gpu::coll::mode() == Some(GpuMode::Ipc)
-        && !resident_call(spec)
-}
-
-/// The GPU path through pinned shared host memory (`gpu::hostcoll`): a GPU call the resident
-/// kernels do not take, with peer access off (`GPUMPI_CUDA_IPC=0`, no P2P).
-pub(super) fn host_memory_eligible(spec: &CollSpec) -> bool {
-    gpu_call(spec).is_some()
-        && crate::gpu::coll::mode() == Some(GpuMode::Host)
-        && !resident_call(spec)
+/// Whether GPU path `path` may take the call: a GPU call ([`gpu_call`]) that the path's own
+/// rule accepts (`GpuPath::eligible`: resident kernels for small allreduce, alltoall and
+/// allgather; NVLink with peer access on; host memory with it off).
+pub(super) fn eligible(path: &dyn GpuPath, spec: &CollSpec) -> bool {
+    gpu_call(spec).is_some_and(|red| path.eligible(&shape(spec, red), thread_multiple))
 }
 
 /// This rank's side of a GPU call: its contiguous send and receive ranges and its device.
@@ -379,11 +375,12 @@ unsafe fn local(spec: &CollSpec, ready: bool, host: &GpuHost) -> MpiResult<Optio
     }))
 }
 
-/// Small calls through the resident kernels (no launch, no stream synchronize per call).
-/// `Ok(false)`: declined on every rank (the kernels' ok bits, or the flag round).
-pub(super) unsafe fn run_resident(spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
-    use CollKind as K;
-    let ready = crate::gpu::resident::ready(&spec.comm.gpu);
+/// Run an eligible call, number `no` of its communicator, on GPU path `path`. `Ok(false)`:
+/// declined on every rank (the flag round, the descriptor exchange, the resident kernels' ok
+/// bits). A path whose communicator state is ready (the resident kernels) agrees by itself, so
+/// the flag round is skipped.
+pub(super) unsafe fn run(path: &dyn GpuPath, spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
+    let ready = path.ready(&spec.comm.gpu);
     let host = GpuHost::for_call(spec, no);
     let Some(Local {
         red,
@@ -394,56 +391,14 @@ pub(super) unsafe fn run_resident(spec: &CollSpec, no: CallNo) -> MpiResult<bool
     else {
         return Ok(false);
     };
-    let dst = recv.map_or(0, |x| x.0);
-    let src = match (spec.kind, send) {
-        (_, Some(s)) => s.0,
-        (K::Allgather, None) => dst + spec.comm.rank * spec.bytes,
-        (_, None) => dst,
-    };
-    let call = crate::gpu::resident::ResCall {
-        kind: spec.kind,
-        nranks: spec.comm.size(),
-        rank: spec.comm.rank,
-        bytes: spec.bytes,
-        src,
-        dst,
-        red,
-        device: device.filter(|_| recv.is_some()),
-        seq: no.seq,
-    };
-    crate::gpu::resident::run(&call, &host, ready)
-}
-
-/// The GPU-native plans (`gpu::coll::run`, which takes the host-memory pipelines itself when
-/// peer access is off or some rank's buffers cannot be exported). `Ok(false)`: declined on
-/// every rank (the flag round, the descriptor exchange).
-pub(super) unsafe fn run_native(spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
-    use crate::gpu::coll::{Call, Shape};
-    let host = GpuHost::for_call(spec, no);
-    let Some(Local {
-        red,
-        send,
-        recv,
-        device,
-    }) = local(spec, false, &host)?
-    else {
-        return Ok(false);
-    };
     let call = Call {
-        shape: Shape {
-            kind: spec.kind,
-            nranks: spec.comm.size(),
-            rank: spec.comm.rank,
-            root: spec.root,
-            bytes: spec.bytes,
-            elem: red.map_or(1, |(_, t)| t.size()),
-            in_place: spec.in_place,
-        },
+        shape: shape(spec, red),
         send,
         recv,
         red,
         device,
+        seq: no.seq,
         thread_multiple,
     };
-    crate::gpu::coll::run(&call, &host)
+    path.run(&call, &host, ready)
 }

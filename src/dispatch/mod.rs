@@ -39,6 +39,7 @@ pub(crate) use gpu::release_gpu;
 pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
 
 use crate::engine::collcheck::CallNo;
+use crate::gpu::path::{HOST_MEMORY, NVLINK, RESIDENT};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::runtime::request::ReqKind;
 
@@ -49,9 +50,9 @@ pub enum Path {
     /// kernels (`gpu::resident`).
     Resident,
     /// Device buffers through CUDA IPC mappings of the peers' buffers (NVLink or PCIe peer
-    /// access): the plans of `gpu::coll`.
+    /// access): the plans of `gpu::nvlink`.
     Nvlink,
-    /// Device buffers through pinned shared host memory (`gpu::hostcoll`), where peer access
+    /// Device buffers through pinned shared host memory (`gpu::hostmem`), where peer access
     /// is off.
     HostMemory,
     /// Small calls on MPI_COMM_WORLD through the shared-memory flag slots (`engine::flag`).
@@ -81,9 +82,9 @@ impl Path {
     /// Whether this path may take the call: the same answer on every rank.
     fn eligible(self, spec: &CollSpec) -> bool {
         match self {
-            Path::Resident => gpu::resident_eligible(spec),
-            Path::Nvlink => gpu::nvlink_eligible(spec),
-            Path::HostMemory => gpu::host_memory_eligible(spec),
+            Path::Resident => gpu::eligible(&RESIDENT, spec),
+            Path::Nvlink => gpu::eligible(&NVLINK, spec),
+            Path::HostMemory => gpu::eligible(&HOST_MEMORY, spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
             Path::Hier => hier::serves(spec).is_some(),
@@ -95,8 +96,9 @@ impl Path {
     /// on every rank.
     unsafe fn run(self, spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
         match self {
-            Path::Resident => gpu::run_resident(spec, no),
-            Path::Nvlink | Path::HostMemory => gpu::run_native(spec, no),
+            Path::Resident => gpu::run(&RESIDENT, spec, no),
+            Path::Nvlink => gpu::run(&NVLINK, spec, no),
+            Path::HostMemory => gpu::run(&HOST_MEMORY, spec, no),
             Path::Flag => flag::run_flag(spec, no),
             Path::Scratch => mid::run_mid(spec, no),
             Path::Hier => match hier::serves(spec) {

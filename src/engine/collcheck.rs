@@ -56,7 +56,7 @@ pub enum Path {
     Flag = 1,
     /// A schedule over point-to-point messages (`engine/coll.rs`).
     Schedule = 2,
-    /// GPU-native (`gpu/coll.rs`, `gpu/resident.rs`).
+    /// GPU-native (`gpu/nvlink/`, `gpu/resident/`).
     Gpu = 3,
     /// MPI_COMM_WORLD's scratch areas (`engine/scratch.rs`).
     Scratch = 4,

@@ -3,10 +3,11 @@
 //! Contract:
 //! - Every communicator object holds one [`CommGpu`] (empty, no allocation, until a GPU path
 //!   first runs on it). The GPU paths keep there what they set up for the communicator: the
-//!   resident kernel's scratch and the peers' scratch as mapped here ([`super::resident`]), the
-//!   pinned shared host regions ([`super::hostcoll`]) and the device sets on which every rank
-//!   mapped every peer ([`super::coll`]). Nothing is looked up by context id, and nothing
-//!   bounds how many communicators have GPU state.
+//!   resident kernel's scratch and the peers' scratch as mapped here (`gpu::resident`), the
+//!   pinned shared host regions (`gpu::hostmem`) and the device sets on which every rank
+//!   mapped every peer (`gpu::nvlink`). Each path keeps its own type ([`PathState`]; the state
+//!   holds one list per type, [`State::of`]), so this module names none of the paths. Nothing
+//!   is looked up by context id, and nothing bounds how many communicators have GPU state.
 //! - [`CommGpu::release`] gives it all back; the ABI layer calls it from `MPI_Comm_free` and
 //!   `MPI_Comm_disconnect`, which are collective. [`finalize_begin`] / [`finalize_end`] around
 //!   `MPI_Finalize`'s barrier release what communicators still hold at the end.
@@ -22,10 +23,41 @@
 //!   peer mappings they hold; logged at `GPUMPI_DEBUG=2` whenever a communicator's state is set
 //!   up or released, and read by `MPIX_Query_gpu_resources`.
 
-use super::coll::Host;
 use crate::mpi::error::MpiResult;
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// The host-side collectives of a communicator that the GPU paths need (implemented by the
+/// dispatch layer over the communicator object).
+pub trait Host {
+    /// Allgather of equal-size records (also the entry barrier).
+    fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>>;
+    fn barrier(&self) -> MpiResult<()>;
+    /// Logical AND over the communicator.
+    fn all(&self, ok: bool) -> MpiResult<bool>;
+    /// The world rank (process) of communicator rank `p`: the registration cache is keyed by
+    /// process, since buffer ids are only unique within one process.
+    fn world_rank(&self, p: usize) -> usize;
+    /// The context id of the communicator and the world ranks of its members.
+    fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
+    /// The communicator's GPU state (owned by the communicator object).
+    fn gpu(&self) -> &CommGpu;
+    /// The call's consistency check: every host-side wait of a GPU path on its peers (their
+    /// kernels, flags or streams) calls it on each round; at most every 20 ms it compares the
+    /// peers' records of the call, and an error (the peers called something else) ends the
+    /// wait with that error.
+    fn check(&self) -> MpiResult<()> {
+        Ok(())
+    }
+    /// Every rank agreed to run the call on this GPU path (the point of no return): say so in
+    /// the call's record, with `step`, a number every rank's path must agree on in this call
+    /// (the resident kernels' flag value; 0: none), compared with the peers' records.
+    fn commit(&self, _step: u64) {}
+    /// The job's named shared host memory (the host regions of GPU collectives without peer
+    /// access).
+    fn shared_mem(&self) -> &dyn super::shmem::SharedMem;
+}
 
 /// One communicator's GPU state; see the module docs.
 #[derive(Default)]
@@ -33,13 +65,67 @@ pub struct CommGpu {
     state: Mutex<Option<Arc<State>>>,
 }
 
+/// What one GPU path keeps for a communicator on this rank (for instance one value per device),
+/// held in the communicator's [`State`]. The defaults drop the value.
+pub(crate) trait PathState: Send + 'static {
+    /// Close this rank's mappings of the peers' memory (local: the peers' allocations stay).
+    fn close_mappings(&mut self) {}
+    /// Give back what this rank allocated (after every rank closed its mappings of it, where
+    /// peers mapped it).
+    fn free(self)
+    where
+        Self: Sized,
+    {
+    }
+    /// The state goes without a collective release while peers may map what this rank
+    /// allocated: keep that allocated until the process ends, give back the rest.
+    fn leak(self)
+    where
+        Self: Sized,
+    {
+    }
+}
+
+/// One path's list of values in a [`State`], with its type erased.
+trait Held: Send + Sync {
+    fn close_mappings(&self);
+    fn free(&self);
+    fn leak(&self);
+    fn is_empty(&self) -> bool;
+}
+
+impl<T: PathState> Held for Mutex<Vec<T>> {
+    fn close_mappings(&self) {
+        for v in lock(self).iter_mut() {
+            v.close_mappings();
+        }
+    }
+    fn free(&self) {
+        for v in std::mem::take(&mut *lock(self)) {
+            v.free();
+        }
+    }
+    fn leak(&self) {
+        for v in std::mem::take(&mut *lock(self)) {
+            v.leak();
+        }
+    }
+    fn is_empty(&self) -> bool {
+        lock(self).is_empty()
+    }
+}
+
+/// A path's list: the same value seen as itself ([`State::of`]) and as a [`Held`].
+struct Slot {
+    any: Arc<dyn Any + Send + Sync>,
+    held: Arc<dyn Held>,
+}
+
 /// What the GPU paths set up for one communicator (created at the first GPU call on it).
 #[derive(Default)]
 pub(crate) struct State {
-    /// The resident kernel's scratch, one per device this rank used on the communicator.
-    pub(crate) res: Mutex<Vec<super::resident::CommRes>>,
-    /// Pinned shared host regions, one set per device.
-    pub(crate) host: Mutex<Vec<super::hostcoll::HostComm>>,
+    /// One list per [`PathState`] type, in the order the paths first used the communicator.
+    paths: Mutex<Vec<Slot>>,
     /// Device sets (every rank's GPU UUID) on which every rank mapped every peer's buffers.
     pub(crate) verified: Mutex<Vec<Vec<[u8; 16]>>>,
     /// Peers may have mapped this rank's device scratch: release needs the barrier. Set on every
@@ -172,21 +258,46 @@ fn release_steps(
 }
 
 impl State {
+    /// The communicator's values of path state `T` (an empty list at the first use).
+    pub(crate) fn of<T: PathState>(&self) -> Arc<Mutex<Vec<T>>> {
+        let mut paths = lock(&self.paths);
+        if let Some(v) = paths
+            .iter()
+            .find_map(|s| s.any.clone().downcast::<Mutex<Vec<T>>>().ok())
+        {
+            return v;
+        }
+        let v = Arc::new(Mutex::new(Vec::<T>::new()));
+        paths.push(Slot {
+            any: v.clone(),
+            held: v.clone(),
+        });
+        v
+    }
+
+    /// The paths' lists, the latest first: a path's state set up later may live in one set up
+    /// earlier (the resident scratch in the host regions), so it goes first.
+    fn held(&self) -> Vec<Arc<dyn Held>> {
+        lock(&self.paths)
+            .iter()
+            .rev()
+            .map(|s| s.held.clone())
+            .collect()
+    }
+
     /// Close this rank's mappings of the peers' memory (local; no peer is affected).
     fn close_mappings(&self) {
-        for r in lock(&self.res).iter_mut() {
-            r.close_mappings();
+        for h in self.held() {
+            h.close_mappings();
         }
     }
 
     /// Free what this rank allocated for the communicator (after [`State::close_mappings`]
     /// on every rank where peers mapped it).
     fn free_own(&self) {
-        for r in lock(&self.res).drain(..) {
-            r.free();
+        for h in self.held() {
+            h.free();
         }
-        // Regions are unregistered and unmapped when dropped (after their streams finished).
-        lock(&self.host).clear();
         lock(&self.verified).clear();
     }
 }
@@ -198,23 +309,22 @@ impl Drop for State {
     /// behaviour for that peer) until the process ends.
     fn drop(&mut self) {
         self.close_mappings();
-        let res = std::mem::take(&mut *lock(&self.res));
+        let held = self.held();
         if self.shared.load(Ordering::Relaxed) {
-            if !res.is_empty() {
+            if held.iter().any(|h| !h.is_empty()) {
                 tracing::debug!(
                     "communicator GPU state dropped without a collective release: its device \
                      scratch stays allocated (a peer may map it)"
                 );
             }
-            for r in res {
-                r.leak();
+            for h in held {
+                h.leak();
             }
         } else {
-            for r in res {
-                r.free();
+            for h in held {
+                h.free();
             }
         }
-        lock(&self.host).clear();
         STATES.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -248,6 +358,31 @@ fn alive() -> Vec<Arc<State>> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    struct NoHost;
+    impl Host for NoHost {
+        fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
+            Ok(mine.to_vec())
+        }
+        fn barrier(&self) -> MpiResult<()> {
+            panic!("nothing shared: no barrier")
+        }
+        fn all(&self, ok: bool) -> MpiResult<bool> {
+            Ok(ok)
+        }
+        fn world_rank(&self, p: usize) -> usize {
+            p
+        }
+        fn identity(&self) -> (u32, Arc<[usize]>) {
+            (0, Arc::from(vec![0usize]))
+        }
+        fn gpu(&self) -> &CommGpu {
+            unreachable!()
+        }
+        fn shared_mem(&self) -> &dyn crate::gpu::shmem::SharedMem {
+            unreachable!()
+        }
+    }
 
     /// Threads stand for ranks: each rank's scratch counts the peers that have it mapped, and
     /// freeing it while a peer still maps it is recorded as a violation. Ranks close their
@@ -313,30 +448,6 @@ mod tests {
     /// States are created lazily, counted while alive, and gone after release.
     #[test]
     fn states_are_created_lazily_and_released() {
-        struct NoHost;
-        impl Host for NoHost {
-            fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
-                Ok(mine.to_vec())
-            }
-            fn barrier(&self) -> MpiResult<()> {
-                panic!("nothing shared: no barrier")
-            }
-            fn all(&self, ok: bool) -> MpiResult<bool> {
-                Ok(ok)
-            }
-            fn world_rank(&self, p: usize) -> usize {
-                p
-            }
-            fn identity(&self) -> (u32, Arc<[usize]>) {
-                (0, Arc::from(vec![0usize]))
-            }
-            fn gpu(&self) -> &CommGpu {
-                unreachable!()
-            }
-            fn shared_mem(&self) -> &dyn crate::gpu::shmem::SharedMem {
-                unreachable!()
-            }
-        }
         let g = CommGpu::default();
         assert!(g.peek().is_none(), "no state before a GPU path runs");
         let st = g.state();
@@ -349,5 +460,52 @@ mod tests {
         assert!(weak.upgrade().is_none(), "released state is gone");
         // Releasing again (or a communicator that never had a state) does nothing.
         g.release(&NoHost).unwrap();
+    }
+
+    /// Each path's list is found again by its type. Release closes every path's mappings
+    /// first, then frees the lists, the one set up last first; a state dropped while peers may
+    /// map it keeps (leaks) what they may map.
+    #[test]
+    fn path_states_are_kept_by_type_and_released_latest_first() {
+        static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        struct A(u32);
+        struct B;
+        impl PathState for A {
+            fn close_mappings(&mut self) {
+                lock(&LOG).push(format!("close a{}", self.0));
+            }
+            fn free(self) {
+                lock(&LOG).push(format!("free a{}", self.0));
+            }
+            fn leak(self) {
+                lock(&LOG).push(format!("leak a{}", self.0));
+            }
+        }
+        impl PathState for B {
+            fn free(self) {
+                lock(&LOG).push("free b".into());
+            }
+        }
+        let g = CommGpu::default();
+        let st = g.state();
+        lock(&st.of::<A>()).push(A(1));
+        lock(&st.of::<B>()).push(B);
+        lock(&st.of::<A>()).push(A(2));
+        assert_eq!(lock(&st.of::<A>()).len(), 2, "one list per type");
+        assert_eq!(lock(&st.of::<B>()).len(), 1);
+        drop(st);
+        g.release(&NoHost).unwrap();
+        assert_eq!(
+            *lock(&LOG),
+            ["close a1", "close a2", "free b", "free a1", "free a2"]
+        );
+        lock(&LOG).clear();
+        let g = CommGpu::default();
+        let st = g.state();
+        st.shared.store(true, Ordering::Relaxed);
+        lock(&st.of::<A>()).push(A(3));
+        drop(st);
+        drop(g);
+        assert_eq!(*lock(&LOG), ["close a3", "leak a3"]);
     }
 }

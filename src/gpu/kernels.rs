@@ -120,7 +120,7 @@ pub struct Kernels {
 }
 
 /// `struct HostAr` of kernels/hostar.cuh: one rank's kernel-driven allreduce through pinned
-/// shared host memory (src/gpu/hostcoll.rs).
+/// shared host memory (src/gpu/hostmem/mod.rs).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct HostAr {

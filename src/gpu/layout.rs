@@ -11,6 +11,16 @@
 
 use crate::mpi::datatype::TypeDesc;
 
+/// The byte range, relative to the buffer address, that `count` elements of `t` touch:
+/// `[lo, hi)` (empty when `count` or the type's size is 0).
+pub fn span(t: &TypeDesc, count: usize) -> (isize, isize) {
+    if count == 0 || t.size() == 0 {
+        return (0, 0);
+    }
+    let step = (count as isize - 1) * t.extent();
+    (t.true_lb() + step.min(0), t.true_ub() + step.max(0))
+}
+
 /// One run of an element's bytes: `struct PackRun` of kernels/pack.cuh.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -330,6 +340,20 @@ mod tests {
     use crate::mpi::datatype::Basic;
     use std::sync::Arc;
 
+    #[test]
+    fn span_of_types() {
+        let int = Arc::new(TypeDesc::predefined(crate::mpi::datatype::Basic::Int32));
+        assert_eq!(span(&int, 0), (0, 0));
+        assert_eq!(span(&int, 5), (0, 20));
+        // vector of 3 blocks of 1 int, stride 2: extent 20 bytes (last block has no tail gap).
+        let v = Arc::new(TypeDesc::vector(3, 1, 2, &int).unwrap());
+        assert_eq!(span(&v, 1), (0, 20));
+        assert_eq!(span(&v, 2), (0, 40));
+        // Negative extent through resized.
+        let r = TypeDesc::resized(&int, 0, -8).unwrap();
+        assert_eq!(span(&r, 3), (-16, 4));
+    }
+
     fn p(b: Basic) -> Arc<TypeDesc> {
         Arc::new(TypeDesc::predefined(b))
     }
@@ -346,7 +370,7 @@ mod tests {
     fn check(t: &TypeDesc, count: usize) {
         let l = Layout::of(t, 1 << 16).expect("layout");
         let runs = runs_of(&l);
-        let (lo, hi) = crate::gpu::stage::span(t, count);
+        let (lo, hi) = span(t, count);
         let span = (hi - lo) as usize;
         let total = t.packed_size(count);
         for shift in [0usize, 1, 2, 4, 8, 16] {

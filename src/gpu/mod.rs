@@ -18,16 +18,19 @@
 //!   is left as it was.
 
 pub mod cache;
-pub mod coll;
+pub mod call;
 pub mod comm;
+pub mod device;
 pub mod fdshare;
-pub mod hostcoll;
+pub mod hostmem;
 pub mod ipc;
 mod kabi;
 pub mod kernels;
 pub mod layout;
+pub mod nvlink;
 pub mod p2p;
 pub mod pack;
+pub mod path;
 pub mod pipe;
 pub mod pool;
 pub mod resident;

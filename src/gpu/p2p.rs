@@ -164,11 +164,11 @@ unsafe fn peer_copy(
         // A small pull goes through the device's resident kernel: one host <-> kernel round
         // trip instead of a copy-engine copy and an event to poll.
         let dir = if dev {
-            super::resident::SmallCopy::DevToDev
+            super::resident::kernel::SmallCopy::DevToDev
         } else {
-            super::resident::SmallCopy::ToHost
+            super::resident::kernel::SmallCopy::ToHost
         };
-        if let Some(r) = super::resident::copy_small(d.ordinal, dst, src, len, dir) {
+        if let Some(r) = super::resident::kernel::copy_small(d.ordinal, dst, src, len, dir) {
             return r.map(|()| None);
         }
     }
@@ -200,7 +200,7 @@ unsafe fn copy(
                     src: src as u64,
                     len: len as u64,
                 };
-                let grid = super::coll::max_grid(d.ordinal);
+                let grid = super::device::max_grid(d.ordinal);
                 k.copy_segs_async(&[seg], grid, d.stream)?;
                 ev.record(d.stream)?;
                 return Ok(ev);

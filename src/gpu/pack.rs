@@ -243,7 +243,7 @@ mod tests {
             ),
         ];
         for (t, count) in types {
-            let (lo, hi) = crate::gpu::stage::span(&t, count);
+            let (lo, hi) = crate::gpu::layout::span(&t, count);
             let span = (hi - lo) as usize;
             let total = t.packed_size(count);
             let host: Vec<u8> = (0..span).map(|i| (i * 7 + 1) as u8).collect();

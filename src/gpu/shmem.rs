@@ -1,5 +1,5 @@
 //! Named shared host memory, as the GPU paths without peer access need it (the host regions
-//! of `hostcoll`, the pipes of `pipe`): a region one rank creates under a name and every other
+//! of `hostmem`, the pipes of `pipe`): a region one rank creates under a name and every other
 //! rank of the job maps by that name. The GPU layer does not own such memory; the caller that
 //! sets up the GPU paths hands it in (the shared-memory transport's regions, named after the
 //! job), so the same code runs over any provider.

@@ -2,7 +2,7 @@
 //! buffer may be device (or managed) memory. Each helper classifies the pointer; host memory
 //! passes through untouched, device memory is copied to or from a host buffer with the copy
 //! engine on gpumpi's stream (and the stream synchronized before the host buffer is used), or,
-//! for copies of at most 4 KiB, by the resident kernel (`resident::copy_small`: no launch and
+//! for copies of at most 4 KiB, by the resident kernel (`resident::kernel::copy_small`: no launch and
 //! no stream synchronize).
 //!
 //! This is the correct-first path: every call of the subset works with device buffers. The
@@ -12,6 +12,7 @@
 //! the host path (a copy of the layout's span, packed by the CPU) is the fallback.
 
 use super::cache::PtrInfo;
+use super::layout::span;
 use super::pool::HostBuf;
 use crate::mpi::datatype::TypeDesc;
 use crate::mpi::error::{MpiError, MpiResult};
@@ -58,7 +59,7 @@ pub fn staging(info: &PtrInfo, len: usize) -> MpiResult<HostBuf> {
 }
 
 /// A small copy between device memory (allocation `info`) and host memory by the device's
-/// resident kernel, when it takes it (`resident::copy_small`); None: use the copy engine.
+/// resident kernel, when it takes it (`resident::kernel::copy_small`); None: use the copy engine.
 ///
 /// # Safety
 /// As for [`copy_to_host`] (`to_host`) or [`copy_to_device`].
@@ -73,11 +74,11 @@ unsafe fn by_resident(
         return None;
     }
     let dir = if to_host {
-        super::resident::SmallCopy::ToHost
+        super::resident::kernel::SmallCopy::ToHost
     } else {
-        super::resident::SmallCopy::FromHost
+        super::resident::kernel::SmallCopy::FromHost
     };
-    let r = super::resident::copy_small(info.device, dst, src, len, dir)?;
+    let r = super::resident::kernel::copy_small(info.device, dst, src, len, dir)?;
     let what = if to_host {
         "device to host, resident kernel"
     } else {
@@ -122,16 +123,6 @@ pub unsafe fn copy_to_device(info: &PtrInfo, dst: usize, src: &[u8]) -> MpiResul
         cuda::stream_synchronize(d.stream)
     })
     .map_err(|e| cuda_err("host to device", e))
-}
-
-/// The byte range, relative to the buffer address, that `count` elements of `t` touch:
-/// `[lo, hi)` (empty when `count` or the type's size is 0).
-pub fn span(t: &TypeDesc, count: usize) -> (isize, isize) {
-    if count == 0 || t.size() == 0 {
-        return (0, 0);
-    }
-    let step = (count as isize - 1) * t.extent();
-    (t.true_lb() + step.min(0), t.true_ub() + step.max(0))
 }
 
 /// A host copy of the device bytes `[base + lo, base + hi)`: code written for host memory runs
@@ -525,20 +516,6 @@ pub unsafe fn reduce_on_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn span_of_types() {
-        let int = Arc::new(TypeDesc::predefined(crate::mpi::datatype::Basic::Int32));
-        assert_eq!(span(&int, 0), (0, 0));
-        assert_eq!(span(&int, 5), (0, 20));
-        // vector of 3 blocks of 1 int, stride 2: extent 20 bytes (last block has no tail gap).
-        let v = Arc::new(TypeDesc::vector(3, 1, 2, &int).unwrap());
-        assert_eq!(span(&v, 1), (0, 20));
-        assert_eq!(span(&v, 2), (0, 40));
-        // Negative extent through resized.
-        let r = TypeDesc::resized(&int, 0, -8).unwrap();
-        assert_eq!(span(&r, 3), (-16, 4));
-    }
 
     #[test]
     fn host_memory_passes_through() {

@@ -265,7 +265,7 @@ pub fn check_buf_at(
             "{what} is MPI_BUFFER_AUTOMATIC, which is not a data buffer"
         ),
         0 => {
-            let (lo, hi) = crate::gpu::stage::span(&d.desc, count);
+            let (lo, hi) = crate::gpu::layout::span(&d.desc, count);
             let (lo, hi) = (lo + disp, hi + disp);
             if hi > lo && lo < PAGE_ZERO {
                 mpi_bail!(
@@ -373,7 +373,7 @@ pub struct RecvView {
 /// received). The buffer is classified once.
 pub unsafe fn recv_view(buf: *mut c_void, count: usize, d: &Arc<DtypeObj>) -> MpiResult<RecvView> {
     let len = d.desc.packed_size(count);
-    let (lo, _) = crate::gpu::stage::span(&d.desc, count);
+    let (lo, _) = crate::gpu::layout::span(&d.desc, count);
     let device = if len > 0 {
         crate::gpu::stage::device_info((buf as *const u8).wrapping_offset(lo))
     } else {

@@ -690,7 +690,7 @@ unsafe fn reduce_local(
     if bytes == 0 {
         return Ok(());
     }
-    let (lo, _) = crate::gpu::stage::span(&dt.desc, n);
+    let (lo, _) = crate::gpu::layout::span(&dt.desc, n);
     let on_device = |p: *const c_void| crate::gpu::is_device((p as *const u8).wrapping_offset(lo));
     if on_device(inbuf) || on_device(inoutbuf as *const c_void) {
         if let (Reduction::Builtin(op, e), true) = (&red, dt.desc.is_contiguous(n)) {

@@ -23,8 +23,12 @@
 //! Correctness of in-place variants comes from the plans: no step writes a region another rank
 //! may still read in the same phase (see each planner).
 
-use super::ipc::{self, Export, EXPORT_BYTES};
-use super::kernels::{KOp, KType, Seg, MAXP};
+use super::call::{chunk, Shape};
+use super::call::{Call, Desc, DESC_BYTES};
+use super::comm::Host;
+use super::device::{device_uuid, max_grid, mode, Mode};
+use super::ipc;
+use super::kernels::{Seg, MAXP};
 use crate::coll::CollKind;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
@@ -190,30 +194,6 @@ impl Algo {
             Algo::Staged => true,
         }
     }
-}
-
-/// What a collective call looks like to the planner (the same on every rank except `rank`).
-#[derive(Clone, Copy, Debug)]
-pub struct Shape {
-    pub kind: CollKind,
-    pub nranks: usize,
-    pub rank: usize,
-    pub root: usize,
-    /// Allreduce/reduce/bcast: the vector; alltoall/allgather/reduce_scatter_block: one block.
-    pub bytes: usize,
-    pub elem: usize,
-    pub in_place: bool,
-}
-
-/// Chunk `i` of `n` of a vector of `elems` elements: (first element, elements). Chunks are
-/// multiples of `align` elements (except the last), so kernels see 16-byte aligned starts.
-pub fn chunk(elems: usize, n: usize, i: usize, align: usize) -> (usize, usize) {
-    let align = align.max(1);
-    let units = elems.div_ceil(align);
-    let per = units.div_ceil(n);
-    let start = (i * per * align).min(elems);
-    let end = ((i + 1) * per * align).min(elems);
-    (start, end - start)
 }
 
 /// The steps rank `s.rank` runs for `algo`, or `None` when `algo` cannot serve this call (the
@@ -623,153 +603,6 @@ pub fn plan_from(rows: &[Row], s: &Shape) -> Option<(Algo, Vec<Step>)> {
         .flatten()
 }
 
-/// How the GPUs of a node reach each other's data in the GPU-native collectives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// CUDA IPC mappings of the peers' buffers (NVLink/PCIe peer access, zero-copy).
-    Ipc,
-    /// Pinned shared host memory ([`super::hostcoll`]): P2P forced off (`GPUMPI_CUDA_IPC=0`).
-    Host,
-}
-
-/// Whether GPU-native collectives are attempted at all, and how (`GPUMPI_GPU_COLL`: `auto` =
-/// on nodes with an NVIDIA driver, the same answer on every rank of the node; `1`; `0`).
-/// With `GPUMPI_CUDA_IPC=0` they go through pinned host memory.
-pub fn mode() -> Option<Mode> {
-    static M: OnceLock<Option<Mode>> = OnceLock::new();
-    *M.get_or_init(|| {
-        let m = mode_from(
-            (!crate::config::snapshot().cuda.ipc).then_some("0"),
-            crate::config::snapshot().gpu.coll.as_deref(),
-            std::path::Path::new("/dev/nvidiactl").exists(),
-            super::kernels::embedded(),
-        );
-        if !super::kernels::embedded() {
-            tracing::info!(
-                "GPU-native collectives off: gpumpi was built without CUDA kernels (no nvcc); \
-                 device buffers are staged"
-            );
-        }
-        m
-    })
-}
-
-/// [`mode`] from its inputs: `GPUMPI_CUDA_IPC`, `GPUMPI_GPU_COLL`, whether an NVIDIA device
-/// node exists, and whether the library carries its kernels (every GPU-native path needs them:
-/// a build without nvcc stages device buffers instead of failing calls).
-fn mode_from(ipc: Option<&str>, coll: Option<&str>, nvidia: bool, kernels: bool) -> Option<Mode> {
-    let m = if ipc == Some("0") {
-        Mode::Host
-    } else {
-        Mode::Ipc
-    };
-    if !kernels {
-        return None;
-    }
-    match coll {
-        Some("0") => None,
-        Some("1") => Some(m),
-        _ => nvidia.then_some(m),
-    }
-}
-
-/// Whether GPU-native collectives are attempted at all (see [`mode`]).
-pub fn enabled() -> bool {
-    mode().is_some()
-}
-
-// ---- the call, as the ABI layer hands it over ----
-
-/// The host-side collectives the protocol needs (implemented by the ABI layer).
-pub trait Host {
-    /// Allgather of equal-size records (also the entry barrier).
-    fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>>;
-    fn barrier(&self) -> MpiResult<()>;
-    /// Logical AND over the communicator.
-    fn all(&self, ok: bool) -> MpiResult<bool>;
-    /// The world rank (process) of communicator rank `p`: the registration cache is keyed by
-    /// process, since buffer ids are only unique within one process.
-    fn world_rank(&self, p: usize) -> usize;
-    /// The context id of the communicator and the world ranks of its members.
-    fn identity(&self) -> (u32, std::sync::Arc<[usize]>);
-    /// The communicator's GPU state (owned by the communicator object).
-    fn gpu(&self) -> &super::comm::CommGpu;
-    /// The call's consistency check: every host-side wait of a GPU path on its peers (their
-    /// kernels, flags or streams) calls it on each round; at most every 20 ms it compares the
-    /// peers' records of the call, and an error (the peers called something else) ends the
-    /// wait with that error.
-    fn check(&self) -> MpiResult<()> {
-        Ok(())
-    }
-    /// Every rank agreed to run the call on this GPU path (the point of no return): say so in
-    /// the call's record, with `step`, a number every rank's path must agree on in this call
-    /// (the resident kernels' flag value; 0: none), compared with the peers' records.
-    fn commit(&self, _step: u64) {}
-    /// The job's named shared host memory (the host regions of GPU collectives without peer
-    /// access).
-    fn shared_mem(&self) -> &dyn super::shmem::SharedMem;
-}
-
-/// One rank's buffers: device address and byte length (None: not used by this rank).
-#[derive(Clone, Copy, Debug)]
-pub struct Call {
-    pub shape: Shape,
-    pub send: Option<(usize, usize)>,
-    pub recv: Option<(usize, usize)>,
-    /// Reductions: the kernel's op and type.
-    pub red: Option<(KOp, KType)>,
-    /// This rank's GPU when its buffers are fit (contiguous, as the shape says) and all device
-    /// memory of that GPU (classified once by the caller); None forces the staged path for
-    /// every rank.
-    pub device: Option<i32>,
-    /// Whether the process runs at MPI_THREAD_MULTIPLE (asked only when a communicator's host
-    /// regions are set up): no kernel that spins waiting for the peers' kernels then (two
-    /// communicators' kernels, launched in different orders on two ranks, could each hold the
-    /// SMs the other one needs).
-    pub thread_multiple: fn() -> bool,
-}
-
-pub(crate) const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;
-
-/// What a rank publishes: eligibility, pid, device UUID, its buffers' exports (also the
-/// resident path's set-up record, with the scratch as `send`).
-pub(crate) struct Desc {
-    pub(crate) ok: bool,
-    pub(crate) pid: u32,
-    pub(crate) uuid: [u8; 16],
-    pub(crate) send: Option<Export>,
-    pub(crate) recv: Option<Export>,
-    /// Local addresses (same process only; not on the wire).
-    pub(crate) ordinal: i32,
-}
-
-impl Desc {
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let mut b = vec![0u8; DESC_BYTES];
-        b[0] = self.ok as u8 | (self.send.is_some() as u8) << 1 | (self.recv.is_some() as u8) << 2;
-        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
-        b[8..24].copy_from_slice(&self.uuid);
-        if let Some(e) = &self.send {
-            b[24..24 + EXPORT_BYTES].copy_from_slice(&e.to_bytes());
-        }
-        if let Some(e) = &self.recv {
-            b[24 + EXPORT_BYTES..].copy_from_slice(&e.to_bytes());
-        }
-        b
-    }
-    pub(crate) fn from_bytes(b: &[u8]) -> Desc {
-        let f = b[0];
-        Desc {
-            ok: f & 1 != 0,
-            pid: u32::from_le_bytes(b[4..8].try_into().unwrap()),
-            uuid: b[8..24].try_into().unwrap(),
-            send: (f & 2 != 0).then(|| Export::from_bytes(&b[24..24 + EXPORT_BYTES]).unwrap()),
-            recv: (f & 4 != 0).then(|| Export::from_bytes(&b[24 + EXPORT_BYTES..]).unwrap()),
-            ordinal: -1,
-        }
-    }
-}
-
 fn err(e: impl std::fmt::Display) -> MpiError {
     MpiError::new(
         crate::standard::consts::MPI_ERR_OTHER,
@@ -816,18 +649,6 @@ fn describe(c: &Call) -> Desc {
     d
 }
 
-/// The UUID of a device (asked once per device).
-pub(crate) fn device_uuid(ordinal: i32) -> Option<[u8; 16]> {
-    static U: Mutex<Vec<(i32, [u8; 16])>> = Mutex::new(Vec::new());
-    let mut u = U.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, x)) = u.iter().find(|(o, _)| *o == ordinal) {
-        return Some(*x);
-    }
-    let x = cuda::device_uuid(ordinal).ok()?;
-    u.push((ordinal, x));
-    Some(x)
-}
-
 /// Run `c` on the GPU if every rank can; `Ok(false)`: every rank stages instead.
 ///
 /// # Safety
@@ -838,7 +659,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
         return Ok(false);
     }
     if mode() == Some(Mode::Host) {
-        return super::hostcoll::run(c, host);
+        return super::hostmem::run(c, host);
     }
     let Some((algo, steps)) = plan_from(table(), &c.shape) else {
         return Ok(false);
@@ -857,7 +678,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
             "GPU collective: some rank's buffers are not exportable device memory; \
              through pinned host memory where it serves, else staged"
         );
-        return super::hostcoll::run(c, host);
+        return super::hostmem::run(c, host);
     }
     // Resolve every rank's buffers this plan touches.
     let mypid = std::process::id();
@@ -903,7 +724,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
                  through pinned host memory where it serves, else staged",
                 map_err.as_deref().unwrap_or("on another rank")
             );
-            return super::hostcoll::run(c, host);
+            return super::hostmem::run(c, host);
         }
         let mut v = state.verified.lock().unwrap_or_else(|e| e.into_inner());
         if v.len() >= 16 {
@@ -963,18 +784,6 @@ fn aux_streams(ordinal: i32, ctx: cuda::Context) -> Result<Vec<cuda::Stream>, St
         .map_err(|e| e.to_string())?;
     a.push((ordinal, v));
     Ok(a.last().unwrap().1.clone())
-}
-
-/// Blocks a kernel of these collectives may use (`GPUMPI_GPU_BLOCKS`, 0 = one per SM: measured
-/// best for two-shot allreduce and alltoall at 512 MiB on 4 H200, benches/NOTES.md).
-pub(crate) fn max_grid(ordinal: i32) -> u32 {
-    static G: OnceLock<u32> = OnceLock::new();
-    *G.get_or_init(|| match crate::config::snapshot().gpu.blocks {
-        0 => cuda::multiprocessor_count(ordinal)
-            .map(|n| n.max(1) as u32)
-            .unwrap_or(64),
-        n => n as u32,
-    })
 }
 
 unsafe fn execute(

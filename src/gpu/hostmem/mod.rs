@@ -50,13 +50,14 @@
 //! host memory twice, 10 x the vector per call at 4 ranks through host memory (see
 //! benches/NOTES.md for the measured ceiling on the 4 x H200 machine).
 
-use super::coll::{chunk, Call, Host};
+use super::call::{chunk, Call, Shape};
+use super::comm::{Host, PathState};
 use super::shmem::SharedRegion;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda::{self, Stream};
 
 /// Bytes at the start of each region for the resident kernel's scratch.
-pub const RES_BYTES: usize = super::resident::HOST_SCRATCH;
+pub const RES_BYTES: usize = super::resident::kernel::HOST_SCRATCH;
 const PIPE_OFF: usize = RES_BYTES.next_multiple_of(4096);
 /// Counters of stages A, B, C at PIPE_OFF (one 64-byte line each, [`Stage::flag_off`]).
 const IN_OFF: usize = PIPE_OFF + 4096;
@@ -176,6 +177,9 @@ impl HostComm {
     }
 }
 
+/// Kept in the communicator's state; released by dropping it (below).
+impl PathState for HostComm {}
+
 impl Drop for HostComm {
     /// Wait for the communicator's streams, destroy them, unregister every region (unmapped
     /// when `regions` drops). Peers are unaffected: their mappings keep the shared pages alive,
@@ -217,9 +221,9 @@ pub fn with_comm<R>(
     host: &dyn Host,
     f: impl FnOnce(&mut HostComm) -> R,
 ) -> MpiResult<Option<R>> {
-    let state = host.gpu().state();
+    let state = host.gpu().state().of::<HostComm>();
     {
-        let mut v = state.host.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hc) = v.iter_mut().find(|h| h.ordinal == ordinal) {
             return Ok(Some(f(hc)));
         }
@@ -227,7 +231,7 @@ pub fn with_comm<R>(
     let Some(hc) = setup(me, ordinal, thread_multiple, host)? else {
         return Ok(None);
     };
-    let mut v = state.host.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v = state.lock().unwrap_or_else(|e| e.into_inner());
     v.push(hc);
     super::comm::log("host regions set up");
     Ok(Some(f(v.last_mut().expect("pushed"))))
@@ -249,7 +253,7 @@ fn setup(
     // (No round at all when it is switched off, the same on every rank.)
     let spin_ok = kq > 0 && {
         let mut rec = [0u8; 17];
-        rec[..16].copy_from_slice(&super::coll::device_uuid(ordinal).unwrap_or_default());
+        rec[..16].copy_from_slice(&super::device::device_uuid(ordinal).unwrap_or_default());
         rec[16] = thread_multiple() as u8;
         let recs = host.allgather(&rec)?;
         let r: Vec<&[u8]> = recs.chunks(17).collect();
@@ -382,7 +386,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     // ranks on a GPU, MPI_THREAD_MULTIPLE): one stream-ordered round costs tens of
     // microseconds; allreduce takes the pipeline at every size (its staged path reduces on
     // the host).
-    let big = c.shape.bytes > super::resident::HOST_SLOT;
+    let big = c.shape.bytes > super::resident::kernel::HOST_SLOT;
     let served = match c.shape.kind {
         K::Allreduce => c.red.is_some(),
         K::Alltoall => big && !c.shape.in_place,
@@ -397,7 +401,7 @@ pub unsafe fn run(c: &Call, host: &dyn Host) -> MpiResult<bool> {
     // A communicator whose state here was given up takes the staged paths on every rank.
     let given_up = c.device.is_some_and(|o| {
         host.gpu().peek().is_some_and(|st| {
-            st.host
+            st.of::<HostComm>()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
@@ -526,12 +530,7 @@ pub enum Op {
 /// for round g it waits until every other rank's C of round g-depth is done (C, the last
 /// stage, waits for everything of its round), except in allreduce's steady state, where the
 /// readers are known precisely: `in` slots are read by B, `out` slots by C.
-pub fn pipeline(
-    s: &super::coll::Shape,
-    q: usize,
-    depth: usize,
-    base: u64,
-) -> Option<([Vec<Op>; 3], u64)> {
+pub fn pipeline(s: &Shape, q: usize, depth: usize, base: u64) -> Option<([Vec<Op>; 3], u64)> {
     use crate::coll::CollKind as K;
     let (n, me) = (s.nranks, s.rank);
     let es = match s.kind {
@@ -739,7 +738,7 @@ unsafe fn execute(hc: &mut HostComm, c: &Call, host: &dyn Host) -> MpiResult<()>
         .ok_or_else(|| err("no schedule for this call"))?;
     let recv = c.recv.map_or(0, |r| r.0);
     let input = c.send.map_or(recv, |s| s.0);
-    let grid = super::coll::max_grid(hc.ordinal);
+    let grid = super::device::max_grid(hc.ordinal);
     let at = |l: &Loc| match *l {
         Loc::Input(o) => input + o,
         Loc::Recv(o) => recv + o,
@@ -895,7 +894,6 @@ unsafe fn execute_kernel(
 mod tests {
     use super::*;
     use crate::coll::CollKind as K;
-    use crate::gpu::coll::Shape;
 
     /// One rank's buffers of one call: (send, receive); no send buffer = in place.
     type Bufs = (Option<Vec<u8>>, Vec<u8>);

@@ -1,27 +1,14 @@
-//! Small collectives through a resident kernel (kernels/resident.cuh): no kernel launch and no
-//! stream synchronize per call. The host writes a command into mapped pinned memory and spins
-//! on a completion word the kernel writes back; the kernels of the ranks exchange the data
-//! through per-communicator scratch buffers mapped with CUDA IPC (NVLink stores and flags).
-//!
-//! Used for blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) of at
-//! most [`SLOT`] bytes when every rank passes device memory of its own GPU (one rank per GPU:
-//! kernels of different processes on one GPU time-slice, so spinning kernels there would wait
-//! for each other) and the process is not `MPI_THREAD_MULTIPLE` (one command at a time per
-//! process; concurrent collectives on different communicators could otherwise wait on each
-//! other's kernel). The first call on a communicator sets it up with one host allgather (scratch
-//! exports); after that each kernel's flag says whether its rank's buffers qualify, so ranks
-//! agree on the GPU, and fall back together, with no host round per call.
+//! The resident kernel of a device (kernels/resident.cuh): one block that stays launched and
+//! runs commands the host writes into mapped pinned memory, with no kernel launch and no stream
+//! synchronize per command. Two users: the resident collectives (the parent module, whose
+//! per-communicator scratch layout is defined here with the commands) and small staging copies
+//! of point-to-point ([`copy_small`], used by `gpu::stage` and `gpu::p2p`).
 //!
 //! Holding an SM: one block of [`THREADS`] threads, which exits after
 //! `GPUMPI_GPU_RESIDENT_IDLE_US` without a command (a `cudaDeviceSynchronize` or `cudaFree`
-//! of the application waits at most that long for it); the next call relaunches it.
+//! of the application waits at most that long for it); the next command relaunches it.
 
-use super::coll::{Desc, Host, DESC_BYTES};
-use super::comm::{CommGpu, State};
-use super::ipc::{self, Export};
-use super::kernels::{KOp, KType, MAXP};
-use crate::coll::CollKind;
-use crate::mpi::error::{MpiError, MpiResult};
+use crate::gpu::kernels::MAXP;
 use crate::sys::cuda::{self, Function, Stream};
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -48,29 +35,20 @@ pub const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
 /// Bytes of one rank's scratch in pinned host memory (host mode).
 pub const HOST_SCRATCH: usize = DATA_OFF + 2 * MAXP * HOST_SLOT;
 
-/// The largest vector or block of the resident path in the current mode.
-fn slot_limit() -> usize {
-    if super::coll::mode() == Some(super::coll::Mode::Host) {
-        HOST_SLOT
-    } else {
-        SLOT
-    }
-}
-
 /// `struct ResCmd` of kernels/resident.cuh: one 64-byte line.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Default)]
-struct ResCmd {
-    seq: u64,
-    kind: u32,
-    op: u32,
-    ty: u32,
-    ok: u32,
-    bytes: u64,
-    src: u64,
-    dst: u64,
-    flagv: u64,
-    desc: u64,
+pub(super) struct ResCmd {
+    pub(super) seq: u64,
+    pub(super) kind: u32,
+    pub(super) op: u32,
+    pub(super) ty: u32,
+    pub(super) ok: u32,
+    pub(super) bytes: u64,
+    pub(super) src: u64,
+    pub(super) dst: u64,
+    pub(super) flagv: u64,
+    pub(super) desc: u64,
 }
 // The layout of kernels/resident.cuh (checked against the header by gpu::kabi's test).
 const _: () = {
@@ -84,23 +62,23 @@ const _: () = {
     assert!(size_of::<ResDone>() == 16 && offset_of!(ResDone, exited) == 8);
 };
 /// `ResCmd::kind` (the RES_* of kernels/resident.cuh).
-const RES_ALLREDUCE: u32 = 1;
-const RES_ALLTOALL: u32 = 2;
-const RES_ALLGATHER: u32 = 3;
+pub(super) const RES_ALLREDUCE: u32 = 1;
+pub(super) const RES_ALLTOALL: u32 = 2;
+pub(super) const RES_ALLGATHER: u32 = 3;
 const RES_COPY: u32 = 4;
 
 /// `struct ResDesc` of kernels/resident.cuh, at `DESC_OFF` of each rank's scratch.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct ResDesc {
-    nranks: u32,
-    rank: u32,
-    slot: u64,
-    peers: [u64; MAXP],
+pub(super) struct ResDesc {
+    pub(super) nranks: u32,
+    pub(super) rank: u32,
+    pub(super) slot: u64,
+    pub(super) peers: [u64; MAXP],
     /// 1: the scratch is pinned shared host memory (no P2P), 0: device memory (CUDA IPC).
-    host: u64,
+    pub(super) host: u64,
 }
-const DESC_OFF: usize = 128;
+pub(super) const DESC_OFF: usize = 128;
 const _: () = assert!(DESC_OFF + std::mem::size_of::<ResDesc>() <= DATA_OFF);
 
 /// `struct ResDone`: `seq` is (command seq << 1) | status (1 done, 0 some rank was not ok),
@@ -112,7 +90,7 @@ struct ResDone {
 }
 
 /// The resident kernel of one device.
-struct Res {
+pub(super) struct Res {
     ctx: cuda::Context,
     stream: Stream,
     func: Function,
@@ -136,16 +114,9 @@ unsafe impl Send for Res {}
 
 static RES: Mutex<Vec<Option<Res>>> = Mutex::new(Vec::new());
 
-fn err(e: impl std::fmt::Display) -> MpiError {
-    MpiError::new(
-        crate::standard::consts::MPI_ERR_OTHER,
-        format!("GPU resident collective: {e}"),
-    )
-}
-
 impl Res {
     fn new(ordinal: i32) -> Result<Res, String> {
-        let g = super::gpu().ok_or("CUDA is not available")?;
+        let g = crate::gpu::gpu().ok_or("CUDA is not available")?;
         let d = g.device(ordinal)?;
         let k = g.kernels(ordinal)?;
         let func = k.resident.ok_or("no resident kernel in this build")?;
@@ -217,7 +188,7 @@ impl Res {
     /// was done). While it waits, `stop` is asked now and then whether to give the command up
     /// (the peers called something else); then `release` makes the kernel finish it without
     /// doing it, and `Ok(None)` says so.
-    fn run(
+    pub(super) fn run(
         &mut self,
         mut c: ResCmd,
         stop: &mut dyn FnMut() -> bool,
@@ -290,468 +261,12 @@ impl Res {
     }
 }
 
-/// One communicator's scratch on this rank and its peers' scratch as mapped here, kept in the
-/// communicator's state ([`super::comm`]).
-pub(crate) struct CommRes {
-    ordinal: i32,
-    /// Device address of my scratch (device memory, or my host region in host mode).
-    scratch: usize,
-    /// The IPC export of a device scratch this rank allocated (None in host mode, where the
-    /// scratch belongs to the communicator's host regions).
-    export: Option<Export>,
-    peers: [u64; MAXP],
-    /// The peers' scratch mapped here: (world rank, buffer id).
-    mapped: Vec<(usize, u64)>,
-    flagv: u64,
-    verified: bool,
-}
-
-impl CommRes {
-    /// Close the mappings of the peers' scratch (local: the peers' allocations stay).
-    pub(crate) fn close_mappings(&mut self) {
-        for (peer, id) in self.mapped.drain(..) {
-            if ipc::release_pinned(peer, id, self.ordinal) {
-                super::comm::add_mappings(-1);
-            }
-        }
-        self.peers = [0; MAXP];
-        self.verified = false;
-    }
-
-    /// Free my device scratch (once no peer maps it).
-    pub(crate) fn free(self) {
-        let Some(e) = self.export else { return };
-        if let Some(d) = super::gpu().and_then(|g| g.device(self.ordinal).ok()) {
-            let _ = cuda::with_context(d.ctx, || {
-                // SAFETY: the scratch came from mem_alloc in comm_state; no command of this
-                // communicator runs (its collectives returned) and no peer maps it any more.
-                unsafe { cuda::mem_free(self.scratch) };
-                Ok(())
-            });
-            ipc::forget_export(e.buffer_id);
-            super::comm::add_device(-(SCRATCH as i64));
-        }
-    }
-
-    /// Keep my device scratch allocated until the process ends (a peer may still map it).
-    pub(crate) fn leak(self) {}
-}
-
-/// Whether the resident path applies to a call of this shape (the same answer on every rank).
-pub fn applies(
-    kind: CollKind,
-    nranks: usize,
-    bytes: usize,
-    thread_multiple: impl FnOnce() -> bool,
-) -> bool {
-    matches!(
-        kind,
-        CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
-    ) && bytes > 0
-        && bytes <= slot_limit()
-        && nranks <= MAXP
-        && crate::config::snapshot().gpu.resident
-        && !thread_multiple()
-}
-
-/// What the ABI layer hands over (see [`super::coll::Call`]).
-pub struct ResCall {
-    pub kind: CollKind,
-    pub nranks: usize,
-    pub rank: usize,
-    pub bytes: usize,
-    /// Device address the kernel reads (allgather in place: my block of the receive buffer).
-    pub src: usize,
-    pub dst: usize,
-    pub red: Option<(KOp, KType)>,
-    /// The GPU of this rank's buffers when they are all contiguous device memory of that GPU
-    /// with the right lengths (else this rank does not qualify).
-    pub device: Option<i32>,
-    /// The call's sequence number on its communicator (the same on every rank).
-    pub seq: u64,
-}
-
-/// The flag value of a resident call (the kernels wait for exactly this value in every
-/// rank's flag): the call's sequence number `seq`, a 16-bit digest `shape` of the call's
-/// collective, size, op and type, and the parity bit, the other one than the communicator's
-/// previous call's (`prev`: the kernels alternate between two slots, and a rank may reuse a
-/// slot only after every peer finished the call before). A function of values the ranks share,
-/// so they agree on it by themselves; where they do not (a mismatched call: another size, or
-/// `prev` differing after an earlier one), no kernel sees its value from every rank, the
-/// waits find the disagreement in the call's records, and the call is given up on every rank
-/// (then every rank continues from [`flag_after_stop`]).
-pub fn flag_value(prev: u64, seq: u64, shape: u16) -> u64 {
-    (seq + 1) << 17 | (shape as u64) << 1 | ((prev & 1) ^ 1)
-}
-
-/// The `prev` of the next resident call after call `seq` was given up: the same on every rank.
-pub fn flag_after_stop(seq: u64) -> u64 {
-    (seq + 1) << 17 | 1
-}
-
-/// Call `seq` of the communicator failed on this rank (the ranks called different
-/// collectives there, or one gave it up): its next resident call's flag continues from
-/// [`flag_after_stop`], as on every rank that failed the same call, whatever each rank ran
-/// in it.
-pub fn call_failed(g: &CommGpu, seq: u64) {
-    if let Some(st) = g.peek() {
-        for x in st.res.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
-            x.flagv = flag_after_stop(seq);
-        }
-    }
-}
-
-/// The digest of a resident call's shape in its flag value ([`flag_value`]).
-fn shape_digest(kind: u32, op: u32, ty: u32, bytes: usize) -> u16 {
-    let h = (kind as u64 | (op as u64) << 8 | (ty as u64) << 16 | (bytes as u64) << 24)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (h >> 48) as u16
-}
-
-fn kop_index(k: KOp) -> u32 {
-    match k {
-        KOp::Sum => 0,
-        KOp::Prod => 1,
-        KOp::Min => 2,
-        KOp::Max => 3,
-    }
-}
-
-fn ktype_index(t: KType) -> u32 {
-    match t {
-        KType::I32 => 0,
-        KType::I64 => 1,
-        KType::F32 => 2,
-        KType::F64 => 3,
-        KType::F16 => 4,
-        KType::Bf16 => 5,
-    }
-}
-
-/// The communicator's scratch on device `ordinal`, allocated and exported at first use; its
-/// export.
-fn comm_state(c: &ResCall, st: &State, ordinal: i32) -> Result<Export, String> {
-    let mut comms = st.res.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(x) = comms
-        .iter()
-        .find(|x| x.ordinal == ordinal && x.export.is_some())
-    {
-        return x.export.ok_or_else(|| "no export".to_string());
-    }
-    let g = super::gpu().ok_or("CUDA is not available")?;
-    let d = g.device(ordinal)?;
-    let scratch = cuda::with_context(d.ctx, || {
-        let p = cuda::mem_alloc(SCRATCH)?;
-        // SAFETY: p is a fresh allocation of SCRATCH bytes; flags start at zero.
-        unsafe { cuda::memset_async(p, 0, SCRATCH, d.stream)? };
-        cuda::stream_synchronize(d.stream)?;
-        Ok(p)
-    })
-    .map_err(|e| e.to_string())?;
-    super::comm::add_device(SCRATCH as i64);
-    let Some((export, _)) = ipc::export(scratch) else {
-        let _ = cuda::with_context(d.ctx, || {
-            // SAFETY: allocated above, never used.
-            unsafe { cuda::mem_free(scratch) };
-            Ok(())
-        });
-        super::comm::add_device(-(SCRATCH as i64));
-        return Err("scratch not exportable".into());
-    };
-    comms.push(CommRes {
-        ordinal,
-        scratch,
-        export: Some(export),
-        peers: [0; MAXP],
-        mapped: Vec::new(),
-        flagv: 0,
-        verified: false,
-    });
-    drop(comms);
-    tracing::debug!(
-        ranks = c.nranks,
-        bytes = SCRATCH,
-        "resident collectives: scratch allocated for a communicator"
-    );
-    super::comm::log("resident scratch allocated");
-    Ok(export)
-}
-
-/// Set up the resident path of a communicator: one host allgather of (ok, pid, device UUID,
-/// scratch export), the peers' scratch mapped, and (once) a host AND that every rank mapped
-/// every peer. Without CUDA IPC (`GPUMPI_CUDA_IPC=0`, or a rank that could not map its peers'
-/// scratch) the scratch is each rank's pinned shared host region ([`super::hostcoll`]).
-/// `Ok(false)`: not every rank can (this call stages; the next one asks again).
-fn setup(c: &ResCall, host: &dyn Host) -> MpiResult<bool> {
-    let host_mode = super::coll::mode() == Some(super::coll::Mode::Host);
-    // The communicator's state is created only by a rank with device buffers.
-    let mine = c.device.and_then(|o| {
-        let uuid = super::coll::device_uuid(o)?;
-        let e = if host_mode {
-            None
-        } else {
-            Some(comm_state(c, &host.gpu().state(), o).ok()?)
-        };
-        Some((uuid, e, o))
-    });
-    let rec = Desc {
-        ok: mine.is_some(),
-        pid: std::process::id(),
-        uuid: mine.map_or([0; 16], |m| m.0),
-        send: mine.and_then(|(_, e, _)| e),
-        recv: None,
-        ordinal: -1,
-    };
-    let all = host.allgather(&rec.to_bytes())?;
-    let recs: Vec<Desc> = all.chunks(DESC_BYTES).map(Desc::from_bytes).collect();
-    let distinct = (0..recs.len()).all(|i| (0..i).all(|j| recs[i].uuid != recs[j].uuid));
-    if recs
-        .iter()
-        .any(|r| !r.ok || (!host_mode && r.send.is_none()))
-        || !distinct
-    {
-        return Ok(false);
-    }
-    let (_, export, ordinal) = mine.expect("my record said ok");
-    if export.is_none() {
-        return setup_host(c, ordinal, host);
-    }
-    // Every rank is about to map every peer's scratch: from now on releasing the communicator
-    // waits until every rank closed its mappings (the same on every rank).
-    let state = host.gpu().state();
-    state
-        .shared
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
-    let st = comms
-        .iter_mut()
-        .find(|x| x.ordinal == ordinal && x.export.is_some())
-        .expect("allocated by comm_state");
-    let mut map_err = None;
-    for (p, r) in recs.iter().enumerate() {
-        let e = r.send.expect("checked above");
-        st.peers[p] = if p == c.rank {
-            st.scratch as u64
-        } else if st.mapped.contains(&(host.world_rank(p), e.buffer_id)) {
-            st.peers[p]
-        } else {
-            match ipc::import_pinned(host.world_rank(p), &e, st.ordinal) {
-                Ok(a) => {
-                    st.mapped.push((host.world_rank(p), e.buffer_id));
-                    super::comm::add_mappings(1);
-                    a as u64
-                }
-                Err(x) => {
-                    map_err.get_or_insert(x);
-                    0
-                }
-            }
-        };
-    }
-    if map_err.is_none() {
-        let desc = ResDesc {
-            nranks: c.nranks as u32,
-            rank: c.rank as u32,
-            slot: SLOT as u64,
-            peers: st.peers,
-            host: 0,
-        };
-        // SAFETY: the descriptor area lies inside this rank's scratch allocation.
-        if let Err(e) = unsafe { super::p2p::htod(st.scratch + DESC_OFF, desc_bytes(&desc)) } {
-            map_err = Some(e);
-        }
-    }
-    drop(comms);
-    if !host.all(map_err.is_none())? {
-        tracing::info!(
-            "resident collectives: a rank could not map its peers' scratch ({}); \
-             trying pinned host memory",
-            map_err.as_deref().unwrap_or("on another rank")
-        );
-        return setup_host(c, ordinal, host);
-    }
-    if let Some(st) = state
-        .res
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter_mut()
-        .find(|x| x.ordinal == ordinal && x.export.is_some())
-    {
-        st.verified = true;
-    }
-    tracing::debug!(
-        ranks = c.nranks,
-        "resident collectives ready on a communicator"
-    );
-    Ok(true)
-}
-
-fn desc_bytes(d: &ResDesc) -> &[u8] {
-    // SAFETY: a plain repr(C) value viewed as its bytes.
-    unsafe {
-        std::slice::from_raw_parts(
-            d as *const ResDesc as *const u8,
-            std::mem::size_of::<ResDesc>(),
-        )
-    }
-}
-
-/// The resident path's set-up in host mode (collective, after every rank agreed it has its own
-/// GPU): the scratch of every rank is the start of its pinned shared host region.
-fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
-    // The resident path never runs at MPI_THREAD_MULTIPLE (`applies`).
-    let r = super::hostcoll::with_comm(
-        c.rank,
-        ordinal,
-        || false,
-        host,
-        |hc| {
-            let mut peers = [0u64; MAXP];
-            peers[..hc.dev.len()].copy_from_slice(&hc.dev);
-            let desc = ResDesc {
-                nranks: c.nranks as u32,
-                rank: c.rank as u32,
-                slot: slot_limit() as u64,
-                peers,
-                host: 1,
-            };
-            let b = desc_bytes(&desc);
-            // SAFETY: my region is mapped and at least SCRATCH bytes long; the kernel reads the
-            // descriptor only in commands issued after this (the host's stores are ordered).
-            unsafe {
-                let dst = hc.own_host().add(DESC_OFF);
-                for (k, v) in b.iter().enumerate() {
-                    std::ptr::write_volatile(dst.add(k), *v);
-                }
-            }
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            (hc.dev[c.rank] as usize, peers)
-        },
-    )?;
-    let Some((scratch, peers)) = r else {
-        return Ok(false);
-    };
-    let state = host.gpu().state();
-    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
-    comms.push(CommRes {
-        ordinal,
-        scratch,
-        export: None,
-        peers,
-        mapped: Vec::new(),
-        flagv: 0,
-        verified: true,
-    });
-    drop(comms);
-    tracing::debug!(
-        ranks = c.nranks,
-        "resident collectives ready on a communicator (scratch in pinned host memory)"
-    );
-    Ok(true)
-}
-
-/// Whether the communicator's resident kernels are set up here (the same answer on every
-/// rank: set-up succeeds or fails collectively).
-pub fn ready(g: &CommGpu) -> bool {
-    g.peek().is_some_and(|st| {
-        st.res
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|x| x.verified)
-    })
-}
-
-/// Run the call on the resident kernels if every rank can (`ready`: from [`ready`]; false: set
-/// the communicator up first). `Ok(false)`: every rank stages.
-/// Once a communicator is set up, no host round is needed: each rank's kernel tells the others
-/// in its flag whether its buffers qualify, and all kernels report the same verdict.
-///
-/// # Safety
-/// `src`/`dst` are the caller's live device buffers of the sizes the shape implies.
-pub unsafe fn run(c: &ResCall, host: &dyn Host, ready: bool) -> MpiResult<bool> {
-    if !ready && !setup(c, host)? {
-        return Ok(false);
-    }
-    let state = host.gpu().state();
-    let mut comms = state.res.lock().unwrap_or_else(|e| e.into_inner());
-    let st = comms
-        .iter_mut()
-        .find(|x| x.verified)
-        .ok_or_else(|| err("the communicator's resident state is gone"))?;
-    let ok = c.device == Some(st.ordinal);
-    let (op, ty) = c
-        .red
-        .map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
-    let kind = match c.kind {
-        CollKind::Allreduce => RES_ALLREDUCE,
-        CollKind::Alltoall => RES_ALLTOALL,
-        _ => RES_ALLGATHER,
-    };
-    st.flagv = flag_value(st.flagv, c.seq, shape_digest(kind, op, ty, c.bytes));
-    let (flagv, scratch) = (st.flagv, st.scratch);
-    let cmd = ResCmd {
-        seq: 0,
-        kind,
-        op,
-        ty,
-        ok: ok as u32,
-        bytes: c.bytes as u64,
-        src: c.src as u64,
-        dst: c.dst as u64,
-        flagv: st.flagv,
-        desc: (st.scratch + DESC_OFF) as u64,
-    };
-    let ordinal = st.ordinal;
-    drop(comms);
-    // Every rank runs this call here: say so in its record, with the flag value.
-    host.commit(flagv);
-    let failed = std::cell::RefCell::new(None);
-    let mut stop = || match host.check() {
-        Ok(()) => false,
-        Err(e) => {
-            *failed.borrow_mut() = Some(e);
-            true
-        }
-    };
-    let release = || release(ordinal, scratch, c.nranks, flagv);
-    match with_res(ordinal, |r| r.run(cmd, &mut stop, &release)).map_err(err)? {
-        Some(ok) => Ok(ok),
-        None => {
-            // Given up (the call fails: the dispatch layer then calls `call_failed`).
-            Err(failed
-                .into_inner()
-                .unwrap_or_else(|| err("the call was given up")))
-        }
-    }
-}
-
-/// Release this rank's resident kernel from the command with flag value `flagv`, which waits
-/// for peers that called something else: every rank's flag of the command in my scratch
-/// (`nranks` words at the command's parity, kernels/resident.cuh) set to that value with
-/// "not ok", so the kernel finishes the command without doing it. Written by the copy engine
-/// on the device's own stream (the resident kernel's stream is busy with the command; the
-/// resident small copies are this kernel).
-fn release(ordinal: i32, scratch: usize, nranks: usize, flagv: u64) -> Result<(), String> {
-    let g = super::gpu().ok_or("CUDA is not available")?;
-    let d = g.device(ordinal)?;
-    let words: Vec<u8> = (0..nranks)
-        .flat_map(|_| (flagv << 1).to_le_bytes())
-        .collect();
-    let at = scratch + ((flagv & 1) as usize * MAXP) * 8;
-    cuda::with_context(d.ctx, || {
-        // SAFETY: the flag words lie at the start of my scratch (device memory of this
-        // context, or pinned host memory mapped into it); `words` lives until the stream is
-        // synchronized.
-        unsafe { cuda::memcpy_htod_async(at, &words, d.stream)? };
-        cuda::stream_synchronize(d.stream)
-    })
-    .map_err(|e| e.to_string())
-}
-
 /// `f` on the resident kernel of device `ordinal` (set up at first use), under its lock: one
 /// command at a time per device.
-fn with_res<R>(ordinal: i32, f: impl FnOnce(&mut Res) -> Result<R, String>) -> Result<R, String> {
+pub(super) fn with_res<R>(
+    ordinal: i32,
+    f: impl FnOnce(&mut Res) -> Result<R, String>,
+) -> Result<R, String> {
     let mut res = RES.lock().unwrap_or_else(|e| e.into_inner());
     let idx = ordinal.max(0) as usize;
     if res.len() <= idx {
@@ -786,7 +301,7 @@ fn small_copy_ready(ordinal: i32, len: usize, dir: SmallCopy) -> bool {
     if len > limit {
         return false;
     }
-    let Some(g) = super::gpu() else {
+    let Some(g) = crate::gpu::gpu() else {
         return false;
     };
     if !g.kernels_loaded(ordinal) {
@@ -921,7 +436,7 @@ mod sole {
             last: Instant::now(),
             _held: None,
         };
-        let Some(uuid) = super::super::coll::device_uuid(ordinal) else {
+        let Some(uuid) = crate::gpu::device::device_uuid(ordinal) else {
             return st;
         };
         let (Ok(own), Ok(marker)) = (
@@ -975,41 +490,10 @@ mod sole {
     }
 }
 
-#[cfg(test)]
-mod flag_tests {
-    use super::*;
-
-    /// Flag values: the parity alternates from call to call, whatever calls of other paths
-    /// came between; a value is never one an earlier call used; calls of another shape (a
-    /// mismatched size) or after a different previous call differ; after a given-up call every
-    /// rank continues the same way.
-    #[test]
-    fn flag_values() {
-        let d = shape_digest(RES_ALLREDUCE, 0, 0, 32);
-        let mut prev = 0;
-        let mut seen = Vec::new();
-        for seq in [0u64, 1, 4, 5, 9, 100, 101] {
-            let f = flag_value(prev, seq, d);
-            assert_ne!(f & 1, prev & 1, "parity alternates at {seq}");
-            assert!(!seen.contains(&f), "new value at {seq}");
-            assert!(f << 1 >> 1 == f, "fits the flag word");
-            seen.push(f);
-            prev = f;
-        }
-        assert_ne!(d, shape_digest(RES_ALLREDUCE, 0, 0, 16));
-        assert_ne!(d, shape_digest(RES_ALLGATHER, 0, 0, 32));
-        assert_ne!(d, shape_digest(RES_ALLREDUCE, 0, 1, 32));
-        assert_ne!(flag_value(0, 7, d), flag_value(1, 7, d));
-        let after = flag_after_stop(7);
-        assert_eq!(flag_value(after, 9, d) & 1, 0);
-        assert!(flag_value(after, 8, d) > after);
-    }
-}
-
 /// The shared structs' layouts (gpu::kabi's test holds them against kernels/resident.cuh).
 #[cfg(test)]
-pub(crate) fn layouts() -> Vec<super::kabi::Layout> {
-    use super::kabi::layout;
+pub(crate) fn layouts() -> Vec<crate::gpu::kabi::Layout> {
+    use crate::gpu::kabi::layout;
     vec![
         layout!(
             "ResCmd",
