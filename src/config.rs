@@ -289,6 +289,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_IB_GDR_FLUSH",
+        default: "auto",
+        doc: "Flush of data the NIC wrote into device memory (ibverbs backend, GPUDirect RDMA): before a receive into a registered device buffer completes, an RDMA read of one byte of it on a queue pair connected to itself (as NCCL's GPUDirect flush), so the GPU sees every byte on generations that need it. `auto`: on where device memory is registered and the oldest visible GPU is older than Hopper (compute capability below 9.0, or unknown); `1` always; `0` never. Verified only against the test double of libibverbs.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_IB_GID_INDEX",
         default: "auto",
         doc: "GID index of the ibverbs backend's port (as `NCCL_IB_GID_INDEX`). `auto`: on InfiniBand index 0; on RoCE the first RoCE v2 GID with an IPv4-mapped address, else the first RoCE v2 GID with a global IPv6 address, else the first RoCE v2 GID, else index 0. A number outside the port's GID table, or one whose GID is empty, is an error naming the port and its table size.",
