@@ -1572,18 +1572,12 @@ mod shared_read {
     }
 }
 
-/// Device messages between two ranks on different "nodes": the engine over the network frames
-/// of the TCP backend on loopback, with device copies faked in host memory whose copies finish
-/// later (a chunk's bytes move only when its copy is first seen done, so a buffer used before
-/// its copy finished shows in the data).
-mod net_device {
+/// Device copies faked in host memory whose copies finish `delay` after they start and move
+/// their bytes only when first seen done (a buffer used before its copy finished shows in the
+/// data), counting the copies in flight: the pipelined path between nodes (`devnet`) is tested
+/// with it.
+pub(super) mod slow_dev {
     use super::devcopy::{pending, DevCopy, HostStage, Pending};
-    use super::devnet::PipeConfig;
-    use super::*;
-    use crate::transport::net::frames::NetFrames;
-    use crate::transport::net::ifname::Family;
-    use crate::transport::net::tcp::{TcpConfig, TcpNet};
-    use crate::transport::net::Net;
     use std::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Arc;
@@ -1591,20 +1585,26 @@ mod net_device {
 
     /// Copies in flight now and at most, and copies started, per direction.
     #[derive(Default)]
-    struct Counts {
-        dtoh_now: AtomicUsize,
-        dtoh_peak: AtomicUsize,
-        dtoh: AtomicUsize,
-        htod_now: AtomicUsize,
-        htod_peak: AtomicUsize,
-        htod: AtomicUsize,
+    pub struct Counts {
+        pub dtoh_now: AtomicUsize,
+        pub dtoh_peak: AtomicUsize,
+        pub dtoh: AtomicUsize,
+        pub htod_now: AtomicUsize,
+        pub htod_peak: AtomicUsize,
+        pub htod: AtomicUsize,
     }
 
+    /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
     #[derive(Clone, Default)]
-    struct Slow(Arc<Counts>);
+    pub struct Slow {
+        pub counts: Arc<Counts>,
+        pub delay: Duration,
+        pub fail: bool,
+    }
 
     struct Later {
         until: Instant,
+        fail: bool,
         job: Cell<Option<(usize, usize, usize)>>,
         counts: Arc<Counts>,
         htod: bool,
@@ -1614,6 +1614,9 @@ mod net_device {
         fn done(&self) -> Result<bool, String> {
             if Instant::now() < self.until {
                 return Ok(false);
+            }
+            if self.fail {
+                return Err("injected copy failure".into());
             }
             if let Some((s, d, n)) = self.job.take() {
                 // SAFETY: the engine keeps both ranges until the copy is seen done.
@@ -1630,8 +1633,16 @@ mod net_device {
     }
 
     impl Slow {
+        /// Copies taking `delay`.
+        pub fn new(delay: Duration) -> Slow {
+            Slow {
+                delay,
+                ..Default::default()
+            }
+        }
+
         fn later(&self, s: usize, d: usize, n: usize, htod: bool) -> Box<dyn Pending> {
-            let c = &self.0;
+            let c = &self.counts;
             let (now, peak, all) = if htod {
                 (&c.htod_now, &c.htod_peak, &c.htod)
             } else {
@@ -1641,7 +1652,8 @@ mod net_device {
             peak.fetch_max(v, SeqCst);
             all.fetch_add(1, SeqCst);
             pending(Later {
-                until: Instant::now() + Duration::from_micros(300),
+                until: Instant::now() + self.delay,
+                fail: self.fail,
                 job: Cell::new(Some((s, d, n))),
                 counts: c.clone(),
                 htod,
@@ -1731,6 +1743,23 @@ mod net_device {
             Ok(self.later(src as usize, dst, len, true))
         }
     }
+}
+
+/// Device messages between two ranks on different "nodes": the engine over the network frames
+/// of the TCP backend on loopback, with device copies faked in host memory whose copies finish
+/// later (a chunk's bytes move only when its copy is first seen done, so a buffer used before
+/// its copy finished shows in the data).
+mod net_device {
+    use super::devnet::PipeConfig;
+    use super::slow_dev::{Counts, Slow};
+    use super::*;
+    use crate::transport::net::frames::NetFrames;
+    use crate::transport::net::ifname::Family;
+    use crate::transport::net::tcp::{TcpConfig, TcpNet};
+    use crate::transport::net::Net;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     const CHUNK: usize = 8192;
     const DEPTH: usize = 3;
@@ -1779,8 +1808,8 @@ mod net_device {
                         share: false,
                     },
                 );
-                let dev = Slow::default();
-                let counts = dev.0.clone();
+                let dev = Slow::new(Duration::from_micros(300));
+                let counts = dev.counts.clone();
                 e.set_device_copies(Box::new(dev));
                 e.set_net_pipeline(cfg);
                 body(&mut e, me);
