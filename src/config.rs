@@ -307,6 +307,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_IB_GDR_FLUSH",
+        default: "auto",
+        doc: "Flush of data the NIC wrote into device memory (ibverbs backend, GPUDirect RDMA): before a receive into a registered device buffer completes, an RDMA read of one byte of it on a queue pair connected to itself (as NCCL's GPUDirect flush), so the GPU sees every byte on generations that need it. `auto`: on where device memory is registered and the oldest visible GPU is older than Hopper (compute capability below 9.0, or unknown); `1` always; `0` never. Verified only against the test double of libibverbs.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_IB_GID_INDEX",
         default: "auto",
         doc: "GID index of the ibverbs backend's port (as `NCCL_IB_GID_INDEX`). `auto`: on InfiniBand index 0; on RoCE the first RoCE v2 GID with an IPv4-mapped address, else the first RoCE v2 GID with a global IPv6 address, else the first RoCE v2 GID, else index 0. A number outside the port's GID table, or one whose GID is empty, is an error naming the port and its table size.",
@@ -388,6 +394,24 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_NET_FAMILY",
         default: "",
         doc: "Address family of the TCP network backend: `4` (IPv4 only), `6` (IPv6 only), unset or `any`: both, IPv4 first on each interface (then a global IPv6 address before a link-local one). Like `NCCL_SOCKET_FAMILY`.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GPU_CHUNK",
+        default: "1m",
+        doc: "Bytes per chunk of a device buffer's rendezvous message to or from a rank on another node (at least 4k): the sender copies chunks device to host on a stream while earlier chunks are on the wire, the receiver copies chunks host to device while later ones arrive. Suffixes k/m/g.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GPU_DEPTH",
+        default: "4",
+        doc: "Chunks (`GPUMPI_NET_GPU_CHUNK`) of one device message to or from another node in host memory at once: the sender's device-to-host copies in flight, and the receiver's credit (the sender sends at most this many chunks ahead of the receiver's copies to the device).",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GPU_PIPELINE",
+        default: "1",
+        doc: "`1`: device buffers of rendezvous messages to and from ranks on other nodes move in chunks pipelined through host memory (`GPUMPI_NET_GPU_CHUNK`, `GPUMPI_NET_GPU_DEPTH`); `0`: a device send buffer is copied to host memory whole before its message goes out, and a device receive gathers the whole message in host memory before one copy to the device (for comparison; a receiver still honours a pipelining sender's chunks).",
         same_on_every_rank: false,
     },
     Param {
@@ -844,6 +868,10 @@ pub struct P2pConfig {
     /// `GPUMPI_GPU_PIPE` (slot bytes; 0: no pipes) and `GPUMPI_GPU_PIPE_DEPTH`, as given.
     pub gpu_pipe: usize,
     pub gpu_pipe_depth: usize,
+    /// `GPUMPI_NET_GPU_PIPELINE`, `GPUMPI_NET_GPU_CHUNK`, `GPUMPI_NET_GPU_DEPTH`.
+    pub net_gpu_pipeline: bool,
+    pub net_gpu_chunk: usize,
+    pub net_gpu_depth: usize,
 }
 
 /// Host collective algorithm selection.
@@ -937,6 +965,9 @@ impl Config {
                 gpu_copy_kernel: get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"),
                 gpu_pipe: get_usize("GPUMPI_GPU_PIPE"),
                 gpu_pipe_depth: get_usize("GPUMPI_GPU_PIPE_DEPTH"),
+                net_gpu_pipeline: not_zero("GPUMPI_NET_GPU_PIPELINE"),
+                net_gpu_chunk: get_usize("GPUMPI_NET_GPU_CHUNK"),
+                net_gpu_depth: get_usize("GPUMPI_NET_GPU_DEPTH"),
             },
             coll: CollConfig {
                 tuning: get("GPUMPI_COLL_TUNING"),

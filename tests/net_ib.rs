@@ -50,6 +50,7 @@ fn cfg(hca: &str, qps: usize) -> IbConfig {
         qps,
         relaxed_ordering: "auto".into(),
         gdr: "auto".into(),
+        gdr_flush: "auto".into(),
         ifname: Some("=lo".into()),
         family: Family::V4,
         connect_timeout: Duration::from_secs(5),
@@ -457,6 +458,11 @@ fn fault_child() {
         return;
     };
     setup();
+    if sc.starts_with("gdr_flush") {
+        gdr_flush_child(sc == "gdr_flush_on");
+        println!("CHILD {sc} OK");
+        return;
+    }
     let msg = match sc.as_str() {
         "port_down" | "no_device" => IbNet::new(cfg("", 1), SECRET).err().unwrap().msg,
         "memlock" => {
@@ -481,6 +487,108 @@ fn fault_child() {
     };
     println!("ERROR: {msg}");
     println!("CHILD {sc} OK");
+}
+
+/// GPUDirect RDMA against the double, in a child process (the hook is process-wide): host
+/// memory registered as device memory through the dma-buf entry point
+/// (`host_memory_as_device_for_tests`), messages written by RDMA straight into the "device"
+/// receive buffer. With the flush on, each completed receive in device memory was preceded by
+/// exactly one RDMA read of one byte of its buffer, after the data's writes (the double's
+/// trace, in execution order); host receives, empty messages and `GPUMPI_IB_GDR_FLUSH=0` have
+/// none. Every byte lands either way.
+fn gdr_flush_child(on: bool) {
+    mpi_abi::transport::net::ib::host_memory_as_device_for_tests(true);
+    let mut c = cfg("", 2);
+    c.gdr = "dmabuf".into();
+    c.gdr_flush = if on { "1" } else { "0" }.into();
+    let n = IbNet::new(c, SECRET).unwrap();
+    let p = &n.devices()[0].ptr_support;
+    assert!(
+        p.dmabuf && p.cuda,
+        "the dma-buf path through the hook: {p:?}"
+    );
+    let (mut s, mut r) = pair(&n);
+    let trace = std::env::var("FAKEIBV_TRACE").unwrap();
+    for (len, dev) in [
+        (300_000usize, true),
+        (4096, true),
+        (0, true),
+        (5000, false),
+        (1, true),
+    ] {
+        let src = pattern(len as u64 + 7, len + 1);
+        let mut dst = vec![0u8; len + 8];
+        let sm = s.reg_mr(src.as_ptr(), src.len(), MemKind::Cuda).unwrap();
+        let kind = if dev { MemKind::Cuda } else { MemKind::Host };
+        let rm = r.reg_mr(dst.as_ptr(), dst.len(), kind).unwrap();
+        let _ = std::fs::remove_file(&trace);
+        let rb = RecvBuf {
+            ptr: dst.as_mut_ptr(),
+            size: dst.len(),
+            tag: 3,
+            mr: rm,
+        };
+        let end = deadline();
+        // SAFETY: dst outlives the request, tested to completion below.
+        let q = loop {
+            if let Some(q) = unsafe { r.irecv(&[rb]) }.unwrap() {
+                break q;
+            }
+            assert!(Instant::now() < end);
+        };
+        // SAFETY: src outlives the request, tested to completion below.
+        let sq = loop {
+            if let Some(q) = unsafe { s.isend(src.as_ptr(), len, 3, sm) }.unwrap() {
+                break q;
+            }
+            assert!(Instant::now() < end);
+        };
+        let (mut sent, mut got) = (false, false);
+        let mut sizes = [0usize];
+        while !(sent && got) {
+            sent = sent || s.test(sq).unwrap().is_some();
+            got = got || r.test(q, &mut sizes).unwrap();
+            assert!(Instant::now() < end, "transfer hangs");
+        }
+        assert_eq!(sizes[0], len);
+        assert!(dst[..len] == src[..len], "len {len}: every byte lands");
+        let lines: Vec<String> = std::fs::read_to_string(&trace)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
+        let read = format!("read {:#x} 1", dst.as_ptr() as usize);
+        let reads: Vec<usize> = (0..lines.len()).filter(|&i| lines[i] == read).collect();
+        let last_write = lines.iter().rposition(|l| l.starts_with("write_imm"));
+        if on && dev && len > 0 {
+            assert_eq!(reads.len(), 1, "len {len}: one flush read: {lines:?}");
+            assert!(
+                last_write.is_some_and(|w| w < reads[0]),
+                "the flush follows the data: {lines:?}"
+            );
+        } else {
+            assert!(
+                !lines.iter().any(|l| l.starts_with("read")),
+                "len {len} dev {dev} flush {on}: no read: {lines:?}"
+            );
+        }
+        s.dereg_mr(sm).unwrap();
+        r.dereg_mr(rm).unwrap();
+    }
+}
+
+#[test]
+fn gdr_receives_are_flushed_before_they_complete() {
+    for (sc, on) in [("gdr_flush_on", true), ("gdr_flush_off", false)] {
+        let trace = format!(
+            "{}/fakeibv-trace-{sc}-{}",
+            env!("CARGO_TARGET_TMPDIR"),
+            std::process::id()
+        );
+        let out = child(sc, &[("FAKEIBV_TRACE", &trace)]);
+        let _ = std::fs::remove_file(&trace);
+        assert!(out.contains(&format!("CHILD {sc} OK")), "flush {on}: {out}");
+    }
 }
 
 #[test]

@@ -22,6 +22,15 @@ pub trait Pending {
     fn done(&self) -> Result<bool, String>;
 }
 
+/// A copy that finished when it was issued.
+pub struct Finished;
+
+impl Pending for Finished {
+    fn done(&self) -> Result<bool, String> {
+        Ok(true)
+    }
+}
+
 /// A copy in flight as the engine keeps it.
 pub fn pending(p: impl Pending + 'static) -> Box<dyn Pending> {
     Box::new(p)
@@ -137,6 +146,41 @@ pub trait DevCopy {
     /// # Safety
     /// `src..src+len` is readable device memory of this process.
     unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String>;
+
+    /// Start copying the `len` bytes at device address `src` to host memory `dst` (a chunk of
+    /// a message pipelined to another node, `engine::devnet`); the copy to poll. The default
+    /// copies before it returns.
+    ///
+    /// # Safety
+    /// `src..src+len` is readable device memory of this process and `dst..dst+len` writable
+    /// host memory, both left alone until the copy is done.
+    unsafe fn dtoh_start(
+        &self,
+        src: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Box<dyn Pending>, String> {
+        let v = self.dtoh(src, len)?;
+        std::ptr::copy_nonoverlapping(v.as_ptr(), dst, len);
+        Ok(pending(Finished))
+    }
+
+    /// Start copying `len` bytes of host memory `src` to device address `dst` (a chunk of a
+    /// message pipelined from another node); the copy to poll. The default copies before it
+    /// returns.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is writable device memory of this process and `src..src+len` readable
+    /// host memory, both left alone until the copy is done.
+    unsafe fn htod_start(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Box<dyn Pending>, String> {
+        self.htod(dst, std::slice::from_raw_parts(src, len))?;
+        Ok(pending(Finished))
+    }
 }
 
 /// No device memory at all (an engine before the library installs its device copies): nothing

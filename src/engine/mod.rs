@@ -47,6 +47,14 @@
 //!   slots). Each side completes its request when its own side is through: no FIN. A receiver
 //!   that cannot open the pipe asks for streamed data instead (`CTS`), and a sender without a
 //!   pipe stages the buffer in host memory and sends an ordinary host message.
+//! - **Device rendezvous between nodes** (a device buffer at either end, the peer on another
+//!   node: no IPC, no pipe, no CMA): the sender's RTS says its buffer is device memory
+//!   (`FLAG_DEVNET`) and the receiver always answers `CTS`; a receiver into device memory
+//!   marks it `FLAG_CREDIT` with a byte limit. The data moves in chunks pipelined through host
+//!   memory, device-to-host copies overlapping the network at the sender and host-to-device
+//!   copies at the receiver, the receiver's `CREDIT` frames raising the limit ([`devnet`]).
+//!   The send completes when its last chunk is in the transport, the receive when its last
+//!   chunk is on the device.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 //! - **Notes** (`FLAG_NOTE`): a send may carry a [`Note`] of [`NOTE_BYTES`] opaque bytes (the
@@ -61,6 +69,7 @@ pub mod collcheck;
 pub mod collnote;
 pub mod coop;
 pub mod devcopy;
+pub mod devnet;
 pub mod flag;
 mod p2p;
 pub mod rndv;
@@ -148,6 +157,9 @@ mod kind {
     /// Receiver -> sender of a piped rendezvous: send `total` bytes through the pipe as the
     /// message whose first chunk is `arg`.
     pub const PIPE: u8 = 10;
+    /// Receiver -> sender of a message pipelined through host memory (`devnet`): send bytes
+    /// up to `arg` of the message for receive `rreq`.
+    pub const CREDIT: u8 = 11;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -158,6 +170,12 @@ const FLAG_PIPE: u8 = 4;
 const FLAG_COOP: u8 = 8;
 /// EAGER/RTS: the payload ends with a [`Note`].
 const FLAG_NOTE: u8 = 16;
+/// RTS: the sender's buffer is device memory sent to another node: the data comes only as
+/// streamed chunks ([`devnet`]), never by a read of the sender's memory.
+const FLAG_DEVNET: u8 = 32;
+/// CTS: the receiver pipelines into device memory ([`devnet`]): send bytes up to `arg`, more
+/// as `CREDIT` frames allow.
+const FLAG_CREDIT: u8 = 64;
 
 /// Engine tunables.
 #[derive(Clone, Copy, Debug)]
@@ -226,6 +244,8 @@ struct RecvState {
     note: Option<Note>,
     /// Where the data goes instead of the caller's buffer after [`Engine::detach`].
     owned: Option<Vec<u8>>,
+    /// A message from another node pipelined into device memory chunk by chunk ([`devnet`]).
+    pipe: Option<Box<devnet::RxPipe>>,
 }
 
 enum ReqKind {
@@ -259,6 +279,8 @@ enum DevRef {
     Ipc(Box<[u8]>),
     /// The descriptor of the sender's pipe.
     Pipe(Box<[u8]>),
+    /// Device memory on another node: streamed in chunks ([`devnet`]).
+    Net,
 }
 
 impl DevRef {
@@ -268,6 +290,8 @@ impl DevRef {
             Some(DevRef::Ipc(b()))
         } else if h.flags & FLAG_PIPE != 0 {
             Some(DevRef::Pipe(b()))
+        } else if h.flags & FLAG_DEVNET != 0 {
+            Some(DevRef::Net)
         } else {
             None
         }
@@ -410,6 +434,12 @@ struct State {
     slots_busy: Vec<u64>,
     /// Sends with an offered slot not yet opened or still with chunks to claim.
     coop_tx: Vec<CoopSend>,
+    /// Device messages between nodes pipelined through host memory ([`devnet`]): its
+    /// settings, the sending sides, and the receives (with their sender and send) whose
+    /// chunks are on their way to the device.
+    pipe_cfg: devnet::PipeConfig,
+    tx_pipes: Vec<devnet::TxPipe>,
+    rx_pipes: Vec<(u64, usize, u64)>,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -442,12 +472,19 @@ impl Engine {
     /// An engine over `transport` for rank `my_world_rank` of `world_size`, eager limit from
     /// `GPUMPI_EAGER_LIMIT`.
     pub fn new(transport: Box<dyn Transport>, my_world_rank: usize, world_size: usize) -> Self {
-        Self::with_config(
+        let mut e = Self::with_config(
             transport,
             my_world_rank,
             world_size,
             EngineConfig::from_env(),
-        )
+        );
+        e.set_net_pipeline(devnet::PipeConfig::from_env());
+        e
+    }
+
+    /// The chunking of device messages between nodes ([`devnet`]; the default until set).
+    pub fn set_net_pipeline(&mut self, cfg: devnet::PipeConfig) {
+        self.st.pipe_cfg = cfg;
     }
 
     pub fn with_config(
@@ -504,6 +541,9 @@ impl Engine {
                 slots,
                 slots_busy: vec![0; world_size],
                 coop_tx: Vec::new(),
+                pipe_cfg: devnet::PipeConfig::default(),
+                tx_pipes: Vec::new(),
+                rx_pipes: Vec::new(),
             },
             colls: Vec::new(),
             in_colls: false,
@@ -594,8 +634,15 @@ impl Engine {
         // A device buffer CUDA IPC cannot share (or any device buffer to a peer on another
         // node) goes through the pipe to the receiver, or, without one (or to this rank, or
         // off the node), as a host copy made now.
+        // A device rendezvous to another node is pipelined through host memory ([`devnet`])
+        // once the receiver asks for it.
+        let devnet = a.dev.is_some()
+            && !near
+            && a.dst_world != self.st.me
+            && self.st.pipe_cfg.on
+            && a.len > self.eager_limit;
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
-        if a.dev.is_some() && ipc.is_none() {
+        if a.dev.is_some() && ipc.is_none() && !devnet {
             if a.dst_world != self.st.me && near {
                 pipe = self.st.dev.pipe_offer(self.st.me, a.dst_world);
             }
@@ -627,7 +674,8 @@ impl Engine {
                 | if ipc.is_some() { FLAG_IPC } else { 0 }
                 | if pipe.is_some() { FLAG_PIPE } else { 0 }
                 | if coop.is_some() { FLAG_COOP } else { 0 }
-                | if note.is_some() { FLAG_NOTE } else { 0 },
+                | if note.is_some() { FLAG_NOTE } else { 0 }
+                | if devnet { FLAG_DEVNET } else { 0 },
             ctx: a.ctx,
             src_rank: a.src_rank,
             tag: a.tag,
@@ -653,7 +701,7 @@ impl Engine {
                 hdr,
                 pushed: false,
                 need_ack: eager && a.sync,
-                dev: ipc.is_some() || pipe.is_some(),
+                dev: ipc.is_some() || pipe.is_some() || devnet,
                 staged,
                 coop: coop.map(|i| (a.dst_world, i)),
                 note,
@@ -1090,6 +1138,9 @@ impl Engine {
             self.poll_copies();
             did = true;
         }
+        if (!self.st.tx_pipes.is_empty() || !self.st.rx_pipes.is_empty()) && self.run_pipes() {
+            did = true;
+        }
         if self.st.busy > 0 && self.flush_all() {
             did = true;
         }
@@ -1142,7 +1193,106 @@ impl Engine {
     /// Whether peer copies of device messages are in flight: a blocking wait should poll
     /// without sleeping, since nothing but polling tells when they finish.
     pub fn device_copies_pending(&self) -> bool {
-        !self.st.copying.is_empty()
+        !self.st.copying.is_empty() || !self.st.tx_pipes.is_empty() || !self.st.rx_pipes.is_empty()
+    }
+
+    /// Move the device messages pipelined between nodes on ([`devnet`]): the senders' chunks
+    /// to the transport, the receivers' chunks to the device, credits back. Returns whether
+    /// anything moved.
+    fn run_pipes(&mut self) -> bool {
+        let mut moved = false;
+        let maxp = self.max_payload;
+        let mut i = 0;
+        while i < self.st.tx_pipes.len() {
+            let State {
+                tx_pipes,
+                reqs,
+                dev,
+                ..
+            } = &mut self.st;
+            let p = &mut tx_pipes[i];
+            let (buf, on_dev) = match reqs.get(p.sreq) {
+                Some(Req {
+                    kind: ReqKind::Send(s),
+                    ..
+                }) => (s.buf as usize, s.dev),
+                _ => {
+                    tx_pipes.swap_remove(i);
+                    continue;
+                }
+            };
+            let (peer, rreq) = (p.peer, p.rreq);
+            let tp = &mut self.tp;
+            // SAFETY: the send's buffer holds len >= want bytes and stays valid until the send
+            // completes, which is only after the pipe is done (below).
+            moved |= unsafe {
+                p.step(&**dev, buf, on_dev, maxp, &mut |off, b| {
+                    let h = Header {
+                        kind: kind::DATA,
+                        rreq,
+                        arg: off as u64,
+                        ..Default::default()
+                    };
+                    tp.try_send(peer, &h, b)
+                })
+            };
+            if !p.done() {
+                i += 1;
+                continue;
+            }
+            let p = tx_pipes.swap_remove(i);
+            if p.failed.is_some() {
+                if let Some(q) = self.st.reqs.get_mut(p.sreq) {
+                    q.status.error = crate::standard::consts::MPI_ERR_OTHER;
+                }
+            }
+            self.st.mark_pushed(p.sreq);
+            moved = true;
+        }
+        let mut i = 0;
+        while i < self.st.rx_pipes.len() {
+            let (rreq, peer, sreq) = self.st.rx_pipes[i];
+            let Some(Req {
+                kind: ReqKind::Recv(rs),
+                ..
+            }) = self.st.reqs.get_mut(rreq)
+            else {
+                self.st.rx_pipes.swap_remove(i);
+                continue;
+            };
+            let Some(pipe) = rs.pipe.as_mut() else {
+                self.st.rx_pipes.swap_remove(i);
+                continue;
+            };
+            let (m, credit) = pipe.step();
+            moved |= m;
+            let failed = pipe.failed.is_some();
+            let finished = pipe.done() && rs.got >= rs.expect;
+            if finished {
+                rs.pipe = None;
+            }
+            if let Some(limit) = credit.filter(|_| !finished) {
+                let h = Header {
+                    kind: kind::CREDIT,
+                    sreq,
+                    rreq,
+                    arg: limit as u64,
+                    ..Default::default()
+                };
+                self.st.send_ctrl(peer, h);
+            }
+            if finished {
+                self.st.rx_pipes.swap_remove(i);
+                if failed {
+                    self.st.fail(rreq);
+                }
+                self.st.complete(rreq);
+                moved = true;
+            } else {
+                i += 1;
+            }
+        }
+        moved
     }
 
     /// Carry out the pending single-copy reads. A shared read whose last chunks the sender is

@@ -52,6 +52,7 @@ impl State {
                 stage: None,
                 note: None,
                 owned: None,
+                pipe: None,
             }),
         })
     }
@@ -233,6 +234,10 @@ impl State {
     ) {
         let ipc = match dev {
             Some(DevRef::Ipc(e)) => Some(e),
+            Some(DevRef::Net) => {
+                self.request_stream(rreq, src_world, sreq, want);
+                return;
+            }
             Some(DevRef::Pipe(desc)) => {
                 // The sender's buffer is device memory the CPU cannot read: through the pipe,
                 // or else streamed (staged by the sender), never the single-copy read.
@@ -503,6 +508,9 @@ impl State {
     }
 
     pub(super) fn request_stream(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize) {
+        let far = !self.near[src_world];
+        let cfg = self.pipe_cfg;
+        let mut credit = None;
         if let Some(Req {
             kind: ReqKind::Recv(rs),
             ..
@@ -510,17 +518,27 @@ impl State {
         {
             rs.expect = want;
             rs.got = 0;
-            if rs.dev && want > 0 {
+            if rs.dev && want > 0 && far && cfg.on {
+                // From another node into device memory: chunk by chunk, under credit.
+                let p = devnet::RxPipe::new(rs.buf as usize, want.min(rs.cap), cfg);
+                credit = Some(p.first_limit());
+                rs.pipe = Some(Box::new(p));
+            } else if rs.dev && want > 0 {
                 rs.stage = self.dev.staging(rs.buf as usize, want.min(rs.cap));
             }
+        }
+        if credit.is_some() {
+            self.rx_pipes.push((rreq, src_world, sreq));
         }
         self.send_ctrl(
             src_world,
             Header {
                 kind: kind::CTS,
+                flags: if credit.is_some() { FLAG_CREDIT } else { 0 },
                 sreq,
                 rreq,
                 total: want as u64,
+                arg: credit.unwrap_or(0) as u64,
                 ..Default::default()
             },
         );
@@ -541,6 +559,14 @@ impl State {
             return;
         };
         let mut ok = true;
+        if let Some(pipe) = rs.pipe.as_mut() {
+            // SAFETY: the pipe writes only inside its want <= cap bytes of the receive's
+            // buffer, which the receive owns until the pipe is done.
+            unsafe { pipe.put(&*self.dev, off, p) };
+            rs.got += p.len();
+            // The receive completes once the chunks are on the device (`Engine::run_pipes`).
+            return;
+        }
         if off < rs.cap && !p.is_empty() {
             let n = p.len().min(rs.cap - off);
             match &mut rs.stage {
@@ -606,7 +632,12 @@ impl State {
                     self.frags.remove(&key);
                 }
             }
-            kind::CTS => self.stream_send(src_world, h.sreq, h.rreq, h.total as usize),
+            kind::CTS => self.on_cts(src_world, h),
+            kind::CREDIT => {
+                if let Some(t) = self.tx_pipes.iter_mut().find(|t| t.sreq == h.sreq) {
+                    t.credit(h.arg as usize);
+                }
+            }
             kind::PUT => self.writes.push(PendingWrite {
                 then: AfterCopy {
                     way: Way::Push,
@@ -641,6 +672,39 @@ impl State {
             }
             k => tracing::error!("engine: unknown frame kind {k} from rank {src_world}"),
         }
+    }
+
+    /// The receiver asks for streamed data: pipelined ([`devnet`]) where it grants credits
+    /// or this send's device buffer goes to another node, else the plain stream.
+    fn on_cts(&mut self, peer: usize, h: &Header) {
+        let want = h.total as usize;
+        let credit = h.flags & FLAG_CREDIT != 0;
+        let dev_far = !self.near[peer]
+            && matches!(
+                self.reqs.get(h.sreq),
+                Some(Req { kind: ReqKind::Send(s), .. }) if s.dev && s.staged.is_none()
+            );
+        if want == 0 || !(credit || dev_far) {
+            return self.stream_send(peer, h.sreq, h.rreq, want);
+        }
+        let Some(Req {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.reqs.get(h.sreq)
+        else {
+            tracing::error!("engine: CTS for unknown send {:#x}", h.sreq);
+            return;
+        };
+        let want = want.min(s.len);
+        let limit = if credit { h.arg as usize } else { want };
+        self.tx_pipes.push(devnet::TxPipe::new(
+            peer,
+            h.sreq,
+            h.rreq,
+            want,
+            limit,
+            self.pipe_cfg,
+        ));
     }
 
     /// The receiver wants streamed data of a send whose buffer is device memory: copy it to
@@ -696,7 +760,7 @@ impl State {
     }
 
     /// A receive whose data could not be stored completes with MPI_ERR_OTHER.
-    fn fail(&mut self, rreq: u64) {
+    pub(super) fn fail(&mut self, rreq: u64) {
         if let Some(r) = self.reqs.get_mut(rreq) {
             r.status.error = crate::standard::consts::MPI_ERR_OTHER;
         }

@@ -1649,6 +1649,176 @@ fn notes_travel_beside_the_data() {
             }
             assert_eq!(es[1].note(r), None);
             wait_on(&mut es, 1, r);
+
+/// Device copies faked in host memory whose copies finish `delay` after they start and move
+/// their bytes only when first seen done (a buffer used before its copy finished shows in the
+/// data), counting the copies in flight: the pipelined path between nodes (`devnet`) is tested
+/// with it.
+pub(super) mod slow_dev {
+    use super::devcopy::{pending, DevCopy, HostStage, Pending};
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Copies in flight now and at most, and copies started, per direction.
+    #[derive(Default)]
+    pub struct Counts {
+        pub dtoh_now: AtomicUsize,
+        pub dtoh_peak: AtomicUsize,
+        pub dtoh: AtomicUsize,
+        pub htod_now: AtomicUsize,
+        pub htod_peak: AtomicUsize,
+        pub htod: AtomicUsize,
+    }
+
+    /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
+    #[derive(Clone, Default)]
+    pub struct Slow {
+        pub counts: Arc<Counts>,
+        pub delay: Duration,
+        pub fail: bool,
+    }
+
+    struct Later {
+        until: Instant,
+        fail: bool,
+        job: Cell<Option<(usize, usize, usize)>>,
+        counts: Arc<Counts>,
+        htod: bool,
+    }
+
+    impl Pending for Later {
+        fn done(&self) -> Result<bool, String> {
+            if Instant::now() < self.until {
+                return Ok(false);
+            }
+            if self.fail {
+                return Err("injected copy failure".into());
+            }
+            if let Some((s, d, n)) = self.job.take() {
+                // SAFETY: the engine keeps both ranges until the copy is seen done.
+                unsafe { std::ptr::copy_nonoverlapping(s as *const u8, d as *mut u8, n) };
+                let now = if self.htod {
+                    &self.counts.htod_now
+                } else {
+                    &self.counts.dtoh_now
+                };
+                now.fetch_sub(1, SeqCst);
+            }
+            Ok(true)
+        }
+    }
+
+    impl Slow {
+        /// Copies taking `delay`.
+        pub fn new(delay: Duration) -> Slow {
+            Slow {
+                delay,
+                ..Default::default()
+            }
+        }
+
+        fn later(&self, s: usize, d: usize, n: usize, htod: bool) -> Box<dyn Pending> {
+            let c = &self.counts;
+            let (now, peak, all) = if htod {
+                (&c.htod_now, &c.htod_peak, &c.htod)
+            } else {
+                (&c.dtoh_now, &c.dtoh_peak, &c.dtoh)
+            };
+            let v = now.fetch_add(1, SeqCst) + 1;
+            peak.fetch_max(v, SeqCst);
+            all.fetch_add(1, SeqCst);
+            pending(Later {
+                until: Instant::now() + self.delay,
+                fail: self.fail,
+                job: Cell::new(Some((s, d, n))),
+                counts: c.clone(),
+                htod,
+            })
+        }
+    }
+
+    impl DevCopy for Slow {
+        fn export_range(&self, _: usize, _: usize) -> Option<Box<[u8]>> {
+            None
+        }
+        unsafe fn read(
+            &self,
+            _: usize,
+            _: &[u8],
+            _: usize,
+            _: bool,
+            _: usize,
+        ) -> Result<Option<Box<dyn Pending>>, String> {
+            Err("no peer copies between nodes".into())
+        }
+        unsafe fn write(
+            &self,
+            _: usize,
+            _: &[u8],
+            _: usize,
+            _: usize,
+        ) -> Result<Option<Box<dyn Pending>>, String> {
+            Err("no peer copies between nodes".into())
+        }
+        fn pipe_offer(&self, _: usize, _: usize) -> Option<Box<[u8]>> {
+            None
+        }
+        unsafe fn pipe_recv(
+            &self,
+            _: usize,
+            _: usize,
+            _: &[u8],
+            _: usize,
+            _: bool,
+            _: usize,
+        ) -> Result<(u64, Box<dyn Pending>), String> {
+            Err("no pipe between nodes".into())
+        }
+        unsafe fn pipe_send(
+            &self,
+            _: usize,
+            _: usize,
+            _: u64,
+            _: usize,
+            _: usize,
+        ) -> Result<Box<dyn Pending>, String> {
+            Err("no pipe between nodes".into())
+        }
+        unsafe fn fill(
+            &self,
+            _: usize,
+            _: usize,
+            _: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        ) -> Result<bool, String> {
+            Err("no single-copy reads between nodes".into())
+        }
+        fn staging(&self, _: usize, _: usize) -> Option<HostStage> {
+            None
+        }
+        unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len());
+            Ok(())
+        }
+        unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
+            Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
+        }
+        unsafe fn dtoh_start(
+            &self,
+            src: usize,
+            dst: *mut u8,
+            len: usize,
+        ) -> Result<Box<dyn Pending>, String> {
+            Ok(self.later(src, dst as usize, len, false))
+        }
+        unsafe fn htod_start(
+            &self,
+            dst: usize,
+            src: *const u8,
+            len: usize,
+        ) -> Result<Box<dyn Pending>, String> {
+            Ok(self.later(src as usize, dst, len, true))
         }
     }
 }
@@ -1675,4 +1845,254 @@ fn a_detached_receive_leaves_the_callers_buffer() {
     assert_eq!(out, seen, "nothing written after the detach");
     assert_ne!(&out[..], &data[..]);
     assert_eq!(es[1].live_requests(), 0);
+
+/// Device messages between two ranks on different "nodes": the engine over the network frames
+/// of the TCP backend on loopback, with device copies faked in host memory whose copies finish
+/// later (a chunk's bytes move only when its copy is first seen done, so a buffer used before
+/// its copy finished shows in the data).
+mod net_device {
+    use super::devnet::PipeConfig;
+    use super::slow_dev::{Counts, Slow};
+    use super::*;
+    use crate::transport::net::frames::NetFrames;
+    use crate::transport::net::ifname::Family;
+    use crate::transport::net::tcp::{TcpConfig, TcpNet};
+    use crate::transport::net::Net;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const CHUNK: usize = 8192;
+    const DEPTH: usize = 3;
+
+    /// Runs `body(engine, rank)` on two ranks joined by the TCP backend on loopback, each
+    /// with its own pipeline settings and a [`Slow`] device; returns each rank's counts.
+    fn pair(cfgs: [PipeConfig; 2], body: fn(&mut Engine, usize)) -> [Arc<Counts>; 2] {
+        let net = || {
+            let cfg = TcpConfig {
+                ifname: Some("=lo".into()),
+                family: Family::V4,
+                threads: 1,
+                socks_per_thread: 2,
+                connect_timeout: Duration::from_secs(5),
+                accept_timeout: Duration::from_secs(5),
+            };
+            Box::new(TcpNet::new(cfg, b"engine-net-device").unwrap()) as Box<dyn Net>
+        };
+        let nets = [net(), net()];
+        let mut ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
+        let handles = [ls[0].0, ls[1].0];
+        let mut joins = Vec::new();
+        for (me, n) in nets.into_iter().enumerate().rev() {
+            let (_, listener) = ls.pop().unwrap();
+            let cfg = cfgs[me];
+            joins.push(std::thread::spawn(move || {
+                let frames = NetFrames::connect(
+                    n,
+                    0,
+                    listener,
+                    me,
+                    2,
+                    &[1 - me],
+                    &|p| Ok(handles[p]),
+                    Duration::from_secs(20),
+                )
+                .unwrap();
+                let mut e = Engine::with_config(
+                    Box::new(frames),
+                    me,
+                    2,
+                    EngineConfig {
+                        eager_limit: LIMIT,
+                        cma_min: None,
+                        push_min: usize::MAX,
+                        share: false,
+                    },
+                );
+                let dev = Slow::new(Duration::from_micros(300));
+                let counts = dev.counts.clone();
+                e.set_device_copies(Box::new(dev));
+                e.set_net_pipeline(cfg);
+                body(&mut e, me);
+                assert_eq!(e.live_requests(), 0, "rank {me}: no request left behind");
+                counts
+            }));
+        }
+        let mut out: Vec<Arc<Counts>> = joins.into_iter().map(|j| j.join().unwrap()).collect();
+        out.reverse();
+        [out[0].clone(), out[1].clone()]
+    }
+
+    fn wait(e: &mut Engine, r: ReqId) -> Status {
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = e.test(r) {
+                return s;
+            }
+            assert!(Instant::now() < end, "request never completed");
+        }
+    }
+
+    fn dsend(e: &mut Engine, buf: &[u8], tag: i32, dev: bool) -> ReqId {
+        let a = SendArgs {
+            buf: buf.as_ptr(),
+            len: buf.len(),
+            dst_world: 1,
+            ctx: 7,
+            src_rank: 0,
+            tag,
+            sync: false,
+            dev: dev.then_some(DevSend::Pipe),
+        };
+        // SAFETY: every caller waits for the request before `buf` goes.
+        unsafe { e.isend(a).unwrap() }
+    }
+
+    fn drecv(e: &mut Engine, buf: &mut [u8], tag: i32, dev: bool) -> ReqId {
+        // SAFETY: every caller waits for the request before `buf` goes.
+        unsafe {
+            e.irecv_dev(buf.as_mut_ptr(), buf.len(), dev, 7, 0, tag)
+                .unwrap()
+        }
+    }
+
+    const SIZES: &[usize] = &[
+        0,
+        1,
+        LIMIT,
+        LIMIT + 1,
+        CHUNK,
+        CHUNK * DEPTH + 5,
+        100_003,
+        (1 << 20) + 123,
+        4 << 20,
+    ];
+
+    const ON: PipeConfig = PipeConfig {
+        on: true,
+        chunk: CHUNK,
+        depth: DEPTH,
+    };
+    const OFF: PipeConfig = PipeConfig {
+        on: false,
+        chunk: CHUNK,
+        depth: DEPTH,
+    };
+
+    /// Every size, device or host memory on either side: every byte lands, in order.
+    fn every_size(e: &mut Engine, me: usize) {
+        for &len in SIZES {
+            for (sdev, rdev) in [(true, true), (true, false), (false, true)] {
+                let src = pattern(len, len as u8 ^ 0x5a);
+                if me == 0 {
+                    let s = dsend(e, &src, 3, sdev);
+                    assert_eq!(wait(e, s).error, 0);
+                } else {
+                    let mut dst = vec![0u8; len];
+                    let r = drecv(e, &mut dst, 3, rdev);
+                    let st = wait(e, r);
+                    assert_eq!((st.error, st.bytes), (0, len));
+                    assert!(dst == src, "len {len} send dev {sdev} recv dev {rdev}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn device_messages_between_nodes_every_size() {
+        let [tx, rx] = pair([ON, ON], every_size);
+        // The 4 MiB message alone is 512 chunks: copies overlapped on both sides, never more
+        // than the depth at once.
+        let (tp, rp) = (tx.dtoh_peak.load(SeqCst), rx.htod_peak.load(SeqCst));
+        assert!(
+            (2..=DEPTH).contains(&tp),
+            "sender copies in flight at most: {tp}"
+        );
+        assert!(
+            (2..=DEPTH).contains(&rp),
+            "receiver copies in flight at most: {rp}"
+        );
+        assert!(tx.dtoh.load(SeqCst) >= (4 << 20) / CHUNK);
+    }
+
+    /// A sender or receiver with the pipeline off (the whole-message staging) meets one with
+    /// it on: the same data.
+    #[test]
+    fn pipelined_and_staged_ends_work_together() {
+        let [tx, _] = pair([OFF, ON], every_size);
+        assert_eq!(
+            tx.dtoh.load(SeqCst),
+            0,
+            "a staging sender copies whole buffers"
+        );
+        let [_, rx] = pair([ON, OFF], every_size);
+        assert_eq!(
+            rx.htod.load(SeqCst),
+            0,
+            "a staging receiver copies whole messages"
+        );
+        pair([OFF, OFF], every_size);
+    }
+
+    /// Several device messages in flight at once, received in posting order with ANY_TAG:
+    /// they match in the order sent and each gets its own data; a truncated device receive
+    /// gets what fits and MPI_ERR_TRUNCATE; a cancelled device receive takes nothing.
+    #[test]
+    fn order_truncation_and_cancel_between_nodes() {
+        pair([ON, ON], |e, me| {
+            let lens = [300_000usize, 5000, 70_000, 1 << 20, 9000];
+            let bufs: Vec<Vec<u8>> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| pattern(l, i as u8))
+                .collect();
+            if me == 0 {
+                let reqs: Vec<ReqId> = bufs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| dsend(e, b, i as i32, true))
+                    .collect();
+                for r in reqs {
+                    assert_eq!(wait(e, r).error, 0);
+                }
+                let big = pattern(200_000, 77);
+                let s = dsend(e, &big, 50, true);
+                assert_eq!(wait(e, s).error, 0, "the sender of a truncated message");
+                let after = pattern(20_000, 78);
+                let s = dsend(e, &after, 51, true);
+                assert_eq!(wait(e, s).error, 0);
+            } else {
+                let mut got: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0u8; l]).collect();
+                let reqs: Vec<ReqId> = got
+                    .iter_mut()
+                    .map(|g| unsafe {
+                        // SAFETY: the buffers outlive the requests, waited for below.
+                        e.irecv_dev(g.as_mut_ptr(), g.len(), true, 7, 0, ANY_TAG)
+                            .unwrap()
+                    })
+                    .collect();
+                for (i, r) in reqs.into_iter().enumerate() {
+                    let st = wait(e, r);
+                    assert_eq!((st.error, st.tag, st.bytes), (0, i as i32, lens[i]));
+                }
+                assert!(got == bufs, "each message into its own receive, in order");
+                // A receive posted and cancelled before anything matched it.
+                let mut never = vec![0u8; 100_000];
+                let c = drecv(e, &mut never, 51, true);
+                assert!(e.cancel(c));
+                let st = wait(e, c);
+                assert!(st.cancelled);
+                let mut small = vec![0xeeu8; 150_000];
+                let r = drecv(e, &mut small, 50, true);
+                let st = wait(e, r);
+                let big = pattern(200_000, 77);
+                assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, 150_000));
+                assert!(small[..] == big[..150_000], "the bytes that fit");
+                let mut after = vec![0u8; 20_000];
+                let r = drecv(e, &mut after, 51, true);
+                assert_eq!(wait(e, r).error, 0);
+                assert!(after == pattern(20_000, 78) && never.iter().all(|&b| b == 0));
+            }
+        });
+    }
 }

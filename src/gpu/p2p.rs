@@ -277,6 +277,41 @@ pub unsafe fn fill_device(
     .map_err(|e| e.to_string())
 }
 
+/// Start copying `len` bytes between device memory of this process and host memory on the
+/// device's stream (`to_host`: device `dev_addr` to host `host`, else host to device): one
+/// chunk of a message pipelined between nodes. Asynchronous where `host` is page-locked
+/// ([`staging_for`]).
+///
+/// # Safety
+/// Both ranges are valid for `len` bytes and left alone until the copy is done.
+pub unsafe fn chunk_copy(
+    dev_addr: usize,
+    host: *mut u8,
+    len: usize,
+    to_host: bool,
+) -> Result<InFlight, String> {
+    let info = super::classify(dev_addr as *const u8);
+    let g = super::gpu().ok_or("CUDA is not available")?;
+    let d = g.device(info.device.max(0))?;
+    let t0 = std::time::Instant::now();
+    let ev = cuda::with_context(d.ctx, || {
+        let ev = cuda::Event::new()?;
+        if to_host {
+            cuda::memcpy_dtoh_async(
+                std::slice::from_raw_parts_mut(host, len),
+                dev_addr,
+                d.stream,
+            )?;
+        } else {
+            cuda::memcpy_htod_async(dev_addr, std::slice::from_raw_parts(host, len), d.stream)?;
+        }
+        ev.record(d.stream)?;
+        Ok(ev)
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(InFlight { d, ev, t0, len })
+}
+
 /// Copy host bytes to device address `dst`.
 ///
 /// # Safety

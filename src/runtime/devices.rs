@@ -104,6 +104,24 @@ impl DevCopy for Cuda {
     unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
         crate::gpu::p2p::dtoh(src, len)
     }
+
+    unsafe fn dtoh_start(
+        &self,
+        src: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Box<dyn Pending>, String> {
+        crate::gpu::p2p::chunk_copy(src, dst, len, true).map(pending)
+    }
+
+    unsafe fn htod_start(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Box<dyn Pending>, String> {
+        crate::gpu::p2p::chunk_copy(dst, src as *mut u8, len, false).map(pending)
+    }
 }
 
 /// The job's named shared host memory: regions of the shared-memory transport,

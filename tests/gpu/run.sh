@@ -10,7 +10,9 @@
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
 # cudaMallocHost, cudaHostRegister, managed, host) mixed between ranks at 2 and 4 ranks and at
 # 4 ranks with CUDA IPC off; gpu_test at 2 and 4 ranks and gpu_mem at 4 ranks over 2 emulated
-# nodes (scripts/emulate-nodes.sh: the network transport between them); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# nodes (scripts/emulate-nodes.sh: the network transport between them), and gpu_net (device
+# send/recv, truncation and allreduce, 0 B..64 MiB) over 2 emulated nodes at 2 and 4 ranks,
+# with small chunks, and staged whole (GPUMPI_NET_GPU_PIPELINE=0); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
@@ -47,7 +49,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch gpu_resident_mid; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch gpu_resident_mid gpu_net; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 # The bad-input matrix of tests/c with device memory as every valid buffer.
@@ -144,6 +146,19 @@ for n in 2 4; do
 done
 run "gpu_mem -n 4 over 2 emulated nodes" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$emu" 2 "$out/gpu_mem"
+# Device buffers between nodes (gpu_net: 0 B..64 MiB send/recv device<->device and
+# device<->host, truncation, allreduce): pipelined through host memory in chunks (default 1 MiB
+# x 4; then 64 KiB x 2, many chunks per message), and staged whole (GPUMPI_NET_GPU_PIPELINE=0).
+for n in 2 4; do
+    run "gpu_net -n $n over 2 emulated nodes (device messages pipelined through host memory)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$emu" 2 "$out/gpu_net"
+done
+run "gpu_net -n 2 over 2 emulated nodes, 64 KiB chunks x 2 (GPUMPI_NET_GPU_CHUNK/DEPTH)" \
+    GPUMPI_NET_GPU_CHUNK=65536 GPUMPI_NET_GPU_DEPTH=2 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
+    -x GPUMPI_NET_GPU_CHUNK -x GPUMPI_NET_GPU_DEPTH "$emu" 2 "$out/gpu_net"
+run "gpu_net -n 2 over 2 emulated nodes, staged whole (GPUMPI_NET_GPU_PIPELINE=0)" \
+    GPUMPI_NET_GPU_PIPELINE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
+    -x GPUMPI_NET_GPU_PIPELINE "$emu" 2 "$out/gpu_net"
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {

@@ -27,7 +27,17 @@
  *   cq_overrun       completion queues hold 2 entries, whatever was asked;
  *   port_down        every port reports IBV_PORT_DOWN;
  *   memlock          ibv_reg_mr fails with ENOMEM once the bytes registered by this process
- *                    exceed RLIMIT_MEMLOCK (as the kernel does for pinned pages). */
+ *                    exceed RLIMIT_MEMLOCK (as the kernel does for pinned pages).
+ *
+ * Memory registered with ibv_reg_dmabuf_mr is recorded with its IOVA (the descriptor must be
+ * open); the double moves bytes at that IOVA as host memory of the registering process, so a
+ * test that registers host memory through the dma-buf entry point (gpumpi's
+ * `host_memory_as_device_for_tests`) runs the GPUDirect data path; real device memory cannot
+ * be moved between processes by the double.
+ *
+ * FAKEIBV_TRACE=PATH appends one line per executed RDMA read and per RDMA write with
+ * immediate (`read <remote addr> <len>`, `write_imm <remote addr> <len>`), in execution order,
+ * so tests can check when a read (the GPUDirect flush) was issued. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -471,6 +481,16 @@ static int xfer(int32_t pid, uint64_t local, uint64_t remote, size_t len, int to
     return n == (ssize_t)len ? 0 : -1;
 }
 
+/* FAKEIBV_TRACE: one line per traced operation (`what` null: not traced). */
+static void trace(const char *what, uint64_t addr, uint32_t len) {
+    const char *path = getenv("FAKEIBV_TRACE");
+    if (!what || !path || !*path) return;
+    FILE *t = fopen(path, "a");
+    if (!t) return;
+    fprintf(t, "%s %#llx %u\n", what, (unsigned long long)addr, len);
+    fclose(t);
+}
+
 /* Executes one work request on QP slot `qi` (lock held); returns the completion status. */
 static uint32_t exec(struct ibv_qp *qp, struct fqp *q, struct ibv_send_wr *wr, uint32_t *opcode) {
     *opcode = wr->opcode == WR_RDMA_READ ? WCO_RDMA_READ : wr->opcode == WR_SEND ? WCO_SEND : WCO_RDMA_WRITE;
@@ -495,6 +515,8 @@ static uint32_t exec(struct ibv_qp *qp, struct fqp *q, struct ibv_send_wr *wr, u
         if (len && !mr_check(wr->rkey, d->pid, wr->remote_addr, len, ACC_REMOTE_READ)) return WC_REM_ACCESS_ERR;
         if (xfer(d->pid, la, wr->remote_addr, len, 0)) return WC_RETRY_EXC_ERR;
     }
+    trace(wr->opcode == WR_RDMA_READ ? "read" : wr->opcode == WR_RDMA_WRITE_WITH_IMM ? "write_imm" : 0,
+          wr->remote_addr, len);
     if (wr->opcode == WR_RDMA_WRITE_WITH_IMM || wr->opcode == WR_SEND) {
         if (d->rq_head == d->rq_tail) return WC_RNR_RETRY_EXC_ERR;
         struct frq *e = &d->rq[d->rq_head % RQ_DEPTH];

@@ -399,6 +399,11 @@ impl Transport for NetFrames {
         MAX_PAYLOAD
     }
 
+    /// Every peer of this transport is on another node.
+    fn same_node(&self, peer: usize) -> bool {
+        peer == self.me
+    }
+
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
         let me = self.me;
         let frame = self.frame;

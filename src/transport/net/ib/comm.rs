@@ -13,6 +13,11 @@
 //!   On one queue pair writes land in order, so when the first piece's completion arrives the
 //!   size is in place; the receiver computes the number of pieces from the size and counts
 //!   completions. Every receive work request is re-posted as soon as it completes.
+//! - **GPUDirect flush**: where the port flushes ([`super::select::gdr_flush`], before
+//!   Hopper), a completed group with a receive in device memory completes only after an RDMA
+//!   read of one byte of that buffer on a queue pair connected to itself (NCCL's GDR flush):
+//!   the read is ordered after the NIC's writes into the buffer, so once it is done the GPU
+//!   sees every byte.
 //! - **Errors**: a truncated message (the sender writes the size and an empty first piece), a
 //!   tag the group lacks (a marker instead of the size), any completion with an error status
 //!   (remote access, retry exceeded, flush) and a completion queue overrun fail the connection
@@ -560,6 +565,55 @@ struct RecvSlot {
     caps: [usize; MAX_RECVS],
     head: [bool; MAX_RECVS],
     got: [usize; MAX_RECVS],
+    /// The first receive of the group in device memory (address, rkey), to flush.
+    device: Option<(u64, u32)>,
+    /// The flush read was posted; it completed.
+    flushing: bool,
+    flushed: bool,
+}
+
+/// The loopback queue pair of the GPUDirect flush and the host byte its reads land in.
+struct Flush {
+    qp: Qp,
+    cq: Arc<Cq>,
+    _host: NicMem,
+    host_mr: MemRegion,
+    host_addr: u64,
+}
+
+impl Flush {
+    fn new(port: &Port) -> NetResult<Flush> {
+        let e = |m: String| err(format!("ib: GPUDirect flush queue pair: {m}"));
+        let cq = Cq::new(&port.ctx, 2 * MAX_REQUESTS).map_err(e)?;
+        let qp = Qp::new_rc(&port.pd, &cq, MAX_REQUESTS as u32, 1).map_err(e)?;
+        qp.to_init(port.port).map_err(e)?;
+        let me = ibv::Dest {
+            qpn: qp.qpn,
+            psn: 0,
+            lid: port.lid,
+            gid: port.gid,
+            global: port.roce,
+        };
+        qp.to_rtr(port.port, &me, port.active_mtu, port.gid_index as u8)
+            .map_err(e)?;
+        qp.to_rts(0, 18, 7).map_err(e)?;
+        let host = NicMem::new(64);
+        let host_mr = MemRegion::register(
+            &port.pd,
+            host.addr(),
+            host.len(),
+            ibv::ACCESS_LOCAL_WRITE,
+            RegKind::Plain,
+        )
+        .map_err(|r| super::reg_error(port, host.len(), &r))?;
+        Ok(Flush {
+            qp,
+            cq,
+            host_addr: host.addr(),
+            _host: host,
+            host_mr,
+        })
+    }
 }
 
 pub struct IbRecv {
@@ -570,6 +624,7 @@ pub struct IbRecv {
     /// Sequence number of the next group (from 1).
     seq: u64,
     wc: Vec<Wc>,
+    flush: Option<Flush>,
 }
 
 impl IbRecv {
@@ -581,7 +636,6 @@ impl IbRecv {
     ) -> NetResult<IbRecv> {
         Ok(IbRecv {
             side,
-            port,
             link: Link {
                 sock,
                 peer,
@@ -591,7 +645,64 @@ impl IbRecv {
             slots: [RecvSlot::default(); MAX_REQUESTS],
             seq: 1,
             wc: vec![Wc::default(); 64],
+            flush: if port.flush && port.gdr != super::GdrPath::Staging {
+                Some(Flush::new(&port)?)
+            } else {
+                None
+            },
+            port,
         })
+    }
+
+    /// Whether group `slot`'s flush read is done: posts it the first time, then polls.
+    fn flushed(&mut self, slot: usize) -> NetResult<bool> {
+        let Some(f) = &self.flush else {
+            return Ok(true);
+        };
+        let s = &mut self.slots[slot];
+        let Some((addr, rkey)) = s.device else {
+            return Ok(true);
+        };
+        if !s.flushing {
+            let op = Op {
+                wr_id: slot as u64,
+                opcode: ibv::WR_RDMA_READ,
+                local: Sge {
+                    addr: f.host_addr,
+                    length: 1,
+                    lkey: f.host_mr.lkey,
+                },
+                remote_addr: addr,
+                rkey,
+                imm: 0,
+                signaled: true,
+            };
+            // SAFETY: the read lands in the flush's registered host byte, which nobody reads;
+            // its source is the group's registered receive buffer.
+            unsafe { f.qp.post_send(&[op]) }.map_err(|e| {
+                self.link.fail(format!(
+                    "{e} (GPUDirect flush of data from {})",
+                    self.link.peer
+                ))
+            })?;
+            s.flushing = true;
+        }
+        let mut wc = [Wc::default(); 8];
+        loop {
+            let n =
+                f.cq.poll(&mut wc)
+                    .map_err(|e| self.link.fail(format!("ib: GPUDirect flush: {e}")))?;
+            for w in &wc[..n] {
+                if w.status != ibv::WC_SUCCESS {
+                    return Err(self.link.wc_error(w, "GPUDirect flush read of data"));
+                }
+                self.slots[w.wr_id as usize % MAX_REQUESTS].flushed = true;
+            }
+            if n < wc.len() {
+                break;
+            }
+        }
+        Ok(self.slots[slot].flushed)
     }
 
     fn progress(&mut self) -> NetResult<bool> {
@@ -693,9 +804,13 @@ impl RecvComm for IbRecv {
             return Ok(None);
         }
         let mut caps = [0usize; MAX_RECVS];
+        let mut device = None;
         let st = &self.side.staging;
         for (i, b) in bufs.iter().enumerate() {
             let (_, rkey) = keys(&self.port, b.mr, b.ptr as usize, b.size, "irecv")?;
+            if device.is_none() && b.size > 0 && super::mr_is_device(&self.port, b.mr) {
+                device = Some((b.ptr as u64, rkey));
+            }
             caps[i] = b.size;
             let e = slot * SLOT_BYTES + i * ENTRY;
             st.store(e, b.ptr as u64);
@@ -729,6 +844,7 @@ impl RecvComm for IbRecv {
             gen,
             n: bufs.len(),
             caps,
+            device,
             ..Default::default()
         };
         self.seq += 1;
@@ -746,6 +862,10 @@ impl RecvComm for IbRecv {
         }
         let moved = self.progress()?;
         if self.complete(s, sizes)? {
+            let n = self.slots[s].n;
+            if sizes[..n].iter().any(|&z| z > 0) && !self.flushed(s)? {
+                return Ok(false);
+            }
             self.slots[s].busy = false;
             return Ok(true);
         }

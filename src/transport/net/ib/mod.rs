@@ -63,6 +63,8 @@ pub struct IbConfig {
     pub qps: usize,
     pub relaxed_ordering: String,
     pub gdr: String,
+    /// `GPUMPI_IB_GDR_FLUSH` ([`select::gdr_flush`]).
+    pub gdr_flush: String,
     /// Interface and family of the out-of-band set-up socket.
     pub ifname: Option<String>,
     pub family: Family,
@@ -106,6 +108,7 @@ impl IbConfig {
             qps: get_usize("GPUMPI_IB_QPS_PER_CONN"),
             relaxed_ordering: get("GPUMPI_IB_RELAXED_ORDERING").unwrap_or_default(),
             gdr: get("GPUMPI_IB_GDR").unwrap_or_default(),
+            gdr_flush: get("GPUMPI_IB_GDR_FLUSH").unwrap_or_default(),
             ifname: get("GPUMPI_NET_IFNAME"),
             family,
             connect_timeout: secs("GPUMPI_NET_CONNECT_TIMEOUT"),
@@ -126,6 +129,8 @@ pub(crate) struct Port {
     pub active_mtu: u32,
     pub relaxed: bool,
     pub gdr: GdrPath,
+    /// Received device data is flushed before a receive completes ([`select::gdr_flush`]).
+    pub flush: bool,
     pub cache: Mutex<RegCache<MemRegion>>,
 }
 
@@ -192,10 +197,11 @@ impl IbNet {
         }
         let facts = GdrFacts {
             ib_dmabuf: v.has_dmabuf(),
-            cuda_dmabuf: crate::sys::cuda::dmabuf_supported(),
+            cuda_dmabuf: crate::sys::cuda::dmabuf_supported() || host_as_device(),
             peermem: select::peermem_loaded(),
         };
         let (gdr, gdr_why) = select::gdr_path(&cfg.gdr, facts).map_err(err)?;
+        let flush = select::gdr_flush(&cfg.gdr_flush, gdr, oldest_gpu()).map_err(err)?;
         let mut ports = Vec::new();
         let mut down = Vec::new();
         for name in &names {
@@ -243,7 +249,7 @@ impl IbNet {
                 };
                 tracing::info!(port = %label, link = if roce { "RoCE" } else { "InfiniBand" },
                     gid_index, mtu = select::mtu_bytes(a.active_mtu), relaxed, gdr = %gdr_why,
-                    "ib: rail");
+                    gdr_flush = flush, "ib: rail");
                 ports.push((
                     Arc::new(Port {
                         ctx: ctx.clone(),
@@ -256,6 +262,7 @@ impl IbNet {
                         active_mtu: a.active_mtu,
                         relaxed,
                         gdr,
+                        flush,
                         cache: Mutex::new(RegCache::new(64)),
                     }),
                     speed_mbps(&a),
@@ -323,6 +330,29 @@ impl IbNet {
     }
 }
 
+/// The compute capability of the oldest GPU CUDA shows this process (`None`: no CUDA).
+fn oldest_gpu() -> Option<(i32, i32)> {
+    let (_, n) = crate::sys::cuda::load().ok()?;
+    (0..n)
+        .filter_map(|d| crate::sys::cuda::compute_capability(d).ok())
+        .min()
+}
+
+static HOST_AS_DEVICE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test hook: host memory registered as device memory (`MemKind::Cuda`) takes the dma-buf
+/// path (`ibv_reg_dmabuf_mr` with a descriptor of `/dev/null` and the buffer's address as its
+/// IOVA), so the GPUDirect data path and its flush run against the libibverbs test double on
+/// a machine without a GPU. Set before the backend opens; never set by the library.
+#[doc(hidden)]
+pub fn host_memory_as_device_for_tests(on: bool) {
+    HOST_AS_DEVICE.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn host_as_device() -> bool {
+    HOST_AS_DEVICE.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Registers `ptr..ptr+len` on `port` through its cache; the key is the `Mr` handed out.
 pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr> {
     let addr = ptr as usize;
@@ -336,7 +366,11 @@ pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> Net
                     port.label()
                 )));
             }
-            crate::sys::cuda::pointer_buffer_id(addr).max(1)
+            if host_as_device() {
+                1
+            } else {
+                crate::sys::cuda::pointer_buffer_id(addr).max(1)
+            }
         }
     };
     let mut cache = port.cache.lock().unwrap();
@@ -356,8 +390,14 @@ pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> Net
             let page = 4096usize;
             let base = addr & !(page - 1);
             let span = (addr + len.max(1)).next_multiple_of(page) - base;
-            let fd = crate::sys::cuda::dmabuf_fd(base, span)
-                .map_err(|e| err(format!("ib: {}: dma-buf export: {e}", port.label())))?;
+            let fd = if host_as_device() {
+                std::fs::File::open("/dev/null")
+                    .map(std::os::fd::OwnedFd::from)
+                    .map_err(|e| e.to_string())
+            } else {
+                crate::sys::cuda::dmabuf_fd(base, span).map_err(|e| e.to_string())
+            }
+            .map_err(|e| err(format!("ib: {}: dma-buf export: {e}", port.label())))?;
             let r = MemRegion::register(
                 &port.pd,
                 addr as u64,
@@ -418,6 +458,15 @@ pub(crate) fn dereg(port: &Port, mr: Mr) -> NetResult<()> {
             mr.0
         ))),
     }
+}
+
+/// Whether region `mr` is device memory (registered as `MemKind::Cuda`).
+pub(crate) fn mr_is_device(port: &Port, mr: Mr) -> bool {
+    port.cache
+        .lock()
+        .unwrap()
+        .id_of(mr.0)
+        .is_some_and(|id| id != 0)
 }
 
 /// The lkey/rkey and range of a registered region.

@@ -110,6 +110,11 @@ impl<M> RegCache<M> {
         (key, self.trim())
     }
 
+    /// The buffer id of `key`'s entry (0: host memory).
+    pub fn id_of(&self, key: RegKey) -> Option<u64> {
+        self.entries.iter().find(|e| e.key == key).map(|e| e.id)
+    }
+
     /// The region of `key`.
     pub fn get(&self, key: RegKey) -> Option<&M> {
         self.entries

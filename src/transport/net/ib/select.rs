@@ -290,6 +290,23 @@ pub fn gdr_path(setting: &str, f: GdrFacts) -> Result<(GdrPath, String), String>
     }
 }
 
+/// Whether data received by RDMA into device memory is flushed before the receive completes
+/// (`setting`: `GPUMPI_IB_GDR_FLUSH`, `auto`, `0`, `1`): an RDMA read of the received buffer
+/// on a loopback queue pair (as NCCL's GPUDirect flush), which makes the NIC's writes visible
+/// to the GPU on generations before Hopper. `auto`: on where device memory is registered
+/// (`gdr` not staging) and the oldest visible GPU (`min_cc`, its compute capability; `None`:
+/// unknown) is older than 9.0.
+pub fn gdr_flush(setting: &str, gdr: GdrPath, min_cc: Option<(i32, i32)>) -> Result<bool, String> {
+    match setting.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => Ok(gdr != GdrPath::Staging && min_cc.is_none_or(|(major, _)| major < 9)),
+        "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        v => Err(format!(
+            "ib: GPUMPI_IB_GDR_FLUSH={v}: expected auto, 0 or 1"
+        )),
+    }
+}
+
 /// Whether nvidia-peermem (or nv_peer_mem) is loaded, as NCCL checks it.
 pub fn peermem_loaded() -> bool {
     [
@@ -399,6 +416,22 @@ mod tests {
             .unwrap_err()
             .contains("ibv_reg_mr_iova2"));
         assert!(relaxed_ordering("maybe", true).is_err());
+    }
+
+    #[test]
+    fn gdr_flush_is_on_before_hopper_where_device_memory_is_registered() {
+        let (d, s) = (GdrPath::DmaBuf, GdrPath::Staging);
+        assert!(gdr_flush("auto", d, Some((8, 0))).unwrap());
+        assert!(gdr_flush("", GdrPath::PeerMem, Some((7, 5))).unwrap());
+        assert!(!gdr_flush("auto", d, Some((9, 0))).unwrap());
+        assert!(!gdr_flush("auto", d, Some((10, 0))).unwrap());
+        // Unknown generation: flushed (a flush costs a read; a missing one corrupts data).
+        assert!(gdr_flush("auto", d, None).unwrap());
+        assert!(!gdr_flush("auto", s, Some((8, 0))).unwrap());
+        assert!(gdr_flush("1", d, Some((9, 0))).unwrap());
+        assert!(!gdr_flush("0", d, Some((8, 0))).unwrap());
+        let e = gdr_flush("sometimes", d, None).unwrap_err();
+        assert!(e.contains("GPUMPI_IB_GDR_FLUSH=sometimes"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,194 @@
+/* Device buffers between nodes (run over emulated nodes: scripts/emulate-nodes.sh 2, so that
+ * rank r and rank (r + size/2) % size are on different "nodes" and talk over the network
+ * transport; device messages move pipelined through host memory or, with
+ * GPUMPI_NET_GPU_PIPELINE=0, staged whole).
+ *
+ *   gpu_net [MAX_BYTES]                 the test (PASS/FAIL line)
+ *   gpu_net bench [MAX_BYTES] [REPS]    device-to-device bandwidth between rank 0 and its
+ *                                       off-node partner, one line per size
+ *
+ * The test, for sizes 8 B..MAX_BYTES (default 64 MiB; 0, around the eager limit and around
+ * chunk edges): Sendrecv between off-node partners device to device, Isend/Irecv device to
+ * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
+ * and Allreduce (MPI_SUM on ints, and in place) on device buffers over the whole world. Every
+ * result is compared with closed-form values. Without a CUDA device it prints
+ * "SKIP: no CUDA device (<reason>)" and exits 0. */
+#include <mpi.h>
+#include "cudart.h"
+#include <stdint.h>
+
+static int rank, size, fails;
+
+static void fail(const char *what, size_t bytes, size_t at, unsigned got, unsigned want) {
+    if (fails++ < 10)
+        fprintf(stderr, "rank %d: %s at %zu bytes: byte %zu is %u, want %u\n", rank, what, bytes,
+                at, got, want);
+}
+
+static unsigned char pat(int from, size_t i, int salt) {
+    return (unsigned char)(i * 31 + (i >> 12) + from * 7 + salt);
+}
+
+static void fill(unsigned char *h, size_t n, int from, int salt) {
+    for (size_t i = 0; i < n; i++) h[i] = pat(from, i, salt);
+}
+
+static void check(const char *what, const unsigned char *h, size_t n, int from, int salt) {
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != pat(from, i, salt)) {
+            fail(what, n, i, h[i], pat(from, i, salt));
+            return;
+        }
+}
+
+static void test(size_t max) {
+    int partner = (rank + size / 2) % size;
+    size_t sizes[] = {0, 8, 64, 4096, 16384, 16385, 65536, 1048575, 1048576, 1048577,
+                      4 << 20, (4 << 20) + 12, 16 << 20, 64 << 20};
+    size_t nsz = sizeof sizes / sizeof *sizes;
+    unsigned char *h = malloc(max + 64), *d, *d2;
+    CU(cudaMalloc_((void **)&d, max + 64));
+    CU(cudaMalloc_((void **)&d2, max + 64));
+    for (size_t k = 0; k < nsz; k++) {
+        size_t n = sizes[k];
+        if (n > max) continue;
+        int salt = (int)k;
+        /* Device to device, both directions at once. */
+        fill(h, n, rank, salt);
+        CU(cudaMemcpy_(d, h, n, cudaMemcpyDefault_));
+        CU(cudaMemset_(d2, 0xee, n + 64));
+        MPI_Status st;
+        MPI_Sendrecv(d, (int)n, MPI_BYTE, partner, 1, d2, (int)n + 64, MPI_BYTE, partner, 1,
+                     MPI_COMM_WORLD, &st);
+        int got;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if ((size_t)got != n) fail("sendrecv count", n, 0, (unsigned)got, (unsigned)n);
+        CU(cudaMemcpy_(h, d2, n + 64, cudaMemcpyDefault_));
+        check("sendrecv device->device", h, n, partner, salt);
+        for (size_t i = n; i < n + 64; i++)
+            if (h[i] != 0xee) { fail("sendrecv wrote past the message", n, i, h[i], 0xee); break; }
+        /* Device to host on one side, host to device on the other. */
+        MPI_Request rq[2];
+        unsigned char *hs = malloc(n + 1), *hr = malloc(n + 1);
+        int dev_send = rank < partner;
+        fill(hs, n, rank, salt + 1);
+        CU(cudaMemcpy_(d, hs, n, cudaMemcpyDefault_));
+        CU(cudaMemset_(d2, 0, n + 1));
+        MPI_Irecv(dev_send ? (void *)d2 : (void *)hr, (int)n, MPI_BYTE, partner, 2, MPI_COMM_WORLD, &rq[0]);
+        MPI_Isend(dev_send ? (void *)d : (void *)hs, (int)n, MPI_BYTE, partner, 2, MPI_COMM_WORLD, &rq[1]);
+        MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+        if (dev_send) CU(cudaMemcpy_(hr, d2, n, cudaMemcpyDefault_));
+        check(dev_send ? "irecv host->device" : "irecv device->host", hr, n, partner, salt + 1);
+        free(hs);
+        free(hr);
+        /* Truncation into a device buffer half the size. */
+        if (n >= 16) {
+            fill(h, n, rank, salt + 2);
+            CU(cudaMemcpy_(d, h, n, cudaMemcpyDefault_));
+            CU(cudaMemset_(d2, 0xee, n));
+            MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+            MPI_Irecv(d2, (int)(n / 2), MPI_BYTE, partner, 3, MPI_COMM_WORLD, &rq[0]);
+            MPI_Isend(d, (int)n, MPI_BYTE, partner, 3, MPI_COMM_WORLD, &rq[1]);
+            MPI_Status sts[2];
+            int rc = MPI_Waitall(2, rq, sts), cls = 0;
+            if (rc == MPI_ERR_IN_STATUS) MPI_Error_class(sts[0].MPI_ERROR, &cls);
+            if (cls != MPI_ERR_TRUNCATE) fail("truncated receive's error class", n, 0, (unsigned)cls, MPI_ERR_TRUNCATE);
+            MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+            CU(cudaMemcpy_(h, d2, n, cudaMemcpyDefault_));
+            check("truncated receive", h, n / 2, partner, salt + 2);
+            for (size_t i = n / 2; i < n; i++)
+                if (h[i] != 0xee) { fail("truncated receive wrote past its buffer", n, i, h[i], 0xee); break; }
+        }
+        /* Allreduce over the world on device ints. */
+        size_t cnt = n / sizeof(int);
+        int *hi = (int *)h;
+        for (size_t i = 0; i < cnt; i++) hi[i] = rank + 1 + (int)(i % 7);
+        CU(cudaMemcpy_(d, h, cnt * sizeof(int), cudaMemcpyDefault_));
+        MPI_Allreduce(d, d2, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, d, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        for (int pass = 0; pass < 2; pass++) {
+            CU(cudaMemcpy_(h, pass ? d : d2, cnt * sizeof(int), cudaMemcpyDefault_));
+            for (size_t i = 0; i < cnt; i++) {
+                int want = size * (size + 1) / 2 + size * (int)(i % 7);
+                if (hi[i] != want) {
+                    fail(pass ? "allreduce in place" : "allreduce", n, i, (unsigned)hi[i], (unsigned)want);
+                    break;
+                }
+            }
+        }
+    }
+    CU(cudaFree_(d));
+    CU(cudaFree_(d2));
+    free(h);
+}
+
+/* Rank 0 sends REPS messages of each size (a window of 4 in flight) to its off-node partner,
+ * which acknowledges the last; prints the device-to-device bandwidth. */
+static void bench(size_t max, int reps) {
+    int partner = size / 2;
+    unsigned char *d;
+    CU(cudaMalloc_((void **)&d, max * 4));
+    CU(cudaMemset_(d, 1, max * 4));
+    if (rank == 0)
+        printf("# device p2p between emulated nodes, rank 0 -> rank %d, window 4, GPUMPI_NET_GPU_PIPELINE=%s\n",
+               partner, getenv("GPUMPI_NET_GPU_PIPELINE") ? getenv("GPUMPI_NET_GPU_PIPELINE") : "1 (default)");
+    for (size_t n = 64 << 10; n <= max; n *= 4) {
+        MPI_Request rq[4];
+        double best = 0;
+        for (int trial = 0; trial < 3; trial++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            if (rank == 0 || rank == partner) {
+                for (int r = 0; r < reps; r += 4) {
+                    int w = reps - r < 4 ? reps - r : 4;
+                    for (int i = 0; i < w; i++) {
+                        if (rank == 0)
+                            MPI_Isend(d + i * n, (int)n, MPI_BYTE, partner, 9, MPI_COMM_WORLD, &rq[i]);
+                        else
+                            MPI_Irecv(d + i * n, (int)n, MPI_BYTE, 0, 9, MPI_COMM_WORLD, &rq[i]);
+                    }
+                    MPI_Waitall(w, rq, MPI_STATUSES_IGNORE);
+                }
+                char ack = 0;
+                if (rank == 0)
+                    MPI_Recv(&ack, 1, MPI_CHAR, partner, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                else
+                    MPI_Send(&ack, 1, MPI_CHAR, 0, 10, MPI_COMM_WORLD);
+            }
+            double dt = MPI_Wtime() - t0, gbs = (double)n * reps / dt / 1e9;
+            if (gbs > best) best = gbs;
+        }
+        if (rank == 0) printf("%10zu bytes %8.3f GB/s\n", n, best);
+        fflush(stdout);
+    }
+    CU(cudaFree_(d));
+}
+
+int main(int argc, char **argv) {
+    if (cudart_mpi_init(&argc, &argv, -1, &rank, &size) < 0) return 0;
+    int n = 0;
+    cudaGetDeviceCount_(&n);
+    cudaSetDevice_(rank % n);
+    int is_bench = argc > 1 && strcmp(argv[1], "bench") == 0;
+    int a = is_bench ? 2 : 1;
+    size_t max = argc > a ? strtoull(argv[a], NULL, 0) : (size_t)64 << 20;
+    if (size < 2) {
+        if (rank == 0) printf("SKIP: gpu_net needs 2 or more ranks\n");
+        MPI_Finalize();
+        return 0;
+    }
+    if (is_bench) {
+        bench(max, argc > 3 ? atoi(argv[3]) : 20);
+        MPI_Finalize();
+        return 0;
+    }
+    test(max);
+    int all = 0;
+    MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (all) printf("FAIL: gpu_net: %d mismatches\n", all);
+        else printf("PASS: gpu_net (%d ranks, up to %zu bytes)\n", size, max);
+    }
+    MPI_Finalize();
+    return all != 0;
+}
