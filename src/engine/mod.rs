@@ -50,6 +50,7 @@
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 
+pub mod agree;
 pub mod backoff;
 pub mod coll;
 pub mod collcheck;
