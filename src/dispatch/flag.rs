@@ -124,35 +124,6 @@ pub(super) fn flag_eligible(spec: &CollSpec) -> Option<Slots> {
     flag_serves(spec).map(|(slots, _)| slots)
 }
 
-/// Bitwise AND of `bytes` over MPI_COMM_WORLD, in place, in one round of the flag slots
-/// numbered `k` (`CallNo::flag`); `watch`: the check of the call it is part of, which also
-/// names the error of a round a peer did not take part in (it called something else) where the
-/// peers' records say what they called.
-pub(super) fn flag_and(
-    slots: &Slots,
-    bytes: &mut [u8],
-    k: u64,
-    mut watch: Option<&mut Watch>,
-) -> MpiResult<()> {
-    // A copy of the input on the stack (the rounds of the GPU paths' agreement are small).
-    let input: smallvec::SmallVec<[u8; 64]> = bytes.iter().copied().collect();
-    let reduce = |i: &[u8], o: &mut [u8]| {
-        for (o, i) in o.iter_mut().zip(i) {
-            *o &= i;
-        }
-        Ok(())
-    };
-    let op = FlagOp::Allreduce {
-        input: input.as_ptr(),
-        output: bytes.as_mut_ptr(),
-        len: bytes.len(),
-        reduce: &reduce,
-    };
-    // SAFETY: input and output are live buffers of the length given.
-    let r = unsafe { slots.run(k, &op, &mut flag_idle(slots, watch.as_deref_mut())) };
-    r.map_err(|e| check_refine(watch.as_deref(), e))
-}
-
 /// MPI_COMM_WORLD's small blocking barrier, bcast, reduce and allreduce (predefined ops) through
 /// the flag slots of the shared-memory segments (`engine::flag`): no schedule, no messages, no
 /// allocation for contiguous host buffers. Whether a call goes this way depends only on what
@@ -246,7 +217,7 @@ pub(super) fn check_kept(spec: &CollSpec, no: CallNo, path: CheckPath) -> Option
 
 /// The error of a flag call that failed, told by the peers' records where they disagree with
 /// this rank's.
-fn check_refine(watch: Option<&Watch>, e: MpiError) -> MpiError {
+pub(super) fn check_refine(watch: Option<&Watch>, e: MpiError) -> MpiError {
     match (watch, runtime::rings()) {
         (Some(w), Some(r)) => w.refine(&r, e),
         _ => e,
@@ -310,9 +281,11 @@ pub(crate) unsafe fn flag_quick(
     if cm != c::MPI_COMM_WORLD {
         return Ok(false);
     }
-    // Where GPU-native collectives are attempted, the ranks first agree on the path (in
-    // the GPU paths), whatever memory their own buffers are in.
-    if kind != CollKind::Barrier && crate::gpu::device::enabled() {
+    // Where GPU-native collectives are attempted, a process that has passed device memory to
+    // a collective agrees with the other ranks on the path first (in the GPU paths); one that
+    // never has, passing host memory (checked below), skips that agreement
+    // (`engine::agree`): the ranks that agree count it as "no".
+    if kind != CollKind::Barrier && crate::gpu::device::enabled() && runtime::world_agree().seen() {
         return Ok(false);
     }
     let Some(slots) = runtime::world_flag() else {

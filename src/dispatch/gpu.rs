@@ -3,12 +3,13 @@
 //! round, then the path's own eligibility and run).
 
 use super::call::{CollSpec, Reduction};
-use super::flag::{check_start, flag_and, flag_eligible};
+use super::flag::{check_refine, check_start, flag_eligible, idle_with};
 use super::internal::{
     allgather_bytes, allgather_bytes_at, allreduce_band_u64, allreduce_band_u64_at,
 };
 use super::{run_blocking, run_numbered};
 use crate::coll::CollKind;
+use crate::engine::agree::{self, Role};
 use crate::engine::collcheck::{
     agreement_fields, agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath,
     Record, Watch, AGREEMENT_WORDS,
@@ -301,17 +302,11 @@ struct Local {
     device: Option<i32>,
 }
 
-/// Describe this rank's buffers, and for a call the flag slots would serve (small,
-/// MPI_COMM_WORLD) agree in one flag round whether every rank has device buffers; if not
-/// (None), every rank takes the flag path (staging its own device buffers), as every rank would
-/// without a GPU. `ready`: the communicator's resident kernels are set up (the same state on
-/// every rank): their ok bits agree by themselves, and a "no" sends every rank on to the flag
-/// path just the same, so the round is skipped.
-unsafe fn local(spec: &CollSpec, ready: bool, host: &GpuHost) -> MpiResult<Option<Local>> {
+/// This rank's buffers of a GPU call ([`gpu_call`] gave `red`): its contiguous send and
+/// receive ranges, its device when every buffer is device memory of one GPU with the length
+/// the call needs, and whether any buffer needs staging (device or managed memory).
+unsafe fn buffers(spec: &CollSpec, red: Option<(KOp, KType)>) -> (Local, bool) {
     use CollKind as K;
-    let Some(red) = gpu_call(spec) else {
-        return Ok(None);
-    };
     let n = spec.comm.size();
     let b = spec.bytes;
     let (slen, rlen) = match spec.kind {
@@ -327,70 +322,120 @@ unsafe fn local(spec: &CollSpec, ready: bool, host: &GpuHost) -> MpiResult<Optio
         && send.is_none_or(|x| x.1 == slen)
         && recv.is_none_or(|x| x.1 == rlen)
         && (send.is_some() || recv.is_some());
-    // This rank's device when every buffer it passes is device memory of one GPU (classified
-    // once: each classification may ask the driver).
-    let device = {
-        let kinds: SmallVec<[crate::gpu::cache::PtrInfo; 2]> = [send, recv]
-            .iter()
-            .flatten()
-            .map(|x| crate::gpu::classify(x.0 as *const u8))
-            .collect();
-        let dev = crate::gpu::cache::MemKind::Device;
-        match kinds.first() {
-            Some(k0) if fit && kinds.iter().all(|k| k.kind == dev && k.device == k0.device) => {
-                Some(k0.device)
-            }
-            _ => None,
+    // Classified once: each classification may ask the driver.
+    let kinds: SmallVec<[crate::gpu::cache::PtrInfo; 2]> = [
+        send.map(|x| x.0),
+        recv.map(|x| x.0),
+        spec.send
+            .as_ref()
+            .filter(|_| send.is_none())
+            .map(|s| s.base as usize),
+        spec.recv
+            .as_ref()
+            .filter(|_| recv.is_none())
+            .map(|s| s.base as usize),
+    ]
+    .iter()
+    .flatten()
+    .map(|&p| crate::gpu::classify(p as *const u8))
+    .collect();
+    let dev = crate::gpu::cache::MemKind::Device;
+    let device = match kinds.first() {
+        Some(k0) if fit && kinds.iter().all(|k| k.kind == dev && k.device == k0.device) => {
+            Some(k0.device)
         }
+        _ => None,
     };
-    if !ready {
-        if let Some(slots) = flag_eligible(spec) {
-            // One flag round: whether every rank has device buffers, and (the call's
-            // agreement words) whether every rank called the same; 33 bytes, carried in the
-            // cache line of the round's flag (`engine::flag`).
-            let no = host.next_no()?.expect("inside a call");
-            let c = host.call.as_ref().expect("inside a call");
-            let mut bytes = [0u8; 1 + KEY * 8];
-            bytes[0] = device.is_some() as u8;
-            for (i, w) in agreement_words(&c.rec.get()).into_iter().enumerate() {
-                bytes[1 + i * 8..9 + i * 8].copy_from_slice(&w.to_le_bytes());
-            }
-            flag_and(&slots, &mut bytes, no.flag(), c.watch.borrow_mut().as_mut())?;
-            let and: [u64; KEY] = std::array::from_fn(|i| {
-                u64::from_le_bytes(bytes[1 + i * 8..9 + i * 8].try_into().expect("8 bytes"))
-            });
-            if let Some(class) = disagreed(&and) {
-                return Err(host.agreement_error(c, class, None));
-            }
-            if bytes[0] == 0 {
-                return Ok(None);
-            }
-        }
+    let staged = kinds.iter().any(|k| k.kind.needs_staging());
+    (
+        Local {
+            red,
+            send,
+            recv,
+            device,
+        },
+        staged,
+    )
+}
+
+/// The world's flag slots where the ranks of `spec`'s communicator agree through them
+/// (`engine::agree`): MPI_COMM_WORLD on one node.
+fn world_slots(spec: &CollSpec) -> Option<crate::engine::flag::Slots> {
+    if spec.comm.ctx != 0 || !spec.comm.one_node {
+        return None;
     }
-    Ok(Some(Local {
-        red,
-        send,
-        recv,
-        device,
-    }))
+    runtime::world_flag()
 }
 
 /// Run an eligible call, number `no` of its communicator, on GPU path `path`. `Ok(false)`:
-/// declined on every rank (the flag round, the descriptor exchange, the resident kernels' ok
-/// bits). A path whose communicator state is ready (the resident kernels) agrees by itself, so
-/// the flag round is skipped.
+/// declined on every rank (the agreement round, the descriptor exchange, the resident
+/// kernels' ok bits).
+///
+/// On MPI_COMM_WORLD the ranks agree in a round of the flag slots, which a rank that has never
+/// passed device memory to a collective does not wait for (`engine::agree`: it skips a call
+/// the flag slots serve, and tells its "no" in a larger one); a path whose communicator state
+/// is ready (the resident kernels) agrees by itself, and so do larger calls once a round found
+/// that every rank has seen device memory. On other communicators the GPU path's own
+/// exchanges agree.
 pub(super) unsafe fn run(path: &dyn GpuPath, spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
-    let ready = path.ready(&spec.comm.gpu);
+    let Some(red) = gpu_call(spec) else {
+        return Ok(false);
+    };
+    let (local, staged) = buffers(spec, red);
+    let world = world_slots(spec);
+    let state = runtime::world_agree();
+    if staged {
+        state.see();
+    }
+    let small = world.is_some() && flag_eligible(spec).is_some();
+    let mut ready = None;
+    let mut is_ready = || *ready.get_or_insert_with(|| path.ready(&spec.comm.gpu));
+    let role = match world {
+        Some(_) => agree::role(
+            small,
+            local.device.is_some(),
+            state.seen(),
+            &mut is_ready,
+            state.stable(),
+        ),
+        None => Role::Trust,
+    };
+    if role == Role::Skip {
+        return Ok(false);
+    }
     let host = GpuHost::for_call(spec, no);
-    let Some(Local {
+    if let (Some(slots), Role::Tell | Role::Round) = (world, role) {
+        let k = host.next_no()?.expect("inside a call").flag();
+        let c = host.call.as_ref().expect("inside a call");
+        let words = agreement_words(&c.rec.get());
+        let mut watch = c.watch.borrow_mut();
+        let mut idle = idle_with(slots.is_oversubscribed(), watch.as_mut());
+        if role == Role::Tell {
+            agree::tell(&slots, k, words, &mut idle).map_err(|e| check_refine(None, e))?;
+            return Ok(false);
+        }
+        let mine = agree::Part {
+            device: local.device.is_some(),
+            seen: state.seen(),
+            words,
+        };
+        let v = agree::round(&slots, state, k, mine, &mut idle);
+        drop(idle);
+        let v = v.map_err(|e| check_refine(watch.as_ref(), e))?;
+        drop(watch);
+        if let Some(class) = v.mismatch {
+            return Err(host.agreement_error(c, class, None));
+        }
+        if !v.device {
+            return Ok(false);
+        }
+    }
+    let Local {
         red,
         send,
         recv,
         device,
-    }) = local(spec, ready, &host)?
-    else {
-        return Ok(false);
-    };
+    } = local;
     let call = Call {
         shape: shape(spec, red),
         send,
@@ -400,5 +445,5 @@ pub(super) unsafe fn run(path: &dyn GpuPath, spec: &CollSpec, no: CallNo) -> Mpi
         seq: no.seq,
         thread_multiple,
     };
-    path.run(&call, &host, ready)
+    path.run(&call, &host, is_ready())
 }

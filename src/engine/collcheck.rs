@@ -14,7 +14,8 @@
 //! fail with a message naming both ranks' values. The check is symmetric: each waiting rank finds
 //! the disagreement itself, and a rank that finished its side of the call never waits for it.
 //! A record goes to the entry its (context, sequence) hashes to, so a communicator's last
-//! [`ENTRIES`] records are kept (fewer while other communicators' collectives interleave), the
+//! [`ENTRIES`] - [`INNER_ENTRIES`] records of calls are kept (internal collectives of a call have
+//! entries of their own) (fewer while other communicators' collectives interleave), the
 //! record of a peer that already went on to later collectives is still found, and a reader looks
 //! at one entry.
 //!
@@ -204,9 +205,20 @@ fn check(w0: u64, w1: u64, w2: u64) -> u64 {
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// Entries at the end of the ring that hold the records of internal collectives (a GPU path's
+/// agreement, set-up and barriers: sequence fields with bit 30, [`CallNo::tag`]); the calls'
+/// records take the others. So an internal collective never overwrites the record of the call
+/// it runs inside, which the peers' checks of that call read while the call's class is decided.
+pub const INNER_ENTRIES: usize = 4;
+
 /// The entry of (ctx, seq).
 fn entry(ctx: u32, seq: u32) -> usize {
-    (seq as usize).wrapping_add((ctx as usize).wrapping_mul(5)) % ENTRIES
+    let h = (seq as usize).wrapping_add((ctx as usize).wrapping_mul(5));
+    if seq & 0x4000_0000 != 0 {
+        ENTRIES - INNER_ENTRIES + h % INNER_ENTRIES
+    } else {
+        h % (ENTRIES - INNER_ENTRIES)
+    }
 }
 
 /// How two ranks' records of the same (context, sequence) disagree, as an error class; `None`
@@ -820,6 +832,49 @@ mod tests {
         assert!(1 + 8 * AGREEMENT_WORDS <= 48);
     }
 
+    /// Every detection site gives a pair of calls the same class: the record comparison
+    /// ([`mismatch`]), the agreement words ([`disagreed`]) and, where the flag slots meet
+    /// them, the flag slots' own checks (root, then length): the collective first (OTHER),
+    /// then the root (ROOT), then the byte count (TRUNCATE).
+    #[test]
+    fn every_site_classes_a_pair_alike() {
+        use CollKind as K;
+        let calls: Vec<Record> = [K::Bcast, K::Reduce, K::Allreduce, K::Allgather]
+            .into_iter()
+            .flat_map(|k| {
+                [0usize, 1].into_iter().flat_map(move |root| {
+                    [8usize, 40, 400_000]
+                        .into_iter()
+                        .map(move |b| Record::new(0, 3, k, root, b, Path::Choosing))
+                })
+            })
+            .collect();
+        for a in &calls {
+            for b in &calls {
+                let by_record = mismatch(a, b);
+                let mut and = agreement_words(a);
+                for (x, w) in and.iter_mut().zip(agreement_words(b)) {
+                    *x &= w;
+                }
+                assert_eq!(disagreed(&and), by_record, "{a:?} vs {b:?}");
+                assert_eq!(mismatch(b, a), by_record, "symmetric: {a:?} vs {b:?}");
+                // The flag slots compare the root (plus one, 0 for none) and then the length;
+                // a bcast against a reduction differs in collective first.
+                if a.kind == b.kind {
+                    let root = |r: &Record| if r.root == NO_ROOT { 0 } else { r.root + 1 };
+                    let flag = if root(a) != root(b) {
+                        Some(MPI_ERR_ROOT)
+                    } else if a.bytes != b.bytes {
+                        Some(MPI_ERR_TRUNCATE)
+                    } else {
+                        None
+                    };
+                    assert_eq!(flag, by_record, "flag slots: {a:?} vs {b:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn mismatch_classes() {
         let r = |kind, root, bytes, path| Record::new(0, 7, kind, root, bytes, path);
@@ -889,14 +944,24 @@ mod tests {
         assert!(w.check(&rs[2]).is_ok());
         rs[1].forget(4);
         assert_eq!(rs[0].find(1, 4, 9), None);
-        // The ring keeps a communicator's last ENTRIES records.
+        // The ring keeps a communicator's last ENTRIES - INNER_ENTRIES records of calls.
+        let calls = (ENTRIES - INNER_ENTRIES) as u32;
         let n = 3 * ENTRIES as u32;
         for s in 0..n {
             rs[2].publish(&rec(5, s, CollKind::Allreduce));
         }
         for s in 0..n {
             let kept = rs[0].find(2, 5, s).is_some();
-            assert_eq!(kept, s >= n - ENTRIES as u32, "record {s}");
+            assert_eq!(kept, s >= n - calls, "record {s}");
+        }
+        // A call's internal collectives never overwrite its record.
+        let no = CallNo::new(n as u64 - 1);
+        for sub in 1..=CallNo::MAX_SUB {
+            rs[2].publish(&rec(5, no.nested(sub).tag() as u32, CollKind::Allgather));
+            assert!(
+                rs[0].find(2, 5, no.tag() as u32).is_some(),
+                "internal collective {sub}"
+            );
         }
     }
 

@@ -30,6 +30,11 @@
 //!    and not k ran call k on another path (erroneous: a mismatched call), and the call fails
 //!    instead of reading it.
 //!
+//! Besides the operations, a round may carry plain bytes: [`Slots::exchange`] publishes them and
+//! reads every rank's, reporting a rank that published a later call instead (it took no part)
+//! rather than failing; [`Slots::contribute`] publishes them without reading (a rank that does
+//! not need the others' parts). Both are steps 1 and 2 as above, so the protocol holds.
+//!
 //! A peer cannot overwrite a slot being read: to write it again it must first see this rank
 //! publish a call after k, which happens after this rank's reads of call k.
 //! Reductions compute `c_0 op (c_1 op (... op c_{n-1}))` on every rank, so every rank gets the
@@ -227,6 +232,24 @@ impl Slots {
         wait_for(checks, idle, || ready(self))
     }
 
+    /// Wait until rank r either published call k (`Some(slot)`) or a later call instead
+    /// (`None`: it took no part in k). `hint`: my slot of call k.
+    fn find(
+        &self,
+        r: usize,
+        k: u64,
+        hint: usize,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+    ) -> MpiResult<Option<usize>> {
+        let found = std::cell::Cell::new(None);
+        self.wait(idle, |s| {
+            let at = s.at(r, k, hint);
+            found.set(at);
+            at.is_some()
+        })?;
+        Ok(found.get().and_then(|x| x.ok()))
+    }
+
     /// Wait for rank r's contribution to call k: its slot, or an error when r ran k on another
     /// path.
     /// `hint`: my slot of call k.
@@ -237,16 +260,90 @@ impl Slots {
         hint: usize,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<usize> {
-        let found = std::cell::Cell::new(None);
-        self.wait(idle, |s| {
-            let at = s.at(r, k, hint);
-            found.set(at);
-            at.is_some()
-        })?;
-        match found.get() {
-            Some(Ok(i)) => Ok(i),
-            _ => crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path"),
+        match self.find(r, k, hint, idle)? {
+            Some(i) => Ok(i),
+            None => crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path"),
         }
+    }
+
+    /// Steps 1 and 2 of call k: wait until every peer is done with my older slot, then publish
+    /// `len` bytes from `src` there with `root` (plus one; 0: none). Returns the slot.
+    ///
+    /// # Safety
+    /// `src` is valid for `len <= SLOT_MAX` bytes.
+    unsafe fn publish(
+        &self,
+        k: u64,
+        src: *const u8,
+        len: usize,
+        root: u64,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+    ) -> MpiResult<usize> {
+        let me = self.me;
+        // 1. Everyone is done with my older slot: each has published my newer slot's call.
+        let mine = [self.seq(me, 0), self.seq(me, 1)].map(|w| w.load(Ordering::Relaxed));
+        let (prev, slot) = if mine[0] >= mine[1] {
+            (mine[0], 1)
+        } else {
+            (mine[1], 0)
+        };
+        debug_assert!(k > prev, "flag call numbers increase");
+        let n = self.bases.len();
+        self.wait(idle, |s| {
+            (0..n).all(|r| r == me || s.reached(r, 1 - slot, prev))
+        })?;
+        // 2. Publish.
+        if len > 0 {
+            // SAFETY: the caller's buffer holds len <= SLOT_MAX bytes; the slot is ours (step 1).
+            std::ptr::copy_nonoverlapping(src, self.data(me, slot), len);
+        }
+        self.set_len(slot, len, root);
+        self.seq(me, slot).store(k, Ordering::Release);
+        Ok(slot)
+    }
+
+    /// Publish `data` as this rank's part of call k and return without reading the other
+    /// ranks' parts: for a rank that knows the outcome of an exchange already (its own "no"
+    /// decides an AND), so that the ranks that read ([`Slots::exchange`]) find it.
+    pub fn contribute(
+        &self,
+        k: u64,
+        data: &[u8],
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+    ) -> MpiResult<()> {
+        assert!(data.len() <= SLOT_MAX);
+        // SAFETY: `data` is a live slice of at most SLOT_MAX bytes.
+        unsafe { self.publish(k, data.as_ptr(), data.len(), 0, idle) }.map(|_| ())
+    }
+
+    /// Publish `data` as call k and read every rank's part, in rank order (mine included):
+    /// `visit(r, Some(bytes))` for a rank that published call k, `visit(r, None)` for one that
+    /// published a later call instead (it took no part in call k and went on).
+    pub fn exchange(
+        &self,
+        k: u64,
+        data: &[u8],
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+        visit: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> MpiResult<()> {
+        assert!(data.len() <= SLOT_MAX);
+        // SAFETY: `data` is a live slice of at most SLOT_MAX bytes.
+        let slot = unsafe { self.publish(k, data.as_ptr(), data.len(), 0, idle)? };
+        for r in 0..self.bases.len() {
+            match self.find(r, k, slot, idle)? {
+                Some(i) => {
+                    let len = self.len_of(r, i).min(SLOT_MAX);
+                    // SAFETY: rank r's slot i holds `len` published bytes of call k (Acquire in
+                    // `find`), not rewritten before this rank publishes a later call.
+                    visit(
+                        r,
+                        Some(unsafe { std::slice::from_raw_parts(self.data(r, i), len) }),
+                    );
+                }
+                None => visit(r, None),
+            }
+        }
+        Ok(())
     }
 
     /// Run call number `k` (greater than every call number this rank used before; the same
@@ -263,19 +360,7 @@ impl Slots {
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<()> {
         let me = self.me;
-        // 1. Everyone is done with my older slot: each has published my newer slot's call.
-        let mine = [self.seq(me, 0), self.seq(me, 1)].map(|w| w.load(Ordering::Relaxed));
-        let (prev, slot) = if mine[0] >= mine[1] {
-            (mine[0], 1)
-        } else {
-            (mine[1], 0)
-        };
-        debug_assert!(k > prev, "flag call numbers increase");
         let n = self.bases.len();
-        self.wait(idle, |s| {
-            (0..n).all(|r| r == me || s.reached(r, 1 - slot, prev))
-        })?;
-        // 2. Publish.
         let (src, len) = match *op {
             FlagOp::Barrier => (std::ptr::null(), 0),
             FlagOp::Bcast { root, buf, len } if root == me => (buf as *const u8, len),
@@ -284,16 +369,11 @@ impl Slots {
                 (input, len)
             }
         };
-        if len > 0 {
-            // SAFETY: the caller's buffer holds len <= SLOT_MAX bytes; the slot is ours (step 1).
-            std::ptr::copy_nonoverlapping(src, self.data(me, slot), len);
-        }
         let root = match *op {
             FlagOp::Bcast { root, .. } | FlagOp::Reduce { root, .. } => root as u64 + 1,
             _ => 0,
         };
-        self.set_len(slot, len, root);
-        self.seq(me, slot).store(k, Ordering::Release);
+        let slot = self.publish(k, src, len, root, idle)?;
         // 3. Read.
         match *op {
             FlagOp::Barrier => {

@@ -63,6 +63,7 @@
 //!   that many bytes shorter; RTS: after its payload). The receiver strips it at arrival and
 //!   keeps it with the receive ([`Engine::note`]). Messages without a note are unchanged.
 
+pub mod agree;
 pub mod backoff;
 pub mod coll;
 pub mod collcheck;

@@ -90,6 +90,16 @@ pub fn world_flag() -> Option<Slots> {
     }
 }
 
+/// This process's side of the GPU paths' agreement on MPI_COMM_WORLD (`engine::agree`):
+/// whether it has passed device memory to a collective, and whether every rank has.
+static WORLD_AGREE: crate::engine::agree::State = crate::engine::agree::State::new();
+
+/// [`WORLD_AGREE`].
+#[inline]
+pub fn world_agree() -> &'static crate::engine::agree::State {
+    &WORLD_AGREE
+}
+
 /// The collective record rings of the ranks of this node (`engine::collcheck`) and
 /// MPI_COMM_WORLD's object (its collective sequence, for the flag calls that do not look the
 /// communicator up), installed at MPI_Init, switched off in MPI_Finalize with the flag slots.
