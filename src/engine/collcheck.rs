@@ -25,13 +25,21 @@
 //! other words and the hash matches, so an entry being rewritten (also by two threads at once
 //! under MPI_THREAD_MULTIPLE) is never taken for a record. Writing costs four plain stores.
 
-use super::collnote::Found;
 use crate::coll::CollKind;
 use crate::mpi::error::MpiError;
 use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_ROOT, MPI_ERR_TRUNCATE};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// A disagreement a rank found in a call: its class, the rank (in the communicator) whose
+/// call disagrees, and that call where it is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub class: i32,
+    pub rank: u32,
+    pub call: Option<Record>,
+}
 
 /// Records kept per rank.
 pub const ENTRIES: usize = 16;

@@ -23,21 +23,13 @@
 //! `MPI_ERR_TRUNCATE`; the message names the call, both ranks and both calls, and the rank that
 //! found it when that is a third one.
 
+pub use super::collcheck::Found;
 use super::collcheck::{self, call_name, comm_name, mismatch, Record, Rings};
 use crate::mpi::error::MpiError;
 use crate::standard::consts::MPI_ERR_TRUNCATE;
 
 /// Bytes of an encoded [`Note`].
 pub const NOTE_BYTES: usize = 48;
-
-/// A disagreement a rank found in a call: its class, the rank (in the communicator) whose
-/// call disagrees, and that call where it is known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Found {
-    pub class: i32,
-    pub rank: u32,
-    pub call: Option<Record>,
-}
 
 /// What a collective message carries of its sender's call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1649,6 +1649,9 @@ fn notes_travel_beside_the_data() {
             }
             assert_eq!(es[1].note(r), None);
             wait_on(&mut es, 1, r);
+        }
+    }
+}
 
 /// Device copies faked in host memory whose copies finish `delay` after they start and move
 /// their bytes only when first seen done (a buffer used before its copy finished shows in the
@@ -1845,6 +1848,7 @@ fn a_detached_receive_leaves_the_callers_buffer() {
     assert_eq!(out, seen, "nothing written after the detach");
     assert_ne!(&out[..], &data[..]);
     assert_eq!(es[1].live_requests(), 0);
+}
 
 /// Device messages between two ranks on different "nodes": the engine over the network frames
 /// of the TCP backend on loopback, with device copies faked in host memory whose copies finish
@@ -1943,6 +1947,7 @@ mod net_device {
             tag,
             sync: false,
             dev: dev.then_some(DevSend::Pipe),
+            note: None,
         };
         // SAFETY: every caller waits for the request before `buf` goes.
         unsafe { e.isend(a).unwrap() }
