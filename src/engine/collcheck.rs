@@ -560,16 +560,23 @@ impl Watch {
         more()
     }
 
-    /// Compare with every peer's record of this call (those published so far), and of the
-    /// call this one is an internal collective of ([`Outer`]).
+    /// Compare with every peer's record of the call this one is an internal collective of
+    /// ([`Outer`]), then of this call (those published so far). The outer call's disagreement
+    /// wins: ranks whose calls differ take different paths, whose internal collectives then
+    /// differ too, and the class must name the calls the program made (a peer publishes its
+    /// record of the outer call before any internal collective of it).
     pub fn check(&self, rings: &Rings) -> Result<(), MpiError> {
-        self.disagreement(rings, &self.rec)?;
-        match OUTER.with(|o| o.get()) {
-            Some(o) if o.ctx == self.rec.ctx && o.seq != self.rec.seq => {
-                self.disagreement(rings, &o)
-            }
-            _ => Ok(()),
+        if let Some(o) = self.outer() {
+            self.disagreement(rings, &o)?;
         }
+        self.disagreement(rings, &self.rec)
+    }
+
+    /// The record of the call this one is an internal collective of, if any.
+    fn outer(&self) -> Option<Record> {
+        OUTER
+            .with(|o| o.get())
+            .filter(|o| o.ctx == self.rec.ctx && o.seq != self.rec.seq)
     }
 
     /// The first peer whose record of `rec`'s call disagrees with it.
@@ -604,7 +611,9 @@ impl Watch {
     /// The peer whose record of this call disagrees with this rank's ([`Watch::check`]'s
     /// finding, for the ranks this rank still sends to: `engine::collnote`).
     pub fn finding(&self, rings: &Rings) -> Option<Found> {
-        self.first_disagreement(rings, &self.rec)
+        self.outer()
+            .and_then(|o| self.first_disagreement(rings, &o))
+            .or_else(|| self.first_disagreement(rings, &self.rec))
     }
 
     /// The error to report for `e` (a failure the call found itself, such as a peer that took
@@ -734,6 +743,39 @@ mod tests {
             e.msg
         );
         assert!(w.check(&rs[0]).is_ok(), "the call's check ends with it");
+    }
+
+    /// Ranks whose calls differ in size take different GPU paths, whose internal collectives
+    /// then differ in kind: the class is the calls' (`MPI_ERR_TRUNCATE`), not the internal
+    /// collectives' (`MPI_ERR_OTHER`), whichever the wait meets first.
+    #[test]
+    fn the_calls_disagreement_wins_over_their_internal_collectives() {
+        let rs = rings(2);
+        let no = CallNo::new(4);
+        let call = |bytes| {
+            Record::new(
+                3,
+                no.tag() as u32,
+                CollKind::Allreduce,
+                0,
+                bytes,
+                Path::Choosing,
+            )
+        };
+        let inner = |kind| Record::new(3, no.nested(1).tag() as u32, kind, 0, 8, Path::Schedule);
+        rs[0].publish(&call(32));
+        rs[1].publish(&call(1 << 20));
+        rs[1].publish(&inner(CollKind::Allreduce));
+        let w = Watch::new(inner(CollKind::Allgather), None, 0);
+        let _outer = Outer::enter(call(32));
+        let e = w.check(&rs[0]).unwrap_err();
+        assert_eq!(e.class, MPI_ERR_TRUNCATE, "{}", e.msg);
+        assert_eq!(w.finding(&rs[0]).map(|f| f.class), Some(MPI_ERR_TRUNCATE));
+        // The same calls: the internal collectives' disagreement is what is left.
+        drop(_outer);
+        let _outer = Outer::enter(call(1 << 20));
+        rs[0].publish(&call(1 << 20));
+        assert_eq!(w.check(&rs[0]).unwrap_err().class, MPI_ERR_OTHER);
     }
 
     #[test]

@@ -177,7 +177,11 @@ mod tests {
         }
         assert_eq!(sel(K::Allreduce, 2, SLOT + 4), Some(Algo::OneShot));
         assert_eq!(sel(K::Allreduce, 2, 512 << 10), Some(Algo::OneShot));
-        assert_eq!(sel(K::Allreduce, 2, 1 << 20), None, "2 ranks above 512 KiB: NVLink plans");
+        assert_eq!(
+            sel(K::Allreduce, 2, 1 << 20),
+            None,
+            "2 ranks above 512 KiB: NVLink plans"
+        );
         assert_eq!(sel(K::Allreduce, 4, 256 << 10), Some(Algo::OneShot));
         assert_eq!(sel(K::Allreduce, 4, (256 << 10) + 8), Some(Algo::TwoShot));
         assert_eq!(sel(K::Alltoall, 8, 1 << 20), Some(Algo::Push));
