@@ -118,6 +118,16 @@ pub struct Side {
     remote_rkey: u32,
 }
 
+/// A connection's queue pairs go to the error state before they are destroyed: their
+/// outstanding work requests are flushed first.
+impl Drop for Side {
+    fn drop(&mut self) {
+        for q in &self.qps {
+            let _ = q.to_error();
+        }
+    }
+}
+
 impl Side {
     pub(crate) fn new(port: &Port, nqps: usize, role: Role) -> NetResult<Side> {
         let e = |m: String| err(format!("ib: {m}"));
@@ -546,14 +556,6 @@ impl SendComm for IbSend {
     }
 }
 
-impl Drop for IbSend {
-    fn drop(&mut self) {
-        for q in &self.side.qps {
-            let _ = q.to_error();
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Receiver.
 
@@ -877,14 +879,6 @@ impl RecvComm for IbRecv {
 
     fn peer(&self) -> String {
         self.link.peer.clone()
-    }
-}
-
-impl Drop for IbRecv {
-    fn drop(&mut self) {
-        for q in &self.side.qps {
-            let _ = q.to_error();
-        }
     }
 }
 
