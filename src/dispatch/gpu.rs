@@ -15,6 +15,7 @@ use crate::engine::collcheck::{
     Record, Watch, AGREEMENT_WORDS,
 };
 use crate::gpu::call::{Call, Shape};
+use crate::gpu::comm::RECORD_MAX;
 use crate::gpu::kernels::{KOp, KType};
 use crate::gpu::path::GpuPath;
 use crate::mpi::error::{MpiError, MpiResult};
@@ -143,16 +144,25 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
             return allgather_bytes(self.comm, mine);
         };
         let c = self.call.as_ref().expect("inside a call");
-        // Each rank's record followed by its call's agreement words.
+        // Each rank's call's agreement words, then its record, in a block of the same size on
+        // every rank (ranks whose calls differ may run different paths, whose records differ
+        // in length: the words must still be where each peer wrote them).
         let n = mine.len();
-        let mut rec = mine.to_vec();
-        for w in agreement_words(&c.rec.get()) {
-            rec.extend_from_slice(&w.to_le_bytes());
+        if n > RECORD_MAX {
+            return Err(MpiError::intern(format!(
+                "a GPU path's set-up record of {n} bytes exceeds the {RECORD_MAX} bytes its exchange carries"
+            )));
         }
+        let head = KEY * 8;
+        let stride = head + RECORD_MAX;
+        let mut rec = vec![0u8; stride];
+        for (i, w) in agreement_words(&c.rec.get()).iter().enumerate() {
+            rec[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        rec[head..head + n].copy_from_slice(mine);
         let all = allgather_bytes_at(self.comm, &rec, Some(no))?;
-        let stride = n + KEY * 8;
         let words = |p: usize| -> [u64; KEY] {
-            let b = &all[p * stride + n..(p + 1) * stride];
+            let b = &all[p * stride..p * stride + head];
             std::array::from_fn(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
         };
         let mut and = [u64::MAX; KEY];
@@ -169,7 +179,11 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
             return Err(self.agreement_error(c, class, peer));
         }
         Ok((0..self.comm.size())
-            .flat_map(|p| all[p * stride..p * stride + n].iter().copied())
+            .flat_map(|p| {
+                all[p * stride + head..p * stride + head + n]
+                    .iter()
+                    .copied()
+            })
             .collect())
     }
     fn barrier(&self) -> MpiResult<()> {

@@ -51,6 +51,7 @@ pub struct Call {
 }
 
 pub(crate) const DESC_BYTES: usize = 1 + 3 + 4 + 16 + 2 * EXPORT_BYTES;
+const _: () = assert!(DESC_BYTES <= super::comm::RECORD_MAX);
 
 /// What a rank publishes: eligibility, pid, device UUID, its buffers' exports (also the
 /// resident path's set-up record, with the scratch as `send`).

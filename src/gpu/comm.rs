@@ -28,10 +28,17 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+/// The longest record a GPU path passes to [`Host::allgather`]. The exchange carries every
+/// record in a block of this size, whatever its length: ranks whose calls differ (an erroneous
+/// program) may run different paths with records of different lengths, and must still find
+/// each other's blocks where they wrote them.
+pub const RECORD_MAX: usize = 256;
+
 /// The host-side collectives of a communicator that the GPU paths need (implemented by the
 /// dispatch layer over the communicator object).
 pub trait Host {
-    /// Allgather of equal-size records (also the entry barrier).
+    /// Allgather of equal-size records of at most [`RECORD_MAX`] bytes (also the entry
+    /// barrier).
     fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>>;
     fn barrier(&self) -> MpiResult<()>;
     /// Logical AND over the communicator.
