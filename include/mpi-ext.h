@@ -14,7 +14,14 @@ extern "C" {
 #define MPIX_BFLOAT16                  ((MPI_Datatype)0x2f1) /* bfloat16 (CUDA __nv_bfloat16) */
 #define MPIX_C_BF16                    ((MPI_Datatype)0x2f1) /* the name PyTorch's MPI backend also looks for */
 
+/* Extension callback function types (MPICH's signatures) */
+typedef void (MPIX_User_function_x)(void *invec, void *inoutvec, MPI_Count len, MPI_Datatype datatype, void *extra_state);
+typedef void (MPIX_Destructor_function)(void *extra_state);
+typedef void (MPIX_Comm_errhandler_function_x)(MPI_Comm comm, int error_code, void *extra_state);
+
 /* Extension functions */
+int MPIX_Comm_create_errhandler_x(MPIX_Comm_errhandler_function_x *comm_errhandler_fn_x, MPIX_Destructor_function *destructor_fn, void *extra_state, MPI_Errhandler *errhandler);
+int MPIX_Op_create_x(MPIX_User_function_x *user_fn_x, MPIX_Destructor_function *destructor_fn, int commute, void *extra_state, MPI_Op *op);
 int MPIX_Query_cuda_support(void);
 int MPIX_Query_gpu_resources(MPI_Count *comms, MPI_Count *pinned_bytes, MPI_Count *device_bytes, MPI_Count *peer_mappings);
 

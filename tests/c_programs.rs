@@ -718,6 +718,7 @@ c_tests!(
     coll_split,
     coll_drift,
     coll_mid,
+    mpix_callbacks,
 );
 
 /// Every `tests/c/*.c` has a `#[test]` and a testlist line, and vice versa. Needs no install.

@@ -87,6 +87,19 @@ fn handle_value_c(h: &HandleType, v: &HandleValue) -> String {
     }
 }
 
+/// The callback typedefs of mpi.h (`mpix` false) or of mpi-ext.h (`mpix` true).
+fn emit_callbacks(o: &mut String, abi: &Abi, mpix: bool) {
+    for cb in abi.callbacks.iter().filter(|c| c.mpix == mpix) {
+        match (&cb.proto, &cb.alias_of) {
+            (Some(p), _) => {
+                writeln!(o, "typedef {};", proto_c(p, &format!("({})", p.name))).unwrap()
+            }
+            (None, Some(a)) => writeln!(o, "typedef {a} {};", cb.name).unwrap(),
+            _ => unreachable!(),
+        }
+    }
+}
+
 /// `include/mpi.h`.
 pub fn c_header(abi: &Abi) -> String {
     let mut o = String::new();
@@ -142,15 +155,7 @@ pub fn c_header(abi: &Abi) -> String {
     }
 
     o.push_str("/* Callback function types */\n");
-    for cb in &abi.callbacks {
-        match (&cb.proto, &cb.alias_of) {
-            (Some(p), _) => {
-                writeln!(o, "typedef {};", proto_c(p, &format!("({})", p.name))).unwrap()
-            }
-            (None, Some(a)) => writeln!(o, "typedef {a} {};", cb.name).unwrap(),
-            _ => unreachable!(),
-        }
-    }
+    emit_callbacks(&mut o, abi, false);
     o.push('\n');
     for s in late {
         emit_section(&mut o, s);
@@ -190,6 +195,9 @@ pub fn c_ext_header(abi: &Abi) -> String {
     {
         emit_section(&mut o, s);
     }
+    o.push_str("/* Extension callback function types (MPICH's signatures) */\n");
+    emit_callbacks(&mut o, abi, true);
+    o.push('\n');
     o.push_str("/* Extension functions */\n");
     for f in abi.functions.iter().filter(|f| f.group == Group::Mpix) {
         writeln!(o, "{};", proto_c(&f.proto, f.name())).unwrap();

@@ -121,6 +121,8 @@ pub struct Callback {
     pub name: String,
     pub proto: Option<Proto>,
     pub alias_of: Option<String>,
+    /// A type of the `MPIX_` extensions: declared in mpi-ext.h, not in mpi.h.
+    pub mpix: bool,
 }
 
 #[derive(Debug, Clone)]

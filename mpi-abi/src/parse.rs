@@ -229,12 +229,13 @@ fn parse_typedefs(text: &str) -> Result<Typedefs, String> {
                     fields: fs,
                 });
             }
-            "callback" => {
+            "callback" | "mpix-callback" => {
                 let proto = parse_proto(rest).map_err(|e| format!("{n}: {e}"))?;
                 callbacks.push(Callback {
                     name: proto.name.clone(),
                     proto: Some(proto),
                     alias_of: None,
+                    mpix: kw == "mpix-callback",
                 });
             }
             "alias" => {
@@ -246,6 +247,7 @@ fn parse_typedefs(text: &str) -> Result<Typedefs, String> {
                     name: t[0].into(),
                     proto: None,
                     alias_of: Some(t[1].into()),
+                    mpix: false,
                 });
             }
             k => return Err(format!("{n}: unknown typedef kind `{k}`")),

@@ -5,8 +5,6 @@
 use crate::gen::*;
 use crate::rt::*;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// MPI_F_STATUS_SIZE of the MPICH ABI: a Fortran status is the C status' 5 ints, in order.
 const MPICH_F_STATUS_SIZE: usize = 5;
@@ -84,19 +82,6 @@ pub unsafe extern "C" fn MPI_Status_f2c(
     PMPI_Status_f2c(f_status, c_status)
 }
 
-/// The standard ABI's MPI_COMM_SELF (the error handler of calls tied to no object).
-const STD_COMM_SELF: usize = 0x102;
-/// The standard ABI's MPI_ERR_INTERN.
-const STD_ERR_INTERN: c_int = 17;
-
-/// Report an error of this library (not of the core) through MPI_COMM_SELF's error handler, as
-/// the core does for calls tied to no object, and return its MPICH class.
-unsafe fn raise_self(func: &str, std_code: c_int, msg: &str) -> c_int {
-    eprintln!("gpumpi (libmpi.so.12): {func}: {msg}");
-    (core().MPI_Comm_call_errhandler)(STD_COMM_SELF, std_code);
-    err_from_std(std_code)
-}
-
 /// Export `f`'s MPI_ name as a call of its PMPI_ name.
 macro_rules! mpi_twin {
     ($mpi:ident => $pmpi:ident ($($a:ident: $t:ty),*)) => {
@@ -108,110 +93,111 @@ macro_rules! mpi_twin {
 }
 
 // ---- user reduction operations -------------------------------------------------------------
-// The standard's MPI_User_function carries no state, so each user op gets a trampoline of its
-// own from a fixed table: the trampoline reads its slot (the MPICH function), translates the
-// datatype handle and calls it. A slot is taken by MPI_Op_create and given back by MPI_Op_free.
+// The standard's MPI_User_function carries no state, so every user op is created through the
+// core's MPIX_Op_create_x: its extra state is the MPICH function (or, for MPIX_Op_create_x
+// itself, a box with the user's function, destructor and extra state), and an adapter translates
+// the datatype handle and calls it. No table: any number of ops may exist.
 
 type MpichUserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
 type MpichUserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut i64, *mut c_int);
+type MpichUserFnX = unsafe extern "C" fn(*mut c_void, *mut c_void, i64, c_int, *mut c_void);
+type MpichDestructorFn = unsafe extern "C" fn(*mut c_void);
+type MpichErrhFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
+type MpichErrhFnX = unsafe extern "C" fn(c_int, c_int, *mut c_void);
 
-/// How many user ops may exist at once.
-const OP_SLOTS: usize = 64;
-static OP_FNS: [AtomicUsize; OP_SLOTS] = [const { AtomicUsize::new(0) }; OP_SLOTS];
-/// (standard op handle, slot) of the live user ops.
-static OP_OWNERS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-
-unsafe fn user_dt(datatype: *mut usize) -> c_int {
-    if datatype.is_null() {
-        return K_MPI_Datatype::MPICH_NULL;
-    }
-    h_out::<K_MPI_Datatype>(core(), *datatype).unwrap_or(K_MPI_Datatype::MPICH_NULL)
+/// The MPICH handle of a datatype a user function receives.
+unsafe fn user_dt(datatype: usize) -> c_int {
+    h_out::<K_MPI_Datatype>(core(), datatype).unwrap_or(K_MPI_Datatype::MPICH_NULL)
 }
 
-unsafe extern "C" fn op_tramp<const K: usize>(
+/// The core's MPIX_User_function_x for an MPI_Op_create op: `extra` is the MPI_User_function.
+/// Its `int` length is at most c_int::MAX, so longer vectors are handed over in pieces.
+unsafe extern "C" fn op_adapter(
     a: *mut c_void,
     b: *mut c_void,
-    len: *mut c_int,
-    dt: *mut usize,
+    len: i64,
+    dt: usize,
+    extra: *mut c_void,
 ) {
-    let f = OP_FNS[K].load(Ordering::Acquire);
-    if f != 0 {
-        let mut d = user_dt(dt);
-        // SAFETY: the slot holds the MPI_User_function given to MPI_Op_create.
-        let f: MpichUserFn = std::mem::transmute::<usize, MpichUserFn>(f);
-        f(a, b, len, &mut d);
+    // SAFETY: op_create stored an MPI_User_function as this op's extra state.
+    let f = std::mem::transmute::<*mut c_void, MpichUserFn>(extra);
+    let mut d = user_dt(dt);
+    let step = c_int::MAX as i64;
+    let (mut lb, mut extent) = (0i64, 0i64);
+    if len > step {
+        (core().MPI_Type_get_extent_c)(dt, &mut lb, &mut extent);
     }
-}
-
-unsafe extern "C" fn op_tramp_c<const K: usize>(
-    a: *mut c_void,
-    b: *mut c_void,
-    len: *mut i64,
-    dt: *mut usize,
-) {
-    let f = OP_FNS[K].load(Ordering::Acquire);
-    if f != 0 {
-        let mut d = user_dt(dt);
-        // SAFETY: the slot holds the MPI_User_function_c given to MPI_Op_create_c.
-        let f: MpichUserFnC = std::mem::transmute::<usize, MpichUserFnC>(f);
-        f(a, b, len, &mut d);
-    }
-}
-
-macro_rules! table {
-    ($f:ident; $($k:literal)*) => { [$($f::<$k> as *const () as usize),*] };
-}
-fn op_tramps(large: bool) -> [usize; OP_SLOTS] {
-    if large {
-        table!(op_tramp_c; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63)
-    } else {
-        table!(op_tramp; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63)
-    }
-}
-
-unsafe fn op_create(func: &str, f: usize, large: bool, commute: c_int, op: *mut c_int) -> c_int {
-    let c = core();
-    let std_create = |t: usize, o: *mut usize| {
-        if large {
-            (c.MPI_Op_create_c)(t as *const c_void, commute, o)
-        } else {
-            (c.MPI_Op_create)(t as *const c_void, commute, o)
-        }
-    };
-    if f == 0 || op.is_null() {
-        // The core names the bad argument.
-        return err_from_std(std_create(
-            0,
-            if op.is_null() {
-                std::ptr::null_mut()
-            } else {
-                &mut 0
-            },
-        ));
-    }
-    let Some(k) = (0..OP_SLOTS).find(|&k| {
-        OP_FNS[k]
-            .compare_exchange(0, f, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }) else {
-        return raise_self(
-            func,
-            STD_ERR_INTERN,
-            &format!("more than {OP_SLOTS} user operations exist at once"),
+    let mut k = 0i64;
+    while k < len {
+        let mut n = (len - k).min(step) as c_int;
+        let off = (k * extent) as isize;
+        f(
+            a.wrapping_byte_offset(off),
+            b.wrapping_byte_offset(off),
+            &mut n,
+            &mut d,
         );
-    };
+        k += step;
+    }
+}
+
+/// As [`op_adapter`] for an MPI_Op_create_c op (`extra` is the MPI_User_function_c).
+unsafe extern "C" fn op_adapter_c(
+    a: *mut c_void,
+    b: *mut c_void,
+    len: i64,
+    dt: usize,
+    extra: *mut c_void,
+) {
+    // SAFETY: op_create stored an MPI_User_function_c as this op's extra state.
+    let f = std::mem::transmute::<*mut c_void, MpichUserFnC>(extra);
+    let (mut n, mut d) = (len, user_dt(dt));
+    f(a, b, &mut n, &mut d);
+}
+
+/// What an MPIX_*_x object of this library passes to the core as its extra state: the user's
+/// function, destructor and extra state.
+struct XState<F> {
+    func: F,
+    destructor: Option<MpichDestructorFn>,
+    extra: *mut c_void,
+}
+
+/// The core's destructor of an [`XState`]: the user's destructor, then the box.
+unsafe extern "C" fn x_state_free<F>(p: *mut c_void) {
+    let st = Box::from_raw(p as *mut XState<F>);
+    if let Some(d) = st.destructor {
+        d(st.extra);
+    }
+}
+
+/// The core's MPIX_User_function_x for an MPIX_Op_create_x op of this library.
+unsafe extern "C" fn op_adapter_x(
+    a: *mut c_void,
+    b: *mut c_void,
+    len: i64,
+    dt: usize,
+    extra: *mut c_void,
+) {
+    let st = &*(extra as *const XState<MpichUserFnX>);
+    (st.func)(a, b, len, user_dt(dt), st.extra);
+}
+
+/// Create an op in the core with `adapter` and `extra` (the user's function or an XState box;
+/// `destructor` frees it); `op` receives the MPICH handle.
+unsafe fn op_create_x(
+    adapter: *const c_void,
+    destructor: *const c_void,
+    commute: c_int,
+    extra: *mut c_void,
+    op: *mut c_int,
+) -> c_int {
+    let c = core();
     let mut h: usize = K_MPI_Op::STD_NULL;
-    let rc = std_create(op_tramps(large)[k], &mut h);
+    let rc = (c.MPIX_Op_create_x)(adapter, destructor, commute, extra, &mut h);
     if rc != 0 {
-        OP_FNS[k].store(0, Ordering::Release);
         return err_from_std(rc);
     }
-    OP_OWNERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((h, k));
     match h_out::<K_MPI_Op>(c, h) {
         Ok(v) => {
             *op = v;
@@ -221,13 +207,38 @@ unsafe fn op_create(func: &str, f: usize, large: bool, commute: c_int, op: *mut 
     }
 }
 
+unsafe fn op_create(f: *const c_void, large: bool, commute: c_int, op: *mut c_int) -> c_int {
+    if f.is_null() || op.is_null() {
+        // The core names the call and the bad argument.
+        let c = core();
+        let create = if large {
+            c.MPI_Op_create_c
+        } else {
+            c.MPI_Op_create
+        };
+        let mut h = 0usize;
+        let out = if op.is_null() {
+            std::ptr::null_mut()
+        } else {
+            &mut h as *mut usize
+        };
+        return err_from_std(create(f, commute, out));
+    }
+    let adapter = if large {
+        op_adapter_c as *const c_void
+    } else {
+        op_adapter as *const c_void
+    };
+    op_create_x(adapter, std::ptr::null(), commute, f as *mut c_void, op)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_create(
     user_fn: *const c_void,
     commute: c_int,
     op: *mut c_int,
 ) -> c_int {
-    guard_rc(|| op_create("MPI_Op_create", user_fn as usize, false, commute, op))
+    guard_rc(|| op_create(user_fn, false, commute, op))
 }
 mpi_twin!(MPI_Op_create => PMPI_Op_create(user_fn: *const c_void, commute: c_int, op: *mut c_int));
 
@@ -237,32 +248,57 @@ pub unsafe extern "C" fn PMPI_Op_create_c(
     commute: c_int,
     op: *mut c_int,
 ) -> c_int {
-    guard_rc(|| op_create("MPI_Op_create_c", user_fn as usize, true, commute, op))
+    guard_rc(|| op_create(user_fn, true, commute, op))
 }
 mpi_twin!(MPI_Op_create_c => PMPI_Op_create_c(user_fn: *const c_void, commute: c_int, op: *mut c_int));
 
+/// MPICH's MPIX_Op_create_x: `user_fn_x` receives MPICH datatype handles; `destructor_fn` runs
+/// when the core destroys the op (after MPI_Op_free and the last pending call using it).
 #[no_mangle]
-pub unsafe extern "C" fn PMPI_Op_free(op: *mut c_int) -> c_int {
+pub unsafe extern "C" fn PMPIX_Op_create_x(
+    user_fn_x: *const c_void,
+    destructor_fn: *const c_void,
+    commute: c_int,
+    extra_state: *mut c_void,
+    op: *mut c_int,
+) -> c_int {
     guard_rc(|| {
-        let c = core();
-        if op.is_null() {
-            return err_from_std((c.MPI_Op_free)(std::ptr::null_mut()));
+        if user_fn_x.is_null() || op.is_null() {
+            let mut h = 0usize;
+            let out = if op.is_null() {
+                std::ptr::null_mut()
+            } else {
+                &mut h as *mut usize
+            };
+            return err_from_std((core().MPIX_Op_create_x)(
+                user_fn_x,
+                destructor_fn,
+                commute,
+                extra_state,
+                out,
+            ));
         }
-        let mut h = h_in::<K_MPI_Op>(c, *op);
-        let before = h;
-        let rc = (c.MPI_Op_free)(&mut h);
-        if rc == 0 {
-            let mut owners = OP_OWNERS.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = owners.iter().position(|&(o, _)| o == before) {
-                let (_, k) = owners.swap_remove(i);
-                OP_FNS[k].store(0, Ordering::Release);
-            }
-            *op = K_MPI_Op::MPICH_NULL;
+        let st = Box::into_raw(Box::new(XState {
+            func: std::mem::transmute::<*const c_void, MpichUserFnX>(user_fn_x),
+            destructor: (!destructor_fn.is_null())
+                .then(|| std::mem::transmute::<*const c_void, MpichDestructorFn>(destructor_fn)),
+            extra: extra_state,
+        }));
+        let rc = op_create_x(
+            op_adapter_x as *const c_void,
+            x_state_free::<MpichUserFnX> as *const c_void,
+            commute,
+            st as *mut c_void,
+            op,
+        );
+        if rc != 0 {
+            // Not created: the user's state stays the user's.
+            drop(Box::from_raw(st));
         }
-        err_from_std(rc)
+        rc
     })
 }
-mpi_twin!(MPI_Op_free => PMPI_Op_free(op: *mut c_int));
+mpi_twin!(MPIX_Op_create_x => PMPIX_Op_create_x(f: *const c_void, d: *const c_void, commute: c_int, e: *mut c_void, op: *mut c_int));
 
 // ---- attribute keyvals -----------------------------------------------------------------------
 // The callbacks carry extra_state: the standard-ABI keyval gets a box holding the MPICH
@@ -410,29 +446,47 @@ pub unsafe extern "C" fn PMPI_Type_create_keyval(
 mpi_twin!(MPI_Type_create_keyval => PMPI_Type_create_keyval(a: *const c_void, b: *const c_void, k: *mut c_int, e: *mut c_void));
 
 // ---- error handlers --------------------------------------------------------------------------
-// MPI_Comm_errhandler_function carries no state either: a table of trampolines as for user ops.
-// An error handler may stay attached to communicators after MPI_Errhandler_free, so its slot is
-// kept for the life of the process.
+// As for user ops: every handler is created through the core's MPIX_Comm_create_errhandler_x,
+// with the MPICH function (or an XState box) as extra state and an adapter that translates the
+// communicator and the error code. The core keeps handlers until MPI_Finalize, where the
+// destructors of MPIX_Comm_create_errhandler_x handlers run.
 
-type MpichErrhFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
-const ERRH_SLOTS: usize = 64;
-static ERRH_FNS: [AtomicUsize; ERRH_SLOTS] = [const { AtomicUsize::new(0) }; ERRH_SLOTS];
-
-unsafe extern "C" fn errh_tramp<const K: usize>(comm: *mut usize, code: *mut c_int) {
-    let f = ERRH_FNS[K].load(Ordering::Acquire);
-    if f == 0 || comm.is_null() || code.is_null() {
-        return;
-    }
-    let mut c = h_out::<K_MPI_Comm>(core(), *comm).unwrap_or(K_MPI_Comm::MPICH_NULL);
-    let mut e = err_from_std(*code);
-    // SAFETY: the slot holds the MPI_Comm_errhandler_function given to MPI_Comm_create_errhandler.
-    let f: MpichErrhFn = std::mem::transmute::<usize, MpichErrhFn>(f);
+/// The core's MPIX_Comm_errhandler_function_x for an MPI_Comm_create_errhandler handler.
+unsafe extern "C" fn errh_adapter(comm: usize, code: c_int, extra: *mut c_void) {
+    // SAFETY: PMPI_Comm_create_errhandler stored an MPI_Comm_errhandler_function as extra state.
+    let f = std::mem::transmute::<*mut c_void, MpichErrhFn>(extra);
+    let mut c = h_out::<K_MPI_Comm>(core(), comm).unwrap_or(K_MPI_Comm::MPICH_NULL);
+    let mut e = err_from_std(code);
     f(&mut c, &mut e);
 }
 
-fn errh_tramps() -> [usize; ERRH_SLOTS] {
-    table!(errh_tramp; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-        32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63)
+/// The core's MPIX_Comm_errhandler_function_x for an MPIX_Comm_create_errhandler_x handler.
+unsafe extern "C" fn errh_adapter_x(comm: usize, code: c_int, extra: *mut c_void) {
+    let st = &*(extra as *const XState<MpichErrhFnX>);
+    let c = h_out::<K_MPI_Comm>(core(), comm).unwrap_or(K_MPI_Comm::MPICH_NULL);
+    (st.func)(c, err_from_std(code), st.extra);
+}
+
+/// Create a handler in the core (see [`op_create_x`]).
+unsafe fn errh_create_x(
+    adapter: *const c_void,
+    destructor: *const c_void,
+    extra: *mut c_void,
+    errhandler: *mut c_int,
+) -> c_int {
+    let c = core();
+    let mut h: usize = K_MPI_Errhandler::STD_NULL;
+    let rc = (c.MPIX_Comm_create_errhandler_x)(adapter, destructor, extra, &mut h);
+    if rc != 0 {
+        return err_from_std(rc);
+    }
+    match h_out::<K_MPI_Errhandler>(c, h) {
+        Ok(v) => {
+            *errhandler = v;
+            0
+        }
+        Err(e) => e,
+    }
 }
 
 #[no_mangle]
@@ -441,46 +495,68 @@ pub unsafe extern "C" fn PMPI_Comm_create_errhandler(
     errhandler: *mut c_int,
 ) -> c_int {
     guard_rc(|| {
-        let c = core();
-        let f = comm_errhandler_fn as usize;
-        if f == 0 || errhandler.is_null() {
+        if comm_errhandler_fn.is_null() || errhandler.is_null() {
+            // The core names the call and the bad argument.
             let mut h = 0usize;
-            return err_from_std((c.MPI_Comm_create_errhandler)(
-                std::ptr::null(),
-                if errhandler.is_null() {
-                    std::ptr::null_mut()
-                } else {
-                    &mut h
-                },
-            ));
+            let out = if errhandler.is_null() {
+                std::ptr::null_mut()
+            } else {
+                &mut h as *mut usize
+            };
+            return err_from_std((core().MPI_Comm_create_errhandler)(comm_errhandler_fn, out));
         }
-        let Some(k) = (0..ERRH_SLOTS).find(|&k| {
-            ERRH_FNS[k]
-                .compare_exchange(0, f, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        }) else {
-            return raise_self(
-                "MPI_Comm_create_errhandler",
-                STD_ERR_INTERN,
-                &format!("more than {ERRH_SLOTS} error handlers created"),
-            );
-        };
-        let mut h: usize = K_MPI_Errhandler::STD_NULL;
-        let rc = (c.MPI_Comm_create_errhandler)(errh_tramps()[k] as *const c_void, &mut h);
-        if rc != 0 {
-            ERRH_FNS[k].store(0, Ordering::Release);
-            return err_from_std(rc);
-        }
-        match h_out::<K_MPI_Errhandler>(c, h) {
-            Ok(v) => {
-                *errhandler = v;
-                0
-            }
-            Err(e) => e,
-        }
+        errh_create_x(
+            errh_adapter as *const c_void,
+            std::ptr::null(),
+            comm_errhandler_fn as *mut c_void,
+            errhandler,
+        )
     })
 }
 mpi_twin!(MPI_Comm_create_errhandler => PMPI_Comm_create_errhandler(f: *const c_void, e: *mut c_int));
+
+/// MPICH's MPIX_Comm_create_errhandler_x: the handler receives MPICH handles and error codes.
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_create_errhandler_x(
+    comm_errhandler_fn_x: *const c_void,
+    destructor_fn: *const c_void,
+    extra_state: *mut c_void,
+    errhandler: *mut c_int,
+) -> c_int {
+    guard_rc(|| {
+        if comm_errhandler_fn_x.is_null() || errhandler.is_null() {
+            let mut h = 0usize;
+            let out = if errhandler.is_null() {
+                std::ptr::null_mut()
+            } else {
+                &mut h as *mut usize
+            };
+            return err_from_std((core().MPIX_Comm_create_errhandler_x)(
+                comm_errhandler_fn_x,
+                destructor_fn,
+                extra_state,
+                out,
+            ));
+        }
+        let st = Box::into_raw(Box::new(XState {
+            func: std::mem::transmute::<*const c_void, MpichErrhFnX>(comm_errhandler_fn_x),
+            destructor: (!destructor_fn.is_null())
+                .then(|| std::mem::transmute::<*const c_void, MpichDestructorFn>(destructor_fn)),
+            extra: extra_state,
+        }));
+        let rc = errh_create_x(
+            errh_adapter_x as *const c_void,
+            x_state_free::<MpichErrhFnX> as *const c_void,
+            st as *mut c_void,
+            errhandler,
+        );
+        if rc != 0 {
+            drop(Box::from_raw(st));
+        }
+        rc
+    })
+}
+mpi_twin!(MPIX_Comm_create_errhandler_x => PMPIX_Comm_create_errhandler_x(f: *const c_void, d: *const c_void, e: *mut c_void, h: *mut c_int));
 
 // ---- generalized requests ---------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ use super::consts as c;
 use super::ErrObj;
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
-use crate::runtime::objects::{self, CommObj, ErrhObj, ObjKind};
+use crate::runtime::objects::{self, CommObj, ErrhCall, ErrhObj, ObjKind};
 use std::cell::RefCell;
 use std::os::raw::c_int;
 use std::sync::Arc;
@@ -117,14 +117,8 @@ pub fn raise(func: &'static str, obj: ErrObj, err: MpiError) -> c_int {
         crate::runtime::fatal(&text, code);
     }
     match lookup(handler) {
-        Ok(Some(e)) => {
-            let mut h = handle;
-            let mut code = code;
-            // SAFETY: the user registered this function for this kind of object; it receives a
-            // pointer to the handle and to the code, as MPI_Comm_errhandler_function specifies.
-            unsafe { (e.func)(&mut h, &mut code) };
-            code
-        }
+        // SAFETY: the user registered this handler for this kind of object, and `handle` is one.
+        Ok(Some(e)) => unsafe { e.invoke(handle, code) },
         _ => crate::runtime::fatal(&text, code),
     }
 }
@@ -138,14 +132,11 @@ fn self_handler() -> usize {
     }
 }
 
-/// Create a user error handler object.
-pub fn create(kind: ObjKind, func: Option<objects::ErrhFn>) -> MpiResult<usize> {
-    let Some(func) = func else {
-        mpi_bail!(MPI_ERR_ARG, "the error handler function is NULL")
-    };
-    Ok(objects::objects()
+/// Create a user error handler object (its function was checked for NULL by the caller).
+pub fn create(kind: ObjKind, call: ErrhCall) -> usize {
+    objects::objects()
         .errhs
-        .insert(Arc::new(ErrhObj { kind, func })))
+        .insert(Arc::new(ErrhObj { kind, call }))
 }
 
 /// The standard's description of an error class.

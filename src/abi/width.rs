@@ -8,6 +8,7 @@
 
 use super::ffi::*;
 use crate::abi::imp::util::AsI64;
+use crate::runtime::objects::UserOpFn;
 use std::os::raw::c_int;
 
 /// An integer parameter type of the C ABI, read as `i64` and stored back from one.
@@ -34,16 +35,16 @@ impl CInt for isize {
 
 /// A user reduction function pointer (`MPI_User_function` or `MPI_User_function_c`).
 pub trait UserFn: Copy {
-    fn addr(self) -> usize;
+    fn user_op(self) -> UserOpFn;
 }
 impl UserFn for MPI_User_function {
-    fn addr(self) -> usize {
-        self as usize
+    fn user_op(self) -> UserOpFn {
+        UserOpFn::Int(self)
     }
 }
 impl UserFn for MPI_User_function_c {
-    fn addr(self) -> usize {
-        self as usize
+    fn user_op(self) -> UserOpFn {
+        UserOpFn::Large(self)
     }
 }
 

@@ -7,7 +7,7 @@ use crate::gpu::stage::Mirror;
 use crate::mpi::datatype::Elem;
 use crate::mpi::error::MpiResult;
 use crate::mpi::op::{self as ops, BuiltinOp};
-use crate::runtime::objects::CommObj;
+use crate::runtime::objects::{CommObj, OpObj, UserOpFn};
 use crate::runtime::types::{self, check_count, DtypeObj};
 use crate::standard::ffi::*;
 use smallvec::{smallvec, SmallVec};
@@ -303,19 +303,20 @@ impl DevPacked {
     }
 }
 
-/// The reduction of a call: a builtin op on an element type, or a user function.
+/// The reduction of a call: a builtin op on an element type, or a user operation (held for as
+/// long as the call, so freeing the op meanwhile leaves it usable).
 #[derive(Clone)]
 pub(crate) enum Reduction {
     Builtin(BuiltinOp, Elem),
     User {
-        func: usize,
-        large: bool,
+        op: Arc<OpObj>,
         dt: MPI_Datatype,
         size: usize,
     },
 }
 
-// SAFETY: a user function pointer and a datatype handle value are plain values.
+// SAFETY: the op holds function pointers and the user's extra state (an address the user
+// shares with its callbacks); a datatype handle is a plain value.
 unsafe impl Send for Reduction {}
 
 impl Reduction {
@@ -328,48 +329,39 @@ impl Reduction {
     pub(crate) fn apply(&self, input: &[u8], inout: &mut [u8]) -> MpiResult<()> {
         match self {
             Reduction::Builtin(op, e) => ops::reduce(*op, *e, input, inout),
-            Reduction::User {
-                func,
-                large,
-                dt,
-                size,
-            } => {
+            Reduction::User { op, dt, size } => {
                 if *size == 0 {
                     return Ok(());
                 }
                 let n = inout.len() / size;
-                let mut dt = *dt;
-                // SAFETY: the user registered this MPI_User_function (or _c variant); buffers hold
-                // n elements of the type in its own (contiguous) layout.
+                let (i, o) = (
+                    input.as_ptr() as *mut c_void,
+                    inout.as_mut_ptr() as *mut c_void,
+                );
+                // SAFETY: the user registered this function with the op; the buffers hold n
+                // elements of the type in its own (contiguous) layout.
                 unsafe {
-                    if *large {
-                        let f: unsafe extern "C" fn(
-                            *mut c_void,
-                            *mut c_void,
-                            *mut MPI_Count,
-                            *mut MPI_Datatype,
-                        ) = std::mem::transmute(*func);
-                        let mut len = n as MPI_Count;
-                        f(
-                            input.as_ptr() as *mut c_void,
-                            inout.as_mut_ptr() as *mut c_void,
-                            &mut len,
-                            &mut dt,
-                        );
-                    } else {
-                        let f: unsafe extern "C" fn(
-                            *mut c_void,
-                            *mut c_void,
-                            *mut c_int,
-                            *mut MPI_Datatype,
-                        ) = std::mem::transmute(*func);
-                        let mut len = n as c_int;
-                        f(
-                            input.as_ptr() as *mut c_void,
-                            inout.as_mut_ptr() as *mut c_void,
-                            &mut len,
-                            &mut dt,
-                        );
+                    match &op.func {
+                        UserOpFn::Int(f) => {
+                            // An int length: calls of at most c_int::MAX elements.
+                            let step = c_int::MAX as usize;
+                            for k in (0..n).step_by(step) {
+                                let mut len = (n - k).min(step) as c_int;
+                                let mut dt = *dt;
+                                let off = k * size;
+                                f(
+                                    (i as *mut u8).add(off) as *mut c_void,
+                                    (o as *mut u8).add(off) as *mut c_void,
+                                    &mut len,
+                                    &mut dt,
+                                );
+                            }
+                        }
+                        UserOpFn::Large(f) => {
+                            let (mut len, mut dt) = (n as MPI_Count, *dt);
+                            f(i, o, &mut len, &mut dt);
+                        }
+                        UserOpFn::X(f, st) => f(i, o, n as MPI_Count, *dt, st.extra as *mut c_void),
                     }
                 }
                 Ok(())

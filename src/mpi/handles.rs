@@ -168,6 +168,20 @@ impl<T> Table<T> {
         s.val.take()
     }
 
+    /// Remove every object (their handles become invalid), returning them.
+    pub fn take_all(&mut self) -> Vec<Arc<T>> {
+        let mut out = Vec::with_capacity(self.live);
+        for (idx, s) in self.slots.iter_mut().enumerate() {
+            if let Some(v) = s.val.take() {
+                s.gen = next_gen(s.gen);
+                self.free.push_back(idx as u32);
+                out.push(v);
+            }
+        }
+        self.live = 0;
+        out
+    }
+
     /// Replace the object behind a live handle.
     pub fn replace(&mut self, h: usize, val: Arc<T>) -> bool {
         match self.decode(h) {
@@ -241,6 +255,24 @@ mod tests {
         );
         assert_eq!(to_int(0x101), 0x101);
         assert_eq!(from_int(Kind::Comm, 0x101), 0x101);
+    }
+
+    #[test]
+    fn take_all_empties_the_table_and_invalidates_handles() {
+        let mut t = Table::new(Kind::Errhandler);
+        let a = t.insert(Arc::new(1));
+        let b = t.insert(Arc::new(2));
+        t.remove(a);
+        let c = t.insert(Arc::new(3));
+        let mut got: Vec<i32> = t.take_all().iter().map(|v| **v).collect();
+        got.sort();
+        assert_eq!(got, [2, 3]);
+        assert_eq!(t.live(), 0);
+        assert!(t.get(b).is_none() && t.get(c).is_none());
+        let d = t.insert(Arc::new(4));
+        assert!(d != b && d != c, "a reused slot gets a new generation");
+        assert_eq!(*t.get(d).unwrap(), 4);
+        assert_eq!(t.live(), 1);
     }
 }
 

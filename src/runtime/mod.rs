@@ -587,6 +587,7 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
         rt.boot.finalize()?;
     }
     objects::clear_predefined();
+    objects::release_errhandlers();
     state::set_finalized();
     Ok(())
 }

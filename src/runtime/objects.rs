@@ -12,7 +12,7 @@ use crate::mpi_bail;
 use crate::standard::consts as c;
 use crate::standard::ffi::*;
 use std::collections::BTreeMap;
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -112,9 +112,64 @@ pub enum ObjKind {
 
 pub type ErrhFn = unsafe extern "C" fn(*mut usize, *mut c_int, ...);
 
+/// The `extra_state` of an object made by an `MPIX_*_x` call, and its destructor: run once,
+/// when the object is dropped (for an op: after `MPI_Op_free` once no pending call holds it;
+/// for an error handler: at `MPI_Finalize`, see [`release_errhandlers`]). The destructor runs
+/// inside the MPI call that drops the object and must not make MPI calls.
+pub struct ExtraState {
+    pub extra: usize,
+    pub destructor: Option<MPIX_Destructor_function>,
+}
+
+impl Drop for ExtraState {
+    fn drop(&mut self) {
+        if let Some(d) = self.destructor {
+            // SAFETY: the user gave this destructor for this extra_state; it is called once, as
+            // MPIX_Destructor_function specifies.
+            unsafe { d(self.extra as *mut c_void) }
+        }
+    }
+}
+
+/// A user error handler's function.
+pub enum ErrhCall {
+    /// The standard's: handle and code by pointer (`MPI_Comm_errhandler_function`).
+    Std(ErrhFn),
+    /// `MPIX_Comm_create_errhandler_x`'s: handle and code by value, and the extra state.
+    X(MPIX_Comm_errhandler_function_x, ExtraState),
+}
+
 pub struct ErrhObj {
     pub kind: ObjKind,
-    pub func: ErrhFn,
+    pub call: ErrhCall,
+}
+
+impl ErrhObj {
+    /// Call the handler for the object `handle` and error `code`; returns the code (a standard
+    /// handler may change it through its pointer).
+    /// # Safety
+    /// `handle` is a handle of the kind the handler was created for.
+    pub unsafe fn invoke(&self, handle: usize, code: c_int) -> c_int {
+        match &self.call {
+            ErrhCall::Std(f) => {
+                let (mut h, mut code) = (handle, code);
+                f(&mut h, &mut code);
+                code
+            }
+            ErrhCall::X(f, st) => {
+                f(handle as MPI_Comm, code, st.extra as *mut c_void);
+                code
+            }
+        }
+    }
+}
+
+/// Drop every user error handler (MPI_Finalize): their destructors run, outside the registry
+/// lock. Handlers live until then because a communicator keeps its handler's handle value,
+/// which `MPI_Comm_get_errhandler` hands out again after `MPI_Errhandler_free`.
+pub fn release_errhandlers() {
+    let all = objects().errhs.take_all();
+    drop(all);
 }
 
 pub struct Keyval {
@@ -128,12 +183,22 @@ pub struct Keyval {
     pub refs: usize,
 }
 
-pub enum OpObj {
-    User {
-        func: usize,
-        commute: bool,
-        large_count: bool,
-    },
+/// A user reduction function, as it was registered.
+pub enum UserOpFn {
+    /// `MPI_Op_create`: `MPI_User_function`.
+    Int(MPI_User_function),
+    /// `MPI_Op_create_c`: `MPI_User_function_c`.
+    Large(MPI_User_function_c),
+    /// `MPIX_Op_create_x`: `MPIX_User_function_x` with its extra state.
+    X(MPIX_User_function_x, ExtraState),
+}
+
+/// A user-defined operation. Reductions hold it (`dispatch::Reduction`) for as long as a call
+/// uses it, so an `MPIX_Op_create_x` destructor runs only after `MPI_Op_free` and the last
+/// pending call that uses the op.
+pub struct OpObj {
+    pub func: UserOpFn,
+    pub commute: bool,
 }
 
 /// User-defined error classes and codes: code -> (class, string).

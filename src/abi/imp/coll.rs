@@ -15,7 +15,9 @@ use crate::dispatch::{flag_quick, in_place, run_blocking, CollSpec, Reduction, S
 use crate::mpi::error::MpiResult;
 use crate::mpi::op as ops;
 use crate::mpi_bail;
-use crate::runtime::objects::{builtin_op, comm, nonnull, objects, CommObj, OpObj};
+use crate::runtime::objects::{
+    builtin_op, comm, nonnull, objects, CommObj, ExtraState, OpObj, UserOpFn,
+};
 use crate::runtime::request::{ReqKind, Request, Starter};
 use crate::runtime::types::{self, DtypeObj};
 use crate::runtime::{self, new_request};
@@ -36,26 +38,22 @@ fn reduction(op: MPI_Op, dth: MPI_Datatype, dt: &DtypeObj) -> MpiResult<(Reducti
         return Ok((Reduction::Builtin(b, e), true));
     }
     let o = objects().ops.get(op as usize);
-    match o.as_deref() {
-        Some(OpObj::User {
-            func,
-            commute,
-            large_count,
-        }) => {
+    match o {
+        Some(o) => {
             if !dt.desc.is_contiguous(1) {
                 mpi_bail!(
                     MPI_ERR_TYPE,
                     "user-defined operations on non-contiguous datatypes are not supported yet"
                 );
             }
+            let commute = o.commute;
             Ok((
                 Reduction::User {
-                    func: *func,
-                    large: *large_count,
+                    op: o,
                     dt: dth,
                     size: dt.size(),
                 },
-                *commute,
+                commute,
             ))
         }
         None => mpi_bail!(
@@ -726,13 +724,38 @@ pub unsafe fn MPI_Op_create<W: Width>(
     op: *mut MPI_Op,
 ) -> MpiResult<()> {
     let Some(f) = user_fn else {
-        mpi_bail!(MPI_ERR_ARG, "the user function is NULL")
+        mpi_bail!(MPI_ERR_ARG, "user_fn is NULL")
     };
+    new_op(f.user_op(), commute, op)
+}
+
+/// MPICH's extension: `user_fn_x` gets the length and datatype by value, and `extra_state`;
+/// `destructor_fn` (may be NULL) is called with `extra_state` once the op is freed and no pending
+/// call uses it any more.
+pub unsafe fn MPIX_Op_create_x(
+    user_fn_x: Option<MPIX_User_function_x>,
+    destructor_fn: Option<MPIX_Destructor_function>,
+    commute: c_int,
+    extra_state: *mut c_void,
+    op: *mut MPI_Op,
+) -> MpiResult<()> {
+    let Some(f) = user_fn_x else {
+        mpi_bail!(MPI_ERR_ARG, "user_fn_x is NULL")
+    };
+    // Checked before the state is owned: on an error no op exists, and no destructor runs.
     nonnull(op, "op")?;
-    let h = objects().ops.insert(Arc::new(OpObj::User {
-        func: f.addr(),
+    let st = ExtraState {
+        extra: extra_state as usize,
+        destructor: destructor_fn,
+    };
+    new_op(UserOpFn::X(f, st), commute, op)
+}
+
+unsafe fn new_op(func: UserOpFn, commute: c_int, op: *mut MPI_Op) -> MpiResult<()> {
+    nonnull(op, "op")?;
+    let h = objects().ops.insert(Arc::new(OpObj {
+        func,
         commute: commute != 0,
-        large_count: W::LARGE,
     }));
     *op = h as MPI_Op;
     Ok(())
@@ -744,9 +767,11 @@ pub unsafe fn MPI_Op_free(op: *mut MPI_Op) -> MpiResult<()> {
     if builtin_op(*op).is_some() {
         mpi_bail!(MPI_ERR_OP, "predefined operation {h:#x} cannot be freed");
     }
-    if objects().ops.remove(h).is_none() {
-        mpi_bail!(MPI_ERR_OP, "invalid operation handle {h:#x}");
-    }
+    // Dropped after the registry lock: the last reference runs an MPIX destructor.
+    let Some(freed) = objects().ops.remove(h) else {
+        mpi_bail!(MPI_ERR_OP, "invalid operation handle {h:#x}")
+    };
+    drop(freed);
     *op = c::MPI_OP_NULL;
     Ok(())
 }
@@ -755,8 +780,8 @@ pub unsafe fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> MpiResult<(
     if builtin_op(op).is_some() {
         return out(commute, "commute", 1);
     }
-    match objects().ops.get(op as usize).as_deref() {
-        Some(OpObj::User { commute: c, .. }) => out(commute, "commute", *c as c_int),
-        None => mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x}", op as usize),
-    }
+    let Some(o) = objects().ops.get(op as usize) else {
+        mpi_bail!(MPI_ERR_OP, "invalid operation handle {:#x}", op as usize)
+    };
+    out(commute, "commute", o.commute as c_int)
 }

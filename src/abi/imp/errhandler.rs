@@ -6,8 +6,10 @@ use crate::abi::errh;
 use crate::abi::ffi::*;
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
-use crate::runtime::objects::{self, comm, nonnull, objects, ErrhFn, ObjKind};
-use std::os::raw::{c_char, c_int};
+use crate::runtime::objects::{
+    self, comm, nonnull, objects, ErrhCall, ErrhFn, ExtraState, ObjKind,
+};
+use std::os::raw::{c_char, c_int, c_void};
 
 type CommErrhFn = Option<unsafe extern "C" fn(*mut MPI_Comm, *mut c_int, ...)>;
 
@@ -17,11 +19,33 @@ pub unsafe fn MPI_Comm_create_errhandler(
 ) -> MpiResult<()> {
     // SAFETY: all errhandler function types take (pointer to handle, pointer to code, ...).
     let f: Option<ErrhFn> = std::mem::transmute(f);
-    out(
-        errhandler,
-        "errhandler",
-        errh::create(ObjKind::Comm, f)? as MPI_Errhandler,
-    )
+    let Some(f) = f else {
+        mpi_bail!(MPI_ERR_ARG, "comm_errhandler_fn is NULL")
+    };
+    nonnull(errhandler, "errhandler")?;
+    *errhandler = errh::create(ObjKind::Comm, ErrhCall::Std(f)) as MPI_Errhandler;
+    Ok(())
+}
+
+/// MPICH's extension: the handler gets the communicator and the code by value, and
+/// `extra_state`; `destructor_fn` (may be NULL) is called with `extra_state` when the handler
+/// object is destroyed, which is at `MPI_Finalize` (`objects::release_errhandlers`).
+pub unsafe fn MPIX_Comm_create_errhandler_x(
+    comm_errhandler_fn_x: Option<MPIX_Comm_errhandler_function_x>,
+    destructor_fn: Option<MPIX_Destructor_function>,
+    extra_state: *mut c_void,
+    errhandler: *mut MPI_Errhandler,
+) -> MpiResult<()> {
+    let Some(f) = comm_errhandler_fn_x else {
+        mpi_bail!(MPI_ERR_ARG, "comm_errhandler_fn_x is NULL")
+    };
+    nonnull(errhandler, "errhandler")?;
+    let st = ExtraState {
+        extra: extra_state as usize,
+        destructor: destructor_fn,
+    };
+    *errhandler = errh::create(ObjKind::Comm, ErrhCall::X(f, st)) as MPI_Errhandler;
+    Ok(())
 }
 
 pub unsafe fn MPI_Comm_set_errhandler(cm: MPI_Comm, e: MPI_Errhandler) -> MpiResult<()> {
@@ -48,11 +72,10 @@ pub unsafe fn MPI_Errhandler_free(e: *mut MPI_Errhandler) -> MpiResult<()> {
     nonnull(e, "errhandler")?;
     let h = *e as usize;
     // Freeing a predefined handler is allowed and does nothing; user handlers stay valid while
-    // communicators still refer to them (the communicator keeps the handle value, and the object
-    // lives on in the table until no longer needed: we keep it for the process lifetime).
-    if errh::lookup(h)?.is_some() {
-        // Keep the object alive: handlers attached to communicators still refer to it.
-    }
+    // communicators still refer to them (the communicator keeps the handle value), so the object
+    // stays in the table until MPI_Finalize (objects::release_errhandlers), where the destructor
+    // of an MPIX_Comm_create_errhandler_x handler runs.
+    errh::lookup(h)?;
     *e = c::MPI_ERRHANDLER_NULL;
     Ok(())
 }

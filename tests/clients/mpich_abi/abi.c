@@ -1,6 +1,7 @@
 /* A C MPI program built with MPICH's own mpicc (PyPI `mpich` wheel, MPICH's mpi.h) and run on
  * gpumpi's libmpi.so.12: every value it sees (handles, constants, statuses, error classes) is
- * MPICH's, so each check below fails if libmpi.so.12 translates something wrong.
+ * MPICH's, so each check below fails if libmpi.so.12 translates something wrong. It creates
+ * more user ops and error handlers at once than a fixed table of trampolines would hold.
  * Run by tests/clients/run_mpich_abi.sh at 1, 2 and 4 ranks; prints "abi: ok" on rank 0. */
 #include <mpi.h>
 #include <stdio.h>
@@ -46,6 +47,85 @@ static void my_errh(MPI_Comm *comm, int *code, ...) {
     errh_calls++;
     CHECK(*comm == MPI_COMM_WORLD, "error handler got comm %#x", (unsigned)*comm);
     MPI_Error_class(*code, &errh_class);
+}
+
+/* More user ops and error handlers than any fixed table holds, alive at once: MPIX_ ones with
+ * state (MPICH's MPIX_Op_create_x, MPIX_Comm_create_errhandler_x) and standard ones. */
+#define MANY 100
+struct x_state { int index, calls, destroyed; };
+static struct x_state op_st[MANY], eh_st[MANY];
+static MPI_Comm eh_comm;
+static int eh_code;
+static void add_index_x(void *in, void *inout, MPI_Count len, MPI_Datatype dt, void *extra) {
+    struct x_state *s = extra;
+    CHECK(dt == MPI_INT, "MPIX op %d: datatype %#x", s->index, (unsigned)dt);
+    for (MPI_Count i = 0; i < len; i++) ((int *)inout)[i] += ((int *)in)[i] + s->index;
+    s->calls++;
+}
+static void destroy_x(void *extra) { ((struct x_state *)extra)->destroyed++; }
+static void errh_x(MPI_Comm comm, int code, void *extra) {
+    struct x_state *s = extra;
+    CHECK(comm == eh_comm, "MPIX handler %d: comm %#x", s->index, (unsigned)comm);
+    CHECK(code == eh_code, "MPIX handler %d: code %d, want %d", s->index, code, eh_code);
+    s->calls++;
+}
+static int std_eh_calls;
+static void errh_std(MPI_Comm *comm, int *code, ...) {
+    CHECK(*comm == eh_comm && *code == eh_code, "handler: comm %#x code %d", (unsigned)*comm, *code);
+    std_eh_calls++;
+}
+
+static void many_ops_and_handlers(void) {
+    MPI_Op xop[MANY], sop[MANY];
+    for (int i = 0; i < MANY; i++) {
+        op_st[i].index = i;
+        MPI_Op_create(add_one, 1, &sop[i]);
+        MPIX_Op_create_x(add_index_x, destroy_x, 1, &op_st[i], &xop[i]);
+    }
+    for (int i = 0; i < MANY; i++) {
+        int v = rank, r = -1;
+        MPI_Allreduce(&v, &r, 1, MPI_INT, xop[i], MPI_COMM_WORLD);
+        CHECK(r == size * (size - 1) / 2 + (size - 1) * i, "MPIX op %d: %d", i, r);
+        r = -1;
+        MPI_Allreduce(&v, &r, 1, MPI_INT, sop[i], MPI_COMM_WORLD);
+        CHECK(r == size * (size - 1) / 2 + size - 1, "op %d: %d", i, r);
+    }
+    for (int i = 0; i < MANY; i++) {
+        MPI_Op_free(&sop[i]);
+        MPI_Op_free(&xop[i]);
+        CHECK(xop[i] == MPI_OP_NULL && op_st[i].destroyed == 1, "MPIX op %d: destructor ran %d times", i, op_st[i].destroyed);
+    }
+    MPI_Errhandler xeh[MANY], seh[MANY];
+    MPI_Comm_dup(MPI_COMM_WORLD, &eh_comm);
+    for (int i = 0; i < MANY; i++) {
+        eh_st[i].index = i;
+        MPI_Comm_create_errhandler(errh_std, &seh[i]);
+        MPIX_Comm_create_errhandler_x(errh_x, destroy_x, &eh_st[i], &xeh[i]);
+    }
+    for (int i = 0; i < MANY; i++) {
+        eh_code = MPI_ERR_TAG;
+        MPI_Comm_set_errhandler(eh_comm, xeh[i]);
+        MPI_Comm_call_errhandler(eh_comm, eh_code);
+        CHECK(eh_st[i].calls == 1, "MPIX handler %d: %d calls", i, eh_st[i].calls);
+        MPI_Comm_set_errhandler(eh_comm, seh[i]);
+        MPI_Comm_call_errhandler(eh_comm, eh_code);
+        CHECK(std_eh_calls == i + 1, "handler %d: %d calls", i, std_eh_calls);
+    }
+    for (int i = 0; i < MANY; i++) {
+        MPI_Errhandler_free(&seh[i]);
+        MPI_Errhandler_free(&xeh[i]);
+    }
+    MPI_Comm_free(&eh_comm);
+    /* Bad input: MPI_ERR_ARG, nothing created. */
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    MPI_Op bad = MPI_OP_NULL;
+    int rc = MPIX_Op_create_x(NULL, destroy_x, 1, &op_st[0], &bad), cls = -1;
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG && bad == MPI_OP_NULL, "MPIX_Op_create_x(NULL): class %d", cls);
+    rc = MPIX_Comm_create_errhandler_x(errh_x, destroy_x, &eh_st[0], NULL);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "MPIX_Comm_create_errhandler_x(..., NULL): class %d", cls);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
 }
 
 int main(int argc, char **argv) {
@@ -205,6 +285,8 @@ int main(int argc, char **argv) {
     CHECK(errh_calls == 1 && errh_class == MPI_ERR_RANK, "user error handler: %d calls, class %d", errh_calls, errh_class);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 
+    many_ops_and_handlers();
+
     /* The CUDA-aware query answers through the MPICH ABI too. */
     int cuda = MPIX_Query_cuda_support();
     CHECK(cuda == 0 || cuda == 1, "MPIX_Query_cuda_support %d", cuda);
@@ -216,5 +298,11 @@ int main(int argc, char **argv) {
     free(rqs);
     free(sts);
     MPI_Finalize();
+    /* Error handlers live until MPI_Finalize, which runs their destructors. */
+    for (int i = 0; i < MANY; i++)
+        if (eh_st[i].destroyed != 1) {
+            fprintf(stderr, "rank %d: MPIX handler %d: destructor ran %d times by MPI_Finalize\n", rank, i, eh_st[i].destroyed);
+            return 1;
+        }
     return all ? 1 : 0;
 }
