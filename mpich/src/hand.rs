@@ -163,11 +163,54 @@ struct XState<F> {
     extra: *mut c_void,
 }
 
+impl<F> XState<F> {
+    /// A box of the user's arguments (`func` not NULL), as the core's extra state.
+    /// # Safety
+    /// `func` is a function of type `F` (a function pointer type), `destructor` NULL or an
+    /// MPIX_Destructor_function.
+    unsafe fn boxed(
+        func: *const c_void,
+        destructor: *const c_void,
+        extra: *mut c_void,
+    ) -> *mut c_void {
+        Box::into_raw(Box::new(XState {
+            func: std::mem::transmute_copy::<*const c_void, F>(&func),
+            destructor: (!destructor.is_null())
+                .then(|| std::mem::transmute::<*const c_void, MpichDestructorFn>(destructor)),
+            extra,
+        })) as *mut c_void
+    }
+}
+
 /// The core's destructor of an [`XState`]: the user's destructor, then the box.
 unsafe extern "C" fn x_state_free<F>(p: *mut c_void) {
     let st = Box::from_raw(p as *mut XState<F>);
     if let Some(d) = st.destructor {
         d(st.extra);
+    }
+}
+
+/// A standard-handle output for a call made only to report its error: NULL where the caller's
+/// output is NULL, else `h`.
+fn probe_out<T>(out: *mut T, h: &mut usize) -> *mut usize {
+    if out.is_null() {
+        std::ptr::null_mut()
+    } else {
+        h
+    }
+}
+
+/// The result of a core call `rc` that created the object `h`: its MPICH handle stored in `out`.
+unsafe fn created<K: Kind>(rc: c_int, h: usize, out: *mut c_int) -> c_int {
+    if rc != 0 {
+        return err_from_std(rc);
+    }
+    match h_out::<K>(core(), h) {
+        Ok(v) => {
+            *out = v;
+            0
+        }
+        Err(e) => e,
     }
 }
 
@@ -183,8 +226,8 @@ unsafe extern "C" fn op_adapter_x(
     (st.func)(a, b, len, user_dt(dt), st.extra);
 }
 
-/// Create an op in the core with `adapter` and `extra` (the user's function or an XState box;
-/// `destructor` frees it); `op` receives the MPICH handle.
+/// Create an op in the core with `adapter` and `extra` (the user's function or an XState box
+/// that `destructor` frees); `op` (not NULL) receives the MPICH handle.
 unsafe fn op_create_x(
     adapter: *const c_void,
     destructor: *const c_void,
@@ -192,37 +235,22 @@ unsafe fn op_create_x(
     extra: *mut c_void,
     op: *mut c_int,
 ) -> c_int {
-    let c = core();
     let mut h: usize = K_MPI_Op::STD_NULL;
-    let rc = (c.MPIX_Op_create_x)(adapter, destructor, commute, extra, &mut h);
-    if rc != 0 {
-        return err_from_std(rc);
-    }
-    match h_out::<K_MPI_Op>(c, h) {
-        Ok(v) => {
-            *op = v;
-            0
-        }
-        Err(e) => e,
-    }
+    let rc = (core().MPIX_Op_create_x)(adapter, destructor, commute, extra, &mut h);
+    created::<K_MPI_Op>(rc, h, op)
 }
 
 unsafe fn op_create(f: *const c_void, large: bool, commute: c_int, op: *mut c_int) -> c_int {
+    let c = core();
     if f.is_null() || op.is_null() {
         // The core names the call and the bad argument.
-        let c = core();
         let create = if large {
             c.MPI_Op_create_c
         } else {
             c.MPI_Op_create
         };
         let mut h = 0usize;
-        let out = if op.is_null() {
-            std::ptr::null_mut()
-        } else {
-            &mut h as *mut usize
-        };
-        return err_from_std(create(f, commute, out));
+        return err_from_std(create(f, commute, probe_out(op, &mut h)));
     }
     let adapter = if large {
         op_adapter_c as *const c_void
@@ -265,35 +293,16 @@ pub unsafe extern "C" fn PMPIX_Op_create_x(
     guard_rc(|| {
         if user_fn_x.is_null() || op.is_null() {
             let mut h = 0usize;
-            let out = if op.is_null() {
-                std::ptr::null_mut()
-            } else {
-                &mut h as *mut usize
-            };
-            return err_from_std((core().MPIX_Op_create_x)(
-                user_fn_x,
-                destructor_fn,
-                commute,
-                extra_state,
-                out,
-            ));
+            let out = probe_out(op, &mut h);
+            let create = core().MPIX_Op_create_x;
+            return err_from_std(create(user_fn_x, destructor_fn, commute, extra_state, out));
         }
-        let st = Box::into_raw(Box::new(XState {
-            func: std::mem::transmute::<*const c_void, MpichUserFnX>(user_fn_x),
-            destructor: (!destructor_fn.is_null())
-                .then(|| std::mem::transmute::<*const c_void, MpichDestructorFn>(destructor_fn)),
-            extra: extra_state,
-        }));
-        let rc = op_create_x(
-            op_adapter_x as *const c_void,
-            x_state_free::<MpichUserFnX> as *const c_void,
-            commute,
-            st as *mut c_void,
-            op,
-        );
+        let st = XState::<MpichUserFnX>::boxed(user_fn_x, destructor_fn, extra_state);
+        let free = x_state_free::<MpichUserFnX> as *const c_void;
+        let rc = op_create_x(op_adapter_x as *const c_void, free, commute, st, op);
         if rc != 0 {
             // Not created: the user's state stays the user's.
-            drop(Box::from_raw(st));
+            drop(Box::from_raw(st as *mut XState<MpichUserFnX>));
         }
         rc
     })
@@ -474,19 +483,9 @@ unsafe fn errh_create_x(
     extra: *mut c_void,
     errhandler: *mut c_int,
 ) -> c_int {
-    let c = core();
     let mut h: usize = K_MPI_Errhandler::STD_NULL;
-    let rc = (c.MPIX_Comm_create_errhandler_x)(adapter, destructor, extra, &mut h);
-    if rc != 0 {
-        return err_from_std(rc);
-    }
-    match h_out::<K_MPI_Errhandler>(c, h) {
-        Ok(v) => {
-            *errhandler = v;
-            0
-        }
-        Err(e) => e,
-    }
+    let rc = (core().MPIX_Comm_create_errhandler_x)(adapter, destructor, extra, &mut h);
+    created::<K_MPI_Errhandler>(rc, h, errhandler)
 }
 
 #[no_mangle]
@@ -498,17 +497,14 @@ pub unsafe extern "C" fn PMPI_Comm_create_errhandler(
         if comm_errhandler_fn.is_null() || errhandler.is_null() {
             // The core names the call and the bad argument.
             let mut h = 0usize;
-            let out = if errhandler.is_null() {
-                std::ptr::null_mut()
-            } else {
-                &mut h as *mut usize
-            };
+            let out = probe_out(errhandler, &mut h);
             return err_from_std((core().MPI_Comm_create_errhandler)(comm_errhandler_fn, out));
         }
+        let extra = comm_errhandler_fn as *mut c_void;
         errh_create_x(
             errh_adapter as *const c_void,
             std::ptr::null(),
-            comm_errhandler_fn as *mut c_void,
+            extra,
             errhandler,
         )
     })
@@ -526,32 +522,20 @@ pub unsafe extern "C" fn PMPIX_Comm_create_errhandler_x(
     guard_rc(|| {
         if comm_errhandler_fn_x.is_null() || errhandler.is_null() {
             let mut h = 0usize;
-            let out = if errhandler.is_null() {
-                std::ptr::null_mut()
-            } else {
-                &mut h as *mut usize
-            };
-            return err_from_std((core().MPIX_Comm_create_errhandler_x)(
+            let out = probe_out(errhandler, &mut h);
+            let create = core().MPIX_Comm_create_errhandler_x;
+            return err_from_std(create(
                 comm_errhandler_fn_x,
                 destructor_fn,
                 extra_state,
                 out,
             ));
         }
-        let st = Box::into_raw(Box::new(XState {
-            func: std::mem::transmute::<*const c_void, MpichErrhFnX>(comm_errhandler_fn_x),
-            destructor: (!destructor_fn.is_null())
-                .then(|| std::mem::transmute::<*const c_void, MpichDestructorFn>(destructor_fn)),
-            extra: extra_state,
-        }));
-        let rc = errh_create_x(
-            errh_adapter_x as *const c_void,
-            x_state_free::<MpichErrhFnX> as *const c_void,
-            st as *mut c_void,
-            errhandler,
-        );
+        let st = XState::<MpichErrhFnX>::boxed(comm_errhandler_fn_x, destructor_fn, extra_state);
+        let free = x_state_free::<MpichErrhFnX> as *const c_void;
+        let rc = errh_create_x(errh_adapter_x as *const c_void, free, st, errhandler);
         if rc != 0 {
-            drop(Box::from_raw(st));
+            drop(Box::from_raw(st as *mut XState<MpichErrhFnX>));
         }
         rc
     })
@@ -606,12 +590,8 @@ pub unsafe extern "C" fn PMPI_Grequest_start(
     guard_rc(|| {
         let c = core();
         if query_fn.is_null() || free_fn.is_null() || cancel_fn.is_null() || request.is_null() {
-            let mut r = 0usize;
-            let rp = if request.is_null() {
-                std::ptr::null_mut()
-            } else {
-                &mut r as *mut usize
-            };
+            let mut h = 0usize;
+            let rp = probe_out(request, &mut h);
             return err_from_std((c.MPI_Grequest_start)(
                 query_fn,
                 free_fn,
@@ -636,15 +616,8 @@ pub unsafe extern "C" fn PMPI_Grequest_start(
         );
         if rc != 0 {
             drop(Box::from_raw(st));
-            return err_from_std(rc);
         }
-        match h_out::<K_MPI_Request>(c, r) {
-            Ok(v) => {
-                *request = v;
-                0
-            }
-            Err(e) => e,
-        }
+        created::<K_MPI_Request>(rc, r, request)
     })
 }
 mpi_twin!(MPI_Grequest_start => PMPI_Grequest_start(q: *const c_void, f: *const c_void, c: *const c_void, e: *mut c_void, r: *mut c_int));
