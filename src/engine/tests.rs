@@ -35,8 +35,8 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> ReqId {
-    let a = SendArgs {
+fn send_args(buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> SendArgs {
+    SendArgs {
         buf: buf.as_ptr(),
         len: buf.len(),
         dst_world: dst,
@@ -46,9 +46,12 @@ fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: b
         sync,
         dev: None,
         note: None,
-    };
+    }
+}
+
+fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> ReqId {
     // SAFETY: every test keeps `buf` alive until the request is waited for.
-    unsafe { e.isend(a).unwrap() }
+    unsafe { e.isend(send_args(buf, dst, src_rank, tag, sync)).unwrap() }
 }
 
 fn recv(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> ReqId {
@@ -220,20 +223,6 @@ fn wildcards_and_non_overtaking() {
     }
     for (i, r) in reqs.into_iter().enumerate() {
         wait_on(&mut es, i % 2, r);
-    }
-}
-
-fn send_args(buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> SendArgs {
-    SendArgs {
-        buf: buf.as_ptr(),
-        len: buf.len(),
-        dst_world: dst,
-        ctx: 7,
-        src_rank,
-        tag,
-        sync,
-        dev: None,
-        note: None,
     }
 }
 

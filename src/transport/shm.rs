@@ -1212,15 +1212,21 @@ mod tests {
         assert!(seen);
     }
 
-    #[test]
-    fn cma_probe_on_self_process() {
-        // Two transports in one process: CMA to "peer" reads our own memory, which the kernel
-        // allows unless seccomp forbids process_vm_readv altogether.
-        let j = job("cma");
+    /// Two attached transports of one process with CMA asked for.
+    fn cma_pair(tag: &str) -> (ShmTransport, ShmTransport) {
+        let j = job(tag);
         let mut a = ShmTransport::create_with(&j, 0, 2, 4096, true).unwrap();
         let mut b = ShmTransport::create_with(&j, 1, 2, 4096, true).unwrap();
         a.attach_peers().unwrap();
         b.attach_peers().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn cma_probe_on_self_process() {
+        // Two transports in one process: CMA to "peer" reads our own memory, which the kernel
+        // allows unless seccomp forbids process_vm_readv altogether.
+        let (mut a, b) = cma_pair("cma");
         if a.can_read_remote(1) {
             let src = vec![42u8; 1000];
             let mut dst = vec![0u8; 1000];
@@ -1241,11 +1247,7 @@ mod tests {
     /// deliver the same bytes as the direct copy, at every near and far distance.
     #[test]
     fn near_copies_bounce_and_deliver_the_same_bytes() {
-        let j = job("near");
-        let mut a = ShmTransport::create_with(&j, 0, 2, 4096, true).unwrap();
-        let mut b = ShmTransport::create_with(&j, 1, 2, 4096, true).unwrap();
-        a.attach_peers().unwrap();
-        b.attach_peers().unwrap();
+        let (mut a, _b) = cma_pair("near");
         if !a.can_read_remote(1) {
             eprintln!("note: CMA unavailable in this environment; nothing to bounce");
             return;
