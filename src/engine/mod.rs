@@ -769,6 +769,45 @@ impl Engine {
         Ok(ReqId(sreq))
     }
 
+    /// A send that is complete as soon as it is in the transport, written there at once when
+    /// it can be: a standard eager send of host memory to another rank, no note, that fits
+    /// one frame, with nothing queued to that rank before it (so it cannot overtake an earlier
+    /// message), into free ring space. No request is made: the receiver needs the sender's
+    /// request only for an acknowledgement (synchronous sends) or to match later fragments,
+    /// and this message has neither. Returns whether it was sent; `false` leaves nothing
+    /// behind (the caller takes [`Engine::isend`]).
+    ///
+    /// # Safety
+    /// `a.buf .. a.buf + a.len` must be valid to read for the duration of the call.
+    pub unsafe fn send_now(&mut self, a: &SendArgs) -> bool {
+        if a.sync
+            || a.dev.is_some()
+            || a.note.is_some()
+            || a.len > self.eager_limit
+            || a.len > self.max_payload
+            || a.dst_world == self.st.me
+            || a.dst_world >= self.size
+            || !self.st.outq[a.dst_world].is_empty()
+        {
+            return false;
+        }
+        let hdr = Header {
+            kind: kind::EAGER,
+            ctx: a.ctx,
+            src_rank: a.src_rank,
+            tag: a.tag,
+            total: a.len as u64,
+            ..Default::default()
+        };
+        let data = if a.len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller guarantees a.buf..a.buf+a.len is readable.
+            unsafe { std::slice::from_raw_parts(a.buf, a.len) }
+        };
+        self.tp.try_send(a.dst_world, &hdr, data)
+    }
+
     /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)
     /// with `tag` (or `MPI_ANY_TAG`) on context `ctx`.
     ///
@@ -887,9 +926,15 @@ impl Engine {
     pub fn test(&mut self, req: ReqId) -> Option<Status> {
         if !self.is_done(req) {
             self.progress();
-            if !self.is_done(req) {
-                return None;
-            }
+        }
+        self.take(req)
+    }
+
+    /// [`Engine::test`] without the progress pass: the status of a completed request, which
+    /// is then released; `None` while incomplete.
+    pub fn take(&mut self, req: ReqId) -> Option<Status> {
+        if !self.is_done(req) {
+            return None;
         }
         self.st.reqs.remove(req.0).map(|r| r.status)
     }

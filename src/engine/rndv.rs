@@ -99,6 +99,7 @@ mod tests {
         Some(CopyRates {
             copy_gbps: copy,
             read_gbps: read,
+            near_read_gbps: read,
         })
     }
 

@@ -35,8 +35,8 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> ReqId {
-    let a = SendArgs {
+fn send_args(buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> SendArgs {
+    SendArgs {
         buf: buf.as_ptr(),
         len: buf.len(),
         dst_world: dst,
@@ -46,9 +46,12 @@ fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: b
         sync,
         dev: None,
         note: None,
-    };
+    }
+}
+
+fn send(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32, sync: bool) -> ReqId {
     // SAFETY: every test keeps `buf` alive until the request is waited for.
-    unsafe { e.isend(a).unwrap() }
+    unsafe { e.isend(send_args(buf, dst, src_rank, tag, sync)).unwrap() }
 }
 
 fn recv(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> ReqId {
@@ -220,6 +223,59 @@ fn wildcards_and_non_overtaking() {
     }
     for (i, r) in reqs.into_iter().enumerate() {
         wait_on(&mut es, i % 2, r);
+    }
+}
+
+/// A send written straight into the transport ([`Engine::send_now`]) keeps MPI's order: it
+/// is refused while anything to that rank is queued (a full channel, a rendezvous), and the
+/// receiver matches every message, with wildcards, in the order sent.
+#[test]
+fn sends_at_once_keep_order_behind_queued_ones() {
+    let mut es = group(3, 3, 64, true);
+    let bufs: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 1 + i as usize]).collect();
+    // SAFETY (every send_now below): the buffers outlive the calls.
+    unsafe {
+        // Refused, with nothing left behind: synchronous, longer than a frame, to itself.
+        assert!(!es[0].send_now(&send_args(&bufs[1], 2, 0, 1, true)));
+        assert!(!es[0].send_now(&send_args(&[0u8; 65], 2, 0, 1, false)));
+        assert!(!es[0].send_now(&send_args(&bufs[1], 0, 0, 1, false)));
+        assert_eq!(es[0].live_requests(), 0);
+        // Three fit the channel; the fourth does not and is queued by the ordinary path;
+        // then nothing may pass it.
+        for (i, b) in bufs.iter().enumerate().take(3) {
+            assert!(es[0].send_now(&send_args(b, 2, 0, i as i32, false)));
+        }
+        assert!(!es[0].send_now(&send_args(&bufs[3], 2, 0, 3, false)));
+    }
+    let queued = send(&mut es[0], &bufs[3], 2, 0, 3, false);
+    // SAFETY: as above.
+    assert!(!unsafe { es[0].send_now(&send_args(&bufs[4], 2, 0, 4, false)) });
+    let later = send(&mut es[0], &bufs[4], 2, 0, 4, false);
+    // Rank 1 writes at once too; the receiver's wildcards see each sender's order.
+    // SAFETY: as above.
+    assert!(unsafe { es[1].send_now(&send_args(&bufs[7], 2, 1, 9, false)) });
+    let mut from0 = vec![];
+    let mut got1 = false;
+    for _ in 0..6 {
+        let mut o = vec![0u8; 16];
+        let st = {
+            let r = recv(&mut es[2], &mut o, ANY_SRC, ANY_TAG);
+            wait_on(&mut es, 2, r)
+        };
+        if st.source == 1 {
+            assert_eq!((st.tag, &o[..st.bytes]), (9, &bufs[7][..]));
+            got1 = true;
+        } else {
+            assert_eq!(&o[..st.bytes], &bufs[st.tag as usize][..]);
+            from0.push(st.tag);
+        }
+    }
+    assert!(got1);
+    assert_eq!(from0, [0, 1, 2, 3, 4]);
+    wait_on(&mut es, 0, queued);
+    wait_on(&mut es, 0, later);
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
     }
 }
 

@@ -629,7 +629,7 @@ pub fn wait_request(req: Request) -> MpiResult<Status> {
     let mut out = None;
     wait_until(|rt| {
         let r = req.as_mut().unwrap();
-        match r.test(&mut rt.engine)? {
+        match r.test_after_progress(&mut rt.engine)? {
             Some(st) => {
                 out = Some(st);
                 Ok(true)

@@ -285,6 +285,20 @@ pub fn clear_predefined() {
     o.self_ = None;
 }
 
+/// MPI_COMM_WORLD's or MPI_COMM_SELF's object, borrowed (no reference count), while MPI runs
+/// and the set-once table holds it; `None` for any other handle (resolve it with [`comm`]).
+#[inline]
+pub fn predefined_comm(h: MPI_Comm) -> Option<&'static CommObj> {
+    let v = h as usize;
+    if (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize)
+        && PREDEFINED_LIVE.load(Ordering::Acquire)
+    {
+        let p = PREDEFINED.get()?;
+        return Some(&p[usize::from(v == c::MPI_COMM_SELF as usize)]);
+    }
+    None
+}
+
 /// Resolve a communicator handle (predefined or user) to its object.
 pub fn comm(h: MPI_Comm) -> MpiResult<Arc<CommObj>> {
     let v = h as usize;

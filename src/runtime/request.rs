@@ -212,13 +212,30 @@ impl Request {
     /// Test for completion. On completion the post step runs and the request becomes
     /// `Inactive` (persistent) or should be freed by the caller (`Ok(Some(..))`).
     pub fn test(&mut self, engine: &mut Engine) -> MpiResult<Option<Status>> {
+        self.test_with(engine, true)
+    }
+
+    /// [`Request::test`] for a caller that has just made progress (the wait loops, MPI_Test):
+    /// a point-to-point request is only looked at, not progressed a second time.
+    pub fn test_after_progress(&mut self, engine: &mut Engine) -> MpiResult<Option<Status>> {
+        self.test_with(engine, false)
+    }
+
+    fn test_with(&mut self, engine: &mut Engine, progress: bool) -> MpiResult<Option<Status>> {
         let st = match &mut self.kind {
             ReqKind::Inactive => return Ok(Some(Status::EMPTY)),
             ReqKind::Done(s) => *s,
-            ReqKind::Engine { id, .. } => match engine.test(*id) {
-                Some(s) => Status::from(s),
-                None => return Ok(None),
-            },
+            ReqKind::Engine { id, .. } => {
+                let s = if progress {
+                    engine.test(*id)
+                } else {
+                    engine.take(*id)
+                };
+                match s {
+                    Some(s) => Status::from(s),
+                    None => return Ok(None),
+                }
+            }
             ReqKind::Coll { .. } => {
                 self.advance(engine);
                 let ReqKind::Coll { result, .. } = &mut self.kind else {
@@ -240,10 +257,10 @@ impl Request {
                 sst,
             } => {
                 if rst.is_none() {
-                    *rst = recv.test(engine)?;
+                    *rst = recv.test_with(engine, progress)?;
                 }
                 if sst.is_none() {
-                    *sst = send.test(engine)?;
+                    *sst = send.test_with(engine, progress)?;
                 }
                 match (*rst, *sst) {
                     (Some(r), Some(s)) => Status {

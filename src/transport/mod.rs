@@ -24,6 +24,7 @@
 //! [`inproc::InprocTransport`] (in-process queues, for multi-rank tests with threads).
 
 pub mod inproc;
+pub mod near;
 pub mod net;
 pub mod route;
 pub mod shm;
@@ -63,6 +64,8 @@ pub struct CopyRates {
     pub copy_gbps: f64,
     /// The single-copy read ([`Transport::read_remote`]) by one core.
     pub read_gbps: f64,
+    /// The same read with its ends 16 bytes apart modulo the page ([`near`]).
+    pub near_read_gbps: f64,
 }
 
 /// A channel between the ranks of one job. See the module documentation.

@@ -62,7 +62,7 @@
 //! each peer with `process_vm_readv` on a known word; a peer whose probe fails (seccomp, ptrace
 //! policy, other PID namespace) is served by the pipelined path instead.
 
-use super::{CopyRates, Header, Transport, HEADER_BYTES};
+use super::{near, CopyRates, Header, Transport, HEADER_BYTES};
 use crate::mpi::error::{MpiError, MpiResult};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -304,6 +304,10 @@ pub struct ShmTransport {
     /// The ranks on this node (the others are reached over the network and never attached).
     local: Vec<bool>,
     rates: Option<CopyRates>,
+    /// Reads and writes whose ends are near each other modulo the page go through `bounce`
+    /// (this machine's near copies were measured slow: [`near`]).
+    bounce_near: bool,
+    bounce: Vec<u8>,
     max_payload: usize,
     next: usize,
 }
@@ -410,6 +414,8 @@ impl ShmTransport {
             own_cores: vec![false; size],
             local: vec![true; size],
             rates: None,
+            bounce_near: false,
+            bounce: Vec::new(),
             max_payload: 0,
             next: 0,
         })
@@ -568,6 +574,9 @@ impl ShmTransport {
         }
         if ncma > 0 {
             self.rates = measure_rates();
+            self.bounce_near = self
+                .rates
+                .is_some_and(|r| near::is_slow(r.read_gbps, r.near_read_gbps));
         }
         tracing::debug!(
             "shm: rank {}: copy rates {:?}, bound to one core of its own beside {} peers",
@@ -718,14 +727,6 @@ unsafe fn cma_read(pid: libc::pid_t, addr: u64, dst: &mut [u8]) -> bool {
     cma_copy(pid, addr, dst.as_mut_ptr(), dst.len(), false)
 }
 
-/// `process_vm_writev` of `src` to `addr` in process `pid`; true when fully written.
-///
-/// # Safety
-/// `src` is a valid local buffer; the remote range is the caller's business (the kernel checks it).
-unsafe fn cma_write(pid: libc::pid_t, addr: u64, src: &[u8]) -> bool {
-    cma_copy(pid, addr, src.as_ptr() as *mut u8, src.len(), true)
-}
-
 /// `len` bytes between `local` and `addr` in process `pid`: into `local` (`process_vm_readv`),
 /// or out of it when `write` (`process_vm_writev`, which only reads `local`); true when all
 /// were copied.
@@ -804,13 +805,78 @@ fn measure_rates() -> Option<CopyRates> {
     })?;
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
+    // The same read at distance zero modulo the page and at a near distance ([`near`]).
+    let mut far = vec![0u8; LEN + 4096];
+    let far_at = near::bounce_at(far.as_ptr() as usize, src.as_ptr() as usize + 2048);
+    let near_at = (far_at + 16) & 4095;
     let addr = src.as_ptr() as u64;
-    // SAFETY: dst is a valid local buffer; the remote range is src, alive in this process.
-    let read_gbps = best(&mut || unsafe { cma_read(me, addr, &mut dst) })?;
+    // SAFETY: far holds LEN bytes from either offset (both below 4096); the remote range is
+    // src, alive in this process.
+    let read_gbps = best(&mut || unsafe { cma_read(me, addr, &mut far[far_at..far_at + LEN]) })?;
+    // SAFETY: as above.
+    let near_read_gbps =
+        best(&mut || unsafe { cma_read(me, addr, &mut far[near_at..near_at + LEN]) })?;
     Some(CopyRates {
         copy_gbps,
         read_gbps,
+        near_read_gbps,
     })
+}
+
+/// The bytes a near read or write ([`near`]) is bounced through at a time.
+const BOUNCE_BYTES: usize = 256 << 10;
+
+impl ShmTransport {
+    /// A single copy between the local `local .. local + len` and `addr` in process `pid`
+    /// (into `local`, or out of it when `write`), through the bounce buffer when this machine's
+    /// near copies are slow and these ends are near.
+    ///
+    /// # Safety
+    /// As [`cma_copy`].
+    unsafe fn cma_copy_placed(
+        &mut self,
+        pid: libc::pid_t,
+        addr: u64,
+        local: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> bool {
+        let (dst, src) = if write {
+            (addr as usize, local as usize)
+        } else {
+            (local as usize, addr as usize)
+        };
+        if !self.bounce_near || len < near::NEAR || !near::is_near(dst, src) {
+            return cma_copy(pid, addr, local, len, write);
+        }
+        if self.bounce.is_empty() {
+            self.bounce = vec![0u8; BOUNCE_BYTES + 4096];
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(BOUNCE_BYTES);
+            let at = near::bounce_at(self.bounce.as_ptr() as usize, dst + done);
+            let b = self.bounce[at..at + n].as_mut_ptr();
+            let remote = addr + done as u64;
+            // SAFETY: b holds n bytes of the bounce buffer (at < 4096); local + done .. + n is
+            // in the caller's buffer; the remote range is the caller's contract.
+            let ok = if write {
+                std::ptr::copy_nonoverlapping(local.add(done), b, n);
+                cma_copy(pid, remote, b, n, true)
+            } else {
+                let ok = cma_copy(pid, remote, b, n, false);
+                if ok {
+                    std::ptr::copy_nonoverlapping(b, local.add(done), n);
+                }
+                ok
+            };
+            if !ok {
+                return false;
+            }
+            done += n;
+        }
+        true
+    }
 }
 
 impl ShmTransport {
@@ -973,8 +1039,17 @@ impl Transport for ShmTransport {
         if !self.cma[dst] {
             return false;
         }
-        // SAFETY: src is a valid local buffer; the remote range is the caller's contract.
-        let ok = unsafe { cma_write(self.pids[dst], addr, src) };
+        // SAFETY: src is a valid local buffer (only read: `write`); the remote range is the
+        // caller's contract.
+        let ok = unsafe {
+            self.cma_copy_placed(
+                self.pids[dst],
+                addr,
+                src.as_ptr() as *mut u8,
+                src.len(),
+                true,
+            )
+        };
         if !ok {
             tracing::debug!(
                 "shm: process_vm_writev to rank {dst} failed: {}",
@@ -993,7 +1068,9 @@ impl Transport for ShmTransport {
             return false;
         }
         // SAFETY: dst is a valid local buffer; the remote range validity is the caller's contract.
-        let ok = unsafe { cma_read(self.pids[src], addr, dst) };
+        let ok = unsafe {
+            self.cma_copy_placed(self.pids[src], addr, dst.as_mut_ptr(), dst.len(), false)
+        };
         if !ok {
             tracing::debug!(
                 "shm: process_vm_readv from rank {src} failed: {}",
@@ -1135,15 +1212,21 @@ mod tests {
         assert!(seen);
     }
 
-    #[test]
-    fn cma_probe_on_self_process() {
-        // Two transports in one process: CMA to "peer" reads our own memory, which the kernel
-        // allows unless seccomp forbids process_vm_readv altogether.
-        let j = job("cma");
+    /// Two attached transports of one process with CMA asked for.
+    fn cma_pair(tag: &str) -> (ShmTransport, ShmTransport) {
+        let j = job(tag);
         let mut a = ShmTransport::create_with(&j, 0, 2, 4096, true).unwrap();
         let mut b = ShmTransport::create_with(&j, 1, 2, 4096, true).unwrap();
         a.attach_peers().unwrap();
         b.attach_peers().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn cma_probe_on_self_process() {
+        // Two transports in one process: CMA to "peer" reads our own memory, which the kernel
+        // allows unless seccomp forbids process_vm_readv altogether.
+        let (mut a, b) = cma_pair("cma");
         if a.can_read_remote(1) {
             let src = vec![42u8; 1000];
             let mut dst = vec![0u8; 1000];
@@ -1157,5 +1240,42 @@ mod tests {
         }
         // One process: both "ranks" have the same affinity, so never a core each.
         assert!(!a.own_cores(1) && !b.own_cores(0));
+    }
+
+    /// Reads and writes whose ends are near modulo the page go through the bounce buffer
+    /// where the machine was measured slow at them, in pieces of the buffer's size, and
+    /// deliver the same bytes as the direct copy, at every near and far distance.
+    #[test]
+    fn near_copies_bounce_and_deliver_the_same_bytes() {
+        let (mut a, _b) = cma_pair("near");
+        if !a.can_read_remote(1) {
+            eprintln!("note: CMA unavailable in this environment; nothing to bounce");
+            return;
+        }
+        let r = a.copy_rates().expect("rates are measured where reads work");
+        assert!(r.near_read_gbps > 0.0, "{r:?}");
+        a.bounce_near = true;
+        let len = BOUNCE_BYTES + 5000;
+        let src: Vec<u8> = (0..len + 4096).map(|i| (i * 7 + 3) as u8).collect();
+        for d in [0usize, 8, 16, 40, 64, 2048] {
+            let mut dst = vec![0u8; len + 8192];
+            // A destination `d` bytes past the source modulo the page.
+            let at = near::bounce_at(dst.as_ptr() as usize, src.as_ptr() as usize + 2048) + d;
+            let out = &mut dst[at..at + len];
+            // SAFETY: src is alive in this process for the duration of the read.
+            assert!(unsafe { a.read_remote(1, src.as_ptr() as u64, out) });
+            assert!(out[..] == src[..len], "read at distance {d}");
+            assert_eq!(
+                near::is_near(out.as_ptr() as usize, src.as_ptr() as usize),
+                (1..near::NEAR).contains(&d)
+            );
+            let mut back = vec![0u8; len + 4096];
+            let wat = near::bounce_at(back.as_ptr() as usize, out.as_ptr() as usize + 2048) + d;
+            let to = back.as_mut_ptr() as u64 + wat as u64;
+            // SAFETY: back is alive in this process and holds len bytes from wat.
+            assert!(unsafe { a.write_remote(1, to, out) });
+            assert!(back[wat..wat + len] == src[..len], "write at distance {d}");
+        }
+        assert_eq!(a.bounce.len(), BOUNCE_BYTES + 4096);
     }
 }

@@ -265,6 +265,9 @@ unsafe fn blocking_send(
     cm: MPI_Comm,
     mode: Mode,
 ) -> MpiResult<()> {
+    if matches!(mode, Mode::Standard | Mode::Ready) && send_at_once(buf, count, dt, dest, tag, cm) {
+        return Ok(());
+    }
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     if mode == Mode::Buffered {
         // The data is copied at the start: let it complete in the background.
@@ -276,6 +279,57 @@ unsafe fn blocking_send(
         });
     }
     status_result(start_wait(|rt| start_send(&mut rt.engine, &s))?)
+}
+
+/// The blocking send that completes the moment it is in the transport, without a request:
+/// a small contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF
+/// to another rank, when the engine can write it into the ring at once
+/// ([`Engine::send_now`]). Resolves nothing through a registry and classifies the buffer once.
+/// Returns whether it was sent; `false` for anything else (including every erroneous call,
+/// which the general path then reports), with nothing done.
+unsafe fn send_at_once(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> bool {
+    let (Some(comm), Some(d)) = (
+        crate::runtime::objects::predefined_comm(cm),
+        types::predefined(dt),
+    ) else {
+        return false;
+    };
+    let Ok(count) = check_count(count) else {
+        return false;
+    };
+    let len = d.desc.packed_size(count);
+    if !d.desc.is_contiguous(count)
+        || check_send_tag(tag).is_err()
+        || !matches!(check_peer(comm, dest, false), Ok(Some(_)))
+        || types::check_buf(buf, count, d, "the send buffer").is_err()
+    {
+        return false;
+    }
+    let data = (buf as *const u8).wrapping_offset(d.desc.true_lb());
+    if len > 0 && crate::gpu::is_device(data) {
+        return false;
+    }
+    let a = SendArgs {
+        buf: data,
+        len,
+        dst_world: comm.world_rank(dest as usize),
+        ctx: comm.ctx,
+        src_rank: comm.rank as i32,
+        tag,
+        sync: false,
+        dev: None,
+        note: None,
+    };
+    // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics), so
+    // data..data+len is readable during the call.
+    runtime::with(|rt| Ok(unsafe { rt.engine.send_now(&a) })).unwrap_or(false)
 }
 
 unsafe fn nonblocking_send(

@@ -15,7 +15,8 @@ fn is_null(h: MPI_Request) -> bool {
     h == c::MPI_REQUEST_NULL
 }
 
-/// Test one request handle; on completion frees it (non-persistent) and sets the handle to NULL.
+/// Test one request handle, right after a progress pass (every caller makes one); on
+/// completion frees it (non-persistent) and sets the handle to NULL.
 pub fn test_one(rt: &mut Runtime, h: &mut MPI_Request) -> MpiResult<Option<Status>> {
     if is_null(*h) {
         return Ok(Some(Status::EMPTY));
@@ -27,7 +28,7 @@ pub fn test_one(rt: &mut Runtime, h: &mut MPI_Request) -> MpiResult<Option<Statu
             "invalid request handle {key:#x} (freed, completed, or not a request)"
         )
     };
-    let res = r.test(&mut rt.engine);
+    let res = r.test_after_progress(&mut rt.engine);
     let persistent = r.is_persistent();
     if matches!(&res, Err(_) | Ok(Some(Status { error: 1.., .. }))) {
         crate::abi::errh::failed_request_on(r.comm.clone());
