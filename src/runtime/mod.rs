@@ -305,9 +305,7 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
                 ))
             })
     };
-    let limit = std::time::Duration::from_secs(
-        crate::config::get_usize("GPUMPI_NET_ACCEPT_TIMEOUT").max(1) as u64 + 5,
-    );
+    let limit = crate::config::snapshot().net.accept_timeout + std::time::Duration::from_secs(5);
     let mut frames = NetFrames::connect(
         net,
         dev,
@@ -464,7 +462,10 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 node_of: map.node_of.clone(),
                 rail_of,
             };
-            let mode = crate::topo::pxn::Mode::parse(crate::config::get("GPUMPI_PXN").as_deref())
+            let mode = cfg
+                .net
+                .pxn
+                .clone()
                 .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
             let pxn = layout.enabled(mode);
             let hops = crate::topo::pxn::routes(&layout, rank, pxn);
@@ -501,7 +502,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
         }
         _ => None,
     };
-    let mid_max = crate::config::get_usize("GPUMPI_SHM_MID_MAX");
+    let mid_max = cfg.shm.mid_max;
     let mid = match engine.coll_scratch() {
         Some((bases, cap)) if flag.is_some() && mid_max > 0 && cap > 0 => {
             let bases: &'static [usize] = Box::leak(bases.into_boxed_slice());

@@ -233,7 +233,9 @@ fn seg_len(size: usize, ring: usize, scratch: usize) -> usize {
 /// Data bytes of the collective scratch area from `GPUMPI_SHM_SCRATCH_BYTES` (0: none), a
 /// multiple of 4 KiB, at most 1 GiB.
 pub fn configured_scratch_bytes() -> usize {
-    crate::config::get_usize("GPUMPI_SHM_SCRATCH_BYTES")
+    crate::config::snapshot()
+        .shm
+        .scratch_bytes
         .min(1 << 30)
         .next_multiple_of(PAGE)
 }
