@@ -189,7 +189,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_COLL",
         default: "auto",
-        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). An attempt costs one small host allgather per blocking call of those collectives (also with host buffers, because ranks agree on the path together).",
+        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). The ranks agree on the path together: on one node, a rank whose buffers are host memory and that has never passed device memory to a collective does not wait for that agreement (`src/engine/agree.rs`, `src/engine/agree/words.rs`; a communicator's first such call is one small allgather); ranks with device buffers agree through shared memory, then the path's own exchanges.",
         same_on_every_rank: true,
     },
     Param {
@@ -578,7 +578,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
-        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (4352 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
+        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `8192 + (ranks - 1) x (4352 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
         same_on_every_rank: false,
     },
     Param {
@@ -798,6 +798,19 @@ pub fn get_bool(name: &str) -> bool {
     Vars(environ).bool(name)
 }
 
+/// A size: an unsigned integer with an optional suffix k, m or g (powers of 1024), blanks
+/// around it allowed; `None` when it is not one or overflows.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mul) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1usize << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (&s[..], 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
 /// The process environment's value of `name`.
 fn environ(name: &str) -> Option<String> {
     std::env::var(name).ok()
@@ -822,16 +835,7 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     /// used.
     fn usize(&self, name: &str) -> usize {
         let p = lookup(name);
-        let parse = |s: &str| -> Option<usize> {
-            let s = s.trim().to_ascii_lowercase();
-            let (num, mul) = match s.chars().last()? {
-                'k' => (&s[..s.len() - 1], 1usize << 10),
-                'm' => (&s[..s.len() - 1], 1 << 20),
-                'g' => (&s[..s.len() - 1], 1 << 30),
-                _ => (&s[..], 1),
-            };
-            num.parse::<usize>().ok()?.checked_mul(mul)
-        };
+        let parse = parse_size;
         if let Some(v) = (self.0)(name) {
             if let Some(x) = parse(&v) {
                 return x;
