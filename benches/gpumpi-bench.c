@@ -22,13 +22,15 @@
 /* ------------------------------------------------------------- options */
 
 static struct {
-    int op, type, redop, root, warmup, iters, blocking, check, window, cuda, nccl, inject, vmm;
+    int op, type, redop, root, warmup, iters, blocking, check, window, cuda, nccl, inject, vmm, dup;
     size_t minb, maxb, factor;
     const char *csv, *json, *label;
 } O = { BU_OP_ALLREDUCE, BU_FLOAT, BU_SUM, 0, 5, 20, 1, 1, 64, 0, 0,
-        0, 0, 8, 1 << 20, 2, NULL, NULL, NULL };
+        0, 0, 0, 8, 1 << 20, 2, NULL, NULL, NULL };
 
 static int rank, nranks;
+/* The communicator of the MPI operations (-C): MPI_COMM_WORLD or a dup of it. */
+static MPI_Comm bench_comm;
 
 static void usage(FILE *f)
 {
@@ -52,6 +54,8 @@ static void usage(FILE *f)
 "  -c 0|1      validate results                               (1)\n"
 "  -W n        window of nonblocking sends for bw/bibw        (64)\n"
 "  -B backend  mpi | nccl                                     (mpi)\n"
+"  -C comm     world | dup: the MPI operations run on MPI_COMM_WORLD\n"
+"              or on a communicator duplicated from it    (world)\n"
 "  -L label    backend label for CSV/JSON                     (mpi|nccl)\n"
 "  --csv FILE  --json FILE   also write results there (rank 0)\n"
 "  --inject-error  corrupt one output element per size (tests the validation)\n"
@@ -110,6 +114,10 @@ static int parse_args(int argc, char **argv)
             else if (!strcmp(v, "cuda")) O.cuda = 1;
             else if (!strcmp(v, "vmm")) O.cuda = O.vmm = 1;
             else if (!strcmp(v, "vmm-nohandle")) { O.cuda = 1; O.vmm = 2; }
+            else bad = 1;
+        } else if (!strcmp(a, "-C")) {
+            if (!strcmp(v, "world")) O.dup = 0;
+            else if (!strcmp(v, "dup")) O.dup = 1;
             else bad = 1;
         } else if (!strcmp(a, "-B")) {
             if (!strcmp(v, "mpi")) O.nccl = 0;
@@ -546,7 +554,7 @@ static void issue(const opctx *c)
         }
         return;
     }
-    MPI_Comm w = MPI_COMM_WORLD;
+    MPI_Comm w = bench_comm;
     switch (c->k) {
     case BU_OP_PINGPONG:
         if (rank == 0) { MPI_Send(s, ic, c->dt, 1, 1, w); MPI_Recv(r, ic, c->dt, 1, 1, w, MPI_STATUS_IGNORE); }
@@ -970,6 +978,8 @@ int main(int argc, char **argv)
     double exec_to_init = since_exec();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    bench_comm = MPI_COMM_WORLD;
+    if (O.dup) MPI_Comm_dup(MPI_COMM_WORLD, &bench_comm);
 
     int needs_pair = O.op == BU_OP_PINGPONG || O.op == BU_OP_BW || O.op == BU_OP_BIBW;
     if ((needs_pair || O.op == BU_OP_FIRSTCALL) && nranks < 2) {

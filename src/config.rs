@@ -189,7 +189,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_COLL",
         default: "auto",
-        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). An attempt costs one small host allgather per blocking call of those collectives (also with host buffers, because ranks agree on the path together).",
+        doc: "GPU-native collectives: `MPI_Allreduce`, `MPI_Alltoall`, `MPI_Allgather`, `MPI_Bcast`, `MPI_Reduce`, `MPI_Reduce_scatter_block` (blocking) run as kernels over CUDA IPC mappings (or, with `GPUMPI_CUDA_IPC=0` or without peer access, through pinned shared host memory) when every rank passes contiguous device buffers (docs/GPU.md). `auto`: attempted on nodes with an NVIDIA driver (`/dev/nvidiactl` exists); `1`: always attempted; `0`: never (device buffers are staged). A library built without its CUDA kernels (no nvcc at build time) never attempts them, whatever the setting (logged at `GPUMPI_DEBUG=1`). The ranks agree on the path together: on one node, a rank whose buffers are host memory and that has never passed device memory to a collective does not wait for that agreement (`src/engine/agree.rs`, `src/engine/agree/words.rs`; a communicator's first such call is one small allgather); ranks with device buffers agree through shared memory, then the path's own exchanges.",
         same_on_every_rank: true,
     },
     Param {
@@ -578,7 +578,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_SHM_RING_BYTES",
         default: "128k",
-        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `4096 + (ranks - 1) x (4352 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
+        doc: "Bytes of each shared-memory ring (one ring per sender in every rank's inbox), rounded up to a power of two, at least 1k. Per-rank segment: `8192 + (ranks - 1) x (4352 + ring bytes)`, plus the scratch area (`GPUMPI_SHM_SCRATCH_BYTES`); it never grows with traffic.",
         same_on_every_rank: false,
     },
     Param {
@@ -784,46 +784,87 @@ pub fn given(name: &str) -> Option<String> {
 
 /// The value of a registered variable, or its default; `None` when both are empty.
 pub fn get(name: &str) -> Option<String> {
-    let p = lookup(name);
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if !p.default.is_empty() => Some(p.default.to_string()),
-        _ => None,
-    }
+    Vars(environ).get(name)
 }
 
 /// A registered variable parsed as an unsigned integer; accepts suffixes k, m, g (powers of 1024).
 /// An unparsable value falls back to the default (and the fallback is logged).
 pub fn get_usize(name: &str) -> usize {
-    let p = lookup(name);
-    let parse = |s: &str| -> Option<usize> {
-        let s = s.trim().to_ascii_lowercase();
-        let (num, mul) = match s.chars().last()? {
-            'k' => (&s[..s.len() - 1], 1usize << 10),
-            'm' => (&s[..s.len() - 1], 1 << 20),
-            'g' => (&s[..s.len() - 1], 1 << 30),
-            _ => (&s[..], 1),
-        };
-        num.parse::<usize>().ok()?.checked_mul(mul)
-    };
-    if let Ok(v) = std::env::var(name) {
-        if let Some(x) = parse(&v) {
-            return x;
-        }
-        tracing::warn!(
-            "{name}={v:?} is not a number; using the default {:?}",
-            p.default
-        );
-    }
-    parse(p.default).unwrap_or(0)
+    Vars(environ).usize(name)
 }
 
 /// A registered variable as a boolean: 1/true/yes/on are true, 0/false/no/off/empty are false.
 pub fn get_bool(name: &str) -> bool {
-    matches!(
-        get(name).map(|v| v.to_ascii_lowercase()),
-        Some(ref v) if v == "1" || v == "true" || v == "yes" || v == "on"
-    )
+    Vars(environ).bool(name)
+}
+
+/// A size: an unsigned integer with an optional suffix k, m or g (powers of 1024), blanks
+/// around it allowed; `None` when it is not one or overflows.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mul) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1usize << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (&s[..], 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// The process environment's value of `name`.
+fn environ(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Registered variables read from one source: the process environment ([`environ`]) or, in
+/// tests, a table.
+struct Vars<F: Fn(&str) -> Option<String>>(F);
+
+impl<F: Fn(&str) -> Option<String>> Vars<F> {
+    /// The value, or the default; `None` when both are empty.
+    fn get(&self, name: &str) -> Option<String> {
+        let p = lookup(name);
+        match (self.0)(name) {
+            Some(v) if !v.is_empty() => Some(v),
+            _ if !p.default.is_empty() => Some(p.default.to_string()),
+            _ => None,
+        }
+    }
+
+    /// An unsigned integer with suffixes k, m, g; an unparsable value is logged and the default
+    /// used.
+    fn usize(&self, name: &str) -> usize {
+        let p = lookup(name);
+        let parse = parse_size;
+        if let Some(v) = (self.0)(name) {
+            if let Some(x) = parse(&v) {
+                return x;
+            }
+            tracing::warn!(
+                "{name}={v:?} is not a number; using the default {:?}",
+                p.default
+            );
+        }
+        parse(p.default).unwrap_or(0)
+    }
+
+    /// 1/true/yes/on are true, 0/false/no/off/empty are false.
+    fn bool(&self, name: &str) -> bool {
+        matches!(
+            self.get(name).map(|v| v.to_ascii_lowercase()),
+            Some(ref v) if v == "1" || v == "true" || v == "yes" || v == "on"
+        )
+    }
+
+    /// Seconds, at least 1.
+    fn secs(&self, name: &str) -> std::time::Duration {
+        std::time::Duration::from_secs(self.usize(name).max(1) as u64)
+    }
+
+    /// Not `0` (unset: the default).
+    fn not_zero(&self, name: &str) -> bool {
+        self.get(name).as_deref() != Some("0")
+    }
 }
 
 /// The configuration of this process: every variable the library acts on after MPI_Init, read
@@ -837,6 +878,7 @@ pub struct Config {
     pub coll: CollConfig,
     pub cuda: CudaConfig,
     pub gpu: GpuConfig,
+    pub net: NetConfig,
 }
 
 /// The shared-memory transport and its flag collectives.
@@ -852,6 +894,10 @@ pub struct ShmConfig {
     pub cma_share: bool,
     /// `GPUMPI_SHM_COLL_MAX`.
     pub coll_max: usize,
+    /// `GPUMPI_SHM_MID_MAX` (0: the scratch-area path is off).
+    pub mid_max: usize,
+    /// `GPUMPI_SHM_SCRATCH_BYTES` as given (the transport rounds and caps it).
+    pub scratch_bytes: usize,
 }
 
 /// Point-to-point protocols, host and device.
@@ -943,10 +989,101 @@ pub struct GpuConfig {
     pub small_copy: usize,
 }
 
+/// The network between nodes, the rails and PXN: used when a job spans nodes.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// `GPUMPI_NET`, trimmed; `None` when unset, empty or `auto` (the first backend that opens).
+    /// The backends' table (`transport::net`) refuses a name it does not know.
+    pub backend: Option<String>,
+    /// `GPUMPI_IBVERBS_LIB`; unset: `libibverbs.so.1` from the loader's search path.
+    pub ibverbs_lib: String,
+    /// `GPUMPI_RAIL`: `Ok(None)` when unset; `Err` names a value that is not a rail number.
+    pub rail: Result<Option<usize>, String>,
+    /// `GPUMPI_TOPO_FILE`: the topology file's path (read and parsed by `topo::rail`).
+    pub topo_file: Option<String>,
+    /// `GPUMPI_PXN`; `Err` names a value that is not `auto`, `0` or `1`.
+    pub pxn: Result<Pxn, String>,
+    /// `GPUMPI_NET_ACCEPT_TIMEOUT` and `GPUMPI_NET_CONNECT_TIMEOUT`, at least 1 s.
+    pub accept_timeout: std::time::Duration,
+    pub connect_timeout: std::time::Duration,
+    /// `GPUMPI_NET_FAMILY` as given (`""` when unset; the backends parse it into their family
+    /// type and refuse other values), `GPUMPI_NET_IFNAME`.
+    pub family: String,
+    pub ifname: Option<String>,
+    /// `GPUMPI_NET_TCP_THREADS`, `GPUMPI_NET_TCP_SOCKS` (the TCP backend checks their range).
+    pub tcp_threads: usize,
+    pub tcp_socks: usize,
+    /// `GPUMPI_IB_HCA`.
+    pub ib_hca: Option<String>,
+    /// `GPUMPI_IB_GID_INDEX`: `Ok(None)` for unset or `auto`; `Err` names a value that is not an
+    /// index.
+    pub ib_gid_index: Result<Option<i32>, String>,
+    /// `GPUMPI_IB_MTU` as given (the backend maps it to the verbs' enum and refuses other sizes).
+    pub ib_mtu: Option<String>,
+    /// `GPUMPI_IB_QPS_PER_CONN`.
+    pub ib_qps: usize,
+    /// `GPUMPI_IB_RELAXED_ORDERING`, `GPUMPI_IB_GDR`, `GPUMPI_IB_GDR_FLUSH` as given (`""` unset).
+    pub ib_relaxed_ordering: String,
+    pub ib_gdr: String,
+    pub ib_gdr_flush: String,
+}
+
+/// `GPUMPI_PXN`: whether off-node traffic is forwarded by the rank on the destination's rail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pxn {
+    /// On where it helps (`topo::pxn::Layout::helps`).
+    Auto,
+    Off,
+    On,
+}
+
+impl Pxn {
+    /// `auto` (or unset), `0`/`off`, `1`/`on`; anything else is an error naming the value.
+    pub fn parse(v: Option<&str>) -> Result<Pxn, String> {
+        match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+            None | Some("") | Some("auto") => Ok(Pxn::Auto),
+            Some("0") | Some("off") | Some("no") => Ok(Pxn::Off),
+            Some("1") | Some("on") | Some("yes") => Ok(Pxn::On),
+            Some(other) => Err(format!("GPUMPI_PXN={other:?}: expected auto, 0 or 1")),
+        }
+    }
+}
+
+/// `GPUMPI_RAIL`: a rail number (surrounding blanks allowed), `None` when unset or blank.
+pub fn parse_rail(v: Option<&str>) -> Result<Option<usize>, String> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => v
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| format!("GPUMPI_RAIL={v:?} is not a rail number")),
+    }
+}
+
+/// `GPUMPI_IB_GID_INDEX`: `None` for unset or `auto`, else an index.
+fn parse_gid_index(v: Option<&str>) -> Result<Option<i32>, String> {
+    match v.map(str::trim).unwrap_or_default() {
+        "" | "auto" => Ok(None),
+        g => g
+            .parse::<i32>()
+            .map(Some)
+            .map_err(|_| format!("ib: GPUMPI_IB_GID_INDEX={g}: expected auto or an index")),
+    }
+}
+
 impl Config {
     /// Read every variable of the configuration from the environment.
     pub fn from_env() -> Config {
-        let not_zero = |name: &str| get(name).as_deref() != Some("0");
+        Config::from_vars(environ)
+    }
+
+    /// Read every variable of the configuration from `var` (the environment's value of a name).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Config {
+        let v = Vars(var);
+        let get = |n: &str| v.get(n);
+        let get_usize = |n: &str| v.usize(n);
+        let get_bool = |n: &str| v.bool(n);
+        let not_zero = |n: &str| v.not_zero(n);
         Config {
             shm: ShmConfig {
                 ring_bytes: get_usize("GPUMPI_SHM_RING_BYTES"),
@@ -954,6 +1091,8 @@ impl Config {
                 cma_min: get("GPUMPI_SHM_CMA_MIN").map(|_| get_usize("GPUMPI_SHM_CMA_MIN")),
                 cma_share: get_bool("GPUMPI_SHM_CMA_SHARE"),
                 coll_max: get_usize("GPUMPI_SHM_COLL_MAX"),
+                mid_max: get_usize("GPUMPI_SHM_MID_MAX"),
+                scratch_bytes: get_usize("GPUMPI_SHM_SCRATCH_BYTES"),
             },
             p2p: P2pConfig {
                 eager_limit: get_usize("GPUMPI_EAGER_LIMIT"),
@@ -1002,6 +1141,29 @@ impl Config {
                 resident_max: get_usize("GPUMPI_GPU_RESIDENT_MAX"),
                 resident_tuning: get("GPUMPI_GPU_RESIDENT_TUNING"),
                 small_copy: get_usize("GPUMPI_GPU_SMALL_COPY"),
+            },
+            net: NetConfig {
+                backend: get("GPUMPI_NET")
+                    .map(|b| b.trim().to_string())
+                    .filter(|b| !b.is_empty() && b != "auto"),
+                ibverbs_lib: get("GPUMPI_IBVERBS_LIB")
+                    .unwrap_or_else(|| "libibverbs.so.1".to_string()),
+                rail: parse_rail(get("GPUMPI_RAIL").as_deref()),
+                topo_file: get("GPUMPI_TOPO_FILE"),
+                pxn: Pxn::parse(get("GPUMPI_PXN").as_deref()),
+                accept_timeout: v.secs("GPUMPI_NET_ACCEPT_TIMEOUT"),
+                connect_timeout: v.secs("GPUMPI_NET_CONNECT_TIMEOUT"),
+                family: get("GPUMPI_NET_FAMILY").unwrap_or_default(),
+                ifname: get("GPUMPI_NET_IFNAME"),
+                tcp_threads: get_usize("GPUMPI_NET_TCP_THREADS"),
+                tcp_socks: get_usize("GPUMPI_NET_TCP_SOCKS"),
+                ib_hca: get("GPUMPI_IB_HCA"),
+                ib_gid_index: parse_gid_index(get("GPUMPI_IB_GID_INDEX").as_deref()),
+                ib_mtu: get("GPUMPI_IB_MTU"),
+                ib_qps: get_usize("GPUMPI_IB_QPS_PER_CONN"),
+                ib_relaxed_ordering: get("GPUMPI_IB_RELAXED_ORDERING").unwrap_or_default(),
+                ib_gdr: get("GPUMPI_IB_GDR").unwrap_or_default(),
+                ib_gdr_flush: get("GPUMPI_IB_GDR_FLUSH").unwrap_or_default(),
             },
         }
     }
@@ -1190,6 +1352,85 @@ mod tests {
         for p in PARAMS.iter().filter(|p| p.same_on_every_rank) {
             assert!(mine.contains(&format!("{}=", p.name)), "{}", p.name);
         }
+    }
+
+    /// The network, rail, PXN and shared-memory scratch settings are parsed into the snapshot:
+    /// defaults when unset, the values given, and a bad value refused (an error naming it, or
+    /// the default for a size that is not a number, as for every size).
+    #[test]
+    fn snapshot_parses_the_network_and_scratch_settings() {
+        let with = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Config::from_vars(move |n| vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+        };
+        let d = with(&[]);
+        assert_eq!(d.net.backend, None);
+        assert_eq!(d.net.rail, Ok(None));
+        assert_eq!(d.net.topo_file, None);
+        assert_eq!(d.net.pxn, Ok(Pxn::Auto));
+        assert_eq!(d.net.accept_timeout, std::time::Duration::from_secs(30));
+        assert_eq!(d.net.ibverbs_lib, "libibverbs.so.1");
+        assert_eq!(d.shm.mid_max, 1 << 20);
+        assert_eq!(d.shm.scratch_bytes, 256 << 10);
+
+        let c = with(&[
+            ("GPUMPI_NET", " tcp "),
+            ("GPUMPI_RAIL", " 3 "),
+            ("GPUMPI_TOPO_FILE", "/etc/topo.txt"),
+            ("GPUMPI_PXN", "on"),
+            ("GPUMPI_NET_ACCEPT_TIMEOUT", "7"),
+            ("GPUMPI_SHM_MID_MAX", "64k"),
+            ("GPUMPI_SHM_SCRATCH_BYTES", "0"),
+            ("GPUMPI_IBVERBS_LIB", "/opt/fake/libibverbs.so"),
+            ("GPUMPI_IB_GID_INDEX", "auto"),
+        ]);
+        assert_eq!(c.net.backend.as_deref(), Some("tcp"));
+        assert_eq!(c.net.rail, Ok(Some(3)));
+        assert_eq!(c.net.topo_file.as_deref(), Some("/etc/topo.txt"));
+        assert_eq!(c.net.pxn, Ok(Pxn::On));
+        assert_eq!(c.net.accept_timeout, std::time::Duration::from_secs(7));
+        assert_eq!(c.shm.mid_max, 64 << 10);
+        assert_eq!(c.shm.scratch_bytes, 0);
+        assert_eq!(c.net.ibverbs_lib, "/opt/fake/libibverbs.so");
+        assert_eq!(c.net.ib_gid_index, Ok(None));
+        assert_eq!(with(&[("GPUMPI_NET", "auto")]).net.backend, None);
+        assert_eq!(with(&[("GPUMPI_PXN", "0")]).net.pxn, Ok(Pxn::Off));
+        assert_eq!(
+            with(&[("GPUMPI_NET_ACCEPT_TIMEOUT", "0")])
+                .net
+                .accept_timeout,
+            std::time::Duration::from_secs(1)
+        );
+
+        let bad = with(&[
+            ("GPUMPI_RAIL", "two"),
+            ("GPUMPI_PXN", "2"),
+            ("GPUMPI_NET_ACCEPT_TIMEOUT", "soon"),
+            ("GPUMPI_SHM_MID_MAX", "lots"),
+            ("GPUMPI_SHM_SCRATCH_BYTES", "-1"),
+            ("GPUMPI_IBVERBS_LIB", ""),
+            ("GPUMPI_IB_GID_INDEX", "first"),
+        ]);
+        assert_eq!(
+            bad.net.rail,
+            Err("GPUMPI_RAIL=\"two\" is not a rail number".to_string())
+        );
+        assert_eq!(
+            bad.net.pxn,
+            Err("GPUMPI_PXN=\"2\": expected auto, 0 or 1".to_string())
+        );
+        assert!(bad
+            .net
+            .ib_gid_index
+            .unwrap_err()
+            .contains("GPUMPI_IB_GID_INDEX=first"));
+        assert_eq!(bad.net.accept_timeout, d.net.accept_timeout);
+        assert_eq!(bad.shm.mid_max, d.shm.mid_max);
+        assert_eq!(bad.shm.scratch_bytes, d.shm.scratch_bytes);
+        assert_eq!(bad.net.ibverbs_lib, "libibverbs.so.1");
     }
 
     #[test]

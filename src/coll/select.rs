@@ -34,14 +34,7 @@ pub struct Row {
 }
 
 fn parse_num(s: &str) -> Option<usize> {
-    let s = s.to_ascii_lowercase();
-    let (num, mul) = match s.chars().last()? {
-        'k' => (&s[..s.len() - 1], 1usize << 10),
-        'm' => (&s[..s.len() - 1], 1 << 20),
-        'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (&s[..], 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(mul)
+    crate::config::parse_size(s)
 }
 
 pub(crate) fn parse_cond(tok: &str) -> Option<Cond> {

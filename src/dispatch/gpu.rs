@@ -9,13 +9,14 @@ use super::internal::{
 };
 use super::{run_blocking, run_numbered};
 use crate::coll::CollKind;
+use crate::engine::agree::words::{self as words, Words};
 use crate::engine::agree::{self, Role};
 use crate::engine::collcheck::{
     agreement_fields, agreement_words, disagreed, mismatch_error, CallNo, Outer, Path as CheckPath,
     Record, Watch, AGREEMENT_WORDS,
 };
 use crate::gpu::call::{Call, Shape};
-use crate::gpu::comm::RECORD_MAX;
+use crate::gpu::comm::{Host, RECORD_MAX};
 use crate::gpu::kernels::{KOp, KType};
 use crate::gpu::path::GpuPath;
 use crate::mpi::error::{MpiError, MpiResult};
@@ -381,16 +382,57 @@ fn world_slots(spec: &CollSpec) -> Option<crate::engine::flag::Slots> {
     runtime::world_flag()
 }
 
+/// The agreement words where the ranks of `spec`'s communicator agree through them
+/// (`engine::agree::words`): a communicator other than MPI_COMM_WORLD on one node whose context
+/// id has a word.
+fn comm_words(spec: &CollSpec) -> Option<Words> {
+    if spec.comm.ctx == 0 || !spec.comm.one_node {
+        return None;
+    }
+    runtime::agree_words().filter(|w| w.covers(spec.comm.ctx, &spec.comm.peers))
+}
+
+/// The agreement of a call on a communicator other than MPI_COMM_WORLD through the words
+/// (`engine::agree::words`, `role` [`Role::Tell`] or [`Role::Round`]): whether every rank
+/// passes device memory. The communicator's first such call exchanges every member's last
+/// number (one allgather, which is also that call's agreement).
+fn agree_on_words(host: &GpuHost, w: Words, role: Role, device: bool) -> MpiResult<bool> {
+    let c = host.call.as_ref().expect("inside a call");
+    let comm = host.comm;
+    let (me, st) = (comm.peers[comm.rank], &comm.agree);
+    let no = host.next_no()?.expect("inside a call");
+    let Some(v) = st.number(no) else {
+        let mine = w.last(me, comm.ctx) >> 1 << 1 | device as u64;
+        let all = host.allgather(&mine.to_le_bytes())?;
+        let all: Vec<u64> = all
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        return Ok(st.start(&all));
+    };
+    if role == Role::Tell {
+        w.tell(me, comm.ctx, v);
+        return Ok(false);
+    }
+    let mut watch = c.watch.borrow_mut();
+    let mut idle = idle_with(w.is_oversubscribed(), watch.as_mut());
+    let r = w.round(me, comm.ctx, &comm.peers, v, st, &mut idle);
+    drop(idle);
+    r.map_err(|e| check_refine(watch.as_ref(), e))
+}
+
 /// Run an eligible call, number `no` of its communicator, on GPU path `path`. `Ok(false)`:
 /// declined on every rank (the agreement round, the descriptor exchange, the resident
 /// kernels' ok bits).
 ///
 /// On MPI_COMM_WORLD the ranks agree in a round of the flag slots, which a rank that has never
 /// passed device memory to a collective does not wait for (`engine::agree`: it skips a call
-/// the flag slots serve, and tells its "no" in a larger one); a path whose communicator state
-/// is ready (the resident kernels) agrees by itself, and so do larger calls once a round found
-/// that every rank has seen device memory. On other communicators the GPU path's own
-/// exchanges agree.
+/// the flag slots serve, and tells its "no" in a larger one). On other communicators of one
+/// node they agree through the words (`engine::agree::words`): a rank whose buffers are host
+/// memory tells its "no" with one store and goes on. A path whose communicator state is ready
+/// (the resident kernels) agrees by itself, and so do calls once a round found that every rank
+/// has seen (world, larger calls) or passes (other communicators) device memory; so do
+/// communicators without words (a context id above `words::CTXS`).
 pub(super) unsafe fn run(path: &dyn GpuPath, spec: &CollSpec, no: CallNo) -> MpiResult<bool> {
     let Some(red) = gpu_call(spec) else {
         return Ok(false);
@@ -404,20 +446,35 @@ pub(super) unsafe fn run(path: &dyn GpuPath, spec: &CollSpec, no: CallNo) -> Mpi
     let small = world.is_some() && flag_eligible(spec).is_some();
     let mut ready = None;
     let mut is_ready = || *ready.get_or_insert_with(|| path.ready(&spec.comm.gpu));
-    let role = match world {
-        Some(_) => agree::role(
+    let comm_words = match world {
+        Some(_) => None,
+        None => comm_words(spec),
+    };
+    let role = match (world, comm_words) {
+        (Some(_), _) => agree::role(
             small,
             local.device.is_some(),
             state.seen(),
             &mut is_ready,
             state.stable(),
         ),
-        None => Role::Trust,
+        (None, Some(_)) => words::comm_role(
+            local.device.is_some(),
+            state.seen(),
+            &mut is_ready,
+            spec.comm.agree.stable(),
+        ),
+        (None, None) => Role::Trust,
     };
     if role == Role::Skip {
         return Ok(false);
     }
     let host = GpuHost::for_call(spec, no);
+    if let (Some(w), Role::Tell | Role::Round) = (comm_words, role) {
+        if !agree_on_words(&host, w, role, local.device.is_some())? {
+            return Ok(false);
+        }
+    }
     if let (Some(slots), Role::Tell | Role::Round) = (world, role) {
         let k = host.next_no()?.expect("inside a call").flag();
         let c = host.call.as_ref().expect("inside a call");

@@ -228,3 +228,5 @@ pub fn round(
 
 #[cfg(test)]
 mod tests;
+
+pub mod words;

@@ -586,6 +586,11 @@ impl Engine {
         self.tp.coll_records()
     }
 
+    /// The transport's agreement words ([`Transport::agree_words`]).
+    pub fn agree_words(&self) -> Vec<usize> {
+        self.tp.agree_words()
+    }
+
     /// The transport's collective scratch areas ([`Transport::coll_scratch`]).
     pub fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
         self.tp.coll_scratch()

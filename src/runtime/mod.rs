@@ -90,6 +90,20 @@ pub fn world_flag() -> Option<Slots> {
     }
 }
 
+/// The agreement words of the ranks of this node (`engine::agree::words`), while MPI is running.
+static AGREE_WORDS: OnceLock<crate::engine::agree::words::Words> = OnceLock::new();
+static AGREE_WORDS_LIVE: AtomicBool = AtomicBool::new(false);
+
+/// [`AGREE_WORDS`] while MPI is running.
+#[inline]
+pub fn agree_words() -> Option<crate::engine::agree::words::Words> {
+    if AGREE_WORDS_LIVE.load(Ordering::Acquire) {
+        AGREE_WORDS.get().copied()
+    } else {
+        None
+    }
+}
+
 /// This process's side of the GPU paths' agreement on MPI_COMM_WORLD (`engine::agree`):
 /// whether it has passed device memory to a collective, and whether every rank has.
 static WORLD_AGREE: crate::engine::agree::State = crate::engine::agree::State::new();
@@ -305,9 +319,7 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
                 ))
             })
     };
-    let limit = std::time::Duration::from_secs(
-        crate::config::get_usize("GPUMPI_NET_ACCEPT_TIMEOUT").max(1) as u64 + 5,
-    );
+    let limit = crate::config::snapshot().net.accept_timeout + std::time::Duration::from_secs(5);
     let mut frames = NetFrames::connect(
         net,
         dev,
@@ -464,7 +476,10 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 node_of: map.node_of.clone(),
                 rail_of,
             };
-            let mode = crate::topo::pxn::Mode::parse(crate::config::get("GPUMPI_PXN").as_deref())
+            let mode = cfg
+                .net
+                .pxn
+                .clone()
                 .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
             let pxn = layout.enabled(mode);
             let hops = crate::topo::pxn::routes(&layout, rank, pxn);
@@ -501,7 +516,20 @@ pub fn init(required: i32) -> MpiResult<i32> {
         }
         _ => None,
     };
-    let mid_max = crate::config::get_usize("GPUMPI_SHM_MID_MAX");
+    let words = match engine.agree_words() {
+        bases if size > 1 && bases.len() == size => {
+            let bases: &'static [usize] = Box::leak(bases.into_boxed_slice());
+            // SAFETY: the transport's words (Transport::agree_words contract) stay mapped while
+            // the runtime holds the engine; they are only used inside MPI calls, which find
+            // them switched off once MPI_Finalize dropped the runtime.
+            Some(
+                unsafe { crate::engine::agree::words::Words::new(bases) }
+                    .oversubscribed(oversubscribed(size)),
+            )
+        }
+        _ => None,
+    };
+    let mid_max = cfg.shm.mid_max;
     let mid = match engine.coll_scratch() {
         Some((bases, cap)) if flag.is_some() && mid_max > 0 && cap > 0 => {
             let bases: &'static [usize] = Box::leak(bases.into_boxed_slice());
@@ -554,6 +582,10 @@ pub fn init(required: i32) -> MpiResult<i32> {
         main_thread: std::thread::current().id(),
         ctx_used,
     });
+    if let Some(w) = words {
+        let _ = AGREE_WORDS.set(w);
+        AGREE_WORDS_LIVE.store(true, Ordering::Release);
+    }
     if let Some(f) = flag {
         if let Some(m) = mid {
             let _ = WORLD_FLAG.mid.set(m);
@@ -581,6 +613,7 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
     barrier()?;
     crate::gpu::comm::finalize_end();
     WORLD_FLAG.live.store(false, Ordering::Release);
+    AGREE_WORDS_LIVE.store(false, Ordering::Release);
     RINGS_LIVE.store(false, Ordering::Release);
     let rt = lock().take();
     if let Some(rt) = rt {

@@ -56,6 +56,9 @@ pub struct CommObj {
     /// The nodes of the group's ranks when they span nodes and a node holds more than one of
     /// them (`bootstrap::node::labels`): the hierarchical collectives (`coll::hier`) serve it.
     pub nodes: Option<Arc<crate::coll::hier::Nodes>>,
+    /// The GPU paths' agreement on this communicator when it is not MPI_COMM_WORLD
+    /// (`engine::agree::words`).
+    pub agree: crate::engine::agree::words::CommState,
 }
 
 /// Context ids: bit 31 set marks collective traffic of a communicator.
@@ -80,6 +83,7 @@ impl CommObj {
             coll_seq: AtomicU64::new(0),
             info: Mutex::new(Vec::new()),
             gpu: Default::default(),
+            agree: Default::default(),
         }
     }
     pub fn size(&self) -> usize {

@@ -482,14 +482,9 @@ impl Verbs {
 /// `libibverbs.so.1`. An `Err` says why (missing library, missing symbol).
 pub fn verbs() -> Result<&'static Verbs, String> {
     static V: OnceLock<Result<Verbs, String>> = OnceLock::new();
-    V.get_or_init(|| {
-        let path = crate::config::get("GPUMPI_IBVERBS_LIB")
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "libibverbs.so.1".to_string());
-        Verbs::load(&path)
-    })
-    .as_ref()
-    .map_err(Clone::clone)
+    V.get_or_init(|| Verbs::load(&crate::config::snapshot().net.ibverbs_lib))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,26 +27,8 @@ pub struct Layout {
     pub rail_of: Vec<usize>,
 }
 
-/// `GPUMPI_PXN`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// On where it helps ([`Layout::helps`]).
-    Auto,
-    Off,
-    On,
-}
-
-impl Mode {
-    /// `auto` (or unset), `0`/`off`, `1`/`on`; anything else is an error naming the value.
-    pub fn parse(v: Option<&str>) -> Result<Mode, String> {
-        match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
-            None | Some("") | Some("auto") => Ok(Mode::Auto),
-            Some("0") | Some("off") | Some("no") => Ok(Mode::Off),
-            Some("1") | Some("on") | Some("yes") => Ok(Mode::On),
-            Some(other) => Err(format!("GPUMPI_PXN={other:?}: expected auto, 0 or 1")),
-        }
-    }
-}
+/// `GPUMPI_PXN`, parsed once into the configuration snapshot (`config::NetConfig::pxn`).
+pub use crate::config::Pxn as Mode;
 
 impl Layout {
     pub fn size(&self) -> usize {

@@ -184,7 +184,7 @@ pub fn pci_rail(root: &Path, gpu_bdf: &str, nics: &[String]) -> Option<usize> {
 #[derive(Clone, Debug, Default)]
 pub struct Inputs<'a> {
     /// `GPUMPI_RAIL`, when set.
-    pub env: Option<&'a str>,
+    pub env: Option<usize>,
     /// The topology file, parsed.
     pub file: Option<&'a TopoFile>,
     /// This rank's node name and local rank.
@@ -196,51 +196,51 @@ pub struct Inputs<'a> {
     pub rails: usize,
 }
 
-/// This rank's rail and how it was decided; an unparsable `GPUMPI_RAIL` is an error.
-pub fn decide(i: &Inputs) -> Result<(usize, Source), String> {
+/// This rank's rail and how it was decided: `GPUMPI_RAIL`, the topology file, the PCI topology,
+/// round-robin over the rails, in that order.
+pub fn decide(i: &Inputs) -> (usize, Source) {
     let n = i.rails.max(1);
-    if let Some(v) = i.env.map(str::trim).filter(|v| !v.is_empty()) {
-        let r = v
-            .parse::<usize>()
-            .map_err(|_| format!("GPUMPI_RAIL={v:?} is not a rail number"))?;
-        return Ok((r, Source::Env));
+    if let Some(r) = i.env {
+        return (r, Source::Env);
     }
     if let Some(r) = i.file.and_then(|f| f.rail(i.node, i.local)) {
-        return Ok((r, Source::File));
+        return (r, Source::File);
     }
     if let Some(r) = i.pci {
-        return Ok((r, Source::Pci));
+        return (r, Source::Pci);
     }
-    Ok((i.local % n, Source::RoundRobin))
+    (i.local % n, Source::RoundRobin)
 }
 
 /// This rank's rail from its environment (`GPUMPI_RAIL`, `GPUMPI_TOPO_FILE`), the PCI topology
 /// under `/sys` when the GPU's bus id is known, else round-robin; `nics` are the network
-/// devices' names in rail order. Errors name the variable or file.
+/// devices' names in rail order. Errors name the variable or file: a `GPUMPI_RAIL` that is not a
+/// number (from the configuration snapshot), a topology file that cannot be read or parsed.
 pub fn from_config(
     node: &str,
     local: usize,
     nics: &[String],
     gpu_bdf: Option<&str>,
 ) -> Result<(usize, Source), String> {
-    let env = crate::config::get("GPUMPI_RAIL");
-    let file = match crate::config::get("GPUMPI_TOPO_FILE") {
+    let cfg = &crate::config::snapshot().net;
+    let env = cfg.rail.clone()?;
+    let file = match &cfg.topo_file {
         Some(path) => {
-            let text = std::fs::read_to_string(&path)
+            let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("GPUMPI_TOPO_FILE={path}: {e}"))?;
             Some(TopoFile::parse(&text).map_err(|e| format!("GPUMPI_TOPO_FILE={path}: {e}"))?)
         }
         None => None,
     };
     let pci = gpu_bdf.and_then(|b| pci_rail(Path::new("/sys"), b, nics));
-    decide(&Inputs {
-        env: env.as_deref(),
+    Ok(decide(&Inputs {
+        env,
         file: file.as_ref(),
         node,
         local,
         pci,
         rails: nics.len(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -281,34 +281,29 @@ mod tests {
             rails: 4,
             ..Default::default()
         };
-        assert_eq!(decide(&base), Ok((1, Source::RoundRobin)));
+        assert_eq!(decide(&base), (1, Source::RoundRobin));
         let pci = Inputs {
             pci: Some(2),
             ..base.clone()
         };
-        assert_eq!(decide(&pci), Ok((2, Source::Pci)));
+        assert_eq!(decide(&pci), (2, Source::Pci));
         let file = Inputs {
             file: Some(&f),
             ..pci.clone()
         };
-        assert_eq!(decide(&file), Ok((3, Source::File)));
+        assert_eq!(decide(&file), (3, Source::File));
         let env = Inputs {
-            env: Some(" 6 "),
+            env: Some(6),
             ..file.clone()
         };
         // Beyond the devices: kept (the device is 6 mod 4).
-        assert_eq!(decide(&env), Ok((6, Source::Env)));
-        let bad = Inputs {
-            env: Some("two"),
-            ..base.clone()
-        };
-        assert!(decide(&bad).unwrap_err().contains("GPUMPI_RAIL=\"two\""));
+        assert_eq!(decide(&env), (6, Source::Env));
         let one = Inputs {
             local: 5,
             rails: 0,
             ..base
         };
-        assert_eq!(decide(&one), Ok((0, Source::RoundRobin)));
+        assert_eq!(decide(&one), (0, Source::RoundRobin));
     }
 
     #[test]

@@ -149,6 +149,14 @@ pub trait Transport: Send {
         Vec::new()
     }
 
+    /// Addresses (in this process) of every rank's agreement words, in world rank order, 0 for
+    /// a rank whose words are not mapped here: [`crate::engine::agree::words::BYTES`] bytes
+    /// each, 8-byte aligned, zero at creation, mapped as long as the transport lives. Empty:
+    /// not offered.
+    fn agree_words(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// Addresses (in this process) of every rank's collective scratch area, in world rank
     /// order, and the data bytes of each: [`shm::SCRATCH_CTRL_BYTES`] + that many bytes,
     /// 64-byte aligned, zero at creation, shared by the whole job and mapped as long as the

@@ -253,6 +253,10 @@ impl Transport for Routed {
     fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
         self.parts[0].coll_scratch()
     }
+
+    fn agree_words(&self) -> Vec<usize> {
+        self.parts[0].agree_words()
+    }
 }
 
 impl Drop for Routed {

@@ -8,16 +8,17 @@
 //! ```text
 //! [ page 0: magic, pid, world size, ring bytes, CMA probe address; collective records at 512;
 //!   collective slots at 1024 ]
+//! [ page 1: agreement words, one per context id ]
 //! [ ring for sender s0: head (own 128-byte line) | tail (own 128-byte line) |
 //!   shared-copy slots (64 x 64 bytes) | data (ring bytes) ]
 //! [ ring for sender s1 ... ]                       (one ring per other rank, in rank order)
 //! [ collective scratch area, page aligned (if configured): control 128 bytes | data ]
 //! ```
-//! **Footprint per rank = 4096 + (size - 1) × (4352 + ring_bytes)** bytes (plus the scratch area
+//! **Footprint per rank = 8192 + (size - 1) × (4352 + ring_bytes)** bytes (plus the scratch area
 //! below), with
 //! `ring_bytes = GPUMPI_SHM_RING_BYTES` rounded up to a power of two (at least 1 KiB). It is fixed
 //! at creation and never grows with traffic (logged at debug level). Example: 8 ranks with the
-//! default 128 KiB rings use 4 KiB + 7 × 132.25 KiB ≈ 0.9 MiB each.
+//! default 128 KiB rings use 8 KiB + 7 × 132.25 KiB ≈ 0.9 MiB each.
 //!
 //! # Shared-copy slots
 //! Between a ring's control block and its data lie [`COPY_SLOTS`] slots of [`COPY_SLOT_BYTES`]
@@ -41,6 +42,12 @@
 //! Bytes `512 .. 512 + engine::collcheck::AREA` (<= 1024) of page 0 are the ring of the rank's
 //! recent collective records (`engine/collcheck.rs`), read by the other ranks of the node when a
 //! collective waits long (`Transport::coll_records`).
+//!
+//! # Agreement words
+//! Page 1 ([`AGREE_WORDS_BYTES`]) holds this rank's words of the GPU paths' agreement on
+//! communicators other than MPI_COMM_WORLD (laid out by the engine's `agree::words` module),
+//! read by the ranks of the node (`Transport::agree_words`). A word is touched only by a
+//! communicator that agrees through it, so the page costs memory only then.
 //!
 //! # Collective scratch area
 //! With `GPUMPI_SHM_SCRATCH_BYTES` > 0 (and more than one rank), the segment ends with a
@@ -87,6 +94,11 @@ const SLOTS_OFF: usize = 1024;
 pub const SCRATCH_CTRL_BYTES: usize = 128;
 /// Bytes of page 0 reserved for the collective slots (from `SLOTS_OFF` to the end of the page).
 pub const COLL_SLOTS_BYTES: usize = PAGE - SLOTS_OFF;
+/// Offset and bytes of the agreement words (page 1).
+const WORDS_OFF: usize = PAGE;
+pub const AGREE_WORDS_BYTES: usize = PAGE;
+/// Offset of the first ring (after page 0 and the agreement words).
+const RINGS_OFF: usize = WORDS_OFF + AGREE_WORDS_BYTES;
 /// Offset of the collective record ring in page 0 (after the header).
 const RECORDS_OFF: usize = 512;
 /// Bytes of page 0 reserved for the collective record ring (up to the slot area).
@@ -214,7 +226,7 @@ fn atomic_at(ctrl: *mut u8, off: usize) -> &'static AtomicU64 {
 }
 
 fn rings_end(size: usize, ring: usize) -> usize {
-    PAGE + size.saturating_sub(1) * (RING_CTRL + ring)
+    RINGS_OFF + size.saturating_sub(1) * (RING_CTRL + ring)
 }
 
 /// Offset of the collective scratch area (page aligned, after the rings).
@@ -233,7 +245,9 @@ fn seg_len(size: usize, ring: usize, scratch: usize) -> usize {
 /// Data bytes of the collective scratch area from `GPUMPI_SHM_SCRATCH_BYTES` (0: none), a
 /// multiple of 4 KiB, at most 1 GiB.
 pub fn configured_scratch_bytes() -> usize {
-    crate::config::get_usize("GPUMPI_SHM_SCRATCH_BYTES")
+    crate::config::snapshot()
+        .shm
+        .scratch_bytes
         .min(1 << 30)
         .next_multiple_of(PAGE)
 }
@@ -384,7 +398,10 @@ impl ShmTransport {
         for (s, slot) in rx.iter_mut().enumerate() {
             if s != rank {
                 // SAFETY: ring_index(rank, s) < size - 1, so the control block lies in the mapping.
-                let ctrl = unsafe { own.ptr.add(PAGE + ring_index(rank, s) * (RING_CTRL + ring)) };
+                let ctrl = unsafe {
+                    own.ptr
+                        .add(RINGS_OFF + ring_index(rank, s) * (RING_CTRL + ring))
+                };
                 *slot = Some(Rx {
                     ctrl,
                     tail: 0,
@@ -533,7 +550,7 @@ impl ShmTransport {
             // SAFETY: ring_index(p, rank) < size - 1: the control block lies inside the mapping.
             let ctrl = unsafe {
                 m.ptr
-                    .add(PAGE + ring_index(p, self.rank) * (RING_CTRL + ring))
+                    .add(RINGS_OFF + ring_index(p, self.rank) * (RING_CTRL + ring))
             };
             self.pids[p] = h.pid as libc::pid_t;
             max_payload = max_payload.min(ring_payload_limit(ring));
@@ -907,6 +924,12 @@ impl Transport for ShmTransport {
             .collect()
     }
 
+    fn agree_words(&self) -> Vec<usize> {
+        (0..self.size)
+            .map(|r| self.page0(r, WORDS_OFF).unwrap_or(0))
+            .collect()
+    }
+
     fn coll_scratch(&self) -> Option<(Vec<usize>, usize)> {
         let scratch = self.own.header().scratch as usize;
         if scratch == 0 {
@@ -1155,8 +1178,8 @@ mod tests {
             a.footprint(),
             footprint(2, 1024, configured_scratch_bytes())
         );
-        assert_eq!(footprint(2, 1024, 0), 4096 + (4352 + 1024));
-        assert_eq!(footprint(2, 1024, 4096), 12288 + 128 + 4096);
+        assert_eq!(footprint(2, 1024, 0), 8192 + (4352 + 1024));
+        assert_eq!(footprint(2, 1024, 4096), 16384 + 128 + 4096);
         let sc = a.coll_scratch();
         if configured_scratch_bytes() > 0 {
             let (bases, cap) = sc.unwrap();

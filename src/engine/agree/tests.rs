@@ -10,18 +10,24 @@ use crate::engine::flag::{FlagOp, AREA, SLOT_MAX};
 use std::sync::atomic::{AtomicU8, AtomicUsize};
 use std::sync::Arc;
 
-fn slot_areas(n: usize) -> &'static [usize] {
-    let area: &'static mut [u64] = Box::leak(vec![0u64; n * AREA / 8 + 8].into_boxed_slice());
+/// `n` zeroed areas of `bytes` each (64-byte aligned), leaked.
+pub(super) fn areas(n: usize, bytes: usize) -> &'static [usize] {
+    let area: &'static mut [u64] = Box::leak(vec![0u64; n * bytes / 8 + 8].into_boxed_slice());
     let start = (area.as_mut_ptr() as usize + 63) & !63;
     Box::leak(
         (0..n)
-            .map(|r| start + r * AREA)
+            .map(|r| start + r * bytes)
             .collect::<Vec<_>>()
             .into_boxed_slice(),
     )
 }
 
-fn mix(mut x: u64) -> u64 {
+fn slot_areas(n: usize) -> &'static [usize] {
+    areas(n, AREA)
+}
+
+/// A hash of the seeds (splitmix64's finalizer).
+pub(super) fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
@@ -29,8 +35,8 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-const HOST: u8 = 1;
-const GPU: u8 = 2;
+pub(super) const HOST: u8 = 1;
+pub(super) const GPU: u8 = 2;
 
 /// One job: `n` ranks, `calls` calls; rank r passes host memory before its own start call,
 /// then device memory in most calls.

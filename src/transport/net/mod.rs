@@ -251,8 +251,7 @@ type OpenFn = fn(&[u8]) -> NetResult<Box<dyn Net>>;
 /// least one device). `secret` is the job's shared secret: connection set-up proves
 /// knowledge of it.
 pub fn open(secret: &[u8]) -> NetResult<Box<dyn Net>> {
-    let want = crate::config::get("GPUMPI_NET");
-    open_named(want.as_deref(), secret)
+    open_named(crate::config::snapshot().net.backend.as_deref(), secret)
 }
 
 fn open_named(want: Option<&str>, secret: &[u8]) -> NetResult<Box<dyn Net>> {

@@ -77,20 +77,22 @@ pub struct TcpConfig {
 }
 
 impl TcpConfig {
+    /// The settings of the configuration snapshot ([`crate::config::NetConfig`]).
     pub fn from_env() -> NetResult<TcpConfig> {
-        use crate::config::{get, get_usize};
-        let fam = get("GPUMPI_NET_FAMILY").unwrap_or_default();
-        let family = Family::parse(&fam).ok_or_else(|| {
-            NetError::new(format!("GPUMPI_NET_FAMILY={fam}: expected 4, 6 or any"))
+        let c = &crate::config::snapshot().net;
+        let family = Family::parse(&c.family).ok_or_else(|| {
+            NetError::new(format!(
+                "GPUMPI_NET_FAMILY={}: expected 4, 6 or any",
+                c.family
+            ))
         })?;
-        let secs = |n| Duration::from_secs(get_usize(n).max(1) as u64);
         Ok(TcpConfig {
-            ifname: get("GPUMPI_NET_IFNAME"),
+            ifname: c.ifname.clone(),
             family,
-            threads: get_usize("GPUMPI_NET_TCP_THREADS"),
-            socks_per_thread: get_usize("GPUMPI_NET_TCP_SOCKS"),
-            connect_timeout: secs("GPUMPI_NET_CONNECT_TIMEOUT"),
-            accept_timeout: secs("GPUMPI_NET_ACCEPT_TIMEOUT"),
+            threads: c.tcp_threads,
+            socks_per_thread: c.tcp_socks,
+            connect_timeout: c.connect_timeout,
+            accept_timeout: c.accept_timeout,
         })
     }
 

@@ -73,18 +73,11 @@ pub struct IbConfig {
 }
 
 impl IbConfig {
+    /// The settings of the configuration snapshot ([`crate::config::NetConfig`]).
     pub fn from_env() -> NetResult<IbConfig> {
-        use crate::config::{get, get_usize};
-        let gid = get("GPUMPI_IB_GID_INDEX").unwrap_or_default();
-        let gid_index = match gid.trim() {
-            "" | "auto" => None,
-            g => Some(g.parse::<i32>().map_err(|_| {
-                err(format!(
-                    "ib: GPUMPI_IB_GID_INDEX={g}: expected auto or an index"
-                ))
-            })?),
-        };
-        let mtu = match get("GPUMPI_IB_MTU") {
+        let c = &crate::config::snapshot().net;
+        let gid_index = c.ib_gid_index.clone().map_err(err)?;
+        let mtu = match &c.ib_mtu {
             None => 0,
             Some(m) => m
                 .trim()
@@ -97,22 +90,24 @@ impl IbConfig {
                     ))
                 })?,
         };
-        let fam = get("GPUMPI_NET_FAMILY").unwrap_or_default();
-        let family = Family::parse(&fam)
-            .ok_or_else(|| err(format!("GPUMPI_NET_FAMILY={fam}: expected 4, 6 or any")))?;
-        let secs = |n| Duration::from_secs(get_usize(n).max(1) as u64);
+        let family = Family::parse(&c.family).ok_or_else(|| {
+            err(format!(
+                "GPUMPI_NET_FAMILY={}: expected 4, 6 or any",
+                c.family
+            ))
+        })?;
         Ok(IbConfig {
-            hca: get("GPUMPI_IB_HCA"),
+            hca: c.ib_hca.clone(),
             gid_index,
             mtu,
-            qps: get_usize("GPUMPI_IB_QPS_PER_CONN"),
-            relaxed_ordering: get("GPUMPI_IB_RELAXED_ORDERING").unwrap_or_default(),
-            gdr: get("GPUMPI_IB_GDR").unwrap_or_default(),
-            gdr_flush: get("GPUMPI_IB_GDR_FLUSH").unwrap_or_default(),
-            ifname: get("GPUMPI_NET_IFNAME"),
+            qps: c.ib_qps,
+            relaxed_ordering: c.ib_relaxed_ordering.clone(),
+            gdr: c.ib_gdr.clone(),
+            gdr_flush: c.ib_gdr_flush.clone(),
+            ifname: c.ifname.clone(),
             family,
-            connect_timeout: secs("GPUMPI_NET_CONNECT_TIMEOUT"),
-            accept_timeout: secs("GPUMPI_NET_ACCEPT_TIMEOUT"),
+            connect_timeout: c.connect_timeout,
+            accept_timeout: c.accept_timeout,
         })
     }
 }
