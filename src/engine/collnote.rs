@@ -26,7 +26,7 @@
 pub use super::collcheck::Found;
 use super::collcheck::{self, call_name, comm_name, mismatch, Record, Rings};
 use crate::mpi::error::MpiError;
-use crate::standard::consts::MPI_ERR_TRUNCATE;
+use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_TRUNCATE};
 
 /// Bytes of an encoded [`Note`].
 pub const NOTE_BYTES: usize = 48;
@@ -258,6 +258,33 @@ impl CrossCheck {
         Some(error(&f, self.my_rank, &self.rec, from, (0, 0)))
     }
 
+    /// A send to rank `from` was refused: `from` gave up the call before it received it, and
+    /// answered with `note` (what it found). The error (remembered for the later notes): the
+    /// disagreement the note shows, else the refusal itself (`MPI_ERR_OTHER`).
+    pub fn refused(&mut self, from: usize, note: Option<[u8; NOTE_BYTES]>) -> MpiError {
+        let n = note.and_then(|b| Note::decode(&b, self.rec.ctx, self.rec.seq));
+        if let Some(f) = n.as_ref().and_then(|n| disagreement(&self.rec, from, n)) {
+            self.keep(f);
+            return error(&f, self.my_rank, &self.rec, from, (0, 0));
+        }
+        self.keep(Found {
+            class: MPI_ERR_OTHER,
+            rank: from as u32,
+            call: n.map(|n| n.call),
+        });
+        MpiError::new(
+            MPI_ERR_OTHER,
+            format!(
+                "collective mismatch on {} (its collective {}): rank {from} gave up the call \
+                 before it received the message of rank {}, which called {}",
+                comm_name(self.rec.ctx),
+                call_name(self.rec.seq),
+                self.my_rank,
+                self.rec.describe()
+            ),
+        )
+    }
+
     /// A receive from rank `from` (world rank `world`) completed with `got` bytes where the
     /// schedule expects `want` (`truncated`: more came), carrying `note`: the error when it
     /// shows a disagreement (remembered for the later notes).
@@ -290,7 +317,7 @@ mod tests {
     use super::*;
     use crate::coll::CollKind;
     use crate::engine::collcheck::{Path, ANY_BYTES, NO_ROOT};
-    use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_ROOT};
+    use crate::standard::consts::MPI_ERR_ROOT;
 
     fn rec(kind: CollKind, root: usize, bytes: usize) -> Record {
         Record::new(7, 12, kind, root, bytes, Path::Schedule)

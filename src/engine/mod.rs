@@ -62,6 +62,10 @@
 //!   appended to the payload of its first frame (EAGER: after the data it carries, which is
 //!   that many bytes shorter; RTS: after its payload). The receiver strips it at arrival and
 //!   keeps it with the receive ([`Engine::note`]). Messages without a note are unchanged.
+//! - **Refusal** (`REFUSE`): the messages of a collective call this rank gave up
+//!   ([`Engine::refuse`]) that arrive later or wait unexpected: an RTS is answered `REFUSE`
+//!   (with the rank's note) and the send completes with `MPI_ERR_OTHER` ([`Engine::refused`]);
+//!   a complete eager message is dropped ([`refuse`]).
 
 pub mod agree;
 pub mod backoff;
@@ -73,6 +77,7 @@ pub mod devcopy;
 pub mod devnet;
 pub mod flag;
 mod p2p;
+mod refuse;
 pub mod rndv;
 pub mod scratch;
 mod slab;
@@ -161,6 +166,10 @@ mod kind {
     /// Receiver -> sender of a message pipelined through host memory (`devnet`): send bytes
     /// up to `arg` of the message for receive `rreq`.
     pub const CREDIT: u8 = 11;
+    /// Receiver -> sender of a rendezvous message (RTS) of a collective call the receiver
+    /// gave up ([`super::Engine::refuse`]): send `sreq` completes with `MPI_ERR_OTHER`; the
+    /// payload, when present, is the receiver's note of the call (what it found).
+    pub const REFUSE: u8 = 12;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -225,6 +234,8 @@ struct SendState {
     coop: Option<(usize, u8)>,
     /// The note the first frame carries (`FLAG_NOTE`).
     note: Option<Note>,
+    /// The receiver refused the message (`kind::REFUSE`), with its note if it sent one.
+    refused: Option<Option<Note>>,
 }
 
 struct RecvState {
@@ -441,6 +452,9 @@ struct State {
     pipe_cfg: devnet::PipeConfig,
     tx_pipes: Vec<devnet::TxPipe>,
     rx_pipes: Vec<(u64, usize, u64)>,
+    /// Collective calls this rank gave up (context, tag, its note), newest last
+    /// ([`refuse`]): their messages that arrive later are refused.
+    refused: VecDeque<(u32, i32, Option<Note>)>,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -545,6 +559,7 @@ impl Engine {
                 pipe_cfg: devnet::PipeConfig::default(),
                 tx_pipes: Vec::new(),
                 rx_pipes: Vec::new(),
+                refused: VecDeque::new(),
             },
             colls: Vec::new(),
             in_colls: false,
@@ -706,6 +721,7 @@ impl Engine {
                 staged,
                 coop: coop.map(|i| (a.dst_world, i)),
                 note,
+                refused: None,
             }),
         });
         if let Some(slot) = coop {
