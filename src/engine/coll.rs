@@ -350,10 +350,13 @@ impl CollExec {
         let Some(c) = self.cross.as_mut() else {
             return Ok(());
         };
-        let found = eng
+        let mut found = eng
             .unexpected_notes(self.ctx, self.tag)
             .into_iter()
             .find_map(|(from, note)| c.noted(from, note));
+        if found.is_none() {
+            found = self.ask_far(eng);
+        }
         match found {
             Some(e) => {
                 self.failed = Some(e);
@@ -361,6 +364,39 @@ impl CollExec {
             }
             None => Ok(()),
         }
+    }
+
+    /// The off-node ranks this call waits on (its sends and receives not complete), asked for
+    /// their record of the call (`engine::ask`): the error when one that answered disagrees.
+    fn ask_far(&mut self, eng: &mut Engine) -> Option<MpiError> {
+        let c = self.cross.as_mut()?;
+        let (ctx, seq) = (c.record().ctx, c.record().seq);
+        let mut far: Vec<(usize, usize)> = self
+            .pending
+            .iter()
+            .filter_map(|p| {
+                let w = *self.peers_world.get(p.peer)?;
+                (!eng.same_node(w)).then_some((p.peer, w))
+            })
+            .collect();
+        far.sort_unstable();
+        far.dedup();
+        let now = std::time::Instant::now();
+        for (rank, w) in far {
+            if c.asked(w) {
+                if let Some(theirs) = eng.told_record(w, ctx, seq) {
+                    match c.told(rank, theirs) {
+                        Some(e) => return Some(e),
+                        // It runs this call too: nothing more to ask.
+                        None => continue,
+                    }
+                }
+            }
+            if c.ask_due(w, now) {
+                eng.ask_record(w, ctx, seq);
+            }
+        }
+        None
     }
 
     /// End a call whose ranks called different collectives: with the check between nodes,

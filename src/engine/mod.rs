@@ -68,6 +68,7 @@
 //!   a complete eager message is dropped ([`refuse`]).
 
 pub mod agree;
+mod ask;
 pub mod backoff;
 pub mod coll;
 pub mod collcheck;
@@ -170,6 +171,11 @@ mod kind {
     /// gave up ([`super::Engine::refuse`]): send `sreq` completes with `MPI_ERR_OTHER`; the
     /// payload, when present, is the receiver's note of the call (what it found).
     pub const REFUSE: u8 = 12;
+    /// A rank waiting in a collective call -> a rank on another node it waits on: send your
+    /// record of call (`ctx`, sequence `tag`) ([`super::ask`]).
+    pub const ASK: u8 = 13;
+    /// The answer to `ASK`: the record (payload), or none yet (no payload).
+    pub const TELL: u8 = 14;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -455,6 +461,10 @@ struct State {
     /// Collective calls this rank gave up (context, tag, its note), newest last
     /// ([`refuse`]): their messages that arrive later are refused.
     refused: VecDeque<(u32, i32, Option<Note>)>,
+    /// This rank's collective records (to answer `ASK`), and the records off-node peers
+    /// told (peer, context, sequence, record), newest last ([`ask`]).
+    records: Option<collcheck::Rings>,
+    told: VecDeque<(usize, u32, u32, collcheck::Record)>,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -560,6 +570,8 @@ impl Engine {
                 tx_pipes: Vec::new(),
                 rx_pipes: Vec::new(),
                 refused: VecDeque::new(),
+                records: None,
+                told: VecDeque::new(),
             },
             colls: Vec::new(),
             in_colls: false,

@@ -659,6 +659,8 @@ impl State {
             }
             kind::FIN => self.mark_pushed(h.sreq),
             kind::REFUSE => self.on_refuse(h.sreq, p),
+            kind::ASK => self.on_ask(src_world, h),
+            kind::TELL => self.on_tell(src_world, h, p),
             kind::ACK => {
                 if let Some(Req {
                     kind: ReqKind::Send(s),

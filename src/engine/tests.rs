@@ -1709,6 +1709,53 @@ fn messages_of_a_given_up_call_are_refused() {
     assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
 }
 
+/// A rank asks a rank of another node for its record of a call (`Engine::ask_record`): the
+/// answer is what that rank's own ring holds, nothing while it has none; asking again drops
+/// the earlier answer.
+#[test]
+fn records_are_asked_of_another_engine() {
+    use crate::coll::CollKind;
+    use collcheck::{Path, Record, Rings, AREA};
+    let mut es = group(2, 8, 1000, false);
+    let area: &'static mut [u64] = Box::leak(vec![0u64; 2 * AREA / 8].into_boxed_slice());
+    let start = area.as_mut_ptr() as usize;
+    // Each engine maps only its own ring, as on two nodes.
+    let rings: Vec<Rings> = (0..2)
+        .map(|r| {
+            let bases: Vec<usize> = (0..2)
+                .map(|i| if i == r { start + i * AREA } else { 0 })
+                .collect();
+            // SAFETY: leaked, zeroed, aligned memory of two rings, never freed.
+            unsafe { Rings::new(Box::leak(bases.into_boxed_slice()), r) }
+        })
+        .collect();
+    for (e, r) in es.iter_mut().zip(&rings) {
+        e.set_records(*r);
+    }
+    es[0].ask_record(1, 6, 3);
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 3), None, "rank 1 has no record yet");
+    let theirs = Record::new(6, 3, CollKind::Reduce, 1, 32, Path::Schedule);
+    rings[1].publish(&theirs);
+    es[0].ask_record(1, 6, 3);
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 3), Some(theirs));
+    assert_eq!(es[0].told_record(1, 6, 4), None);
+    assert_eq!(es[0].told_record(0, 6, 3), None);
+    es[0].ask_record(1, 6, 4);
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 4), None, "another call");
+    es[0].ask_record(1, 6, 3);
+    assert_eq!(
+        es[0].told_record(1, 6, 3),
+        None,
+        "asked again: the answer is dropped"
+    );
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 3), Some(theirs));
+    assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
+}
+
 /// Device copies faked in host memory whose copies finish `delay` after they start and move
 /// their bytes only when first seen done (a buffer used before its copy finished shows in the
 /// data), counting the copies in flight: the pipelined path between nodes (`devnet`) is tested
