@@ -66,6 +66,9 @@
 //!   ([`Engine::refuse`]) that arrive later or wait unexpected: an RTS is answered `REFUSE`
 //!   (with the rank's note) and the send completes with `MPI_ERR_OTHER` ([`Engine::refused`]);
 //!   a complete eager message is dropped ([`refuse`]).
+//! - **Questions** (`ASK`, `TELL`): a collective call waiting on a rank of another node asks
+//!   for that rank's record of the call ([`Engine::ask_record`]); the rank's engine answers
+//!   from its own record ring as it makes progress ([`ask`]).
 
 pub mod agree;
 mod ask;
