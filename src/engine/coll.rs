@@ -80,11 +80,12 @@ pub struct CollExec {
     done: bool,
 }
 
-/// An issued send or receive; a receive with its peer (communicator rank) and length.
+/// An issued send or receive: its peer (communicator rank) and, for a receive, its length.
 #[derive(Clone, Copy)]
 struct Pending {
     id: ReqId,
-    recv: Option<(usize, usize)>,
+    peer: usize,
+    recv: Option<usize>,
 }
 
 // SAFETY: the buffer pointers are only used by advance(), which runs under the engine's lock; the
@@ -166,15 +167,21 @@ impl CollExec {
         }
         let mut i = 0;
         while i < self.pending.len() {
-            let Pending { id: r, recv } = self.pending[i];
+            let Pending { id: r, peer, recv } = self.pending[i];
             if eng.is_done(r) {
                 let note = match (&self.cross, recv) {
                     (Some(_), Some(_)) => eng.note(r),
                     _ => None,
                 };
+                let refused = eng.refused(r);
                 let s = eng.test(r).expect("completed request");
                 self.pending.swap_remove(i);
-                if let (Some(c), Some((peer, want))) = (self.cross.as_mut(), recv) {
+                if let (Some(c), Some(note)) = (self.cross.as_mut(), refused) {
+                    // The receiver gave up the call before it took this send.
+                    self.failed = Some(c.refused(peer, note));
+                    continue;
+                }
+                if let (Some(c), Some(want)) = (self.cross.as_mut(), recv) {
                     let world = self.peers_world.get(peer).copied().unwrap_or(usize::MAX);
                     let lens = (s.bytes, want, s.error == MPI_ERR_TRUNCATE);
                     if let Some(e) = c.received(peer, world, note, lens) {
@@ -239,7 +246,8 @@ impl CollExec {
                     let r = unsafe { eng.irecv(buf, dst.len, self.ctx, peer as i32, self.tag)? };
                     self.pending.push(Pending {
                         id: r,
-                        recv: Some((peer, dst.len)),
+                        peer,
+                        recv: Some(dst.len),
                     });
                 }
                 Step::Copy { src, dst } => {
@@ -326,7 +334,11 @@ impl CollExec {
         // SAFETY: the region is valid until the executor finishes (new's contract), and a
         // later Wait (or the end, or abandon) waits for the send or detaches it.
         let r = unsafe { eng.isend(a)? };
-        self.pending.push(Pending { id: r, recv: None });
+        self.pending.push(Pending {
+            id: r,
+            peer,
+            recv: None,
+        });
         Ok(())
     }
 
@@ -338,10 +350,13 @@ impl CollExec {
         let Some(c) = self.cross.as_mut() else {
             return Ok(());
         };
-        let found = eng
+        let mut found = eng
             .unexpected_notes(self.ctx, self.tag)
             .into_iter()
             .find_map(|(from, note)| c.noted(from, note));
+        if found.is_none() {
+            found = self.ask_far(eng);
+        }
         match found {
             Some(e) => {
                 self.failed = Some(e);
@@ -349,6 +364,39 @@ impl CollExec {
             }
             None => Ok(()),
         }
+    }
+
+    /// The off-node ranks this call waits on (its sends and receives not complete), asked for
+    /// their record of the call (`engine::ask`): the error when one that answered disagrees.
+    fn ask_far(&mut self, eng: &mut Engine) -> Option<MpiError> {
+        let c = self.cross.as_mut()?;
+        let (ctx, seq) = (c.record().ctx, c.record().seq);
+        let mut far: Vec<(usize, usize)> = self
+            .pending
+            .iter()
+            .filter_map(|p| {
+                let w = *self.peers_world.get(p.peer)?;
+                (!eng.same_node(w)).then_some((p.peer, w))
+            })
+            .collect();
+        far.sort_unstable();
+        far.dedup();
+        let now = std::time::Instant::now();
+        for (rank, w) in far {
+            if c.asked(w) {
+                if let Some(theirs) = eng.told_record(w, ctx, seq) {
+                    match c.told(rank, theirs) {
+                        Some(e) => return Some(e),
+                        // It runs this call too: nothing more to ask.
+                        None => continue,
+                    }
+                }
+            }
+            if c.ask_due(w, now) {
+                eng.ask_record(w, ctx, seq);
+            }
+        }
+        None
     }
 
     /// End a call whose ranks called different collectives: with the check between nodes,
@@ -399,7 +447,10 @@ impl CollExec {
     /// that have not matched are cancelled, operations in flight are released to the engine
     /// (which drops them when they end) after [`Engine::detach`] made them independent of the
     /// caller's buffers, and the executor is done. Tmp stays allocated (leaked)
-    /// if anything was still in flight, since the engine may still write into it.
+    /// if anything was still in flight, since the engine may still write into it. With the
+    /// check between nodes, the call's messages that arrive from now on (or wait unexpected)
+    /// are refused, answered with this rank's note ([`Engine::refuse`]): their senders would
+    /// otherwise wait for a receive that never comes.
     pub fn abandon(&mut self, eng: &mut Engine) {
         let mut in_flight = false;
         for Pending { id, .. } in self.pending.drain(..) {
@@ -413,6 +464,9 @@ impl CollExec {
         }
         if in_flight {
             std::mem::forget(std::mem::take(&mut self.tmp));
+        }
+        if let Some(c) = &self.cross {
+            eng.refuse(self.ctx, self.tag, c.note_to(false));
         }
         self.done = true;
     }

@@ -45,6 +45,8 @@ pub struct Found {
 pub const ENTRIES: usize = 16;
 /// Bytes of one record.
 const ENTRY: usize = 32;
+/// Bytes of a record sent between nodes ([`Record::to_bytes`]).
+pub const RECORD_BYTES: usize = ENTRY;
 /// Bytes of one rank's ring.
 pub const AREA: usize = ENTRIES * ENTRY;
 const _: () = assert!(AREA <= crate::transport::shm::COLL_RECORDS_BYTES);
@@ -184,6 +186,27 @@ impl Record {
             return None;
         }
         Record::from_call_word(((w[0] >> 32) as u32) & !(1 << 31), w[0] as u32, w[2], w[1])
+    }
+
+    /// The record as [`RECORD_BYTES`] bytes (its ring entry's words), to send to a rank on
+    /// another node.
+    pub fn to_bytes(&self) -> [u8; RECORD_BYTES] {
+        let mut b = [0u8; RECORD_BYTES];
+        for (i, w) in self.encode().iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// The record of (`ctx`, `seq`) in `b` ([`Record::to_bytes`]); `None` when `b` is not one.
+    pub fn from_bytes(b: &[u8], ctx: u32, seq: u32) -> Option<Record> {
+        if b.len() != RECORD_BYTES {
+            return None;
+        }
+        let w: [u64; 4] = std::array::from_fn(|i| {
+            u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+        });
+        Record::decode(w).filter(|r| r.ctx == ctx & 0x7fff_ffff && r.seq == seq)
     }
 
     /// "bcast (root 0) of 40 bytes (flag slots)".

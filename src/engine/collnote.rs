@@ -26,7 +26,8 @@
 pub use super::collcheck::Found;
 use super::collcheck::{self, call_name, comm_name, mismatch, Record, Rings};
 use crate::mpi::error::MpiError;
-use crate::standard::consts::MPI_ERR_TRUNCATE;
+use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_TRUNCATE};
+use std::time::{Duration, Instant};
 
 /// Bytes of an encoded [`Note`].
 pub const NOTE_BYTES: usize = 48;
@@ -207,7 +208,13 @@ pub struct CrossCheck {
     plain: [u8; NOTE_BYTES],
     /// What this rank found, and the note every later message carries.
     found: Option<(Found, [u8; NOTE_BYTES])>,
+    /// Off-node ranks asked for their record of the call (`engine::ask`): world rank, when
+    /// to ask again, the interval after that.
+    asks: Vec<(usize, Instant, Duration)>,
 }
+
+/// The longest interval between two questions to a rank that has no record of the call yet.
+const ASK_MAX: Duration = Duration::from_secs(1);
 
 impl CrossCheck {
     pub fn new(rec: Record, my_rank: usize, rings: Option<Rings>) -> Self {
@@ -221,7 +228,50 @@ impl CrossCheck {
             }
             .encode(),
             found: None,
+            asks: Vec::new(),
         }
+    }
+
+    /// This rank's record of the call.
+    pub fn record(&self) -> &Record {
+        &self.rec
+    }
+
+    /// Whether world rank `world` was asked for its record of the call.
+    pub fn asked(&self, world: usize) -> bool {
+        self.asks.iter().any(|a| a.0 == world)
+    }
+
+    /// Whether to ask world rank `world` for its record of the call at `now`: at once the
+    /// first time, then at intervals doubling from [`collcheck::CHECK_EVERY`] up to
+    /// [`ASK_MAX`] (it has none yet: it has not reached the call).
+    pub fn ask_due(&mut self, world: usize, now: Instant) -> bool {
+        match self.asks.iter_mut().find(|a| a.0 == world) {
+            None => {
+                self.asks
+                    .push((world, now + collcheck::CHECK_EVERY, collcheck::CHECK_EVERY));
+                true
+            }
+            Some(a) if now >= a.1 => {
+                a.2 = (a.2 * 2).min(ASK_MAX);
+                a.1 = now + a.2;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Rank `from` (on another node) told its record of the call, `theirs`: the error when it
+    /// disagrees with this rank's (remembered for the later notes).
+    pub fn told(&mut self, from: usize, theirs: Record) -> Option<MpiError> {
+        let class = mismatch(&self.rec, &theirs)?;
+        let f = Found {
+            class,
+            rank: from as u32,
+            call: Some(theirs),
+        };
+        self.keep(f);
+        Some(error(&f, self.my_rank, &self.rec, from, (0, 0)))
     }
 
     /// The note of a message to a rank on this node (`near`) or another.
@@ -258,6 +308,33 @@ impl CrossCheck {
         Some(error(&f, self.my_rank, &self.rec, from, (0, 0)))
     }
 
+    /// A send to rank `from` was refused: `from` gave up the call before it received it, and
+    /// answered with `note` (what it found). The error (remembered for the later notes): the
+    /// disagreement the note shows, else the refusal itself (`MPI_ERR_OTHER`).
+    pub fn refused(&mut self, from: usize, note: Option<[u8; NOTE_BYTES]>) -> MpiError {
+        let n = note.and_then(|b| Note::decode(&b, self.rec.ctx, self.rec.seq));
+        if let Some(f) = n.as_ref().and_then(|n| disagreement(&self.rec, from, n)) {
+            self.keep(f);
+            return error(&f, self.my_rank, &self.rec, from, (0, 0));
+        }
+        self.keep(Found {
+            class: MPI_ERR_OTHER,
+            rank: from as u32,
+            call: n.map(|n| n.call),
+        });
+        MpiError::new(
+            MPI_ERR_OTHER,
+            format!(
+                "collective mismatch on {} (its collective {}): rank {from} gave up the call \
+                 before it received the message of rank {}, which called {}",
+                comm_name(self.rec.ctx),
+                call_name(self.rec.seq),
+                self.my_rank,
+                self.rec.describe()
+            ),
+        )
+    }
+
     /// A receive from rank `from` (world rank `world`) completed with `got` bytes where the
     /// schedule expects `want` (`truncated`: more came), carrying `note`: the error when it
     /// shows a disagreement (remembered for the later notes).
@@ -290,7 +367,7 @@ mod tests {
     use super::*;
     use crate::coll::CollKind;
     use crate::engine::collcheck::{Path, ANY_BYTES, NO_ROOT};
-    use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_ROOT};
+    use crate::standard::consts::MPI_ERR_ROOT;
 
     fn rec(kind: CollKind, root: usize, bytes: usize) -> Record {
         Record::new(7, 12, kind, root, bytes, Path::Schedule)
@@ -459,5 +536,48 @@ mod tests {
         c.received(1, 1, None, (4, 40, false)).unwrap();
         let later = Note::decode(&c.note_to(false).unwrap(), 7, 12).unwrap();
         assert_eq!(later.found.unwrap().rank, 0);
+    }
+
+    /// A call waiting on ranks of other nodes asks each of them at once, then at intervals
+    /// that double up to ASK_MAX while they have no record of it; a record told that
+    /// disagrees is a mismatch of the node check's classes, kept for the later notes.
+    #[test]
+    fn off_node_ranks_are_asked_at_growing_intervals_and_their_records_compared() {
+        let ms = Duration::from_millis;
+        let mut c = CrossCheck::new(rec(CollKind::Reduce, 0, 32), 0, None);
+        let t0 = Instant::now();
+        assert!(!c.asked(5));
+        assert!(c.ask_due(5, t0));
+        assert!(c.asked(5) && !c.asked(6));
+        assert!(!c.ask_due(5, t0 + ms(10)));
+        assert!(c.ask_due(5, t0 + ms(20)));
+        assert!(!c.ask_due(5, t0 + ms(50)));
+        assert!(c.ask_due(5, t0 + ms(60)));
+        assert!(c.ask_due(6, t0 + ms(60)), "each rank on its own clock");
+        let mut t = t0 + ms(60);
+        for _ in 0..12 {
+            t += ASK_MAX;
+            assert!(c.ask_due(5, t));
+        }
+        assert!(!c.ask_due(5, t + ASK_MAX - ms(1)), "at most every ASK_MAX");
+        assert!(c.ask_due(5, t + ASK_MAX));
+        // Records told: the same call is no finding; another root is.
+        assert!(c.told(1, rec(CollKind::Reduce, 0, 32)).is_none());
+        assert!(!c.found());
+        let e = c.told(1, rec(CollKind::Reduce, 1, 32)).unwrap();
+        assert_eq!(e.class, MPI_ERR_ROOT);
+        assert!(e.msg.contains("rank 1 called reduce (root 1)"), "{}", e.msg);
+        assert!(e.msg.contains("rank 0 called reduce (root 0)"), "{}", e.msg);
+        assert!(c.found());
+        let n = Note::decode(&c.note_to(false).unwrap(), 7, 12).unwrap();
+        assert_eq!(n.found.unwrap().rank, 1);
+        let mut c = CrossCheck::new(rec(CollKind::Gather, 1, 4), 3, None);
+        let e = c.told(0, rec(CollKind::Bcast, 0, 16)).unwrap();
+        assert_eq!(e.class, MPI_ERR_OTHER);
+        let mut c = CrossCheck::new(rec(CollKind::Allreduce, 0, 8), 1, None);
+        assert_eq!(
+            c.told(0, rec(CollKind::Allreduce, 0, 8000)).unwrap().class,
+            MPI_ERR_TRUNCATE
+        );
     }
 }

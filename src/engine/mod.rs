@@ -62,8 +62,16 @@
 //!   appended to the payload of its first frame (EAGER: after the data it carries, which is
 //!   that many bytes shorter; RTS: after its payload). The receiver strips it at arrival and
 //!   keeps it with the receive ([`Engine::note`]). Messages without a note are unchanged.
+//! - **Refusal** (`REFUSE`): the messages of a collective call this rank gave up
+//!   ([`Engine::refuse`]) that arrive later or wait unexpected: an RTS is answered `REFUSE`
+//!   (with the rank's note) and the send completes with `MPI_ERR_OTHER` ([`Engine::refused`]);
+//!   a complete eager message is dropped ([`refuse`]).
+//! - **Questions** (`ASK`, `TELL`): a collective call waiting on a rank of another node asks
+//!   for that rank's record of the call ([`Engine::ask_record`]); the rank's engine answers
+//!   from its own record ring as it makes progress ([`ask`]).
 
 pub mod agree;
+mod ask;
 pub mod backoff;
 pub mod coll;
 pub mod collcheck;
@@ -73,6 +81,7 @@ pub mod devcopy;
 pub mod devnet;
 pub mod flag;
 mod p2p;
+mod refuse;
 pub mod rndv;
 pub mod scratch;
 mod slab;
@@ -161,6 +170,15 @@ mod kind {
     /// Receiver -> sender of a message pipelined through host memory (`devnet`): send bytes
     /// up to `arg` of the message for receive `rreq`.
     pub const CREDIT: u8 = 11;
+    /// Receiver -> sender of a rendezvous message (RTS) of a collective call the receiver
+    /// gave up ([`super::Engine::refuse`]): send `sreq` completes with `MPI_ERR_OTHER`; the
+    /// payload, when present, is the receiver's note of the call (what it found).
+    pub const REFUSE: u8 = 12;
+    /// A rank waiting in a collective call -> a rank on another node it waits on: send your
+    /// record of call (`ctx`, sequence `tag`) ([`super::ask`]).
+    pub const ASK: u8 = 13;
+    /// The answer to `ASK`: the record (payload), or none yet (no payload).
+    pub const TELL: u8 = 14;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -225,6 +243,8 @@ struct SendState {
     coop: Option<(usize, u8)>,
     /// The note the first frame carries (`FLAG_NOTE`).
     note: Option<Note>,
+    /// The receiver refused the message (`kind::REFUSE`), with its note if it sent one.
+    refused: Option<Option<Note>>,
 }
 
 struct RecvState {
@@ -441,6 +461,13 @@ struct State {
     pipe_cfg: devnet::PipeConfig,
     tx_pipes: Vec<devnet::TxPipe>,
     rx_pipes: Vec<(u64, usize, u64)>,
+    /// Collective calls this rank gave up (context, tag, its note), newest last
+    /// ([`refuse`]): their messages that arrive later are refused.
+    refused: VecDeque<(u32, i32, Option<Note>)>,
+    /// This rank's collective records (to answer `ASK`), and the records off-node peers
+    /// told (peer, context, sequence, record), newest last ([`ask`]).
+    records: Option<collcheck::Rings>,
+    told: VecDeque<(usize, u32, u32, collcheck::Record)>,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -545,6 +572,9 @@ impl Engine {
                 pipe_cfg: devnet::PipeConfig::default(),
                 tx_pipes: Vec::new(),
                 rx_pipes: Vec::new(),
+                refused: VecDeque::new(),
+                records: None,
+                told: VecDeque::new(),
             },
             colls: Vec::new(),
             in_colls: false,
@@ -711,6 +741,7 @@ impl Engine {
                 staged,
                 coop: coop.map(|i| (a.dst_world, i)),
                 note,
+                refused: None,
             }),
         });
         if let Some(slot) = coop {

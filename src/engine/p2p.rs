@@ -658,6 +658,9 @@ impl State {
                 }
             }
             kind::FIN => self.mark_pushed(h.sreq),
+            kind::REFUSE => self.on_refuse(h.sreq, p),
+            kind::ASK => self.on_ask(src_world, h),
+            kind::TELL => self.on_tell(src_world, h, p),
             kind::ACK => {
                 if let Some(Req {
                     kind: ReqKind::Send(s),
@@ -831,6 +834,9 @@ impl State {
             if total == 0 {
                 self.complete(rreq);
             }
+            return;
+        }
+        if !self.refused.is_empty() && self.refused_message(src_world, h, p) {
             return;
         }
         let body = if h.kind == kind::RTS {

@@ -1709,6 +1709,109 @@ fn notes_travel_beside_the_data() {
     }
 }
 
+/// Messages of a collective call the receiver gave up (`Engine::refuse`): a rendezvous sent
+/// before (waiting unexpected) or after is refused with the receiver's note and completes with
+/// MPI_ERR_OTHER; a complete eager message is dropped; other tags and contexts are untouched,
+/// and a context forgotten (its communicator freed) is received again.
+#[test]
+fn messages_of_a_given_up_call_are_refused() {
+    let mut es = group(2, 8, 1000, false);
+    let note: Note = std::array::from_fn(|i| i as u8 ^ 0x5a);
+    let big = pattern(3 * LIMIT, 1);
+    let small = pattern(100, 2);
+    // Before the call is given up: waits unexpected, then refused.
+    let early = send(&mut es[0], &big, 1, 0, 9, false);
+    let eager = send(&mut es[0], &small, 1, 0, 9, false);
+    wait_on(&mut es, 0, eager);
+    spin(&mut es, 4);
+    assert!(es[1].iprobe(7, 0, 9).is_some());
+    es[1].refuse(7, 9, Some(note));
+    assert!(
+        es[1].iprobe(7, 0, 9).is_none(),
+        "the call's messages are gone"
+    );
+    assert_eq!(es[0].refused(early), None, "not answered yet");
+    while !es[0].is_done(early) {
+        spin(&mut es, 1);
+    }
+    assert_eq!(es[0].refused(early), Some(Some(note)));
+    let st = wait_on(&mut es, 0, early);
+    assert_eq!(st.error, crate::standard::consts::MPI_ERR_OTHER);
+    // After: refused at arrival (rendezvous), dropped (eager); another tag is received.
+    let late = send(&mut es[0], &big, 1, 0, 9, false);
+    let eager = send(&mut es[0], &small, 1, 0, 9, false);
+    let other = send(&mut es[0], &small, 1, 0, 10, false);
+    while !es[0].is_done(late) {
+        spin(&mut es, 1);
+    }
+    assert_eq!(es[0].refused(late), Some(Some(note)));
+    wait_on(&mut es, 0, late);
+    wait_on(&mut es, 0, eager);
+    wait_on(&mut es, 0, other);
+    spin(&mut es, 4);
+    assert!(es[1].iprobe(7, 0, 9).is_none());
+    let mut out = vec![0u8; 100];
+    let r = recv(&mut es[1], &mut out, 0, 10);
+    assert_eq!(wait_on(&mut es, 1, r).error, MPI_SUCCESS);
+    assert_eq!(out, small);
+    // The communicator is freed: its context's calls count from 0 again.
+    es[1].forget_refused(7);
+    let s = send(&mut es[0], &big, 1, 0, 9, false);
+    let mut out = vec![0u8; big.len()];
+    let r = recv(&mut es[1], &mut out, 0, 9);
+    assert_eq!(wait_on(&mut es, 1, r).error, MPI_SUCCESS);
+    assert_eq!(out, big);
+    assert_eq!(wait_on(&mut es, 0, s).error, MPI_SUCCESS);
+    assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
+}
+
+/// A rank asks a rank of another node for its record of a call (`Engine::ask_record`): the
+/// answer is what that rank's own ring holds, nothing while it has none; asking again drops
+/// the earlier answer.
+#[test]
+fn records_are_asked_of_another_engine() {
+    use crate::coll::CollKind;
+    use collcheck::{Path, Record, Rings, AREA};
+    let mut es = group(2, 8, 1000, false);
+    let area: &'static mut [u64] = Box::leak(vec![0u64; 2 * AREA / 8].into_boxed_slice());
+    let start = area.as_mut_ptr() as usize;
+    // Each engine maps only its own ring, as on two nodes.
+    let rings: Vec<Rings> = (0..2)
+        .map(|r| {
+            let bases: Vec<usize> = (0..2)
+                .map(|i| if i == r { start + i * AREA } else { 0 })
+                .collect();
+            // SAFETY: leaked, zeroed, aligned memory of two rings, never freed.
+            unsafe { Rings::new(Box::leak(bases.into_boxed_slice()), r) }
+        })
+        .collect();
+    for (e, r) in es.iter_mut().zip(&rings) {
+        e.set_records(*r);
+    }
+    es[0].ask_record(1, 6, 3);
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 3), None, "rank 1 has no record yet");
+    let theirs = Record::new(6, 3, CollKind::Reduce, 1, 32, Path::Schedule);
+    rings[1].publish(&theirs);
+    es[0].ask_record(1, 6, 3);
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 3), Some(theirs));
+    assert_eq!(es[0].told_record(1, 6, 4), None);
+    assert_eq!(es[0].told_record(0, 6, 3), None);
+    es[0].ask_record(1, 6, 4);
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 4), None, "another call");
+    es[0].ask_record(1, 6, 3);
+    assert_eq!(
+        es[0].told_record(1, 6, 3),
+        None,
+        "asked again: the answer is dropped"
+    );
+    spin(&mut es, 4);
+    assert_eq!(es[0].told_record(1, 6, 3), Some(theirs));
+    assert_eq!(es[0].live_requests() + es[1].live_requests(), 0);
+}
+
 /// Device copies faked in host memory whose copies finish `delay` after they start and move
 /// their bytes only when first seen done (a buffer used before its copy finished shows in the
 /// data), counting the copies in flight: the pipelined path between nodes (`devnet`) is tested

@@ -566,7 +566,11 @@ pub fn init(required: i32) -> MpiResult<i32> {
         // SAFETY: the transport's record rings (Transport::coll_records contract) stay mapped
         // while the runtime holds the engine; the rings are used only inside MPI calls and
         // switched off in MPI_Finalize before the runtime is dropped.
-        let _ = RINGS.set(unsafe { Rings::new(bases, rank) });
+        let rings = unsafe { Rings::new(bases, rank) };
+        // The engine answers off-node peers' questions about this rank's records
+        // (engine::ask).
+        engine.set_records(rings);
+        let _ = RINGS.set(rings);
         RINGS_LIVE.store(true, Ordering::Release);
     }
     objects::set_predefined(world, Arc::new(selfc));

@@ -44,6 +44,9 @@ pub fn release_ctx(id: u32) {
         rings.forget(id);
     }
     let _ = runtime::with(|rt| {
+        // The collective calls given up on the id (engine::refuse) go too.
+        rt.engine
+            .forget_refused(id | crate::runtime::objects::COLL_CTX_BIT);
         let (w, b) = (id as usize / 64, id as usize % 64);
         if w < CTX_WORDS && id > 1 {
             rt.ctx_used[w] &= !(1 << b);
