@@ -375,7 +375,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET",
         default: "",
-        doc: "Network backend for traffic between nodes: `ib` (ibverbs: InfiniBand and RoCE, `transport::net::ib`) or `tcp`. Unset or `auto`: the first backend that opens with at least one device, in that order (so a machine without libibverbs or without an active RDMA port uses TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); every rank connects to every rank on another node at `MPI_Init` (docs/MULTINODE.md).",
+        doc: "Network backend for traffic between nodes: `ib` (ibverbs: InfiniBand and RoCE, `transport::net::ib`) or `tcp`. Unset or `auto`: the first backend that opens with at least one device, in that order (so a machine without libibverbs or without an active RDMA port uses TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); ranks connect to off-node peers as `GPUMPI_NET_CONNECT` says (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -383,6 +383,12 @@ pub static PARAMS: &[Param] = &[
         default: "30",
         doc: "Seconds a TCP network connection may take, once the TCP connection itself is up, for the peer to accept and authenticate it; also how long a listener keeps a connection that has not authenticated. Past it, set-up fails with an error naming the address.",
         same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_CONNECT",
+        default: "lazy",
+        doc: "When ranks on different nodes connect: `lazy` (default): a rank opens a connection to an off-node peer when it first sends to it (a point-to-point message, a collective's message or a protocol reply), and accepts connections from peers while it makes progress, so a job opens only the connections its traffic needs and `MPI_Init` opens none; `eager`: every rank connects to every rank on another node at `MPI_Init` (one connection each way per pair). Must be the same on every rank. docs/MULTINODE.md.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_NET_CONNECT_TIMEOUT",

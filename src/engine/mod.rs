@@ -1622,4 +1622,6 @@ impl Engine {
 }
 
 #[cfg(test)]
+mod net_tests;
+#[cfg(test)]
 mod tests;
