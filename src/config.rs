@@ -375,7 +375,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET",
         default: "",
-        doc: "Network backend for traffic between nodes: `ib` (ibverbs: InfiniBand and RoCE, `transport::net::ib`) or `tcp`. Unset or `auto`: the first backend that opens with at least one device, in that order (so a machine without libibverbs or without an active RDMA port uses TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); every rank connects to every rank on another node at `MPI_Init` (docs/MULTINODE.md).",
+        doc: "Network backend for traffic between nodes: `ib` (ibverbs: InfiniBand and RoCE, `transport::net::ib`) or `tcp`. Unset or `auto`: the first backend that opens with at least one device, in that order (so a machine without libibverbs or without an active RDMA port uses TCP). An unknown name is an error naming the known ones. The choice is logged with `GPUMPI_DEBUG=1`. Opened only when the job spans nodes (`GPUMPI_NODE_ID`); ranks connect to off-node peers as `GPUMPI_NET_CONNECT` says (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -383,6 +383,12 @@ pub static PARAMS: &[Param] = &[
         default: "30",
         doc: "Seconds a TCP network connection may take, once the TCP connection itself is up, for the peer to accept and authenticate it; also how long a listener keeps a connection that has not authenticated. Past it, set-up fails with an error naming the address.",
         same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_CONNECT",
+        default: "lazy",
+        doc: "When ranks on different nodes connect: `lazy` (default): a rank opens a connection to an off-node peer when it first sends to it (a point-to-point message, a collective's message or a protocol reply), and accepts connections from peers while it makes progress, so a job opens only the connections its traffic needs and `MPI_Init` opens none; `eager`: every rank connects to every rank on another node at `MPI_Init` (one connection each way per pair). Must be the same on every rank. docs/MULTINODE.md.",
+        same_on_every_rank: true,
     },
     Param {
         name: "GPUMPI_NET_CONNECT_TIMEOUT",
@@ -1006,6 +1012,9 @@ pub struct NetConfig {
     /// `GPUMPI_NET_ACCEPT_TIMEOUT` and `GPUMPI_NET_CONNECT_TIMEOUT`, at least 1 s.
     pub accept_timeout: std::time::Duration,
     pub connect_timeout: std::time::Duration,
+    /// `GPUMPI_NET_CONNECT`: `Ok(true)` for `eager`, `Ok(false)` for `lazy` or unset; `Err` names
+    /// another value.
+    pub connect_eager: Result<bool, String>,
     /// `GPUMPI_NET_FAMILY` as given (`""` when unset; the backends parse it into their family
     /// type and refuse other values), `GPUMPI_NET_IFNAME`.
     pub family: String,
@@ -1153,6 +1162,11 @@ impl Config {
                 pxn: Pxn::parse(get("GPUMPI_PXN").as_deref()),
                 accept_timeout: v.secs("GPUMPI_NET_ACCEPT_TIMEOUT"),
                 connect_timeout: v.secs("GPUMPI_NET_CONNECT_TIMEOUT"),
+                connect_eager: match get("GPUMPI_NET_CONNECT").as_deref().map(str::trim) {
+                    None | Some("" | "lazy") => Ok(false),
+                    Some("eager") => Ok(true),
+                    Some(v) => Err(format!("GPUMPI_NET_CONNECT={v}: expected lazy or eager")),
+                },
                 family: get("GPUMPI_NET_FAMILY").unwrap_or_default(),
                 ifname: get("GPUMPI_NET_IFNAME"),
                 tcp_threads: get_usize("GPUMPI_NET_TCP_THREADS"),
@@ -1373,6 +1387,7 @@ mod tests {
         assert_eq!(d.net.pxn, Ok(Pxn::Auto));
         assert_eq!(d.net.accept_timeout, std::time::Duration::from_secs(30));
         assert_eq!(d.net.ibverbs_lib, "libibverbs.so.1");
+        assert_eq!(d.net.connect_eager, Ok(false));
         assert_eq!(d.shm.mid_max, 1 << 20);
         assert_eq!(d.shm.scratch_bytes, 256 << 10);
 
@@ -1397,6 +1412,18 @@ mod tests {
         assert_eq!(c.net.ibverbs_lib, "/opt/fake/libibverbs.so");
         assert_eq!(c.net.ib_gid_index, Ok(None));
         assert_eq!(with(&[("GPUMPI_NET", "auto")]).net.backend, None);
+        assert_eq!(
+            with(&[("GPUMPI_NET_CONNECT", " eager")]).net.connect_eager,
+            Ok(true)
+        );
+        assert_eq!(
+            with(&[("GPUMPI_NET_CONNECT", "lazy")]).net.connect_eager,
+            Ok(false)
+        );
+        assert_eq!(
+            with(&[("GPUMPI_NET_CONNECT", "now")]).net.connect_eager,
+            Err("GPUMPI_NET_CONNECT=now: expected lazy or eager".to_string())
+        );
         assert_eq!(with(&[("GPUMPI_PXN", "0")]).net.pxn, Ok(Pxn::Off));
         assert_eq!(
             with(&[("GPUMPI_NET_ACCEPT_TIMEOUT", "0")])

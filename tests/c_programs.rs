@@ -679,6 +679,7 @@ c_tests!(
     init_thread,
     init_plain,
     multinode_init,
+    net_lazy,
     p2p_basic,
     p2p_nonblocking,
     p2p_modes,

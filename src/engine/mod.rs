@@ -1703,4 +1703,6 @@ impl Engine {
 }
 
 #[cfg(test)]
+mod net_tests;
+#[cfg(test)]
 mod tests;

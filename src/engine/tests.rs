@@ -2019,6 +2019,7 @@ mod net_device {
     use super::*;
     use crate::transport::net::frames::NetFrames;
     use crate::transport::net::ifname::Family;
+    use crate::transport::net::links::Links;
     use crate::transport::net::tcp::{TcpConfig, TcpNet};
     use crate::transport::net::Net;
     use std::sync::atomic::Ordering::SeqCst;
@@ -2050,17 +2051,10 @@ mod net_device {
             let (_, listener) = ls.pop().unwrap();
             let cfg = cfgs[me];
             joins.push(std::thread::spawn(move || {
-                let frames = NetFrames::connect(
-                    n,
-                    0,
-                    listener,
-                    me,
-                    2,
-                    &[1 - me],
-                    &|p| Ok(handles[p]),
-                    Duration::from_secs(20),
-                )
-                .unwrap();
+                let mut hs = vec![None; 2];
+                hs[1 - me] = Some(handles[1 - me]);
+                let links = Links::new(n, 0, listener, me, hs, Duration::from_secs(5));
+                let frames = NetFrames::new(links, me, 2);
                 let mut e = Engine::with_config(
                     Box::new(frames),
                     me,

@@ -31,6 +31,7 @@ use crate::mpi::handles::{Kind, Slab};
 use crate::mpi_bail;
 use crate::standard::consts as c;
 use crate::transport::net::frames::NetFrames;
+use crate::transport::net::links::Links;
 use crate::transport::net::{Handle, HANDLE_BYTES};
 use crate::transport::route::Routed;
 use objects::CommObj;
@@ -306,35 +307,43 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
         })
         .collect::<MpiResult<Vec<usize>>>()?;
     let peers: Vec<usize> = (0..remote.len()).filter(|&r| remote[r]).collect();
-    let handle_of = |p: usize| {
-        let v = boot
-            .get(p, NET_HANDLE_KEY)
-            .map_err(|e| crate::transport::net::NetError::new(e.msg))?;
+    let handle_of = |p: usize| -> MpiResult<Option<Handle>> {
+        if !remote[p] {
+            return Ok(None);
+        }
+        let v = boot.get(p, NET_HANDLE_KEY)?;
         wire::from_hex(String::from_utf8_lossy(&v).trim())
             .and_then(|b| <[u8; HANDLE_BYTES]>::try_from(b).ok())
-            .map(Handle)
+            .map(|h| Some(Handle(h)))
             .ok_or_else(|| {
-                crate::transport::net::NetError::new(format!(
-                    "rank {p}'s network handle is malformed"
-                ))
+                MpiError::other(format!("MPI_Init: rank {p}'s network handle is malformed"))
             })
     };
-    let limit = crate::config::snapshot().net.accept_timeout + std::time::Duration::from_secs(5);
-    let mut frames = NetFrames::connect(
-        net,
-        dev,
-        listener,
-        boot.rank(),
-        boot.size(),
-        &peers,
-        &handle_of,
-        limit,
-    )
-    .map_err(fail)?;
+    let handles = (0..remote.len())
+        .map(handle_of)
+        .collect::<MpiResult<Vec<_>>>()?;
+    let cfg = &crate::config::snapshot().net;
+    let accept = cfg.accept_timeout;
+    let eager = match &cfg.connect_eager {
+        Ok(e) => *e,
+        Err(msg) => mpi_bail!(MPI_ERR_OTHER, "MPI_Init: {msg}"),
+    };
+    let links = Links::new(net, dev, listener, boot.rank(), handles, accept);
+    let mut frames = NetFrames::new(links, boot.rank(), boot.size());
+    if eager {
+        frames
+            .connect_all(&peers, accept + std::time::Duration::from_secs(5))
+            .map_err(fail)?;
+    }
     tracing::info!(
-        "rank {}: {} off-node peers reached over the network",
+        "rank {}: {} off-node peers, connected {}",
         boot.rank(),
-        peers.len()
+        peers.len(),
+        if eager {
+            "now (GPUMPI_NET_CONNECT=eager)"
+        } else {
+            "on first use"
+        }
     );
     frames.set_rails(rail, rail_of.clone());
     Ok((frames, rail_of))

@@ -18,26 +18,37 @@
 //!   delivered. Messages are delivered in posting order (the backend matches a comm's
 //!   messages to the oldest posted receive) and the frames of one in record order, so a
 //!   sender's frames arrive in the order it sent them, as the engine's matching requires.
-//! - **Set-up** ([`NetFrames::connect`], collective over the job, at `MPI_Init`): each rank
-//!   listens once, its handle travels through the bootstrap, and it connects to every off-node
-//!   peer; the first message of each connection carries the sender's world rank (tag
-//!   [`TAG_HELLO`]), which names the accepted comm. Set-up is authenticated with the job
-//!   secret by the backend.
-//! - **Close** (drop, at `MPI_Finalize`, after its barrier: collective): each rank waits for
-//!   its frames in flight, sends every peer an empty message (goodbye: no frame is empty), and
-//!   waits for every peer's goodbye before the comms close, so that no rank sees a peer close
-//!   a connection while it still has receives posted (which the backend reports as an error).
-//!   Frames that arrive meanwhile (sends nobody received) are dropped.
+//! - **Set-up** ([`super::links`]): each rank listens once at `MPI_Init` and its handle
+//!   travels through the bootstrap; a connection to a peer is opened by the first frame
+//!   written to it (the frame waits in the engine, [`Transport::try_send`] answering "full",
+//!   until the connection is up), and connections from peers are accepted while this rank
+//!   polls (every [`ACCEPT_EVERY`] polls, every poll while one is being set up). The first
+//!   message of each connection carries the sender's world rank (tag
+//!   [`super::links::TAG_HELLO`], from slot 0), which names the accepted comm. So a job opens
+//!   only the connections its traffic needs; [`NetFrames::connect_all`] opens every one at
+//!   once instead (`GPUMPI_NET_CONNECT=eager`). Set-up is authenticated with the job secret by
+//!   the backend.
+//! - **Close** (drop, at `MPI_Finalize`, after its barrier): each rank gives up its dials in
+//!   flight (nothing was written to them), sends a goodbye (an empty message: no frame is
+//!   empty) on every connection it dialed once its frames are out, and waits for the goodbye on
+//!   every connection it accepted (accepting, meanwhile, connections still being set up) before
+//!   the comms close. A receiver takes the goodbye as the end of that connection and tests it
+//!   no more, so a sender may close once its goodbye is sent (the backend delivers what a peer
+//!   sent before it closed); waiting for the goodbyes of its own senders keeps a rank's receives
+//!   posted until they are done with it. Frames that arrive meanwhile (sends nobody received)
+//!   are dropped. A rank never waits for peers it has no connection with.
 //! - **Errors**: a network error (a peer that closed, a truncated frame) ends this process
 //!   with a message naming the peer, as MPI's default error handler would: the transport
 //!   contract has no error path, and a job that lost a connection cannot go on.
 //!
 //! Counters ([`Counters`]: frames and bytes each way, network operations, aggregated ones,
 //! operations to a peer on another rail) are logged when the transport is dropped
-//! (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`): the tests read them to check that
-//! off-node traffic went over the network, and on which rails.
+//! (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`), with the connections opened and
+//! accepted: the tests read them to check that off-node traffic went over the network, on
+//! which rails, and that a job opened only the connections its traffic needed.
 
-use super::{MemKind, Mr, Net, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
+use super::links::{hello, Link, Links, TAG_HELLO};
+use super::{MemKind, Mr, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
 use crate::transport::{Header, Transport, HEADER_BYTES};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -72,13 +83,18 @@ pub struct Counters {
     /// Frames and payload bytes received.
     pub frames_in: u64,
     pub bytes_in: u64,
+    /// Connections this rank opened (to peers it sent to) and accepted (from peers that sent
+    /// to it).
+    pub opened: u64,
+    pub accepted: u64,
 }
 /// Tag of the engine's frames.
 const TAG_FRAME: i32 = 0;
-/// Tag of the first message of a connection: the sender's world rank.
-const TAG_HELLO: i32 = 1;
 /// Most frames one [`Transport::poll`] delivers per peer.
 const POLL_BUDGET: usize = 32;
+/// A poll accepts new connections every this many polls (an accept is a system call), and at
+/// every poll while a connection is being set up.
+const ACCEPT_EVERY: u32 = 16;
 
 /// The send side to one peer: frame slots, posted in a ring, freed in order.
 struct Tx {
@@ -91,6 +107,8 @@ struct Tx {
     next: usize,
     /// The slot being filled: its index, bytes and frames written (not yet posted).
     open: Option<(usize, usize, u32)>,
+    /// The hello (slot 0's first 8 bytes) is not posted yet: no frame goes before it.
+    hello_due: bool,
 }
 
 /// The receive side from one peer: every slot posted, delivered in posting order.
@@ -106,22 +124,27 @@ struct Rx {
 /// Frames to and from the off-node peers. See the module documentation.
 pub struct NetFrames {
     me: usize,
-    /// Bytes of one message buffer.
+    /// Bytes of one message buffer, and buffers per direction and peer.
     frame: usize,
+    slots: usize,
     tx: Vec<Option<Tx>>,
     /// Peers whose send slot is open (posted by the next poll).
     open: Vec<usize>,
     /// Rail of every rank and of this one, when known (for [`Counters::cross_rail`]).
     rails: Option<(usize, Vec<usize>)>,
     rx: Vec<Option<Rx>>,
-    /// Off-node peers, polled round-robin from `next`.
-    remote: Vec<usize>,
+    /// Peers with a connection either way, polled round-robin from `next`.
+    peers: Vec<usize>,
     next: usize,
+    /// Polls so far (accepts run every [`ACCEPT_EVERY`]).
+    polls: u32,
+    /// Connections completed by one step of set-up (kept to reuse its allocation).
+    fresh: Vec<Link>,
     counts: Counters,
-    /// This rank has said goodbye to every peer: a peer closing its end is its own goodbye.
+    /// This rank is closing: a peer closing its end is its goodbye.
     closing: bool,
-    /// Kept for the life of the comms (closed last).
-    _net: Box<dyn Net>,
+    /// Connection set-up, the listener and the backend (declared last: closed after the comms).
+    links: Links,
 }
 
 /// Ends the process on a network error: see the module documentation.
@@ -133,121 +156,69 @@ fn fatal(me: usize, e: NetError) -> ! {
 }
 
 impl NetFrames {
-    /// Connects this rank (`me` of `size`) to every rank of `remote` through device `dev` of
-    /// `net`: `listener` is this rank's (its handle already published), `handle_of(p)` peer
-    /// `p`'s. Collective over the ranks of `remote` and this one; fails after `timeout` naming
-    /// the missing peers.
-    #[allow(clippy::too_many_arguments)]
-    pub fn connect(
-        net: Box<dyn Net>,
-        dev: usize,
-        mut listener: Box<dyn super::Listener>,
-        me: usize,
-        size: usize,
-        remote: &[usize],
-        handle_of: &dyn Fn(usize) -> NetResult<super::Handle>,
-        timeout: Duration,
-    ) -> NetResult<NetFrames> {
-        let frame = SLOT_BYTES;
-        let slots = SLOTS.min(net.devices().get(dev).map_or(SLOTS, |d| d.max_requests));
-        let mut conns = Vec::with_capacity(remote.len());
-        for &p in remote {
-            conns.push((p, net.connect(dev, &handle_of(p)?)?));
+    /// The frames of rank `me` of `size` over `links`; no connection exists yet: the first
+    /// frame to a peer dials it, and peers that dial this rank are accepted while it polls
+    /// ([`super::links`]). [`NetFrames::connect_all`] opens them all at once instead.
+    pub fn new(links: Links, me: usize, size: usize) -> NetFrames {
+        let dev_slots = links
+            .net()
+            .devices()
+            .first()
+            .map_or(SLOTS, |d| d.max_requests);
+        NetFrames {
+            me,
+            frame: SLOT_BYTES,
+            slots: SLOTS.min(dev_slots).max(1),
+            tx: (0..size).map(|_| None).collect(),
+            rx: (0..size).map(|_| None).collect(),
+            open: Vec::new(),
+            rails: None,
+            peers: Vec::new(),
+            next: 0,
+            polls: 0,
+            fresh: Vec::new(),
+            counts: Counters::default(),
+            closing: false,
+            links,
         }
-        let mut tx: Vec<Option<Tx>> = (0..size).map(|_| None).collect();
-        let mut rx: Vec<Option<Rx>> = (0..size).map(|_| None).collect();
-        let hello = (me as u64).to_le_bytes();
-        // Accepted comms whose hello has not arrived: comm, its buffer, the request.
-        let mut greeting: Vec<(Box<dyn RecvComm>, Box<[u8; 8]>, Mr, Request)> = Vec::new();
-        // Connected comms whose hello is in flight (`None`: not posted yet, the backend had no
-        // request slot or no receive posted by the peer yet).
-        let mut saying: Vec<(usize, Box<dyn SendComm>, Mr, Option<Request>)> = Vec::new();
-        let (mut sent, mut heard) = (0, 0);
+    }
+
+    /// Opens the connections both ways with every rank of `remote` now (`GPUMPI_NET_CONNECT=eager`):
+    /// collective over those ranks and this one (each dials the others and waits to be dialed
+    /// by them); fails after `timeout` naming the missing peers.
+    pub fn connect_all(&mut self, remote: &[usize], timeout: Duration) -> NetResult<()> {
+        let me = self.me;
+        for &p in remote {
+            self.links.dial(p)?;
+        }
         let end = Instant::now() + timeout;
-        while sent < remote.len() || heard < remote.len() {
-            let mut moved = false;
-            let mut i = 0;
-            while i < conns.len() {
-                match conns[i].1.poll()? {
-                    Some(mut c) => {
-                        let p = conns.swap_remove(i).0;
-                        let mr = c.reg_mr(hello.as_ptr(), hello.len(), MemKind::Host)?;
-                        saying.push((p, c, mr, None));
-                        moved = true;
+        loop {
+            let mut moved = self.step_links(true)?;
+            let mut done = true;
+            for &p in remote {
+                match self.tx[p].as_mut() {
+                    Some(t) => {
+                        let due = t.hello_due;
+                        done &= t.say_hello()?;
+                        moved |= due && !t.hello_due;
                     }
-                    None => i += 1,
+                    None => done = false,
                 }
+                done &= self.rx[p].is_some();
             }
-            let mut i = 0;
-            while i < saying.len() {
-                let Some(q) = saying[i].3 else {
-                    let mr = saying[i].2;
-                    let c = &mut saying[i].1;
-                    // SAFETY: `hello` lives until set-up ends, after every hello completed.
-                    saying[i].3 = unsafe { c.isend(hello.as_ptr(), hello.len(), TAG_HELLO, mr) }?;
-                    moved |= saying[i].3.is_some();
-                    i += 1;
-                    continue;
-                };
-                match saying[i].1.test(q)? {
-                    Some(_) => {
-                        let (p, mut c, mr, _) = saying.swap_remove(i);
-                        c.dereg_mr(mr)?;
-                        tx[p] = Some(Tx::new(c, frame, slots)?);
-                        sent += 1;
-                        moved = true;
-                    }
-                    None => i += 1,
-                }
-            }
-            if heard + greeting.len() < remote.len() {
-                if let Some(mut c) = listener.accept()? {
-                    let mut b = Box::new([0u8; 8]);
-                    let mr = c.reg_mr(b.as_ptr(), 8, MemKind::Host)?;
-                    let rb = RecvBuf {
-                        ptr: b.as_mut_ptr(),
-                        size: 8,
-                        tag: TAG_HELLO,
-                        mr,
-                    };
-                    // SAFETY: the boxed buffer moves with the comm into `greeting` and is read
-                    // only after the receive completed.
-                    let q = unsafe { c.irecv(&[rb]) }?
-                        .ok_or_else(|| NetError::new("net: no request slot for the hello"))?;
-                    greeting.push((c, b, mr, q));
-                    moved = true;
-                }
-            }
-            let mut i = 0;
-            while i < greeting.len() {
-                let mut n = [0usize];
-                let q = greeting[i].3;
-                if greeting[i].0.test(q, &mut n)? {
-                    let (mut c, b, mr, _) = greeting.swap_remove(i);
-                    c.dereg_mr(mr)?;
-                    let p = u64::from_le_bytes(*b) as usize;
-                    if n[0] != 8 || !remote.contains(&p) || rx[p].is_some() {
-                        return Err(NetError::new(format!(
-                            "net: rank {me}: unexpected hello from {} (rank {p})",
-                            c.peer()
-                        )));
-                    }
-                    rx[p] = Some(Rx::new(c, frame, slots)?);
-                    heard += 1;
-                    moved = true;
-                } else {
-                    i += 1;
-                }
+            if done {
+                break;
             }
             if Instant::now() > end {
                 let missing: Vec<usize> = remote
                     .iter()
                     .copied()
-                    .filter(|&p| tx[p].is_none() || rx[p].is_none())
+                    .filter(|&p| {
+                        self.tx[p].as_ref().is_none_or(|t| t.hello_due) || self.rx[p].is_none()
+                    })
                     .collect();
                 return Err(NetError::new(format!(
-                    "net: rank {me}: connections with ranks {missing:?} not set up within {:?}",
-                    timeout
+                    "net: rank {me}: connections with ranks {missing:?} not set up within {timeout:?}"
                 )));
             }
             if !moved {
@@ -255,27 +226,46 @@ impl NetFrames {
             }
         }
         tracing::debug!(
-            "net: rank {me}: connected to {} off-node peers ({slots} buffers of {frame} bytes each way)",
-            remote.len()
+            "net: rank {me}: connected to {} off-node peers ({} buffers of {} bytes each way)",
+            remote.len(),
+            self.slots,
+            self.frame
         );
-        Ok(NetFrames {
-            me,
-            frame,
-            tx,
-            rx,
-            open: Vec::new(),
-            rails: None,
-            remote: remote.to_vec(),
-            next: 0,
-            counts: Counters::default(),
-            closing: false,
-            _net: net,
-        })
+        Ok(())
+    }
+
+    /// Moves connection set-up along ([`Links::progress`]) and gives every new connection its
+    /// frame buffers; whether anything moved.
+    fn step_links(&mut self, accept: bool) -> NetResult<bool> {
+        let mut got = std::mem::take(&mut self.fresh);
+        let rx = &self.rx;
+        let moved = self.links.progress(accept, &|p| rx[p].is_some(), &mut got);
+        for l in got.drain(..) {
+            let p = match l {
+                Link::Out(p, c) => {
+                    self.tx[p] = Some(Tx::new(c, self.frame, self.slots, self.me)?);
+                    p
+                }
+                Link::In(p, c) => {
+                    self.rx[p] = Some(Rx::new(c, self.frame, self.slots)?);
+                    p
+                }
+            };
+            if !self.peers.contains(&p) {
+                self.peers.push(p);
+            }
+        }
+        self.fresh = got;
+        moved
     }
 
     /// What went over the network so far.
     pub fn counts(&self) -> Counters {
-        self.counts
+        Counters {
+            opened: self.links.opened().len() as u64,
+            accepted: self.links.accepted().len() as u64,
+            ..self.counts
+        }
     }
 
     /// Records this rank's rail and every rank's, so that operations to another rail are
@@ -329,17 +319,41 @@ impl NetFrames {
 }
 
 impl Tx {
-    fn new(mut comm: Box<dyn SendComm>, frame: usize, slots: usize) -> NetResult<Tx> {
-        let buf = vec![0u8; frame * slots];
+    /// The send side of a new connection; its hello (this rank's number, `me`) goes first,
+    /// from slot 0, which is freed like a frame's once the hello is sent.
+    fn new(mut comm: Box<dyn SendComm>, frame: usize, slots: usize, me: usize) -> NetResult<Tx> {
+        let mut buf = vec![0u8; frame * slots];
+        buf[..8].copy_from_slice(&hello(me));
         let mr = comm.reg_mr(buf.as_ptr(), buf.len(), MemKind::Host)?;
-        Ok(Tx {
+        let mut t = Tx {
             comm,
             mr,
             buf,
             inflight: VecDeque::with_capacity(slots),
-            next: 0,
+            next: 1 % slots,
             open: None,
-        })
+            hello_due: true,
+        };
+        t.say_hello()?;
+        Ok(t)
+    }
+
+    /// Posts the hello if it is due; whether it is posted (a backend with receiver-posted
+    /// credits takes it once the peer accepted and posted the hello's receive).
+    fn say_hello(&mut self) -> NetResult<bool> {
+        if !self.hello_due {
+            return Ok(true);
+        }
+        // SAFETY: slot 0 lies in the registered buffer and is not written again until this
+        // send is reaped (it is in `inflight` like a frame's slot).
+        match unsafe { self.comm.isend(self.buf.as_ptr(), 8, TAG_HELLO, self.mr) }? {
+            Some(q) => {
+                self.inflight.push_back((0, q));
+                self.hello_due = false;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Frees the slots whose sends completed, oldest first.
@@ -409,11 +423,19 @@ impl Transport for NetFrames {
         let frame = self.frame;
         debug_assert!(payload.len() <= MAX_PAYLOAD);
         let need = record_len(payload.len());
-        let full = self.tx[dst]
-            .as_ref()
-            .expect("net: try_send to a rank on this node")
-            .open
-            .is_some_and(|(_, used, _)| used + need > frame);
+        // The first frame to a peer dials it; frames wait (in the engine) until it is up.
+        let Some(t) = self.tx[dst].as_mut() else {
+            if let Err(e) = self.links.dial(dst) {
+                fatal(me, e);
+            }
+            return false;
+        };
+        match t.say_hello() {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => fatal(me, e),
+        }
+        let full = t.open.is_some_and(|(_, used, _)| used + need > frame);
         if full && !self.post_open(dst) {
             return false;
         }
@@ -461,14 +483,20 @@ impl Transport for NetFrames {
     }
 
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+        self.polls = self.polls.wrapping_add(1);
+        let accept = self.closing || self.links.busy() || self.polls % ACCEPT_EVERY == 0;
+        match self.step_links(accept) {
+            Err(e) if !self.closing => fatal(self.me, e),
+            _ => {}
+        }
         self.flush();
-        let n = self.remote.len();
+        let n = self.peers.len();
         let mut delivered = 0;
         for i in 0..n {
-            let p = self.remote[(self.next + i) % n];
+            let p = self.peers[(self.next + i) % n];
             // Sends progress through `test` (the backend writes headers from this thread).
             if let Some(t) = self.tx[p].as_mut() {
-                match t.reap() {
+                match t.reap().and_then(|_| t.say_hello()) {
                     Err(e) if !self.closing => fatal(self.me, e),
                     _ => {}
                 }
@@ -537,75 +565,59 @@ impl NetFrames {
     fn close(&mut self, limit: Duration) -> NetResult<()> {
         let end = Instant::now() + limit;
         let me = self.me;
-        let peers = self.remote.clone();
-        let mut said = Vec::new();
         let mut sink = |_: usize, _: &Header, _: &[u8]| {};
-        while !self.open.is_empty() {
-            self.flush();
-            if Instant::now() > end {
-                return Err(NetError::new(format!(
-                    "net: rank {me}: frames not posted within {limit:?}"
-                )));
-            }
-        }
-        for &p in &peers {
-            let t = self.tx[p]
-                .as_mut()
-                .expect("net: off-node peer without a send comm");
-            while !t.inflight.is_empty() {
-                t.reap()?;
-                if Instant::now() > end {
-                    return Err(NetError::new(format!(
-                        "net: rank {me}: frames to rank {p} not sent within {limit:?}"
-                    )));
-                }
-                std::thread::yield_now();
-            }
-            loop {
-                let t = self.tx[p]
-                    .as_mut()
-                    .expect("net: off-node peer without a send comm");
-                // SAFETY: an empty message reads nothing.
-                if let Some(q) = unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) }? {
-                    said.push((p, q, false));
-                    break;
-                }
-                t.reap()?;
-                // A backend with receiver-posted credits (ibverbs) takes the goodbye once the
-                // peer has a receive posted for it: keep this rank's receives moving meanwhile.
-                self.poll(&mut sink);
-                if Instant::now() > end {
-                    return Err(NetError::new(format!(
-                        "net: rank {me}: goodbye to rank {p} not posted within {limit:?}"
-                    )));
-                }
-            }
-        }
-        // A peer closes only after our goodbye and its own were sent; the backend may report
-        // its close before its goodbye (the receives posted behind it see the end).
+        // From here on a peer closing its end is its goodbye (see the module documentation).
         self.closing = true;
+        // A dial still in flight carries nothing (frames wait in the engine until it is up).
+        self.links.stop_dialing();
+        // Per peer with a send comm: its goodbye's request and whether it completed.
+        let mut said: Vec<Option<(Request, bool)>> = (0..self.tx.len()).map(|_| None).collect();
         loop {
             self.poll(&mut sink);
-            let mut done = true;
-            for (p, q, ok) in said.iter_mut() {
-                // A completed request reports its size once (its slot is then reused).
-                if !*ok {
-                    let t = self.tx[*p]
-                        .as_mut()
-                        .expect("net: off-node peer without a send comm");
-                    *ok = t.comm.test(*q).map_or(true, |n| n.is_some());
+            let mut done = !self.links.busy() && self.open.is_empty();
+            for p in 0..self.tx.len() {
+                let Some(t) = self.tx[p].as_mut() else {
+                    continue;
+                };
+                match said[p].as_mut() {
+                    // The hello and the frames in flight first, then the goodbye.
+                    None => {
+                        done = false;
+                        let ready = t.say_hello().and_then(|up| Ok(up && t.reap().is_ok()));
+                        let q = match ready {
+                            Ok(true) if t.inflight.is_empty() && !self.open.contains(&p) => {
+                                // SAFETY: an empty message reads nothing.
+                                unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) }
+                            }
+                            Ok(_) => Ok(None),
+                            Err(e) => Err(e),
+                        };
+                        match q {
+                            Ok(Some(q)) => said[p] = Some((q, false)),
+                            Ok(None) => {}
+                            // The peer is gone: nothing more to say to it.
+                            Err(_) => said[p] = Some((Request { slot: 0, gen: 0 }, true)),
+                        }
+                    }
+                    // A completed request reports its size once (its slot is then reused).
+                    Some((q, ok)) => {
+                        if !*ok {
+                            *ok = t.comm.test(*q).map_or(true, |n| n.is_some());
+                        }
+                        done &= *ok;
+                    }
                 }
-                done &= *ok;
             }
-            done &= peers
-                .iter()
-                .all(|&p| self.rx[p].as_ref().is_some_and(|r| r.bye));
+            done &= self.rx.iter().flatten().all(|r| r.bye);
             if done {
                 return Ok(());
             }
             if Instant::now() > end {
+                let waiting: Vec<usize> = (0..self.rx.len())
+                    .filter(|&p| self.rx[p].as_ref().is_some_and(|r| !r.bye))
+                    .collect();
                 return Err(NetError::new(format!(
-                    "net: rank {me}: goodbye of the off-node peers not received within {limit:?}"
+                    "net: rank {me}: goodbyes of ranks {waiting:?} not received within {limit:?}"
                 )));
             }
             std::thread::sleep(Duration::from_micros(100));
@@ -620,13 +632,21 @@ impl Drop for NetFrames {
         }
         let c = self.counts;
         let (fs, bs, fr, br) = (c.frames, c.bytes, c.frames_in, c.bytes_in);
+        tracing::info!(
+            "net: rank {}: {} connections opened (to ranks {:?}), {} accepted (from ranks {:?})",
+            self.me,
+            self.links.opened().len(),
+            self.links.opened(),
+            self.links.accepted().len(),
+            self.links.accepted()
+        );
         if fs == 0 && fr == 0 {
             tracing::info!("net: rank {}: no frames went over the network", self.me);
         } else {
             tracing::info!(
                 "net: rank {}: {fs} frames ({bs} payload bytes) sent and {fr} frames ({br} bytes) received over the network, {} off-node peers",
                 self.me,
-                self.remote.len()
+                self.peers.len()
             );
         }
         let rail = self.rails.as_ref().map_or(0, |r| r.0);

@@ -37,6 +37,9 @@ pub mod auth;
 pub mod frames;
 pub mod ib;
 pub mod ifname;
+#[cfg(test)]
+mod lazy_tests;
+pub mod links;
 pub mod tcp;
 
 use std::fmt;

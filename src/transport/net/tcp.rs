@@ -24,7 +24,9 @@
 //!   slot. Requests live in [`MAX_REQUESTS`] preallocated slots; queues are preallocated:
 //!   the data path allocates nothing and never sleeps on a timer.
 //! - **Errors** name the peer's address: a connection closed mid-message, a truncated receive,
-//!   a tag the posted group does not hold, a set-up that does not finish in time.
+//!   a tag the posted group does not hold, a set-up that does not finish in time. A peer that
+//!   closes after its last message is not an error until a receive waits for a message that
+//!   will not come: the messages it sent before are delivered first.
 
 use super::auth::{self, Key};
 use super::ifname::{self, Family};
@@ -1156,6 +1158,9 @@ struct TcpRecv {
     order: VecDeque<u32>,
     hdr: [u8; HDR],
     got: usize,
+    /// The peer closed the control socket after its last message: the messages it sent are
+    /// still delivered, and a receive that no message will reach fails when tested.
+    closed: bool,
 }
 
 impl TcpRecv {
@@ -1166,6 +1171,7 @@ impl TcpRecv {
             order: VecDeque::with_capacity(MAX_REQUESTS),
             hdr: [0; HDR],
             got: 0,
+            closed: false,
         }
     }
 
@@ -1175,9 +1181,13 @@ impl TcpRecv {
         while let Some(&slot) = self.order.front() {
             while self.got < HDR {
                 match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.hdr[self.got..]) {
+                    Ok(0) if self.got == 0 => {
+                        self.closed = true;
+                        return Ok(());
+                    }
                     Ok(0) => {
                         self.c.sh.fail(format!(
-                            "tcp: {} closed the connection while a receive was posted",
+                            "tcp: {} closed the connection in the middle of a message header",
                             self.c.sh.peer
                         ));
                         return self.c.sh.check();
@@ -1292,6 +1302,12 @@ impl RecvComm for TcpRecv {
             }
             self.slots[req.slot as usize].active = false;
             return Ok(true);
+        }
+        if self.closed && s.nmatched < s.n {
+            return Err(err(format!(
+                "tcp: {} closed the connection while a receive was posted",
+                self.c.sh.peer
+            )));
         }
         Ok(false)
     }

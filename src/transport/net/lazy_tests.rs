@@ -1,0 +1,211 @@
+//! Connections on first use ([`super::links`], [`super::frames`]): ranks of one process, each on
+//! a node of its own, over the TCP backend on loopback, driven from one thread (the backend's
+//! helper threads move the bytes) and closed from one thread each (the close is collective over
+//! the connected peers).
+
+use super::frames::{Counters, NetFrames};
+use super::ifname::Family;
+use super::links::Links;
+use super::tcp::{TcpConfig, TcpNet};
+use super::{Handle, Net};
+use crate::transport::{Header, Transport};
+use std::time::{Duration, Instant};
+
+/// `n` ranks; `accept`: the backend's accept time limit (and the links' patience).
+fn ranks(n: usize, accept: Duration) -> Vec<NetFrames> {
+    let nets: Vec<Box<dyn Net>> = (0..n)
+        .map(|_| {
+            let cfg = TcpConfig {
+                ifname: Some("=lo".into()),
+                family: Family::V4,
+                threads: 1,
+                socks_per_thread: 1,
+                connect_timeout: Duration::from_secs(5),
+                accept_timeout: accept,
+            };
+            Box::new(TcpNet::new(cfg, b"lazy-links").unwrap()) as Box<dyn Net>
+        })
+        .collect();
+    let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
+    let handles: Vec<Option<Handle>> = ls.iter().map(|l| Some(l.0)).collect();
+    nets.into_iter()
+        .zip(ls)
+        .enumerate()
+        .map(|(me, (net, (_, l)))| {
+            let mut hs = handles.clone();
+            hs[me] = None;
+            NetFrames::new(Links::new(net, 0, l, me, hs, accept), me, n)
+        })
+        .collect()
+}
+
+/// Frames each rank received: (source, tag, payload).
+type Got = Vec<Vec<(usize, i32, Vec<u8>)>>;
+
+/// Polls the ranks in `which` once, appending what they received to `got`.
+fn poll(fs: &mut [NetFrames], which: &[usize], got: &mut Got) {
+    for &i in which {
+        fs[i].poll(&mut |s, h, p| got[i].push((s, h.tag, p.to_vec())));
+    }
+}
+
+fn all(n: usize) -> Vec<usize> {
+    (0..n).collect()
+}
+
+/// Sends one frame `src` -> `dst` with `tag`, polling every rank until the transport takes it.
+fn send(fs: &mut [NetFrames], got: &mut Got, src: usize, dst: usize, tag: i32, data: &[u8]) {
+    let h = Header {
+        tag,
+        ..Default::default()
+    };
+    let end = Instant::now() + Duration::from_secs(20);
+    while !fs[src].try_send(dst, &h, data) {
+        assert!(Instant::now() < end, "rank {src} never reached rank {dst}");
+        poll(fs, &all(fs.len()), got);
+    }
+}
+
+/// Polls every rank until `done(got)`.
+fn until(fs: &mut [NetFrames], got: &mut Got, done: impl Fn(&Got) -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !done(got) {
+        assert!(Instant::now() < end, "frames never arrived: {got:?}");
+        poll(fs, &all(fs.len()), got);
+    }
+}
+
+fn conns(c: Counters) -> (u64, u64) {
+    (c.opened, c.accepted)
+}
+
+/// Closes every rank at once (one thread each, as `MPI_Finalize` runs in every process);
+/// returns the slowest close.
+fn close(fs: Vec<NetFrames>) -> Duration {
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for f in fs {
+            s.spawn(move || drop(f));
+        }
+    });
+    t0.elapsed()
+}
+
+#[test]
+fn only_the_pairs_that_talk_connect() {
+    let mut fs = ranks(3, Duration::from_secs(5));
+    let mut got: Got = vec![Vec::new(); 3];
+    send(&mut fs, &mut got, 0, 1, 10, b"zero to one");
+    until(&mut fs, &mut got, |g| g[1].len() == 1);
+    send(&mut fs, &mut got, 1, 0, 11, b"one to zero");
+    send(&mut fs, &mut got, 1, 2, 12, b"one to two");
+    until(&mut fs, &mut got, |g| g[0].len() == 1 && g[2].len() == 1);
+    assert_eq!(got[1], vec![(0, 10, b"zero to one".to_vec())]);
+    assert_eq!(got[0], vec![(1, 11, b"one to zero".to_vec())]);
+    assert_eq!(got[2], vec![(1, 12, b"one to two".to_vec())]);
+    // Ranks 0 and 2 never exchanged anything: no connection between them either way.
+    assert_eq!(conns(fs[0].counts()), (1, 1));
+    assert_eq!(conns(fs[1].counts()), (2, 1));
+    assert_eq!(conns(fs[2].counts()), (0, 1));
+    // More traffic on the same pairs opens nothing new.
+    for k in 0..20u8 {
+        send(&mut fs, &mut got, 0, 1, 20, &[k; 100]);
+    }
+    until(&mut fs, &mut got, |g| g[1].len() == 21);
+    assert!(got[1][1..]
+        .iter()
+        .enumerate()
+        .all(|(k, f)| *f == (0, 20, vec![k as u8; 100])));
+    assert_eq!(conns(fs[0].counts()), (1, 1));
+    assert_eq!(conns(fs[1].counts()), (2, 1));
+    // Closing waits only for connected peers: nowhere near the 10 s close limit.
+    let t = close(fs);
+    assert!(t < Duration::from_secs(5), "close took {t:?}");
+}
+
+#[test]
+fn ranks_that_start_sending_to_each_other_at_once_open_one_connection_each() {
+    let mut fs = ranks(2, Duration::from_secs(5));
+    let mut got: Got = vec![Vec::new(); 2];
+    let h = Header {
+        tag: 5,
+        ..Default::default()
+    };
+    // Both dial before either polled: two one-way connections, no race between them.
+    assert!(!fs[0].try_send(1, &h, b"from 0"));
+    assert!(!fs[1].try_send(0, &h, b"from 1"));
+    send(&mut fs, &mut got, 0, 1, 5, b"from 0");
+    send(&mut fs, &mut got, 1, 0, 5, b"from 1");
+    until(&mut fs, &mut got, |g| g[0].len() == 1 && g[1].len() == 1);
+    assert_eq!(got[0], vec![(1, 5, b"from 1".to_vec())]);
+    assert_eq!(got[1], vec![(0, 5, b"from 0".to_vec())]);
+    for f in &fs {
+        assert_eq!(conns(f.counts()), (1, 1));
+    }
+    let t = close(fs);
+    assert!(t < Duration::from_secs(5), "close took {t:?}");
+}
+
+#[test]
+fn eager_set_up_connects_every_pair_before_any_frame() {
+    let fs = ranks(3, Duration::from_secs(5));
+    let mut fs: Vec<NetFrames> = std::thread::scope(|s| {
+        let js: Vec<_> = fs
+            .into_iter()
+            .enumerate()
+            .map(|(me, mut f)| {
+                s.spawn(move || {
+                    let peers: Vec<usize> = (0..3).filter(|&p| p != me).collect();
+                    f.connect_all(&peers, Duration::from_secs(20)).unwrap();
+                    f
+                })
+            })
+            .collect();
+        js.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    for f in &fs {
+        assert_eq!(conns(f.counts()), (2, 2));
+    }
+    let mut got: Got = vec![Vec::new(); 3];
+    send(&mut fs, &mut got, 2, 0, 3, b"late");
+    until(&mut fs, &mut got, |g| g[0].len() == 1);
+    assert_eq!(got[0], vec![(2, 3, b"late".to_vec())]);
+    assert_eq!(conns(fs[2].counts()), (2, 2));
+    let t = close(fs);
+    assert!(t < Duration::from_secs(5), "close took {t:?}");
+}
+
+#[test]
+fn a_peer_busy_past_the_accept_limit_is_dialed_again() {
+    let limit = Duration::from_millis(500);
+    let mut fs = ranks(2, limit);
+    let mut got: Got = vec![Vec::new(); 2];
+    let h = Header {
+        tag: 9,
+        ..Default::default()
+    };
+    // Rank 1 makes no progress for three accept limits: rank 0's dial times out (twice) and is
+    // made again, instead of failing the job.
+    let end = Instant::now() + 3 * limit;
+    while Instant::now() < end {
+        assert!(!fs[0].try_send(1, &h, b"patient"));
+        poll(&mut fs, &[0], &mut got);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    send(&mut fs, &mut got, 0, 1, 9, b"patient");
+    until(&mut fs, &mut got, |g| g[1].len() == 1);
+    assert_eq!(got[1], vec![(0, 9, b"patient".to_vec())]);
+    assert_eq!(conns(fs[0].counts()), (1, 0));
+    assert_eq!(conns(fs[1].counts()), (0, 1));
+    close(fs);
+}
+
+#[test]
+fn ranks_that_never_talked_close_at_once() {
+    let fs = ranks(3, Duration::from_secs(5));
+    for f in &fs {
+        assert_eq!(conns(f.counts()), (0, 0));
+    }
+    let t = close(fs);
+    assert!(t < Duration::from_secs(2), "close took {t:?}");
+}

@@ -1,0 +1,267 @@
+//! Connection set-up between the ranks of a job on several nodes, on first use.
+//!
+//! Every rank listens once at `MPI_Init` and publishes its handle through the bootstrap; a
+//! [`Links`] holds the listener and every off-node peer's handle, and nothing else until a
+//! connection is needed:
+//! - **Out** ([`Links::dial`]): the first frame this rank writes to a peer starts a connection
+//!   to that peer's listener. Connections are one-way (the interface's [`SendComm`] on the
+//!   dialing side, [`RecvComm`] on the accepting side), so a pair of ranks that talk both ways
+//!   holds two, each opened by its sender: two ranks that start sending to each other at once
+//!   open one each and never race for the same one (no tie-break is needed, and neither waits
+//!   for the other to dial).
+//! - **In** ([`Links::progress`] with `accept`): connections other ranks opened to this one
+//!   are accepted whenever this rank makes progress, and named by their first message, the
+//!   sender's world rank (tag [`TAG_HELLO`], which the caller sends first on every
+//!   connection it gets from [`Links::progress`]). So a receive from `MPI_ANY_SOURCE` hears a
+//!   peer that never heard from this rank: the peer connects to it.
+//! - **Patience**: a dial waits for the peer to accept, which it does only inside MPI calls;
+//!   a peer busy outside MPI for longer than the backend's accept time limit makes the dial
+//!   fail after that limit, and [`Links`] dials again (a peer that is gone refuses the new
+//!   dial at once, which is an error). A dial that fails sooner (refused, unreachable) is an
+//!   error naming the peer.
+//! - A connection that fails before its hello arrived carried nothing: it is dropped (a peer
+//!   that gave up a dial, or closed at `MPI_Finalize` while its dial was in flight). A dial
+//!   that fails is removed before the error is returned.
+//!
+//! Every connection opened and accepted is counted ([`Links::opened`], [`Links::accepted`]),
+//! for the log at `MPI_Finalize` and the tests that check a job opens only the connections
+//! its traffic needs.
+
+use super::{Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult};
+use super::{RecvBuf, RecvComm, Request, SendComm};
+use std::time::{Duration, Instant};
+
+/// Tag of the first message of a connection: the sender's world rank (8 bytes, little endian).
+pub const TAG_HELLO: i32 = 1;
+
+/// A connection being dialed: the peer, the backend's set-up, when it started.
+struct Dial {
+    peer: usize,
+    conn: Box<dyn Connector>,
+    since: Instant,
+}
+
+/// An accepted connection whose hello has not arrived: the comm, the hello's buffer (boxed: the
+/// backend writes into it while the comm moves), its registration and the receive.
+struct Greeting {
+    comm: Box<dyn RecvComm>,
+    buf: Box<[u8; 8]>,
+    mr: Mr,
+    req: Request,
+}
+
+/// A connection [`Links::progress`] completed.
+pub enum Link {
+    /// Dialed by this rank to `peer`: the caller sends the hello ([`hello`]) first.
+    Out(usize, Box<dyn SendComm>),
+    /// Opened by `peer` to this rank, its hello received.
+    In(usize, Box<dyn RecvComm>),
+}
+
+/// The hello this rank sends first on every connection it dialed.
+pub fn hello(me: usize) -> [u8; 8] {
+    (me as u64).to_le_bytes()
+}
+
+/// The connection set-up of one rank. See the module documentation.
+pub struct Links {
+    me: usize,
+    dev: usize,
+    listener: Box<dyn Listener>,
+    /// Every rank's handle; `None` for ranks this rank never connects to (its node).
+    handles: Vec<Option<Handle>>,
+    dialing: Vec<Dial>,
+    greeting: Vec<Greeting>,
+    /// How long a dial may go on before a failure counts as "the peer is busy" (redial).
+    patience: Duration,
+    opened: Vec<usize>,
+    accepted: Vec<usize>,
+    /// Kept for the life of the comms (declared last: dropped after the listener).
+    net: Box<dyn Net>,
+}
+
+impl Links {
+    /// Links of rank `me` through device `dev` of `net`; `listener` is this rank's (its handle
+    /// already published), `handles[p]` peer `p`'s. `patience`: the backend's accept time
+    /// limit (see the module documentation).
+    pub fn new(
+        net: Box<dyn Net>,
+        dev: usize,
+        listener: Box<dyn Listener>,
+        me: usize,
+        handles: Vec<Option<Handle>>,
+        patience: Duration,
+    ) -> Links {
+        Links {
+            me,
+            dev,
+            listener,
+            handles,
+            dialing: Vec::new(),
+            greeting: Vec::new(),
+            patience,
+            opened: Vec::new(),
+            accepted: Vec::new(),
+            net,
+        }
+    }
+
+    /// The backend.
+    pub fn net(&self) -> &dyn Net {
+        &*self.net
+    }
+
+    /// Starts a connection to `peer` unless one is being dialed.
+    pub fn dial(&mut self, peer: usize) -> NetResult<()> {
+        if self.dialing.iter().any(|d| d.peer == peer) {
+            return Ok(());
+        }
+        let h = self.handles.get(peer).copied().flatten().ok_or_else(|| {
+            NetError::new(format!(
+                "net: rank {}: no network handle of rank {peer} (a rank of this node?)",
+                self.me
+            ))
+        })?;
+        let conn = self
+            .net
+            .connect(self.dev, &h)
+            .map_err(|e| self.about(peer, e))?;
+        self.dialing.push(Dial {
+            peer,
+            conn,
+            since: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// `e`, naming the peer's rank.
+    fn about(&self, peer: usize, e: NetError) -> NetError {
+        NetError::new(format!(
+            "net: rank {}: connection to rank {peer}: {e}",
+            self.me
+        ))
+    }
+
+    /// Whether a connection to `peer` is being dialed.
+    pub fn dialing(&self, peer: usize) -> bool {
+        self.dialing.iter().any(|d| d.peer == peer)
+    }
+
+    /// Whether set-up is in progress on either side (a dial, or an accepted connection whose
+    /// hello has not arrived): the caller then accepts at every progress call.
+    pub fn busy(&self) -> bool {
+        !self.dialing.is_empty() || !self.greeting.is_empty()
+    }
+
+    /// Peers this rank dialed and accepted connections from, in order.
+    pub fn opened(&self) -> &[usize] {
+        &self.opened
+    }
+    pub fn accepted(&self) -> &[usize] {
+        &self.accepted
+    }
+
+    /// Gives up every dial in flight (at close: nothing was written to them).
+    pub fn stop_dialing(&mut self) {
+        self.dialing.clear();
+    }
+
+    /// Moves set-up along: polls the dials, accepts new connections when `accept`, and takes
+    /// the hellos that arrived; completed connections go to `out`. `known(p)` says whether a
+    /// connection from `p` was already taken (a second one is an error).
+    pub fn progress(
+        &mut self,
+        accept: bool,
+        known: &dyn Fn(usize) -> bool,
+        out: &mut Vec<Link>,
+    ) -> NetResult<bool> {
+        let mut moved = false;
+        let mut i = 0;
+        while i < self.dialing.len() {
+            match self.dialing[i].conn.poll() {
+                Ok(None) => i += 1,
+                Ok(Some(c)) => {
+                    let d = self.dialing.swap_remove(i);
+                    self.opened.push(d.peer);
+                    out.push(Link::Out(d.peer, c));
+                    moved = true;
+                }
+                Err(e) if self.dialing[i].since.elapsed() >= self.patience => {
+                    let p = self.dialing[i].peer;
+                    tracing::debug!(
+                        "net: rank {}: rank {p} has not accepted yet ({e}); dialing again",
+                        self.me
+                    );
+                    let h = self.handles[p].expect("a dialed peer has a handle");
+                    self.dialing[i].conn = self
+                        .net
+                        .connect(self.dev, &h)
+                        .map_err(|e| self.about(p, e))?;
+                    self.dialing[i].since = Instant::now();
+                    i += 1;
+                }
+                Err(e) => {
+                    let d = self.dialing.swap_remove(i);
+                    return Err(self.about(d.peer, e));
+                }
+            }
+        }
+        if accept {
+            while let Some(mut c) = self.listener.accept()? {
+                let mut buf = Box::new([0u8; 8]);
+                let mr = c.reg_mr(buf.as_ptr(), 8, MemKind::Host)?;
+                let rb = RecvBuf {
+                    ptr: buf.as_mut_ptr(),
+                    size: 8,
+                    tag: TAG_HELLO,
+                    mr,
+                };
+                // SAFETY: the boxed buffer moves with the comm into `greeting` and is read
+                // only after the receive completed (or dropped with the comm).
+                let req = unsafe { c.irecv(&[rb]) }?
+                    .ok_or_else(|| NetError::new("net: no request slot for the hello"))?;
+                self.greeting.push(Greeting {
+                    comm: c,
+                    buf,
+                    mr,
+                    req,
+                });
+                moved = true;
+            }
+        }
+        let mut i = 0;
+        while i < self.greeting.len() {
+            let mut n = [0usize];
+            let g = &mut self.greeting[i];
+            match g.comm.test(g.req, &mut n) {
+                Ok(false) => i += 1,
+                Err(e) => {
+                    let g = self.greeting.swap_remove(i);
+                    tracing::debug!(
+                        "net: rank {}: a connection from {} closed before its hello: {e}",
+                        self.me,
+                        g.comm.peer()
+                    );
+                    moved = true;
+                }
+                Ok(true) => {
+                    let mut g = self.greeting.swap_remove(i);
+                    g.comm.dereg_mr(g.mr)?;
+                    let p = u64::from_le_bytes(*g.buf) as usize;
+                    let remote = self.handles.get(p).is_some_and(Option::is_some);
+                    if n[0] != 8 || !remote || known(p) {
+                        return Err(NetError::new(format!(
+                            "net: rank {}: unexpected hello from {} (rank {p})",
+                            self.me,
+                            g.comm.peer()
+                        )));
+                    }
+                    self.accepted.push(p);
+                    out.push(Link::In(p, g.comm));
+                    moved = true;
+                }
+            }
+        }
+        Ok(moved)
+    }
+}
