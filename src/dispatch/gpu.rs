@@ -89,6 +89,16 @@ impl<'a> GpuHost<'a> {
         Ok(Some(c.no.nested(sub)))
     }
 
+    /// `e`, an internal collective's error, or the disagreement of the call's records that
+    /// explains it (a peer that called something else made another exchange at this point,
+    /// whose messages do not fit this rank's).
+    fn refine(&self, e: MpiError) -> MpiError {
+        match &self.call {
+            Some(c) => check_refine(c.watch.borrow().as_ref(), e),
+            None => e,
+        }
+    }
+
     /// The error of an agreement whose exchange found that the ranks called different
     /// collectives (`class`, from `collcheck::disagreed`): names the peer `peer` and its call
     /// where known, else the first peer whose published record disagrees.
@@ -139,15 +149,22 @@ fn record_of(c: &CallCheck, w: &[u64; KEY]) -> Record {
 
 const KEY: usize = AGREEMENT_WORDS;
 
+/// The last word of each rank's block in [`GpuHost`]'s set-up exchange: a block without it was
+/// not written by the same exchange (a peer that ran another internal collective at that
+/// number sent a shorter message, or none).
+const BLOCK_END: u64 = 0x6770_756d_7069_e4d5;
+
 impl crate::gpu::comm::Host for GpuHost<'_> {
     fn allgather(&self, mine: &[u8]) -> MpiResult<Vec<u8>> {
         let Some(no) = self.next_no()? else {
             return allgather_bytes(self.comm, mine);
         };
         let c = self.call.as_ref().expect("inside a call");
-        // Each rank's call's agreement words, then its record, in a block of the same size on
-        // every rank (ranks whose calls differ may run different paths, whose records differ
-        // in length: the words must still be where each peer wrote them).
+        // Each rank's call's agreement words, then its record, then an end mark, in a block of
+        // the same size on every rank. Ranks whose calls differ may run different paths, whose
+        // records differ in length (the words must still be where each peer wrote them), or
+        // different internal collectives at this number (a peer's shorter message leaves the
+        // end mark of its block unwritten).
         let n = mine.len();
         if n > RECORD_MAX {
             return Err(MpiError::intern(format!(
@@ -155,13 +172,23 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
             )));
         }
         let head = KEY * 8;
-        let stride = head + RECORD_MAX;
+        let stride = head + RECORD_MAX + 8;
         let mut rec = vec![0u8; stride];
         for (i, w) in agreement_words(&c.rec.get()).iter().enumerate() {
             rec[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
         rec[head..head + n].copy_from_slice(mine);
-        let all = allgather_bytes_at(self.comm, &rec, Some(no))?;
+        rec[stride - 8..].copy_from_slice(&BLOCK_END.to_le_bytes());
+        let all = allgather_bytes_at(self.comm, &rec, Some(no)).map_err(|e| self.refine(e))?;
+        if let Some(p) = (0..self.comm.size())
+            .find(|&p| all[(p + 1) * stride - 8..(p + 1) * stride] != BLOCK_END.to_le_bytes())
+        {
+            return Err(self.refine(MpiError::other(format!(
+                "collective mismatch: rank {p} made a different exchange than this rank's {} \
+                 at the same step (its ranks took different paths)",
+                c.spec.kind.name()
+            ))));
+        }
         let words = |p: usize| -> [u64; KEY] {
             let b = &all[p * stride..p * stride + head];
             std::array::from_fn(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
@@ -193,7 +220,7 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
         // SAFETY: no user buffers.
         unsafe {
             match self.next_no()? {
-                Some(no) => run_numbered(&s, no),
+                Some(no) => run_numbered(&s, no).map_err(|e| self.refine(e)),
                 None => run_blocking(s),
             }
         }
@@ -206,11 +233,21 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
         };
         let c = self.call.as_ref().expect("inside a call");
         let key = agreement_words(&c.rec.get());
-        let mut w = [0u64; 1 + KEY];
+        // The ok bit, the call's agreement words and an end mark that a peer's exchange of
+        // another kind at this number (a shorter message) does not leave whole.
+        let mut w = [0u64; 2 + KEY];
         w[0] = ok as u64;
-        w[1..].copy_from_slice(&key);
-        allreduce_band_u64_at(self.comm, &mut w, Some(no))?;
-        if let Some(class) = disagreed(w[1..].try_into().expect("KEY words")) {
+        w[1..=KEY].copy_from_slice(&key);
+        w[1 + KEY] = BLOCK_END;
+        allreduce_band_u64_at(self.comm, &mut w, Some(no)).map_err(|e| self.refine(e))?;
+        if w[1 + KEY] != BLOCK_END {
+            return Err(self.refine(MpiError::other(format!(
+                "collective mismatch: another rank made a different exchange than this rank's {} \
+                 at the same step (its ranks took different paths)",
+                c.spec.kind.name()
+            ))));
+        }
+        if let Some(class) = disagreed(w[1..=KEY].try_into().expect("KEY words")) {
             return Err(self.agreement_error(c, class, None));
         }
         Ok(w[0] != 0)
