@@ -151,6 +151,7 @@ const KERNEL_TARGETS: &[(&str, &str)] = &[
 /// - the existing `bin` directories among the other candidates (`$NVCC`'s, `$CUDA_HOME/bin`,
 ///   `/usr/local/cuda/bin`, the `PATH` entries): adding a file there changes their date. Only
 ///   directories named `bin` are watched, since cargo scans a watched directory recursively.
+///
 /// `NVCC`, `CUDA_HOME` and `CUDA_PATH` are watched as variables (`build_kernels`).
 fn watch_for_nvcc(manifest: &std::path::Path, candidates: &[PathBuf]) {
     let local = manifest.join("build/cuda");

@@ -24,11 +24,14 @@ use std::fmt::Write;
 /// `data/mpich.txt`.
 pub const MPICH_TXT: &str = include_str!("../data/mpich.txt");
 
+/// A predefined handle: its name and its MPICH value (None where MPICH has no such handle).
+pub type Constant = (String, Option<i64>);
+
 /// The MPICH ABI's values and the translation rules, as data.
 #[derive(Debug, Clone, Default)]
 pub struct Mpich {
     /// Handle type -> (predefined name, MPICH value; None where MPICH has no such handle).
-    pub handles: Vec<(String, Vec<(String, Option<i64>)>)>,
+    pub handles: Vec<(String, Vec<Constant>)>,
     /// Class id -> (constant name, MPICH value).
     pub classes: Vec<(String, Vec<(String, i64)>)>,
     /// (string size name, MPICH value, `Function:param` outputs filled up to it).

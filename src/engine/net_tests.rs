@@ -4,40 +4,18 @@
 
 use super::*;
 use crate::standard::consts::MPI_ANY_SOURCE;
-use crate::transport::net::frames::NetFrames;
-use crate::transport::net::ifname::Family;
-use crate::transport::net::links::Links;
-use crate::transport::net::tcp::{TcpConfig, TcpNet};
-use crate::transport::net::{Handle, Net};
+use crate::transport::net::lazy_tests::loopback_frames;
 use std::time::{Duration, Instant};
 
 const LIMIT: usize = 4096;
 
 fn engines(n: usize) -> Vec<Engine> {
-    let nets: Vec<Box<dyn Net>> = (0..n)
-        .map(|_| {
-            let cfg = TcpConfig {
-                ifname: Some("=lo".into()),
-                family: Family::V4,
-                threads: 1,
-                socks_per_thread: 2,
-                connect_timeout: Duration::from_secs(5),
-                accept_timeout: Duration::from_secs(5),
-            };
-            Box::new(TcpNet::new(cfg, b"engine-lazy").unwrap()) as Box<dyn Net>
-        })
-        .collect();
-    let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
-    let handles: Vec<Option<Handle>> = ls.iter().map(|l| Some(l.0)).collect();
-    nets.into_iter()
-        .zip(ls)
+    loopback_frames(n, 2, Duration::from_secs(5), b"engine-lazy")
+        .into_iter()
         .enumerate()
-        .map(|(me, (net, (_, l)))| {
-            let mut hs = handles.clone();
-            hs[me] = None;
-            let links = Links::new(net, 0, l, me, hs, Duration::from_secs(5));
+        .map(|(me, frames)| {
             Engine::with_config(
-                Box::new(NetFrames::new(links, me, n)),
+                Box::new(frames),
                 me,
                 n,
                 EngineConfig {

@@ -2017,11 +2017,6 @@ mod net_device {
     use super::devnet::PipeConfig;
     use super::slow_dev::{Counts, Slow};
     use super::*;
-    use crate::transport::net::frames::NetFrames;
-    use crate::transport::net::ifname::Family;
-    use crate::transport::net::links::Links;
-    use crate::transport::net::tcp::{TcpConfig, TcpNet};
-    use crate::transport::net::Net;
     use std::sync::atomic::Ordering::SeqCst;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -2032,29 +2027,16 @@ mod net_device {
     /// Runs `body(engine, rank)` on two ranks joined by the TCP backend on loopback, each
     /// with its own pipeline settings and a [`Slow`] device; returns each rank's counts.
     fn pair(cfgs: [PipeConfig; 2], body: fn(&mut Engine, usize)) -> [Arc<Counts>; 2] {
-        let net = || {
-            let cfg = TcpConfig {
-                ifname: Some("=lo".into()),
-                family: Family::V4,
-                threads: 1,
-                socks_per_thread: 2,
-                connect_timeout: Duration::from_secs(5),
-                accept_timeout: Duration::from_secs(5),
-            };
-            Box::new(TcpNet::new(cfg, b"engine-net-device").unwrap()) as Box<dyn Net>
-        };
-        let nets = [net(), net()];
-        let mut ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
-        let handles = [ls[0].0, ls[1].0];
         let mut joins = Vec::new();
-        for (me, n) in nets.into_iter().enumerate().rev() {
-            let (_, listener) = ls.pop().unwrap();
+        let all = crate::transport::net::lazy_tests::loopback_frames(
+            2,
+            2,
+            Duration::from_secs(5),
+            b"engine-net-device",
+        );
+        for (me, frames) in all.into_iter().enumerate() {
             let cfg = cfgs[me];
             joins.push(std::thread::spawn(move || {
-                let mut hs = vec![None; 2];
-                hs[1 - me] = Some(handles[1 - me]);
-                let links = Links::new(n, 0, listener, me, hs, Duration::from_secs(5));
-                let frames = NetFrames::new(links, me, 2);
                 let mut e = Engine::with_config(
                     Box::new(frames),
                     me,
@@ -2075,8 +2057,7 @@ mod net_device {
                 counts
             }));
         }
-        let mut out: Vec<Arc<Counts>> = joins.into_iter().map(|j| j.join().unwrap()).collect();
-        out.reverse();
+        let out: Vec<Arc<Counts>> = joins.into_iter().map(|j| j.join().unwrap()).collect();
         [out[0].clone(), out[1].clone()]
     }
 

@@ -13,17 +13,29 @@ use std::time::{Duration, Instant};
 
 /// `n` ranks; `accept`: the backend's accept time limit (and the links' patience).
 fn ranks(n: usize, accept: Duration) -> Vec<NetFrames> {
+    loopback_frames(n, 1, accept, b"lazy-links")
+}
+
+/// Network frames of `n` ranks, each its own node, over the TCP backend on loopback
+/// (`socks` sockets per connection, one helper thread): connections open on first use.
+/// `accept`: the backend's accept time limit and the links' patience.
+pub(crate) fn loopback_frames(
+    n: usize,
+    socks: usize,
+    accept: Duration,
+    secret: &[u8],
+) -> Vec<NetFrames> {
     let nets: Vec<Box<dyn Net>> = (0..n)
         .map(|_| {
             let cfg = TcpConfig {
                 ifname: Some("=lo".into()),
                 family: Family::V4,
                 threads: 1,
-                socks_per_thread: 1,
+                socks_per_thread: socks,
                 connect_timeout: Duration::from_secs(5),
                 accept_timeout: accept,
             };
-            Box::new(TcpNet::new(cfg, b"lazy-links").unwrap()) as Box<dyn Net>
+            Box::new(TcpNet::new(cfg, secret).unwrap()) as Box<dyn Net>
         })
         .collect();
     let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();

@@ -38,7 +38,7 @@ pub mod frames;
 pub mod ib;
 pub mod ifname;
 #[cfg(test)]
-mod lazy_tests;
+pub(crate) mod lazy_tests;
 pub mod links;
 pub mod tcp;
 
