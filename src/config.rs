@@ -1254,6 +1254,28 @@ pub fn first_mismatch(texts: &[String]) -> Option<String> {
     None
 }
 
+/// Install the tracing subscriber for `GPUMPI_DEBUG` (once per process; later calls do nothing).
+/// Lines go to stderr, prefixed with the process id so interleaved ranks stay readable.
+pub fn init_logging() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let level = match get("GPUMPI_DEBUG").as_deref() {
+            None | Some("0") | Some("") => return,
+            Some("1") => tracing::Level::INFO,
+            Some("2") => tracing::Level::DEBUG,
+            _ => tracing::Level::TRACE,
+        };
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .without_time()
+            .try_init();
+        tracing::info!(pid = std::process::id(), "gpumpi debug log enabled");
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1471,26 +1493,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Install the tracing subscriber for `GPUMPI_DEBUG` (once per process; later calls do nothing).
-/// Lines go to stderr, prefixed with the process id so interleaved ranks stay readable.
-pub fn init_logging() {
-    use std::sync::Once;
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let level = match get("GPUMPI_DEBUG").as_deref() {
-            None | Some("0") | Some("") => return,
-            Some("1") => tracing::Level::INFO,
-            Some("2") => tracing::Level::DEBUG,
-            _ => tracing::Level::TRACE,
-        };
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_writer(std::io::stderr)
-            .with_target(false)
-            .without_time()
-            .try_init();
-        tracing::info!(pid = std::process::id(), "gpumpi debug log enabled");
-    });
 }

@@ -263,7 +263,7 @@ fn testlist() -> Vec<(String, RunSpec)> {
             }
         }
         assert!(
-            !spec.netns || spec.nodes.is_some() != !spec.hosts.is_empty(),
+            !spec.netns || spec.nodes.is_some() == spec.hosts.is_empty(),
             "testlist:{}: netns needs nodes=K or hosts=LIST (not both)",
             lineno + 1
         );

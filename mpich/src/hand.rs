@@ -381,8 +381,8 @@ unsafe fn create_keyval<K: Kind>(
     // and (fn*)1 in the standard ABI.
     let std_copy: *const c_void = if copy.is_null() {
         std::ptr::null()
-    } else if copy as usize == MPIR_Dup_fn as *const () as usize {
-        1 as *const c_void
+    } else if std::ptr::eq(copy, MPIR_Dup_fn as *const c_void) {
+        std::ptr::without_provenance(1)
     } else {
         copy_tramp::<K> as *const c_void
     };

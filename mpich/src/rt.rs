@@ -193,8 +193,8 @@ pub fn status_out(s: &StdStatus) -> MpichStatus {
 /// (void*)1 and (void*)2; any other address unchanged.
 pub fn buf_in(p: *const c_void) -> *const c_void {
     match p as isize {
-        -1 => 1 as *const c_void,
-        -2 => 2 as *const c_void,
+        -1 => std::ptr::without_provenance(1),
+        -2 => std::ptr::without_provenance(2),
         _ => p,
     }
 }
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(buf_in(-1isize as *const c_void) as usize, 1);
         assert_eq!(buf_in(-2isize as *const c_void) as usize, 2);
         assert_eq!(buf_in(0x1000 as *const c_void) as usize, 0x1000);
-        assert!(status_ignored(1 as *const MpichStatus));
+        assert!(status_ignored(std::ptr::without_provenance(1)));
         assert!(status_ignored(std::ptr::null()));
     }
 }

@@ -221,7 +221,7 @@ pub fn table() -> &'static [Row] {
     static TABLE: OnceLock<Vec<Row>> = OnceLock::new();
     TABLE.get_or_init(|| {
         if let Some(path) = &crate::config::snapshot().coll.tuning {
-            match std::fs::read_to_string(&path)
+            match std::fs::read_to_string(path)
                 .map_err(Into::into)
                 .and_then(|t| parse_table(&t))
             {

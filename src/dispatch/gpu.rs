@@ -381,11 +381,11 @@ unsafe fn buffers(spec: &CollSpec, red: Option<(KOp, KType)>) -> (Local, bool) {
         spec.send
             .as_ref()
             .filter(|_| send.is_none())
-            .map(|s| s.base as usize),
+            .map(|s| s.base),
         spec.recv
             .as_ref()
             .filter(|_| recv.is_none())
-            .map(|s| s.base as usize),
+            .map(|s| s.base),
     ]
     .iter()
     .flatten()

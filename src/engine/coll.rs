@@ -227,7 +227,7 @@ impl CollExec {
                 }
                 return Ok(true);
             }
-            let step = self.sched.steps[self.pc].clone();
+            let step = self.sched.steps[self.pc];
             match step {
                 Step::Wait => {
                     let drained = self.drain(eng)?;

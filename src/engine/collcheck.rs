@@ -902,7 +902,8 @@ mod tests {
         );
         // With the flag byte, an agreement fits the data a flag round keeps in its flag's
         // cache line.
-        assert!(1 + 8 * AGREEMENT_WORDS <= 48);
+        const FLAG_BYTE: usize = 1;
+        const { assert!(FLAG_BYTE + 8 * AGREEMENT_WORDS <= 48) };
     }
 
     /// Every detection site gives a pair of calls the same class: the record comparison

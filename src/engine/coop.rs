@@ -206,8 +206,8 @@ mod tests {
             let mut turn = 0;
             let mut mark = |(off, n): (usize, usize)| {
                 assert!(off % 4096 == 0 && off + n <= want && n > 0);
-                for p in off / 4096..(off + n).div_ceil(4096) {
-                    covered[p] += 1;
+                for c in &mut covered[off / 4096..(off + n).div_ceil(4096)] {
+                    *c += 1;
                 }
             };
             loop {

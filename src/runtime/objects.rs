@@ -377,7 +377,10 @@ pub fn nonnull<T>(p: *const T, what: &str) -> MpiResult<()> {
     Ok(())
 }
 
-pub fn info_obj(h: MPI_Info) -> MpiResult<Arc<Mutex<Vec<(String, String)>>>> {
+/// An info object's (key, value) pairs in insertion order.
+pub type InfoPairs = Arc<Mutex<Vec<(String, String)>>>;
+
+pub fn info_obj(h: MPI_Info) -> MpiResult<InfoPairs> {
     let v = h as usize;
     if v == c::MPI_INFO_NULL as usize {
         mpi_bail!(MPI_ERR_INFO, "the info object is MPI_INFO_NULL");
@@ -396,7 +399,7 @@ pub fn info_obj(h: MPI_Info) -> MpiResult<Arc<Mutex<Vec<(String, String)>>>> {
 
 /// An info argument that may be MPI_INFO_NULL: validated, contents ignored by most calls.
 pub fn check_info(h: MPI_Info) -> MpiResult<()> {
-    if h as usize == c::MPI_INFO_NULL as usize {
+    if std::ptr::eq(h, c::MPI_INFO_NULL) {
         return Ok(());
     }
     info_obj(h).map(|_| ())

@@ -1046,24 +1046,6 @@ pub fn vmm_alloc_chunks(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn driver_check_is_cheap() {
-        // Asked on every buffer classification until libcuda shows up: must not cost a
-        // dlopen-style library search (~100 us) per call.
-        let t0 = std::time::Instant::now();
-        let first = super::driver_in_process();
-        for _ in 0..10_000 {
-            let again = super::driver_in_process();
-            // Another test may load libcuda meanwhile: only false -> true may change.
-            assert!(again || !first);
-        }
-        let per = t0.elapsed().as_secs_f64() / 10_000.0;
-        assert!(per < 20e-6, "driver_in_process takes {:.1} us", per * 1e6);
-    }
-}
-
 /// Whether device memory can be exported as a dma-buf: the process already uses CUDA
 /// ([`driver_in_process`]: this never initializes CUDA on its own), the driver loads, and
 /// device 0 reports `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`.
@@ -1110,4 +1092,22 @@ pub fn dmabuf_fd(base: usize, len: usize) -> CuResult<std::os::fd::OwnedFd> {
     check("cuMemGetHandleForAddressRange", r)?;
     // SAFETY: the driver returned a new descriptor that nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn driver_check_is_cheap() {
+        // Asked on every buffer classification until libcuda shows up: must not cost a
+        // dlopen-style library search (~100 us) per call.
+        let t0 = std::time::Instant::now();
+        let first = super::driver_in_process();
+        for _ in 0..10_000 {
+            let again = super::driver_in_process();
+            // Another test may load libcuda meanwhile: only false -> true may change.
+            assert!(again || !first);
+        }
+        let per = t0.elapsed().as_secs_f64() / 10_000.0;
+        assert!(per < 20e-6, "driver_in_process takes {:.1} us", per * 1e6);
+    }
 }

@@ -1134,7 +1134,7 @@ pub fn memlock_limit() -> (Option<u64>, Option<u64>) {
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
         return (None, None);
     }
-    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(u64::from(v));
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
     (f(r.rlim_cur), f(r.rlim_max))
 }
 

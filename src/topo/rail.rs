@@ -145,7 +145,7 @@ pub fn nearest(gpu: &[String], nics: &[Vec<String>]) -> Option<usize> {
     for (i, n) in nics.iter().enumerate() {
         let c = common(n);
         // Two elements: the root complex and one port below it, the least a PCIe switch needs.
-        if c >= 2 && best.map_or(true, |(_, b)| c > b) {
+        if c >= 2 && best.is_none_or(|(_, b)| c > b) {
             best = Some((i, c));
         }
     }

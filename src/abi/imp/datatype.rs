@@ -712,8 +712,8 @@ pub unsafe fn MPI_Unpack<W: Width>(
 
 /// Predefined Fortran types chosen by MPI_Type_create_f90_*, one handle per (class, p, r)
 /// (the standard makes them predefined: the same arguments give the same type, never freed).
-static F90_TYPES: std::sync::Mutex<Vec<((F90Class, Option<i64>, i64), usize)>> =
-    std::sync::Mutex::new(Vec::new());
+type F90Key = (F90Class, Option<i64>, i64);
+static F90_TYPES: std::sync::Mutex<Vec<(F90Key, usize)>> = std::sync::Mutex::new(Vec::new());
 
 unsafe fn f90_type(
     class: F90Class,
@@ -869,12 +869,15 @@ pub unsafe fn MPI_Type_get_value_index(
     Ok(())
 }
 
+/// ndims, the distribution and argument of each dimension, and the storage order.
+type DarrayArgs = (usize, Vec<Distrib>, Vec<Option<i64>>, Order);
+
 unsafe fn darray_args(
     ndims: c_int,
     distribs: *const c_int,
     dargs: *const c_int,
     order: c_int,
-) -> MpiResult<(usize, Vec<Distrib>, Vec<Option<i64>>, Order)> {
+) -> MpiResult<DarrayArgs> {
     if ndims <= 0 {
         mpi_bail!(MPI_ERR_DIMS, "ndims {ndims} must be positive");
     }

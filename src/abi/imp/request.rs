@@ -255,12 +255,12 @@ fn any_pass(
     reqs: &mut [MPI_Request],
 ) -> MpiResult<(bool, Option<(usize, Status)>)> {
     let mut any_active = false;
-    for i in 0..reqs.len() {
-        if !is_active(rt, reqs[i]) {
+    for (i, r) in reqs.iter_mut().enumerate() {
+        if !is_active(rt, *r) {
             continue;
         }
         any_active = true;
-        if let Some(st) = test_one(rt, &mut reqs[i])? {
+        if let Some(st) = test_one(rt, r)? {
             return Ok((true, Some((i, st))));
         }
     }
@@ -336,12 +336,12 @@ unsafe fn some_pass(
     let mut any_active = false;
     let mut n = 0;
     let mut any_err = false;
-    for i in 0..reqs.len() {
-        if !is_active(rt, reqs[i]) {
+    for (i, r) in reqs.iter_mut().enumerate() {
+        if !is_active(rt, *r) {
             continue;
         }
         any_active = true;
-        let st = match test_one(rt, &mut reqs[i]) {
+        let st = match test_one(rt, r) {
             Ok(Some(st)) => st,
             Ok(None) => continue,
             Err(e) => Status {

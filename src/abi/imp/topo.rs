@@ -181,10 +181,10 @@ pub unsafe fn MPI_Cart_get(
         );
     }
     let co = coords_of(ct, o.rank);
-    for i in 0..n {
-        *dims.add(i) = ct.dims[i];
-        *periods.add(i) = ct.periods[i] as c_int;
-        *coords.add(i) = co[i];
+    for (i, ((&d, &p), &c)) in ct.dims.iter().zip(&ct.periods).zip(&co).enumerate().take(n) {
+        *dims.add(i) = d;
+        *periods.add(i) = p as c_int;
+        *coords.add(i) = c;
     }
     Ok(())
 }

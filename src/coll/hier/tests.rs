@@ -12,7 +12,7 @@ fn maps() -> Vec<Vec<usize>> {
         sizes
             .iter()
             .enumerate()
-            .flat_map(|(i, &k)| std::iter::repeat(i).take(k))
+            .flat_map(|(i, &k)| std::iter::repeat_n(i, k))
             .collect()
     };
     vec![

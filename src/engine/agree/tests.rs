@@ -54,9 +54,9 @@ fn job(n: usize, calls: u64, seed: u64) {
             .collect(),
     );
     let device = move |starts: &[u64], r: usize, k: u64| {
-        k >= starts[r] && mix(seed ^ k << 8 ^ r as u64) % 5 != 0
+        k >= starts[r] && !mix(seed ^ k << 8 ^ r as u64).is_multiple_of(5)
     };
-    let small = move |k: u64| mix(seed ^ k << 32) % 3 != 0;
+    let small = move |k: u64| !mix(seed ^ k << 32).is_multiple_of(3);
     let verdicts: Arc<Vec<AtomicU8>> = Arc::new(
         (0..(calls as usize + 1) * n)
             .map(|_| AtomicU8::new(0))

@@ -1006,10 +1006,9 @@ mod tests {
             .collect();
         let mut bufs: Vec<Vec<Bufs>> = Vec::new();
         let mut wants: Vec<Vec<Vec<u8>>> = Vec::new();
-        for p in 0..n {
-            let (b, w): (Vec<_>, Vec<_>) = (0..calls.len())
-                .map(|c| buffers(c, &shapes[p][c], p))
-                .unzip();
+        for (p, shape) in shapes.iter().enumerate().take(n) {
+            let (b, w): (Vec<_>, Vec<_>) =
+                (0..calls.len()).map(|c| buffers(c, &shape[c], p)).unzip();
             bufs.push(b);
             wants.push(w);
         }
@@ -1297,7 +1296,7 @@ mod tests {
         for max in [64 << 10, 256 << 10, 1 << 20, 64 << 20] {
             for bytes in [1, 4096, 1 << 20, 3 << 20, 1 << 30] {
                 let q = round_chunk(bytes, 4, max);
-                assert!(q <= max && q % 4096 == 0, "{bytes} {max} -> {q}");
+                assert!(q <= max && q.is_multiple_of(4096), "{bytes} {max} -> {q}");
             }
         }
         assert_eq!(round_chunk(64 << 20, 4, 1 << 20), 1 << 20);

@@ -536,7 +536,7 @@ fn table() -> &'static [Row] {
     static T: OnceLock<Vec<Row>> = OnceLock::new();
     T.get_or_init(|| {
         if let Some(path) = &crate::config::snapshot().gpu.coll_tuning {
-            match std::fs::read_to_string(&path)
+            match std::fs::read_to_string(path)
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_table(&t))
             {

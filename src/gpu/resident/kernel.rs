@@ -297,7 +297,7 @@ impl Res {
                 self.launch()?;
             }
             spins += 1;
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 match released {
                     None if stop() => {
                         release()?;

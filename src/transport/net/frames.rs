@@ -484,7 +484,7 @@ impl Transport for NetFrames {
 
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
         self.polls = self.polls.wrapping_add(1);
-        let accept = self.closing || self.links.busy() || self.polls % ACCEPT_EVERY == 0;
+        let accept = self.closing || self.links.busy() || self.polls.is_multiple_of(ACCEPT_EVERY);
         match self.step_links(accept) {
             Err(e) if !self.closing => fatal(self.me, e),
             _ => {}
@@ -575,15 +575,15 @@ impl NetFrames {
         loop {
             self.poll(&mut sink);
             let mut done = !self.links.busy() && self.open.is_empty();
-            for p in 0..self.tx.len() {
-                let Some(t) = self.tx[p].as_mut() else {
+            for (p, (tx, said_p)) in self.tx.iter_mut().zip(said.iter_mut()).enumerate() {
+                let Some(t) = tx.as_mut() else {
                     continue;
                 };
-                match said[p].as_mut() {
+                match said_p.as_mut() {
                     // The hello and the frames in flight first, then the goodbye.
                     None => {
                         done = false;
-                        let ready = t.say_hello().and_then(|up| Ok(up && t.reap().is_ok()));
+                        let ready = t.say_hello().map(|up| up && t.reap().is_ok());
                         let q = match ready {
                             Ok(true) if t.inflight.is_empty() && !self.open.contains(&p) => {
                                 // SAFETY: an empty message reads nothing.
@@ -593,10 +593,10 @@ impl NetFrames {
                             Err(e) => Err(e),
                         };
                         match q {
-                            Ok(Some(q)) => said[p] = Some((q, false)),
+                            Ok(Some(q)) => *said_p = Some((q, false)),
                             Ok(None) => {}
                             // The peer is gone: nothing more to say to it.
-                            Err(_) => said[p] = Some((Request { slot: 0, gen: 0 }, true)),
+                            Err(_) => *said_p = Some((Request { slot: 0, gen: 0 }, true)),
                         }
                     }
                     // A completed request reports its size once (its slot is then reused).

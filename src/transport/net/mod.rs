@@ -290,6 +290,17 @@ fn open_named(want: Option<&str>, secret: &[u8]) -> NetResult<Box<dyn Net>> {
     )))
 }
 
+/// The address `ip` with any port (scope `scope` for IPv6 link-local addresses): what a backend
+/// binds its listening or outgoing sockets to.
+pub(crate) fn any_port(ip: std::net::IpAddr, scope: u32) -> std::net::SocketAddr {
+    match ip {
+        std::net::IpAddr::V4(a) => std::net::SocketAddr::new(std::net::IpAddr::V4(a), 0),
+        std::net::IpAddr::V6(a) => {
+            std::net::SocketAddr::V6(std::net::SocketAddrV6::new(a, 0, 0, scope))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,16 +322,5 @@ mod tests {
         assert_eq!(net.name(), "tcp");
         assert!(!net.devices().is_empty());
         assert!(net.devices()[0].ptr_support.host && !net.devices()[0].ptr_support.cuda);
-    }
-}
-
-/// The address `ip` with any port (scope `scope` for IPv6 link-local addresses): what a backend
-/// binds its listening or outgoing sockets to.
-pub(crate) fn any_port(ip: std::net::IpAddr, scope: u32) -> std::net::SocketAddr {
-    match ip {
-        std::net::IpAddr::V4(a) => std::net::SocketAddr::new(std::net::IpAddr::V4(a), 0),
-        std::net::IpAddr::V6(a) => {
-            std::net::SocketAddr::V6(std::net::SocketAddrV6::new(a, 0, 0, scope))
-        }
     }
 }

@@ -70,7 +70,7 @@ fn job(n: usize, phases: usize, calls: u64, seed: u64) {
     // Call t (1-based, over the whole job) runs on communicator `on(t)` of its phase.
     let on = move |t: u64, count: usize| (mix(seed ^ t << 24) % count as u64) as usize;
     let device = move |starts: &[u64], r: usize, t: u64| {
-        t >= starts[r] && mix(seed ^ t << 8 ^ r as u64) % 5 != 0
+        t >= starts[r] && !mix(seed ^ t << 8 ^ r as u64).is_multiple_of(5)
     };
     let verdicts: Arc<Vec<AtomicU8>> = Arc::new(
         (0..(total as usize + 1) * n)
