@@ -441,7 +441,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NODE_ID",
         default: "",
-        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). `MPI_Init` exchanges the names through the launcher: ranks on one node talk through shared memory (and CUDA IPC), ranks on different nodes through the network (`GPUMPI_NET`), and collectives of a communicator that spans nodes run as schedules over point-to-point (docs/MULTINODE.md). `scripts/emulate-nodes.sh K` sets it per rank to spread a job over K emulated nodes; mpirun sets it to the host name of the host list when a job spans hosts, and `MPI_Get_processor_name` reports it.",
+        doc: "The name of this rank's node: ranks with the same name are on one node. Unset: the launcher's name for the node where it gives one (PMIx `pmix.hname` under Open MPI's `mpirun`/`prterun`, `PMI_HOSTNAME` under hydra), else the host name. Setting a different value per rank emulates several nodes on one host (as `NCCL_HOSTID`). `MPI_Init` exchanges the names through the launcher: ranks on one node talk through shared memory (and CUDA IPC), ranks on different nodes through the network (`GPUMPI_NET`), and collectives of a communicator that spans nodes run as schedules over point-to-point (docs/MULTINODE.md). `scripts/emulate-nodes.sh K` sets it per rank to spread a job over K emulated nodes; mpirun sets it to the host name of the host list when a job spans hosts, and `MPI_Get_processor_name` reports it.",
         same_on_every_rank: false,
     },
     Param {
@@ -705,6 +705,12 @@ pub static PARAMS: &[Param] = &[
         name: "PMI_FD",
         default: "",
         doc: "Set by a PMI-1 launcher: the inherited socket to the PMI-1 launcher (MPICH hydra `mpiexec`), with `PMI_RANK` and `PMI_SIZE`. Its presence, or `PMI_PORT`'s, selects the pmi1 bootstrap; a descriptor that is not an open socket is an error.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "PMI_HOSTNAME",
+        default: "",
+        doc: "Set by a PMI-1 launcher: the name of the rank's node as the launcher's host list gives it (MPICH hydra `mpiexec -hosts`/`-f`). The pmi1 bootstrap takes it as the rank's node name unless `GPUMPI_NODE_ID` is set, so that hosts sharing a host name (network namespaces, containers) are different nodes when the launcher started them as such; unset, the host name.",
         same_on_every_rank: false,
     },
     Param {

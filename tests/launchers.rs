@@ -1,5 +1,7 @@
 //! Runs `tests/launchers.sh` (our mpirun, Open MPI 5 mpirun/prterun over PMIx, MPICH hydra
-//! mpiexec over PMI-1) against an install of the library this test run built.
+//! mpiexec over PMI-1) against an install of the library this test run built, on one host and
+//! (as root, where network namespaces are permitted) across 2 namespace nodes; where the
+//! namespace nodes cannot be made, that part is recorded as a skip with the script's reason.
 //!
 //! The launchers come from PyPI into `build/launchers/` (venvs). This test does not download
 //! them by itself: it records a skip (`support/skip.rs`) when they are missing, unless
@@ -73,9 +75,34 @@ fn programs_run_under_common_launchers() {
         "== ompi-mpirun",
         "== prterun",
         "== hydra-mpiexec",
+        "== namespace nodes",
         " 0 failed",
     ] {
         assert!(text.contains(want), "`{want}` missing from:\n{text}");
+    }
+    match text
+        .lines()
+        .find(|l| l.starts_with("SKIP namespace nodes:"))
+    {
+        Some(line) => skip::skip(
+            "launchers::programs_run_under_common_launchers (namespace nodes)",
+            line.trim_start_matches("SKIP namespace nodes:").trim(),
+        ),
+        None => {
+            for l in ["prterun", "ompi-mpirun", "hydra-mpiexec"] {
+                for p in ["p2p_basic", "coll_data blocking", "abort_job"] {
+                    assert!(
+                        text.lines()
+                            .any(|x| x.starts_with(&format!("  ok  {l:<14} {p} "))),
+                        "{l} {p} over namespace nodes: no ok line in:\n{text}"
+                    );
+                }
+            }
+            assert!(
+                text.contains("ok  namespace nodes removed"),
+                "namespace nodes not checked clean:\n{text}"
+            );
+        }
     }
 }
 

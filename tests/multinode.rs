@@ -580,11 +580,12 @@ fn jobs_across_two_namespace_nodes() {
     let mut a = hosts.to_vec();
     a.extend([HELPER, "--hang"]);
     let (mut child, pids, daemons) = hanging_job(netns_mpirun(&prefix, &mv, &a), 4, &mv);
-    assert_eq!(daemons.len(), 1, "one daemon for n1");
+    // The job goes first, so that a failed check leaves no hanging job behind.
     child.kill().unwrap();
     child.wait().unwrap();
     wait_gone(&pids, "rank");
     wait_gone(&daemons, "daemon");
+    assert_eq!(daemons.len(), 1, "one daemon for n1");
     let o = run(netns_mpirun(
         &prefix,
         &mv,

@@ -18,7 +18,8 @@
 //! - [`singleton`]: a process started without a launcher (one rank);
 //! - [`fake`]: N threads in one process, for unit tests.
 //!
-//! [`node`] names each rank's node (`GPUMPI_NODE_ID` or the host name) and maps ranks to nodes.
+//! [`node`] names each rank's node (`GPUMPI_NODE_ID`, else the launcher's name for it, else the
+//! host name) and maps ranks to nodes.
 //!
 //! [`init`] walks an ordered list of methods, takes the first whose
 //! environment is present (or the one `GPUMPI_BOOTSTRAP` names) and logs its
@@ -88,6 +89,13 @@ pub trait Bootstrap: Send + Sync {
     /// `GPUMPI_SECRET`); `None` under launchers that have none (PMIx, PMI-1): the runtime then
     /// shares one through the key-value store, which only the job's ranks read.
     fn secret(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// The launcher's name for this rank's node, where it gives one: PMIx's `pmix.hname`,
+    /// PMI-1's `PMI_HOSTNAME` (hydra: the host as its host list names it). `None` (our
+    /// mpirun, which sets `GPUMPI_NODE_ID` instead; a singleton): [`node`] falls back to the
+    /// host name.
+    fn node_name(&self) -> Option<String> {
         None
     }
 }

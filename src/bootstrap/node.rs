@@ -2,21 +2,52 @@
 //! memory, CUDA IPC) and the network.
 //!
 //! A rank's node is named by `GPUMPI_NODE_ID` when set (so that several "nodes" can be
-//! emulated on one host, as `NCCL_HOSTID` does), else by the host name. Ranks exchange their
-//! names through the bootstrap ([`exchange`]); [`NodeMap`] numbers the nodes in the order of
-//! their lowest rank. `MPI_Init` records the job's map ([`set_job`]); the runtime then picks
-//! the shared-memory ring or the network per peer, and a communicator whose ranks are not all
-//! on one node declines the intra-node collective paths ([`one_node`]).
+//! emulated on one host, as `NCCL_HOSTID` does), else by the launcher's name for it
+//! ([`Bootstrap::node_name`]: PMIx's `pmix.hname`, PMI-1's `PMI_HOSTNAME`), else by the host
+//! name. The launcher's name counts before the host name because the launcher decides what a
+//! node is: hosts that share a host name but are started as different nodes (network
+//! namespaces with their own addresses, containers) are different nodes to it and to us.
+//! Ranks exchange their names through the bootstrap ([`exchange`]); [`NodeMap`] numbers the
+//! nodes in the order of their lowest rank. `MPI_Init` records the job's map ([`set_job`]);
+//! the runtime then picks the shared-memory ring or the network per peer, and a communicator
+//! whose ranks are not all on one node declines the intra-node collective paths
+//! ([`one_node`]).
 
 use super::Bootstrap;
 use crate::mpi::error::MpiResult;
 
-/// This process's node name: `GPUMPI_NODE_ID`, else the host name.
+/// This process's node name: `GPUMPI_NODE_ID`, else the launcher's name recorded by
+/// [`choose`] at `MPI_Init`, else the host name.
 pub fn node_name() -> String {
-    match crate::config::get("GPUMPI_NODE_ID") {
-        Some(id) if !id.trim().is_empty() => id.trim().to_string(),
-        _ => host_name(),
-    }
+    pick(
+        crate::config::get("GPUMPI_NODE_ID").as_deref(),
+        LAUNCHER_NAME.get().cloned().flatten().as_deref(),
+        host_name,
+    )
+}
+
+/// The first of `node_id`, `launcher` and `host()` that is not blank, trimmed.
+fn pick(node_id: Option<&str>, launcher: Option<&str>, host: impl FnOnce() -> String) -> String {
+    [node_id, launcher]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(host)
+}
+
+/// The launcher's name for this process's node, recorded once by [`choose`].
+static LAUNCHER_NAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Records the launcher's name for this node (`MPI_Init`, from [`Bootstrap::node_name`];
+/// blank names count as none) and returns this process's node name ([`node_name`]).
+pub fn choose(launcher: Option<String>) -> String {
+    let name = launcher
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    let _ = LAUNCHER_NAME.set(name);
+    node_name()
 }
 
 /// This machine's host name (`localhost` when it cannot be read).
@@ -159,6 +190,16 @@ mod tests {
             assert_eq!(m.node_of, [0, 0, 1, 1]);
             assert_eq!(m.names, ["node0", "node1"]);
         }
+    }
+
+    #[test]
+    fn node_id_then_launcher_then_host() {
+        let host = || "h".to_string();
+        assert_eq!(pick(Some("e1"), Some("198.18.0.2"), host), "e1");
+        assert_eq!(pick(None, Some(" 198.18.0.2 "), host), "198.18.0.2");
+        assert_eq!(pick(Some("  "), Some("n1"), host), "n1");
+        assert_eq!(pick(None, None, host), "h");
+        assert_eq!(pick(Some(""), Some(""), host), "h");
     }
 
     #[test]

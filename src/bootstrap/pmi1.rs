@@ -23,8 +23,11 @@
 //! (so a fence = the puts + one barrier), gets are fetched one round trip each and cached
 //! until the next fence.
 //!
-//! Locality: each rank puts its host name before the first fence and reads every rank's
-//! after it, which gives `node_ranks` (until that first fence a rank only knows itself).
+//! Locality: each rank puts its node's name before the first fence and reads every rank's
+//! after it, which gives `node_ranks` (until that first fence a rank only knows itself). The
+//! name is `PMI_HOSTNAME`, which hydra sets to the host as its host list names it (so ranks
+//! of hosts that share a host name, such as network namespaces, are told apart), else the
+//! host name.
 //!
 //! Time limits: connecting and every request/reply have `GPUMPI_BOOTSTRAP_TIMEOUT`; the
 //! barrier has none (slow ranks are legitimate), a dead launcher closes the socket.
@@ -284,6 +287,8 @@ pub struct Pmi1 {
     cache: Mutex<HashMap<(usize, String), Vec<u8>>>,
     /// Ranks on this node; `None` until the first fence.
     node: Mutex<Option<Vec<usize>>>,
+    /// `PMI_HOSTNAME`: the launcher's name for this node.
+    host: Option<String>,
 }
 
 fn fail(msg: String) -> MpiError {
@@ -360,12 +365,26 @@ impl Pmi1 {
 
     /// The protocol's opening over a connected stream: `initack` (PMI_PORT only), `init`,
     /// `get_maxes`, `get_appnum`, `get_my_kvsname`. `known` = (rank, size) from the
-    /// environment (PMI_FD); with `pmi_id` the server tells them.
+    /// environment (PMI_FD); with `pmi_id` the server tells them. The node's name is
+    /// `PMI_HOSTNAME`, else the host name.
     pub fn handshake(
         stream: Box<dyn Stream>,
         known: Option<(usize, usize)>,
         pmi_id: Option<&str>,
         timeout: Duration,
+    ) -> MpiResult<Self> {
+        let host = config::get("PMI_HOSTNAME");
+        Self::handshake_on(stream, known, pmi_id, timeout, host)
+    }
+
+    /// [`Pmi1::handshake`] with the launcher's name for this node given (`None`: the host
+    /// name; blank counts as none).
+    pub fn handshake_on(
+        stream: Box<dyn Stream>,
+        known: Option<(usize, usize)>,
+        pmi_id: Option<&str>,
+        timeout: Duration,
+        host: Option<String>,
     ) -> MpiResult<Self> {
         let writer = Mutex::new(stream.clone_box().map_err(|e| fail(e.to_string()))?);
         let mut conn = Conn {
@@ -456,9 +475,11 @@ impl Pmi1 {
             pending: Mutex::new(Vec::new()),
             cache: Mutex::new(HashMap::new()),
             node: Mutex::new(if size == 1 { Some(vec![0]) } else { None }),
+            host: host.map(|h| h.trim().to_string()).filter(|h| !h.is_empty()),
         };
         if size > 1 {
-            me.put(HOST_KEY, hostname().as_bytes());
+            let host = me.host.clone().unwrap_or_else(hostname);
+            me.put(HOST_KEY, host.as_bytes());
         }
         Ok(me)
     }
@@ -570,6 +591,9 @@ impl Bootstrap for Pmi1 {
             .unwrap()
             .clone()
             .unwrap_or_else(|| vec![self.rank])
+    }
+    fn node_name(&self) -> Option<String> {
+        self.host.clone()
     }
     fn appnum(&self) -> usize {
         self.appnum
@@ -886,6 +910,40 @@ mod tests {
             .iter()
             .any(|l| l == "cmd=init pmi_version=1 pmi_subversion=1"));
         assert_eq!(log.iter().filter(|l| *l == "cmd=barrier_in").count(), 2 * n);
+    }
+
+    /// Ranks whose launcher names their nodes (hydra's `PMI_HOSTNAME`) are grouped by those
+    /// names, whatever their host name: 4 ranks on "a", "a", "b", "b".
+    #[test]
+    fn nodes_from_the_launchers_host_names() {
+        let n = 4;
+        let (clients, _) = start(n, Quirk::None, 64);
+        let hs: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(rank, s)| {
+                std::thread::spawn(move || {
+                    let host = if rank < 2 { "a" } else { " b " };
+                    let b = Pmi1::handshake_on(
+                        Box::new(s),
+                        Some((rank, n)),
+                        None,
+                        Duration::from_secs(5),
+                        Some(host.into()),
+                    )
+                    .unwrap();
+                    b.fence().unwrap();
+                    let want: Vec<usize> = if rank < 2 { vec![0, 1] } else { vec![2, 3] };
+                    assert_eq!(b.node_ranks(), want);
+                    assert_eq!((b.local_rank(), b.local_size()), (rank % 2, 2));
+                    assert_eq!(b.node_name().as_deref(), Some(host.trim()));
+                    b.finalize().unwrap();
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
     }
 
     fn handshake_err(quirk: Quirk) -> String {

@@ -11,7 +11,7 @@
 use super::Bootstrap;
 use crate::config;
 use crate::mpi::error::MpiResult;
-use crate::sys::pmix::{Pmix, PmixProc, Value, PMIX_RANK_WILDCARD};
+use crate::sys::pmix::{Lookup, Pmix, PmixProc, Value, PMIX_RANK_WILDCARD};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,6 +102,10 @@ pub struct PmixBootstrap {
     rank: usize,
     size: usize,
     node_ranks: Vec<usize>,
+    /// `pmix.hname` of this process: the launcher's name for its node.
+    node_name: Option<String>,
+    /// GPUMPI_BOOTSTRAP_TIMEOUT: the limit of a get of another node's rank's key.
+    timeout_s: u32,
     appnum: usize,
     job_id: String,
     /// The first failed put since the last fence, reported by the next fence.
@@ -221,7 +225,13 @@ impl PmixBootstrap {
         if let Ok(lr) = int(&me, "pmix.lrank") {
             tracing::debug!("pmix: rank {rank}: pmix.lrank={lr}, node ranks {node_ranks:?}");
         }
-        tracing::debug!("pmix: rank {rank} of {size} in {ns}, node ranks {node_ranks:?}");
+        let node_name = match lib.get(&me, "pmix.hname") {
+            Ok(Value::Str(s)) if !s.trim().is_empty() => Some(s),
+            _ => None,
+        };
+        tracing::debug!(
+            "pmix: rank {rank} of {size} in {ns}, node {node_name:?}, node ranks {node_ranks:?}"
+        );
         Ok(PmixBootstrap {
             job_id: job_id_from(&ns),
             lib,
@@ -229,6 +239,9 @@ impl PmixBootstrap {
             rank,
             size,
             node_ranks,
+            node_name,
+            timeout_s: config::get_usize("GPUMPI_BOOTSTRAP_TIMEOUT").clamp(1, u32::MAX as usize)
+                as u32,
             appnum,
             put_error: std::sync::Mutex::new(None),
         })
@@ -248,6 +261,9 @@ impl Bootstrap for PmixBootstrap {
     }
     fn node_ranks(&self) -> Vec<usize> {
         self.node_ranks.clone()
+    }
+    fn node_name(&self) -> Option<String> {
+        self.node_name.clone()
     }
     fn appnum(&self) -> usize {
         self.appnum
@@ -293,8 +309,17 @@ impl Bootstrap for PmixBootstrap {
         }
         let p = PmixProc::new(&self.me.nspace(), rank as u32).expect("nspace fits");
         // After a fence with data collection every peer's keys are known: a key nobody put
-        // must be an error at once, not a wait (pmix.immediate).
-        match self.lib.get_with(&p, &Self::key(key), true) {
+        // must be an error, not a wait without end. For a rank of this node the local server
+        // holds its keys, so pmix.immediate answers at once. For a rank of another node it
+        // does not: under PRRTE (OpenPMIx 5.0.11) an immediate get of a key that the
+        // collecting fence brought from another node's daemon is "not found". Those gets go
+        // to the launcher with a time limit instead (GPUMPI_BOOTSTRAP_TIMEOUT).
+        let how = if self.node_ranks.contains(&rank) {
+            Lookup::Immediate
+        } else {
+            Lookup::Timeout(self.timeout_s)
+        };
+        match self.lib.get_with(&p, &Self::key(key), how) {
             Ok(Value::Bytes(b)) => Ok(b),
             Ok(Value::Str(s)) => Ok(s.into_bytes()),
             Ok(v) => crate::mpi_bail!(

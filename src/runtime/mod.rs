@@ -435,7 +435,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
     boot.put(SAME_TEXT_KEY, same.as_bytes());
     // The node of every rank, and (launchers without a job secret) rank 0's secret for the
     // network, travel with the shared-memory names (one fence).
-    node::publish(&*boot, &node::node_name());
+    node::publish(&*boot, &node::choose(boot.node_name()));
     if rank == 0 && boot.secret().is_none() && size > 1 {
         let s = bootstrap::random_bytes(32)
             .map_err(|e| MpiError::other(format!("MPI_Init: no job secret: /dev/urandom: {e}")))?;

@@ -193,6 +193,30 @@ impl PmixInfo {
         i.value.data.flag = v;
         Some(i)
     }
+
+    /// An integer info (e.g. `pmix.timeout`).
+    pub fn int(key: &str, v: i32) -> Option<Self> {
+        // SAFETY: PmixInfo is plain data; all-zero is a valid (PMIX_UNDEF) value.
+        let mut i: PmixInfo = unsafe { std::mem::zeroed() };
+        if !fill(&mut i.key, key) {
+            return None;
+        }
+        i.value.type_ = PMIX_INT;
+        i.value.data.int32 = v;
+        Some(i)
+    }
+}
+
+/// How [`Pmix::get_with`] may look for a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Wherever libpmix and the launcher look, for as long as it takes.
+    Wait,
+    /// `pmix.immediate`: a key the local server does not hold is "not found" at once instead
+    /// of a request to the host that may wait for a peer that never puts it.
+    Immediate,
+    /// `pmix.timeout`: as `Wait`, but an error after this many seconds.
+    Timeout(u32),
 }
 
 impl Pmix {
@@ -345,24 +369,28 @@ impl Pmix {
 
     /// PMIx_Get of `key` for `proc`, converted into a [`Value`].
     pub fn get(&self, proc_: &PmixProc, key: &str) -> Result<Value, String> {
-        self.get_with(proc_, key, false)
+        self.get_with(proc_, key, Lookup::Wait)
     }
 
-    /// PMIx_Get; with `immediate` (`pmix.immediate`) a key nobody put is "not found" at once
-    /// instead of a request to the host that may wait for a peer that never puts it.
-    /// (`pmix.optional`, the local store only, does not see the data a collecting fence
-    /// brought in under Open MPI 5.0.11: every get of a peer's key failed with it.)
-    pub fn get_with(&self, proc_: &PmixProc, key: &str, immediate: bool) -> Result<Value, String> {
+    /// PMIx_Get, looking for the key as `how` says. (`pmix.optional`, the local store only,
+    /// does not see the data a collecting fence brought in under Open MPI 5.0.11: every get
+    /// of a peer's key failed with it.)
+    pub fn get_with(&self, proc_: &PmixProc, key: &str, how: Lookup) -> Result<Value, String> {
         let mut k = [0 as c_char; PMIX_MAX_KEYLEN + 1];
         if !fill(&mut k, key) {
             return Err(format!("PMIx key {key:?} is too long or contains NUL"));
         }
         let mut out: *mut PmixValue = std::ptr::null_mut();
-        let info = PmixInfo::flag("pmix.immediate", true).expect("short key");
-        let (ip, n) = if immediate {
-            (&info as *const PmixInfo, 1)
-        } else {
-            (std::ptr::null(), 0)
+        let info = match how {
+            Lookup::Wait => None,
+            Lookup::Immediate => Some(PmixInfo::flag("pmix.immediate", true).expect("short key")),
+            Lookup::Timeout(s) => Some(
+                PmixInfo::int("pmix.timeout", s.min(i32::MAX as u32) as i32).expect("short key"),
+            ),
+        };
+        let (ip, n) = match &info {
+            Some(i) => (i as *const PmixInfo, 1),
+            None => (std::ptr::null(), 0),
         };
         // SAFETY: proc_, k and info are valid for the call; `out` receives a value freed below.
         let rc = unsafe { (self.syms.get)(proc_, k.as_ptr(), ip, n, &mut out) };

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -109,12 +110,21 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Comm_free(&split));
     }
 
-    /* split_type SHARED: the ranks of this node. All ranks run on this host; a rank's node is
-     * GPUMPI_NODE_ID where set (emulated nodes, scripts/emulate-nodes.sh), else the host. */
+    /* split_type SHARED: the ranks of this node. A rank's node is GPUMPI_NODE_ID where set
+     * (emulated nodes, scripts/emulate-nodes.sh; our mpirun across hosts), else the name the
+     * launcher gives the node (hydra's PMI_HOSTNAME, a PMIx server's PMIX_HOSTNAME), else the
+     * host name. */
     {
         char mine[64] = {0};
         const char *id = getenv("GPUMPI_NODE_ID");
-        snprintf(mine, sizeof mine, "%s", id ? id : "");
+        if (!id || !*id)
+            id = getenv("PMI_HOSTNAME");
+        if (!id || !*id)
+            id = getenv("PMIX_HOSTNAME");
+        if (id && *id)
+            snprintf(mine, sizeof mine, "%s", id);
+        else
+            CHECK(gethostname(mine, sizeof mine - 1) == 0, "gethostname");
         char *all = calloc((size_t)size, sizeof mine);
         CHECK(all != NULL, "calloc");
         CHECK_MPI(MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR,
