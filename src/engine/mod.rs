@@ -285,13 +285,68 @@ struct Req {
 
 enum UBody {
     /// Eager data received so far (fragments arrive in order, so it is a prefix).
-    Eager { data: Vec<u8> },
+    Eager { data: EagerData },
     Rndv {
         addr: u64,
         dev: Option<DevRef>,
         /// The shared-copy slot the sender offered.
         coop: Option<u8>,
     },
+}
+
+/// Bytes of an unexpected eager message kept in its queue entry itself, so that small
+/// messages that arrive before their receive cost no allocation of their own.
+const INLINE: usize = 64;
+
+/// The data of an unexpected eager message received so far: in place up to [`INLINE`] bytes,
+/// on the heap beyond.
+enum EagerData {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Vec<u8>),
+}
+
+impl EagerData {
+    /// The store for a message of `total` bytes whose first frame carried `first`.
+    fn new(total: usize, first: &[u8]) -> Self {
+        let mut d = if total <= INLINE {
+            EagerData::Inline {
+                len: 0,
+                bytes: [0; INLINE],
+            }
+        } else {
+            EagerData::Heap(Vec::with_capacity(total))
+        };
+        d.extend(first);
+        d
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            EagerData::Inline { len, bytes } => &bytes[..*len as usize],
+            EagerData::Heap(v) => v,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Append the next fragment (onto the heap once the bytes no longer fit in place).
+    fn extend(&mut self, p: &[u8]) {
+        match self {
+            EagerData::Inline { len, bytes } if *len as usize + p.len() <= INLINE => {
+                let at = *len as usize;
+                bytes[at..at + p.len()].copy_from_slice(p);
+                *len = (at + p.len()) as u8;
+            }
+            EagerData::Inline { .. } => {
+                let mut v = self.as_slice().to_vec();
+                v.extend_from_slice(p);
+                *self = EagerData::Heap(v);
+            }
+            EagerData::Heap(v) => v.extend_from_slice(p),
+        }
+    }
 }
 
 /// How a rendezvous sender's device buffer is reached (the RTS payload).
@@ -329,6 +384,16 @@ struct Unexp {
     sync: bool,
     body: UBody,
     note: Option<Note>,
+}
+
+/// What [`Engine::recv_now`] found among the unexpected messages.
+enum Arrived {
+    /// The first match, received.
+    Taken(Status),
+    /// No match.
+    Nothing,
+    /// The first match needs a posted receive (rendezvous, synchronous, incomplete, noted).
+    NotSimple,
 }
 
 #[derive(Clone, Copy)]
@@ -842,6 +907,45 @@ impl Engine {
             unsafe { std::slice::from_raw_parts(a.buf, a.len) }
         };
         self.tp.try_send(a.dst_world, &hdr, data)
+    }
+
+    /// A receive that completes at once, without a request, from a message already here:
+    /// the first unexpected message matching (`ctx`, `src`, `tag`) when it is a complete eager
+    /// message needing nothing more of this rank (see `State::take_arrived`); when none
+    /// matches and the receive is small (at most [`INLINE`] bytes), the same after one
+    /// progress pass, which queues what the transport holds (small messages in place, no
+    /// allocation). Returns the status when it received; `None` leaves the matching state as
+    /// the caller's [`Engine::irecv`] needs it: a message that matches but must be received
+    /// through a request stays first in line.
+    ///
+    /// Order is MPI's: an unexpected message matches no posted receive (a receive posted
+    /// takes the first unexpected one that matches, and an arriving message the first
+    /// posted one), so an earlier posted receive can never be passed, and the queue keeps
+    /// each sender's order.
+    ///
+    /// # Safety
+    /// `buf .. buf + cap` must be host memory valid to write for the duration of the call.
+    pub unsafe fn recv_now(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> Option<Status> {
+        // SAFETY (both calls): the caller guarantees buf..buf+cap is writable.
+        match unsafe { self.st.take_arrived(buf, cap, ctx, src, tag) } {
+            Arrived::Taken(s) => return Some(s),
+            Arrived::NotSimple => return None,
+            Arrived::Nothing => {}
+        }
+        if cap > INLINE || !self.progress() {
+            return None;
+        }
+        match unsafe { self.st.take_arrived(buf, cap, ctx, src, tag) } {
+            Arrived::Taken(s) => Some(s),
+            _ => None,
+        }
     }
 
     /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)

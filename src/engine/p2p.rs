@@ -142,6 +142,64 @@ impl State {
         }
     }
 
+    /// Take the first unexpected message that matches (`ctx`, `src`, `tag`) straight into
+    /// `buf` (host memory, `cap` bytes), without a request, when that message is a complete
+    /// eager one that needs nothing more of this rank: no acknowledgement (synchronous), no
+    /// fragments still to come, no note. Truncation is reported as a bound receive reports
+    /// it (`MPI_ERR_TRUNCATE`, the bytes that fit).
+    ///
+    /// # Safety
+    /// `buf .. buf + cap` is valid to write.
+    pub(super) unsafe fn take_arrived(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> Arrived {
+        let Some((pos, uid)) = self.find_unexp(ctx, src, tag) else {
+            return Arrived::Nothing;
+        };
+        match self.unexp.get(uid) {
+            Some(Unexp {
+                body: UBody::Eager { data },
+                total,
+                sync: false,
+                note: None,
+                ..
+            }) if data.len() == *total => {}
+            // Its receive must be posted: the general path takes it (and nothing later may
+            // pass it).
+            _ => return Arrived::NotSimple,
+        }
+        self.unexp_order.remove(pos);
+        let Some(Unexp {
+            body: UBody::Eager { data },
+            src_rank,
+            tag,
+            total,
+            ..
+        }) = self.unexp.remove(uid)
+        else {
+            unreachable!("the unexpected entry just looked at")
+        };
+        let n = total.min(cap);
+        // SAFETY: the caller guarantees buf..buf+cap is writable; n <= cap, n <= data's length.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_slice().as_ptr(), buf, n) };
+        Arrived::Taken(Status {
+            source: src_rank,
+            tag,
+            error: if total > cap {
+                MPI_ERR_TRUNCATE
+            } else {
+                MPI_SUCCESS
+            },
+            bytes: n,
+            cancelled: false,
+        })
+    }
+
     /// Set the receive's status at match time.
     pub(super) fn matched(
         &mut self,
@@ -190,6 +248,7 @@ impl State {
         }
         match m.body {
             UBody::Eager { data } => {
+                let data = data.as_slice();
                 let n = data.len().min(cap);
                 let dev = self.recv_dev(rreq);
                 // SAFETY: buf holds cap >= n bytes and is owned by this receive.
@@ -616,7 +675,7 @@ impl State {
                             total,
                             ..
                         }) => {
-                            data.extend_from_slice(p);
+                            data.extend(p);
                             data.len() >= *total
                         }
                         _ => true,
@@ -846,9 +905,9 @@ impl State {
                 coop: Self::offered_slot(h),
             }
         } else {
-            let mut data = Vec::with_capacity(total);
-            data.extend_from_slice(p);
-            UBody::Eager { data }
+            UBody::Eager {
+                data: EagerData::new(total, p),
+            }
         };
         let uid = self.unexp.insert(Unexp {
             src_world,

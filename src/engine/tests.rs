@@ -279,6 +279,132 @@ fn sends_at_once_keep_order_behind_queued_ones() {
     }
 }
 
+/// An eager send from `e` to `dst`, complete (in the transport) before it returns: only `e`
+/// makes progress.
+fn sent(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32) {
+    let id = send(e, buf, dst, src_rank, tag, false);
+    assert!(
+        (0..1000).any(|_| e.test(id).is_some()),
+        "send never completed"
+    );
+}
+
+fn recv_now(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> Option<Status> {
+    // SAFETY: the buffer is valid to write for the call.
+    unsafe { e.recv_now(buf.as_mut_ptr(), buf.len(), 7, src, tag) }
+}
+
+/// A receive without a request ([`Engine::recv_now`]) takes messages already here in MPI's
+/// order: each sender's order under wildcards, the first match only, never one that an
+/// earlier posted receive matches; it reports truncation and zero-byte messages as a posted
+/// receive does, and takes what a probe saw.
+#[test]
+fn receives_at_once_match_in_order() {
+    let mut es = group(3, 64, 1000, true);
+    let m = |i: u8| vec![i; 4 + i as usize];
+    // Two senders, interleaved: 0 sends tags 1, 2, 3; 1 sends tag 2.
+    sent(&mut es[0], &m(1), 2, 0, 1);
+    es[2].progress();
+    sent(&mut es[1], &m(5), 2, 1, 2);
+    es[2].progress();
+    sent(&mut es[0], &m(2), 2, 0, 2);
+    sent(&mut es[0], &m(3), 2, 0, 3);
+    spin(&mut es, 3);
+    let mut o = [0u8; 16];
+    // A specific source and any tag: rank 0's first.
+    let st = recv_now(&mut es[2], &mut o, 0, ANY_TAG).unwrap();
+    assert_eq!((st.source, st.tag, st.error, st.bytes), (0, 1, 0, 5));
+    assert_eq!(&o[..5], &m(1)[..]);
+    // Any source, tag 2: rank 1's message arrived before rank 0's second.
+    let st = recv_now(&mut es[2], &mut o, ANY_SRC, 2).unwrap();
+    assert_eq!((st.source, st.tag, st.bytes), (1, 2, 9));
+    assert_eq!(&o[..9], &m(5)[..]);
+    // Any source, any tag: then rank 0's in its order; then nothing.
+    for want in [2, 3] {
+        let st = recv_now(&mut es[2], &mut o, ANY_SRC, ANY_TAG).unwrap();
+        assert_eq!((st.source, st.tag, st.bytes), (0, want, 4 + want as usize));
+        assert_eq!(&o[..st.bytes], &m(want as u8)[..]);
+    }
+    assert_eq!(recv_now(&mut es[2], &mut o, ANY_SRC, ANY_TAG), None);
+
+    // Truncation: the bytes that fit, the rest of the buffer untouched.
+    let long = pattern(40, 9);
+    sent(&mut es[0], &long, 2, 0, 4);
+    spin(&mut es, 2);
+    let mut small = [0xeeu8; 12];
+    let st = recv_now(&mut es[2], &mut small[..8], 0, 4).unwrap();
+    assert_eq!((st.tag, st.error, st.bytes), (4, MPI_ERR_TRUNCATE, 8));
+    assert_eq!(&small[..8], &long[..8]);
+    assert_eq!(&small[8..], &[0xee; 4]);
+    // Zero bytes, into a zero-byte buffer.
+    sent(&mut es[1], &[], 2, 1, 5);
+    spin(&mut es, 2);
+    let st = recv_now(&mut es[2], &mut [], 1, 5).unwrap();
+    assert_eq!((st.source, st.tag, st.error, st.bytes), (1, 5, 0, 0));
+
+    // A probe sees the message the receive then takes.
+    sent(&mut es[0], &m(6), 2, 0, 6);
+    spin(&mut es, 2);
+    let seen = es[2].iprobe(7, ANY_SRC, ANY_TAG).unwrap();
+    let st = recv_now(&mut es[2], &mut o, ANY_SRC, ANY_TAG).unwrap();
+    assert_eq!(st, seen);
+    assert_eq!(&o[..st.bytes], &m(6)[..]);
+
+    // A receive posted earlier takes the first message, the one at once the second.
+    let mut first = [0u8; 16];
+    let posted = recv(&mut es[2], &mut first, 0, ANY_TAG);
+    sent(&mut es[0], &m(7), 2, 0, 7);
+    sent(&mut es[0], &m(8), 2, 0, 8);
+    spin(&mut es, 2);
+    let st = recv_now(&mut es[2], &mut o, 0, ANY_TAG).unwrap();
+    assert_eq!((st.tag, &o[..st.bytes]), (8, &m(8)[..]));
+    let st = wait_on(&mut es, 2, posted);
+    assert_eq!((st.tag, &first[..st.bytes]), (7, &m(7)[..]));
+
+    // Messages not yet taken from the transport: a small receive looks once.
+    sent(&mut es[1], &m(9), 2, 1, 9);
+    let st = recv_now(&mut es[2], &mut o, 1, 9).unwrap();
+    assert_eq!((st.tag, &o[..st.bytes]), (9, &m(9)[..]));
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
+    }
+}
+
+/// A message that needs a posted receive (synchronous, rendezvous, fragments still to come)
+/// is left first in line by [`Engine::recv_now`]: a later simple one does not pass it, and
+/// the posted receive takes it.
+#[test]
+fn receives_at_once_leave_what_needs_a_request() {
+    // 100-byte frames, two to a channel: a 250-byte eager message waits for its last frame.
+    let mut es = group(2, 2, 100, true);
+    let sync = pattern(10, 1);
+    let big = pattern(LIMIT + 1, 2);
+    let frags = pattern(250, 3);
+    let simple = pattern(5, 4);
+    for (tag, data, is_sync) in [(1, &sync, true), (2, &big, false), (3, &frags, false)] {
+        let s = send(&mut es[0], data, 1, 0, tag, is_sync);
+        let later = send(&mut es[0], &simple, 1, 0, 4, false);
+        es[1].progress();
+        let mut o = vec![0u8; LIMIT + 1];
+        assert_eq!(
+            recv_now(&mut es[1], &mut o[..8], 0, ANY_TAG),
+            None,
+            "tag {tag}"
+        );
+        let r = recv(&mut es[1], &mut o, 0, ANY_TAG);
+        let st = wait_on(&mut es, 1, r);
+        assert_eq!((st.tag, st.bytes), (tag, data.len()));
+        assert!(o[..st.bytes] == data[..]);
+        wait_on(&mut es, 0, s);
+        wait_on(&mut es, 0, later);
+        let st = recv_now(&mut es[1], &mut o[..8], 0, ANY_TAG).unwrap();
+        assert_eq!((st.tag, &o[..st.bytes]), (4, &simple[..]));
+    }
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
+    }
+}
+
 #[test]
 fn posted_receives_match_in_post_order_and_contexts_are_separate() {
     let mut es = group(2, 64, 1000, true);

@@ -1,5 +1,6 @@
 /* MPI_THREAD_MULTIPLE: 4 threads per rank run point-to-point on a shared communicator
- * (tag = thread) and collectives on per-thread duplicates at the same time. gpumpi provides
+ * (Sendrecv, and blocking Send and Recv; tags per thread) and collectives on per-thread
+ * duplicates at the same time. gpumpi provides
  * MULTIPLE (README): a lower provided level fails the test.
  * Uses POSIX threads (part of glibc's libc). */
 #include "ctest.h"
@@ -20,7 +21,7 @@ static void *worker(void *arg)
         failed[t] = 1;
     }
     for (it = 0; it < ITERS && !failed[t]; it++) {
-        int s[8], r[8], i, sum = -1, v = rank * NT + t;
+        int s[8], r[8], i, pass, sum = -1, v = rank * NT + t;
         MPI_Status st;
         for (i = 0; i < 8; i++) {
             s[i] = ct_val(rank, i + it, t);
@@ -36,6 +37,37 @@ static void *worker(void *arg)
                 failed[t] = 1;
                 break;
             }
+        /* blocking sends and receives on the shared communicator, tag NT + thread: even ranks
+         * send first, odd ranks receive first (eager messages complete without their receive,
+         * so odd rings cannot deadlock); three messages a round, received in their order,
+         * every other round from MPI_ANY_SOURCE (only prev sends this thread's tag here) */
+        for (pass = 0; pass < 2 && !failed[t]; pass++) {
+            int k, m[2], src = it % 2 ? MPI_ANY_SOURCE : prev, count = -1;
+            if ((pass == 0) == (rank % 2 == 0)) {
+                for (k = 0; k < 3; k++) {
+                    m[0] = ct_val(rank, it, t * 3 + k);
+                    m[1] = k;
+                    if (MPI_Send(m, 2, MPI_INT, next, NT + t, MPI_COMM_WORLD) != MPI_SUCCESS)
+                        failed[t] = 1;
+                }
+                continue;
+            }
+            for (k = 0; k < 3 && !failed[t]; k++) {
+                m[0] = m[1] = -1;
+                if (MPI_Recv(m, 2, MPI_INT, src, NT + t, MPI_COMM_WORLD, &st) != MPI_SUCCESS ||
+                    MPI_Get_count(&st, MPI_INT, &count) != MPI_SUCCESS)
+                    failed[t] = 1;
+                else if (m[0] != ct_val(prev, it, t * 3 + k) || m[1] != k || st.MPI_SOURCE != prev ||
+                         st.MPI_TAG != NT + t || count != 2) {
+                    fprintf(stderr,
+                            "FAIL thread %d rank %d iter %d: blocking receive %d got {%d, %d} from %d tag %d "
+                            "count %d, want {%d, %d} from %d tag %d count 2\n",
+                            t, rank, it, k, m[0], m[1], st.MPI_SOURCE, st.MPI_TAG, count,
+                            ct_val(prev, it, t * 3 + k), k, prev, NT + t);
+                    failed[t] = 1;
+                }
+            }
+        }
         /* collective on this thread's own communicator */
         if (MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, tcomm[t]) != MPI_SUCCESS)
             failed[t] = 1;

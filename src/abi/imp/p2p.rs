@@ -424,10 +424,74 @@ unsafe fn blocking_recv(
     cm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let r = recv_spec(buf, count, dt, source, tag, cm)?;
-    let st = start_wait(|rt| start_recv(&mut rt.engine, &r))?;
+    let st = match recv_at_once(buf, count, dt, source, tag, cm) {
+        Some(st) => st?,
+        None => {
+            let r = recv_spec(buf, count, dt, source, tag, cm)?;
+            start_wait(|rt| start_recv(&mut rt.engine, &r))?
+        }
+    };
     st.store(status, false);
     status_result(st)
+}
+
+/// The blocking receive without a runtime request: a contiguous host buffer of a predefined
+/// datatype on MPI_COMM_WORLD or MPI_COMM_SELF from a rank or MPI_ANY_SOURCE. A message
+/// already here is copied straight into the buffer ([`Engine::recv_now`]); otherwise the
+/// receive is posted in the engine and waited for there. Resolves nothing through a registry
+/// and classifies the buffer once. `None` for anything else (including every erroneous call,
+/// which the general path then reports), with nothing done.
+unsafe fn recv_at_once(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> Option<MpiResult<Status>> {
+    let (Some(comm), Some(d)) = (
+        crate::runtime::objects::predefined_comm(cm),
+        types::predefined(dt),
+    ) else {
+        return None;
+    };
+    let count = check_count(count).ok()?;
+    if !d.desc.is_contiguous(count)
+        || check_recv_tag(tag).is_err()
+        || types::check_buf(buf, count, d, "the receive buffer").is_err()
+    {
+        return None;
+    }
+    let Ok(Some(src)) = check_peer(comm, source, true) else {
+        return None;
+    };
+    let cap = d.desc.packed_size(count);
+    let data = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
+    if cap > 0 && crate::gpu::is_device(data) {
+        return None;
+    }
+    let ctx = comm.ctx;
+    let started = runtime::with(|rt| {
+        // SAFETY (recv_now, irecv): the caller's buffer holds `count` elements of the type
+        // (MPI semantics) and is the receive's until this call returns, which waits for it.
+        let now = unsafe { rt.engine.recv_now(data, cap, ctx, src, tag) };
+        Ok(match now {
+            Some(st) => Err(st),
+            None => Ok(unsafe { rt.engine.irecv(data, cap, ctx, src, tag) }?),
+        })
+    });
+    let id = match started {
+        Ok(Ok(id)) => id,
+        Ok(Err(st)) => return Some(Ok(Status::from(st))),
+        Err(e) => return Some(Err(e)),
+    };
+    let mut out = None;
+    let waited = wait_until(|rt| {
+        out = rt.engine.take(id);
+        Ok(out.is_some())
+    });
+    let lost = || MpiError::new(c::MPI_ERR_INTERN, "MPI_Recv: no status after the wait");
+    Some(waited.and_then(|()| out.map(Status::from).ok_or_else(lost)))
 }
 
 pub unsafe fn MPI_Recv<W: Width>(
