@@ -485,13 +485,7 @@ unsafe fn recv_at_once(
         Ok(Err(st)) => return Some(Ok(Status::from(st))),
         Err(e) => return Some(Err(e)),
     };
-    let mut out = None;
-    let waited = wait_until(|rt| {
-        out = rt.engine.take(id);
-        Ok(out.is_some())
-    });
-    let lost = || MpiError::new(c::MPI_ERR_INTERN, "MPI_Recv: no status after the wait");
-    Some(waited.and_then(|()| out.map(Status::from).ok_or_else(lost)))
+    Some(runtime::wait_engine(id).map(Status::from))
 }
 
 pub unsafe fn MPI_Recv<W: Width>(
