@@ -283,10 +283,9 @@ unsafe fn blocking_send(
 
 /// The blocking send that completes the moment it is in the transport, without a request:
 /// a small contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF
-/// to another rank, when the engine can write it into the ring at once
-/// ([`Engine::send_now`]). Resolves nothing through a registry and classifies the buffer once.
-/// Returns whether it was sent; `false` for anything else (including every erroneous call,
-/// which the general path then reports), with nothing done.
+/// to another rank ([`fast_send`]), when the engine can write it into the ring at once
+/// ([`Engine::send_now`]). Returns whether it was sent; `false` for anything else (including
+/// every erroneous call, which the general path then reports), with nothing done.
 unsafe fn send_at_once(
     buf: *const c_void,
     count: i64,
@@ -295,28 +294,47 @@ unsafe fn send_at_once(
     tag: c_int,
     cm: MPI_Comm,
 ) -> bool {
+    let Some(a) = fast_send(buf, count, dt, dest, tag, cm) else {
+        return false;
+    };
+    // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics), so
+    // a.buf..a.buf+a.len is readable during the call.
+    runtime::with(|rt| Ok(unsafe { rt.engine.send_now(&a) })).unwrap_or(false)
+}
+
+/// The engine's arguments of a standard send that needs no registry and no staging: a
+/// contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF to a
+/// rank (not MPI_PROC_NULL). Borrows the communicator and datatype without reference counts
+/// and classifies the buffer once. `None` for anything else, including every erroneous call
+/// (the general path reports it).
+unsafe fn fast_send(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> Option<SendArgs> {
     let (Some(comm), Some(d)) = (
         crate::runtime::objects::predefined_comm(cm),
         types::predefined(dt),
     ) else {
-        return false;
+        return None;
     };
-    let Ok(count) = check_count(count) else {
-        return false;
-    };
+    let count = check_count(count).ok()?;
     let len = d.desc.packed_size(count);
     if !d.desc.is_contiguous(count)
         || check_send_tag(tag).is_err()
         || !matches!(check_peer(comm, dest, false), Ok(Some(_)))
         || types::check_buf(buf, count, d, "the send buffer").is_err()
     {
-        return false;
+        return None;
     }
     let data = (buf as *const u8).wrapping_offset(d.desc.true_lb());
     if len > 0 && crate::gpu::is_device(data) {
-        return false;
+        return None;
     }
-    let a = SendArgs {
+    Some(SendArgs {
         buf: data,
         len,
         dst_world: comm.world_rank(dest as usize),
@@ -326,10 +344,7 @@ unsafe fn send_at_once(
         sync: false,
         dev: None,
         note: None,
-    };
-    // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics), so
-    // data..data+len is readable during the call.
-    runtime::with(|rt| Ok(unsafe { rt.engine.send_now(&a) })).unwrap_or(false)
+    })
 }
 
 unsafe fn nonblocking_send(
@@ -435,12 +450,11 @@ unsafe fn blocking_recv(
     status_result(st)
 }
 
-/// The blocking receive without a runtime request: a contiguous host buffer of a predefined
-/// datatype on MPI_COMM_WORLD or MPI_COMM_SELF from a rank or MPI_ANY_SOURCE. A message
-/// already here is copied straight into the buffer ([`Engine::recv_now`]); otherwise the
-/// receive is posted in the engine and waited for there. Resolves nothing through a registry
-/// and classifies the buffer once. `None` for anything else (including every erroneous call,
-/// which the general path then reports), with nothing done.
+/// The blocking receive without a runtime request ([`fast_recv`]'s calls). A message already
+/// here is copied straight into the buffer ([`Engine::recv_now`]); otherwise the receive is
+/// posted in the engine and waited for there ([`runtime::wait_engine`]). `None` for any other
+/// call (including every erroneous one, which the general path then reports), with nothing
+/// done.
 unsafe fn recv_at_once(
     buf: *mut c_void,
     count: i64,
@@ -449,6 +463,59 @@ unsafe fn recv_at_once(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<MpiResult<Status>> {
+    let r = fast_recv(buf, count, dt, source, tag, cm)?;
+    // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics) and is
+    // the receive's until this call returns, which waits for it.
+    let started = runtime::with(|rt| unsafe { r.start(&mut rt.engine) });
+    Some(match started {
+        Ok(Ok(id)) => runtime::wait_engine(id).map(Status::from),
+        Ok(Err(st)) => Ok(Status::from(st)),
+        Err(e) => Err(e),
+    })
+}
+
+/// A receive that needs no registry and no staging: a contiguous host buffer of a predefined
+/// datatype on MPI_COMM_WORLD or MPI_COMM_SELF, from a rank or MPI_ANY_SOURCE (not
+/// MPI_PROC_NULL), in the engine's terms.
+struct FastRecv {
+    buf: *mut u8,
+    cap: usize,
+    ctx: u32,
+    src: c_int,
+    tag: c_int,
+}
+
+impl FastRecv {
+    /// Receive at once what is here ([`Engine::recv_now`]: `Err` with its status), else
+    /// post the receive in the engine (`Ok` with its request).
+    ///
+    /// # Safety
+    /// The buffer is valid to write, and the receive's, until the request completes.
+    unsafe fn start(
+        &self,
+        e: &mut Engine,
+    ) -> MpiResult<Result<crate::engine::ReqId, crate::engine::Status>> {
+        let (buf, cap, ctx, src, tag) = (self.buf, self.cap, self.ctx, self.src, self.tag);
+        // SAFETY: the caller's contract.
+        if let Some(st) = unsafe { e.recv_now(buf, cap, ctx, src, tag) } {
+            return Ok(Err(st));
+        }
+        // SAFETY: the caller's contract.
+        Ok(Ok(unsafe { e.irecv(buf, cap, ctx, src, tag) }?))
+    }
+}
+
+/// [`FastRecv`] for the arguments of a receive, when they are of that kind; `None` for
+/// anything else, including every erroneous call (the general path reports it). Borrows the
+/// communicator and datatype without reference counts and classifies the buffer once.
+unsafe fn fast_recv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+) -> Option<FastRecv> {
     let (Some(comm), Some(d)) = (
         crate::runtime::objects::predefined_comm(cm),
         types::predefined(dt),
@@ -470,22 +537,13 @@ unsafe fn recv_at_once(
     if cap > 0 && crate::gpu::is_device(data) {
         return None;
     }
-    let ctx = comm.ctx;
-    let started = runtime::with(|rt| {
-        // SAFETY (recv_now, irecv): the caller's buffer holds `count` elements of the type
-        // (MPI semantics) and is the receive's until this call returns, which waits for it.
-        let now = unsafe { rt.engine.recv_now(data, cap, ctx, src, tag) };
-        Ok(match now {
-            Some(st) => Err(st),
-            None => Ok(unsafe { rt.engine.irecv(data, cap, ctx, src, tag) }?),
-        })
-    });
-    let id = match started {
-        Ok(Ok(id)) => id,
-        Ok(Err(st)) => return Some(Ok(Status::from(st))),
-        Err(e) => return Some(Err(e)),
-    };
-    Some(runtime::wait_engine(id).map(Status::from))
+    Some(FastRecv {
+        buf: data,
+        cap,
+        ctx: comm.ctx,
+        src,
+        tag,
+    })
 }
 
 pub unsafe fn MPI_Recv<W: Width>(
@@ -629,20 +687,63 @@ pub unsafe fn MPI_Sendrecv<W: Width>(
     cm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
+    let (sendcount, recvcount) = (sendcount.as_i64(), recvcount.as_i64());
+    if let (Some(a), Some(r)) = (
+        fast_send(sendbuf, sendcount, sendtype, dest, sendtag, cm),
+        fast_recv(recvbuf, recvcount, recvtype, source, recvtag, cm),
+    ) {
+        return sendrecv_at_once(&a, &r, status);
+    }
     let (rk, sk) = sendrecv_kinds(
-        sendbuf,
-        sendcount.as_i64(),
-        sendtype,
-        dest,
-        sendtag,
-        recvbuf,
-        recvcount.as_i64(),
-        recvtype,
-        source,
-        recvtag,
+        sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
         cm,
     )?;
     finish_pair(rk, sk, status)
+}
+
+/// MPI_Sendrecv of [`fast_send`]'s and [`fast_recv`]'s kinds of arguments, without runtime
+/// requests: the send written into the ring at once when it can be (it never waits, so the
+/// peer's message, often on its way already, is not held up by this rank's receive), the
+/// receive (taken at once when its message is here, else posted), the send started in the
+/// engine when it was not written; then waits for what is left in the engine, the receive
+/// first (as the general path does).
+///
+/// # Safety
+/// The buffers are the caller's MPI_Sendrecv buffers (valid for their counts of the types).
+unsafe fn sendrecv_at_once(a: &SendArgs, r: &FastRecv, status: *mut MPI_Status) -> MpiResult<()> {
+    let (rid, sid) = runtime::with(|rt| {
+        // SAFETY: the receive buffer is the receive's until this call returns, which waits
+        // for it; the send buffer is readable until then.
+        let sent = unsafe { rt.engine.send_now(a) };
+        let rid = unsafe { r.start(&mut rt.engine) }?;
+        if sent {
+            return Ok((rid, None));
+        }
+        match unsafe { rt.engine.isend(*a) } {
+            Ok(sid) => Ok((rid, Some(sid))),
+            Err(e) => {
+                // Nothing of the call may stay behind: the receive goes (a receive that has
+                // already matched completes on its own and is released then).
+                if let Ok(id) = rid {
+                    rt.engine.cancel(id);
+                    rt.engine.free(id);
+                }
+                Err(e)
+            }
+        }
+    })?;
+    let rst = Status::from(match rid {
+        Ok(id) => runtime::wait_engine(id)?,
+        Err(st) => st,
+    });
+    let sst = match sid {
+        Some(id) => Status::from(runtime::wait_engine(id)?),
+        None => Status::EMPTY,
+    };
+    // SAFETY: status is MPI_STATUS_IGNORE or a caller-owned MPI_Status.
+    unsafe { rst.store(status, false) };
+    status_result(sst)?;
+    status_result(rst)
 }
 
 pub unsafe fn MPI_Isendrecv<W: Width>(
