@@ -102,6 +102,18 @@ impl Backoff {
     }
 
     /// Whether the spinning phase is over (callers may release locks around `snooze` then).
+    /// How many progress passes a waiter may make back to back, without pausing, before its
+    /// next [`Backoff::snooze`]: up to `most` while spinning where the ranks do not outnumber
+    /// the cores; one otherwise (where they do, a waiter soon yields to the rank sharing its
+    /// core, and a burst would only put that off).
+    pub fn burst(&self, most: usize) -> usize {
+        if self.step < self.spins && self.spins > SPINS {
+            most
+        } else {
+            1
+        }
+    }
+
     pub fn is_sleeping(&self) -> bool {
         self.step >= self.spins
     }
@@ -118,6 +130,25 @@ mod tests {
         assert_eq!(spin_rounds(false, true), SPINS);
         assert_eq!(spin_rounds(true, true), SPINS);
         assert_eq!(Backoff::yielding().spins, 0);
+    }
+
+    #[test]
+    fn bursts_only_while_spinning_on_cores_of_their_own() {
+        for (own_core, over, bursts) in [
+            (true, false, true),
+            (false, false, true),
+            (true, true, false),
+        ] {
+            let mut b = Backoff {
+                step: 0,
+                spins: spin_rounds(own_core, over),
+            };
+            assert_eq!(b.burst(8), if bursts { 8 } else { 1 }, "{own_core} {over}");
+            for _ in 0..b.spins {
+                b.snooze();
+            }
+            assert_eq!(b.burst(8), 1);
+        }
     }
 
     #[test]
