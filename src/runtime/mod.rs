@@ -225,7 +225,8 @@ const WAIT_BURST: usize = 8;
 /// cores, each hold of the lock makes up to [`WAIT_BURST`] passes back to back without the
 /// pause between them ([`Backoff::burst`]): an arrival is seen sooner, and the lock is taken
 /// and released once per burst instead of once per pass (measured here: `pause` 24 ns, an
-/// uncontended lock and unlock 9.5 ns). Other threads wait at most one burst for the lock.
+/// uncontended lock and unlock 9.5 ns). Another thread of the process gets the lock between
+/// bursts, as it did between passes, but less often while this one spins.
 pub fn wait_engine(id: crate::engine::ReqId) -> MpiResult<crate::engine::Status> {
     let mut backoff = Backoff::new();
     loop {
