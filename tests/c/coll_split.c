@@ -18,6 +18,7 @@
  * only the N-th case (1-based) of `return`. */
 #include "ctest.h"
 #include <string.h>
+#include <unistd.h>
 
 static int me, np, only;
 
@@ -120,6 +121,10 @@ int main(int argc, char **argv) {
             int count = me == 0 ? 100000 : 10;
             int *buf = calloc(100000, sizeof(int));
             MPI_Bcast(buf, count, MPI_INT, 0, MPI_COMM_WORLD);
+            /* The root may finish its side (MPI lets a root return once its buffer can be
+             * reused); a rank that gets 100000 ints into 10 cannot, and its fatal error must
+             * end the job. The root waits for that and fails only if it does not come. */
+            if (me == 0) sleep(20);
             CHECK(0, "rank %d: the mismatched bcast returned under MPI_ERRORS_ARE_FATAL", me);
         }
         /* One rank: nothing to mismatch; end as the job above must (non-zero, the message). */
