@@ -302,6 +302,28 @@ unsafe fn send_at_once(
     runtime::with(|rt| Ok(unsafe { rt.engine.send_now(&a) })).unwrap_or(false)
 }
 
+/// The communicator, datatype and count of a call that may take a fast path: a predefined
+/// communicator, a predefined datatype contiguous at this count, and a valid count, borrowed
+/// without reference counts; `None` for anything else.
+fn fast_common(
+    cm: MPI_Comm,
+    dt: MPI_Datatype,
+    count: i64,
+) -> Option<(&'static CommObj, &'static DtypeObj, usize)> {
+    let comm = crate::runtime::objects::predefined_comm(cm)?;
+    let d = types::predefined(dt)?;
+    let count = check_count(count).ok()?;
+    d.desc.is_contiguous(count).then_some((comm, d, count))
+}
+
+/// The first byte and length of `count` elements of `d` at `buf` when they are host memory
+/// (the buffer is classified once here); `None` for a device buffer.
+fn fast_host_data(buf: *mut c_void, d: &DtypeObj, count: usize) -> Option<(*mut u8, usize)> {
+    let len = d.desc.packed_size(count);
+    let data = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
+    (len == 0 || !crate::gpu::is_device(data)).then_some((data, len))
+}
+
 /// The engine's arguments of a standard send that needs no registry and no staging: a
 /// contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF to a
 /// rank (not MPI_PROC_NULL). Borrows the communicator and datatype without reference counts
@@ -315,25 +337,15 @@ unsafe fn fast_send(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<SendArgs> {
-    let (Some(comm), Some(d)) = (
-        crate::runtime::objects::predefined_comm(cm),
-        types::predefined(dt),
-    ) else {
-        return None;
-    };
-    let count = check_count(count).ok()?;
-    let len = d.desc.packed_size(count);
-    if !d.desc.is_contiguous(count)
-        || check_send_tag(tag).is_err()
+    let (comm, d, count) = fast_common(cm, dt, count)?;
+    if check_send_tag(tag).is_err()
         || !matches!(check_peer(comm, dest, false), Ok(Some(_)))
         || types::check_buf(buf, count, d, "the send buffer").is_err()
     {
         return None;
     }
-    let data = (buf as *const u8).wrapping_offset(d.desc.true_lb());
-    if len > 0 && crate::gpu::is_device(data) {
-        return None;
-    }
+    let (data, len) = fast_host_data(buf.cast_mut(), d, count)?;
+    let data = data.cast_const();
     Some(SendArgs {
         buf: data,
         len,
@@ -516,15 +528,8 @@ unsafe fn fast_recv(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<FastRecv> {
-    let (Some(comm), Some(d)) = (
-        crate::runtime::objects::predefined_comm(cm),
-        types::predefined(dt),
-    ) else {
-        return None;
-    };
-    let count = check_count(count).ok()?;
-    if !d.desc.is_contiguous(count)
-        || check_recv_tag(tag).is_err()
+    let (comm, d, count) = fast_common(cm, dt, count)?;
+    if check_recv_tag(tag).is_err()
         || types::check_buf(buf, count, d, "the receive buffer").is_err()
     {
         return None;
@@ -532,11 +537,7 @@ unsafe fn fast_recv(
     let Ok(Some(src)) = check_peer(comm, source, true) else {
         return None;
     };
-    let cap = d.desc.packed_size(count);
-    let data = (buf as *mut u8).wrapping_offset(d.desc.true_lb());
-    if cap > 0 && crate::gpu::is_device(data) {
-        return None;
-    }
+    let (data, cap) = fast_host_data(buf, d, count)?;
     Some(FastRecv {
         buf: data,
         cap,
