@@ -230,6 +230,78 @@ fn a_peer_closing_is_an_error_naming_it() {
 }
 
 #[test]
+fn what_arrived_before_the_sender_closed_completes() {
+    // The frames layer's ending: a sender writes its last messages and closes at once; the
+    // receiver, which re-posts a receive after each message (a credit write to the sender),
+    // still gets those messages although the credit writes that follow fail, and only a
+    // receive that nothing can fill reports the sender gone.
+    let n = net("=fib0", 2);
+    let (mut s, mut r) = pair(&n);
+    let mut rb = vec![0u8; 3 * 4096];
+    let rmr = r.reg_mr(rb.as_ptr(), rb.len(), MemKind::Host).unwrap();
+    let post = |r: &mut Box<dyn mpi_abi::transport::net::RecvComm>, rb: &mut [u8], i: usize| {
+        // SAFETY: rb outlives r; each receive has its own 4 KiB.
+        unsafe {
+            r.irecv(&[RecvBuf {
+                ptr: rb[i * 4096..].as_mut_ptr(),
+                size: 4096,
+                tag: 0,
+                mr: rmr,
+            }])
+        }
+        .unwrap()
+        .unwrap()
+    };
+    let q0 = post(&mut r, &mut rb, 0);
+    let q1 = post(&mut r, &mut rb, 1);
+    let sb = pattern(7, 4096);
+    let smr = s.reg_mr(sb.as_ptr(), sb.len(), MemKind::Host).unwrap();
+    let end = deadline();
+    for len in [4096, 0] {
+        // SAFETY: sb outlives s.
+        let q = loop {
+            assert!(Instant::now() < end, "send not taken");
+            if let Some(q) = unsafe { s.isend(sb.as_ptr(), len, 0, smr) }.unwrap() {
+                break q;
+            }
+        };
+        while s.test(q).unwrap().is_none() {
+            assert!(Instant::now() < end, "send not done");
+        }
+    }
+    drop(s);
+    // A receive posted after the sender closed: its credit write fails.
+    let q2 = post(&mut r, &mut rb, 2);
+    for (q, want) in [(q0, 4096), (q1, 0)] {
+        let mut size = [usize::MAX];
+        loop {
+            assert!(
+                Instant::now() < end,
+                "a message that arrived does not complete"
+            );
+            match r.test(q, &mut size) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => panic!("a message that arrived failed: {e}"),
+            }
+        }
+        assert_eq!(size[0], want);
+    }
+    assert_eq!(&rb[..4096], &sb[..]);
+    let e = loop {
+        assert!(
+            Instant::now() < end,
+            "no error for a receive nothing can fill"
+        );
+        match r.test(q2, &mut [0]) {
+            Err(e) => break e,
+            Ok(done) => assert!(!done),
+        }
+    };
+    assert!(e.msg.contains("127.0.0.1:"), "{e}");
+}
+
+#[test]
 fn bad_handles_secrets_and_settings() {
     let n = net("=fib0", 2);
     let e = n.connect(0, &Handle([0; HANDLE_BYTES])).err().unwrap();
