@@ -349,6 +349,38 @@ fn env_options_and_non_mpi_programs() {
     assert_eq!(lines, vec!["0|2|0|bar baz|fwd", "1|2|1|bar baz|fwd"]);
 }
 
+#[test]
+fn the_public_job_id_shares_no_bytes_with_the_secret() {
+    // The job id names files and directories every local user can see and is in every rank's
+    // environment; the secret authenticates ranks to mpirun. No 4-byte run of the secret may
+    // stand in the id (20 jobs: a derived id would show in every one).
+    for _ in 0..20 {
+        let (code, out, err, _) = run(mpirun(&[
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            "echo \"$GPUMPI_JOB_ID $GPUMPI_SECRET\"",
+        ]));
+        assert_eq!(code, 0, "{err}");
+        let (id, secret) = out.trim().split_once(' ').expect("id and secret");
+        assert_eq!(secret.len(), 64, "a 32-byte secret in hex: {secret:?}");
+        let (_pid, tag) = id.split_once('-').expect("pid-tag");
+        assert_eq!(tag.len(), 8, "a 4-byte random tag in hex: {id:?}");
+        let tag = tag.to_ascii_lowercase();
+        let secret = secret.to_ascii_lowercase();
+        for i in (0..=secret.len() - 8).step_by(2) {
+            assert_ne!(
+                &secret[i..i + 8],
+                tag,
+                "the job id {id} holds bytes {}..{} of the secret",
+                i / 2,
+                i / 2 + 4
+            );
+        }
+    }
+}
+
 /// The launch variables of Open MPI, hydra and torchrun that programs read (docs/MPIRUN.md).
 const LAUNCH_VARS: &str = "$OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_SIZE \
     $OMPI_COMM_WORLD_LOCAL_RANK $OMPI_COMM_WORLD_LOCAL_SIZE $OMPI_COMM_WORLD_NODE_RANK \
