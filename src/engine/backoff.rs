@@ -101,7 +101,6 @@ impl Backoff {
         Duration::from_micros((1u64 << k).min(MAX_SLEEP_US))
     }
 
-    /// Whether the spinning phase is over (callers may release locks around `snooze` then).
     /// How many progress passes a waiter may make back to back, without pausing, before its
     /// next [`Backoff::snooze`]: up to `most` while spinning where the ranks do not outnumber
     /// the cores; one otherwise (where they do, a waiter soon yields to the rank sharing its
@@ -114,6 +113,7 @@ impl Backoff {
         }
     }
 
+    /// Whether the spinning phase is over (callers may release locks around `snooze` then).
     pub fn is_sleeping(&self) -> bool {
         self.step >= self.spins
     }

@@ -689,11 +689,12 @@ pub unsafe fn MPI_Sendrecv<W: Width>(
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
     let (sendcount, recvcount) = (sendcount.as_i64(), recvcount.as_i64());
-    if let (Some(a), Some(r)) = (
-        fast_send(sendbuf, sendcount, sendtype, dest, sendtag, cm),
-        fast_recv(recvbuf, recvcount, recvtype, source, recvtag, cm),
-    ) {
-        return sendrecv_at_once(&a, &r, status);
+    // The receive's arguments are looked at only when the send's qualify (a device send
+    // buffer is classified once here, then by the general path).
+    if let Some(a) = fast_send(sendbuf, sendcount, sendtype, dest, sendtag, cm) {
+        if let Some(r) = fast_recv(recvbuf, recvcount, recvtype, source, recvtag, cm) {
+            return sendrecv_at_once(&a, &r, status);
+        }
     }
     let (rk, sk) = sendrecv_kinds(
         sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
