@@ -17,6 +17,7 @@
 
 use super::collcheck::{Record, Rings};
 use super::*;
+use crate::transport::FLAG_UNLESS_GONE;
 
 /// Answers kept.
 const KEPT: usize = 64;
@@ -27,8 +28,11 @@ impl State {
         let rec = self
             .records
             .and_then(|r| r.find(self.me, h.ctx, h.tag as u32));
+        // The asker may have finished the call and ended meanwhile: the answer is dropped
+        // where it is gone.
         let t = Header {
             kind: kind::TELL,
+            flags: FLAG_UNLESS_GONE,
             ctx: h.ctx,
             tag: h.tag,
             ..Default::default()
@@ -70,8 +74,11 @@ impl Engine {
             .retain(|t| !(t.0 == peer && t.1 == ctx && t.2 == seq));
         self.st.send_ctrl(
             peer,
+            // A rank asked may have finished its side of the call and ended: the question
+            // is dropped where it is gone.
             Header {
                 kind: kind::ASK,
+                flags: FLAG_UNLESS_GONE,
                 ctx,
                 tag: seq as i32,
                 ..Default::default()

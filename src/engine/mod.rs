@@ -68,7 +68,9 @@
 //!   a complete eager message is dropped ([`refuse`]).
 //! - **Questions** (`ASK`, `TELL`): a collective call waiting on a rank of another node asks
 //!   for that rank's record of the call ([`Engine::ask_record`]); the rank's engine answers
-//!   from its own record ring as it makes progress ([`ask`]).
+//!   from its own record ring as it makes progress ([`ask`]). Both carry
+//!   `transport::FLAG_UNLESS_GONE`: either end may have finished the call and ended, and a
+//!   question or answer to a rank that has ended is dropped by the network transport.
 
 pub mod agree;
 mod ask;
@@ -195,6 +197,7 @@ const FLAG_DEVNET: u8 = 32;
 /// CTS: the receiver pipelines into device memory ([`devnet`]): send bytes up to `arg`, more
 /// as `CREDIT` frames allow.
 const FLAG_CREDIT: u8 = 64;
+// Bit 128 is the transport's (`crate::transport::FLAG_UNLESS_GONE`: ASK and TELL carry it).
 
 /// Engine tunables.
 #[derive(Clone, Copy, Debug)]

@@ -55,6 +55,12 @@ pub struct Header {
 }
 
 pub const HEADER_BYTES: usize = std::mem::size_of::<Header>();
+
+/// The one bit of [`Header::flags`] a transport reads (the engine owns the others): the frame
+/// is a question or an answer its receiver may no longer need, because the receiver may have
+/// ended. A transport that finds the receiver gone while connecting to it drops such a frame
+/// instead of failing.
+pub const FLAG_UNLESS_GONE: u8 = 128;
 const _: () = assert!(HEADER_BYTES == 48);
 
 /// Rates measured at set-up on a cache-resident buffer (GB/s, 1e9 bytes per second).

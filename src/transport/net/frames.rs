@@ -37,6 +37,9 @@
 //!   sent before it closed); waiting for the goodbyes of its own senders keeps a rank's receives
 //!   posted until they are done with it. Frames that arrive meanwhile (sends nobody received)
 //!   are dropped. A rank never waits for peers it has no connection with.
+//! - **Gone peers**: a frame marked [`FLAG_UNLESS_GONE`] (a collective's question or answer,
+//!   which its receiver may no longer need) whose dial fails because the peer has ended is
+//!   dropped, and so are later such frames to it; any other frame to it is an error.
 //! - **Errors**: a network error (a peer that closed, a truncated frame) ends this process
 //!   with a message naming the peer, as MPI's default error handler would: the transport
 //!   contract has no error path, and a job that lost a connection cannot go on.
@@ -49,7 +52,7 @@
 
 use super::links::{hello, Link, Links, TAG_HELLO};
 use super::{MemKind, Mr, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
-use crate::transport::{Header, Transport, HEADER_BYTES};
+use crate::transport::{Header, Transport, FLAG_UNLESS_GONE, HEADER_BYTES};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -143,6 +146,12 @@ pub struct NetFrames {
     counts: Counters,
     /// This rank is closing: a peer closing its end is its goodbye.
     closing: bool,
+    /// Per peer being dialed: every frame offered to it since the dial started may be dropped
+    /// if it is gone ([`FLAG_UNLESS_GONE`]).
+    unless_gone: Vec<bool>,
+    /// Per peer: why it cannot be reached, when a dial to it failed while only such frames
+    /// waited for it. Later such frames to it are dropped; any other is a fatal error.
+    gone: Vec<Option<NetError>>,
     /// Connection set-up, the listener and the backend (declared last: closed after the comms).
     links: Links,
 }
@@ -179,6 +188,8 @@ impl NetFrames {
             fresh: Vec::new(),
             counts: Counters::default(),
             closing: false,
+            unless_gone: vec![false; size],
+            gone: (0..size).map(|_| None).collect(),
             links,
         }
     }
@@ -250,6 +261,13 @@ impl NetFrames {
                     self.rx[p] = Some(Rx::new(c, self.frame, self.slots)?);
                     p
                 }
+                Link::Failed(p, e) => {
+                    if !self.unless_gone[p] {
+                        return Err(e);
+                    }
+                    self.peer_gone(p, e);
+                    continue;
+                }
             };
             if !self.peers.contains(&p) {
                 self.peers.push(p);
@@ -257,6 +275,19 @@ impl NetFrames {
         }
         self.fresh = got;
         moved
+    }
+
+    /// A dial to `p` failed with `e`: fatal unless every frame waiting for `p` may be dropped,
+    /// in which case `p` counts as gone (see [`NetFrames::try_send`]).
+    fn peer_gone(&mut self, p: usize, e: NetError) {
+        if !self.unless_gone[p] {
+            fatal(self.me, e);
+        }
+        tracing::debug!(
+            "net: rank {}: {e}; dropping the questions and answers for it",
+            self.me
+        );
+        self.gone[p] = Some(e);
     }
 
     /// What went over the network so far.
@@ -423,10 +454,24 @@ impl Transport for NetFrames {
         let frame = self.frame;
         debug_assert!(payload.len() <= MAX_PAYLOAD);
         let need = record_len(payload.len());
-        // The first frame to a peer dials it; frames wait (in the engine) until it is up.
+        // The first frame to a peer dials it; frames wait (in the engine) until it is up. A
+        // question or answer to a peer that turns out to be gone is dropped.
         let Some(t) = self.tx[dst].as_mut() else {
-            if let Err(e) = self.links.dial(dst) {
-                fatal(me, e);
+            let droppable = hdr.flags & FLAG_UNLESS_GONE != 0;
+            if let Some(e) = &self.gone[dst] {
+                if droppable {
+                    return true;
+                }
+                fatal(me, e.clone());
+            }
+            if self.links.dialing(dst) {
+                self.unless_gone[dst] &= droppable;
+            } else {
+                self.unless_gone[dst] = droppable;
+                if let Err(e) = self.links.dial(dst) {
+                    self.peer_gone(dst, e);
+                    return true;
+                }
             }
             return false;
         };

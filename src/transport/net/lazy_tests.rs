@@ -221,3 +221,33 @@ fn ranks_that_never_talked_close_at_once() {
     let t = close(fs);
     assert!(t < Duration::from_secs(2), "close took {t:?}");
 }
+
+#[test]
+fn questions_to_a_rank_that_has_ended_are_dropped() {
+    // Rank 1 ends (its listener closes) before rank 0 ever dials it. A frame marked
+    // FLAG_UNLESS_GONE (a collective's question or answer) is then dropped: try_send takes it
+    // once the dial has failed, and takes the next such frame at once, with no connection.
+    let mut fs = ranks(2, Duration::from_secs(5));
+    let gone = fs.pop().unwrap();
+    drop(gone);
+    let mut got: Got = vec![Vec::new(); 1];
+    let h = Header {
+        flags: crate::transport::FLAG_UNLESS_GONE,
+        tag: 7,
+        ..Default::default()
+    };
+    let end = Instant::now() + Duration::from_secs(20);
+    while !fs[0].try_send(1, &h, b"question") {
+        assert!(
+            Instant::now() < end,
+            "the frame to the ended rank was never dropped"
+        );
+        poll(&mut fs, &[0], &mut got);
+    }
+    assert!(
+        fs[0].try_send(1, &h, b"again"),
+        "a later question is dropped at once"
+    );
+    assert_eq!(conns(fs[0].counts()), (0, 0));
+    close(fs);
+}

@@ -17,8 +17,9 @@
 //! - **Patience**: a dial waits for the peer to accept, which it does only inside MPI calls;
 //!   a peer busy outside MPI for longer than the backend's accept time limit makes the dial
 //!   fail after that limit, and [`Links`] dials again (a peer that is gone refuses the new
-//!   dial at once, which is an error). A dial that fails sooner (refused, unreachable) is an
-//!   error naming the peer.
+//!   dial at once). A dial that fails sooner (refused, unreachable) comes back as
+//!   [`Link::Failed`] naming the peer: an error unless everything waiting for that peer may be
+//!   dropped when it is gone ([`crate::transport::FLAG_UNLESS_GONE`]).
 //! - A connection that fails before its hello arrived carried nothing: it is dropped (a peer
 //!   that gave up a dial, or closed at `MPI_Finalize` while its dial was in flight). A dial
 //!   that fails is removed before the error is returned.
@@ -56,6 +57,9 @@ pub enum Link {
     Out(usize, Box<dyn SendComm>),
     /// Opened by `peer` to this rank, its hello received.
     In(usize, Box<dyn RecvComm>),
+    /// The dial to `peer` failed (refused, reset, closed during set-up): the peer is gone or
+    /// unreachable. The caller decides whether that is an error.
+    Failed(usize, NetError),
 }
 
 /// The hello this rank sends first on every connection it dialed.
@@ -202,7 +206,8 @@ impl Links {
                 }
                 Err(e) => {
                     let d = self.dialing.swap_remove(i);
-                    return Err(self.about(d.peer, e));
+                    out.push(Link::Failed(d.peer, self.about(d.peer, e)));
+                    moved = true;
                 }
             }
         }
