@@ -7,7 +7,7 @@ use crate::abi::width::{CInt, Width};
 use crate::engine::{Engine, SendArgs};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
-use crate::runtime::objects::{comm, nonnull, CommObj};
+use crate::runtime::objects::{comm, nonnull, with_comm_view, CommObj, CommView};
 use crate::runtime::request::{ReqKind, Request, Starter, Status};
 use crate::runtime::types::{self, DtypeObj};
 use crate::runtime::{self, new_request, wait_until, Runtime};
@@ -282,7 +282,7 @@ unsafe fn blocking_send(
 }
 
 /// The blocking send that completes the moment it is in the transport, without a request:
-/// a small contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF
+/// a small contiguous host buffer of a predefined datatype on a communicator
 /// to another rank ([`fast_send`]), when the engine can write it into the ring at once
 /// ([`Engine::send_now`]). Returns whether it was sent; `false` for anything else (including
 /// every erroneous call, which the general path then reports), with nothing done.
@@ -302,18 +302,28 @@ unsafe fn send_at_once(
     runtime::with(|rt| Ok(unsafe { rt.engine.send_now(&a) })).unwrap_or(false)
 }
 
-/// The communicator, datatype and count of a call that may take a fast path: a predefined
-/// communicator, a predefined datatype contiguous at this count, and a valid count, borrowed
-/// without reference counts; `None` for anything else.
-fn fast_common(
+/// Run `f` with the communicator, datatype and count of a call that may take a fast path: a
+/// live communicator (predefined or user, [`with_comm_view`]), a predefined datatype
+/// contiguous at this count, and a valid count, borrowed without reference counts; `None` for
+/// anything else.
+fn fast_common<R>(
     cm: MPI_Comm,
     dt: MPI_Datatype,
     count: i64,
-) -> Option<(&'static CommObj, &'static DtypeObj, usize)> {
-    let comm = crate::runtime::objects::predefined_comm(cm)?;
+    f: impl FnOnce(CommView<'_>, &'static DtypeObj, usize) -> Option<R>,
+) -> Option<R> {
     let d = types::predefined(dt)?;
     let count = check_count(count).ok()?;
-    d.desc.is_contiguous(count).then_some((comm, d, count))
+    if !d.desc.is_contiguous(count) {
+        return None;
+    }
+    with_comm_view(cm, |v| f(v, d, count))
+}
+
+/// `rank` when it is a rank of `v` (not MPI_PROC_NULL, nor MPI_ANY_SOURCE unless `any_ok`).
+fn fast_peer(v: &CommView<'_>, rank: c_int, any_ok: bool) -> Option<c_int> {
+    ((any_ok && rank == c::MPI_ANY_SOURCE) || usize::try_from(rank).is_ok_and(|r| r < v.size()))
+        .then_some(rank)
 }
 
 /// The first byte and length of `count` elements of `d` at `buf` when they are host memory
@@ -325,7 +335,7 @@ fn fast_host_data(buf: *mut c_void, d: &DtypeObj, count: usize) -> Option<(*mut 
 }
 
 /// The engine's arguments of a standard send that needs no registry and no staging: a
-/// contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF to a
+/// contiguous host buffer of a predefined datatype on a communicator to a
 /// rank (not MPI_PROC_NULL). Borrows the communicator and datatype without reference counts
 /// and classifies the buffer once. `None` for anything else, including every erroneous call
 /// (the general path reports it).
@@ -337,25 +347,26 @@ unsafe fn fast_send(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<SendArgs> {
-    let (comm, d, count) = fast_common(cm, dt, count)?;
-    if check_send_tag(tag).is_err()
-        || !matches!(check_peer(comm, dest, false), Ok(Some(_)))
-        || types::check_buf(buf, count, d, "the send buffer").is_err()
-    {
+    if check_send_tag(tag).is_err() {
         return None;
     }
-    let (data, len) = fast_host_data(buf.cast_mut(), d, count)?;
-    let data = data.cast_const();
-    Some(SendArgs {
-        buf: data,
-        len,
-        dst_world: comm.world_rank(dest as usize),
-        ctx: comm.ctx,
-        src_rank: comm.rank as i32,
-        tag,
-        sync: false,
-        dev: None,
-        note: None,
+    fast_common(cm, dt, count, |comm, d, count| {
+        let dest = fast_peer(&comm, dest, false)?;
+        if types::check_buf(buf, count, d, "the send buffer").is_err() {
+            return None;
+        }
+        let (data, len) = fast_host_data(buf.cast_mut(), d, count)?;
+        Some(SendArgs {
+            buf: data.cast_const(),
+            len,
+            dst_world: comm.world_rank(dest as usize),
+            ctx: comm.ctx,
+            src_rank: comm.rank as i32,
+            tag,
+            sync: false,
+            dev: None,
+            note: None,
+        })
     })
 }
 
@@ -487,7 +498,7 @@ unsafe fn recv_at_once(
 }
 
 /// A receive that needs no registry and no staging: a contiguous host buffer of a predefined
-/// datatype on MPI_COMM_WORLD or MPI_COMM_SELF, from a rank or MPI_ANY_SOURCE (not
+/// datatype on a communicator, from a rank or MPI_ANY_SOURCE (not
 /// MPI_PROC_NULL), in the engine's terms.
 struct FastRecv {
     buf: *mut u8,
@@ -528,22 +539,22 @@ unsafe fn fast_recv(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<FastRecv> {
-    let (comm, d, count) = fast_common(cm, dt, count)?;
-    if check_recv_tag(tag).is_err()
-        || types::check_buf(buf, count, d, "the receive buffer").is_err()
-    {
+    if check_recv_tag(tag).is_err() {
         return None;
     }
-    let Ok(Some(src)) = check_peer(comm, source, true) else {
-        return None;
-    };
-    let (data, cap) = fast_host_data(buf, d, count)?;
-    Some(FastRecv {
-        buf: data,
-        cap,
-        ctx: comm.ctx,
-        src,
-        tag,
+    fast_common(cm, dt, count, |comm, d, count| {
+        let src = fast_peer(&comm, source, true)?;
+        if types::check_buf(buf, count, d, "the receive buffer").is_err() {
+            return None;
+        }
+        let (data, cap) = fast_host_data(buf, d, count)?;
+        Some(FastRecv {
+            buf: data,
+            cap,
+            ctx: comm.ctx,
+            src,
+            tag,
+        })
     })
 }
 
