@@ -294,6 +294,12 @@ pub fn clear_predefined() {
 /// and the set-once table holds it; `None` for any other handle (resolve it with [`comm`]).
 #[inline]
 pub fn predefined_comm(h: MPI_Comm) -> Option<&'static CommObj> {
+    predefined_arc(h).map(|a| &**a)
+}
+
+/// [`predefined_comm`] as the table's counted reference.
+#[inline]
+fn predefined_arc(h: MPI_Comm) -> Option<&'static Arc<CommObj>> {
     let v = h as usize;
     if (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize)
         && PREDEFINED_LIVE.load(Ordering::Acquire)
@@ -348,6 +354,16 @@ pub struct CommView<'a> {
     pub ctx: u32,
     pub rank: usize,
     pub peers: &'a [usize],
+    obj: ViewObj<'a>,
+}
+
+/// Where a [`CommView`]'s communicator object is, for a caller that needs a reference to it
+/// (a request's error handler): the predefined table, or a thread's cache entry (a weak
+/// reference, so the cache never keeps a freed communicator's object alive).
+#[derive(Clone, Copy)]
+enum ViewObj<'a> {
+    Predefined(&'static Arc<CommObj>),
+    Cached(&'a std::sync::Weak<CommObj>),
 }
 
 impl CommView<'_> {
@@ -357,11 +373,20 @@ impl CommView<'_> {
     pub fn world_rank(&self, r: usize) -> usize {
         self.peers[r]
     }
-    fn of(c: &CommObj) -> CommView<'_> {
+    /// A counted reference to the communicator's object; `None` when it is gone (freed, by
+    /// another thread since the view was taken, and without pending operations).
+    pub fn arc(&self) -> Option<Arc<CommObj>> {
+        match self.obj {
+            ViewObj::Predefined(a) => Some(a.clone()),
+            ViewObj::Cached(w) => w.upgrade(),
+        }
+    }
+    fn of(c: &'static Arc<CommObj>) -> CommView<'static> {
         CommView {
             ctx: c.ctx,
             rank: c.rank,
             peers: &c.peers,
+            obj: ViewObj::Predefined(c),
         }
     }
 }
@@ -381,6 +406,7 @@ struct CachedView {
     ctx: u32,
     rank: usize,
     peers: Arc<[usize]>,
+    comm: std::sync::Weak<CommObj>,
 }
 
 /// Entries of a thread's view cache (a few communicators used in turn, e.g. a halo exchange
@@ -398,7 +424,7 @@ std::thread_local! {
 /// communicator (the caller's general path reports it), or in the rare case that the thread's
 /// cache is not usable (during thread teardown, or within `f` of an outer call).
 pub fn with_comm_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>) -> Option<R> {
-    if let Some(c) = predefined_comm(h) {
+    if let Some(c) = predefined_arc(h) {
         return f(CommView::of(c));
     }
     let v = h as usize;
@@ -436,6 +462,7 @@ pub fn with_comm_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>)
                         ctx: c.ctx,
                         rank: c.rank,
                         peers: c.peers.clone(),
+                        comm: Arc::downgrade(&c),
                     });
                     i
                 }
@@ -445,6 +472,7 @@ pub fn with_comm_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>)
                 ctx: e.ctx,
                 rank: e.rank,
                 peers: &e.peers,
+                obj: ViewObj::Cached(&e.comm),
             })
         })
         .ok()
@@ -569,6 +597,8 @@ mod tests {
     fn views_of_user_communicators_follow_the_registry() {
         let a = user_comm(700, &[3, 1, 2], 1);
         assert_eq!(seen(a), Some((700, 1, vec![3, 1, 2])));
+        let obj = with_comm_view(a, |v| v.arc()).expect("a live communicator's object");
+        assert!(Arc::ptr_eq(&obj, &comm(a).unwrap()));
         // Again (from the thread's cache), and among more communicators than the cache holds.
         let more: Vec<MPI_Comm> = (0..2 * VIEW_CACHE as u32)
             .map(|i| user_comm(710 + i, &[i as usize, 9], 0))
@@ -617,7 +647,14 @@ mod tests {
                 tx.send(()).unwrap();
                 // The other thread frees the communicator meanwhile.
                 done_rx.recv().unwrap();
-                Some((v.ctx, v.rank, v.peers.to_vec(), v.world_rank(0)))
+                Some((
+                    v.ctx,
+                    v.rank,
+                    v.peers.to_vec(),
+                    v.world_rank(0),
+                    // The object went with the free (the cache holds no counted reference).
+                    v.arc().is_some(),
+                ))
             })
             .map(|got| (got, seen(a)))
         });
@@ -625,7 +662,7 @@ mod tests {
         assert!(remove_comm(a).is_some());
         done_tx.send(()).unwrap();
         let (got, after) = user.join().unwrap().unwrap();
-        assert_eq!(got, (730, 1, vec![4, 2], 4));
+        assert_eq!(got, (730, 1, vec![4, 2], 4, false));
         assert_eq!(after, None, "the next call on the freed handle is refused");
     }
 }

@@ -1,6 +1,6 @@
 /* Blocking point-to-point: ring with several datatypes, ANY_SOURCE/ANY_TAG, PROC_NULL,
- * zero-length messages, Sendrecv, Sendrecv_replace, Get_count/Get_elements; the same on dup'd and
- * split communicators, through free/re-create cycles. */
+ * zero-length messages, Sendrecv, Sendrecv_replace, Get_count/Get_elements; blocking and
+ * nonblocking calls on dup'd and split communicators, through free/re-create cycles. */
 #include "ctest.h"
 
 #define N 37
@@ -242,6 +242,24 @@ int main(int argc, char **argv)
                 CHECK(st.MPI_SOURCE == cp && r2[1] == k && r2[2] == cyc, "comm %d sendrecv: %d %d %d from %d",
                       k, r2[0], r2[1], r2[2], st.MPI_SOURCE);
             }
+            /* Nonblocking: the receive posted first, then the send, each waited for; then a
+             * message too long for its receive, sent before the receive is posted: the wait
+             * reports MPI_ERR_TRUNCATE (on the communicator's handler, which returns). */
+            for (k = 0; k < NC; k++) {
+                int a = rank * 1000 + k, b = -1, big[2] = {rank, k}, small = -1;
+                int cn = (crank[k] + 1) % csize[k], cp = (crank[k] + csize[k] - 1) % csize[k];
+                MPI_Request rq[2];
+                CHECK_MPI(MPI_Irecv(&b, 1, MPI_INT, cp, 54, cs[k], &rq[0]));
+                CHECK_MPI(MPI_Isend(&a, 1, MPI_INT, cn, 54, cs[k], &rq[1]));
+                CHECK_MPI(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
+                CHECK_MPI(MPI_Wait(&rq[0], &st));
+                CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL, "comm %d: Wait did not free", k);
+                CHECK(st.MPI_SOURCE == cp && b % 1000 == k, "comm %d nonblocking: %d from %d", k, b, st.MPI_SOURCE);
+                CHECK_MPI(MPI_Send(big, 2, MPI_INT, cn, 55, cs[k]));
+                CHECK_MPI(MPI_Barrier(cs[k]));
+                CHECK_MPI(MPI_Irecv(&small, 1, MPI_INT, cp, 55, cs[k], &rq[0]));
+                CHECK_CLASS(MPI_Wait(&rq[0], &st), MPI_ERR_TRUNCATE);
+            }
             /* Free one, then use its stale handle: refused, before and after a new one exists. */
             stale = cs[cyc % NC];
             CHECK_MPI(MPI_Comm_free(&cs[cyc % NC]));
@@ -251,6 +269,12 @@ int main(int argc, char **argv)
                 CHECK_CLASS(MPI_Recv(&v, 1, MPI_INT, 0, 52, stale, MPI_STATUS_IGNORE), MPI_ERR_COMM);
                 CHECK_CLASS(MPI_Sendrecv(&v, 1, MPI_INT, 0, 52, &v, 1, MPI_INT, 0, 52, stale, MPI_STATUS_IGNORE),
                             MPI_ERR_COMM);
+                {
+                    MPI_Request rq = MPI_REQUEST_NULL;
+                    CHECK_CLASS(MPI_Irecv(&v, 1, MPI_INT, 0, 52, stale, &rq), MPI_ERR_COMM);
+                    CHECK_CLASS(MPI_Isend(&v, 1, MPI_INT, 0, 52, stale, &rq), MPI_ERR_COMM);
+                    CHECK(rq == MPI_REQUEST_NULL, "a refused call made a request");
+                }
                 CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &cs[cyc % NC]));
                 CHECK(cs[cyc % NC] != stale, "a new communicator got the freed handle");
                 CHECK_CLASS(MPI_Send(&v, 1, MPI_INT, 0, 52, stale), MPI_ERR_COMM);

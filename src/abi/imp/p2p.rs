@@ -347,6 +347,20 @@ unsafe fn fast_send(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<SendArgs> {
+    fast_send_with(buf, count, dt, dest, tag, cm, |_| Some(())).map(|(a, ())| a)
+}
+
+/// [`fast_send`], and what `also` takes from the communicator's view (`None` from it declines
+/// the fast path too).
+unsafe fn fast_send_with<T>(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    also: impl FnOnce(&CommView<'_>) -> Option<T>,
+) -> Option<(SendArgs, T)> {
     if check_send_tag(tag).is_err() {
         return None;
     }
@@ -356,17 +370,21 @@ unsafe fn fast_send(
             return None;
         }
         let (data, len) = fast_host_data(buf.cast_mut(), d, count)?;
-        Some(SendArgs {
-            buf: data.cast_const(),
-            len,
-            dst_world: comm.world_rank(dest as usize),
-            ctx: comm.ctx,
-            src_rank: comm.rank as i32,
-            tag,
-            sync: false,
-            dev: None,
-            note: None,
-        })
+        let extra = also(&comm)?;
+        Some((
+            SendArgs {
+                buf: data.cast_const(),
+                len,
+                dst_world: comm.world_rank(dest as usize),
+                ctx: comm.ctx,
+                src_rank: comm.rank as i32,
+                tag,
+                sync: false,
+                dev: None,
+                note: None,
+            },
+            extra,
+        ))
     })
 }
 
@@ -381,6 +399,22 @@ unsafe fn nonblocking_send(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
+    if matches!(mode, Mode::Standard | Mode::Ready) {
+        // The kind of send fast_send takes: started in the engine straight from its arguments
+        // (no registry look-ups, no reference counts but the request's own on the
+        // communicator).
+        if let Some((a, c)) = fast_send_with(buf, count, dt, dest, tag, cm, |v| v.arc()) {
+            return submit_on(request, Some(&c), |rt| {
+                // SAFETY: the buffer is the send's until the request completes (MPI semantics).
+                let id = unsafe { rt.engine.isend(a) }?;
+                Ok(ReqKind::Engine {
+                    id,
+                    post: None,
+                    hold: None,
+                })
+            });
+        }
+    }
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     submit_on(request, Some(&s.comm), |rt| start_send(&mut rt.engine, &s))
 }
@@ -489,7 +523,7 @@ unsafe fn recv_at_once(
     let r = fast_recv(buf, count, dt, source, tag, cm)?;
     // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics) and is
     // the receive's until this call returns, which waits for it.
-    let started = runtime::with(|rt| unsafe { r.start(&mut rt.engine) });
+    let started = runtime::with(|rt| unsafe { r.start(&mut rt.engine, true) });
     Some(match started {
         Ok(Ok(id)) => runtime::wait_engine(id).map(Status::from),
         Ok(Err(st)) => Ok(Status::from(st)),
@@ -514,13 +548,24 @@ impl FastRecv {
     ///
     /// # Safety
     /// The buffer is valid to write, and the receive's, until the request completes.
+    /// With `pass`, a small receive that finds nothing queued makes one progress pass and looks
+    /// again ([`Engine::recv_now`]); without, it looks at the queue only
+    /// ([`Engine::recv_queued`]).
     unsafe fn start(
         &self,
         e: &mut Engine,
+        pass: bool,
     ) -> MpiResult<Result<crate::engine::ReqId, crate::engine::Status>> {
         let (buf, cap, ctx, src, tag) = (self.buf, self.cap, self.ctx, self.src, self.tag);
         // SAFETY: the caller's contract.
-        if let Some(st) = unsafe { e.recv_now(buf, cap, ctx, src, tag) } {
+        let now = unsafe {
+            if pass {
+                e.recv_now(buf, cap, ctx, src, tag)
+            } else {
+                e.recv_queued(buf, cap, ctx, src, tag)
+            }
+        };
+        if let Some(st) = now {
             return Ok(Err(st));
         }
         // SAFETY: the caller's contract.
@@ -539,6 +584,20 @@ unsafe fn fast_recv(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<FastRecv> {
+    fast_recv_with(buf, count, dt, source, tag, cm, |_| Some(())).map(|(r, ())| r)
+}
+
+/// [`fast_recv`], and what `also` takes from the communicator's view (`None` from it declines
+/// the fast path too).
+unsafe fn fast_recv_with<T>(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    also: impl FnOnce(&CommView<'_>) -> Option<T>,
+) -> Option<(FastRecv, T)> {
     if check_recv_tag(tag).is_err() {
         return None;
     }
@@ -548,13 +607,17 @@ unsafe fn fast_recv(
             return None;
         }
         let (data, cap) = fast_host_data(buf, d, count)?;
-        Some(FastRecv {
-            buf: data,
-            cap,
-            ctx: comm.ctx,
-            src,
-            tag,
-        })
+        let extra = also(&comm)?;
+        Some((
+            FastRecv {
+                buf: data,
+                cap,
+                ctx: comm.ctx,
+                src,
+                tag,
+            },
+            extra,
+        ))
     })
 }
 
@@ -580,6 +643,22 @@ unsafe fn nonblocking_recv(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
+    // The kind of receive fast_recv takes: a message already here completes the request at its
+    // start ([`Engine::recv_now`]), else the receive is posted in the engine; no registry
+    // look-ups, no reference counts but the request's own on the communicator.
+    if let Some((r, c)) = fast_recv_with(buf, count, dt, source, tag, cm, |v| v.arc()) {
+        return submit_on(request, Some(&c), |rt| {
+            // SAFETY: the buffer is the receive's until the request completes (MPI semantics).
+            Ok(match unsafe { r.start(&mut rt.engine, false) }? {
+                Ok(id) => ReqKind::Engine {
+                    id,
+                    post: None,
+                    hold: None,
+                },
+                Err(st) => ReqKind::Done(Status::from(st)),
+            })
+        });
+    }
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
     submit_on(request, Some(&r.comm), |rt| start_recv(&mut rt.engine, &r))
 }
@@ -728,7 +807,7 @@ unsafe fn sendrecv_at_once(a: &SendArgs, r: &FastRecv, status: *mut MPI_Status) 
         // SAFETY: the receive buffer is the receive's until this call returns, which waits
         // for it; the send buffer is readable until then.
         let sent = unsafe { rt.engine.send_now(a) };
-        let rid = unsafe { r.start(&mut rt.engine) }?;
+        let rid = unsafe { r.start(&mut rt.engine, true) }?;
         if sent {
             return Ok((rid, None));
         }
