@@ -423,10 +423,18 @@ std::thread_local! {
 /// looked it up before and no communicator has been freed since. `None` when `h` is not a live
 /// communicator (the caller's general path reports it), or in the rare case that the thread's
 /// cache is not usable (during thread teardown, or within `f` of an outer call).
+#[inline]
 pub fn with_comm_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>) -> Option<R> {
     if let Some(c) = predefined_arc(h) {
         return f(CommView::of(c));
     }
+    with_user_view(h, f)
+}
+
+/// [`with_comm_view`] for a handle that is not a predefined communicator's (kept out of line,
+/// so the predefined communicators' path stays as short as it was without the cache).
+#[inline(never)]
+fn with_user_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>) -> Option<R> {
     let v = h as usize;
     if v >> 60 != Kind::Comm as usize {
         return None;
