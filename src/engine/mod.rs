@@ -951,6 +951,27 @@ impl Engine {
         }
     }
 
+    /// [`Engine::recv_now`] without its progress pass: only a message already queued here is
+    /// taken (a nonblocking receive, which is usually posted before its message comes and
+    /// must not delay what its caller does next).
+    ///
+    /// # Safety
+    /// As for [`Engine::recv_now`].
+    pub unsafe fn recv_queued(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> Option<Status> {
+        // SAFETY: the caller guarantees buf..buf+cap is writable.
+        match unsafe { self.st.take_arrived(buf, cap, ctx, src, tag) } {
+            Arrived::Taken(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)
     /// with `tag` (or `MPI_ANY_TAG`) on context `ctx`.
     ///

@@ -228,17 +228,40 @@ const WAIT_BURST: usize = 8;
 /// uncontended lock and unlock 9.5 ns). Another thread of the process gets the lock between
 /// bursts, as it did between passes, but less often while this one spins.
 pub fn wait_engine(id: crate::engine::ReqId) -> MpiResult<crate::engine::Status> {
+    let mut st = None;
+    wait_bursts(false, |rt, _| {
+        st = rt.engine.take(id);
+        Ok(st.is_some())
+    })?;
+    Ok(st.expect("wait_bursts returns when done"))
+}
+
+/// Block until `done` returns true: [`wait_engine`]'s loop (progress passes in bursts while
+/// spinning) for any test. With `look_first`, `done` is asked once before the first progress
+/// pass, so an operation that completed already (an eager send written at its start, a receive
+/// that matched at its post) costs no pass; `done` must then be correct without one just
+/// before it. `done`'s second argument is true on its first call in each hold of the runtime
+/// lock (what it resolved in an earlier hold may have changed since).
+pub fn wait_bursts(
+    look_first: bool,
+    mut done: impl FnMut(&mut Runtime, bool) -> MpiResult<bool>,
+) -> MpiResult<()> {
     let mut backoff = Backoff::new();
+    let mut first = look_first;
     loop {
         {
             let mut g = lock();
             let Some(rt) = g.as_mut() else {
                 return not_running();
             };
+            let mut fresh = true;
+            if std::mem::take(&mut first) && done(rt, std::mem::take(&mut fresh))? {
+                return Ok(());
+            }
             for _ in 0..backoff.burst(WAIT_BURST) {
                 let moved = rt.progress();
-                if let Some(st) = rt.engine.take(id) {
-                    return Ok(st);
+                if done(rt, std::mem::take(&mut fresh))? {
+                    return Ok(());
                 }
                 if moved || rt.engine.device_copies_pending() {
                     backoff.reset();

@@ -285,6 +285,7 @@ pub fn set_predefined(world: Arc<CommObj>, selfc: Arc<CommObj>) {
 pub fn clear_predefined() {
     let mut o = objects();
     PREDEFINED_LIVE.store(false, Ordering::Release);
+    COMM_EPOCH.fetch_add(1, Ordering::Release);
     o.world = None;
     o.self_ = None;
 }
@@ -293,6 +294,12 @@ pub fn clear_predefined() {
 /// and the set-once table holds it; `None` for any other handle (resolve it with [`comm`]).
 #[inline]
 pub fn predefined_comm(h: MPI_Comm) -> Option<&'static CommObj> {
+    predefined_arc(h).map(|a| &**a)
+}
+
+/// [`predefined_comm`] as the table's counted reference.
+#[inline]
+fn predefined_arc(h: MPI_Comm) -> Option<&'static Arc<CommObj>> {
     let v = h as usize;
     if (v == c::MPI_COMM_WORLD as usize || v == c::MPI_COMM_SELF as usize)
         && PREDEFINED_LIVE.load(Ordering::Acquire)
@@ -338,6 +345,155 @@ pub fn comm(h: MPI_Comm) -> MpiResult<Arc<CommObj>> {
             "invalid communicator handle {v:#x} (freed, or not a communicator)"
         ),
     }
+}
+
+/// What the fast point-to-point paths need of a communicator, borrowed for one call: its
+/// context id, the caller's rank in it, and its ranks' world ranks.
+#[derive(Clone, Copy)]
+pub struct CommView<'a> {
+    pub ctx: u32,
+    pub rank: usize,
+    pub peers: &'a [usize],
+    obj: ViewObj<'a>,
+}
+
+/// Where a [`CommView`]'s communicator object is, for a caller that needs a reference to it
+/// (a request's error handler): the predefined table, or a thread's cache entry (a weak
+/// reference, so the cache never keeps a freed communicator's object alive).
+#[derive(Clone, Copy)]
+enum ViewObj<'a> {
+    Predefined(&'static Arc<CommObj>),
+    Cached(&'a std::sync::Weak<CommObj>),
+}
+
+impl CommView<'_> {
+    pub fn size(&self) -> usize {
+        self.peers.len()
+    }
+    pub fn world_rank(&self, r: usize) -> usize {
+        self.peers[r]
+    }
+    /// A counted reference to the communicator's object; `None` when it is gone (freed, by
+    /// another thread since the view was taken, and without pending operations).
+    pub fn arc(&self) -> Option<Arc<CommObj>> {
+        match self.obj {
+            ViewObj::Predefined(a) => Some(a.clone()),
+            ViewObj::Cached(w) => w.upgrade(),
+        }
+    }
+    fn of(c: &'static Arc<CommObj>) -> CommView<'static> {
+        CommView {
+            ctx: c.ctx,
+            rank: c.rank,
+            peers: &c.peers,
+            obj: ViewObj::Predefined(c),
+        }
+    }
+}
+
+/// Advanced (under the registry lock) each time a user communicator leaves the registry, and at
+/// MPI_Finalize: a thread's cached [`CommView`] of a user communicator is used only while this
+/// is still the value read before the registry look-up that filled it, so a handle freed before
+/// the call (by any thread) is looked up again and refused.
+static COMM_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// A thread's cached view of a user communicator. It owns the world-rank table, so a view in
+/// use stays valid even when another thread frees the communicator meanwhile (erroneous, but
+/// it must not crash): the freed communicator's table lives until the entry is replaced.
+struct CachedView {
+    handle: usize,
+    epoch: u64,
+    ctx: u32,
+    rank: usize,
+    peers: Arc<[usize]>,
+    comm: std::sync::Weak<CommObj>,
+}
+
+/// Entries of a thread's view cache (a few communicators used in turn, e.g. a halo exchange
+/// over row and column communicators, all hit).
+const VIEW_CACHE: usize = 4;
+
+std::thread_local! {
+    static VIEWS: std::cell::RefCell<[Option<CachedView>; VIEW_CACHE]> =
+        const { std::cell::RefCell::new([const { None }; VIEW_CACHE]) };
+}
+
+/// Run `f` with a borrowed view of communicator `h` (predefined or user): for a user
+/// communicator without the registry lock and without reference counts when this thread
+/// looked it up before and no communicator has been freed since. `None` when `h` is not a live
+/// communicator (the caller's general path reports it), or in the rare case that the thread's
+/// cache is not usable (during thread teardown, or within `f` of an outer call).
+#[inline]
+pub fn with_comm_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>) -> Option<R> {
+    if let Some(c) = predefined_arc(h) {
+        return f(CommView::of(c));
+    }
+    with_user_view(h, f)
+}
+
+/// [`with_comm_view`] for a handle that is not a predefined communicator's (kept out of line,
+/// so the predefined communicators' path stays as short as it was without the cache).
+#[inline(never)]
+fn with_user_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>) -> Option<R> {
+    let v = h as usize;
+    if v >> 60 != Kind::Comm as usize {
+        return None;
+    }
+    VIEWS
+        .try_with(|cell| {
+            let mut views = cell.try_borrow_mut().ok()?;
+            let epoch = COMM_EPOCH.load(Ordering::Acquire);
+            let hit = views.iter().position(|e| {
+                e.as_ref()
+                    .is_some_and(|e| e.handle == v && e.epoch == epoch)
+            });
+            let i = match hit {
+                Some(i) => i,
+                None => {
+                    // The epoch is read before the look-up: a free after it advances the epoch,
+                    // so the entry is not used again.
+                    let c = objects().comms.get(v)?;
+                    // Entries of an older epoch go (they cannot hit again), which also releases
+                    // the tables of freed communicators; else the last entry makes room.
+                    for e in views.iter_mut() {
+                        if e.as_ref().is_some_and(|e| e.epoch != epoch) {
+                            *e = None;
+                        }
+                    }
+                    let i = views
+                        .iter()
+                        .position(Option::is_none)
+                        .unwrap_or(VIEW_CACHE - 1);
+                    views[i] = Some(CachedView {
+                        handle: v,
+                        epoch,
+                        ctx: c.ctx,
+                        rank: c.rank,
+                        peers: c.peers.clone(),
+                        comm: Arc::downgrade(&c),
+                    });
+                    i
+                }
+            };
+            let e = views[i].as_ref()?;
+            f(CommView {
+                ctx: e.ctx,
+                rank: e.rank,
+                peers: &e.peers,
+                obj: ViewObj::Cached(&e.comm),
+            })
+        })
+        .ok()
+        .flatten()
+}
+
+/// Remove a user communicator from the registry (MPI_Comm_free): its handle no longer resolves,
+/// in [`comm`] or in any thread's [`with_comm_view`].
+pub fn remove_comm(h: MPI_Comm) -> Option<Arc<CommObj>> {
+    let mut o = objects();
+    let c = o.comms.remove(h as usize);
+    COMM_EPOCH.fetch_add(1, Ordering::Release);
+    c
 }
 
 /// Store a new communicator and return its handle.
@@ -424,4 +580,97 @@ pub fn builtin_op(h: MPI_Op) -> Option<crate::mpi::op::BuiltinOp> {
         0x3d => crate::mpi::op::BuiltinOp::NoOp,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A user communicator in the registry with context `ctx`, this process at `rank`, over
+    /// world ranks `ranks`.
+    fn user_comm(ctx: u32, ranks: &[usize], rank: usize) -> MPI_Comm {
+        new_comm(CommObj::new(
+            ctx,
+            Arc::new(Group::new(ranks.to_vec())),
+            rank,
+            "t",
+        ))
+    }
+
+    fn seen(h: MPI_Comm) -> Option<(u32, usize, Vec<usize>)> {
+        with_comm_view(h, |v| Some((v.ctx, v.rank, v.peers.to_vec())))
+    }
+
+    #[test]
+    fn views_of_user_communicators_follow_the_registry() {
+        let a = user_comm(700, &[3, 1, 2], 1);
+        assert_eq!(seen(a), Some((700, 1, vec![3, 1, 2])));
+        let obj = with_comm_view(a, |v| v.arc()).expect("a live communicator's object");
+        assert!(Arc::ptr_eq(&obj, &comm(a).unwrap()));
+        // Again (from the thread's cache), and among more communicators than the cache holds.
+        let more: Vec<MPI_Comm> = (0..2 * VIEW_CACHE as u32)
+            .map(|i| user_comm(710 + i, &[i as usize, 9], 0))
+            .collect();
+        for _ in 0..3 {
+            assert_eq!(seen(a), Some((700, 1, vec![3, 1, 2])));
+            for (i, &h) in more.iter().enumerate() {
+                assert_eq!(seen(h), Some((710 + i as u32, 0, vec![i, 9])));
+            }
+        }
+        // A freed handle is refused from then on, also when its slot holds a new communicator.
+        assert!(remove_comm(a).is_some());
+        assert_eq!(seen(a), None);
+        let b = user_comm(701, &[5], 0);
+        assert_ne!(b, a);
+        assert_eq!(seen(a), None);
+        assert_eq!(seen(b), Some((701, 0, vec![5])));
+        for h in more.into_iter().chain([b]) {
+            assert!(remove_comm(h).is_some());
+            assert_eq!(seen(h), None);
+        }
+    }
+
+    #[test]
+    fn views_refuse_what_is_not_a_live_communicator() {
+        assert_eq!(seen(c::MPI_COMM_NULL), None);
+        assert_eq!(seen(0x1234 as MPI_Comm), None);
+        let g = new_group(Group::new(vec![0, 1]));
+        assert_eq!(seen(g as usize as MPI_Comm), None, "a group handle");
+        // Within a view of a user communicator, another user view is not taken (no panic).
+        let a = user_comm(720, &[0, 1], 0);
+        let inner = with_comm_view(a, |_| Some(seen(a)));
+        assert_eq!(inner, Some(None));
+        assert!(remove_comm(a).is_some());
+    }
+
+    #[test]
+    fn a_view_in_use_outlives_a_free_by_another_thread() {
+        let a = user_comm(730, &[4, 2], 1);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let handle = a as usize;
+        let user = std::thread::spawn(move || {
+            let a = handle as MPI_Comm;
+            with_comm_view(a, |v| {
+                tx.send(()).unwrap();
+                // The other thread frees the communicator meanwhile.
+                done_rx.recv().unwrap();
+                Some((
+                    v.ctx,
+                    v.rank,
+                    v.peers.to_vec(),
+                    v.world_rank(0),
+                    // The object went with the free (the cache holds no counted reference).
+                    v.arc().is_some(),
+                ))
+            })
+            .map(|got| (got, seen(a)))
+        });
+        rx.recv().unwrap();
+        assert!(remove_comm(a).is_some());
+        done_tx.send(()).unwrap();
+        let (got, after) = user.join().unwrap().unwrap();
+        assert_eq!(got, (730, 1, vec![4, 2], 4, false));
+        assert_eq!(after, None, "the next call on the freed handle is refused");
+    }
 }

@@ -1,5 +1,6 @@
 /* Blocking point-to-point: ring with several datatypes, ANY_SOURCE/ANY_TAG, PROC_NULL,
- * zero-length messages, Sendrecv, Sendrecv_replace, Get_count/Get_elements. */
+ * zero-length messages, Sendrecv, Sendrecv_replace, Get_count/Get_elements; blocking and
+ * nonblocking calls on dup'd and split communicators, through free/re-create cycles. */
 #include "ctest.h"
 
 #define N 37
@@ -191,6 +192,102 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Wait(&rq, &st));
         CHECK(b == rank + 5 && st.MPI_SOURCE == rank, "self message %d from %d", b, st.MPI_SOURCE);
         CHECK(rq == MPI_REQUEST_NULL, "request not freed by Wait");
+    }
+
+    /* User communicators (dup'd and split), several in turn and through free/re-create cycles:
+     * blocking Send/Recv and Sendrecv on each, messages matched only within their communicator,
+     * statuses in the communicator's ranks, and a freed handle refused with MPI_ERR_COMM. */
+    {
+        enum { NC = 6, CYCLES = 4 };
+        MPI_Comm cs[NC], stale;
+        int cyc, k, j;
+        CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+        for (cyc = 0; cyc < CYCLES; cyc++) {
+            int crank[NC], csize[NC];
+            for (k = 0; k < NC; k++) {
+                if (k % 2 == 0)
+                    CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &cs[k]));
+                else /* halves by parity, ranks in reverse order */
+                    CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &cs[k]));
+                CHECK_MPI(MPI_Comm_rank(cs[k], &crank[k]));
+                CHECK_MPI(MPI_Comm_size(cs[k], &csize[k]));
+            }
+            /* The same tag on every communicator: each receive takes its own communicator's
+             * message, though all were sent before any is received (in reverse order). */
+            for (j = 0; j < 3; j++) {
+                for (k = NC - 1; k >= 0; k--) {
+                    int v = ct_val(rank, cyc * 10 + j, k), cn = (crank[k] + 1) % csize[k];
+                    CHECK_MPI(MPI_Send(&v, 1, MPI_INT, cn, 50, cs[k]));
+                }
+                for (k = 0; k < NC; k++) {
+                    int got = -1, cp = (crank[k] + csize[k] - 1) % csize[k], wp;
+                    MPI_Group cg, wg;
+                    CHECK_MPI(MPI_Recv(&got, 1, MPI_INT, j == 2 ? MPI_ANY_SOURCE : cp, 50, cs[k], &st));
+                    CHECK(st.MPI_SOURCE == cp && st.MPI_TAG == 50, "comm %d cycle %d: status %d %d want %d",
+                          k, cyc, st.MPI_SOURCE, st.MPI_TAG, cp);
+                    CHECK_MPI(MPI_Comm_group(cs[k], &cg));
+                    CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+                    CHECK_MPI(MPI_Group_translate_ranks(cg, 1, &cp, wg, &wp));
+                    CHECK_MPI(MPI_Group_free(&cg));
+                    CHECK_MPI(MPI_Group_free(&wg));
+                    CHECK(got == ct_val(wp, cyc * 10 + j, k), "comm %d cycle %d round %d: got %d from %d",
+                          k, cyc, j, got, wp);
+                }
+            }
+            for (k = 0; k < NC; k++) {
+                int s2[3] = {rank, k, cyc}, r2[3] = {-1, -1, -1};
+                int cn = (crank[k] + 1) % csize[k], cp = (crank[k] + csize[k] - 1) % csize[k];
+                CHECK_MPI(MPI_Sendrecv(s2, 3, MPI_INT, cn, 51, r2, 3, MPI_INT, cp, 51, cs[k], &st));
+                CHECK(st.MPI_SOURCE == cp && r2[1] == k && r2[2] == cyc, "comm %d sendrecv: %d %d %d from %d",
+                      k, r2[0], r2[1], r2[2], st.MPI_SOURCE);
+            }
+            /* Nonblocking: the receive posted first, then the send, each waited for; then a
+             * message too long for its receive, sent before the receive is posted: the wait
+             * reports MPI_ERR_TRUNCATE (on the communicator's handler, which returns). */
+            for (k = 0; k < NC; k++) {
+                int a = rank * 1000 + k, b = -1, big[2] = {rank, k}, small = -1;
+                int cn = (crank[k] + 1) % csize[k], cp = (crank[k] + csize[k] - 1) % csize[k];
+                MPI_Request rq[2];
+                CHECK_MPI(MPI_Irecv(&b, 1, MPI_INT, cp, 54, cs[k], &rq[0]));
+                CHECK_MPI(MPI_Isend(&a, 1, MPI_INT, cn, 54, cs[k], &rq[1]));
+                CHECK_MPI(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
+                CHECK_MPI(MPI_Wait(&rq[0], &st));
+                CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL, "comm %d: Wait did not free", k);
+                CHECK(st.MPI_SOURCE == cp && b % 1000 == k, "comm %d nonblocking: %d from %d", k, b, st.MPI_SOURCE);
+                CHECK_MPI(MPI_Send(big, 2, MPI_INT, cn, 55, cs[k]));
+                CHECK_MPI(MPI_Barrier(cs[k]));
+                CHECK_MPI(MPI_Irecv(&small, 1, MPI_INT, cp, 55, cs[k], &rq[0]));
+                CHECK_CLASS(MPI_Wait(&rq[0], &st), MPI_ERR_TRUNCATE);
+            }
+            /* Free one, then use its stale handle: refused, before and after a new one exists. */
+            stale = cs[cyc % NC];
+            CHECK_MPI(MPI_Comm_free(&cs[cyc % NC]));
+            {
+                int v = 1;
+                CHECK_CLASS(MPI_Send(&v, 1, MPI_INT, 0, 52, stale), MPI_ERR_COMM);
+                CHECK_CLASS(MPI_Recv(&v, 1, MPI_INT, 0, 52, stale, MPI_STATUS_IGNORE), MPI_ERR_COMM);
+                CHECK_CLASS(MPI_Sendrecv(&v, 1, MPI_INT, 0, 52, &v, 1, MPI_INT, 0, 52, stale, MPI_STATUS_IGNORE),
+                            MPI_ERR_COMM);
+                {
+                    MPI_Request rq = MPI_REQUEST_NULL;
+                    CHECK_CLASS(MPI_Irecv(&v, 1, MPI_INT, 0, 52, stale, &rq), MPI_ERR_COMM);
+                    CHECK_CLASS(MPI_Isend(&v, 1, MPI_INT, 0, 52, stale, &rq), MPI_ERR_COMM);
+                    CHECK(rq == MPI_REQUEST_NULL, "a refused call made a request");
+                }
+                CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &cs[cyc % NC]));
+                CHECK(cs[cyc % NC] != stale, "a new communicator got the freed handle");
+                CHECK_CLASS(MPI_Send(&v, 1, MPI_INT, 0, 52, stale), MPI_ERR_COMM);
+                CHECK_CLASS(MPI_Recv(&v, 1, MPI_INT, 0, 52, stale, MPI_STATUS_IGNORE), MPI_ERR_COMM);
+                v = rank;
+                CHECK_MPI(MPI_Sendrecv(&v, 1, MPI_INT, next, 53, &v, 1, MPI_INT, prev, 53, cs[cyc % NC], &st));
+                CHECK(v == prev && st.MPI_SOURCE == prev, "new comm after free: %d from %d", v, st.MPI_SOURCE);
+            }
+            for (k = 0; k < NC; k++)
+                CHECK_MPI(MPI_Comm_free(&cs[k]));
+        }
+        CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+        CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL));
     }
 
     return ct_finish("p2p_basic");

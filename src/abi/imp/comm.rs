@@ -328,7 +328,7 @@ pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     let o = comm(h)?;
     super::attr::delete_all_comm_attrs(h, &o)?;
     crate::dispatch::release_gpu(&o)?;
-    objects().comms.remove(h as usize);
+    crate::runtime::objects::remove_comm(h);
     super::bsend::forget_comm(o.ctx);
     release_ctx(o.ctx);
     *cm = c::MPI_COMM_NULL;

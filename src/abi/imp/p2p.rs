@@ -7,7 +7,7 @@ use crate::abi::width::{CInt, Width};
 use crate::engine::{Engine, SendArgs};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
-use crate::runtime::objects::{comm, nonnull, CommObj};
+use crate::runtime::objects::{comm, nonnull, with_comm_view, CommObj, CommView};
 use crate::runtime::request::{ReqKind, Request, Starter, Status};
 use crate::runtime::types::{self, DtypeObj};
 use crate::runtime::{self, new_request, wait_until, Runtime};
@@ -282,7 +282,7 @@ unsafe fn blocking_send(
 }
 
 /// The blocking send that completes the moment it is in the transport, without a request:
-/// a small contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF
+/// a small contiguous host buffer of a predefined datatype on a communicator
 /// to another rank ([`fast_send`]), when the engine can write it into the ring at once
 /// ([`Engine::send_now`]). Returns whether it was sent; `false` for anything else (including
 /// every erroneous call, which the general path then reports), with nothing done.
@@ -302,18 +302,28 @@ unsafe fn send_at_once(
     runtime::with(|rt| Ok(unsafe { rt.engine.send_now(&a) })).unwrap_or(false)
 }
 
-/// The communicator, datatype and count of a call that may take a fast path: a predefined
-/// communicator, a predefined datatype contiguous at this count, and a valid count, borrowed
-/// without reference counts; `None` for anything else.
-fn fast_common(
+/// Run `f` with the communicator, datatype and count of a call that may take a fast path: a
+/// live communicator (predefined or user, [`with_comm_view`]), a predefined datatype
+/// contiguous at this count, and a valid count, borrowed without reference counts; `None` for
+/// anything else.
+fn fast_common<R>(
     cm: MPI_Comm,
     dt: MPI_Datatype,
     count: i64,
-) -> Option<(&'static CommObj, &'static DtypeObj, usize)> {
-    let comm = crate::runtime::objects::predefined_comm(cm)?;
+    f: impl FnOnce(CommView<'_>, &'static DtypeObj, usize) -> Option<R>,
+) -> Option<R> {
     let d = types::predefined(dt)?;
     let count = check_count(count).ok()?;
-    d.desc.is_contiguous(count).then_some((comm, d, count))
+    if !d.desc.is_contiguous(count) {
+        return None;
+    }
+    with_comm_view(cm, |v| f(v, d, count))
+}
+
+/// `rank` when it is a rank of `v` (not MPI_PROC_NULL, nor MPI_ANY_SOURCE unless `any_ok`).
+fn fast_peer(v: &CommView<'_>, rank: c_int, any_ok: bool) -> Option<c_int> {
+    ((any_ok && rank == c::MPI_ANY_SOURCE) || usize::try_from(rank).is_ok_and(|r| r < v.size()))
+        .then_some(rank)
 }
 
 /// The first byte and length of `count` elements of `d` at `buf` when they are host memory
@@ -325,7 +335,7 @@ fn fast_host_data(buf: *mut c_void, d: &DtypeObj, count: usize) -> Option<(*mut 
 }
 
 /// The engine's arguments of a standard send that needs no registry and no staging: a
-/// contiguous host buffer of a predefined datatype on MPI_COMM_WORLD or MPI_COMM_SELF to a
+/// contiguous host buffer of a predefined datatype on a communicator to a
 /// rank (not MPI_PROC_NULL). Borrows the communicator and datatype without reference counts
 /// and classifies the buffer once. `None` for anything else, including every erroneous call
 /// (the general path reports it).
@@ -337,25 +347,44 @@ unsafe fn fast_send(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<SendArgs> {
-    let (comm, d, count) = fast_common(cm, dt, count)?;
-    if check_send_tag(tag).is_err()
-        || !matches!(check_peer(comm, dest, false), Ok(Some(_)))
-        || types::check_buf(buf, count, d, "the send buffer").is_err()
-    {
+    fast_send_with(buf, count, dt, dest, tag, cm, |_| Some(())).map(|(a, ())| a)
+}
+
+/// [`fast_send`], and what `also` takes from the communicator's view (`None` from it declines
+/// the fast path too).
+unsafe fn fast_send_with<T>(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    also: impl FnOnce(&CommView<'_>) -> Option<T>,
+) -> Option<(SendArgs, T)> {
+    if check_send_tag(tag).is_err() {
         return None;
     }
-    let (data, len) = fast_host_data(buf.cast_mut(), d, count)?;
-    let data = data.cast_const();
-    Some(SendArgs {
-        buf: data,
-        len,
-        dst_world: comm.world_rank(dest as usize),
-        ctx: comm.ctx,
-        src_rank: comm.rank as i32,
-        tag,
-        sync: false,
-        dev: None,
-        note: None,
+    fast_common(cm, dt, count, |comm, d, count| {
+        let dest = fast_peer(&comm, dest, false)?;
+        if types::check_buf(buf, count, d, "the send buffer").is_err() {
+            return None;
+        }
+        let (data, len) = fast_host_data(buf.cast_mut(), d, count)?;
+        let extra = also(&comm)?;
+        Some((
+            SendArgs {
+                buf: data.cast_const(),
+                len,
+                dst_world: comm.world_rank(dest as usize),
+                ctx: comm.ctx,
+                src_rank: comm.rank as i32,
+                tag,
+                sync: false,
+                dev: None,
+                note: None,
+            },
+            extra,
+        ))
     })
 }
 
@@ -370,6 +399,22 @@ unsafe fn nonblocking_send(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
+    if matches!(mode, Mode::Standard | Mode::Ready) {
+        // The kind of send fast_send takes: started in the engine straight from its arguments
+        // (no registry look-ups, no reference counts but the request's own on the
+        // communicator).
+        if let Some((a, c)) = fast_send_with(buf, count, dt, dest, tag, cm, |v| v.arc()) {
+            return submit_on(request, Some(&c), |rt| {
+                // SAFETY: the buffer is the send's until the request completes (MPI semantics).
+                let id = unsafe { rt.engine.isend(a) }?;
+                Ok(ReqKind::Engine {
+                    id,
+                    post: None,
+                    hold: None,
+                })
+            });
+        }
+    }
     let s = send_spec(buf, count, dt, dest, tag, cm, mode)?;
     submit_on(request, Some(&s.comm), |rt| start_send(&mut rt.engine, &s))
 }
@@ -478,7 +523,7 @@ unsafe fn recv_at_once(
     let r = fast_recv(buf, count, dt, source, tag, cm)?;
     // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics) and is
     // the receive's until this call returns, which waits for it.
-    let started = runtime::with(|rt| unsafe { r.start(&mut rt.engine) });
+    let started = runtime::with(|rt| unsafe { r.start(&mut rt.engine, true) });
     Some(match started {
         Ok(Ok(id)) => runtime::wait_engine(id).map(Status::from),
         Ok(Err(st)) => Ok(Status::from(st)),
@@ -487,7 +532,7 @@ unsafe fn recv_at_once(
 }
 
 /// A receive that needs no registry and no staging: a contiguous host buffer of a predefined
-/// datatype on MPI_COMM_WORLD or MPI_COMM_SELF, from a rank or MPI_ANY_SOURCE (not
+/// datatype on a communicator, from a rank or MPI_ANY_SOURCE (not
 /// MPI_PROC_NULL), in the engine's terms.
 struct FastRecv {
     buf: *mut u8,
@@ -503,13 +548,24 @@ impl FastRecv {
     ///
     /// # Safety
     /// The buffer is valid to write, and the receive's, until the request completes.
+    /// With `pass`, a small receive that finds nothing queued makes one progress pass and looks
+    /// again ([`Engine::recv_now`]); without, it looks at the queue only
+    /// ([`Engine::recv_queued`]).
     unsafe fn start(
         &self,
         e: &mut Engine,
+        pass: bool,
     ) -> MpiResult<Result<crate::engine::ReqId, crate::engine::Status>> {
         let (buf, cap, ctx, src, tag) = (self.buf, self.cap, self.ctx, self.src, self.tag);
         // SAFETY: the caller's contract.
-        if let Some(st) = unsafe { e.recv_now(buf, cap, ctx, src, tag) } {
+        let now = unsafe {
+            if pass {
+                e.recv_now(buf, cap, ctx, src, tag)
+            } else {
+                e.recv_queued(buf, cap, ctx, src, tag)
+            }
+        };
+        if let Some(st) = now {
             return Ok(Err(st));
         }
         // SAFETY: the caller's contract.
@@ -528,22 +584,40 @@ unsafe fn fast_recv(
     tag: c_int,
     cm: MPI_Comm,
 ) -> Option<FastRecv> {
-    let (comm, d, count) = fast_common(cm, dt, count)?;
-    if check_recv_tag(tag).is_err()
-        || types::check_buf(buf, count, d, "the receive buffer").is_err()
-    {
+    fast_recv_with(buf, count, dt, source, tag, cm, |_| Some(())).map(|(r, ())| r)
+}
+
+/// [`fast_recv`], and what `also` takes from the communicator's view (`None` from it declines
+/// the fast path too).
+unsafe fn fast_recv_with<T>(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    also: impl FnOnce(&CommView<'_>) -> Option<T>,
+) -> Option<(FastRecv, T)> {
+    if check_recv_tag(tag).is_err() {
         return None;
     }
-    let Ok(Some(src)) = check_peer(comm, source, true) else {
-        return None;
-    };
-    let (data, cap) = fast_host_data(buf, d, count)?;
-    Some(FastRecv {
-        buf: data,
-        cap,
-        ctx: comm.ctx,
-        src,
-        tag,
+    fast_common(cm, dt, count, |comm, d, count| {
+        let src = fast_peer(&comm, source, true)?;
+        if types::check_buf(buf, count, d, "the receive buffer").is_err() {
+            return None;
+        }
+        let (data, cap) = fast_host_data(buf, d, count)?;
+        let extra = also(&comm)?;
+        Some((
+            FastRecv {
+                buf: data,
+                cap,
+                ctx: comm.ctx,
+                src,
+                tag,
+            },
+            extra,
+        ))
     })
 }
 
@@ -569,6 +643,22 @@ unsafe fn nonblocking_recv(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
+    // The kind of receive fast_recv takes: a message already here completes the request at its
+    // start ([`Engine::recv_now`]), else the receive is posted in the engine; no registry
+    // look-ups, no reference counts but the request's own on the communicator.
+    if let Some((r, c)) = fast_recv_with(buf, count, dt, source, tag, cm, |v| v.arc()) {
+        return submit_on(request, Some(&c), |rt| {
+            // SAFETY: the buffer is the receive's until the request completes (MPI semantics).
+            Ok(match unsafe { r.start(&mut rt.engine, false) }? {
+                Ok(id) => ReqKind::Engine {
+                    id,
+                    post: None,
+                    hold: None,
+                },
+                Err(st) => ReqKind::Done(Status::from(st)),
+            })
+        });
+    }
     let r = recv_spec(buf, count, dt, source, tag, cm)?;
     submit_on(request, Some(&r.comm), |rt| start_recv(&mut rt.engine, &r))
 }
@@ -717,7 +807,7 @@ unsafe fn sendrecv_at_once(a: &SendArgs, r: &FastRecv, status: *mut MPI_Status) 
         // SAFETY: the receive buffer is the receive's until this call returns, which waits
         // for it; the send buffer is readable until then.
         let sent = unsafe { rt.engine.send_now(a) };
-        let rid = unsafe { r.start(&mut rt.engine) }?;
+        let rid = unsafe { r.start(&mut rt.engine, true) }?;
         if sent {
             return Ok((rid, None));
         }

@@ -77,7 +77,22 @@ fn err_of(st: &Status) -> MpiResult<()> {
 pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> MpiResult<()> {
     nonnull(request, "request")?;
     let mut st = None;
-    wait_until(|rt| {
+    // The engine operation of a point-to-point request, resolved once per hold of the runtime
+    // lock (no other thread can complete or free the request within one): the passes between
+    // look at it alone, and the request is completed through the table when it is done.
+    let mut engine_id = None;
+    // A request that is complete already (an eager send, a receive that matched at its post)
+    // is taken without a progress pass; otherwise passes in bursts, as a blocking receive.
+    runtime::wait_bursts(true, |rt, fresh| {
+        if fresh {
+            engine_id = match rt.reqs.get(*request as usize).map(|r| &r.kind) {
+                Some(ReqKind::Engine { id, .. }) if !is_null(*request) => Some(*id),
+                _ => None,
+            };
+        }
+        if engine_id.is_some_and(|id| !rt.engine.is_done(id)) {
+            return Ok(false);
+        }
         st = test_one(rt, &mut *request)?;
         Ok(st.is_some())
     })?;
@@ -93,7 +108,12 @@ pub unsafe fn MPI_Test(
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
     nonnull(flag, "flag")?;
+    // A request complete already is taken without a progress pass (MPI_Test then returns
+    // true, which needs none); otherwise one pass, then a second look.
     let st = runtime::with(|rt| {
+        if let Some(st) = test_one(rt, &mut *request)? {
+            return Ok(Some(st));
+        }
         rt.progress();
         test_one(rt, &mut *request)
     })?;
