@@ -50,6 +50,10 @@ pub struct Runtime {
     pub main_thread: ThreadId,
     /// Context-id allocation bitmap: bit set = id in use (ids 0 and 1: WORLD and SELF).
     pub ctx_used: [u64; CTX_WORDS],
+    /// Ids offered by a context-id allocation in flight on this rank (not offered again
+    /// until it ends), and the parents' context ids of the allocations in flight.
+    pub ctx_offered: [u64; CTX_WORDS],
+    pub ctx_allocating: Vec<u32>,
 }
 
 /// MPI_COMM_WORLD's flag collective slots (`engine::flag`), used without the runtime lock:
@@ -650,6 +654,8 @@ pub fn init(required: i32) -> MpiResult<i32> {
         thread_level: provided,
         main_thread: std::thread::current().id(),
         ctx_used,
+        ctx_offered: [0; CTX_WORDS],
+        ctx_allocating: Vec::new(),
     });
     if let Some(w) = words {
         let _ = AGREE_WORDS.set(w);

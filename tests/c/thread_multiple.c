@@ -1,6 +1,6 @@
 /* MPI_THREAD_MULTIPLE: 4 threads per rank run point-to-point on a shared communicator
  * (Sendrecv, and blocking Send and Recv; tags per thread), and Sendrecv and collectives on
- * per-thread duplicates (thread 0's replaced by a new one every ten rounds) at the same time. gpumpi provides
+ * per-thread duplicates (each replaced by a new one every ten rounds, by all threads at once) at the same time. gpumpi provides
  * MULTIPLE (README): a lower provided level fails the test.
  * Uses POSIX threads (part of glibc's libc). */
 #include "ctest.h"
@@ -69,9 +69,9 @@ static void *worker(void *arg)
             }
         }
         /* point-to-point on this thread's own communicator, the same tag in every thread (only
-         * the communicators keep the threads' messages apart); every tenth round thread 0
-         * replaces its communicator (a free in one thread while the others use theirs; one
-         * thread only: communicators created by several threads at once can get one context id) */
+         * the communicators keep the threads' messages apart); every tenth round every thread
+         * replaces its communicator (communicators created and freed by several threads at
+         * once: each must get a context id of its own) */
         if (!failed[t]) {
             int a[2] = {ct_val(rank, it, 40 + t), t}, b[2] = {-1, -1};
             if (MPI_Sendrecv(a, 2, MPI_INT, next, 0, b, 2, MPI_INT, prev, 0, tcomm[t], &st) != MPI_SUCCESS ||
@@ -80,7 +80,7 @@ static void *worker(void *arg)
                         t, rank, it, b[0], b[1], st.MPI_SOURCE);
                 failed[t] = 1;
             }
-            if (t == 0 && it % 10 == 9) {
+            if (it % 10 == 9) {
                 MPI_Comm old = tcomm[t];
                 if (MPI_Comm_dup(old, &tcomm[t]) != MPI_SUCCESS || MPI_Comm_free(&old) != MPI_SUCCESS)
                     failed[t] = 1;

@@ -16,25 +16,77 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Agree on a new context id with every rank of `parent` (collective over `parent`).
+///
+/// Each round, every rank offers ids it has free and ANDs the offers over the parent; the
+/// lowest id in the result is taken. Threads of one rank may allocate at once (for different
+/// parents), so an id offered by one allocation is not offered by another until the first
+/// ends, and on each rank only the allocation in flight whose parent has the lowest context id
+/// offers anything: two allocations can then never agree on one id, and the one with the
+/// lowest parent offers everywhere once it is in flight everywhere, so it wins. A round in
+/// which some rank held its offer back ends with nothing agreed and is repeated (the last word
+/// of the offer says whether the rank offered all it has free, so that every rank tells an
+/// exhausted id space from a held-back offer alike).
 pub fn alloc_ctx(parent: &Arc<CommObj>) -> MpiResult<u32> {
-    let mut free: Vec<u64> = runtime::with(|rt| Ok(rt.ctx_used.iter().map(|w| !w).collect()))?;
-    allreduce_band_u64(parent, &mut free)?;
-    for (w, bits) in free.iter().enumerate() {
-        if *bits != 0 {
-            let b = bits.trailing_zeros() as usize;
-            let id = w * 64 + b;
-            runtime::with(|rt| {
-                rt.ctx_used[w] |= 1 << b;
-                Ok(())
-            })?;
-            return Ok(id as u32);
+    let key = parent.ctx;
+    runtime::with(|rt| {
+        rt.ctx_allocating.push(key);
+        Ok(())
+    })?;
+    let out = agree_ctx(parent, key);
+    let _ = runtime::with(|rt| {
+        if let Some(i) = rt.ctx_allocating.iter().position(|&k| k == key) {
+            rt.ctx_allocating.swap_remove(i);
         }
+        Ok(())
+    });
+    out
+}
+
+/// The rounds of [`alloc_ctx`].
+fn agree_ctx(parent: &Arc<CommObj>, key: u32) -> MpiResult<u32> {
+    loop {
+        let offer: Vec<u64> = runtime::with(|rt| {
+            let first = rt.ctx_allocating.iter().all(|&k| k >= key);
+            let mut offer = vec![0u64; CTX_WORDS + 1];
+            if first {
+                for (w, o) in offer.iter_mut().take(CTX_WORDS).enumerate() {
+                    *o = !(rt.ctx_used[w] | rt.ctx_offered[w]);
+                    rt.ctx_offered[w] |= *o;
+                }
+                let all = (0..CTX_WORDS).all(|w| rt.ctx_offered[w] == offer[w]);
+                offer[CTX_WORDS] = if all { !0 } else { 0 };
+            }
+            Ok(offer)
+        })?;
+        let mut agreed = offer.clone();
+        let res = allreduce_band_u64(parent, &mut agreed);
+        let taken = runtime::with(|rt| {
+            for (w, o) in offer.iter().take(CTX_WORDS).enumerate() {
+                rt.ctx_offered[w] &= !o;
+            }
+            if res.is_err() {
+                return Ok(None);
+            }
+            let Some(w) = agreed[..CTX_WORDS].iter().position(|&b| b != 0) else {
+                return Ok(None);
+            };
+            let b = agreed[w].trailing_zeros() as usize;
+            rt.ctx_used[w] |= 1 << b;
+            Ok(Some((w * 64 + b) as u32))
+        })?;
+        res?;
+        if let Some(id) = taken {
+            return Ok(id);
+        }
+        if agreed[CTX_WORDS] != 0 {
+            mpi_bail!(
+                MPI_ERR_INTERN,
+                "out of communicator context ids ({} in use): free some communicators",
+                CTX_WORDS * 64
+            )
+        }
+        std::thread::yield_now();
     }
-    mpi_bail!(
-        MPI_ERR_INTERN,
-        "out of communicator context ids ({} in use): free some communicators",
-        CTX_WORDS * 64
-    )
 }
 
 pub fn release_ctx(id: u32) {
