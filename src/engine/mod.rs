@@ -136,6 +136,18 @@ pub struct SendArgs {
     pub note: Option<Note>,
 }
 
+/// A host receive in the engine's terms ([`Engine::recv_start`]): at most `cap` bytes into
+/// `buf`, from `src` (communicator rank or `MPI_ANY_SOURCE`) with `tag` (or `MPI_ANY_TAG`) on
+/// context `ctx`.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvArgs {
+    pub buf: *mut u8,
+    pub cap: usize,
+    pub ctx: u32,
+    pub src: i32,
+    pub tag: i32,
+}
+
 /// Bytes of a [`Note`].
 pub const NOTE_BYTES: usize = collnote::NOTE_BYTES;
 /// What a message may carry beside its data for the receiver's collective check (opaque here).
@@ -926,50 +938,46 @@ impl Engine {
     /// posted one), so an earlier posted receive can never be passed, and the queue keeps
     /// each sender's order.
     ///
+    /// Without `pass`, only a message already queued here is taken (a nonblocking receive,
+    /// which is usually posted before its message comes and must not delay what its caller
+    /// does next).
+    ///
     /// # Safety
-    /// `buf .. buf + cap` must be host memory valid to write for the duration of the call.
-    pub unsafe fn recv_now(
-        &mut self,
-        buf: *mut u8,
-        cap: usize,
-        ctx: u32,
-        src: i32,
-        tag: i32,
-    ) -> Option<Status> {
-        // SAFETY (both calls): the caller guarantees buf..buf+cap is writable.
-        match unsafe { self.st.take_arrived(buf, cap, ctx, src, tag) } {
+    /// `r.buf .. r.buf + r.cap` must be host memory valid to write for the duration of the call.
+    pub unsafe fn recv_now(&mut self, r: &RecvArgs, pass: bool) -> Option<Status> {
+        // SAFETY (both calls): the caller guarantees the buffer is writable.
+        match unsafe { self.st.take_arrived(r) } {
             Arrived::Taken(s) => return Some(s),
             Arrived::NotSimple => return None,
             Arrived::Nothing => {}
         }
-        if cap > INLINE || !self.progress() {
+        if !pass || r.cap > INLINE || !self.progress() {
             return None;
         }
-        match unsafe { self.st.take_arrived(buf, cap, ctx, src, tag) } {
+        match unsafe { self.st.take_arrived(r) } {
             Arrived::Taken(s) => Some(s),
             _ => None,
         }
     }
 
-    /// [`Engine::recv_now`] without its progress pass: only a message already queued here is
-    /// taken (a nonblocking receive, which is usually posted before its message comes and
-    /// must not delay what its caller does next).
+    /// Receives at once what is here ([`Engine::recv_now`], with or without its progress
+    /// `pass`: `Err` with the status), else posts the receive ([`Engine::irecv`]: `Ok` with
+    /// its request).
     ///
     /// # Safety
-    /// As for [`Engine::recv_now`].
-    pub unsafe fn recv_queued(
+    /// The buffer is valid to write, and the receive's, until the request completes.
+    pub unsafe fn recv_start(
         &mut self,
-        buf: *mut u8,
-        cap: usize,
-        ctx: u32,
-        src: i32,
-        tag: i32,
-    ) -> Option<Status> {
-        // SAFETY: the caller guarantees buf..buf+cap is writable.
-        match unsafe { self.st.take_arrived(buf, cap, ctx, src, tag) } {
-            Arrived::Taken(s) => Some(s),
-            _ => None,
+        r: &RecvArgs,
+        pass: bool,
+    ) -> MpiResult<Result<ReqId, Status>> {
+        // SAFETY (both calls): the caller's contract.
+        if let Some(st) = unsafe { self.recv_now(r, pass) } {
+            return Ok(Err(st));
         }
+        Ok(Ok(unsafe {
+            self.irecv(r.buf, r.cap, r.ctx, r.src, r.tag)
+        }?))
     }
 
     /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)

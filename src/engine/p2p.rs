@@ -149,16 +149,10 @@ impl State {
     /// it (`MPI_ERR_TRUNCATE`, the bytes that fit).
     ///
     /// # Safety
-    /// `buf .. buf + cap` is valid to write.
-    pub(super) unsafe fn take_arrived(
-        &mut self,
-        buf: *mut u8,
-        cap: usize,
-        ctx: u32,
-        src: i32,
-        tag: i32,
-    ) -> Arrived {
-        let Some((pos, uid)) = self.find_unexp(ctx, src, tag) else {
+    /// `r.buf .. r.buf + r.cap` is valid to write.
+    pub(super) unsafe fn take_arrived(&mut self, r: &RecvArgs) -> Arrived {
+        let (buf, cap) = (r.buf, r.cap);
+        let Some((pos, uid)) = self.find_unexp(r.ctx, r.src, r.tag) else {
             return Arrived::Nothing;
         };
         match self.unexp.get(uid) {

@@ -291,7 +291,14 @@ fn sent(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32) {
 
 fn recv_now(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> Option<Status> {
     // SAFETY: the buffer is valid to write for the call.
-    unsafe { e.recv_now(buf.as_mut_ptr(), buf.len(), 7, src, tag) }
+    let r = RecvArgs {
+        buf: buf.as_mut_ptr(),
+        cap: buf.len(),
+        ctx: 7,
+        src,
+        tag,
+    };
+    unsafe { e.recv_now(&r, true) }
 }
 
 /// A receive without a request ([`Engine::recv_now`]) takes messages already here in MPI's

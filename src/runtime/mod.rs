@@ -197,27 +197,10 @@ impl Runtime {
     }
 }
 
-/// Block until `done` returns true, making progress in between.
+/// Block until `done` returns true, making progress in between (one pass per hold of the
+/// runtime lock).
 pub fn wait_until(mut done: impl FnMut(&mut Runtime) -> MpiResult<bool>) -> MpiResult<()> {
-    let mut backoff = Backoff::new();
-    loop {
-        {
-            let mut g = lock();
-            let Some(rt) = g.as_mut() else {
-                return not_running();
-            };
-            let moved = rt.progress();
-            if done(rt)? {
-                return Ok(());
-            }
-            if moved || rt.engine.device_copies_pending() {
-                // Data is flowing (a message streamed through the ring takes many rounds), or
-                // only polling sees a device copy end: no sleeping, spin again.
-                backoff.reset();
-            }
-        }
-        backoff.snooze();
-    }
+    wait_loop(false, 1, |rt, _| done(rt))
 }
 
 /// Progress passes one hold of the runtime lock makes in [`wait_engine`] while spinning.
@@ -248,6 +231,16 @@ pub fn wait_engine(id: crate::engine::ReqId) -> MpiResult<crate::engine::Status>
 /// lock (what it resolved in an earlier hold may have changed since).
 pub fn wait_bursts(
     look_first: bool,
+    done: impl FnMut(&mut Runtime, bool) -> MpiResult<bool>,
+) -> MpiResult<()> {
+    wait_loop(look_first, WAIT_BURST, done)
+}
+
+/// The wait loop of [`wait_until`] and [`wait_bursts`]: up to `most` progress passes per hold
+/// of the runtime lock while the backoff spins ([`Backoff::burst`]), `done` asked after each.
+fn wait_loop(
+    look_first: bool,
+    most: usize,
     mut done: impl FnMut(&mut Runtime, bool) -> MpiResult<bool>,
 ) -> MpiResult<()> {
     let mut backoff = Backoff::new();
@@ -262,12 +255,14 @@ pub fn wait_bursts(
             if std::mem::take(&mut first) && done(rt, std::mem::take(&mut fresh))? {
                 return Ok(());
             }
-            for _ in 0..backoff.burst(WAIT_BURST) {
+            for _ in 0..backoff.burst(most) {
                 let moved = rt.progress();
                 if done(rt, std::mem::take(&mut fresh))? {
                     return Ok(());
                 }
                 if moved || rt.engine.device_copies_pending() {
+                    // Data is flowing (a message streamed through the ring takes many
+                    // rounds), or only polling sees a device copy end: no sleeping, spin again.
                     backoff.reset();
                 }
             }

@@ -4,7 +4,7 @@ use super::util::*;
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::width::{CInt, Width};
-use crate::engine::{Engine, SendArgs};
+use crate::engine::{Engine, RecvArgs, SendArgs};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use crate::runtime::objects::{comm, nonnull, with_comm_view, CommObj, CommView};
@@ -523,7 +523,7 @@ unsafe fn recv_at_once(
     let r = fast_recv(buf, count, dt, source, tag, cm)?;
     // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics) and is
     // the receive's until this call returns, which waits for it.
-    let started = runtime::with(|rt| unsafe { r.start(&mut rt.engine, true) });
+    let started = runtime::with(|rt| unsafe { rt.engine.recv_start(&r, true) });
     Some(match started {
         Ok(Ok(id)) => runtime::wait_engine(id).map(Status::from),
         Ok(Err(st)) => Ok(Status::from(st)),
@@ -531,50 +531,9 @@ unsafe fn recv_at_once(
     })
 }
 
-/// A receive that needs no registry and no staging: a contiguous host buffer of a predefined
-/// datatype on a communicator, from a rank or MPI_ANY_SOURCE (not
-/// MPI_PROC_NULL), in the engine's terms.
-struct FastRecv {
-    buf: *mut u8,
-    cap: usize,
-    ctx: u32,
-    src: c_int,
-    tag: c_int,
-}
-
-impl FastRecv {
-    /// Receive at once what is here ([`Engine::recv_now`]: `Err` with its status), else
-    /// post the receive in the engine (`Ok` with its request).
-    ///
-    /// # Safety
-    /// The buffer is valid to write, and the receive's, until the request completes.
-    /// With `pass`, a small receive that finds nothing queued makes one progress pass and looks
-    /// again ([`Engine::recv_now`]); without, it looks at the queue only
-    /// ([`Engine::recv_queued`]).
-    unsafe fn start(
-        &self,
-        e: &mut Engine,
-        pass: bool,
-    ) -> MpiResult<Result<crate::engine::ReqId, crate::engine::Status>> {
-        let (buf, cap, ctx, src, tag) = (self.buf, self.cap, self.ctx, self.src, self.tag);
-        // SAFETY: the caller's contract.
-        let now = unsafe {
-            if pass {
-                e.recv_now(buf, cap, ctx, src, tag)
-            } else {
-                e.recv_queued(buf, cap, ctx, src, tag)
-            }
-        };
-        if let Some(st) = now {
-            return Ok(Err(st));
-        }
-        // SAFETY: the caller's contract.
-        Ok(Ok(unsafe { e.irecv(buf, cap, ctx, src, tag) }?))
-    }
-}
-
-/// [`FastRecv`] for the arguments of a receive, when they are of that kind; `None` for
-/// anything else, including every erroneous call (the general path reports it). Borrows the
+/// The engine's arguments of a receive that needs no registry and no staging (a contiguous
+/// host buffer of a predefined datatype on a communicator, from a rank or MPI_ANY_SOURCE, not
+/// MPI_PROC_NULL), when the call is of that kind; `None` for anything else, including every erroneous call (the general path reports it). Borrows the
 /// communicator and datatype without reference counts and classifies the buffer once.
 unsafe fn fast_recv(
     buf: *mut c_void,
@@ -583,7 +542,7 @@ unsafe fn fast_recv(
     source: c_int,
     tag: c_int,
     cm: MPI_Comm,
-) -> Option<FastRecv> {
+) -> Option<RecvArgs> {
     fast_recv_with(buf, count, dt, source, tag, cm, |_| Some(())).map(|(r, ())| r)
 }
 
@@ -597,7 +556,7 @@ unsafe fn fast_recv_with<T>(
     tag: c_int,
     cm: MPI_Comm,
     also: impl FnOnce(&CommView<'_>) -> Option<T>,
-) -> Option<(FastRecv, T)> {
+) -> Option<(RecvArgs, T)> {
     if check_recv_tag(tag).is_err() {
         return None;
     }
@@ -609,7 +568,7 @@ unsafe fn fast_recv_with<T>(
         let (data, cap) = fast_host_data(buf, d, count)?;
         let extra = also(&comm)?;
         Some((
-            FastRecv {
+            RecvArgs {
                 buf: data,
                 cap,
                 ctx: comm.ctx,
@@ -649,7 +608,7 @@ unsafe fn nonblocking_recv(
     if let Some((r, c)) = fast_recv_with(buf, count, dt, source, tag, cm, |v| v.arc()) {
         return submit_on(request, Some(&c), |rt| {
             // SAFETY: the buffer is the receive's until the request completes (MPI semantics).
-            Ok(match unsafe { r.start(&mut rt.engine, false) }? {
+            Ok(match unsafe { rt.engine.recv_start(&r, false) }? {
                 Ok(id) => ReqKind::Engine {
                     id,
                     post: None,
@@ -802,12 +761,12 @@ pub unsafe fn MPI_Sendrecv<W: Width>(
 ///
 /// # Safety
 /// The buffers are the caller's MPI_Sendrecv buffers (valid for their counts of the types).
-unsafe fn sendrecv_at_once(a: &SendArgs, r: &FastRecv, status: *mut MPI_Status) -> MpiResult<()> {
+unsafe fn sendrecv_at_once(a: &SendArgs, r: &RecvArgs, status: *mut MPI_Status) -> MpiResult<()> {
     let (rid, sid) = runtime::with(|rt| {
         // SAFETY: the receive buffer is the receive's until this call returns, which waits
         // for it; the send buffer is readable until then.
         let sent = unsafe { rt.engine.send_now(a) };
-        let rid = unsafe { r.start(&mut rt.engine, true) }?;
+        let rid = unsafe { rt.engine.recv_start(r, true) }?;
         if sent {
             return Ok((rid, None));
         }
