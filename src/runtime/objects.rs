@@ -432,7 +432,7 @@ pub fn with_comm_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>)
 }
 
 /// [`with_comm_view`] for a handle that is not a predefined communicator's (kept out of line,
-/// so the predefined communicators' path stays as short as it was without the cache).
+/// so the predefined communicators' path stays short).
 #[inline(never)]
 fn with_user_view<R>(h: MPI_Comm, f: impl FnOnce(CommView<'_>) -> Option<R>) -> Option<R> {
     let v = h as usize;
