@@ -10,7 +10,7 @@
 #                                                               # (GPUMPI_RAIL, unless set)
 #
 # Ranks are placed in blocks (rank * K / size; round-robin where the launcher exports no size)
-# through GPUMPI_NODE_ID, so ranks of different
+# through GPUMPI_NODE_ID (and NCCL_HOSTID, unless set, for NCCL programs), so ranks of different
 # "nodes" talk through the network transport instead of shared memory. Without --netns the
 # network stays on loopback (GPUMPI_NET_IFNAME defaults to =lo here); with it, each rank runs in
 # its node's namespace (made by scripts/netns-nodes.sh -p PREFIX up K R, root needed) and the
@@ -46,7 +46,9 @@ else
     node=$((rank % k)) # a launcher that exports no job size: round-robin
 fi
 GPUMPI_NODE_ID=emulated-node$node
-export GPUMPI_NODE_ID
+# NCCL's own node emulation, so NCCL runs beside gpumpi see the same nodes.
+NCCL_HOSTID=${NCCL_HOSTID:-$GPUMPI_NODE_ID}
+export GPUMPI_NODE_ID NCCL_HOSTID
 if [ -n "$rails" ] && [ -z "${GPUMPI_RAIL:-}" ]; then
     if [ -n "$size" ]; then
         first=$(((node * size + k - 1) / k)) # the node's lowest rank (blocks)

@@ -163,6 +163,34 @@ pub fn send_nb(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// [`send_nb`] of `a` followed by `b` in one `sendmsg` (a message header and its payload leave
+/// in one segment where they fit). Returns the bytes written from `a` then `b` together.
+pub fn send2_nb(fd: RawFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_ptr() as *mut libc::c_void,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: a zeroed msghdr is valid; it points at two iovecs describing readable slices
+    // that outlive the call; sendmsg does not write through iov_base.
+    let r = unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 2;
+        libc::sendmsg(fd, &m, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// `recv` without blocking. `Ok(0)` for a non-empty `buf` means the peer closed the connection.
 pub fn recv_nb(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: buf is a valid writable slice of buf.len() bytes.

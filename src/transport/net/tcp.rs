@@ -14,9 +14,13 @@
 //!   sockets and drops any that does not finish within the accept timeout; a failed check
 //!   closes that socket only.
 //! - **Data path**: `isend` writes a 16-byte header (tag, size) to the control socket (from the
-//!   calling thread, during `isend`/`test`) and splits the payload into at most one piece per
-//!   data socket (pieces of at least [`MIN_CHUNK`] bytes), handing each piece to the helper
-//!   thread that owns its socket. Pieces go to sockets round-robin over messages; the
+//!   calling thread, during `isend`/`test`). A payload of at most [`INLINE_MAX`] bytes follows
+//!   its header on the control socket (one `sendmsg` from the caller's buffer), and the
+//!   receiver reads it from there straight into the matched buffer while it tests: a small
+//!   message never waits for a helper thread to wake up at either end (two thread wake-ups
+//!   cost more than the whole loopback round trip). A larger payload is split into at most
+//!   one piece per data socket (pieces of at least [`MIN_CHUNK`] bytes), each piece handed to
+//!   the helper thread that owns its socket. Pieces go to sockets round-robin over messages; the
 //!   receiver reads headers in order and computes the same split from the same sizes, so every
 //!   data socket carries the same sequence of pieces at both ends. Helper threads (started per
 //!   comm, joined at drop) move bytes with nonblocking `send`/`recv`, wait in `poll` on their
@@ -50,6 +54,9 @@ pub const MAX_REQUESTS: usize = 32;
 pub const MAX_RECVS: usize = 8;
 /// Smallest piece a message is split into across data sockets.
 pub const MIN_CHUNK: usize = 64 << 10;
+/// Largest payload sent on the control socket behind its header instead of by a helper
+/// thread (part of the wire protocol: both ends decide by the header's size).
+pub const INLINE_MAX: usize = 16 << 10;
 /// Most data sockets per connection.
 pub const MAX_SOCKS: usize = 64;
 /// Most unauthenticated sockets a listener keeps (room for two connections being set up at once;
@@ -59,7 +66,7 @@ pub const MAX_PENDING: usize = 2 * (MAX_SOCKS + 1);
 const HANDLE_MAGIC: &[u8; 4] = b"GMNT";
 const HELLO_MAGIC: &[u8; 4] = b"GMNH";
 /// Wire version of handle, hello and headers: both ends must agree.
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const NONCE: usize = 16;
 const HELLO: usize = 64;
 const HDR: usize = 16;
@@ -571,7 +578,18 @@ impl TcpListen {
 
 impl Listener for TcpListen {
     fn accept(&mut self) -> NetResult<Option<Box<dyn RecvComm>>> {
+        // A nonblocking accept with nothing queued still makes (and frees) a socket in the
+        // kernel, several microseconds: ask whether a connection waits first.
+        let mut pfd = [PollFd {
+            fd: self.l.as_raw_fd(),
+            events: POLLIN,
+            revents: 0,
+        }];
+        let queued = !matches!(sock::poll(&mut pfd, 0), Ok(0)) || pfd[0].revents != 0;
         loop {
+            if !queued {
+                break;
+            }
             match self.l.accept() {
                 Ok((s, peer)) => {
                     if self.pending.len() == MAX_PENDING {
@@ -1012,10 +1030,22 @@ struct SendSlot {
     hdr_end: u64,
 }
 
+/// One message's bytes on the control socket: its header and, for a payload of at most
+/// [`INLINE_MAX`] bytes, the payload (read from the caller's buffer as it is written).
+#[derive(Clone, Copy)]
+struct CtrlItem {
+    hdr: [u8; HDR],
+    ptr: usize,
+    len: usize,
+    /// Bytes of `hdr` then payload written so far.
+    off: usize,
+}
+
 struct TcpSend {
     c: Comm,
     slots: [SendSlot; MAX_REQUESTS],
-    out: VecDeque<u8>,
+    /// Control bytes not yet written, in order (at most one item per request in flight).
+    out: VecDeque<CtrlItem>,
     /// Control bytes written so far.
     written: u64,
     queued: u64,
@@ -1026,19 +1056,27 @@ impl TcpSend {
         TcpSend {
             c,
             slots: [SendSlot::default(); MAX_REQUESTS],
-            out: VecDeque::with_capacity(MAX_REQUESTS * HDR),
+            out: VecDeque::with_capacity(MAX_REQUESTS),
             written: 0,
             queued: 0,
         }
     }
 
     fn flush(&mut self) -> NetResult<()> {
-        while !self.out.is_empty() {
-            let (a, _) = self.out.as_slices();
-            match sock::send_nb(self.c.ctrl.as_raw_fd(), a) {
+        while let Some(it) = self.out.front_mut() {
+            let h = &it.hdr[it.off.min(HDR)..];
+            let skip = it.off.saturating_sub(HDR);
+            // SAFETY: the payload lies in the buffer passed to isend, valid and unchanged
+            // until the request completes, which it cannot before these bytes are written.
+            let p =
+                unsafe { std::slice::from_raw_parts((it.ptr + skip) as *const u8, it.len - skip) };
+            match sock::send2_nb(self.c.ctrl.as_raw_fd(), h, p) {
                 Ok(n) => {
-                    self.out.drain(..n);
+                    it.off += n;
                     self.written += n as u64;
+                    if it.off == HDR + it.len {
+                        self.out.pop_front();
+                    }
                 }
                 Err(e) if would_block(&e) => break,
                 Err(e) => {
@@ -1078,10 +1116,20 @@ impl SendComm for TcpSend {
         let mut hdr = [0u8; HDR];
         hdr[0..4].copy_from_slice(&tag.to_le_bytes());
         hdr[8..16].copy_from_slice(&(size as u64).to_le_bytes());
-        self.out.extend(hdr);
-        self.queued += HDR as u64;
+        let inline = if size <= INLINE_MAX { size } else { 0 };
+        self.out.push_back(CtrlItem {
+            hdr,
+            ptr: data as usize,
+            len: inline,
+            off: 0,
+        });
+        self.queued += (HDR + inline) as u64;
         self.c.sh.done[slot].store(0, Ordering::Release);
-        let pieces = self.c.post_pieces(data as usize, size, slot as u32);
+        let pieces = if inline == size {
+            0
+        } else {
+            self.c.post_pieces(data as usize, size, slot as u32)
+        };
         let s = &mut self.slots[slot];
         *s = SendSlot {
             gen: s.gen.wrapping_add(1),
@@ -1134,6 +1182,8 @@ struct RecvSlot {
     sizes: [usize; MAX_RECVS],
     nmatched: usize,
     pieces: u32,
+    /// An inline payload of this group is still being read from the control socket.
+    inline_left: bool,
 }
 
 impl Default for RecvSlot {
@@ -1147,6 +1197,7 @@ impl Default for RecvSlot {
             sizes: [0; MAX_RECVS],
             nmatched: 0,
             pieces: 0,
+            inline_left: false,
         }
     }
 }
@@ -1158,6 +1209,8 @@ struct TcpRecv {
     order: VecDeque<u32>,
     hdr: [u8; HDR],
     got: usize,
+    /// The payload being read from the control socket: (request slot, next byte, bytes left).
+    inline: Option<(u32, usize, usize)>,
     /// The peer closed the control socket after its last message: the messages it sent are
     /// still delivered, and a receive that no message will reach fails when tested.
     closed: bool,
@@ -1171,13 +1224,53 @@ impl TcpRecv {
             order: VecDeque::with_capacity(MAX_REQUESTS),
             hdr: [0; HDR],
             got: 0,
+            inline: None,
             closed: false,
         }
     }
 
-    /// Reads message headers while a posted group waits for one, and matches them.
+    /// Reads the rest of an inline payload from the control socket; `Ok(false)` while bytes
+    /// are still missing.
+    fn read_inline(&mut self) -> NetResult<bool> {
+        while let Some((slot, ptr, left)) = self.inline {
+            if left == 0 {
+                self.slots[slot as usize].inline_left = false;
+                self.inline = None;
+                break;
+            }
+            // SAFETY: the range lies in the matched receive buffer of an active group, writable
+            // and untouched by anyone else until the group completes (irecv's contract).
+            let b = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, left) };
+            match sock::recv_nb(self.c.ctrl.as_raw_fd(), b) {
+                Ok(0) => {
+                    self.c.sh.fail(format!(
+                        "tcp: {} closed the connection in the middle of a message ({left} \
+                         bytes missing)",
+                        self.c.sh.peer
+                    ));
+                    return self.c.sh.check().map(|()| false);
+                }
+                Ok(n) => self.inline = Some((slot, ptr + n, left - n)),
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => {
+                    self.c.sh.fail(format!(
+                        "tcp: control connection from {}: {e}",
+                        self.c.sh.peer
+                    ));
+                    return self.c.sh.check().map(|()| false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads message headers while a posted group waits for one, and matches them; reads
+    /// inline payloads into their receives.
     fn progress(&mut self) -> NetResult<()> {
         self.c.sh.check()?;
+        if !self.read_inline()? {
+            return Ok(());
+        }
         while let Some(&slot) = self.order.front() {
             while self.got < HDR {
                 match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.hdr[self.got..]) {
@@ -1234,6 +1327,14 @@ impl TcpRecv {
             s.nmatched += 1;
             if s.nmatched == n {
                 self.order.pop_front();
+            }
+            if size <= INLINE_MAX {
+                s.inline_left = true;
+                self.inline = Some((slot, ptr, size));
+                if !self.read_inline()? {
+                    return Ok(());
+                }
+                continue;
             }
             let p = self.c.post_pieces(ptr, size, slot);
             self.slots[slot as usize].pieces += p;
@@ -1296,7 +1397,7 @@ impl RecvComm for TcpRecv {
         self.progress()?;
         let s = &self.slots[req.slot as usize];
         let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
-        if s.nmatched == s.n && done == s.pieces {
+        if s.nmatched == s.n && done == s.pieces && !s.inline_left {
             for (o, v) in sizes.iter_mut().zip(&s.sizes[..s.n]) {
                 *o = *v;
             }
