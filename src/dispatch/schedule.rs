@@ -93,7 +93,7 @@ impl CollSpec {
             algo,
             bytes = self.bytes,
             ranks = self.comm.size(),
-            "collective over shared memory"
+            "collective schedule over point-to-point"
         );
         let reduce: crate::engine::coll::ReduceFn = match self.red.clone() {
             Some((r, _)) => Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)),

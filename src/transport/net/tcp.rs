@@ -16,7 +16,9 @@
 //! - **Data path**: `isend` writes a 16-byte header (tag, size) to the control socket (from the
 //!   calling thread, during `isend`/`test`). A payload of at most [`INLINE_MAX`] bytes follows
 //!   its header on the control socket (one `sendmsg` from the caller's buffer), and the
-//!   receiver reads it from there straight into the matched buffer while it tests: a small
+//!   receiver takes it into the matched buffer while it tests (one `recv` reads up to
+//!   64 KiB of headers and inline payloads ahead; a payload larger than what was read
+//!   ahead is read straight into the receive buffer): a small
 //!   message never waits for a helper thread to wake up at either end (two thread wake-ups
 //!   cost more than the whole loopback round trip). A larger payload is split into at most
 //!   one piece per data socket (pieces of at least [`MIN_CHUNK`] bytes), each piece handed to
@@ -57,6 +59,8 @@ pub const MIN_CHUNK: usize = 64 << 10;
 /// Largest payload sent on the control socket behind its header instead of by a helper
 /// thread (part of the wire protocol: both ends decide by the header's size).
 pub const INLINE_MAX: usize = 16 << 10;
+/// Bytes a receiver reads ahead from its control socket at once.
+const READ_AHEAD: usize = 64 << 10;
 /// Most data sockets per connection.
 pub const MAX_SOCKS: usize = 64;
 /// Most unauthenticated sockets a listener keeps (room for two connections being set up at once;
@@ -1207,8 +1211,11 @@ struct TcpRecv {
     slots: [RecvSlot; MAX_REQUESTS],
     /// Posted groups that still have unmatched receives, oldest first.
     order: VecDeque<u32>,
-    hdr: [u8; HDR],
-    got: usize,
+    /// Bytes read ahead from the control socket, `rbuf[rpos..rend]` not yet used: one `recv`
+    /// takes a header with its inline payload (and whatever follows), not one call for each.
+    rbuf: Box<[u8]>,
+    rpos: usize,
+    rend: usize,
     /// The payload being read from the control socket: (request slot, next byte, bytes left).
     inline: Option<(u32, usize, usize)>,
     /// The peer closed the control socket after its last message: the messages it sent are
@@ -1222,15 +1229,16 @@ impl TcpRecv {
             c,
             slots: [RecvSlot::default(); MAX_REQUESTS],
             order: VecDeque::with_capacity(MAX_REQUESTS),
-            hdr: [0; HDR],
-            got: 0,
+            rbuf: vec![0u8; READ_AHEAD].into_boxed_slice(),
+            rpos: 0,
+            rend: 0,
             inline: None,
             closed: false,
         }
     }
 
-    /// Reads the rest of an inline payload from the control socket; `Ok(false)` while bytes
-    /// are still missing.
+    /// Reads the rest of an inline payload, from the read-ahead bytes first, then straight
+    /// from the control socket; `Ok(false)` while bytes are still missing.
     fn read_inline(&mut self) -> NetResult<bool> {
         while let Some((slot, ptr, left)) = self.inline {
             if left == 0 {
@@ -1241,6 +1249,13 @@ impl TcpRecv {
             // SAFETY: the range lies in the matched receive buffer of an active group, writable
             // and untouched by anyone else until the group completes (irecv's contract).
             let b = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, left) };
+            let have = (self.rend - self.rpos).min(left);
+            if have > 0 {
+                b[..have].copy_from_slice(&self.rbuf[self.rpos..self.rpos + have]);
+                self.rpos += have;
+                self.inline = Some((slot, ptr + have, left - have));
+                continue;
+            }
             match sock::recv_nb(self.c.ctrl.as_raw_fd(), b) {
                 Ok(0) => {
                     self.c.sh.fail(format!(
@@ -1272,9 +1287,14 @@ impl TcpRecv {
             return Ok(());
         }
         while let Some(&slot) = self.order.front() {
-            while self.got < HDR {
-                match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.hdr[self.got..]) {
-                    Ok(0) if self.got == 0 => {
+            while self.rend - self.rpos < HDR {
+                if self.rpos > 0 {
+                    self.rbuf.copy_within(self.rpos..self.rend, 0);
+                    self.rend -= self.rpos;
+                    self.rpos = 0;
+                }
+                match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.rbuf[self.rend..]) {
+                    Ok(0) if self.rend == 0 => {
                         self.closed = true;
                         return Ok(());
                     }
@@ -1285,7 +1305,7 @@ impl TcpRecv {
                         ));
                         return self.c.sh.check();
                     }
-                    Ok(n) => self.got += n,
+                    Ok(n) => self.rend += n,
                     Err(e) if would_block(&e) => return Ok(()),
                     Err(e) => {
                         self.c.sh.fail(format!(
@@ -1296,9 +1316,10 @@ impl TcpRecv {
                     }
                 }
             }
-            self.got = 0;
-            let tag = i32::from_le_bytes(self.hdr[0..4].try_into().unwrap());
-            let size = u64::from_le_bytes(self.hdr[8..16].try_into().unwrap()) as usize;
+            let h = &self.rbuf[self.rpos..self.rpos + HDR];
+            let tag = i32::from_le_bytes(h[0..4].try_into().unwrap());
+            let size = u64::from_le_bytes(h[8..16].try_into().unwrap()) as usize;
+            self.rpos += HDR;
             let s = &mut self.slots[slot as usize];
             let n = s.n;
             let Some(e) = (0..n).find(|&e| !s.matched[e] && s.bufs[e].2 == tag) else {
