@@ -37,42 +37,12 @@ else
     ompi=
 fi
 
-cat >"$work/raw.py" <<'PY'
-import socket, sys, threading, time
-mode, streams, secs, port = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-if mode == "recv":
-    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", port)); srv.listen(16)
-    def drain(c):
-        v = memoryview(bytearray(1 << 20))
-        while c.recv_into(v):
-            pass
-    ts = []
-    for _ in range(streams):
-        c, _ = srv.accept()
-        t = threading.Thread(target=drain, args=(c,)); t.start(); ts.append(t)
-    for t in ts: t.join()
-else:
-    data = b"\0" * (1 << 20)
-    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(streams)]
-    sent = [0] * streams
-    end = time.time() + secs
-    def pump(i):
-        while time.time() < end:
-            socks[i].sendall(data); sent[i] += len(data)
-        socks[i].close()
-    t0 = time.time()
-    ts = [threading.Thread(target=pump, args=(i,)) for i in range(streams)]
-    for t in ts: t.start()
-    for t in ts: t.join()
-    print(f"raw loopback TCP {streams} stream(s): {sum(sent) / (time.time() - t0) / 1e9:.2f} GB/s")
-PY
 port=$((47000 + $$ % 1000))
 for s in 1 4; do
-    python3 "$work/raw.py" recv "$s" 3 "$port" &
+    python3 "$here/benches/raw_tcp.py" recv 127.0.0.1 "$port" "$s" &
     r=$!
     sleep 0.5
-    python3 "$work/raw.py" send "$s" 3 "$port"
+    python3 "$here/benches/raw_tcp.py" send 127.0.0.1 "$port" "$s" 3
     wait "$r"
     port=$((port + 1))
 done

@@ -51,48 +51,11 @@ fi
 
 # Raw TCP between the namespaces: one stream and four, 1 MiB writes, 2 s each (python sockets;
 # the receiver in node 1, the sender in node 0).
-cat >"$work/raw.py" <<'EOF'
-import socket, sys, threading, time
-mode, streams, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-port = 47000
-if mode == "recv":
-    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("198.18.0.2", port)); srv.listen(16)
-    total = [0]
-    def drain(c):
-        buf = bytearray(1 << 20); v = memoryview(buf)
-        while True:
-            n = c.recv_into(v)
-            if n == 0: break
-            total[0] += n
-    ts = []
-    for _ in range(streams):
-        c, _ = srv.accept()
-        t = threading.Thread(target=drain, args=(c,)); t.start(); ts.append(t)
-    for t in ts: t.join()
-    print(total[0])
-else:
-    data = b"\0" * (1 << 20)
-    socks = [socket.create_connection(("198.18.0.2", port)) for _ in range(streams)]
-    sent = [0] * streams
-    end = time.time() + secs
-    def pump(i):
-        s = socks[i]
-        while time.time() < end:
-            s.sendall(data); sent[i] += len(data)
-        s.close()
-    t0 = time.time()
-    ts = [threading.Thread(target=pump, args=(i,)) for i in range(streams)]
-    for t in ts: t.start()
-    for t in ts: t.join()
-    dt = time.time() - t0
-    print(f"raw TCP {streams} stream(s): {sum(sent) / dt / 1e9:.2f} GB/s over {dt:.1f} s")
-EOF
 for s in 1 4; do
-    ip netns exec "$ns-n1" python3 "$work/raw.py" recv "$s" 2 >/dev/null &
+    ip netns exec "$ns-n1" python3 "$here/benches/raw_tcp.py" recv 198.18.0.2 47000 "$s" &
     r=$!
     sleep 0.5
-    ip netns exec "$ns-n0" python3 "$work/raw.py" send "$s" 2
+    ip netns exec "$ns-n0" python3 "$here/benches/raw_tcp.py" send 198.18.0.2 47000 "$s" 2
     wait "$r"
 done
 

@@ -11,23 +11,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include "cudart.h"
+#include "timing.h"
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-static double med(double *v, int n)
-{
-    qsort(v, n, sizeof v[0], cmp);
-    return v[n / 2];
-}
+static double now_us(void) { return now_ns() / 1e3; }
 
 int main(int argc, char **argv)
 {
@@ -69,19 +55,19 @@ int main(int argc, char **argv)
             if (i >= 0) { tr[i] = b - a; ts[i] = c - b; }
         }
     }
-    double ms = med(ts, n), mr = med(tr, n);
+    double ms = median_sorted(ts, n), mr = median_sorted(tr, n);
     for (int i = 0; i < n; i++) {
         double a = now_us();
         cudaMemcpy_(h, d, bytes, 2);
         tc[i] = now_us() - a;
     }
-    double dtoh = med(tc, n);
+    double dtoh = median_sorted(tc, n);
     for (int i = 0; i < n; i++) {
         double a = now_us();
         cudaMemcpy_(d, h, bytes, 1);
         tc[i] = now_us() - a;
     }
-    double htod = med(tc, n);
+    double htod = median_sorted(tc, n);
     for (int r = 0; r < 2; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         if (r == rank)

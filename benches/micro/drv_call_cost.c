@@ -9,23 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "timing.h"
 
 #define N 200000
 static double t[N];
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double now_ns(void)
-{
-    struct timespec s;
-    clock_gettime(CLOCK_MONOTONIC, &s);
-    return s.tv_sec * 1e9 + s.tv_nsec;
-}
 static void report(const char *what)
 {
-    qsort(t, N, sizeof t[0], cmp);
+    qsort(t, N, sizeof t[0], cmp_double);
     printf("%-44s p50 %7.1f ns  p90 %7.1f ns  p99 %7.1f ns\n", what, t[N / 2], t[N * 9 / 10], t[N * 99 / 100]);
 }
 #define SYM(name) typeof(&name) p_##name = (typeof(&name))dlsym(h, #name)

@@ -8,20 +8,8 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "timing.h"
 #include <time.h>
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 int main(int argc, char **argv)
 {
@@ -54,7 +42,7 @@ int main(int argc, char **argv)
     }
     if (rank < 2) {
         int n = reps * batch;
-        qsort(t, (size_t)n, sizeof(double), cmp);
+        qsort(t, (size_t)n, sizeof(double), cmp_double);
         printf("%s ns per call: p10 %.0f p50 %.0f p90 %.0f p99 %.0f\n", rank ? "recv" : "send",
                t[n / 10], t[n / 2], t[n * 9 / 10], t[n * 99 / 100]);
     }

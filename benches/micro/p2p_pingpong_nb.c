@@ -12,13 +12,8 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "timing.h"
 #include <string.h>
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -81,7 +76,7 @@ int main(int argc, char **argv)
         printf("%s %s one-way us: rounds", mode, dup ? "dup" : "world");
         for (int k = 0; k < rounds; k++)
             printf(" %.3f", t[k]);
-        qsort(t, (size_t)rounds, sizeof(double), cmp);
+        qsort(t, (size_t)rounds, sizeof(double), cmp_double);
         printf(" median %.3f\n", t[rounds / 2]);
     }
     if (dup)
