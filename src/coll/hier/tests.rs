@@ -578,12 +578,83 @@ fn gather_and_scatter_cross_once_per_node() {
                 let flat: Vec<Schedule> = (0..n)
                     .map(|r| crate::coll::build(kind, &args(r)).unwrap().1)
                     .collect();
+                // Every message across nodes is between the root and another node's leader.
+                for (r, s) in hier.iter().enumerate() {
+                    for st in &s.steps {
+                        if let Step::Send { peer, .. } | Step::Recv { peer, .. } = *st {
+                            if nodes.of[peer] != nodes.of[r] {
+                                let other = if r == root { peer } else { r };
+                                assert!(
+                                    (r == root || peer == root)
+                                        && nodes.ranks[nodes.of[other]][0] == other,
+                                    "{kind:?} {labels:?} root {root}: {r} talks to {peer}"
+                                );
+                            }
+                        }
+                    }
+                }
                 let (h, f) = (crossings(&hier, &nodes), crossings(&flat, &nodes));
                 assert_eq!(h, nodes.count() - 1, "{kind:?} {labels:?} root {root}");
                 assert!(
                     h <= f,
                     "{kind:?} {labels:?} root {root}: {h} crossings, flat {f}"
                 );
+            }
+        }
+    }
+}
+
+/// The collectives left flat across nodes already send each block across at most one node
+/// boundary: alltoallv at most one message per ordered pair of ranks on different nodes,
+/// gatherv and scatterv one per rank off the root's node, straight between it and the root.
+#[test]
+fn flat_v_collectives_cross_once_per_pair() {
+    for labels in maps() {
+        let n = labels.len();
+        let nodes = Nodes::new(&labels);
+        let blocks = leak((0..n).map(|r| Block::new(r * 8, 8)).collect());
+        let sends = |s: &Schedule, r: usize| -> Vec<usize> {
+            s.steps
+                .iter()
+                .filter_map(|st| match *st {
+                    Step::Send { peer, .. } if nodes.of[peer] != nodes.of[r] => Some(peer),
+                    _ => None,
+                })
+                .collect()
+        };
+        for r in 0..n {
+            let a = CollArgs {
+                send_blocks: blocks,
+                recv_blocks: blocks,
+                ..CollArgs::new(r, n, 8)
+            };
+            let (_, s) = crate::coll::build(CollKind::Alltoallv, &a).unwrap();
+            let mut peers = sends(&s, r);
+            let all = peers.len();
+            peers.sort();
+            peers.dedup();
+            assert_eq!(peers.len(), all, "alltoallv {labels:?} rank {r}: {peers:?}");
+        }
+        for root in 0..n {
+            let off_node = (0..n).filter(|&r| nodes.of[r] != nodes.of[root]).count();
+            for kind in [CollKind::Gatherv, CollKind::Scatterv] {
+                let mut total = 0;
+                for r in 0..n {
+                    let a = CollArgs {
+                        root,
+                        send_blocks: blocks,
+                        recv_blocks: blocks,
+                        ..CollArgs::new(r, n, 8)
+                    };
+                    let (_, s) = crate::coll::build(kind, &a).unwrap();
+                    let peers = sends(&s, r);
+                    assert!(
+                        peers.iter().all(|&p| p == root || r == root),
+                        "{kind:?} {labels:?} root {root}: rank {r} sends across nodes to {peers:?}"
+                    );
+                    total += peers.len();
+                }
+                assert_eq!(total, off_node, "{kind:?} {labels:?} root {root}");
             }
         }
     }
