@@ -27,11 +27,14 @@
 //! exchange between leaders packs blocks with copies (one message per pair of nodes instead of
 //! one per pair of ranks). The phases run one after the other; every phase ends with a `Wait`,
 //! and messages between one pair of ranks stay in the same order on both sides, so the result
-//! follows the executor rules of the module docs of `coll`.
+//! follows the executor rules of the module docs of `coll`. One exception: at the root of
+//! gather and scatter, the phase inside its node runs beside its messages to or from the other
+//! nodes' leaders (other peers, other ranges of its buffers), so that neither waits for the
+//! other.
 //!
-//! A node's leader is its lowest rank, except that the root of bcast and reduce leads its own
-//! node. Reductions must be commutative: members of a node need not be consecutive ranks, so
-//! the partial results are not in rank order.
+//! A node's leader is its lowest rank, except that the root of bcast, reduce, gather and
+//! scatter leads its own node. Reductions must be commutative: members of a node need not be
+//! consecutive ranks, so the partial results are not in rank order.
 
 use super::schedule::{BufId, Builder, Region, Schedule, Step};
 use super::{Block, CollArgs, CollKind};
@@ -236,6 +239,30 @@ impl Hier<'_> {
         peers: &[usize],
         place: Place,
     ) -> MpiResult<()> {
+        self.embed(kind, a, peers, place, true)
+    }
+
+    /// [`Self::phase`] without the `Wait` before it: its steps run beside the messages still
+    /// outstanding, which must touch none of its regions (they go to other peers, and read or
+    /// write other ranges).
+    fn phase_beside(
+        &mut self,
+        kind: CollKind,
+        a: &CollArgs,
+        peers: &[usize],
+        place: Place,
+    ) -> MpiResult<()> {
+        self.embed(kind, a, peers, place, false)
+    }
+
+    fn embed(
+        &mut self,
+        kind: CollKind,
+        a: &CollArgs,
+        peers: &[usize],
+        place: Place,
+        wait_first: bool,
+    ) -> MpiResult<()> {
         let (_, sub) = super::build(kind, a)?;
         let base = self.alloc(sub.tmp_len);
         let map = |r: Region| {
@@ -246,7 +273,9 @@ impl Hier<'_> {
             };
             Region::new(buf, off + r.off, r.len)
         };
-        self.b.wait();
+        if wait_first {
+            self.b.wait();
+        }
         for s in &sub.steps {
             match *s {
                 Step::Send { peer, src } => self.b.send(peers[peer], map(src)),
@@ -519,7 +548,7 @@ impl Hier<'_> {
             .collect()
     }
 
-    /// Gather: each node's blocks gathered at its leader (the root leads its own node), then
+    /// Gather: each node's blocks gathered at its leader (the root leads its own node), and
     /// one message per other node from its leader to the root, received straight into Recv
     /// where the node's ranks are consecutive, else unpacked from scratch space.
     fn gather(&mut self) -> MpiResult<()> {
@@ -542,6 +571,26 @@ impl Hier<'_> {
             (_, true) => SEND,
             _ => RECV,
         };
+        // The root posts its receives from the other nodes' leaders first: they land in other
+        // ranges than its node's gather, which runs beside them.
+        let mut scattered = Vec::new();
+        if is_root {
+            for (j, other) in nodes.ranks.iter().enumerate() {
+                if j == g {
+                    continue;
+                }
+                let len = other.len() * bs;
+                let dst = match nodes.consecutive(j) {
+                    true => (BufId::Recv, other[0] * bs),
+                    false => {
+                        let t = (BufId::Tmp, self.alloc(len));
+                        scattered.push((j, t));
+                        t
+                    }
+                };
+                self.b.recv(leaders[j], Region::new(dst.0, dst.1, len));
+            }
+        }
         if m > 1 {
             let mut sa = self.args(l, m, nodes.local(lead), bs);
             sa.in_place = is_root && a.in_place && packed.0 == BufId::Recv;
@@ -549,53 +598,23 @@ impl Hier<'_> {
                 true => (BufId::Recv, a.root * bs),
                 false => SEND,
             };
-            self.phase(
-                CollKind::Gather,
-                &sa,
-                &members,
-                Place { send, recv: packed },
-            )?;
+            let place = Place { send, recv: packed };
+            self.phase_beside(CollKind::Gather, &sa, &members, place)?;
         } else if is_root && !a.in_place {
             self.b
                 .copy(Region::send(0, bs), Region::recv(a.root * bs, bs));
         }
-        if leaders.len() == 1 {
-            if is_root && packed.0 == BufId::Tmp {
-                let items = self.node_items(g, bs);
-                self.unpack(packed, &items);
+        if is_root {
+            self.b.wait();
+            if packed.0 == BufId::Tmp {
+                scattered.push((g, packed));
             }
-            return Ok(());
-        }
-        if !is_root {
-            if lead == a.rank {
-                self.b.send(a.root, Region::new(packed.0, packed.1, m * bs));
-                self.b.wait();
+            for (j, t) in scattered {
+                let items = self.node_items(j, bs);
+                self.unpack(t, &items);
             }
-            return Ok(());
-        }
-        let mut scattered = Vec::new();
-        for (j, other) in nodes.ranks.iter().enumerate() {
-            if j == g {
-                continue;
-            }
-            let len = other.len() * bs;
-            let dst = match nodes.consecutive(j) {
-                true => (BufId::Recv, other[0] * bs),
-                false => {
-                    let t = (BufId::Tmp, self.alloc(len));
-                    scattered.push((j, t));
-                    t
-                }
-            };
-            self.b.recv(leaders[j], Region::new(dst.0, dst.1, len));
-        }
-        self.b.wait();
-        if packed.0 == BufId::Tmp {
-            scattered.push((g, packed));
-        }
-        for (j, t) in scattered {
-            let items = self.node_items(j, bs);
-            self.unpack(t, &items);
+        } else if lead == a.rank && leaders.len() > 1 {
+            self.b.send(a.root, Region::new(packed.0, packed.1, m * bs));
         }
         Ok(())
     }
@@ -659,7 +678,12 @@ impl Hier<'_> {
                 send: packed,
                 recv: RECV,
             };
-            self.phase(CollKind::Scatter, &sa, &members, place)?;
+            // At the root, beside its sends to the other nodes (they only read Send and the
+            // packings); a leader's scatter needs its node's blocks first.
+            match a.rank == a.root {
+                true => self.phase_beside(CollKind::Scatter, &sa, &members, place)?,
+                false => self.phase(CollKind::Scatter, &sa, &members, place)?,
+            }
         }
         Ok(())
     }
