@@ -37,7 +37,8 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: gpumpi-bench [options]\n"
 "  -o op       pingpong bw bibw sendrecv allreduce reduce alltoall alltoallv bcast\n"
-"              allgather reduce_scatter firstcall            (allreduce)\n"
+"              allgather reduce_scatter firstcall gather       (allreduce)\n"
+"              scatter allgatherv\n"
 "  -b bytes    smallest size, K/M/G suffixes                  (8)\n"
 "  -e bytes    largest size                                   (1M)\n"
 "  -f factor   size multiplier                                (2)\n"
@@ -47,7 +48,7 @@ static void usage(FILE *f)
 "              vmm-nohandle: the same without a shareable handle type\n"
 "  -t type     int8 uint8 int32 uint32 int64 uint64 float double (float)\n"
 "  -p redop    sum prod max min                               (sum)\n"
-"  -r root     root of bcast/reduce                           (0)\n"
+"  -r root     root of bcast/reduce/gather/scatter            (0)\n"
 "  -w n        warm-up iterations                             (5)\n"
 "  -n n        timed iterations                               (20)\n"
 "  -z 0|1      0 back-to-back (n ops, one completion), 1 blocking (1)\n"
@@ -60,7 +61,7 @@ static void usage(FILE *f)
 "  --csv FILE  --json FILE   also write results there (rank 0)\n"
 "  --inject-error  corrupt one output element per size (tests the validation)\n"
 "Sizes are per rank for allreduce/reduce/bcast/p2p and the total over ranks\n"
-"for allgather/reduce_scatter/alltoall(v), as in nccl-tests.\n");
+"for allgather(v)/reduce_scatter/alltoall(v)/gather/scatter, as in nccl-tests.\n");
 }
 
 /* Rank as told by the launcher's environment, before MPI_Init (0 if none):
@@ -590,6 +591,12 @@ static void issue(const opctx *c)
     case BU_OP_BCAST: MPI_Bcast(s, ic, c->dt, O.root, w); break;
     case BU_OP_ALLGATHER: MPI_Allgather(s, ib, c->dt, r, ib, c->dt, w); break;
     case BU_OP_REDUCE_SCATTER: MPI_Reduce_scatter_block(s, r, ib, c->dt, c->mop, w); break;
+    case BU_OP_GATHER: MPI_Gather(s, ib, c->dt, r, ib, c->dt, O.root, w); break;
+    case BU_OP_SCATTER: MPI_Scatter(s, ib, c->dt, r, ib, c->dt, O.root, w); break;
+    case BU_OP_ALLGATHERV:
+        for (int p = 0; p < nranks; p++) { a2av_counts[p] = ib; a2av_displs[p] = p * ib; }
+        MPI_Allgatherv(s, ib, c->dt, r, a2av_counts, a2av_displs, c->dt, w);
+        break;
     case BU_OP_ALLTOALL: MPI_Alltoall(s, ib, c->dt, r, ib, c->dt, w); break;
     case BU_OP_ALLTOALLV:
         for (int p = 0; p < nranks; p++) { a2av_counts[p] = ib; a2av_displs[p] = p * ib; }
@@ -619,9 +626,14 @@ static void fill_inputs(const opctx *c)
         sb = c->count * ts;
         bu_fill_input(t, (bu_redop)O.redop, rank, hs, c->count, 0);
         break;
-    case BU_OP_ALLGATHER:
+    case BU_OP_ALLGATHER: case BU_OP_ALLGATHERV: case BU_OP_GATHER:
         sb = c->blk * ts;
         bu_fill_pattern(t, rank, hs, c->blk, 0);
+        break;
+    case BU_OP_SCATTER: /* element i of the root's input is pattern(root, i) */
+        sb = c->count * ts;
+        if (rank == O.root) bu_fill_pattern(t, rank, hs, c->count, 0);
+        else memset(hs, 0xA5, sb);
         break;
     case BU_OP_BCAST:
         sb = c->count * ts;
@@ -644,7 +656,8 @@ static void fill_inputs(const opctx *c)
 static void inject_error(const opctx *c)
 {
     int p2p = c->k == BU_OP_PINGPONG || c->k == BU_OP_BW || c->k == BU_OP_BIBW;
-    int who = p2p ? 1 : (c->k == BU_OP_REDUCE || c->k == BU_OP_BCAST) ? O.root : 0;
+    int rooted = c->k == BU_OP_REDUCE || c->k == BU_OP_BCAST || c->k == BU_OP_GATHER;
+    int who = p2p ? 1 : rooted ? O.root : 0;
     if (rank != who || c->count == 0) return;
     void *buf = c->k == BU_OP_BCAST ? B.sbuf : B.rbuf;
     unsigned char v[8];
@@ -683,7 +696,11 @@ static size_t check_outputs(const opctx *c)
     case BU_OP_BCAST:
         out = check_view(B.sbuf, B.hs, c->count * ts);
         return bu_check_pattern(t, O.root, out, c->count, 0);
-    case BU_OP_ALLGATHER:
+    case BU_OP_SCATTER:
+        out = check_view(B.rbuf, B.hr, c->blk * ts);
+        return bu_check_pattern(t, O.root, out, c->blk, (size_t)rank * c->blk);
+    case BU_OP_GATHER: case BU_OP_ALLGATHER: case BU_OP_ALLGATHERV:
+        if (c->k == BU_OP_GATHER && rank != O.root) return 0;
         out = check_view(B.rbuf, B.hr, c->count * ts);
         for (int p = 0; p < nranks; p++)
             wrong += bu_check_pattern(t, p, (const char *)out + (size_t)p * c->blk * ts, c->blk, 0);
@@ -748,7 +765,8 @@ static void print_header(void)
 static void print_row(const result *r)
 {
     int reduces = bu_op_reduces((bu_opkind)O.op);
-    int rooted = O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE;
+    int rooted = O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE || O.op == BU_OP_GATHER ||
+                 O.op == BU_OP_SCATTER;
     char root[16];
     snprintf(root, sizeof root, "%d", O.root);
     char wrong[24];
@@ -987,7 +1005,14 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    if ((O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE) && (O.root < 0 || O.root >= nranks)) {
+    if (O.nccl && (O.op == BU_OP_GATHER || O.op == BU_OP_SCATTER || O.op == BU_OP_ALLGATHERV)) {
+        if (rank == 0) fprintf(stderr, "gpumpi-bench: %s has no NCCL form here\n", bu_op_names[O.op]);
+        MPI_Finalize();
+        return 2;
+    }
+    if ((O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE || O.op == BU_OP_GATHER ||
+         O.op == BU_OP_SCATTER) &&
+        (O.root < 0 || O.root >= nranks)) {
         if (rank == 0) fprintf(stderr, "gpumpi-bench: root %d out of range\n", O.root);
         MPI_Finalize();
         return 2;

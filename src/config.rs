@@ -99,7 +99,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_COLL_HIER",
         default: "1",
-        doc: "Hierarchical collectives on communicators that span nodes (`src/coll/hier.rs`): blocking and nonblocking `MPI_Allreduce` and `MPI_Reduce` (commutative ops), `MPI_Bcast`, `MPI_Allgather` and `MPI_Alltoall` work inside each node first, then between one leader per node over the network, then inside the node again, whenever a node has more than one of the communicator's ranks. `0`: every collective of such a communicator is one flat schedule over point-to-point.",
+        doc: "Hierarchical collectives on communicators that span nodes (`src/coll/hier.rs`): blocking and nonblocking `MPI_Allreduce`, `MPI_Reduce`, `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` (commutative ops), `MPI_Bcast`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Allgatherv` and `MPI_Alltoall` work inside each node first, then between one leader per node over the network, then inside the node again, whenever a node has more than one of the communicator's ranks. `0`: every collective of such a communicator is one flat schedule over point-to-point.",
         same_on_every_rank: true,
     },
     Param {

@@ -9,6 +9,16 @@
 //! | reduce | reduce to the leader (the root leads its node) | reduce to the root | |
 //! | allgather | gatherv to the leader | allgatherv of whole nodes | bcast of the result |
 //! | alltoall | every member's send buffer to the leader | one message per pair of nodes | each member's result from the leader |
+//! | gather | gather to the leader (the root leads its node) | one message per node to the root | |
+//! | scatter | | one message per node from the root | scatter from the leader |
+//! | allgatherv | gatherv to the leader | allgatherv of whole nodes | bcast of the result |
+//! | reduce_scatter(_block) | reduce of the whole vector to the leader | reduce_scatter, one block per node | scatterv from the leader |
+//!
+//! Gatherv and scatterv stay flat (linear: each rank's block crosses at most one node boundary,
+//! in one message to or from the root): their counts are known at the root only, so a leader
+//! cannot size a packed node block without a message from the root first. Alltoallv and
+//! alltoallw stay flat too (pairwise: one message per pair of ranks, none crossing twice): a
+//! leader does not know its members' counts for other nodes.
 //!
 //! Each phase is a schedule of an existing algorithm (chosen by `select` for the phase's rank
 //! count and size) built for the phase's ranks and embedded into the caller's schedule: its
@@ -17,11 +27,14 @@
 //! exchange between leaders packs blocks with copies (one message per pair of nodes instead of
 //! one per pair of ranks). The phases run one after the other; every phase ends with a `Wait`,
 //! and messages between one pair of ranks stay in the same order on both sides, so the result
-//! follows the executor rules of the module docs of `coll`.
+//! follows the executor rules of the module docs of `coll`. One exception: at the root of
+//! gather and scatter, the phase inside its node runs beside its messages to or from the other
+//! nodes' leaders (other peers, other ranges of its buffers), so that neither waits for the
+//! other.
 //!
-//! A node's leader is its lowest rank, except that the root of bcast and reduce leads its own
-//! node. Reductions must be commutative: members of a node need not be consecutive ranks, so
-//! the partial results are not in rank order.
+//! A node's leader is its lowest rank, except that the root of bcast, reduce, gather and
+//! scatter leads its own node. Reductions must be commutative: members of a node need not be
+//! consecutive ranks, so the partial results are not in rank order.
 
 use super::schedule::{BufId, Builder, Region, Schedule, Step};
 use super::{Block, CollArgs, CollKind};
@@ -69,6 +82,34 @@ impl Nodes {
         self.count() > 1 && self.ranks.iter().any(|m| m.len() > 1)
     }
 
+    /// Whether node `j`'s ranks are consecutive.
+    fn consecutive(&self, j: usize) -> bool {
+        self.ranks[j].windows(2).all(|w| w[1] == w[0] + 1)
+    }
+
+    /// Whether listing the ranks node by node lists them in rank order (every node a run of
+    /// consecutive ranks, nodes in rank order).
+    fn rank_ordered(&self) -> bool {
+        self.ranks.concat().iter().enumerate().all(|(i, &r)| i == r)
+    }
+
+    /// Blocks of `lens[r]` bytes per rank packed node by node (member by member inside a
+    /// node): each rank's offset in the packing, and each node's block of it.
+    fn packing(&self, lens: &[usize]) -> (Vec<usize>, Vec<Block>) {
+        let mut off = vec![0; lens.len()];
+        let mut nodes = Vec::with_capacity(self.count());
+        let mut k = 0;
+        for m in &self.ranks {
+            let start = k;
+            for &r in m {
+                off[r] = k;
+                k += lens[r];
+            }
+            nodes.push(Block::new(start, k - start));
+        }
+        (off, nodes)
+    }
+
     /// Position of `rank` among the ranks of its node.
     fn local(&self, rank: usize) -> usize {
         let m = &self.ranks[self.of[rank]];
@@ -76,16 +117,24 @@ impl Nodes {
     }
 }
 
-/// The collectives with a hierarchical schedule.
+/// The collectives with a hierarchical schedule: the path takes them on every communicator
+/// with [`Nodes::worth_it`] (else the flat schedule, which is then the same traffic or less).
+pub const SUPPORTED: &[CollKind] = &[
+    CollKind::Allreduce,
+    CollKind::Bcast,
+    CollKind::Reduce,
+    CollKind::Allgather,
+    CollKind::Alltoall,
+    CollKind::Gather,
+    CollKind::Scatter,
+    CollKind::Allgatherv,
+    CollKind::ReduceScatter,
+    CollKind::ReduceScatterBlock,
+];
+
+/// Whether `kind` has a hierarchical schedule ([`SUPPORTED`]).
 pub fn supports(kind: CollKind) -> bool {
-    matches!(
-        kind,
-        CollKind::Allreduce
-            | CollKind::Bcast
-            | CollKind::Reduce
-            | CollKind::Allgather
-            | CollKind::Alltoall
-    )
+    SUPPORTED.contains(&kind)
 }
 
 /// The hierarchical schedule of `kind` for rank `a.rank` of a communicator whose ranks lie on
@@ -119,6 +168,14 @@ pub fn build(kind: CollKind, a: &CollArgs, nodes: &Nodes) -> MpiResult<Schedule>
         CollKind::Reduce => h.reduce()?,
         CollKind::Allgather => h.allgather()?,
         CollKind::Alltoall => h.alltoall(),
+        CollKind::Gather => h.gather()?,
+        CollKind::Scatter => h.scatter()?,
+        CollKind::Allgatherv => h.allgatherv(a.recv_blocks)?,
+        CollKind::ReduceScatter => {
+            let lens: Vec<usize> = a.recv_blocks.iter().map(|b| b.len).collect();
+            h.reduce_scatter(&lens)?
+        }
+        CollKind::ReduceScatterBlock => h.reduce_scatter(&vec![a.bytes; a.size])?,
         _ => mpi_bail!(
             MPI_ERR_INTERN,
             "{} has no hierarchical schedule",
@@ -182,6 +239,30 @@ impl Hier<'_> {
         peers: &[usize],
         place: Place,
     ) -> MpiResult<()> {
+        self.embed(kind, a, peers, place, true)
+    }
+
+    /// [`Self::phase`] without the `Wait` before it: its steps run beside the messages still
+    /// outstanding, which must touch none of its regions (they go to other peers, and read or
+    /// write other ranges).
+    fn phase_beside(
+        &mut self,
+        kind: CollKind,
+        a: &CollArgs,
+        peers: &[usize],
+        place: Place,
+    ) -> MpiResult<()> {
+        self.embed(kind, a, peers, place, false)
+    }
+
+    fn embed(
+        &mut self,
+        kind: CollKind,
+        a: &CollArgs,
+        peers: &[usize],
+        place: Place,
+        wait_first: bool,
+    ) -> MpiResult<()> {
         let (_, sub) = super::build(kind, a)?;
         let base = self.alloc(sub.tmp_len);
         let map = |r: Region| {
@@ -192,7 +273,9 @@ impl Hier<'_> {
             };
             Region::new(buf, off + r.off, r.len)
         };
-        self.b.wait();
+        if wait_first {
+            self.b.wait();
+        }
         for s in &sub.steps {
             match *s {
                 Step::Send { peer, src } => self.b.send(peers[peer], map(src)),
@@ -343,80 +426,79 @@ impl Hier<'_> {
     }
 
     fn allgather(&mut self) -> MpiResult<()> {
+        let bs = self.a.bytes;
+        let blocks: Vec<Block> = (0..self.a.size).map(|r| Block::new(r * bs, bs)).collect();
+        self.allgatherv(&blocks)
+    }
+
+    /// Allgather(v) with rank r's block at `blocks[r]` of Recv: the node's blocks gathered at
+    /// its leader into a packing `P` (node by node), the leaders' allgatherv of whole nodes
+    /// there, then a bcast inside the node. Where Recv holds the blocks back to back in rank
+    /// order, the leader unpacks `P` into Recv (or `P` is Recv, when nodes are runs of
+    /// consecutive ranks) and the bcast sends that range of Recv; otherwise (gaps, any order)
+    /// the bcast sends `P` and every rank unpacks it, so bytes between blocks are never
+    /// written.
+    fn allgatherv(&mut self, blocks: &[Block]) -> MpiResult<()> {
         let a = self.a;
-        let (bs, size) = (a.bytes, a.size);
         let nodes = self.nodes;
+        let lens: Vec<usize> = blocks.iter().map(|b| b.len).collect();
+        let total: usize = lens.iter().sum();
+        if total == 0 {
+            return Ok(());
+        }
         let members = self.members().to_vec();
         let leaders = self.leaders(None);
         let g = nodes.of[a.rank];
         let l = nodes.local(a.rank);
-        // Blocks packed node by node: `pos[r]` is rank r's block index there, `start[j]` node
-        // j's first. Where that order is rank order (nodes of consecutive ranks) the packing is
-        // Recv itself.
-        let mut pos = vec![0; size];
-        let mut start = Vec::with_capacity(nodes.count());
-        let mut k = 0;
-        for m in &nodes.ranks {
-            start.push(k);
-            for &r in m {
-                pos[r] = k;
-                k += 1;
-            }
-        }
-        let identity = pos.iter().enumerate().all(|(r, &p)| r == p);
+        let own = lens[a.rank];
+        let (poff, nblk) = nodes.packing(&lens);
+        let base = blocks[0].off;
+        let contiguous = blocks.iter().scan(base, |e, b| {
+            let ok = b.off == *e;
+            *e += b.len;
+            Some(ok)
+        });
+        let contiguous = contiguous.collect::<Vec<_>>().iter().all(|&ok| ok);
+        let identity = contiguous && nodes.rank_ordered();
+        let items: Vec<(usize, Block)> = poff.iter().copied().zip(blocks.iter().copied()).collect();
         let input = match a.in_place {
-            true => (BufId::Recv, a.rank * bs),
+            true => (BufId::Recv, blocks[a.rank].off),
             false => SEND,
         };
+        let packed = match (identity, l == 0 || !contiguous) {
+            (true, _) => (BufId::Recv, base),
+            (false, true) => (BufId::Tmp, self.alloc(total)),
+            (false, false) => RECV,
+        };
         if l == 0 {
-            let packed = match identity {
-                true => RECV,
-                false => (BufId::Tmp, self.alloc(size * bs)),
-            };
-            let at = |r: usize| Region::new(packed.0, packed.1 + pos[r] * bs, bs);
             if members.len() > 1 {
-                let blocks: Vec<Block> = members
+                let pb: Vec<Block> = members
                     .iter()
-                    .map(|&r| Block::new(pos[r] * bs, bs))
+                    .map(|&r| Block::new(poff[r], lens[r]))
                     .collect();
-                let mut sa = self.args(0, members.len(), 0, bs);
+                let mut sa = self.args(0, members.len(), 0, own);
                 sa.in_place = a.in_place && identity;
                 let send = if sa.in_place { SEND } else { input };
                 let place = Place { send, recv: packed };
-                self.phase_blocks(CollKind::Gatherv, sa, &blocks, &members, place)?;
+                self.phase_blocks(CollKind::Gatherv, sa, &pb, &members, place)?;
             } else {
-                self.b.copy(Region::new(input.0, input.1, bs), at(a.rank));
+                let dst = Region::new(packed.0, packed.1 + poff[a.rank], own);
+                self.b.copy(Region::new(input.0, input.1, own), dst);
             }
             if leaders.len() > 1 {
-                let blocks: Vec<Block> = nodes
-                    .ranks
-                    .iter()
-                    .zip(&start)
-                    .map(|(m, &s)| Block::new(s * bs, m.len() * bs))
-                    .collect();
-                let mut sa = self.args(g, leaders.len(), 0, blocks[g].len);
+                let mut sa = self.args(g, leaders.len(), 0, nblk[g].len);
                 sa.in_place = true;
                 let place = Place {
                     send: SEND,
                     recv: packed,
                 };
-                self.phase_blocks(CollKind::Allgatherv, sa, &blocks, &leaders, place)?;
+                self.phase_blocks(CollKind::Allgatherv, sa, &nblk, &leaders, place)?;
             }
-            if !identity {
-                // Unpack runs of consecutive ranks that are consecutive in the packing too.
-                let mut r = 0;
-                while r < size {
-                    let mut e = r + 1;
-                    while e < size && pos[e] == pos[e - 1] + 1 {
-                        e += 1;
-                    }
-                    let src = Region::new(packed.0, packed.1 + pos[r] * bs, (e - r) * bs);
-                    self.b.copy(src, Region::recv(r * bs, (e - r) * bs));
-                    r = e;
-                }
+            if contiguous && !identity {
+                self.unpack(packed, &items);
             }
         } else {
-            let sa = self.args(l, members.len(), 0, bs);
+            let sa = self.args(l, members.len(), 0, own);
             let place = Place {
                 send: input,
                 recv: RECV,
@@ -424,12 +506,262 @@ impl Hier<'_> {
             self.phase_blocks(CollKind::Gatherv, sa, &[], &members, place)?;
         }
         if members.len() > 1 {
-            let sa = self.args(l, members.len(), 0, size * bs);
+            let sa = self.args(l, members.len(), 0, total);
+            let recv = match contiguous {
+                true => (BufId::Recv, base),
+                false => packed,
+            };
+            let place = Place { send: SEND, recv };
+            self.phase(CollKind::Bcast, &sa, &members, place)?;
+        }
+        if !contiguous {
+            self.unpack(packed, &items);
+        }
+        Ok(())
+    }
+
+    /// Copies blocks out of the packing at `packed`: each item is (offset in the packing,
+    /// block of Recv); one copy per run of items that are consecutive in both.
+    fn unpack(&mut self, packed: (BufId, usize), items: &[(usize, Block)]) {
+        let mut i = 0;
+        while i < items.len() {
+            let (p, blk) = items[i];
+            let mut len = blk.len;
+            let mut e = i + 1;
+            while e < items.len() && items[e].0 == p + len && items[e].1.off == blk.off + len {
+                len += items[e].1.len;
+                e += 1;
+            }
+            let src = Region::new(packed.0, packed.1 + p, len);
+            self.b.copy(src, Region::recv(blk.off, len));
+            i = e;
+        }
+    }
+
+    /// The items of [`Self::unpack`] for node `j`'s `bs`-byte blocks packed member by member
+    /// (rank r's block at `r * bs` of Recv).
+    fn node_items(&self, j: usize, bs: usize) -> Vec<(usize, Block)> {
+        let m = &self.nodes.ranks[j];
+        m.iter()
+            .enumerate()
+            .map(|(k, &r)| (k * bs, Block::new(r * bs, bs)))
+            .collect()
+    }
+
+    /// Gather: each node's blocks gathered at its leader (the root leads its own node), and
+    /// one message per other node from its leader to the root, received straight into Recv
+    /// where the node's ranks are consecutive, else unpacked from scratch space.
+    fn gather(&mut self) -> MpiResult<()> {
+        let a = self.a;
+        let bs = a.bytes;
+        if bs == 0 {
+            return Ok(());
+        }
+        let nodes = self.nodes;
+        let members = self.members().to_vec();
+        let leaders = self.leaders(Some(a.root));
+        let g = nodes.of[a.rank];
+        let (l, m) = (nodes.local(a.rank), members.len());
+        let lead = leaders[g];
+        let is_root = a.rank == a.root;
+        // Where this node's blocks gather, member by member, at its leader.
+        let packed = match (is_root, lead == a.rank) {
+            (true, _) if nodes.consecutive(g) => (BufId::Recv, members[0] * bs),
+            (_, true) if m > 1 => (BufId::Tmp, self.alloc(m * bs)),
+            (_, true) => SEND,
+            _ => RECV,
+        };
+        // The root posts its receives from the other nodes' leaders first: they land in other
+        // ranges than its node's gather, which runs beside them.
+        let mut scattered = Vec::new();
+        if is_root {
+            for (j, other) in nodes.ranks.iter().enumerate() {
+                if j == g {
+                    continue;
+                }
+                let len = other.len() * bs;
+                let dst = match nodes.consecutive(j) {
+                    true => (BufId::Recv, other[0] * bs),
+                    false => {
+                        let t = (BufId::Tmp, self.alloc(len));
+                        scattered.push((j, t));
+                        t
+                    }
+                };
+                self.b.recv(leaders[j], Region::new(dst.0, dst.1, len));
+            }
+        }
+        if m > 1 {
+            let mut sa = self.args(l, m, nodes.local(lead), bs);
+            sa.in_place = is_root && a.in_place && packed.0 == BufId::Recv;
+            let send = match is_root && a.in_place && !sa.in_place {
+                true => (BufId::Recv, a.root * bs),
+                false => SEND,
+            };
+            let place = Place { send, recv: packed };
+            self.phase_beside(CollKind::Gather, &sa, &members, place)?;
+        } else if is_root && !a.in_place {
+            self.b
+                .copy(Region::send(0, bs), Region::recv(a.root * bs, bs));
+        }
+        if is_root {
+            self.b.wait();
+            if packed.0 == BufId::Tmp {
+                scattered.push((g, packed));
+            }
+            for (j, t) in scattered {
+                let items = self.node_items(j, bs);
+                self.unpack(t, &items);
+            }
+        } else if lead == a.rank && leaders.len() > 1 {
+            self.b.send(a.root, Region::new(packed.0, packed.1, m * bs));
+        }
+        Ok(())
+    }
+
+    /// Scatter: the root sends each other node's blocks in one message to its leader
+    /// (straight from Send where the node's ranks are consecutive, else packed first), then
+    /// every node scatters from its leader (the root leads its own node).
+    fn scatter(&mut self) -> MpiResult<()> {
+        let a = self.a;
+        let bs = a.bytes;
+        if bs == 0 {
+            return Ok(());
+        }
+        let nodes = self.nodes;
+        let members = self.members().to_vec();
+        let leaders = self.leaders(Some(a.root));
+        let g = nodes.of[a.rank];
+        let (l, m) = (nodes.local(a.rank), members.len());
+        let lead = leaders[g];
+        // The node's blocks member by member at `packed` (leaders only).
+        let mut packed = RECV;
+        if a.rank == a.root {
+            for (j, other) in nodes.ranks.iter().enumerate() {
+                if j == g && m == 1 {
+                    continue;
+                }
+                let at = match nodes.consecutive(j) {
+                    true => (BufId::Send, other[0] * bs),
+                    false => {
+                        let t = (BufId::Tmp, self.alloc(other.len() * bs));
+                        for (k, &r) in other.iter().enumerate() {
+                            let dst = Region::new(t.0, t.1 + k * bs, bs);
+                            self.b.copy(Region::send(r * bs, bs), dst);
+                        }
+                        t
+                    }
+                };
+                match j == g {
+                    true => packed = at,
+                    false => {
+                        let len = other.len() * bs;
+                        self.b.send(leaders[j], Region::new(at.0, at.1, len));
+                    }
+                }
+            }
+            if m == 1 && !a.in_place {
+                self.b
+                    .copy(Region::send(a.root * bs, bs), Region::recv(0, bs));
+            }
+        } else if lead == a.rank {
+            packed = match m {
+                1 => RECV,
+                _ => (BufId::Tmp, self.alloc(m * bs)),
+            };
+            self.b.recv(a.root, Region::new(packed.0, packed.1, m * bs));
+        }
+        if m > 1 {
+            let mut sa = self.args(l, m, nodes.local(lead), bs);
+            sa.in_place = a.rank == a.root && a.in_place;
             let place = Place {
-                send: SEND,
+                send: packed,
                 recv: RECV,
             };
-            self.phase(CollKind::Bcast, &sa, &members, place)?;
+            // At the root, beside its sends to the other nodes (they only read Send and the
+            // packings); a leader's scatter needs its node's blocks first.
+            match a.rank == a.root {
+                true => self.phase_beside(CollKind::Scatter, &sa, &members, place)?,
+                false => self.phase(CollKind::Scatter, &sa, &members, place)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reduce_scatter(_block) with `lens[r]` result bytes for rank r: the whole vector reduced
+    /// to each node's leader, the leaders' reduce_scatter of it with one block per node (the
+    /// node's members' blocks, packed node by node: the vector is reordered first unless
+    /// nodes are runs of consecutive ranks in rank order), then a scatterv inside the node.
+    fn reduce_scatter(&mut self, lens: &[usize]) -> MpiResult<()> {
+        let a = self.a;
+        let total: usize = lens.iter().sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let nodes = self.nodes;
+        let members = self.members().to_vec();
+        let leaders = self.leaders(None);
+        let g = nodes.of[a.rank];
+        let (l, m) = (nodes.local(a.rank), members.len());
+        let own = lens[a.rank];
+        let input = match a.in_place {
+            true => RECV,
+            false => SEND,
+        };
+        let mut sum = input;
+        if m > 1 {
+            let sa = self.args(l, m, 0, total);
+            let recv = (BufId::Tmp, self.alloc(total));
+            self.phase(CollKind::Reduce, &sa, &members, Place { send: input, recv })?;
+            sum = recv;
+        }
+        let (poff, nblk) = nodes.packing(lens);
+        let mut mine = RECV;
+        if l == 0 {
+            let ordered = match nodes.rank_ordered() {
+                true => sum,
+                false => {
+                    let t = (BufId::Tmp, self.alloc(total));
+                    let mut at = 0;
+                    for (r, &len) in lens.iter().enumerate() {
+                        let src = Region::new(sum.0, sum.1 + at, len);
+                        self.b.copy(src, Region::new(t.0, t.1 + poff[r], len));
+                        at += len;
+                    }
+                    t
+                }
+            };
+            mine = (ordered.0, ordered.1 + nblk[g].off);
+            if leaders.len() > 1 {
+                let nb: Vec<Block> = nblk.iter().map(|b| Block::new(0, b.len)).collect();
+                let sa = self.args(g, leaders.len(), 0, 0);
+                let out = (BufId::Tmp, self.alloc(nblk[g].len));
+                let place = Place {
+                    send: ordered,
+                    recv: out,
+                };
+                self.phase_blocks(CollKind::ReduceScatter, sa, &nb, &leaders, place)?;
+                mine = out;
+            }
+            if m == 1 {
+                self.b
+                    .copy(Region::new(mine.0, mine.1, own), Region::recv(0, own));
+            }
+        }
+        if m > 1 {
+            let sb: Vec<Block> = members
+                .iter()
+                .map(|&r| Block::new(poff[r] - nblk[g].off, lens[r]))
+                .collect();
+            let mut sa = self.args(l, m, 0, own);
+            if l == 0 {
+                sa.send_blocks = &sb;
+            }
+            let place = Place {
+                send: mine,
+                recv: RECV,
+            };
+            self.phase(CollKind::Scatterv, &sa, &members, place)?;
         }
         Ok(())
     }

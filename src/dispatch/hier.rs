@@ -1,4 +1,4 @@
-//! The hierarchical path: allreduce, bcast, reduce, allgather and alltoall on a communicator
+//! The hierarchical path: the collectives of `coll::hier::supports` on a communicator
 //! whose ranks span nodes, as the schedules of `coll::hier` (inside each node, between one
 //! leader per node, inside the node again), run by the engine like every schedule.
 //!

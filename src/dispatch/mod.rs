@@ -60,7 +60,7 @@ pub enum Path {
     /// Mid-size bcast/reduce/allreduce on MPI_COMM_WORLD through the shared-memory scratch
     /// areas (`engine::scratch`).
     Scratch,
-    /// Allreduce/bcast/reduce/allgather/alltoall on a communicator that spans nodes: inside
+    /// The collectives of `coll::hier::supports` on a communicator that spans nodes: inside
     /// each node, between one leader per node, inside the node again (`coll::hier`).
     Hier,
     /// A schedule over point-to-point (`coll::build`), run by the engine: every call.

@@ -82,10 +82,17 @@ impl CollSpec {
             commutative,
         };
         let (algo, sched) = match nodes {
-            Some(nodes) => (
-                "hierarchical",
-                Arc::new(hier::build(self.kind, &args, nodes)?),
-            ),
+            Some(nodes) => {
+                tracing::debug!(
+                    "hierarchical {} over {} nodes",
+                    self.kind.name(),
+                    nodes.count()
+                );
+                (
+                    "hierarchical",
+                    Arc::new(hier::build(self.kind, &args, nodes)?),
+                )
+            }
             None => coll::build_shared(self.kind, &args)?,
         };
         tracing::debug!(

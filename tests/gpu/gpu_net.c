@@ -10,7 +10,9 @@
  * The test, for sizes 8 B..MAX_BYTES (default 64 MiB; 0, around the eager limit and around
  * chunk edges): Sendrecv between off-node partners device to device, Isend/Irecv device to
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
- * and Allreduce (MPI_SUM on ints, and in place) on device buffers over the whole world. Every
+ * Allreduce (MPI_SUM on ints, and in place) on device buffers over the whole world, then
+ * Gather, Scatter, Allgatherv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
+ * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
  * "SKIP: no CUDA device (<reason>)" and exits 0. */
 #include <mpi.h>
@@ -122,6 +124,72 @@ static void test(size_t max) {
     free(h);
 }
 
+/* The rooted and v collectives on device buffers over the whole world (at 4 ranks on 2 nodes,
+ * the hierarchical schedules: staged through host memory): Gather to the last rank, Scatter
+ * from rank 1, Allgatherv into reversed blocks, Reduce_scatter_block (MPI_SUM on ints). */
+static void colls(size_t max) {
+    size_t blocks[] = {0, 8, 4096, 65537, 1 << 20};
+    size_t cap = max / (size_t)size;
+    unsigned char *h = malloc(cap * (size_t)size + 64), *d, *d2;
+    int *counts = malloc(sizeof(int) * (size_t)size), *displs = malloc(sizeof(int) * (size_t)size);
+    CU(cudaMalloc_((void **)&d, cap * (size_t)size + 64));
+    CU(cudaMalloc_((void **)&d2, cap * (size_t)size + 64));
+    for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++) {
+        size_t b = blocks[k], all = b * (size_t)size;
+        if (b > cap) continue;
+        int salt = 40 + (int)k, root = size - 1;
+        /* Gather: block r of the root's result is rank r's pattern. */
+        fill(h, b, rank, salt);
+        CU(cudaMemcpy_(d, h, b, cudaMemcpyDefault_));
+        CU(cudaMemset_(d2, 0xee, all + 64));
+        MPI_Gather(d, (int)b, MPI_BYTE, d2, (int)b, MPI_BYTE, root, MPI_COMM_WORLD);
+        if (rank == root) {
+            CU(cudaMemcpy_(h, d2, all + 64, cudaMemcpyDefault_));
+            for (int r = 0; r < size; r++) check("gather", h + (size_t)r * b, b, r, salt);
+            for (size_t i = all; i < all + 64; i++)
+                if (h[i] != 0xee) { fail("gather wrote past its buffer", b, i, h[i], 0xee); break; }
+        }
+        /* Scatter from rank 1: block r of its input is rank r's pattern. */
+        if (rank == 1)
+            for (int r = 0; r < size; r++) fill(h + (size_t)r * b, b, r, salt + 1);
+        CU(cudaMemcpy_(d, h, rank == 1 ? all : 0, cudaMemcpyDefault_));
+        CU(cudaMemset_(d2, 0xee, b + 64));
+        MPI_Scatter(d, (int)b, MPI_BYTE, d2, (int)b, MPI_BYTE, 1, MPI_COMM_WORLD);
+        CU(cudaMemcpy_(h, d2, b + 64, cudaMemcpyDefault_));
+        check("scatter", h, b, rank, salt + 1);
+        for (size_t i = b; i < b + 64; i++)
+            if (h[i] != 0xee) { fail("scatter wrote past its block", b, i, h[i], 0xee); break; }
+        /* Allgatherv: rank r's block at (size - 1 - r) * b. */
+        for (int r = 0; r < size; r++) {
+            counts[r] = (int)b;
+            displs[r] = (int)((size_t)(size - 1 - r) * b);
+        }
+        fill(h, b, rank, salt + 2);
+        CU(cudaMemcpy_(d, h, b, cudaMemcpyDefault_));
+        CU(cudaMemset_(d2, 0xee, all + 64));
+        MPI_Allgatherv(d, (int)b, MPI_BYTE, d2, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
+        CU(cudaMemcpy_(h, d2, all, cudaMemcpyDefault_));
+        for (int r = 0; r < size; r++) check("allgatherv", h + (size_t)displs[r], b, r, salt + 2);
+        /* Reduce_scatter_block: element i of every rank's input is rank + 1 + i % 7. */
+        size_t cnt = b / sizeof(int);
+        int *hi = (int *)h;
+        for (size_t i = 0; i < cnt * (size_t)size; i++) hi[i] = rank + 1 + (int)(i % 7);
+        CU(cudaMemcpy_(d, h, cnt * (size_t)size * sizeof(int), cudaMemcpyDefault_));
+        MPI_Reduce_scatter_block(d, d2, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CU(cudaMemcpy_(h, d2, cnt * sizeof(int), cudaMemcpyDefault_));
+        for (size_t i = 0; i < cnt; i++) {
+            size_t at = (size_t)rank * cnt + i;
+            int want = size * (size + 1) / 2 + size * (int)(at % 7);
+            if (hi[i] != want) { fail("reduce_scatter_block", b, i, (unsigned)hi[i], (unsigned)want); break; }
+        }
+    }
+    CU(cudaFree_(d));
+    CU(cudaFree_(d2));
+    free(h);
+    free(counts);
+    free(displs);
+}
+
 /* Rank 0 sends REPS messages of each size (a window of 4 in flight) to its off-node partner,
  * which acknowledges the last; prints the device-to-device bandwidth. */
 static void bench(size_t max, int reps) {
@@ -183,6 +251,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     test(max);
+    colls(max);
     int all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {

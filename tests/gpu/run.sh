@@ -147,7 +147,8 @@ done
 run "gpu_mem -n 4 over 2 emulated nodes" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$emu" 2 "$out/gpu_mem"
 # Device buffers between nodes (gpu_net: 0 B..64 MiB send/recv device<->device and
-# device<->host, truncation, allreduce): pipelined through host memory in chunks (default 1 MiB
+# device<->host, truncation, allreduce; gather, scatter, allgatherv, reduce_scatter_block, at 4
+# ranks the hierarchical schedules): pipelined through host memory in chunks (default 1 MiB
 # x 4; then 64 KiB x 2, many chunks per message), and staged whole (GPUMPI_NET_GPU_PIPELINE=0).
 for n in 2 4; do
     run "gpu_net -n $n over 2 emulated nodes (device messages pipelined through host memory)" \

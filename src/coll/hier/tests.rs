@@ -26,6 +26,7 @@ fn maps() -> Vec<Vec<usize>> {
         blocks(&[7, 1]),
         (0..8).map(|r| r % 2).collect(),
         (0..7).map(|r| r % 3).collect(),
+        (0..6).map(|r| r % 2).collect(),
         vec![2, 0, 0, 1, 2, 2, 0, 1, 1, 0],
         vec![5, 5, 9, 5, 9, 9, 9, 9, 9],
     ]
@@ -253,10 +254,19 @@ fn only_leaders_cross_nodes() {
         let n = labels.len();
         let nodes = Nodes::new(&labels);
         let leader = |r: usize| nodes.ranks[nodes.of[r]][0] == r;
-        for kind in [CollKind::Allreduce, CollKind::Allgather, CollKind::Alltoall] {
+        let blocks = leak((0..n).map(|r| Block::new(r * 8, 8)).collect());
+        for kind in [
+            CollKind::Allreduce,
+            CollKind::Allgather,
+            CollKind::Alltoall,
+            CollKind::Allgatherv,
+            CollKind::ReduceScatter,
+            CollKind::ReduceScatterBlock,
+        ] {
             for r in 0..n {
                 let a = CollArgs {
                     elem_size: if kind.is_reduction() { 4 } else { 1 },
+                    recv_blocks: blocks,
                     ..CollArgs::new(r, n, 64)
                 };
                 let s = build(kind, &a, &nodes).unwrap();
@@ -285,5 +295,367 @@ fn refuses_what_it_cannot_do() {
     a.commutative = true;
     assert!(build(CollKind::Scan, &a, &nodes).is_err());
     assert!(build(CollKind::Allreduce, &a, &Nodes::new(&[0, 1])).is_err());
-    assert!(supports(CollKind::Alltoall) && !supports(CollKind::Gather));
+    assert!(supports(CollKind::Gather) && !supports(CollKind::Gatherv));
+}
+
+/// Builds every rank's schedule from `args(rank)` and runs them.
+fn run_with(
+    kind: CollKind,
+    labels: &[usize],
+    args: &dyn Fn(usize) -> CollArgs<'static>,
+    mut bufs: Vec<RankBufs>,
+) -> Vec<RankBufs> {
+    let nodes = Nodes::new(labels);
+    let scheds: Vec<Schedule> = (0..labels.len())
+        .map(|r| {
+            build(kind, &args(r), &nodes).unwrap_or_else(|e| panic!("{kind:?} rank {r}: {e:?}"))
+        })
+        .collect();
+    simulate(&scheds, &mut bufs, 4, &sum);
+    bufs
+}
+
+/// Leaks `v` for the `'static` blocks of a test's arguments.
+fn leak(v: Vec<Block>) -> &'static [Block] {
+    Box::leak(v.into_boxed_slice())
+}
+
+#[test]
+fn gather() {
+    for labels in maps() {
+        let n = labels.len();
+        for bs in COUNTS {
+            for root in 0..n {
+                for in_place in [false, true] {
+                    let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, bs, 6)).collect();
+                    let bufs = (0..n)
+                        .map(|r| match (r == root, in_place) {
+                            (true, true) => {
+                                let mut recv = vec![0xEE; n * bs];
+                                recv[r * bs..(r + 1) * bs].copy_from_slice(&blocks[r]);
+                                RankBufs { send: vec![], recv }
+                            }
+                            (true, false) => RankBufs {
+                                send: blocks[r].clone(),
+                                recv: vec![0xEE; n * bs],
+                            },
+                            (false, _) => RankBufs {
+                                send: blocks[r].clone(),
+                                recv: vec![],
+                            },
+                        })
+                        .collect();
+                    let args = |r: usize| CollArgs {
+                        root,
+                        in_place: in_place && r == root,
+                        ..CollArgs::new(r, n, bs)
+                    };
+                    let out = run_with(CollKind::Gather, &labels, &args, bufs);
+                    assert_eq!(
+                        out[root].recv,
+                        blocks.concat(),
+                        "{labels:?} bytes {bs} root {root} in_place {in_place}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scatter() {
+    for labels in maps() {
+        let n = labels.len();
+        for bs in COUNTS {
+            for root in 0..n {
+                for in_place in [false, true] {
+                    let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, bs, 7)).collect();
+                    let bufs = (0..n)
+                        .map(|r| match (r == root, in_place) {
+                            // In place, the root's own block stays in its send buffer.
+                            (true, true) => RankBufs {
+                                send: blocks.concat(),
+                                recv: vec![],
+                            },
+                            (true, false) => RankBufs {
+                                send: blocks.concat(),
+                                recv: vec![0xEE; bs],
+                            },
+                            (false, _) => RankBufs {
+                                send: vec![],
+                                recv: vec![0xEE; bs],
+                            },
+                        })
+                        .collect();
+                    let args = |r: usize| CollArgs {
+                        root,
+                        in_place: in_place && r == root,
+                        ..CollArgs::new(r, n, bs)
+                    };
+                    let out = run_with(CollKind::Scatter, &labels, &args, bufs);
+                    for (r, b) in out.iter().enumerate() {
+                        if r == root && in_place {
+                            continue;
+                        }
+                        assert_eq!(
+                            b.recv, blocks[r],
+                            "{labels:?} bytes {bs} root {root} in_place {in_place} rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Per-rank lengths for the v collectives: every count scaled by a pattern with zeros.
+fn vlens(n: usize, count: usize, unit: usize) -> Vec<usize> {
+    (0..n)
+        .map(|r| ((r * 7 + count) % 5) * count * unit)
+        .collect()
+}
+
+#[test]
+fn allgatherv() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            let lens = vlens(n, count, 1);
+            // Three layouts of Recv: back to back in rank order, reversed with gaps of 2 bytes,
+            // and back to back from an offset.
+            let mut layouts = Vec::new();
+            let prefix: Vec<usize> = lens
+                .iter()
+                .scan(0, |s, &l| Some(std::mem::replace(s, *s + l)))
+                .collect();
+            layouts.push(
+                (0..n)
+                    .map(|r| Block::new(prefix[r], lens[r]))
+                    .collect::<Vec<_>>(),
+            );
+            let mut off = 2;
+            let mut rev = vec![Block::default(); n];
+            for r in (0..n).rev() {
+                rev[r] = Block::new(off, lens[r]);
+                off += lens[r] + 2;
+            }
+            layouts.push(rev);
+            layouts.push((0..n).map(|r| Block::new(prefix[r] + 3, lens[r])).collect());
+            for layout in layouts {
+                let extent = layout.iter().map(|b| b.off + b.len).max().unwrap() + 2;
+                let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, lens[r], 8)).collect();
+                let mut want = vec![0xEE; extent];
+                for r in 0..n {
+                    want[layout[r].off..layout[r].off + lens[r]].copy_from_slice(&blocks[r]);
+                }
+                let layout = leak(layout);
+                for in_place in [false, true] {
+                    let bufs = (0..n)
+                        .map(|r| {
+                            let mut recv = vec![0xEE; extent];
+                            if in_place {
+                                let b = layout[r];
+                                recv[b.off..b.off + b.len].copy_from_slice(&blocks[r]);
+                            }
+                            RankBufs {
+                                send: if in_place { vec![] } else { blocks[r].clone() },
+                                recv,
+                            }
+                        })
+                        .collect();
+                    let args = |r: usize| CollArgs {
+                        in_place,
+                        recv_blocks: layout,
+                        ..CollArgs::new(r, n, 0)
+                    };
+                    let out = run_with(CollKind::Allgatherv, &labels, &args, bufs);
+                    for (r, b) in out.iter().enumerate() {
+                        assert_eq!(
+                            b.recv, want,
+                            "{labels:?} {layout:?} in_place {in_place} rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            for block in [false, true] {
+                let kind = match block {
+                    true => CollKind::ReduceScatterBlock,
+                    false => CollKind::ReduceScatter,
+                };
+                let lens = match block {
+                    true => vec![count * 4; n],
+                    false => vlens(n, count, 4),
+                };
+                let total: usize = lens.iter().sum();
+                let rb = leak(lens.iter().map(|&l| Block::new(0, l)).collect());
+                for in_place in [false, true] {
+                    let inputs: Vec<Vec<u8>> = (0..n).map(|r| gen(r, total, 9)).collect();
+                    let all = inputs[1..]
+                        .iter()
+                        .fold(inputs[0].clone(), |a, x| sum(&a, x));
+                    let bufs = (0..n)
+                        .map(|r| {
+                            let mut recv = vec![0xEE; total.max(lens[r]) + 4];
+                            if in_place {
+                                recv[..total].copy_from_slice(&inputs[r]);
+                            }
+                            RankBufs {
+                                send: if in_place { vec![] } else { inputs[r].clone() },
+                                recv,
+                            }
+                        })
+                        .collect();
+                    let args = |r: usize| CollArgs {
+                        in_place,
+                        elem_size: 4,
+                        recv_blocks: if block { &[] } else { rb },
+                        ..CollArgs::new(r, n, if block { count * 4 } else { 0 })
+                    };
+                    let out = run_with(kind, &labels, &args, bufs);
+                    let mut at = 0;
+                    for (r, b) in out.iter().enumerate() {
+                        let what = format!(
+                            "{kind:?} {labels:?} count {count} in_place {in_place} rank {r}"
+                        );
+                        assert_eq!(b.recv[..lens[r]], all[at..at + lens[r]], "{what}");
+                        if !in_place {
+                            assert!(
+                                b.recv[lens[r]..].iter().all(|&x| x == 0xEE),
+                                "{what}: past its block"
+                            );
+                        }
+                        at += lens[r];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Messages that cross nodes in one call, over all ranks (each Send step whose peer is on
+/// another node).
+fn crossings(scheds: &[Schedule], nodes: &Nodes) -> usize {
+    scheds
+        .iter()
+        .enumerate()
+        .map(|(r, s)| {
+            s.steps
+                .iter()
+                .filter(
+                    |st| matches!(st, Step::Send { peer, .. } if nodes.of[*peer] != nodes.of[r]),
+                )
+                .count()
+        })
+        .sum()
+}
+
+/// Gather and scatter move each node's data in exactly one message between its leader and
+/// the root, for every root, where the flat binomial tree sends more wherever a node holds
+/// more than one subtree.
+#[test]
+fn gather_and_scatter_cross_once_per_node() {
+    for labels in maps() {
+        let n = labels.len();
+        let nodes = Nodes::new(&labels);
+        for kind in [CollKind::Gather, CollKind::Scatter] {
+            for root in 0..n {
+                let args = |r: usize| CollArgs {
+                    root,
+                    ..CollArgs::new(r, n, 8)
+                };
+                let hier: Vec<Schedule> = (0..n)
+                    .map(|r| build(kind, &args(r), &nodes).unwrap())
+                    .collect();
+                let flat: Vec<Schedule> = (0..n)
+                    .map(|r| crate::coll::build(kind, &args(r)).unwrap().1)
+                    .collect();
+                // Every message across nodes is between the root and another node's leader.
+                for (r, s) in hier.iter().enumerate() {
+                    for st in &s.steps {
+                        if let Step::Send { peer, .. } | Step::Recv { peer, .. } = *st {
+                            if nodes.of[peer] != nodes.of[r] {
+                                let other = if r == root { peer } else { r };
+                                assert!(
+                                    (r == root || peer == root)
+                                        && nodes.ranks[nodes.of[other]][0] == other,
+                                    "{kind:?} {labels:?} root {root}: {r} talks to {peer}"
+                                );
+                            }
+                        }
+                    }
+                }
+                let (h, f) = (crossings(&hier, &nodes), crossings(&flat, &nodes));
+                assert_eq!(h, nodes.count() - 1, "{kind:?} {labels:?} root {root}");
+                assert!(
+                    h <= f,
+                    "{kind:?} {labels:?} root {root}: {h} crossings, flat {f}"
+                );
+            }
+        }
+    }
+}
+
+/// The collectives left flat across nodes already send each block across at most one node
+/// boundary: alltoallv at most one message per ordered pair of ranks on different nodes,
+/// gatherv and scatterv one per rank off the root's node, straight between it and the root.
+#[test]
+fn flat_v_collectives_cross_once_per_pair() {
+    for labels in maps() {
+        let n = labels.len();
+        let nodes = Nodes::new(&labels);
+        let blocks = leak((0..n).map(|r| Block::new(r * 8, 8)).collect());
+        let sends = |s: &Schedule, r: usize| -> Vec<usize> {
+            s.steps
+                .iter()
+                .filter_map(|st| match *st {
+                    Step::Send { peer, .. } if nodes.of[peer] != nodes.of[r] => Some(peer),
+                    _ => None,
+                })
+                .collect()
+        };
+        for r in 0..n {
+            let a = CollArgs {
+                send_blocks: blocks,
+                recv_blocks: blocks,
+                ..CollArgs::new(r, n, 8)
+            };
+            let (_, s) = crate::coll::build(CollKind::Alltoallv, &a).unwrap();
+            let mut peers = sends(&s, r);
+            let all = peers.len();
+            peers.sort();
+            peers.dedup();
+            assert_eq!(peers.len(), all, "alltoallv {labels:?} rank {r}: {peers:?}");
+        }
+        for root in 0..n {
+            let off_node = (0..n).filter(|&r| nodes.of[r] != nodes.of[root]).count();
+            for kind in [CollKind::Gatherv, CollKind::Scatterv] {
+                let mut total = 0;
+                for r in 0..n {
+                    let a = CollArgs {
+                        root,
+                        send_blocks: blocks,
+                        recv_blocks: blocks,
+                        ..CollArgs::new(r, n, 8)
+                    };
+                    let (_, s) = crate::coll::build(kind, &a).unwrap();
+                    let peers = sends(&s, r);
+                    assert!(
+                        peers.iter().all(|&p| p == root || r == root),
+                        "{kind:?} {labels:?} root {root}: rank {r} sends across nodes to {peers:?}"
+                    );
+                    total += peers.len();
+                }
+                assert_eq!(total, off_node, "{kind:?} {labels:?} root {root}");
+            }
+        }
+    }
 }
