@@ -610,9 +610,10 @@ impl NetFrames {
     }
 
     /// Posts and tests the bulk transfers of every peer with some queued (see
-    /// [`Transport::bulk_poll`]). A network error ends the process naming the peer, except
-    /// while closing, when that peer's transfers are given up.
-    fn bulk_step(&mut self, f: &mut dyn FnMut(BulkDone)) -> usize {
+    /// [`Transport::bulk_poll`]); returns how many completed. A network error is returned
+    /// naming the peer (the caller ends the process), except while closing, when that peer's
+    /// transfers are given up.
+    fn bulk_step(&mut self, f: &mut dyn FnMut(BulkDone)) -> NetResult<usize> {
         let mut done = 0;
         let mut i = 0;
         while i < self.bulk_peers.len() {
@@ -624,13 +625,12 @@ impl NetFrames {
                     self.bulk_tx[p] = BulkQueue::default();
                     self.bulk_rx[p] = BulkQueue::default();
                 }
-                Err(e) => fatal(
-                    self.me,
-                    NetError::new(format!(
+                Err(e) => {
+                    return Err(NetError::new(format!(
                         "net: rank {}: bulk data with rank {p}: {e}",
                         self.me
-                    )),
-                ),
+                    )))
+                }
             }
             if self.bulk_tx[p].q.is_empty() && self.bulk_rx[p].q.is_empty() {
                 self.bulk_peers.swap_remove(i);
@@ -638,7 +638,7 @@ impl NetFrames {
                 i += 1;
             }
         }
-        done
+        Ok(done)
     }
 
     /// Whether a bulk receive waits for a peer's bulk lane to be accepted.
@@ -805,7 +805,10 @@ impl Transport for NetFrames {
         if self.bulk_peers.is_empty() {
             return 0;
         }
-        self.bulk_step(f)
+        match self.bulk_step(f) {
+            Ok(n) => n,
+            Err(e) => fatal(self.me, e),
+        }
     }
 
     /// Every peer of this transport is on another node.
@@ -986,7 +989,8 @@ impl NetFrames {
         let mut said: Vec<Option<(Request, bool)>> = (0..self.tx.len()).map(|_| None).collect();
         loop {
             self.poll(&mut sink);
-            self.bulk_step(&mut |_| {});
+            // Closing: errors give the peer's transfers up (see `bulk_step`).
+            let _ = self.bulk_step(&mut |_| {});
             let mut done = !self.links.busy() && self.open.is_empty();
             for (p, (tx, said_p)) in self.tx.iter_mut().zip(said.iter_mut()).enumerate() {
                 let Some(t) = tx.as_mut() else {
@@ -1088,5 +1092,55 @@ impl Drop for NetFrames {
             c.aggregated,
             c.cross_rail
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::lazy_tests::loopback_frames;
+    use super::*;
+
+    /// A peer whose bulk lane closes in the middle of a transfer to this rank is an error
+    /// naming that peer's rank (never a wait for bytes that will not come).
+    #[test]
+    fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
+        let mut fs = loopback_frames(2, 2, Duration::from_secs(5), b"bulk-cut");
+        let n = 256 << 20;
+        let src = vec![5u8; n];
+        let mut dst = vec![0u8; n];
+        // SAFETY: the buffer outlives the frames (dropped at the end of the test).
+        assert!(unsafe { fs[0].bulk_send(1, 2, src.as_ptr(), n) });
+        let mut sink = |_: usize, _: &Header, _: &[u8]| {};
+        let end = Instant::now() + Duration::from_secs(20);
+        // Until the send is with the backend (its lane up): far more than the sockets hold.
+        while fs[0].bulk_tx[1].posted == 0 || fs[1].bulk_in[0].is_none() {
+            assert!(Instant::now() < end, "the transfer never started");
+            for f in fs.iter_mut() {
+                f.poll(&mut sink);
+            }
+            fs[0].bulk_step(&mut |_| {}).unwrap();
+        }
+        // The sender's lane goes (as when its process dies), its transfer in flight; then the
+        // receiver asks for it.
+        fs[0].bulk_out[1] = None;
+        // SAFETY: as above.
+        assert!(unsafe { fs[1].bulk_recv(0, 1, dst.as_mut_ptr(), n) });
+        let e = loop {
+            assert!(Instant::now() < end, "the receiver never noticed");
+            match fs[1].bulk_step(&mut |d| panic!("a cut transfer completed: {d:?}")) {
+                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            e.msg.contains("rank 1: bulk data with rank 0"),
+            "the error names the peer: {e}"
+        );
+        fs[0].bulk_tx[1] = BulkQueue::default();
+        fs[1].bulk_rx[0] = BulkQueue::default();
+        fs[1].bulk_peers.clear();
+        fs[0].bulk_peers.clear();
+        drop(fs);
+        drop((src, dst));
     }
 }
