@@ -5,26 +5,31 @@
 # writes and reads of 1 MiB and of 64 MiB buffers, 2 s each: on loopback and veth the copies
 # of large buffers come from memory, not cache, as the benchmark's do).
 #
-#   benches/net_bulk_bench.sh [--netns] [--rounds N] [--env VAR=VAL]... [--net-bench EXE]
-#                             BASE_PREFIX NEW_PREFIX
+#   benches/net_bulk_bench.sh [--netns [--rate RATE]] [--rounds N] [--max BYTES]
+#                             [--env VAR=VAL]... [--net-bench EXE] BASE_PREFIX NEW_PREFIX
 #
 # BASE_PREFIX and NEW_PREFIX hold bin/mpicc and bin/mpirun (scripts/install.sh --prefix).
 # Default: emulated nodes on loopback (scripts/emulate-nodes.sh 2, TCP over lo; raw TCP over
 # 127.0.0.1). --netns: two namespace nodes (scripts/netns-nodes.sh up 2 1, root and ip needed,
 # else exit 77), mpirun --host localhost:1,n1:1 through scripts/netns-agent, raw TCP between
-# 198.18.0.1 and 198.18.0.2; the namespaces are removed at the end. --env sets a variable for
-# both installs' runs (repeatable). --net-bench (loopback only) also runs EXE (the
+# 198.18.0.1 and 198.18.0.2; the namespaces are removed at the end. --rate shapes both nodes'
+# rail0 with a tc token bucket (tbf) of RATE (e.g. 2gbit), so that the link, not the CPU,
+# bounds the numbers. --max: the largest message (64M; sizes from 64K by factors of 4). --env sets a variable for
+# both installs' runs (repeatable). Each run also prints the CPU seconds its processes used
+# (/usr/bin/time, where present). --net-bench (loopback only) also runs EXE (the
 # net-bench example: `cargo build --release --example net-bench`, target/release/examples/
 # net-bench) each round: raw TCP with 1 and 4 streams and the TCP backend alone, per message
 # size, in one process. Output: per round, the raw figures and each install's
 # gpumpi-bench table, then `uptime`.
 set -euo pipefail
 
-netns= rounds=3 netbench=
+netns= rounds=3 netbench= rate= max=64M
 envs=()
 while [[ $# -gt 0 ]]; do
     case $1 in
     --netns) netns=1; shift ;;
+    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+    --max) max=${2:?--max needs a size}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --env) envs+=("${2:?--env needs VAR=VAL}"); shift 2 ;;
     --net-bench) netbench=${2:?--net-bench needs a path}; shift 2 ;;
@@ -56,6 +61,12 @@ if [[ -n $netns ]]; then
         exit "$rc"
     fi
     raddr=198.18.0.2
+    if [[ -n $rate ]]; then
+        for i in 0 1; do
+            bash "$nodes" -p "$ns" exec "$i" tc qdisc replace dev rail0 root tbf rate "$rate" \
+                burst 256kb latency 50ms
+        done
+    fi
 else
     raddr=127.0.0.1
 fi
@@ -122,17 +133,24 @@ raw() {
     done
 }
 
+# CPU seconds of mpirun and everything it waited for (the ranks, and the launch agents with
+# theirs): a cost per byte that the machine's load does not change much.
+timed=()
+if [[ -x /usr/bin/time ]]; then
+    timed=(/usr/bin/time -f "cpu: %U s user, %S s system, %e s wall (mpirun and the ranks)")
+fi
+
 bench() {
     local which=$1 p
     eval "p=\$$which"
-    local args=(-o bw -b 64K -e 64M -f 4 -w 1 -n 3)
+    local args=(-o bw -b 64K -e "$max" -f 4 -w 1 -n 3)
     echo "== $which ($p)"
     if [[ -n $netns ]]; then
-        bash "$nodes" -p "$ns" exec 0 env GPUMPI_NET_IFNAME==rail0 "${envs[@]}" "$p/bin/mpirun" \
+        bash "$nodes" -p "$ns" exec 0 env GPUMPI_NET_IFNAME==rail0 "${envs[@]}" "${timed[@]}" "$p/bin/mpirun" \
             --host localhost:1,n1:1 --launch-agent "$here/scripts/netns-agent -p $ns" \
             --timeout 900 "$work/bench-$which" "${args[@]}"
     else
-        env "${envs[@]}" "$p/bin/mpirun" -n 2 --timeout 900 "$here/scripts/emulate-nodes.sh" 2 \
+        env "${envs[@]}" "${timed[@]}" "$p/bin/mpirun" -n 2 --timeout 900 "$here/scripts/emulate-nodes.sh" 2 \
             "$work/bench-$which" "${args[@]}"
     fi
 }

@@ -386,8 +386,8 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_NET_BULK_MIN",
-        default: "256k",
-        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection. `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`) instead.",
+        default: "64k",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`) instead.",
         same_on_every_rank: false,
     },
     Param {
@@ -1428,7 +1428,7 @@ mod tests {
         assert_eq!(d.net.accept_timeout, std::time::Duration::from_secs(30));
         assert_eq!(d.net.ibverbs_lib, "libibverbs.so.1");
         assert_eq!(d.net.connect_eager, Ok(false));
-        assert_eq!(d.net.bulk_min, Some(256 << 10));
+        assert_eq!(d.net.bulk_min, Some(64 << 10));
         assert_eq!(
             with(&[("GPUMPI_NET_BULK_MIN", "2m")]).net.bulk_min,
             Some(2 << 20)

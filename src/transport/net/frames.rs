@@ -34,11 +34,12 @@
 //!   every connection it accepted (accepting, meanwhile, connections still being set up) before
 //!   the comms close. A rank says goodbye to a peer only once its bulk sends to it are
 //!   complete, and closes only once its bulk receives are (a bulk lane carries no goodbye of
-//!   its own: every message on it was asked for by its receiver). A receiver takes the goodbye as the end of that connection and tests it
-//!   no more, so a sender may close once its goodbye is sent (the backend delivers what a peer
-//!   sent before it closed); waiting for the goodbyes of its own senders keeps a rank's receives
-//!   posted until they are done with it. Frames that arrive meanwhile (sends nobody received)
-//!   are dropped. A rank never waits for peers it has no connection with.
+//!   its own: every message on it was asked for by its receiver). A receiver takes the goodbye
+//!   as the end of that connection and tests it no more, so a sender may close once its
+//!   goodbye is sent (the backend delivers what a peer sent before it closed); waiting for the
+//!   goodbyes of its own senders keeps a rank's receives posted until they are done with it.
+//!   Frames that arrive meanwhile (sends nobody received) are dropped. A rank never waits for
+//!   peers it has no connection with.
 //! - **Bulk data** ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the engine moves the
 //!   data of large rendezvous messages (from [`NetFrames::set_bulk_min`] bytes on) as one
 //!   backend message each (tag [`TAG_BULK`]), straight from the sender's buffer into the
@@ -59,10 +60,11 @@
 //!   contract has no error path, and a job that lost a connection cannot go on.
 //!
 //! Counters ([`Counters`]: frames and bytes each way, network operations, aggregated ones,
-//! operations to a peer on another rail, bulk transfers and their bytes each way) are logged when the transport is dropped
-//! (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`), with the connections opened and
-//! accepted: the tests read them to check that off-node traffic went over the network, on
-//! which rails, and that a job opened only the connections its traffic needed.
+//! operations to a peer on another rail, bulk transfers and their bytes each way) are logged
+//! when the transport is dropped (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`), with the
+//! connections opened and accepted: the tests read them to check that off-node traffic went
+//! over the network, on which rails, through bulk transfers, and that a job opened only the
+//! connections its traffic needed.
 
 use super::links::{hello, Link, Links, TAG_HELLO};
 use super::{MemKind, Mr, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
