@@ -268,6 +268,40 @@ impl NetFrames {
         self.bulk_min = min;
     }
 
+    /// For tests: bulk sends to `peer` with the backend, bulk receives from it with the
+    /// backend, and whether its bulk lane to this rank is accepted.
+    #[cfg(test)]
+    pub(crate) fn bulk_state(&self, peer: usize) -> (usize, usize, bool) {
+        (
+            self.bulk_tx[peer].posted,
+            self.bulk_rx[peer].posted,
+            self.bulk_in[peer].is_some(),
+        )
+    }
+
+    /// For tests: [`Transport::bulk_poll`] with its error returned instead of ending the
+    /// process.
+    #[cfg(test)]
+    pub(crate) fn try_bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> NetResult<usize> {
+        self.bulk_step(f)
+    }
+
+    /// For tests: closes the bulk lane to `peer` (as when this process dies) and forgets the
+    /// bulk transfers queued with every peer.
+    #[cfg(test)]
+    pub(crate) fn cut_bulk_lane(&mut self, peer: usize, forget: bool) {
+        self.bulk_out[peer] = None;
+        if forget {
+            self.bulk_tx
+                .iter_mut()
+                .for_each(|q| *q = BulkQueue::default());
+            self.bulk_rx
+                .iter_mut()
+                .for_each(|q| *q = BulkQueue::default());
+            self.bulk_peers.clear();
+        }
+    }
+
     /// Opens the connections both ways with every rank of `remote` now (`GPUMPI_NET_CONNECT=eager`):
     /// collective over those ranks and this one (each dials the others and waits to be dialed
     /// by them); fails after `timeout` naming the missing peers.
@@ -1094,55 +1128,5 @@ impl Drop for NetFrames {
             c.aggregated,
             c.cross_rail
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::lazy_tests::loopback_frames;
-    use super::*;
-
-    /// A peer whose bulk lane closes in the middle of a transfer to this rank is an error
-    /// naming that peer's rank (never a wait for bytes that will not come).
-    #[test]
-    fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
-        let mut fs = loopback_frames(2, 2, Duration::from_secs(5), b"bulk-cut");
-        let n = 256 << 20;
-        let src = vec![5u8; n];
-        let mut dst = vec![0u8; n];
-        // SAFETY: the buffer outlives the frames (dropped at the end of the test).
-        assert!(unsafe { fs[0].bulk_send(1, 2, src.as_ptr(), n) });
-        let mut sink = |_: usize, _: &Header, _: &[u8]| {};
-        let end = Instant::now() + Duration::from_secs(20);
-        // Until the send is with the backend (its lane up): far more than the sockets hold.
-        while fs[0].bulk_tx[1].posted == 0 || fs[1].bulk_in[0].is_none() {
-            assert!(Instant::now() < end, "the transfer never started");
-            for f in fs.iter_mut() {
-                f.poll(&mut sink);
-            }
-            fs[0].bulk_step(&mut |_| {}).unwrap();
-        }
-        // The sender's lane goes (as when its process dies), its transfer in flight; then the
-        // receiver asks for it.
-        fs[0].bulk_out[1] = None;
-        // SAFETY: as above.
-        assert!(unsafe { fs[1].bulk_recv(0, 1, dst.as_mut_ptr(), n) });
-        let e = loop {
-            assert!(Instant::now() < end, "the receiver never noticed");
-            match fs[1].bulk_step(&mut |d| panic!("a cut transfer completed: {d:?}")) {
-                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
-                Err(e) => break e,
-            }
-        };
-        assert!(
-            e.msg.contains("rank 1: bulk data with rank 0"),
-            "the error names the peer: {e}"
-        );
-        fs[0].bulk_tx[1] = BulkQueue::default();
-        fs[1].bulk_rx[0] = BulkQueue::default();
-        fs[1].bulk_peers.clear();
-        fs[0].bulk_peers.clear();
-        drop(fs);
-        drop((src, dst));
     }
 }

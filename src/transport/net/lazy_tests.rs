@@ -331,3 +331,42 @@ fn bulk_transfers_match_in_queue_order_over_their_own_connection() {
     let t = close(fs);
     assert!(t < Duration::from_secs(5), "close took {t:?}");
 }
+
+/// A peer whose bulk lane closes in the middle of a transfer to this rank is an error naming
+/// that peer's rank (never a wait for bytes that will not come).
+#[test]
+fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
+    let mut fs = loopback_frames(2, 2, Duration::from_secs(5), b"bulk-cut");
+    let n = 256 << 20;
+    let src = vec![5u8; n];
+    let mut dst = vec![0u8; n];
+    // SAFETY: the buffer outlives the frames (dropped at the end of the test).
+    assert!(unsafe { fs[0].bulk_send(1, 2, src.as_ptr(), n) });
+    let mut got: Got = vec![Vec::new(); 2];
+    let end = Instant::now() + Duration::from_secs(20);
+    // Until the send is with the backend (its lane up): far more than the sockets hold.
+    while fs[0].bulk_state(1).0 == 0 || !fs[1].bulk_state(0).2 {
+        assert!(Instant::now() < end, "the transfer never started");
+        poll(&mut fs, &all(2), &mut got);
+        fs[0].try_bulk_poll(&mut |_| {}).unwrap();
+    }
+    // The sender's lane goes (as when its process dies), its transfer in flight; then the
+    // receiver asks for it.
+    fs[0].cut_bulk_lane(1, true);
+    // SAFETY: as above.
+    assert!(unsafe { fs[1].bulk_recv(0, 1, dst.as_mut_ptr(), n) });
+    let e = loop {
+        assert!(Instant::now() < end, "the receiver never noticed");
+        match fs[1].try_bulk_poll(&mut |d| panic!("a cut transfer completed: {d:?}")) {
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        e.msg.contains("rank 1: bulk data with rank 0"),
+        "the error names the peer: {e}"
+    );
+    fs[1].cut_bulk_lane(0, true);
+    close(fs);
+    drop((src, dst));
+}
