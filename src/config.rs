@@ -385,6 +385,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_NET_BULK_MIN",
+        default: "64k",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`) instead.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_NET_CONNECT",
         default: "lazy",
         doc: "When ranks on different nodes connect: `lazy` (default): a rank opens a connection to an off-node peer when it first sends to it (a point-to-point message, a collective's message or a protocol reply), and accepts connections from peers while it makes progress, so a job opens only the connections its traffic needs and `MPI_Init` opens none; `eager`: every rank connects to every rank on another node at `MPI_Init` (one connection each way per pair). Must be the same on every rank. docs/MULTINODE.md.",
@@ -1028,6 +1034,8 @@ pub struct NetConfig {
     /// `GPUMPI_NET_TCP_THREADS`, `GPUMPI_NET_TCP_SOCKS` (the TCP backend checks their range).
     pub tcp_threads: usize,
     pub tcp_socks: usize,
+    /// `GPUMPI_NET_BULK_MIN`; `None` for `off`.
+    pub bulk_min: Option<usize>,
     /// `GPUMPI_IB_HCA`.
     pub ib_hca: Option<String>,
     /// `GPUMPI_IB_GID_INDEX`: `Ok(None)` for unset or `auto`; `Err` names a value that is not an
@@ -1177,6 +1185,10 @@ impl Config {
                 ifname: get("GPUMPI_NET_IFNAME"),
                 tcp_threads: get_usize("GPUMPI_NET_TCP_THREADS"),
                 tcp_socks: get_usize("GPUMPI_NET_TCP_SOCKS"),
+                bulk_min: match get("GPUMPI_NET_BULK_MIN").as_deref() {
+                    Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
+                    _ => Some(get_usize("GPUMPI_NET_BULK_MIN")),
+                },
                 ib_hca: get("GPUMPI_IB_HCA"),
                 ib_gid_index: parse_gid_index(get("GPUMPI_IB_GID_INDEX").as_deref()),
                 ib_mtu: get("GPUMPI_IB_MTU"),
@@ -1416,6 +1428,12 @@ mod tests {
         assert_eq!(d.net.accept_timeout, std::time::Duration::from_secs(30));
         assert_eq!(d.net.ibverbs_lib, "libibverbs.so.1");
         assert_eq!(d.net.connect_eager, Ok(false));
+        assert_eq!(d.net.bulk_min, Some(64 << 10));
+        assert_eq!(
+            with(&[("GPUMPI_NET_BULK_MIN", "2m")]).net.bulk_min,
+            Some(2 << 20)
+        );
+        assert_eq!(with(&[("GPUMPI_NET_BULK_MIN", " OFF")]).net.bulk_min, None);
         assert_eq!(d.shm.mid_max, 1 << 20);
         assert_eq!(d.shm.scratch_bytes, 256 << 10);
 

@@ -680,6 +680,7 @@ c_tests!(
     init_plain,
     multinode_init,
     net_lazy,
+    net_bulk,
     p2p_basic,
     p2p_nonblocking,
     p2p_modes,

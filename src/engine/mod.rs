@@ -55,6 +55,14 @@
 //!   copies at the receiver, the receiver's `CREDIT` frames raising the limit ([`devnet`]).
 //!   The send completes when its last chunk is in the transport, the receive when its last
 //!   chunk is on the device.
+//! - **Bulk rendezvous between nodes** (host buffers at both ends, the peer on another node,
+//!   `min(len, capacity)` at least the transport's [`Transport::bulk_min`] for that peer):
+//!   the receiver queues a bulk receive of that many bytes into its buffer with the transport
+//!   and answers `BULK` (instead of `CTS`); the sender queues a bulk send of them from its
+//!   buffer. The transport matches the two by their order (the order of the `BULK` frames,
+//!   first in first out), moves the bytes as one network message between the two buffers
+//!   ([`rndv::bulk`] decides), and reports each end complete; the send completes then, the
+//!   receive when its bytes are in.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 //! - **Notes** (`FLAG_NOTE`): a send may carry a [`Note`] of [`NOTE_BYTES`] opaque bytes (the
@@ -193,6 +201,9 @@ mod kind {
     pub const ASK: u8 = 13;
     /// The answer to `ASK`: the record (payload), or none yet (no payload).
     pub const TELL: u8 = 14;
+    /// Receiver -> sender of a host rendezvous to another node: send bytes `0..total` of
+    /// `sreq` as one bulk transfer (the receiver queued its bulk receive for receive `rreq`).
+    pub const BULK: u8 = 15;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -260,6 +271,9 @@ struct SendState {
     note: Option<Note>,
     /// The receiver refused the message (`kind::REFUSE`), with its note if it sent one.
     refused: Option<Option<Note>>,
+    /// The data goes as a bulk transfer (queued with the transport, which reads `buf` until
+    /// it reports the transfer complete).
+    bulk: bool,
 }
 
 struct RecvState {
@@ -282,6 +296,8 @@ struct RecvState {
     owned: Option<Vec<u8>>,
     /// A message from another node pipelined into device memory chunk by chunk ([`devnet`]).
     pipe: Option<Box<devnet::RxPipe>>,
+    /// The data comes as a bulk transfer the transport writes into `buf`.
+    bulk: bool,
 }
 
 enum ReqKind {
@@ -548,6 +564,15 @@ struct State {
     /// told (peer, context, sequence, record), newest last ([`ask`]).
     records: Option<collcheck::Rings>,
     told: VecDeque<(usize, u32, u32, collcheck::Record)>,
+    /// Per peer: the transport's bulk threshold ([`Transport::bulk_min`]).
+    bulk_min: Vec<Option<usize>>,
+    /// Bulk transfers to hand to the transport, in order: receives (peer, receive, buffer,
+    /// bytes) and sends (peer, send, buffer, bytes); and how many are with it.
+    bulk_rx: Vec<(usize, u64, usize, usize)>,
+    bulk_tx: Vec<(usize, u64, usize, usize)>,
+    bulk_live: usize,
+    /// Bulk transfers completed (both ways).
+    bulk_count: u64,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -619,6 +644,7 @@ impl Engine {
             .collect();
         let rates = transport.copy_rates();
         let near = (0..world_size).map(|r| transport.same_node(r)).collect();
+        let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
             cfg.eager_limit,
@@ -655,6 +681,11 @@ impl Engine {
                 refused: VecDeque::new(),
                 records: None,
                 told: VecDeque::new(),
+                bulk_min,
+                bulk_rx: Vec::new(),
+                bulk_tx: Vec::new(),
+                bulk_live: 0,
+                bulk_count: 0,
             },
             colls: Vec::new(),
             in_colls: false,
@@ -822,6 +853,7 @@ impl Engine {
                 coop: coop.map(|i| (a.dst_world, i)),
                 note,
                 refused: None,
+                bulk: false,
             }),
         });
         if let Some(slot) = coop {
@@ -1181,8 +1213,9 @@ impl Engine {
     /// and the data still to arrive goes to a buffer the request owns. For operations given
     /// up in flight (a collective schedule abandoned when its peers called something else),
     /// whose buffers the caller may free or reuse once its call returned. Device buffers,
-    /// sends already in the transport, and receives whose data a copy already in progress
-    /// writes (a shared read, a pipe) are left as they are.
+    /// sends already in the transport (bulk transfers included), and receives whose data a
+    /// copy already in progress writes (a shared read, a pipe, a bulk transfer) are left as
+    /// they are.
     pub fn detach(&mut self, req: ReqId) {
         let busy = self
             .st
@@ -1196,7 +1229,7 @@ impl Engine {
             ..
         }) = self.st.reqs.get_mut(req.0)
         {
-            if !rs.posted && !rs.dev && !busy && rs.stage.is_none() && rs.cap > 0 {
+            if !rs.posted && !rs.dev && !busy && !rs.bulk && rs.stage.is_none() && rs.cap > 0 {
                 let mut v = vec![0u8; rs.cap];
                 rs.buf = v.as_mut_ptr();
                 rs.owned = Some(v);
@@ -1209,7 +1242,7 @@ impl Engine {
             ..
         }) = self.st.reqs.get_mut(req.0)
         {
-            if s.dev || s.pushed || s.staged.is_some() || s.len == 0 {
+            if s.dev || s.pushed || s.bulk || s.staged.is_some() || s.len == 0 {
                 return;
             }
             // SAFETY: the send's buffer is valid for len bytes until the send completes (the
@@ -1320,6 +1353,11 @@ impl Engine {
         did
     }
 
+    /// Bulk transfers this rank completed so far, sends and receives ([`Transport::bulk_send`]).
+    pub fn bulk_transfers(&self) -> u64 {
+        self.st.bulk_count
+    }
+
     /// Number of live requests (for leak checks in tests).
     pub fn live_requests(&self) -> usize {
         self.st.reqs.len()
@@ -1337,6 +1375,9 @@ impl Engine {
         let st = &mut self.st;
         if self.tp.poll(&mut |src, h, p| st.on_frame(src, h, p)) > 0 {
             did = true;
+        }
+        if self.st.bulk_live > 0 || !self.st.bulk_rx.is_empty() || !self.st.bulk_tx.is_empty() {
+            did |= self.run_bulk();
         }
         if !self.st.reads.is_empty() || !self.st.writes.is_empty() {
             // Frames already queued (an RTS, FINs) go out before a possibly long copy.
@@ -1366,6 +1407,41 @@ impl Engine {
             did = true;
         }
         did
+    }
+
+    /// Hand the queued bulk transfers to the transport, in order, and finish the ones it
+    /// reports complete. Returns whether any completed.
+    fn run_bulk(&mut self) -> bool {
+        for (peer, rreq, buf, len) in std::mem::take(&mut self.st.bulk_rx) {
+            // SAFETY: the receive owns buf..buf+len (len <= cap) until it completes, which
+            // happens only when the transport reports this transfer.
+            if unsafe { self.tp.bulk_recv(peer, rreq, buf as *mut u8, len) } {
+                self.st.bulk_live += 1;
+            } else {
+                tracing::error!("engine: no bulk transfers from rank {peer}");
+                self.st.fail(rreq);
+                self.st.complete(rreq);
+            }
+        }
+        for (peer, sreq, buf, len) in std::mem::take(&mut self.st.bulk_tx) {
+            // SAFETY: the send's buffer holds len bytes and stays unchanged until the send
+            // completes, which happens only when the transport reports this transfer.
+            if unsafe { self.tp.bulk_send(peer, sreq, buf as *const u8, len) } {
+                self.st.bulk_live += 1;
+            } else {
+                tracing::error!(
+                    "engine: rank {peer} asked for a bulk transfer this rank cannot make"
+                );
+                if let Some(q) = self.st.reqs.get_mut(sreq) {
+                    q.status.error = crate::standard::consts::MPI_ERR_OTHER;
+                }
+                self.st.mark_pushed(sreq);
+            }
+        }
+        let st = &mut self.st;
+        let n = self.tp.bulk_poll(&mut |d| st.bulk_done(d));
+        self.st.bulk_live -= n;
+        n > 0
     }
 
     /// Write pushed device rendezvous data into the receivers' buffers (see `kind::PUT`).

@@ -10,10 +10,16 @@ use std::time::{Duration, Instant};
 const LIMIT: usize = 4096;
 
 fn engines(n: usize) -> Vec<Engine> {
+    engines_with(n, None)
+}
+
+/// `n` engines whose network frames offer bulk transfers from `bulk_min` bytes on.
+fn engines_with(n: usize, bulk_min: Option<usize>) -> Vec<Engine> {
     loopback_frames(n, 2, Duration::from_secs(5), b"engine-lazy")
         .into_iter()
         .enumerate()
-        .map(|(me, frames)| {
+        .map(|(me, mut frames)| {
+            frames.set_bulk_min(bulk_min);
             Engine::with_config(
                 Box::new(frames),
                 me,
@@ -101,4 +107,144 @@ fn any_source_hears_ranks_that_were_never_connected() {
         t < Duration::from_secs(8),
         "the job took {t:?} (a close waited?)"
     );
+}
+
+/// A message of `len` bytes whose first 8 bytes are its sequence number `seq` and the rest a
+/// pattern of the sender `from`.
+fn numbered(len: usize, from: usize, seq: u64) -> Vec<u8> {
+    let mut v = data(len, from as u8 ^ seq as u8);
+    v[..8].copy_from_slice(&seq.to_le_bytes());
+    v
+}
+
+fn send_args(buf: &[u8], dst: usize, me: usize, tag: i32) -> SendArgs {
+    SendArgs {
+        buf: buf.as_ptr(),
+        len: buf.len(),
+        dst_world: dst,
+        ctx: 9,
+        src_rank: me as i32,
+        tag,
+        sync: false,
+        dev: None,
+        note: None,
+    }
+}
+
+/// Large messages between ranks on different nodes move as bulk transfers (many in flight,
+/// from a reused buffer, to `MPI_ANY_SOURCE` receives, truncated), with MPI's matching: each
+/// sender's messages arrive in order, a truncated receive gets the bytes that fit and
+/// `MPI_ERR_TRUNCATE`, and messages below the threshold still go as frames.
+#[test]
+fn large_messages_between_nodes_move_as_bulk_transfers() {
+    const MIN: usize = 256 << 10;
+    const N: u64 = 12;
+    const REUSED: usize = 8;
+    let size = |from: usize, seq: u64| MIN + (seq as usize * 97_003 + from * 13) % (2 << 20);
+    let es = engines_with(3, Some(MIN));
+    std::thread::scope(|s| {
+        for (me, mut e) in es.into_iter().enumerate() {
+            s.spawn(move || {
+                if me == 2 {
+                    let cap = MIN + (2 << 20);
+                    let mut bufs: Vec<Vec<u8>> = (0..2 * N).map(|_| vec![0u8; cap]).collect();
+                    // SAFETY (every receive below): the buffers outlive the waits.
+                    let rs: Vec<ReqId> = bufs
+                        .iter_mut()
+                        .map(|b| {
+                            unsafe { e.irecv(b.as_mut_ptr(), cap, 9, MPI_ANY_SOURCE, 5) }.unwrap()
+                        })
+                        .collect();
+                    let mut seen = [0u64; 2];
+                    for (r, b) in rs.into_iter().zip(&bufs) {
+                        let st = wait(&mut e, r);
+                        let from = st.source as usize;
+                        let seq = u64::from_le_bytes(b[..8].try_into().unwrap());
+                        assert_eq!(seq, seen[from], "rank {from}'s messages in order");
+                        seen[from] += 1;
+                        assert_eq!(st.bytes, size(from, seq));
+                        assert!(
+                            b[..st.bytes] == numbered(st.bytes, from, seq),
+                            "bytes of {from}/{seq}"
+                        );
+                    }
+                    // Rank 0's sends of one reused buffer.
+                    let mut r = vec![0u8; 3 << 20];
+                    for _ in 0..REUSED {
+                        let q = unsafe { e.irecv(r.as_mut_ptr(), r.len(), 9, 0, 6) }.unwrap();
+                        let st = wait(&mut e, q);
+                        assert_eq!(st.bytes, 3 << 20);
+                        assert!(r == data(3 << 20, 66), "the reused buffer's bytes");
+                    }
+                    // Truncated: 1 MiB into 512 KiB.
+                    let mut t = vec![0u8; 512 << 10];
+                    let q = unsafe { e.irecv(t.as_mut_ptr(), t.len(), 9, 1, 7) }.unwrap();
+                    let st = wait(&mut e, q);
+                    assert_eq!((st.error, st.bytes), (MPI_ERR_TRUNCATE, 512 << 10));
+                    assert!(
+                        t[..] == data(1 << 20, 77)[..512 << 10],
+                        "the bytes that fit"
+                    );
+                    // Below the threshold: frames.
+                    let mut small = vec![0u8; MIN - 1];
+                    let q = unsafe { e.irecv(small.as_mut_ptr(), small.len(), 9, 1, 8) }.unwrap();
+                    assert_eq!(wait(&mut e, q).bytes, MIN - 1);
+                    assert!(small == data(MIN - 1, 88));
+                    assert_eq!(e.bulk_transfers(), 2 * N + REUSED as u64 + 1);
+                } else {
+                    let msgs: Vec<Vec<u8>> = (0..N).map(|q| numbered(size(me, q), me, q)).collect();
+                    // SAFETY (every send below): the buffers outlive the waits.
+                    let mut rs: Vec<ReqId> = msgs
+                        .iter()
+                        .map(|m| unsafe { e.isend(send_args(m, 2, me, 5)) }.unwrap())
+                        .collect();
+                    let reused = data(3 << 20, 66);
+                    let trunc = data(1 << 20, 77);
+                    let small = data(MIN - 1, 88);
+                    if me == 0 {
+                        for _ in 0..REUSED {
+                            rs.push(unsafe { e.isend(send_args(&reused, 2, me, 6)) }.unwrap());
+                        }
+                    } else {
+                        rs.push(unsafe { e.isend(send_args(&trunc, 2, me, 7)) }.unwrap());
+                        rs.push(unsafe { e.isend(send_args(&small, 2, me, 8)) }.unwrap());
+                    }
+                    for r in rs {
+                        assert_eq!(wait(&mut e, r).error, MPI_SUCCESS);
+                    }
+                    let bulk = if me == 0 { N + REUSED as u64 } else { N + 1 };
+                    assert_eq!(e.bulk_transfers(), bulk);
+                }
+                assert_eq!(e.live_requests(), 0);
+                drop(e);
+            });
+        }
+    });
+}
+
+/// With bulk transfers off (`GPUMPI_NET_BULK_MIN=off`), large messages between nodes are
+/// streamed as frames and arrive the same.
+#[test]
+fn without_bulk_transfers_large_messages_stream_as_frames() {
+    let es = engines_with(2, None);
+    std::thread::scope(|s| {
+        for (me, mut e) in es.into_iter().enumerate() {
+            s.spawn(move || {
+                let m = data(3 << 20, 3);
+                if me == 0 {
+                    // SAFETY: the buffer outlives the wait.
+                    let r = unsafe { e.isend(send_args(&m, 1, 0, 1)) }.unwrap();
+                    wait(&mut e, r);
+                } else {
+                    let mut b = vec![0u8; m.len()];
+                    // SAFETY: as above.
+                    let r = unsafe { e.irecv(b.as_mut_ptr(), b.len(), 9, 0, 1) }.unwrap();
+                    assert_eq!(wait(&mut e, r).bytes, m.len());
+                    assert!(b == m);
+                }
+                assert_eq!(e.bulk_transfers(), 0);
+                drop(e);
+            });
+        }
+    });
 }

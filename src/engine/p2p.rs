@@ -53,6 +53,7 @@ impl State {
                 note: None,
                 owned: None,
                 pipe: None,
+                bulk: false,
             }),
         })
     }
@@ -336,11 +337,83 @@ impl State {
                 coop,
             });
         } else {
+            if rndv::bulk(self.bulk_min[src_world], want, self.recv_dev(rreq)) {
+                return self.request_bulk(rreq, src_world, sreq, want);
+            }
             if self.stream_watch[src_world].is_none() && !self.recv_dev(rreq) {
                 self.stream_watch[src_world] = Some((rreq, std::time::Instant::now()));
             }
             self.request_stream(rreq, src_world, sreq, want);
         }
+    }
+
+    /// Receive `rreq` takes the `want` bytes of host send `sreq` of `src_world` as one bulk
+    /// transfer into its (host) buffer: queued for the transport, and `BULK` to the sender,
+    /// both in this order (see the protocol summary).
+    fn request_bulk(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize) {
+        let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        else {
+            return;
+        };
+        rs.expect = want;
+        rs.got = 0;
+        rs.bulk = true;
+        self.bulk_rx.push((src_world, rreq, rs.buf as usize, want));
+        self.send_ctrl(
+            src_world,
+            Header {
+                kind: kind::BULK,
+                sreq,
+                rreq,
+                total: want as u64,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// The receiver asks for bytes `0..h.total` of send `h.sreq` as one bulk transfer.
+    fn on_bulk(&mut self, peer: usize, h: &Header) {
+        self.stage_device_send(h.sreq);
+        let Some(Req {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.reqs.get_mut(h.sreq)
+        else {
+            tracing::error!("engine: bulk request for unknown send {:#x}", h.sreq);
+            return;
+        };
+        let want = (h.total as usize).min(s.len);
+        s.bulk = true;
+        self.bulk_tx.push((peer, h.sreq, s.buf as usize, want));
+    }
+
+    /// The transport finished bulk transfer `d`: its send's data is out, or its receive's
+    /// bytes are in.
+    pub(super) fn bulk_done(&mut self, d: crate::transport::BulkDone) {
+        self.bulk_count += 1;
+        if d.send {
+            if let Some(Req {
+                kind: ReqKind::Send(s),
+                ..
+            }) = self.reqs.get_mut(d.id)
+            {
+                s.bulk = false;
+            }
+            self.mark_pushed(d.id);
+            return;
+        }
+        if let Some(Req {
+            kind: ReqKind::Recv(rs),
+            ..
+        }) = self.reqs.get_mut(d.id)
+        {
+            rs.bulk = false;
+            rs.got = d.bytes;
+        }
+        self.complete(d.id);
     }
 
     /// Receive `rreq` from `src_world` completed its `bytes`: when it was the peer's timed
@@ -686,6 +759,7 @@ impl State {
                 }
             }
             kind::CTS => self.on_cts(src_world, h),
+            kind::BULK => self.on_bulk(src_world, h),
             kind::CREDIT => {
                 if let Some(t) = self.tx_pipes.iter_mut().find(|t| t.sreq == h.sreq) {
                     t.credit(h.arg as usize);

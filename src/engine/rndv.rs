@@ -83,6 +83,14 @@ pub fn choose(
     }
 }
 
+/// Whether a host rendezvous of `want` bytes from a peer on another node moves as one bulk
+/// transfer (`min`: the transport's threshold for that peer, `None`: no bulk transfers with
+/// it; `dev_recv`: the receive buffer is device memory, which takes the pipeline through host
+/// memory instead). Empty messages need no transfer.
+pub fn bulk(min: Option<usize>, want: usize, dev_recv: bool) -> bool {
+    !dev_recv && want > 0 && min.is_some_and(|m| want >= m)
+}
+
 /// Whether a streamed message of `bytes` that took `secs` from CTS to its last byte ran slower
 /// than the single read would have at the measured `rates` (unmeasured: any stream that took
 /// longer than a copy at 1 GB/s).
@@ -195,6 +203,20 @@ mod tests {
             choose(rates(40.0, 8.0), DEDICATED, Some(0), 16 << 10, false),
             RndvPath::Read
         );
+    }
+
+    #[test]
+    fn bulk_takes_host_messages_from_the_threshold_on() {
+        let min = Some(256 << 10);
+        assert!(!bulk(min, (256 << 10) - 1, false));
+        assert!(bulk(min, 256 << 10, false));
+        assert!(bulk(min, 64 << 20, false));
+        // A threshold of 0 takes every non-empty message; none is ever taken without one.
+        assert!(bulk(Some(0), 1, false));
+        assert!(!bulk(Some(0), 0, false));
+        assert!(!bulk(None, 64 << 20, false));
+        // Device receives take the pipeline through host memory.
+        assert!(!bulk(min, 64 << 20, true));
     }
 
     #[test]

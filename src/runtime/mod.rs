@@ -401,6 +401,7 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
         }
     );
     frames.set_rails(rail, rail_of.clone());
+    frames.set_bulk_min(cfg.bulk_min);
     Ok((frames, rail_of))
 }
 

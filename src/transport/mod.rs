@@ -15,6 +15,16 @@
 //!   (copy and single-copy read rates; whether two ranks each have a core of their own), the
 //!   inputs of the engine's rendezvous choice (`engine::rndv`).
 //!
+//! - **Bulk transfers** (optional: [`Transport::bulk_min`] is `None` where there are none): a
+//!   message's data moved as one operation of the layer below, straight from the sender's
+//!   buffer into the receiver's, beside the frames. [`Transport::bulk_send`] and
+//!   [`Transport::bulk_recv`] queue one transfer each; the transfers between one sender and
+//!   one receiver are matched in the order each side queued them (the engine queues them in
+//!   the order of a frame both sides see: the receiver's clear-to-send), and
+//!   [`Transport::bulk_poll`] reports each one once when it is complete (a send: its buffer may
+//!   be reused; a receive: its bytes are in). The network frames ([`net::frames`]) move them
+//!   over a second backend connection per pair of ranks, striped by the backend.
+//!
 //! A transport starts no threads of its own (the network backend's helper threads move socket data,
 //! see `net::tcp`); the engine drives it from the calling thread.
 //!
@@ -74,6 +84,19 @@ pub struct CopyRates {
     pub near_read_gbps: f64,
 }
 
+/// A bulk transfer that completed ([`Transport::bulk_poll`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkDone {
+    /// The peer (world rank): the receiver of a send, the sender of a receive.
+    pub peer: usize,
+    /// The id the engine gave the transfer when it queued it.
+    pub id: u64,
+    /// A send (else a receive).
+    pub send: bool,
+    /// Bytes moved.
+    pub bytes: usize,
+}
+
 /// A channel between the ranks of one job. See the module documentation.
 pub trait Transport: Send {
     /// Largest payload one [`Transport::try_send`] accepts.
@@ -127,6 +150,40 @@ pub trait Transport: Send {
     /// single copies to it, or not on this node).
     fn copy_slots(&self, _peer: usize) -> Option<(usize, usize)> {
         None
+    }
+
+    /// The smallest rendezvous message (bytes) from or to world rank `peer` that the receiver
+    /// should move as a bulk transfer; `None`: no bulk transfers with `peer` (the default).
+    fn bulk_min(&self, _peer: usize) -> Option<usize> {
+        None
+    }
+
+    /// Queues a bulk send of `len` bytes at `data` to world rank `dst`, reported as `id` by
+    /// [`Transport::bulk_poll`] once `data` may be reused. It is matched with the receive of the
+    /// same place in the order `dst` queues its bulk receives from this rank, which must be of
+    /// the same length. `false`: no bulk transfers to `dst` (nothing was queued).
+    ///
+    /// # Safety
+    /// `data .. data + len` must be host memory that stays readable and unchanged until the
+    /// transfer is reported complete.
+    unsafe fn bulk_send(&mut self, _dst: usize, _id: u64, _data: *const u8, _len: usize) -> bool {
+        false
+    }
+
+    /// Queues a bulk receive of `len` bytes into `buf` from world rank `src` (see
+    /// [`Transport::bulk_send`]). `false`: no bulk transfers from `src` (nothing was queued).
+    ///
+    /// # Safety
+    /// `buf .. buf + len` must be host memory nobody else touches until the transfer is
+    /// reported complete.
+    unsafe fn bulk_recv(&mut self, _src: usize, _id: u64, _buf: *mut u8, _len: usize) -> bool {
+        false
+    }
+
+    /// Moves the queued bulk transfers on and hands each completed one to `f`, once; returns
+    /// how many completed.
+    fn bulk_poll(&mut self, _f: &mut dyn FnMut(BulkDone)) -> usize {
+        0
     }
 
     /// Copy rates of this machine measured at set-up (`None`: not measured).

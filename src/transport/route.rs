@@ -20,7 +20,7 @@
 //! A job on one node does not use this type: the engine holds the shared-memory transport
 //! itself.
 
-use super::{CopyRates, Header, Transport, HEADER_BYTES};
+use super::{BulkDone, CopyRates, Header, Transport, HEADER_BYTES};
 use crate::topo::pxn::Hop;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -212,6 +212,30 @@ impl Transport for Routed {
 
     fn same_node(&self, peer: usize) -> bool {
         self.link[peer] == 0
+    }
+
+    /// Bulk transfers are offered (the receiver's choice) only with off-node peers reached
+    /// directly; a peer reached through a forwarder is on another rail.
+    fn bulk_min(&self, peer: usize) -> Option<usize> {
+        (self.link[peer] == 1 && self.via[peer] == u32::MAX)
+            .then(|| self.parts[1].bulk_min(peer))
+            .flatten()
+    }
+
+    /// A bulk send goes straight over the network to any off-node peer (the receiver asked
+    /// for it, so it reaches this rank directly).
+    unsafe fn bulk_send(&mut self, dst: usize, id: u64, data: *const u8, len: usize) -> bool {
+        // SAFETY: the caller's contract.
+        self.link[dst] == 1 && unsafe { self.parts[1].bulk_send(dst, id, data, len) }
+    }
+
+    unsafe fn bulk_recv(&mut self, src: usize, id: u64, buf: *mut u8, len: usize) -> bool {
+        // SAFETY: the caller's contract.
+        self.link[src] == 1 && unsafe { self.parts[1].bulk_recv(src, id, buf, len) }
+    }
+
+    fn bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> usize {
+        self.parts[1].bulk_poll(f)
     }
 
     fn can_read_remote(&self, src: usize) -> bool {

@@ -32,11 +32,26 @@
 //!   flight (nothing was written to them), sends a goodbye (an empty message: no frame is
 //!   empty) on every connection it dialed once its frames are out, and waits for the goodbye on
 //!   every connection it accepted (accepting, meanwhile, connections still being set up) before
-//!   the comms close. A receiver takes the goodbye as the end of that connection and tests it
-//!   no more, so a sender may close once its goodbye is sent (the backend delivers what a peer
-//!   sent before it closed); waiting for the goodbyes of its own senders keeps a rank's receives
-//!   posted until they are done with it. Frames that arrive meanwhile (sends nobody received)
-//!   are dropped. A rank never waits for peers it has no connection with.
+//!   the comms close. A rank says goodbye to a peer only once its bulk sends to it are
+//!   complete, and closes only once its bulk receives are (a bulk lane carries no goodbye of
+//!   its own: every message on it was asked for by its receiver). A receiver takes the goodbye
+//!   as the end of that connection and tests it no more, so a sender may close once its
+//!   goodbye is sent (the backend delivers what a peer sent before it closed); waiting for the
+//!   goodbyes of its own senders keeps a rank's receives posted until they are done with it.
+//!   Frames that arrive meanwhile (sends nobody received) are dropped. A rank never waits for
+//!   peers it has no connection with.
+//! - **Bulk data** ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the engine moves the
+//!   data of large rendezvous messages (from [`NetFrames::set_bulk_min`] bytes on) as one
+//!   backend message each (tag [`TAG_BULK`]), straight from the sender's buffer into the
+//!   receiver's posted buffer, so the backend stripes it over its sockets or queue pairs; the
+//!   frames carry the envelopes and the clear-to-send. They travel over a second connection
+//!   per ordered pair of ranks (the bulk lane, [`super::links`]): the frame receives are
+//!   always posted and a comm matches in order, so bulk data cannot share the frame
+//!   connection. The lane is dialed by the first bulk send to a peer; each side keeps its
+//!   transfers in a queue per peer, in the order the engine queued them, posts them in that
+//!   order as the backend takes them (registering each buffer for the time of its transfer)
+//!   and reports each once complete. A bulk receive queued before the peer's lane is
+//!   accepted waits for it (accepting at every poll meanwhile).
 //! - **Gone peers**: a frame marked [`FLAG_UNLESS_GONE`] (a collective's question or answer,
 //!   which its receiver may no longer need) whose dial fails because the peer has ended is
 //!   dropped, and so are later such frames to it; any other frame to it is an error.
@@ -45,14 +60,15 @@
 //!   contract has no error path, and a job that lost a connection cannot go on.
 //!
 //! Counters ([`Counters`]: frames and bytes each way, network operations, aggregated ones,
-//! operations to a peer on another rail) are logged when the transport is dropped
-//! (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`), with the connections opened and
-//! accepted: the tests read them to check that off-node traffic went over the network, on
-//! which rails, and that a job opened only the connections its traffic needed.
+//! operations to a peer on another rail, bulk transfers and their bytes each way) are logged
+//! when the transport is dropped (`MPI_Finalize`), at info level (`GPUMPI_DEBUG=1`), with the
+//! connections opened and accepted: the tests read them to check that off-node traffic went
+//! over the network, on which rails, through bulk transfers, and that a job opened only the
+//! connections its traffic needed.
 
 use super::links::{hello, Link, Links, TAG_HELLO};
 use super::{MemKind, Mr, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
-use crate::transport::{Header, Transport, FLAG_UNLESS_GONE, HEADER_BYTES};
+use crate::transport::{BulkDone, Header, Transport, FLAG_UNLESS_GONE, HEADER_BYTES};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -90,9 +106,16 @@ pub struct Counters {
     /// to it).
     pub opened: u64,
     pub accepted: u64,
+    /// Bulk transfers sent and received, and their bytes.
+    pub bulk_sends: u64,
+    pub bulk_bytes: u64,
+    pub bulk_recvs: u64,
+    pub bulk_bytes_in: u64,
 }
 /// Tag of the engine's frames.
 const TAG_FRAME: i32 = 0;
+/// Tag of bulk data.
+const TAG_BULK: i32 = 2;
 /// Most frames one [`Transport::poll`] delivers per peer.
 const POLL_BUDGET: usize = 32;
 /// A poll accepts new connections every this many polls (an accept is a system call), and at
@@ -124,6 +147,35 @@ struct Rx {
     bye: bool,
 }
 
+/// One bulk transfer: the engine's id, the user's buffer (an address: the engine keeps it
+/// valid until the transfer is reported) and length, and once posted its registration and
+/// request.
+struct Bulk {
+    id: u64,
+    addr: usize,
+    len: usize,
+    mr: Option<Mr>,
+    req: Option<Request>,
+}
+
+/// The bulk transfers with one peer in one direction, in the engine's order: the first
+/// `posted` are with the backend (and may complete in any order), the rest wait their turn.
+#[derive(Default)]
+struct BulkQueue {
+    q: VecDeque<Bulk>,
+    posted: usize,
+}
+
+/// The sending end of a bulk lane: the comm and its hello (boxed: the backend reads it while
+/// the comm moves), posted first.
+struct BulkOut {
+    comm: Box<dyn SendComm>,
+    hello: Box<[u8; 8]>,
+    mr: Mr,
+    hello_req: Option<Request>,
+    hello_due: bool,
+}
+
 /// Frames to and from the off-node peers. See the module documentation.
 pub struct NetFrames {
     me: usize,
@@ -152,6 +204,16 @@ pub struct NetFrames {
     /// Per peer: why it cannot be reached, when a dial to it failed while only such frames
     /// waited for it. Later such frames to it are dropped; any other is a fatal error.
     gone: Vec<Option<NetError>>,
+    /// The smallest message the engine should move as a bulk transfer (`None`: none).
+    bulk_min: Option<usize>,
+    /// Per peer: the bulk lane to it and from it (once connected), and the transfers queued
+    /// each way.
+    bulk_out: Vec<Option<BulkOut>>,
+    bulk_in: Vec<Option<Box<dyn RecvComm>>>,
+    bulk_tx: Vec<BulkQueue>,
+    bulk_rx: Vec<BulkQueue>,
+    /// Peers with bulk transfers queued either way.
+    bulk_peers: Vec<usize>,
     /// Connection set-up, the listener and the backend (declared last: closed after the comms).
     links: Links,
 }
@@ -190,7 +252,53 @@ impl NetFrames {
             closing: false,
             unless_gone: vec![false; size],
             gone: (0..size).map(|_| None).collect(),
+            bulk_min: None,
+            bulk_out: (0..size).map(|_| None).collect(),
+            bulk_in: (0..size).map(|_| None).collect(),
+            bulk_tx: (0..size).map(|_| BulkQueue::default()).collect(),
+            bulk_rx: (0..size).map(|_| BulkQueue::default()).collect(),
+            bulk_peers: Vec::new(),
             links,
+        }
+    }
+
+    /// Offers bulk transfers to the engine for rendezvous messages of at least `min` bytes
+    /// (`None`: none; the default). Bulk sends a peer asks for are made either way.
+    pub fn set_bulk_min(&mut self, min: Option<usize>) {
+        self.bulk_min = min;
+    }
+
+    /// For tests: bulk sends to `peer` with the backend, bulk receives from it with the
+    /// backend, and whether its bulk lane to this rank is accepted.
+    #[cfg(test)]
+    pub(crate) fn bulk_state(&self, peer: usize) -> (usize, usize, bool) {
+        (
+            self.bulk_tx[peer].posted,
+            self.bulk_rx[peer].posted,
+            self.bulk_in[peer].is_some(),
+        )
+    }
+
+    /// For tests: [`Transport::bulk_poll`] with its error returned instead of ending the
+    /// process.
+    #[cfg(test)]
+    pub(crate) fn try_bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> NetResult<usize> {
+        self.bulk_step(f)
+    }
+
+    /// For tests: closes the bulk lane to `peer` (as when this process dies) and forgets the
+    /// bulk transfers queued with every peer.
+    #[cfg(test)]
+    pub(crate) fn cut_bulk_lane(&mut self, peer: usize, forget: bool) {
+        self.bulk_out[peer] = None;
+        if forget {
+            self.bulk_tx
+                .iter_mut()
+                .for_each(|q| *q = BulkQueue::default());
+            self.bulk_rx
+                .iter_mut()
+                .for_each(|q| *q = BulkQueue::default());
+            self.bulk_peers.clear();
         }
     }
 
@@ -200,7 +308,7 @@ impl NetFrames {
     pub fn connect_all(&mut self, remote: &[usize], timeout: Duration) -> NetResult<()> {
         let me = self.me;
         for &p in remote {
-            self.links.dial(p)?;
+            self.links.dial(p, false)?;
         }
         let end = Instant::now() + timeout;
         loop {
@@ -249,19 +357,45 @@ impl NetFrames {
     /// frame buffers; whether anything moved.
     fn step_links(&mut self, accept: bool) -> NetResult<bool> {
         let mut got = std::mem::take(&mut self.fresh);
-        let rx = &self.rx;
-        let moved = self.links.progress(accept, &|p| rx[p].is_some(), &mut got);
+        let (rx, bin) = (&self.rx, &self.bulk_in);
+        let moved = self.links.progress(
+            accept,
+            &|p, bulk| {
+                if bulk {
+                    bin[p].is_some()
+                } else {
+                    rx[p].is_some()
+                }
+            },
+            &mut got,
+        );
         for l in got.drain(..) {
             let p = match l {
-                Link::Out(p, c) => {
+                Link::Out(p, true, c) => {
+                    self.bulk_out[p] = Some(BulkOut::new(c, self.me)?);
+                    continue;
+                }
+                Link::In(p, true, c) => {
+                    self.bulk_in[p] = Some(c);
+                    continue;
+                }
+                Link::Failed(p, true, e) => {
+                    if !self.closing {
+                        return Err(e);
+                    }
+                    // Closing: what was queued for that peer will not go anywhere.
+                    self.bulk_tx[p] = BulkQueue::default();
+                    continue;
+                }
+                Link::Out(p, false, c) => {
                     self.tx[p] = Some(Tx::new(c, self.frame, self.slots, self.me)?);
                     p
                 }
-                Link::In(p, c) => {
+                Link::In(p, false, c) => {
                     self.rx[p] = Some(Rx::new(c, self.frame, self.slots)?);
                     p
                 }
-                Link::Failed(p, e) => {
+                Link::Failed(p, false, e) => {
                     if !self.unless_gone[p] {
                         return Err(e);
                     }
@@ -349,12 +483,244 @@ impl NetFrames {
     }
 }
 
+impl BulkOut {
+    /// The sending end of a new bulk lane; its hello goes first.
+    fn new(mut comm: Box<dyn SendComm>, me: usize) -> NetResult<BulkOut> {
+        let hello = Box::new(hello(me, true));
+        let mr = comm.reg_mr(hello.as_ptr(), 8, MemKind::Host)?;
+        let mut o = BulkOut {
+            comm,
+            hello,
+            mr,
+            hello_req: None,
+            hello_due: true,
+        };
+        o.say_hello()?;
+        Ok(o)
+    }
+
+    /// Posts the hello if it is due, and tests it once posted; whether it is posted (no bulk
+    /// message goes before it).
+    fn say_hello(&mut self) -> NetResult<bool> {
+        if self.hello_due {
+            // SAFETY: the boxed hello lies in its registration and lives as long as the comm.
+            match unsafe { self.comm.isend(self.hello.as_ptr(), 8, TAG_HELLO, self.mr) }? {
+                Some(q) => {
+                    self.hello_req = Some(q);
+                    self.hello_due = false;
+                }
+                None => return Ok(false),
+            }
+        }
+        if let Some(q) = self.hello_req {
+            if self.comm.test(q)?.is_some() {
+                self.hello_req = None;
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl NetFrames {
+    /// Posts the bulk transfers queued with peer `p` that the backend takes now, in order.
+    fn bulk_post(&mut self, p: usize) -> NetResult<()> {
+        if let Some(o) = self.bulk_out[p].as_mut() {
+            let tq = &mut self.bulk_tx[p];
+            if tq.posted < tq.q.len() && o.say_hello()? {
+                while let Some(b) = tq.q.get_mut(tq.posted) {
+                    let mr = match b.mr {
+                        Some(mr) => mr,
+                        None => *b.mr.insert(o.comm.reg_mr(
+                            b.addr as *const u8,
+                            b.len,
+                            MemKind::Host,
+                        )?),
+                    };
+                    // SAFETY: the engine keeps the buffer readable and unchanged until the
+                    // transfer is reported complete (`bulk_send`'s contract); it lies in `mr`.
+                    match unsafe { o.comm.isend(b.addr as *const u8, b.len, TAG_BULK, mr) }? {
+                        Some(q) => {
+                            b.req = Some(q);
+                            tq.posted += 1;
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+        if let Some(c) = self.bulk_in[p].as_mut() {
+            let rq = &mut self.bulk_rx[p];
+            while let Some(b) = rq.q.get_mut(rq.posted) {
+                let mr = match b.mr {
+                    Some(mr) => mr,
+                    None => *b
+                        .mr
+                        .insert(c.reg_mr(b.addr as *const u8, b.len, MemKind::Host)?),
+                };
+                let rb = RecvBuf {
+                    ptr: b.addr as *mut u8,
+                    size: b.len,
+                    tag: TAG_BULK,
+                    mr,
+                };
+                // SAFETY: the engine keeps the buffer for this transfer alone until it is
+                // reported complete (`bulk_recv`'s contract); it lies in `mr`.
+                match unsafe { c.irecv(&[rb]) }? {
+                    Some(q) => {
+                        b.req = Some(q);
+                        rq.posted += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tests the posted bulk transfers with peer `p`, handing the completed ones to `f`;
+    /// returns how many completed.
+    fn bulk_test(&mut self, p: usize, f: &mut dyn FnMut(BulkDone)) -> NetResult<usize> {
+        let mut n = 0;
+        if let Some(o) = self.bulk_out[p].as_mut() {
+            let tq = &mut self.bulk_tx[p];
+            let mut k = 0;
+            while k < tq.posted {
+                let b = &tq.q[k];
+                let (Some(q), Some(mr)) = (b.req, b.mr) else {
+                    unreachable!("a posted bulk send has a request")
+                };
+                if o.comm.test(q)?.is_none() {
+                    k += 1;
+                    continue;
+                }
+                o.comm.dereg_mr(mr)?;
+                let b = tq.q.remove(k).expect("the bulk send just tested");
+                tq.posted -= 1;
+                self.counts.bulk_sends += 1;
+                self.counts.bulk_bytes += b.len as u64;
+                f(BulkDone {
+                    peer: p,
+                    id: b.id,
+                    send: true,
+                    bytes: b.len,
+                });
+                n += 1;
+            }
+        }
+        if let Some(c) = self.bulk_in[p].as_mut() {
+            let rq = &mut self.bulk_rx[p];
+            let mut k = 0;
+            while k < rq.posted {
+                let b = &rq.q[k];
+                let (Some(q), Some(mr)) = (b.req, b.mr) else {
+                    unreachable!("a posted bulk receive has a request")
+                };
+                let mut size = [0usize];
+                if !c.test(q, &mut size)? {
+                    k += 1;
+                    continue;
+                }
+                c.dereg_mr(mr)?;
+                let b = rq.q.remove(k).expect("the bulk receive just tested");
+                rq.posted -= 1;
+                if size[0] != b.len {
+                    return Err(NetError::new(format!(
+                        "net: a bulk message of {} bytes from {} where {} were asked for",
+                        size[0],
+                        c.peer(),
+                        b.len
+                    )));
+                }
+                self.counts.bulk_recvs += 1;
+                self.counts.bulk_bytes_in += b.len as u64;
+                f(BulkDone {
+                    peer: p,
+                    id: b.id,
+                    send: false,
+                    bytes: b.len,
+                });
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Posts and tests the bulk transfers of every peer with some queued (see
+    /// [`Transport::bulk_poll`]); returns how many completed. A network error is returned
+    /// naming the peer (the caller ends the process), except while closing, when that peer's
+    /// transfers are given up.
+    fn bulk_step(&mut self, f: &mut dyn FnMut(BulkDone)) -> NetResult<usize> {
+        let mut done = 0;
+        let mut i = 0;
+        while i < self.bulk_peers.len() {
+            let p = self.bulk_peers[i];
+            match self.bulk_post(p).and_then(|_| self.bulk_test(p, f)) {
+                Ok(n) => done += n,
+                Err(e) if self.closing => {
+                    tracing::debug!("net: rank {}: bulk data with rank {p}: {e}", self.me);
+                    self.bulk_tx[p] = BulkQueue::default();
+                    self.bulk_rx[p] = BulkQueue::default();
+                }
+                Err(e) => {
+                    return Err(NetError::new(format!(
+                        "net: rank {}: bulk data with rank {p}: {e}",
+                        self.me
+                    )))
+                }
+            }
+            if self.bulk_tx[p].q.is_empty() && self.bulk_rx[p].q.is_empty() {
+                self.bulk_peers.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Whether a bulk receive waits for a peer's bulk lane to be accepted.
+    fn bulk_waiting(&self) -> bool {
+        self.bulk_peers
+            .iter()
+            .any(|&p| self.bulk_in[p].is_none() && !self.bulk_rx[p].q.is_empty())
+    }
+
+    /// Queues bulk transfer `b` with peer `p` (`send`: to it) and posts what can go now.
+    fn bulk_queue(&mut self, p: usize, send: bool, b: Bulk) -> bool {
+        if p == self.me || p >= self.tx.len() || !self.links.reaches(p) {
+            return false;
+        }
+        if send {
+            if self.bulk_out[p].is_none() && !self.links.dialing(p, true) {
+                if let Err(e) = self.links.dial(p, true) {
+                    fatal(self.me, e);
+                }
+            }
+            self.bulk_tx[p].q.push_back(b);
+        } else {
+            self.bulk_rx[p].q.push_back(b);
+        }
+        if !self.bulk_peers.contains(&p) {
+            self.bulk_peers.push(p);
+        }
+        if let Err(e) = self.bulk_post(p) {
+            fatal(
+                self.me,
+                NetError::new(format!(
+                    "net: rank {}: bulk data with rank {p}: {e}",
+                    self.me
+                )),
+            );
+        }
+        true
+    }
+}
+
 impl Tx {
     /// The send side of a new connection; its hello (this rank's number, `me`) goes first,
     /// from slot 0, which is freed like a frame's once the hello is sent.
     fn new(mut comm: Box<dyn SendComm>, frame: usize, slots: usize, me: usize) -> NetResult<Tx> {
         let mut buf = vec![0u8; frame * slots];
-        buf[..8].copy_from_slice(&hello(me));
+        buf[..8].copy_from_slice(&hello(me, false));
         let mr = comm.reg_mr(buf.as_ptr(), buf.len(), MemKind::Host)?;
         let mut t = Tx {
             comm,
@@ -444,6 +810,43 @@ impl Transport for NetFrames {
         MAX_PAYLOAD
     }
 
+    fn bulk_min(&self, peer: usize) -> Option<usize> {
+        self.bulk_min
+            .filter(|_| peer != self.me && self.links.reaches(peer))
+    }
+
+    unsafe fn bulk_send(&mut self, dst: usize, id: u64, data: *const u8, len: usize) -> bool {
+        let b = Bulk {
+            id,
+            addr: data as usize,
+            len,
+            mr: None,
+            req: None,
+        };
+        self.bulk_queue(dst, true, b)
+    }
+
+    unsafe fn bulk_recv(&mut self, src: usize, id: u64, buf: *mut u8, len: usize) -> bool {
+        let b = Bulk {
+            id,
+            addr: buf as usize,
+            len,
+            mr: None,
+            req: None,
+        };
+        self.bulk_queue(src, false, b)
+    }
+
+    fn bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> usize {
+        if self.bulk_peers.is_empty() {
+            return 0;
+        }
+        match self.bulk_step(f) {
+            Ok(n) => n,
+            Err(e) => fatal(self.me, e),
+        }
+    }
+
     /// Every peer of this transport is on another node.
     fn same_node(&self, peer: usize) -> bool {
         peer == self.me
@@ -464,11 +867,11 @@ impl Transport for NetFrames {
                 }
                 fatal(me, e.clone());
             }
-            if self.links.dialing(dst) {
+            if self.links.dialing(dst, false) {
                 self.unless_gone[dst] &= droppable;
             } else {
                 self.unless_gone[dst] = droppable;
-                if let Err(e) = self.links.dial(dst) {
+                if let Err(e) = self.links.dial(dst, false) {
                     self.peer_gone(dst, e);
                     return true;
                 }
@@ -529,7 +932,10 @@ impl Transport for NetFrames {
 
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
         self.polls = self.polls.wrapping_add(1);
-        let accept = self.closing || self.links.busy() || self.polls.is_multiple_of(ACCEPT_EVERY);
+        let accept = self.closing
+            || self.links.busy()
+            || self.polls.is_multiple_of(ACCEPT_EVERY)
+            || self.bulk_waiting();
         match self.step_links(accept) {
             Err(e) if !self.closing => fatal(self.me, e),
             _ => {}
@@ -619,6 +1025,8 @@ impl NetFrames {
         let mut said: Vec<Option<(Request, bool)>> = (0..self.tx.len()).map(|_| None).collect();
         loop {
             self.poll(&mut sink);
+            // Closing: errors give the peer's transfers up (see `bulk_step`).
+            let _ = self.bulk_step(&mut |_| {});
             let mut done = !self.links.busy() && self.open.is_empty();
             for (p, (tx, said_p)) in self.tx.iter_mut().zip(said.iter_mut()).enumerate() {
                 let Some(t) = tx.as_mut() else {
@@ -630,7 +1038,11 @@ impl NetFrames {
                         done = false;
                         let ready = t.say_hello().map(|up| up && t.reap().is_ok());
                         let q = match ready {
-                            Ok(true) if t.inflight.is_empty() && !self.open.contains(&p) => {
+                            Ok(true)
+                                if t.inflight.is_empty()
+                                    && !self.open.contains(&p)
+                                    && self.bulk_tx[p].q.is_empty() =>
+                            {
                                 // SAFETY: an empty message reads nothing.
                                 unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) }
                             }
@@ -654,15 +1066,18 @@ impl NetFrames {
                 }
             }
             done &= self.rx.iter().flatten().all(|r| r.bye);
+            done &= self.bulk_peers.is_empty();
             if done {
                 return Ok(());
             }
             if Instant::now() > end {
                 let waiting: Vec<usize> = (0..self.rx.len())
-                    .filter(|&p| self.rx[p].as_ref().is_some_and(|r| !r.bye))
+                    .filter(|&p| {
+                        self.rx[p].as_ref().is_some_and(|r| !r.bye) || self.bulk_peers.contains(&p)
+                    })
                     .collect();
                 return Err(NetError::new(format!(
-                    "net: rank {me}: goodbyes of ranks {waiting:?} not received within {limit:?}"
+                    "net: rank {me}: goodbyes or bulk data of ranks {waiting:?} not received within {limit:?}"
                 )));
             }
             std::thread::sleep(Duration::from_micros(100));
@@ -692,6 +1107,17 @@ impl Drop for NetFrames {
                 "net: rank {}: {fs} frames ({bs} payload bytes) sent and {fr} frames ({br} bytes) received over the network, {} off-node peers",
                 self.me,
                 self.peers.len()
+            );
+        }
+        if c.bulk_sends + c.bulk_recvs > 0 {
+            let (o, a) = self.links.bulk_opened();
+            tracing::info!(
+                "net: rank {}: {} bulk transfers ({} bytes) sent and {} bulk transfers ({} bytes) received, {o} bulk connections opened, {a} accepted",
+                self.me,
+                c.bulk_sends,
+                c.bulk_bytes,
+                c.bulk_recvs,
+                c.bulk_bytes_in
             );
         }
         let rail = self.rails.as_ref().map_or(0, |r| r.0);

@@ -251,3 +251,122 @@ fn questions_to_a_rank_that_has_ended_are_dropped() {
     assert_eq!(conns(fs[0].counts()), (0, 0));
     close(fs);
 }
+
+/// Bulk transfers ([`Transport::bulk_send`]) between two ranks: a second connection opened by
+/// the first bulk send, transfers of several sizes matched in the order each side queued
+/// them (receives queued before the lane exists wait for it, and more than the backend's
+/// request slots are queued at once), each reported once with its id, and frames unaffected
+/// meanwhile.
+#[test]
+fn bulk_transfers_match_in_queue_order_over_their_own_connection() {
+    use crate::transport::BulkDone;
+    let mut fs = loopback_frames(2, 2, Duration::from_secs(5), b"bulk-lane");
+    for f in &mut fs {
+        f.set_bulk_min(Some(1 << 20));
+    }
+    assert_eq!(fs[0].bulk_min(1), Some(1 << 20));
+    assert_eq!(fs[0].bulk_min(0), None, "no bulk transfers with itself");
+    let sizes: Vec<usize> = (0..40).map(|i| (1 << 20) + i * 4099).collect();
+    let msgs: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| (0..n).map(|i| (i * 7 + k * 31) as u8).collect())
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    // Receives first (rank 1 has no lane from rank 0 yet), then the sends.
+    for (k, b) in bufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive the transfers (checked complete below).
+        assert!(unsafe { fs[1].bulk_recv(0, 100 + k as u64, b.as_mut_ptr(), b.len()) });
+    }
+    for (k, m) in msgs.iter().enumerate() {
+        // SAFETY: as above.
+        assert!(unsafe { fs[0].bulk_send(1, 200 + k as u64, m.as_ptr(), m.len()) });
+    }
+    let mut got: Got = vec![Vec::new(); 2];
+    send(&mut fs, &mut got, 0, 1, 4, b"beside the bulk data");
+    let mut done: Vec<Vec<BulkDone>> = vec![Vec::new(); 2];
+    let end = Instant::now() + Duration::from_secs(60);
+    while done[0].len() + done[1].len() < 2 * sizes.len() || got[1].is_empty() {
+        assert!(Instant::now() < end, "bulk transfers never completed");
+        poll(&mut fs, &all(2), &mut got);
+        for (i, f) in fs.iter_mut().enumerate() {
+            f.bulk_poll(&mut |d| done[i].push(d));
+        }
+    }
+    assert_eq!(got[1], vec![(0, 4, b"beside the bulk data".to_vec())]);
+    let mut sent: Vec<(u64, usize)> = done[0]
+        .iter()
+        .map(|d| {
+            assert!(d.send && d.peer == 1);
+            (d.id, d.bytes)
+        })
+        .collect();
+    sent.sort_unstable();
+    let want: Vec<(u64, usize)> = (0..sizes.len())
+        .map(|k| (200 + k as u64, sizes[k]))
+        .collect();
+    assert_eq!(sent, want);
+    let mut recvd: Vec<(u64, usize)> = done[1]
+        .iter()
+        .map(|d| {
+            assert!(!d.send && d.peer == 0);
+            (d.id, d.bytes)
+        })
+        .collect();
+    recvd.sort_unstable();
+    let want: Vec<(u64, usize)> = (0..sizes.len())
+        .map(|k| (100 + k as u64, sizes[k]))
+        .collect();
+    assert_eq!(recvd, want);
+    for k in 0..sizes.len() {
+        assert!(bufs[k] == msgs[k], "bulk message {k}'s bytes");
+    }
+    let (c0, c1) = (fs[0].counts(), fs[1].counts());
+    assert_eq!((c0.bulk_sends, c1.bulk_recvs), (40, 40));
+    assert_eq!(c0.bulk_bytes, sizes.iter().sum::<usize>() as u64);
+    assert_eq!(c1.bulk_bytes_in, c0.bulk_bytes);
+    // The frame connection is counted as before; the bulk lane apart.
+    assert_eq!(conns(c0), (1, 0));
+    assert_eq!(conns(c1), (0, 1));
+    let t = close(fs);
+    assert!(t < Duration::from_secs(5), "close took {t:?}");
+}
+
+/// A peer whose bulk lane closes in the middle of a transfer to this rank is an error naming
+/// that peer's rank (never a wait for bytes that will not come).
+#[test]
+fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
+    let mut fs = loopback_frames(2, 2, Duration::from_secs(5), b"bulk-cut");
+    let n = 256 << 20;
+    let src = vec![5u8; n];
+    let mut dst = vec![0u8; n];
+    // SAFETY: the buffer outlives the frames (dropped at the end of the test).
+    assert!(unsafe { fs[0].bulk_send(1, 2, src.as_ptr(), n) });
+    let mut got: Got = vec![Vec::new(); 2];
+    let end = Instant::now() + Duration::from_secs(20);
+    // Until the send is with the backend (its lane up): far more than the sockets hold.
+    while fs[0].bulk_state(1).0 == 0 || !fs[1].bulk_state(0).2 {
+        assert!(Instant::now() < end, "the transfer never started");
+        poll(&mut fs, &all(2), &mut got);
+        fs[0].try_bulk_poll(&mut |_| {}).unwrap();
+    }
+    // The sender's lane goes (as when its process dies), its transfer in flight; then the
+    // receiver asks for it.
+    fs[0].cut_bulk_lane(1, true);
+    // SAFETY: as above.
+    assert!(unsafe { fs[1].bulk_recv(0, 1, dst.as_mut_ptr(), n) });
+    let e = loop {
+        assert!(Instant::now() < end, "the receiver never noticed");
+        match fs[1].try_bulk_poll(&mut |d| panic!("a cut transfer completed: {d:?}")) {
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        e.msg.contains("rank 1: bulk data with rank 0"),
+        "the error names the peer: {e}"
+    );
+    fs[1].cut_bulk_lane(0, true);
+    close(fs);
+    drop((src, dst));
+}

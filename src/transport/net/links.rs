@@ -24,20 +24,29 @@
 //!   that gave up a dial, or closed at `MPI_Finalize` while its dial was in flight). A dial
 //!   that fails is removed before the error is returned.
 //!
-//! Every connection opened and accepted is counted ([`Links::opened`], [`Links::accepted`]),
-//! for the log at `MPI_Finalize` and the tests that check a job opens only the connections
-//! its traffic needs.
+//! - **Lanes**: a pair of ranks may hold a second connection each way for bulk data
+//!   ([`super::frames`]: large messages moved straight between the users' buffers), dialed
+//!   the same way by the first bulk transfer to the peer; its hello carries [`BULK_BIT`], so
+//!   the accepting side knows which lane it is.
+//!
+//! Every frame connection opened and accepted is counted ([`Links::opened`],
+//! [`Links::accepted`]), bulk connections apart ([`Links::bulk_opened`]), for the log at
+//! `MPI_Finalize` and the tests that check a job opens only the connections its traffic needs.
 
 use super::{Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult};
 use super::{RecvBuf, RecvComm, Request, SendComm};
 use std::time::{Duration, Instant};
 
-/// Tag of the first message of a connection: the sender's world rank (8 bytes, little endian).
+/// Tag of the first message of a connection: the sender's world rank (8 bytes, little endian),
+/// with [`BULK_BIT`] on a bulk connection.
 pub const TAG_HELLO: i32 = 1;
+/// The bit of a hello that marks a bulk connection.
+pub const BULK_BIT: u64 = 1 << 63;
 
 /// A connection being dialed: the peer, the backend's set-up, when it started.
 struct Dial {
     peer: usize,
+    bulk: bool,
     conn: Box<dyn Connector>,
     since: Instant,
 }
@@ -53,18 +62,19 @@ struct Greeting {
 
 /// A connection [`Links::progress`] completed.
 pub enum Link {
-    /// Dialed by this rank to `peer`: the caller sends the hello ([`hello`]) first.
-    Out(usize, Box<dyn SendComm>),
-    /// Opened by `peer` to this rank, its hello received.
-    In(usize, Box<dyn RecvComm>),
-    /// The dial to `peer` failed (refused, reset, closed during set-up): the peer is gone or
-    /// unreachable. The caller decides whether that is an error.
-    Failed(usize, NetError),
+    /// Dialed by this rank to `peer` (`true`: the bulk lane): the caller sends the hello
+    /// ([`hello`]) first.
+    Out(usize, bool, Box<dyn SendComm>),
+    /// Opened by `peer` to this rank (`true`: the bulk lane), its hello received.
+    In(usize, bool, Box<dyn RecvComm>),
+    /// The dial to `peer` (`true`: the bulk lane) failed (refused, reset, closed during
+    /// set-up): the peer is gone or unreachable. The caller decides whether that is an error.
+    Failed(usize, bool, NetError),
 }
 
-/// The hello this rank sends first on every connection it dialed.
-pub fn hello(me: usize) -> [u8; 8] {
-    (me as u64).to_le_bytes()
+/// The hello this rank sends first on every connection it dialed (`bulk`: on the bulk lane).
+pub fn hello(me: usize, bulk: bool) -> [u8; 8] {
+    (me as u64 | if bulk { BULK_BIT } else { 0 }).to_le_bytes()
 }
 
 /// The connection set-up of one rank. See the module documentation.
@@ -80,6 +90,8 @@ pub struct Links {
     patience: Duration,
     opened: Vec<usize>,
     accepted: Vec<usize>,
+    bulk_opened: usize,
+    bulk_accepted: usize,
     /// Kept for the life of the comms (declared last: dropped after the listener).
     net: Box<dyn Net>,
 }
@@ -106,6 +118,8 @@ impl Links {
             patience,
             opened: Vec::new(),
             accepted: Vec::new(),
+            bulk_opened: 0,
+            bulk_accepted: 0,
             net,
         }
     }
@@ -115,9 +129,9 @@ impl Links {
         &*self.net
     }
 
-    /// Starts a connection to `peer` unless one is being dialed.
-    pub fn dial(&mut self, peer: usize) -> NetResult<()> {
-        if self.dialing.iter().any(|d| d.peer == peer) {
+    /// Starts a connection to `peer` (`bulk`: on the bulk lane) unless one is being dialed.
+    pub fn dial(&mut self, peer: usize, bulk: bool) -> NetResult<()> {
+        if self.dialing(peer, bulk) {
             return Ok(());
         }
         let h = self.handles.get(peer).copied().flatten().ok_or_else(|| {
@@ -132,6 +146,7 @@ impl Links {
             .map_err(|e| self.about(peer, e))?;
         self.dialing.push(Dial {
             peer,
+            bulk,
             conn,
             since: Instant::now(),
         });
@@ -146,9 +161,11 @@ impl Links {
         ))
     }
 
-    /// Whether a connection to `peer` is being dialed.
-    pub fn dialing(&self, peer: usize) -> bool {
-        self.dialing.iter().any(|d| d.peer == peer)
+    /// Whether a connection to `peer` (`bulk`: on the bulk lane) is being dialed.
+    pub fn dialing(&self, peer: usize, bulk: bool) -> bool {
+        self.dialing
+            .iter()
+            .any(|d| d.peer == peer && d.bulk == bulk)
     }
 
     /// Whether set-up is in progress on either side (a dial, or an accepted connection whose
@@ -165,18 +182,29 @@ impl Links {
         &self.accepted
     }
 
-    /// Gives up every dial in flight (at close: nothing was written to them).
+    /// Bulk connections this rank dialed and accepted.
+    pub fn bulk_opened(&self) -> (usize, usize) {
+        (self.bulk_opened, self.bulk_accepted)
+    }
+
+    /// Whether this rank can connect to `peer` (it has its handle: a rank on another node).
+    pub fn reaches(&self, peer: usize) -> bool {
+        self.handles.get(peer).is_some_and(Option::is_some)
+    }
+
+    /// Gives up every dial of a frame connection in flight (at close: nothing was written to
+    /// them); bulk dials go on (bulk sends queued for them wait for them).
     pub fn stop_dialing(&mut self) {
-        self.dialing.clear();
+        self.dialing.retain(|d| d.bulk);
     }
 
     /// Moves set-up along: polls the dials, accepts new connections when `accept`, and takes
-    /// the hellos that arrived; completed connections go to `out`. `known(p)` says whether a
-    /// connection from `p` was already taken (a second one is an error).
+    /// the hellos that arrived; completed connections go to `out`. `known(p, bulk)` says
+    /// whether a connection from `p` on that lane was already taken (a second one is an error).
     pub fn progress(
         &mut self,
         accept: bool,
-        known: &dyn Fn(usize) -> bool,
+        known: &dyn Fn(usize, bool) -> bool,
         out: &mut Vec<Link>,
     ) -> NetResult<bool> {
         let mut moved = false;
@@ -186,8 +214,12 @@ impl Links {
                 Ok(None) => i += 1,
                 Ok(Some(c)) => {
                     let d = self.dialing.swap_remove(i);
-                    self.opened.push(d.peer);
-                    out.push(Link::Out(d.peer, c));
+                    if d.bulk {
+                        self.bulk_opened += 1;
+                    } else {
+                        self.opened.push(d.peer);
+                    }
+                    out.push(Link::Out(d.peer, d.bulk, c));
                     moved = true;
                 }
                 Err(e) if self.dialing[i].since.elapsed() >= self.patience => {
@@ -206,7 +238,7 @@ impl Links {
                 }
                 Err(e) => {
                     let d = self.dialing.swap_remove(i);
-                    out.push(Link::Failed(d.peer, self.about(d.peer, e)));
+                    out.push(Link::Failed(d.peer, d.bulk, self.about(d.peer, e)));
                     moved = true;
                 }
             }
@@ -252,17 +284,23 @@ impl Links {
                 Ok(true) => {
                     let mut g = self.greeting.swap_remove(i);
                     g.comm.dereg_mr(g.mr)?;
-                    let p = u64::from_le_bytes(*g.buf) as usize;
+                    let word = u64::from_le_bytes(*g.buf);
+                    let bulk = word & BULK_BIT != 0;
+                    let p = (word & !BULK_BIT) as usize;
                     let remote = self.handles.get(p).is_some_and(Option::is_some);
-                    if n[0] != 8 || !remote || known(p) {
+                    if n[0] != 8 || !remote || known(p, bulk) {
                         return Err(NetError::new(format!(
                             "net: rank {}: unexpected hello from {} (rank {p})",
                             self.me,
                             g.comm.peer()
                         )));
                     }
-                    self.accepted.push(p);
-                    out.push(Link::In(p, g.comm));
+                    if bulk {
+                        self.bulk_accepted += 1;
+                    } else {
+                        self.accepted.push(p);
+                    }
+                    out.push(Link::In(p, bulk, g.comm));
                     moved = true;
                 }
             }

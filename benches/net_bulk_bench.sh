@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Windowed point-to-point bandwidth between two nodes (gpumpi-bench -o bw: 64 nonblocking sends
+# of one reused buffer per iteration, 1+1 ranks) for two installs side by side, interleaved
+# round by round, beside raw TCP between the same endpoints (python sockets, 1 and 4 streams,
+# writes and reads of 1 MiB and of 64 MiB buffers, 2 s each: on loopback and veth the copies
+# of large buffers come from memory, not cache, as the benchmark's do).
+#
+#   benches/net_bulk_bench.sh [--netns [--rate RATE]] [--rounds N] [--max BYTES]
+#                             [--env VAR=VAL]... [--net-bench EXE] BASE_PREFIX NEW_PREFIX
+#
+# BASE_PREFIX and NEW_PREFIX hold bin/mpicc and bin/mpirun (scripts/install.sh --prefix).
+# Default: emulated nodes on loopback (scripts/emulate-nodes.sh 2, TCP over lo; raw TCP over
+# 127.0.0.1). --netns: two namespace nodes (scripts/netns-nodes.sh up 2 1, root and ip needed,
+# else exit 77), mpirun --host localhost:1,n1:1 through scripts/netns-agent, raw TCP between
+# 198.18.0.1 and 198.18.0.2; the namespaces are removed at the end. --rate shapes both nodes'
+# rail0 with a tc token bucket (tbf) of RATE (e.g. 2gbit), so that the link, not the CPU,
+# bounds the numbers. --max: the largest message (64M; sizes from 64K by factors of 4). --env sets a variable for
+# both installs' runs (repeatable). Each run also prints the CPU seconds its processes used
+# (/usr/bin/time, where present). --net-bench (loopback only) also runs EXE (the
+# net-bench example: `cargo build --release --example net-bench`, target/release/examples/
+# net-bench) each round: raw TCP with 1 and 4 streams and the TCP backend alone, per message
+# size, in one process. Output: per round, the raw figures and each install's
+# gpumpi-bench table, then `uptime`.
+set -euo pipefail
+
+netns= rounds=3 netbench= rate= max=64M
+envs=()
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --netns) netns=1; shift ;;
+    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+    --max) max=${2:?--max needs a size}; shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
+    --env) envs+=("${2:?--env needs VAR=VAL}"); shift 2 ;;
+    --net-bench) netbench=${2:?--net-bench needs a path}; shift 2 ;;
+    -*) echo "net_bulk_bench: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+    esac
+done
+base=${1:?usage: net_bulk_bench.sh [--netns] [--rounds N] [--env VAR=VAL]... BASE_PREFIX NEW_PREFIX}
+new=${2:?usage: net_bulk_bench.sh [--netns] [--rounds N] [--env VAR=VAL]... BASE_PREFIX NEW_PREFIX}
+here=$(cd "$(dirname "$0")/.." && pwd)
+nodes="$here/scripts/netns-nodes.sh"
+ns=gbb$$
+work=$(mktemp -d)
+cleanup() {
+    if [[ -n $netns ]]; then
+        bash "$nodes" -p "$ns" down >/dev/null 2>&1 || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [[ -n $netns ]]; then
+    set +e
+    out=$(bash "$nodes" -p "$ns" up 2 1 2>&1)
+    rc=$?
+    set -e
+    if [[ $rc -ne 0 ]]; then
+        echo "net_bulk_bench: $out" >&2
+        exit "$rc"
+    fi
+    raddr=198.18.0.2
+    if [[ -n $rate ]]; then
+        for i in 0 1; do
+            bash "$nodes" -p "$ns" exec "$i" tc qdisc replace dev rail0 root tbf rate "$rate" \
+                burst 256kb latency 50ms
+        done
+    fi
+else
+    raddr=127.0.0.1
+fi
+
+for which in base new; do
+    eval "p=\$$which"
+    "$p/bin/mpicc" -std=c99 -O2 -o "$work/bench-$which" "$here/benches/gpumpi-bench.c" -ldl -lm
+done
+
+cat >"$work/raw.py" <<'EOF'
+import socket, sys, threading, time
+mode, addr, streams, secs, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+port = 47100
+if mode == "recv":
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((addr, port)); srv.listen(16)
+    def drain(c):
+        buf = bytearray(size); v = memoryview(buf)
+        while c.recv_into(v):
+            pass
+    ts = []
+    for _ in range(streams):
+        c, _ = srv.accept()
+        t = threading.Thread(target=drain, args=(c,)); t.start(); ts.append(t)
+    for t in ts: t.join()
+else:
+    data = b"\1" * size
+    socks = [socket.create_connection((addr, port)) for _ in range(streams)]
+    sent = [0] * streams
+    end = time.time() + secs
+    def pump(i):
+        while time.time() < end:
+            socks[i].sendall(data); sent[i] += len(data)
+        socks[i].close()
+    t0 = time.time()
+    ts = [threading.Thread(target=pump, args=(i,)) for i in range(streams)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    dt = time.time() - t0
+    print(f"raw TCP {streams} stream(s) of {size >> 20} MiB writes: {sum(sent) / dt / 1e9:.2f} GB/s over {dt:.1f} s")
+EOF
+
+# in_node I CMD...: CMD in namespace node I (--netns), else here.
+in_node() {
+    local i=$1
+    shift
+    if [[ -n $netns ]]; then
+        bash "$nodes" -p "$ns" exec "$i" "$@"
+    else
+        "$@"
+    fi
+}
+
+raw() {
+    local s z
+    for z in 1048576 67108864; do
+        for s in 1 4; do
+            in_node 1 python3 "$work/raw.py" recv "$raddr" "$s" 2 "$z" &
+            local r=$!
+            sleep 0.5
+            in_node 0 python3 "$work/raw.py" send "$raddr" "$s" 2 "$z"
+            wait "$r"
+        done
+    done
+}
+
+# CPU seconds of mpirun and everything it waited for (the ranks, and the launch agents with
+# theirs): a cost per byte that the machine's load does not change much.
+timed=()
+if [[ -x /usr/bin/time ]]; then
+    timed=(/usr/bin/time -f "cpu: %U s user, %S s system, %e s wall (mpirun and the ranks)")
+fi
+
+bench() {
+    local which=$1 p
+    eval "p=\$$which"
+    local args=(-o bw -b 64K -e "$max" -f 4 -w 1 -n 3)
+    echo "== $which ($p)"
+    if [[ -n $netns ]]; then
+        bash "$nodes" -p "$ns" exec 0 env GPUMPI_NET_IFNAME==rail0 "${envs[@]}" "${timed[@]}" "$p/bin/mpirun" \
+            --host localhost:1,n1:1 --launch-agent "$here/scripts/netns-agent -p $ns" \
+            --timeout 900 "$work/bench-$which" "${args[@]}"
+    else
+        env "${envs[@]}" "${timed[@]}" "$p/bin/mpirun" -n 2 --timeout 900 "$here/scripts/emulate-nodes.sh" 2 \
+            "$work/bench-$which" "${args[@]}"
+    fi
+}
+
+for r in $(seq 1 "$rounds"); do
+    echo "#### round $r $(date -u +%H:%M:%S) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    raw
+    if [[ -n $netbench && -z $netns ]]; then
+        "$netbench" --mib 256 --window 32
+    fi
+    if [[ $((r % 2)) -eq 1 ]]; then
+        bench base
+        bench new
+    else
+        bench new
+        bench base
+    fi
+done
+echo "#### end $(date -u +%H:%M:%S)"
+uptime
