@@ -688,6 +688,7 @@ c_tests!(
     p2p_order,
     p2p_large,
     p2p_dtype,
+    p2p_finalized,
     coll_data,
     coll_reduce,
     dtype_basic,

@@ -83,6 +83,7 @@
 pub mod agree;
 mod ask;
 pub mod backoff;
+pub mod bye;
 pub mod coll;
 pub mod collcheck;
 pub mod collnote;
@@ -115,6 +116,10 @@ pub struct Status {
     /// Bytes delivered (receives), sent (sends), or the message length (probes).
     pub bytes: usize,
     pub cancelled: bool,
+    /// A receive that failed (`MPI_ERR_OTHER`) because only ranks that called `MPI_Finalize`
+    /// could match it ([`bye`]): `source` is that rank, or `MPI_ANY_SOURCE` when every other
+    /// rank of the communicator did.
+    pub finalized: bool,
 }
 
 /// A request of this engine.
@@ -204,6 +209,11 @@ mod kind {
     /// Receiver -> sender of a host rendezvous to another node: send bytes `0..total` of
     /// `sreq` as one bulk transfer (the receiver queued its bulk receive for receive `rreq`).
     pub const BULK: u8 = 15;
+    /// The sender called `MPI_Finalize`: it sends no more point-to-point messages
+    /// ([`super::bye`]).
+    pub const BYE: u8 = 16;
+    /// The sender waits in a receive for this rank: say goodbye to it too ([`super::bye`]).
+    pub const WATCH: u8 = 17;
 }
 const FLAG_SYNC: u8 = 1;
 /// RTS payload: the CUDA IPC export of the sender's device buffer.
@@ -573,6 +583,8 @@ struct State {
     bulk_live: usize,
     /// Bulk transfers completed (both ways).
     bulk_count: u64,
+    /// Goodbyes said and heard ([`bye`]).
+    byes: bye::Byes,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -643,7 +655,8 @@ impl Engine {
             })
             .collect();
         let rates = transport.copy_rates();
-        let near = (0..world_size).map(|r| transport.same_node(r)).collect();
+        let near: Vec<bool> = (0..world_size).map(|r| transport.same_node(r)).collect();
+        let byes = bye::Byes::new(world_size, &near);
         let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
@@ -686,6 +699,7 @@ impl Engine {
                 bulk_tx: Vec::new(),
                 bulk_live: 0,
                 bulk_count: 0,
+                byes,
             },
             colls: Vec::new(),
             in_colls: false,
@@ -837,6 +851,7 @@ impl Engine {
             error: MPI_SUCCESS,
             bytes: a.len,
             cancelled: false,
+            finalized: false,
         };
         let sreq = self.st.reqs.insert(Req {
             done: false,
@@ -1058,6 +1073,8 @@ impl Engine {
                 // (serializing a ring of Sendrecv calls).
                 self.flush_all();
             }
+            // Only ranks that called MPI_Finalize could match it: it fails now.
+            None if self.st.byes_heard() && self.st.fail_if_finalized(rreq, ctx, src, tag) => {}
             None => {
                 if let Some(Req {
                     kind: ReqKind::Recv(r),
@@ -1200,6 +1217,7 @@ impl Engine {
                     error: MPI_SUCCESS,
                     bytes: 0,
                     cancelled: true,
+                    finalized: false,
                 };
                 self.st.posted.retain(|p| p.rreq != req.0);
                 return true;
@@ -1406,6 +1424,7 @@ impl Engine {
         if !self.colls.is_empty() && self.advance_colls() {
             did = true;
         }
+        self.tick_watch();
         did
     }
 
@@ -1914,6 +1933,8 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+mod bye_tests;
 #[cfg(test)]
 mod net_tests;
 #[cfg(test)]

@@ -140,6 +140,7 @@ impl State {
             error: MPI_SUCCESS,
             bytes: m.total,
             cancelled: false,
+            finalized: false,
         }
     }
 
@@ -192,6 +193,7 @@ impl State {
             },
             bytes: n,
             cancelled: false,
+            finalized: false,
         })
     }
 
@@ -223,6 +225,7 @@ impl State {
             },
             bytes: n,
             cancelled: false,
+            finalized: false,
         };
         (rs.buf, rs.cap)
     }
@@ -788,6 +791,8 @@ impl State {
             kind::REFUSE => self.on_refuse(h.sreq, p),
             kind::ASK => self.on_ask(src_world, h),
             kind::TELL => self.on_tell(src_world, h, p),
+            kind::BYE => self.on_bye(src_world),
+            kind::WATCH => self.on_watch(src_world),
             kind::ACK => {
                 if let Some(Req {
                     kind: ReqKind::Send(s),

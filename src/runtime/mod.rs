@@ -566,6 +566,9 @@ pub fn init(required: i32) -> MpiResult<i32> {
     };
     node::set_job(map);
     let mut engine = Engine::new(transport, rank, size);
+    // Receives that only ranks that called MPI_Finalize could match fail (engine::bye): the
+    // engine learns a communicator's world ranks from its context id here.
+    engine.set_members(Box::new(objects::members_of));
     engine.set_device_copies(Box::new(devices::Cuda));
     engine.set_crowded(oversubscribed(on_node));
     crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(on_node));
@@ -674,10 +677,16 @@ pub fn init(required: i32) -> MpiResult<i32> {
     Ok(provided)
 }
 
-/// MPI_Finalize: synchronize (so every message sent has been received), then tear down.
+/// MPI_Finalize: say goodbye to the peers (`engine::bye`), synchronize (so every message sent
+/// has been received), then tear down.
 /// `barrier`: MPI_COMM_WORLD's barrier (the collectives live above the runtime).
 pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
-    with(|_| Ok(()))?;
+    // The goodbye first, behind everything this rank sent: peers' receives that only this rank
+    // could match fail from now on (engine::bye).
+    with(|rt| {
+        rt.engine.goodbye();
+        Ok(())
+    })?;
     // Communicators' GPU state: every rank closes its mappings of peers' memory before the
     // barrier and frees its own after it (gpu::comm).
     crate::gpu::comm::finalize_begin();

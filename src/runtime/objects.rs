@@ -61,11 +61,31 @@ pub struct CommObj {
     pub agree: crate::engine::agree::words::CommState,
 }
 
+/// The world ranks of every communicator made in this process, by the context id of its
+/// point-to-point traffic (a context id reused by a later communicator takes its entry).
+/// The engine asks it ([`members_of`]) only when a rank has called `MPI_Finalize` while
+/// receives wait (`engine::bye`). A leaf lock: nothing else is taken while it is held.
+static MEMBERS: Mutex<BTreeMap<u32, Arc<[usize]>>> = Mutex::new(BTreeMap::new());
+
+/// The world ranks of the communicator whose point-to-point context is `ctx` (see [`MEMBERS`]).
+pub fn members_of(ctx: u32) -> Option<Arc<[usize]>> {
+    MEMBERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&ctx)
+        .cloned()
+}
+
 /// Context ids: bit 31 set marks collective traffic of a communicator.
 pub const COLL_CTX_BIT: u32 = 1 << 31;
 
 impl CommObj {
     pub fn new(ctx: u32, group: Arc<Group>, rank: usize, name: &str) -> Self {
+        let peers: Arc<[usize]> = Arc::from(group.ranks.as_slice());
+        MEMBERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ctx, peers.clone());
         CommObj {
             ctx,
             one_node: crate::bootstrap::node::one_node(&group.ranks),
@@ -73,7 +93,7 @@ impl CommObj {
                 .map(|l| crate::coll::hier::Nodes::new(&l))
                 .filter(|n| n.worth_it())
                 .map(Arc::new),
-            peers: Arc::from(group.ranks.as_slice()),
+            peers,
             group,
             rank,
             name: Mutex::new(name.to_string()),

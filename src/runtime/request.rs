@@ -20,6 +20,9 @@ pub struct Status {
     pub error: i32,
     pub bytes: usize,
     pub cancelled: bool,
+    /// A receive that failed because only ranks that called `MPI_Finalize` could match it
+    /// (`engine::bye`; `source` names the rank, or is `MPI_ANY_SOURCE`).
+    pub finalized: bool,
 }
 
 impl Status {
@@ -30,6 +33,7 @@ impl Status {
         error: 0,
         bytes: 0,
         cancelled: false,
+        finalized: false,
     };
 
     pub fn proc_null() -> Status {
@@ -52,6 +56,12 @@ impl Status {
             s.MPI_ERROR = self.error;
         }
         Self::set_count(s, self.bytes as i64, self.cancelled);
+    }
+
+    /// The error of a receive that only ranks that called `MPI_Finalize` could match
+    /// ([`Status::finalized`]), else `None`.
+    pub fn finalized_error(&self) -> Option<MpiError> {
+        self.finalized.then(|| finalized_error(self.source))
     }
 
     pub fn set_count(s: &mut MPI_Status, bytes: i64, cancelled: bool) {
@@ -78,7 +88,28 @@ impl From<crate::engine::Status> for Status {
             error: s.error,
             bytes: s.bytes,
             cancelled: s.cancelled,
+            finalized: s.finalized,
         }
+    }
+}
+
+/// The error (`MPI_ERR_OTHER`) of a receive or probe from `source` (a communicator rank, or
+/// `MPI_ANY_SOURCE`) that only ranks that called `MPI_Finalize` could match.
+pub fn finalized_error(source: i32) -> MpiError {
+    if source == c::MPI_ANY_SOURCE {
+        MpiError::new(
+            c::MPI_ERR_OTHER,
+            "MPI_ANY_SOURCE: every other rank of the communicator called MPI_Finalize; \
+             no message it sent before matches",
+        )
+    } else {
+        MpiError::new(
+            c::MPI_ERR_OTHER,
+            format!(
+                "rank {source} of the communicator called MPI_Finalize; \
+                 no message it sent before matches"
+            ),
+        )
     }
 }
 
@@ -299,6 +330,7 @@ impl Request {
                     error: cs.MPI_ERROR,
                     bytes: Status::bytes_of(&cs).max(0) as usize,
                     cancelled: Status::cancelled_of(&cs),
+                    finalized: false,
                 }
             }
         };

@@ -116,6 +116,13 @@ pub trait Transport: Send {
         true
     }
 
+    /// Whether a frame to world rank `peer` would travel on a channel that is open or being
+    /// opened (a network connection this rank dialed), rather than open one. The goodbye of
+    /// `MPI_Finalize` (`engine::bye`) goes only where this holds.
+    fn has_channel(&self, _peer: usize) -> bool {
+        true
+    }
+
     /// Whether [`Transport::read_remote`] may work for `src` (decided at set-up).
     fn can_read_remote(&self, _src: usize) -> bool {
         false

@@ -51,6 +51,8 @@ pub struct Routed {
     link: Vec<u8>,
     /// The forwarding rank per world rank (`u32::MAX`: none, sent directly).
     via: Vec<u32>,
+    /// Per world rank reached through a forwarder: this rank sent it a frame.
+    sent_via: Vec<bool>,
     /// Which part `poll` asks first (alternates, so neither starves the other).
     first: usize,
     /// Frames to forward that the network did not take yet: destination, header, payload.
@@ -89,6 +91,7 @@ impl Routed {
                     _ => u32::MAX,
                 })
                 .collect(),
+            sent_via: vec![false; hops.len()],
             first: 0,
             pending: VecDeque::new(),
             pending_bytes: 0,
@@ -170,6 +173,7 @@ impl Transport for Routed {
         self.scratch.extend_from_slice(payload);
         let ok = self.parts[0].try_send(v as usize, &outer, &self.scratch);
         self.counts.via += ok as u64;
+        self.sent_via[dst] |= ok;
         ok
     }
 
@@ -236,6 +240,15 @@ impl Transport for Routed {
 
     fn bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> usize {
         self.parts[1].bulk_poll(f)
+    }
+
+    /// A forwarded peer: this rank sent it something (the forwarder's connection to it exists
+    /// then); otherwise the transport that reaches it.
+    fn has_channel(&self, peer: usize) -> bool {
+        if self.via[peer] != u32::MAX {
+            return self.sent_via[peer];
+        }
+        self.to(peer).has_channel(peer)
     }
 
     fn can_read_remote(&self, src: usize) -> bool {

@@ -242,6 +242,9 @@ fn start_wait(start: impl FnOnce(&mut Runtime) -> MpiResult<ReqKind>) -> MpiResu
 }
 
 fn status_result(st: Status) -> MpiResult<()> {
+    if let Some(e) = st.finalized_error() {
+        return Err(e);
+    }
     if st.error != 0 {
         let msg = if st.error == c::MPI_ERR_TRUNCATE {
             format!(
@@ -877,6 +880,15 @@ pub unsafe fn MPI_Isendrecv_replace<W: Width>(
 
 // ---- probe and matched receive ----
 
+/// A probe that found nothing on (`ctx`, `src`) (`empty`) fails when only ranks that called
+/// MPI_Finalize could send it a match (`engine::bye`): nothing will ever come.
+fn finalized_check(rt: &Runtime, empty: bool, ctx: u32, src: i32) -> MpiResult<()> {
+    match rt.engine.finalized_source(ctx, src) {
+        Some(source) if empty => Err(runtime::request::finalized_error(source)),
+        _ => Ok(()),
+    }
+}
+
 pub unsafe fn MPI_Iprobe(
     source: c_int,
     tag: c_int,
@@ -894,7 +906,9 @@ pub unsafe fn MPI_Iprobe(
     };
     let st = runtime::with(|rt| {
         rt.progress();
-        Ok(rt.engine.iprobe(comm.ctx, src, tag))
+        let st = rt.engine.iprobe(comm.ctx, src, tag);
+        finalized_check(rt, st.is_none(), comm.ctx, src)?;
+        Ok(st)
     })?;
     *flag = st.is_some() as c_int;
     if let Some(st) = st {
@@ -918,6 +932,7 @@ pub unsafe fn MPI_Probe(
     let mut found = None;
     wait_until(|rt| {
         found = rt.engine.iprobe(comm.ctx, src, tag);
+        finalized_check(rt, found.is_none(), comm.ctx, src)?;
         Ok(found.is_some())
     })?;
     Status::from(found.unwrap()).store(status, false);
@@ -948,12 +963,15 @@ unsafe fn improbe_inner(
     if block {
         wait_until(|rt| {
             found = rt.engine.improbe(comm.ctx, src, tag);
+            finalized_check(rt, found.is_none(), comm.ctx, src)?;
             Ok(found.is_some())
         })?;
     } else {
         found = runtime::with(|rt| {
             rt.progress();
-            Ok(rt.engine.improbe(comm.ctx, src, tag))
+            let found = rt.engine.improbe(comm.ctx, src, tag);
+            finalized_check(rt, found.is_none(), comm.ctx, src)?;
+            Ok(found)
         })?;
         *flag = found.is_some() as c_int;
     }

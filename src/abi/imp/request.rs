@@ -62,6 +62,9 @@ fn is_active(rt: &Runtime, h: MPI_Request) -> bool {
 }
 
 fn err_of(st: &Status) -> MpiResult<()> {
+    if let Some(e) = st.finalized_error() {
+        return Err(e);
+    }
     if st.error != 0 {
         return Err(MpiError::new(
             st.error,

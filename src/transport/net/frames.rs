@@ -852,6 +852,12 @@ impl Transport for NetFrames {
         peer == self.me
     }
 
+    /// A frame connection this rank dialed (up or being set up; the bulk lane carries no
+    /// frames).
+    fn has_channel(&self, peer: usize) -> bool {
+        self.tx[peer].is_some() || self.links.dialing(peer, false)
+    }
+
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
         let me = self.me;
         let frame = self.frame;
