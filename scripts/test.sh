@@ -4,7 +4,8 @@
 #      integration tests (mpirun, shared-memory engine, installed headers/library/mpicc, and the
 #      C MPI programs of tests/c at the rank counts of tests/c/testlist).
 #   2. Real clients against the installed library: rsmpi examples and mpi4py's own test modules
-#      (built from source, and mpi4py's binary wheel on libmpi.so.12); MPICH's mpicc on libmpi.so.12.
+#      (built from source, and mpi4py's binary wheel on libmpi.so.12), on one node and on 2
+#      emulated nodes x 2 ranks; MPICH's mpicc on libmpi.so.12.
 #   3. The benchmark driver's smoke run; launchers (PMIx, PMI-1) where their tests exist.
 # GPU tests are not run here: see tests/gpu/ (they run on the GPU machine); the GPU unit tests
 # and tests/gpu_run.rs record skips here, and fail instead on a machine with a GPU.

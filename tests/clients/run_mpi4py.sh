@@ -24,7 +24,12 @@
 #   MPI4PY_REBUILD     "1": rebuild even if the venv was built for the same PREFIX/mpi.h/mpi-ext.h
 #   MPI4PY_NUMPY       "1": also install numpy (more array backends, about 2x test time)
 #   MPI4PY_TESTS       test modules (default: the five below)
-#   MPI4PY_NP          rank counts (default "1 2 4")
+#   MPI4PY_NP          rank counts on one node (default "1 2 4")
+#   MPI4PY_NODES       runs over emulated nodes, each KxR: K nodes of R ranks (default "2x2";
+#                      "" for none): scripts/emulate-nodes.sh K gives each rank a GPUMPI_NODE_ID,
+#                      so ranks of different "nodes" talk through the network transport
+#                      (loopback TCP); with GPUMPI_DEBUG=1 every rank must log frames received
+#                      over the network, or the run fails
 #   MPI4PY_TIMEOUT     seconds per mpirun (default 600)
 #   MPI4PY_XFILE       exclusion list (default: tests/clients/mpi4py-exclude.txt)
 #   MPI4PY_ARGS        extra arguments for test/main.py (e.g. "-x testProbeCancel" or "-f")
@@ -46,7 +51,8 @@ PY=${PYTHON:-python3}
 VERSION=${MPI4PY_VERSION:-4.1.2}
 CONFIGURE=${MPI4PY_CONFIGURE:-1}
 TESTS=${MPI4PY_TESTS:-test_p2p_buf test_cco_buf test_cco_nb_buf test_comm test_datatype}
-NPS=${MPI4PY_NP:-1 2 4}
+NPS=${MPI4PY_NP-1 2 4}
+NODES=${MPI4PY_NODES-2x2}
 TIMEOUT=${MPI4PY_TIMEOUT:-600}
 XFILE_SRC=${MPI4PY_XFILE:-$HERE/mpi4py-exclude.txt}
 
@@ -191,45 +197,72 @@ XARGS=()
 passed=0
 failed=0
 failures=()
+# run_module MODULE N TAG [LAUNCH...]: one mpirun of a module at N ranks, each rank started
+# through LAUNCH (empty: directly; or scripts/emulate-nodes.sh K). TAG names its log files.
+run_module() {
+    local t=$1 n=$2 tag=$3 label out rc ran res nskip nnet=0 netok=1
+    shift 3
+    label="-n $n"
+    [ $# -eq 0 ] || label="-n $n over ${tag%x*} emulated nodes"
+    out=$LOGDIR/$t.$tag.log
+    # `python -m mpi4py` aborts the whole job if one rank dies with an exception.
+    # shellcheck disable=SC2086
+    timeout --kill-after=10 "$TIMEOUT" "$PREFIX/bin/mpirun" --oversubscribe -n "$n" \
+        "$@" "$PYV" -m mpi4py "$SRC/test/main.py" --no-builddir -v "${XARGS[@]}" ${MPI4PY_ARGS:-} "$t" \
+        >"$out" 2>&1
+    rc=$?
+    # Ranks share stdout/stderr, so lines can be glued together ("OKOK"): match loosely.
+    ran=$(grep -oE 'Ran [0-9]+ tests?' "$out" | head -n 1 | awk '{print $2}')
+    res=$(grep -oE '^(OK|FAILED)( \([^)]*\))?' "$out" | head -n 1)
+    nskip=$(grep -c -E '\.\.\. skipped' "$out" || true)
+    if [ $# -gt 0 ]; then
+        # Over emulated nodes: every rank's network counters (GPUMPI_DEBUG=1) show frames in.
+        nnet=$(grep -cE 'net: rank [0-9]+: [0-9]+ frames .* [1-9][0-9]* frames \([0-9]+ bytes\) received over the network' "$out" || true)
+        [ "$nnet" -eq "$n" ] || netok=0
+    fi
+    if [ "$rc" -eq 0 ] && [ "${ran:-0}" -gt 0 ] && [ "$netok" = 1 ]; then
+        passed=$((passed + 1))
+        echo "PASS $t $label: ran ${ran:-?} per rank, $res"
+    elif [ "$rc" -eq 0 ] && [ "${ran:-0}" -gt 0 ]; then
+        failed=$((failed + 1))
+        failures+=("$t $label")
+        echo "FAIL $t $label: $nnet of $n ranks logged frames received over the network"
+    elif [ "$rc" -eq 0 ]; then
+        failed=$((failed + 1))
+        failures+=("$t $label")
+        echo "FAIL $t $label: exit 0 but ran ${ran:-no} tests (module missing, or everything excluded?)"
+        tail -n 25 "$out" | sed 's/^/    | /'
+    else
+        failed=$((failed + 1))
+        failures+=("$t $label")
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            echo "FAIL $t $label: timeout after ${TIMEOUT}s"
+        else
+            echo "FAIL $t $label: exit $rc, ran ${ran:-?} per rank, ${res:-no result line}"
+        fi
+        grep -E '^(ERROR|FAIL):' "$out" | sort | uniq -c | sed 's/^/    /' | head -n 40
+        grep -E -A12 '^(ERROR|FAIL):' "$out" | grep -E '(Error|Exception|assert)' |
+            sort | uniq -c | sort -rn | sed 's/^/    | /' | head -n 15
+        [ -n "$ran" ] || tail -n 25 "$out" | sed 's/^/    | /'
+    fi
+    # Skipped tests with their reasons (all ranks, deduplicated).
+    if [ "$nskip" -gt 0 ]; then
+        grep -E '\.\.\. skipped' "$out" | sed -E 's/^(test\w+) \(([^)]*)\).*skipped (.*)$/\2: \3/' |
+            sort -u >"$LOGDIR/$t.$tag.skipped.txt"
+    fi
+}
 for n in $NPS; do
     for t in $TESTS; do
-        out=$LOGDIR/$t.n$n.log
-        # `python -m mpi4py` aborts the whole job if one rank dies with an exception.
-        # shellcheck disable=SC2086
-        timeout --kill-after=10 "$TIMEOUT" "$PREFIX/bin/mpirun" --oversubscribe -n "$n" \
-            "$PYV" -m mpi4py "$SRC/test/main.py" --no-builddir -v "${XARGS[@]}" ${MPI4PY_ARGS:-} "$t" \
-            >"$out" 2>&1
-        rc=$?
-        # Ranks share stdout/stderr, so lines can be glued together ("OKOK"): match loosely.
-        ran=$(grep -oE 'Ran [0-9]+ tests?' "$out" | head -n 1 | awk '{print $2}')
-        res=$(grep -oE '^(OK|FAILED)( \([^)]*\))?' "$out" | head -n 1)
-        nskip=$(grep -c -E '\.\.\. skipped' "$out" || true)
-        if [ "$rc" -eq 0 ] && [ "${ran:-0}" -gt 0 ]; then
-            passed=$((passed + 1))
-            echo "PASS $t -n $n: ran ${ran:-?} per rank, $res"
-        elif [ "$rc" -eq 0 ]; then
-            failed=$((failed + 1))
-            failures+=("$t -n $n")
-            echo "FAIL $t -n $n: exit 0 but ran ${ran:-no} tests (module missing, or everything excluded?)"
-            tail -n 25 "$out" | sed 's/^/    | /'
-        else
-            failed=$((failed + 1))
-            failures+=("$t -n $n")
-            if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-                echo "FAIL $t -n $n: timeout after ${TIMEOUT}s"
-            else
-                echo "FAIL $t -n $n: exit $rc, ran ${ran:-?} per rank, ${res:-no result line}"
-            fi
-            grep -E '^(ERROR|FAIL):' "$out" | sort | uniq -c | sed 's/^/    /' | head -n 40
-            grep -E -A12 '^(ERROR|FAIL):' "$out" | grep -E '(Error|Exception|assert)' |
-                sort | uniq -c | sort -rn | sed 's/^/    | /' | head -n 15
-            [ -n "$ran" ] || tail -n 25 "$out" | sed 's/^/    | /'
-        fi
-        # Skipped tests with their reasons (all ranks, deduplicated).
-        if [ "$nskip" -gt 0 ]; then
-            grep -E '\.\.\. skipped' "$out" | sed -E 's/^(test\w+) \(([^)]*)\).*skipped (.*)$/\2: \3/' |
-                sort -u >"$LOGDIR/$t.n$n.skipped.txt"
-        fi
+        run_module "$t" "$n" "n$n"
+    done
+done
+for spec in $NODES; do
+    k=${spec%x*}
+    per=${spec#*x}
+    case "$k$per" in *[!0-9]* | "") die "MPI4PY_NODES: '$spec' is not KxR" ;; esac
+    for t in $TESTS; do
+        run_module "$t" "$((k * per))" "${k}x$per" \
+            env GPUMPI_DEBUG="${GPUMPI_DEBUG:-1}" "$REPO/scripts/emulate-nodes.sh" "$k"
     done
 done
 cat "$LOGDIR"/*.skipped.txt 2>/dev/null | sort -u >"$LOGDIR/skipped.txt"
@@ -239,7 +272,7 @@ if [ -s "$LOGDIR/skipped.txt" ]; then
 fi
 if [ $((passed + failed)) -eq 0 ]; then
     failed=1
-    log "no test module ran (MPI4PY_TESTS='$TESTS', MPI4PY_NP='$NPS')"
+    log "no test module ran (MPI4PY_TESTS='$TESTS', MPI4PY_NP='$NPS', MPI4PY_NODES='$NODES')"
 fi
 if [ "${#failures[@]}" -gt 0 ]; then
     log "failed: ${failures[*]}"

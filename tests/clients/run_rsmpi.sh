@@ -13,7 +13,13 @@
 #                      "pkgconfig" (MPI_PKG_CONFIG=PREFIX/lib/pkgconfig/mpi.pc)
 #   RSMPI_COMPAT       "auto" (default): add a compatibility header only when PREFIX's mpi.h lacks
 #                      MPI_Fint / MPI_Comm_c2f (see README); "0": never; "1": always
-#   RSMPI_NP           rank counts to run (default "1 2 4")
+#   RSMPI_NP           rank counts to run on one node (default "1 2 4")
+#   RSMPI_NODES        runs over emulated nodes, each KxR: K nodes of R ranks (default "2x2";
+#                      "" for none): scripts/emulate-nodes.sh K gives each rank a GPUMPI_NODE_ID,
+#                      so ranks of different "nodes" talk through the network transport
+#                      (loopback TCP); with GPUMPI_DEBUG=1 every rank must log frames received
+#                      over the network, or the run fails (our programs; the upstream examples
+#                      run on one node only)
 #   RSMPI_TIMEOUT      seconds per mpirun (default 120)
 #   RSMPI_PROGRAMS     space-separated subset of our programs to run (default: all)
 #   RSMPI_UPSTREAM     "1": also build and run rsmpi's own examples (default 0)
@@ -34,7 +40,8 @@ REPO=$(cd "$HERE/../.." && pwd)
 BUILD=${CLIENTS_BUILD_DIR:-$REPO/target/clients}
 PROBE=${RSMPI_PROBE:-mpicc}
 COMPAT=${RSMPI_COMPAT:-auto}
-NPS=${RSMPI_NP:-1 2 4}
+NPS=${RSMPI_NP-1 2 4}
+NODES=${RSMPI_NODES-2x2}
 TIMEOUT=${RSMPI_TIMEOUT:-120}
 PROGRAMS=${RSMPI_PROGRAMS:-env_info p2p bcast reduce gather_scatter nonblocking comm_split datatypes}
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
@@ -193,23 +200,36 @@ passed=0
 failed=0
 skipped=0
 failures=()
-run_one() { # name exe n expect_ok_lines
-    local name=$1 exe=$2 n=$3 want=$4 out rc
-    out=$LOGDIR/${name//\//-}.n$n.log
-    timeout --kill-after=10 "$TIMEOUT" "$PREFIX/bin/mpirun" --oversubscribe -n "$n" "$exe" >"$out" 2>&1
+run_one() { # name exe n expect_ok_lines [tag launch...]: launch, when given, starts each rank
+    local name=$1 exe=$2 n=$3 want=$4 tag=n$3 label="-n $3" out rc nnet=0 netok=1
+    shift 4
+    if [ $# -gt 0 ]; then
+        tag=$1
+        label="-n $n over ${tag%x*} emulated nodes"
+        shift
+    fi
+    out=$LOGDIR/${name//\//-}.$tag.log
+    timeout --kill-after=10 "$TIMEOUT" "$PREFIX/bin/mpirun" --oversubscribe -n "$n" "$@" "$exe" >"$out" 2>&1
     rc=$?
     local oks
     oks=$(grep -c ': .*OK$' "$out" || true)
-    if [ "$rc" -eq 0 ] && { [ "$want" = 0 ] || [ "$oks" -eq "$n" ]; }; then
+    if [ $# -gt 0 ]; then
+        # Over emulated nodes: every rank's network counters (GPUMPI_DEBUG=1) show frames in.
+        nnet=$(grep -cE 'net: rank [0-9]+: [0-9]+ frames .* [1-9][0-9]* frames \([0-9]+ bytes\) received over the network' "$out" || true)
+        [ "$nnet" -eq "$n" ] || netok=0
+    fi
+    if [ "$rc" -eq 0 ] && { [ "$want" = 0 ] || [ "$oks" -eq "$n" ]; } && [ "$netok" = 1 ]; then
         passed=$((passed + 1))
-        echo "PASS $name -n $n"
+        echo "PASS $name $label"
     else
         failed=$((failed + 1))
-        failures+=("$name -n $n")
+        failures+=("$name $label")
         if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-            echo "FAIL $name -n $n (timeout after ${TIMEOUT}s)"
+            echo "FAIL $name $label (timeout after ${TIMEOUT}s)"
+        elif [ "$netok" = 0 ]; then
+            echo "FAIL $name $label ($nnet of $n ranks logged frames received over the network)"
         else
-            echo "FAIL $name -n $n (exit $rc, $oks/$n ranks reported OK)"
+            echo "FAIL $name $label (exit $rc, $oks/$n ranks reported OK)"
         fi
         sed 's/^/    | /' "$out" | tail -n 25
     fi
@@ -219,6 +239,13 @@ run_one() { # name exe n expect_ok_lines
 for p in $PROGRAMS; do
     for n in $NPS; do
         run_one "$p" "$TARGET/release/$p" "$n" 1
+    done
+    for spec in $NODES; do
+        k=${spec%x*}
+        per=${spec#*x}
+        case "$k$per" in *[!0-9]* | "") die "RSMPI_NODES: '$spec' is not KxR" ;; esac
+        run_one "$p" "$TARGET/release/$p" "$((k * per))" 1 "${k}x$per" \
+            env GPUMPI_DEBUG="${GPUMPI_DEBUG:-1}" "$REPO/scripts/emulate-nodes.sh" "$k"
     done
 done
 for p in $UPSTREAM_EXAMPLES; do
@@ -236,7 +263,7 @@ done
 
 if [ $((passed + failed)) -eq 0 ]; then
     failed=1
-    log "no program ran (RSMPI_PROGRAMS='$PROGRAMS', RSMPI_NP='$NPS')"
+    log "no program ran (RSMPI_PROGRAMS='$PROGRAMS', RSMPI_NP='$NPS', RSMPI_NODES='$NODES')"
 fi
 if [ "${#failures[@]}" -gt 0 ]; then
     log "failed: ${failures[*]}"

@@ -2,6 +2,7 @@
 //! comm compare, create from group, comm names.
 use mpi::topology::{Color, CommunicatorRelation, GroupRelation};
 use mpi::traits::*;
+use std::hash::{Hash, Hasher};
 
 fn main() {
     let universe = mpi::initialize().unwrap();
@@ -30,9 +31,19 @@ fn main() {
     let none = world.split_by_color(if rank == 0 { Color::undefined() } else { Color::with_value(1) });
     assert_eq!(none.is_none(), rank == 0);
 
-    // Shared-memory split: everything is on one node here.
+    // Shared-memory split: the ranks of this rank's node (GPUMPI_NODE_ID where nodes are
+    // emulated on one host, else the processor name), in world rank order.
+    let node = std::env::var("GPUMPI_NODE_ID")
+        .unwrap_or_else(|_| mpi::environment::processor_name().expect("processor name"));
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut h);
+    let mine_h = h.finish();
+    let mut nodes = vec![0u64; size as usize];
+    world.all_gather_into(&mine_h, &mut nodes[..]);
+    let same: Vec<i32> = (0..size).filter(|&r| nodes[r as usize] == mine_h).collect();
     let shm = world.split_shared(rank);
-    assert_eq!(shm.size(), size);
+    assert_eq!(shm.size(), same.len() as i32);
+    assert_eq!(Some(shm.rank()), same.iter().position(|&r| r == rank).map(|p| p as i32));
 
     // Groups.
     let g = world.group();
