@@ -218,7 +218,7 @@ impl Engine {
             return;
         }
         self.st.byes.ticks = self.st.byes.ticks.wrapping_add(1);
-        if self.st.byes.ticks % SCAN_EVERY == 0 {
+        if self.st.byes.ticks.is_multiple_of(SCAN_EVERY) {
             self.scan_waiting(Instant::now());
         }
     }
