@@ -375,6 +375,9 @@ mod tests {
             .collect();
         r.reverse();
         assert_eq!(r[0].max_payload(), (1 << 10) - HEADER_BYTES);
+        // A forwarded peer has a channel (for the goodbye of MPI_Finalize) once this rank sent
+        // it something.
+        assert!(!r[0].has_channel(3) && r[0].has_channel(1));
         for i in 0..3u8 {
             let h = Header {
                 tag: i as i32,
@@ -402,6 +405,7 @@ mod tests {
         assert_eq!(r[1].counts().forwarded, 3);
         assert_eq!(r[1].counts().forwarded_bytes, 15);
         assert_eq!(r[0].counts().via, 3);
+        assert!(r[0].has_channel(3));
         // Rank 0 reaches rank 2 (its rail) directly, rank 1 over shared memory.
         assert!(!r[0].same_node(2) && r[0].same_node(1) && !r[0].same_node(3));
     }
