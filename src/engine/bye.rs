@@ -13,6 +13,9 @@
 //!   [`Status::finalized`]: one from `w`, or `MPI_ANY_SOURCE` when every other rank of its
 //!   communicator has finalized. A receive or probe made later that only such ranks can match
 //!   fails the same way (after taking a message already here, which still matches first).
+//!   `MPI_ERR_OTHER`: no standard class names a peer that has finalized (ULFM's
+//!   `MPI_ERR_PROC_FAILED` is for failed processes and not in the standard ABI's `mpi.h`); the
+//!   message names the peer.
 //!   Which world ranks a communicator's ranks are is the runtime's knowledge, asked through
 //!   [`Engine::set_members`] (only for contexts of point-to-point traffic: the library's own
 //!   collective traffic, `MPI_Finalize`'s barrier included, is never failed).
