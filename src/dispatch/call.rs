@@ -155,6 +155,14 @@ impl Side {
         }
         Some(((self.base as isize + start) as usize, (at - start) as usize))
     }
+    /// Whether the blocks cover their span exactly: contiguous, one after another, no gap
+    /// (so a call that writes every block writes every byte of the span).
+    pub(crate) fn tiles_span(&self) -> bool {
+        let (lo, hi) = self.span();
+        self.contiguous().is_some_and(|(at, len)| {
+            at == self.base.wrapping_add_signed(lo) && len as isize == hi - lo
+        })
+    }
     /// The bytes of the user's buffer the blocks touch, relative to `base`.
     pub(crate) fn span(&self) -> (isize, isize) {
         let mut lo = isize::MAX;
@@ -172,11 +180,12 @@ impl Side {
             (0, 0)
         }
     }
-    /// When the buffer is device memory: a host mirror of its span (filled from the device)
-    /// and the same side re-based onto the mirror, so `map`/`unpack` work on host memory.
-    pub(crate) unsafe fn mirrored(&self) -> MpiResult<Option<(Mirror, Side)>> {
+    /// When the buffer is device memory: a host mirror of its span (filled from the device
+    /// when `fill`) and the same side re-based onto the mirror, so `map`/`unpack` work on host
+    /// memory.
+    pub(crate) unsafe fn mirrored(&self, fill: bool) -> MpiResult<Option<(Mirror, Side)>> {
         let (lo, hi) = self.span();
-        let Some(m) = Mirror::of(self.base, lo, hi, true)? else {
+        let Some(m) = Mirror::of(self.base, lo, hi, fill)? else {
             return Ok(None);
         };
         let side = Side {
@@ -415,6 +424,18 @@ impl CollSpec {
         }
     }
 
+    /// Whether a host mirror of the receive side `r` must first be filled from the device:
+    /// unless the receive side holds no input and the call writes every byte of its span
+    /// (every block, blocks tiling the span; exscan leaves rank 0's output unwritten, and
+    /// reduce_scatter lays out only this rank's block).
+    pub(crate) fn recv_mirror_needs_fill(&self, r: &Side) -> bool {
+        self.recv_is_input
+            || self.kind == CollKind::Exscan
+            || self.unpack_only.is_some()
+            || self.rs_lens.is_some()
+            || !r.tiles_span()
+    }
+
     /// Validate the user buffers the call will access (those set in `send` and `recv`: a buffer
     /// that is not significant at this rank, or replaced by MPI_IN_PLACE, is not there).
     pub(crate) fn checked(self) -> MpiResult<CollSpec> {
@@ -429,5 +450,35 @@ impl CollSpec {
             })?;
         }
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mpi::datatype::{Basic, TypeDesc};
+
+    fn int32() -> Arc<DtypeObj> {
+        Arc::new(DtypeObj::new(TypeDesc::predefined(Basic::Int32)))
+    }
+
+    fn side(counts: &[i64], displs: &[i64]) -> Side {
+        Side::varying(0x10000 as *const c_void, counts, displs, &int32()).unwrap()
+    }
+
+    #[test]
+    fn blocks_tile_their_span_only_without_gaps_or_disorder() {
+        let t = int32();
+        assert!(Side::one(0x10000 as *const c_void, 5, &t).tiles_span());
+        assert!(Side::regular(0x10000 as *const c_void, 4, 3, &t).tiles_span());
+        assert!(side(&[2, 3, 1], &[0, 2, 5]).tiles_span());
+        // Zero-count blocks anywhere change nothing.
+        assert!(side(&[2, 0, 3], &[0, 40, 2]).tiles_span());
+        // A gap between blocks: the call would leave it unwritten.
+        assert!(!side(&[2, 3], &[0, 3]).tiles_span());
+        // Out of order (each byte written, but not as one run from the first block).
+        assert!(!side(&[2, 2], &[2, 0]).tiles_span());
+        // Overlapping blocks.
+        assert!(!side(&[2, 2], &[0, 1]).tiles_span());
     }
 }

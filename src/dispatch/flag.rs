@@ -46,7 +46,7 @@ impl Flat {
                 tmp: None,
             });
         }
-        let mirror = side.mirrored()?;
+        let mirror = side.mirrored(true)?;
         let host = mirror.as_ref().map(|(_, s)| s).unwrap_or(side);
         if let [b] = &host.blocks[..] {
             if host.direct() {

@@ -44,11 +44,11 @@ impl CollSpec {
             None => None,
         };
         let smir = match (&self.send, &sdev) {
-            (Some(s), None) => s.mirrored()?,
+            (Some(s), None) => s.mirrored(true)?,
             _ => None,
         };
         let rmir = match (&self.recv, &rdev) {
-            (Some(r), None) => r.mirrored()?,
+            (Some(r), None) => r.mirrored(self.recv_mirror_needs_fill(r))?,
             _ => None,
         };
         let send = smir.as_ref().map(|(_, side)| side).or(self.send.as_ref());
