@@ -57,8 +57,10 @@ pub const MAX_RECVS: usize = 8;
 /// Smallest piece a message is split into across data sockets.
 pub const MIN_CHUNK: usize = 64 << 10;
 /// Largest payload sent on the control socket behind its header instead of by a helper
-/// thread (part of the wire protocol: both ends decide by the header's size).
-pub const INLINE_MAX: usize = 16 << 10;
+/// thread (part of the wire protocol: both ends decide by the header's size): room for the
+/// engine's largest eager message (16 KiB) with its frame headers. Larger payloads keep the
+/// data sockets, so windows of large messages are still striped.
+pub const INLINE_MAX: usize = 20 << 10;
 /// Bytes a receiver reads ahead from its control socket at once.
 const READ_AHEAD: usize = 64 << 10;
 /// Most data sockets per connection.
