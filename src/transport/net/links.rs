@@ -21,8 +21,11 @@
 //!   [`Link::Failed`] naming the peer: an error unless everything waiting for that peer may be
 //!   dropped when it is gone ([`crate::transport::FLAG_UNLESS_GONE`]).
 //! - A connection that fails before its hello arrived carried nothing: it is dropped (a peer
-//!   that gave up a dial, or closed at `MPI_Finalize` while its dial was in flight). A dial
-//!   that fails is removed before the error is returned.
+//!   that gave up a dial, or closed at `MPI_Finalize` while its dial was in flight), whether
+//!   the failure shows while the hello is awaited or already when its receive is posted (a
+//!   dialer that gave up after the backend accepted resets the connection at once if the
+//!   backend's last set-up bytes were still unread). A dial that fails is removed before the
+//!   error is returned.
 //!
 //! - **Lanes**: a pair of ranks may hold a second connection each way for bulk data
 //!   ([`super::frames`]: large messages moved straight between the users' buffers), dialed
@@ -245,6 +248,7 @@ impl Links {
         }
         if accept {
             while let Some(mut c) = self.listener.accept()? {
+                moved = true;
                 let mut buf = Box::new([0u8; 8]);
                 let mr = c.reg_mr(buf.as_ptr(), 8, MemKind::Host)?;
                 let rb = RecvBuf {
@@ -255,15 +259,27 @@ impl Links {
                 };
                 // SAFETY: the boxed buffer moves with the comm into `greeting` and is read
                 // only after the receive completed (or dropped with the comm).
-                let req = unsafe { c.irecv(&[rb]) }?
-                    .ok_or_else(|| NetError::new("net: no request slot for the hello"))?;
+                let req = match unsafe { c.irecv(&[rb]) } {
+                    Ok(Some(req)) => req,
+                    Ok(None) => return Err(NetError::new("net: no request slot for the hello")),
+                    // Posting the receive reads what already arrived: a dialer that gave up
+                    // (closing, or dialing again) after the backend accepted may have reset
+                    // the connection already. It carried nothing: drop it, as below.
+                    Err(e) => {
+                        tracing::debug!(
+                            "net: rank {}: a connection from {} closed before its hello: {e}",
+                            self.me,
+                            c.peer()
+                        );
+                        continue;
+                    }
+                };
                 self.greeting.push(Greeting {
                     comm: c,
                     buf,
                     mr,
                     req,
                 });
-                moved = true;
             }
         }
         let mut i = 0;

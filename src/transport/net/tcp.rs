@@ -1474,6 +1474,99 @@ mod tests {
         assert_eq!(split(0, 4), (0, 0));
     }
 
+    /// A listener that hands each accepted connection out one call late, so that a test can
+    /// act between the backend's accept and the caller's first use of the connection.
+    struct Late {
+        inner: Box<dyn Listener>,
+        held: Option<Box<dyn RecvComm>>,
+    }
+
+    impl Listener for Late {
+        fn accept(&mut self) -> NetResult<Option<Box<dyn RecvComm>>> {
+            if let Some(c) = self.held.take() {
+                return Ok(Some(c));
+            }
+            self.held = self.inner.accept()?;
+            Ok(None)
+        }
+    }
+
+    /// A dialer that completes the set-up at the socket level, then closes every socket with
+    /// the listener's confirmation unread (the kernel then resets the connection instead of
+    /// closing it), as a rank does that gives up a dial (at `MPI_Finalize`, or to dial again)
+    /// after the listener accepted it: the accepting side drops that connection, which never
+    /// carried its hello, and is not failed by it.
+    #[test]
+    fn a_dial_reset_after_the_listener_accepted_it_is_dropped() {
+        use crate::transport::net::links::{Link, Links};
+        use std::io::{Read, Write};
+        let cfg = TcpConfig {
+            ifname: Some("=lo".into()),
+            family: Family::V4,
+            threads: 1,
+            socks_per_thread: 1,
+            connect_timeout: Duration::from_secs(5),
+            accept_timeout: Duration::from_secs(5),
+        };
+        let net = TcpNet::new(cfg, b"reset-after-accept").unwrap();
+        let key = net.key;
+        let (h, l) = net.listen(0).unwrap();
+        let hd = HandleData::decode(&h).unwrap();
+        let late = Late {
+            inner: l,
+            held: None,
+        };
+        let mut links = Links::new(
+            Box::new(net),
+            0,
+            Box::new(late),
+            0,
+            vec![None, Some(h)],
+            Duration::from_secs(5),
+        );
+        let mut out = Vec::new();
+        let progress =
+            |links: &mut Links, out: &mut Vec<Link>| links.progress(true, &|_, _| false, out);
+        // The control socket and one data socket, connected (the kernel queues them for the
+        // listener), then the listener's challenges.
+        let mut socks: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(hd.addr).unwrap())
+            .collect();
+        progress(&mut links, &mut out).unwrap();
+        let conn = 0x5eed_u64;
+        for (role, s) in socks.iter_mut().enumerate() {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut nonce = [0u8; NONCE];
+            s.read_exact(&mut nonce).unwrap();
+            let mut hello = [0u8; HELLO];
+            hello[0..4].copy_from_slice(HELLO_MAGIC);
+            hello[4..6].copy_from_slice(&VERSION.to_le_bytes());
+            hello[6] = role as u8;
+            hello[8..16].copy_from_slice(&conn.to_le_bytes());
+            hello[16..32].copy_from_slice(&hello_mac(&key, &hd.token, &nonce, role as u8, conn));
+            s.write_all(&hello).unwrap();
+        }
+        // The listener confirms both sockets and completes the connection (held by `Late`).
+        progress(&mut links, &mut out).unwrap();
+        assert!(out.is_empty());
+        for s in &socks {
+            let mut b = [0u8; 1];
+            assert_eq!(
+                s.peek(&mut b).unwrap(),
+                1,
+                "the listener confirmed the socket"
+            );
+            assert_eq!(b[0], ACK);
+        }
+        drop(socks);
+        // The accepted connection reaches the links, reset: dropped, and nothing waits for it.
+        progress(&mut links, &mut out).unwrap();
+        progress(&mut links, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(links.accepted().is_empty());
+        assert!(!links.busy());
+    }
+
     #[test]
     fn handle_round_trips_and_rejects_garbage() {
         for addr in ["127.0.0.1:5000", "[::1]:6000", "[fe80::1%3]:7"] {
