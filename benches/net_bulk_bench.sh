@@ -76,38 +76,6 @@ for which in base new; do
     "$p/bin/mpicc" -std=c99 -O2 -o "$work/bench-$which" "$here/benches/gpumpi-bench.c" -ldl -lm
 done
 
-cat >"$work/raw.py" <<'EOF'
-import socket, sys, threading, time
-mode, addr, streams, secs, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-port = 47100
-if mode == "recv":
-    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((addr, port)); srv.listen(16)
-    def drain(c):
-        buf = bytearray(size); v = memoryview(buf)
-        while c.recv_into(v):
-            pass
-    ts = []
-    for _ in range(streams):
-        c, _ = srv.accept()
-        t = threading.Thread(target=drain, args=(c,)); t.start(); ts.append(t)
-    for t in ts: t.join()
-else:
-    data = b"\1" * size
-    socks = [socket.create_connection((addr, port)) for _ in range(streams)]
-    sent = [0] * streams
-    end = time.time() + secs
-    def pump(i):
-        while time.time() < end:
-            socks[i].sendall(data); sent[i] += len(data)
-        socks[i].close()
-    t0 = time.time()
-    ts = [threading.Thread(target=pump, args=(i,)) for i in range(streams)]
-    for t in ts: t.start()
-    for t in ts: t.join()
-    dt = time.time() - t0
-    print(f"raw TCP {streams} stream(s) of {size >> 20} MiB writes: {sum(sent) / dt / 1e9:.2f} GB/s over {dt:.1f} s")
-EOF
 
 # in_node I CMD...: CMD in namespace node I (--netns), else here.
 in_node() {
@@ -124,10 +92,10 @@ raw() {
     local s z
     for z in 1048576 67108864; do
         for s in 1 4; do
-            in_node 1 python3 "$work/raw.py" recv "$raddr" "$s" 2 "$z" &
+            in_node 1 python3 "$here/benches/raw_tcp.py" recv "$raddr" 47100 "$s" "$z" &
             local r=$!
             sleep 0.5
-            in_node 0 python3 "$work/raw.py" send "$raddr" "$s" 2 "$z"
+            in_node 0 python3 "$here/benches/raw_tcp.py" send "$raddr" 47100 "$s" 2 "$z"
             wait "$r"
         done
     done

@@ -1188,8 +1188,6 @@ struct RecvSlot {
     sizes: [usize; MAX_RECVS],
     nmatched: usize,
     pieces: u32,
-    /// An inline payload of this group is still being read from the control socket.
-    inline_left: bool,
 }
 
 impl Default for RecvSlot {
@@ -1203,7 +1201,6 @@ impl Default for RecvSlot {
             sizes: [0; MAX_RECVS],
             nmatched: 0,
             pieces: 0,
-            inline_left: false,
         }
     }
 }
@@ -1244,7 +1241,6 @@ impl TcpRecv {
     fn read_inline(&mut self) -> NetResult<bool> {
         while let Some((slot, ptr, left)) = self.inline {
             if left == 0 {
-                self.slots[slot as usize].inline_left = false;
                 self.inline = None;
                 break;
             }
@@ -1352,7 +1348,6 @@ impl TcpRecv {
                 self.order.pop_front();
             }
             if size <= INLINE_MAX {
-                s.inline_left = true;
                 self.inline = Some((slot, ptr, size));
                 if !self.read_inline()? {
                     return Ok(());
@@ -1420,7 +1415,8 @@ impl RecvComm for TcpRecv {
         self.progress()?;
         let s = &self.slots[req.slot as usize];
         let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
-        if s.nmatched == s.n && done == s.pieces && !s.inline_left {
+        let reading = self.inline.is_some_and(|(slot, ..)| slot == req.slot);
+        if s.nmatched == s.n && done == s.pieces && !reading {
             for (o, v) in sizes.iter_mut().zip(&s.sizes[..s.n]) {
                 *o = *v;
             }
