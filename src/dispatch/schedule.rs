@@ -80,6 +80,7 @@ impl CollSpec {
             elem_size,
             in_place: self.in_place,
             commutative,
+            nodes: self.comm.node_count,
         };
         let (algo, sched) = match nodes {
             Some(nodes) => {
