@@ -103,6 +103,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: true,
     },
     Param {
+        name: "GPUMPI_COLL_PIECE",
+        default: "4m",
+        doc: "Bytes per piece of a large blocking `MPI_Allreduce` on a communicator that spans nodes (`src/dispatch/piped.rs`): a vector of at least two pieces runs as consecutive allreduces of about this many bytes, two at a time, so one piece is reduced while the next is on the network; device vectors move piece by piece through four page-locked buffers (the copy engine overlapping the network) instead of whole-vector host copies. `0` = whole vectors. Suffixes k/m/g.",
+        same_on_every_rank: true,
+    },
+    Param {
         name: "GPUMPI_COLL_TUNING",
         default: "",
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
@@ -947,6 +953,8 @@ pub struct CollConfig {
     pub forced: Vec<(&'static str, String)>,
     /// `GPUMPI_COLL_HIER` is not `0`.
     pub hier: bool,
+    /// `GPUMPI_COLL_PIECE` (0: off).
+    pub piece: usize,
 }
 
 impl CollConfig {
@@ -1139,6 +1147,7 @@ impl Config {
                     .filter_map(|p| Some((p.name, get(p.name)?)))
                     .collect(),
                 hier: not_zero("GPUMPI_COLL_HIER"),
+                piece: get_usize("GPUMPI_COLL_PIECE"),
             },
             cuda: CudaConfig {
                 enabled: not_zero("GPUMPI_CUDA"),

@@ -59,6 +59,7 @@ pub mod barrier;
 pub mod bcast;
 pub mod gather;
 pub mod hier;
+pub mod pieces;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scan;

@@ -215,7 +215,11 @@ pub fn select_from(
     }
     let bytes = a.msg_bytes(kind);
     for row in rows.iter().filter(|r| r.kind == kind) {
-        if row.conds.iter().all(|c| holds_on(c, a.size, bytes, a.nodes)) {
+        if row
+            .conds
+            .iter()
+            .all(|c| holds_on(c, a.size, bytes, a.nodes))
+        {
             let info = algorithm(kind, row.algo).expect("rows name registered algorithms");
             if usable(info, kind, a) {
                 return info;

@@ -10,7 +10,8 @@
  * The test, for sizes 8 B..MAX_BYTES (default 64 MiB; 0, around the eager limit and around
  * chunk edges): Sendrecv between off-node partners device to device, Isend/Irecv device to
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
- * Allreduce (MPI_SUM on ints, and in place) on device buffers over the whole world, then
+ * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) on
+ * device buffers over the whole world, then
  * Gather, Scatter, Allgatherv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
  * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
@@ -108,6 +109,17 @@ static void test(size_t max) {
         CU(cudaMemcpy_(d, h, cnt * sizeof(int), cudaMemcpyDefault_));
         MPI_Allreduce(d, d2, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(MPI_IN_PLACE, d, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        /* Device input, host result. */
+        int *hres = malloc(cnt * sizeof(int) + 1);
+        MPI_Allreduce(d2, hres, (int)cnt, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        for (size_t i = 0; i < cnt; i++) {
+            int want = size * (size + 1) / 2 + size * (int)(i % 7);
+            if (hres[i] != want) {
+                fail("allreduce device to host", n, i, (unsigned)hres[i], (unsigned)want);
+                break;
+            }
+        }
+        free(hres);
         for (int pass = 0; pass < 2; pass++) {
             CU(cudaMemcpy_(h, pass ? d : d2, cnt * sizeof(int), cudaMemcpyDefault_));
             for (size_t i = 0; i < cnt; i++) {
