@@ -303,7 +303,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_IB_GDR",
         default: "auto",
-        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`.",
+        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`. Where device memory is registered, point-to-point device buffers between nodes move by GPUDirect RDMA (`GPUMPI_NET_GDR`).",
         same_on_every_rank: false,
     },
     Param {
