@@ -13,11 +13,11 @@ mod fake_ib;
 #[path = "support/netcheck.rs"]
 mod netcheck;
 
+use mpi_abi::engine::devcopy;
 use mpi_abi::transport::net::ib::{IbConfig, IbNet};
 use mpi_abi::transport::net::ifname::Family;
 use mpi_abi::transport::net::{Handle, MemKind, Net, NetError, RecvBuf, Request, HANDLE_BYTES};
 use netcheck::*;
-use mpi_abi::engine::devcopy;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -817,10 +817,9 @@ fn gdr_engines(gdr: [bool; 2]) -> [(usize, u64); 2] {
                     } else {
                         let mut dst = vec![0u8; len + 8];
                         // SAFETY: `dst` outlives the wait.
-                        let r = unsafe {
-                            e.irecv_dev(dst.as_mut_ptr(), len + 8, rdev, 5, 0, k as i32)
-                        }
-                        .unwrap();
+                        let r =
+                            unsafe { e.irecv_dev(dst.as_mut_ptr(), len + 8, rdev, 5, 0, k as i32) }
+                                .unwrap();
                         let st = wait(&mut e, r);
                         assert_eq!((st.error, st.bytes), (0, len));
                         assert!(
@@ -855,20 +854,35 @@ fn gdr_engine_child() {
     let small = GDR_SIZES.len() - big;
     let _ = std::fs::remove_file(&trace);
     let [(c0, b0), (c1, b1)] = gdr_engines([true, true]);
-    assert_eq!((b0, b1), (3 * big as u64, 3 * big as u64), "one bulk transfer per big message");
+    assert_eq!(
+        (b0, b1),
+        (3 * big as u64, 3 * big as u64),
+        "one bulk transfer per big message"
+    );
     // Below the threshold: device-to-device and device-to-host pipelined at the sender
     // (1 chunk copy each, 20_000 < 64 KiB chunk), device-to-device and host-to-device at the
     // receiver. Nothing else.
-    assert_eq!((c0, c1), (2 * small, 2 * small), "device copies only below the threshold");
+    assert_eq!(
+        (c0, c1),
+        (2 * small, 2 * small),
+        "device copies only below the threshold"
+    );
     let flushes = std::fs::read_to_string(&trace)
         .unwrap_or_default()
         .lines()
         .filter(|l| l.starts_with("read ") && l.ends_with(" 1"))
         .count();
-    assert_eq!(flushes, 2 * big, "one flush per bulk transfer into device memory");
+    assert_eq!(
+        flushes,
+        2 * big,
+        "one flush per bulk transfer into device memory"
+    );
     let [(c0, b0), (c1, b1)] = gdr_engines([true, false]);
     assert_eq!((b0, b1), (big as u64, big as u64), "device to host only");
-    assert!(c0 > 0 && c1 > 0, "the rest pipelined through host memory: {c0} {c1}");
+    assert!(
+        c0 > 0 && c1 > 0,
+        "the rest pipelined through host memory: {c0} {c1}"
+    );
     println!("gdr_engine: bulk {b0}/{b1}, copies {c0}/{c1}");
 }
 

@@ -148,6 +148,9 @@ static void gdr(void) {
             if (sdev) CU(cudaMemcpy_(ds, hs, n, cudaMemcpyDefault_));
             memset(hr, 0xee, n + 1);
             if (rdev) CU(cudaMemset_(dr, 0xee, n + 1));
+            /* cudaMemset may still run when it returns: the NIC (here the double, from the
+             * other process) must not write before it is done. */
+            CU(cudaDeviceSynchronize_());
             MPI_Request rq[2];
             MPI_Status st[2];
             MPI_Irecv(rdev ? (void *)dr : (void *)hr, (int)n, MPI_BYTE, partner, 20 + mix, MPI_COMM_WORLD, &rq[0]);
