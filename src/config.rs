@@ -309,7 +309,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_IB_GDR",
         default: "auto",
-        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`.",
+        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`. Where device memory is registered, point-to-point device buffers between nodes move by GPUDirect RDMA (`GPUMPI_NET_GDR`).",
         same_on_every_rank: false,
     },
     Param {
@@ -393,7 +393,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_BULK_MIN",
         default: "64k",
-        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`) instead.",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the same bulk transfer where both ranks' backends register device memory (`GPUMPI_NET_GDR`), else the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`).",
         same_on_every_rank: false,
     },
     Param {
@@ -412,6 +412,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_NET_FAMILY",
         default: "",
         doc: "Address family of the TCP network backend: `4` (IPv4 only), `6` (IPv6 only), unset or `any`: both, IPv4 first on each interface (then a global IPv6 address before a link-local one). Like `NCCL_SOCKET_FAMILY`.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GDR",
+        default: "auto",
+        doc: "GPUDirect RDMA in the engine: a device buffer's point-to-point rendezvous message to or from a rank on another node moves as one bulk transfer straight between the two buffers (the NIC reads the sender's device memory and writes the receiver's; nothing is staged in host memory) when both ranks' network backends register device memory (ibverbs with a dma-buf or nvidia-peermem path, `GPUMPI_IB_GDR`; never TCP) and the message is at least `GPUMPI_NET_BULK_MIN`. A host buffer at one end takes part as host memory. The ranks agree per message in the rendezvous; otherwise the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`). `auto`: on where the backend can; `0`: never; `1`: on, and `MPI_Init` fails where the backend cannot. The choice is logged with `GPUMPI_DEBUG=1`, each message's path with `GPUMPI_DEBUG=2`. Verified only against the test double of libibverbs (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -1044,6 +1050,8 @@ pub struct NetConfig {
     pub tcp_socks: usize,
     /// `GPUMPI_NET_BULK_MIN`; `None` for `off`.
     pub bulk_min: Option<usize>,
+    /// `GPUMPI_NET_GDR` as given (`""` unset; `transport::net::frames::gdr_choice` parses it).
+    pub gdr: String,
     /// `GPUMPI_IB_HCA`.
     pub ib_hca: Option<String>,
     /// `GPUMPI_IB_GID_INDEX`: `Ok(None)` for unset or `auto`; `Err` names a value that is not an
@@ -1198,6 +1206,7 @@ impl Config {
                     Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
                     _ => Some(get_usize("GPUMPI_NET_BULK_MIN")),
                 },
+                gdr: get("GPUMPI_NET_GDR").unwrap_or_default(),
                 ib_hca: get("GPUMPI_IB_HCA"),
                 ib_gid_index: parse_gid_index(get("GPUMPI_IB_GID_INDEX").as_deref()),
                 ib_mtu: get("GPUMPI_IB_MTU"),

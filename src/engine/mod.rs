@@ -63,6 +63,13 @@
 //!   first in first out), moves the bytes as one network message between the two buffers
 //!   ([`rndv::bulk`] decides), and reports each end complete; the send completes then, the
 //!   receive when its bytes are in.
+//! - **GPUDirect RDMA between nodes**: the same bulk rendezvous with a device buffer at one
+//!   end or both, where each device end's transport takes device memory in bulk transfers
+//!   ([`Transport::bulk_device`]: the network backend registers it with the NIC). A device
+//!   sender says in its RTS (`FLAG_DEVNET`, `rreq` = [`RTS_DEV_BULK`]) that it can; the
+//!   receiver answers `BULK` only if every device end can ([`rndv::bulk`]), else `CTS` (the
+//!   pipeline through host memory above). Nothing is staged: the NIC reads the sender's
+//!   buffer and writes the receiver's. Each choice is logged at debug level.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 //! - **Notes** (`FLAG_NOTE`): a send may carry a [`Note`] of [`NOTE_BYTES`] opaque bytes (the
@@ -230,6 +237,10 @@ const FLAG_DEVNET: u8 = 32;
 /// CTS: the receiver pipelines into device memory ([`devnet`]): send bytes up to `arg`, more
 /// as `CREDIT` frames allow.
 const FLAG_CREDIT: u8 = 64;
+/// `rreq` of an RTS with [`FLAG_DEVNET`] (which never offers a shared-copy slot, the other use
+/// of that field): the sender can send its device buffer as a bulk transfer
+/// ([`Transport::bulk_device`]), so the receiver may answer `BULK`.
+const RTS_DEV_BULK: u64 = 1;
 // Bit 128 is the transport's (`crate::transport::FLAG_UNLESS_GONE`: ASK and TELL carry it).
 
 /// Engine tunables.
@@ -396,8 +407,9 @@ enum DevRef {
     Ipc(Box<[u8]>),
     /// The descriptor of the sender's pipe.
     Pipe(Box<[u8]>),
-    /// Device memory on another node: streamed in chunks ([`devnet`]).
-    Net,
+    /// Device memory on another node: streamed in chunks ([`devnet`]), or sent from the
+    /// device as one bulk transfer where the sender offered that (`bulk`, [`RTS_DEV_BULK`]).
+    Net { bulk: bool },
 }
 
 impl DevRef {
@@ -408,7 +420,9 @@ impl DevRef {
         } else if h.flags & FLAG_PIPE != 0 {
             Some(DevRef::Pipe(b()))
         } else if h.flags & FLAG_DEVNET != 0 {
-            Some(DevRef::Net)
+            Some(DevRef::Net {
+                bulk: h.rreq == RTS_DEV_BULK,
+            })
         } else {
             None
         }
@@ -574,17 +588,30 @@ struct State {
     /// told (peer, context, sequence, record), newest last ([`ask`]).
     records: Option<collcheck::Rings>,
     told: VecDeque<(usize, u32, u32, collcheck::Record)>,
-    /// Per peer: the transport's bulk threshold ([`Transport::bulk_min`]).
+    /// Per peer: the transport's bulk threshold ([`Transport::bulk_min`]) and whether its
+    /// bulk transfers take device memory ([`Transport::bulk_device`]).
     bulk_min: Vec<Option<usize>>,
-    /// Bulk transfers to hand to the transport, in order: receives (peer, receive, buffer,
-    /// bytes) and sends (peer, send, buffer, bytes); and how many are with it.
-    bulk_rx: Vec<(usize, u64, usize, usize)>,
-    bulk_tx: Vec<(usize, u64, usize, usize)>,
+    bulk_dev: Vec<bool>,
+    /// Bulk transfers to hand to the transport, in order: receives and sends.
+    bulk_rx: Vec<BulkJob>,
+    bulk_tx: Vec<BulkJob>,
     bulk_live: usize,
     /// Bulk transfers completed (both ways).
     bulk_count: u64,
     /// Goodbyes said and heard ([`bye`]).
     byes: bye::Byes,
+}
+
+/// A bulk transfer for the transport ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the
+/// peer, the request (a send or a receive), the buffer, its bytes, and whether it is device
+/// memory.
+#[derive(Clone, Copy, Debug)]
+struct BulkJob {
+    peer: usize,
+    req: u64,
+    buf: usize,
+    len: usize,
+    dev: bool,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -658,6 +685,7 @@ impl Engine {
         let near: Vec<bool> = (0..world_size).map(|r| transport.same_node(r)).collect();
         let byes = bye::Byes::new(world_size, &near);
         let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
+        let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
             cfg.eager_limit,
@@ -695,6 +723,7 @@ impl Engine {
                 records: None,
                 told: VecDeque::new(),
                 bulk_min,
+                bulk_dev,
                 bulk_rx: Vec::new(),
                 bulk_tx: Vec::new(),
                 bulk_live: 0,
@@ -796,11 +825,13 @@ impl Engine {
         // node) goes through the pipe to the receiver, or, without one (or to this rank, or
         // off the node), as a host copy made now.
         // A device rendezvous to another node is pipelined through host memory ([`devnet`])
-        // once the receiver asks for it.
+        // once the receiver asks for it, or sent from the device as one bulk transfer where
+        // both ends' transports take device memory (GPUDirect RDMA).
+        let dev_bulk = a.dst_world != self.st.me && self.st.bulk_dev[a.dst_world];
         let devnet = a.dev.is_some()
             && !near
             && a.dst_world != self.st.me
-            && self.st.pipe_cfg.on
+            && (self.st.pipe_cfg.on || dev_bulk)
             && a.len > self.eager_limit;
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
         if a.dev.is_some() && ipc.is_none() && !devnet {
@@ -841,7 +872,11 @@ impl Engine {
             src_rank: a.src_rank,
             tag: a.tag,
             total: a.len as u64,
-            rreq: coop.map_or(0, u64::from),
+            rreq: if devnet && dev_bulk {
+                RTS_DEV_BULK
+            } else {
+                coop.map_or(0, u64::from)
+            },
             arg: buf as u64,
             ..Default::default()
         };
@@ -1431,10 +1466,17 @@ impl Engine {
     /// Hand the queued bulk transfers to the transport, in order, and finish the ones it
     /// reports complete. Returns whether any completed.
     fn run_bulk(&mut self) -> bool {
-        for (peer, rreq, buf, len) in std::mem::take(&mut self.st.bulk_rx) {
+        for BulkJob {
+            peer,
+            req: rreq,
+            buf,
+            len,
+            dev,
+        } in std::mem::take(&mut self.st.bulk_rx)
+        {
             // SAFETY: the receive owns buf..buf+len (len <= cap) until it completes, which
             // happens only when the transport reports this transfer.
-            if unsafe { self.tp.bulk_recv(peer, rreq, buf as *mut u8, len) } {
+            if unsafe { self.tp.bulk_recv(peer, rreq, buf as *mut u8, len, dev) } {
                 self.st.bulk_live += 1;
             } else {
                 tracing::error!("engine: no bulk transfers from rank {peer}");
@@ -1442,10 +1484,17 @@ impl Engine {
                 self.st.complete(rreq);
             }
         }
-        for (peer, sreq, buf, len) in std::mem::take(&mut self.st.bulk_tx) {
+        for BulkJob {
+            peer,
+            req: sreq,
+            buf,
+            len,
+            dev,
+        } in std::mem::take(&mut self.st.bulk_tx)
+        {
             // SAFETY: the send's buffer holds len bytes and stays unchanged until the send
             // completes, which happens only when the transport reports this transfer.
-            if unsafe { self.tp.bulk_send(peer, sreq, buf as *const u8, len) } {
+            if unsafe { self.tp.bulk_send(peer, sreq, buf as *const u8, len, dev) } {
                 self.st.bulk_live += 1;
             } else {
                 tracing::error!(
@@ -1528,7 +1577,7 @@ impl Engine {
                 Some(Req {
                     kind: ReqKind::Send(s),
                     ..
-                }) => (s.buf as usize, s.dev),
+                }) => (s.buf as usize, s.dev && s.staged.is_none()),
                 _ => {
                     tx_pipes.swap_remove(i);
                     continue;

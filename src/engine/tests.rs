@@ -1965,6 +1965,8 @@ pub(super) mod slow_dev {
         pub htod_now: AtomicUsize,
         pub htod_peak: AtomicUsize,
         pub htod: AtomicUsize,
+        /// Whole copies (`DevCopy::htod`, `DevCopy::dtoh`: staging, eager data).
+        pub whole: AtomicUsize,
     }
 
     /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
@@ -2093,10 +2095,12 @@ pub(super) mod slow_dev {
             None
         }
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
+            self.counts.whole.fetch_add(1, SeqCst);
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len());
             Ok(())
         }
         unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
+            self.counts.whole.fetch_add(1, SeqCst);
             Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
         }
         unsafe fn dtoh_start(
@@ -2160,6 +2164,91 @@ mod net_device {
     /// Runs `body(engine, rank)` on two ranks joined by the TCP backend on loopback, each
     /// with its own pipeline settings and a [`Slow`] device; returns each rank's counts.
     fn pair(cfgs: [PipeConfig; 2], body: fn(&mut Engine, usize)) -> [Arc<Counts>; 2] {
+        let (c, _) = pair_bulk(cfgs, None, body);
+        c
+    }
+
+    /// A bulk transfer a rank handed its transport: a send (else a receive), from or into
+    /// device memory, its bytes.
+    type Handed = Arc<std::sync::Mutex<Vec<(bool, bool, usize)>>>;
+
+    /// Network frames that say their bulk transfers take device memory (`claim`) as a backend
+    /// registering it with the NIC would (GPUDirect RDMA): the buffers of the [`Slow`] device
+    /// are host memory, which the TCP backend below moves; every bulk transfer handed over is
+    /// recorded.
+    struct ClaimDev {
+        inner: crate::transport::net::frames::NetFrames,
+        claim: bool,
+        handed: Handed,
+    }
+
+    impl Transport for ClaimDev {
+        fn max_payload(&self) -> usize {
+            self.inner.max_payload()
+        }
+        fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+            self.inner.try_send(dst, hdr, payload)
+        }
+        fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+            self.inner.poll(f)
+        }
+        fn same_node(&self, peer: usize) -> bool {
+            self.inner.same_node(peer)
+        }
+        fn has_channel(&self, peer: usize) -> bool {
+            self.inner.has_channel(peer)
+        }
+        fn bulk_min(&self, peer: usize) -> Option<usize> {
+            self.inner.bulk_min(peer)
+        }
+        fn bulk_device(&self, peer: usize) -> bool {
+            self.claim && self.inner.bulk_min(peer).is_some()
+        }
+        unsafe fn bulk_send(
+            &mut self,
+            dst: usize,
+            id: u64,
+            data: *const u8,
+            len: usize,
+            dev: bool,
+        ) -> bool {
+            assert!(
+                !dev || self.claim,
+                "device memory handed to a transport that said no"
+            );
+            self.handed.lock().unwrap().push((true, dev, len));
+            // SAFETY: the caller's contract (the fake device's memory is host memory).
+            unsafe { self.inner.bulk_send(dst, id, data, len, false) }
+        }
+        unsafe fn bulk_recv(
+            &mut self,
+            src: usize,
+            id: u64,
+            buf: *mut u8,
+            len: usize,
+            dev: bool,
+        ) -> bool {
+            assert!(
+                !dev || self.claim,
+                "device memory handed to a transport that said no"
+            );
+            self.handed.lock().unwrap().push((false, dev, len));
+            // SAFETY: as above.
+            unsafe { self.inner.bulk_recv(src, id, buf, len, false) }
+        }
+        fn bulk_poll(&mut self, f: &mut dyn FnMut(crate::transport::BulkDone)) -> usize {
+            self.inner.bulk_poll(f)
+        }
+    }
+
+    /// [`pair`] with bulk transfers from [`BULK_MIN`] bytes on, each rank's transport saying
+    /// `claim[rank]` of device memory in them ([`ClaimDev`]; `None`: plain frames, no bulk
+    /// transfers). Returns each rank's counts and the bulk transfers it handed over.
+    fn pair_bulk(
+        cfgs: [PipeConfig; 2],
+        claim: Option<[bool; 2]>,
+        body: fn(&mut Engine, usize),
+    ) -> ([Arc<Counts>; 2], [Handed; 2]) {
         let mut joins = Vec::new();
         let all = crate::transport::net::lazy_tests::loopback_frames(
             2,
@@ -2167,11 +2256,23 @@ mod net_device {
             Duration::from_secs(5),
             b"engine-net-device",
         );
-        for (me, frames) in all.into_iter().enumerate() {
+        let handed: [Handed; 2] = Default::default();
+        for (me, mut frames) in all.into_iter().enumerate() {
             let cfg = cfgs[me];
+            let tp: Box<dyn Transport> = match claim {
+                None => Box::new(frames),
+                Some(c) => {
+                    frames.set_bulk_min(Some(BULK_MIN));
+                    Box::new(ClaimDev {
+                        inner: frames,
+                        claim: c[me],
+                        handed: handed[me].clone(),
+                    })
+                }
+            };
             joins.push(std::thread::spawn(move || {
                 let mut e = Engine::with_config(
-                    Box::new(frames),
+                    tp,
                     me,
                     2,
                     EngineConfig {
@@ -2191,7 +2292,7 @@ mod net_device {
             }));
         }
         let out: Vec<Arc<Counts>> = joins.into_iter().map(|j| j.join().unwrap()).collect();
-        [out[0].clone(), out[1].clone()]
+        ([out[0].clone(), out[1].clone()], handed)
     }
 
     fn wait(e: &mut Engine, r: ReqId) -> Status {
@@ -2253,7 +2354,21 @@ mod net_device {
 
     /// Every size, device or host memory on either side: every byte lands, in order.
     fn every_size(e: &mut Engine, me: usize) {
-        for &len in SIZES {
+        sizes_and_mixes(e, me, SIZES)
+    }
+
+    /// The sizes that take a bulk transfer (at least [`BULK_MIN`]).
+    const BIG: &[usize] = &[BULK_MIN, 100_003, (1 << 20) + 123, 4 << 20];
+    const BULK_MIN: usize = 64 << 10;
+
+    fn big_sizes(e: &mut Engine, me: usize) {
+        sizes_and_mixes(e, me, BIG)
+    }
+
+    /// Rank 0 sends each size to rank 1 device to device, device to host and host to device
+    /// (in this order); every byte lands.
+    fn sizes_and_mixes(e: &mut Engine, me: usize, sizes: &[usize]) {
+        for &len in sizes {
             for (sdev, rdev) in [(true, true), (true, false), (false, true)] {
                 let src = pattern(len, len as u8 ^ 0x5a);
                 if me == 0 {
@@ -2366,5 +2481,82 @@ mod net_device {
                 assert!(after == pattern(20_000, 78) && never.iter().all(|&b| b == 0));
             }
         });
+    }
+
+    /// The bulk transfers of [`big_sizes`] a rank handed over: (sends from device memory,
+    /// sends from host memory, receives into device memory, receives into host memory).
+    fn tally(h: &Handed) -> (usize, usize, usize, usize) {
+        let h = h.lock().unwrap();
+        let n = |send: bool, dev: bool| h.iter().filter(|t| t.0 == send && t.1 == dev).count();
+        (
+            n(true, true),
+            n(true, false),
+            n(false, true),
+            n(false, false),
+        )
+    }
+
+    /// Both ranks' transports take device memory in bulk transfers: every device message of
+    /// at least the bulk threshold goes as one bulk transfer between the buffers, whichever end
+    /// is device memory, with no device copy at either end (nothing staged, nothing
+    /// pipelined); smaller ones take the pipeline. Every byte lands either way.
+    #[test]
+    fn device_messages_between_nodes_go_as_gdr_bulk_transfers_where_both_can() {
+        let ([tx, rx], [ht, hr]) = pair_bulk([ON, ON], Some([true, true]), big_sizes);
+        let n = BIG.len();
+        // Device to device and device to host: from the device; host to device: from the host.
+        assert_eq!(tally(&ht), (2 * n, n, 0, 0));
+        // Device to device and host to device: into the device.
+        assert_eq!(tally(&hr), (0, 0, 2 * n, n));
+        for (who, c) in [("sender", &tx), ("receiver", &rx)] {
+            let copies = [&c.dtoh, &c.htod, &c.whole].map(|a| a.load(SeqCst));
+            assert_eq!(
+                copies,
+                [0, 0, 0],
+                "{who}: no device copy (dtoh, htod, whole)"
+            );
+        }
+        // Every size (the small ones pipelined or eager), a sender with the pipeline off too.
+        let ([tx, _], [ht, _]) = pair_bulk([ON, ON], Some([true, true]), every_size);
+        assert!(
+            tx.dtoh.load(SeqCst) > 0,
+            "the sizes below the threshold pipeline"
+        );
+        assert_eq!(
+            tally(&ht).0,
+            2 * SIZES.iter().filter(|&&z| z >= BULK_MIN).count()
+        );
+        pair_bulk([OFF, ON], Some([true, true]), every_size);
+        pair_bulk([ON, OFF], Some([true, true]), every_size);
+    }
+
+    /// One end's transport cannot take device memory: a device buffer at that end takes the
+    /// pipeline through host memory, a host buffer there still takes the bulk transfer with a
+    /// device buffer at the other end; neither end ever hands device memory to a transport
+    /// that said no (`ClaimDev` checks).
+    #[test]
+    fn a_device_end_whose_transport_cannot_takes_the_pipeline() {
+        let n = BIG.len();
+        // The receiver cannot: device to host goes from the device, the rest is pipelined.
+        let ([tx, rx], [ht, hr]) = pair_bulk([ON, ON], Some([true, false]), big_sizes);
+        assert_eq!(tally(&ht), (n, 0, 0, 0));
+        assert_eq!(tally(&hr), (0, 0, 0, n));
+        assert!(tx.dtoh.load(SeqCst) > 0 && rx.htod.load(SeqCst) > 0);
+        // The sender cannot: host to device goes into the device, the rest is pipelined.
+        let ([tx, rx], [ht, hr]) = pair_bulk([ON, ON], Some([false, true]), big_sizes);
+        assert_eq!(tally(&ht), (0, n, 0, 0));
+        assert_eq!(tally(&hr), (0, 0, n, 0));
+        assert!(tx.dtoh.load(SeqCst) > 0 && rx.htod.load(SeqCst) > 0);
+        // Neither: every device message is pipelined (no host-to-host message here).
+        let (_, [ht, hr]) = pair_bulk([ON, ON], Some([false, false]), big_sizes);
+        assert_eq!((tally(&ht), tally(&hr)), ((0, 0, 0, 0), (0, 0, 0, 0)));
+        // Neither, with the sender's pipeline off: staged whole, as before.
+        let ([tx, _], [ht, _]) = pair_bulk([OFF, ON], Some([true, false]), big_sizes);
+        assert_eq!(
+            tally(&ht),
+            (n, 0, 0, 0),
+            "device to host still from the device"
+        );
+        assert!(tx.whole.load(SeqCst) > 0 && tx.dtoh.load(SeqCst) == 0);
     }
 }

@@ -402,6 +402,21 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
     );
     frames.set_rails(rail, rail_of.clone());
     frames.set_bulk_min(cfg.bulk_min);
+    let net = frames.backend();
+    let (gdr, why) = if cfg.bulk_min.is_none() {
+        (
+            false,
+            "off: no bulk transfers (GPUMPI_NET_BULK_MIN=off)".to_string(),
+        )
+    } else {
+        crate::transport::net::frames::gdr_choice(&cfg.gdr, net.name(), net.device_memory())
+            .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?
+    };
+    tracing::info!(
+        "rank {}: GPUDirect RDMA for device buffers between nodes {why}",
+        boot.rank()
+    );
+    frames.set_bulk_device(gdr);
     Ok((frames, rail_of))
 }
 

@@ -4,6 +4,11 @@
  * GPUMPI_NET_GPU_PIPELINE=0, staged whole).
  *
  *   gpu_net [MAX_BYTES]                 the test (PASS/FAIL line)
+ *   gpu_net gdr                         point-to-point only, for GPUDirect RDMA over the
+ *                                       ibverbs backend (tests/gpu/run.sh runs it over the
+ *                                       libibverbs test double): sizes 0, 1, 64 KiB-1, 64 KiB,
+ *                                       1 MiB+3 and 64 MiB, device to device, host to device
+ *                                       and device to host, both directions at once
  *   gpu_net bench [MAX_BYTES] [REPS]    device-to-device bandwidth between rank 0 and its
  *                                       off-node partner, one line per size
  *
@@ -136,6 +141,47 @@ static void test(size_t max) {
     free(h);
 }
 
+/* Point-to-point between off-node partners for the GPUDirect RDMA path: for each size and
+ * each mix (device to device, host to device, device to host), every rank receives from its
+ * partner while it sends to it; every byte is checked, and so is the byte after the message. */
+static void gdr(void) {
+    int partner = (rank + size / 2) % size;
+    size_t sizes[] = {0, 1, 65535, 65536, (1 << 20) + 3, 64 << 20};
+    const char *names[] = {"device->device", "host->device", "device->host"};
+    size_t max = 64 << 20;
+    unsigned char *hs = malloc(max + 64), *hr = malloc(max + 64), *ds, *dr;
+    CU(cudaMalloc_((void **)&ds, max + 64));
+    CU(cudaMalloc_((void **)&dr, max + 64));
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        for (int mix = 0; mix < 3; mix++) {
+            int sdev = mix != 1, rdev = mix != 2, salt = (int)(k * 3) + mix;
+            fill(hs, n, rank, salt);
+            if (sdev) CU(cudaMemcpy_(ds, hs, n, cudaMemcpyDefault_));
+            memset(hr, 0xee, n + 1);
+            if (rdev) CU(cudaMemset_(dr, 0xee, n + 1));
+            /* cudaMemset may still run when it returns: the NIC (here the double, from the
+             * other process) must not write before it is done. */
+            CU(cudaDeviceSynchronize_());
+            MPI_Request rq[2];
+            MPI_Status st[2];
+            MPI_Irecv(rdev ? (void *)dr : (void *)hr, (int)n, MPI_BYTE, partner, 20 + mix, MPI_COMM_WORLD, &rq[0]);
+            MPI_Isend(sdev ? (void *)ds : (void *)hs, (int)n, MPI_BYTE, partner, 20 + mix, MPI_COMM_WORLD, &rq[1]);
+            MPI_Waitall(2, rq, st);
+            int got;
+            MPI_Get_count(&st[0], MPI_BYTE, &got);
+            if ((size_t)got != n) fail(names[mix], n, 0, (unsigned)got, (unsigned)n);
+            if (rdev) CU(cudaMemcpy_(hr, dr, n + 1, cudaMemcpyDefault_));
+            check(names[mix], hr, n, partner, salt);
+            if (hr[n] != 0xee) fail("wrote past the message", n, n, hr[n], 0xee);
+        }
+    }
+    CU(cudaFree_(ds));
+    CU(cudaFree_(dr));
+    free(hs);
+    free(hr);
+}
+
 /* The rooted and v collectives on device buffers over the whole world (at 4 ranks on 2 nodes,
  * the hierarchical schedules: staged through host memory): Gather to the last rank, Scatter
  * from rank 1, Allgatherv into reversed blocks, Reduce_scatter_block (MPI_SUM on ints). */
@@ -250,6 +296,7 @@ int main(int argc, char **argv) {
     cudaGetDeviceCount_(&n);
     cudaSetDevice_(rank % n);
     int is_bench = argc > 1 && strcmp(argv[1], "bench") == 0;
+    int is_gdr = argc > 1 && strcmp(argv[1], "gdr") == 0;
     int a = is_bench ? 2 : 1;
     size_t max = argc > a ? strtoull(argv[a], NULL, 0) : (size_t)64 << 20;
     if (size < 2) {
@@ -262,12 +309,16 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    test(max);
-    colls(max);
+    if (is_gdr) gdr();
+    else {
+        test(max);
+        colls(max);
+    }
     int all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
         if (all) printf("FAIL: gpu_net: %d mismatches\n", all);
+        else if (is_gdr) printf("PASS: gpu_net gdr (%d ranks, 0 B..64 MiB, device and host ends)\n", size);
         else printf("PASS: gpu_net (%d ranks, up to %zu bytes)\n", size, max);
     }
     MPI_Finalize();
