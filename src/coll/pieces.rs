@@ -3,6 +3,17 @@
 //! rank of the call knows alike (the vector's bytes, the element size, the piece size and the
 //! most pieces the call may number), so every rank cuts the same pieces.
 
+/// Pieces never shrink below this (unless the configured size is smaller): below it a piece's
+/// fixed costs (a schedule, its messages' round trips) outweigh the overlap.
+pub const MIN_PIECE: usize = 1 << 20;
+
+/// The piece size for a `bytes`-byte vector with `GPUMPI_COLL_PIECE` = `most`: a quarter of the
+/// vector, so that even a vector of a few pieces overlaps copies, network and reduction, but at
+/// least [`MIN_PIECE`] and at most `most`.
+pub fn size(bytes: usize, most: usize) -> usize {
+    (bytes / 4).max(MIN_PIECE.min(most)).min(most)
+}
+
 /// The pieces of a `bytes`-byte vector of `elem`-byte elements: `(offset, length)` ranges that
 /// cover it in order, each a whole number of elements, about `piece` bytes each (never less
 /// than one element), and at most `max` of them (pieces grow where `bytes / piece` is more).
@@ -68,6 +79,26 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn piece_sizes_grow_with_the_vector_up_to_the_setting() {
+        use super::{size, MIN_PIECE};
+        assert_eq!(size(1 << 20, 4 << 20), MIN_PIECE);
+        assert_eq!(size(4 << 20, 4 << 20), 1 << 20);
+        assert_eq!(size(8 << 20, 4 << 20), 2 << 20);
+        assert_eq!(size(16 << 20, 4 << 20), 4 << 20);
+        assert_eq!(size(1 << 30, 4 << 20), 4 << 20);
+        // A setting below the floor is taken as is.
+        assert_eq!(size(1 << 30, 64 << 10), 64 << 10);
+        assert_eq!(size(100 << 10, 64 << 10), 64 << 10);
+        // Never more than the setting, never less than the floor below it.
+        for bytes in [0usize, 1, 4096, 3 << 20, 7 << 20, 64 << 20] {
+            for most in [1usize, 4096, 1 << 20, 4 << 20, 16 << 20] {
+                let s = size(bytes, most);
+                assert!(s <= most && s >= MIN_PIECE.min(most), "{bytes} {most}: {s}");
             }
         }
     }

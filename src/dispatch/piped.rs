@@ -1,6 +1,7 @@
-//! Allreduce between nodes in pieces: a blocking `MPI_Allreduce` of at least two
-//! `GPUMPI_COLL_PIECE`s on a communicator that spans nodes runs as consecutive allreduces over
-//! ranges of the packed vector (`coll::pieces`), each the schedule (or the hierarchical one)
+//! Allreduce between nodes in pieces: a blocking `MPI_Allreduce` of at least two pieces on a
+//! communicator that spans nodes runs as consecutive allreduces over ranges of the packed vector
+//! (`coll::pieces`: a quarter of the vector, between 1 MiB and `GPUMPI_COLL_PIECE`), each the
+//! schedule (or the hierarchical one)
 //! the call would run whole, [`DEPTH`] at a time: while one piece is reduced by this thread, the
 //! next one's bytes move on the network's threads, where a whole-vector schedule leaves the
 //! network idle during each reduction.
@@ -36,8 +37,12 @@ pub(super) fn serves(spec: &CollSpec) -> Option<Vec<(usize, usize)>> {
     if spec.kind != CollKind::Allreduce || spec.comm.one_node || spec.host_only {
         return None;
     }
-    let piece = crate::config::snapshot().coll.piece;
-    if piece == 0 || spec.bytes < 2 * piece {
+    let most = crate::config::snapshot().coll.piece;
+    if most == 0 {
+        return None;
+    }
+    let piece = pieces::size(spec.bytes, most);
+    if spec.bytes < 2 * piece {
         return None;
     }
     let (r, _) = spec.red.as_ref()?;
