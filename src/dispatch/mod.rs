@@ -61,8 +61,8 @@ pub enum Path {
     /// Mid-size bcast/reduce/allreduce on MPI_COMM_WORLD through the shared-memory scratch
     /// areas (`engine::scratch`).
     Scratch,
-    /// A large allreduce on a communicator that spans nodes, as pieces a few at a time
-    /// (device vectors relayed through pinned buffers piece by piece).
+    /// A large allreduce or alltoall on a communicator that spans nodes, as pieces a few at a
+    /// time (device buffers relayed through pinned buffers piece by piece).
     Piped,
     /// The collectives of `coll::hier::supports` on a communicator that spans nodes: inside
     /// each node, between one leader per node, inside the node again (`coll::hier`).

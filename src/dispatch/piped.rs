@@ -6,17 +6,19 @@
 //! next one's bytes move on the network's threads, where a whole-vector schedule leaves the
 //! network idle during each reduction.
 //!
-//! Device vectors move piece by piece through a ring of [`SLOTS`] page-locked buffers
+//! Device buffers move piece by piece through a ring of [`SLOTS`] page-locked buffers
 //! (`gpu::stage::Relay`): the copy engine fetches the next piece and stores the last one while
-//! the current one is on the network, and each piece is reduced in place in its buffer. Pinned
+//! the current one is on the network; an allreduce piece is reduced in place in its buffer, an
+//! alltoall piece's blocks are sent from the buffer's first half and received into its second. Pinned
 //! memory stays at `SLOTS` pieces whatever the vector's size; the whole-vector path mirrors
 //! both buffers (beyond `GPUMPI_CUDA_STAGING_POOL`, in pageable memory).
 //!
 //! Eligibility is a rule on what every rank of the call shares (the collective, the
 //! communicator, the byte count, the element size and the piece size, the same on every
 //! rank), so every rank cuts the same pieces, numbered as internal collectives of the call;
-//! a rank whose buffers are neither contiguous device nor contiguous host memory packs its
-//! vector whole into host memory first and unpacks the result at the end.
+//! a rank whose buffers are neither contiguous device nor contiguous host memory (or an in-place
+//! alltoall on host memory) packs its data whole into host memory first and unpacks the result
+//! at the end.
 
 use super::call::{CollSpec, Side};
 use super::schedule::Packed;
@@ -32,23 +34,65 @@ const DEPTH: usize = 2;
 /// Relay buffers: the pieces in flight, the one being fetched and the one being stored.
 const SLOTS: usize = DEPTH + 2;
 
+/// What a call is cut into.
+pub(super) enum Plan {
+    /// Ranges of the vector.
+    Allreduce(Vec<(usize, usize)>),
+    /// Ranges of each of the `n` blocks of `block` bytes.
+    Alltoall {
+        n: usize,
+        block: usize,
+        pieces: Vec<(usize, usize)>,
+    },
+}
+
+impl Plan {
+    fn pieces(&self) -> &[(usize, usize)] {
+        match self {
+            Plan::Allreduce(p) | Plan::Alltoall { pieces: p, .. } => p,
+        }
+    }
+}
+
 /// The pieces of `spec` when this path takes it.
-pub(super) fn serves(spec: &CollSpec) -> Option<Vec<(usize, usize)>> {
-    if spec.kind != CollKind::Allreduce || spec.comm.one_node || spec.host_only {
+pub(super) fn serves(spec: &CollSpec) -> Option<Plan> {
+    if spec.comm.one_node || spec.host_only {
         return None;
     }
     let most = crate::config::snapshot().coll.piece;
     if most == 0 {
         return None;
     }
-    let piece = pieces::size(spec.bytes, most);
-    if spec.bytes < 2 * piece {
-        return None;
-    }
-    let (r, _) = spec.red.as_ref()?;
     let max = CallNo::MAX_SUB.saturating_sub(spec.subs.get()) as usize;
-    let plan = pieces::plan(spec.bytes, r.elem_size(), piece, max);
-    (plan.len() > 1).then_some(plan)
+    match spec.kind {
+        CollKind::Allreduce => {
+            let piece = pieces::size(spec.bytes, most);
+            if spec.bytes < 2 * piece {
+                return None;
+            }
+            let (r, _) = spec.red.as_ref()?;
+            let plan = pieces::plan(spec.bytes, r.elem_size(), piece, max);
+            (plan.len() > 1).then_some(Plan::Allreduce(plan))
+        }
+        CollKind::Alltoall => {
+            let n = spec.comm.size();
+            let total = n.checked_mul(spec.bytes)?;
+            let piece = pieces::size(total, most);
+            if total < 2 * piece {
+                return None;
+            }
+            // Each block's share of a piece, in whole pages (copies of many small ranges cost more
+            // than they overlap).
+            let per_block = (piece / n / 4096 * 4096).max(4096);
+            let plan = pieces::plan(spec.bytes, 1, per_block, max);
+            (plan.len() > 1).then_some(Plan::Alltoall {
+                n,
+                block: spec.bytes,
+                pieces: plan,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The contiguous range of `side` and, when it needs staging, its device allocation.
@@ -57,18 +101,20 @@ unsafe fn range(side: &Side) -> Option<(usize, Option<crate::gpu::cache::PtrInfo
     Some((at, stage::device_info(at as *const u8)))
 }
 
-/// Run call `no` of `spec` as the pieces `plan` ([`serves`]).
-pub(super) unsafe fn run(spec: &CollSpec, no: CallNo, plan: &[(usize, usize)]) -> MpiResult<bool> {
+/// Run call `no` of `spec` as `plan` ([`serves`]).
+pub(super) unsafe fn run(spec: &CollSpec, no: CallNo, plan: &Plan) -> MpiResult<bool> {
     let first = spec.subs.get() + 1;
-    spec.subs.set(spec.subs.get() + plan.len() as u32);
+    let count = plan.pieces().len();
+    spec.subs.set(spec.subs.get() + count as u32);
+    let what = spec.kind.name();
     let recv = spec
         .recv
         .as_ref()
-        .ok_or_else(|| MpiError::intern("allreduce without a receive buffer"))?;
+        .ok_or_else(|| MpiError::intern(format!("{what} without a receive buffer")))?;
     let input = match (&spec.send, spec.in_place) {
         (_, true) => recv,
         (Some(s), false) => s,
-        (None, false) => return Err(MpiError::intern("allreduce without a send buffer")),
+        (None, false) => return Err(MpiError::intern(format!("{what} without a send buffer"))),
     };
     let pieces = Pieces {
         spec,
@@ -76,33 +122,47 @@ pub(super) unsafe fn run(spec: &CollSpec, no: CallNo, plan: &[(usize, usize)]) -
         first,
         plan,
     };
+    let total = match plan {
+        Plan::Allreduce(_) => spec.bytes,
+        Plan::Alltoall { n, block, .. } => n * block,
+    };
+    let host_direct = matches!(plan, Plan::Allreduce(_)) || !spec.in_place;
     match (range(input), range(recv)) {
         (Some((src, Some(a))), Some((dst, Some(b)))) if a.device == b.device => {
             tracing::debug!(
-                pieces = plan.len(),
-                bytes = spec.bytes,
-                "allreduce between nodes in pieces, device vector relayed"
+                pieces = count,
+                bytes = total,
+                "{what} between nodes in pieces, device buffers relayed"
             );
             pieces.relayed(&a, src, dst)?;
         }
-        (Some((src, None)), Some((dst, None))) => {
+        (Some((src, None)), Some((dst, None))) if host_direct => {
             tracing::debug!(
-                pieces = plan.len(),
-                bytes = spec.bytes,
-                "allreduce between nodes in pieces, host vector"
+                pieces = count,
+                bytes = total,
+                "{what} between nodes in pieces, host buffers"
             );
             let src = (!spec.in_place).then_some(src as *const u8);
             pieces.direct(src, dst as *mut u8)?;
         }
         _ => {
             tracing::debug!(
-                pieces = plan.len(),
-                bytes = spec.bytes,
-                "allreduce between nodes in pieces, vector packed whole"
+                pieces = count,
+                bytes = total,
+                "{what} between nodes in pieces, packed whole"
             );
-            let mut buf = packed_input(input, spec.bytes)?;
-            pieces.direct(None, buf.as_mut_ptr())?;
-            unpack_output(spec, recv, &buf)?;
+            let mut inb = packed_input(input, total)?;
+            match plan {
+                Plan::Allreduce(_) => {
+                    pieces.direct(None, inb.as_mut_ptr())?;
+                    unpack_output(spec, recv, &inb)?;
+                }
+                Plan::Alltoall { .. } => {
+                    let mut out = vec![0u8; total];
+                    pieces.direct(Some(inb.as_ptr()), out.as_mut_ptr())?;
+                    unpack_output(spec, recv, &out)?;
+                }
+            }
         }
     }
     Ok(true)
@@ -114,24 +174,37 @@ struct Pieces<'a> {
     no: CallNo,
     /// The internal-call number of the first piece.
     first: u32,
-    plan: &'a [(usize, usize)],
+    plan: &'a Plan,
 }
 
 impl Pieces<'_> {
-    /// Start piece `k` over `len` bytes at `sptr` (None: in place) and `rptr`.
-    unsafe fn start(&self, k: usize, sptr: Option<*const u8>, rptr: *mut u8) -> MpiResult<Request> {
-        let len = self.plan[k].1;
-        let block = [Block::new(0, len)];
+    /// Start piece `k` with its operands at `sptr` (None: in place, allreduce only) and `rptr`
+    /// in the layout `blocks` gives (offsets from those pointers).
+    unsafe fn start(
+        &self,
+        k: usize,
+        sptr: Option<*const u8>,
+        rptr: *mut u8,
+        blocks: &[Block],
+    ) -> MpiResult<Request> {
+        let len = self.plan.pieces()[k].1;
         let (exec, check) = self.spec.launch(
             self.no.nested(self.first + k as u32),
-            super::hier::serves(self.spec),
+            match self.plan {
+                Plan::Allreduce(_) => super::hier::serves(self.spec),
+                Plan::Alltoall { .. } => None,
+            },
             Packed {
                 sptr: sptr.unwrap_or(std::ptr::null()) as *mut u8,
-                sblocks: if sptr.is_some() { &block } else { &[] },
+                sblocks: if sptr.is_some() { blocks } else { &[] },
                 rptr,
-                rblocks: &block,
+                rblocks: blocks,
                 bytes: len,
                 in_place: sptr.is_none(),
+                as_kind: match self.plan {
+                    Plan::Allreduce(_) => None,
+                    Plan::Alltoall { .. } => Some(CollKind::Alltoallv),
+                },
             },
         )?;
         Ok(Request::new(ReqKind::Coll {
@@ -143,11 +216,41 @@ impl Pieces<'_> {
         }))
     }
 
+    /// The blocks of piece `k` over the whole buffers (offsets from their base).
+    fn blocks(&self, k: usize) -> Vec<Block> {
+        let (off, len) = self.plan.pieces()[k];
+        match self.plan {
+            Plan::Allreduce(_) => vec![Block::new(off, len)],
+            Plan::Alltoall { n, block, .. } => {
+                (0..*n).map(|i| Block::new(i * block + off, len)).collect()
+            }
+        }
+    }
+
+    /// The blocks of piece `k` packed one after another from offset 0 (a relay slot).
+    fn packed_blocks(&self, k: usize) -> Vec<Block> {
+        let len = self.plan.pieces()[k].1;
+        match self.plan {
+            Plan::Allreduce(_) => vec![Block::new(0, len)],
+            Plan::Alltoall { n, .. } => (0..*n).map(|i| Block::new(i * len, len)).collect(),
+        }
+    }
+
     /// Pieces over host memory: the input at `src` (None: in place), the result at `dst`.
     unsafe fn direct(&self, src: Option<*const u8>, dst: *mut u8) -> MpiResult<()> {
         let mut flight = Flight::default();
-        for (k, &(off, _)) in self.plan.iter().enumerate() {
-            let r = self.start(k, src.map(|s| s.add(off)), dst.add(off))?;
+        for (k, &(off, _)) in self.plan.pieces().iter().enumerate() {
+            // An allreduce schedule addresses its vector from offset 0 of its operands; an
+            // alltoallv schedule takes its blocks where they are.
+            let r = match self.plan {
+                Plan::Allreduce(_) => self.start(
+                    k,
+                    src.map(|s| s.add(off)),
+                    dst.add(off),
+                    &self.packed_blocks(k),
+                )?,
+                Plan::Alltoall { .. } => self.start(k, src, dst, &self.blocks(k))?,
+            };
             flight.push(k, r);
             if flight.full() {
                 flight.wait_first()?;
@@ -159,16 +262,20 @@ impl Pieces<'_> {
         Ok(())
     }
 
-    /// Pieces of a device vector (`info`: its allocation) relayed through pinned buffers:
-    /// fetched from `src`, reduced in place there, stored to `dst`.
+    /// Pieces of device buffers (`info`: the input's allocation) relayed through pinned
+    /// buffers: fetched from `src`, run in the slot, stored to `dst`.
     unsafe fn relayed(
         &self,
         info: &crate::gpu::cache::PtrInfo,
         src: usize,
         dst: usize,
     ) -> MpiResult<()> {
-        let piece = self.plan[0].1;
-        let mut relay = Relay::new(info, piece, SLOTS)?;
+        let first = self.plan.pieces()[0].1;
+        let slot_bytes = match self.plan {
+            Plan::Allreduce(_) => first,
+            Plan::Alltoall { n, .. } => 2 * n * first,
+        };
+        let mut relay = Relay::new(info, slot_bytes, SLOTS)?;
         let r = self.relay_pieces(&mut relay, src, dst);
         match r {
             Ok(()) => relay.finish(),
@@ -180,23 +287,54 @@ impl Pieces<'_> {
         }
     }
 
+    /// Where piece `k`'s result starts in its slot: in place for an allreduce, the second
+    /// half for an alltoall.
+    fn result_at(&self, k: usize) -> usize {
+        match self.plan {
+            Plan::Allreduce(_) => 0,
+            Plan::Alltoall { n, .. } => n * self.plan.pieces()[k].1,
+        }
+    }
+
     unsafe fn relay_pieces(&self, relay: &mut Relay, src: usize, dst: usize) -> MpiResult<()> {
-        let n = self.plan.len();
+        let n = self.plan.pieces().len();
         let slot = |k: usize| k % SLOTS;
-        let (off0, len0) = self.plan[0];
-        relay.fetch(slot(0), src + off0, len0)?;
-        let mut flight = Flight::default();
-        let store = |relay: &mut Relay, k: usize| {
-            let (off, len) = self.plan[k];
-            relay.store(slot(k), dst + off, len)
+        let fetch = |relay: &mut Relay, k: usize| {
+            let segs: Vec<_> = self
+                .blocks(k)
+                .iter()
+                .zip(self.packed_blocks(k))
+                .map(|(b, p)| (src + b.off, p.off, b.len))
+                .collect();
+            relay.fetch(slot(k), &segs)
         };
+        let store = |relay: &mut Relay, k: usize| {
+            let at = self.result_at(k);
+            let segs: Vec<_> = self
+                .blocks(k)
+                .iter()
+                .zip(self.packed_blocks(k))
+                .map(|(b, p)| (at + p.off, dst + b.off, b.len))
+                .collect();
+            relay.store(slot(k), &segs)
+        };
+        fetch(relay, 0)?;
+        let mut flight = Flight::default();
         for k in 0..n {
             let buf = relay.fetched(slot(k))?.as_mut_ptr();
             if k + 1 < n {
-                let (off, len) = self.plan[k + 1];
-                relay.fetch(slot(k + 1), src + off, len)?;
+                fetch(relay, k + 1)?;
             }
-            flight.push(k, self.start(k, None, buf)?);
+            let r = match self.plan {
+                Plan::Allreduce(_) => self.start(k, None, buf, &self.packed_blocks(k))?,
+                Plan::Alltoall { .. } => self.start(
+                    k,
+                    Some(buf),
+                    buf.add(self.result_at(k)),
+                    &self.packed_blocks(k),
+                )?,
+            };
+            flight.push(k, r);
             if flight.full() {
                 let done = flight.wait_first()?;
                 store(relay, done)?;
@@ -247,7 +385,7 @@ impl Flight {
     }
 }
 
-/// The packed bytes of the allreduce input `side` (any memory, any layout), `bytes` long.
+/// The packed bytes of the input `side` (any memory, any layout), `bytes` long.
 unsafe fn packed_input(side: &Side, bytes: usize) -> MpiResult<Vec<u8>> {
     let mut out = vec![0u8; bytes];
     if let Some(p) = side.device_packed(true)? {
@@ -257,17 +395,21 @@ unsafe fn packed_input(side: &Side, bytes: usize) -> MpiResult<Vec<u8>> {
     let mirror = side.mirrored(true)?;
     let s = mirror.as_ref().map_or(side, |(_, s)| s);
     let (ptr, blocks, tmp) = s.map(true);
-    match (&tmp, blocks.first()) {
-        (Some(t), _) => out.copy_from_slice(&t[..bytes]),
-        (None, Some(b)) => {
-            out.copy_from_slice(std::slice::from_raw_parts(ptr.add(b.off), bytes));
+    match &tmp {
+        Some(t) => out.copy_from_slice(&t[..bytes]),
+        None => {
+            let mut at = 0;
+            for b in &blocks {
+                out[at..at + b.len]
+                    .copy_from_slice(std::slice::from_raw_parts(ptr.add(b.off), b.len));
+                at += b.len;
+            }
         }
-        (None, None) => {}
     }
     Ok(out)
 }
 
-/// Write the packed allreduce result `bytes` into the receive side `side` (any memory, any
+/// Write the packed result `bytes` into the receive side `side` (any memory, any
 /// layout).
 unsafe fn unpack_output(spec: &CollSpec, side: &Side, bytes: &[u8]) -> MpiResult<()> {
     if let Some(mut p) = side.device_packed(false)? {
@@ -290,8 +432,10 @@ unsafe fn unpack_output(spec: &CollSpec, side: &Side, bytes: &[u8]) -> MpiResult
 unsafe fn write_packed(side: &Side, bytes: &[u8]) {
     if side.direct() {
         let (ptr, blocks, _) = side.map(false);
-        if let Some(b) = blocks.first() {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.add(b.off), bytes.len());
+        let mut at = 0;
+        for b in &blocks {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(at), ptr.add(b.off), b.len);
+            at += b.len;
         }
     } else {
         side.unpack(bytes, None);

@@ -25,6 +25,9 @@ pub(crate) struct Packed<'a> {
     pub(crate) rblocks: &'a [Block],
     pub(crate) bytes: usize,
     pub(crate) in_place: bool,
+    /// The collective whose schedule runs the operands, where it is not the call's own (the
+    /// pieces of an alltoall run as alltoallv schedules over strided blocks).
+    pub(crate) as_kind: Option<CollKind>,
 }
 
 impl CollSpec {
@@ -88,6 +91,7 @@ impl CollSpec {
                 rblocks: &rblocks,
                 bytes: self.bytes,
                 in_place: self.in_place,
+                as_kind: None,
             },
         )?;
         let mut hold = Vec::new();
@@ -159,22 +163,16 @@ impl CollSpec {
             commutative,
             nodes: self.comm.node_count,
         };
+        let kind = p.as_kind.unwrap_or(self.kind);
         let (algo, sched) = match nodes {
             Some(nodes) => {
-                tracing::debug!(
-                    "hierarchical {} over {} nodes",
-                    self.kind.name(),
-                    nodes.count()
-                );
-                (
-                    "hierarchical",
-                    Arc::new(hier::build(self.kind, &args, nodes)?),
-                )
+                tracing::debug!("hierarchical {} over {} nodes", kind.name(), nodes.count());
+                ("hierarchical", Arc::new(hier::build(kind, &args, nodes)?))
             }
-            None => coll::build_shared(self.kind, &args)?,
+            None => coll::build_shared(kind, &args)?,
         };
         tracing::debug!(
-            coll = self.kind.name(),
+            coll = kind.name(),
             algo,
             bytes = p.bytes,
             ranks = self.comm.size(),

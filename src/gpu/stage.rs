@@ -536,7 +536,7 @@ struct RelaySlot {
 }
 
 impl Relay {
-    /// `slots` buffers of `piece` bytes for copies with the device of `info`.
+    /// `slots` buffers of `piece` bytes each for copies with the device of `info`.
     pub fn new(info: &PtrInfo, piece: usize, slots: usize) -> MpiResult<Relay> {
         let d = dev_ctx(info)?;
         let slots = (0..slots)
@@ -566,13 +566,14 @@ impl Relay {
         self.slots.is_empty()
     }
 
-    /// Start copying `len` bytes of device memory at `src` into slot `i`, once the slot's last
-    /// store has finished.
+    /// Start copying pieces of device memory into slot `i`, once the slot's last store has
+    /// finished: `(src, off, len)` copies `len` bytes at device address `src` to the slot's
+    /// offset `off`.
     ///
     /// # Safety
-    /// `src..src+len` is device memory of the relay's device, left unchanged until
-    /// [`Relay::fetched`] returns; `len` is at most the piece size.
-    pub unsafe fn fetch(&mut self, i: usize, src: usize, len: usize) -> MpiResult<()> {
+    /// Each `src..src+len` is device memory of the relay's device, left unchanged until
+    /// [`Relay::fetched`] returns; each `off + len` is within the slot.
+    pub unsafe fn fetch(&mut self, i: usize, segs: &[(usize, usize, usize)]) -> MpiResult<()> {
         let d = self.d;
         let s = &mut self.slots[i];
         cuda::with_context(d.ctx, || {
@@ -580,7 +581,9 @@ impl Relay {
                 s.stored.synchronize()?;
                 s.storing = false;
             }
-            cuda::memcpy_dtoh_async(&mut s.host[..len], src, d.stream)?;
+            for &(src, off, len) in segs {
+                cuda::memcpy_dtoh_async(&mut s.host[off..off + len], src, d.stream)?;
+            }
             s.fetched.record(d.stream)
         })
         .map_err(|e| cuda_err("device to host", e))
@@ -594,16 +597,19 @@ impl Relay {
         Ok(&mut s.host[..])
     }
 
-    /// Start copying the first `len` bytes of slot `i` to device memory at `dst`.
+    /// Start copying pieces of slot `i` to device memory: `(off, dst, len)` copies `len` bytes
+    /// at the slot's offset `off` to device address `dst`.
     ///
     /// # Safety
-    /// `dst..dst+len` is writable device memory of the relay's device, untouched by the
+    /// Each `dst..dst+len` is writable device memory of the relay's device, untouched by the
     /// caller until [`Relay::finish`]; the slot's bytes are not written meanwhile.
-    pub unsafe fn store(&mut self, i: usize, dst: usize, len: usize) -> MpiResult<()> {
+    pub unsafe fn store(&mut self, i: usize, segs: &[(usize, usize, usize)]) -> MpiResult<()> {
         let d = self.d;
         let s = &mut self.slots[i];
         cuda::with_context(d.ctx, || {
-            cuda::memcpy_htod_async(dst, &s.host[..len], d.stream)?;
+            for &(off, dst, len) in segs {
+                cuda::memcpy_htod_async(dst, &s.host[off..off + len], d.stream)?;
+            }
             s.stored.record(d.stream)?;
             s.storing = true;
             Ok(())

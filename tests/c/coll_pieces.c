@@ -1,4 +1,4 @@
-/* Large MPI_Allreduce between nodes, cut into pieces (run over emulated nodes with a small
+/* Large MPI_Allreduce and MPI_Alltoall between nodes, cut into pieces (run over emulated nodes with a small
  * GPUMPI_COLL_PIECE so that a few hundred KiB make many pieces): sums of ints at counts around
  * piece boundaries (two pieces exactly, one element more, an odd count, many pieces), in place
  * and not, MPI_MAX on doubles, a commutative user op, a strided layout (packed whole) in place
@@ -24,6 +24,60 @@ static void sums(MPI_Comm comm, int count) {
     CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, s, count, MPI_INT, MPI_SUM, comm));
     for (int i = 0; i < count; i++)
         CHECK(s[i] == (int)(want_a * (i % 1000) + want_b), "in place count %d elem %d: %d", count, i, s[i]);
+    free(s);
+    free(d);
+}
+
+static int a2a_val(int from, int to, int i) { return from * 1000003 + to * 7919 + i; }
+
+static void alltoall(MPI_Comm comm, int count) {
+    int r, n;
+    MPI_Comm_rank(comm, &r);
+    MPI_Comm_size(comm, &n);
+    size_t all = (size_t)count * (size_t)n;
+    int *s = malloc(sizeof(int) * all), *d = malloc(sizeof(int) * (all + 1));
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < count; i++) s[(size_t)q * count + i] = a2a_val(r, q, i);
+    d[all] = -3;
+    CHECK_MPI(MPI_Alltoall(s, count, MPI_INT, d, count, MPI_INT, comm));
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < count; i++)
+            CHECK(d[(size_t)q * count + i] == a2a_val(q, r, i), "alltoall count %d from %d elem %d: %d",
+                  count, q, i, d[(size_t)q * count + i]);
+    CHECK(d[all] == -3, "alltoall wrote past the buffer");
+    CHECK_MPI(MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, s, count, MPI_INT, comm));
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < count; i++)
+            CHECK(s[(size_t)q * count + i] == a2a_val(q, r, i), "alltoall in place count %d from %d elem %d: %d",
+                  count, q, i, s[(size_t)q * count + i]);
+    free(s);
+    free(d);
+}
+
+/* Alltoall of a strided layout: blocks of `count` ints taken every other int. */
+static void alltoall_strided(int count) {
+    int n = ct_world_size, r = ct_world_rank;
+    MPI_Datatype every2;
+    CHECK_MPI(MPI_Type_vector(count, 1, 2, MPI_INT, &every2));
+    MPI_Datatype blk;
+    CHECK_MPI(MPI_Type_create_resized(every2, 0, (MPI_Aint)(2 * count * sizeof(int)), &blk));
+    CHECK_MPI(MPI_Type_commit(&blk));
+    size_t all = 2 * (size_t)count * (size_t)n;
+    int *s = malloc(sizeof(int) * all), *d = malloc(sizeof(int) * all);
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < count; i++) {
+            s[(size_t)q * 2 * count + 2 * i] = a2a_val(r, q, i);
+            s[(size_t)q * 2 * count + 2 * i + 1] = -5;
+        }
+    for (size_t i = 0; i < all; i++) d[i] = -7;
+    CHECK_MPI(MPI_Alltoall(s, 1, blk, d, 1, blk, MPI_COMM_WORLD));
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < count; i++) {
+            CHECK(d[(size_t)q * 2 * count + 2 * i] == a2a_val(q, r, i), "strided alltoall from %d elem %d", q, i);
+            CHECK(d[(size_t)q * 2 * count + 2 * i + 1] == -7, "strided alltoall wrote a gap");
+        }
+    MPI_Type_free(&blk);
+    MPI_Type_free(&every2);
     free(s);
     free(d);
 }
@@ -84,6 +138,11 @@ int main(int argc, char **argv) {
         CHECK(ws[2 * i + 1] == -5, "strided in place wrote gap %d: %d", i, ws[2 * i + 1]);
     }
     MPI_Type_free(&every2);
+
+    int a2a[] = {40000, 40001, 70003};
+    for (int k = 0; k < 3; k++) alltoall(MPI_COMM_WORLD, a2a[k]);
+    alltoall(rev, 40001);
+    alltoall_strided(30001);
     MPI_Comm_free(&rev);
     free(x);
     free(y);

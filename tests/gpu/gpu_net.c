@@ -15,8 +15,8 @@
  * The test, for sizes 8 B..MAX_BYTES (default 64 MiB; 0, around the eager limit and around
  * chunk edges): Sendrecv between off-node partners device to device, Isend/Irecv device to
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
- * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) on
- * device buffers over the whole world, then
+ * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) and
+ * Alltoall (blocks of n bytes where they fit) on device buffers over the whole world, then
  * Gather, Scatter, Allgatherv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
  * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
@@ -134,6 +134,25 @@ static void test(size_t max) {
                     break;
                 }
             }
+        }
+        /* Alltoall of device ints, blocks of cnt ints, where the blocks of every rank fit. */
+        if (cnt * sizeof(int) * (size_t)size <= max) {
+            size_t all = cnt * (size_t)size;
+            int *ha = malloc(all * sizeof(int) + 1);
+            for (int q = 0; q < size; q++)
+                for (size_t i = 0; i < cnt; i++) ha[q * cnt + i] = rank * 1000003 + q * 7919 + (int)i;
+            CU(cudaMemcpy_(d, ha, all * sizeof(int), cudaMemcpyDefault_));
+            MPI_Alltoall(d, (int)cnt, MPI_INT, d2, (int)cnt, MPI_INT, MPI_COMM_WORLD);
+            CU(cudaMemcpy_(ha, d2, all * sizeof(int), cudaMemcpyDefault_));
+            for (int q = 0; q < size; q++)
+                for (size_t i = 0; i < cnt; i++)
+                    if (ha[q * cnt + i] != q * 1000003 + rank * 7919 + (int)i) {
+                        fail("alltoall", n, q * cnt + i, (unsigned)ha[q * cnt + i],
+                             (unsigned)(q * 1000003 + rank * 7919 + (int)i));
+                        q = size;
+                        break;
+                    }
+            free(ha);
         }
     }
     CU(cudaFree_(d));

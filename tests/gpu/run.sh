@@ -166,10 +166,10 @@ run "gpu_net -n 2 over 2 emulated nodes, 64 KiB chunks x 2 (GPUMPI_NET_GPU_CHUNK
 run "gpu_net -n 2 over 2 emulated nodes, staged whole (GPUMPI_NET_GPU_PIPELINE=0)" \
     GPUMPI_NET_GPU_PIPELINE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
     -x GPUMPI_NET_GPU_PIPELINE "$emu" 2 "$out/gpu_net"
-# Large allreduce between nodes in pieces (src/dispatch/piped.rs): 64 KiB pieces relayed
-# through pinned buffers (the debug log says so), and whole vectors (GPUMPI_COLL_PIECE=0).
+# Large allreduce and alltoall between nodes in pieces (src/dispatch/piped.rs): 64 KiB pieces
+# relayed through pinned buffers (the debug log says so), and whole (GPUMPI_COLL_PIECE=0).
 piecerun() {
-    local label="gpu_net -n $1 over 2 emulated nodes, allreduce in 64 KiB pieces" log="$out/gpu_net_pieces$1.log"
+    local label="gpu_net -n $1 over 2 emulated nodes, allreduce and alltoall in 64 KiB pieces" log="$out/gpu_net_pieces$1.log"
     echo "== $label"
     if ! GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 "$mpirun" -n "$1" --oversubscribe --timeout "$tmo" \
         -x GPUMPI_COLL_PIECE -x GPUMPI_DEBUG "$emu" 2 "$out/gpu_net" 4194316 >"$log" 2>&1; then
@@ -178,14 +178,15 @@ piecerun() {
     grep -E "^(PASS|FAIL|SKIP)" "$log"
     if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
     if ! grep -q "^PASS: gpu_net" "$log"; then verdict "$label" fail "no PASS line"; return; fi
-    if ! grep -q "pieces, device vector relayed" "$log"; then
-        verdict "$label" fail "no relayed pieces in the debug log"; return
+    if ! grep -q "allreduce between nodes in pieces, device buffers relayed" "$log" ||
+        ! grep -q "alltoall between nodes in pieces, device buffers relayed" "$log"; then
+        verdict "$label" fail "no relayed pieces of both in the debug log"; return
     fi
     verdict "$label" pass
 }
 piecerun 2
 piecerun 4
-run "gpu_net -n 2 over 2 emulated nodes, allreduce whole (GPUMPI_COLL_PIECE=0)" \
+run "gpu_net -n 2 over 2 emulated nodes, allreduce and alltoall whole (GPUMPI_COLL_PIECE=0)" \
     GPUMPI_COLL_PIECE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
     -x GPUMPI_COLL_PIECE "$emu" 2 "$out/gpu_net"
 # GPUDirect RDMA over the ibverbs backend, against the libibverbs test double (no RDMA device
