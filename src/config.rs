@@ -165,7 +165,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_EAGER_LIMIT",
         default: "16k",
-        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied through the shared-memory ring, fragmented when larger than one frame); larger ones use rendezvous (single copy with CMA, else pipelined through the ring). Suffixes k/m/g.",
+        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied through the shared-memory ring, fragmented when larger than one frame); larger ones use rendezvous (single copy with CMA, else pipelined through the ring). To a rank on another node reached directly whose transport takes bulk transfers, every message below `GPUMPI_NET_BULK_MIN`, at most 64 KiB (the sender's value) goes eagerly instead: a network rendezvous costs a round trip more. Suffixes k/m/g.",
         same_on_every_rank: false,
     },
     Param {
@@ -393,7 +393,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_BULK_MIN",
         default: "64k",
-        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the same bulk transfer where both ranks' backends register device memory (`GPUMPI_NET_GDR`), else the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`).",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages go eagerly (the sender's value decides), as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the same bulk transfer where both ranks' backends register device memory (`GPUMPI_NET_GDR`), else the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`).",
         same_on_every_rank: false,
     },
     Param {

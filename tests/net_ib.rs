@@ -542,6 +542,11 @@ fn fault_child() {
         println!("CHILD {sc} OK");
         return;
     }
+    if sc == "frames_sender_ends" {
+        frames_sender_ends_child();
+        println!("CHILD {sc} OK");
+        return;
+    }
     let msg = match sc.as_str() {
         "port_down" | "no_device" => IbNet::new(cfg("", 1), SECRET).err().unwrap().msg,
         "memlock" => {
@@ -566,6 +571,76 @@ fn fault_child() {
     };
     println!("ERROR: {msg}");
     println!("CHILD {sc} OK");
+}
+
+#[test]
+fn frames_from_a_sender_that_ended_are_all_taken() {
+    let out = child("frames_sender_ends", &[]);
+    assert!(out.contains("CHILD frames_sender_ends OK"), "{out}");
+}
+
+/// The frames layer over the backend (in a child process: a network error there ends the
+/// process): rank 1 sends rank 0 three frames, the last two written while rank 0 is not
+/// polling, then closes (its goodbye follows them) and its queue pairs go away. Rank 0 then
+/// takes the frames: it re-posts each frame's receive as it takes it (a credit write to rank 1
+/// that fails), and the failure seen while taking the next frame must not end it: every frame
+/// and the goodbye were written before rank 1 closed.
+fn frames_sender_ends_child() {
+    use mpi_abi::transport::net::frames::NetFrames;
+    use mpi_abi::transport::net::links::Links;
+    use mpi_abi::transport::{Header, Transport};
+    let accept = Duration::from_secs(5);
+    let nets: Vec<Box<dyn Net>> = (0..2)
+        .map(|_| Box::new(net("", 1)) as Box<dyn Net>)
+        .collect();
+    let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
+    let handles: Vec<Option<Handle>> = ls.iter().map(|l| Some(l.0)).collect();
+    let mut fs: Vec<NetFrames> = nets
+        .into_iter()
+        .zip(ls)
+        .enumerate()
+        .map(|(me, (n, (_, l)))| {
+            let mut hs = handles.clone();
+            hs[me] = None;
+            NetFrames::new(Links::new(n, 0, l, me, hs, accept), me, 2)
+        })
+        .collect();
+    let mut got: Vec<(i32, Vec<u8>)> = Vec::new();
+    let end = deadline();
+    for tag in 1..=3 {
+        let h = Header {
+            tag,
+            ..Default::default()
+        };
+        let body = vec![tag as u8; 100];
+        while !fs[1].try_send(0, &h, &body) {
+            assert!(Instant::now() < end, "rank 1 never reached rank 0");
+            fs[0].poll(&mut |_, h, p| got.push((h.tag, p.to_vec())));
+            fs[1].poll(&mut |_, _, _| {});
+        }
+        // The first frame opens the connection (rank 0 polls to accept it); the others are
+        // only written out.
+        while tag == 1 && got.is_empty() {
+            assert!(Instant::now() < end, "the first frame never arrived");
+            fs[0].poll(&mut |_, h, p| got.push((h.tag, p.to_vec())));
+            fs[1].poll(&mut |_, _, _| {});
+        }
+        for _ in 0..4 {
+            fs[1].poll(&mut |_, _, _| {});
+        }
+    }
+    // Rank 1 closes: nothing to wait for (rank 0 never sent to it), so it says goodbye and
+    // its comms are gone.
+    drop(fs.pop());
+    while got.len() < 3 {
+        assert!(Instant::now() < end, "frames never arrived: {got:?}");
+        fs[0].poll(&mut |_, h, p| got.push((h.tag, p.to_vec())));
+    }
+    for (i, (tag, body)) in got.iter().enumerate() {
+        assert_eq!(*tag, i as i32 + 1);
+        assert_eq!(body, &vec![*tag as u8; 100]);
+    }
+    drop(fs);
 }
 
 /// GPUDirect RDMA against the double, in a child process (the hook is process-wide): host

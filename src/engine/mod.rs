@@ -15,7 +15,8 @@
 //!   that `progress` advances; blocking ones may instead loop on `CollExec::advance`.
 //!
 //! # Protocols (message kinds in [`Header::kind`])
-//! - **Eager** (`len <= eager limit`): `EAGER` frame with the first `max_payload` bytes, then
+//! - **Eager** (`len <= eager limit`; to an off-node peer that takes bulk transfers, every
+//!   message below the bulk threshold, at most [`OFF_NODE_EAGER_MAX`]): `EAGER` frame with the first `max_payload` bytes, then
 //!   `FRAG` frames. A receive that matches copies straight out of the ring; otherwise the message
 //!   is buffered on the heap (unexpected queue). The send completes when the last frame is in the
 //!   ring, or, for a synchronous send, when the receiver's `ACK` (sent at match time) arrives.
@@ -170,6 +171,11 @@ pub struct RecvArgs {
 
 /// Bytes of a [`Note`].
 pub const NOTE_BYTES: usize = collnote::NOTE_BYTES;
+
+/// The largest message sent eagerly to an off-node peer above the configured eager limit
+/// ([`Engine::eager_to`]): what an unexpected one may hold on its receiver's heap (Open MPI's
+/// TCP path sends up to 64 KiB eagerly too).
+pub const OFF_NODE_EAGER_MAX: usize = 64 << 10;
 /// What a message may carry beside its data for the receiver's collective check (opaque here).
 pub type Note = [u8; NOTE_BYTES];
 
@@ -751,6 +757,22 @@ impl Engine {
         self.eager_limit
     }
 
+    /// The eager limit for messages to `dst`: to an off-node peer that takes bulk transfers
+    /// (reached directly: one behind a PXN forwarder takes none), every message below the
+    /// bulk threshold, at most [`OFF_NODE_EAGER_MAX`], goes eagerly (a rendezvous round trip
+    /// over the network costs more than the copies eager data takes, and from the threshold
+    /// on the bulk transfer pays for its round trip); the configured limit otherwise. The
+    /// threshold is this rank's setting: a receiver takes an eager message of any size, so
+    /// ranks that differ still agree.
+    fn eager_to(&self, dst: usize) -> usize {
+        match self.st.bulk_min[dst] {
+            Some(m) if !self.st.near[dst] => self
+                .eager_limit
+                .max(m.saturating_sub(1).min(OFF_NODE_EAGER_MAX)),
+            _ => self.eager_limit,
+        }
+    }
+
     /// Whether this rank is bound to a core no other rank shares (every peer's
     /// [`rndv::PeerFacts::own_cores`]; false for a single rank).
     pub fn own_core(&self) -> bool {
@@ -827,12 +849,13 @@ impl Engine {
         // A device rendezvous to another node is pipelined through host memory ([`devnet`])
         // once the receiver asks for it, or sent from the device as one bulk transfer where
         // both ends' transports take device memory (GPUDirect RDMA).
+        let eager_limit = self.eager_to(a.dst_world);
         let dev_bulk = a.dst_world != self.st.me && self.st.bulk_dev[a.dst_world];
         let devnet = a.dev.is_some()
             && !near
             && a.dst_world != self.st.me
             && (self.st.pipe_cfg.on || dev_bulk)
-            && a.len > self.eager_limit;
+            && a.len > eager_limit;
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
         if a.dev.is_some() && ipc.is_none() && !devnet {
             if a.dst_world != self.st.me && near {
@@ -852,7 +875,7 @@ impl Engine {
                 }
             }
         }
-        let eager = a.len <= self.eager_limit && ipc.is_none() && pipe.is_none();
+        let eager = a.len <= eager_limit && ipc.is_none() && pipe.is_none();
         // A note needs room in the first frame (every transport here has it).
         let note = a.note.filter(|_| self.max_payload >= 2 * NOTE_BYTES);
         let coop = if !eager && a.dev.is_none() && a.dst_world != self.st.me {
@@ -981,10 +1004,10 @@ impl Engine {
         if a.sync
             || a.dev.is_some()
             || a.note.is_some()
-            || a.len > self.eager_limit
+            || a.dst_world >= self.size
+            || a.len > self.eager_to(a.dst_world)
             || a.len > self.max_payload
             || a.dst_world == self.st.me
-            || a.dst_world >= self.size
             || !self.st.outq[a.dst_world].is_empty()
         {
             return false;

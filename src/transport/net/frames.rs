@@ -38,6 +38,10 @@
 //!   as the end of that connection and tests it no more, so a sender may close once its
 //!   goodbye is sent (the backend delivers what a peer sent before it closed); waiting for the
 //!   goodbyes of its own senders keeps a rank's receives posted until they are done with it.
+//!   A sender may so have closed while its last frames wait in the receiver's posted
+//!   receives: the receiver's re-post of a taken frame's receive can then fail (with a
+//!   credit-based backend it writes to the closed sender), and the receives still posted are
+//!   taken before that failure counts (only if they run out before the goodbye).
 //!   Frames that arrive meanwhile (sends nobody received) are dropped. A rank never waits for
 //!   peers it has no connection with.
 //! - **Bulk data** ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the engine moves the
@@ -151,6 +155,9 @@ struct Rx {
     posted: VecDeque<(usize, Request)>,
     /// The peer said goodbye (an empty message): nothing more comes, nothing is tested.
     bye: bool,
+    /// A re-post failed: the receives still posted are taken, and the failure counts only if
+    /// they run out before the goodbye.
+    lost: Option<NetError>,
 }
 
 /// One bulk transfer: the engine's id, the user's buffer (an address: the engine keeps it
@@ -835,6 +842,7 @@ impl Rx {
             buf,
             posted: VecDeque::with_capacity(slots),
             bye: false,
+            lost: None,
         };
         for s in 0..slots {
             rx.post(s, frame)?;
@@ -1049,6 +1057,11 @@ impl Transport for NetFrames {
             };
             for _ in 0..POLL_BUDGET {
                 let Some(&(s, q)) = r.posted.front() else {
+                    match r.lost.take() {
+                        Some(_) if self.closing => r.bye = true,
+                        Some(e) => fatal(self.me, e),
+                        None => {}
+                    }
                     break;
                 };
                 let mut size = [0usize];
@@ -1091,8 +1104,13 @@ impl Transport for NetFrames {
                     delivered += 1;
                     m = &m[need.min(m.len())..];
                 }
-                if let Err(e) = r.post(s, self.frame) {
-                    fatal(self.me, e);
+                // A peer ends once its goodbye is written, so the credit this re-post writes
+                // may fail while its last frames and goodbye wait in the receives still
+                // posted: those are taken first (see `Rx::lost`).
+                if r.lost.is_none() {
+                    if let Err(e) = r.post(s, self.frame) {
+                        r.lost = Some(e);
+                    }
                 }
             }
         }
