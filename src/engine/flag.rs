@@ -60,20 +60,6 @@ const CHECKS: usize = 16;
 /// share the first).
 const LINE: usize = 64;
 
-/// Ask for the cache line of `p` without waiting for it (nothing where there is no such
-/// instruction).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    // SAFETY: a prefetch reads nothing the program sees and faults on no address; SSE is
-    // part of every x86_64 target.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Wait until `ready()`: check it `checks` times (spinning), then call `idle` (progress, back
 /// off), and again. Shared by the flag slots and the scratch areas (`engine/scratch.rs`).
 pub(crate) fn wait_for(
@@ -267,7 +253,7 @@ impl Slots {
         let next_line = (DATA + len > LINE).then(|| self.data(r, hint).wrapping_add(LINE - DATA));
         self.wait(idle, |s| {
             if let Some(p) = next_line {
-                prefetch(p);
+                crate::sys::prefetch(p);
             }
             let at = s.at(r, k, hint);
             found.set(at);
