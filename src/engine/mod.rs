@@ -606,6 +606,41 @@ struct State {
     bulk_count: u64,
     /// Goodbyes said and heard ([`bye`]).
     byes: bye::Byes,
+    /// The blocking receive waiting without a request ([`Engine::recv_direct`]), if any.
+    direct: Option<Direct>,
+}
+
+/// A blocking receive waiting without a request ([`Engine::recv_direct`]). It stands for the
+/// first posted receive: it is made only while no receive is posted and no unexpected message
+/// matches it, and an arriving message is matched against it before the posted queue, so every
+/// receive posted after it matches after it. A complete eager message (one frame, not
+/// synchronous, no note) is copied straight into its buffer; any other message that matches
+/// it, or a goodbye (which must be able to fail it), first makes it a posted request at the
+/// head of the queue ([`State::direct_to_posted`]), which then proceeds as every posted one.
+struct Direct {
+    buf: *mut u8,
+    cap: usize,
+    ctx: u32,
+    src: i32,
+    tag: i32,
+    state: DirectState,
+}
+
+#[derive(Clone, Copy)]
+enum DirectState {
+    Waiting,
+    Received(Status),
+    Posted(u64),
+}
+
+/// How [`Engine::recv_direct`] started a receive.
+pub enum DirectStart {
+    /// Received at once.
+    Received(Status),
+    /// Waiting without a request: [`Engine::direct_poll`] tells when it is done.
+    Waiting,
+    /// Posted as the engine request.
+    Posted(ReqId),
 }
 
 /// A bulk transfer for the transport ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the
@@ -733,6 +768,7 @@ impl Engine {
                 bulk_rx: Vec::new(),
                 bulk_tx: Vec::new(),
                 bulk_live: 0,
+                direct: None,
                 bulk_count: 0,
                 byes,
             },
@@ -1083,6 +1119,67 @@ impl Engine {
         Ok(Ok(unsafe {
             self.irecv(r.buf, r.cap, r.ctx, r.src, r.tag)
         }?))
+    }
+
+    /// Start a blocking receive of host memory: a message already here is received at once
+    /// ([`Engine::recv_now`] without its pass); when none matches, and no receive is posted,
+    /// none waits this way already (another thread's) and no rank said goodbye, the receive
+    /// waits without a request ([`Direct`]): the caller then makes progress and asks
+    /// [`Engine::direct_poll`] until it is done. Otherwise the receive is posted.
+    /// Only on a job within one node (goodbyes of off-node ranks are watched through the
+    /// posted queue).
+    ///
+    /// # Safety
+    /// The buffer is valid to write, and the receive's, until the receive is done; while it
+    /// waits without a request, the caller must call [`Engine::direct_poll`] until it returns
+    /// a result, or [`Engine::direct_abandon`].
+    pub unsafe fn recv_direct(&mut self, r: &RecvArgs) -> MpiResult<DirectStart> {
+        // SAFETY: the caller guarantees the buffer is writable.
+        match unsafe { self.st.take_arrived(r) } {
+            Arrived::Taken(s) => return Ok(DirectStart::Received(s)),
+            Arrived::NotSimple => {}
+            Arrived::Nothing
+                if self.st.direct.is_none()
+                    && self.st.posted.is_empty()
+                    && !self.st.byes.remote()
+                    && !self.st.byes_heard() =>
+            {
+                self.st.direct = Some(Direct {
+                    buf: r.buf,
+                    cap: r.cap,
+                    ctx: r.ctx,
+                    src: r.src,
+                    tag: r.tag,
+                    state: DirectState::Waiting,
+                });
+                return Ok(DirectStart::Waiting);
+            }
+            Arrived::Nothing => {}
+        }
+        // SAFETY: the caller's contract.
+        let id = unsafe { self.irecv(r.buf, r.cap, r.ctx, r.src, r.tag) }?;
+        Ok(DirectStart::Posted(id))
+    }
+
+    /// What became of the receive waiting without a request: `None` while it waits, its
+    /// status once received, or the request it became (then waited for as any engine
+    /// request). Either result ends the wait without a request.
+    pub fn direct_poll(&mut self) -> Option<Result<Status, ReqId>> {
+        let d = self.st.direct.as_ref()?;
+        let out = match d.state {
+            DirectState::Waiting => return None,
+            DirectState::Received(s) => Ok(s),
+            DirectState::Posted(id) => Err(ReqId(id)),
+        };
+        self.st.direct = None;
+        Some(out)
+    }
+
+    /// Give up the receive waiting without a request (its caller stops waiting: an error or
+    /// an unwind), so that nothing writes its buffer later. A request it became stays posted
+    /// (as one whose wait was abandoned).
+    pub fn direct_abandon(&mut self) {
+        self.st.direct = None;
     }
 
     /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)

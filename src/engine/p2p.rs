@@ -197,6 +197,35 @@ impl State {
         })
     }
 
+    /// The receive waiting without a request ([`Direct`]), if it still waits, becomes a
+    /// posted request at the head of the posted queue (it was posted before every other).
+    pub(super) fn direct_to_posted(&mut self) {
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        if !matches!(d.state, DirectState::Waiting) {
+            return;
+        }
+        let (buf, cap, ctx, src, tag) = (d.buf, d.cap, d.ctx, d.src, d.tag);
+        let rreq = self.insert_recv(buf, cap, false);
+        if let Some(Req {
+            kind: ReqKind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        {
+            r.posted = true;
+        }
+        self.posted.push_front(PostedRecv {
+            rreq,
+            ctx,
+            src,
+            tag,
+        });
+        if let Some(d) = self.direct.as_mut() {
+            d.state = DirectState::Posted(rreq);
+        }
+    }
+
     /// Set the receive's status at match time.
     pub(super) fn matched(
         &mut self,
@@ -1016,6 +1045,33 @@ impl State {
         };
         let total = h.total as usize;
         let sync = h.flags & FLAG_SYNC != 0;
+        if let Some(d) = self.direct.as_mut().filter(|d| {
+            matches!(d.state, DirectState::Waiting)
+                && matches(d.ctx, d.src, d.tag, h.ctx, h.src_rank, h.tag)
+        }) {
+            if h.kind == kind::EAGER && !sync && note.is_none() && p.len() == total {
+                let n = total.min(d.cap);
+                // SAFETY: the waiting receive's buffer holds d.cap bytes and is writable until
+                // it is done (Engine::recv_direct's contract); n <= d.cap, n <= p.len().
+                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), d.buf, n) };
+                d.state = DirectState::Received(Status {
+                    source: h.src_rank,
+                    tag: h.tag,
+                    error: if total > d.cap {
+                        MPI_ERR_TRUNCATE
+                    } else {
+                        MPI_SUCCESS
+                    },
+                    bytes: n,
+                    cancelled: false,
+                    finalized: false,
+                });
+                return;
+            }
+            // This message needs a request: the receive becomes the first posted one and
+            // matches it below.
+            self.direct_to_posted();
+        }
         let pos = self
             .posted
             .iter()

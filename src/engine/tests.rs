@@ -377,6 +377,158 @@ fn receives_at_once_match_in_order() {
     }
 }
 
+fn direct(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> DirectStart {
+    let r = RecvArgs {
+        buf: buf.as_mut_ptr(),
+        cap: buf.len(),
+        ctx: 7,
+        src,
+        tag,
+    };
+    // SAFETY: every test keeps the buffer alive and untouched until the receive is done (or
+    // abandons it).
+    unsafe { e.recv_direct(&r).unwrap() }
+}
+
+/// Progress every engine until engine `who`'s receive waiting without a request is done:
+/// `Ok` with its status, or `Err` with the request it became.
+fn direct_wait(es: &mut [Engine], who: usize) -> Result<Status, ReqId> {
+    for _ in 0..100_000 {
+        for e in es.iter_mut() {
+            e.progress();
+        }
+        if let Some(out) = es[who].direct_poll() {
+            return out;
+        }
+    }
+    panic!("the receive waiting without a request was never done");
+}
+
+/// A blocking receive waiting without a request ([`Engine::recv_direct`]) stands for the first
+/// posted receive: it takes the first matching message before a receive posted after it, and
+/// only one; messages it does not match are queued as unexpected ones; it reports truncation
+/// as a posted receive does; a second such receive (another thread's) or one made while a
+/// receive is posted is posted instead; a message already here is received at once; once
+/// given up, nothing writes its buffer.
+#[test]
+fn blocking_receives_wait_without_a_request() {
+    let mut es = group(3, 64, 1000, true);
+    let m = |i: u8| vec![i; 4 + i as usize];
+    let mut a = [0u8; 16];
+    let mut b = [0u8; 16];
+    let mut c = [0u8; 16];
+    assert!(matches!(
+        direct(&mut es[2], &mut a, ANY_SRC, 5),
+        DirectStart::Waiting
+    ));
+    // Another thread's blocking receive, and a receive posted after the first: both posted.
+    let DirectStart::Posted(second) = direct(&mut es[2], &mut b, ANY_SRC, 5) else {
+        panic!("a second receive waiting without a request");
+    };
+    let third = recv(&mut es[2], &mut c, ANY_SRC, ANY_TAG);
+    assert_eq!(es[2].direct_poll(), None);
+    // A message it does not match (tag 4) goes to the posted receive that does; then the
+    // three tag-5 messages in order: the waiting receive first.
+    sent(&mut es[0], &m(1), 2, 0, 4);
+    es[2].progress();
+    sent(&mut es[1], &m(2), 2, 1, 5);
+    es[2].progress();
+    sent(&mut es[0], &m(3), 2, 0, 5);
+    let st = direct_wait(&mut es, 2).expect("received without a request");
+    assert_eq!((st.source, st.tag, st.error, st.bytes), (1, 5, 0, 6));
+    assert_eq!(&a[..6], &m(2)[..]);
+    assert_eq!(es[2].direct_poll(), None, "done once");
+    let st = wait_on(&mut es, 2, third);
+    assert_eq!((st.source, st.tag, &c[..st.bytes]), (0, 4, &m(1)[..]));
+    let st = wait_on(&mut es, 2, second);
+    assert_eq!((st.source, st.tag, &b[..st.bytes]), (0, 5, &m(3)[..]));
+
+    // With a receive posted, a blocking one is posted behind it.
+    let first = recv(&mut es[2], &mut b, 0, 6);
+    let DirectStart::Posted(behind) = direct(&mut es[2], &mut a, 0, 6) else {
+        panic!("waits without a request ahead of a posted receive");
+    };
+    sent(&mut es[0], &m(4), 2, 0, 6);
+    sent(&mut es[0], &m(5), 2, 0, 6);
+    assert_eq!(wait_on(&mut es, 2, first).bytes, 8);
+    assert_eq!(wait_on(&mut es, 2, behind).bytes, 9);
+    assert_eq!((&b[..8], &a[..9]), (&m(4)[..], &m(5)[..]));
+
+    // Truncation: the bytes that fit, the rest of the buffer untouched.
+    let long = pattern(40, 9);
+    let mut small = [0xeeu8; 12];
+    assert!(matches!(
+        direct(&mut es[2], &mut small[..8], 0, 7),
+        DirectStart::Waiting
+    ));
+    sent(&mut es[0], &long, 2, 0, 7);
+    let st = direct_wait(&mut es, 2).unwrap();
+    assert_eq!((st.tag, st.error, st.bytes), (7, MPI_ERR_TRUNCATE, 8));
+    assert_eq!((&small[..8], &small[8..]), (&long[..8], &[0xee; 4][..]));
+
+    // A message already here is received at once.
+    sent(&mut es[1], &m(6), 2, 1, 8);
+    spin(&mut es, 2);
+    let DirectStart::Received(st) = direct(&mut es[2], &mut a, 1, 8) else {
+        panic!("a message already here not received at once");
+    };
+    assert_eq!((st.source, st.tag, &a[..st.bytes]), (1, 8, &m(6)[..]));
+
+    // Given up: the message that comes later is queued, the buffer untouched.
+    let mut gone = [0x55u8; 16];
+    assert!(matches!(
+        direct(&mut es[2], &mut gone, 0, 9),
+        DirectStart::Waiting
+    ));
+    es[2].direct_abandon();
+    sent(&mut es[0], &m(7), 2, 0, 9);
+    spin(&mut es, 2);
+    assert_eq!(gone, [0x55; 16]);
+    assert_eq!(
+        recv_now(&mut es[2], &mut a, 0, 9).map(|s| s.bytes),
+        Some(11)
+    );
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
+    }
+}
+
+/// A message that needs a request (synchronous, rendezvous, fragments still to come) makes the
+/// receive waiting without one a posted request at the head of the queue, which then receives
+/// it (and acknowledges a synchronous send); a later receive posted meanwhile, matching the
+/// same messages, takes the next one.
+#[test]
+fn blocking_receives_become_requests_for_messages_that_need_one() {
+    // 100-byte frames: a 250-byte eager message comes in three.
+    let mut es = group(2, 8, 100, true);
+    let sync = pattern(10, 1);
+    let frags = pattern(250, 3);
+    let big = pattern(LIMIT + 1, 2);
+    for (i, msg) in [&sync, &frags, &big].into_iter().enumerate() {
+        let mut got = vec![0u8; msg.len()];
+        let mut next = [0u8; 8];
+        assert!(matches!(
+            direct(&mut es[1], &mut got, 0, ANY_TAG),
+            DirectStart::Waiting
+        ));
+        let later = recv(&mut es[1], &mut next, 0, ANY_TAG);
+        let s = send(&mut es[0], msg, 1, 0, i as i32, i == 0);
+        let s2 = send(&mut es[0], &[7u8; 8], 1, 0, 50, false);
+        let Err(id) = direct_wait(&mut es, 1) else {
+            panic!("message {i} received without a request");
+        };
+        let st = wait_on(&mut es, 1, id);
+        assert_eq!((st.tag, st.bytes), (i as i32, msg.len()));
+        assert_eq!(&got, msg);
+        assert!(wait_on(&mut es, 0, s).error == 0 && wait_on(&mut es, 0, s2).error == 0);
+        let st = wait_on(&mut es, 1, later);
+        assert_eq!((st.tag, next), (50, [7u8; 8]));
+    }
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
+    }
+}
+
 /// A message that needs a posted receive (synchronous, rendezvous, fragments still to come)
 /// is left first in line by [`Engine::recv_now`]: a later simple one does not pass it, and
 /// the posted receive takes it.
