@@ -186,6 +186,8 @@ fn worker(q: Arc<WorkQueue>) {
 #[derive(Default)]
 pub struct Op {
     staging: Vec<Staging>,
+    /// Boxed: host functions hold their job's address, which must not move with the vector.
+    #[allow(clippy::vec_box)]
     jobs: Vec<Box<Job>>,
 }
 
@@ -330,7 +332,16 @@ impl Builder<'_> {
 
     /// Copy `len` bytes of staging at `src` (this operation's or an earlier one's) to device
     /// address `dst`, on the stream.
-    pub fn from_staging(&mut self, dst: usize, src: *const u8, len: usize) -> Result<(), String> {
+    ///
+    /// # Safety
+    /// `src..src+len` lies in the staging of this operation or of one it took over
+    /// ([`Builder::absorb`]), so it lives as long as the copy may run.
+    pub unsafe fn from_staging(
+        &mut self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), String> {
         let s = self.q.stream.stream;
         self.q.stream.in_ctx(|| {
             // SAFETY: as for to_staging.
@@ -380,14 +391,15 @@ impl Builder<'_> {
 
     /// Enqueue nothing more: the operation is owned by the queue (reclaimed once the stream
     /// finished it, or kept for a graph).
-    pub fn finish(self) -> Result<(), String> {
+    pub fn finish(mut self) -> Result<(), String> {
         let q = self.q;
+        let op = std::mem::take(&mut self.op);
         if self.captured {
             q.inner
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .captured
-                .push(self.op);
+                .push(op);
             return Ok(());
         }
         let s = q.stream.stream;
@@ -398,14 +410,14 @@ impl Builder<'_> {
         let mut g = q.inner.lock().unwrap_or_else(|e| e.into_inner());
         let n = g.issued;
         g.issued += 1;
-        g.live.push_back((n, self.op));
+        g.live.push_back((n, op));
         Ok(())
     }
 
     /// Keep the operation unfinished (a nonblocking start): its memory and steps go to the
     /// request, and the wait that completes it takes them over ([`Op::absorb`]).
-    pub fn into_pending(self) -> (Op, bool) {
-        (self.op, self.captured)
+    pub fn into_pending(mut self) -> (Op, bool) {
+        (std::mem::take(&mut self.op), self.captured)
     }
 
     /// Take over an unfinished operation (see [`Builder::into_pending`]).
@@ -414,7 +426,18 @@ impl Builder<'_> {
     }
 }
 
-/// A pointer the worker may use: host memory the application or an operation keeps alive for
-/// as long as the step can run.
-#[derive(Clone, Copy, Debug)]
-pub struct SendPtr(pub usize);
+impl Drop for Builder<'_> {
+    /// An operation abandoned half-way (a driver call failed): stream work enqueued so far may
+    /// still use its memory, so it is kept until the communicator is freed.
+    fn drop(&mut self) {
+        if !self.op.staging.is_empty() || !self.op.jobs.is_empty() {
+            let op = std::mem::take(&mut self.op);
+            self.q
+                .inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .captured
+                .push(op);
+        }
+    }
+}

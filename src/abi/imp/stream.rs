@@ -375,8 +375,8 @@ fn enqueue_blocking(
     for p in parts.iter().filter(|p| p.output) {
         if let Some(off) = p.staged {
             let src = (b.staging() as usize).wrapping_add(off) as *const u8;
-            b.from_staging(p.user.wrapping_add_signed(p.lb), src, p.len)
-                .map_err(err)?;
+            // SAFETY: `off + len` lies in this operation's staging (`layout`).
+            unsafe { b.from_staging(p.user.wrapping_add_signed(p.lb), src, p.len) }.map_err(err)?;
         }
     }
     b.finish().map_err(err)
@@ -647,7 +647,8 @@ fn enqueue_wait_on(
     .map_err(err)?;
     for (_, r) in reqs {
         if let Some((dst, src, len)) = r.copy_back {
-            b.from_staging(dst, src as *const u8, len).map_err(err)?;
+            // SAFETY: the staging of the receive's operation, which this wait took over.
+            unsafe { b.from_staging(dst, src as *const u8, len) }.map_err(err)?;
         }
     }
     b.finish().map_err(err)
@@ -707,7 +708,7 @@ pub unsafe fn MPIX_Waitall_enqueue(
 }
 
 fn in_place(p: *const c_void) -> bool {
-    p as usize == c::MPI_IN_PLACE as usize
+    std::ptr::eq(p, c::MPI_IN_PLACE as *const c_void)
 }
 
 pub unsafe fn MPIX_Allreduce_enqueue(
