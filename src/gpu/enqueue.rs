@@ -17,8 +17,10 @@
 //! communicators ordered differently on two ranks would deadlock). The worker is a plain
 //! application-side MPI caller (as under MPI_THREAD_MULTIPLE: it takes the runtime lock per
 //! progress pass), so it neither waits for the main thread's MPI calls nor for its
-//! `cuStreamSynchronize`; with every buffer it passes being host memory (`super::host_only`),
-//! it never takes a GPU path.
+//! `cuStreamSynchronize`. Its buffers are host memory (the staging or the user's host
+//! buffer), and it is an ordinary thread, not CUDA's: where its progress passes advance other
+//! threads' device transfers, the driver calls they make are legal there. (Its stream
+//! communicator's collectives stay off the GPU collective paths: `dispatch::gpu`.)
 //!
 //! Reuse: staging areas of operations the stream finished go back to a free list (a host
 //! function bumps a counter after an operation's last stream work, and the next enqueue reads
@@ -174,7 +176,7 @@ fn worker(q: Arc<WorkQueue>) {
         // SAFETY: queued by start_job; the operation owning the job outlives the worker's use
         // (operations are dropped only after the stream finished them).
         let job = unsafe { &*(p as *const Job) };
-        super::host_only(|| (job.run)());
+        (job.run)();
         if !job.flag.is_null() {
             // SAFETY: the flag of the job's staging area (see Job::flag).
             unsafe { &*job.flag }.store(1, Ordering::Release);

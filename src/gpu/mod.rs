@@ -230,22 +230,10 @@ impl Classifier for Driver {
 }
 
 thread_local! {
-    /// Set while this thread runs the MPI part of a stream-ordered operation
-    /// ([`enqueue`]): every buffer it passes is host memory (the staging or the user's host
-    /// buffer), so classification answers "host" without asking the driver.
-    static HOST_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Set while the enqueue forms classify their buffers: a first-seen allocation gets no
     /// wait for the legacy default stream (that wait is not legal while the caller captures a
     /// graph, and stream order already covers the caller's own work).
     static NO_FIRST_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Run `f` with every buffer of this thread taken as host memory (see `HOST_ONLY`).
-pub fn host_only<R>(f: impl FnOnce() -> R) -> R {
-    let old = HOST_ONLY.with(|h| h.replace(true));
-    let r = f();
-    HOST_ONLY.with(|h| h.set(old));
-    r
 }
 
 /// [`classify`] for the enqueue forms: no legacy-stream wait for a first-seen allocation.
@@ -260,7 +248,7 @@ pub fn classify_ordered(ptr: *const u8) -> PtrInfo {
 pub fn classify(ptr: *const u8) -> PtrInfo {
     let p = ptr as usize;
     // NULL, MPI_BOTTOM, MPI_IN_PLACE and other sentinels are never device memory.
-    if p < 4096 || HOST_ONLY.with(|h| h.get()) {
+    if p < 4096 {
         return PtrInfo::HOST;
     }
     if !DRIVER_SEEN.load(Ordering::Relaxed) {
