@@ -5,6 +5,10 @@
  * orders on neighbouring ranks), enqueued work beside blocking calls, and a CUDA graph that
  * captures copy-in + MPIX_Allreduce_enqueue + copy-out, replayed 1000 times with the result
  * checked every 10th replay.
+ * `gpu_stream bench`: instead of the checks, times allreduce (MPI_INT, sum) from 8 B to 64 MiB:
+ * blocking MPI_Allreduce on device buffers, MPIX_Allreduce_enqueue back-to-back on one stream,
+ * and the enqueue form replayed from a captured graph of 10 calls; median of 5 rounds, us per
+ * call (a benchmark for benches/NOTES.md, not a test: it prints numbers and checks nothing).
  * Without a CUDA device it prints "SKIP: no CUDA device (<reason>)" and exits 0. */
 #include <mpi.h>
 #include <mpi-ext.h>
@@ -233,6 +237,69 @@ static void graph(MPI_Comm c, stream_t s, int *d, size_t n) {
     CU(cudaFreeHost_(out));
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over 5 rounds of the time per call of `iters` calls of `kind` at `n` ints. */
+static double time_allreduce(int kind, MPI_Comm c, stream_t s, int *a, int *b, size_t n, int iters) {
+    double t[5];
+    graph_exec_t ge = NULL;
+    graph_t g = NULL;
+    if (kind == 2) {
+        /* Ten finished calls leave ten staging areas for the ten captured ones (no allocation
+         * during the capture). */
+        for (int i = 0; i < 10; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
+        CU(cudaStreamSynchronize_(s));
+        CU(cudaStreamBeginCapture_(s, 0));
+        for (int i = 0; i < 10; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
+        CU(cudaStreamEndCapture_(s, &g));
+        CU(cudaGraphInstantiateWithFlags_(&ge, g, 0));
+    }
+    for (int r = 0; r < 5; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        if (kind == 0)
+            for (int i = 0; i < iters; i++) MPI(MPI_Allreduce(a, b, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+        else if (kind == 1)
+            for (int i = 0; i < iters; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
+        else
+            for (int i = 0; i < iters / 10; i++) CU(cudaGraphLaunch_(ge, s));
+        CU(cudaStreamSynchronize_(s));
+        t[r] = (MPI_Wtime() - t0) * 1e6 / (kind == 2 ? (iters / 10) * 10 : iters);
+    }
+    if (ge) {
+        CU(cudaGraphExecDestroy_(ge));
+        CU(cudaGraphDestroy_(g));
+    }
+    qsort(t, 5, sizeof t[0], cmp_double);
+    double med = t[2], worst = 0;
+    MPI_Allreduce(&med, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return worst;
+}
+
+static void bench(MPI_Comm c, stream_t s) {
+    size_t maxn = (64u << 20) / sizeof(int);
+    int *a, *b;
+    CU(cudaMalloc_((void **)&a, maxn * sizeof(int)));
+    CU(cudaMalloc_((void **)&b, maxn * sizeof(int)));
+    CU(cudaMemset_(a, 1, maxn * sizeof(int)));
+    if (rank == 0)
+        printf("# gpu_stream bench, %d ranks: allreduce MPI_INT sum, us per call (median of 5, slowest rank)\n"
+               "# bytes  blocking  enqueue_back_to_back  enqueue_graph\n", size);
+    for (size_t bytes = 8; bytes <= maxn * sizeof(int); bytes *= 8) {
+        size_t n = bytes / sizeof(int);
+        int iters = bytes <= (1 << 20) ? 200 : 20;
+        double t0 = time_allreduce(0, c, s, a, b, n, iters);
+        double t1 = time_allreduce(1, c, s, a, b, n, iters);
+        double t2 = time_allreduce(2, c, s, a, b, n, iters);
+        if (rank == 0) printf("%9zu %9.1f %9.1f %9.1f\n", bytes, t0, t1, t2);
+    }
+    CU(cudaFree_(a));
+    CU(cudaFree_(b));
+}
+
 int main(int argc, char **argv) {
     const char *why = load_more();
     if (cudart_mpi_init(&argc, &argv, -1, &rank, &size) < 0) return 0;
@@ -253,6 +320,13 @@ int main(int argc, char **argv) {
     CU(cudaStreamCreateWithFlags_(&b, 1));
     MPIX_Stream xa, xb;
     MPI_Comm ca = stream_comm(a, &xa), cbm = stream_comm(b, &xb);
+    if (argc > 1 && strcmp(argv[1], "bench") == 0) {
+        bench(ca, a);
+        MPI(MPI_Comm_free(&ca));
+        MPI(MPI_Comm_free(&cbm));
+        MPI_Finalize();
+        return 0;
+    }
     MPIX_Stream got;
     MPI(MPIX_Comm_get_stream(ca, 0, &got));
     EXPECT(got == xa, "MPIX_Comm_get_stream");

@@ -30,7 +30,8 @@
 # gpu_stream runs every MPIX_*_enqueue form on device buffers (ordering with the caller's own
 # stream work, two stream communicators at once, a captured CUDA graph replayed 1000 times) at 2
 # and 4 ranks.
-# --bench also runs gpu_bench.
+# --bench also runs gpu_bench and `gpu_stream bench` (allreduce: blocking, enqueued back-to-back,
+# enqueued from a graph).
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
 # lists one, or GPUMPI_REQUIRE_GPU=1; GPUMPI_REQUIRE_GPU=0 says no) a skip fails the script
@@ -277,6 +278,8 @@ if [ "$bench" = yes ]; then
     for n in 2 4; do
         echo "== gpu_bench -n $n"
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench" || { echo "FAILED: gpu_bench -n $n"; fail=1; }
+        echo "== gpu_stream bench -n $n"
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_stream" bench || { echo "FAILED: gpu_stream bench -n $n"; fail=1; }
     done
 fi
 echo "gpu: $npass passed, $nfail failed, $nskip skipped"
