@@ -176,7 +176,11 @@ fn worker(q: Arc<WorkQueue>) {
         // SAFETY: queued by start_job; the operation owning the job outlives the worker's use
         // (operations are dropped only after the stream finished them).
         let job = unsafe { &*(p as *const Job) };
-        (job.run)();
+        // The steps catch their own panics (`abi::guard`); one that escapes must not leave the
+        // stream waiting for the flag forever.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.run)())).is_err() {
+            tracing::error!("a stream-ordered MPI step panicked");
+        }
         if !job.flag.is_null() {
             // SAFETY: the flag of the job's staging area (see Job::flag).
             unsafe { &*job.flag }.store(1, Ordering::Release);

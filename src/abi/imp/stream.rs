@@ -264,11 +264,11 @@ fn queue_of(cm: MPI_Comm) -> MpiResult<(Arc<CommObj>, Arc<Queue>)> {
 }
 
 /// Raise an error of a step run by the worker on the communicator's error handler.
-fn report(func: &'static str, cm: usize, r: MpiResult<()>) {
-    if let Err(e) = r {
-        tracing::error!("{func} (stream-ordered): {e}");
-        crate::abi::raise(func, crate::abi::ErrObj::Comm(cm as MPI_Comm), e);
-    }
+/// Run a step on the worker as the C entry points run: a panic is caught and every error is
+/// raised on the communicator's error handler.
+fn report(func: &'static str, cm: usize, body: impl FnOnce() -> MpiResult<()>) {
+    let body = || body().inspect_err(|e| tracing::error!("{func} (stream-ordered): {e}"));
+    crate::abi::guard(func, crate::abi::ErrObj::Comm(cm as MPI_Comm), body);
 }
 
 /// One user buffer of an enqueued call.
@@ -370,7 +370,7 @@ fn enqueue_blocking(
     }
     let addrs: Vec<usize> = parts.iter().map(|p| addr(&b, p)).collect();
     let cmv = cm as usize;
-    b.blocking(move || report(func, cmv, run(&addrs)))
+    b.blocking(move || report(func, cmv, || run(&addrs)))
         .map_err(err)?;
     for p in parts.iter().filter(|p| p.output) {
         if let Some(off) = p.staged {
@@ -483,7 +483,7 @@ fn enqueue_start(
     let (slot, cmv) = (inner.clone(), cm as usize);
     b.nonblocking(move || {
         let mut r = c::MPI_REQUEST_NULL;
-        report(func, cmv, start(a, &mut r));
+        report(func, cmv, || start(a, &mut r));
         slot.store(r as usize, Ordering::Release);
     })
     .map_err(err)?;
@@ -642,7 +642,7 @@ fn enqueue_wait_on(
             .iter()
             .map(|i| i.load(Ordering::Acquire) as MPI_Request)
             .collect();
-        report(func, cmv, run(&mut rs));
+        report(func, cmv, || run(&mut rs));
     })
     .map_err(err)?;
     for (_, r) in reqs {
