@@ -103,6 +103,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: true,
     },
     Param {
+        name: "GPUMPI_COLL_PIECE",
+        default: "4m",
+        doc: "Most bytes per piece of a large blocking `MPI_Allreduce` or `MPI_Alltoall` on a communicator that spans nodes (`src/dispatch/piped.rs`): a call of at least two pieces (a quarter of the data, at least 1 MiB or this value if smaller, at most this value) runs as consecutive collectives of a piece each (an alltoall piece: the same range of every block), two at a time, so one piece is reduced or copied while the next is on the network; device buffers move piece by piece through four page-locked buffers (the copy engine overlapping the network) instead of whole-buffer host copies. `0` = whole calls. Suffixes k/m/g.",
+        same_on_every_rank: true,
+    },
+    Param {
         name: "GPUMPI_COLL_TUNING",
         default: "",
         doc: "Path of a collective tuning table replacing the built-in src/coll/tuning.txt (same format: `<collective> [conditions] <algorithm>` per line, first match wins). Unset = built-in table.",
@@ -159,7 +165,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_EAGER_LIMIT",
         default: "16k",
-        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied through the shared-memory ring, fragmented when larger than one frame); larger ones use rendezvous (single copy with CMA, else pipelined through the ring). Suffixes k/m/g.",
+        doc: "Point-to-point messages of at most this many bytes use the eager protocol (copied through the shared-memory ring, fragmented when larger than one frame); larger ones use rendezvous (single copy with CMA, else pipelined through the ring). To a rank on another node reached directly whose transport takes bulk transfers, every message below `GPUMPI_NET_BULK_MIN`, at most 64 KiB (the sender's value) goes eagerly instead: a network rendezvous costs a round trip more. Suffixes k/m/g.",
         same_on_every_rank: false,
     },
     Param {
@@ -303,7 +309,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_IB_GDR",
         default: "auto",
-        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`.",
+        doc: "GPUDirect RDMA for device buffers on the ibverbs backend: `auto` registers device memory with the NIC directly, through a dma-buf (`cuMemGetHandleForAddressRange` then `ibv_reg_dmabuf_mr`) where CUDA and libibverbs both support it, else through `ibv_reg_mr` on the device pointer where nvidia-peermem is loaded, else not at all (device data is staged through host memory); `0` never registers device memory; `dmabuf` and `peermem` demand that path (an error where it is unavailable). The choice is logged per device with `GPUMPI_DEBUG=1`. Where device memory is registered, point-to-point device buffers between nodes move by GPUDirect RDMA (`GPUMPI_NET_GDR`).",
         same_on_every_rank: false,
     },
     Param {
@@ -387,7 +393,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_BULK_MIN",
         default: "64k",
-        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages move as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`) instead.",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages go eagerly (the sender's value decides), as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md eighteenth session: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the same bulk transfer where both ranks' backends register device memory (`GPUMPI_NET_GDR`), else the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`).",
         same_on_every_rank: false,
     },
     Param {
@@ -406,6 +412,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_NET_FAMILY",
         default: "",
         doc: "Address family of the TCP network backend: `4` (IPv4 only), `6` (IPv6 only), unset or `any`: both, IPv4 first on each interface (then a global IPv6 address before a link-local one). Like `NCCL_SOCKET_FAMILY`.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_GDR",
+        default: "auto",
+        doc: "GPUDirect RDMA in the engine: a device buffer's point-to-point rendezvous message to or from a rank on another node moves as one bulk transfer straight between the two buffers (the NIC reads the sender's device memory and writes the receiver's; nothing is staged in host memory) when both ranks' network backends register device memory (ibverbs with a dma-buf or nvidia-peermem path, `GPUMPI_IB_GDR`; never TCP) and the message is at least `GPUMPI_NET_BULK_MIN`. A host buffer at one end takes part as host memory. The ranks agree per message in the rendezvous; otherwise the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`). `auto`: on where the backend can; `0`: never; `1`: on, and `MPI_Init` fails where the backend cannot. The choice is logged with `GPUMPI_DEBUG=1`, each message's path with `GPUMPI_DEBUG=2`. Verified only against the test double of libibverbs (docs/MULTINODE.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -947,6 +959,8 @@ pub struct CollConfig {
     pub forced: Vec<(&'static str, String)>,
     /// `GPUMPI_COLL_HIER` is not `0`.
     pub hier: bool,
+    /// `GPUMPI_COLL_PIECE` (0: off).
+    pub piece: usize,
 }
 
 impl CollConfig {
@@ -1036,6 +1050,8 @@ pub struct NetConfig {
     pub tcp_socks: usize,
     /// `GPUMPI_NET_BULK_MIN`; `None` for `off`.
     pub bulk_min: Option<usize>,
+    /// `GPUMPI_NET_GDR` as given (`""` unset; `transport::net::frames::gdr_choice` parses it).
+    pub gdr: String,
     /// `GPUMPI_IB_HCA`.
     pub ib_hca: Option<String>,
     /// `GPUMPI_IB_GID_INDEX`: `Ok(None)` for unset or `auto`; `Err` names a value that is not an
@@ -1139,6 +1155,7 @@ impl Config {
                     .filter_map(|p| Some((p.name, get(p.name)?)))
                     .collect(),
                 hier: not_zero("GPUMPI_COLL_HIER"),
+                piece: get_usize("GPUMPI_COLL_PIECE"),
             },
             cuda: CudaConfig {
                 enabled: not_zero("GPUMPI_CUDA"),
@@ -1189,6 +1206,7 @@ impl Config {
                     Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
                     _ => Some(get_usize("GPUMPI_NET_BULK_MIN")),
                 },
+                gdr: get("GPUMPI_NET_GDR").unwrap_or_default(),
                 ib_hca: get("GPUMPI_IB_HCA"),
                 ib_gid_index: parse_gid_index(get("GPUMPI_IB_GID_INDEX").as_deref()),
                 ib_mtu: get("GPUMPI_IB_MTU"),

@@ -722,6 +722,7 @@ c_tests!(
     coll_split,
     coll_drift,
     coll_mid,
+    coll_pieces,
     mpix_callbacks,
 );
 

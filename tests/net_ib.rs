@@ -13,11 +13,13 @@ mod fake_ib;
 #[path = "support/netcheck.rs"]
 mod netcheck;
 
+use mpi_abi::engine::devcopy;
 use mpi_abi::transport::net::ib::{IbConfig, IbNet};
 use mpi_abi::transport::net::ifname::Family;
 use mpi_abi::transport::net::{Handle, MemKind, Net, NetError, RecvBuf, Request, HANDLE_BYTES};
 use netcheck::*;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const SECRET: &[u8] = b"net-ib-test-secret";
@@ -535,6 +537,16 @@ fn fault_child() {
         println!("CHILD {sc} OK");
         return;
     }
+    if sc == "gdr_engine" {
+        gdr_engine_child();
+        println!("CHILD {sc} OK");
+        return;
+    }
+    if sc == "frames_sender_ends" {
+        frames_sender_ends_child();
+        println!("CHILD {sc} OK");
+        return;
+    }
     let msg = match sc.as_str() {
         "port_down" | "no_device" => IbNet::new(cfg("", 1), SECRET).err().unwrap().msg,
         "memlock" => {
@@ -559,6 +571,76 @@ fn fault_child() {
     };
     println!("ERROR: {msg}");
     println!("CHILD {sc} OK");
+}
+
+#[test]
+fn frames_from_a_sender_that_ended_are_all_taken() {
+    let out = child("frames_sender_ends", &[]);
+    assert!(out.contains("CHILD frames_sender_ends OK"), "{out}");
+}
+
+/// The frames layer over the backend (in a child process: a network error there ends the
+/// process): rank 1 sends rank 0 three frames, the last two written while rank 0 is not
+/// polling, then closes (its goodbye follows them) and its queue pairs go away. Rank 0 then
+/// takes the frames: it re-posts each frame's receive as it takes it (a credit write to rank 1
+/// that fails), and the failure seen while taking the next frame must not end it: every frame
+/// and the goodbye were written before rank 1 closed.
+fn frames_sender_ends_child() {
+    use mpi_abi::transport::net::frames::NetFrames;
+    use mpi_abi::transport::net::links::Links;
+    use mpi_abi::transport::{Header, Transport};
+    let accept = Duration::from_secs(5);
+    let nets: Vec<Box<dyn Net>> = (0..2)
+        .map(|_| Box::new(net("", 1)) as Box<dyn Net>)
+        .collect();
+    let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
+    let handles: Vec<Option<Handle>> = ls.iter().map(|l| Some(l.0)).collect();
+    let mut fs: Vec<NetFrames> = nets
+        .into_iter()
+        .zip(ls)
+        .enumerate()
+        .map(|(me, (n, (_, l)))| {
+            let mut hs = handles.clone();
+            hs[me] = None;
+            NetFrames::new(Links::new(n, 0, l, me, hs, accept), me, 2)
+        })
+        .collect();
+    let mut got: Vec<(i32, Vec<u8>)> = Vec::new();
+    let end = deadline();
+    for tag in 1..=3 {
+        let h = Header {
+            tag,
+            ..Default::default()
+        };
+        let body = vec![tag as u8; 100];
+        while !fs[1].try_send(0, &h, &body) {
+            assert!(Instant::now() < end, "rank 1 never reached rank 0");
+            fs[0].poll(&mut |_, h, p| got.push((h.tag, p.to_vec())));
+            fs[1].poll(&mut |_, _, _| {});
+        }
+        // The first frame opens the connection (rank 0 polls to accept it); the others are
+        // only written out.
+        while tag == 1 && got.is_empty() {
+            assert!(Instant::now() < end, "the first frame never arrived");
+            fs[0].poll(&mut |_, h, p| got.push((h.tag, p.to_vec())));
+            fs[1].poll(&mut |_, _, _| {});
+        }
+        for _ in 0..4 {
+            fs[1].poll(&mut |_, _, _| {});
+        }
+    }
+    // Rank 1 closes: nothing to wait for (rank 0 never sent to it), so it says goodbye and
+    // its comms are gone.
+    drop(fs.pop());
+    while got.len() < 3 {
+        assert!(Instant::now() < end, "frames never arrived: {got:?}");
+        fs[0].poll(&mut |_, h, p| got.push((h.tag, p.to_vec())));
+    }
+    for (i, (tag, body)) in got.iter().enumerate() {
+        assert_eq!(*tag, i as i32 + 1);
+        assert_eq!(body, &vec![*tag as u8; 100]);
+    }
+    drop(fs);
 }
 
 /// GPUDirect RDMA against the double, in a child process (the hook is process-wide): host
@@ -647,6 +729,248 @@ fn gdr_flush_child(on: bool) {
         s.dereg_mr(sm).unwrap();
         r.dereg_mr(rm).unwrap();
     }
+}
+
+/// The engine's device copies over host memory (its "device" buffers are host memory, which
+/// the backend registers as device memory through the test hook), counting every copy: a
+/// message that takes the GPUDirect RDMA path makes none.
+struct HostDev(Arc<AtomicUsize>);
+
+impl devcopy::DevCopy for HostDev {
+    fn export_range(&self, _: usize, _: usize) -> Option<Box<[u8]>> {
+        None
+    }
+    unsafe fn read(
+        &self,
+        _: usize,
+        _: &[u8],
+        _: usize,
+        _: bool,
+        _: usize,
+    ) -> Result<Option<Box<dyn devcopy::Pending>>, String> {
+        Err("no peer copies between nodes".into())
+    }
+    unsafe fn write(
+        &self,
+        _: usize,
+        _: &[u8],
+        _: usize,
+        _: usize,
+    ) -> Result<Option<Box<dyn devcopy::Pending>>, String> {
+        Err("no peer copies between nodes".into())
+    }
+    fn pipe_offer(&self, _: usize, _: usize) -> Option<Box<[u8]>> {
+        None
+    }
+    unsafe fn pipe_recv(
+        &self,
+        _: usize,
+        _: usize,
+        _: &[u8],
+        _: usize,
+        _: bool,
+        _: usize,
+    ) -> Result<(u64, Box<dyn devcopy::Pending>), String> {
+        Err("no pipe between nodes".into())
+    }
+    unsafe fn pipe_send(
+        &self,
+        _: usize,
+        _: usize,
+        _: u64,
+        _: usize,
+        _: usize,
+    ) -> Result<Box<dyn devcopy::Pending>, String> {
+        Err("no pipe between nodes".into())
+    }
+    unsafe fn fill(
+        &self,
+        _: usize,
+        _: usize,
+        _: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<bool, String> {
+        Err("no single-copy reads between nodes".into())
+    }
+    fn staging(&self, _: usize, _: usize) -> Option<devcopy::HostStage> {
+        None
+    }
+    unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
+        self.0.fetch_add(1, SeqCst);
+        // SAFETY: the engine passes a range of its receive buffer (host memory here).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
+        Ok(())
+    }
+    unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
+        self.0.fetch_add(1, SeqCst);
+        // SAFETY: the engine passes a range of its send buffer (host memory here).
+        Ok(unsafe { std::slice::from_raw_parts(src as *const u8, len) }.to_vec())
+    }
+}
+
+const GDR_SIZES: [usize; 5] = [20_000, 65_536, 100_003, (1 << 20) + 3, 8 << 20];
+const GDR_MIXES: [(bool, bool); 3] = [(true, true), (true, false), (false, true)];
+const GDR_BULK_MIN: usize = 64 << 10;
+
+/// Two engines, each on a node of its own, over network frames on the ibverbs backend (the
+/// double) with device memory registered through the dma-buf entry point (the test hook) and
+/// the GPUDirect flush on. `gdr[rank]`: that rank's backend registers device memory
+/// (`GPUMPI_IB_GDR=dmabuf`, else `0`); bulk transfers from [`GDR_BULK_MIN`] bytes on. Rank 0
+/// sends every size of [`GDR_SIZES`] in every mix of [`GDR_MIXES`] (device or host memory at
+/// each end) to rank 1, which checks every byte. Returns each rank's device copies and bulk
+/// transfers.
+fn gdr_engines(gdr: [bool; 2]) -> [(usize, u64); 2] {
+    use mpi_abi::engine::{devnet::PipeConfig, DevSend, Engine, EngineConfig, SendArgs};
+    use mpi_abi::transport::net::frames::{gdr_choice, NetFrames};
+    use mpi_abi::transport::net::links::Links;
+    let nets: Vec<IbNet> = gdr
+        .iter()
+        .map(|&on| {
+            let mut c = cfg("", 2);
+            c.gdr = if on { "dmabuf" } else { "0" }.into();
+            c.gdr_flush = "1".into();
+            IbNet::new(c, SECRET).unwrap()
+        })
+        .collect();
+    let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
+    let handles: Vec<Option<Handle>> = ls.iter().map(|l| Some(l.0)).collect();
+    let mut joins = Vec::new();
+    for (me, (net, (_, l))) in nets.into_iter().zip(ls).enumerate() {
+        let mut hs = handles.clone();
+        hs[me] = None;
+        let can = net.device_memory();
+        assert_eq!(can, gdr[me]);
+        let links = Links::new(Box::new(net), 0, l, me, hs, Duration::from_secs(5));
+        let mut frames = NetFrames::new(links, me, 2);
+        frames.set_bulk_min(Some(GDR_BULK_MIN));
+        frames.set_bulk_device(gdr_choice("auto", "ib", can).unwrap().0);
+        joins.push(std::thread::spawn(move || {
+            let mut e = Engine::with_config(
+                Box::new(frames),
+                me,
+                2,
+                EngineConfig {
+                    eager_limit: 16 << 10,
+                    cma_min: None,
+                    push_min: usize::MAX,
+                    share: false,
+                },
+            );
+            let copies = Arc::new(AtomicUsize::new(0));
+            e.set_device_copies(Box::new(HostDev(copies.clone())));
+            e.set_net_pipeline(PipeConfig {
+                on: true,
+                chunk: 1 << 16,
+                depth: 2,
+            });
+            let wait = |e: &mut Engine, r| {
+                let end = deadline();
+                loop {
+                    if let Some(st) = e.test(r) {
+                        return st;
+                    }
+                    assert!(Instant::now() < end, "rank {me}: request never completed");
+                }
+            };
+            for &len in &GDR_SIZES {
+                for (k, &(sdev, rdev)) in GDR_MIXES.iter().enumerate() {
+                    let src = pattern(len as u64 * 3 + k as u64, len);
+                    if me == 0 {
+                        let a = SendArgs {
+                            buf: src.as_ptr(),
+                            len,
+                            dst_world: 1,
+                            ctx: 5,
+                            src_rank: 0,
+                            tag: k as i32,
+                            sync: false,
+                            dev: sdev.then_some(DevSend::Pipe),
+                            note: None,
+                        };
+                        // SAFETY: `src` outlives the wait.
+                        let r = unsafe { e.isend(a) }.unwrap();
+                        assert_eq!(wait(&mut e, r).error, 0);
+                    } else {
+                        let mut dst = vec![0u8; len + 8];
+                        // SAFETY: `dst` outlives the wait.
+                        let r =
+                            unsafe { e.irecv_dev(dst.as_mut_ptr(), len + 8, rdev, 5, 0, k as i32) }
+                                .unwrap();
+                        let st = wait(&mut e, r);
+                        assert_eq!((st.error, st.bytes), (0, len));
+                        assert!(
+                            dst[..len] == src[..],
+                            "len {len} send dev {sdev} recv dev {rdev}: every byte lands"
+                        );
+                    }
+                }
+            }
+            assert_eq!(e.live_requests(), 0);
+            let out = (copies.load(SeqCst), e.bulk_transfers());
+            drop(e);
+            out
+        }));
+    }
+    let out: Vec<(usize, u64)> = joins.into_iter().map(|j| j.join().unwrap()).collect();
+    [out[0], out[1]]
+}
+
+/// The engine's GPUDirect RDMA path over the ibverbs backend and the double, in a child
+/// process (the hook is process-wide): with both backends registering device memory, every
+/// message of at least the bulk threshold, device or host memory at either end, is one bulk
+/// transfer and no device copy is made for it at either end, and each one into device memory
+/// is flushed once (the double's trace); below the threshold the pipeline through host
+/// memory. With the receiver's backend unable to (`GPUMPI_IB_GDR=0`), only the device-to-host
+/// messages go as bulk transfers (from the device), the others are pipelined through host
+/// memory. Every byte lands in every case.
+fn gdr_engine_child() {
+    mpi_abi::transport::net::ib::host_memory_as_device_for_tests(true);
+    let trace = std::env::var("FAKEIBV_TRACE").unwrap();
+    let big = GDR_SIZES.iter().filter(|&&z| z >= GDR_BULK_MIN).count();
+    let small = GDR_SIZES.len() - big;
+    let _ = std::fs::remove_file(&trace);
+    let [(c0, b0), (c1, b1)] = gdr_engines([true, true]);
+    assert_eq!(
+        (b0, b1),
+        (3 * big as u64, 3 * big as u64),
+        "one bulk transfer per big message"
+    );
+    // Below the threshold: device-to-device and device-to-host pipelined at the sender
+    // (1 chunk copy each, 20_000 < 64 KiB chunk), device-to-device and host-to-device at the
+    // receiver. Nothing else.
+    assert_eq!(
+        (c0, c1),
+        (2 * small, 2 * small),
+        "device copies only below the threshold"
+    );
+    let flushes = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("read ") && l.ends_with(" 1"))
+        .count();
+    assert_eq!(
+        flushes,
+        2 * big,
+        "one flush per bulk transfer into device memory"
+    );
+    let [(c0, b0), (c1, b1)] = gdr_engines([true, false]);
+    assert_eq!((b0, b1), (big as u64, big as u64), "device to host only");
+    assert!(
+        c0 > 0 && c1 > 0,
+        "the rest pipelined through host memory: {c0} {c1}"
+    );
+    println!("gdr_engine: bulk {b0}/{b1}, copies {c0}/{c1}");
+}
+
+#[test]
+fn engine_moves_device_buffers_between_nodes_by_gpudirect_rdma() {
+    let trace = format!(
+        "{}/fakeibv-trace-gdr-engine-{}",
+        env!("CARGO_TARGET_TMPDIR"),
+        std::process::id()
+    );
+    let out = child("gdr_engine", &[("FAKEIBV_TRACE", &trace)]);
+    let _ = std::fs::remove_file(&trace);
+    assert!(out.contains("CHILD gdr_engine OK"), "{out}");
 }
 
 #[test]

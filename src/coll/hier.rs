@@ -215,9 +215,10 @@ impl Hier<'_> {
         off
     }
 
-    /// Arguments of a phase over `size` ranks in which this rank is `rank`.
+    /// Arguments of a phase inside a node over `size` ranks in which this rank is `rank`.
     fn args(&self, rank: usize, size: usize, root: usize, bytes: usize) -> CollArgs<'static> {
         CollArgs {
+            nodes: 1,
             rank,
             size,
             root,
@@ -227,6 +228,16 @@ impl Hier<'_> {
             elem_size: self.a.elem_size,
             in_place: false,
             commutative: true,
+        }
+    }
+
+    /// Arguments of a phase between the node leaders (one rank per node), this rank leader
+    /// `g` of them.
+    fn leader_args(&self, g: usize, root: usize, bytes: usize) -> CollArgs<'static> {
+        let n = self.nodes.count();
+        CollArgs {
+            nodes: n,
+            ..self.args(g, n, root, bytes)
         }
     }
 
@@ -336,7 +347,7 @@ impl Hier<'_> {
         }
         if l == 0 {
             if leaders.len() > 1 {
-                let mut sa = self.args(g, leaders.len(), 0, n);
+                let mut sa = self.leader_args(g, 0, n);
                 sa.in_place = in_recv;
                 let place = Place {
                     send: SEND,
@@ -368,7 +379,7 @@ impl Hier<'_> {
             recv: RECV,
         };
         if leaders[g] == a.rank && leaders.len() > 1 {
-            let sa = self.args(g, leaders.len(), self.nodes.of[a.root], a.bytes);
+            let sa = self.leader_args(g, self.nodes.of[a.root], a.bytes);
             self.phase(CollKind::Bcast, &sa, &leaders, place)?;
         }
         if members.len() > 1 {
@@ -404,7 +415,7 @@ impl Hier<'_> {
             in_recv = is_root;
         }
         if leaders[g] == a.rank && leaders.len() > 1 {
-            let mut sa = self.args(g, leaders.len(), self.nodes.of[a.root], n);
+            let mut sa = self.leader_args(g, self.nodes.of[a.root], n);
             let place = if is_root {
                 sa.in_place = in_recv;
                 Place {
@@ -486,7 +497,7 @@ impl Hier<'_> {
                 self.b.copy(Region::new(input.0, input.1, own), dst);
             }
             if leaders.len() > 1 {
-                let mut sa = self.args(g, leaders.len(), 0, nblk[g].len);
+                let mut sa = self.leader_args(g, 0, nblk[g].len);
                 sa.in_place = true;
                 let place = Place {
                     send: SEND,
@@ -734,7 +745,7 @@ impl Hier<'_> {
             mine = (ordered.0, ordered.1 + nblk[g].off);
             if leaders.len() > 1 {
                 let nb: Vec<Block> = nblk.iter().map(|b| Block::new(0, b.len)).collect();
-                let sa = self.args(g, leaders.len(), 0, 0);
+                let sa = self.leader_args(g, 0, 0);
                 let out = (BufId::Tmp, self.alloc(nblk[g].len));
                 let place = Place {
                     send: ordered,

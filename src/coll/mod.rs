@@ -59,6 +59,7 @@ pub mod barrier;
 pub mod bcast;
 pub mod gather;
 pub mod hier;
+pub mod pieces;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scan;
@@ -212,6 +213,8 @@ pub struct CollArgs<'a> {
     pub in_place: bool,
     /// Whether the reduction op is commutative.
     pub commutative: bool,
+    /// The number of nodes the ranks are on (1 inside one node): the tuning table's `nodes`.
+    pub nodes: usize,
 }
 
 impl<'a> CollArgs<'a> {
@@ -228,6 +231,7 @@ impl<'a> CollArgs<'a> {
             elem_size: 1,
             in_place: false,
             commutative: true,
+            nodes: 1,
         }
     }
 
@@ -538,6 +542,7 @@ struct Cached {
     elem_size: usize,
     in_place: bool,
     commutative: bool,
+    nodes: usize,
     algo: &'static str,
     sched: std::sync::Arc<Schedule>,
 }
@@ -552,6 +557,7 @@ impl Cached {
             && self.elem_size == a.elem_size
             && self.in_place == a.in_place
             && self.commutative == a.commutative
+            && self.nodes == a.nodes
             && self.send_blocks[..] == *a.send_blocks
             && self.recv_blocks[..] == *a.recv_blocks
     }
@@ -601,6 +607,7 @@ pub fn build_shared(
             elem_size: a.elem_size,
             in_place: a.in_place,
             commutative: a.commutative,
+            nodes: a.nodes,
             algo,
             sched: sched.clone(),
         };

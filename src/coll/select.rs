@@ -14,6 +14,8 @@ pub const DEFAULT_TABLE: &str = include_str!("tuning.txt");
 pub(crate) enum Var {
     Nranks,
     Bytes,
+    /// The number of nodes the communicator's ranks are on (1 inside one node).
+    Nodes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +49,8 @@ pub(crate) fn parse_cond(tok: &str) -> Option<Cond> {
         (Var::Nranks, r)
     } else if let Some(r) = tok.strip_prefix("bytes") {
         (Var::Bytes, r)
+    } else if let Some(r) = tok.strip_prefix("nodes") {
+        (Var::Nodes, r)
     } else {
         return None;
     };
@@ -162,10 +166,17 @@ pub fn parse_table(text: &str) -> MpiResult<Vec<Row>> {
     Ok(rows)
 }
 
+/// Whether `c` holds for a call on one node (the GPU paths' tables).
 pub(crate) fn holds(c: &Cond, nranks: usize, bytes: usize) -> bool {
+    holds_on(c, nranks, bytes, 1)
+}
+
+/// Whether `c` holds for a call of `bytes` over `nranks` ranks on `nodes` nodes.
+pub(crate) fn holds_on(c: &Cond, nranks: usize, bytes: usize, nodes: usize) -> bool {
     let v = |var: &Var| match var {
         Var::Nranks => nranks,
         Var::Bytes => bytes,
+        Var::Nodes => nodes,
     };
     match c {
         Cond::Lt(var, n) => v(var) < *n,
@@ -204,7 +215,11 @@ pub fn select_from(
     }
     let bytes = a.msg_bytes(kind);
     for row in rows.iter().filter(|r| r.kind == kind) {
-        if row.conds.iter().all(|c| holds(c, a.size, bytes)) {
+        if row
+            .conds
+            .iter()
+            .all(|c| holds_on(c, a.size, bytes, a.nodes))
+        {
             let info = algorithm(kind, row.algo).expect("rows name registered algorithms");
             if usable(info, kind, a) {
                 return info;
@@ -247,9 +262,10 @@ fn forced(kind: CollKind) -> Option<&'static str> {
 pub fn select(kind: CollKind, a: &CollArgs) -> &'static AlgoInfo {
     let info = select_from(table(), forced(kind), kind, a);
     tracing::debug!(
-        "{}: {} ranks, {} bytes, commutative={} -> {}",
+        "{}: {} ranks on {} nodes, {} bytes, commutative={} -> {}",
         kind.name(),
         a.size,
+        a.nodes,
         a.msg_bytes(kind),
         a.commutative,
         info.name

@@ -140,6 +140,7 @@ fn run(
                 elem_size: o.es.max(1),
                 in_place: o.in_place,
                 commutative: o.commutative,
+                nodes: 1,
             };
             build_with(kind, algo, &a)
                 .unwrap_or_else(|e| panic!("{} {algo} n={n}: {e}", kind.name()))
@@ -942,6 +943,20 @@ fn selection_by_size_ranks_and_commutativity() {
         "rabenseifner",
         "ring reorders operands"
     );
+    // Across nodes: a large vector goes around a ring, whatever the rank count; small
+    // vectors, non-commutative ops and calls inside one node keep their rows.
+    let across = |n, bytes, comm: bool, nodes| {
+        let mut a = CollArgs::new(0, n, bytes);
+        a.commutative = comm;
+        a.nodes = nodes;
+        select::select_from(&rows, None, CollKind::Allreduce, &a).name
+    };
+    assert_eq!(across(2, 1 << 20, true, 2), "ring");
+    assert_eq!(across(2, 1 << 20, true, 1), "recursive_doubling");
+    assert_eq!(across(16, 1 << 20, true, 4), "ring");
+    assert_eq!(across(2, 8, true, 2), "recursive_doubling");
+    assert_eq!(across(2, 1 << 20, false, 2), "recursive_doubling");
+    assert!(select::parse_table("allreduce nodes>1 nodes<=8 ring\n").is_ok());
     assert_eq!(pick(CollKind::Bcast, 16, 8, true), "binomial");
     assert_eq!(
         pick(CollKind::Bcast, 16, 1 << 20, true),

@@ -31,6 +31,7 @@ mod gpu;
 mod hier;
 mod internal;
 mod mid;
+mod piped;
 mod schedule;
 
 pub(crate) use call::{in_place, CollSpec, Reduction, Side, TBlock};
@@ -60,6 +61,9 @@ pub enum Path {
     /// Mid-size bcast/reduce/allreduce on MPI_COMM_WORLD through the shared-memory scratch
     /// areas (`engine::scratch`).
     Scratch,
+    /// A large allreduce or alltoall on a communicator that spans nodes, as pieces a few at a
+    /// time (device buffers relayed through pinned buffers piece by piece).
+    Piped,
     /// The collectives of `coll::hier::supports` on a communicator that spans nodes: inside
     /// each node, between one leader per node, inside the node again (`coll::hier`).
     Hier,
@@ -74,6 +78,7 @@ pub const BLOCKING: &[Path] = &[
     Path::HostMemory,
     Path::Flag,
     Path::Scratch,
+    Path::Piped,
     Path::Hier,
     Path::Schedule,
 ];
@@ -87,6 +92,7 @@ impl Path {
             Path::HostMemory => gpu::eligible(&HOST_MEMORY, spec),
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
+            Path::Piped => piped::serves(spec).is_some(),
             Path::Hier => hier::serves(spec).is_some(),
             Path::Schedule => true,
         }
@@ -101,6 +107,10 @@ impl Path {
             Path::HostMemory => gpu::run(&HOST_MEMORY, spec, no),
             Path::Flag => flag::run_flag(spec, no),
             Path::Scratch => mid::run_mid(spec, no),
+            Path::Piped => match piped::serves(spec) {
+                Some(plan) => piped::run(spec, no, &plan),
+                None => Ok(false),
+            },
             Path::Hier => match hier::serves(spec) {
                 Some(nodes) => wait_schedule(spec.start_on(Some(no), Some(nodes))?),
                 None => Ok(false),

@@ -16,6 +16,20 @@ use crate::runtime::objects::COLL_CTX_BIT;
 use crate::runtime::request::{CollCheck, Post, ReqKind, Status};
 use std::sync::Arc;
 
+/// A collective's operands in packed byte space: the send and receive base pointers and the
+/// blocks there (`CollArgs`), the byte count and whether the call is in place.
+pub(crate) struct Packed<'a> {
+    pub(crate) sptr: *mut u8,
+    pub(crate) sblocks: &'a [Block],
+    pub(crate) rptr: *mut u8,
+    pub(crate) rblocks: &'a [Block],
+    pub(crate) bytes: usize,
+    pub(crate) in_place: bool,
+    /// The collective whose schedule runs the operands, where it is not the call's own (the
+    /// pieces of an alltoall run as alltoallv schedules over strided blocks).
+    pub(crate) as_kind: Option<CollKind>,
+}
+
 impl CollSpec {
     /// Start the schedule of call number `no` of the communicator (`None`: the next one).
     pub(crate) unsafe fn start(&self, no: Option<CallNo>) -> MpiResult<ReqKind> {
@@ -66,78 +80,20 @@ impl CollSpec {
         if let Some(l) = &self.rs_lens {
             rblocks = l.iter().map(|&len| Block::new(0, len)).collect();
         }
-        let (elem_size, commutative) = match &self.red {
-            Some((r, commute)) => (r.elem_size().max(1), *commute),
-            None => (1, true),
-        };
-        let args = CollArgs {
-            rank: self.comm.rank,
-            size: self.comm.size(),
-            root: self.root,
-            bytes: self.bytes,
-            send_blocks: &sblocks,
-            recv_blocks: &rblocks,
-            elem_size,
-            in_place: self.in_place,
-            commutative,
-        };
-        let (algo, sched) = match nodes {
-            Some(nodes) => {
-                tracing::debug!(
-                    "hierarchical {} over {} nodes",
-                    self.kind.name(),
-                    nodes.count()
-                );
-                (
-                    "hierarchical",
-                    Arc::new(hier::build(self.kind, &args, nodes)?),
-                )
-            }
-            None => coll::build_shared(self.kind, &args)?,
-        };
-        tracing::debug!(
-            coll = self.kind.name(),
-            algo,
-            bytes = self.bytes,
-            ranks = self.comm.size(),
-            "collective schedule over point-to-point"
-        );
-        let reduce: crate::engine::coll::ReduceFn = match self.red.clone() {
-            Some((r, _)) => Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)),
-            None => Box::new(|_: &[u8], _: &mut [u8]| {
-                Err(MpiError::intern(
-                    "reduction step in a collective without an operation",
-                ))
-            }),
-        };
         let no = no.unwrap_or_else(|| CallNo::new(self.comm.next_coll_seq()));
-        let tag = no.tag();
-        // The record of this call, and its check while it waits (engine::collcheck).
-        let check = check_kept(self, no, CheckPath::Schedule)
-            .map(|(watch, rings)| Box::new(CollCheck { watch, rings }));
-        let mut exec = CollExec::new(
-            sched,
-            sptr as *const u8,
-            rptr,
-            self.comm.ctx | COLL_CTX_BIT,
-            tag,
-            self.comm.peers.clone(),
-            self.comm.rank,
-            reduce,
-        );
-        if !self.comm.one_node {
-            // Ranks on other nodes do not see this rank's record: its messages carry it
-            // (engine::collnote).
-            let rec = Record::new(
-                self.comm.ctx,
-                tag as u32,
-                self.kind,
-                self.root,
-                self.bytes,
-                CheckPath::Schedule,
-            );
-            exec = exec.with_cross_check(CrossCheck::new(rec, self.comm.rank, runtime::rings()));
-        }
+        let (exec, check) = self.launch(
+            no,
+            nodes,
+            Packed {
+                sptr,
+                sblocks: &sblocks,
+                rptr,
+                rblocks: &rblocks,
+                bytes: self.bytes,
+                in_place: self.in_place,
+                as_kind: None,
+            },
+        )?;
         let mut hold = Vec::new();
         if let Some(h) = shold {
             hold.push(crate::gpu::pool::HostBuf::from_vec(h));
@@ -173,11 +129,90 @@ impl CollSpec {
             }
         };
         Ok(ReqKind::Coll {
-            exec: Box::new(exec),
+            exec,
             post,
             result: None,
             hold,
             check,
         })
+    }
+
+    /// Build the schedule of call (or internal call) `no` over packed operands `p` (the
+    /// hierarchical one over `nodes` where given) and its executor, with the consistency
+    /// checks of the call: the record it publishes and, between nodes, the notes its messages
+    /// carry (`engine::collnote`).
+    pub(crate) unsafe fn launch(
+        &self,
+        no: CallNo,
+        nodes: Option<&Nodes>,
+        p: Packed,
+    ) -> MpiResult<(Box<CollExec>, Option<Box<CollCheck>>)> {
+        let (elem_size, commutative) = match &self.red {
+            Some((r, commute)) => (r.elem_size().max(1), *commute),
+            None => (1, true),
+        };
+        let args = CollArgs {
+            rank: self.comm.rank,
+            size: self.comm.size(),
+            root: self.root,
+            bytes: p.bytes,
+            send_blocks: p.sblocks,
+            recv_blocks: p.rblocks,
+            elem_size,
+            in_place: p.in_place,
+            commutative,
+            nodes: self.comm.node_count,
+        };
+        let kind = p.as_kind.unwrap_or(self.kind);
+        let (algo, sched) = match nodes {
+            Some(nodes) => {
+                tracing::debug!("hierarchical {} over {} nodes", kind.name(), nodes.count());
+                ("hierarchical", Arc::new(hier::build(kind, &args, nodes)?))
+            }
+            None => coll::build_shared(kind, &args)?,
+        };
+        tracing::debug!(
+            coll = kind.name(),
+            algo,
+            bytes = p.bytes,
+            ranks = self.comm.size(),
+            "collective schedule over point-to-point"
+        );
+        let reduce: crate::engine::coll::ReduceFn = match self.red.clone() {
+            Some((r, _)) => Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)),
+            None => Box::new(|_: &[u8], _: &mut [u8]| {
+                Err(MpiError::intern(
+                    "reduction step in a collective without an operation",
+                ))
+            }),
+        };
+        let tag = no.tag();
+        // The record of this call, and its check while it waits (engine::collcheck).
+        let check = check_kept(self, no, CheckPath::Schedule)
+            .map(|(watch, rings)| Box::new(CollCheck { watch, rings }));
+        let mut exec = CollExec::new(
+            sched,
+            p.sptr as *const u8,
+            p.rptr,
+            self.comm.ctx | COLL_CTX_BIT,
+            tag,
+            self.comm.peers.clone(),
+            self.comm.rank,
+            reduce,
+        );
+        if !self.comm.one_node {
+            // Ranks on other nodes do not see this rank's record: its messages carry it
+            // (engine::collnote).
+            let rec = Record::new(
+                self.comm.ctx,
+                tag as u32,
+                self.kind,
+                self.root,
+                self.bytes,
+                CheckPath::Schedule,
+            );
+            exec = exec.with_cross_check(CrossCheck::new(rec, self.comm.rank, runtime::rings()));
+        }
+        Ok((Box::new(exec), check))
     }
 }

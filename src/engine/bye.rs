@@ -67,6 +67,11 @@ pub(super) struct Byes {
 }
 
 impl Byes {
+    /// Whether some peer is on another node.
+    pub(super) fn remote(&self) -> bool {
+        self.remote
+    }
+
     pub(super) fn new(size: usize, near: &[bool]) -> Byes {
         Byes {
             members: None,
@@ -140,6 +145,8 @@ impl State {
         }
         self.byes.n_gone += 1;
         tracing::debug!("engine: rank {w} called MPI_Finalize");
+        // A receive waiting without a request is failed here like any posted one.
+        self.direct_to_posted();
         let mut i = 0;
         while i < self.posted.len() {
             let p = &self.posted[i];

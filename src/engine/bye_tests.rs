@@ -214,3 +214,33 @@ fn a_waiting_receive_asks_an_unconnected_rank_for_its_goodbye() {
         drop(e0);
     });
 }
+
+/// A blocking receive waiting without a request ([`Engine::recv_direct`]) fails like a posted
+/// one when the only rank that could match it says goodbye, and once a goodbye was heard a
+/// blocking receive is posted (so that the goodbyes already heard are checked at once).
+#[test]
+fn goodbyes_fail_receives_waiting_without_a_request() {
+    let mut es = group(3);
+    let mut got = [0u8; 4];
+    let r = RecvArgs {
+        buf: got.as_mut_ptr(),
+        cap: got.len(),
+        ctx: 8,
+        src: 1,
+        tag: 3,
+    };
+    // SAFETY: `got` outlives the receive, which completes (fails) below.
+    let start = unsafe { es[0].recv_direct(&r) }.unwrap();
+    assert!(matches!(start, DirectStart::Waiting));
+    es[2].goodbye();
+    spin(&mut es);
+    let Some(Err(id)) = es[0].direct_poll() else {
+        panic!("the goodbye left the receive waiting without a request");
+    };
+    assert_eq!(es[0].test(id), Some(failed(1, 3)));
+    // SAFETY: as above.
+    let DirectStart::Posted(id) = unsafe { es[0].recv_direct(&r) }.unwrap() else {
+        panic!("waits without a request after a goodbye");
+    };
+    assert_eq!(es[0].test(id), Some(failed(1, 3)));
+}

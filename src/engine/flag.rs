@@ -56,6 +56,9 @@ pub const AREA: usize = 2 * SLOT_STRIDE;
 const _: () = assert!(AREA <= crate::transport::shm::COLL_SLOTS_BYTES);
 /// Flag checks between two calls of `idle` while waiting.
 const CHECKS: usize = 16;
+/// Bytes of a cache line (a slot's `seq`, its length word and the first 48 bytes of its data
+/// share the first).
+const LINE: usize = 64;
 
 /// Wait until `ready()`: check it `checks` times (spinning), then call `idle` (progress, back
 /// off), and again. Shared by the flag slots and the scratch areas (`engine/scratch.rs`).
@@ -234,15 +237,24 @@ impl Slots {
 
     /// Wait until rank r either published call k (`Some(slot)`) or a later call instead
     /// (`None`: it took no part in k). `hint`: my slot of call k.
+    /// `len`: the bytes this rank expects in r's slot. When they reach past the line of the
+    /// slot's `seq`, every check also asks for the next line of slot `hint` (a prefetch):
+    /// rank r writes it before its `seq`, so its new contents are on their way while the
+    /// `seq` line is, instead of being fetched only once `seq` has been seen.
     fn find(
         &self,
         r: usize,
         k: u64,
         hint: usize,
+        len: usize,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<Option<usize>> {
         let found = std::cell::Cell::new(None);
+        let next_line = (DATA + len > LINE).then(|| self.data(r, hint).wrapping_add(LINE - DATA));
         self.wait(idle, |s| {
+            if let Some(p) = next_line {
+                crate::sys::prefetch(p);
+            }
             let at = s.at(r, k, hint);
             found.set(at);
             at.is_some()
@@ -260,7 +272,19 @@ impl Slots {
         hint: usize,
         idle: &mut dyn FnMut() -> MpiResult<()>,
     ) -> MpiResult<usize> {
-        match self.find(r, k, hint, idle)? {
+        self.slot_of_len(r, k, hint, 0, idle)
+    }
+
+    /// [`Slots::slot_of`] of a contribution of `len` bytes (see [`Slots::find`]).
+    fn slot_of_len(
+        &self,
+        r: usize,
+        k: u64,
+        hint: usize,
+        len: usize,
+        idle: &mut dyn FnMut() -> MpiResult<()>,
+    ) -> MpiResult<usize> {
+        match self.find(r, k, hint, len, idle)? {
             Some(i) => Ok(i),
             None => crate::mpi_bail!(MPI_ERR_OTHER, "rank {r} ran this call on another path"),
         }
@@ -330,7 +354,7 @@ impl Slots {
         // SAFETY: `data` is a live slice of at most SLOT_MAX bytes.
         let slot = unsafe { self.publish(k, data.as_ptr(), data.len(), 0, idle)? };
         for r in 0..self.bases.len() {
-            match self.find(r, k, slot, idle)? {
+            match self.find(r, k, slot, 0, idle)? {
                 Some(i) => {
                     let len = self.len_of(r, i).min(SLOT_MAX);
                     // SAFETY: rank r's slot i holds `len` published bytes of call k (Acquire in
@@ -384,7 +408,7 @@ impl Slots {
             }
             FlagOp::Bcast { root, buf, len } => {
                 if root != me {
-                    let i = match self.slot_of(root, k, slot, idle) {
+                    let i = match self.slot_of_len(root, k, slot, len, idle) {
                         Ok(i) => i,
                         Err(_) => crate::mpi_bail!(
                             MPI_ERR_OTHER,
@@ -451,7 +475,7 @@ impl Slots {
         let n = self.bases.len();
         let mut slots: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::with_capacity(n);
         for r in 0..n {
-            slots.push(self.slot_of(r, k, slot, idle)?);
+            slots.push(self.slot_of_len(r, k, slot, len, idle)?);
         }
         if let Some(r) = (0..n).find(|&r| self.root_of(r, slots[r]) != root) {
             let theirs = self.root_of(r, slots[r]);

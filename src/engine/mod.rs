@@ -15,7 +15,8 @@
 //!   that `progress` advances; blocking ones may instead loop on `CollExec::advance`.
 //!
 //! # Protocols (message kinds in [`Header::kind`])
-//! - **Eager** (`len <= eager limit`): `EAGER` frame with the first `max_payload` bytes, then
+//! - **Eager** (`len <= eager limit`; to an off-node peer that takes bulk transfers, every
+//!   message below the bulk threshold, at most [`OFF_NODE_EAGER_MAX`]): `EAGER` frame with the first `max_payload` bytes, then
 //!   `FRAG` frames. A receive that matches copies straight out of the ring; otherwise the message
 //!   is buffered on the heap (unexpected queue). The send completes when the last frame is in the
 //!   ring, or, for a synchronous send, when the receiver's `ACK` (sent at match time) arrives.
@@ -63,6 +64,13 @@
 //!   first in first out), moves the bytes as one network message between the two buffers
 //!   ([`rndv::bulk`] decides), and reports each end complete; the send completes then, the
 //!   receive when its bytes are in.
+//! - **GPUDirect RDMA between nodes**: the same bulk rendezvous with a device buffer at one
+//!   end or both, where each device end's transport takes device memory in bulk transfers
+//!   ([`Transport::bulk_device`]: the network backend registers it with the NIC). A device
+//!   sender says in its RTS (`FLAG_DEVNET`, `rreq` = [`RTS_DEV_BULK`]) that it can; the
+//!   receiver answers `BULK` only if every device end can ([`rndv::bulk`]), else `CTS` (the
+//!   pipeline through host memory above). Nothing is staged: the NIC reads the sender's
+//!   buffer and writes the receiver's. Each choice is logged at debug level.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
 //! - **Notes** (`FLAG_NOTE`): a send may carry a [`Note`] of [`NOTE_BYTES`] opaque bytes (the
@@ -163,6 +171,11 @@ pub struct RecvArgs {
 
 /// Bytes of a [`Note`].
 pub const NOTE_BYTES: usize = collnote::NOTE_BYTES;
+
+/// The largest message sent eagerly to an off-node peer above the configured eager limit
+/// ([`Engine::eager_to`]): what an unexpected one may hold on its receiver's heap (Open MPI's
+/// TCP path sends up to 64 KiB eagerly too).
+pub const OFF_NODE_EAGER_MAX: usize = 64 << 10;
 /// What a message may carry beside its data for the receiver's collective check (opaque here).
 pub type Note = [u8; NOTE_BYTES];
 
@@ -230,6 +243,10 @@ const FLAG_DEVNET: u8 = 32;
 /// CTS: the receiver pipelines into device memory ([`devnet`]): send bytes up to `arg`, more
 /// as `CREDIT` frames allow.
 const FLAG_CREDIT: u8 = 64;
+/// `rreq` of an RTS with [`FLAG_DEVNET`] (which never offers a shared-copy slot, the other use
+/// of that field): the sender can send its device buffer as a bulk transfer
+/// ([`Transport::bulk_device`]), so the receiver may answer `BULK`.
+const RTS_DEV_BULK: u64 = 1;
 // Bit 128 is the transport's (`crate::transport::FLAG_UNLESS_GONE`: ASK and TELL carry it).
 
 /// Engine tunables.
@@ -396,8 +413,9 @@ enum DevRef {
     Ipc(Box<[u8]>),
     /// The descriptor of the sender's pipe.
     Pipe(Box<[u8]>),
-    /// Device memory on another node: streamed in chunks ([`devnet`]).
-    Net,
+    /// Device memory on another node: streamed in chunks ([`devnet`]), or sent from the
+    /// device as one bulk transfer where the sender offered that (`bulk`, [`RTS_DEV_BULK`]).
+    Net { bulk: bool },
 }
 
 impl DevRef {
@@ -408,7 +426,9 @@ impl DevRef {
         } else if h.flags & FLAG_PIPE != 0 {
             Some(DevRef::Pipe(b()))
         } else if h.flags & FLAG_DEVNET != 0 {
-            Some(DevRef::Net)
+            Some(DevRef::Net {
+                bulk: h.rreq == RTS_DEV_BULK,
+            })
         } else {
             None
         }
@@ -574,17 +594,65 @@ struct State {
     /// told (peer, context, sequence, record), newest last ([`ask`]).
     records: Option<collcheck::Rings>,
     told: VecDeque<(usize, u32, u32, collcheck::Record)>,
-    /// Per peer: the transport's bulk threshold ([`Transport::bulk_min`]).
+    /// Per peer: the transport's bulk threshold ([`Transport::bulk_min`]) and whether its
+    /// bulk transfers take device memory ([`Transport::bulk_device`]).
     bulk_min: Vec<Option<usize>>,
-    /// Bulk transfers to hand to the transport, in order: receives (peer, receive, buffer,
-    /// bytes) and sends (peer, send, buffer, bytes); and how many are with it.
-    bulk_rx: Vec<(usize, u64, usize, usize)>,
-    bulk_tx: Vec<(usize, u64, usize, usize)>,
+    bulk_dev: Vec<bool>,
+    /// Bulk transfers to hand to the transport, in order: receives and sends.
+    bulk_rx: Vec<BulkJob>,
+    bulk_tx: Vec<BulkJob>,
     bulk_live: usize,
     /// Bulk transfers completed (both ways).
     bulk_count: u64,
     /// Goodbyes said and heard ([`bye`]).
     byes: bye::Byes,
+    /// The blocking receive waiting without a request ([`Engine::recv_direct`]), if any.
+    direct: Option<Direct>,
+}
+
+/// A blocking receive waiting without a request ([`Engine::recv_direct`]). It stands for the
+/// first posted receive: it is made only while no receive is posted and no unexpected message
+/// matches it, and an arriving message is matched against it before the posted queue, so every
+/// receive posted after it matches after it. A complete eager message (one frame, not
+/// synchronous, no note) is copied straight into its buffer; any other message that matches
+/// it, or a goodbye (which must be able to fail it), first makes it a posted request at the
+/// head of the queue ([`State::direct_to_posted`]), which then proceeds as every posted one.
+struct Direct {
+    buf: *mut u8,
+    cap: usize,
+    ctx: u32,
+    src: i32,
+    tag: i32,
+    state: DirectState,
+}
+
+#[derive(Clone, Copy)]
+enum DirectState {
+    Waiting,
+    Received(Status),
+    Posted(u64),
+}
+
+/// How [`Engine::recv_direct`] started a receive.
+pub enum DirectStart {
+    /// Received at once.
+    Received(Status),
+    /// Waiting without a request: [`Engine::direct_poll`] tells when it is done.
+    Waiting,
+    /// Posted as the engine request.
+    Posted(ReqId),
+}
+
+/// A bulk transfer for the transport ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the
+/// peer, the request (a send or a receive), the buffer, its bytes, and whether it is device
+/// memory.
+#[derive(Clone, Copy, Debug)]
+struct BulkJob {
+    peer: usize,
+    req: u64,
+    buf: usize,
+    len: usize,
+    dev: bool,
 }
 
 /// The point-to-point engine. See the module documentation.
@@ -658,6 +726,7 @@ impl Engine {
         let near: Vec<bool> = (0..world_size).map(|r| transport.same_node(r)).collect();
         let byes = bye::Byes::new(world_size, &near);
         let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
+        let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
             cfg.eager_limit,
@@ -695,9 +764,11 @@ impl Engine {
                 records: None,
                 told: VecDeque::new(),
                 bulk_min,
+                bulk_dev,
                 bulk_rx: Vec::new(),
                 bulk_tx: Vec::new(),
                 bulk_live: 0,
+                direct: None,
                 bulk_count: 0,
                 byes,
             },
@@ -720,6 +791,22 @@ impl Engine {
 
     pub fn eager_limit(&self) -> usize {
         self.eager_limit
+    }
+
+    /// The eager limit for messages to `dst`: to an off-node peer that takes bulk transfers
+    /// (reached directly: one behind a PXN forwarder takes none), every message below the
+    /// bulk threshold, at most [`OFF_NODE_EAGER_MAX`], goes eagerly (a rendezvous round trip
+    /// over the network costs more than the copies eager data takes, and from the threshold
+    /// on the bulk transfer pays for its round trip); the configured limit otherwise. The
+    /// threshold is this rank's setting: a receiver takes an eager message of any size, so
+    /// ranks that differ still agree.
+    fn eager_to(&self, dst: usize) -> usize {
+        match self.st.bulk_min[dst] {
+            Some(m) if !self.st.near[dst] => self
+                .eager_limit
+                .max(m.saturating_sub(1).min(OFF_NODE_EAGER_MAX)),
+            _ => self.eager_limit,
+        }
     }
 
     /// Whether this rank is bound to a core no other rank shares (every peer's
@@ -796,12 +883,15 @@ impl Engine {
         // node) goes through the pipe to the receiver, or, without one (or to this rank, or
         // off the node), as a host copy made now.
         // A device rendezvous to another node is pipelined through host memory ([`devnet`])
-        // once the receiver asks for it.
+        // once the receiver asks for it, or sent from the device as one bulk transfer where
+        // both ends' transports take device memory (GPUDirect RDMA).
+        let eager_limit = self.eager_to(a.dst_world);
+        let dev_bulk = a.dst_world != self.st.me && self.st.bulk_dev[a.dst_world];
         let devnet = a.dev.is_some()
             && !near
             && a.dst_world != self.st.me
-            && self.st.pipe_cfg.on
-            && a.len > self.eager_limit;
+            && (self.st.pipe_cfg.on || dev_bulk)
+            && a.len > eager_limit;
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
         if a.dev.is_some() && ipc.is_none() && !devnet {
             if a.dst_world != self.st.me && near {
@@ -821,7 +911,7 @@ impl Engine {
                 }
             }
         }
-        let eager = a.len <= self.eager_limit && ipc.is_none() && pipe.is_none();
+        let eager = a.len <= eager_limit && ipc.is_none() && pipe.is_none();
         // A note needs room in the first frame (every transport here has it).
         let note = a.note.filter(|_| self.max_payload >= 2 * NOTE_BYTES);
         let coop = if !eager && a.dev.is_none() && a.dst_world != self.st.me {
@@ -841,7 +931,11 @@ impl Engine {
             src_rank: a.src_rank,
             tag: a.tag,
             total: a.len as u64,
-            rreq: coop.map_or(0, u64::from),
+            rreq: if devnet && dev_bulk {
+                RTS_DEV_BULK
+            } else {
+                coop.map_or(0, u64::from)
+            },
             arg: buf as u64,
             ..Default::default()
         };
@@ -946,10 +1040,10 @@ impl Engine {
         if a.sync
             || a.dev.is_some()
             || a.note.is_some()
-            || a.len > self.eager_limit
+            || a.dst_world >= self.size
+            || a.len > self.eager_to(a.dst_world)
             || a.len > self.max_payload
             || a.dst_world == self.st.me
-            || a.dst_world >= self.size
             || !self.st.outq[a.dst_world].is_empty()
         {
             return false;
@@ -1025,6 +1119,67 @@ impl Engine {
         Ok(Ok(unsafe {
             self.irecv(r.buf, r.cap, r.ctx, r.src, r.tag)
         }?))
+    }
+
+    /// Start a blocking receive of host memory: a message already here is received at once
+    /// ([`Engine::recv_now`] without its pass); when none matches, and no receive is posted,
+    /// none waits this way already (another thread's) and no rank said goodbye, the receive
+    /// waits without a request ([`Direct`]): the caller then makes progress and asks
+    /// [`Engine::direct_poll`] until it is done. Otherwise the receive is posted.
+    /// Only on a job within one node (goodbyes of off-node ranks are watched through the
+    /// posted queue).
+    ///
+    /// # Safety
+    /// The buffer is valid to write, and the receive's, until the receive is done; while it
+    /// waits without a request, the caller must call [`Engine::direct_poll`] until it returns
+    /// a result, or [`Engine::direct_abandon`].
+    pub unsafe fn recv_direct(&mut self, r: &RecvArgs) -> MpiResult<DirectStart> {
+        // SAFETY: the caller guarantees the buffer is writable.
+        match unsafe { self.st.take_arrived(r) } {
+            Arrived::Taken(s) => return Ok(DirectStart::Received(s)),
+            Arrived::NotSimple => {}
+            Arrived::Nothing
+                if self.st.direct.is_none()
+                    && self.st.posted.is_empty()
+                    && !self.st.byes.remote()
+                    && !self.st.byes_heard() =>
+            {
+                self.st.direct = Some(Direct {
+                    buf: r.buf,
+                    cap: r.cap,
+                    ctx: r.ctx,
+                    src: r.src,
+                    tag: r.tag,
+                    state: DirectState::Waiting,
+                });
+                return Ok(DirectStart::Waiting);
+            }
+            Arrived::Nothing => {}
+        }
+        // SAFETY: the caller's contract.
+        let id = unsafe { self.irecv(r.buf, r.cap, r.ctx, r.src, r.tag) }?;
+        Ok(DirectStart::Posted(id))
+    }
+
+    /// What became of the receive waiting without a request: `None` while it waits, its
+    /// status once received, or the request it became (then waited for as any engine
+    /// request). Either result ends the wait without a request.
+    pub fn direct_poll(&mut self) -> Option<Result<Status, ReqId>> {
+        let d = self.st.direct.as_ref()?;
+        let out = match d.state {
+            DirectState::Waiting => return None,
+            DirectState::Received(s) => Ok(s),
+            DirectState::Posted(id) => Err(ReqId(id)),
+        };
+        self.st.direct = None;
+        Some(out)
+    }
+
+    /// Give up the receive waiting without a request (its caller stops waiting: an error or
+    /// an unwind), so that nothing writes its buffer later. A request it became stays posted
+    /// (as one whose wait was abandoned).
+    pub fn direct_abandon(&mut self) {
+        self.st.direct = None;
     }
 
     /// Post a receive of at most `cap` bytes from `src` (communicator rank or `MPI_ANY_SOURCE`)
@@ -1431,10 +1586,17 @@ impl Engine {
     /// Hand the queued bulk transfers to the transport, in order, and finish the ones it
     /// reports complete. Returns whether any completed.
     fn run_bulk(&mut self) -> bool {
-        for (peer, rreq, buf, len) in std::mem::take(&mut self.st.bulk_rx) {
+        for BulkJob {
+            peer,
+            req: rreq,
+            buf,
+            len,
+            dev,
+        } in std::mem::take(&mut self.st.bulk_rx)
+        {
             // SAFETY: the receive owns buf..buf+len (len <= cap) until it completes, which
             // happens only when the transport reports this transfer.
-            if unsafe { self.tp.bulk_recv(peer, rreq, buf as *mut u8, len) } {
+            if unsafe { self.tp.bulk_recv(peer, rreq, buf as *mut u8, len, dev) } {
                 self.st.bulk_live += 1;
             } else {
                 tracing::error!("engine: no bulk transfers from rank {peer}");
@@ -1442,10 +1604,17 @@ impl Engine {
                 self.st.complete(rreq);
             }
         }
-        for (peer, sreq, buf, len) in std::mem::take(&mut self.st.bulk_tx) {
+        for BulkJob {
+            peer,
+            req: sreq,
+            buf,
+            len,
+            dev,
+        } in std::mem::take(&mut self.st.bulk_tx)
+        {
             // SAFETY: the send's buffer holds len bytes and stays unchanged until the send
             // completes, which happens only when the transport reports this transfer.
-            if unsafe { self.tp.bulk_send(peer, sreq, buf as *const u8, len) } {
+            if unsafe { self.tp.bulk_send(peer, sreq, buf as *const u8, len, dev) } {
                 self.st.bulk_live += 1;
             } else {
                 tracing::error!(
@@ -1528,7 +1697,7 @@ impl Engine {
                 Some(Req {
                     kind: ReqKind::Send(s),
                     ..
-                }) => (s.buf as usize, s.dev),
+                }) => (s.buf as usize, s.dev && s.staged.is_none()),
                 _ => {
                     tx_pipes.swap_remove(i);
                     continue;

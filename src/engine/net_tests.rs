@@ -248,3 +248,100 @@ fn without_bulk_transfers_large_messages_stream_as_frames() {
         }
     });
 }
+
+/// Up to an off-node peer's bulk threshold (at most `OFF_NODE_EAGER_MAX`), messages go eagerly:
+/// a standard send completes before its receive is posted (its data waits at the receiver,
+/// unexpected) and a synchronous one only after; from the threshold on, or above the
+/// configured eager limit without bulk transfers, a send waits for its receiver.
+#[test]
+fn below_the_bulk_threshold_messages_to_another_node_go_eagerly() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // (bulk threshold, sizes sent eagerly, sizes that wait for the receiver)
+    let cases: [(Option<usize>, &[usize], &[usize]); 3] = [
+        (
+            Some(64 << 10),
+            &[LIMIT + 1, 32 << 10, (64 << 10) - 1],
+            &[64 << 10],
+        ),
+        (
+            Some(1 << 20),
+            &[OFF_NODE_EAGER_MAX],
+            &[OFF_NODE_EAGER_MAX + 1],
+        ),
+        (None, &[LIMIT], &[LIMIT + 1]),
+    ];
+    for (min, eager, waits) in cases {
+        let es = engines_with(2, min);
+        let sent = AtomicBool::new(false);
+        let sent = &sent;
+        std::thread::scope(|s| {
+            for (me, mut e) in es.into_iter().enumerate() {
+                s.spawn(move || {
+                    let sizes: Vec<usize> = eager.iter().chain(waits).copied().collect();
+                    let msgs: Vec<Vec<u8>> = sizes.iter().map(|&n| data(n, n as u8)).collect();
+                    if me == 0 {
+                        // SAFETY (every send below): the buffers outlive the waits.
+                        let early: Vec<ReqId> = msgs[..eager.len()]
+                            .iter()
+                            .map(|m| unsafe { e.isend(send_args(m, 1, 0, 1)) }.unwrap())
+                            .collect();
+                        for r in early {
+                            assert_eq!(wait(&mut e, r).error, MPI_SUCCESS);
+                        }
+                        let mut sync = send_args(&msgs[eager.len() - 1], 1, 0, 2);
+                        sync.sync = true;
+                        let mut late: Vec<ReqId> = vec![unsafe { e.isend(sync) }.unwrap()];
+                        late.extend(
+                            msgs[eager.len()..]
+                                .iter()
+                                .map(|m| unsafe { e.isend(send_args(m, 1, 0, 3)) }.unwrap()),
+                        );
+                        // The receiver posts nothing before `sent`: none of these can end.
+                        for _ in 0..2000 {
+                            for &r in &late {
+                                assert!(
+                                    e.test(r).is_none(),
+                                    "{min:?}: a send completed before its receive was posted"
+                                );
+                            }
+                        }
+                        sent.store(true, Ordering::Release);
+                        for r in late {
+                            assert_eq!(wait(&mut e, r).error, MPI_SUCCESS);
+                        }
+                    } else {
+                        let end = Instant::now() + Duration::from_secs(60);
+                        while !sent.load(Ordering::Acquire) {
+                            assert!(Instant::now() < end, "{min:?}: the sender never got on");
+                            e.progress();
+                        }
+                        let mut sync_buf = vec![0u8; msgs[eager.len() - 1].len()];
+                        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+                        // SAFETY (every receive below): the buffers outlive the waits.
+                        let mut rs: Vec<ReqId> = bufs
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(i, b)| {
+                                let tag = if i < eager.len() { 1 } else { 3 };
+                                unsafe { e.irecv(b.as_mut_ptr(), b.len(), 9, 0, tag) }.unwrap()
+                            })
+                            .collect();
+                        rs.push(
+                            unsafe { e.irecv(sync_buf.as_mut_ptr(), sync_buf.len(), 9, 0, 2) }
+                                .unwrap(),
+                        );
+                        for r in rs {
+                            assert_eq!(wait(&mut e, r).error, MPI_SUCCESS);
+                        }
+                        for (b, m) in bufs.iter().zip(&msgs) {
+                            assert!(b == m, "{min:?}: the bytes of {} B", m.len());
+                        }
+                        assert!(sync_buf == msgs[eager.len() - 1]);
+                    }
+                    assert_eq!(e.live_requests(), 0);
+                    drop(e);
+                });
+            }
+        });
+    }
+}

@@ -197,6 +197,35 @@ impl State {
         })
     }
 
+    /// The receive waiting without a request ([`Direct`]), if it still waits, becomes a
+    /// posted request at the head of the posted queue (it was posted before every other).
+    pub(super) fn direct_to_posted(&mut self) {
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        if !matches!(d.state, DirectState::Waiting) {
+            return;
+        }
+        let (buf, cap, ctx, src, tag) = (d.buf, d.cap, d.ctx, d.src, d.tag);
+        let rreq = self.insert_recv(buf, cap, false);
+        if let Some(Req {
+            kind: ReqKind::Recv(r),
+            ..
+        }) = self.reqs.get_mut(rreq)
+        {
+            r.posted = true;
+        }
+        self.posted.push_front(PostedRecv {
+            rreq,
+            ctx,
+            src,
+            tag,
+        });
+        if let Some(d) = self.direct.as_mut() {
+            d.state = DirectState::Posted(rreq);
+        }
+    }
+
     /// Set the receive's status at match time.
     pub(super) fn matched(
         &mut self,
@@ -291,7 +320,16 @@ impl State {
     ) {
         let ipc = match dev {
             Some(DevRef::Ipc(e)) => Some(e),
-            Some(DevRef::Net) => {
+            Some(DevRef::Net { bulk }) => {
+                let ends = rndv::BulkEnds {
+                    send_dev: true,
+                    send_ok: bulk,
+                    recv_dev: self.recv_dev(rreq),
+                    recv_ok: self.bulk_dev[src_world],
+                };
+                if self.bulk_or_why(rreq, src_world, sreq, want, ends) {
+                    return;
+                }
                 self.request_stream(rreq, src_world, sreq, want);
                 return;
             }
@@ -340,8 +378,14 @@ impl State {
                 coop,
             });
         } else {
-            if rndv::bulk(self.bulk_min[src_world], want, self.recv_dev(rreq)) {
-                return self.request_bulk(rreq, src_world, sreq, want);
+            let ends = rndv::BulkEnds {
+                send_dev: false,
+                send_ok: false,
+                recv_dev: self.recv_dev(rreq),
+                recv_ok: self.bulk_dev[src_world],
+            };
+            if self.bulk_or_why(rreq, src_world, sreq, want, ends) {
+                return;
             }
             if self.stream_watch[src_world].is_none() && !self.recv_dev(rreq) {
                 self.stream_watch[src_world] = Some((rreq, std::time::Instant::now()));
@@ -350,10 +394,49 @@ impl State {
         }
     }
 
-    /// Receive `rreq` takes the `want` bytes of host send `sreq` of `src_world` as one bulk
-    /// transfer into its (host) buffer: queued for the transport, and `BULK` to the sender,
-    /// both in this order (see the protocol summary).
-    fn request_bulk(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize) {
+    /// Receive `rreq` takes the `want` bytes of send `sreq` of `src_world` (whose ends are
+    /// `ends`) as one bulk transfer where [`rndv::bulk`] says so ([`Self::request_bulk`]);
+    /// whether it does. A device end at either side logs the choice (GPUDirect RDMA, or why
+    /// the message takes the pipeline through host memory).
+    fn bulk_or_why(
+        &mut self,
+        rreq: u64,
+        src_world: usize,
+        sreq: u64,
+        want: usize,
+        ends: rndv::BulkEnds,
+    ) -> bool {
+        let min = self.bulk_min[src_world];
+        let bulk = rndv::bulk(min, want, ends);
+        if ends.send_dev || ends.recv_dev {
+            let what = match (ends.send_dev, ends.recv_dev) {
+                (true, true) => "device to device",
+                (true, false) => "device to host",
+                _ => "host to device",
+            };
+            if bulk {
+                tracing::debug!(
+                    "engine: rank {}: {want} bytes {what} from rank {src_world}: one bulk transfer between the buffers (GPUDirect RDMA, no staging)",
+                    self.me
+                );
+            } else if want > 0 && !self.near[src_world] {
+                tracing::debug!(
+                    "engine: rank {}: {want} bytes {what} from rank {src_world}: through host memory ({})",
+                    self.me,
+                    rndv::why_not_bulk(min, want, ends)
+                );
+            }
+        }
+        if bulk {
+            self.request_bulk(rreq, src_world, sreq, want, ends.recv_dev);
+        }
+        bulk
+    }
+
+    /// Receive `rreq` takes the `want` bytes of send `sreq` of `src_world` as one bulk
+    /// transfer into its buffer (device memory with `dev`): queued for the transport, and
+    /// `BULK` to the sender, both in this order (see the protocol summary).
+    fn request_bulk(&mut self, rreq: u64, src_world: usize, sreq: u64, want: usize, dev: bool) {
         let Some(Req {
             kind: ReqKind::Recv(rs),
             ..
@@ -364,7 +447,13 @@ impl State {
         rs.expect = want;
         rs.got = 0;
         rs.bulk = true;
-        self.bulk_rx.push((src_world, rreq, rs.buf as usize, want));
+        self.bulk_rx.push(BulkJob {
+            peer: src_world,
+            req: rreq,
+            buf: rs.buf as usize,
+            len: want,
+            dev,
+        });
         self.send_ctrl(
             src_world,
             Header {
@@ -377,9 +466,21 @@ impl State {
         );
     }
 
-    /// The receiver asks for bytes `0..h.total` of send `h.sreq` as one bulk transfer.
+    /// The receiver asks for bytes `0..h.total` of send `h.sreq` as one bulk transfer: from
+    /// the device buffer itself where this rank offered that in the RTS (GPUDirect RDMA), else
+    /// from host memory (a device buffer staged first).
     fn on_bulk(&mut self, peer: usize, h: &Header) {
-        self.stage_device_send(h.sreq);
+        let from_dev = !self.near[peer]
+            && self.bulk_dev[peer]
+            && matches!(
+                self.reqs.get(h.sreq),
+                Some(Req { kind: ReqKind::Send(s), .. })
+                    if s.dev && s.staged.is_none() && s.hdr.rreq == RTS_DEV_BULK
+                        && s.hdr.flags & FLAG_DEVNET != 0
+            );
+        if !from_dev {
+            self.stage_device_send(h.sreq);
+        }
         let Some(Req {
             kind: ReqKind::Send(s),
             ..
@@ -389,8 +490,20 @@ impl State {
             return;
         };
         let want = (h.total as usize).min(s.len);
+        if from_dev {
+            tracing::debug!(
+                "engine: rank {}: {want} bytes to rank {peer}: one bulk transfer from the device buffer (GPUDirect RDMA, no staging)",
+                self.me
+            );
+        }
         s.bulk = true;
-        self.bulk_tx.push((peer, h.sreq, s.buf as usize, want));
+        self.bulk_tx.push(BulkJob {
+            peer,
+            req: h.sreq,
+            buf: s.buf as usize,
+            len: want,
+            dev: from_dev,
+        });
     }
 
     /// The transport finished bulk transfer `d`: its send's data is out, or its receive's
@@ -819,6 +932,12 @@ impl State {
                 self.reqs.get(h.sreq),
                 Some(Req { kind: ReqKind::Send(s), .. }) if s.dev && s.staged.is_none()
             );
+        if dev_far && !self.pipe_cfg.on {
+            // A device send that went out as `FLAG_DEVNET` only to offer a bulk transfer
+            // (the pipeline is off here): staged whole, as the setting says.
+            self.stage_device_send(h.sreq);
+        }
+        let dev_far = dev_far && self.pipe_cfg.on;
         if want == 0 || !(credit || dev_far) {
             return self.stream_send(peer, h.sreq, h.rreq, want);
         }
@@ -926,6 +1045,33 @@ impl State {
         };
         let total = h.total as usize;
         let sync = h.flags & FLAG_SYNC != 0;
+        if let Some(d) = self.direct.as_mut().filter(|d| {
+            matches!(d.state, DirectState::Waiting)
+                && matches(d.ctx, d.src, d.tag, h.ctx, h.src_rank, h.tag)
+        }) {
+            if h.kind == kind::EAGER && !sync && note.is_none() && p.len() == total {
+                let n = total.min(d.cap);
+                // SAFETY: the waiting receive's buffer holds d.cap bytes and is writable until
+                // it is done (Engine::recv_direct's contract); n <= d.cap, n <= p.len().
+                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), d.buf, n) };
+                d.state = DirectState::Received(Status {
+                    source: h.src_rank,
+                    tag: h.tag,
+                    error: if total > d.cap {
+                        MPI_ERR_TRUNCATE
+                    } else {
+                        MPI_SUCCESS
+                    },
+                    bytes: n,
+                    cancelled: false,
+                    finalized: false,
+                });
+                return;
+            }
+            // This message needs a request: the receive becomes the first posted one and
+            // matches it below.
+            self.direct_to_posted();
+        }
         let pos = self
             .posted
             .iter()

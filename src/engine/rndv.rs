@@ -83,12 +83,43 @@ pub fn choose(
     }
 }
 
-/// Whether a host rendezvous of `want` bytes from a peer on another node moves as one bulk
+/// The two ends of a rendezvous from a peer on another node, as the receiver knows them: for
+/// each, whether its buffer is device memory and whether its transport takes device memory in
+/// bulk transfers (the sender's from its RTS, the receiver's from
+/// [`crate::transport::Transport::bulk_device`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkEnds {
+    pub send_dev: bool,
+    pub send_ok: bool,
+    pub recv_dev: bool,
+    pub recv_ok: bool,
+}
+
+/// Whether a rendezvous of `want` bytes from a peer on another node moves as one bulk
 /// transfer (`min`: the transport's threshold for that peer, `None`: no bulk transfers with
-/// it; `dev_recv`: the receive buffer is device memory, which takes the pipeline through host
-/// memory instead). Empty messages need no transfer.
-pub fn bulk(min: Option<usize>, want: usize, dev_recv: bool) -> bool {
-    !dev_recv && want > 0 && min.is_some_and(|m| want >= m)
+/// it): from the threshold on, where every device end's transport takes device memory
+/// (GPUDirect RDMA; otherwise the pipeline through host memory). Empty messages need no
+/// transfer.
+pub fn bulk(min: Option<usize>, want: usize, ends: BulkEnds) -> bool {
+    want > 0
+        && min.is_some_and(|m| want >= m)
+        && (!ends.send_dev || ends.send_ok)
+        && (!ends.recv_dev || ends.recv_ok)
+}
+
+/// Why [`bulk`] says no, for the log.
+pub fn why_not_bulk(min: Option<usize>, want: usize, ends: BulkEnds) -> &'static str {
+    match min {
+        None => "no bulk transfers with that rank",
+        Some(m) if want < m => "below GPUMPI_NET_BULK_MIN",
+        _ if ends.send_dev && !ends.send_ok => {
+            "the sender's network backend cannot send from device memory"
+        }
+        _ if ends.recv_dev && !ends.recv_ok => {
+            "this rank's network backend cannot receive into device memory"
+        }
+        _ => "empty message",
+    }
 }
 
 /// Whether a streamed message of `bytes` that took `secs` from CTS to its last byte ran slower
@@ -205,18 +236,63 @@ mod tests {
         );
     }
 
+    const HOST: BulkEnds = BulkEnds {
+        send_dev: false,
+        send_ok: false,
+        recv_dev: false,
+        recv_ok: false,
+    };
+
     #[test]
     fn bulk_takes_host_messages_from_the_threshold_on() {
         let min = Some(256 << 10);
-        assert!(!bulk(min, (256 << 10) - 1, false));
-        assert!(bulk(min, 256 << 10, false));
-        assert!(bulk(min, 64 << 20, false));
+        assert!(!bulk(min, (256 << 10) - 1, HOST));
+        assert!(bulk(min, 256 << 10, HOST));
+        assert!(bulk(min, 64 << 20, HOST));
         // A threshold of 0 takes every non-empty message; none is ever taken without one.
-        assert!(bulk(Some(0), 1, false));
-        assert!(!bulk(Some(0), 0, false));
-        assert!(!bulk(None, 64 << 20, false));
-        // Device receives take the pipeline through host memory.
-        assert!(!bulk(min, 64 << 20, true));
+        assert!(bulk(Some(0), 1, HOST));
+        assert!(!bulk(Some(0), 0, HOST));
+        assert!(!bulk(None, 64 << 20, HOST));
+        assert_eq!(
+            why_not_bulk(None, 64 << 20, HOST),
+            "no bulk transfers with that rank"
+        );
+        assert_eq!(why_not_bulk(min, 1000, HOST), "below GPUMPI_NET_BULK_MIN");
+    }
+
+    /// A device end takes the bulk transfer (GPUDirect RDMA) only where its own transport
+    /// takes device memory; a host end needs nothing of its transport; every mix of the two.
+    #[test]
+    fn bulk_takes_device_ends_only_where_their_transport_can() {
+        let min = Some(64 << 10);
+        let big = 1 << 20;
+        for send_dev in [false, true] {
+            for recv_dev in [false, true] {
+                for send_ok in [false, true] {
+                    for recv_ok in [false, true] {
+                        let e = BulkEnds {
+                            send_dev,
+                            send_ok,
+                            recv_dev,
+                            recv_ok,
+                        };
+                        let want = (!send_dev || send_ok) && (!recv_dev || recv_ok);
+                        assert_eq!(bulk(min, big, e), want, "{e:?}");
+                        // Below the threshold, the pipeline (or frames) whatever the ends.
+                        assert!(!bulk(min, (64 << 10) - 1, e), "{e:?}");
+                        if !want {
+                            let why = why_not_bulk(min, big, e);
+                            let side = if send_dev && !send_ok {
+                                "sender"
+                            } else {
+                                "this rank"
+                            };
+                            assert!(why.contains(side), "{e:?}: {why}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -377,6 +377,158 @@ fn receives_at_once_match_in_order() {
     }
 }
 
+fn direct(e: &mut Engine, buf: &mut [u8], src: i32, tag: i32) -> DirectStart {
+    let r = RecvArgs {
+        buf: buf.as_mut_ptr(),
+        cap: buf.len(),
+        ctx: 7,
+        src,
+        tag,
+    };
+    // SAFETY: every test keeps the buffer alive and untouched until the receive is done (or
+    // abandons it).
+    unsafe { e.recv_direct(&r).unwrap() }
+}
+
+/// Progress every engine until engine `who`'s receive waiting without a request is done:
+/// `Ok` with its status, or `Err` with the request it became.
+fn direct_wait(es: &mut [Engine], who: usize) -> Result<Status, ReqId> {
+    for _ in 0..100_000 {
+        for e in es.iter_mut() {
+            e.progress();
+        }
+        if let Some(out) = es[who].direct_poll() {
+            return out;
+        }
+    }
+    panic!("the receive waiting without a request was never done");
+}
+
+/// A blocking receive waiting without a request ([`Engine::recv_direct`]) stands for the first
+/// posted receive: it takes the first matching message before a receive posted after it, and
+/// only one; messages it does not match are queued as unexpected ones; it reports truncation
+/// as a posted receive does; a second such receive (another thread's) or one made while a
+/// receive is posted is posted instead; a message already here is received at once; once
+/// given up, nothing writes its buffer.
+#[test]
+fn blocking_receives_wait_without_a_request() {
+    let mut es = group(3, 64, 1000, true);
+    let m = |i: u8| vec![i; 4 + i as usize];
+    let mut a = [0u8; 16];
+    let mut b = [0u8; 16];
+    let mut c = [0u8; 16];
+    assert!(matches!(
+        direct(&mut es[2], &mut a, ANY_SRC, 5),
+        DirectStart::Waiting
+    ));
+    // Another thread's blocking receive, and a receive posted after the first: both posted.
+    let DirectStart::Posted(second) = direct(&mut es[2], &mut b, ANY_SRC, 5) else {
+        panic!("a second receive waiting without a request");
+    };
+    let third = recv(&mut es[2], &mut c, ANY_SRC, ANY_TAG);
+    assert_eq!(es[2].direct_poll(), None);
+    // A message it does not match (tag 4) goes to the posted receive that does; then the
+    // three tag-5 messages in order: the waiting receive first.
+    sent(&mut es[0], &m(1), 2, 0, 4);
+    es[2].progress();
+    sent(&mut es[1], &m(2), 2, 1, 5);
+    es[2].progress();
+    sent(&mut es[0], &m(3), 2, 0, 5);
+    let st = direct_wait(&mut es, 2).expect("received without a request");
+    assert_eq!((st.source, st.tag, st.error, st.bytes), (1, 5, 0, 6));
+    assert_eq!(&a[..6], &m(2)[..]);
+    assert_eq!(es[2].direct_poll(), None, "done once");
+    let st = wait_on(&mut es, 2, third);
+    assert_eq!((st.source, st.tag, &c[..st.bytes]), (0, 4, &m(1)[..]));
+    let st = wait_on(&mut es, 2, second);
+    assert_eq!((st.source, st.tag, &b[..st.bytes]), (0, 5, &m(3)[..]));
+
+    // With a receive posted, a blocking one is posted behind it.
+    let first = recv(&mut es[2], &mut b, 0, 6);
+    let DirectStart::Posted(behind) = direct(&mut es[2], &mut a, 0, 6) else {
+        panic!("waits without a request ahead of a posted receive");
+    };
+    sent(&mut es[0], &m(4), 2, 0, 6);
+    sent(&mut es[0], &m(5), 2, 0, 6);
+    assert_eq!(wait_on(&mut es, 2, first).bytes, 8);
+    assert_eq!(wait_on(&mut es, 2, behind).bytes, 9);
+    assert_eq!((&b[..8], &a[..9]), (&m(4)[..], &m(5)[..]));
+
+    // Truncation: the bytes that fit, the rest of the buffer untouched.
+    let long = pattern(40, 9);
+    let mut small = [0xeeu8; 12];
+    assert!(matches!(
+        direct(&mut es[2], &mut small[..8], 0, 7),
+        DirectStart::Waiting
+    ));
+    sent(&mut es[0], &long, 2, 0, 7);
+    let st = direct_wait(&mut es, 2).unwrap();
+    assert_eq!((st.tag, st.error, st.bytes), (7, MPI_ERR_TRUNCATE, 8));
+    assert_eq!((&small[..8], &small[8..]), (&long[..8], &[0xee; 4][..]));
+
+    // A message already here is received at once.
+    sent(&mut es[1], &m(6), 2, 1, 8);
+    spin(&mut es, 2);
+    let DirectStart::Received(st) = direct(&mut es[2], &mut a, 1, 8) else {
+        panic!("a message already here not received at once");
+    };
+    assert_eq!((st.source, st.tag, &a[..st.bytes]), (1, 8, &m(6)[..]));
+
+    // Given up: the message that comes later is queued, the buffer untouched.
+    let mut gone = [0x55u8; 16];
+    assert!(matches!(
+        direct(&mut es[2], &mut gone, 0, 9),
+        DirectStart::Waiting
+    ));
+    es[2].direct_abandon();
+    sent(&mut es[0], &m(7), 2, 0, 9);
+    spin(&mut es, 2);
+    assert_eq!(gone, [0x55; 16]);
+    assert_eq!(
+        recv_now(&mut es[2], &mut a, 0, 9).map(|s| s.bytes),
+        Some(11)
+    );
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
+    }
+}
+
+/// A message that needs a request (synchronous, rendezvous, fragments still to come) makes the
+/// receive waiting without one a posted request at the head of the queue, which then receives
+/// it (and acknowledges a synchronous send); a later receive posted meanwhile, matching the
+/// same messages, takes the next one.
+#[test]
+fn blocking_receives_become_requests_for_messages_that_need_one() {
+    // 100-byte frames: a 250-byte eager message comes in three.
+    let mut es = group(2, 8, 100, true);
+    let sync = pattern(10, 1);
+    let frags = pattern(250, 3);
+    let big = pattern(LIMIT + 1, 2);
+    for (i, msg) in [&sync, &frags, &big].into_iter().enumerate() {
+        let mut got = vec![0u8; msg.len()];
+        let mut next = [0u8; 8];
+        assert!(matches!(
+            direct(&mut es[1], &mut got, 0, ANY_TAG),
+            DirectStart::Waiting
+        ));
+        let later = recv(&mut es[1], &mut next, 0, ANY_TAG);
+        let s = send(&mut es[0], msg, 1, 0, i as i32, i == 0);
+        let s2 = send(&mut es[0], &[7u8; 8], 1, 0, 50, false);
+        let Err(id) = direct_wait(&mut es, 1) else {
+            panic!("message {i} received without a request");
+        };
+        let st = wait_on(&mut es, 1, id);
+        assert_eq!((st.tag, st.bytes), (i as i32, msg.len()));
+        assert_eq!(&got, msg);
+        assert!(wait_on(&mut es, 0, s).error == 0 && wait_on(&mut es, 0, s2).error == 0);
+        let st = wait_on(&mut es, 1, later);
+        assert_eq!((st.tag, next), (50, [7u8; 8]));
+    }
+    for e in &es {
+        assert_eq!(e.live_requests(), 0);
+    }
+}
+
 /// A message that needs a posted receive (synchronous, rendezvous, fragments still to come)
 /// is left first in line by [`Engine::recv_now`]: a later simple one does not pass it, and
 /// the posted receive takes it.
@@ -1965,6 +2117,8 @@ pub(super) mod slow_dev {
         pub htod_now: AtomicUsize,
         pub htod_peak: AtomicUsize,
         pub htod: AtomicUsize,
+        /// Whole copies (`DevCopy::htod`, `DevCopy::dtoh`: staging, eager data).
+        pub whole: AtomicUsize,
     }
 
     /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
@@ -2093,10 +2247,12 @@ pub(super) mod slow_dev {
             None
         }
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
+            self.counts.whole.fetch_add(1, SeqCst);
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len());
             Ok(())
         }
         unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
+            self.counts.whole.fetch_add(1, SeqCst);
             Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
         }
         unsafe fn dtoh_start(
@@ -2160,6 +2316,91 @@ mod net_device {
     /// Runs `body(engine, rank)` on two ranks joined by the TCP backend on loopback, each
     /// with its own pipeline settings and a [`Slow`] device; returns each rank's counts.
     fn pair(cfgs: [PipeConfig; 2], body: fn(&mut Engine, usize)) -> [Arc<Counts>; 2] {
+        let (c, _) = pair_bulk(cfgs, None, body);
+        c
+    }
+
+    /// A bulk transfer a rank handed its transport: a send (else a receive), from or into
+    /// device memory, its bytes.
+    type Handed = Arc<std::sync::Mutex<Vec<(bool, bool, usize)>>>;
+
+    /// Network frames that say their bulk transfers take device memory (`claim`) as a backend
+    /// registering it with the NIC would (GPUDirect RDMA): the buffers of the [`Slow`] device
+    /// are host memory, which the TCP backend below moves; every bulk transfer handed over is
+    /// recorded.
+    struct ClaimDev {
+        inner: crate::transport::net::frames::NetFrames,
+        claim: bool,
+        handed: Handed,
+    }
+
+    impl Transport for ClaimDev {
+        fn max_payload(&self) -> usize {
+            self.inner.max_payload()
+        }
+        fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+            self.inner.try_send(dst, hdr, payload)
+        }
+        fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+            self.inner.poll(f)
+        }
+        fn same_node(&self, peer: usize) -> bool {
+            self.inner.same_node(peer)
+        }
+        fn has_channel(&self, peer: usize) -> bool {
+            self.inner.has_channel(peer)
+        }
+        fn bulk_min(&self, peer: usize) -> Option<usize> {
+            self.inner.bulk_min(peer)
+        }
+        fn bulk_device(&self, peer: usize) -> bool {
+            self.claim && self.inner.bulk_min(peer).is_some()
+        }
+        unsafe fn bulk_send(
+            &mut self,
+            dst: usize,
+            id: u64,
+            data: *const u8,
+            len: usize,
+            dev: bool,
+        ) -> bool {
+            assert!(
+                !dev || self.claim,
+                "device memory handed to a transport that said no"
+            );
+            self.handed.lock().unwrap().push((true, dev, len));
+            // SAFETY: the caller's contract (the fake device's memory is host memory).
+            unsafe { self.inner.bulk_send(dst, id, data, len, false) }
+        }
+        unsafe fn bulk_recv(
+            &mut self,
+            src: usize,
+            id: u64,
+            buf: *mut u8,
+            len: usize,
+            dev: bool,
+        ) -> bool {
+            assert!(
+                !dev || self.claim,
+                "device memory handed to a transport that said no"
+            );
+            self.handed.lock().unwrap().push((false, dev, len));
+            // SAFETY: as above.
+            unsafe { self.inner.bulk_recv(src, id, buf, len, false) }
+        }
+        fn bulk_poll(&mut self, f: &mut dyn FnMut(crate::transport::BulkDone)) -> usize {
+            self.inner.bulk_poll(f)
+        }
+    }
+
+    /// [`pair`] with bulk transfers from [`BULK_MIN`] bytes on, each rank's transport saying
+    /// `claim[rank]` of device memory in them ([`ClaimDev`]; `None`: plain frames, no bulk
+    /// transfers). Returns each rank's counts and the bulk transfers it handed over.
+    fn pair_bulk(
+        cfgs: [PipeConfig; 2],
+        claim: Option<[bool; 2]>,
+        body: fn(&mut Engine, usize),
+    ) -> ([Arc<Counts>; 2], [Handed; 2]) {
         let mut joins = Vec::new();
         let all = crate::transport::net::lazy_tests::loopback_frames(
             2,
@@ -2167,11 +2408,23 @@ mod net_device {
             Duration::from_secs(5),
             b"engine-net-device",
         );
-        for (me, frames) in all.into_iter().enumerate() {
+        let handed: [Handed; 2] = Default::default();
+        for (me, mut frames) in all.into_iter().enumerate() {
             let cfg = cfgs[me];
+            let tp: Box<dyn Transport> = match claim {
+                None => Box::new(frames),
+                Some(c) => {
+                    frames.set_bulk_min(Some(BULK_MIN));
+                    Box::new(ClaimDev {
+                        inner: frames,
+                        claim: c[me],
+                        handed: handed[me].clone(),
+                    })
+                }
+            };
             joins.push(std::thread::spawn(move || {
                 let mut e = Engine::with_config(
-                    Box::new(frames),
+                    tp,
                     me,
                     2,
                     EngineConfig {
@@ -2191,7 +2444,7 @@ mod net_device {
             }));
         }
         let out: Vec<Arc<Counts>> = joins.into_iter().map(|j| j.join().unwrap()).collect();
-        [out[0].clone(), out[1].clone()]
+        ([out[0].clone(), out[1].clone()], handed)
     }
 
     fn wait(e: &mut Engine, r: ReqId) -> Status {
@@ -2253,7 +2506,21 @@ mod net_device {
 
     /// Every size, device or host memory on either side: every byte lands, in order.
     fn every_size(e: &mut Engine, me: usize) {
-        for &len in SIZES {
+        sizes_and_mixes(e, me, SIZES)
+    }
+
+    /// The sizes that take a bulk transfer (at least [`BULK_MIN`]).
+    const BIG: &[usize] = &[BULK_MIN, 100_003, (1 << 20) + 123, 4 << 20];
+    const BULK_MIN: usize = 64 << 10;
+
+    fn big_sizes(e: &mut Engine, me: usize) {
+        sizes_and_mixes(e, me, BIG)
+    }
+
+    /// Rank 0 sends each size to rank 1 device to device, device to host and host to device
+    /// (in this order); every byte lands.
+    fn sizes_and_mixes(e: &mut Engine, me: usize, sizes: &[usize]) {
+        for &len in sizes {
             for (sdev, rdev) in [(true, true), (true, false), (false, true)] {
                 let src = pattern(len, len as u8 ^ 0x5a);
                 if me == 0 {
@@ -2366,5 +2633,82 @@ mod net_device {
                 assert!(after == pattern(20_000, 78) && never.iter().all(|&b| b == 0));
             }
         });
+    }
+
+    /// The bulk transfers of [`big_sizes`] a rank handed over: (sends from device memory,
+    /// sends from host memory, receives into device memory, receives into host memory).
+    fn tally(h: &Handed) -> (usize, usize, usize, usize) {
+        let h = h.lock().unwrap();
+        let n = |send: bool, dev: bool| h.iter().filter(|t| t.0 == send && t.1 == dev).count();
+        (
+            n(true, true),
+            n(true, false),
+            n(false, true),
+            n(false, false),
+        )
+    }
+
+    /// Both ranks' transports take device memory in bulk transfers: every device message of
+    /// at least the bulk threshold goes as one bulk transfer between the buffers, whichever end
+    /// is device memory, with no device copy at either end (nothing staged, nothing
+    /// pipelined); smaller ones take the pipeline. Every byte lands either way.
+    #[test]
+    fn device_messages_between_nodes_go_as_gdr_bulk_transfers_where_both_can() {
+        let ([tx, rx], [ht, hr]) = pair_bulk([ON, ON], Some([true, true]), big_sizes);
+        let n = BIG.len();
+        // Device to device and device to host: from the device; host to device: from the host.
+        assert_eq!(tally(&ht), (2 * n, n, 0, 0));
+        // Device to device and host to device: into the device.
+        assert_eq!(tally(&hr), (0, 0, 2 * n, n));
+        for (who, c) in [("sender", &tx), ("receiver", &rx)] {
+            let copies = [&c.dtoh, &c.htod, &c.whole].map(|a| a.load(SeqCst));
+            assert_eq!(
+                copies,
+                [0, 0, 0],
+                "{who}: no device copy (dtoh, htod, whole)"
+            );
+        }
+        // Every size (the small ones pipelined or eager), a sender with the pipeline off too.
+        let ([tx, _], [ht, _]) = pair_bulk([ON, ON], Some([true, true]), every_size);
+        assert!(
+            tx.dtoh.load(SeqCst) > 0,
+            "the sizes below the threshold pipeline"
+        );
+        assert_eq!(
+            tally(&ht).0,
+            2 * SIZES.iter().filter(|&&z| z >= BULK_MIN).count()
+        );
+        pair_bulk([OFF, ON], Some([true, true]), every_size);
+        pair_bulk([ON, OFF], Some([true, true]), every_size);
+    }
+
+    /// One end's transport cannot take device memory: a device buffer at that end takes the
+    /// pipeline through host memory, a host buffer there still takes the bulk transfer with a
+    /// device buffer at the other end; neither end ever hands device memory to a transport
+    /// that said no (`ClaimDev` checks).
+    #[test]
+    fn a_device_end_whose_transport_cannot_takes_the_pipeline() {
+        let n = BIG.len();
+        // The receiver cannot: device to host goes from the device, the rest is pipelined.
+        let ([tx, rx], [ht, hr]) = pair_bulk([ON, ON], Some([true, false]), big_sizes);
+        assert_eq!(tally(&ht), (n, 0, 0, 0));
+        assert_eq!(tally(&hr), (0, 0, 0, n));
+        assert!(tx.dtoh.load(SeqCst) > 0 && rx.htod.load(SeqCst) > 0);
+        // The sender cannot: host to device goes into the device, the rest is pipelined.
+        let ([tx, rx], [ht, hr]) = pair_bulk([ON, ON], Some([false, true]), big_sizes);
+        assert_eq!(tally(&ht), (0, n, 0, 0));
+        assert_eq!(tally(&hr), (0, 0, n, 0));
+        assert!(tx.dtoh.load(SeqCst) > 0 && rx.htod.load(SeqCst) > 0);
+        // Neither: every device message is pipelined (no host-to-host message here).
+        let (_, [ht, hr]) = pair_bulk([ON, ON], Some([false, false]), big_sizes);
+        assert_eq!((tally(&ht), tally(&hr)), ((0, 0, 0, 0), (0, 0, 0, 0)));
+        // Neither, with the sender's pipeline off: staged whole, as before.
+        let ([tx, _], [ht, _]) = pair_bulk([OFF, ON], Some([true, false]), big_sizes);
+        assert_eq!(
+            tally(&ht),
+            (n, 0, 0, 0),
+            "device to host still from the device"
+        );
+        assert!(tx.whole.load(SeqCst) > 0 && tx.dtoh.load(SeqCst) == 0);
     }
 }

@@ -513,6 +513,134 @@ pub unsafe fn reduce_on_device(
     Ok(true)
 }
 
+/// Device bytes moved piece by piece through a ring of page-locked host buffers, on the
+/// device's own stream (`dispatch::piped`): [`Relay::fetch`] starts copying a piece of device
+/// memory into a slot, [`Relay::fetched`] waits for it and hands the slot to the CPU,
+/// [`Relay::store`] starts copying a slot back to the device. A slot is fetched into again only
+/// after its last store finished, so the copy engine works on the next and the last pieces
+/// while the CPU and the network work on the current ones, with pinned memory bounded by the
+/// slots whatever the vector's size.
+pub struct Relay {
+    d: super::DevCtx,
+    slots: Vec<RelaySlot>,
+}
+
+struct RelaySlot {
+    host: HostBuf,
+    /// Recorded after the slot's last fetch.
+    fetched: cuda::Event,
+    /// Recorded after the slot's last store: the slot is free once it has passed.
+    stored: cuda::Event,
+    /// A store was issued and not yet waited for.
+    storing: bool,
+}
+
+impl Relay {
+    /// `slots` buffers of `piece` bytes each for copies with the device of `info`.
+    pub fn new(info: &PtrInfo, piece: usize, slots: usize) -> MpiResult<Relay> {
+        let d = dev_ctx(info)?;
+        let slots = (0..slots)
+            .map(|_| {
+                let host = HostBuf::new(piece, Some(d.ctx));
+                cuda::with_context(d.ctx, || {
+                    Ok(RelaySlot {
+                        host,
+                        fetched: cuda::Event::new()?,
+                        stored: cuda::Event::new()?,
+                        storing: false,
+                    })
+                })
+                .map_err(|e| cuda_err("relay events", e))
+            })
+            .collect::<MpiResult<Vec<_>>>()?;
+        Ok(Relay { d, slots })
+    }
+
+    /// The number of slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there are no slots.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Start copying pieces of device memory into slot `i`, once the slot's last store has
+    /// finished: `(src, off, len)` copies `len` bytes at device address `src` to the slot's
+    /// offset `off`.
+    ///
+    /// # Safety
+    /// Each `src..src+len` is device memory of the relay's device, left unchanged until
+    /// [`Relay::fetched`] returns; each `off + len` is within the slot.
+    pub unsafe fn fetch(&mut self, i: usize, segs: &[(usize, usize, usize)]) -> MpiResult<()> {
+        let d = self.d;
+        let s = &mut self.slots[i];
+        cuda::with_context(d.ctx, || {
+            if s.storing {
+                s.stored.synchronize()?;
+                s.storing = false;
+            }
+            for &(src, off, len) in segs {
+                cuda::memcpy_dtoh_async(&mut s.host[off..off + len], src, d.stream)?;
+            }
+            s.fetched.record(d.stream)
+        })
+        .map_err(|e| cuda_err("device to host", e))
+    }
+
+    /// Wait for slot `i`'s fetch: its bytes, for the CPU to read and write.
+    pub fn fetched(&mut self, i: usize) -> MpiResult<&mut [u8]> {
+        let s = &mut self.slots[i];
+        cuda::with_context(self.d.ctx, || s.fetched.synchronize())
+            .map_err(|e| cuda_err("device to host", e))?;
+        Ok(&mut s.host[..])
+    }
+
+    /// Start copying pieces of slot `i` to device memory: `(off, dst, len)` copies `len` bytes
+    /// at the slot's offset `off` to device address `dst`.
+    ///
+    /// # Safety
+    /// Each `dst..dst+len` is writable device memory of the relay's device, untouched by the
+    /// caller until [`Relay::finish`]; the slot's bytes are not written meanwhile.
+    pub unsafe fn store(&mut self, i: usize, segs: &[(usize, usize, usize)]) -> MpiResult<()> {
+        let d = self.d;
+        let s = &mut self.slots[i];
+        cuda::with_context(d.ctx, || {
+            for &(off, dst, len) in segs {
+                cuda::memcpy_htod_async(dst, &s.host[off..off + len], d.stream)?;
+            }
+            s.stored.record(d.stream)?;
+            s.storing = true;
+            Ok(())
+        })
+        .map_err(|e| cuda_err("host to device", e))
+    }
+
+    /// Wait for every store issued.
+    pub fn finish(&mut self) -> MpiResult<()> {
+        let d = self.d;
+        for s in &mut self.slots {
+            if s.storing {
+                cuda::with_context(d.ctx, || s.stored.synchronize())
+                    .map_err(|e| cuda_err("host to device", e))?;
+                s.storing = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // A relay dropped on an error path: no copy may still use its buffers once they go
+        // back to the pool.
+        if let Err(e) = cuda::with_context(self.d.ctx, || cuda::stream_synchronize(self.d.stream)) {
+            tracing::debug!("relay: {e}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

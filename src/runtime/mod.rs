@@ -224,6 +224,60 @@ pub fn wait_engine(id: crate::engine::ReqId) -> MpiResult<crate::engine::Status>
     Ok(st.expect("wait_bursts returns when done"))
 }
 
+/// A blocking receive of host memory through the engine alone ([`Engine::recv_direct`]):
+/// received at once when its message is here, else waited for without a request while it can
+/// (the waiting receive is given up if the wait ends early: an error or an unwind), else as
+/// the engine request it was posted as or became; the wait is [`wait_engine`]'s.
+///
+/// # Safety
+/// `r.buf .. r.buf + r.cap` is host memory valid to write, and the receive's, until this
+/// returns.
+pub unsafe fn recv_blocking(r: &crate::engine::RecvArgs) -> MpiResult<crate::engine::Status> {
+    use crate::engine::DirectStart;
+    /// Gives up the receive waiting without a request unless disarmed.
+    struct Abandon(bool);
+    impl Drop for Abandon {
+        fn drop(&mut self) {
+            if self.0 {
+                let _ = with(|rt| {
+                    rt.engine.direct_abandon();
+                    Ok(())
+                });
+            }
+        }
+    }
+    // SAFETY: the caller's contract; the wait below lasts until the receive is done, or
+    // gives it up.
+    match with(|rt| unsafe { rt.engine.recv_direct(r) })? {
+        DirectStart::Received(s) => return Ok(s),
+        DirectStart::Posted(id) => return wait_engine(id),
+        DirectStart::Waiting => {}
+    }
+    let mut armed = Abandon(true);
+    let mut st = None;
+    let mut req = None;
+    wait_bursts(false, |rt, _| {
+        if req.is_none() {
+            let Some(out) = rt.engine.direct_poll() else {
+                return Ok(false);
+            };
+            // The receive no longer waits without a request: nothing to give up (another
+            // thread's may wait that way from now on).
+            armed.0 = false;
+            match out {
+                Ok(s) => {
+                    st = Some(s);
+                    return Ok(true);
+                }
+                Err(id) => req = Some(id),
+            }
+        }
+        st = req.and_then(|id| rt.engine.take(id));
+        Ok(st.is_some())
+    })?;
+    Ok(st.expect("wait_bursts returns when done"))
+}
+
 /// Block until `done` returns true: [`wait_engine`]'s loop (progress passes in bursts while
 /// spinning) for any test. With `look_first`, `done` is asked once before the first progress
 /// pass, so an operation that completed already (an eager send written at its start, a receive
@@ -403,6 +457,21 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
     );
     frames.set_rails(rail, rail_of.clone());
     frames.set_bulk_min(cfg.bulk_min);
+    let net = frames.backend();
+    let (gdr, why) = if cfg.bulk_min.is_none() {
+        (
+            false,
+            "off: no bulk transfers (GPUMPI_NET_BULK_MIN=off)".to_string(),
+        )
+    } else {
+        crate::transport::net::frames::gdr_choice(&cfg.gdr, net.name(), net.device_memory())
+            .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?
+    };
+    tracing::info!(
+        "rank {}: GPUDirect RDMA for device buffers between nodes {why}",
+        boot.rank()
+    );
+    frames.set_bulk_device(gdr);
     Ok((frames, rail_of))
 }
 

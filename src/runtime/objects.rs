@@ -56,6 +56,9 @@ pub struct CommObj {
     /// The nodes of the group's ranks when they span nodes and a node holds more than one of
     /// them (`bootstrap::node::labels`): the hierarchical collectives (`coll::hier`) serve it.
     pub nodes: Option<Arc<crate::coll::hier::Nodes>>,
+    /// How many nodes the group's ranks are on (1 for a job on one node): the tuning table's
+    /// `nodes` condition (`coll::select`).
+    pub node_count: usize,
     /// The GPU paths' agreement on this communicator when it is not MPI_COMM_WORLD
     /// (`engine::agree::words`).
     pub agree: crate::engine::agree::words::CommState,
@@ -89,13 +92,13 @@ impl CommObj {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(ctx, peers.clone());
+        let nodes =
+            crate::bootstrap::node::labels(&group.ranks).map(|l| crate::coll::hier::Nodes::new(&l));
         CommObj {
             ctx,
             one_node: crate::bootstrap::node::one_node(&group.ranks),
-            nodes: crate::bootstrap::node::labels(&group.ranks)
-                .map(|l| crate::coll::hier::Nodes::new(&l))
-                .filter(|n| n.worth_it())
-                .map(Arc::new),
+            node_count: nodes.as_ref().map_or(1, |n| n.count()),
+            nodes: nodes.filter(|n| n.worth_it()).map(Arc::new),
             peers,
             group,
             rank,

@@ -5,8 +5,25 @@
 //! - `pmix`: libpmix.so.2, `dlopen`ed when a PMIx launcher started the process.
 //! - `fdpass`: libc's `SCM_RIGHTS`/`SO_PEERCRED` on Unix sockets (descriptors of cuMem memory).
 //! - `socket`: libc sockets beyond std (getifaddrs, nonblocking connect, poll, eventfd).
+//! - [`prefetch`]: the CPU's prefetch instruction (an intrinsic, not FFI, but `unsafe`).
 pub mod cuda;
 pub mod fdpass;
 pub mod ibverbs;
 pub mod pmix;
 pub mod socket;
+
+/// Ask for the cache line of `p` without waiting for it: a hint with no effect the program
+/// can see (any address; nothing where the target has no such instruction). For a reader
+/// spinning on one shared line whose writer fills another first: that other line then travels
+/// while the spun-on one does instead of after it.
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    // SAFETY: a prefetch reads nothing the program sees and faults on no address; SSE is
+    // part of every x86_64 target.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

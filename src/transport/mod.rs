@@ -23,7 +23,9 @@
 //!   the order of a frame both sides see: the receiver's clear-to-send), and
 //!   [`Transport::bulk_poll`] reports each one once when it is complete (a send: its buffer may
 //!   be reused; a receive: its bytes are in). The network frames ([`net::frames`]) move them
-//!   over a second backend connection per pair of ranks, striped by the backend.
+//!   over a second backend connection per pair of ranks, striped by the backend. Where
+//!   [`Transport::bulk_device`] holds, either end of a transfer may be device memory
+//!   (GPUDirect RDMA: the backend registers device buffers with the NIC).
 //!
 //! A transport starts no threads of its own (the network backend's helper threads move socket data,
 //! see `net::tcp`); the engine drives it from the calling thread.
@@ -165,25 +167,50 @@ pub trait Transport: Send {
         None
     }
 
+    /// Whether bulk transfers with world rank `peer` may also send from and receive into
+    /// device memory (the network backend registers device buffers with the NIC: GPUDirect
+    /// RDMA). Only this rank's side: the engine agrees it with the peer in the rendezvous.
+    /// Default: no.
+    fn bulk_device(&self, _peer: usize) -> bool {
+        false
+    }
+
     /// Queues a bulk send of `len` bytes at `data` to world rank `dst`, reported as `id` by
     /// [`Transport::bulk_poll`] once `data` may be reused. It is matched with the receive of the
     /// same place in the order `dst` queues its bulk receives from this rank, which must be of
-    /// the same length. `false`: no bulk transfers to `dst` (nothing was queued).
+    /// the same length. `dev`: `data` is device memory (only where
+    /// [`Transport::bulk_device`] holds for `dst`). `false`: no bulk transfers to `dst`
+    /// (nothing was queued).
     ///
     /// # Safety
-    /// `data .. data + len` must be host memory that stays readable and unchanged until the
-    /// transfer is reported complete.
-    unsafe fn bulk_send(&mut self, _dst: usize, _id: u64, _data: *const u8, _len: usize) -> bool {
+    /// `data .. data + len` must be host memory (device memory with `dev`) that stays readable
+    /// and unchanged until the transfer is reported complete.
+    unsafe fn bulk_send(
+        &mut self,
+        _dst: usize,
+        _id: u64,
+        _data: *const u8,
+        _len: usize,
+        _dev: bool,
+    ) -> bool {
         false
     }
 
     /// Queues a bulk receive of `len` bytes into `buf` from world rank `src` (see
-    /// [`Transport::bulk_send`]). `false`: no bulk transfers from `src` (nothing was queued).
+    /// [`Transport::bulk_send`]; `dev`: `buf` is device memory). `false`: no bulk transfers
+    /// from `src` (nothing was queued).
     ///
     /// # Safety
-    /// `buf .. buf + len` must be host memory nobody else touches until the transfer is
-    /// reported complete.
-    unsafe fn bulk_recv(&mut self, _src: usize, _id: u64, _buf: *mut u8, _len: usize) -> bool {
+    /// `buf .. buf + len` must be host memory (device memory with `dev`) nobody else touches
+    /// until the transfer is reported complete.
+    unsafe fn bulk_recv(
+        &mut self,
+        _src: usize,
+        _id: u64,
+        _buf: *mut u8,
+        _len: usize,
+        _dev: bool,
+    ) -> bool {
         false
     }
 

@@ -226,16 +226,36 @@ impl Transport for Routed {
             .flatten()
     }
 
-    /// A bulk send goes straight over the network to any off-node peer (the receiver asked
-    /// for it, so it reaches this rank directly).
-    unsafe fn bulk_send(&mut self, dst: usize, id: u64, data: *const u8, len: usize) -> bool {
-        // SAFETY: the caller's contract.
-        self.link[dst] == 1 && unsafe { self.parts[1].bulk_send(dst, id, data, len) }
+    /// Device memory in bulk transfers: as the network transport says for off-node peers (a
+    /// bulk send goes straight to the receiver, see below).
+    fn bulk_device(&self, peer: usize) -> bool {
+        self.link[peer] == 1 && self.parts[1].bulk_device(peer)
     }
 
-    unsafe fn bulk_recv(&mut self, src: usize, id: u64, buf: *mut u8, len: usize) -> bool {
+    /// A bulk send goes straight over the network to any off-node peer (the receiver asked
+    /// for it, so it reaches this rank directly).
+    unsafe fn bulk_send(
+        &mut self,
+        dst: usize,
+        id: u64,
+        data: *const u8,
+        len: usize,
+        dev: bool,
+    ) -> bool {
         // SAFETY: the caller's contract.
-        self.link[src] == 1 && unsafe { self.parts[1].bulk_recv(src, id, buf, len) }
+        self.link[dst] == 1 && unsafe { self.parts[1].bulk_send(dst, id, data, len, dev) }
+    }
+
+    unsafe fn bulk_recv(
+        &mut self,
+        src: usize,
+        id: u64,
+        buf: *mut u8,
+        len: usize,
+        dev: bool,
+    ) -> bool {
+        // SAFETY: the caller's contract.
+        self.link[src] == 1 && unsafe { self.parts[1].bulk_recv(src, id, buf, len, dev) }
     }
 
     fn bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> usize {

@@ -1005,6 +1005,11 @@ impl Transport for ShmTransport {
             if r.tail == r.head_cache {
                 r.head_cache = atomic_at(r.ctrl, 0).load(Ordering::Acquire);
                 if r.tail == r.head_cache {
+                    // Nothing yet: ask for the line the next frame starts in, so that it
+                    // travels while the head's line does instead of after it (a small
+                    // frame fits that one line).
+                    let pos = (r.tail as usize) & (ring - 1);
+                    crate::sys::prefetch(r.ctrl.wrapping_add(RING_CTRL + pos));
                     continue;
                 }
             }

@@ -4,13 +4,19 @@
  * GPUMPI_NET_GPU_PIPELINE=0, staged whole).
  *
  *   gpu_net [MAX_BYTES]                 the test (PASS/FAIL line)
+ *   gpu_net gdr                         point-to-point only, for GPUDirect RDMA over the
+ *                                       ibverbs backend (tests/gpu/run.sh runs it over the
+ *                                       libibverbs test double): sizes 0, 1, 64 KiB-1, 64 KiB,
+ *                                       1 MiB+3 and 64 MiB, device to device, host to device
+ *                                       and device to host, both directions at once
  *   gpu_net bench [MAX_BYTES] [REPS]    device-to-device bandwidth between rank 0 and its
  *                                       off-node partner, one line per size
  *
  * The test, for sizes 8 B..MAX_BYTES (default 64 MiB; 0, around the eager limit and around
  * chunk edges): Sendrecv between off-node partners device to device, Isend/Irecv device to
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
- * Allreduce (MPI_SUM on ints, and in place) on device buffers over the whole world, then
+ * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) and
+ * Alltoall (blocks of n bytes where they fit) on device buffers over the whole world, then
  * Gather, Scatter, Allgatherv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
  * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
@@ -108,6 +114,17 @@ static void test(size_t max) {
         CU(cudaMemcpy_(d, h, cnt * sizeof(int), cudaMemcpyDefault_));
         MPI_Allreduce(d, d2, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(MPI_IN_PLACE, d, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        /* Device input, host result. */
+        int *hres = malloc(cnt * sizeof(int) + 1);
+        MPI_Allreduce(d2, hres, (int)cnt, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        for (size_t i = 0; i < cnt; i++) {
+            int want = size * (size + 1) / 2 + size * (int)(i % 7);
+            if (hres[i] != want) {
+                fail("allreduce device to host", n, i, (unsigned)hres[i], (unsigned)want);
+                break;
+            }
+        }
+        free(hres);
         for (int pass = 0; pass < 2; pass++) {
             CU(cudaMemcpy_(h, pass ? d : d2, cnt * sizeof(int), cudaMemcpyDefault_));
             for (size_t i = 0; i < cnt; i++) {
@@ -118,10 +135,70 @@ static void test(size_t max) {
                 }
             }
         }
+        /* Alltoall of device ints, blocks of cnt ints, where the blocks of every rank fit. */
+        if (cnt * sizeof(int) * (size_t)size <= max) {
+            size_t all = cnt * (size_t)size;
+            int *ha = malloc(all * sizeof(int) + 1);
+            for (int q = 0; q < size; q++)
+                for (size_t i = 0; i < cnt; i++) ha[q * cnt + i] = rank * 1000003 + q * 7919 + (int)i;
+            CU(cudaMemcpy_(d, ha, all * sizeof(int), cudaMemcpyDefault_));
+            MPI_Alltoall(d, (int)cnt, MPI_INT, d2, (int)cnt, MPI_INT, MPI_COMM_WORLD);
+            CU(cudaMemcpy_(ha, d2, all * sizeof(int), cudaMemcpyDefault_));
+            for (int q = 0; q < size; q++)
+                for (size_t i = 0; i < cnt; i++)
+                    if (ha[q * cnt + i] != q * 1000003 + rank * 7919 + (int)i) {
+                        fail("alltoall", n, q * cnt + i, (unsigned)ha[q * cnt + i],
+                             (unsigned)(q * 1000003 + rank * 7919 + (int)i));
+                        q = size;
+                        break;
+                    }
+            free(ha);
+        }
     }
     CU(cudaFree_(d));
     CU(cudaFree_(d2));
     free(h);
+}
+
+/* Point-to-point between off-node partners for the GPUDirect RDMA path: for each size and
+ * each mix (device to device, host to device, device to host), every rank receives from its
+ * partner while it sends to it; every byte is checked, and so is the byte after the message. */
+static void gdr(void) {
+    int partner = (rank + size / 2) % size;
+    size_t sizes[] = {0, 1, 65535, 65536, (1 << 20) + 3, 64 << 20};
+    const char *names[] = {"device->device", "host->device", "device->host"};
+    size_t max = 64 << 20;
+    unsigned char *hs = malloc(max + 64), *hr = malloc(max + 64), *ds, *dr;
+    CU(cudaMalloc_((void **)&ds, max + 64));
+    CU(cudaMalloc_((void **)&dr, max + 64));
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        for (int mix = 0; mix < 3; mix++) {
+            int sdev = mix != 1, rdev = mix != 2, salt = (int)(k * 3) + mix;
+            fill(hs, n, rank, salt);
+            if (sdev) CU(cudaMemcpy_(ds, hs, n, cudaMemcpyDefault_));
+            memset(hr, 0xee, n + 1);
+            if (rdev) CU(cudaMemset_(dr, 0xee, n + 1));
+            /* cudaMemset may still run when it returns: the NIC (here the double, from the
+             * other process) must not write before it is done. */
+            CU(cudaDeviceSynchronize_());
+            MPI_Request rq[2];
+            MPI_Status st[2];
+            MPI_Irecv(rdev ? (void *)dr : (void *)hr, (int)n, MPI_BYTE, partner, 20 + mix, MPI_COMM_WORLD, &rq[0]);
+            MPI_Isend(sdev ? (void *)ds : (void *)hs, (int)n, MPI_BYTE, partner, 20 + mix, MPI_COMM_WORLD, &rq[1]);
+            MPI_Waitall(2, rq, st);
+            int got;
+            MPI_Get_count(&st[0], MPI_BYTE, &got);
+            if ((size_t)got != n) fail(names[mix], n, 0, (unsigned)got, (unsigned)n);
+            if (rdev) CU(cudaMemcpy_(hr, dr, n + 1, cudaMemcpyDefault_));
+            check(names[mix], hr, n, partner, salt);
+            if (hr[n] != 0xee) fail("wrote past the message", n, n, hr[n], 0xee);
+        }
+    }
+    CU(cudaFree_(ds));
+    CU(cudaFree_(dr));
+    free(hs);
+    free(hr);
 }
 
 /* The rooted and v collectives on device buffers over the whole world (at 4 ranks on 2 nodes,
@@ -238,6 +315,7 @@ int main(int argc, char **argv) {
     cudaGetDeviceCount_(&n);
     cudaSetDevice_(rank % n);
     int is_bench = argc > 1 && strcmp(argv[1], "bench") == 0;
+    int is_gdr = argc > 1 && strcmp(argv[1], "gdr") == 0;
     int a = is_bench ? 2 : 1;
     size_t max = argc > a ? strtoull(argv[a], NULL, 0) : (size_t)64 << 20;
     if (size < 2) {
@@ -250,12 +328,16 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    test(max);
-    colls(max);
+    if (is_gdr) gdr();
+    else {
+        test(max);
+        colls(max);
+    }
     int all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
         if (all) printf("FAIL: gpu_net: %d mismatches\n", all);
+        else if (is_gdr) printf("PASS: gpu_net gdr (%d ranks, 0 B..64 MiB, device and host ends)\n", size);
         else printf("PASS: gpu_net (%d ranks, up to %zu bytes)\n", size, max);
     }
     MPI_Finalize();

@@ -12,7 +12,13 @@
 # 4 ranks with CUDA IPC off; gpu_test at 2 and 4 ranks and gpu_mem at 4 ranks over 2 emulated
 # nodes (scripts/emulate-nodes.sh: the network transport between them), and gpu_net (device
 # send/recv, truncation and allreduce, 0 B..64 MiB) over 2 emulated nodes at 2 and 4 ranks,
-# with small chunks, and staged whole (GPUMPI_NET_GPU_PIPELINE=0); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# with small chunks, and staged whole (GPUMPI_NET_GPU_PIPELINE=0); `gpu_net gdr` runs device and
+# host send/recv (0 B..64 MiB) at 2 ranks over 2 emulated nodes with GPUMPI_NET=ib over the
+# libibverbs test double (tests/support/fake_ibverbs.c, built here with cc: real dma-buf
+# registrations, device bytes moved by the double with CUDA copies) and checks from the debug log
+# that every message from 64 KiB on went as one GPUDirect RDMA bulk transfer, nothing staged (it
+# prints "SKIP: gpu_net gdr: <why>" without a C compiler or where the backend registers no device
+# memory); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
@@ -168,6 +174,69 @@ run "gpu_net -n 2 over 2 emulated nodes, 64 KiB chunks x 2 (GPUMPI_NET_GPU_CHUNK
 run "gpu_net -n 2 over 2 emulated nodes, staged whole (GPUMPI_NET_GPU_PIPELINE=0)" \
     GPUMPI_NET_GPU_PIPELINE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
     -x GPUMPI_NET_GPU_PIPELINE "$emu" 2 "$out/gpu_net"
+# Large allreduce and alltoall between nodes in pieces (src/dispatch/piped.rs): 64 KiB pieces
+# relayed through pinned buffers (the debug log says so), and whole (GPUMPI_COLL_PIECE=0).
+piecerun() {
+    local label="gpu_net -n $1 over 2 emulated nodes, allreduce and alltoall in 64 KiB pieces" log="$out/gpu_net_pieces$1.log"
+    echo "== $label"
+    if ! GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 "$mpirun" -n "$1" --oversubscribe --timeout "$tmo" \
+        -x GPUMPI_COLL_PIECE -x GPUMPI_DEBUG "$emu" 2 "$out/gpu_net" 4194316 >"$log" 2>&1; then
+        tail -40 "$log"; verdict "$label" fail; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)" "$log"
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: gpu_net" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    if ! grep -q "allreduce between nodes in pieces, device buffers relayed" "$log" ||
+        ! grep -q "alltoall between nodes in pieces, device buffers relayed" "$log"; then
+        verdict "$label" fail "no relayed pieces of both in the debug log"; return
+    fi
+    verdict "$label" pass
+}
+piecerun 2
+piecerun 4
+run "gpu_net -n 2 over 2 emulated nodes, allreduce and alltoall whole (GPUMPI_COLL_PIECE=0)" \
+    GPUMPI_COLL_PIECE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
+    -x GPUMPI_COLL_PIECE "$emu" 2 "$out/gpu_net"
+# GPUDirect RDMA over the ibverbs backend, against the libibverbs test double (no RDMA device
+# here): device buffers registered through real dma-buf descriptors, moved by the double with
+# CUDA copies. Per rank, 3 sizes (64 KiB, 1 MiB+3, 64 MiB) x 3 mixes are received as one bulk
+# transfer between the buffers, and 3 x 2 (device to device, device to host) sent from the device.
+gdrrun() {
+    local label="gpu_net gdr -n 2 over 2 emulated nodes (GPUMPI_NET=ib over the libibverbs test double: GPUDirect RDMA)"
+    local log="$out/gpu_net_gdr.log" lib="$out/libfakeibverbs.so" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$" rx tx
+    echo "== $label"
+    if ! "${CC:-cc}" -shared -fPIC -O1 -Wall -o "$lib" "$here/../support/fake_ibverbs.c" -ldl >"$log" 2>&1; then
+        cat "$log"
+        echo "SKIP: gpu_net gdr: the libibverbs test double does not build here"
+        verdict "$label" skip "the libibverbs test double does not build here"; return
+    fi
+    if ! GPUMPI_DEBUG=2 GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$lib" FAKEIBV_FABRIC="$fabric" \
+        "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG -x GPUMPI_NET \
+        -x GPUMPI_IBVERBS_LIB -x FAKEIBV_FABRIC "$emu" 2 "$out/gpu_net" gdr >"$log" 2>&1; then
+        rm -f "$fabric"
+        grep -E "^(PASS|FAIL|SKIP)|rank [0-9]+:.*byte|GPUDirect|fakeibv" "$log" | head -20; tail -30 "$log"
+        verdict "$label" fail; return
+    fi
+    rm -f "$fabric"
+    if grep -q "^SKIP: " "$log"; then
+        grep -m1 "^SKIP: " "$log"; verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return
+    fi
+    if grep -q "GPUDirect RDMA for device buffers between nodes off" "$log"; then
+        echo "SKIP: gpu_net gdr: $(grep -m1 -o "GPUDirect RDMA for device buffers between nodes off.*" "$log")"
+        verdict "$label" skip "the ibverbs backend registers no device memory here"; return
+    fi
+    grep -E "^(PASS|FAIL)|GPUDirect RDMA for device buffers|device memory \(GPUDirect" "$log" || true
+    if ! grep -q "^PASS: gpu_net gdr" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    rx=$(grep -c "one bulk transfer between the buffers (GPUDirect RDMA, no staging)" "$log") || rx=0
+    tx=$(grep -c "one bulk transfer from the device buffer (GPUDirect RDMA, no staging)" "$log") || tx=0
+    echo "GPUDirect RDMA receives: $rx of 18, sends from device memory: $tx of 12"
+    if [ "$rx" -ne 18 ] || [ "$tx" -ne 12 ]; then
+        verdict "$label" fail "every message from 64 KiB on should go as one GPUDirect RDMA bulk transfer"
+    else
+        verdict "$label" pass
+    fi
+}
+gdrrun
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {

@@ -19,6 +19,7 @@ pub fn lib() -> Result<PathBuf, String> {
             .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
             .arg(&out)
             .arg(&src)
+            .arg("-ldl")
             .output()
             .map_err(|e| format!("{cc}: {e}"))?;
         if !o.status.success() {

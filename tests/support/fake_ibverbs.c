@@ -30,15 +30,26 @@
  *                    exceed RLIMIT_MEMLOCK (as the kernel does for pinned pages).
  *
  * Memory registered with ibv_reg_dmabuf_mr is recorded with its IOVA (the descriptor must be
- * open); the double moves bytes at that IOVA as host memory of the registering process, so a
- * test that registers host memory through the dma-buf entry point (gpumpi's
- * `host_memory_as_device_for_tests`) runs the GPUDirect data path; real device memory cannot
- * be moved between processes by the double.
+ * open). Device memory: where the registering process has loaded libcuda (the double dlopens
+ * it, never on its own in a process without it) and CUDA says a registered address (the IOVA
+ * of a dma-buf region, the address of ibv_reg_mr / ibv_reg_mr_iova2: peer memory) is device
+ * memory, the region records a CUDA IPC handle of its allocation (cuMemGetAddressRange,
+ * cuIpcGetMemHandle; memory CUDA IPC cannot share, VMM or pool memory, fails the registration
+ * with ENOTSUP). The process that executes an RDMA write or read into or out of such a region
+ * of another process opens the handle (cuIpcOpenMemHandle, cached per process; a new handle
+ * for the same allocation address closes the stale mapping) and moves the bytes with cuMemcpy
+ * (unified addressing: host to device, device to host, device to device) followed by
+ * cuCtxSynchronize; a device region of its own is copied in place the same way; device memory
+ * against host memory of another process goes through a host bounce buffer and
+ * process_vm_writev/readv. Everything else (host memory, and host memory registered through
+ * the dma-buf entry point, as gpumpi's `host_memory_as_device_for_tests` does) moves as host
+ * memory at the IOVA.
  *
  * FAKEIBV_TRACE=PATH appends one line per executed RDMA read and per RDMA write with
  * immediate (`read <remote addr> <len>`, `write_imm <remote addr> <len>`), in execution order,
  * so tests can check when a read (the GPUDirect flush) was issued. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -117,7 +128,9 @@ enum { WCO_SEND = 0, WCO_RDMA_WRITE = 1, WCO_RDMA_READ = 2, WCO_RECV = 128, WCO_
 struct frq { uint64_t wr_id, addr; uint32_t len, lkey; };
 struct fqp { int32_t used, pid; uint32_t state, port_mtu_dev, dest_qpn, path_mtu, recv_cq, send_cq, dev_mtu, _pad; uint32_t rq_head, rq_tail; struct frq rq[RQ_DEPTH]; };
 struct fcq { int32_t used, pid; uint32_t cap, head, tail, overrun; struct ibv_wc ring[CQ_DEPTH]; };
-struct fmr { int32_t used, pid; uint64_t addr, len; int32_t access, _pad; };
+/* A memory region; `dev`: device memory, with the device ordinal, the base of its allocation
+ * and the allocation's CUDA IPC handle. */
+struct fmr { int32_t used, pid; uint64_t addr, len; int32_t access, dev, ordinal, _pad; uint64_t base; uint8_t ipc[64]; };
 struct fabric { volatile int32_t lock; uint32_t magic; struct fqp qp[MAXQP]; struct fcq cq[MAXCQ]; struct fmr mr[MAXMR]; };
 
 static struct fabric *F;
@@ -280,6 +293,126 @@ int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, stru
     return 0;
 }
 
+/* ---- CUDA (device memory regions), through dlopen ---- */
+typedef unsigned long long cuptr;
+struct cuipc { char reserved[64]; };
+static struct {
+    int (*Init)(unsigned);
+    int (*PointerGetAttribute)(void *, int, cuptr);
+    int (*MemGetAddressRange)(cuptr *, size_t *, cuptr);
+    int (*IpcGetMemHandle)(struct cuipc *, cuptr);
+    int (*IpcOpenMemHandle)(cuptr *, struct cuipc, unsigned);
+    int (*IpcCloseMemHandle)(cuptr);
+    int (*Memcpy)(cuptr, cuptr, size_t);
+    int (*CtxSynchronize)(void);
+    int (*CtxGetCurrent)(void **);
+    int (*CtxSetCurrent)(void *);
+    int (*DeviceGet)(int *, int);
+    int (*PrimaryCtxRetain)(void **, int);
+} cu;
+static int cu_state; /* 1 loaded, -1 unusable, 0 not loaded (yet) */
+static pthread_mutex_t cu_mu = PTHREAD_MUTEX_INITIALIZER;
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_MEMORYTYPE_DEVICE 2
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 1
+
+/* Whether the CUDA driver API is usable; `may_load`: dlopen libcuda if this process has not
+ * (else only where it is already loaded: a process that never loaded it has no device memory). */
+static int cu_load(int may_load) {
+    pthread_mutex_lock(&cu_mu);
+    if (cu_state) { pthread_mutex_unlock(&cu_mu); return cu_state > 0; }
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | (may_load ? 0 : RTLD_NOLOAD));
+    if (!h) {
+        if (may_load) cu_state = -1;
+        pthread_mutex_unlock(&cu_mu);
+        return 0;
+    }
+#define SYM(f, name) (*(void **)&cu.f = dlsym(h, name))
+    int ok = SYM(Init, "cuInit") && SYM(PointerGetAttribute, "cuPointerGetAttribute") &&
+             SYM(MemGetAddressRange, "cuMemGetAddressRange_v2") && SYM(IpcGetMemHandle, "cuIpcGetMemHandle") &&
+             SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2") && SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle") &&
+             SYM(Memcpy, "cuMemcpy") && SYM(CtxSynchronize, "cuCtxSynchronize") &&
+             SYM(CtxGetCurrent, "cuCtxGetCurrent") && SYM(CtxSetCurrent, "cuCtxSetCurrent") &&
+             SYM(DeviceGet, "cuDeviceGet") && SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+#undef SYM
+    cu_state = ok && cu.Init(0) == 0 ? 1 : -1;
+    pthread_mutex_unlock(&cu_mu);
+    return cu_state > 0;
+}
+
+/* A current context on this thread (the primary context of device `ordinal`, else of device 0,
+ * where none is current). */
+static int cu_ctx(int ordinal) {
+    void *c = 0;
+    if (cu.CtxGetCurrent(&c) == 0 && c) return 0;
+    int d;
+    if (cu.DeviceGet(&d, ordinal) != 0 && cu.DeviceGet(&d, 0) != 0) return -1;
+    if (cu.PrimaryCtxRetain(&c, d) != 0 || cu.CtxSetCurrent(c) != 0) return -1;
+    return 0;
+}
+
+/* Fills the device fields of region `m` when `a` is device memory: 0 host memory (or no
+ * CUDA in this process), 1 device memory, -1 device memory CUDA IPC cannot share. */
+static int dev_probe(uint64_t a, struct fmr *m) {
+    m->dev = 0;
+    if (!cu_load(0)) return 0;
+    unsigned type = 0;
+    if (cu.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a) != 0 || type != CU_MEMORYTYPE_DEVICE) return 0;
+    int ord = 0;
+    cu.PointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a);
+    cuptr base = 0;
+    size_t size = 0;
+    struct cuipc h;
+    int r = cu.MemGetAddressRange(&base, &size, a);
+    if (r == 0) r = cu.IpcGetMemHandle(&h, base);
+    if (r != 0) {
+        fprintf(stderr, "fakeibv: device memory at %#llx cannot be shared between processes by the test double (CUDA error %d)\n",
+                (unsigned long long)a, r);
+        return -1;
+    }
+    m->dev = 1; m->ordinal = ord; m->base = base;
+    memcpy(m->ipc, h.reserved, sizeof m->ipc);
+    return 1;
+}
+
+/* Mappings of other processes' device regions (their allocations' IPC handles), least
+ * recently used replaced first; used under the fabric lock. */
+#define NMAP 64
+static struct ipcmap { int32_t pid; uint64_t base; uint8_t ipc[64]; cuptr mapped; unsigned long used; } maps[NMAP];
+static unsigned long map_clock;
+
+/* The address in this process of the allocation of region `m` of process `pid`, or 0. */
+static cuptr ipc_map(int32_t pid, const struct fmr *m) {
+    int slot = -1;
+    for (int i = 0; i < NMAP; i++) {
+        struct ipcmap *x = &maps[i];
+        if (x->mapped && x->pid == pid && !memcmp(x->ipc, m->ipc, sizeof x->ipc)) {
+            x->used = ++map_clock;
+            return x->mapped;
+        }
+        /* The same address with another handle: freed and reallocated, the mapping is stale. */
+        if (x->mapped && x->pid == pid && x->base == m->base) slot = i;
+    }
+    if (slot < 0) {
+        slot = 0;
+        for (int i = 0; i < NMAP; i++) {
+            if (!maps[i].mapped) { slot = i; break; }
+            if (maps[i].used < maps[slot].used) slot = i;
+        }
+    }
+    struct ipcmap *x = &maps[slot];
+    if (x->mapped) cu.IpcCloseMemHandle(x->mapped);
+    x->mapped = 0;
+    struct cuipc h;
+    memcpy(h.reserved, m->ipc, sizeof h.reserved);
+    cuptr p = 0;
+    if (cu.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0) return 0;
+    x->pid = pid; x->base = m->base; x->mapped = p; x->used = ++map_clock;
+    memcpy(x->ipc, m->ipc, sizeof x->ipc);
+    return p;
+}
+
 /* ---- PD, MR ---- */
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *c) {
     struct ibv_pd *p = calloc(1, sizeof *p);
@@ -295,12 +428,16 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t io
         if (r.rlim_cur != RLIM_INFINITY && registered + len > r.rlim_cur) { errno = ENOMEM; return 0; }
     }
     (void)addr;
+    struct fmr d;
+    memset(&d, 0, sizeof d);
+    if (dev_probe(iova, &d) < 0) { errno = ENOTSUP; return 0; }
     lock();
     int i;
     for (i = 0; i < MAXMR; i++)
         if (!F->mr[i].used || !alive(F->mr[i].pid)) break;
     if (i == MAXMR) { unlock(); errno = ENOMEM; return 0; }
     struct fmr *m = &F->mr[i];
+    *m = d;
     m->used = 1; m->pid = getpid(); m->addr = iova; m->len = len; m->access = access;
     unlock();
     struct ibv_mr *mr = calloc(1, sizeof *mr);
@@ -315,9 +452,8 @@ struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access) {
     return reg(pd, addr, len, iova, (int)access);
 }
-/* The double cannot move device memory between processes: a dma-buf region is recorded (its
- * descriptor must be valid) and host-addressable through its IOVA only where that is host
- * memory. */
+/* A dma-buf region is recorded at its IOVA (its descriptor must be valid): device memory where
+ * CUDA says so (moved with CUDA copies), else host memory at that address. */
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access) {
     (void)offset;
     if (fcntl(fd, F_GETFD) < 0) { errno = EBADF; return 0; }
@@ -468,9 +604,46 @@ static struct fmr *mr_check(uint32_t key, int32_t pid, uint64_t addr, uint64_t l
     return m;
 }
 
-/* Copies between this process (local) and `pid` (remote). */
-static int xfer(int32_t pid, uint64_t local, uint64_t remote, size_t len, int to_remote) {
+/* Copies between device memory and host memory where one end (or both) is a device region:
+ * see the header comment. */
+static int dev_xfer(int32_t pid, const struct fmr *lm, uint64_t local, const struct fmr *rm, uint64_t remote, size_t len, int to_remote) {
+    int ldev = lm && lm->dev, rdev = rm && rm->dev;
+    if (!cu_load(1) || cu_ctx(ldev ? lm->ordinal : rm->ordinal) != 0) return -1;
+    uint64_t r = remote;
+    if (rdev && pid != getpid()) {
+        cuptr base = ipc_map(pid, rm);
+        if (!base) return -1;
+        r = base + (remote - rm->base);
+    }
+    if (pid == getpid() || rdev) { /* both ends addressable here: one copy */
+        cuptr dst = to_remote ? r : local, src = to_remote ? local : r;
+        return cu.Memcpy(dst, src, len) == 0 && cu.CtxSynchronize() == 0 ? 0 : -1;
+    }
+    /* Local device memory, host memory of another process: through a bounce buffer. */
+    size_t chunk = len < (4u << 20) ? len : (4u << 20);
+    char *b = malloc(chunk);
+    if (!b) return -1;
+    int rc = 0;
+    for (size_t off = 0; off < len && !rc; off += chunk) {
+        size_t n = len - off < chunk ? len - off : chunk;
+        struct iovec l = {b, n}, rv = {(void *)(remote + off), n};
+        if (to_remote) {
+            rc = cu.Memcpy((cuptr)(uintptr_t)b, local + off, n) != 0 || cu.CtxSynchronize() != 0 ||
+                 process_vm_writev(pid, &l, 1, &rv, 1, 0) != (ssize_t)n;
+        } else {
+            rc = process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)n ||
+                 cu.Memcpy(local + off, (cuptr)(uintptr_t)b, n) != 0 || cu.CtxSynchronize() != 0;
+        }
+    }
+    free(b);
+    return rc ? -1 : 0;
+}
+
+/* Copies between this process (local, in region `lm`) and `pid` (remote, in region `rm`);
+ * a null region is host memory. */
+static int xfer(int32_t pid, const struct fmr *lm, uint64_t local, const struct fmr *rm, uint64_t remote, size_t len, int to_remote) {
     if (!len) return 0;
+    if ((lm && lm->dev) || (rm && rm->dev)) return dev_xfer(pid, lm, local, rm, remote, len, to_remote);
     if (pid == getpid()) {
         if (to_remote) memmove((void *)remote, (void *)local, len);
         else memmove((void *)local, (void *)remote, len);
@@ -498,8 +671,8 @@ static uint32_t exec(struct ibv_qp *qp, struct fqp *q, struct ibv_send_wr *wr, u
     uint64_t la = wr->num_sge ? wr->sg_list[0].addr : 0;
     uint32_t len = wr->num_sge ? wr->sg_list[0].length : 0;
     int32_t me = getpid();
-    if (len && !mr_check(wr->sg_list[0].lkey, me, la, len, wr->opcode == WR_RDMA_READ ? ACC_LOCAL_WRITE : 0))
-        return WC_LOC_PROT_ERR;
+    struct fmr *lm = len ? mr_check(wr->sg_list[0].lkey, me, la, len, wr->opcode == WR_RDMA_READ ? ACC_LOCAL_WRITE : 0) : 0;
+    if (len && !lm) return WC_LOC_PROT_ERR;
     uint32_t di = q->dest_qpn - 0x100;
     struct fqp *d = di < MAXQP ? &F->qp[di] : 0;
     if (!d || !d->used || !alive(d->pid) || (d->state != QPS_RTR && d->state != QPS_RTS) || d->dest_qpn != qp->qp_num)
@@ -509,11 +682,13 @@ static uint32_t exec(struct ibv_qp *qp, struct fqp *q, struct ibv_send_wr *wr, u
         writes_done++;
         if (fault_kind == 1 && writes_done == fault_at) return WC_RETRY_EXC_ERR;
         if (fault_kind == 2 && writes_done == fault_at) return WC_REM_ACCESS_ERR;
-        if (len && !mr_check(wr->rkey, d->pid, wr->remote_addr, len, ACC_REMOTE_WRITE)) return WC_REM_ACCESS_ERR;
-        if (xfer(d->pid, la, wr->remote_addr, len, 1)) return WC_RETRY_EXC_ERR;
+        struct fmr *rm = len ? mr_check(wr->rkey, d->pid, wr->remote_addr, len, ACC_REMOTE_WRITE) : 0;
+        if (len && !rm) return WC_REM_ACCESS_ERR;
+        if (xfer(d->pid, lm, la, rm, wr->remote_addr, len, 1)) return WC_RETRY_EXC_ERR;
     } else if (wr->opcode == WR_RDMA_READ) {
-        if (len && !mr_check(wr->rkey, d->pid, wr->remote_addr, len, ACC_REMOTE_READ)) return WC_REM_ACCESS_ERR;
-        if (xfer(d->pid, la, wr->remote_addr, len, 0)) return WC_RETRY_EXC_ERR;
+        struct fmr *rm = len ? mr_check(wr->rkey, d->pid, wr->remote_addr, len, ACC_REMOTE_READ) : 0;
+        if (len && !rm) return WC_REM_ACCESS_ERR;
+        if (xfer(d->pid, lm, la, rm, wr->remote_addr, len, 0)) return WC_RETRY_EXC_ERR;
     }
     trace(wr->opcode == WR_RDMA_READ ? "read" : wr->opcode == WR_RDMA_WRITE_WITH_IMM ? "write_imm" : 0,
           wr->remote_addr, len);
@@ -524,7 +699,8 @@ static uint32_t exec(struct ibv_qp *qp, struct fqp *q, struct ibv_send_wr *wr, u
         if (wr->opcode == WR_SEND) {
             wc.opcode = WCO_RECV;
             if (len > e->len) wc.status = WC_LOC_LEN_ERR;
-            else if (len && xfer(d->pid, la, e->addr, len, 1)) return WC_RETRY_EXC_ERR;
+            else if (len && xfer(d->pid, lm, la, mr_check(e->lkey, d->pid, e->addr, len, 0), e->addr, len, 1))
+                return WC_RETRY_EXC_ERR;
         } else {
             wc.opcode = WCO_RECV_IMM;
             wc.imm_data = wr->imm_data;

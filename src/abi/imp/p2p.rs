@@ -510,9 +510,10 @@ unsafe fn blocking_recv(
     status_result(st)
 }
 
-/// The blocking receive without a runtime request ([`fast_recv`]'s calls). A message already
-/// here is copied straight into the buffer ([`Engine::recv_now`]); otherwise the receive is
-/// posted in the engine and waited for there ([`runtime::wait_engine`]). `None` for any other
+/// The blocking receive without a runtime request ([`fast_recv`]'s calls,
+/// [`runtime::recv_blocking`]): a message already here is copied straight into the buffer;
+/// otherwise the receive waits in the engine, without a request while it can (an arriving
+/// eager message is copied into the buffer as it is read from the ring). `None` for any other
 /// call (including every erroneous one, which the general path then reports), with nothing
 /// done.
 unsafe fn recv_at_once(
@@ -526,12 +527,7 @@ unsafe fn recv_at_once(
     let r = fast_recv(buf, count, dt, source, tag, cm)?;
     // SAFETY: the caller's buffer holds `count` elements of the type (MPI semantics) and is
     // the receive's until this call returns, which waits for it.
-    let started = runtime::with(|rt| unsafe { rt.engine.recv_start(&r, true) });
-    Some(match started {
-        Ok(Ok(id)) => runtime::wait_engine(id).map(Status::from),
-        Ok(Err(st)) => Ok(Status::from(st)),
-        Err(e) => Err(e),
-    })
+    Some(unsafe { runtime::recv_blocking(&r) }.map(Status::from))
 }
 
 /// The engine's arguments of a receive that needs no registry and no staging (a contiguous

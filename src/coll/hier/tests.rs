@@ -56,6 +56,7 @@ fn run(
                 // Reduce takes MPI_IN_PLACE at the root only.
                 in_place: in_place && (kind != CollKind::Reduce || r == root),
                 commutative: true,
+                nodes: nodes.count(),
             };
             build(kind, &a, &nodes).unwrap_or_else(|e| panic!("{kind:?} rank {r}: {e:?}"))
         })

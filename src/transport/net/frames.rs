@@ -38,6 +38,10 @@
 //!   as the end of that connection and tests it no more, so a sender may close once its
 //!   goodbye is sent (the backend delivers what a peer sent before it closed); waiting for the
 //!   goodbyes of its own senders keeps a rank's receives posted until they are done with it.
+//!   A sender may so have closed while its last frames wait in the receiver's posted
+//!   receives: the receiver's re-post of a taken frame's receive can then fail (with a
+//!   credit-based backend it writes to the closed sender), and the receives still posted are
+//!   taken before that failure counts (only if they run out before the goodbye).
 //!   Frames that arrive meanwhile (sends nobody received) are dropped. A rank never waits for
 //!   peers it has no connection with.
 //! - **Bulk data** ([`Transport::bulk_send`], [`Transport::bulk_recv`]): the engine moves the
@@ -51,7 +55,10 @@
 //!   transfers in a queue per peer, in the order the engine queued them, posts them in that
 //!   order as the backend takes them (registering each buffer for the time of its transfer)
 //!   and reports each once complete. A bulk receive queued before the peer's lane is
-//!   accepted waits for it (accepting at every poll meanwhile).
+//!   accepted waits for it (accepting at every poll meanwhile). Where the backend registers
+//!   device memory ([`super::Net::device_memory`], [`NetFrames::set_bulk_device`]), either end
+//!   of a transfer may be a device buffer, registered as [`MemKind::Cuda`]: the NIC reads and
+//!   writes it directly (GPUDirect RDMA), nothing is staged in host memory.
 //! - **Gone peers**: a frame marked [`FLAG_UNLESS_GONE`] (a collective's question or answer,
 //!   which its receiver may no longer need) whose dial fails because the peer has ended is
 //!   dropped, and so are later such frames to it; any other frame to it is an error.
@@ -111,6 +118,9 @@ pub struct Counters {
     pub bulk_bytes: u64,
     pub bulk_recvs: u64,
     pub bulk_bytes_in: u64,
+    /// Of those, the ones sent from and received into device memory (GPUDirect RDMA).
+    pub bulk_dev: u64,
+    pub bulk_dev_in: u64,
 }
 /// Tag of the engine's frames.
 const TAG_FRAME: i32 = 0;
@@ -145,15 +155,20 @@ struct Rx {
     posted: VecDeque<(usize, Request)>,
     /// The peer said goodbye (an empty message): nothing more comes, nothing is tested.
     bye: bool,
+    /// A re-post failed: the receives still posted are taken, and the failure counts only if
+    /// they run out before the goodbye.
+    lost: Option<NetError>,
 }
 
 /// One bulk transfer: the engine's id, the user's buffer (an address: the engine keeps it
-/// valid until the transfer is reported) and length, and once posted its registration and
-/// request.
+/// valid until the transfer is reported), its length and memory kind, and once posted its
+/// registration and request.
 struct Bulk {
     id: u64,
     addr: usize,
     len: usize,
+    /// The buffer is device memory (registered as such: GPUDirect RDMA).
+    dev: bool,
     mr: Option<Mr>,
     req: Option<Request>,
 }
@@ -206,6 +221,8 @@ pub struct NetFrames {
     gone: Vec<Option<NetError>>,
     /// The smallest message the engine should move as a bulk transfer (`None`: none).
     bulk_min: Option<usize>,
+    /// Bulk transfers may take device memory ([`NetFrames::set_bulk_device`]).
+    bulk_device: bool,
     /// Per peer: the bulk lane to it and from it (once connected), and the transfers queued
     /// each way.
     bulk_out: Vec<Option<BulkOut>>,
@@ -216,6 +233,41 @@ pub struct NetFrames {
     bulk_peers: Vec<usize>,
     /// Connection set-up, the listener and the backend (declared last: closed after the comms).
     links: Links,
+}
+
+/// How a bulk transfer's buffer is registered.
+fn mem_kind(dev: bool) -> MemKind {
+    if dev {
+        MemKind::Cuda
+    } else {
+        MemKind::Host
+    }
+}
+
+/// Whether bulk transfers take device memory (GPUDirect RDMA), from `GPUMPI_NET_GDR`
+/// (`setting`: `auto`, `0`, `1`; empty is `auto`) and what the backend `backend` can
+/// (`can`: [`super::Net::device_memory`]), with the reason to log. `1` where the backend
+/// cannot is an error naming both.
+pub fn gdr_choice(setting: &str, backend: &str, can: bool) -> Result<(bool, String), String> {
+    let why = |on: bool| {
+        if on {
+            format!("on: the {backend} backend registers device memory with the NIC")
+        } else if can {
+            "off (GPUMPI_NET_GDR=0)".to_string()
+        } else {
+            format!("off: the {backend} backend cannot take device memory")
+        }
+    };
+    match setting.trim() {
+        "" | "auto" => Ok((can, why(can))),
+        "0" => Ok((false, why(false))),
+        "1" if can => Ok((true, why(true))),
+        "1" => Err(format!(
+            "GPUMPI_NET_GDR=1: the {backend} network backend cannot take device memory \
+             (ibverbs needs a dma-buf or nvidia-peermem path, GPUMPI_IB_GDR)"
+        )),
+        v => Err(format!("GPUMPI_NET_GDR={v}: expected auto, 0 or 1")),
+    }
 }
 
 /// Ends the process on a network error: see the module documentation.
@@ -253,6 +305,7 @@ impl NetFrames {
             unless_gone: vec![false; size],
             gone: (0..size).map(|_| None).collect(),
             bulk_min: None,
+            bulk_device: false,
             bulk_out: (0..size).map(|_| None).collect(),
             bulk_in: (0..size).map(|_| None).collect(),
             bulk_tx: (0..size).map(|_| BulkQueue::default()).collect(),
@@ -266,6 +319,18 @@ impl NetFrames {
     /// (`None`: none; the default). Bulk sends a peer asks for are made either way.
     pub fn set_bulk_min(&mut self, min: Option<usize>) {
         self.bulk_min = min;
+    }
+
+    /// The network backend.
+    pub fn backend(&self) -> &dyn super::Net {
+        self.links.net()
+    }
+
+    /// Lets bulk transfers send from and receive into device memory (registered with the
+    /// backend as [`MemKind::Cuda`]: GPUDirect RDMA). Only for a backend whose
+    /// [`super::Net::device_memory`] holds ([`gdr_choice`] decides).
+    pub fn set_bulk_device(&mut self, on: bool) {
+        self.bulk_device = on;
     }
 
     /// For tests: bulk sends to `peer` with the backend, bulk receives from it with the
@@ -533,7 +598,7 @@ impl NetFrames {
                         None => *b.mr.insert(o.comm.reg_mr(
                             b.addr as *const u8,
                             b.len,
-                            MemKind::Host,
+                            mem_kind(b.dev),
                         )?),
                     };
                     // SAFETY: the engine keeps the buffer readable and unchanged until the
@@ -555,7 +620,7 @@ impl NetFrames {
                     Some(mr) => mr,
                     None => *b
                         .mr
-                        .insert(c.reg_mr(b.addr as *const u8, b.len, MemKind::Host)?),
+                        .insert(c.reg_mr(b.addr as *const u8, b.len, mem_kind(b.dev))?),
                 };
                 let rb = RecvBuf {
                     ptr: b.addr as *mut u8,
@@ -598,6 +663,7 @@ impl NetFrames {
                 tq.posted -= 1;
                 self.counts.bulk_sends += 1;
                 self.counts.bulk_bytes += b.len as u64;
+                self.counts.bulk_dev += u64::from(b.dev);
                 f(BulkDone {
                     peer: p,
                     id: b.id,
@@ -633,6 +699,7 @@ impl NetFrames {
                 }
                 self.counts.bulk_recvs += 1;
                 self.counts.bulk_bytes_in += b.len as u64;
+                self.counts.bulk_dev_in += u64::from(b.dev);
                 f(BulkDone {
                     peer: p,
                     id: b.id,
@@ -775,6 +842,7 @@ impl Rx {
             buf,
             posted: VecDeque::with_capacity(slots),
             bye: false,
+            lost: None,
         };
         for s in 0..slots {
             rx.post(s, frame)?;
@@ -815,22 +883,48 @@ impl Transport for NetFrames {
             .filter(|_| peer != self.me && self.links.reaches(peer))
     }
 
-    unsafe fn bulk_send(&mut self, dst: usize, id: u64, data: *const u8, len: usize) -> bool {
+    fn bulk_device(&self, peer: usize) -> bool {
+        self.bulk_device && self.bulk_min(peer).is_some()
+    }
+
+    unsafe fn bulk_send(
+        &mut self,
+        dst: usize,
+        id: u64,
+        data: *const u8,
+        len: usize,
+        dev: bool,
+    ) -> bool {
+        if dev && !self.bulk_device {
+            return false;
+        }
         let b = Bulk {
             id,
             addr: data as usize,
             len,
+            dev,
             mr: None,
             req: None,
         };
         self.bulk_queue(dst, true, b)
     }
 
-    unsafe fn bulk_recv(&mut self, src: usize, id: u64, buf: *mut u8, len: usize) -> bool {
+    unsafe fn bulk_recv(
+        &mut self,
+        src: usize,
+        id: u64,
+        buf: *mut u8,
+        len: usize,
+        dev: bool,
+    ) -> bool {
+        if dev && !self.bulk_device {
+            return false;
+        }
         let b = Bulk {
             id,
             addr: buf as usize,
             len,
+            dev,
             mr: None,
             req: None,
         };
@@ -963,6 +1057,11 @@ impl Transport for NetFrames {
             };
             for _ in 0..POLL_BUDGET {
                 let Some(&(s, q)) = r.posted.front() else {
+                    match r.lost.take() {
+                        Some(_) if self.closing => r.bye = true,
+                        Some(e) => fatal(self.me, e),
+                        None => {}
+                    }
                     break;
                 };
                 let mut size = [0usize];
@@ -1005,8 +1104,13 @@ impl Transport for NetFrames {
                     delivered += 1;
                     m = &m[need.min(m.len())..];
                 }
-                if let Err(e) = r.post(s, self.frame) {
-                    fatal(self.me, e);
+                // A peer ends once its goodbye is written, so the credit this re-post writes
+                // may fail while its last frames and goodbye wait in the receives still
+                // posted: those are taken first (see `Rx::lost`).
+                if r.lost.is_none() {
+                    if let Err(e) = r.post(s, self.frame) {
+                        r.lost = Some(e);
+                    }
                 }
             }
         }
@@ -1124,6 +1228,14 @@ impl Drop for NetFrames {
                 c.bulk_bytes,
                 c.bulk_recvs,
                 c.bulk_bytes_in
+            );
+        }
+        if c.bulk_dev + c.bulk_dev_in > 0 {
+            tracing::info!(
+                "net: rank {}: {} bulk transfers sent from and {} received into device memory (GPUDirect RDMA)",
+                self.me,
+                c.bulk_dev,
+                c.bulk_dev_in
             );
         }
         let rail = self.rails.as_ref().map_or(0, |r| r.0);

@@ -276,11 +276,11 @@ fn bulk_transfers_match_in_queue_order_over_their_own_connection() {
     // Receives first (rank 1 has no lane from rank 0 yet), then the sends.
     for (k, b) in bufs.iter_mut().enumerate() {
         // SAFETY: the buffers outlive the transfers (checked complete below).
-        assert!(unsafe { fs[1].bulk_recv(0, 100 + k as u64, b.as_mut_ptr(), b.len()) });
+        assert!(unsafe { fs[1].bulk_recv(0, 100 + k as u64, b.as_mut_ptr(), b.len(), false) });
     }
     for (k, m) in msgs.iter().enumerate() {
         // SAFETY: as above.
-        assert!(unsafe { fs[0].bulk_send(1, 200 + k as u64, m.as_ptr(), m.len()) });
+        assert!(unsafe { fs[0].bulk_send(1, 200 + k as u64, m.as_ptr(), m.len(), false) });
     }
     let mut got: Got = vec![Vec::new(); 2];
     send(&mut fs, &mut got, 0, 1, 4, b"beside the bulk data");
@@ -341,7 +341,7 @@ fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
     let src = vec![5u8; n];
     let mut dst = vec![0u8; n];
     // SAFETY: the buffer outlives the frames (dropped at the end of the test).
-    assert!(unsafe { fs[0].bulk_send(1, 2, src.as_ptr(), n) });
+    assert!(unsafe { fs[0].bulk_send(1, 2, src.as_ptr(), n, false) });
     let mut got: Got = vec![Vec::new(); 2];
     let end = Instant::now() + Duration::from_secs(20);
     // Until the send is with the backend (its lane up): far more than the sockets hold.
@@ -354,7 +354,7 @@ fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
     // receiver asks for it.
     fs[0].cut_bulk_lane(1, true);
     // SAFETY: as above.
-    assert!(unsafe { fs[1].bulk_recv(0, 1, dst.as_mut_ptr(), n) });
+    assert!(unsafe { fs[1].bulk_recv(0, 1, dst.as_mut_ptr(), n, false) });
     let e = loop {
         assert!(Instant::now() < end, "the receiver never noticed");
         match fs[1].try_bulk_poll(&mut |d| panic!("a cut transfer completed: {d:?}")) {
@@ -369,4 +369,40 @@ fn a_peer_that_closes_mid_transfer_is_an_error_naming_it() {
     fs[1].cut_bulk_lane(0, true);
     close(fs);
     drop((src, dst));
+}
+
+/// The TCP backend cannot take device memory: its frames offer no device bulk transfers and
+/// refuse one (nothing queued); `GPUMPI_NET_GDR` decides from what the backend can, and `1`
+/// where it cannot is an error naming the backend.
+#[test]
+fn device_bulk_transfers_only_where_the_backend_registers_device_memory() {
+    use super::frames::gdr_choice;
+    let mut fs = loopback_frames(2, 1, Duration::from_secs(5), b"bulk-dev");
+    fs[0].set_bulk_min(Some(1 << 16));
+    assert!(!fs[0].backend().device_memory());
+    assert!(!fs[0].bulk_device(1));
+    let b = vec![0u8; 1 << 20];
+    // SAFETY: refused before anything is queued.
+    assert!(!unsafe { fs[0].bulk_send(1, 1, b.as_ptr(), b.len(), true) });
+    assert_eq!(fs[0].bulk_state(1), (0, 0, false));
+    fs[0].set_bulk_device(true);
+    assert!(fs[0].bulk_device(1) && !fs[0].bulk_device(0));
+    fs[0].set_bulk_min(None);
+    assert!(
+        !fs[0].bulk_device(1),
+        "no device bulk transfers without bulk transfers"
+    );
+    assert!(gdr_choice("", "ib", true).unwrap().0);
+    assert!(!gdr_choice("auto", "tcp", false).unwrap().0);
+    assert!(gdr_choice("auto", "tcp", false)
+        .unwrap()
+        .1
+        .contains("tcp backend cannot"));
+    assert!(!gdr_choice("0", "ib", true).unwrap().0);
+    assert!(gdr_choice(" 1 ", "ib", true).unwrap().0);
+    let e = gdr_choice("1", "tcp", false).unwrap_err();
+    assert!(e.contains("GPUMPI_NET_GDR=1") && e.contains("tcp"), "{e}");
+    assert!(gdr_choice("yes", "ib", true)
+        .unwrap_err()
+        .contains("expected auto, 0 or 1"));
 }

@@ -14,7 +14,8 @@
 //!   ranks holds one of each. Set-up is authenticated with the job secret given to [`open`]: a
 //!   stray connection to a listening port cannot become a comm.
 //! - **Memory registration** ([`SendComm::reg_mr`], [`RecvComm::reg_mr`]): every buffer passed
-//!   to `isend`/`irecv` lies inside a registered region. TCP registers host memory only.
+//!   to `isend`/`irecv` lies inside a registered region. TCP registers host memory only; a
+//!   backend that registers device memory says so ([`Net::device_memory`]).
 //! - **Tagged operations**: [`SendComm::isend`] posts one message with a tag;
 //!   [`RecvComm::irecv`] posts a *group* of up to [`Props::max_recvs`] receives, each with its
 //!   own buffer, capacity and tag. Messages of one comm are matched in order: each message
@@ -185,6 +186,13 @@ pub trait Net: Send + Sync {
     fn listen(&self, dev: usize) -> NetResult<(Handle, Box<dyn Listener>)>;
     /// Starts connecting from device `dev` to the listener that produced `handle`.
     fn connect(&self, dev: usize, handle: &Handle) -> NetResult<Box<dyn Connector>>;
+    /// Whether every device's comms register device memory ([`MemKind::Cuda`]) so that the
+    /// NIC reads and writes it directly (GPUDirect RDMA): the engine then moves device
+    /// buffers between nodes without staging them in host memory (`frames::gdr_choice`).
+    /// Default: no.
+    fn device_memory(&self) -> bool {
+        false
+    }
 }
 
 /// The receiving end of connection set-up.

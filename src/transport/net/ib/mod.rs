@@ -702,6 +702,11 @@ impl Net for IbNet {
         &self.props
     }
 
+    /// Where the GPUDirect registration path is dma-buf or peer memory ([`select::gdr_path`]).
+    fn device_memory(&self) -> bool {
+        !self.ports.is_empty() && self.ports.iter().all(|p| p.gdr != GdrPath::Staging)
+    }
+
     fn listen(&self, dev: usize) -> NetResult<(Handle, Box<dyn Listener>)> {
         let port = self.port(dev)?.clone();
         let bind = super::any_port(self.oob, self.oob_scope);

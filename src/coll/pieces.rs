@@ -1,0 +1,118 @@
+//! How a large allreduce between nodes is cut into pieces (`dispatch::piped`): consecutive
+//! ranges of the packed vector, each an allreduce of its own. A plan depends only on what every
+//! rank of the call knows alike (the vector's bytes, the element size, the piece size and the
+//! most pieces the call may number), so every rank cuts the same pieces.
+
+/// Pieces never shrink below this (unless the configured size is smaller): below it a piece's
+/// fixed costs (a schedule, its messages' round trips) outweigh the overlap.
+pub const MIN_PIECE: usize = 1 << 20;
+
+/// The piece size for a `bytes`-byte vector with `GPUMPI_COLL_PIECE` = `most`: a quarter of the
+/// vector, so that even a vector of a few pieces overlaps copies, network and reduction, but at
+/// least [`MIN_PIECE`] and at most `most`.
+pub fn size(bytes: usize, most: usize) -> usize {
+    (bytes / 4).max(MIN_PIECE.min(most)).min(most)
+}
+
+/// The pieces of a `bytes`-byte vector of `elem`-byte elements: `(offset, length)` ranges that
+/// cover it in order, each a whole number of elements, about `piece` bytes each (never less
+/// than one element), and at most `max` of them (pieces grow where `bytes / piece` is more).
+/// Empty for an empty vector.
+pub fn plan(bytes: usize, elem: usize, piece: usize, max: usize) -> Vec<(usize, usize)> {
+    let elem = elem.max(1);
+    if bytes == 0 || max == 0 {
+        return Vec::new();
+    }
+    let elems = bytes.div_ceil(elem);
+    let per = (piece / elem).max(1).max(elems.div_ceil(max));
+    (0..elems)
+        .step_by(per)
+        .map(|e| {
+            let off = e * elem;
+            (off, (per * elem).min(bytes - off))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn pieces_cover_the_vector_in_whole_elements() {
+        for bytes in [
+            1usize,
+            3,
+            4,
+            8,
+            12,
+            4096,
+            (4 << 20) - 4,
+            4 << 20,
+            (8 << 20) + 12,
+            1 << 30,
+        ] {
+            for elem in [1usize, 2, 4, 8, 12, 16] {
+                if bytes % elem != 0 {
+                    continue;
+                }
+                for piece in [1usize, 7, 64 << 10, 4 << 20] {
+                    for max in [1usize, 2, 3, 254] {
+                        let p = plan(bytes, elem, piece, max);
+                        assert!(
+                            !p.is_empty() && p.len() <= max,
+                            "{bytes} {elem} {piece} {max}"
+                        );
+                        let mut at = 0;
+                        for &(off, len) in &p {
+                            assert_eq!(off, at);
+                            assert!(len > 0 && len % elem == 0, "{bytes} {elem} {piece} {max}");
+                            at += len;
+                        }
+                        assert_eq!(at, bytes);
+                        // Every piece but the last is the same size, at least `piece` bytes
+                        // (rounded down to whole elements, at least one).
+                        let first = p[0].1;
+                        assert!(p[..p.len() - 1].iter().all(|&(_, l)| l == first));
+                        if p.len() > 1 {
+                            assert!(first >= (piece / elem).max(1) * elem);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn piece_sizes_grow_with_the_vector_up_to_the_setting() {
+        use super::{size, MIN_PIECE};
+        assert_eq!(size(1 << 20, 4 << 20), MIN_PIECE);
+        assert_eq!(size(4 << 20, 4 << 20), 1 << 20);
+        assert_eq!(size(8 << 20, 4 << 20), 2 << 20);
+        assert_eq!(size(16 << 20, 4 << 20), 4 << 20);
+        assert_eq!(size(1 << 30, 4 << 20), 4 << 20);
+        // A setting below the floor is taken as is.
+        assert_eq!(size(1 << 30, 64 << 10), 64 << 10);
+        assert_eq!(size(100 << 10, 64 << 10), 64 << 10);
+        // Never more than the setting, never less than the floor below it.
+        for bytes in [0usize, 1, 4096, 3 << 20, 7 << 20, 64 << 20] {
+            for most in [1usize, 4096, 1 << 20, 4 << 20, 16 << 20] {
+                let s = size(bytes, most);
+                assert!(s <= most && s >= MIN_PIECE.min(most), "{bytes} {most}: {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn pieces_of_the_usual_sizes() {
+        assert_eq!(plan(16 << 20, 4, 4 << 20, 254).len(), 4);
+        assert_eq!(plan((16 << 20) + 4, 4, 4 << 20, 254).len(), 5);
+        assert_eq!(
+            plan(16 << 20, 4, 4 << 20, 2),
+            vec![(0, 8 << 20), (8 << 20, 8 << 20)]
+        );
+        assert!(plan(0, 4, 4 << 20, 254).is_empty());
+        // A piece size that is not a whole number of elements rounds down.
+        assert_eq!(plan(36, 12, 30, 254), vec![(0, 24), (24, 12)]);
+    }
+}
