@@ -677,6 +677,7 @@ macro_rules! c_tests {
 
 c_tests!(
     init_thread,
+    stream_api,
     init_plain,
     multinode_init,
     net_lazy,

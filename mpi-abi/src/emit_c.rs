@@ -87,6 +87,17 @@ fn handle_value_c(h: &HandleType, v: &HandleValue) -> String {
     }
 }
 
+/// The handle types and predefined handles of mpi.h (`mpix` false) or of mpi-ext.h (`mpix` true).
+fn emit_handles(o: &mut String, abi: &Abi, mpix: bool) {
+    for h in abi.handles.iter().filter(|h| h.mpix == mpix) {
+        writeln!(o, "typedef struct {}* {};", h.abi_struct, h.name).unwrap();
+        for v in &h.values {
+            writeln!(o, "#define {:<30} {}", v.name, handle_value_c(h, v)).unwrap();
+        }
+        o.push('\n');
+    }
+}
+
 /// The callback typedefs of mpi.h (`mpix` false) or of mpi-ext.h (`mpix` true).
 fn emit_callbacks(o: &mut String, abi: &Abi, mpix: bool) {
     for cb in abi.callbacks.iter().filter(|c| c.mpix == mpix) {
@@ -137,13 +148,7 @@ pub fn c_header(abi: &Abi) -> String {
     }
 
     o.push_str("/* Handle types and predefined handles */\n");
-    for h in &abi.handles {
-        writeln!(o, "typedef struct {}* {};", h.abi_struct, h.name).unwrap();
-        for v in &h.values {
-            writeln!(o, "#define {:<30} {}", v.name, handle_value_c(h, v)).unwrap();
-        }
-        o.push('\n');
-    }
+    emit_handles(&mut o, abi, false);
 
     let (late, early): (Vec<&Section>, Vec<&Section>) = abi
         .sections
@@ -195,6 +200,8 @@ pub fn c_ext_header(abi: &Abi) -> String {
     {
         emit_section(&mut o, s);
     }
+    o.push_str("/* Extension handle types (MPICH's MPIX_ objects) */\n");
+    emit_handles(&mut o, abi, true);
     o.push_str("/* Extension callback function types (MPICH's signatures) */\n");
     emit_callbacks(&mut o, abi, true);
     o.push('\n');

@@ -636,7 +636,16 @@ fn forwarder(abi: &Abi, m: &Mpich, f: &Function, implemented: bool) -> Result<St
     let ret = ret_ty(abi, &f.proto.ret, true);
     let err_code = f.returns_error_code();
     let mut body = String::new();
-    if !implemented {
+    let mpix_handle = f
+        .proto
+        .params
+        .iter()
+        .any(|p| abi.handle(&p.ty.base).is_some_and(|h| h.mpix));
+    if mpix_handle {
+        // gpumpi's extension handles (MPIX_Stream) have no MPICH int form: the call is refused
+        // through MPI_COMM_WORLD's error handler with a message naming it.
+        body = format!("unavailable(\"{name}\")");
+    } else if !implemented {
         // The core answers MPI_ERR_UNSUPPORTED_OPERATION through the error handler, naming the
         // function; its arguments are not read.
         let zeros: Vec<&str> = f

@@ -49,6 +49,8 @@ pub struct HandleType {
     pub abi_struct: String,
     /// An MPI_T tool handle (no Fortran/int conversions).
     pub tool: bool,
+    /// A gpumpi extension handle (MPICH's `MPIX_` objects): declared in mpi-ext.h, not mpi.h.
+    pub mpix: bool,
     /// Stem of `MPI_<stem>_c2f` / `_f2c` / `_toint` / `_fromint`.
     pub conv_stem: Option<String>,
     pub values: Vec<HandleValue>,

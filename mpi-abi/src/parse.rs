@@ -63,13 +63,14 @@ fn parse_handles(text: &str) -> Result<Vec<HandleType>, String> {
         if toks[0] == "@handle" {
             if toks.len() < 3 {
                 return Err(format!(
-                    "{n}: `@handle <type> <struct> [tool] [c2f <Stem>]`"
+                    "{n}: `@handle <type> <struct> [tool] [mpix] [c2f <Stem>]`"
                 ));
             }
             let mut h = HandleType {
                 name: toks[1].into(),
                 abi_struct: toks[2].into(),
                 tool: false,
+                mpix: false,
                 conv_stem: None,
                 values: vec![],
             };
@@ -77,6 +78,7 @@ fn parse_handles(text: &str) -> Result<Vec<HandleType>, String> {
             while i < toks.len() {
                 match toks[i] {
                     "tool" => h.tool = true,
+                    "mpix" => h.mpix = true,
                     "c2f" if i + 1 < toks.len() => {
                         h.conv_stem = Some(toks[i + 1].into());
                         i += 1;

@@ -9,7 +9,8 @@ fn mpich_values_cover_the_standard_handles() {
     for h in abi
         .handles
         .iter()
-        .filter(|h| !h.tool && h.name != "MPI_File")
+        // MPIX_Stream has no MPICH form: its functions are refused in libmpi.so.12.
+        .filter(|h| !h.tool && !h.mpix && h.name != "MPI_File")
     {
         let (_, vals) = m
             .handles

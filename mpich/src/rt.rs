@@ -267,6 +267,30 @@ pub fn guard_val<R>(default: R, f: impl FnOnce() -> R) -> R {
     })
 }
 
+/// The answer of a function whose gpumpi handles have no MPICH form (MPIX_Stream): an error
+/// code of class MPI_ERR_UNSUPPORTED_OPERATION whose string names the call, raised on
+/// MPI_COMM_WORLD's error handler, as MPICH's code.
+pub fn unavailable(name: &str) -> c_int {
+    let c = core();
+    let mut code: c_int = 0;
+    // SAFETY: out-pointer to a local; the string is NUL-terminated and outlives the call.
+    unsafe {
+        // The standard ABI's MPI_ERR_UNSUPPORTED_OPERATION and MPI_COMM_WORLD.
+        let class: c_int = 55;
+        let world: usize = 0x101;
+        if (c.MPI_Add_error_code)(class, &mut code) != 0 {
+            return err_from_std(class);
+        }
+        let msg = std::ffi::CString::new(format!(
+            "{name}: MPIX streams are not available through the MPICH ABI (libmpi.so.12); build the program against gpumpi's mpi.h and mpi-ext.h"
+        ))
+        .unwrap_or_default();
+        (c.MPI_Add_error_string)(code, msg.as_ptr());
+        (c.MPI_Comm_call_errhandler)(world, code);
+    }
+    err_from_std(code)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

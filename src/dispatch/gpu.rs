@@ -305,6 +305,10 @@ fn gpu_call(spec: &CollSpec) -> Option<Option<(KOp, KType)>> {
     ) || spec.bytes == 0
         || spec.host_only
         || !spec.comm.one_node
+        // A stream communicator's collectives run over host staging on its worker thread
+        // (`gpu::enqueue`); its blocking calls stay off the GPU paths too, so every rank
+        // walks the same paths whichever form it called.
+        || spec.comm.stream.get().is_some()
         || !crate::gpu::device::enabled()
     {
         return None;

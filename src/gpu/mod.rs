@@ -21,6 +21,7 @@ pub mod cache;
 pub mod call;
 pub mod comm;
 pub mod device;
+pub mod enqueue;
 pub mod fdshare;
 pub mod hostmem;
 pub mod ipc;
@@ -204,6 +205,9 @@ impl Classifier for Driver {
         cuda::pointer_buffer_id(ptr)
     }
     fn first_seen(&self, ptr: usize, info: &PtrInfo) {
+        if NO_FIRST_SYNC.with(|h| h.get()) {
+            return;
+        }
         // From now on the program's synchronous copies into the allocation complete before
         // they return. One that returned early before this call is waited for here: the
         // legacy default stream (the stream of `cudaMemcpy`) of the device's primary context
@@ -223,6 +227,21 @@ impl Classifier for Driver {
             tracing::debug!("{e}: device buffer {ptr:#x} used without waiting for earlier copies");
         }
     }
+}
+
+thread_local! {
+    /// Set while the enqueue forms classify their buffers: a first-seen allocation gets no
+    /// wait for the legacy default stream (that wait is not legal while the caller captures a
+    /// graph, and stream order already covers the caller's own work).
+    static NO_FIRST_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// [`classify`] for the enqueue forms: no legacy-stream wait for a first-seen allocation.
+pub fn classify_ordered(ptr: *const u8) -> PtrInfo {
+    let old = NO_FIRST_SYNC.with(|h| h.replace(true));
+    let r = classify(ptr);
+    NO_FIRST_SYNC.with(|h| h.set(old));
+    r
 }
 
 /// Where `ptr` lives. Cheap for host memory in a process that does not use CUDA.

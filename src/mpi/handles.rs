@@ -30,6 +30,11 @@ pub enum Kind {
     Session = 9,
     Win = 10,
     File = 11,
+    /// MPIX_Stream (an extension handle: no integer form).
+    Stream = 12,
+    /// The MPI_Request of an `MPIX_Isend_enqueue` / `MPIX_Irecv_enqueue` (only the enqueued
+    /// waits accept it).
+    EnqueueRequest = 13,
 }
 
 const KIND_SHIFT: u32 = 60;

@@ -18,6 +18,7 @@ pub mod devices;
 pub mod objects;
 pub mod request;
 pub mod state;
+pub mod stream;
 pub mod types;
 
 use crate::bootstrap::{self, node, wire, Bootstrap};

@@ -62,6 +62,9 @@ pub struct CommObj {
     /// The GPU paths' agreement on this communicator when it is not MPI_COMM_WORLD
     /// (`engine::agree::words`).
     pub agree: crate::engine::agree::words::CommState,
+    /// Set on a communicator made by `MPIX_Stream_comm_create(_multiplex)` (on every rank, also
+    /// where the local stream is MPIX_STREAM_NULL): its streams and enqueue state.
+    pub stream: std::sync::OnceLock<Arc<crate::runtime::stream::StreamComm>>,
 }
 
 /// The world ranks of every communicator made in this process, by the context id of its
@@ -107,6 +110,7 @@ impl CommObj {
             info: Mutex::new(Vec::new()),
             gpu: Default::default(),
             agree: Default::default(),
+            stream: Default::default(),
         }
     }
     pub fn size(&self) -> usize {

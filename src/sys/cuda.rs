@@ -226,6 +226,58 @@ pub struct Stream(cu::CUstream);
 unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
 
+impl Stream {
+    /// A stream the application owns (a `cudaStream_t` / `CUstream` value, as MPICH's
+    /// `MPIX_Stream_create` receives it). gpumpi never destroys it.
+    pub fn from_raw(raw: usize) -> Stream {
+        Stream(raw as cu::CUstream)
+    }
+}
+
+/// The context a stream belongs to (for the legacy and per-thread default streams, 0 and 2:
+/// the calling thread's current context).
+pub fn stream_context(s: Stream) -> CuResult<Context> {
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the driver validates the stream handle.
+    unsafe { check("cuStreamGetCtx", cu::cuStreamGetCtx(s.0, &mut ctx))? };
+    if ctx.is_null() {
+        return Err(fail(
+            "cuStreamGetCtx",
+            "no context current for a default stream",
+        ));
+    }
+    Ok(Context(ctx))
+}
+
+/// Whether `s` is being captured into a CUDA graph (work enqueued now becomes graph nodes).
+pub fn stream_capturing(s: Stream) -> CuResult<bool> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: out-pointer to a local; cuStreamIsCapturing is legal during any capture.
+    unsafe { check("cuStreamIsCapturing", cu::cuStreamIsCapturing(s.0, &mut st))? };
+    match st {
+        cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(false),
+        cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(true),
+        _ => Err(fail(
+            "cuStreamIsCapturing",
+            "the stream's capture was invalidated",
+        )),
+    }
+}
+
+/// Enqueue `f(data)` on `s`: it runs on a driver thread once the work before it completed, and
+/// the work after it waits for it to return (a host node when `s` is being captured).
+///
+/// # Safety
+/// `f` must not call CUDA and must not block on work that only later stream work completes;
+/// `data` must stay valid until every run of it (each replay of a captured graph) finished.
+pub unsafe fn launch_host_func(
+    s: Stream,
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+) -> CuResult<()> {
+    check("cuLaunchHostFunc", cu::cuLaunchHostFunc(s.0, Some(f), data))
+}
+
 /// Retain device `ordinal`'s primary context (the one the CUDA runtime uses too).
 pub fn primary_context(ordinal: i32) -> CuResult<Context> {
     let mut dev = 0;

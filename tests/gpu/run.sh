@@ -33,7 +33,11 @@
 # push for the others) up to 4 MiB (GPUMPI_GPU_RESIDENT_TUNING, GPUMPI_GPU_RESIDENT_MAX=4m; the
 # 3-rank run with GPUMPI_GPU_RESIDENT_BLOCKS=3); where every rank has its own GPU each run must
 # set up the wide resident kernel on every rank (its debug log says so).
-# --bench also runs gpu_bench.
+# gpu_stream runs every MPIX_*_enqueue form on device buffers (ordering with the caller's own
+# stream work, two stream communicators at once, a captured CUDA graph replayed 1000 times) at 2
+# and 4 ranks.
+# --bench also runs gpu_bench and `gpu_stream bench` (allreduce: blocking, enqueued back-to-back,
+# enqueued from a graph).
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
 # lists one, or GPUMPI_REQUIRE_GPU=1; GPUMPI_REQUIRE_GPU=0 says no) a skip fails the script
@@ -55,7 +59,7 @@ done
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 out=${GPU_TEST_BUILD:-$(mktemp -d)}
 mkdir -p "$out"
-for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch gpu_resident_mid gpu_net; do
+for p in gpu_test gpu_bench gpu_mt gpu_mem gpu_churn gpu_mismatch gpu_resident_mid gpu_net gpu_stream; do
     "$prefix/bin/mpicc" -O2 -I"$here" -o "$out/$p" "$here/$p.c" -ldl -lm -lpthread
 done
 # The bad-input matrix of tests/c with device memory as every valid buffer.
@@ -135,6 +139,10 @@ for n in 2 4; do
 done
 run "gpu_mt -n 4, P2P forced off (two communicators' host-memory pipelines at once)" \
     GPUMPI_CUDA_IPC=0 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mt"
+for n in 2 4; do
+    run "gpu_stream -n $n (MPIX stream enqueue forms, two streams, a CUDA graph replayed 1000 times)" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_stream"
+done
 for n in 2 4; do
     run "gpu_mem -n $n (every memory kind, mixed between ranks)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mem"
@@ -339,6 +347,8 @@ if [ "$bench" = yes ]; then
     for n in 2 4; do
         echo "== gpu_bench -n $n"
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench" || { echo "FAILED: gpu_bench -n $n"; fail=1; }
+        echo "== gpu_stream bench -n $n"
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_stream" bench || { echo "FAILED: gpu_stream bench -n $n"; fail=1; }
     done
 fi
 echo "gpu: $npass passed, $nfail failed, $nskip skipped"

@@ -380,6 +380,12 @@ pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     let o = comm(h)?;
     super::attr::delete_all_comm_attrs(h, &o)?;
     crate::dispatch::release_gpu(&o)?;
+    if let Some(sc) = o.stream.get() {
+        // The stream's enqueued work must finish before its staging is freed.
+        if let Err(e) = sc.release() {
+            mpi_bail!(MPI_ERR_OTHER, "the communicator's CUDA stream: {e}");
+        }
+    }
     crate::runtime::objects::remove_comm(h);
     super::bsend::forget_comm(o.ctx);
     release_ctx(o.ctx);

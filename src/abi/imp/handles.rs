@@ -24,7 +24,9 @@ fn handle_of(kind: Kind, i: c_int) -> usize {
         Kind::Request => {
             crate::runtime::with(|rt| Ok(rt.reqs.from_int(i))).unwrap_or_else(|_| from_int(kind, i))
         }
-        Kind::Session | Kind::Win | Kind::File => from_int(kind, i),
+        Kind::Session | Kind::Win | Kind::File | Kind::Stream | Kind::EnqueueRequest => {
+            from_int(kind, i)
+        }
     }
 }
 use std::os::raw::c_int;

@@ -18,6 +18,7 @@ pub mod init;
 pub mod message;
 pub mod p2p;
 pub mod request;
+pub mod stream;
 pub mod topo;
 pub mod util;
 
@@ -34,4 +35,5 @@ pub use info::*;
 pub use init::*;
 pub use p2p::*;
 pub use request::*;
+pub use stream::*;
 pub use topo::*;
