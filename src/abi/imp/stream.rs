@@ -403,6 +403,25 @@ fn check_tag(tag: c_int, any: bool) -> MpiResult<()> {
     Ok(())
 }
 
+/// The checks and staging part shared by the point-to-point enqueue forms: the stream
+/// communicator's queue and the buffer's part (`send`: data goes out, else comes in; a receive
+/// takes MPI_ANY_SOURCE and MPI_ANY_TAG).
+fn p2p_part(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    cm: MPI_Comm,
+    send: bool,
+) -> MpiResult<(Arc<Queue>, Part)> {
+    let (o, q) = queue_of(cm)?;
+    check_rank(&o, peer, if send { "dest" } else { "source" }, !send)?;
+    check_tag(tag, !send)?;
+    let p = part(buf, count as i64, datatype, "buf", send, !send)?;
+    Ok((q, p))
+}
+
 pub unsafe fn MPIX_Send_enqueue(
     buf: *const c_void,
     count: c_int,
@@ -411,10 +430,7 @@ pub unsafe fn MPIX_Send_enqueue(
     tag: c_int,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    let (o, q) = queue_of(cm)?;
-    check_rank(&o, dest, "dest", false)?;
-    check_tag(tag, false)?;
-    let p = part(buf, count as i64, datatype, "buf", true, false)?;
+    let (q, p) = p2p_part(buf, count, datatype, dest, tag, cm, true)?;
     let (dt, cmv) = (datatype as usize, cm as usize);
     enqueue_blocking("MPIX_Send_enqueue", cm, &q, vec![p], move |a| {
         // SAFETY: host memory that lives until the stream passed this step.
@@ -440,10 +456,7 @@ pub unsafe fn MPIX_Recv_enqueue(
     cm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> MpiResult<()> {
-    let (o, q) = queue_of(cm)?;
-    check_rank(&o, source, "source", true)?;
-    check_tag(tag, true)?;
-    let p = part(buf, count as i64, datatype, "buf", false, true)?;
+    let (q, p) = p2p_part(buf, count, datatype, source, tag, cm, false)?;
     let (dt, cmv, stv) = (datatype as usize, cm as usize, status as usize);
     enqueue_blocking("MPIX_Recv_enqueue", cm, &q, vec![p], move |a| {
         // SAFETY: as for MPIX_Send_enqueue; the status (or MPI_STATUS_IGNORE) is the caller's.
@@ -518,10 +531,7 @@ pub unsafe fn MPIX_Isend_enqueue(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
-    let (o, q) = queue_of(cm)?;
-    check_rank(&o, dest, "dest", false)?;
-    check_tag(tag, false)?;
-    let p = part(buf, count as i64, datatype, "buf", true, false)?;
+    let (q, p) = p2p_part(buf, count, datatype, dest, tag, cm, true)?;
     let (dt, cmv) = (datatype as usize, cm as usize);
     let start = move |a: usize, r: *mut MPI_Request| {
         // SAFETY: host memory that the request's wait keeps alive.
@@ -550,10 +560,7 @@ pub unsafe fn MPIX_Irecv_enqueue(
     request: *mut MPI_Request,
 ) -> MpiResult<()> {
     nonnull(request, "request")?;
-    let (o, q) = queue_of(cm)?;
-    check_rank(&o, source, "source", true)?;
-    check_tag(tag, true)?;
-    let p = part(buf, count as i64, datatype, "buf", false, true)?;
+    let (q, p) = p2p_part(buf, count, datatype, source, tag, cm, false)?;
     let (dt, cmv) = (datatype as usize, cm as usize);
     let start = move |a: usize, r: *mut MPI_Request| {
         // SAFETY: as for MPIX_Isend_enqueue.
