@@ -5,13 +5,17 @@
 
 /// Pieces never shrink below this (unless the configured size is smaller): below it a piece's
 /// fixed costs (a schedule, its messages' round trips) outweigh the overlap.
-pub const MIN_PIECE: usize = 1 << 20;
+pub const MIN_PIECE: usize = 512 << 10;
 
 /// The piece size for a `bytes`-byte vector with `GPUMPI_COLL_PIECE` = `most`: a quarter of the
-/// vector, so that even a vector of a few pieces overlaps copies, network and reduction, but at
-/// least [`MIN_PIECE`] and at most `most`.
+/// vector, so that even a vector of a few pieces overlaps copies, network and reduction, but
+/// half of it up to 1 MiB pieces (four pieces of a 1-2 MiB vector cost more than they overlap),
+/// never less than [`MIN_PIECE`] and never more than `most`.
 pub fn size(bytes: usize, most: usize) -> usize {
-    (bytes / 4).max(MIN_PIECE.min(most)).min(most)
+    (bytes / 4)
+        .max((bytes / 2).min(1 << 20))
+        .max(MIN_PIECE.min(most))
+        .min(most)
 }
 
 /// The pieces of a `bytes`-byte vector of `elem`-byte elements: `(offset, length)` ranges that
@@ -86,19 +90,29 @@ mod tests {
     #[test]
     fn piece_sizes_grow_with_the_vector_up_to_the_setting() {
         use super::{size, MIN_PIECE};
-        assert_eq!(size(1 << 20, 4 << 20), MIN_PIECE);
-        assert_eq!(size(4 << 20, 4 << 20), 1 << 20);
-        assert_eq!(size(8 << 20, 4 << 20), 2 << 20);
-        assert_eq!(size(16 << 20, 4 << 20), 4 << 20);
-        assert_eq!(size(1 << 30, 4 << 20), 4 << 20);
+        let m = 4 << 20;
+        // Below two pieces of the floor: one piece (the caller runs the call whole).
+        assert_eq!(size(768 << 10, m), MIN_PIECE);
+        // 1-2 MiB: halves; from 2 MiB: quarters of at least 1 MiB; then the setting.
+        assert_eq!(size(1 << 20, m), 512 << 10);
+        assert_eq!(size(3 << 19, m), 768 << 10);
+        assert_eq!(size(2 << 20, m), 1 << 20);
+        assert_eq!(size(4 << 20, m), 1 << 20);
+        assert_eq!(size(8 << 20, m), 2 << 20);
+        assert_eq!(size(16 << 20, m), 4 << 20);
+        assert_eq!(size(1 << 30, m), 4 << 20);
         // A setting below the floor is taken as is.
         assert_eq!(size(1 << 30, 64 << 10), 64 << 10);
         assert_eq!(size(100 << 10, 64 << 10), 64 << 10);
-        // Never more than the setting, never less than the floor below it.
-        for bytes in [0usize, 1, 4096, 3 << 20, 7 << 20, 64 << 20] {
-            for most in [1usize, 4096, 1 << 20, 4 << 20, 16 << 20] {
+        // Never more than the setting, never less than the floor below it, and pieces only
+        // grow with the vector.
+        for most in [1usize, 4096, 1 << 20, 4 << 20, 16 << 20] {
+            let mut last = 0;
+            for bytes in (0..=64usize).map(|k| k << 18) {
                 let s = size(bytes, most);
                 assert!(s <= most && s >= MIN_PIECE.min(most), "{bytes} {most}: {s}");
+                assert!(s >= last, "{bytes} {most}: {s} < {last}");
+                last = s;
             }
         }
     }
