@@ -105,7 +105,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_COLL_PIECE",
         default: "4m",
-        doc: "Most bytes per piece of a large blocking `MPI_Allreduce` or `MPI_Alltoall` on a communicator that spans nodes (`src/dispatch/piped.rs`): a call of at least two pieces (a quarter of the data, at least 1 MiB or this value if smaller, at most this value) runs as consecutive collectives of a piece each (an alltoall piece: the same range of every block), two at a time, so one piece is reduced or copied while the next is on the network; device buffers move piece by piece through four page-locked buffers (the copy engine overlapping the network) instead of whole-buffer host copies. `0` = whole calls. Suffixes k/m/g.",
+        doc: "Most bytes per piece of a large blocking `MPI_Allreduce` or `MPI_Alltoall` on a communicator that spans nodes (`src/dispatch/piped.rs`): a call of at least two pieces (a quarter of the data, halves of a 1-2 MiB call, at least 512 KiB or this value if smaller, at most this value) runs as consecutive collectives of a piece each (an alltoall piece: the same range of every block), two at a time, so one piece is reduced or copied while the next is on the network; device buffers move piece by piece through four page-locked buffers (the copy engine overlapping the network) instead of whole-buffer host copies. `0` = whole calls. Suffixes k/m/g.",
         same_on_every_rank: true,
     },
     Param {

@@ -1,16 +1,18 @@
-//! Allreduce between nodes in pieces: a blocking `MPI_Allreduce` of at least two pieces on a
-//! communicator that spans nodes runs as consecutive allreduces over ranges of the packed vector
-//! (`coll::pieces`: a quarter of the vector, between 1 MiB and `GPUMPI_COLL_PIECE`), each the
-//! schedule (or the hierarchical one)
-//! the call would run whole, [`DEPTH`] at a time: while one piece is reduced by this thread, the
-//! next one's bytes move on the network's threads, where a whole-vector schedule leaves the
-//! network idle during each reduction.
+//! Large allreduce and alltoall between nodes in pieces: a blocking `MPI_Allreduce` or
+//! `MPI_Alltoall` of at least two pieces on a communicator that spans nodes runs as
+//! consecutive collectives over ranges of the packed data (`coll::pieces`: a quarter of it,
+//! halves of a 1-2 MiB call, between 512 KiB and `GPUMPI_COLL_PIECE`), [`DEPTH`] at a time.
+//! An allreduce piece is a range of the vector, run by the schedule (or the hierarchical one)
+//! the call would run whole: while one piece is reduced by this thread, the next one's bytes
+//! move on the network's threads, where a whole-vector schedule leaves the network idle during
+//! each reduction. An alltoall piece is the same range of every block, run as a pairwise
+//! alltoallv over those ranges.
 //!
 //! Device buffers move piece by piece through a ring of [`SLOTS`] page-locked buffers
 //! (`gpu::stage::Relay`): the copy engine fetches the next piece and stores the last one while
 //! the current one is on the network; an allreduce piece is reduced in place in its buffer, an
-//! alltoall piece's blocks are sent from the buffer's first half and received into its second. Pinned
-//! memory stays at `SLOTS` pieces whatever the vector's size; the whole-vector path mirrors
+//! alltoall piece's blocks are sent from the buffer's first half and received into its second.
+//! Pinned memory stays at `SLOTS` pieces whatever the data's size; the whole-call path mirrors
 //! both buffers (beyond `GPUMPI_CUDA_STAGING_POOL`, in pageable memory).
 //!
 //! Eligibility is a rule on what every rank of the call shares (the collective, the
