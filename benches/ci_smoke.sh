@@ -6,13 +6,21 @@
 #    2 ranks on host buffers, checks #wrong == 0, and that --inject-error is caught
 # 3. runs compare.py for gpumpi (and mpich when MPICH_PREFIX or the cached venv
 #    exists), checks the table, CSV and PNGs exist and #wrong is 0 everywhere.
-# Env: BENCH_OUT (output folder, default a temp dir), MPICH_PREFIX, PYTHON.
+# Env: BENCH_OUT (output folder, kept; default a temp dir removed after a passing run),
+# MPICH_PREFIX, PYTHON.
 set -euo pipefail
 
 PREFIX=${1:?usage: ci_smoke.sh PREFIX}
 PREFIX=$(cd "$PREFIX" && pwd)
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-OUT=${BENCH_OUT:-$(mktemp -d -t gpumpi-bench-smoke.XXXXXX)}
+if [ -n "${BENCH_OUT:-}" ]; then
+    OUT=$BENCH_OUT
+else
+    # A temporary folder of our own: removed when the smoke test passes, kept (and named) when
+    # it fails, so a CI machine keeps nothing from passing runs.
+    OUT=$(mktemp -d -t gpumpi-bench-smoke.XXXXXX)
+    trap 'rc=$?; if [ "$rc" = 0 ]; then rm -rf "$OUT"; else echo "ci_smoke: output kept in $OUT" >&2; fi' EXIT
+fi
 PY=${PYTHON:-python3}
 # Open MPI refuses to run as root without these (CI runs as root); others ignore them
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
@@ -120,4 +128,4 @@ grep -q '^#   gpumpi: ok' "$CMP/tables.txt" || fail "gpumpi backend did not run:
 awk -F, 'NR > 1 { n++; if ($14 != 0) bad++ } END { if (!n || bad) exit 1 }' "$CMP/results.csv" \
     || fail "compare results.csv has rows with #wrong != 0 (or none)"
 [ "$rc" -eq 0 ] || fail "compare.py exited $rc"
-echo "ci_smoke: OK ($BACKENDS; output in $OUT)"
+echo "ci_smoke: OK ($BACKENDS)"
