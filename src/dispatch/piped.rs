@@ -26,6 +26,7 @@ use super::call::{CollSpec, Side};
 use super::schedule::Packed;
 use crate::coll::{pieces, Block, CollKind};
 use crate::engine::collcheck::CallNo;
+use crate::gpu::pool::HostBuf;
 use crate::gpu::stage::{self, Relay};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::runtime::{self, request::ReqKind, request::Request};
@@ -388,27 +389,23 @@ impl Flight {
 }
 
 /// The packed bytes of the input `side` (any memory, any layout), `bytes` long.
-unsafe fn packed_input(side: &Side, bytes: usize) -> MpiResult<Vec<u8>> {
-    let mut out = vec![0u8; bytes];
+unsafe fn packed_input(side: &Side, bytes: usize) -> MpiResult<HostBuf> {
     if let Some(p) = side.device_packed(true)? {
-        out.copy_from_slice(&p.host[..bytes]);
-        return Ok(out);
+        return Ok(p.host);
     }
     let mirror = side.mirrored(true)?;
     let s = mirror.as_ref().map_or(side, |(_, s)| s);
     let (ptr, blocks, tmp) = s.map(true);
-    match &tmp {
-        Some(t) => out.copy_from_slice(&t[..bytes]),
-        None => {
-            let mut at = 0;
-            for b in &blocks {
-                out[at..at + b.len]
-                    .copy_from_slice(std::slice::from_raw_parts(ptr.add(b.off), b.len));
-                at += b.len;
-            }
-        }
+    if let Some(t) = tmp {
+        return Ok(HostBuf::from_vec(t));
     }
-    Ok(out)
+    let mut out = vec![0u8; bytes];
+    let mut at = 0;
+    for b in &blocks {
+        out[at..at + b.len].copy_from_slice(std::slice::from_raw_parts(ptr.add(b.off), b.len));
+        at += b.len;
+    }
+    Ok(HostBuf::from_vec(out))
 }
 
 /// Write the packed result `bytes` into the receive side `side` (any memory, any

@@ -11,7 +11,9 @@
 use super::coll::{
     MPI_Allgather, MPI_Allreduce, MPI_Alltoall, MPI_Bcast, MPI_Reduce_scatter_block,
 };
-use super::p2p::{MPI_Irecv, MPI_Isend, MPI_Recv, MPI_Send};
+use super::p2p::{
+    check_peer, check_recv_tag, check_send_tag, MPI_Irecv, MPI_Isend, MPI_Recv, MPI_Send,
+};
 use super::request::{MPI_Wait, MPI_Waitall};
 use crate::abi::consts as c;
 use crate::abi::ffi::*;
@@ -382,27 +384,6 @@ fn enqueue_blocking(
     b.finish().map_err(err)
 }
 
-fn check_rank(o: &CommObj, r: c_int, what: &str, any: bool) -> MpiResult<()> {
-    let ok = r == c::MPI_PROC_NULL
-        || (any && r == c::MPI_ANY_SOURCE)
-        || (r >= 0 && (r as usize) < o.size());
-    if !ok {
-        mpi_bail!(
-            MPI_ERR_RANK,
-            "{what} {r} is not in a communicator of size {}",
-            o.size()
-        );
-    }
-    Ok(())
-}
-
-fn check_tag(tag: c_int, any: bool) -> MpiResult<()> {
-    if tag < 0 && !(any && tag == c::MPI_ANY_TAG) {
-        mpi_bail!(MPI_ERR_TAG, "tag {tag} is negative");
-    }
-    Ok(())
-}
-
 /// The checks and staging part shared by the point-to-point enqueue forms: the stream
 /// communicator's queue and the buffer's part (`send`: data goes out, else comes in; a receive
 /// takes MPI_ANY_SOURCE and MPI_ANY_TAG).
@@ -416,8 +397,12 @@ fn p2p_part(
     send: bool,
 ) -> MpiResult<(Arc<Queue>, Part)> {
     let (o, q) = queue_of(cm)?;
-    check_rank(&o, peer, if send { "dest" } else { "source" }, !send)?;
-    check_tag(tag, !send)?;
+    check_peer(&o, peer, !send)?;
+    if send {
+        check_send_tag(tag)?;
+    } else {
+        check_recv_tag(tag)?;
+    }
     let p = part(buf, count as i64, datatype, "buf", send, !send)?;
     Ok((q, p))
 }

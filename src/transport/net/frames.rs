@@ -751,11 +751,32 @@ impl NetFrames {
             .any(|&p| self.bulk_in[p].is_none() && !self.bulk_rx[p].q.is_empty())
     }
 
-    /// Queues bulk transfer `b` with peer `p` (`send`: to it) and posts what can go now.
-    fn bulk_queue(&mut self, p: usize, send: bool, b: Bulk) -> bool {
-        if p == self.me || p >= self.tx.len() || !self.links.reaches(p) {
+    /// Queues the bulk transfer `id` of `len` bytes at `addr` (device memory when `dev`) with
+    /// peer `p` (`send`: to it) and posts what can go now. False: this transport cannot take it.
+    fn bulk_queue(
+        &mut self,
+        p: usize,
+        send: bool,
+        id: u64,
+        addr: usize,
+        len: usize,
+        dev: bool,
+    ) -> bool {
+        if p == self.me
+            || p >= self.tx.len()
+            || !self.links.reaches(p)
+            || (dev && !self.bulk_device)
+        {
             return false;
         }
+        let b = Bulk {
+            id,
+            addr,
+            len,
+            dev,
+            mr: None,
+            req: None,
+        };
         if send {
             if self.bulk_out[p].is_none() && !self.links.dialing(p, true) {
                 if let Err(e) = self.links.dial(p, true) {
@@ -895,18 +916,7 @@ impl Transport for NetFrames {
         len: usize,
         dev: bool,
     ) -> bool {
-        if dev && !self.bulk_device {
-            return false;
-        }
-        let b = Bulk {
-            id,
-            addr: data as usize,
-            len,
-            dev,
-            mr: None,
-            req: None,
-        };
-        self.bulk_queue(dst, true, b)
+        self.bulk_queue(dst, true, id, data as usize, len, dev)
     }
 
     unsafe fn bulk_recv(
@@ -917,18 +927,7 @@ impl Transport for NetFrames {
         len: usize,
         dev: bool,
     ) -> bool {
-        if dev && !self.bulk_device {
-            return false;
-        }
-        let b = Bulk {
-            id,
-            addr: buf as usize,
-            len,
-            dev,
-            mr: None,
-            req: None,
-        };
-        self.bulk_queue(src, false, b)
+        self.bulk_queue(src, false, id, buf as usize, len, dev)
     }
 
     fn bulk_poll(&mut self, f: &mut dyn FnMut(BulkDone)) -> usize {
