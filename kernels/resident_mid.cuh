@@ -8,8 +8,11 @@
 // (a generation word: (launch epoch << 32) | broadcast number, so a relaunch never sees the
 // previous launch's words as new). A command runs on its first `nblk` blocks (kind >> 16); each
 // takes one chunk (16-byte aligned, `mid_chunk`) of every piece of data and exchanges its own
-// flags with the same block of every peer, so the blocks never wait for each other. Each block
-// then counts itself done in `MidGrid::finished`; the last one reports the command.
+// flags with the same block of every peer, so the blocks never wait for each other. Flags are
+// one release store per peer after the block's barrier and acquire loads (no system fence by
+// every storing thread). Every block of the grid, active or not, then reports the command in
+// its own word of `MidDone` in mapped host memory (no count between blocks); the host waits for
+// all of them, so block 0 hands over the next command only after every block took this one.
 //
 // Scratch of one rank for one communicator (device memory, mapped by every peer with CUDA IPC):
 // flags u64 [2 phases][2 parities][RES_MID_BLOCKS_MAX blocks][GPUMPI_MAXP senders] at 0, the
@@ -37,10 +40,17 @@
 struct MidGrid {
     unsigned long long cmd[8]; // the command, as block 0 read it
     unsigned long long gen;    // (epoch << 32) | broadcast number of this launch
-    unsigned long long finished; // blocks done with the current command
-    unsigned long long bad;      // a block saw some rank not ok
 };
 static_assert(sizeof(MidGrid) <= RES_MID_GRID_BYTES, "MidGrid fits its allocation");
+
+// The wide kernel's completion, mapped host memory: `ResDone` (block 0 says `exited` there)
+// followed by one word per block: (command seq << 1) | status (1: every rank ok, or the block
+// took no part).
+struct MidDone {
+    unsigned long long seq; // unused (ResDone's place)
+    unsigned long long exited;
+    unsigned long long blk[RES_MID_BLOCKS_MAX];
+};
 
 // Piece i of `parts` of `len` bytes: (offset, length), in 16-byte units except the last piece
 // (the same function as src/gpu/resident/mid.rs, chunk()).
@@ -124,34 +134,42 @@ __device__ void mid_reduce_any(unsigned int op, unsigned int type, int n, Src sr
     }
 }
 
-// Set my flag of (phase, parity, block) at every rank, after this block's stores (every
-// thread that stored fenced at system scope before the barrier).
+// Set my flag of (phase, parity, block) at every rank, after this block's stores: the barrier
+// orders every thread's stores before the release store of each flag (release is cumulative),
+// so no thread needs a system fence of its own.
 __device__ __forceinline__ void mid_signal(const ResDesc &d, int phase, unsigned long long par, int blk,
                                            unsigned long long v) {
-    if (threadIdx.x < d.nranks) *mid_flag(d.peers[threadIdx.x], phase, par, blk, (int)d.rank) = v;
+    __syncthreads();
+    if (threadIdx.x < d.nranks) {
+        unsigned long long *f = const_cast<unsigned long long *>(mid_flag(d.peers[threadIdx.x], phase, par, blk, (int)d.rank));
+        asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(f), "l"(v) : "memory");
+    }
 }
 
-// Wait for every rank's flag of (phase, parity, block) in my scratch; whether all said ok.
+// Wait for every rank's flag of (phase, parity, block) in my scratch (acquire loads: the
+// block's loads after the barrier see the data the flag was released after); whether all
+// said ok.
 __device__ __forceinline__ bool mid_wait(const ResDesc &d, int phase, unsigned long long par, int blk,
                                          unsigned long long flagv, int *all_ok) {
     if (threadIdx.x < d.nranks) {
-        volatile unsigned long long *f = mid_flag(d.peers[d.rank], phase, par, blk, threadIdx.x);
+        const unsigned long long *f = const_cast<const unsigned long long *>(mid_flag(d.peers[d.rank], phase, par, blk, threadIdx.x));
         unsigned long long v;
-        while (((v = *f) >> 1) != flagv) {
+        for (;;) {
+            asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(f) : "memory");
+            if ((v >> 1) == flagv) break;
         }
         if (!(v & 1)) *all_ok = 0;
     }
     __syncthreads();
-    __threadfence();
     return *all_ok != 0;
 }
 
-extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volatile ResDone *done,
+extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volatile MidDone *done,
                                                MidGrid *grid, unsigned long long epoch,
                                                unsigned long long idle_ns, unsigned long long last_seq) {
     __shared__ ResCmd c;
     __shared__ ResDesc dsc;
-    __shared__ int go, all_ok, last;
+    __shared__ int go, all_ok;
     volatile MidGrid *g = grid;
     unsigned long long seen = last_seq;  // block 0: the last command's seq
     unsigned long long gen = epoch << 32; // thread 0: the last broadcast taken
@@ -161,7 +179,8 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
                 // Exit (action 2) reaches the other blocks as a command of kind 0; the host's
                 // relaunch queues behind this whole grid on the kernel's stream.
                 unsigned long long v = 0;
-                const int action = res_poll(cmd, done, epoch, idle_ns, seen, &v);
+                const int action =
+                    res_poll(cmd, reinterpret_cast<volatile ResDone *>(done), epoch, idle_ns, seen, &v);
                 if (threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = action == 1 ? v : 0;
                 __syncwarp();
                 if (threadIdx.x == 0) {
@@ -183,10 +202,7 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
         }
         __syncthreads();
         if (!go) return;
-        if (threadIdx.x == 0) {
-            all_ok = 1;
-            last = 0;
-        }
+        if (threadIdx.x == 0) all_ok = 1;
         if (threadIdx.x < sizeof(ResDesc) / 8)
             reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
                 __ldcv(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
@@ -207,17 +223,14 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
         if (blk < nblk) {
             if (kind == RES_AR_TWO_SHOT) {
                 // Phase 0: my piece of slice q to rank q.
-                bool wrote = false;
                 if (c.ok) {
                     for (int q = 0; q < n; q++) {
                         unsigned long long so, sl, co, cl;
                         mid_chunk(b, n, q, &so, &sl);
                         mid_chunk(sl, nblk, blk, &co, &cl);
-                        wrote |= res_copy(push(q, me) + co, src + so + co, cl);
+                        res_copy(push(q, me) + co, src + so + co, cl);
                     }
                 }
-                if (wrote) __threadfence_system();
-                __syncthreads();
                 mid_signal(dsc, 0, par, blk, sig);
                 if (mid_wait(dsc, 0, par, blk, c.flagv, &all_ok)) {
                     // Phase 1: my slice's piece reduced into my output and every peer's
@@ -228,8 +241,6 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
                     mid_reduce_any(
                         c.op, c.type, n, [&](int q) { return push(me, q) + co; }, n,
                         [&](int k) { return k == me ? dst + so + co : gather(k) + so + co; }, cl);
-                    __threadfence_system();
-                    __syncthreads();
                     mid_signal(dsc, 1, par, blk, c.flagv << 1 | 1);
                     mid_wait(dsc, 1, par, blk, c.flagv, &all_ok);
                     for (int q = 0; q < n; q++) {
@@ -242,15 +253,12 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
             } else {
                 unsigned long long co, cl;
                 mid_chunk(b, nblk, blk, &co, &cl);
-                bool wrote = false;
                 if (c.ok) {
                     const bool a2a = kind == RES_ALLTOALL;
-                    wrote = res_copy_n(
+                    res_copy_n(
                         n, cl, [&](int q) { return src + (a2a ? q * b : 0) + co; },
                         [&](int q) { return push(q, me) + co; });
                 }
-                if (wrote) __threadfence_system();
-                __syncthreads();
                 mid_signal(dsc, 0, par, blk, sig);
                 if (mid_wait(dsc, 0, par, blk, c.flagv, &all_ok)) {
                     if (kind == RES_ALLREDUCE) {
@@ -265,22 +273,10 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
                 }
             }
         }
-        // Results visible device-wide, then count this block done; the last block reports.
+        // Results visible device-wide, then this block's word (an inactive block says ok).
         __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0) {
-            if (blk < nblk && !all_ok) g->bad = 1;
-            __threadfence();
-            last = atomicAdd(&grid->finished, 1ull) == gridDim.x - 1;
-            if (last) {
-                __threadfence();
-                const unsigned long long ok = g->bad ? 0 : 1;
-                g->bad = 0;
-                g->finished = 0;
-                __threadfence();
-                done->seq = c.seq << 1 | ok;
-            }
-        }
+        if (threadIdx.x == 0) done->blk[blk] = c.seq << 1 | ((blk >= nblk || all_ok) ? 1 : 0);
         seen = c.seq;
         __syncthreads();
     }

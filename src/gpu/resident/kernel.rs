@@ -84,15 +84,24 @@ const _: () = assert!(MID_DESC_OFF + std::mem::size_of::<ResDesc>() <= MID_DATA_
 const MID_GRID_BYTES: usize = 128;
 
 /// `struct MidGrid` of kernels/resident_mid.cuh: the command as block 0 hands it to the other
-/// blocks, and their completion count. Device memory the host only zeroes.
+/// blocks. Device memory the host only zeroes.
 #[repr(C)]
 struct MidGrid {
     cmd: [u64; 8],
     gen: u64,
-    finished: u64,
-    bad: u64,
 }
 const _: () = assert!(std::mem::size_of::<MidGrid>() <= MID_GRID_BYTES);
+
+/// `struct MidDone` of kernels/resident_mid.cuh: the wide kernel's completion, `ResDone`'s
+/// words followed by one word per block, (command seq << 1) | status, written by every block of
+/// the grid (no count between blocks on the device).
+#[repr(C)]
+struct MidDone {
+    seq: u64,
+    exited: u64,
+    blk: [u64; MID_BLOCKS_MAX],
+}
+const _: () = assert!(std::mem::offset_of!(MidDone, exited) == 8);
 
 /// `struct ResDesc` of kernels/resident.cuh, at `DESC_OFF` of each rank's scratch.
 #[repr(C)]
@@ -175,7 +184,11 @@ impl Res {
                 Ok((
                     cuda::stream_create()?,
                     cuda::host_alloc_mapped(std::mem::size_of::<ResCmd>())?,
-                    cuda::host_alloc_mapped(std::mem::size_of::<ResDone>())?,
+                    cuda::host_alloc_mapped(if blocks == 0 {
+                        std::mem::size_of::<ResDone>()
+                    } else {
+                        std::mem::size_of::<MidDone>()
+                    })?,
                     cuda::host_alloc_mapped(2 * COPY_MAX)?,
                     cuda::host_alloc_mapped(COPY_MAX)?,
                 ))
@@ -184,7 +197,15 @@ impl Res {
         // SAFETY: fresh mapped allocations of the right sizes.
         unsafe {
             std::ptr::write_volatile(cmd as *mut ResCmd, ResCmd::default());
-            std::ptr::write_volatile(done as *mut ResDone, ResDone { seq: 0, exited: 0 });
+            std::ptr::write_bytes(
+                done,
+                0,
+                if blocks == 0 {
+                    std::mem::size_of::<ResDone>()
+                } else {
+                    std::mem::size_of::<MidDone>()
+                },
+            );
             std::ptr::write_bytes(ll, 0, 2 * COPY_MAX);
         }
         let idle_us = crate::config::snapshot().gpu.resident_idle_us.max(1) as u64;
@@ -245,6 +266,30 @@ impl Res {
         Ok(())
     }
 
+    /// Whether the current command is done, and then its status (every rank's buffers
+    /// qualified): the one-block kernel's `ResDone::seq`, or every block's word of the wide
+    /// kernel's `MidDone`.
+    fn finished(&self) -> Option<bool> {
+        let want = self.seq;
+        if self.blocks == 0 {
+            // SAFETY: done is this object's mapped memory, written by the kernel.
+            let d = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
+            return (d >> 1 == want).then_some(d & 1 == 1);
+        }
+        let words = self.done as *const MidDone;
+        let mut ok = true;
+        for b in 0..self.blocks as usize {
+            // SAFETY: the wide kernel's done is a mapped MidDone (Res::new), and b is below
+            // its blocks (at most MID_BLOCKS_MAX).
+            let d = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*words).blk[b])) };
+            if d >> 1 != want {
+                return None;
+            }
+            ok &= d & 1 == 1;
+        }
+        Some(ok)
+    }
+
     /// Run one command to completion; whether every rank's buffers qualified (else nothing
     /// was done). While it waits, `stop` is asked now and then whether to give the command up
     /// (the peers called something else); then `release` makes the kernel finish it without
@@ -276,23 +321,15 @@ impl Res {
         let mut spins: u64 = 0;
         let mut released: Option<std::time::Instant> = None;
         loop {
-            // SAFETY: done is this object's mapped memory, written by the kernel.
-            let (dseq, exited) = unsafe {
-                (
-                    std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)),
-                    std::ptr::read_volatile(std::ptr::addr_of!((*self.done).exited)),
-                )
-            };
-            if dseq >> 1 == self.seq {
-                return Ok(released.is_none().then_some(dseq & 1 == 1));
+            if let Some(ok) = self.finished() {
+                return Ok(released.is_none().then_some(ok));
             }
+            // SAFETY: done is this object's mapped memory, written by the kernel.
+            let exited = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).exited)) };
             if exited == self.epoch {
-                // It exited idle; it wrote done.seq before exited, so re-read once.
-                // SAFETY: as above.
-                let again =
-                    unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).seq)) };
-                if again >> 1 == self.seq {
-                    return Ok(released.is_none().then_some(again & 1 == 1));
+                // It exited idle; it wrote its completion before exited, so look once more.
+                if let Some(ok) = self.finished() {
+                    return Ok(released.is_none().then_some(ok));
                 }
                 self.launch()?;
             }
@@ -607,7 +644,12 @@ pub(crate) fn layouts() -> Vec<crate::gpu::kabi::Layout> {
         layout!(
             "MidGrid",
             MidGrid,
-            "cmd" => cmd, "gen" => gen, "finished" => finished, "bad" => bad,
+            "cmd" => cmd, "gen" => gen,
+        ),
+        layout!(
+            "MidDone",
+            MidDone,
+            "seq" => seq, "exited" => exited, "blk" => blk,
         ),
     ]
 }
