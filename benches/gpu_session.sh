@@ -47,14 +47,15 @@ for z in 1 0; do
         -w 5 --iters 20 -z $z --timeout 300 -o /tmp/cmp$z > /tmp/cmp$z.log 2>&1
     echo "compare rc=$?"; cat /tmp/cmp$z/tables.txt 2>/dev/null || tail -30 /tmp/cmp$z.log
 done
-echo "== mid sizes (16 KiB - 4 MiB), blocking: the wide resident kernel (built-in table, then one_shot"
-echo "   and two_shot forced), the NVLink plans (GPUMPI_GPU_RESIDENT_MAX=0), NCCL"
+echo "== mid sizes (16 KiB - 4 MiB), blocking: the wide resident kernel (built-in table, then one_shot,"
+echo "   two_shot and the LL algorithms (up to 1 MiB) forced), the NVLink plans (GPUMPI_GPU_RESIDENT_MAX=0), NCCL"
 printf 'allreduce resident\nallreduce one_shot\n' > /tmp/res_one.txt
 printf 'allreduce resident\nallreduce two_shot\n' > /tmp/res_two.txt
+printf 'allreduce resident\nallreduce one_shot_ll\nalltoall resident\nalltoall push_ll\nallgather resident\nallgather push_ll\n' > /tmp/res_ll.txt
 for op in allreduce alltoall allgather; do
-    for v in "builtin" "one /tmp/res_one.txt" "two /tmp/res_two.txt" "nvlink"; do
+    for v in "builtin" "one /tmp/res_one.txt" "two /tmp/res_two.txt" "ll /tmp/res_ll.txt" "nvlink"; do
         set -- $v
-        [ "$op" != allreduce ] && [ "$1" != builtin ] && [ "$1" != nvlink ] && continue
+        [ "$op" != allreduce ] && [ "$1" != builtin ] && [ "$1" != nvlink ] && [ "$1" != ll ] && continue
         echo "-- $op gpumpi $1"
         case $1 in
             builtin) e="GPUMPI_GPU_RESIDENT_MAX=4m" ;;

@@ -29,8 +29,20 @@
 //   rank's gather area (phase 1 flags), from which each rank copies the others' slices.
 // - RES_ALLTOALL, RES_ALLGATHER: every rank pushes its block for q (alltoall: block q of the
 //   send buffer; allgather: the send buffer) into slot (p, me) of q; each copies its slots out.
+// - With RES_MID_LL in the kind (one-shot allreduce, alltoall, allgather of at most a quarter
+//   slot): no flags and no fence. The pieces for peers travel as LL words in the LL area
+//   [2 parities][nranks][RES_MID_LL_SLOT] after the gather area: 16-byte stores of {4 data
+//   bytes, tag, 4 data bytes, tag}, tag = the sender's (flagv << 1 | ok) with bit 31 set (each
+//   8-byte half arrives whole, so a word whose two tags match carries its data). The receiving
+//   block polls its chunk's words, copies the data into its plain slot (p, sender) and zeroes
+//   the words (so a word is nonzero only between its store and its reading, and no tag of an
+//   earlier call lingers there to be taken for the current one; only a released command can
+//   leave words behind, which the next LL call over them waits past), then reduces or copies
+//   out as above. A released command (mismatched peers) is seen in the block's first-phase
+//   flags, as with flags.
 
 #define RES_AR_TWO_SHOT 5u
+#define RES_MID_LL 0x8000u
 #define RES_MID_BLOCKS_MAX 64
 #define RES_MID_DESC_OFF 16384ull
 #define RES_MID_DATA_OFF 20480ull
@@ -164,6 +176,70 @@ __device__ __forceinline__ bool mid_wait(const ResDesc &d, int phase, unsigned l
     return *all_ok != 0;
 }
 
+// The LL area's slot: room for the LL words (twice the data, the last word padded) of a
+// quarter data slot (src/gpu/resident/mid.rs, ll_slot: the two must agree).
+__device__ __forceinline__ unsigned long long mid_ll_slot(unsigned long long slot) {
+    return ((slot / 2 + 15) & ~15ull) + 16;
+}
+
+// The tag of LL words: the sender's flag (flagv << 1 | ok), bit 31 set (never 0, the value of
+// a consumed word).
+__device__ __forceinline__ unsigned int mid_ll_tag(unsigned long long sig) {
+    return (unsigned int)sig | 0x80000000u;
+}
+
+// `len` bytes from src (nullptr: zeros, a rank whose buffers do not qualify) as LL words at ll
+// (16 bytes per 8 data bytes; the last word padded with zeros).
+__device__ __forceinline__ void mid_ll_put(char *ll, const char *src, unsigned long long len, unsigned int tag) {
+    const unsigned long long units = (len + 7) / 8;
+    const bool al = src != nullptr && (reinterpret_cast<unsigned long long>(src) & 7) == 0;
+    for (unsigned long long u = threadIdx.x; u < units; u += blockDim.x) {
+        unsigned long long v = 0;
+        if (src != nullptr) {
+            if (al && 8 * u + 8 <= len) {
+                v = __ldcg(reinterpret_cast<const unsigned long long *>(src) + u);
+            } else {
+                for (unsigned long long k = 0; k < 8 && 8 * u + k < len; k++)
+                    v |= (unsigned long long)(unsigned char)__ldcg(src + 8 * u + k) << (8 * k);
+            }
+        }
+        asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(ll + 16 * u), "r"((unsigned int)v),
+                     "r"(tag), "r"((unsigned int)(v >> 32)), "r"(tag)
+                     : "memory");
+    }
+}
+
+// Wait for the LL words of `len` bytes at ll tagged `tag` (either ok bit), store their data at
+// plain (8 bytes per word, 8-byte aligned) and zero them. A word tagged "not ok" clears
+// *all_ok; so does a release (the first-phase flag `rel` set to flagv << 1 by the host), which
+// also ends the wait.
+__device__ __forceinline__ void mid_ll_get(char *plain, char *ll, unsigned long long len, unsigned int tag,
+                                           const unsigned long long *rel, unsigned long long flagv,
+                                           int *all_ok) {
+    const unsigned long long units = (len + 7) / 8;
+    for (unsigned long long u = threadIdx.x; u < units; u += blockDim.x) {
+        unsigned int x, t0, y, t1;
+        for (unsigned int spin = 1;; spin++) {
+            asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(x), "=r"(t0), "=r"(y), "=r"(t1)
+                         : "l"(ll + 16 * u)
+                         : "memory");
+            if ((t0 | 1u) == (tag | 1u) && (t1 | 1u) == (tag | 1u)) break;
+            if ((spin & 1023u) == 0) {
+                unsigned long long r;
+                asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(r) : "l"(rel) : "memory");
+                if (r == flagv << 1) {
+                    *all_ok = 0;
+                    return;
+                }
+            }
+        }
+        if (!(t0 & t1 & 1u)) *all_ok = 0;
+        *reinterpret_cast<unsigned long long *>(plain + 8 * u) = (unsigned long long)y << 32 | x;
+        asm volatile("st.volatile.global.v4.u32 [%0], {%1,%1,%1,%1};" ::"l"(ll + 16 * u), "r"(0u) : "memory");
+    }
+}
+
 extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volatile MidDone *done,
                                                MidGrid *grid, unsigned long long epoch,
                                                unsigned long long idle_ns, unsigned long long last_seq) {
@@ -207,7 +283,8 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
             reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
                 __ldcv(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
         __syncthreads();
-        const unsigned int kind = c.kind & 0xffffu;
+        const unsigned int kind = c.kind & 0xffffu & ~RES_MID_LL;
+        const bool ll = (c.kind & RES_MID_LL) != 0;
         const int nblk = (int)(c.kind >> 16), blk = (int)blockIdx.x;
         const int n = (int)dsc.nranks, me = (int)dsc.rank;
         const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
@@ -217,6 +294,10 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
         };
         auto gather = [&](int q) {
             return reinterpret_cast<char *>(dsc.peers[q]) + RES_MID_DATA_OFF + 2ull * n * slot + par * slot;
+        };
+        auto ll_at = [&](int q, int from) { // LL slot (par, from) of rank q
+            return reinterpret_cast<char *>(dsc.peers[q]) + RES_MID_DATA_OFF + 2ull * (n + 1) * slot +
+                   (par * n + from) * mid_ll_slot(slot);
         };
         const char *src = reinterpret_cast<const char *>(c.src);
         char *dst = reinterpret_cast<char *>(c.dst);
@@ -253,14 +334,38 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
             } else {
                 unsigned long long co, cl;
                 mid_chunk(b, nblk, blk, &co, &cl);
-                if (c.ok) {
-                    const bool a2a = kind == RES_ALLTOALL;
-                    res_copy_n(
-                        n, cl, [&](int q) { return src + (a2a ? q * b : 0) + co; },
-                        [&](int q) { return push(q, me) + co; });
+                const bool a2a = kind == RES_ALLTOALL;
+                bool go_on;
+                if (ll) {
+                    // My pieces to the peers as LL words, mine into my plain slot; then the
+                    // peers' words into my plain slots.
+                    const unsigned int tag = mid_ll_tag(sig);
+                    for (int q = 0; q < n; q++) {
+                        const char *from = c.ok ? src + (a2a ? q * b : 0) + co : nullptr;
+                        if (q != me)
+                            mid_ll_put(ll_at(q, me) + 2 * co, from, cl, tag);
+                        else if (from != nullptr)
+                            res_copy(push(me, me) + co, from, cl);
+                    }
+                    if (!c.ok) all_ok = 0;
+                    for (int q = 0; q < n; q++) {
+                        if (q == me) continue;
+                        const unsigned long long *rel =
+                            const_cast<const unsigned long long *>(mid_flag(dsc.peers[me], 0, par, blk, q));
+                        mid_ll_get(push(me, q) + co, ll_at(me, q) + 2 * co, cl, tag, rel, c.flagv, &all_ok);
+                    }
+                    __syncthreads();
+                    go_on = all_ok != 0;
+                } else {
+                    if (c.ok) {
+                        res_copy_n(
+                            n, cl, [&](int q) { return src + (a2a ? q * b : 0) + co; },
+                            [&](int q) { return push(q, me) + co; });
+                    }
+                    mid_signal(dsc, 0, par, blk, sig);
+                    go_on = mid_wait(dsc, 0, par, blk, c.flagv, &all_ok);
                 }
-                mid_signal(dsc, 0, par, blk, sig);
-                if (mid_wait(dsc, 0, par, blk, c.flagv, &all_ok)) {
+                if (go_on) {
                     if (kind == RES_ALLREDUCE) {
                         mid_reduce_any(
                             c.op, c.type, n, [&](int q) { return push(me, q) + co; }, 1,

@@ -285,7 +285,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_RESIDENT_MAX",
         default: "1m",
-        doc: "Largest vector (allreduce) or block (alltoall, allgather) that the resident kernels serve with peer access on (CUDA IPC): up to 16 KiB the one-block resident kernel, above that the wide one (`GPUMPI_GPU_RESIDENT_BLOCKS`), choosing one-shot or two-shot by the table `src/gpu/resident/tuning.txt` (`GPUMPI_GPU_RESIDENT_TUNING`); larger calls take the NVLink plans. Each rank of a communicator that makes such a call allocates, once, device scratch of 20 KiB + 2 x (ranks + 1) x this value (10 MiB at 4 ranks with the default), mapped by its peers and freed with the communicator. `0` or at most 16384: only the one-block kernel. Suffixes k, m.",
+        doc: "Largest vector (allreduce) or block (alltoall, allgather) that the resident kernels serve with peer access on (CUDA IPC): up to 16 KiB the one-block resident kernel, above that the wide one (`GPUMPI_GPU_RESIDENT_BLOCKS`), choosing one-shot or two-shot by the table `src/gpu/resident/tuning.txt` (`GPUMPI_GPU_RESIDENT_TUNING`); larger calls take the NVLink plans. Each rank of a communicator that makes such a call allocates, once, device scratch of 20 KiB + 2 x (ranks + 1) x this value + 2 x ranks x half this value (the LL words of the calls up to a quarter of it: 14 MiB at 4 ranks with the default), mapped by its peers and freed with the communicator. `0` or at most 16384: only the one-block kernel. Suffixes k, m.",
         same_on_every_rank: true,
     },
     Param {

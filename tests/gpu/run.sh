@@ -30,7 +30,8 @@
 # gpu_resident_mid runs allreduce (every op and type the GPU kernels serve), alltoall and
 # allgather from 4 B to 4 MiB, in place and not, at 2 and 4 ranks with the built-in resident
 # table, at 4 ranks with one_shot and at 3 and 2 ranks with two_shot for every allreduce (and
-# push for the others) up to 4 MiB (GPUMPI_GPU_RESIDENT_TUNING, GPUMPI_GPU_RESIDENT_MAX=4m; the
+# push for the others) up to 4 MiB, at 2 and 4 ranks with one_shot_ll and push_ll up to 1 MiB
+# (GPUMPI_GPU_RESIDENT_TUNING, GPUMPI_GPU_RESIDENT_MAX=4m; the
 # 3-rank run with GPUMPI_GPU_RESIDENT_BLOCKS=3); where every rank has its own GPU each run must
 # set up the wide resident kernel on every rank (its debug log says so).
 # gpu_stream runs every MPIX_*_enqueue form on device buffers (ordering with the caller's own
@@ -332,11 +333,17 @@ midrun() { # label ranks env...
 printf 'allreduce resident\nallreduce one_shot\nalltoall resident\nalltoall push\nallgather resident\nallgather push\n' \
     >"$out/resident_one_shot.txt"
 printf 'allreduce two_shot\nalltoall push\nallgather push\n' >"$out/resident_two_shot.txt"
+printf 'allreduce resident\nallreduce one_shot_ll\nallreduce one_shot\nalltoall resident\nalltoall push_ll\nalltoall push\nallgather resident\nallgather push_ll\nallgather push\n' \
+    >"$out/resident_ll.txt"
 for n in 2 4; do
     midrun "(built-in table)" "$n"
 done
 midrun "(one_shot up to 4 MiB)" 4 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_one_shot.txt" \
     GPUMPI_GPU_RESIDENT_MAX=4m
+for n in 2 4; do
+    midrun "(one_shot_ll and push_ll up to 1 MiB, flags above)" "$n" \
+        GPUMPI_GPU_RESIDENT_TUNING="$out/resident_ll.txt" GPUMPI_GPU_RESIDENT_MAX=4m
+done
 midrun "(two_shot from 4 B to 4 MiB, 3 blocks)" 3 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \
     GPUMPI_GPU_RESIDENT_MAX=4m GPUMPI_GPU_RESIDENT_BLOCKS=3
 midrun "(two_shot from 4 B to 4 MiB)" 2 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \

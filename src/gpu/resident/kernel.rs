@@ -72,6 +72,8 @@ pub(super) const RES_ALLGATHER: u32 = 3;
 const RES_COPY: u32 = 4;
 /// Two-shot allreduce of the wide kernel (kernels/resident_mid.cuh).
 pub(super) const RES_AR_TWO_SHOT: u32 = 5;
+/// Kind bit of the wide kernel: the data travel as LL words (tagged, no flags and no fence).
+pub(super) const RES_MID_LL: u32 = 0x8000;
 /// Most blocks of the wide kernel (its flag array's size).
 pub const MID_BLOCKS_MAX: usize = 64;
 /// Where the wide kernel's scratch keeps its `ResDesc` and its data (after the flags: u64
@@ -325,7 +327,8 @@ impl Res {
                 return Ok(released.is_none().then_some(ok));
             }
             // SAFETY: done is this object's mapped memory, written by the kernel.
-            let exited = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).exited)) };
+            let exited =
+                unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.done).exited)) };
             if exited == self.epoch {
                 // It exited idle; it wrote its completion before exited, so look once more.
                 if let Some(ok) = self.finished() {
@@ -665,6 +668,7 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
         ("RES_DATA_OFF", DATA_OFF as u64),
         ("RES_DESC_OFF", DESC_OFF as u64),
         ("RES_AR_TWO_SHOT", RES_AR_TWO_SHOT as u64),
+        ("RES_MID_LL", RES_MID_LL as u64),
         ("RES_MID_BLOCKS_MAX", MID_BLOCKS_MAX as u64),
         ("RES_MID_DESC_OFF", MID_DESC_OFF as u64),
         ("RES_MID_DATA_OFF", MID_DATA_OFF as u64),

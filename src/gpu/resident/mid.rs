@@ -20,6 +20,11 @@ pub enum Algo {
     TwoShot,
     /// Alltoall, allgather: each rank stores its blocks into the peers' scratch.
     Push,
+    /// [`Algo::OneShot`] with the data as LL words (tagged: no flags, no fence), up to a
+    /// quarter of the wide limit ([`ll_limit`]).
+    OneShotLl,
+    /// [`Algo::Push`] with the data as LL words, up to [`ll_limit`].
+    PushLl,
     /// Not the resident kernels (the NVLink plans take the call).
     Nvlink,
 }
@@ -31,6 +36,8 @@ impl Algo {
             "one_shot" => Algo::OneShot,
             "two_shot" => Algo::TwoShot,
             "push" => Algo::Push,
+            "one_shot_ll" => Algo::OneShotLl,
+            "push_ll" => Algo::PushLl,
             "nvlink" => Algo::Nvlink,
             _ => return None,
         })
@@ -43,14 +50,19 @@ impl Algo {
                 kind,
                 CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
             ),
-            Algo::OneShot | Algo::TwoShot => kind == CollKind::Allreduce,
-            Algo::Push => matches!(kind, CollKind::Alltoall | CollKind::Allgather),
+            Algo::OneShot | Algo::TwoShot | Algo::OneShotLl => kind == CollKind::Allreduce,
+            Algo::Push | Algo::PushLl => matches!(kind, CollKind::Alltoall | CollKind::Allgather),
         }
     }
 
     /// Whether it runs on the wide kernel.
     pub fn wide(self) -> bool {
-        matches!(self, Algo::OneShot | Algo::TwoShot | Algo::Push)
+        !matches!(self, Algo::Narrow | Algo::Nvlink)
+    }
+
+    /// Whether the wide kernel moves its data as LL words.
+    pub fn ll(self) -> bool {
+        matches!(self, Algo::OneShotLl | Algo::PushLl)
     }
 }
 
@@ -84,8 +96,9 @@ fn table() -> &'static [Row] {
 }
 
 /// The algorithm of the first row of `rows` that matches the call and can serve it: the
-/// one-block kernel up to `narrow_max` bytes, the wide one up to `wide_max`. `None`: not the
-/// resident kernels (an `nvlink` row, or no row left).
+/// one-block kernel up to `narrow_max` bytes, the wide one up to `wide_max` (its LL algorithms
+/// up to [`ll_limit`] of it). `None`: not the resident kernels (an `nvlink` row, or no row
+/// left).
 pub fn select_from(
     rows: &[Row],
     kind: CollKind,
@@ -100,6 +113,7 @@ pub fn select_from(
         .find(|a| match a {
             Algo::Narrow => bytes <= narrow_max,
             Algo::Nvlink => true,
+            a if a.ll() => bytes <= ll_limit(wide_max),
             _ => bytes <= wide_max,
         })
         .filter(|a| *a != Algo::Nvlink)
@@ -130,6 +144,18 @@ pub fn wide_limit() -> usize {
     }
 }
 
+/// The largest call of the LL algorithms on a wide kernel of slot `slot`: a quarter of it (the
+/// LL words, twice the data, go to a separate area of half a slot per sender, [`ll_slot`]).
+pub fn ll_limit(slot: usize) -> usize {
+    slot / 4
+}
+
+/// Bytes of the LL area of one (parity, sender): twice [`ll_limit`], 16-byte aligned, and one
+/// word for the padded last one (kernels/resident_mid.cuh, `mid_ll_slot`: the two must agree).
+pub fn ll_slot(slot: usize) -> usize {
+    (slot / 2).next_multiple_of(16) + 16
+}
+
 /// Piece `i` of `parts` of `len` bytes: (offset, length), in 16-byte units except the last
 /// piece (kernels/resident_mid.cuh, `mid_chunk`: the two must agree).
 pub fn chunk(len: usize, parts: usize, i: usize) -> (usize, usize) {
@@ -152,9 +178,10 @@ pub fn blocks_for(algo: Algo, nranks: usize, bytes: usize, blocks: usize) -> usi
 }
 
 /// Bytes of one rank's wide scratch for a communicator of `nranks` with slots of `slot` bytes:
-/// flags and descriptor, the push area [2][nranks][slot], the gather area [2][slot].
+/// flags and descriptor, the push area [2][nranks][slot], the gather area [2][slot], the LL
+/// area [2][nranks][ll_slot].
 pub fn scratch_bytes(nranks: usize, slot: usize) -> usize {
-    MID_DATA_OFF + 2 * (nranks + 1) * slot
+    MID_DATA_OFF + 2 * (nranks + 1) * slot + 2 * nranks * ll_slot(slot)
 }
 
 #[cfg(test)]
@@ -283,15 +310,45 @@ mod tests {
         assert_eq!(blocks_for(Algo::TwoShot, 4, 100, 0), 1);
     }
 
-    /// The scratch holds what the kernel addresses: every push slot (parity, sender) and the
-    /// gather area of both parities, for the largest call.
+    /// The scratch holds what the kernel addresses: every push slot (parity, sender), the
+    /// gather area of both parities and every LL slot, for the largest call; the LL words of
+    /// the largest LL call (16 bytes per 8 data bytes, each block's piece from twice its
+    /// offset) fit their LL slot, 16-byte aligned.
     #[test]
     fn scratch_holds_every_slot() {
-        let slot = 1 << 20;
-        for n in 1..=crate::gpu::kernels::MAXP {
-            let end_push = MID_DATA_OFF + (2 * n) * slot;
-            let end_gather = end_push + 2 * slot;
-            assert_eq!(scratch_bytes(n, slot), end_gather);
+        for slot in [16400usize, 1 << 20, (1 << 20) + 16, 4 << 20] {
+            for n in 1..=crate::gpu::kernels::MAXP {
+                let end_push = MID_DATA_OFF + (2 * n) * slot;
+                let end_gather = end_push + 2 * slot;
+                let end_ll = end_gather + 2 * n * ll_slot(slot);
+                assert_eq!(scratch_bytes(n, slot), end_ll);
+            }
+            assert_eq!(ll_slot(slot) % 16, 0);
+            for len in [ll_limit(slot), ll_limit(slot) - 4, ll_limit(slot) - 12] {
+                for blocks in 1..=super::super::kernel::MID_BLOCKS_MAX {
+                    for b in 0..blocks {
+                        let (o, n) = chunk(len, blocks, b);
+                        assert!(2 * o + 16 * n.div_ceil(8) <= ll_slot(slot), "{slot} {len}");
+                        assert!(o + 8 * n.div_ceil(8) <= slot, "plain words fit");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The LL algorithms: only where they serve, only up to a quarter of the wide limit.
+    #[test]
+    fn ll_rows_serve_up_to_their_limit() {
+        let rows =
+            parse_table("allreduce one_shot_ll\nallreduce one_shot\nalltoall push_ll\n").unwrap();
+        let sel = |k, b| select_from(&rows, k, 2, b, SLOT, 1 << 20);
+        assert_eq!(sel(K::Allreduce, 256 << 10), Some(Algo::OneShotLl));
+        assert_eq!(sel(K::Allreduce, (256 << 10) + 4), Some(Algo::OneShot));
+        assert_eq!(sel(K::Alltoall, 64 << 10), Some(Algo::PushLl));
+        assert_eq!(sel(K::Alltoall, (256 << 10) + 16), None);
+        assert!(Algo::OneShotLl.wide() && Algo::PushLl.ll() && !Algo::Push.ll());
+        for bad in ["alltoall one_shot_ll", "allreduce push_ll"] {
+            assert!(parse_table(bad).is_err(), "{bad}");
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
 use kernel::{
     with_res, with_wide, ResCmd, ResDesc, DESC_OFF, HOST_SLOT, MID_BLOCKS_MAX, MID_DESC_OFF,
-    RES_ALLGATHER, RES_ALLREDUCE, RES_ALLTOALL, RES_AR_TWO_SHOT, SCRATCH, SLOT,
+    RES_ALLGATHER, RES_ALLREDUCE, RES_ALLTOALL, RES_AR_TWO_SHOT, RES_MID_LL, SCRATCH, SLOT,
 };
 use mid::Algo;
 
@@ -555,8 +555,12 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, _ready: bool) -> MpiResult<bool>
         _ => RES_ALLGATHER,
     };
     if wide {
-        // The blocks the command runs on, in the kind's upper half (kernels/resident_mid.cuh).
+        // The blocks the command runs on, in the kind's upper half, and the LL bit
+        // (kernels/resident_mid.cuh).
         kind |= (mid::blocks_for(algo, c.nranks, c.bytes, st.blocks) as u32) << 16;
+        if algo.ll() {
+            kind |= RES_MID_LL;
+        }
     }
     st.flagv = flag_value(st.flagv, c.seq, shape_digest(kind, op, ty, c.bytes));
     let (flagv, scratch) = (st.flagv, st.scratch);
