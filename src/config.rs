@@ -272,8 +272,8 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT_BLOCKS",
-        default: "16",
-        doc: "Blocks (1-64, and at most the GPU's SMs) of the wide resident kernel that runs the mid-size collectives of `GPUMPI_GPU_RESIDENT_MAX` (one-shot and two-shot allreduce, alltoall and allgather by direct stores into the peers' scratch). It is launched at the first mid-size call and, like the one-block resident kernel, holds its SMs until `GPUMPI_GPU_RESIDENT_IDLE_US` pass without a command. The ranks of a communicator use the smallest value among them (agreed when its scratch is set up); a call of `bytes` runs on at most `bytes / 16 KiB` of them.",
+        default: "32",
+        doc: "Blocks (1-64, and at most the GPU's SMs) of the wide resident kernel that runs the mid-size collectives of `GPUMPI_GPU_RESIDENT_MAX` (one-shot and two-shot allreduce, alltoall and allgather by direct stores into the peers' scratch). It is launched at the first mid-size call and, like the one-block resident kernel, holds its SMs until `GPUMPI_GPU_RESIDENT_IDLE_US` pass without a command. The ranks of a communicator use the smallest value among them (agreed when its scratch is set up); a call of `bytes` runs on at most `bytes / 4 KiB` of them (64 blocks were ~1 us faster than 32 at 1 MiB between 2 H100s, benches/NOTES.md).",
         same_on_every_rank: false,
     },
     Param {
@@ -291,7 +291,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_RESIDENT_TUNING",
         default: "",
-        doc: "Path of a table replacing the built-in `src/gpu/resident/tuning.txt`: which resident algorithm (`resident`: the one-block kernel, 16 KiB at most; `one_shot`, `two_shot`: allreduce; `push`: alltoall, allgather; `nvlink`: not the resident kernels) takes an allreduce, alltoall or allgather by size and rank count (same syntax as `GPUMPI_COLL_TUNING`). A row whose algorithm cannot serve the call (too large, another collective) is skipped. An unreadable or invalid file is reported once and the built-in table is used.",
+        doc: "Path of a table replacing the built-in `src/gpu/resident/tuning.txt`: which resident algorithm (`resident`: the one-block kernel, 16 KiB at most; `one_shot`, `two_shot`: allreduce; `push`: alltoall, allgather; `one_shot_ll`, `push_ll`: the same with the data as LL words, up to a quarter of `GPUMPI_GPU_RESIDENT_MAX`; `nvlink`: not the resident kernels) takes an allreduce, alltoall or allgather by size and rank count (same syntax as `GPUMPI_COLL_TUNING`). A row whose algorithm cannot serve the call (too large, another collective) is skipped. An unreadable or invalid file is reported once and the built-in table is used.",
         same_on_every_rank: true,
     },
     Param {

@@ -33,7 +33,8 @@
 // resident grid exits on an exit command, or by itself after 2 s without one; a 20 s alarm per
 // row aborts the process if anything spins.
 //
-// Build: nvcc -O3 -arch=sm_90 -o midlat midlat.cu; run: ./midlat [iters=20000] [gpus=2] [row filter]
+// Build: nvcc -O3 -arch=sm_90 -Ibenches/micro benches/micro/midlat.cu -o midlat (micro.h is beside it);
+// run: ./midlat [iters=20000] [gpus=2] [row filter]
 // (the filter: a substring of the row names to run, e.g. "relacq").
 #include <algorithm>
 #include <atomic>

@@ -164,7 +164,7 @@ pub fn chunk(len: usize, parts: usize, i: usize) -> (usize, usize) {
 
 /// Least bytes a block of the wide kernel takes in one command (fewer blocks for less data:
 /// each block costs a flag exchange with every peer).
-pub const BLOCK_MIN: usize = 16 << 10;
+pub const BLOCK_MIN: usize = 4 << 10;
 
 /// Blocks a command of `algo` on `bytes` (per rank, as in the shape) runs on, of the `blocks`
 /// the communicator agreed: enough that each block moves about [`BLOCK_MIN`] of the largest
@@ -202,15 +202,27 @@ mod tests {
                 "above the limit: NVLink plans"
             );
         }
-        assert_eq!(sel(K::Allreduce, 2, SLOT + 4), Some(Algo::OneShot));
-        assert_eq!(sel(K::Allreduce, 2, 512 << 10), Some(Algo::OneShot));
-        assert_eq!(
-            sel(K::Allreduce, 2, 1 << 20),
-            None,
-            "2 ranks above 512 KiB: NVLink plans"
-        );
-        assert_eq!(sel(K::Allreduce, 4, 256 << 10), Some(Algo::OneShot));
-        assert_eq!(sel(K::Allreduce, 4, (256 << 10) + 8), Some(Algo::TwoShot));
+        for k in [K::Allreduce, K::Alltoall, K::Allgather] {
+            // 2 ranks: LL words up to 128 KiB, then flags.
+            let flags = if k == K::Allreduce {
+                Algo::OneShot
+            } else {
+                Algo::Push
+            };
+            let ll = if k == K::Allreduce {
+                Algo::OneShotLl
+            } else {
+                Algo::PushLl
+            };
+            assert_eq!(sel(k, 2, SLOT + 4), Some(ll));
+            assert_eq!(sel(k, 2, 128 << 10), Some(ll));
+            assert_eq!(sel(k, 2, (128 << 10) + 4), Some(flags));
+            assert_eq!(sel(k, 2, 1 << 20), Some(flags));
+            assert_eq!(sel(k, 3, 64 << 10), Some(flags), "LL only at 2 ranks");
+        }
+        assert_eq!(sel(K::Allreduce, 4, 1 << 20), Some(Algo::OneShot));
+        assert_eq!(sel(K::Allreduce, 8, 256 << 10), Some(Algo::OneShot));
+        assert_eq!(sel(K::Allreduce, 8, (256 << 10) + 8), Some(Algo::TwoShot));
         assert_eq!(sel(K::Alltoall, 8, 1 << 20), Some(Algo::Push));
         assert_eq!(sel(K::Allgather, 3, 100_000), Some(Algo::Push));
         assert_eq!(sel(K::Bcast, 2, 64), None);
@@ -302,11 +314,12 @@ mod tests {
 
     #[test]
     fn blocks_grow_with_the_data_up_to_the_agreed_count() {
-        assert_eq!(blocks_for(Algo::OneShot, 2, 20 << 10, 16), 2);
-        assert_eq!(blocks_for(Algo::OneShot, 2, 1, 16), 1);
-        assert_eq!(blocks_for(Algo::OneShot, 2, 1 << 20, 16), 16);
+        assert_eq!(blocks_for(Algo::OneShot, 2, 20 << 10, 32), 5);
+        assert_eq!(blocks_for(Algo::OneShotLl, 2, 64 << 10, 32), 16);
+        assert_eq!(blocks_for(Algo::OneShot, 2, 1, 32), 1);
+        assert_eq!(blocks_for(Algo::OneShot, 2, 1 << 20, 32), 32);
         assert_eq!(blocks_for(Algo::Push, 8, 1 << 20, 4), 4);
-        assert_eq!(blocks_for(Algo::TwoShot, 4, 1 << 20, 64), 16);
+        assert_eq!(blocks_for(Algo::TwoShot, 4, 256 << 10, 64), 16);
         assert_eq!(blocks_for(Algo::TwoShot, 4, 100, 0), 1);
     }
 
