@@ -618,6 +618,24 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_STREAM_BLOCKS",
+        default: "32",
+        doc: "Most blocks (1-64, 512 threads each) of the stream kernel of `MPIX_Allreduce_enqueue` (`GPUMPI_STREAM_KERNEL`); a call uses one block per 32 KiB of a rank's slice of a round, up to this. Block b of each rank exchanges flags only with block b of every peer: the ranks of a communicator use the smallest value among them (agreed when its scratch is set up). Kernels of stream communicators used at the same time on different streams must fit on the GPU together.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_KERNEL",
+        default: "1",
+        doc: "`MPIX_Allreduce_enqueue` on device buffers as one kernel on the application's stream (kernels/stream_ar.cuh: the ranks' kernels exchange the data through each other's IPC-mapped scratch with NVLink stores and flags; no host function, so a CUDA graph captures it as one kernel node), where the stream communicator's ranks are on one node, 2 to 8 of them, one per GPU, with CUDA IPC, and the op and datatype are SUM, PROD, MIN or MAX on a contiguous 32/64-bit integer, float, double, half or bfloat16 type. Each rank allocates its scratch (`GPUMPI_STREAM_SCRATCH`) at the communicator's first such call. `0`: every enqueue form takes the staged fallback (a host function hands the step to a worker thread). docs/GPU.md.",
+        same_on_every_rank: true,
+    },
+    Param {
+        name: "GPUMPI_STREAM_SCRATCH",
+        default: "32m",
+        doc: "Device scratch per rank of a stream communicator that uses the stream kernel (`GPUMPI_STREAM_KERNEL`), allocated at its first kernel call, mapped by its peers and freed with the communicator: 20 KiB of flags, then per sender a slot of each of 2 parities (and for more than 2 ranks a gather area as large again); a round of a call moves one slot per rank (2 ranks: 8 MiB with the default). The ranks use the smallest slot among them. Suffixes k, m, g.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_TEST_CUDART",
         default: "",
         doc: "GPU tests only (tests/gpu/cudart.h): path of the CUDA runtime library to dlopen before the default names.",
@@ -1019,6 +1037,12 @@ pub struct GpuConfig {
     pub resident_tuning: Option<String>,
     /// `GPUMPI_GPU_SMALL_COPY`.
     pub small_copy: usize,
+    /// `GPUMPI_STREAM_KERNEL` is not `0`.
+    pub stream_kernel: bool,
+    /// `GPUMPI_STREAM_BLOCKS`.
+    pub stream_blocks: usize,
+    /// `GPUMPI_STREAM_SCRATCH`.
+    pub stream_scratch: usize,
 }
 
 /// The network between nodes, the rails and PXN: used when a job spans nodes.
@@ -1181,6 +1205,9 @@ impl Config {
                 resident_max: get_usize("GPUMPI_GPU_RESIDENT_MAX"),
                 resident_tuning: get("GPUMPI_GPU_RESIDENT_TUNING"),
                 small_copy: get_usize("GPUMPI_GPU_SMALL_COPY"),
+                stream_kernel: not_zero("GPUMPI_STREAM_KERNEL"),
+                stream_blocks: get_usize("GPUMPI_STREAM_BLOCKS"),
+                stream_scratch: get_usize("GPUMPI_STREAM_SCRATCH"),
             },
             net: NetConfig {
                 backend: get("GPUMPI_NET")

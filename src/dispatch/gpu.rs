@@ -288,6 +288,16 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
     }
 }
 
+/// Set up the stream kernel of a stream communicator (`gpu::enqueue_kernel::setup`) with the
+/// host collectives of `comm`, its private duplicate (collective over it).
+pub(crate) fn stream_kernel_setup(
+    comm: &Arc<CommObj>,
+    ordinal: i32,
+) -> MpiResult<Result<crate::gpu::enqueue_kernel::Ready, String>> {
+    let host = GpuHost { comm, call: None };
+    crate::gpu::enqueue_kernel::setup(&host, ordinal, comm.size(), comm.rank)
+}
+
 /// Release what the GPU paths hold for `comm` (collective: `MPI_Comm_free`).
 pub(crate) fn release_gpu(comm: &Arc<CommObj>) -> MpiResult<()> {
     comm.gpu.release(&GpuHost { comm, call: None })

@@ -36,7 +36,7 @@ mod schedule;
 
 pub(crate) use call::{in_place, CollSpec, Reduction, Side, TBlock};
 pub(crate) use flag::flag_quick;
-pub(crate) use gpu::release_gpu;
+pub(crate) use gpu::{release_gpu, stream_kernel_setup};
 pub use internal::{allgather_bytes, allreduce_band_u64, barrier_world};
 
 use crate::engine::collcheck::CallNo;

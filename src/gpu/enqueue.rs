@@ -69,6 +69,46 @@ impl UserStream {
     pub fn synchronize(&self) -> Result<(), String> {
         self.in_ctx(|| cuda::stream_synchronize(self.stream))
     }
+
+    /// The device of the stream's context.
+    pub fn ordinal(&self) -> Result<i32, String> {
+        cuda::context_device(self.ctx).map_err(|e| e.to_string())
+    }
+
+    /// Enqueue the stream kernel of [`super::enqueue_kernel`] with parameter `a` and `blocks`
+    /// blocks on the stream (a kernel node when the stream is being captured).
+    ///
+    /// # Safety
+    /// `a`'s buffers are device-accessible memory that lives until the stream (or every replay
+    /// of a graph capturing it) passed the kernel, its peers' scratch is mapped here, and every
+    /// rank of the communicator enqueues the same call in the same order.
+    pub unsafe fn launch_stream_kernel(
+        &self,
+        ordinal: i32,
+        a: &super::enqueue_kernel::StreamAr,
+        blocks: usize,
+    ) -> Result<(), String> {
+        let g = super::gpu().ok_or("CUDA is not available")?;
+        let f = g
+            .kernels(ordinal)?
+            .stream_ar
+            .ok_or("the library's kernels lack gpumpi_stream_allreduce")?;
+        let mut arg = *a;
+        let mut params = [&mut arg as *mut super::enqueue_kernel::StreamAr as *mut c_void];
+        self.in_ctx(|| {
+            // SAFETY: the one parameter is a StreamAr by value (kernels/stream_ar.cuh), read by
+            // the driver during the call; the buffers are valid as the caller promises.
+            unsafe {
+                cuda::launch(
+                    f,
+                    blocks as u32,
+                    super::enqueue_kernel::THREADS,
+                    &mut params,
+                    self.stream,
+                )
+            }
+        })
+    }
 }
 
 /// Whether the CPU cannot touch `ptr` (device or managed memory): such buffers are staged.
@@ -318,6 +358,17 @@ impl Builder<'_> {
     /// The staging area's data (as many bytes as `begin` asked for).
     pub fn staging(&self) -> *mut u8 {
         self.data
+    }
+
+    /// The device address of the staging area's data (mapped page-locked memory: kernels of
+    /// the stream's context read and write it directly).
+    pub fn staging_dev(&self) -> u64 {
+        self.op.staging[0].dev + DATA_OFF as u64
+    }
+
+    /// The queue's stream.
+    pub fn stream(&self) -> &UserStream {
+        &self.q.stream
     }
 
     /// Whether the stream is being captured into a graph.

@@ -119,6 +119,8 @@ pub struct Kernels {
     pub resident_mid: Option<Function>,
     /// The kernel-driven allreduce through host memory (kernels/hostar.cuh), per (op, type).
     host_ar: Vec<Function>,
+    /// The stream-ordered allreduce of `MPIX_Allreduce_enqueue` (kernels/stream_ar.cuh).
+    pub stream_ar: Option<Function>,
 }
 
 /// `struct HostAr` of kernels/hostar.cuh: one rank's kernel-driven allreduce through pinned
@@ -220,6 +222,7 @@ impl Kernels {
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
         let resident_mid = cuda::module_function(m, c"gpumpi_resident_mid").ok();
         let pack = cuda::module_function(m, c"gpumpi_pack").ok();
+        let stream_ar = cuda::module_function(m, c"gpumpi_stream_allreduce").ok();
         Ok(Kernels {
             reduce,
             reduce_n,
@@ -229,6 +232,7 @@ impl Kernels {
             resident,
             resident_mid,
             host_ar,
+            stream_ar,
         })
     }
 

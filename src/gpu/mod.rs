@@ -22,6 +22,7 @@ pub mod call;
 pub mod comm;
 pub mod device;
 pub mod enqueue;
+pub mod enqueue_kernel;
 pub mod fdshare;
 pub mod hostmem;
 pub mod ipc;

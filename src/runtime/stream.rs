@@ -3,6 +3,7 @@
 //! enqueued nonblocking calls. The CUDA side of the enqueue forms is `gpu::enqueue`.
 
 use crate::gpu::enqueue::{Op, Queue, UserStream};
+use crate::gpu::enqueue_kernel::Ready;
 use crate::mpi::error::MpiResult;
 use crate::mpi::handles::{Kind, Table};
 use crate::mpi_bail;
@@ -64,6 +65,19 @@ pub struct StreamComm {
     pub local: Vec<(usize, Option<Arc<StreamObj>>)>,
     /// The enqueue state, where the first local stream is a CUDA stream.
     pub queue: Option<Arc<Queue>>,
+    /// The stream kernel of `MPIX_Allreduce_enqueue` (`gpu::enqueue_kernel`), or why the
+    /// communicator never uses it (the same answer on every rank).
+    pub kernel: Result<StreamKernel, String>,
+}
+
+/// A stream communicator's side of the stream kernel.
+pub struct StreamKernel {
+    /// The communicator's private duplicate (a handle), for the kernel's set-up exchange; it
+    /// holds the scratch (its GPU state) and is freed with the communicator.
+    pub setup_comm: AtomicUsize,
+    /// None until the first call that takes the kernel: then the set-up's outcome (the same on
+    /// every rank).
+    pub state: Mutex<Option<Result<Ready, String>>>,
 }
 
 impl StreamComm {

@@ -264,6 +264,33 @@ pub fn stream_capturing(s: Stream) -> CuResult<bool> {
     }
 }
 
+/// The device ordinal of context `ctx`.
+pub fn context_device(ctx: Context) -> CuResult<i32> {
+    with_context(ctx, || {
+        let mut d = 0;
+        // SAFETY: out-pointer to a local; `ctx` is current.
+        unsafe { check("cuCtxGetDevice", cu::cuCtxGetDevice(&mut d))? };
+        Ok(d)
+    })
+}
+
+/// Run `f` with this thread's stream capture mode relaxed: driver calls that a capture in
+/// progress would otherwise refuse (allocating device memory, opening IPC mappings) are
+/// allowed on this thread; the previous mode is restored afterwards. None of these calls
+/// enqueues work on a stream, so a capture in progress is unaffected.
+pub fn with_relaxed_capture<R>(f: impl FnOnce() -> R) -> R {
+    let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: in/out pointer to a local mode value.
+    let swapped =
+        unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) } == cu::CUresult::CUDA_SUCCESS;
+    let r = f();
+    if swapped {
+        // SAFETY: puts back the mode the exchange above returned.
+        unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+    r
+}
+
 /// Enqueue `f(data)` on `s`: it runs on a driver thread once the work before it completed, and
 /// the work after it waits for it to return (a host node when `s` is being captured).
 ///

@@ -5,7 +5,16 @@
  * orders on neighbouring ranks), enqueued work beside blocking calls, and a CUDA graph that
  * captures copy-in + MPIX_Allreduce_enqueue + copy-out, replayed 1000 times with the result
  * checked every 10th replay.
- * `gpu_stream bench`: instead of the checks, times allreduce (MPI_INT, sum) from 8 B to 64 MiB:
+ * MPIX_Allreduce_enqueue's stream kernel (one kernel on the stream, src/gpu/enqueue_kernel.rs):
+ * where every rank has its own GPU with peer access (and GPUMPI_STREAM_KERNEL, GPUMPI_CUDA_IPC
+ * are not 0) the first call must set it up (the peer mappings of MPIX_Query_gpu_resources grow
+ * by size - 1); every op and type it reduces, sizes around its block, slot and one-/two-shot
+ * boundaries (GPUMPI_STREAM_SCRATCH makes the slots small in tests/gpu/run.sh), odd counts, in
+ * place, 8 calls back to back without synchronizing, host buffers on rank 0 (staged there),
+ * and a graph of kernel + MPIX_Allreduce_enqueue + kernel captured as the stream
+ * communicator's very first call (so its set-up runs during the capture), replayed 1000 times.
+ * `gpu_stream bench [MAX_BYTES]`: instead of the checks, times allreduce (MPI_INT, sum) from 8 B
+ * to MAX_BYTES (1 GiB):
  * blocking MPI_Allreduce on device buffers, MPIX_Allreduce_enqueue back-to-back on one stream,
  * and the enqueue form replayed from a captured graph of 10 calls; median of 5 rounds, us per
  * call (a benchmark for benches/NOTES.md, not a test: it prints numbers and checks nothing).
@@ -34,6 +43,7 @@ static int (*cudaGraphExecDestroy_)(graph_exec_t);
 static int (*cudaGraphDestroy_)(graph_t);
 /* The driver's 32-bit memset: the "kernel" that writes an input right before an enqueue. */
 static int (*cuMemsetD32Async_)(uintptr_t, unsigned, size_t, stream_t);
+static int (*cudaDeviceCanAccessPeer_)(int *, int, int);
 
 static const char *load_more(void) {
     static char why[256];
@@ -51,7 +61,7 @@ static const char *load_more(void) {
     MORE(rt, cudaStreamCreateWithFlags) MORE(rt, cudaStreamDestroy) MORE(rt, cudaStreamSynchronize)
     MORE(rt, cudaMemcpyAsync) MORE(rt, cudaStreamBeginCapture) MORE(rt, cudaStreamEndCapture)
     MORE(rt, cudaGraphInstantiateWithFlags) MORE(rt, cudaGraphLaunch) MORE(rt, cudaGraphExecDestroy)
-    MORE(rt, cudaGraphDestroy) MORE(drv, cuMemsetD32Async)
+    MORE(rt, cudaGraphDestroy) MORE(drv, cuMemsetD32Async) MORE(rt, cudaDeviceCanAccessPeer)
     return NULL;
 }
 
@@ -206,6 +216,7 @@ static void graph(MPI_Comm c, stream_t s, int *d, size_t n) {
     graph_exec_t ge;
     CU(cudaStreamBeginCapture_(s, 0 /* cudaStreamCaptureModeGlobal */));
     CU(cudaMemcpyAsync_(din, in, n * sizeof(int), H2D, s));
+    set32(dout, -7, n, s); /* the allreduce must overwrite it */
     MPI(MPIX_Allreduce_enqueue(din, dout, (int)n, MPI_INT, MPI_SUM, c));
     CU(cudaMemcpyAsync_(dcopy, dout, n * sizeof(int), D2D, s));
     CU(cudaMemcpyAsync_(out, dcopy, n * sizeof(int), D2H, s));
@@ -237,6 +248,224 @@ static void graph(MPI_Comm c, stream_t s, int *d, size_t n) {
     CU(cudaFreeHost_(out));
 }
 
+/* ---- MPIX_Allreduce_enqueue's stream kernel ---- */
+
+/* Whether the stream kernel should serve this job: every rank its own GPU, peer access between
+ * them all, the kernel and CUDA IPC not switched off. */
+static int expect_kernel(void) {
+    int ndev = 0;
+    cudaGetDeviceCount_(&ndev);
+    const char *per = getenv("GPUMPI_TEST_RANKS_PER_GPU"), *k = getenv("GPUMPI_STREAM_KERNEL"),
+               *ipc = getenv("GPUMPI_CUDA_IPC"), *gc = getenv("GPUMPI_GPU_COLL");
+    if (ndev < size || (per && atoi(per) > 1) || size < 2 || size > 8) return 0;
+    if ((k && strcmp(k, "0") == 0) || (ipc && strcmp(ipc, "0") == 0) || (gc && strcmp(gc, "0") == 0)) return 0;
+    for (int a = 0; a < size; a++)
+        for (int b = 0; b < size; b++) {
+            int ok = 0;
+            if (a != b && (cudaDeviceCanAccessPeer_(&ok, a, b) || !ok)) return 0;
+        }
+    return 1;
+}
+
+static MPI_Count peer_mappings(void) {
+    MPI_Count comms, pinned, dev, maps;
+    MPI(MPIX_Query_gpu_resources(&comms, &pinned, &dev, &maps));
+    return maps;
+}
+
+enum { T_I32, T_I64, T_F32, T_F64, T_F16, T_BF16, NTYPES };
+static const char *tname[] = {"int", "int64", "float", "double", "float16", "bfloat16"};
+static const size_t tsize[] = {4, 8, 4, 8, 2, 2};
+static MPI_Datatype mtype(int t) {
+    switch (t) {
+    case T_I32: return MPI_INT;
+    case T_I64: return MPI_INT64_T;
+    case T_F32: return MPI_FLOAT;
+    case T_F64: return MPI_DOUBLE;
+    case T_F16: return MPIX_C_FLOAT16;
+    default: return MPIX_BFLOAT16;
+    }
+}
+static const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};
+static const char *oname[] = {"sum", "prod", "min", "max"};
+
+/* float <-> IEEE half and bfloat16 (values here are small integers: exact). */
+static uint16_t to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int e = (int)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t m = x & 0x7fffff;
+    if (f == 0) return (uint16_t)sign;
+    return (uint16_t)(sign | ((uint32_t)e << 10) | (m >> 13));
+}
+static float from_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    uint32_t x = e == 0 ? sign : sign | ((e - 15 + 127) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static uint16_t to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return (uint16_t)(x >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* Element i of rank r's input for op o: small integers, so that every op and type is exact. */
+static double input_of(int o, int r, size_t i) {
+    if (o == 1) return (double)((r + i) % 2 + 1); /* prod: 1 or 2 */
+    if (o == 0) return (double)(r + (int)(i % 5));
+    return (double)((r * 7 + (int)(i % 11)) % 13) - 6.0; /* min/max: -6..6 */
+}
+static double want_of(int o, size_t i) {
+    double acc = input_of(o, 0, i);
+    for (int r = 1; r < size; r++) {
+        double v = input_of(o, r, i);
+        if (o == 0) acc += v;
+        else if (o == 1) acc *= v;
+        else if (o == 2) acc = v < acc ? v : acc;
+        else acc = v > acc ? v : acc;
+    }
+    return acc;
+}
+static void put(void *buf, int t, size_t i, double v) {
+    switch (t) {
+    case T_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case T_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case T_F32: ((float *)buf)[i] = (float)v; break;
+    case T_F64: ((double *)buf)[i] = v; break;
+    case T_F16: ((uint16_t *)buf)[i] = to_f16((float)v); break;
+    default: ((uint16_t *)buf)[i] = to_bf16((float)v); break;
+    }
+}
+static double get(const void *buf, int t, size_t i) {
+    switch (t) {
+    case T_I32: return ((const int32_t *)buf)[i];
+    case T_I64: return (double)((const int64_t *)buf)[i];
+    case T_F32: return ((const float *)buf)[i];
+    case T_F64: return ((const double *)buf)[i];
+    case T_F16: return from_f16(((const uint16_t *)buf)[i]);
+    default: return from_bf16(((const uint16_t *)buf)[i]);
+    }
+}
+
+/* One allreduce of n elements of type t with op o through the stream communicator, checked.
+ * `hostbuf`: this rank passes host (pageable) buffers instead of device ones. */
+static void ar_check(MPI_Comm c, stream_t s, void *dsend, void *drecv, void *hsend, void *hrecv,
+                     size_t n, int t, int o, int inplace, int hostbuf) {
+    size_t bytes = n * tsize[t];
+    for (size_t i = 0; i < n; i++) put(hsend, t, i, input_of(o, rank, i));
+    void *sb = hostbuf ? hsend : dsend, *rb = hostbuf ? hrecv : drecv;
+    if (hostbuf) {
+        if (inplace) memcpy(hrecv, hsend, bytes);
+    } else {
+        CU(cudaMemcpy_(inplace ? drecv : dsend, hsend, bytes, cudaMemcpyDefault_));
+        if (!inplace) set32(drecv, -3, (bytes + 3) / 4, s); /* overwritten by the call */
+    }
+    MPI(MPIX_Allreduce_enqueue(inplace ? MPI_IN_PLACE : sb, rb, (int)n, mtype(t), ops[o], c));
+    CU(cudaStreamSynchronize_(s));
+    if (!hostbuf) CU(cudaMemcpy_(hrecv, drecv, bytes, cudaMemcpyDefault_));
+    for (size_t i = 0; i < n; i++) {
+        double got = get(hrecv, t, i), want = want_of(o, i);
+        if (got != want) {
+            EXPECT(0, "stream kernel allreduce %s/%s n=%zu%s%s: element %zu is %g, want %g", oname[o],
+                   tname[t], n, inplace ? " in place" : "", hostbuf ? " host buffers" : "", i, got, want);
+            return;
+        }
+    }
+}
+
+static void kernel_checks(MPI_Comm c, stream_t s, size_t maxn) {
+    /* Sizes in elements around the stream kernel's boundaries: a block's 32 KiB, the 64 KiB
+     * slots that GPUMPI_STREAM_SCRATCH=256k gives, ONE_SHOT_MAX (512 KiB), several rounds. */
+    const size_t sizes[] = {1, 2, 3, 5, 7, 8, 9, 16, 17, 4095, 4097, 8191, 8192, 8193, 16383,
+                            16384, 16385, 32773, 65535, 65536, 65537, 131071, 131073, 262147,
+                            (1 << 20) + 3};
+    size_t nb = maxn * 8;
+    void *dsend, *drecv;
+    CU(cudaMalloc_(&dsend, nb));
+    CU(cudaMalloc_(&drecv, nb));
+    void *hsend = malloc(nb), *hrecv = malloc(nb);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        if (n > maxn) continue;
+        for (int t = 0; t < NTYPES; t++)
+            for (int o = 0; o < 4; o++) {
+                /* Every pair at the small sizes; a few at the large ones. */
+                if (n > 65537 && !((t == T_I32 && o == 0) || (t == T_F32 && o == 3) ||
+                                   (t == T_BF16 && o == 2) || (t == T_F64 && o == 0)))
+                    continue;
+                ar_check(c, s, dsend, drecv, hsend, hrecv, n, t, o, (int)((k + t + o) % 2), 0);
+            }
+    }
+    /* Host (pageable) buffers on rank 0 only: rank 0 stages, the others run the kernel on
+     * device memory; in place and not. */
+    for (int inplace = 0; inplace < 2; inplace++)
+        for (size_t n = 3; n <= maxn && n <= 300000; n = n * 17 + 1)
+            ar_check(c, s, dsend, drecv, hsend, hrecv, n, T_I32, 0, inplace, rank == 0);
+    /* 8 calls back to back without synchronizing, each its own input and output. */
+    size_t n = 4099;
+    if (8 * 2 * n * 4 <= nb) {
+        int *in = dsend, *out = drecv;
+        for (int j = 0; j < 8; j++) set32(in + j * n, rank + 100 * j, n, s);
+        for (int j = 0; j < 8; j++) {
+            MPI(MPIX_Allreduce_enqueue(in + j * n, out + j * n, (int)n, MPI_INT, MPI_SUM, c));
+            set32(in + j * n, -9, n, s); /* after the call: it has read its input */
+        }
+        CU(cudaStreamSynchronize_(s));
+        for (int j = 0; j < 8; j++) check("stream kernel back to back", out + j * n, n, size * (size - 1) / 2 + size * 100 * j);
+    }
+    CU(cudaFree_(dsend));
+    CU(cudaFree_(drecv));
+    free(hsend);
+    free(hrecv);
+}
+
+/* A graph captured as the communicator's very first MPIX_Allreduce_enqueue (the stream
+ * kernel's set-up runs during the capture): memset kernel + allreduce + memset kernel on the
+ * input, replayed 1000 times; each replay adds the previous result back into the input. */
+static void graph_first(stream_t s, int *d, size_t n) {
+    MPIX_Stream xs;
+    MPI_Comm c = stream_comm(s, &xs);
+    int *din = d, *dout = d + n;
+    set32(din, 1, n, s);
+    CU(cudaStreamSynchronize_(s));
+    graph_t g;
+    graph_exec_t ge;
+    CU(cudaStreamBeginCapture_(s, 0 /* cudaStreamCaptureModeGlobal */));
+    set32(dout, -7, n, s);
+    MPI(MPIX_Allreduce_enqueue(din, dout, (int)n, MPI_INT, MPI_SUM, c));
+    CU(cudaMemcpyAsync_(din, dout, n * sizeof(int), D2D, s));
+    CU(cudaStreamEndCapture_(s, &g));
+    CU(cudaGraphInstantiateWithFlags_(&ge, g, 0));
+    /* x_{k+1} = size * x_k from x_0 = 1: reset to 1 every 8 replays (no overflow). */
+    int want = 1;
+    for (int i = 0; i < 1000; i++) {
+        if (i % 8 == 0) {
+            CU(cudaStreamSynchronize_(s));
+            set32(din, 1, n, s);
+            want = 1;
+        }
+        CU(cudaGraphLaunch_(ge, s));
+        want *= size;
+        if (i % 8 == 7 || i == 999) {
+            CU(cudaStreamSynchronize_(s));
+            check("graph captured as the first call", dout, n, want);
+        }
+    }
+    CU(cudaGraphExecDestroy_(ge));
+    CU(cudaGraphDestroy_(g));
+    MPI(MPI_Comm_free(&c));
+    MPI(MPIX_Stream_free(&xs));
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -265,9 +494,9 @@ static double time_allreduce(int kind, MPI_Comm c, stream_t s, int *a, int *b, s
         else if (kind == 1)
             for (int i = 0; i < iters; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
         else
-            for (int i = 0; i < iters / 10; i++) CU(cudaGraphLaunch_(ge, s));
+            for (int i = 0; i < (iters + 9) / 10; i++) CU(cudaGraphLaunch_(ge, s));
         CU(cudaStreamSynchronize_(s));
-        t[r] = (MPI_Wtime() - t0) * 1e6 / (kind == 2 ? (iters / 10) * 10 : iters);
+        t[r] = (MPI_Wtime() - t0) * 1e6 / (kind == 2 ? ((iters + 9) / 10) * 10 : iters);
     }
     if (ge) {
         CU(cudaGraphExecDestroy_(ge));
@@ -279,8 +508,8 @@ static double time_allreduce(int kind, MPI_Comm c, stream_t s, int *a, int *b, s
     return worst;
 }
 
-static void bench(MPI_Comm c, stream_t s) {
-    size_t maxn = (64u << 20) / sizeof(int);
+static void bench(MPI_Comm c, stream_t s, size_t max_bytes) {
+    size_t maxn = max_bytes / sizeof(int);
     int *a, *b;
     CU(cudaMalloc_((void **)&a, maxn * sizeof(int)));
     CU(cudaMalloc_((void **)&b, maxn * sizeof(int)));
@@ -290,7 +519,7 @@ static void bench(MPI_Comm c, stream_t s) {
                "# bytes  blocking  enqueue_back_to_back  enqueue_graph\n", size);
     for (size_t bytes = 8; bytes <= maxn * sizeof(int); bytes *= 8) {
         size_t n = bytes / sizeof(int);
-        int iters = bytes <= (1 << 20) ? 200 : 20;
+        int iters = bytes <= (1 << 20) ? 200 : bytes <= (64 << 20) ? 20 : 10;
         double t0 = time_allreduce(0, c, s, a, b, n, iters);
         double t1 = time_allreduce(1, c, s, a, b, n, iters);
         double t2 = time_allreduce(2, c, s, a, b, n, iters);
@@ -309,7 +538,7 @@ int main(int argc, char **argv) {
     }
     cudart_pick_device();
     size_t sizes[] = {1, 7, 4096, 1 << 18};
-    size_t maxn = 1 << 18;
+    size_t maxn = (1 << 20) + 3;
     int *sb, *rb, *cb;
     CU(cudaMalloc_((void **)&sb, 4 * maxn * sizeof(int)));
     CU(cudaMalloc_((void **)&rb, 4 * maxn * sizeof(int)));
@@ -321,7 +550,7 @@ int main(int argc, char **argv) {
     MPIX_Stream xa, xb;
     MPI_Comm ca = stream_comm(a, &xa), cbm = stream_comm(b, &xb);
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
-        bench(ca, a);
+        bench(ca, a, argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (size_t)1 << 30);
         MPI(MPI_Comm_free(&ca));
         MPI(MPI_Comm_free(&cbm));
         MPI_Finalize();
@@ -330,14 +559,31 @@ int main(int argc, char **argv) {
     MPIX_Stream got;
     MPI(MPIX_Comm_get_stream(ca, 0, &got));
     EXPECT(got == xa, "MPIX_Comm_get_stream");
+    /* The first MPIX_Allreduce_enqueue on `ca` sets the stream kernel up where it applies: this
+     * rank maps every peer's scratch then. */
+    int want_kernel = expect_kernel();
+    MPI_Count maps0 = peer_mappings();
+    set32(sb, rank + 1, 1, a);
+    MPI(MPIX_Allreduce_enqueue(sb, rb, 1, MPI_INT, MPI_SUM, ca));
+    CU(cudaStreamSynchronize_(a));
+    check("first allreduce_enqueue", rb, 1, size * (size + 1) / 2);
+    MPI_Count grew = peer_mappings() - maps0;
+    if (want_kernel)
+        EXPECT(grew == size - 1, "stream kernel expected: the first MPIX_Allreduce_enqueue mapped %lld peer scratch areas, want %d",
+               (long long)grew, size - 1);
+    if (rank == 0)
+        printf("gpu_stream: stream kernel %s (peer mappings +%lld on rank 0)\n",
+               want_kernel ? "expected" : "not expected", (long long)grew);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         size_t n = sizes[i] * (size_t)size;
-        if (n > maxn) n = maxn;
+        if (n > (1 << 18)) n = 1 << 18;
         p2p(ca, a, sb, rb, cb, n);
         colls(ca, a, sb, rb, cb, n);
     }
+    kernel_checks(ca, a, maxn);
     two_streams(ca, a, cbm, b, cb, 4096);
     graph(ca, a, cb, 4096);
+    graph_first(b, cb, 4097);
     MPI(MPI_Comm_free(&ca));
     MPI(MPI_Comm_free(&cbm));
     MPI(MPIX_Stream_free(&xa));

@@ -35,10 +35,13 @@
 # 3-rank run with GPUMPI_GPU_RESIDENT_BLOCKS=3); where every rank has its own GPU each run must
 # set up the wide resident kernel on every rank (its debug log says so).
 # gpu_stream runs every MPIX_*_enqueue form on device buffers (ordering with the caller's own
-# stream work, two stream communicators at once, a captured CUDA graph replayed 1000 times) at 2
-# and 4 ranks.
-# --bench also runs gpu_bench and `gpu_stream bench` (allreduce: blocking, enqueued back-to-back,
-# enqueued from a graph).
+# stream work, two stream communicators at once, captured CUDA graphs replayed 1000 times) and
+# MPIX_Allreduce_enqueue's stream kernel (every op and type, sizes around its boundaries, host
+# buffers on one rank) at 2 and 4 ranks, again with 64 KiB slots and 3 blocks
+# (GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3), and at 2 ranks with the kernel off; with
+# one GPU per rank the debug log must show every MPIX_Allreduce_enqueue on the stream kernel.
+# --bench also runs gpu_bench and `gpu_stream bench` (allreduce 8 B to 1 GiB: blocking, enqueued
+# back-to-back, enqueued from a graph).
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
 # last line is "gpu: N passed, N failed, N skipped". On a machine with a GPU (`nvidia-smi -L`
 # lists one, or GPUMPI_REQUIRE_GPU=1; GPUMPI_REQUIRE_GPU=0 says no) a skip fails the script
@@ -140,10 +143,38 @@ for n in 2 4; do
 done
 run "gpu_mt -n 4, P2P forced off (two communicators' host-memory pipelines at once)" \
     GPUMPI_CUDA_IPC=0 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_CUDA_IPC "$out/gpu_mt"
+# gpu_stream with the debug log: where every rank has its own GPU, MPIX_Allreduce_enqueue must
+# have taken the stream kernel (and never the host-function fallback) on every rank.
+streamrun() { # label ranks env...
+    local label="gpu_stream -n $2 $1" n=$2 log="$out/gpu_stream.log" k f; shift 2
+    echo "== $label"
+    if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
+        -x GPUMPI_STREAM_KERNEL -x GPUMPI_STREAM_SCRATCH -x GPUMPI_STREAM_BLOCKS \
+        "$out/gpu_stream" >"$log" 2>&1; then
+        grep -E "^(PASS|FAIL|SKIP)|^gpu_stream|^rank [0-9]+:" "$log" | head -20; tail -20 "$log"
+        verdict "$label" fail; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)|^gpu_stream:" "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: gpu_stream" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    k=$(grep -c "MPIX_Allreduce_enqueue: stream kernel" "$log" || true)
+    f=$(grep -c "MPIX_Allreduce_enqueue: host-function fallback" "$log" || true)
+    echo "MPIX_Allreduce_enqueue: $k stream kernel calls, $f fallback calls (debug log)"
+    if grep -q "stream kernel expected" "$log" && { [ "$k" -eq 0 ] || [ "$f" -ne 0 ]; }; then
+        verdict "$label" fail "every MPIX_Allreduce_enqueue should take the stream kernel"
+    else
+        verdict "$label" pass
+    fi
+}
 for n in 2 4; do
-    run "gpu_stream -n $n (MPIX stream enqueue forms, two streams, a CUDA graph replayed 1000 times)" \
-        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_stream"
+    streamrun "(MPIX stream enqueue forms, the stream kernel, two streams, CUDA graphs replayed 1000 times)" "$n"
 done
+# Small slots (64 KiB) and 3 blocks: many rounds, and two-shot from 512 KiB at 4 ranks.
+for n in 2 4; do
+    streamrun "(stream kernel with 64 KiB slots and 3 blocks: GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3)" "$n" \
+        GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3
+done
+streamrun "(stream kernel off: GPUMPI_STREAM_KERNEL=0, the staged fallback)" 2 GPUMPI_STREAM_KERNEL=0
 for n in 2 4; do
     run "gpu_mem -n $n (every memory kind, mixed between ranks)" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_mem"
@@ -355,7 +386,11 @@ if [ "$bench" = yes ]; then
         echo "== gpu_bench -n $n"
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_bench" || { echo "FAILED: gpu_bench -n $n"; fail=1; }
         echo "== gpu_stream bench -n $n"
-        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_stream" bench || { echo "FAILED: gpu_stream bench -n $n"; fail=1; }
+        # Up to 1 GiB where every rank has its own GPU (the stream kernel), else up to 64 MiB
+        # (the staged fallback takes about a second per GiB).
+        smax=$((64 << 20))
+        [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge "$n" ] && smax=$((1 << 30))
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" "$out/gpu_stream" bench "$smax" || { echo "FAILED: gpu_stream bench -n $n"; fail=1; }
     done
 fi
 echo "gpu: $npass passed, $nfail failed, $nskip skipped"

@@ -379,13 +379,21 @@ pub unsafe fn MPI_Comm_free(cm: *mut MPI_Comm) -> MpiResult<()> {
     }
     let o = comm(h)?;
     super::attr::delete_all_comm_attrs(h, &o)?;
-    crate::dispatch::release_gpu(&o)?;
     if let Some(sc) = o.stream.get() {
-        // The stream's enqueued work must finish before its staging is freed.
+        // The stream's enqueued work must finish before its staging and the stream kernel's
+        // scratch (held by the private duplicate's GPU state) are freed.
         if let Err(e) = sc.release() {
             mpi_bail!(MPI_ERR_OTHER, "the communicator's CUDA stream: {e}");
         }
+        if let Ok(k) = &sc.kernel {
+            let null = c::MPI_COMM_NULL as usize;
+            let mut d = k.setup_comm.swap(null, std::sync::atomic::Ordering::AcqRel) as MPI_Comm;
+            if d != c::MPI_COMM_NULL {
+                MPI_Comm_free(&mut d)?;
+            }
+        }
     }
+    crate::dispatch::release_gpu(&o)?;
     crate::runtime::objects::remove_comm(h);
     super::bsend::forget_comm(o.ctx);
     release_ctx(o.ctx);

@@ -21,8 +21,8 @@ use crate::abi::width::LargeCounts;
 use crate::gpu::enqueue::{needs_staging, Builder, Queue, UserStream};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
-use crate::runtime::objects::{comm, info_obj, nonnull, CommObj};
-use crate::runtime::stream::{self as st, EnqReq, Local, StreamComm, StreamObj};
+use crate::runtime::objects::{builtin_op, comm, info_obj, nonnull, CommObj};
+use crate::runtime::stream::{self as st, EnqReq, Local, StreamComm, StreamKernel, StreamObj};
 use crate::runtime::types::{check_count, committed};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -189,7 +189,27 @@ unsafe fn stream_comm(
         );
     }
     let o = comm(*newcomm)?;
-    let _ = o.stream.set(Arc::new(StreamComm { local, queue }));
+    // The stream kernel's private duplicate (collective: the rule reads values every rank
+    // shares, not whether this rank's stream is a CUDA stream).
+    let kernel = match crate::gpu::enqueue_kernel::comm_eligible(o.size(), o.one_node) {
+        Ok(()) => {
+            let mut d = c::MPI_COMM_NULL;
+            if let Err(e) = super::comm::MPI_Comm_dup(*newcomm, &mut d) {
+                let _ = super::comm::MPI_Comm_free(newcomm);
+                return Err(e);
+            }
+            Ok(StreamKernel {
+                setup_comm: AtomicUsize::new(d as usize),
+                state: Mutex::new(None),
+            })
+        }
+        Err(why) => Err(why),
+    };
+    let _ = o.stream.set(Arc::new(StreamComm {
+        local,
+        queue,
+        kernel,
+    }));
     Ok(())
 }
 
@@ -703,6 +723,181 @@ fn in_place(p: *const c_void) -> bool {
     std::ptr::eq(p, c::MPI_IN_PLACE as *const c_void)
 }
 
+/// `MPIX_Allreduce_enqueue` as the stream kernel (`gpu::enqueue_kernel`): one kernel on the
+/// stream where this rank's buffers are device memory of the stream's GPU, else the kernel
+/// between copies through pinned staging. `Ok(false)`: the call takes the staged fallback (the
+/// same answer on every rank; the reason is logged at `GPUMPI_DEBUG=2`).
+unsafe fn allreduce_kernel(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    o: &CommObj,
+    q: &Queue,
+) -> MpiResult<bool> {
+    const F: &str = "MPIX_Allreduce_enqueue";
+    let fallback = |why: &str| {
+        tracing::debug!("{F}: not the stream kernel: {why}");
+        Ok(false)
+    };
+    let Some(sc) = o.stream.get() else {
+        return fallback("not a stream communicator");
+    };
+    let k = match &sc.kernel {
+        Ok(k) => k,
+        Err(why) => return fallback(why),
+    };
+    let n = check_count(count as i64)?;
+    let d = committed(datatype)?;
+    let red = builtin_op(op)
+        .zip(d.desc.elem())
+        .and_then(|(b, e)| crate::gpu::kernels::kernel_for(b, e));
+    let bytes = d.desc.packed_size(n);
+    if let Err(why) = crate::gpu::enqueue_kernel::call_eligible(bytes, red, d.desc.is_contiguous(n))
+    {
+        return fallback(&why);
+    }
+    let red = red.expect("checked by call_eligible");
+    let ip = in_place(sendbuf);
+    if recvbuf.is_null() {
+        mpi_bail!(MPI_ERR_BUFFER, "recvbuf is NULL with count {count}");
+    }
+    if !ip && sendbuf.is_null() {
+        mpi_bail!(MPI_ERR_BUFFER, "sendbuf is NULL with count {count}");
+    }
+    let err = |e: String| MpiError::new(c::MPI_ERR_OTHER, format!("{F}: {e}"));
+    let ready = {
+        let mut g = k.state.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            let dup = comm(k.setup_comm.load(Ordering::Acquire) as MPI_Comm)?;
+            let ordinal = q.stream.ordinal().map_err(err)?;
+            let r = crate::dispatch::stream_kernel_setup(&dup, ordinal)?;
+            match &r {
+                Ok(x) => tracing::debug!(
+                    ranks = x.nranks,
+                    slot = x.slot,
+                    blocks = x.blocks,
+                    "{F}: stream kernel set up on the communicator"
+                ),
+                Err(why) => tracing::info!(
+                    "{F}: the stream kernel cannot run on this communicator ({why}); its calls take the staged fallback"
+                ),
+            }
+            *g = Some(r);
+        }
+        g.clone().expect("set above")
+    };
+    let ready = match ready {
+        Ok(r) => r,
+        Err(why) => return fallback(&why),
+    };
+    let lb = d.desc.true_lb();
+    let recv = (recvbuf as usize).wrapping_add_signed(lb);
+    let send = if ip {
+        recv
+    } else {
+        (sendbuf as usize).wrapping_add_signed(lb)
+    };
+    let direct = |p: usize| {
+        let i = crate::gpu::classify_ordered(p as *const u8);
+        i.kind == crate::gpu::cache::MemKind::Device && i.device == ready.ordinal
+    };
+    let rdirect = direct(recv);
+    let sdirect = if ip { rdirect } else { direct(send) };
+    let captured_note = |b: bool| if b { " (captured)" } else { "" };
+    if sdirect && rdirect {
+        let (a, p) = ready.params(send as u64, recv as u64, bytes, red);
+        // SAFETY: device memory of the stream's GPU that the application keeps alive until
+        // the stream passed the call (MPIX enqueue semantics); every rank enqueues this call.
+        unsafe { q.stream.launch_stream_kernel(ready.ordinal, &a, p.blocks) }.map_err(err)?;
+        tracing::debug!(
+            bytes,
+            blocks = p.blocks,
+            rounds = p.rounds,
+            "{F}: stream kernel ({}){}",
+            if p.algo == crate::gpu::enqueue_kernel::TWO_SHOT {
+                "two-shot"
+            } else {
+                "one-shot"
+            },
+            captured_note(q.stream.capturing().unwrap_or(false))
+        );
+        return Ok(true);
+    }
+    // This rank's buffers are not device memory of the stream's GPU: the kernel reads and
+    // writes pinned staging (mapped into the GPU), filled and emptied in stream order.
+    let in_len = if sdirect {
+        0
+    } else {
+        bytes.next_multiple_of(64)
+    };
+    let out_off = if ip { 0 } else { in_len };
+    let size = out_off + if rdirect || ip { 0 } else { bytes };
+    let mut b = q.begin(size.max(1)).map_err(err)?;
+    let (host, dev) = (b.staging() as usize, b.staging_dev());
+    let src = if sdirect {
+        send as u64
+    } else {
+        stage_in(&mut b, send, host, 0, bytes).map_err(err)?;
+        dev
+    };
+    let dst = if rdirect {
+        recv as u64
+    } else {
+        dev + out_off as u64
+    };
+    let (a, p) = ready.params(src, dst, bytes, red);
+    // SAFETY: the staging lives as long as the operation (or the graph capturing it); the
+    // user's device buffers as above.
+    unsafe { b.stream().launch_stream_kernel(ready.ordinal, &a, p.blocks) }.map_err(err)?;
+    if !rdirect {
+        stage_out(&mut b, recv, host + out_off, bytes).map_err(err)?;
+    }
+    tracing::debug!(
+        bytes,
+        blocks = p.blocks,
+        rounds = p.rounds,
+        staged_send = !sdirect,
+        staged_recv = !rdirect,
+        "{F}: stream kernel through pinned staging{}",
+        captured_note(b.captured())
+    );
+    b.finish().map_err(err)?;
+    Ok(true)
+}
+
+/// Copy `len` bytes of the user's buffer at `user` into the staging at `host + off`, in stream
+/// order: by a copy on the stream for device or managed memory, by the worker for host memory.
+fn stage_in(
+    b: &mut Builder<'_>,
+    user: usize,
+    host: usize,
+    off: usize,
+    len: usize,
+) -> Result<(), String> {
+    if needs_staging(user as *const u8) {
+        return b.to_staging(off, user, len);
+    }
+    let dst = host + off;
+    b.blocking(move || {
+        // SAFETY: the user's host buffer of `len` bytes and this operation's staging.
+        unsafe { std::ptr::copy_nonoverlapping(user as *const u8, dst as *mut u8, len) }
+    })
+}
+
+/// Copy `len` bytes of staging at `src` to the user's buffer at `user`, in stream order.
+fn stage_out(b: &mut Builder<'_>, user: usize, src: usize, len: usize) -> Result<(), String> {
+    if needs_staging(user as *const u8) {
+        // SAFETY: `src..src+len` lies in this operation's staging.
+        return unsafe { b.from_staging(user, src as *const u8, len) };
+    }
+    b.blocking(move || {
+        // SAFETY: this operation's staging and the user's host buffer of `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, user as *mut u8, len) }
+    })
+}
+
 pub unsafe fn MPIX_Allreduce_enqueue(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
@@ -711,7 +906,10 @@ pub unsafe fn MPIX_Allreduce_enqueue(
     op: MPI_Op,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    let (_, q) = queue_of(cm)?;
+    let (o, q) = queue_of(cm)?;
+    if allreduce_kernel(sendbuf, recvbuf, count, datatype, op, &o, &q)? {
+        return Ok(());
+    }
     let ip = in_place(sendbuf);
     let mut parts = vec![part(recvbuf, count as i64, datatype, "recvbuf", ip, true)?];
     if !ip {

@@ -36,6 +36,7 @@ fn layouts() -> Vec<Layout> {
     ];
     v.extend(crate::gpu::kernels::layouts());
     v.extend(crate::gpu::resident::kernel::layouts());
+    v.extend(crate::gpu::enqueue_kernel::layouts());
     v
 }
 
@@ -44,6 +45,7 @@ fn constants() -> Vec<(&'static str, u64)> {
     let mut v = vec![("GPUMPI_MAXP", crate::gpu::kernels::MAXP as u64)];
     v.extend(crate::gpu::resident::kernel::constants());
     v.extend(crate::gpu::hostmem::constants());
+    v.extend(crate::gpu::enqueue_kernel::constants());
     v
 }
 
