@@ -146,6 +146,28 @@ __device__ void mid_reduce_any(unsigned int op, unsigned int type, int n, Src sr
     }
 }
 
+// Store `len` bytes from src at dst(q) for every rank q < n (allreduce, allgather: the same
+// piece for every rank), each 16-byte word loaded once and stored n times where everything is
+// aligned.
+template <typename Dst>
+__device__ __forceinline__ void mid_push_same(int n, const char *src, unsigned long long len, Dst dst) {
+    bool aligned = (reinterpret_cast<unsigned long long>(src) & 15) == 0;
+    for (int q = 0; q < n; q++) aligned = aligned && (reinterpret_cast<unsigned long long>(dst(q)) & 15) == 0;
+    if (!aligned) {
+        for (int q = 0; q < n; q++) res_copy(dst(q), src, len);
+        return;
+    }
+    const unsigned long long nv = len / 16;
+    for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) {
+        const uint4 v = __ldcg(reinterpret_cast<const uint4 *>(src) + i);
+        for (int q = 0; q < n; q++) reinterpret_cast<uint4 *>(dst(q))[i] = v;
+    }
+    for (unsigned long long i = nv * 16 + threadIdx.x; i < len; i += blockDim.x) {
+        const char v = __ldcg(src + i);
+        for (int q = 0; q < n; q++) dst(q)[i] = v;
+    }
+}
+
 // Set my flag of (phase, parity, block) at every rank, after this block's stores: the barrier
 // orders every thread's stores before the release store of each flag (release is cumulative),
 // so no thread needs a system fence of its own.
@@ -357,10 +379,12 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
                     __syncthreads();
                     go_on = all_ok != 0;
                 } else {
-                    if (c.ok) {
+                    if (c.ok && a2a) {
                         res_copy_n(
-                            n, cl, [&](int q) { return src + (a2a ? q * b : 0) + co; },
+                            n, cl, [&](int q) { return src + q * b + co; },
                             [&](int q) { return push(q, me) + co; });
+                    } else if (c.ok) {
+                        mid_push_same(n, src + co, cl, [&](int q) { return push(q, me) + co; });
                     }
                     mid_signal(dsc, 0, par, blk, sig);
                     go_on = mid_wait(dsc, 0, par, blk, c.flagv, &all_ok);
