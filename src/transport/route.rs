@@ -218,6 +218,13 @@ impl Transport for Routed {
         self.link[peer] == 0
     }
 
+    /// The network part's descriptors; complete only for a rank alone on its node with
+    /// nothing waiting to be forwarded (frames from node-local peers show on no descriptor).
+    fn wait_fds(&self, out: &mut Vec<crate::sys::socket::PollFd>) -> bool {
+        let alone = (0..self.link.len()).all(|r| r == self.me || self.link[r] != 0);
+        self.parts[1].wait_fds(out) && alone && self.pending.is_empty()
+    }
+
     /// Bulk transfers are offered (the receiver's choice) only with off-node peers reached
     /// directly; a peer reached through a forwarder is on another rail.
     fn bulk_min(&self, peer: usize) -> Option<usize> {
