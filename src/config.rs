@@ -393,7 +393,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_BULK_MIN",
         default: "64k",
-        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets and the ibverbs backend over its queue pairs); smaller messages go eagerly (the sender's value decides), as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the same bulk transfer where both ranks' backends register device memory (`GPUMPI_NET_GDR`), else the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`).",
+        doc: "Bytes (suffixes `k`, `m`, `g`) from which the data of a point-to-point rendezvous message between host buffers on different nodes moves as one network message straight from the sender's buffer into the receiver's (a bulk transfer over a second connection per pair of ranks, which the TCP backend stripes over its threads and sockets above 257 KiB and the ibverbs backend over its queue pairs); smaller messages go eagerly (the sender's value decides), as 64 KiB frames through the frame connection (measured on loopback TCP, benches/NOTES.md: bulk transfers beat frames for windowed messages from 20 KiB on and cost the same for single messages; the default leaves messages of one frame to the frames, which need no registration of the user's buffer). `off` = never. Read by the receiving rank; the sender follows what it is asked. Device buffers take the same bulk transfer where both ranks' backends register device memory (`GPUMPI_NET_GDR`), else the pipeline through host memory (`GPUMPI_NET_GPU_PIPELINE`).",
         same_on_every_rank: false,
     },
     Param {
@@ -447,7 +447,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_TCP_SOCKS",
         default: "2",
-        doc: "Data sockets per helper thread of each TCP network connection (like `NCCL_NSOCKS_PERTHREAD`); a connection has `GPUMPI_NET_TCP_THREADS` x this many data sockets (at most 64) plus one control socket. Messages of more than 64 KiB are split across them. The listener's values apply to both ends.",
+        doc: "Data sockets per helper thread of each TCP network connection (like `NCCL_NSOCKS_PERTHREAD`); a connection has `GPUMPI_NET_TCP_THREADS` x this many data sockets (at most 64) plus one control socket. Messages of more than 257 KiB are split across them (smaller ones travel on the control socket, written and read by the calling threads). The listener's values apply to both ends.",
         same_on_every_rank: false,
     },
     Param {

@@ -11,7 +11,7 @@ mod skip;
 
 use mpi_abi::transport::net::ifname::Family;
 use mpi_abi::transport::net::tcp::{TcpConfig, TcpNet};
-use mpi_abi::transport::net::{Handle, MemKind, Net, RecvBuf, Request, HANDLE_BYTES};
+use mpi_abi::transport::net::{Handle, MemKind, Net, RecvBuf, Request, WaitOn, HANDLE_BYTES};
 use netcheck::*;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -396,4 +396,105 @@ fn registration_rules() {
     let e = r.test(Request { slot: 3, gen: 9 }, &mut [0]).unwrap_err();
     assert!(e.msg.contains("not a receive request"), "{e}");
     assert!(r.test(Request { slot: 999, gen: 0 }, &mut [0]).is_err());
+}
+
+/// Every message of the engine's frames (up to `frames::SLOT_BYTES`) is written by the calling
+/// thread on the control socket, never handed to a helper thread, and a write the socket cut
+/// short is resumed by `test` once that socket is writable. With the receiver not reading, the
+/// sender sends frame-sized messages until its control socket is full: all the while its comm
+/// says it waits on that socket being writable (`WaitOn::Fd` with `POLLOUT`), never on a helper
+/// (`WaitOn::Polled`). Then the receiver takes the messages; each time the sender waits on its
+/// socket, that socket turns writable once the receiver has read what arrived, and `test`
+/// completes the sends; every byte arrives.
+#[test]
+fn frame_messages_are_written_inline_and_a_cut_write_resumes_when_writable() {
+    use mpi_abi::sys::socket::{poll, PollFd, POLLOUT};
+    use mpi_abi::transport::net::frames::SLOT_BYTES;
+    let net = net_on("frame_messages_inline", Family::V4, 2, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let slots = net.devices()[0].max_requests;
+    let bufs: Vec<Vec<u8>> = (0..slots)
+        .map(|i| pattern(i as u64 + 7, SLOT_BYTES))
+        .collect();
+    let mrs: Vec<_> = bufs
+        .iter()
+        .map(|b| s.reg_mr(b.as_ptr(), b.len(), MemKind::Host).unwrap())
+        .collect();
+    // Sends (buffer index) in order; requests in flight per buffer.
+    let mut sent: Vec<usize> = Vec::new();
+    let mut inflight: Vec<Option<Request>> = vec![None; slots];
+    let mut full = false;
+    let mut total = 0usize;
+    while !full {
+        assert!(
+            total < 1 << 30,
+            "1 GiB sent to a receiver that reads nothing, and the socket never filled"
+        );
+        for i in 0..slots {
+            if let Some(q) = inflight[i] {
+                if s.test(q).unwrap().is_none() {
+                    continue;
+                }
+                inflight[i] = None;
+            }
+            // SAFETY: bufs[i] outlives the request, completed before the buffers drop.
+            let q = unsafe { s.isend(bufs[i].as_ptr(), SLOT_BYTES, sent.len() as i32, mrs[i]) };
+            inflight[i] = Some(q.unwrap().expect("a free request slot"));
+            sent.push(i);
+            total += SLOT_BYTES;
+            match s.wait_on() {
+                WaitOn::Polled => panic!("a message of {SLOT_BYTES} bytes went to a helper thread"),
+                WaitOn::Fd(_, ev) => {
+                    assert_eq!(ev, POLLOUT);
+                    full = true;
+                    break;
+                }
+                WaitOn::Idle => {}
+            }
+        }
+    }
+    let mut rbuf = vec![0u8; SLOT_BYTES];
+    let rmr = r.reg_mr(rbuf.as_ptr(), rbuf.len(), MemKind::Host).unwrap();
+    let mut resumed = 0;
+    for (k, &i) in sent.iter().enumerate() {
+        let b = RecvBuf {
+            ptr: rbuf.as_mut_ptr(),
+            size: SLOT_BYTES,
+            tag: k as i32,
+            mr: rmr,
+        };
+        // SAFETY: rbuf outlives the request, completed below.
+        let q = unsafe { r.irecv(&[b]) }.unwrap().unwrap();
+        let mut sz = [0];
+        let end = deadline();
+        while !r.test(q, &mut sz).unwrap() {
+            assert!(Instant::now() < end, "message {k} never arrived");
+            if let WaitOn::Fd(fd, ev) = s.wait_on() {
+                // Whatever arrived is read: the sender's socket has room again.
+                let mut p = [PollFd {
+                    fd,
+                    events: ev,
+                    revents: 0,
+                }];
+                if poll(&mut p, 0).unwrap() == 1 {
+                    resumed += 1;
+                    for q in inflight.iter_mut() {
+                        if q.is_some_and(|q| s.test(q).unwrap().is_some()) {
+                            *q = None;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(sz[0], SLOT_BYTES);
+        assert!(rbuf == bufs[i], "message {k} arrived corrupted");
+    }
+    assert!(resumed > 0, "the sender's socket never turned writable");
+    for q in inflight.into_iter().flatten() {
+        let end = deadline();
+        while s.test(q).unwrap().is_none() {
+            assert!(Instant::now() < end);
+        }
+    }
+    assert_eq!(s.wait_on(), WaitOn::Idle);
 }

@@ -53,6 +53,8 @@ fn spin_rounds(own_core: bool, oversubscribed: bool) -> u32 {
 #[derive(Debug, Clone)]
 pub struct Backoff {
     step: u32,
+    /// Sleeps in [`Backoff::block`] since the last reset.
+    blocks: u32,
     /// Rounds of spinning before the first yield.
     spins: u32,
 }
@@ -67,6 +69,7 @@ impl Backoff {
     pub fn new() -> Self {
         Backoff {
             step: 0,
+            blocks: 0,
             spins: SPIN_ROUNDS.load(Ordering::Relaxed),
         }
     }
@@ -74,12 +77,26 @@ impl Backoff {
     /// For ranks that share cores with other ranks (more ranks than cores): no spinning, yield
     /// from the first wait (the peer that must answer may be waiting for this core).
     pub fn yielding() -> Self {
-        Backoff { step: 0, spins: 0 }
+        Backoff {
+            step: 0,
+            blocks: 0,
+            spins: 0,
+        }
     }
 
     /// Call after progress was made: start spinning again.
     pub fn reset(&mut self) {
         self.step = 0;
+        self.blocks = 0;
+    }
+
+    /// Sleep in `wait` (a `poll` of the descriptors on which what the caller waits for shows)
+    /// instead of spinning or yielding, for at most the timeout it is given: doubling from
+    /// 1 us, capped at 50 us, as the sleeps of [`Backoff::snooze`].
+    pub fn block(&mut self, wait: impl FnOnce(Duration)) {
+        let k = self.blocks.min(6);
+        wait(Duration::from_micros((1u64 << k).min(MAX_SLEEP_US)));
+        self.blocks = self.blocks.saturating_add(1);
     }
 
     /// Wait a little; each call waits at least as long as the previous one, up to 50 us.
@@ -141,6 +158,7 @@ mod tests {
         ] {
             let mut b = Backoff {
                 step: 0,
+                blocks: 0,
                 spins: spin_rounds(own_core, over),
             };
             assert_eq!(b.burst(8), if bursts { 8 } else { 1 }, "{own_core} {over}");
@@ -172,5 +190,18 @@ mod tests {
         assert_eq!(last, Duration::from_micros(MAX_SLEEP_US));
         b.reset();
         assert!(!b.is_sleeping());
+    }
+
+    #[test]
+    fn blocking_timeouts_double_to_the_cap_and_restart_after_progress() {
+        let mut b = Backoff::new();
+        let mut got = Vec::new();
+        for _ in 0..8 {
+            b.block(|t| got.push(t.as_micros()));
+        }
+        assert_eq!(got, [1, 2, 4, 8, 16, 32, 50, 50]);
+        b.reset();
+        b.block(|t| got.push(t.as_micros()));
+        assert_eq!(got[8], 1);
     }
 }

@@ -1678,6 +1678,23 @@ impl Engine {
         !self.st.copying.is_empty() || !self.st.tx_pipes.is_empty() || !self.st.rx_pipes.is_empty()
     }
 
+    /// The descriptors a thread waiting for this engine's progress may sleep on, and whether
+    /// they are complete (see [`Transport::wait_fds`]): not while the engine itself has work
+    /// that only polling moves (frames queued for a full channel, single-copy reads or
+    /// writes, device copies, bulk transfers not yet handed over).
+    pub fn wait_fds(&self, out: &mut Vec<crate::sys::socket::PollFd>) -> bool {
+        let st = &self.st;
+        let own = st.busy > 0
+            || !st.loopq.is_empty()
+            || !st.reads.is_empty()
+            || !st.writes.is_empty()
+            || !st.coop_tx.is_empty()
+            || !st.bulk_rx.is_empty()
+            || !st.bulk_tx.is_empty()
+            || self.device_copies_pending();
+        !own && self.tp.wait_fds(out)
+    }
+
     /// Move the device messages pipelined between nodes on ([`devnet`]): the senders' chunks
     /// to the transport, the receivers' chunks to the device, credits back. Returns whether
     /// anything moved.

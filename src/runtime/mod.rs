@@ -300,7 +300,10 @@ fn wait_loop(
 ) -> MpiResult<()> {
     let mut backoff = Backoff::new();
     let mut first = look_first;
+    let mut fds = Vec::new();
+    let mut since = std::time::Instant::now();
     loop {
+        let mut block = false;
         {
             let mut g = lock();
             let Some(rt) = g.as_mut() else {
@@ -319,12 +322,34 @@ fn wait_loop(
                     // Data is flowing (a message streamed through the ring takes many
                     // rounds), or only polling sees a device copy end: no sleeping, spin again.
                     backoff.reset();
+                    since = std::time::Instant::now();
                 }
             }
+            if since.elapsed() >= BLOCK_AFTER {
+                fds.clear();
+                block = rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
+            }
         }
-        backoff.snooze();
+        if block {
+            // Only the network can move this wait on: sleep in the kernel until a socket is
+            // ready (or the timeout, which bounds what the descriptors might miss).
+            backoff.block(|t| {
+                let _ = crate::sys::socket::ppoll(&mut fds, t);
+            });
+        } else {
+            backoff.snooze();
+        }
     }
 }
+
+/// How long a blocking wait spins without progress before it sleeps in `poll` on the network
+/// sockets, where those show everything it waits for (a rank alone on its node, see
+/// [`crate::engine::Engine::wait_fds`]): a rank that polls without ever sleeping is, to the
+/// kernel's scheduler, a task that never yields, and on a machine with more runnable threads
+/// than cores it loses its core for whole time slices (milliseconds) at a time; a rank that
+/// sleeps in `poll` is woken by the data and runs at once. Longer than a round trip between
+/// idle nodes (tens of microseconds), so that an exchange between them still never sleeps.
+const BLOCK_AFTER: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Whether `size` ranks outnumber this process's CPUs (they then share cores on one node).
 fn oversubscribed(size: usize) -> bool {

@@ -222,6 +222,33 @@ pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
     Ok(r as usize)
 }
 
+/// `ppoll(2)` with a timeout of `timeout` (rounded down to whole nanoseconds): like [`poll`]
+/// for waits shorter than a millisecond.
+pub fn ppoll(fds: &mut [PollFd], timeout: std::time::Duration) -> io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: fds is a valid array of fds.len() pollfd structures; ts a valid timespec; a
+    // null signal mask keeps the thread's mask.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
+}
+
 /// A Linux `eventfd`: [`EventFd::signal`] makes it poll readable until [`EventFd::clear`].
 pub struct EventFd(OwnedFd);
 

@@ -112,6 +112,15 @@ pub trait Transport: Send {
     /// payload)`; returns how many were delivered.
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize;
 
+    /// Adds to `out` the descriptors a thread waiting for this transport's progress may sleep
+    /// on (`poll`, with a timeout: nothing is lost if the answer is incomplete), and returns
+    /// whether they are complete: whether, until one of them is ready, polling this transport
+    /// would deliver nothing and complete no send or bulk transfer that is in flight now.
+    /// Default: none, not complete.
+    fn wait_fds(&self, _out: &mut Vec<crate::sys::socket::PollFd>) -> bool {
+        false
+    }
+
     /// Whether world rank `peer` is on this node (decided at set-up). A device buffer goes to
     /// a peer on another node as a host copy (no CUDA IPC or pipe across nodes).
     fn same_node(&self, _peer: usize) -> bool {

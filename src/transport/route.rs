@@ -61,6 +61,8 @@ pub struct Routed {
     /// Wrapping buffer of forwarding frames.
     scratch: Vec<u8>,
     counts: PxnCounters,
+    /// No other rank is on this node (nothing arrives over shared memory).
+    alone: bool,
 }
 
 impl Routed {
@@ -97,6 +99,10 @@ impl Routed {
             pending_bytes: 0,
             scratch: Vec::new(),
             counts: PxnCounters::default(),
+            alone: hops
+                .iter()
+                .enumerate()
+                .all(|(r, h)| r == me || *h != Hop::Local),
         }
     }
 
@@ -216,6 +222,12 @@ impl Transport for Routed {
 
     fn same_node(&self, peer: usize) -> bool {
         self.link[peer] == 0
+    }
+
+    /// The network part's descriptors; complete only for a rank alone on its node with
+    /// nothing waiting to be forwarded (frames from node-local peers show on no descriptor).
+    fn wait_fds(&self, out: &mut Vec<crate::sys::socket::PollFd>) -> bool {
+        self.alone && self.pending.is_empty() && self.parts[1].wait_fds(out)
     }
 
     /// Bulk transfers are offered (the receiver's choice) only with off-node peers reached
@@ -428,5 +440,54 @@ mod tests {
         assert!(r[0].has_channel(3));
         // Rank 0 reaches rank 2 (its rail) directly, rank 1 over shared memory.
         assert!(!r[0].same_node(2) && r[0].same_node(1) && !r[0].same_node(3));
+    }
+
+    /// A network part whose every comm waits on descriptor 7.
+    struct Sockets;
+
+    impl Transport for Sockets {
+        fn max_payload(&self) -> usize {
+            64
+        }
+        fn try_send(&mut self, _: usize, _: &Header, _: &[u8]) -> bool {
+            true
+        }
+        fn poll(&mut self, _: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+            0
+        }
+        fn wait_fds(&self, out: &mut Vec<crate::sys::socket::PollFd>) -> bool {
+            out.push(crate::sys::socket::PollFd {
+                fd: 7,
+                events: crate::sys::socket::POLLIN,
+                revents: 0,
+            });
+            true
+        }
+    }
+
+    /// Frames from node-local peers arrive over shared memory, where no descriptor shows them:
+    /// the network's descriptors are complete only for a rank alone on its node.
+    #[test]
+    fn descriptors_are_complete_only_for_a_rank_alone_on_its_node() {
+        let local = || Box::new(InprocTransport::group(1, 4, 64, false).pop().unwrap());
+        let mut out = Vec::new();
+        let alone = Routed::with_routes(local(), Box::new(Sockets), 0, &[Hop::Local, Hop::Net]);
+        assert!(alone.wait_fds(&mut out));
+        assert_eq!(out.len(), 1);
+        out.clear();
+        let shared = Routed::with_routes(
+            local(),
+            Box::new(Sockets),
+            0,
+            &[Hop::Local, Hop::Local, Hop::Net],
+        );
+        assert!(!shared.wait_fds(&mut out));
+        let via = Routed::with_routes(
+            local(),
+            Box::new(Sockets),
+            0,
+            &[Hop::Local, Hop::Local, Hop::Via(1)],
+        );
+        assert!(!via.wait_fds(&mut out));
     }
 }

@@ -74,7 +74,8 @@
 //! connections its traffic needed.
 
 use super::links::{hello, Link, Links, TAG_HELLO};
-use super::{MemKind, Mr, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm};
+use super::{MemKind, Mr, NetError, NetResult, RecvBuf, RecvComm, Request, SendComm, WaitOn};
+use crate::sys::socket::PollFd;
 use crate::transport::{BulkDone, Header, Transport, FLAG_UNLESS_GONE, HEADER_BYTES};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -938,6 +939,42 @@ impl Transport for NetFrames {
             Ok(n) => n,
             Err(e) => fatal(self.me, e),
         }
+    }
+
+    /// The comms' descriptors ([`super::WaitOn::Fd`]); complete unless a connection is being
+    /// set up or accepted, a slot waits to be posted, the transport is closing, or a comm
+    /// progresses where no descriptor shows it ([`super::WaitOn::Polled`]).
+    fn wait_fds(&self, out: &mut Vec<PollFd>) -> bool {
+        if self.closing || self.links.busy() || !self.open.is_empty() || self.bulk_waiting() {
+            return false;
+        }
+        let sends = self.tx.iter().flatten().map(|t| {
+            if t.hello_due {
+                WaitOn::Polled
+            } else {
+                t.comm.wait_on()
+            }
+        });
+        let recvs = self
+            .rx
+            .iter()
+            .flatten()
+            .filter(|r| !r.bye)
+            .map(|r| r.comm.wait_on());
+        let bulk_sends = self.bulk_out.iter().flatten().map(|b| b.comm.wait_on());
+        let bulk_recvs = self.bulk_in.iter().flatten().map(|c| c.wait_on());
+        for w in sends.chain(recvs).chain(bulk_sends).chain(bulk_recvs) {
+            match w {
+                WaitOn::Idle => {}
+                WaitOn::Fd(fd, events) => out.push(PollFd {
+                    fd,
+                    events,
+                    revents: 0,
+                }),
+                WaitOn::Polled => return false,
+            }
+        }
+        true
     }
 
     /// Every peer of this transport is on another node.

@@ -209,6 +209,20 @@ pub trait Connector: Send {
     fn poll(&mut self) -> NetResult<Option<Box<dyn SendComm>>>;
 }
 
+/// What a waiting thread can sleep on until a comm may make progress ([`SendComm::wait_on`],
+/// [`RecvComm::wait_on`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOn {
+    /// Nothing in flight: the comm does not move until the caller posts more.
+    Idle,
+    /// The comm moves once this descriptor is ready for these `poll` events (its requests
+    /// progress only in the caller's `isend`/`irecv`/`test`).
+    Fd(std::os::fd::RawFd, i16),
+    /// Progress comes from elsewhere too (helper threads, a completion queue): only polling
+    /// the comm's requests sees it.
+    Polled,
+}
+
 /// The sending side of one connection.
 pub trait SendComm: Send {
     fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr>;
@@ -230,6 +244,11 @@ pub trait SendComm: Send {
     fn test(&mut self, req: Request) -> NetResult<Option<usize>>;
     /// The peer's address, as errors name it.
     fn peer(&self) -> String;
+    /// What a waiting thread can sleep on until this comm may progress. Default:
+    /// [`WaitOn::Polled`].
+    fn wait_on(&self) -> WaitOn {
+        WaitOn::Polled
+    }
 }
 
 /// The receiving side of one connection.
@@ -247,6 +266,11 @@ pub trait RecvComm: Send {
     fn test(&mut self, req: Request, sizes: &mut [usize]) -> NetResult<bool>;
     /// The peer's address, as errors name it.
     fn peer(&self) -> String;
+    /// What a waiting thread can sleep on until this comm may progress (a message arriving).
+    /// Default: [`WaitOn::Polled`].
+    fn wait_on(&self) -> WaitOn {
+        WaitOn::Polled
+    }
 }
 
 /// The backends in automatic-selection order: the first that opens and has a device wins.

@@ -14,8 +14,10 @@
 //!   sockets and drops any that does not finish within the accept timeout; a failed check
 //!   closes that socket only.
 //! - **Data path**: `isend` writes a 16-byte header (tag, size) to the control socket (from the
-//!   calling thread, during `isend`/`test`). A payload of at most [`INLINE_MAX`] bytes follows
-//!   its header on the control socket (one `sendmsg` from the caller's buffer), and the
+//!   calling thread, during `isend`/`test`). A payload of at most [`INLINE_MAX`] bytes (any
+//!   message of the engine's frames) follows its header on the control socket (one `sendmsg`
+//!   from the caller's buffer; what the socket does not take is written by the next `test`),
+//!   and the
 //!   receiver takes it into the matched buffer while it tests (one `recv` reads up to
 //!   64 KiB of headers and inline payloads ahead; a payload larger than what was read
 //!   ahead is read straight into the receive buffer): a small
@@ -29,6 +31,10 @@
 //!   sockets and an `eventfd` when they cannot progress, and count finished pieces per request
 //!   slot. Requests live in [`MAX_REQUESTS`] preallocated slots; queues are preallocated:
 //!   the data path allocates nothing and never sleeps on a timer.
+//! - **Waiting**: a comm tells a caller that waits for it what to sleep on (`wait_on`): its
+//!   control socket (readable for a receiver, writable for a sender with bytes left to
+//!   write) while only the calling thread moves it, "polled" while a helper thread owes
+//!   pieces (those complete on no descriptor the caller sees).
 //! - **Errors** name the peer's address: a connection closed mid-message, a truncated receive,
 //!   a tag the posted group does not hold, a set-up that does not finish in time. A peer that
 //!   closes after its last message is not an error until a receive waits for a message that
@@ -38,7 +44,7 @@ use super::auth::{self, Key};
 use super::ifname::{self, Family};
 use super::{
     Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult, Props, PtrSupport, RecvBuf,
-    RecvComm, Request, SendComm, HANDLE_BYTES,
+    RecvComm, Request, SendComm, WaitOn, HANDLE_BYTES,
 };
 use crate::sys::socket::{self as sock, EventFd, IfAddr, PollFd, POLLIN, POLLOUT};
 use std::collections::VecDeque;
@@ -58,9 +64,10 @@ pub const MAX_RECVS: usize = 8;
 pub const MIN_CHUNK: usize = 64 << 10;
 /// Largest payload sent on the control socket behind its header instead of by a helper
 /// thread (part of the wire protocol: both ends decide by the header's size): room for the
-/// engine's largest eager message (16 KiB) with its frame headers. Larger payloads keep the
-/// data sockets, so windows of large messages are still striped.
-pub const INLINE_MAX: usize = 20 << 10;
+/// largest message of the engine's frames (`frames::SLOT_BYTES`, a little over 256 KiB), so
+/// that no frame waits for a thread to wake up at either end. Larger payloads (bulk
+/// transfers) keep the data sockets, so they are still striped.
+pub const INLINE_MAX: usize = 257 << 10;
 /// Bytes a receiver reads ahead from its control socket at once.
 const READ_AHEAD: usize = 64 << 10;
 /// Most data sockets per connection.
@@ -72,7 +79,7 @@ pub const MAX_PENDING: usize = 2 * (MAX_SOCKS + 1);
 const HANDLE_MAGIC: &[u8; 4] = b"GMNT";
 const HELLO_MAGIC: &[u8; 4] = b"GMNH";
 /// Wire version of handle, hello and headers: both ends must agree.
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 const NONCE: usize = 16;
 const HELLO: usize = 64;
 const HDR: usize = 16;
@@ -971,6 +978,15 @@ impl Comm {
         }
     }
 
+    /// Whether a helper thread still owes pieces to one of the `active` request slots whose
+    /// piece counts are `pieces` (its progress is seen only by polling), or the comm failed.
+    fn helpers_owe(&self, slots: impl Iterator<Item = (bool, u32)>) -> bool {
+        self.sh.failed.load(Ordering::Acquire)
+            || slots.enumerate().any(|(i, (active, pieces))| {
+                active && pieces > 0 && self.sh.done[i].load(Ordering::Acquire) < pieces
+            })
+    }
+
     /// Splits a message of `size` bytes into pieces and hands them to the helpers; returns the
     /// number of pieces. Both ends call this with the same sizes in the same order.
     fn post_pieces(&mut self, ptr: usize, size: usize, slot: u32) -> u32 {
@@ -1150,6 +1166,19 @@ impl SendComm for TcpSend {
         };
         self.flush()?;
         Ok(Some(req))
+    }
+
+    fn wait_on(&self) -> WaitOn {
+        if self
+            .c
+            .helpers_owe(self.slots.iter().map(|s| (s.active, s.pieces)))
+        {
+            WaitOn::Polled
+        } else if self.out.is_empty() {
+            WaitOn::Idle
+        } else {
+            WaitOn::Fd(self.c.ctrl.as_raw_fd(), POLLOUT)
+        }
     }
 
     fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
@@ -1402,6 +1431,20 @@ impl RecvComm for TcpRecv {
             slot: slot as u32,
             gen,
         }))
+    }
+
+    fn wait_on(&self) -> WaitOn {
+        if self.closed
+            || self
+                .c
+                .helpers_owe(self.slots.iter().map(|s| (s.active, s.pieces)))
+        {
+            WaitOn::Polled
+        } else if self.order.is_empty() && self.inline.is_none() {
+            WaitOn::Idle
+        } else {
+            WaitOn::Fd(self.c.ctrl.as_raw_fd(), POLLIN)
+        }
     }
 
     fn test(&mut self, req: Request, sizes: &mut [usize]) -> NetResult<bool> {
