@@ -30,7 +30,10 @@
 //!   `n<i>` node i; `scripts/netns-nodes.sh`, brought up for the run and removed after it):
 //!   mpirun runs in node 0, `scripts/netns-agent` starts the other nodes' daemons in theirs, and
 //!   the wire-up and the ranks' traffic between nodes go over 198.18.0.x (a recorded skip where
-//!   namespaces are not available). `map-by=POLICY` adds `--map-by POLICY` to those runs.
+//!   namespaces are not available); after each such run no process may be left in the
+//!   namespaces, no new `/dev/shm/gpumpi-*` file, and the namespaces must go. `map-by=POLICY`
+//!   adds `--map-by POLICY` to those runs. `ib` (with `nodes=K` or `hosts=LIST netns`): the
+//!   nodes talk through the ibverbs backend over the libibverbs test double.
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message

@@ -1,7 +1,9 @@
 //! Runs `tests/launchers.sh` (our mpirun, Open MPI 5 mpirun/prterun over PMIx, MPICH hydra
 //! mpiexec over PMI-1) against an install of the library this test run built, on one host and
-//! (as root, where network namespaces are permitted) across 2 namespace nodes; where the
-//! namespace nodes cannot be made, that part is recorded as a skip with the script's reason.
+//! (as root, where network namespaces are permitted) across 2 namespace nodes, prterun and hydra
+//! there also with `GPUMPI_NET=ib` over the libibverbs test double (`support/fake_ib.rs` builds
+//! it); where the namespace nodes cannot be made, that part is recorded as a skip with the
+//! script's reason.
 //!
 //! The launchers come from PyPI into `build/launchers/` (venvs). This test does not download
 //! them by itself: it records a skip (`support/skip.rs`) when they are missing, unless
