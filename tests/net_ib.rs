@@ -978,7 +978,7 @@ fn gdr_unregistrable_child() {
     let _ = std::fs::remove_file(&trace);
     let ok = GDR_SIZES
         .iter()
-        .filter(|&&z| z >= GDR_BULK_MIN && z < GDR_REFUSE)
+        .filter(|&&z| (GDR_BULK_MIN..GDR_REFUSE).contains(&z))
         .count();
     assert!(ok > 0 && GDR_SIZES.iter().any(|&z| z >= GDR_REFUSE));
     let [(c0, b0), (c1, b1)] = gdr_engines([true, true]);

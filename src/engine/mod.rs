@@ -67,9 +67,11 @@
 //! - **GPUDirect RDMA between nodes**: the same bulk rendezvous with a device buffer at one
 //!   end or both, where each device end's transport takes device memory in bulk transfers
 //!   ([`Transport::bulk_device`]: the network backend registers it with the NIC). A device
-//!   sender says in its RTS (`FLAG_DEVNET`, `rreq` = [`RTS_DEV_BULK`]) that it can; the
-//!   receiver answers `BULK` only if every device end can ([`rndv::bulk`]), else `CTS` (the
-//!   pipeline through host memory above). Nothing is staged: the NIC reads the sender's
+//!   sender says in its RTS (`FLAG_DEVNET`, `rreq` = [`RTS_DEV_BULK`]) that it can, from the
+//!   bulk threshold on and only where its buffer registers
+//!   ([`Transport::device_registration`]); the receiver answers `BULK` only if every device
+//!   end can ([`rndv::bulk`]), its own device buffer registering too, else `CTS` (the
+//!   pipeline through host memory above). A buffer agreed on so never fails to register. Nothing is staged: the NIC reads the sender's
 //!   buffer and writes the receiver's. Each choice is logged at debug level.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
