@@ -30,7 +30,10 @@
 //!   `n<i>` node i; `scripts/netns-nodes.sh`, brought up for the run and removed after it):
 //!   mpirun runs in node 0, `scripts/netns-agent` starts the other nodes' daemons in theirs, and
 //!   the wire-up and the ranks' traffic between nodes go over 198.18.0.x (a recorded skip where
-//!   namespaces are not available). `map-by=POLICY` adds `--map-by POLICY` to those runs.
+//!   namespaces are not available); after each such run no process may be left in the
+//!   namespaces, no new `/dev/shm/gpumpi-*` file, and the namespaces must go. `map-by=POLICY`
+//!   adds `--map-by POLICY` to those runs. `ib` (with `nodes=K` or `hosts=LIST netns`): the
+//!   nodes talk through the ibverbs backend over the libibverbs test double.
 //! - One `#[test]` per program (listed in `c_tests!` below), running its rank counts in sequence.
 //!   Runs are serialized by a lock: the jobs oversubscribe the machine already.
 //! - If the install script, `mpicc` or `mpirun` is missing, every program test FAILS with a message
@@ -157,8 +160,9 @@ struct RunSpec {
     /// `netns` (with `nodes=K`): each emulated node is a network namespace of its own
     /// (`scripts/netns-nodes.sh`), talking over 198.18.0.x.
     netns: bool,
-    /// `ib` (with `nodes=K`): the nodes talk through the ibverbs backend (`GPUMPI_NET=ib`) over
-    /// the libibverbs test double (`tests/support/fake_ibverbs.c`, a fabric file per run).
+    /// `ib` (with `nodes=K`, or `hosts=LIST netns`): the nodes talk through the ibverbs backend
+    /// (`GPUMPI_NET=ib`) over the libibverbs test double (`tests/support/fake_ibverbs.c`, a
+    /// fabric file per run).
     ib: bool,
     /// `rails=R` (with `nodes=K`): each emulated node has R rails, local rank `i` on rail
     /// `i mod R` (`emulate-nodes.sh --rails`); with `netns`, R interfaces and bridges per node.
@@ -273,8 +277,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
             lineno + 1
         );
         assert!(
-            !spec.ib || spec.nodes.is_some(),
-            "testlist:{}: ib needs nodes=K",
+            !spec.ib || spec.nodes.is_some() || (spec.netns && !spec.hosts.is_empty()),
+            "testlist:{}: ib needs nodes=K, or hosts=LIST with netns",
             lineno + 1
         );
         assert!(
@@ -328,6 +332,89 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// The processes in the namespaces of nodes `0..k` ("pid command line"), once none has
+    /// been there for a poll or after 5 s of waiting for them to go.
+    fn processes(&self, k: u32) -> Vec<String> {
+        let mut left = Vec::new();
+        for _ in 0..50 {
+            left.clear();
+            for i in 0..k {
+                let out = Command::new("ip")
+                    .args(["netns", "pids", &format!("{}-n{i}", self.0)])
+                    .output()
+                    .expect("run ip netns pids");
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                    left.push(format!("{pid} {}", cmdline.trim()));
+                }
+            }
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        left
+    }
+
+    /// Removes the namespaces now; `Err` names those that could not be removed.
+    fn down(&self) -> Result<(), String> {
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/netns-nodes.sh"))
+            .args(["-p", &self.0, "down"])
+            .output()
+            .expect("run scripts/netns-nodes.sh down");
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+}
+
+/// The `/dev/shm/gpumpi-*` files there are now, but the test double's fabric files (the
+/// harness creates and removes those).
+fn shm_files() -> std::collections::BTreeSet<String> {
+    fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("gpumpi-") && !n.starts_with("gpumpi-fakeibv-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a job across `k` namespace nodes left behind: processes in the namespaces, and
+/// `/dev/shm/gpumpi-*` files that were not there before it (`before`) and are still there a
+/// second later (ranks unlink their segments once set up: a file that stays is a job that died
+/// in set-up; one that goes within a second was another job's, running beside this one).
+fn netns_leftovers(
+    ns: &Netns,
+    k: u32,
+    before: &std::collections::BTreeSet<String>,
+) -> Option<String> {
+    let procs = ns.processes(k);
+    let mut files: Vec<String> = shm_files().difference(before).cloned().collect();
+    if !files.is_empty() {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = shm_files();
+        files.retain(|f| now.contains(f));
+    }
+    let mut left = Vec::new();
+    if !procs.is_empty() {
+        left.push(format!(
+            "processes in the namespace nodes: {}",
+            procs.join("; ")
+        ));
+    }
+    if !files.is_empty() {
+        left.push(format!("files in /dev/shm: {}", files.join(" ")));
+    }
+    (!left.is_empty()).then(|| left.join(", "))
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("bash")
@@ -374,10 +461,24 @@ struct Outcome {
     stderr: String,
     timed_out: bool,
     secs: f64,
+    /// What the job left behind (processes, files), as found by the check given to
+    /// [`run_cmd_checked`] once the job had ended.
+    left: Option<String>,
 }
 
 /// Runs a command with stdout/stderr to files, killing it after `limit`.
-fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
+fn run_cmd(cmd: Command, tag: &str, limit: Duration) -> Outcome {
+    run_cmd_checked(cmd, tag, limit, &|| None)
+}
+
+/// [`run_cmd`], with `leftovers` called once the job has ended (before the harness kills
+/// whatever remains in its process group): `Some(description)` of anything left behind.
+fn run_cmd_checked(
+    mut cmd: Command,
+    tag: &str,
+    limit: Duration,
+    leftovers: &dyn Fn() -> Option<String>,
+) -> Outcome {
     let dir = build_dir();
     let out_path = dir.join(format!("{tag}.stdout"));
     let err_path = dir.join(format!("{tag}.stderr"));
@@ -403,6 +504,7 @@ fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let left = if timed_out { None } else { leftovers() };
     // Whatever the job left running in its group goes too.
     kill_group(child.id());
     let read = |p: &Path| {
@@ -418,6 +520,7 @@ fn run_cmd(mut cmd: Command, tag: &str, limit: Duration) -> Outcome {
         stderr: read(&err_path),
         timed_out,
         secs: start.elapsed().as_secs_f64(),
+        left,
     }
 }
 
@@ -453,6 +556,9 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
     };
     if o.timed_out {
         return Some(format!("{prog} timed out\n{}", ctx()));
+    }
+    if let Some(left) = &o.left {
+        return Some(format!("{prog}: the job left {left} behind\n{}", ctx()));
     }
     if spec.expect_fail {
         if o.code == Some(0) {
@@ -516,6 +622,14 @@ fn judge(prog: &str, what: &str, spec: &RunSpec, o: &Outcome) -> Option<String> 
     None
 }
 
+/// Sets `cmd` (mpirun) up for the ibverbs backend over the test double with fabric `f`.
+fn ib_env(cmd: &mut Command, f: &fake_ib::Fabric) {
+    let lib = fake_ib::lib().unwrap_or_else(|e| panic!("building the libibverbs test double: {e}"));
+    cmd.env("GPUMPI_NET", "ib")
+        .env("GPUMPI_IBVERBS_LIB", lib)
+        .env("FAKEIBV_FABRIC", &f.path);
+}
+
 /// Compiles and runs one program at every rank count its testlist lines give.
 fn run_program(prog: &str) {
     let specs: Vec<RunSpec> = testlist()
@@ -560,11 +674,7 @@ fn run_program(prog: &str) {
                 .then(|| fake_ib::Fabric::new(&format!("c-{prog}-{k}-{n}")));
             let mut cmd = Command::new(&mpirun);
             if let Some(f) = &fabric {
-                let lib = fake_ib::lib()
-                    .unwrap_or_else(|e| panic!("building the libibverbs test double: {e}"));
-                cmd.env("GPUMPI_NET", "ib")
-                    .env("GPUMPI_IBVERBS_LIB", lib)
-                    .env("FAKEIBV_FABRIC", &f.path);
+                ib_env(&mut cmd, f);
             }
             cmd.args([
                 "--oversubscribe",
@@ -605,16 +715,18 @@ fn run_program(prog: &str) {
         for (h, hosts) in spec.hosts.iter().enumerate() {
             let mut cmd;
             // Namespace nodes of a `netns` run, removed once the run is judged.
-            let mut _nodes = None;
+            let mut nodes = None;
+            let shm_before = shm_files();
             if spec.netns {
                 let k = netns_hosts(hosts).expect("checked by testlist()");
                 let ns = match Netns::up(k, 1) {
-                    Ok(ns) => _nodes.insert(ns),
+                    Ok(ns) => nodes.insert((ns, k)),
                     Err(why) => {
                         skip::skip(&format!("c_programs::{prog} (hosts={hosts} netns)"), &why);
                         continue;
                     }
                 };
+                let ns = &ns.0;
                 // mpirun in node 0; every other host's daemon through netns-agent in its node.
                 // Wire-up and the ranks' network use the default interface choice (rail0).
                 cmd = Command::new("bash");
@@ -646,13 +758,38 @@ fn run_program(prog: &str) {
                 .args(&spec.args)
                 .envs(spec.env.iter().cloned())
                 .current_dir(build_dir());
-            let netns_note = if spec.netns { " (namespace nodes)" } else { "" };
+            // ib: the ranks of every node reach the double's one fabric file (the namespaces
+            // share /dev/shm); the variables go to other nodes' ranks with mpirun's GPUMPI_*
+            // settings, FAKEIBV_FABRIC through their daemons' environment.
+            let fabric = spec
+                .ib
+                .then(|| fake_ib::Fabric::new(&format!("c-{prog}-{k}-h{h}")));
+            if let Some(f) = &fabric {
+                ib_env(&mut cmd, f);
+            }
+            let netns_note = match (spec.netns, spec.ib) {
+                (true, true) => " (namespace nodes, ibverbs test double)",
+                (true, false) => " (namespace nodes)",
+                _ => "",
+            };
             let what = format!(
                 "mpirun --host {hosts} {prog} {}{netns_note}",
                 spec.args.join(" ")
             );
-            let o = run_cmd(cmd, &format!("{prog}.{k}.h{h}"), limit);
+            let tag = format!("{prog}.{k}.h{h}");
+            let o = match &nodes {
+                Some((ns, k)) => {
+                    run_cmd_checked(cmd, &tag, limit, &|| netns_leftovers(ns, *k, &shm_before))
+                }
+                None => run_cmd(cmd, &tag, limit),
+            };
             failures.extend(judge(prog, &what, spec, &o));
+            drop(fabric);
+            if let Some((ns, _)) = nodes {
+                if let Err(e) = ns.down() {
+                    failures.push(format!("{what}: namespaces left after the run: {e}"));
+                }
+            }
         }
     }
     assert!(
@@ -810,4 +947,38 @@ fn err_matrix_fatal() {
         cases.len(),
         failures.join("\n")
     );
+}
+
+/// The check made after each run across namespace nodes finds a process left in a node and a
+/// new `/dev/shm/gpumpi-*` file that stays, and nothing once they are gone.
+#[test]
+fn netns_leftovers_are_found() {
+    let _guard = run_lock();
+    let ns = match Netns::up(2, 1) {
+        Ok(ns) => ns,
+        Err(why) => {
+            skip::skip("c_programs::netns_leftovers_are_found", &why);
+            return;
+        }
+    };
+    let before = shm_files();
+    assert_eq!(netns_leftovers(&ns, 2, &before), None);
+    let mut sleeper = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-n1", ns.0), "sleep", "37"])
+        .spawn()
+        .expect("start sleep in node 1");
+    let name = format!("gpumpi-leftover-check-{}", std::process::id());
+    fs::write(format!("/dev/shm/{name}"), b"").expect("create a /dev/shm file");
+    std::thread::sleep(Duration::from_millis(300));
+    let left = netns_leftovers(&ns, 2, &before);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let _ = fs::remove_file(format!("/dev/shm/{name}"));
+    let left = left.expect("a process and a file were left");
+    assert!(
+        left.contains(&format!("{} sleep 37", sleeper.id())) && left.contains(&name),
+        "{left}"
+    );
+    assert_eq!(netns_leftovers(&ns, 2, &before), None);
+    ns.down().expect("namespaces removed");
 }

@@ -1,7 +1,9 @@
 //! Runs `tests/launchers.sh` (our mpirun, Open MPI 5 mpirun/prterun over PMIx, MPICH hydra
 //! mpiexec over PMI-1) against an install of the library this test run built, on one host and
-//! (as root, where network namespaces are permitted) across 2 namespace nodes; where the
-//! namespace nodes cannot be made, that part is recorded as a skip with the script's reason.
+//! (as root, where network namespaces are permitted) across 2 namespace nodes, prterun and hydra
+//! there also with `GPUMPI_NET=ib` over the libibverbs test double (`support/fake_ib.rs` builds
+//! it); where the namespace nodes cannot be made, that part is recorded as a skip with the
+//! script's reason.
 //!
 //! The launchers come from PyPI into `build/launchers/` (venvs). This test does not download
 //! them by itself: it records a skip (`support/skip.rs`) when they are missing, unless
@@ -14,6 +16,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "support/fake_ib.rs"]
+mod fake_ib;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -53,6 +57,17 @@ fn programs_run_under_common_launchers() {
         .join("gpumpi-bootstrap-test");
     if helper.exists() {
         cmd.arg("--helper").arg(&helper);
+    }
+    // prterun and hydra also run the namespace-node programs over the ibverbs test double.
+    let ib = fake_ib::lib();
+    match &ib {
+        Ok(lib) => {
+            cmd.arg("--ib").arg(lib);
+        }
+        Err(why) => skip::skip(
+            "launchers::programs_run_under_common_launchers (ib)",
+            &format!("the libibverbs test double does not build: {why}"),
+        ),
     }
     let out = cmd.output().expect("run tests/launchers.sh");
     let text = format!(
@@ -96,6 +111,26 @@ fn programs_run_under_common_launchers() {
                             .any(|x| x.starts_with(&format!("  ok  {l:<14} {p} "))),
                         "{l} {p} over namespace nodes: no ok line in:\n{text}"
                     );
+                }
+            }
+            if ib.is_ok() {
+                for l in ["prterun", "hydra-mpiexec"] {
+                    for p in [
+                        "p2p_basic",
+                        "p2p_nonblocking",
+                        "p2p_large",
+                        "coll_data blocking",
+                        "coll_data nonblocking",
+                        "coll_reduce blocking",
+                        "comm_basic",
+                    ] {
+                        assert!(
+                            text.lines()
+                                .any(|x| x.starts_with(&format!("  ok  {l:<14} {p} "))
+                                    && x.ends_with(", over ib")),
+                            "{l} {p} over namespace nodes and ib: no ok line in:\n{text}"
+                        );
+                    }
                 }
             }
             assert!(

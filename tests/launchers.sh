@@ -12,6 +12,9 @@
 #   --helper PATH the gpumpi-bootstrap-test binary (target/*/): also checks put/fence/get of
 #                 100 kB values at 4 ranks under each launcher
 #   --netns-only  run only the namespace-node section (below)
+#   --ib LIB      the libibverbs test double (tests/support/fake_ibverbs.c built as a shared
+#                 library): prterun and hydra also run the namespace-node programs over it
+#                 with GPUMPI_NET=ib (below)
 # Namespace nodes (as root, where network namespaces are permitted): Open MPI's prterun and
 # mpirun and hydra also launch the C programs over 2 nodes x 2 ranks, each node a network
 # namespace (scripts/netns-nodes.sh), their daemons started by scripts/netns-agent in place of
@@ -31,6 +34,7 @@ ranks="1 2 4"
 cdir_opt=""
 helper=""
 netns_only=no
+ib_lib=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --build-dir) build="$2"; shift 2 ;;
@@ -39,7 +43,8 @@ while [ $# -gt 0 ]; do
         --c-dir) cdir_opt="$2"; shift 2 ;;
         --helper) helper="$2"; shift 2 ;;
         --netns-only) netns_only=yes; shift ;;
-        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --ib) ib_lib="$2"; shift 2 ;;
+        -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "launchers.sh: unknown option $1" >&2; exit 2 ;;
         *) prefix="$1"; shift ;;
     esac
@@ -242,6 +247,10 @@ fi
 # (ranks unlink their segments once set up: one left means a job died in set-up; a new name
 # that goes within a second was another job's, running beside this one). The namespaces are
 # removed on every exit.
+# With --ib LIB, prterun and hydra run the same programs again with GPUMPI_NET=ib over the
+# libibverbs test double (one fabric file per job, in /dev/shm, which the namespaces share;
+# the variables reach the ranks through their daemons' environment): every rank must log its
+# ib rail and network traffic with 2 off-node peers.
 netns_pfx="lnch$$"
 netns_up=no
 netns_down() {
@@ -276,7 +285,8 @@ netns_leftovers() {
     done
     return 1
 }
-netns_shm() { ls /dev/shm 2>/dev/null | grep '^gpumpi-' | sort; }
+# (The double's fabric files are this script's own, removed after each job.)
+netns_shm() { ls /dev/shm 2>/dev/null | grep '^gpumpi-' | grep -v '^gpumpi-fakeibv-' | sort; }
 
 echo "== namespace nodes (prterun, ompi-mpirun over PMIx; hydra over PMI-1; 2 nodes x 2 ranks)"
 bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" up 2 1 > "$out/netns-up.log" 2>&1
@@ -310,20 +320,35 @@ else
     )
     netns_progs=("p2p_basic" "p2p_nonblocking" "p2p_large" "coll_data blocking" "coll_data nonblocking"
         "coll_reduce blocking" "comm_basic")
-    for l in "${netns_launchers[@]}"; do
-        IFS='|' read -r name method start cmd <<< "$l"
+    runs=("${netns_launchers[@]/#/tcp|}")
+    if [ -n "$ib_lib" ]; then
+        for l in "${netns_launchers[@]}"; do
+            case $l in prterun\|* | hydra-mpiexec\|*) runs+=("ib|$l") ;; esac
+        done
+    fi
+    for l in "${runs[@]}"; do
+        IFS='|' read -r via name method start cmd <<< "$l"
+        [ "$via" = ib ] && echo "== namespace nodes over the ibverbs test double (GPUMPI_NET=ib): $name"
         for pa in "${netns_progs[@]}" "abort_job"; do
             set -- $pa
             prog=$1
             shift
             [ -x "$bin/$prog" ] || continue
-            log="$out/netns-$name-$prog${1:+-$1}"
+            log="$out/netns-$via-$name-$prog${1:+-$1}"
+            ibenv=()
+            fabric=""
+            if [ "$via" = ib ]; then
+                fabric="/dev/shm/gpumpi-fakeibv-$netns_pfx-$name-$prog${1:+-$1}"
+                ibenv=(GPUMPI_NET=ib "GPUMPI_IBVERBS_LIB=$ib_lib" "FAKEIBV_FABRIC=$fabric")
+            fi
             t0=$(date +%s%N)
-            timeout 120 $start env -u GPUMPI_NODE_ID GPUMPI_DEBUG=1 \
+            timeout 120 $start env -u GPUMPI_NODE_ID GPUMPI_DEBUG=1 "${ibenv[@]}" \
                 GPUMPI_NET_IFNAME==rail0 $cmd "$bin/$prog" "$@" > "$log.out" 2> "$log.err" < /dev/null
             rc=$?
             ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+            [ -n "$fabric" ] && rm -f "$fabric"
             what="$name $prog${1:+ $1} over 2 namespace nodes"
+            [ "$via" = ib ] && what="$what (ib)"
             if [ "$prog" = abort_job ]; then
                 if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -aq "MPI_Abort" "$log.err"; then
                     fail "$what: rc=$rc (want non-zero, not a timeout, 'MPI_Abort' on stderr; see $log.*)"
@@ -340,6 +365,12 @@ else
             net=$(grep -ac "received over the network, 2 off-node peers" "$log.err")
             at1=$(grep -ac 'name: "rail0", addr: "198.18.0.1"' "$log.err")
             at2=$(grep -ac 'name: "rail0", addr: "198.18.0.2"' "$log.err")
+            if [ "$via" = ib ]; then
+                # The ib backend logs its port, not an address: each of the 4 ranks must log one
+                # (2 per node: the node check below).
+                rails=$(grep -ac 'ib: rail port=fake0:1' "$log.err")
+                [ "$rails" = 4 ] && at1=2 at2=2
+            fi
             if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$chosen" != 4 ] || [ "$net" != 4 ] ||
                 [ "$at1" != 2 ] || [ "$at2" != 2 ]; then
                 fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen, ranks with network traffic and 2 off-node peers=$net, ranks on 198.18.0.1/.2=$at1/$at2 (see $log.*)"
@@ -348,7 +379,7 @@ else
                 fail "$what: processes left in the namespaces after the job (killed)"
             else
                 pass=$((pass + 1))
-                printf '  ok  %-14s %-24s %5d ms  network traffic on every rank, 2 off-node peers each\n' "$name" "$prog${1:+ $1}" $ms
+                printf '  ok  %-14s %-24s %5d ms  network traffic on every rank, 2 off-node peers each%s\n' "$name" "$prog${1:+ $1}" $ms "${fabric:+, over ib}"
             fi
         done
         new=$(comm -13 <(echo "$shm_before") <(netns_shm) | tr '\n' ' ')

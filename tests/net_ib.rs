@@ -537,6 +537,11 @@ fn fault_child() {
         println!("CHILD {sc} OK");
         return;
     }
+    if sc == "gdr_unregistrable" {
+        gdr_unregistrable_child();
+        println!("CHILD {sc} OK");
+        return;
+    }
     if sc == "gdr_engine" {
         gdr_engine_child();
         println!("CHILD {sc} OK");
@@ -959,6 +964,64 @@ fn gdr_engine_child() {
         "the rest pipelined through host memory: {c0} {c1}"
     );
     println!("gdr_engine: bulk {b0}/{b1}, copies {c0}/{c1}");
+}
+
+/// Device buffers the NIC cannot register, over the double (`FAKEIBV_FAULT=dmabuf_refuse=N`:
+/// dma-buf registrations of [`GDR_REFUSE`] bytes or more fail, as for VMM memory without the
+/// GPUDirect RDMA flag), in a child process: both backends register device memory, yet a
+/// message whose device buffer (at either end) is that large takes the pipeline through host
+/// memory instead of ending the job; the smaller ones from the threshold on still go as one
+/// bulk transfer each, flushed where they land in device memory. Every byte lands.
+fn gdr_unregistrable_child() {
+    mpi_abi::transport::net::ib::host_memory_as_device_for_tests(true);
+    let trace = std::env::var("FAKEIBV_TRACE").unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let ok = GDR_SIZES
+        .iter()
+        .filter(|&&z| (GDR_BULK_MIN..GDR_REFUSE).contains(&z))
+        .count();
+    assert!(ok > 0 && GDR_SIZES.iter().any(|&z| z >= GDR_REFUSE));
+    let [(c0, b0), (c1, b1)] = gdr_engines([true, true]);
+    assert_eq!(
+        (b0, b1),
+        (3 * ok as u64, 3 * ok as u64),
+        "bulk transfers only for the buffers that register"
+    );
+    assert!(
+        c0 > 0 && c1 > 0,
+        "the rest pipelined through host memory: {c0} {c1}"
+    );
+    let flushes = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("read ") && l.ends_with(" 1"))
+        .count();
+    assert_eq!(
+        flushes,
+        2 * ok,
+        "one flush per bulk transfer into device memory"
+    );
+    println!("gdr_unregistrable: bulk {b0}/{b1}, copies {c0}/{c1}");
+}
+
+/// The size from which the double refuses to register device memory in
+/// [`gdr_unregistrable_child`].
+const GDR_REFUSE: usize = 1 << 20;
+
+#[test]
+fn device_buffers_the_nic_cannot_register_take_the_host_pipeline() {
+    let trace = format!(
+        "{}/fakeibv-trace-gdr-unregistrable-{}",
+        env!("CARGO_TARGET_TMPDIR"),
+        std::process::id()
+    );
+    let fault = format!("dmabuf_refuse={GDR_REFUSE}");
+    let out = child(
+        "gdr_unregistrable",
+        &[("FAKEIBV_TRACE", &trace), ("FAKEIBV_FAULT", &fault)],
+    );
+    let _ = std::fs::remove_file(&trace);
+    assert!(out.contains("CHILD gdr_unregistrable OK"), "{out}");
 }
 
 #[test]

@@ -67,9 +67,11 @@
 //! - **GPUDirect RDMA between nodes**: the same bulk rendezvous with a device buffer at one
 //!   end or both, where each device end's transport takes device memory in bulk transfers
 //!   ([`Transport::bulk_device`]: the network backend registers it with the NIC). A device
-//!   sender says in its RTS (`FLAG_DEVNET`, `rreq` = [`RTS_DEV_BULK`]) that it can; the
-//!   receiver answers `BULK` only if every device end can ([`rndv::bulk`]), else `CTS` (the
-//!   pipeline through host memory above). Nothing is staged: the NIC reads the sender's
+//!   sender says in its RTS (`FLAG_DEVNET`, `rreq` = [`RTS_DEV_BULK`]) that it can, from the
+//!   bulk threshold on and only where its buffer registers
+//!   ([`Transport::device_registration`]); the receiver answers `BULK` only if every device
+//!   end can ([`rndv::bulk`]), its own device buffer registering too, else `CTS` (the
+//!   pipeline through host memory above). A buffer agreed on so never fails to register. Nothing is staged: the NIC reads the sender's
 //!   buffer and writes the receiver's. Each choice is logged at debug level.
 //! - Truncation: the receive completes with `MPI_ERR_TRUNCATE` and the bytes that fit; the
 //!   sender completes normally.
@@ -598,6 +600,9 @@ struct State {
     /// bulk transfers take device memory ([`Transport::bulk_device`]).
     bulk_min: Vec<Option<usize>>,
     bulk_dev: Vec<bool>,
+    /// Whether one device buffer can go in bulk transfers ([`Transport::device_registration`]):
+    /// asked before this rank offers or accepts GPUDirect RDMA with it.
+    dev_reg: Option<crate::transport::RegCheck>,
     /// Bulk transfers to hand to the transport, in order: receives and sends.
     bulk_rx: Vec<BulkJob>,
     bulk_tx: Vec<BulkJob>,
@@ -727,6 +732,7 @@ impl Engine {
         let byes = bye::Byes::new(world_size, &near);
         let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
         let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
+        let dev_reg = transport.device_registration();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
             cfg.eager_limit,
@@ -765,6 +771,7 @@ impl Engine {
                 told: VecDeque::new(),
                 bulk_min,
                 bulk_dev,
+                dev_reg,
                 bulk_rx: Vec::new(),
                 bulk_tx: Vec::new(),
                 bulk_live: 0,
@@ -892,6 +899,25 @@ impl Engine {
             && a.dst_world != self.st.me
             && (self.st.pipe_cfg.on || dev_bulk)
             && a.len > eager_limit;
+        // GPUDirect RDMA is offered only for a message the receiver may take in bulk (from the
+        // threshold on) and only where this very buffer registers with the NIC: a receiver
+        // answering `BULK` then finds it ready, and a buffer that cannot be registered takes
+        // the pipeline through host memory.
+        let offer = devnet
+            && dev_bulk
+            && self.st.bulk_min[a.dst_world].is_some_and(|m| a.len >= m)
+            && self.st.dev_registers(a.buf as usize, a.len).map_or_else(
+                |e| {
+                    tracing::debug!(
+                        "engine: rank {}: {} bytes device to rank {}: no GPUDirect RDMA offered, through host memory (the device buffer does not register with the NIC: {e})",
+                        self.st.me,
+                        a.len,
+                        a.dst_world
+                    );
+                    false
+                },
+                |()| true,
+            );
         let (mut buf, mut staged, mut pipe) = (a.buf, None, None);
         if a.dev.is_some() && ipc.is_none() && !devnet {
             if a.dst_world != self.st.me && near {
@@ -931,7 +957,7 @@ impl Engine {
             src_rank: a.src_rank,
             tag: a.tag,
             total: a.len as u64,
-            rreq: if devnet && dev_bulk {
+            rreq: if offer {
                 RTS_DEV_BULK
             } else {
                 coop.map_or(0, u64::from)

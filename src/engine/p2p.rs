@@ -63,6 +63,14 @@ impl State {
         matches!(self.reqs.get(rreq), Some(Req { kind: ReqKind::Recv(rs), .. }) if rs.dev)
     }
 
+    /// Whether the device buffer `addr..addr+len` can go in a bulk transfer (the transport's
+    /// check, [`crate::transport::Transport::device_registration`]); the reason where not.
+    pub(super) fn dev_registers(&self, addr: usize, len: usize) -> Result<(), String> {
+        self.dev_reg
+            .as_ref()
+            .map_or(Ok(()), |check| check(addr, len))
+    }
+
     /// A free shared-copy slot for a host rendezvous of `len` bytes to `dst`, now offered
     /// ([`coop`]); `None` when none is free or the message is not one to share.
     pub(super) fn offer_slot(&mut self, dst: usize, len: usize) -> Option<u8> {
@@ -407,7 +415,25 @@ impl State {
         ends: rndv::BulkEnds,
     ) -> bool {
         let min = self.bulk_min[src_world];
-        let bulk = rndv::bulk(min, want, ends);
+        let mut bulk = rndv::bulk(min, want, ends);
+        let mut why = None;
+        if bulk && ends.recv_dev {
+            // The receive buffer must register before `BULK` promises it; one that cannot
+            // answers `CTS` and takes the pipeline through host memory.
+            let buf = match self.reqs.get(rreq) {
+                Some(Req {
+                    kind: ReqKind::Recv(rs),
+                    ..
+                }) => rs.buf as usize,
+                _ => 0,
+            };
+            if let Err(e) = self.dev_registers(buf, want) {
+                bulk = false;
+                why = Some(format!(
+                    "the device receive buffer does not register with the NIC: {e}"
+                ));
+            }
+        }
         if ends.send_dev || ends.recv_dev {
             let what = match (ends.send_dev, ends.recv_dev) {
                 (true, true) => "device to device",
@@ -423,7 +449,8 @@ impl State {
                 tracing::debug!(
                     "engine: rank {}: {want} bytes {what} from rank {src_world}: through host memory ({})",
                     self.me,
-                    rndv::why_not_bulk(min, want, ends)
+                    why.as_deref()
+                        .unwrap_or_else(|| rndv::why_not_bulk(min, want, ends))
                 );
             }
         }

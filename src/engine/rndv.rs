@@ -113,7 +113,8 @@ pub fn why_not_bulk(min: Option<usize>, want: usize, ends: BulkEnds) -> &'static
         None => "no bulk transfers with that rank",
         Some(m) if want < m => "below GPUMPI_NET_BULK_MIN",
         _ if ends.send_dev && !ends.send_ok => {
-            "the sender's network backend cannot send from device memory"
+            "the sender offered no GPUDirect RDMA: its network backend cannot send from device \
+             memory, or not from this buffer"
         }
         _ if ends.recv_dev && !ends.recv_ok => {
             "this rank's network backend cannot receive into device memory"

@@ -2327,10 +2327,13 @@ mod net_device {
     /// Network frames that say their bulk transfers take device memory (`claim`) as a backend
     /// registering it with the NIC would (GPUDirect RDMA): the buffers of the [`Slow`] device
     /// are host memory, which the TCP backend below moves; every bulk transfer handed over is
-    /// recorded.
+    /// recorded. Device buffers of `refuse` bytes or more do not register (as VMM memory
+    /// without the GPUDirect RDMA flag): the registration check says so, and one handed over
+    /// anyway fails the test (a real backend's registration would end the job).
     struct ClaimDev {
         inner: crate::transport::net::frames::NetFrames,
         claim: bool,
+        refuse: usize,
         handed: Handed,
     }
 
@@ -2356,6 +2359,16 @@ mod net_device {
         fn bulk_device(&self, peer: usize) -> bool {
             self.claim && self.inner.bulk_min(peer).is_some()
         }
+        fn device_registration(&self) -> Option<crate::transport::RegCheck> {
+            let refuse = self.refuse;
+            Some(Arc::new(move |_, len| {
+                if len >= refuse {
+                    Err(format!("{len} bytes of memory the NIC cannot register"))
+                } else {
+                    Ok(())
+                }
+            }))
+        }
         unsafe fn bulk_send(
             &mut self,
             dst: usize,
@@ -2367,6 +2380,10 @@ mod net_device {
             assert!(
                 !dev || self.claim,
                 "device memory handed to a transport that said no"
+            );
+            assert!(
+                !dev || len < self.refuse,
+                "a device buffer that does not register handed over ({len} bytes)"
             );
             self.handed.lock().unwrap().push((true, dev, len));
             // SAFETY: the caller's contract (the fake device's memory is host memory).
@@ -2384,6 +2401,10 @@ mod net_device {
                 !dev || self.claim,
                 "device memory handed to a transport that said no"
             );
+            assert!(
+                !dev || len < self.refuse,
+                "a device buffer that does not register handed over ({len} bytes)"
+            );
             self.handed.lock().unwrap().push((false, dev, len));
             // SAFETY: as above.
             unsafe { self.inner.bulk_recv(src, id, buf, len, false) }
@@ -2399,6 +2420,17 @@ mod net_device {
     fn pair_bulk(
         cfgs: [PipeConfig; 2],
         claim: Option<[bool; 2]>,
+        body: fn(&mut Engine, usize),
+    ) -> ([Arc<Counts>; 2], [Handed; 2]) {
+        pair_refusing(cfgs, claim, [usize::MAX; 2], body)
+    }
+
+    /// [`pair_bulk`] where rank `r`'s device buffers of `refuse[r]` bytes or more do not
+    /// register ([`ClaimDev`]).
+    fn pair_refusing(
+        cfgs: [PipeConfig; 2],
+        claim: Option<[bool; 2]>,
+        refuse: [usize; 2],
         body: fn(&mut Engine, usize),
     ) -> ([Arc<Counts>; 2], [Handed; 2]) {
         let mut joins = Vec::new();
@@ -2418,6 +2450,7 @@ mod net_device {
                     Box::new(ClaimDev {
                         inner: frames,
                         claim: c[me],
+                        refuse: refuse[me],
                         handed: handed[me].clone(),
                     })
                 }
@@ -2710,5 +2743,39 @@ mod net_device {
             "device to host still from the device"
         );
         assert!(tx.whole.load(SeqCst) > 0 && tx.dtoh.load(SeqCst) == 0);
+    }
+
+    /// Both transports take device memory, but one end's device buffers of 1 MiB or more do
+    /// not register (as VMM memory without the GPUDirect RDMA flag): a message with such a
+    /// buffer takes the pipeline through host memory, every byte intact, whichever end it is
+    /// at; the smaller ones, and those whose device end is the other one, still go as
+    /// GPUDirect RDMA bulk transfers. No buffer that does not register reaches the transport
+    /// (`ClaimDev` checks): the sender offers only its buffers that register, the receiver
+    /// answers `BULK` only into its own.
+    #[test]
+    fn a_device_buffer_that_does_not_register_takes_the_pipeline() {
+        const NO: usize = 1 << 20;
+        let n = BIG.len();
+        let small = BIG.iter().filter(|&&z| z < NO).count();
+        assert!(small > 0 && small < n);
+        // The receiver's large buffers: device to device and host to device of those are
+        // pipelined; device to host still goes from the device (every size).
+        let ([tx, rx], [ht, hr]) =
+            pair_refusing([ON, ON], Some([true, true]), [usize::MAX, NO], big_sizes);
+        assert_eq!(tally(&ht), (small + n, small, 0, 0));
+        assert_eq!(tally(&hr), (0, 0, 2 * small, n));
+        assert!(tx.dtoh.load(SeqCst) > 0 && rx.htod.load(SeqCst) > 0);
+        // The sender's large buffers: device to device and device to host of those are
+        // pipelined; host to device still goes into the device (every size).
+        let ([tx, rx], [ht, hr]) =
+            pair_refusing([ON, ON], Some([true, true]), [NO, usize::MAX], big_sizes);
+        assert_eq!(tally(&ht), (2 * small, n, 0, 0));
+        assert_eq!(tally(&hr), (0, 0, small + n, small));
+        assert!(tx.dtoh.load(SeqCst) > 0 && rx.htod.load(SeqCst) > 0);
+        // A sender staging whole (its pipeline off) and every size, at either end.
+        let ([tx, _], _) =
+            pair_refusing([OFF, ON], Some([true, true]), [NO, usize::MAX], every_size);
+        assert!(tx.whole.load(SeqCst) > 0);
+        pair_refusing([ON, ON], Some([true, true]), [usize::MAX, NO], every_size);
     }
 }

@@ -86,6 +86,10 @@ pub struct CopyRates {
     pub near_read_gbps: f64,
 }
 
+/// Whether the device buffer at an address, of a length, registers for bulk transfers
+/// ([`Transport::device_registration`]): `Err` with the reason where it does not.
+pub type RegCheck = std::sync::Arc<dyn Fn(usize, usize) -> Result<(), String> + Send + Sync>;
+
 /// A bulk transfer that completed ([`Transport::bulk_poll`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BulkDone {
@@ -182,6 +186,17 @@ pub trait Transport: Send {
     /// Default: no.
     fn bulk_device(&self, _peer: usize) -> bool {
         false
+    }
+
+    /// Whether a particular device buffer can go in bulk transfers: a backend that registers
+    /// device memory may still refuse some buffers (VMM memory without the GPUDirect RDMA
+    /// flag, managed or pool memory). The engine asks before it agrees to a GPUDirect
+    /// transfer with a buffer (only where [`Transport::bulk_device`] holds for the peer), so
+    /// the registration of the transfer itself cannot fail; a buffer that passes may stay
+    /// registered in the backend's cache, where the transfer finds it. `None`: no check, every
+    /// device buffer can (the default).
+    fn device_registration(&self) -> Option<RegCheck> {
+        None
     }
 
     /// Queues a bulk send of `len` bytes at `data` to world rank `dst`, reported as `id` by

@@ -244,6 +244,11 @@ impl Transport for Routed {
         self.link[peer] == 1 && self.parts[1].bulk_device(peer)
     }
 
+    /// The network transport's (the only one with bulk transfers).
+    fn device_registration(&self) -> Option<super::RegCheck> {
+        self.parts[1].device_registration()
+    }
+
     /// A bulk send goes straight over the network to any off-node peer (the receiver asked
     /// for it, so it reaches this rank directly).
     unsafe fn bulk_send(

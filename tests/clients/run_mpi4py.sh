@@ -25,11 +25,17 @@
 #   MPI4PY_NUMPY       "1": also install numpy (more array backends, about 2x test time)
 #   MPI4PY_TESTS       test modules (default: the five below)
 #   MPI4PY_NP          rank counts on one node (default "1 2 4")
-#   MPI4PY_NODES       runs over emulated nodes, each KxR: K nodes of R ranks (default "2x2";
-#                      "" for none): scripts/emulate-nodes.sh K gives each rank a GPUMPI_NODE_ID,
-#                      so ranks of different "nodes" talk through the network transport
-#                      (loopback TCP); with GPUMPI_DEBUG=1 every rank must log frames received
-#                      over the network, or the run fails
+#   MPI4PY_NODES       runs over emulated nodes, each KxR: K nodes of R ranks (default
+#                      "2x2 2x2ib"; "" for none): scripts/emulate-nodes.sh K gives each rank a
+#                      GPUMPI_NODE_ID, so ranks of different "nodes" talk through the network
+#                      transport (loopback TCP); with GPUMPI_DEBUG=1 every rank must log frames
+#                      received over the network, or the run fails. KxRib: the same with
+#                      GPUMPI_NET=ib over the libibverbs test double (tests/support/fake_ibverbs.c,
+#                      built here with cc; a fabric file per run), every rank also logging its
+#                      ib rail; the modules of MPI4PY_IB_TESTS only
+#   MPI4PY_IB_TESTS    test modules of the KxRib runs (default: those of MPI4PY_TESTS but
+#                      test_cco_nb_buf, the slowest at 2x2, whose nonblocking collectives the C
+#                      tests run over the double: tests/c/testlist)
 #   MPI4PY_TIMEOUT     seconds per mpirun (default 600)
 #   MPI4PY_XFILE       exclusion list (default: tests/clients/mpi4py-exclude.txt)
 #   MPI4PY_ARGS        extra arguments for test/main.py (e.g. "-x testProbeCancel" or "-f")
@@ -52,7 +58,8 @@ VERSION=${MPI4PY_VERSION:-4.1.2}
 CONFIGURE=${MPI4PY_CONFIGURE:-1}
 TESTS=${MPI4PY_TESTS:-test_p2p_buf test_cco_buf test_cco_nb_buf test_comm test_datatype}
 NPS=${MPI4PY_NP-1 2 4}
-NODES=${MPI4PY_NODES-2x2}
+NODES=${MPI4PY_NODES-2x2 2x2ib}
+IB_TESTS=${MPI4PY_IB_TESTS-$(echo " $TESTS " | sed 's/ test_cco_nb_buf / /')}
 TIMEOUT=${MPI4PY_TIMEOUT:-600}
 XFILE_SRC=${MPI4PY_XFILE:-$HERE/mpi4py-exclude.txt}
 
@@ -194,6 +201,19 @@ XARGS=()
 [ -s "$XFILE" ] && XARGS=(--xfile "$XFILE")
 
 # --- run --------------------------------------------------------------------------------------
+# The libibverbs test double for KxRib node runs, built once with cc: fake_ib_env TAG sets
+# IBENV to the variables of a run over it (a fabric file of its own, removed by fake_ib_done).
+IB_LIB="" IBENV=() IB_FABRIC=""
+fake_ib_env() {
+    if [ -z "$IB_LIB" ]; then
+        IB_LIB=$BUILD/libfakeibverbs.so
+        "${CC:-cc}" -shared -fPIC -O1 -Wall -o "$IB_LIB" "$REPO/tests/support/fake_ibverbs.c" -ldl ||
+            die "cannot build the libibverbs test double (tests/support/fake_ibverbs.c)"
+    fi
+    IB_FABRIC=/dev/shm/gpumpi-fakeibv-$1-$$
+    IBENV=(GPUMPI_NET=ib "GPUMPI_IBVERBS_LIB=$IB_LIB" "FAKEIBV_FABRIC=$IB_FABRIC")
+}
+fake_ib_done() { [ -z "$IB_FABRIC" ] || rm -f "$IB_FABRIC"; IBENV=() IB_FABRIC=""; }
 passed=0
 failed=0
 failures=()
@@ -204,6 +224,7 @@ run_module() {
     shift 3
     label="-n $n"
     [ $# -eq 0 ] || label="-n $n over ${tag%x*} emulated nodes"
+    [[ $tag != *ib ]] || label="$label, GPUMPI_NET=ib over the libibverbs test double"
     out=$LOGDIR/$t.$tag.log
     # `python -m mpi4py` aborts the whole job if one rank dies with an exception.
     # shellcheck disable=SC2086
@@ -219,6 +240,8 @@ run_module() {
         # Over emulated nodes: every rank's network counters (GPUMPI_DEBUG=1) show frames in.
         nnet=$(grep -cE 'net: rank [0-9]+: [0-9]+ frames .* [1-9][0-9]* frames \([0-9]+ bytes\) received over the network' "$out" || true)
         [ "$nnet" -eq "$n" ] || netok=0
+        # Over the ib double: every rank's ib rail too.
+        [[ $tag != *ib ]] || [ "$(grep -c 'ib: rail' "$out")" -eq "$n" ] || netok=0
     fi
     if [ "$rc" -eq 0 ] && [ "${ran:-0}" -gt 0 ] && [ "$netok" = 1 ]; then
         passed=$((passed + 1))
@@ -226,7 +249,7 @@ run_module() {
     elif [ "$rc" -eq 0 ] && [ "${ran:-0}" -gt 0 ]; then
         failed=$((failed + 1))
         failures+=("$t $label")
-        echo "FAIL $t $label: $nnet of $n ranks logged frames received over the network"
+        echo "FAIL $t $label: $nnet of $n ranks logged frames received over the network (and, over ib, an ib rail)"
     elif [ "$rc" -eq 0 ]; then
         failed=$((failed + 1))
         failures+=("$t $label")
@@ -259,10 +282,15 @@ done
 for spec in $NODES; do
     k=${spec%x*}
     per=${spec#*x}
-    case "$k$per" in *[!0-9]* | "") die "MPI4PY_NODES: '$spec' is not KxR" ;; esac
-    for t in $TESTS; do
-        run_module "$t" "$((k * per))" "${k}x$per" \
-            env GPUMPI_DEBUG="${GPUMPI_DEBUG:-1}" "$REPO/scripts/emulate-nodes.sh" "$k"
+    per=${per%ib}
+    case "$k$per" in *[!0-9]* | "") die "MPI4PY_NODES: '$spec' is not KxR or KxRib" ;; esac
+    tests=$TESTS
+    [[ $spec != *ib ]] || tests=$IB_TESTS
+    for t in $tests; do
+        [[ $spec == *ib ]] && fake_ib_env "mpi4py-$t"
+        run_module "$t" "$((k * per))" "$spec" \
+            env GPUMPI_DEBUG="${GPUMPI_DEBUG:-1}" "${IBENV[@]}" "$REPO/scripts/emulate-nodes.sh" "$k"
+        fake_ib_done
     done
 done
 cat "$LOGDIR"/*.skipped.txt 2>/dev/null | sort -u >"$LOGDIR/skipped.txt"

@@ -14,12 +14,14 @@
 #   RSMPI_COMPAT       "auto" (default): add a compatibility header only when PREFIX's mpi.h lacks
 #                      MPI_Fint / MPI_Comm_c2f (see README); "0": never; "1": always
 #   RSMPI_NP           rank counts to run on one node (default "1 2 4")
-#   RSMPI_NODES        runs over emulated nodes, each KxR: K nodes of R ranks (default "2x2";
-#                      "" for none): scripts/emulate-nodes.sh K gives each rank a GPUMPI_NODE_ID,
-#                      so ranks of different "nodes" talk through the network transport
-#                      (loopback TCP); with GPUMPI_DEBUG=1 every rank must log frames received
-#                      over the network, or the run fails (our programs; the upstream examples
-#                      run on one node only)
+#   RSMPI_NODES        runs over emulated nodes, each KxR: K nodes of R ranks (default
+#                      "2x2 2x2ib"; "" for none): scripts/emulate-nodes.sh K gives each rank a
+#                      GPUMPI_NODE_ID, so ranks of different "nodes" talk through the network
+#                      transport (loopback TCP); with GPUMPI_DEBUG=1 every rank must log frames
+#                      received over the network, or the run fails (our programs; the upstream
+#                      examples run on one node only). KxRib: the same with GPUMPI_NET=ib over the
+#                      libibverbs test double (tests/support/fake_ibverbs.c, built here with cc;
+#                      a fabric file per run), every rank also logging its ib rail
 #   RSMPI_TIMEOUT      seconds per mpirun (default 120)
 #   RSMPI_PROGRAMS     space-separated subset of our programs to run (default: all)
 #   RSMPI_UPSTREAM     "1": also build and run rsmpi's own examples (default 0)
@@ -41,7 +43,7 @@ BUILD=${CLIENTS_BUILD_DIR:-$REPO/target/clients}
 PROBE=${RSMPI_PROBE:-mpicc}
 COMPAT=${RSMPI_COMPAT:-auto}
 NPS=${RSMPI_NP-1 2 4}
-NODES=${RSMPI_NODES-2x2}
+NODES=${RSMPI_NODES-2x2 2x2ib}
 TIMEOUT=${RSMPI_TIMEOUT:-120}
 PROGRAMS=${RSMPI_PROGRAMS:-env_info p2p bcast reduce gather_scatter nonblocking comm_split datatypes}
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
@@ -196,6 +198,19 @@ if [ "${RSMPI_UPSTREAM:-0}" = 1 ]; then
         wait_any"
 fi
 
+# The libibverbs test double for KxRib node runs, built once with cc: fake_ib_env TAG sets
+# IBENV to the variables of a run over it (a fabric file of its own, removed by fake_ib_done).
+IB_LIB="" IBENV=() IB_FABRIC=""
+fake_ib_env() {
+    if [ -z "$IB_LIB" ]; then
+        IB_LIB=$BUILD/libfakeibverbs.so
+        "${CC:-cc}" -shared -fPIC -O1 -Wall -o "$IB_LIB" "$REPO/tests/support/fake_ibverbs.c" -ldl ||
+            die "cannot build the libibverbs test double (tests/support/fake_ibverbs.c)"
+    fi
+    IB_FABRIC=/dev/shm/gpumpi-fakeibv-$1-$$
+    IBENV=(GPUMPI_NET=ib "GPUMPI_IBVERBS_LIB=$IB_LIB" "FAKEIBV_FABRIC=$IB_FABRIC")
+}
+fake_ib_done() { [ -z "$IB_FABRIC" ] || rm -f "$IB_FABRIC"; IBENV=() IB_FABRIC=""; }
 passed=0
 failed=0
 skipped=0
@@ -206,6 +221,7 @@ run_one() { # name exe n expect_ok_lines [tag launch...]: launch, when given, st
     if [ $# -gt 0 ]; then
         tag=$1
         label="-n $n over ${tag%x*} emulated nodes"
+        [[ $tag == *ib ]] && label="$label, GPUMPI_NET=ib over the libibverbs test double"
         shift
     fi
     out=$LOGDIR/${name//\//-}.$tag.log
@@ -217,6 +233,8 @@ run_one() { # name exe n expect_ok_lines [tag launch...]: launch, when given, st
         # Over emulated nodes: every rank's network counters (GPUMPI_DEBUG=1) show frames in.
         nnet=$(grep -cE 'net: rank [0-9]+: [0-9]+ frames .* [1-9][0-9]* frames \([0-9]+ bytes\) received over the network' "$out" || true)
         [ "$nnet" -eq "$n" ] || netok=0
+        # Over the ib double: every rank's ib rail too.
+        [[ $tag != *ib ]] || [ "$(grep -c 'ib: rail' "$out")" -eq "$n" ] || netok=0
     fi
     if [ "$rc" -eq 0 ] && { [ "$want" = 0 ] || [ "$oks" -eq "$n" ]; } && [ "$netok" = 1 ]; then
         passed=$((passed + 1))
@@ -227,7 +245,7 @@ run_one() { # name exe n expect_ok_lines [tag launch...]: launch, when given, st
         if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
             echo "FAIL $name $label (timeout after ${TIMEOUT}s)"
         elif [ "$netok" = 0 ]; then
-            echo "FAIL $name $label ($nnet of $n ranks logged frames received over the network)"
+            echo "FAIL $name $label ($nnet of $n ranks logged frames received over the network (and, over ib, an ib rail))"
         else
             echo "FAIL $name $label (exit $rc, $oks/$n ranks reported OK)"
         fi
@@ -243,9 +261,12 @@ for p in $PROGRAMS; do
     for spec in $NODES; do
         k=${spec%x*}
         per=${spec#*x}
-        case "$k$per" in *[!0-9]* | "") die "RSMPI_NODES: '$spec' is not KxR" ;; esac
-        run_one "$p" "$TARGET/release/$p" "$((k * per))" 1 "${k}x$per" \
-            env GPUMPI_DEBUG="${GPUMPI_DEBUG:-1}" "$REPO/scripts/emulate-nodes.sh" "$k"
+        per=${per%ib}
+        case "$k$per" in *[!0-9]* | "") die "RSMPI_NODES: '$spec' is not KxR or KxRib" ;; esac
+        [[ $spec == *ib ]] && fake_ib_env "rsmpi-$p"
+        run_one "$p" "$TARGET/release/$p" "$((k * per))" 1 "$spec" \
+            env GPUMPI_DEBUG="${GPUMPI_DEBUG:-1}" "${IBENV[@]}" "$REPO/scripts/emulate-nodes.sh" "$k"
+        fake_ib_done
     done
 done
 for p in $UPSTREAM_EXAMPLES; do

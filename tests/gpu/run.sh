@@ -18,7 +18,8 @@
 # registrations, device bytes moved by the double with CUDA copies) and checks from the debug log
 # that every message from 64 KiB on went as one GPUDirect RDMA bulk transfer, nothing staged (it
 # prints "SKIP: gpu_net gdr: <why>" without a C compiler or where the backend registers no device
-# memory); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# memory); gpu_net at 2 and 4 ranks, gpu_test and gpu_mem at 4 ranks over 2 emulated nodes run
+# again with GPUMPI_NET=ib over the double (every rank must log its ib rail); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
@@ -233,12 +234,16 @@ run "gpu_net -n 2 over 2 emulated nodes, allreduce and alltoall whole (GPUMPI_CO
 # here): device buffers registered through real dma-buf descriptors, moved by the double with
 # CUDA copies. Per rank, 3 sizes (64 KiB, 1 MiB+3, 64 MiB) x 3 mixes are received as one bulk
 # transfer between the buffers, and 3 x 2 (device to device, device to host) sent from the device.
+ib_lib="$out/libfakeibverbs.so"
+ib_built=no
+"${CC:-cc}" -shared -fPIC -O1 -Wall -o "$ib_lib" "$here/../support/fake_ibverbs.c" -ldl \
+    >"$out/fake_ibverbs.log" 2>&1 && ib_built=yes
 gdrrun() {
     local label="gpu_net gdr -n 2 over 2 emulated nodes (GPUMPI_NET=ib over the libibverbs test double: GPUDirect RDMA)"
-    local log="$out/gpu_net_gdr.log" lib="$out/libfakeibverbs.so" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$" rx tx
+    local log="$out/gpu_net_gdr.log" lib="$ib_lib" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$" rx tx
     echo "== $label"
-    if ! "${CC:-cc}" -shared -fPIC -O1 -Wall -o "$lib" "$here/../support/fake_ibverbs.c" -ldl >"$log" 2>&1; then
-        cat "$log"
+    if [ "$ib_built" = no ]; then
+        cat "$out/fake_ibverbs.log"
         echo "SKIP: gpu_net gdr: the libibverbs test double does not build here"
         verdict "$label" skip "the libibverbs test double does not build here"; return
     fi
@@ -269,6 +274,41 @@ gdrrun() {
     fi
 }
 gdrrun
+# The emulated-node device tests again with GPUMPI_NET=ib over the double (a fabric file of
+# their own each): device point-to-point from the bulk threshold on by GPUDirect RDMA, the rest
+# (smaller messages, collectives' host mirrors and relayed pieces, memory the double cannot
+# share: VMM, managed) through host memory. Every rank must log its ib rail.
+ibrun() { # program nranks [args...]
+    local label="$1 -n $2 over 2 emulated nodes, GPUMPI_NET=ib over the libibverbs test double"
+    local prog=$1 n=$2 log="$out/ib_$1_$2.log" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$-$1-$2" rails
+    shift 2
+    echo "== $label"
+    if [ "$ib_built" = no ]; then
+        echo "SKIP: $prog over ib: the libibverbs test double does not build here"
+        verdict "$label" skip "the libibverbs test double does not build here"; return
+    fi
+    if ! GPUMPI_DEBUG=1 GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$ib_lib" FAKEIBV_FABRIC="$fabric" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG -x GPUMPI_NET \
+        -x GPUMPI_IBVERBS_LIB -x FAKEIBV_FABRIC "$emu" 2 "$out/$prog" "$@" >"$log" 2>&1; then
+        rm -f "$fabric"
+        grep -E "^(PASS|FAIL|SKIP)|gpumpi|fakeibv" "$log" | grep -v " INFO " | head -20; tail -30 "$log"
+        verdict "$label" fail; return
+    fi
+    rm -f "$fabric"
+    grep -E "^(PASS|FAIL|SKIP)" "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: $prog" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    rails=$(grep -c "ib: rail" "$log") || rails=0
+    if [ "$rails" -ne "$n" ]; then
+        verdict "$label" fail "$rails of $n ranks logged an ib rail"
+    else
+        verdict "$label" pass
+    fi
+}
+ibrun gpu_net 2
+ibrun gpu_net 4
+ibrun gpu_test 4 1048577
+ibrun gpu_mem 4
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {

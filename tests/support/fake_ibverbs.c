@@ -27,7 +27,10 @@
  *   cq_overrun       completion queues hold 2 entries, whatever was asked;
  *   port_down        every port reports IBV_PORT_DOWN;
  *   memlock          ibv_reg_mr fails with ENOMEM once the bytes registered by this process
- *                    exceed RLIMIT_MEMLOCK (as the kernel does for pinned pages).
+ *                    exceed RLIMIT_MEMLOCK (as the kernel does for pinned pages);
+ *   dmabuf_refuse=N  ibv_reg_dmabuf_mr of N bytes or more fails with ENOTSUP (as for device
+ *                    memory the NIC cannot register: VMM memory without the GPUDirect RDMA
+ *                    flag), so host memory registered as device memory is refused by size.
  *
  * Memory registered with ibv_reg_dmabuf_mr is recorded with its IOVA (the descriptor must be
  * open). Device memory: where the registering process has loaded libcuda (the double dlopens
@@ -135,7 +138,7 @@ struct fabric { volatile int32_t lock; uint32_t magic; struct fqp qp[MAXQP]; str
 
 static struct fabric *F;
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
-static int fault_kind; /* 1 qp_error, 2 remote_access, 3 cq_overrun, 4 port_down, 5 memlock */
+static int fault_kind; /* 1 qp_error, 2 remote_access, 3 cq_overrun, 4 port_down, 5 memlock, 6 dmabuf_refuse */
 static long fault_at, writes_done;
 static size_t registered;
 
@@ -181,6 +184,7 @@ static int setup(void) {
         else if (!strcmp(f, "cq_overrun")) fault_kind = 3;
         else if (!strcmp(f, "port_down")) fault_kind = 4;
         else if (!strcmp(f, "memlock")) fault_kind = 5;
+        else if (!strncmp(f, "dmabuf_refuse=", 14)) { fault_kind = 6; fault_at = atol(f + 14); }
     }
     __atomic_store_n(&F, (struct fabric *)m, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&init_mu);
@@ -457,6 +461,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access) {
     (void)offset;
     if (fcntl(fd, F_GETFD) < 0) { errno = EBADF; return 0; }
+    if (fault_kind == 6 && (long)len >= fault_at) { errno = ENOTSUP; return 0; }
     return reg(pd, 0, len, iova, access);
 }
 int ibv_dereg_mr(struct ibv_mr *mr) {

@@ -909,6 +909,13 @@ impl Transport for NetFrames {
         self.bulk_device && self.bulk_min(peer).is_some()
     }
 
+    /// The backend's registration of device memory on the device of the links (the one every
+    /// bulk lane uses), so a buffer that passes hits the backend's cache when its transfer
+    /// registers it.
+    fn device_registration(&self) -> Option<crate::transport::RegCheck> {
+        self.links.net().device_registration(self.links.dev())
+    }
+
     unsafe fn bulk_send(
         &mut self,
         dst: usize,

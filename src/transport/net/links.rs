@@ -132,6 +132,11 @@ impl Links {
         &*self.net
     }
 
+    /// The backend's device these links use.
+    pub fn dev(&self) -> usize {
+        self.dev
+    }
+
     /// Starts a connection to `peer` (`bulk`: on the bulk lane) unless one is being dialed.
     pub fn dial(&mut self, peer: usize, bulk: bool) -> NetResult<()> {
         if self.dialing(peer, bulk) {

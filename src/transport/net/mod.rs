@@ -193,6 +193,12 @@ pub trait Net: Send + Sync {
     fn device_memory(&self) -> bool {
         false
     }
+    /// The check whether one device buffer registers on device `dev`
+    /// ([`crate::transport::Transport::device_registration`]); `None`: no check. Default: none
+    /// (a backend without [`Net::device_memory`] is never asked to register device memory).
+    fn device_registration(&self, _dev: usize) -> Option<crate::transport::RegCheck> {
+        None
+    }
 }
 
 /// The receiving end of connection set-up.

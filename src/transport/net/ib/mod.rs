@@ -707,6 +707,20 @@ impl Net for IbNet {
         !self.ports.is_empty() && self.ports.iter().all(|p| p.gdr != GdrPath::Staging)
     }
 
+    /// Registers the buffer as device memory on the port through its cache and releases it:
+    /// a device region stays cached unused (keyed by the buffer's identity), so the bulk
+    /// transfer's own registration of the same range or a part of it is a cache hit. A buffer
+    /// the NIC cannot register (VMM memory without the GPUDirect RDMA flag: no dma-buf export;
+    /// managed or pool memory) fails here, with the reason.
+    fn device_registration(&self, dev: usize) -> Option<crate::transport::RegCheck> {
+        let port = self.port(dev).ok()?.clone();
+        Some(std::sync::Arc::new(move |addr, len| {
+            let mr =
+                reg(&port, addr as *const u8, len, MemKind::Cuda).map_err(|e| e.to_string())?;
+            dereg(&port, mr).map_err(|e| e.to_string())
+        }))
+    }
+
     fn listen(&self, dev: usize) -> NetResult<(Handle, Box<dyn Listener>)> {
         let port = self.port(dev)?.clone();
         let bind = super::any_port(self.oob, self.oob_scope);
