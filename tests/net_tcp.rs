@@ -398,6 +398,21 @@ fn registration_rules() {
     assert!(r.test(Request { slot: 999, gen: 0 }, &mut [0]).is_err());
 }
 
+/// Which payloads follow their header on the control socket: every message of the engine's
+/// frames, bulk data only up to the small limit (larger bulk data is striped).
+#[test]
+fn frames_go_inline_and_bulk_data_is_striped() {
+    use mpi_abi::transport::net::frames::SLOT_BYTES;
+    use mpi_abi::transport::net::tcp::{goes_inline, INLINE_BULK_MAX};
+    use mpi_abi::transport::net::TAG_BULK;
+    assert!(goes_inline(0, SLOT_BYTES));
+    assert!(goes_inline(0, 32 << 10));
+    assert!(!goes_inline(0, 1 << 20));
+    assert!(goes_inline(TAG_BULK, INLINE_BULK_MAX));
+    assert!(!goes_inline(TAG_BULK, INLINE_BULK_MAX + 1));
+    assert!(!goes_inline(TAG_BULK, 64 << 10));
+}
+
 /// Every message of the engine's frames (up to `frames::SLOT_BYTES`) is written by the calling
 /// thread on the control socket, never handed to a helper thread, and a write the socket cut
 /// short is resumed by `test` once that socket is writable. With the receiver not reading, the
@@ -438,7 +453,7 @@ fn frame_messages_are_written_inline_and_a_cut_write_resumes_when_writable() {
                 inflight[i] = None;
             }
             // SAFETY: bufs[i] outlives the request, completed before the buffers drop.
-            let q = unsafe { s.isend(bufs[i].as_ptr(), SLOT_BYTES, sent.len() as i32, mrs[i]) };
+            let q = unsafe { s.isend(bufs[i].as_ptr(), SLOT_BYTES, 1000 + sent.len() as i32, mrs[i]) };
             inflight[i] = Some(q.unwrap().expect("a free request slot"));
             sent.push(i);
             total += SLOT_BYTES;
@@ -460,7 +475,7 @@ fn frame_messages_are_written_inline_and_a_cut_write_resumes_when_writable() {
         let b = RecvBuf {
             ptr: rbuf.as_mut_ptr(),
             size: SLOT_BYTES,
-            tag: k as i32,
+            tag: 1000 + k as i32,
             mr: rmr,
         };
         // SAFETY: rbuf outlives the request, completed below.

@@ -126,7 +126,7 @@ pub struct Counters {
 /// Tag of the engine's frames.
 const TAG_FRAME: i32 = 0;
 /// Tag of bulk data.
-const TAG_BULK: i32 = 2;
+use super::TAG_BULK;
 /// Most frames one [`Transport::poll`] delivers per peer.
 const POLL_BUDGET: usize = 32;
 /// A poll accepts new connections every this many polls (an accept is a system call), and at

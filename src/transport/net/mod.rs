@@ -48,6 +48,12 @@ use std::fmt;
 /// Most bytes of a [`Handle`] (as `NCCL_NET_HANDLE_MAXSIZE`).
 pub const HANDLE_BYTES: usize = 128;
 
+/// Tag of messages that carry bulk data (large payloads moved once, straight between user
+/// buffers): a backend may move them differently from other messages (TCP stripes them over
+/// its data sockets where it sends smaller messages on the control socket). Both ends see the
+/// tag, so a choice made by it is the same at both.
+pub const TAG_BULK: i32 = 2;
+
 /// The opaque connection handle [`Net::listen`] returns, exchanged through the bootstrap.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Handle(pub [u8; HANDLE_BYTES]);

@@ -63,11 +63,24 @@ pub const MAX_RECVS: usize = 8;
 /// Smallest piece a message is split into across data sockets.
 pub const MIN_CHUNK: usize = 64 << 10;
 /// Largest payload sent on the control socket behind its header instead of by a helper
-/// thread (part of the wire protocol: both ends decide by the header's size): room for the
-/// largest message of the engine's frames (`frames::SLOT_BYTES`, a little over 256 KiB), so
-/// that no frame waits for a thread to wake up at either end. Larger payloads (bulk
-/// transfers) keep the data sockets, so they are still striped.
+/// thread (part of the wire protocol: both ends decide by the header's tag and size, see
+/// [`goes_inline`]): room for the largest message of the engine's frames (`frames::SLOT_BYTES`, a
+/// little over 256 KiB), so that no frame waits for a thread to wake up at either end.
 pub const INLINE_MAX: usize = 257 << 10;
+/// Largest bulk payload ([`super::TAG_BULK`]) sent on the control socket: larger bulk data
+/// is striped over the data sockets by the helper threads, which on a many-core host moves
+/// windows of 64-256 KiB transfers faster than one stream (benches/NOTES.md).
+pub const INLINE_BULK_MAX: usize = 20 << 10;
+
+/// Whether a payload of `size` bytes with `tag` follows its header on the control socket
+/// (else the helper threads move it over the data sockets).
+pub fn goes_inline(tag: i32, size: usize) -> bool {
+    size <= if tag == super::TAG_BULK {
+        INLINE_BULK_MAX
+    } else {
+        INLINE_MAX
+    }
+}
 /// Bytes a receiver reads ahead from its control socket at once.
 const READ_AHEAD: usize = 64 << 10;
 /// Most data sockets per connection.
@@ -1138,7 +1151,7 @@ impl SendComm for TcpSend {
         let mut hdr = [0u8; HDR];
         hdr[0..4].copy_from_slice(&tag.to_le_bytes());
         hdr[8..16].copy_from_slice(&(size as u64).to_le_bytes());
-        let inline = if size <= INLINE_MAX { size } else { 0 };
+        let inline = if goes_inline(tag, size) { size } else { 0 };
         self.out.push_back(CtrlItem {
             hdr,
             ptr: data as usize,
@@ -1376,7 +1389,7 @@ impl TcpRecv {
             if s.nmatched == n {
                 self.order.pop_front();
             }
-            if size <= INLINE_MAX {
+            if goes_inline(tag, size) {
                 self.inline = Some((slot, ptr, size));
                 if !self.read_inline()? {
                     return Ok(());
