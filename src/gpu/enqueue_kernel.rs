@@ -249,20 +249,21 @@ const REC: usize = 1 + 4 + 16 + 8 + 8 + EXPORT_BYTES;
 const _: () = assert!(REC <= super::comm::RECORD_MAX);
 
 /// Set the kernel up for a stream communicator (collective over `host`, the communicator's
-/// private duplicate; `ordinal`: the device of this rank's stream). `Ok(Err(why))`: some rank
-/// cannot (the same answer on every rank); the communicator's calls then keep the fallback.
+/// private duplicate; `device`: the device of this rank's stream, or why this rank cannot use
+/// it). `Ok(Err(why))`: some rank cannot (the same answer on every rank); the communicator's
+/// calls then keep the fallback.
 pub(crate) fn setup(
     host: &dyn Host,
-    ordinal: i32,
+    device: Result<i32, String>,
     nranks: usize,
     rank: usize,
 ) -> MpiResult<Result<Ready, String>> {
-    cuda::with_relaxed_capture(|| setup_relaxed(host, ordinal, nranks, rank))
+    cuda::with_relaxed_capture(|| setup_relaxed(host, device, nranks, rank))
 }
 
 fn setup_relaxed(
     host: &dyn Host,
-    ordinal: i32,
+    device: Result<i32, String>,
     nranks: usize,
     rank: usize,
 ) -> MpiResult<Result<Ready, String>> {
@@ -271,7 +272,8 @@ fn setup_relaxed(
     let state = host.gpu().state();
     let list = state.of::<Scratch>();
     // My scratch, allocated and exported (None where this rank cannot).
-    let mine: Result<(usize, Export), String> = (|| {
+    let mine: Result<(i32, usize, Export), String> = (|| {
+        let ordinal = device?;
         let g = super::gpu().ok_or("CUDA is not available")?;
         let d = g.device(ordinal)?;
         g.kernels(ordinal)?
@@ -299,11 +301,14 @@ fn setup_relaxed(
                 mapped: Vec::new(),
             });
         let e = export.ok_or("the scratch cannot be exported with CUDA IPC")?;
-        Ok((addr, e))
+        Ok((ordinal, addr, e))
     })();
-    let uuid = super::device::device_uuid(ordinal);
+    let uuid = mine
+        .as_ref()
+        .ok()
+        .and_then(|m| super::device::device_uuid(m.0));
     let mut rec = [0u8; REC];
-    if let (Ok((_, e)), Some(u)) = (&mine, uuid) {
+    if let (Ok((_, _, e)), Some(u)) = (&mine, uuid) {
         rec[0] = 1;
         rec[5..21].copy_from_slice(&u);
         rec[37..].copy_from_slice(&e.to_bytes());
@@ -341,7 +346,7 @@ fn setup_relaxed(
     state
         .shared
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let (my_addr, _) = mine.expect("my record said ok");
+    let (ordinal, my_addr, _) = mine.expect("my record said ok");
     let mut peers = [0u64; MAXP];
     let mut failed = None;
     {
