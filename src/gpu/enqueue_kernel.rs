@@ -545,6 +545,23 @@ mod tests {
         assert_eq!(plan(4 << 20, 2, slot, 1000).blocks, BLOCKS_MAX.min(128));
     }
 
+    /// The choice of path: only shared arguments decide, and each refusal says why.
+    #[test]
+    fn path_choice() {
+        let red = Some((KOp::Sum, KType::F32));
+        assert!(call_eligible(4, red, true).is_ok());
+        assert!(call_eligible(0, red, true).unwrap_err().contains("nothing"));
+        assert!(call_eligible(4, None, true).unwrap_err().contains("op"));
+        assert!(call_eligible(4, red, false)
+            .unwrap_err()
+            .contains("contiguous"));
+        // Whatever the node's GPUs: one rank, more than MAXP ranks, or ranks on several nodes
+        // never take the kernel.
+        assert!(comm_eligible(1, true).is_err());
+        assert!(comm_eligible(MAXP + 1, true).is_err());
+        assert!(comm_eligible(2, false).is_err());
+    }
+
     #[test]
     fn scratch_and_slots() {
         assert_eq!(DATA_OFF, 20480);
