@@ -29,7 +29,7 @@ use crate::mpi::error::MpiResult;
 use crate::sys::cuda;
 
 /// Most blocks of one kernel (`SAR_BLOCKS_MAX`: the flag array's size).
-pub const BLOCKS_MAX: usize = 64;
+pub const BLOCKS_MAX: usize = 128;
 /// Threads per block (`SAR_THREADS`).
 pub const THREADS: u32 = 512;
 /// Where the flags start in a rank's scratch (`SAR_FLAG_OFF`): after the counter words.
@@ -564,7 +564,7 @@ mod tests {
 
     #[test]
     fn scratch_and_slots() {
-        assert_eq!(DATA_OFF, 20480);
+        assert_eq!(DATA_OFF, 36864);
         let s = slot_for(2, 32 << 20);
         assert_eq!(s % (64 << 10), 0);
         assert!(scratch_bytes(2, s) <= 32 << 20);
