@@ -50,10 +50,10 @@
 // streams fit on the GPU together (at most SAR_BLOCKS_MAX blocks each); a kernel waits for its
 // peers' kernels, never for another kernel of its own GPU.
 
-#define SAR_BLOCKS_MAX 64
+#define SAR_BLOCKS_MAX 128
 #define SAR_THREADS 512
 #define SAR_FLAG_OFF 4096ull
-#define SAR_DATA_OFF 20480ull
+#define SAR_DATA_OFF 36864ull
 #define SAR_ONE_SHOT 0u
 #define SAR_TWO_SHOT 1u
 
@@ -84,8 +84,7 @@ __device__ __forceinline__ void sar_signal(const StreamAr &a, int phase, unsigne
     if (q < (int)a.nranks && q != (int)a.rank) *sar_flag(a.peers[q], phase, par, blockIdx.x, a.rank) = v;
 }
 
-// Wait until every peer's flag of (phase, parity, block) in my scratch is `v`, then make their
-// stores visible to the whole block.
+// Wait until every peer's flag of (phase, parity, block) in my scratch is `v`.
 __device__ __forceinline__ void sar_wait(const StreamAr &a, int phase, unsigned long long par,
                                          unsigned long long v) {
     const int q = threadIdx.x;
@@ -93,10 +92,41 @@ __device__ __forceinline__ void sar_wait(const StreamAr &a, int phase, unsigned 
         volatile unsigned long long *f = sar_flag(a.peers[a.rank], phase, par, blockIdx.x, q);
         while (*f != v) {
         }
-        __threadfence_system();
     }
+    // The peers' stores are in my own memory, ordered before their flags by their system-scope
+    // fences: a device-scope fence after the barrier orders this block's reads after the flags.
     __syncthreads();
     __threadfence();
+}
+
+// Copy `n` bytes (16-byte aligned ends: four 16-byte vectors in flight per thread, so that the
+// stores into a peer's memory keep NVLink busy; else res_copy). Reads bypass L1 (ld.cg).
+// Returns whether this thread stored anything.
+__device__ __forceinline__ bool sar_copy(char *dst, const char *src, unsigned long long n) {
+    if ((((unsigned long long)dst | (unsigned long long)src) & 15) != 0) return res_copy(dst, src, n);
+    const unsigned long long nv = n / 16, step = blockDim.x;
+    const uint4 *s = reinterpret_cast<const uint4 *>(src);
+    uint4 *d = reinterpret_cast<uint4 *>(dst);
+    bool wrote = false;
+    unsigned long long i = threadIdx.x;
+    for (; i + 3 * step < nv; i += 4 * step) {
+        const uint4 a0 = __ldcg(s + i), a1 = __ldcg(s + i + step), a2 = __ldcg(s + i + 2 * step),
+                    a3 = __ldcg(s + i + 3 * step);
+        d[i] = a0;
+        d[i + step] = a1;
+        d[i + 2 * step] = a2;
+        d[i + 3 * step] = a3;
+        wrote = true;
+    }
+    for (; i < nv; i += step) {
+        d[i] = __ldcg(s + i);
+        wrote = true;
+    }
+    for (unsigned long long j = nv * 16 + threadIdx.x; j < n; j += step) {
+        dst[j] = __ldcg(src + j);
+        wrote = true;
+    }
+    return wrote;
 }
 
 // [off, off + len) of this block's part of a slice of `slen` bytes (len 0 when it has none).
@@ -138,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(SAR_THREADS) gpumpi_stream_allreduc
             sar_part(a.per, rlen, &off, &len);
             bool wrote = false;
             for (int q = 0; q < n; q++)
-                if (q != me) wrote |= res_copy(push(q, par, me) + off, src + at + off, len);
+                if (q != me) wrote |= sar_copy(push(q, par, me) + off, src + at + off, len);
             if (wrote) __threadfence_system();
             __syncthreads();
             sar_signal(a, 0, par, v);
@@ -157,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(SAR_THREADS) gpumpi_stream_allreduc
             for (int q = 0; q < n; q++) {
                 if (q == me) continue;
                 sar_part(a.per, slen(q), &off, &len);
-                wrote |= res_copy(push(q, par, me) + off, src + at + q * a.slice + off, len);
+                wrote |= sar_copy(push(q, par, me) + off, src + at + q * a.slice + off, len);
             }
             if (wrote) __threadfence_system();
             __syncthreads();
@@ -176,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(SAR_THREADS) gpumpi_stream_allreduc
             for (int q = 0; q < n; q++) {
                 if (q == me) continue;
                 sar_part(a.per, slen(q), &off, &len);
-                res_copy(dst + at + q * a.slice + off, gather(me, par) + q * a.slice + off, len);
+                sar_copy(dst + at + q * a.slice + off, gather(me, par) + q * a.slice + off, len);
             }
         }
     }

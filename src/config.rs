@@ -619,8 +619,8 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_STREAM_BLOCKS",
-        default: "32",
-        doc: "Most blocks (1-64, 512 threads each) of the stream kernel of `MPIX_Allreduce_enqueue` (`GPUMPI_STREAM_KERNEL`); a call uses one block per 32 KiB of a rank's slice of a round, up to this. Block b of each rank exchanges flags only with block b of every peer: the ranks of a communicator use the smallest value among them (agreed when its scratch is set up). Kernels of stream communicators used at the same time on different streams must fit on the GPU together.",
+        default: "64",
+        doc: "Most blocks (1-128, 512 threads each) of the stream kernel of `MPIX_Allreduce_enqueue` (`GPUMPI_STREAM_KERNEL`); a call uses one block per 32 KiB of a rank's slice of a round, up to this. Block b of each rank exchanges flags only with block b of every peer: the ranks of a communicator use the smallest value among them (agreed when its scratch is set up). Kernels of stream communicators used at the same time on different streams must fit on the GPU together.",
         same_on_every_rank: false,
     },
     Param {

@@ -292,7 +292,7 @@ impl crate::gpu::comm::Host for GpuHost<'_> {
 /// host collectives of `comm`, its private duplicate (collective over it).
 pub(crate) fn stream_kernel_setup(
     comm: &Arc<CommObj>,
-    ordinal: i32,
+    ordinal: Result<i32, String>,
 ) -> MpiResult<Result<crate::gpu::enqueue_kernel::Ready, String>> {
     let host = GpuHost { comm, call: None };
     crate::gpu::enqueue_kernel::setup(&host, ordinal, comm.size(), comm.rank)

@@ -70,9 +70,18 @@ impl UserStream {
         self.in_ctx(|| cuda::stream_synchronize(self.stream))
     }
 
-    /// The device of the stream's context.
-    pub fn ordinal(&self) -> Result<i32, String> {
-        cuda::context_device(self.ctx).map_err(|e| e.to_string())
+    /// The device of the stream's context, where that context is the device's primary context
+    /// (the one the CUDA runtime uses, and in which gpumpi loads its kernels and maps peers'
+    /// memory); why not otherwise.
+    pub fn primary_ordinal(&self) -> Result<i32, String> {
+        let o = cuda::context_device(self.ctx).map_err(|e| e.to_string())?;
+        let g = super::gpu().ok_or("CUDA is not available")?;
+        if g.device(o)?.ctx != self.ctx {
+            return Err(format!(
+                "the stream belongs to a context other than device {o}'s primary context"
+            ));
+        }
+        Ok(o)
     }
 
     /// Enqueue the stream kernel of [`super::enqueue_kernel`] with parameter `a` and `blocks`

@@ -29,7 +29,7 @@ use crate::mpi::error::MpiResult;
 use crate::sys::cuda;
 
 /// Most blocks of one kernel (`SAR_BLOCKS_MAX`: the flag array's size).
-pub const BLOCKS_MAX: usize = 64;
+pub const BLOCKS_MAX: usize = 128;
 /// Threads per block (`SAR_THREADS`).
 pub const THREADS: u32 = 512;
 /// Where the flags start in a rank's scratch (`SAR_FLAG_OFF`): after the counter words.
@@ -249,20 +249,21 @@ const REC: usize = 1 + 4 + 16 + 8 + 8 + EXPORT_BYTES;
 const _: () = assert!(REC <= super::comm::RECORD_MAX);
 
 /// Set the kernel up for a stream communicator (collective over `host`, the communicator's
-/// private duplicate; `ordinal`: the device of this rank's stream). `Ok(Err(why))`: some rank
-/// cannot (the same answer on every rank); the communicator's calls then keep the fallback.
+/// private duplicate; `device`: the device of this rank's stream, or why this rank cannot use
+/// it). `Ok(Err(why))`: some rank cannot (the same answer on every rank); the communicator's
+/// calls then keep the fallback.
 pub(crate) fn setup(
     host: &dyn Host,
-    ordinal: i32,
+    device: Result<i32, String>,
     nranks: usize,
     rank: usize,
 ) -> MpiResult<Result<Ready, String>> {
-    cuda::with_relaxed_capture(|| setup_relaxed(host, ordinal, nranks, rank))
+    cuda::with_relaxed_capture(|| setup_relaxed(host, device, nranks, rank))
 }
 
 fn setup_relaxed(
     host: &dyn Host,
-    ordinal: i32,
+    device: Result<i32, String>,
     nranks: usize,
     rank: usize,
 ) -> MpiResult<Result<Ready, String>> {
@@ -271,7 +272,8 @@ fn setup_relaxed(
     let state = host.gpu().state();
     let list = state.of::<Scratch>();
     // My scratch, allocated and exported (None where this rank cannot).
-    let mine: Result<(usize, Export), String> = (|| {
+    let mine: Result<(i32, usize, Export), String> = (|| {
+        let ordinal = device?;
         let g = super::gpu().ok_or("CUDA is not available")?;
         let d = g.device(ordinal)?;
         g.kernels(ordinal)?
@@ -299,11 +301,14 @@ fn setup_relaxed(
                 mapped: Vec::new(),
             });
         let e = export.ok_or("the scratch cannot be exported with CUDA IPC")?;
-        Ok((addr, e))
+        Ok((ordinal, addr, e))
     })();
-    let uuid = super::device::device_uuid(ordinal);
+    let uuid = mine
+        .as_ref()
+        .ok()
+        .and_then(|m| super::device::device_uuid(m.0));
     let mut rec = [0u8; REC];
-    if let (Ok((_, e)), Some(u)) = (&mine, uuid) {
+    if let (Ok((_, _, e)), Some(u)) = (&mine, uuid) {
         rec[0] = 1;
         rec[5..21].copy_from_slice(&u);
         rec[37..].copy_from_slice(&e.to_bytes());
@@ -341,7 +346,7 @@ fn setup_relaxed(
     state
         .shared
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let (my_addr, _) = mine.expect("my record said ok");
+    let (ordinal, my_addr, _) = mine.expect("my record said ok");
     let mut peers = [0u64; MAXP];
     let mut failed = None;
     {
@@ -540,9 +545,26 @@ mod tests {
         assert_eq!(plan(4 << 20, 2, slot, 1000).blocks, BLOCKS_MAX.min(128));
     }
 
+    /// The choice of path: only shared arguments decide, and each refusal says why.
+    #[test]
+    fn path_choice() {
+        let red = Some((KOp::Sum, KType::F32));
+        assert!(call_eligible(4, red, true).is_ok());
+        assert!(call_eligible(0, red, true).unwrap_err().contains("nothing"));
+        assert!(call_eligible(4, None, true).unwrap_err().contains("op"));
+        assert!(call_eligible(4, red, false)
+            .unwrap_err()
+            .contains("contiguous"));
+        // Whatever the node's GPUs: one rank, more than MAXP ranks, or ranks on several nodes
+        // never take the kernel.
+        assert!(comm_eligible(1, true).is_err());
+        assert!(comm_eligible(MAXP + 1, true).is_err());
+        assert!(comm_eligible(2, false).is_err());
+    }
+
     #[test]
     fn scratch_and_slots() {
-        assert_eq!(DATA_OFF, 20480);
+        assert_eq!(DATA_OFF, 36864);
         let s = slot_for(2, 32 << 20);
         assert_eq!(s % (64 << 10), 0);
         assert!(scratch_bytes(2, s) <= 32 << 20);

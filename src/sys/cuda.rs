@@ -213,7 +213,7 @@ pub fn device_name(ordinal: i32) -> CuResult<String> {
 }
 
 /// A retained primary context (held for the life of the process).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Context(cu::CUcontext);
 // SAFETY: CUDA contexts may be used from any thread.
 unsafe impl Send for Context {}

@@ -366,7 +366,9 @@ static void ar_check(MPI_Comm c, stream_t s, void *dsend, void *drecv, void *hse
     if (hostbuf) {
         if (inplace) memcpy(hrecv, hsend, bytes);
     } else {
-        CU(cudaMemcpy_(inplace ? drecv : dsend, hsend, bytes, cudaMemcpyDefault_));
+        /* On the stream: a synchronous cudaMemcpy from pageable memory may return before its
+         * DMA finished, and the legacy stream does not order with a non-blocking stream. */
+        CU(cudaMemcpyAsync_(inplace ? drecv : dsend, hsend, bytes, H2D, s));
         if (!inplace) set32(drecv, -3, (bytes + 3) / 4, s); /* overwritten by the call */
     }
     MPI(MPIX_Allreduce_enqueue(inplace ? MPI_IN_PLACE : sb, rb, (int)n, mtype(t), ops[o], c));

@@ -152,7 +152,8 @@ streamrun() { # label ranks env...
     if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
         -x GPUMPI_STREAM_KERNEL -x GPUMPI_STREAM_SCRATCH -x GPUMPI_STREAM_BLOCKS \
         "$out/gpu_stream" >"$log" 2>&1; then
-        grep -E "^(PASS|FAIL|SKIP)|^gpu_stream|^rank [0-9]+:" "$log" | head -20 || true; tail -20 "$log"
+        { grep -E "^(PASS|FAIL|SKIP)|^gpu_stream|^rank [0-9]+:" "$log" || true; } | head -20 || true
+        tail -20 "$log"
         verdict "$label" fail; return
     fi
     grep -E "^(PASS|FAIL|SKIP)|^gpu_stream:" "$log" || true
@@ -251,7 +252,8 @@ gdrrun() {
         "$mpirun" -n 2 --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG -x GPUMPI_NET \
         -x GPUMPI_IBVERBS_LIB -x FAKEIBV_FABRIC "$emu" 2 "$out/gpu_net" gdr >"$log" 2>&1; then
         rm -f "$fabric"
-        grep -E "^(PASS|FAIL|SKIP)|rank [0-9]+:.*byte|GPUDirect|fakeibv" "$log" | head -20 || true; tail -30 "$log"
+        { grep -E "^(PASS|FAIL|SKIP)|rank [0-9]+:.*byte|GPUDirect|fakeibv" "$log" || true; } | head -20 || true
+        tail -30 "$log"
         verdict "$label" fail; return
     fi
     rm -f "$fabric"
@@ -383,7 +385,8 @@ midrun() { # label ranks env...
     if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
         -x GPUMPI_GPU_RESIDENT_TUNING -x GPUMPI_GPU_RESIDENT_MAX -x GPUMPI_GPU_RESIDENT_BLOCKS \
         "$out/gpu_resident_mid" $((4 << 20)) >"$log" 2>&1; then
-        grep -E "^(PASS|FAIL|SKIP)|^gpu_resident_mid:" "$log" | head -20 || true; tail -20 "$log"
+        { grep -E "^(PASS|FAIL|SKIP)|^gpu_resident_mid:" "$log" || true; } | head -20 || true
+        tail -20 "$log"
         verdict "gpu_resident_mid -n $n $label" fail; return
     fi
     grep -E "^(PASS|FAIL|SKIP)|^gpu_resident_mid:" "$log" || true

@@ -771,8 +771,7 @@ unsafe fn allreduce_kernel(
         let mut g = k.state.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             let dup = comm(k.setup_comm.load(Ordering::Acquire) as MPI_Comm)?;
-            let ordinal = q.stream.ordinal().map_err(err)?;
-            let r = crate::dispatch::stream_kernel_setup(&dup, ordinal)?;
+            let r = crate::dispatch::stream_kernel_setup(&dup, q.stream.primary_ordinal())?;
             match &r {
                 Ok(x) => tracing::debug!(
                     ranks = x.nranks,
@@ -832,8 +831,9 @@ unsafe fn allreduce_kernel(
     } else {
         bytes.next_multiple_of(64)
     };
+    // In place the kernel works on the staged input itself.
     let out_off = if ip { 0 } else { in_len };
-    let size = out_off + if rdirect || ip { 0 } else { bytes };
+    let size = in_len.max(out_off + if rdirect { 0 } else { bytes });
     let mut b = q.begin(size.max(1)).map_err(err)?;
     let (host, dev) = (b.staging() as usize, b.staging_dev());
     let src = if sdirect {
