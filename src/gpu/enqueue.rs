@@ -142,9 +142,13 @@ unsafe impl Send for Staging {}
 unsafe impl Sync for Staging {}
 
 impl Staging {
+    /// A new area: allocated with the thread's capture mode relaxed, since the first operation
+    /// of a size may be enqueued while the application captures the stream into a graph (an
+    /// allocation is not stream work, but a global-mode capture refuses it).
     fn new(us: &UserStream, data: usize) -> Result<Staging, String> {
         let len = DATA_OFF + data.next_multiple_of(4096);
-        let (host, dev) = us.in_ctx(|| cuda::host_alloc_mapped(len))?;
+        let (host, dev) =
+            cuda::with_relaxed_capture(|| us.in_ctx(|| cuda::host_alloc_mapped(len)))?;
         // SAFETY: `len` fresh bytes; the flag starts clear.
         unsafe { std::ptr::write_bytes(host, 0, DATA_OFF) };
         Ok(Staging {
@@ -169,9 +173,11 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         // SAFETY: allocated by host_alloc_mapped; dropped only once no stream work uses it.
-        let _ = cuda::with_context(self.ctx, || {
-            unsafe { cuda::host_free(self.host) };
-            Ok(())
+        let _ = cuda::with_relaxed_capture(|| {
+            cuda::with_context(self.ctx, || {
+                unsafe { cuda::host_free(self.host) };
+                Ok(())
+            })
         });
     }
 }
