@@ -453,7 +453,14 @@ fn frame_messages_are_written_inline_and_a_cut_write_resumes_when_writable() {
                 inflight[i] = None;
             }
             // SAFETY: bufs[i] outlives the request, completed before the buffers drop.
-            let q = unsafe { s.isend(bufs[i].as_ptr(), SLOT_BYTES, 1000 + sent.len() as i32, mrs[i]) };
+            let q = unsafe {
+                s.isend(
+                    bufs[i].as_ptr(),
+                    SLOT_BYTES,
+                    1000 + sent.len() as i32,
+                    mrs[i],
+                )
+            };
             inflight[i] = Some(q.unwrap().expect("a free request slot"));
             sent.push(i);
             total += SLOT_BYTES;
