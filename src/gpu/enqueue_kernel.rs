@@ -389,26 +389,6 @@ fn setup_relaxed(
     }))
 }
 
-fn kop_index(k: KOp) -> u32 {
-    match k {
-        KOp::Sum => 0,
-        KOp::Prod => 1,
-        KOp::Min => 2,
-        KOp::Max => 3,
-    }
-}
-
-fn ktype_index(t: KType) -> u32 {
-    match t {
-        KType::I32 => 0,
-        KType::I64 => 1,
-        KType::F32 => 2,
-        KType::F64 => 3,
-        KType::F16 => 4,
-        KType::Bf16 => 5,
-    }
-}
-
 impl Ready {
     /// The kernel's parameter for an allreduce of `bytes` from `src` into `dst` (device
     /// addresses the kernel may read and write; equal in place), and the plan it follows.
@@ -424,8 +404,8 @@ impl Ready {
             slot: self.slot as u64,
             nranks: self.nranks as u32,
             rank: self.rank as u32,
-            op: kop_index(red.0),
-            ty: ktype_index(red.1),
+            op: red.0.code(),
+            ty: red.1.code(),
             algo: p.algo,
             pad: 0,
         };

@@ -51,6 +51,14 @@ const TYPES: [KType; 6] = [
 ];
 
 impl KOp {
+    /// The operation's code in the kernels' switches (kernels/resident_mid.cuh
+    /// `mid_reduce_op`, kernels/stream_ar.cuh): its position in `OPS`.
+    pub fn code(self) -> u32 {
+        OPS.iter()
+            .position(|&o| o == self)
+            .expect("every KOp is in OPS") as u32
+    }
+
     fn name(self) -> &'static str {
         match self {
             KOp::Sum => "sum",
@@ -62,6 +70,15 @@ impl KOp {
 }
 
 impl KType {
+    /// The element type's code in the kernels' switches (kernels/resident_mid.cuh
+    /// `mid_reduce_any`, kernels/stream_ar.cuh): its position in `TYPES`.
+    pub fn code(self) -> u32 {
+        TYPES
+            .iter()
+            .position(|&t| t == self)
+            .expect("every KType is in TYPES") as u32
+    }
+
     fn name(self) -> &'static str {
         match self {
             KType::I32 => "i32",
@@ -479,6 +496,29 @@ mod tests {
     //! offsets.
     use super::*;
     use crate::sys::cuda as cu;
+
+    /// The codes the kernels' switches expect (sum, prod, min, max; i32, i64, f32, f64, f16,
+    /// bf16), whatever the order of the enums.
+    #[test]
+    fn op_and_type_codes_are_the_kernels() {
+        let ops: Vec<u32> = [KOp::Sum, KOp::Prod, KOp::Min, KOp::Max]
+            .iter()
+            .map(|o| o.code())
+            .collect();
+        assert_eq!(ops, [0, 1, 2, 3]);
+        let types: Vec<u32> = [
+            KType::I32,
+            KType::I64,
+            KType::F32,
+            KType::F64,
+            KType::F16,
+            KType::Bf16,
+        ]
+        .iter()
+        .map(|t| t.code())
+        .collect();
+        assert_eq!(types, [0, 1, 2, 3, 4, 5]);
+    }
 
     /// Small integers, exact in every type: encode as the type's bytes.
     fn enc(t: KType, v: i64) -> Vec<u8> {

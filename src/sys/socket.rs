@@ -212,6 +212,12 @@ pub const POLLERR: i16 = libc::POLLERR | libc::POLLHUP;
 pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: fds is a valid array of fds.len() pollfd structures.
     let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    ready_count(r)
+}
+
+/// The result of a `poll`-like call: the number of ready descriptors, an interrupted wait
+/// as none.
+fn ready_count(r: libc::c_int) -> io::Result<usize> {
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -239,14 +245,7 @@ pub fn ppoll(fds: &mut [PollFd], timeout: std::time::Duration) -> io::Result<usi
             std::ptr::null(),
         )
     };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(r as usize)
+    ready_count(r)
 }
 
 /// A Linux `eventfd`: [`EventFd::signal`] makes it poll readable until [`EventFd::clear`].

@@ -191,26 +191,6 @@ fn shape_digest(kind: u32, op: u32, ty: u32, bytes: usize) -> u16 {
     (h >> 48) as u16
 }
 
-fn kop_index(k: KOp) -> u32 {
-    match k {
-        KOp::Sum => 0,
-        KOp::Prod => 1,
-        KOp::Min => 2,
-        KOp::Max => 3,
-    }
-}
-
-fn ktype_index(t: KType) -> u32 {
-    match t {
-        KType::I32 => 0,
-        KType::I64 => 1,
-        KType::F32 => 2,
-        KType::F64 => 3,
-        KType::F16 => 4,
-        KType::Bf16 => 5,
-    }
-}
-
 /// The communicator's scratch on device `ordinal`, allocated and exported at first use; its
 /// export.
 fn comm_state(c: &ResCall, st: &State, ordinal: i32, wide: bool) -> Result<Export, String> {
@@ -545,9 +525,7 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, _ready: bool) -> MpiResult<bool>
         .find(|x| x.verified && x.wide == wide)
         .ok_or_else(|| err("the communicator's resident state is gone"))?;
     let ok = c.device == Some(st.ordinal);
-    let (op, ty) = c
-        .red
-        .map_or((0, 0), |(o, t)| (kop_index(o), ktype_index(t)));
+    let (op, ty) = c.red.map_or((0, 0), |(o, t)| (o.code(), t.code()));
     let mut kind = match (algo, c.kind) {
         (Algo::TwoShot, _) => RES_AR_TWO_SHOT,
         (_, CollKind::Allreduce) => RES_ALLREDUCE,
