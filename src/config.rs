@@ -267,7 +267,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_RESIDENT",
         default: "1",
-        doc: "Small and mid-size blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernels (a block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md): the one-block kernel up to 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`), the wide one up to `GPUMPI_GPU_RESIDENT_MAX` with peer access; `0` = the launched GPU-native path or staging.",
+        doc: "Small and mid-size blocking `MPI_Allreduce` (vector), `MPI_Alltoall` and `MPI_Allgather` (block) on device buffers, one rank per GPU, outside `MPI_THREAD_MULTIPLE`: `1` = through the resident kernels (a block polling a command in mapped pinned host memory, exchanging data with its peers' kernels through IPC-mapped scratch, or pinned shared host memory without IPC; no kernel launch or stream synchronize per call; docs/GPU.md): the one-block kernel up to 16 KiB (64 KiB with `GPUMPI_CUDA_IPC=0`), the wide one from 4-16 KiB (by the table `src/gpu/resident/tuning.txt`) up to `GPUMPI_GPU_RESIDENT_MAX` with peer access; `0` = the launched GPU-native path or staging.",
         same_on_every_rank: true,
     },
     Param {
@@ -285,7 +285,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_RESIDENT_MAX",
         default: "1m",
-        doc: "Largest vector (allreduce) or block (alltoall, allgather) that the resident kernels serve with peer access on (CUDA IPC): up to 16 KiB the one-block resident kernel, above that the wide one (`GPUMPI_GPU_RESIDENT_BLOCKS`), choosing one-shot or two-shot by the table `src/gpu/resident/tuning.txt` (`GPUMPI_GPU_RESIDENT_TUNING`); larger calls take the NVLink plans. Each rank of a communicator that makes such a call allocates, once, device scratch of 20 KiB + 2 x (ranks + 1) x this value + 2 x ranks x half this value (the LL words of the calls up to a quarter of it: 14 MiB at 4 ranks with the default), mapped by its peers and freed with the communicator. `0` or at most 16384: only the one-block kernel. Suffixes k, m.",
+        doc: "Largest vector (allreduce) or block (alltoall, allgather) that the resident kernels serve with peer access on (CUDA IPC): the one-block resident kernel (16 KiB at most) or the wide one (`GPUMPI_GPU_RESIDENT_BLOCKS`: one-shot, two-shot, push and their LL forms), chosen by size and rank count by the table `src/gpu/resident/tuning.txt` (`GPUMPI_GPU_RESIDENT_TUNING`); larger calls take the NVLink plans. Each rank of a communicator that makes such a call allocates, once, device scratch of 20 KiB + 2 x (ranks + 1) x this value + 2 x ranks x half this value (the LL words of the calls up to a quarter of it: 14 MiB at 4 ranks with the default), mapped by its peers and freed with the communicator. `0` or at most 16384: only the one-block kernel. Suffixes k, m.",
         same_on_every_rank: true,
     },
     Param {

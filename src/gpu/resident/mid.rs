@@ -195,7 +195,7 @@ mod tests {
         let sel = |k, n, b| select_from(&rows, k, n, b, SLOT, 1 << 20);
         for k in [K::Allreduce, K::Alltoall, K::Allgather] {
             assert_eq!(sel(k, 4, 4), Some(Algo::Narrow));
-            assert_eq!(sel(k, 4, SLOT), Some(Algo::Narrow));
+            assert_eq!(sel(k, 2, 4 << 10), Some(Algo::Narrow));
             assert_eq!(
                 sel(k, 4, (1 << 20) + 1),
                 None,
@@ -220,6 +220,15 @@ mod tests {
             assert_eq!(sel(k, 2, 1 << 20), Some(flags));
             assert_eq!(sel(k, 3, 64 << 10), Some(flags), "LL only at 2 ranks");
         }
+        // Allreduce leaves the one-block kernel above 4 KiB; alltoall and allgather above 8 KiB
+        // at 2 ranks and at its limit with more.
+        assert_eq!(sel(K::Allreduce, 2, (4 << 10) + 4), Some(Algo::OneShotLl));
+        assert_eq!(sel(K::Allreduce, 4, 8 << 10), Some(Algo::OneShot));
+        assert_eq!(sel(K::Alltoall, 2, 8 << 10), Some(Algo::Narrow));
+        assert_eq!(sel(K::Allgather, 2, (8 << 10) + 8), Some(Algo::PushLl));
+        assert_eq!(sel(K::Alltoall, 4, SLOT), Some(Algo::Narrow));
+        assert_eq!(sel(K::Allgather, 8, SLOT), Some(Algo::Narrow));
+        assert_eq!(sel(K::Alltoall, 4, SLOT + 16), Some(Algo::Push));
         assert_eq!(sel(K::Allreduce, 4, 1 << 20), Some(Algo::OneShot));
         assert_eq!(sel(K::Allreduce, 8, 256 << 10), Some(Algo::OneShot));
         assert_eq!(sel(K::Allreduce, 8, (256 << 10) + 8), Some(Algo::TwoShot));
