@@ -368,11 +368,18 @@ pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> Net
             }
         }
     };
+    // Refusals are remembered only for buffers CUDA names (a real buffer id: never reused).
+    let named = kind == MemKind::Cuda && !host_as_device() && id > 1;
     let mut cache = port.cache.lock().unwrap();
     let (hit, stale) = cache.lookup(addr, len, id);
     drop(stale);
     if let Some(k) = hit {
         return Ok(Mr(k));
+    }
+    if named {
+        if let Some(why) = cache.refusal(addr, len, id) {
+            return Err(err(why.to_string()));
+        }
     }
     let access = ibv::ACCESS_LOCAL_WRITE | ibv::ACCESS_REMOTE_WRITE | ibv::ACCESS_REMOTE_READ;
     let (how, access) = if port.relaxed {
@@ -392,7 +399,13 @@ pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> Net
             } else {
                 crate::sys::cuda::dmabuf_fd(base, span).map_err(|e| e.to_string())
             }
-            .map_err(|e| err(format!("ib: {}: dma-buf export: {e}", port.label())))?;
+            .map_err(|e| {
+                let why = format!("ib: {}: dma-buf export: {e}", port.label());
+                if named {
+                    cache.refuse(addr, len, id, why.clone());
+                }
+                err(why)
+            })?;
             let r = MemRegion::register(
                 &port.pd,
                 addr as u64,
@@ -408,7 +421,14 @@ pub(crate) fn reg(port: &Port, ptr: *const u8, len: usize, kind: MemKind) -> Net
         }
         _ => MemRegion::register(&port.pd, addr as u64, len, access, how),
     }
-    .map_err(|e| reg_error(port, len, &e))?;
+    .map_err(|e| {
+        let ne = reg_error(port, len, &e);
+        // Out of pinned memory or resources is not the buffer's fault: asked again next time.
+        if named && e.errno != libc::ENOMEM && e.errno != libc::EAGAIN {
+            cache.refuse(addr, len, id, ne.msg.clone());
+        }
+        ne
+    })?;
     let (k, trimmed) = cache.insert(addr, len, id, region);
     drop(trimmed);
     Ok(Mr(k))

@@ -13,6 +13,12 @@
 //!   their last registration goes; or until the cache holds more than its capacity of unused
 //!   entries (the oldest go first).
 //!
+//! A device range the NIC refused (the driver cannot export it as a dma-buf, or the NIC rejects
+//! it for good) is remembered with the reason, keyed by (id, address, length): the same range of
+//! the same buffer is refused again without asking the driver, as a message loop that reuses a
+//! buffer would otherwise retry at every message. A buffer id is never reused, so a freed buffer's
+//! refusal only ages out (the oldest go first beyond the capacity).
+//!
 //! Pure: the region type `M` is whatever the backend registers; the cache never calls verbs.
 
 /// One cached region.
@@ -36,8 +42,10 @@ pub struct RegCache<M> {
     entries: Vec<Entry<M>>,
     next_key: u64,
     tick: u64,
-    /// Most unused device entries kept.
+    /// Most unused device entries kept (and most refusals remembered).
     cap_unused: usize,
+    /// Refused device ranges: (id, addr, len, reason), oldest first.
+    refused: std::collections::VecDeque<(u64, usize, usize, String)>,
 }
 
 /// What a registration returned: the key the caller deregisters with.
@@ -54,7 +62,27 @@ impl<M> RegCache<M> {
             next_key: 1,
             tick: 0,
             cap_unused,
+            refused: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Remembers that `[addr, addr+len)` of device buffer `id` cannot be registered, and why.
+    pub fn refuse(&mut self, addr: usize, len: usize, id: u64, reason: String) {
+        if self.refusal(addr, len, id).is_some() {
+            return;
+        }
+        if self.refused.len() >= self.cap_unused.max(1) {
+            self.refused.pop_front();
+        }
+        self.refused.push_back((id, addr, len, reason));
+    }
+
+    /// Why `[addr, addr+len)` of buffer `id` was refused before, if it was.
+    pub fn refusal(&self, addr: usize, len: usize, id: u64) -> Option<&str> {
+        self.refused
+            .iter()
+            .find(|r| (r.0, r.1, r.2) == (id, addr, len))
+            .map(|r| r.3.as_str())
     }
 
     /// Looks `[addr, addr+len)` of buffer `id` up. On a hit, takes a reference and returns its
@@ -228,6 +256,33 @@ mod tests {
         assert_eq!(c.release(k), Ok(Some("h")));
         assert_eq!(c.lookup(0x5000, 64, 0).0, None);
         assert_eq!(c.release(99), Err(UnknownKey));
+    }
+
+    #[test]
+    fn a_refused_range_is_refused_again_and_only_that_range_of_that_buffer() {
+        let mut c: RegCache<&str> = RegCache::new(2);
+        assert_eq!(c.refusal(0x1000, 64, 5), None);
+        c.refuse(0x1000, 64, 5, "no dma-buf".into());
+        assert_eq!(c.refusal(0x1000, 64, 5), Some("no dma-buf"));
+        assert_eq!(
+            c.refusal(0x1000, 64, 6),
+            None,
+            "another buffer at that address"
+        );
+        assert_eq!(
+            c.refusal(0x1000, 128, 5),
+            None,
+            "another range of the buffer"
+        );
+        c.refuse(0x1000, 64, 5, "again".into());
+        assert_eq!(c.refusal(0x1000, 64, 5), Some("no dma-buf"), "kept once");
+        // Bounded by the capacity, the oldest refusal goes first.
+        c.refuse(0x2000, 64, 7, "b".into());
+        c.refuse(0x3000, 64, 8, "c".into());
+        assert_eq!(c.refusal(0x1000, 64, 5), None);
+        assert_eq!(c.refusal(0x2000, 64, 7), Some("b"));
+        assert_eq!(c.refusal(0x3000, 64, 8), Some("c"));
+        assert!(c.is_empty(), "refusals hold no region");
     }
 
     #[test]
