@@ -651,12 +651,9 @@ pub fn init(required: i32) -> MpiResult<i32> {
                     .filter(|h| matches!(h, crate::topo::pxn::Hop::Via(_)))
                     .count()
             );
-            Box::new(Routed::with_routes(
-                Box::new(shm),
-                Box::new(net),
-                rank,
-                &hops,
-            ))
+            let mut routed = Routed::with_routes(Box::new(shm), Box::new(net), rank, &hops);
+            routed.set_forwarded_to(&crate::topo::pxn::forwarded_to(&layout, rank, pxn));
+            Box::new(routed)
         }
     };
     node::set_job(map);

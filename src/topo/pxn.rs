@@ -108,6 +108,13 @@ pub fn routes(l: &Layout, me: usize, pxn: bool) -> Vec<Hop> {
         .collect()
 }
 
+/// The ranks `me` forwards messages to for other ranks of its node (index = world rank).
+pub fn forwarded_to(l: &Layout, me: usize, pxn: bool) -> Vec<bool> {
+    (0..l.size())
+        .map(|d| (0..l.size()).any(|s| s != me && proxy(l, s, d, pxn) == Some(me)))
+        .collect()
+}
+
 /// What one all-to-all (every rank one message to every rank of another node) puts on the
 /// network under a plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -312,6 +319,14 @@ mod tests {
             ]
         );
         assert!(routes(&l, 0, false)[4..].iter().all(|h| *h == Hop::Net));
+        // Rank 0 forwards to 4 (for 1 and 3), rank 3 to 7 (for 0 and 2); nobody without PXN.
+        let to = |me, pxn| -> Vec<usize> {
+            let f = forwarded_to(&l, me, pxn);
+            (0..8).filter(|&d| f[d]).collect()
+        };
+        assert_eq!(to(0, true), [4]);
+        assert_eq!(to(3, true), [7]);
+        assert!(to(0, false).is_empty());
     }
 
     #[test]

@@ -116,6 +116,17 @@ pub trait Transport: Send {
     /// payload)`; returns how many were delivered.
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize;
 
+    /// [`Transport::try_send`] for a frame that may wait for more frames to the same peer
+    /// (combined with them into one network operation where the transport aggregates): it
+    /// leaves by the next [`Transport::post_held`] or [`Transport::poll`]. Default: sent as
+    /// by `try_send`.
+    fn try_send_held(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+        self.try_send(dst, hdr, payload)
+    }
+
+    /// Sends what [`Transport::try_send_held`] left waiting. Default: nothing waits.
+    fn post_held(&mut self) {}
+
     /// Adds to `out` the descriptors a thread waiting for this transport's progress may sleep
     /// on (`poll`, with a timeout: nothing is lost if the answer is incomplete), and returns
     /// whether they are complete: whether, until one of them is ready, polling this transport

@@ -11,8 +11,12 @@
 //! network is full, in arrival order), and the destination's `poll` unwraps it and delivers
 //! the inner frame as from the original sender. All frames from one sender to one
 //! destination take the same two hops, each first in first out, so per-sender order holds.
-//! The network transport combines what `p` forwards and sends itself to one peer between
-//! two polls into one network operation (aggregation, `net::frames`).
+//! `p` combines what it forwards and what it sends itself to one peer into one network
+//! operation (aggregation, `net::frames`): its own frames to a peer it forwards for wait
+//! ([`Transport::try_send_held`]) until the end of its next `poll`, which reads the frames to
+//! forward from its node's ranks first and posts everything written to each peer once, after
+//! them. So the messages of a collective that reach `p` from several ranks of its node in one
+//! progress pass, and its own to the same peer, leave as one operation.
 //! Forwarding progresses whenever the forwarding rank is inside an MPI call (the engine
 //! polls); a rank that stays outside MPI delays what goes through it, as a receiver outside
 //! MPI does.
@@ -53,8 +57,9 @@ pub struct Routed {
     via: Vec<u32>,
     /// Per world rank reached through a forwarder: this rank sent it a frame.
     sent_via: Vec<bool>,
-    /// Which part `poll` asks first (alternates, so neither starves the other).
-    first: usize,
+    /// Per world rank: this rank forwards frames to it for ranks of its node, so its own
+    /// frames to it wait for the end of the next poll ([`Routed::set_forwarded_to`]).
+    gather: Vec<bool>,
     /// Frames to forward that the network did not take yet: destination, header, payload.
     pending: VecDeque<(usize, Header, Vec<u8>)>,
     pending_bytes: usize,
@@ -94,7 +99,7 @@ impl Routed {
                 })
                 .collect(),
             sent_via: vec![false; hops.len()],
-            first: 0,
+            gather: vec![false; hops.len()],
             pending: VecDeque::new(),
             pending_bytes: 0,
             scratch: Vec::new(),
@@ -103,6 +108,15 @@ impl Routed {
                 .iter()
                 .enumerate()
                 .all(|(r, h)| r == me || *h != Hop::Local),
+        }
+    }
+
+    /// The ranks this rank forwards frames to for ranks of its node (`topo::pxn::forwarded_to`,
+    /// index = world rank): its own frames to them join those it forwards in one network
+    /// operation per poll.
+    pub fn set_forwarded_to(&mut self, to: &[bool]) {
+        for (g, &t) in self.gather.iter_mut().zip(to) {
+            *g = t;
         }
     }
 
@@ -119,13 +133,15 @@ impl Routed {
         self.via.iter().any(|&v| v != u32::MAX)
     }
 
-    /// Passes queued forwarding frames to the network, in order per destination.
+    /// Passes queued forwarding frames to the network, in order per destination; they leave
+    /// at the network's next `post_held` or poll, with whatever else was written to their
+    /// destination by then.
     fn flush(&mut self) {
         let mut blocked: Vec<usize> = Vec::new();
         let mut i = 0;
         while i < self.pending.len() {
             let (d, h, p) = &self.pending[i];
-            if !blocked.contains(d) && self.parts[1].try_send(*d, h, p) {
+            if !blocked.contains(d) && self.parts[1].try_send_held(*d, h, p) {
                 self.pending_bytes -= p.len();
                 self.counts.forwarded += 1;
                 self.counts.forwarded_bytes += (p.len() - HEADER_BYTES) as u64;
@@ -162,7 +178,11 @@ impl Transport for Routed {
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
         let v = self.via[dst];
         if v == u32::MAX {
-            return self.parts[self.link[dst] as usize].try_send(dst, hdr, payload);
+            let part = &mut self.parts[self.link[dst] as usize];
+            return match self.gather[dst] {
+                true => part.try_send_held(dst, hdr, payload),
+                false => part.try_send(dst, hdr, payload),
+            };
         }
         let outer = Header {
             kind: KIND_FWD,
@@ -183,40 +203,45 @@ impl Transport for Routed {
         ok
     }
 
+    /// Node-local frames first: the frames to forward that arrive in this pass are written
+    /// to the network after this rank's own held ones, and each peer's are posted once.
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
         self.flush();
-        let a = self.first;
-        self.first ^= 1;
         let mut n = 0;
-        for i in [a, a ^ 1] {
-            if i == 0 && self.pending_bytes > PENDING_MAX {
-                continue;
-            }
+        if self.pending_bytes <= PENDING_MAX {
             let Routed {
                 parts,
                 pending,
                 pending_bytes,
                 ..
             } = self;
-            n += parts[i].poll(&mut |s, h, p| {
+            n += parts[0].poll(&mut |s, h, p| {
                 if h.kind != KIND_FWD {
                     return f(s, h, p);
                 }
-                match (i, inner(p)) {
-                    // From a rank of this node: pass it on.
-                    (0, Some(_)) => {
+                match inner(p) {
+                    Some(_) => {
                         *pending_bytes += p.len();
                         pending.push_back((h.tag as usize, *h, p.to_vec()));
                     }
-                    // From the network: the original sender's frame.
-                    (_, Some(ih)) => f(h.src_rank as usize, &ih, &p[HEADER_BYTES..]),
-                    (_, None) => tracing::error!("pxn: short forwarding frame from rank {s}"),
+                    None => tracing::error!("pxn: short forwarding frame from rank {s}"),
                 }
             });
         }
         if !self.pending.is_empty() {
             self.flush();
         }
+        self.parts[1].post_held();
+        n += self.parts[1].poll(&mut |s, h, p| {
+            if h.kind != KIND_FWD {
+                return f(s, h, p);
+            }
+            // The original sender's frame, passed on by its node's forwarder.
+            match inner(p) {
+                Some(ih) => f(h.src_rank as usize, &ih, &p[HEADER_BYTES..]),
+                None => tracing::error!("pxn: short forwarding frame from rank {s}"),
+            }
+        });
         n
     }
 
@@ -339,8 +364,10 @@ impl Drop for Routed {
         let end = Instant::now() + Duration::from_secs(10);
         while !self.pending.is_empty() && Instant::now() < end {
             self.flush();
+            self.parts[1].post_held();
             std::thread::yield_now();
         }
+        self.parts[1].post_held();
         if !self.pending.is_empty() {
             tracing::warn!(
                 "pxn: rank {}: {} forwarded frames not sent within 10 s",
@@ -445,6 +472,154 @@ mod tests {
         assert!(r[0].has_channel(3));
         // Rank 0 reaches rank 2 (its rail) directly, rank 1 over shared memory.
         assert!(!r[0].same_node(2) && r[0].same_node(1) && !r[0].same_node(3));
+    }
+
+    /// Network frames that publish their counters after every call, so the test reads them
+    /// while a `Routed` owns the frames.
+    struct Counted(
+        crate::transport::net::frames::NetFrames,
+        std::sync::Arc<std::sync::Mutex<crate::transport::net::frames::Counters>>,
+    );
+
+    impl Counted {
+        fn publish(&self) {
+            *self.1.lock().unwrap() = self.0.counts();
+        }
+    }
+
+    impl Transport for Counted {
+        fn max_payload(&self) -> usize {
+            self.0.max_payload()
+        }
+        fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+            let ok = self.0.try_send(dst, hdr, payload);
+            self.publish();
+            ok
+        }
+        fn try_send_held(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+            let ok = self.0.try_send_held(dst, hdr, payload);
+            self.publish();
+            ok
+        }
+        fn post_held(&mut self) {
+            self.0.post_held();
+            self.publish();
+        }
+        fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+            let n = self.0.poll(f);
+            self.publish();
+            n
+        }
+        fn has_channel(&self, peer: usize) -> bool {
+            self.0.has_channel(peer)
+        }
+    }
+
+    /// Network operations of one all-to-all round over `l` (every rank one frame to every
+    /// rank of another node, all written before any rank polls), with PXN on or off: ranks of
+    /// one process, shared memory in process, network frames over TCP on loopback. Checks
+    /// that every frame arrives once, from its sender.
+    fn alltoall_round_ops(l: &crate::topo::pxn::Layout, pxn: bool) -> u64 {
+        use crate::topo::pxn::{forwarded_to, routes};
+        use std::sync::{Arc, Mutex};
+        let n = l.size();
+        let mut shm = InprocTransport::group(n, 64, 1 << 12, false);
+        let mut net = crate::transport::net::lazy_tests::loopback_frames(
+            n,
+            1,
+            Duration::from_secs(10),
+            b"pxn-ops",
+        );
+        let counts: Vec<Arc<Mutex<_>>> = (0..n).map(|_| Arc::default()).collect();
+        let mut r: Vec<Routed> = (0..n)
+            .rev()
+            .map(|i| {
+                let (a, b) = (shm.pop().unwrap(), net.pop().unwrap());
+                let b = Counted(b, counts[i].clone());
+                let mut x = Routed::with_routes(Box::new(a), Box::new(b), i, &routes(l, i, pxn));
+                x.set_forwarded_to(&forwarded_to(l, i, pxn));
+                x
+            })
+            .collect();
+        r.reverse();
+        let remote: Vec<(usize, usize)> = (0..n)
+            .flat_map(|s| (0..n).map(move |d| (s, d)))
+            .filter(|&(s, d)| l.node_of[s] != l.node_of[d])
+            .collect();
+        let ops = || counts.iter().map(|c| c.lock().unwrap().ops).sum::<u64>();
+        let mut got: Vec<Vec<(usize, i32, Vec<u8>)>> = vec![Vec::new(); n];
+        let poll_all = |r: &mut [Routed], got: &mut Vec<Vec<(usize, i32, Vec<u8>)>>| {
+            for (i, x) in r.iter_mut().enumerate() {
+                x.poll(&mut |s, h, p| got[i].push((s, h.tag, p.to_vec())));
+            }
+        };
+        let mut before = 0;
+        for round in 0..2 {
+            for &(s, d) in &remote {
+                let h = Header {
+                    tag: round,
+                    kind: 1,
+                    ..Default::default()
+                };
+                let end = Instant::now() + Duration::from_secs(20);
+                while !r[s].try_send(d, &h, &[s as u8, d as u8]) {
+                    // Round 0 opens the connections (the first frame to a peer dials it and
+                    // waits until it is up); round 1 finds them open.
+                    assert_eq!(round, 0, "{s} -> {d}: the network did not take the frame");
+                    assert!(Instant::now() < end, "{s} -> {d}: no connection");
+                    poll_all(&mut r, &mut got);
+                }
+            }
+            let end = Instant::now() + Duration::from_secs(20);
+            while got.iter().map(|g| g.len()).sum::<usize>() < remote.len() {
+                assert!(Instant::now() < end, "frames lost: {got:?}");
+                poll_all(&mut r, &mut got);
+            }
+            for (d, g) in got.iter_mut().enumerate() {
+                g.sort();
+                let want: Vec<_> = remote
+                    .iter()
+                    .filter(|x| x.1 == d)
+                    .map(|&(s, _)| (s, round, vec![s as u8, d as u8]))
+                    .collect();
+                assert_eq!(*g, want, "rank {d}, round {round}, PXN {pxn}");
+                g.clear();
+            }
+            if round == 0 {
+                before = ops();
+            }
+        }
+        let after = ops();
+        // The frame transports close together (the goodbye exchange is collective).
+        std::thread::scope(|sc| {
+            for x in r {
+                sc.spawn(move || drop(x));
+            }
+        });
+        after - before
+    }
+
+    /// Two nodes of 4 ranks on 2 rails (local rank i on rail i mod 2): in an all-to-all round
+    /// each forwarder's frames to a peer, its own and those of the 2 ranks of the other rail
+    /// it forwards for, leave as one network operation, so the operations are exactly the
+    /// plan's (`topo::pxn::alltoall` with aggregation), half of those without PXN: divided by
+    /// the local ranks per rail.
+    #[test]
+    fn a_forwarder_sends_its_own_and_forwarded_frames_to_a_peer_as_one_operation() {
+        use crate::topo::pxn::{alltoall, Layout};
+        let l = Layout {
+            node_of: vec![0, 0, 0, 0, 1, 1, 1, 1],
+            rail_of: vec![0, 1, 0, 1, 0, 1, 0, 1],
+        };
+        let off = alltoall_round_ops(&l, false);
+        let on = alltoall_round_ops(&l, true);
+        assert_eq!(off as usize, alltoall(&l, false, false).ops);
+        assert_eq!(on as usize, alltoall(&l, true, true).ops);
+        let per_rail = 2;
+        assert!(
+            on <= off / per_rail,
+            "{on} operations with PXN, {off} without"
+        );
     }
 
     /// A network part whose every comm waits on descriptor 7.

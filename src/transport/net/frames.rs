@@ -13,6 +13,10 @@
 //!   is full, so the frames written to a busy peer between two polls (all local ranks' frames
 //!   that a PXN forwarder passes on, or the fragments of large messages) travel as one network
 //!   operation of up to [`SLOT_BYTES`] (as Nagle's rule does for TCP segments).
+//!   [`Transport::try_send_held`] leaves a frame in the open slot even when nothing is in
+//!   flight, until [`Transport::post_held`] or the next poll: a PXN forwarder writes its own
+//!   frames to a peer it forwards for and the frames it passes on in one progress pass this
+//!   way, so they leave as one operation.
 //!   Slots are freed in posting order as the backend reports them complete.
 //! - **Receive**: every receive slot is posted at set-up and re-posted after its frames are
 //!   delivered. Messages are delivered in posting order (the backend matches a comm's
@@ -895,6 +899,89 @@ impl Rx {
     }
 }
 
+impl NetFrames {
+    /// [`Transport::try_send`] (`at_once`: a frame to a peer with nothing in flight is posted
+    /// now) and [`Transport::try_send_held`] (it waits for the next flush).
+    fn append(&mut self, dst: usize, hdr: &Header, payload: &[u8], at_once: bool) -> bool {
+        let me = self.me;
+        let frame = self.frame;
+        debug_assert!(payload.len() <= MAX_PAYLOAD);
+        let need = record_len(payload.len());
+        // The first frame to a peer dials it; frames wait (in the engine) until it is up. A
+        // question or answer to a peer that turns out to be gone is dropped.
+        let Some(t) = self.tx[dst].as_mut() else {
+            let droppable = hdr.flags & FLAG_UNLESS_GONE != 0;
+            if let Some(e) = &self.gone[dst] {
+                if droppable {
+                    return true;
+                }
+                fatal(me, e.clone());
+            }
+            if self.links.dialing(dst, false) {
+                self.unless_gone[dst] &= droppable;
+            } else {
+                self.unless_gone[dst] = droppable;
+                if let Err(e) = self.links.dial(dst, false) {
+                    self.peer_gone(dst, e);
+                    return true;
+                }
+            }
+            return false;
+        };
+        match t.say_hello() {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => fatal(me, e),
+        }
+        let full = t.open.is_some_and(|(_, used, _)| used + need > frame);
+        if full && !self.post_open(dst) {
+            return false;
+        }
+        let t = self.tx[dst]
+            .as_mut()
+            .expect("net: try_send to a rank on this node");
+        if let Err(e) = t.reap() {
+            fatal(me, e);
+        }
+        let (s, used, n) = match t.open {
+            Some(o) => o,
+            None => {
+                let slots = t.buf.len() / frame;
+                if t.inflight.len() == slots {
+                    return false;
+                }
+                let s = t.next;
+                t.next = (s + 1) % slots;
+                self.open.push(dst);
+                (s, 0, 0)
+            }
+        };
+        let at = s * frame + used;
+        let r = &mut t.buf[at..at + need];
+        r[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        r[4..REC_PREFIX].fill(0);
+        // SAFETY: Header is repr(C) plain data of HEADER_BYTES bytes.
+        let hb =
+            unsafe { std::slice::from_raw_parts(hdr as *const Header as *const u8, HEADER_BYTES) };
+        r[REC_PREFIX..REC_PREFIX + HEADER_BYTES].copy_from_slice(hb);
+        let body = REC_PREFIX + HEADER_BYTES;
+        r[body..body + payload.len()].copy_from_slice(payload);
+        r[body + payload.len()..].fill(0);
+        t.open = Some((s, used + need, n + 1));
+        let idle = t.inflight.is_empty();
+        self.counts.frames += 1;
+        self.counts.bytes += payload.len() as u64;
+        // Nothing in flight to this peer: no reason to wait for more frames (unless the caller
+        // holds them for others it is about to write).
+        if at_once && idle && self.post_open(dst) {
+            if let Some(i) = self.open.iter().position(|&p| p == dst) {
+                self.open.swap_remove(i);
+            }
+        }
+        true
+    }
+}
+
 impl Transport for NetFrames {
     fn max_payload(&self) -> usize {
         MAX_PAYLOAD
@@ -996,81 +1083,18 @@ impl Transport for NetFrames {
     }
 
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
-        let me = self.me;
-        let frame = self.frame;
-        debug_assert!(payload.len() <= MAX_PAYLOAD);
-        let need = record_len(payload.len());
-        // The first frame to a peer dials it; frames wait (in the engine) until it is up. A
-        // question or answer to a peer that turns out to be gone is dropped.
-        let Some(t) = self.tx[dst].as_mut() else {
-            let droppable = hdr.flags & FLAG_UNLESS_GONE != 0;
-            if let Some(e) = &self.gone[dst] {
-                if droppable {
-                    return true;
-                }
-                fatal(me, e.clone());
-            }
-            if self.links.dialing(dst, false) {
-                self.unless_gone[dst] &= droppable;
-            } else {
-                self.unless_gone[dst] = droppable;
-                if let Err(e) = self.links.dial(dst, false) {
-                    self.peer_gone(dst, e);
-                    return true;
-                }
-            }
-            return false;
-        };
-        match t.say_hello() {
-            Ok(true) => {}
-            Ok(false) => return false,
-            Err(e) => fatal(me, e),
-        }
-        let full = t.open.is_some_and(|(_, used, _)| used + need > frame);
-        if full && !self.post_open(dst) {
-            return false;
-        }
-        let t = self.tx[dst]
-            .as_mut()
-            .expect("net: try_send to a rank on this node");
-        if let Err(e) = t.reap() {
-            fatal(me, e);
-        }
-        let (s, used, n) = match t.open {
-            Some(o) => o,
-            None => {
-                let slots = t.buf.len() / frame;
-                if t.inflight.len() == slots {
-                    return false;
-                }
-                let s = t.next;
-                t.next = (s + 1) % slots;
-                self.open.push(dst);
-                (s, 0, 0)
-            }
-        };
-        let at = s * frame + used;
-        let r = &mut t.buf[at..at + need];
-        r[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        r[4..REC_PREFIX].fill(0);
-        // SAFETY: Header is repr(C) plain data of HEADER_BYTES bytes.
-        let hb =
-            unsafe { std::slice::from_raw_parts(hdr as *const Header as *const u8, HEADER_BYTES) };
-        r[REC_PREFIX..REC_PREFIX + HEADER_BYTES].copy_from_slice(hb);
-        let body = REC_PREFIX + HEADER_BYTES;
-        r[body..body + payload.len()].copy_from_slice(payload);
-        r[body + payload.len()..].fill(0);
-        t.open = Some((s, used + need, n + 1));
-        let idle = t.inflight.is_empty();
-        self.counts.frames += 1;
-        self.counts.bytes += payload.len() as u64;
-        // Nothing in flight to this peer: no reason to wait for more frames.
-        if idle && self.post_open(dst) {
-            if let Some(i) = self.open.iter().position(|&p| p == dst) {
-                self.open.swap_remove(i);
-            }
-        }
-        true
+        self.append(dst, hdr, payload, true)
+    }
+
+    /// The frame waits in the peer's open slot even when nothing is in flight to it, so that
+    /// frames written to the same peer until [`Transport::post_held`] (or the next poll)
+    /// leave with it as one network operation.
+    fn try_send_held(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+        self.append(dst, hdr, payload, false)
+    }
+
+    fn post_held(&mut self) {
+        self.flush();
     }
 
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
