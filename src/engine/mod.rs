@@ -1048,6 +1048,9 @@ impl Engine {
             };
             self.st.enqueue(a.dst_world, out);
             self.flush(a.dst_world);
+            // Frames a PXN forwarder held for aggregation leave before the call returns: the
+            // application may compute for long before its next MPI call.
+            self.tp.post_held();
         }
         Ok(ReqId(sreq))
     }
@@ -1088,7 +1091,11 @@ impl Engine {
             // SAFETY: the caller guarantees a.buf..a.buf+a.len is readable.
             unsafe { std::slice::from_raw_parts(a.buf, a.len) }
         };
-        self.tp.try_send(a.dst_world, &hdr, data)
+        let sent = self.tp.try_send(a.dst_world, &hdr, data);
+        if sent {
+            self.tp.post_held();
+        }
+        sent
     }
 
     /// A receive that completes at once, without a request, from a message already here:
@@ -1605,6 +1612,9 @@ impl Engine {
         if !self.colls.is_empty() && self.advance_colls() {
             did = true;
         }
+        // What this pass wrote and the transport held for aggregation (a PXN forwarder's
+        // frames) leaves now, not at the next MPI call.
+        self.tp.post_held();
         self.tick_watch();
         did
     }

@@ -13,10 +13,12 @@
 //! destination take the same two hops, each first in first out, so per-sender order holds.
 //! `p` combines what it forwards and what it sends itself to one peer into one network
 //! operation (aggregation, `net::frames`): its own frames to a peer it forwards for wait
-//! ([`Transport::try_send_held`]) until the end of its next `poll`, which reads the frames to
-//! forward from its node's ranks first and posts everything written to each peer once, after
-//! them. So the messages of a collective that reach `p` from several ranks of its node in one
-//! progress pass, and its own to the same peer, leave as one operation.
+//! ([`Transport::try_send_held`]) until the end of the engine's call or progress pass
+//! ([`Transport::post_held`]: the engine posts before it returns to the application) or its
+//! next `poll`, which reads the frames to forward from its node's ranks first and posts
+//! everything written to each peer once, after them. So the frames that reach `p` from several
+//! ranks of its node in one progress pass, and its own written with them, leave as one
+//! operation.
 //! Forwarding progresses whenever the forwarding rank is inside an MPI call (the engine
 //! polls); a rank that stays outside MPI delays what goes through it, as a receiver outside
 //! MPI does.
@@ -165,6 +167,12 @@ fn inner(payload: &[u8]) -> Option<Header> {
 }
 
 impl Transport for Routed {
+    /// The network's held frames (this rank's own, to peers it forwards for, and forwarded
+    /// ones) leave now.
+    fn post_held(&mut self) {
+        self.parts[1].post_held();
+    }
+
     fn max_payload(&self) -> usize {
         let m = self.parts[0].max_payload().min(self.parts[1].max_payload());
         // A forwarded frame carries its inner header in the payload.
