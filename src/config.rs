@@ -104,8 +104,8 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_COLL_PIECE",
-        default: "4m",
-        doc: "Most bytes per piece of a large blocking `MPI_Allreduce` or `MPI_Alltoall` on a communicator that spans nodes (`src/dispatch/piped.rs`): a call of at least two pieces (a quarter of the data, halves of a 1-2 MiB call, at least 512 KiB or this value if smaller, at most this value) runs as consecutive collectives of a piece each (an alltoall piece: the same range of every block), two at a time, so one piece is reduced or copied while the next is on the network; device buffers move piece by piece through four page-locked buffers (the copy engine overlapping the network) instead of whole-buffer host copies. `0` = whole calls. Suffixes k/m/g.",
+        default: "auto",
+        doc: "Most bytes per piece of a large blocking `MPI_Allreduce` or `MPI_Alltoall` on a communicator that spans nodes (`src/dispatch/piped.rs`): a call of at least two pieces (a quarter of the data, halves of a 1-2 MiB call, at least 512 KiB or this value if smaller, at most this value) runs as consecutive collectives of a piece each (an alltoall piece: the same range of every block), two at a time, so one piece is reduced or copied while the next is on the network; device buffers move piece by piece through four page-locked buffers (the copy engine overlapping the network) instead of whole-buffer host copies. The overlap needs cores to spare: the calling thread reduces one piece while the network's helper threads move the next. `auto`: 4 MiB pieces when every rank of the job has at least 4 CPUs to itself, else whole calls; a rank's CPUs are those of its affinity mask (`sched_getaffinity`), each shared equally among the job's ranks on the same machine (same kernel boot id) allowed to run on it, so emulated nodes on one host count as sharing it. The ranks exchange their masks at `MPI_Init`, so every rank makes the same choice; `GPUMPI_DEBUG=1` logs it (rank 0, jobs that span nodes) with the fewest CPUs per rank and the rank that has them. `0` = whole calls. Suffixes k/m/g.",
         same_on_every_rank: true,
     },
     Param {
@@ -968,6 +968,29 @@ pub struct P2pConfig {
     pub net_gpu_depth: usize,
 }
 
+/// `GPUMPI_COLL_PIECE`: the most bytes per piece of a large collective between nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    /// Chosen at `MPI_Init` from the CPUs of every rank (`coll::pieces::choose`).
+    Auto,
+    /// As given; 0: whole calls.
+    Bytes(usize),
+}
+
+impl Piece {
+    /// `auto` (any case, or unset) or a size; anything else is logged and taken as `auto`.
+    pub fn parse(v: Option<&str>) -> Piece {
+        match v.map(str::trim) {
+            None => Piece::Auto,
+            Some(v) if v.is_empty() || v.eq_ignore_ascii_case("auto") => Piece::Auto,
+            Some(v) => parse_size(v).map(Piece::Bytes).unwrap_or_else(|| {
+                tracing::warn!("GPUMPI_COLL_PIECE={v:?} is neither auto nor a size; using auto");
+                Piece::Auto
+            }),
+        }
+    }
+}
+
 /// Host collective algorithm selection.
 #[derive(Debug, Clone)]
 pub struct CollConfig {
@@ -977,8 +1000,8 @@ pub struct CollConfig {
     pub forced: Vec<(&'static str, String)>,
     /// `GPUMPI_COLL_HIER` is not `0`.
     pub hier: bool,
-    /// `GPUMPI_COLL_PIECE` (0: off).
-    pub piece: usize,
+    /// `GPUMPI_COLL_PIECE`.
+    pub piece: Piece,
 }
 
 impl CollConfig {
@@ -1179,7 +1202,7 @@ impl Config {
                     .filter_map(|p| Some((p.name, get(p.name)?)))
                     .collect(),
                 hier: not_zero("GPUMPI_COLL_HIER"),
-                piece: get_usize("GPUMPI_COLL_PIECE"),
+                piece: Piece::parse(get("GPUMPI_COLL_PIECE").as_deref()),
             },
             cuda: CudaConfig {
                 enabled: not_zero("GPUMPI_CUDA"),
@@ -1451,6 +1474,21 @@ mod tests {
         for p in PARAMS.iter().filter(|p| p.same_on_every_rank) {
             assert!(mine.contains(&format!("{}=", p.name)), "{}", p.name);
         }
+    }
+
+    /// `GPUMPI_COLL_PIECE`: `auto` by default and where it is neither `auto` nor a size.
+    #[test]
+    fn coll_piece_is_auto_or_a_size() {
+        for v in [None, Some(""), Some("auto"), Some(" AUTO "), Some("many")] {
+            assert_eq!(Piece::parse(v), Piece::Auto, "{v:?}");
+        }
+        assert_eq!(Piece::parse(Some("0")), Piece::Bytes(0));
+        assert_eq!(Piece::parse(Some("64k")), Piece::Bytes(64 << 10));
+        assert_eq!(Piece::parse(Some("4m")), Piece::Bytes(4 << 20));
+        assert_eq!(
+            Piece::parse(Some(lookup("GPUMPI_COLL_PIECE").default)),
+            Piece::Auto
+        );
     }
 
     /// The network, rail, PXN and shared-memory scratch settings are parsed into the snapshot:

@@ -18,7 +18,8 @@
 //!   talking over loopback TCP between them); with `netns` too, each of those nodes is a
 //!   network namespace (`scripts/netns-nodes.sh`, 198.18.0.x; `rails=R`: R rails per node,
 //!   local rank `i` on rail `i mod R`; a recorded skip where
-//!   namespaces are not available). `expect=fail` wants a non-zero
+//!   namespaces are not available). `cpus=LIST` runs mpirun (and so its ranks) under
+//!   `taskset -c LIST`. `expect=fail` wants a non-zero
 //!   exit within half the timeout (not a hang ended by `--timeout`), exactly `N` with `exit=N`,
 //!   and every `stderr=TEXT` in the job's stderr (a passing run must show them too). `env=VAR=VALUE` sets a variable in mpirun's (and so the ranks')
 //!   environment. Anything else is an argument.
@@ -167,6 +168,8 @@ struct RunSpec {
     /// `rails=R` (with `nodes=K`): each emulated node has R rails, local rank `i` on rail
     /// `i mod R` (`emulate-nodes.sh --rails`); with `netns`, R interfaces and bridges per node.
     rails: Option<u32>,
+    /// `cpus=LIST`: mpirun (and so every rank) runs under `taskset -c LIST`.
+    cpus: Option<String>,
     args: Vec<String>,
 }
 
@@ -248,6 +251,8 @@ fn testlist() -> Vec<(String, RunSpec)> {
                     .split_once('=')
                     .unwrap_or_else(|| panic!("testlist:{}: {t} is not env=VAR=VALUE", lineno + 1));
                 spec.env.push((k.to_string(), v.to_string()));
+            } else if let Some(s) = t.strip_prefix("cpus=") {
+                spec.cpus = Some(s.to_string());
             } else if let Some(s) = t.strip_prefix("rails=") {
                 spec.rails = Some(
                     s.parse()
@@ -672,7 +677,14 @@ fn run_program(prog: &str) {
             let fabric = spec
                 .ib
                 .then(|| fake_ib::Fabric::new(&format!("c-{prog}-{k}-{n}")));
-            let mut cmd = Command::new(&mpirun);
+            let mut cmd = match &spec.cpus {
+                Some(list) => {
+                    let mut c = Command::new("taskset");
+                    c.args(["-c", list]).arg(&mpirun);
+                    c
+                }
+                None => Command::new(&mpirun),
+            };
             if let Some(f) = &fabric {
                 ib_env(&mut cmd, f);
             }
@@ -704,7 +716,11 @@ fn run_program(prog: &str) {
                 (None, true) => format!(" ({k} emulated nodes, ibverbs test double)"),
             });
             let what = format!(
-                "mpirun -n {n} {prog} {}{}",
+                "{}mpirun -n {n} {prog} {}{}",
+                spec.cpus
+                    .as_ref()
+                    .map(|l| format!("taskset -c {l} "))
+                    .unwrap_or_default(),
                 spec.args.join(" "),
                 nodes.unwrap_or_default()
             );

@@ -59,6 +59,16 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// Names this machine (its kernel's boot id, else its host name): processes that see the same
+/// name share CPUs, whatever nodes they are told they are on (`GPUMPI_NODE_ID`, namespaces).
+pub fn machine_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
+        .unwrap_or_else(|| host_name().replace(char::is_whitespace, "_"))
+}
+
 /// Nodes of a job: the node index of each rank and the ranks of each node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeMap {

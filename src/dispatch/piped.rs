@@ -1,7 +1,8 @@
 //! Large allreduce and alltoall between nodes in pieces: a blocking `MPI_Allreduce` or
 //! `MPI_Alltoall` of at least two pieces on a communicator that spans nodes runs as
 //! consecutive collectives over ranges of the packed data (`coll::pieces`: a quarter of it,
-//! halves of a 1-2 MiB call, between 512 KiB and `GPUMPI_COLL_PIECE`), [`DEPTH`] at a time.
+//! halves of a 1-2 MiB call, between 512 KiB and `GPUMPI_COLL_PIECE`, or whole calls where
+//! `auto` chose so at `MPI_Init`: `runtime::coll_piece`), [`DEPTH`] at a time.
 //! An allreduce piece is a range of the vector, run by the schedule (or the hierarchical one)
 //! the call would run whole: while one piece is reduced by this thread, the next one's bytes
 //! move on the network's threads, where a whole-vector schedule leaves the network idle during
@@ -62,7 +63,7 @@ pub(super) fn serves(spec: &CollSpec) -> Option<Plan> {
     if spec.comm.one_node || spec.host_only {
         return None;
     }
-    let most = crate::config::snapshot().coll.piece;
+    let most = runtime::coll_piece();
     if most == 0 {
         return None;
     }

@@ -385,6 +385,97 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
     }
 }
 
+/// Bootstrap key of each rank's machine and CPUs (`coll::pieces::RankCpus`), published when
+/// `GPUMPI_COLL_PIECE` is `auto`.
+const CPUS_KEY: &str = "gpumpi-cpus";
+
+/// The piece size of large collectives between nodes chosen at `MPI_Init` ([`coll_piece`]).
+static COLL_PIECE: OnceLock<usize> = OnceLock::new();
+
+/// The most bytes per piece of a large collective between nodes (`dispatch::piped`; 0: whole
+/// calls): `GPUMPI_COLL_PIECE` as given, or what `auto` chose at `MPI_Init` from every rank's
+/// CPUs (the same on every rank). Before `MPI_Init` chose (no communicator spans nodes yet),
+/// `auto` is 0.
+pub fn coll_piece() -> usize {
+    match COLL_PIECE.get() {
+        Some(&p) => p,
+        None => match crate::config::snapshot().coll.piece {
+            crate::config::Piece::Bytes(n) => n,
+            crate::config::Piece::Auto => 0,
+        },
+    }
+}
+
+/// This rank's machine and CPUs, for `GPUMPI_COLL_PIECE=auto` (all CPUs online where the
+/// affinity mask cannot be read).
+fn own_cpus() -> crate::coll::pieces::RankCpus {
+    let mut cpus = bootstrap::procs::allowed_cpus();
+    if cpus.is_empty() {
+        // SAFETY: sysconf with a valid name has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        cpus = (0..online).collect();
+    }
+    crate::coll::pieces::RankCpus {
+        machine: node::machine_id(),
+        cpus,
+    }
+}
+
+/// Chooses the piece size of a job that spans nodes (after the fence that published every
+/// rank's [`CPUS_KEY`] when `GPUMPI_COLL_PIECE` is `auto`): every rank reads every rank's CPUs
+/// and applies the same rule (`coll::pieces::choose`), so all choose alike. Rank 0 logs the
+/// choice and its inputs once.
+fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
+    use crate::coll::pieces::{self, RankCpus};
+    let n = match crate::config::snapshot().coll.piece {
+        crate::config::Piece::Bytes(n) => {
+            if boot.rank() == 0 {
+                tracing::info!(
+                    "collectives between nodes: {} (GPUMPI_COLL_PIECE={n})",
+                    match n {
+                        0 => "whole calls".to_string(),
+                        n => format!("in pieces of at most {n} bytes"),
+                    }
+                );
+            }
+            n
+        }
+        crate::config::Piece::Auto => {
+            let ranks = (0..boot.size())
+                .map(|r| {
+                    let v = boot.get(r, CPUS_KEY)?;
+                    RankCpus::parse(&String::from_utf8_lossy(&v)).ok_or_else(|| {
+                        MpiError::other(format!("MPI_Init: rank {r}'s CPU list is malformed"))
+                    })
+                })
+                .collect::<MpiResult<Vec<RankCpus>>>()?;
+            let c = pieces::choose(&ranks);
+            if boot.rank() == 0 {
+                let machines: std::collections::BTreeSet<&str> =
+                    ranks.iter().map(|r| r.machine.as_str()).collect();
+                tracing::info!(
+                    "collectives between nodes: {} (GPUMPI_COLL_PIECE=auto: fewest CPUs per \
+                     rank {}.{:03} on rank {} ({} CPUs in its mask), {} ranks on {} machines, \
+                     pieces need {} per rank)",
+                    match c.most {
+                        0 => "whole calls".to_string(),
+                        n => format!("in pieces of at most {n} bytes"),
+                    },
+                    c.least_milli / 1000,
+                    c.least_milli % 1000,
+                    c.rank,
+                    ranks[c.rank].cpus.len(),
+                    ranks.len(),
+                    machines.len(),
+                    pieces::PIECE_CPUS
+                );
+            }
+            c.most
+        }
+    };
+    Ok(n)
+}
+
 /// Bootstrap key of the job secret rank 0 makes for launchers that hand none to the ranks.
 const NET_SECRET_KEY: &str = "gpumpi-net-secret";
 /// Bootstrap key of each rank's network listen handle.
@@ -584,9 +675,13 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let same = crate::config::same_on_every_rank_text();
     boot.put(SAME_DIGEST_KEY, crate::config::digest(&same).as_bytes());
     boot.put(SAME_TEXT_KEY, same.as_bytes());
-    // The node of every rank, and (launchers without a job secret) rank 0's secret for the
-    // network, travel with the shared-memory names (one fence).
+    // The node of every rank, its CPUs (for `GPUMPI_COLL_PIECE=auto`) and (launchers without a
+    // job secret) rank 0's secret for the network, travel with the shared-memory names (one
+    // fence).
     node::publish(&*boot, &node::choose(boot.node_name()));
+    if cfg.coll.piece == crate::config::Piece::Auto {
+        boot.put(CPUS_KEY, own_cpus().to_text().as_bytes());
+    }
     if rank == 0 && boot.secret().is_none() && size > 1 {
         let s = bootstrap::random_bytes(32)
             .map_err(|e| MpiError::other(format!("MPI_Init: no job secret: /dev/urandom: {e}")))?;
@@ -628,6 +723,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let transport: Box<dyn crate::transport::Transport> = match map.nodes() {
         1 => Box::new(shm),
         _ => {
+            let _ = COLL_PIECE.set(choose_piece(&*boot)?);
             let remote: Vec<bool> = (0..size)
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
