@@ -423,7 +423,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_GPU_CHUNK",
         default: "1m",
-        doc: "Bytes per chunk of a device buffer's rendezvous message to or from a rank on another node (at least 4k): the sender copies chunks device to host on a stream while earlier chunks are on the wire, the receiver copies chunks host to device while later ones arrive. Suffixes k/m/g.",
+        doc: "Largest chunk of a device buffer's rendezvous message to or from a rank on another node (at least 4k): the sender copies chunks device to host on a stream while earlier chunks are on the wire, the receiver copies chunks host to device while later ones arrive. Each message is cut into `GPUMPI_NET_GPU_DEPTH` chunks of at least 64 KiB (one network frame) and at most this (a 256 KiB message into four of 64 KiB), so that the copies of a message of a few chunks overlap the network too. Suffixes k/m/g.",
         same_on_every_rank: false,
     },
     Param {
@@ -442,6 +442,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_NET_IFNAME",
         default: "",
         doc: "Interfaces the TCP network backend uses, in the syntax of `NCCL_SOCKET_IFNAME`: a comma-separated list of name prefixes (`eth,ens`), `^` in front to exclude them instead (`^docker,lo`), `=` in front (after `^`) for exact names (`=eth0`). Unset: every interface that is up except loopback and container or VM bridges (`docker*`, `virbr*`, `br-*`, `veth*`), and loopback only when nothing else exists. One device per interface. A value that selects nothing is an error listing the interfaces.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_NET_SLEEP_AFTER",
+        default: "50",
+        doc: "Microseconds a blocking wait of a rank whose every peer is on another node (nothing but the network can move it) polls without progress before it sleeps in `poll` on its network sockets, woken by the data (a rank that never sleeps loses its core for whole time slices on a busy machine). While device copies of a message are in flight the wait never sleeps. `off`: never sleep in `poll` (the wait spins, then yields, as on one node); to measure what the sleeping costs. With `GPUMPI_DEBUG=2` each rank logs at `MPI_Finalize` how often its waits slept and for how long.",
         same_on_every_rank: false,
     },
     Param {
@@ -1074,6 +1080,8 @@ pub struct NetConfig {
     pub tcp_socks: usize,
     /// `GPUMPI_NET_BULK_MIN`; `None` for `off`.
     pub bulk_min: Option<usize>,
+    /// `GPUMPI_NET_SLEEP_AFTER`; `None` for `off`.
+    pub sleep_after: Option<std::time::Duration>,
     /// `GPUMPI_NET_GDR` as given (`""` unset; `transport::net::frames::gdr_choice` parses it).
     pub gdr: String,
     /// `GPUMPI_IB_HCA`.
@@ -1232,6 +1240,12 @@ impl Config {
                 bulk_min: match get("GPUMPI_NET_BULK_MIN").as_deref() {
                     Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
                     _ => Some(get_usize("GPUMPI_NET_BULK_MIN")),
+                },
+                sleep_after: match get("GPUMPI_NET_SLEEP_AFTER").as_deref() {
+                    Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
+                    _ => Some(std::time::Duration::from_micros(
+                        get_usize("GPUMPI_NET_SLEEP_AFTER") as u64,
+                    )),
                 },
                 gdr: get("GPUMPI_NET_GDR").unwrap_or_default(),
                 ib_hca: get("GPUMPI_IB_HCA"),
@@ -1479,6 +1493,18 @@ mod tests {
             Some(2 << 20)
         );
         assert_eq!(with(&[("GPUMPI_NET_BULK_MIN", " OFF")]).net.bulk_min, None);
+        assert_eq!(
+            d.net.sleep_after,
+            Some(std::time::Duration::from_micros(50))
+        );
+        assert_eq!(
+            with(&[("GPUMPI_NET_SLEEP_AFTER", "off")]).net.sleep_after,
+            None
+        );
+        assert_eq!(
+            with(&[("GPUMPI_NET_SLEEP_AFTER", "200")]).net.sleep_after,
+            Some(std::time::Duration::from_micros(200))
+        );
         assert_eq!(d.shm.mid_max, 1 << 20);
         assert_eq!(d.shm.scratch_bytes, 256 << 10);
 

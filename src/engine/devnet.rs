@@ -48,7 +48,26 @@ impl Default for PipeConfig {
     }
 }
 
+/// Smallest chunk a message is cut into ([`PipeConfig::for_message`]): one frame of the
+/// network transports, so a chunk's copy is never shorter than what one frame carries.
+pub const MIN_CHUNK: usize = 64 << 10;
+
 impl PipeConfig {
+    /// The settings for one message of `want` bytes: chunks of `want / depth` (rounded up to
+    /// 4 KiB), at least [`MIN_CHUNK`] and at most [`PipeConfig::chunk`]. A message of up to
+    /// `depth` full chunks is so cut into `depth` pieces instead of one: the device copy of
+    /// the first piece overlaps the network transfer of the others at the sender and the
+    /// copy of the last piece alone follows the last byte at the receiver, where one chunk
+    /// would put both whole copies in series with the network. Each side cuts its own
+    /// chunks: credits are byte limits, so the two sides need not agree.
+    pub fn for_message(&self, want: usize) -> PipeConfig {
+        let even = want.div_ceil(self.depth.max(1)).next_multiple_of(4096);
+        PipeConfig {
+            chunk: even.max(MIN_CHUNK).min(self.chunk),
+            ..*self
+        }
+    }
+
     /// From the configuration snapshot.
     pub fn from_env() -> Self {
         let c = crate::config::snapshot();
@@ -62,6 +81,70 @@ impl PipeConfig {
     /// The bytes a receiver of `want` lets a sender have in flight before its first credit.
     pub fn window(&self, want: usize) -> usize {
         want.min(self.chunk.saturating_mul(self.depth))
+    }
+}
+
+/// Count, bytes and time of one kind of step of device messages ([`Stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub n: u64,
+    pub bytes: u64,
+    pub ns: u64,
+}
+
+impl Tally {
+    /// One more step of `bytes` bytes that began at `since`.
+    pub fn add(&mut self, bytes: usize, since: std::time::Instant) {
+        self.n += 1;
+        self.bytes += bytes as u64;
+        self.ns += since.elapsed().as_nanos() as u64;
+    }
+
+    fn show(&self, what: &str) -> Option<String> {
+        (self.n > 0).then(|| {
+            format!(
+                "{what} {} ({} B, {:.2} us each)",
+                self.n,
+                self.bytes / self.n,
+                self.ns as f64 / 1e3 / self.n as f64
+            )
+        })
+    }
+}
+
+/// Where this rank's device messages spent their time, logged at `MPI_Finalize` with
+/// `GPUMPI_DEBUG=2` so that a benchmark run shows it: device send buffers staged whole (the
+/// copy to host memory before an eager message leaves), copies of received data into device
+/// buffers (an eager frame, or a message gathered whole), and the pipelined messages between
+/// nodes from their start (the `CTS` at the sender, the match at the receiver) to their end
+/// (the last chunk in the transport, the last chunk on the device), with their chunk copies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub staged: Tally,
+    pub puts: Tally,
+    pub tx: Tally,
+    pub rx: Tally,
+    pub tx_chunks: u64,
+    pub rx_chunks: u64,
+}
+
+impl Stats {
+    /// One line, `None` when no device message moved.
+    pub fn report(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            self.staged.show("send buffers staged whole"),
+            self.puts.show("copies of received data to the device"),
+            self.tx
+                .show("pipelined sends")
+                .map(|s| format!("{s}, {} chunks", self.tx_chunks)),
+            self.rx
+                .show("pipelined receives")
+                .map(|s| format!("{s}, {} chunks", self.rx_chunks)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 }
 
@@ -101,6 +184,9 @@ pub struct TxPipe {
     pub peak: usize,
     /// The first device copy that failed (the message's bytes from there are zeros).
     pub failed: Option<String>,
+    /// When the pipe was made, and the chunk copies it started ([`Stats`]).
+    pub start: std::time::Instant,
+    pub copies: u64,
 }
 
 impl TxPipe {
@@ -113,6 +199,7 @@ impl TxPipe {
         limit: usize,
         cfg: PipeConfig,
     ) -> Self {
+        let cfg = cfg.for_message(want);
         TxPipe {
             peer,
             sreq,
@@ -126,7 +213,14 @@ impl TxPipe {
             free: Vec::new(),
             peak: 0,
             failed: None,
+            start: std::time::Instant::now(),
+            copies: 0,
         }
+    }
+
+    /// The bytes of the message.
+    pub fn want(&self) -> usize {
+        self.want
     }
 
     /// A credit from the receiver: it takes bytes up to `limit`.
@@ -191,6 +285,7 @@ impl TxPipe {
                 copy,
             });
             self.issued += len;
+            self.copies += 1;
             moved = true;
         }
         let copying = self.chunks.iter().filter(|c| c.copy.is_some()).count();
@@ -265,12 +360,17 @@ pub struct RxPipe {
     /// Host-to-device copies in flight at most at once so far.
     pub peak: usize,
     pub failed: Option<String>,
+    /// When the pipe was made, and the chunk copies it started ([`Stats`]).
+    pub start: std::time::Instant,
+    pub copies: u64,
 }
 
 impl RxPipe {
-    /// Take `want` bytes into device buffer `dst`; the sender may send
-    /// [`PipeConfig::window`] bytes before the first credit.
+    /// Take `want` bytes into device buffer `dst` in the chunks of
+    /// [`PipeConfig::for_message`]; the sender may send [`PipeConfig::window`] bytes (of
+    /// those chunks) before the first credit.
     pub fn new(dst: usize, want: usize, cfg: PipeConfig) -> Self {
+        let cfg = cfg.for_message(want);
         RxPipe {
             dst,
             want,
@@ -281,6 +381,8 @@ impl RxPipe {
             granted: cfg.window(want),
             peak: 0,
             failed: None,
+            start: std::time::Instant::now(),
+            copies: 0,
         }
     }
 
@@ -323,6 +425,7 @@ impl RxPipe {
             c.buf[at..at + n].copy_from_slice(&data[..n]);
             c.filled += n;
             if c.filled >= c.len && c.copy.is_none() {
+                self.copies += 1;
                 match dc.htod_start(self.dst + c.off, c.buf.as_ptr(), c.len) {
                     Ok(p) => c.copy = Some(p),
                     Err(e) => {
@@ -375,6 +478,11 @@ impl RxPipe {
     /// Every byte is on the device.
     pub fn done(&self) -> bool {
         self.retired >= self.want
+    }
+
+    /// The bytes of the message.
+    pub fn want(&self) -> usize {
+        self.want
     }
 }
 
@@ -450,6 +558,93 @@ mod tests {
                 assert!(tx.peak > 1, "copies overlap on the sender");
             }
         }
+    }
+
+    /// At the default settings a message of a few chunks' worth is cut into `depth` pieces
+    /// (each at least one frame, at most the configured chunk), so that several device copies
+    /// are in flight at once at both ends instead of one whole-message copy at each.
+    #[test]
+    fn a_mid_size_message_is_cut_into_depth_pieces() {
+        let cfg = PipeConfig::default();
+        let piece = |want: usize| cfg.for_message(want).chunk;
+        assert_eq!(piece(256 << 10), 64 << 10);
+        assert_eq!(piece((256 << 10) + 1), (64 << 10) + 4096);
+        assert_eq!(piece(100 << 10), MIN_CHUNK);
+        assert_eq!(piece(1 << 20), 256 << 10);
+        assert_eq!(piece(64 << 20), 1 << 20);
+        let small = PipeConfig { chunk: 4096, ..cfg };
+        assert_eq!(
+            small.for_message(1 << 20).chunk,
+            4096,
+            "never above the setting"
+        );
+        // Copies that are done when first asked: the sender starts all four at once, hands
+        // every chunk over in one step, and the receiver starts a copy per chunk.
+        let dev = Slow::new(Duration::ZERO);
+        let len = 256 << 10;
+        let src: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4099) as u8).collect();
+        let mut dst = vec![0u8; len];
+        let mut rx = RxPipe::new(dst.as_mut_ptr() as usize, len, cfg);
+        assert_eq!(
+            rx.first_limit(),
+            len,
+            "the whole message is in the first window"
+        );
+        let mut tx = TxPipe::new(1, 2, 3, len, rx.first_limit(), cfg);
+        let mut frames: Vec<(usize, Vec<u8>)> = Vec::new();
+        // SAFETY: src outlives the pipes.
+        unsafe {
+            tx.step(
+                &dev,
+                src.as_ptr() as usize,
+                true,
+                64 << 10,
+                &mut |off, b| {
+                    frames.push((off, b.to_vec()));
+                    true
+                },
+            )
+        };
+        assert!(tx.done());
+        for (off, b) in frames {
+            // SAFETY: dst outlives the pipes.
+            unsafe { rx.put(&dev, off, &b) };
+        }
+        while !rx.done() {
+            rx.step();
+        }
+        assert!(dst == src, "every byte lands");
+        assert_eq!(
+            (tx.peak, rx.peak),
+            (4, 4),
+            "four copies in flight at each end"
+        );
+    }
+
+    /// The end-of-run line names each kind of step that ran, with its count, mean size and
+    /// the chunks of pipelined messages, and nothing for a rank that moved no device message.
+    #[test]
+    fn the_report_shows_each_step_that_ran() {
+        let mut s = Stats::default();
+        assert_eq!(s.report(), None);
+        let t = std::time::Instant::now();
+        s.staged.add(1000, t);
+        s.staged.add(3000, t);
+        s.rx.add(1 << 20, t);
+        s.rx_chunks += 4;
+        let r = s.report().unwrap();
+        assert!(
+            r.starts_with("send buffers staged whole 2 (2000 B, "),
+            "{r}"
+        );
+        assert!(
+            r.contains("; pipelined receives 1 (1048576 B, ") && r.ends_with(" us each), 4 chunks"),
+            "{r}"
+        );
+        assert!(
+            !r.contains("pipelined sends") && !r.contains("copies of received"),
+            "{r}"
+        );
     }
 
     /// A failed copy on either side still moves every byte (zeros for a failed send chunk) and

@@ -2117,8 +2117,11 @@ pub(super) mod slow_dev {
         pub htod_now: AtomicUsize,
         pub htod_peak: AtomicUsize,
         pub htod: AtomicUsize,
-        /// Whole copies (`DevCopy::htod`, `DevCopy::dtoh`: staging, eager data).
+        /// Whole copies (`DevCopy::htod`, `DevCopy::dtoh`, `DevCopy::dtoh_stage`: staging,
+        /// eager data).
         pub whole: AtomicUsize,
+        /// Of those, the sends staged in the device copies' own memory (`DevCopy::dtoh_stage`).
+        pub staged: AtomicUsize,
     }
 
     /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
@@ -2255,6 +2258,10 @@ pub(super) mod slow_dev {
             self.counts.whole.fetch_add(1, SeqCst);
             Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
         }
+        unsafe fn dtoh_stage(&self, src: usize, len: usize) -> Result<HostStage, String> {
+            self.counts.staged.fetch_add(1, SeqCst);
+            self.dtoh(src, len).map(|v| Box::new(v) as HostStage)
+        }
         unsafe fn dtoh_start(
             &self,
             src: usize,
@@ -2306,7 +2313,7 @@ mod net_device {
     use super::devnet::PipeConfig;
     use super::slow_dev::{Counts, Slow};
     use super::*;
-    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -2604,6 +2611,45 @@ mod net_device {
             "a staging receiver copies whole messages"
         );
         pair([OFF, OFF], every_size);
+    }
+
+    /// A device message below the bulk threshold to another node goes eagerly, in one frame:
+    /// the sender stages its buffer once, in the device copies' own staging memory
+    /// (`DevCopy::dtoh_stage`: page-locked and reused in the library), and the receiver copies
+    /// the frame to the device once, with no pipeline or chunk copies at either end.
+    #[test]
+    fn an_eager_device_message_is_staged_once_and_copied_once() {
+        let ([tx, rx], _) = pair_bulk([ON, ON], Some([false, false]), |e, me| {
+            let len = 32 << 10;
+            let src = pattern(len, 0x33);
+            if me == 0 {
+                let s = dsend(e, &src, 5, true);
+                wait(e, s);
+                let r = e.device_net_report().expect("a device message moved");
+                assert!(r.starts_with("send buffers staged whole 1 (32768 B"), "{r}");
+            } else {
+                let mut got = vec![0u8; len];
+                let r = drecv(e, &mut got, 5, true);
+                assert_eq!(wait(e, r).bytes, len);
+                assert!(got == src, "every byte lands");
+                let r = e.device_net_report().expect("a device message moved");
+                assert!(
+                    r.starts_with("copies of received data to the device 1 (32768 B"),
+                    "{r}"
+                );
+            }
+        });
+        let c = |a: &AtomicUsize| a.load(SeqCst);
+        assert_eq!(
+            (c(&tx.staged), c(&tx.whole), c(&tx.dtoh)),
+            (1, 1, 0),
+            "the sender: one staged copy (staged, whole, chunks)"
+        );
+        assert_eq!(
+            (c(&rx.whole), c(&rx.htod)),
+            (1, 0),
+            "the receiver: one copy (whole, chunks)"
+        );
     }
 
     /// Several device messages in flight at once, received in posting order with ANY_TAG:
