@@ -423,7 +423,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_GPU_CHUNK",
         default: "1m",
-        doc: "Largest chunk of a device buffer's rendezvous message to or from a rank on another node (at least 4k): the sender copies chunks device to host on a stream while earlier chunks are on the wire, the receiver copies chunks host to device while later ones arrive. Each message is cut into `GPUMPI_NET_GPU_DEPTH` chunks of at least 64 KiB (one network frame) and at most this (a 256 KiB message into four of 64 KiB), so that the copies of a message of a few chunks overlap the network too. Suffixes k/m/g.",
+        doc: "Bytes per chunk of a device buffer's rendezvous message to or from a rank on another node (at least 4k): the sender copies chunks device to host on a stream while earlier chunks are on the wire, the receiver copies chunks host to device while later ones arrive. Suffixes k/m/g.",
         same_on_every_rank: false,
     },
     Param {

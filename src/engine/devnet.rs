@@ -48,26 +48,7 @@ impl Default for PipeConfig {
     }
 }
 
-/// Smallest chunk a message is cut into ([`PipeConfig::for_message`]): one frame of the
-/// network transports, so a chunk's copy is never shorter than what one frame carries.
-pub const MIN_CHUNK: usize = 64 << 10;
-
 impl PipeConfig {
-    /// The settings for one message of `want` bytes: chunks of `want / depth` (rounded up to
-    /// 4 KiB), at least [`MIN_CHUNK`] and at most [`PipeConfig::chunk`]. A message of up to
-    /// `depth` full chunks is so cut into `depth` pieces instead of one: the device copy of
-    /// the first piece overlaps the network transfer of the others at the sender and the
-    /// copy of the last piece alone follows the last byte at the receiver, where one chunk
-    /// would put both whole copies in series with the network. Each side cuts its own
-    /// chunks: credits are byte limits, so the two sides need not agree.
-    pub fn for_message(&self, want: usize) -> PipeConfig {
-        let even = want.div_ceil(self.depth.max(1)).next_multiple_of(4096);
-        PipeConfig {
-            chunk: even.max(MIN_CHUNK).min(self.chunk),
-            ..*self
-        }
-    }
-
     /// From the configuration snapshot.
     pub fn from_env() -> Self {
         let c = crate::config::snapshot();
@@ -199,7 +180,6 @@ impl TxPipe {
         limit: usize,
         cfg: PipeConfig,
     ) -> Self {
-        let cfg = cfg.for_message(want);
         TxPipe {
             peer,
             sreq,
@@ -366,11 +346,9 @@ pub struct RxPipe {
 }
 
 impl RxPipe {
-    /// Take `want` bytes into device buffer `dst` in the chunks of
-    /// [`PipeConfig::for_message`]; the sender may send [`PipeConfig::window`] bytes (of
-    /// those chunks) before the first credit.
+    /// Take `want` bytes into device buffer `dst`; the sender may send
+    /// [`PipeConfig::window`] bytes before the first credit.
     pub fn new(dst: usize, want: usize, cfg: PipeConfig) -> Self {
-        let cfg = cfg.for_message(want);
         RxPipe {
             dst,
             want,
@@ -558,67 +536,6 @@ mod tests {
                 assert!(tx.peak > 1, "copies overlap on the sender");
             }
         }
-    }
-
-    /// At the default settings a message of a few chunks' worth is cut into `depth` pieces
-    /// (each at least one frame, at most the configured chunk), so that several device copies
-    /// are in flight at once at both ends instead of one whole-message copy at each.
-    #[test]
-    fn a_mid_size_message_is_cut_into_depth_pieces() {
-        let cfg = PipeConfig::default();
-        let piece = |want: usize| cfg.for_message(want).chunk;
-        assert_eq!(piece(256 << 10), 64 << 10);
-        assert_eq!(piece((256 << 10) + 1), (64 << 10) + 4096);
-        assert_eq!(piece(100 << 10), MIN_CHUNK);
-        assert_eq!(piece(1 << 20), 256 << 10);
-        assert_eq!(piece(64 << 20), 1 << 20);
-        let small = PipeConfig { chunk: 4096, ..cfg };
-        assert_eq!(
-            small.for_message(1 << 20).chunk,
-            4096,
-            "never above the setting"
-        );
-        // Copies that are done when first asked: the sender starts all four at once, hands
-        // every chunk over in one step, and the receiver starts a copy per chunk.
-        let dev = Slow::new(Duration::ZERO);
-        let len = 256 << 10;
-        let src: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4099) as u8).collect();
-        let mut dst = vec![0u8; len];
-        let mut rx = RxPipe::new(dst.as_mut_ptr() as usize, len, cfg);
-        assert_eq!(
-            rx.first_limit(),
-            len,
-            "the whole message is in the first window"
-        );
-        let mut tx = TxPipe::new(1, 2, 3, len, rx.first_limit(), cfg);
-        let mut frames: Vec<(usize, Vec<u8>)> = Vec::new();
-        // SAFETY: src outlives the pipes.
-        unsafe {
-            tx.step(
-                &dev,
-                src.as_ptr() as usize,
-                true,
-                64 << 10,
-                &mut |off, b| {
-                    frames.push((off, b.to_vec()));
-                    true
-                },
-            )
-        };
-        assert!(tx.done());
-        for (off, b) in frames {
-            // SAFETY: dst outlives the pipes.
-            unsafe { rx.put(&dev, off, &b) };
-        }
-        while !rx.done() {
-            rx.step();
-        }
-        assert!(dst == src, "every byte lands");
-        assert_eq!(
-            (tx.peak, rx.peak),
-            (4, 4),
-            "four copies in flight at each end"
-        );
     }
 
     /// The end-of-run line names each kind of step that ran, with its count, mean size and
