@@ -2246,8 +2246,8 @@ pub(super) mod slow_dev {
         ) -> Result<bool, String> {
             Err("no single-copy reads between nodes".into())
         }
-        fn staging(&self, _: usize, _: usize) -> Option<HostStage> {
-            None
+        fn staging(&self, _: usize, len: usize) -> Option<HostStage> {
+            Some(Box::new(vec![0u8; len]))
         }
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
             self.counts.whole.fetch_add(1, SeqCst);
@@ -2279,6 +2279,31 @@ pub(super) mod slow_dev {
             Ok(self.later(src as usize, dst, len, true))
         }
     }
+}
+
+/// A device receive of an eager message of many frames gathers them in the device copies'
+/// staging memory and copies the message to the device once (each device copy has a fixed
+/// cost of microseconds), every byte in place.
+#[test]
+fn a_device_receive_of_many_frames_is_one_device_copy() {
+    let mut es = group(2, 64, 256, false);
+    let dev = slow_dev::Slow::default();
+    let counts = dev.counts.clone();
+    es[1].set_device_copies(Box::new(dev));
+    let data = pattern(LIMIT, 9);
+    let mut out = vec![0u8; LIMIT];
+    // SAFETY: `out` outlives the receive, which is waited for below.
+    let r = unsafe { es[1].irecv_dev(out.as_mut_ptr(), LIMIT, true, 7, 0, 4) }.unwrap();
+    let s = send(&mut es[0], &data, 1, 0, 4, false);
+    assert_eq!(wait_on(&mut es, 1, r).bytes, LIMIT);
+    wait_on(&mut es, 0, s);
+    assert!(out == data, "every byte lands");
+    assert_eq!(
+        counts.whole.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "{} frames, one device copy",
+        LIMIT / 256
+    );
 }
 
 /// A matched receive given up in flight writes the rest of its data into a buffer of its
