@@ -445,6 +445,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_NET_SLEEP_AFTER",
+        default: "50",
+        doc: "Microseconds a blocking wait of a rank whose every peer is on another node (nothing but the network can move it) polls without progress before it sleeps in `poll` on its network sockets, woken by the data (a rank that never sleeps loses its core for whole time slices on a busy machine). While device copies of a message are in flight the wait never sleeps. `off`: never sleep in `poll` (the wait spins, then yields, as on one node); to measure what the sleeping costs. With `GPUMPI_DEBUG=2` each rank logs at `MPI_Finalize` how often its waits slept and for how long.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_NET_TCP_SOCKS",
         default: "2",
         doc: "Data sockets per helper thread of each TCP network connection (like `NCCL_NSOCKS_PERTHREAD`); a connection has `GPUMPI_NET_TCP_THREADS` x this many data sockets (at most 64) plus one control socket. Messages of more than 257 KiB are split across them (smaller ones travel on the control socket, written and read by the calling threads). The listener's values apply to both ends.",
@@ -1097,6 +1103,8 @@ pub struct NetConfig {
     pub tcp_socks: usize,
     /// `GPUMPI_NET_BULK_MIN`; `None` for `off`.
     pub bulk_min: Option<usize>,
+    /// `GPUMPI_NET_SLEEP_AFTER`; `None` for `off`.
+    pub sleep_after: Option<std::time::Duration>,
     /// `GPUMPI_NET_GDR` as given (`""` unset; `transport::net::frames::gdr_choice` parses it).
     pub gdr: String,
     /// `GPUMPI_IB_HCA`.
@@ -1255,6 +1263,12 @@ impl Config {
                 bulk_min: match get("GPUMPI_NET_BULK_MIN").as_deref() {
                     Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
                     _ => Some(get_usize("GPUMPI_NET_BULK_MIN")),
+                },
+                sleep_after: match get("GPUMPI_NET_SLEEP_AFTER").as_deref() {
+                    Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
+                    _ => Some(std::time::Duration::from_micros(
+                        get_usize("GPUMPI_NET_SLEEP_AFTER") as u64,
+                    )),
                 },
                 gdr: get("GPUMPI_NET_GDR").unwrap_or_default(),
                 ib_hca: get("GPUMPI_IB_HCA"),
@@ -1517,6 +1531,18 @@ mod tests {
             Some(2 << 20)
         );
         assert_eq!(with(&[("GPUMPI_NET_BULK_MIN", " OFF")]).net.bulk_min, None);
+        assert_eq!(
+            d.net.sleep_after,
+            Some(std::time::Duration::from_micros(50))
+        );
+        assert_eq!(
+            with(&[("GPUMPI_NET_SLEEP_AFTER", "off")]).net.sleep_after,
+            None
+        );
+        assert_eq!(
+            with(&[("GPUMPI_NET_SLEEP_AFTER", "200")]).net.sleep_after,
+            Some(std::time::Duration::from_micros(200))
+        );
         assert_eq!(d.shm.mid_max, 1 << 20);
         assert_eq!(d.shm.scratch_bytes, 256 << 10);
 

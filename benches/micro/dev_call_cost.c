@@ -1,7 +1,8 @@
 /* Where a device point-to-point message spends its time, call by call: a ping-pong of `bytes`
  * (default 8) from device buffers between 2 ranks, each MPI_Send and MPI_Recv timed alone, plus
- * cudaMemcpy of the same size device->host and host->device for reference. Prints per-rank
- * medians. Run across emulated nodes to see the off-node device path:
+ * cudaMemcpy of the same size device->host and host->device (page-locked, then pageable host
+ * memory) for reference. Prints per-rank medians. Run across emulated nodes to see the off-node
+ * device path:
  *   mpicc -O2 -I tests/gpu dev_call_cost.c -o dcc -ldl
  *   mpirun -n 2 scripts/emulate-nodes.sh 2 ./dcc [iters] [bytes] [alloc bytes] [1: separate
  *   send and receive buffers] */
@@ -68,11 +69,27 @@ int main(int argc, char **argv)
         tc[i] = now_us() - a;
     }
     double htod = median_sorted(tc, n);
+    /* The same copies from and to pageable memory (the driver's bounce buffer). */
+    void *hp = malloc(bytes ? bytes : 1);
+    for (int i = 0; i < n; i++) {
+        double a = now_us();
+        cudaMemcpy_(hp, d, bytes, 2);
+        tc[i] = now_us() - a;
+    }
+    double pdtoh = median_sorted(tc, n);
+    for (int i = 0; i < n; i++) {
+        double a = now_us();
+        cudaMemcpy_(d, hp, bytes, 1);
+        tc[i] = now_us() - a;
+    }
+    double phtod = median_sorted(tc, n);
+    free(hp);
     for (int r = 0; r < 2; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         if (r == rank)
             printf("rank %d, %zu B (allocations of %zu B, %s), medians of %d: MPI_Send %.2f us, MPI_Recv %.2f us; "
-                   "cudaMemcpy D2H %.2f us, H2D %.2f us\n", rank, bytes, alloc, two ? "two" : "one", n, ms, mr, dtoh, htod);
+                   "cudaMemcpy D2H %.2f us, H2D %.2f us (pageable host memory: %.2f, %.2f)\n", rank, bytes, alloc,
+                   two ? "two" : "one", n, ms, mr, dtoh, htod, pdtoh, phtod);
         fflush(stdout);
     }
     MPI_Finalize();

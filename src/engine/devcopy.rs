@@ -147,6 +147,16 @@ pub trait DevCopy {
     /// `src..src+len` is readable device memory of this process.
     unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String>;
 
+    /// The `len` bytes at device address `src`, copied to host memory the implementation
+    /// keeps for such copies (page-locked and reused where it can: a send staged whole, which
+    /// its transport reads once); the default is [`DevCopy::dtoh`]'s new vector.
+    ///
+    /// # Safety
+    /// `src..src+len` is readable device memory of this process.
+    unsafe fn dtoh_stage(&self, src: usize, len: usize) -> Result<HostStage, String> {
+        self.dtoh(src, len).map(|v| Box::new(v) as HostStage)
+    }
+
     /// Start copying the `len` bytes at device address `src` to host memory `dst` (a chunk of
     /// a message pipelined to another node, `engine::devnet`); the copy to poll. The default
     /// copies before it returns.

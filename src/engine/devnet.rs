@@ -65,6 +65,70 @@ impl PipeConfig {
     }
 }
 
+/// Count, bytes and time of one kind of step of device messages ([`Stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub n: u64,
+    pub bytes: u64,
+    pub ns: u64,
+}
+
+impl Tally {
+    /// One more step of `bytes` bytes that began at `since`.
+    pub fn add(&mut self, bytes: usize, since: std::time::Instant) {
+        self.n += 1;
+        self.bytes += bytes as u64;
+        self.ns += since.elapsed().as_nanos() as u64;
+    }
+
+    fn show(&self, what: &str) -> Option<String> {
+        (self.n > 0).then(|| {
+            format!(
+                "{what} {} ({} B, {:.2} us each)",
+                self.n,
+                self.bytes / self.n,
+                self.ns as f64 / 1e3 / self.n as f64
+            )
+        })
+    }
+}
+
+/// Where this rank's device messages spent their time, logged at `MPI_Finalize` with
+/// `GPUMPI_DEBUG=2` so that a benchmark run shows it: device send buffers staged whole (the
+/// copy to host memory before an eager message leaves), copies of received data into device
+/// buffers (an eager frame, or a message gathered whole), and the pipelined messages between
+/// nodes from their start (the `CTS` at the sender, the match at the receiver) to their end
+/// (the last chunk in the transport, the last chunk on the device), with their chunk copies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub staged: Tally,
+    pub puts: Tally,
+    pub tx: Tally,
+    pub rx: Tally,
+    pub tx_chunks: u64,
+    pub rx_chunks: u64,
+}
+
+impl Stats {
+    /// One line, `None` when no device message moved.
+    pub fn report(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            self.staged.show("send buffers staged whole"),
+            self.puts.show("copies of received data to the device"),
+            self.tx
+                .show("pipelined sends")
+                .map(|s| format!("{s}, {} chunks", self.tx_chunks)),
+            self.rx
+                .show("pipelined receives")
+                .map(|s| format!("{s}, {} chunks", self.rx_chunks)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
 /// Host memory for one chunk of `len` bytes of device buffer `addr`: page-locked from the
 /// device copies where they have it, else the heap.
 fn chunk_buffer(dc: &dyn DevCopy, addr: usize, len: usize) -> HostStage {
@@ -101,6 +165,9 @@ pub struct TxPipe {
     pub peak: usize,
     /// The first device copy that failed (the message's bytes from there are zeros).
     pub failed: Option<String>,
+    /// When the pipe was made, and the chunk copies it started ([`Stats`]).
+    pub start: std::time::Instant,
+    pub copies: u64,
 }
 
 impl TxPipe {
@@ -126,7 +193,14 @@ impl TxPipe {
             free: Vec::new(),
             peak: 0,
             failed: None,
+            start: std::time::Instant::now(),
+            copies: 0,
         }
+    }
+
+    /// The bytes of the message.
+    pub fn want(&self) -> usize {
+        self.want
     }
 
     /// A credit from the receiver: it takes bytes up to `limit`.
@@ -191,6 +265,7 @@ impl TxPipe {
                 copy,
             });
             self.issued += len;
+            self.copies += 1;
             moved = true;
         }
         let copying = self.chunks.iter().filter(|c| c.copy.is_some()).count();
@@ -265,6 +340,9 @@ pub struct RxPipe {
     /// Host-to-device copies in flight at most at once so far.
     pub peak: usize,
     pub failed: Option<String>,
+    /// When the pipe was made, and the chunk copies it started ([`Stats`]).
+    pub start: std::time::Instant,
+    pub copies: u64,
 }
 
 impl RxPipe {
@@ -281,6 +359,8 @@ impl RxPipe {
             granted: cfg.window(want),
             peak: 0,
             failed: None,
+            start: std::time::Instant::now(),
+            copies: 0,
         }
     }
 
@@ -323,6 +403,7 @@ impl RxPipe {
             c.buf[at..at + n].copy_from_slice(&data[..n]);
             c.filled += n;
             if c.filled >= c.len && c.copy.is_none() {
+                self.copies += 1;
                 match dc.htod_start(self.dst + c.off, c.buf.as_ptr(), c.len) {
                     Ok(p) => c.copy = Some(p),
                     Err(e) => {
@@ -375,6 +456,11 @@ impl RxPipe {
     /// Every byte is on the device.
     pub fn done(&self) -> bool {
         self.retired >= self.want
+    }
+
+    /// The bytes of the message.
+    pub fn want(&self) -> usize {
+        self.want
     }
 }
 
@@ -450,6 +536,32 @@ mod tests {
                 assert!(tx.peak > 1, "copies overlap on the sender");
             }
         }
+    }
+
+    /// The end-of-run line names each kind of step that ran, with its count, mean size and
+    /// the chunks of pipelined messages, and nothing for a rank that moved no device message.
+    #[test]
+    fn the_report_shows_each_step_that_ran() {
+        let mut s = Stats::default();
+        assert_eq!(s.report(), None);
+        let t = std::time::Instant::now();
+        s.staged.add(1000, t);
+        s.staged.add(3000, t);
+        s.rx.add(1 << 20, t);
+        s.rx_chunks += 4;
+        let r = s.report().unwrap();
+        assert!(
+            r.starts_with("send buffers staged whole 2 (2000 B, "),
+            "{r}"
+        );
+        assert!(
+            r.contains("; pipelined receives 1 (1048576 B, ") && r.ends_with(" us each), 4 chunks"),
+            "{r}"
+        );
+        assert!(
+            !r.contains("pipelined sends") && !r.contains("copies of received"),
+            "{r}"
+        );
     }
 
     /// A failed copy on either side still moves every byte (zeros for a failed send chunk) and

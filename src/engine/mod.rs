@@ -293,7 +293,7 @@ struct SendState {
     /// the CPU must not read it.
     dev: bool,
     /// Host copy of a device buffer, made when the receiver asked for streamed data.
-    staged: Option<Vec<u8>>,
+    staged: Option<devcopy::HostStage>,
     /// The shared-copy slot offered with the RTS: (peer, slot), freed when the send completes.
     coop: Option<(usize, u8)>,
     /// The note the first frame carries (`FLAG_NOTE`).
@@ -589,6 +589,8 @@ struct State {
     pipe_cfg: devnet::PipeConfig,
     tx_pipes: Vec<devnet::TxPipe>,
     rx_pipes: Vec<(u64, usize, u64)>,
+    /// Where device messages spent their time ([`devnet::Stats`]).
+    dev_stats: devnet::Stats,
     /// Collective calls this rank gave up (context, tag, its note), newest last
     /// ([`refuse`]): their messages that arrive later are refused.
     refused: VecDeque<(u32, i32, Option<Note>)>,
@@ -766,6 +768,7 @@ impl Engine {
                 pipe_cfg: devnet::PipeConfig::default(),
                 tx_pipes: Vec::new(),
                 rx_pipes: Vec::new(),
+                dev_stats: devnet::Stats::default(),
                 refused: VecDeque::new(),
                 records: None,
                 told: VecDeque::new(),
@@ -924,9 +927,11 @@ impl Engine {
                 pipe = self.st.dev.pipe_offer(self.st.me, a.dst_world);
             }
             if pipe.is_none() {
+                let t0 = std::time::Instant::now();
                 // SAFETY: the caller guarantees a.buf..a.buf+a.len is (device) memory to read.
-                match unsafe { self.st.dev.dtoh(a.buf as usize, a.len) } {
+                match unsafe { self.st.dev.dtoh_stage(a.buf as usize, a.len) } {
                     Ok(v) => {
+                        self.st.dev_stats.staged.add(a.len, t0);
                         buf = v.as_ptr();
                         staged = Some(v);
                     }
@@ -1455,7 +1460,7 @@ impl Engine {
             // contract of isend), and the caller detaches before its buffer goes away.
             let v = unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec();
             s.buf = v.as_ptr();
-            s.staged = Some(v);
+            s.staged = Some(Box::new(v));
         }
     }
 
@@ -1708,6 +1713,12 @@ impl Engine {
         }
     }
 
+    /// Where this rank's device messages spent their time ([`devnet::Stats`]), one line for
+    /// the log at `MPI_Finalize`; `None` when it moved none.
+    pub fn device_net_report(&self) -> Option<String> {
+        self.st.dev_stats.report()
+    }
+
     /// Whether peer copies of device messages are in flight: a blocking wait should poll
     /// without sleeping, since nothing but polling tells when they finish.
     pub fn device_copies_pending(&self) -> bool {
@@ -1776,6 +1787,8 @@ impl Engine {
                 continue;
             }
             let p = tx_pipes.swap_remove(i);
+            self.st.dev_stats.tx.add(p.want(), p.start);
+            self.st.dev_stats.tx_chunks += p.copies;
             if p.failed.is_some() {
                 if let Some(q) = self.st.reqs.get_mut(p.sreq) {
                     q.status.error = crate::standard::consts::MPI_ERR_OTHER;
@@ -1804,6 +1817,8 @@ impl Engine {
             let failed = pipe.failed.is_some();
             let finished = pipe.done() && rs.got >= rs.expect;
             if finished {
+                self.st.dev_stats.rx.add(pipe.want(), pipe.start);
+                self.st.dev_stats.rx_chunks += pipe.copies;
                 rs.pipe = None;
             }
             if let Some(limit) = credit.filter(|_| !finished) {

@@ -2117,8 +2117,11 @@ pub(super) mod slow_dev {
         pub htod_now: AtomicUsize,
         pub htod_peak: AtomicUsize,
         pub htod: AtomicUsize,
-        /// Whole copies (`DevCopy::htod`, `DevCopy::dtoh`: staging, eager data).
+        /// Whole copies (`DevCopy::htod`, `DevCopy::dtoh`, `DevCopy::dtoh_stage`: staging,
+        /// eager data).
         pub whole: AtomicUsize,
+        /// Of those, the sends staged in the device copies' own memory (`DevCopy::dtoh_stage`).
+        pub staged: AtomicUsize,
     }
 
     /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
@@ -2243,8 +2246,8 @@ pub(super) mod slow_dev {
         ) -> Result<bool, String> {
             Err("no single-copy reads between nodes".into())
         }
-        fn staging(&self, _: usize, _: usize) -> Option<HostStage> {
-            None
+        fn staging(&self, _: usize, len: usize) -> Option<HostStage> {
+            Some(Box::new(vec![0u8; len]))
         }
         unsafe fn htod(&self, dst: usize, data: &[u8]) -> Result<(), String> {
             self.counts.whole.fetch_add(1, SeqCst);
@@ -2254,6 +2257,10 @@ pub(super) mod slow_dev {
         unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
             self.counts.whole.fetch_add(1, SeqCst);
             Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
+        }
+        unsafe fn dtoh_stage(&self, src: usize, len: usize) -> Result<HostStage, String> {
+            self.counts.staged.fetch_add(1, SeqCst);
+            self.dtoh(src, len).map(|v| Box::new(v) as HostStage)
         }
         unsafe fn dtoh_start(
             &self,
@@ -2272,6 +2279,31 @@ pub(super) mod slow_dev {
             Ok(self.later(src as usize, dst, len, true))
         }
     }
+}
+
+/// A device receive of an eager message of many frames gathers them in the device copies'
+/// staging memory and copies the message to the device once (each device copy has a fixed
+/// cost of microseconds), every byte in place.
+#[test]
+fn a_device_receive_of_many_frames_is_one_device_copy() {
+    let mut es = group(2, 64, 256, false);
+    let dev = slow_dev::Slow::default();
+    let counts = dev.counts.clone();
+    es[1].set_device_copies(Box::new(dev));
+    let data = pattern(LIMIT, 9);
+    let mut out = vec![0u8; LIMIT];
+    // SAFETY: `out` outlives the receive, which is waited for below.
+    let r = unsafe { es[1].irecv_dev(out.as_mut_ptr(), LIMIT, true, 7, 0, 4) }.unwrap();
+    let s = send(&mut es[0], &data, 1, 0, 4, false);
+    assert_eq!(wait_on(&mut es, 1, r).bytes, LIMIT);
+    wait_on(&mut es, 0, s);
+    assert!(out == data, "every byte lands");
+    assert_eq!(
+        counts.whole.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "{} frames, one device copy",
+        LIMIT / 256
+    );
 }
 
 /// A matched receive given up in flight writes the rest of its data into a buffer of its
@@ -2306,7 +2338,7 @@ mod net_device {
     use super::devnet::PipeConfig;
     use super::slow_dev::{Counts, Slow};
     use super::*;
-    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -2604,6 +2636,45 @@ mod net_device {
             "a staging receiver copies whole messages"
         );
         pair([OFF, OFF], every_size);
+    }
+
+    /// A device message below the bulk threshold to another node goes eagerly, in one frame:
+    /// the sender stages its buffer once, in the device copies' own staging memory
+    /// (`DevCopy::dtoh_stage`: page-locked and reused in the library), and the receiver copies
+    /// the frame to the device once, with no pipeline or chunk copies at either end.
+    #[test]
+    fn an_eager_device_message_is_staged_once_and_copied_once() {
+        let ([tx, rx], _) = pair_bulk([ON, ON], Some([false, false]), |e, me| {
+            let len = 32 << 10;
+            let src = pattern(len, 0x33);
+            if me == 0 {
+                let s = dsend(e, &src, 5, true);
+                wait(e, s);
+                let r = e.device_net_report().expect("a device message moved");
+                assert!(r.starts_with("send buffers staged whole 1 (32768 B"), "{r}");
+            } else {
+                let mut got = vec![0u8; len];
+                let r = drecv(e, &mut got, 5, true);
+                assert_eq!(wait(e, r).bytes, len);
+                assert!(got == src, "every byte lands");
+                let r = e.device_net_report().expect("a device message moved");
+                assert!(
+                    r.starts_with("copies of received data to the device 1 (32768 B"),
+                    "{r}"
+                );
+            }
+        });
+        let c = |a: &AtomicUsize| a.load(SeqCst);
+        assert_eq!(
+            (c(&tx.staged), c(&tx.whole), c(&tx.dtoh)),
+            (1, 1, 0),
+            "the sender: one staged copy (staged, whole, chunks)"
+        );
+        assert_eq!(
+            (c(&rx.whole), c(&rx.htod)),
+            (1, 0),
+            "the receiver: one copy (whole, chunks)"
+        );
     }
 
     /// Several device messages in flight at once, received in posting order with ANY_TAG:

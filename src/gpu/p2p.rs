@@ -333,9 +333,60 @@ pub unsafe fn dtoh(src: usize, len: usize) -> Result<Vec<u8>, String> {
     Ok(v)
 }
 
+/// The `len` bytes at device address `src`, copied into a staging buffer of the pinned pool
+/// ([`super::stage::staging`]: page-locked and reused above 4 KiB, where the copy engine then
+/// writes it directly instead of through the driver's bounce buffer for pageable memory; the
+/// heap, with the resident kernel's small copy, below): a device send staged whole before its
+/// frames leave.
+///
+/// # Safety
+/// `src..src+len` is readable device memory of this process.
+pub unsafe fn dtoh_stage(src: usize, len: usize) -> Result<super::pool::HostBuf, String> {
+    let info = super::classify(src as *const u8);
+    let mut b = super::stage::staging(&info, len).map_err(|e| e.to_string())?;
+    super::stage::copy_to_host(&info, src, &mut b).map_err(|e| e.to_string())?;
+    Ok(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a machine with a GPU (a recorded skip elsewhere): a device buffer staged whole for
+    /// a send comes back byte for byte, in page-locked memory above 4 KiB (the copy engine
+    /// writes it directly) and in heap memory at or below.
+    #[test]
+    fn a_staged_send_buffer_is_page_locked_above_4k() {
+        let Some(g) = crate::gpu::gpu_or_skip() else {
+            return;
+        };
+        let d = g.device(0).unwrap();
+        for len in [8usize, 4096, 4097, 32 << 10, 60 << 10] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 253) as u8).collect();
+            let dev = cuda::with_context(d.ctx, || cuda::mem_alloc(len)).unwrap();
+            // SAFETY: dev holds len bytes; the copies finish before the checks.
+            unsafe {
+                cuda::with_context(d.ctx, || {
+                    cuda::memcpy_htod_async(dev, &src, d.stream)?;
+                    cuda::stream_synchronize(d.stream)
+                })
+                .unwrap();
+                let b = dtoh_stage(dev, len).unwrap();
+                assert!(b[..] == src[..], "{len} bytes come back");
+                assert_eq!(
+                    b.is_pinned(),
+                    len > 4096,
+                    "{len} bytes: page-locked above 4 KiB"
+                );
+                drop(b);
+                cuda::with_context(d.ctx, || {
+                    cuda::mem_free(dev);
+                    Ok(())
+                })
+                .unwrap();
+            }
+        }
+    }
 
     /// On a machine with a GPU (a recorded skip elsewhere): a push writes this process's device
     /// bytes into an exported buffer at its offset and a pull reads them back, through this

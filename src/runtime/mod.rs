@@ -37,7 +37,7 @@ use crate::transport::net::{Handle, HANDLE_BYTES};
 use crate::transport::route::Routed;
 use objects::CommObj;
 use request::{ReqKind, Request, Status};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 
@@ -302,6 +302,8 @@ fn wait_loop(
     let mut first = look_first;
     let mut fds = Vec::new();
     let mut since = std::time::Instant::now();
+    let block_after = crate::config::snapshot().net.sleep_after;
+    let mut slept = false;
     loop {
         let mut block = false;
         {
@@ -325,7 +327,7 @@ fn wait_loop(
                     since = std::time::Instant::now();
                 }
             }
-            if since.elapsed() >= BLOCK_AFTER {
+            if block_after.is_some_and(|b| since.elapsed() >= b) {
                 fds.clear();
                 block = rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
             }
@@ -334,7 +336,9 @@ fn wait_loop(
             // Only the network can move this wait on: sleep in the kernel until a socket is
             // ready (or the timeout, which bounds what the descriptors might miss).
             backoff.block(|t| {
-                let _ = crate::sys::socket::ppoll(&mut fds, t);
+                let t0 = std::time::Instant::now();
+                let woken = crate::sys::socket::ppoll(&mut fds, t).is_ok_and(|n| n > 0);
+                SLEEPS.note(!std::mem::replace(&mut slept, true), woken, t0.elapsed());
             });
         } else {
             backoff.snooze();
@@ -342,14 +346,55 @@ fn wait_loop(
     }
 }
 
-/// How long a blocking wait spins without progress before it sleeps in `poll` on the network
-/// sockets, where those show everything it waits for (a rank alone on its node, see
-/// [`crate::engine::Engine::wait_fds`]): a rank that polls without ever sleeping is, to the
-/// kernel's scheduler, a task that never yields, and on a machine with more runnable threads
-/// than cores it loses its core for whole time slices (milliseconds) at a time; a rank that
-/// sleeps in `poll` is woken by the data and runs at once. Longer than a round trip between
-/// idle nodes (tens of microseconds), so that an exchange between them still never sleeps.
-const BLOCK_AFTER: std::time::Duration = std::time::Duration::from_micros(50);
+// How long a blocking wait spins without progress before it sleeps in `poll` on the network
+// sockets, where those show everything it waits for (a rank alone on its node, see
+// [`crate::engine::Engine::wait_fds`]), is `GPUMPI_NET_SLEEP_AFTER` (50 us): a rank that polls
+// without ever sleeping is, to the kernel's scheduler, a task that never yields, and on a
+// machine with more runnable threads than cores it loses its core for whole time slices
+// (milliseconds) at a time; a rank that sleeps in `poll` is woken by the data and runs at once.
+// Longer than a round trip between idle nodes (tens of microseconds), so that an exchange
+// between them still never sleeps.
+
+/// How this process's blocking waits slept in `poll` ([`wait_loop`]), for the log at
+/// `MPI_Finalize` (`GPUMPI_DEBUG=2`): the waits that slept at all, the sleeps, those ended by
+/// a ready socket (the rest by their timeout), and the time asleep.
+struct Sleeps {
+    waits: AtomicU64,
+    sleeps: AtomicU64,
+    woken: AtomicU64,
+    ns: AtomicU64,
+}
+
+static SLEEPS: Sleeps = Sleeps {
+    waits: AtomicU64::new(0),
+    sleeps: AtomicU64::new(0),
+    woken: AtomicU64::new(0),
+    ns: AtomicU64::new(0),
+};
+
+impl Sleeps {
+    fn note(&self, first: bool, woken: bool, t: std::time::Duration) {
+        self.waits.fetch_add(u64::from(first), Ordering::Relaxed);
+        self.sleeps.fetch_add(1, Ordering::Relaxed);
+        self.woken.fetch_add(u64::from(woken), Ordering::Relaxed);
+        self.ns.fetch_add(t.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn report(&self) -> Option<String> {
+        let sleeps = self.sleeps.load(Ordering::Relaxed);
+        (sleeps > 0).then(|| {
+            let ns = self.ns.load(Ordering::Relaxed);
+            format!(
+                "{} blocking waits slept in poll: {sleeps} sleeps ({} woken by a socket, the \
+                 rest by their timeout), {:.1} us asleep, {:.2} us each",
+                self.waits.load(Ordering::Relaxed),
+                self.woken.load(Ordering::Relaxed),
+                ns as f64 / 1e3,
+                ns as f64 / 1e3 / sleeps as f64
+            )
+        })
+    }
+}
 
 /// Whether `size` ranks outnumber this process's CPUs (they then share cores on one node).
 fn oversubscribed(size: usize) -> bool {
@@ -885,6 +930,15 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
     RINGS_LIVE.store(false, Ordering::Release);
     let rt = lock().take();
     if let Some(rt) = rt {
+        if let Some(r) = rt.engine.device_net_report() {
+            tracing::debug!(
+                "rank {}: device messages between nodes: {r}",
+                rt.boot.rank()
+            );
+        }
+        if let Some(r) = SLEEPS.report() {
+            tracing::debug!("rank {}: {r}", rt.boot.rank());
+        }
         rt.boot.finalize()?;
     }
     objects::clear_predefined();
