@@ -88,6 +88,8 @@ const _: () = {
         offset_of!(StreamAr, src) == 8 * MAXP && offset_of!(StreamAr, ll_slot) == 8 * MAXP + 72
     );
     assert!(offset_of!(StreamAr, nranks) == 8 * MAXP + 80);
+    // The counter words before the flags.
+    assert!(DONE_OFF + 8 * MAXP <= FLAG_OFF && PIPE_END_OFF + 8 <= DONE_OFF);
 };
 
 /// `StreamAr` as gpu::kabi's test holds it against kernels/stream_ar.cuh.
@@ -882,7 +884,6 @@ mod tests {
     fn scratch_layouts() {
         assert_eq!(PFLAG_OFF, 36864);
         assert_eq!(DATA_OFF, 69632);
-        assert!(DONE_OFF + 8 * MAXP <= FLAG_OFF && PIPE_END_OFF + 8 <= DONE_OFF);
         let t = Tune::DEFAULT;
         for n in 2..=MAXP {
             let l = Layout::for_budget(n, 32 << 20, &t);
