@@ -637,14 +637,14 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_STREAM_LL_MAX",
-        default: "64k",
-        doc: "At 2 ranks, `MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) sends vectors of up to this many bytes as LL words (8 data bytes and two round tags per 16-byte store: no flag and no fence, twice the bytes over NVLink) in one round; `0`: never. Sizes the LL area of the scratch (4 x ranks x this, on top of `GPUMPI_STREAM_SCRATCH`'s other areas, at most a quarter of it). The ranks of a communicator use the smallest value among them.",
+        default: "512k",
+        doc: "At 2 ranks, `MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) sends vectors of up to this many bytes as LL words (8 data bytes and two round tags per 16-byte store: no flag and no fence, twice the bytes over NVLink) in one round; `0`: never. On 4x H100 LL beat flagged rounds up to 512 KiB (8.6 against 10.2 us) and tied at 1 MiB (benches/NOTES.md). Sizes the LL area of the scratch (4 x ranks x this, on top of `GPUMPI_STREAM_SCRATCH`'s other areas, at most a quarter of it). The ranks of a communicator use the smallest value among them.",
         same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_STREAM_LL_MAX_WIDE",
-        default: "16k",
-        doc: "`GPUMPI_STREAM_LL_MAX` for more than 2 ranks (each rank polls every peer's words one after another, so LL loses to flags at smaller sizes than at 2 ranks).",
+        default: "256k",
+        doc: "`GPUMPI_STREAM_LL_MAX` for more than 2 ranks (each rank polls every peer's words one after another, so LL loses to flags at smaller sizes than at 2 ranks: at 4 ranks on 4x H100 it won up to 256 KiB, 11.6 against 11.9 us, and lost from 512 KiB).",
         same_on_every_rank: false,
     },
     Param {
@@ -661,14 +661,20 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_STREAM_PIPE_MIN",
-        default: "4m",
-        doc: "`MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) runs vectors of at least this many bytes pipelined: its blocks in roles (pushers storing round g + 1 into the peers' stages while reducers reduce round g; for two-shot also gatherers), over `GPUMPI_STREAM_STAGES` stages, instead of flagged rounds in which every block pushes, waits and reduces in turn. `0`: never. The ranks of a communicator use the smallest value among them.",
+        default: "0",
+        doc: "At 2 ranks, `MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) runs vectors of at least this many bytes pipelined: its blocks in roles (pushers storing round g + 1 into the peers' stages while reducers reduce round g; for two-shot also gatherers), over `GPUMPI_STREAM_STAGES` stages, instead of flagged rounds in which every block pushes, waits and reduces in turn. `0`: never (the default: at 2 ranks on 4x H100 flagged rounds on 128 blocks were as fast or faster at every size, benches/NOTES.md). The ranks of a communicator use the smallest value among them.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_PIPE_MIN_WIDE",
+        default: "8m",
+        doc: "`GPUMPI_STREAM_PIPE_MIN` for more than 2 ranks (pipelined two-shot; on 4x H100 with 128 MiB of scratch 16 MiB-1 GiB ran 1.2-1.6x faster than flagged rounds, 4 MiB 5% slower). `0`: never.",
         same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_STREAM_SCRATCH",
-        default: "32m",
-        doc: "Device scratch per rank of a stream communicator that uses the stream kernel (`GPUMPI_STREAM_KERNEL`), allocated at its first kernel call, mapped by its peers and freed with the communicator: 68 KiB of counters and flags, the LL area (`GPUMPI_STREAM_LL_MAX`), and the rest in halves: flagged rounds get per sender a slot of each of 2 parities (more than 2 ranks: a gather area as large again; 2 ranks: ~3.9 MiB slots with the default), pipelined calls per sender a stage of each of `GPUMPI_STREAM_STAGES` (more than 2 ranks: gather stages as many; 2 ranks, 4 stages: ~1.9 MiB stages); slots and stages are 64 KiB multiples, at least 64 KiB. A round moves one slot or stage per rank. The ranks use the smallest sizes among them. Suffixes k, m, g.",
+        default: "128m",
+        doc: "Device scratch per rank of a stream communicator that uses the stream kernel (`GPUMPI_STREAM_KERNEL`; 128 MiB: at 4 ranks the pipelined calls ran 1 GiB in 5.1 ms with it against 7.7 with 32 MiB on 4x H100), allocated at its first kernel call, mapped by its peers and freed with the communicator: 68 KiB of counters and flags, the LL area (`GPUMPI_STREAM_LL_MAX`), and the rest in halves: flagged rounds get per sender a slot of each of 2 parities (more than 2 ranks: a gather area as large again; 2 ranks: ~15.5 MiB slots with the default), pipelined calls per sender a stage of each of `GPUMPI_STREAM_STAGES` (more than 2 ranks: gather stages as many; 4 ranks, 4 stages: ~1.9 MiB stages); slots and stages are 64 KiB multiples, at least 64 KiB. A round moves one slot or stage per rank. The ranks use the smallest sizes among them. Suffixes k, m, g.",
         same_on_every_rank: false,
     },
     Param {
@@ -1095,6 +1101,8 @@ pub struct GpuConfig {
     pub stream_one_shot_max: usize,
     /// `GPUMPI_STREAM_PIPE_MIN`.
     pub stream_pipe_min: usize,
+    /// `GPUMPI_STREAM_PIPE_MIN_WIDE`.
+    pub stream_pipe_min_wide: usize,
     /// `GPUMPI_STREAM_PIPE_CHUNK`.
     pub stream_pipe_chunk: usize,
     /// `GPUMPI_STREAM_STAGES`.
@@ -1269,6 +1277,7 @@ impl Config {
                 stream_ll_max_wide: get_usize("GPUMPI_STREAM_LL_MAX_WIDE"),
                 stream_one_shot_max: get_usize("GPUMPI_STREAM_ONE_SHOT_MAX"),
                 stream_pipe_min: get_usize("GPUMPI_STREAM_PIPE_MIN"),
+                stream_pipe_min_wide: get_usize("GPUMPI_STREAM_PIPE_MIN_WIDE"),
                 stream_pipe_chunk: get_usize("GPUMPI_STREAM_PIPE_CHUNK"),
                 stream_stages: get_usize("GPUMPI_STREAM_STAGES"),
             },

@@ -127,6 +127,9 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
     ]
 }
 
+/// The knobs as words of the set-up record.
+const WORDS: usize = 9;
+
 /// The knobs of a communicator's calls (`GPUMPI_STREAM_*`), agreed at set-up: every rank uses
 /// the smallest value among them, so every rank plans every call the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,8 +144,10 @@ pub struct Tune {
     pub ll_max_wide: usize,
     /// Above 2 ranks, two-shot above this (`GPUMPI_STREAM_ONE_SHOT_MAX`).
     pub one_shot_max: usize,
-    /// Pipelined from this size (`GPUMPI_STREAM_PIPE_MIN`; 0: never).
+    /// Pipelined from this size at 2 ranks (`GPUMPI_STREAM_PIPE_MIN`; 0: never).
     pub pipe_min: usize,
+    /// Pipelined from this size above 2 ranks (`GPUMPI_STREAM_PIPE_MIN_WIDE`; 0: never).
+    pub pipe_min_wide: usize,
     /// A pipelined round's slice (`GPUMPI_STREAM_PIPE_CHUNK`; 0: one stage).
     pub pipe_chunk: usize,
     /// Stages of a pipelined call (`GPUMPI_STREAM_STAGES`).
@@ -154,10 +159,11 @@ impl Tune {
     pub const DEFAULT: Tune = Tune {
         blocks: 128,
         block_bytes: 4 << 10,
-        ll_max: 64 << 10,
-        ll_max_wide: 16 << 10,
+        ll_max: 512 << 10,
+        ll_max_wide: 256 << 10,
         one_shot_max: 512 << 10,
-        pipe_min: 4 << 20,
+        pipe_min: 0,
+        pipe_min_wide: 8 << 20,
         pipe_chunk: 0,
         stages: 4,
     };
@@ -172,6 +178,7 @@ impl Tune {
             ll_max_wide: g.stream_ll_max_wide,
             one_shot_max: g.stream_one_shot_max,
             pipe_min: g.stream_pipe_min,
+            pipe_min_wide: g.stream_pipe_min_wide,
             pipe_chunk: g.stream_pipe_chunk,
             stages: g.stream_stages,
         }
@@ -188,7 +195,7 @@ impl Tune {
         }
     }
 
-    fn to_words(self) -> [u64; 8] {
+    fn to_words(self) -> [u64; WORDS] {
         [
             self.blocks,
             self.block_bytes,
@@ -196,13 +203,14 @@ impl Tune {
             self.ll_max_wide,
             self.one_shot_max,
             self.pipe_min,
+            self.pipe_min_wide,
             self.pipe_chunk,
             self.stages,
         ]
         .map(|x| x as u64)
     }
 
-    fn from_words(w: [u64; 8]) -> Tune {
+    fn from_words(w: [u64; WORDS]) -> Tune {
         let u = |i: usize| usize::try_from(w[i]).unwrap_or(usize::MAX);
         Tune {
             blocks: u(0),
@@ -211,8 +219,9 @@ impl Tune {
             ll_max_wide: u(3),
             one_shot_max: u(4),
             pipe_min: u(5),
-            pipe_chunk: u(6),
-            stages: u(7),
+            pipe_min_wide: u(6),
+            pipe_chunk: u(7),
+            stages: u(8),
         }
         .clamped()
     }
@@ -222,6 +231,15 @@ impl Tune {
         let w = self.to_words();
         let v = o.to_words();
         Tune::from_words(std::array::from_fn(|i| w[i].min(v[i])))
+    }
+
+    /// Pipelined from this many bytes for `n` ranks (0: never).
+    pub fn pipe_from(&self, n: usize) -> usize {
+        if n <= 2 {
+            self.pipe_min
+        } else {
+            self.pipe_min_wide
+        }
     }
 
     /// LL up to this many bytes for `n` ranks (a multiple of 16; 0: never).
@@ -315,7 +333,7 @@ pub fn algo_name(algo: u32) -> &'static str {
 }
 
 /// The plan of an allreduce of `bytes` (> 0) over `n` ranks with scratch layout `l` and knobs
-/// `t`: LL up to `t.ll_limit(n)` (within the LL area), pipelined from `t.pipe_min`, flagged
+/// `t`: LL up to `t.ll_limit(n)` (within the LL area), pipelined from `t.pipe_from(n)`, flagged
 /// rounds between; two-shot above `t.one_shot_max` with more than 2 ranks.
 pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
     let t = t.clamped();
@@ -335,7 +353,7 @@ pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
     }
     let two = n > 2 && bytes > t.one_shot_max;
     let want = if two { bytes.div_ceil(n) } else { bytes };
-    if t.pipe_min > 0 && bytes >= t.pipe_min {
+    if t.pipe_from(n) > 0 && bytes >= t.pipe_from(n) {
         let roles = if two { 3 } else { 2 };
         let chunk = if t.pipe_chunk == 0 {
             l.stage
@@ -468,8 +486,8 @@ pub struct Ready {
 /// Where a set-up record's words start: after ok, pid, device UUID and scratch export.
 const REC_WORDS: usize = 1 + 4 + 16 + EXPORT_BYTES;
 /// Bytes of a rank's set-up record: ok, pid, device UUID, scratch export, then slot, stage,
-/// LL capacity and the 8 knobs as u64.
-const REC: usize = REC_WORDS + 8 * 11;
+/// LL capacity and the knobs as u64.
+const REC: usize = REC_WORDS + 8 * (3 + WORDS);
 const _: () = assert!(REC <= super::comm::RECORD_MAX);
 
 /// Set the kernel up for a stream communicator (collective over `host`, the communicator's
@@ -738,6 +756,7 @@ mod tests {
             ll_max_wide: 1 << 10,
             one_shot_max: 256 << 10,
             pipe_min: 192 << 10,
+            pipe_min_wide: 192 << 10,
             pipe_chunk: 0,
             stages: 3,
         }
@@ -795,35 +814,44 @@ mod tests {
     #[test]
     fn plan_choices() {
         let t = Tune::DEFAULT;
-        let l2 = Layout::for_budget(2, 32 << 20, &t);
-        let l4 = Layout::for_budget(4, 32 << 20, &t);
+        let l2 = Layout::for_budget(2, 128 << 20, &t);
+        let l4 = Layout::for_budget(4, 128 << 20, &t);
         let p = plan(8, 2, &l2, &t);
         assert_eq!((p.algo, p.blocks, p.rounds, p.slice), (LL, 1, 1, 16));
-        // 32 KiB: LL on 8 blocks of 4 KiB at 2 ranks; flagged one-shot on 8 blocks at 4.
+        // 32 KiB: LL on 8 blocks of 4 KiB; LL up to 512 KiB at 2 ranks, 256 KiB at 4.
         let p = plan(32 << 10, 2, &l2, &t);
         assert_eq!((p.algo, p.blocks, p.per), (LL, 8, 4 << 10));
-        let p = plan(32 << 10, 4, &l4, &t);
-        assert_eq!((p.algo, p.blocks, p.rounds), (ONE_SHOT, 8, 1));
-        assert_eq!(plan(16 << 10, 4, &l4, &t).algo, LL);
-        assert_eq!(plan((64 << 10) + 16, 2, &l2, &t).algo, ONE_SHOT);
-        // 2 MiB: flagged rounds, one of them, on every block.
+        assert_eq!(plan(32 << 10, 4, &l4, &t).blocks, 8);
+        assert_eq!(plan(512 << 10, 2, &l2, &t).algo, LL);
+        assert_eq!(plan((512 << 10) + 16, 2, &l2, &t).algo, ONE_SHOT);
+        assert_eq!(plan(256 << 10, 4, &l4, &t).algo, LL);
+        assert_eq!(plan((256 << 10) + 16, 4, &l4, &t).algo, ONE_SHOT);
+        // 2 MiB at 2 ranks: flagged rounds, one of them, on every block; never pipelined.
         let p = plan(2 << 20, 2, &l2, &t);
         assert_eq!((p.algo, p.blocks, p.rounds), (ONE_SHOT, 128, 1));
-        // From 4 MiB pipelined: 2 roles at 2 ranks, 3 (two-shot) at 4.
-        let p = plan(4 << 20, 2, &l2, &t);
-        assert_eq!((p.algo, p.parts, p.blocks), (PIPE, 64, 128));
-        assert_eq!(p.rounds, (4usize << 20).div_ceil(l2.stage));
-        let p = plan(1 << 30, 4, &l4, &t);
-        assert_eq!((p.algo, p.parts, p.blocks), (PIPE_TWO, 42, 126));
+        assert_eq!(plan(1 << 30, 2, &l2, &t).algo, ONE_SHOT);
+        // 4 ranks: two-shot above 512 KiB, pipelined (3 roles) from 8 MiB.
         assert_eq!(plan(512 << 10, 4, &l4, &t).algo, ONE_SHOT);
         assert_eq!(plan((512 << 10) + 16, 4, &l4, &t).algo, TWO_SHOT);
+        assert_eq!(plan(4 << 20, 4, &l4, &t).algo, TWO_SHOT);
+        let p = plan(8 << 20, 4, &l4, &t);
+        assert_eq!((p.algo, p.parts, p.blocks), (PIPE_TWO, 42, 126));
+        assert_eq!(plan(1 << 30, 4, &l4, &t).algo, PIPE_TWO);
+        // Pipelining at 2 ranks when asked: 2 roles.
+        let pipe2 = Tune {
+            pipe_min: 4 << 20,
+            ..t
+        };
+        let p = plan(4 << 20, 2, &l2, &pipe2);
+        assert_eq!((p.algo, p.parts, p.blocks), (PIPE, 64, 128));
+        assert_eq!(p.rounds, (4usize << 20).div_ceil(l2.stage));
         // The knobs: pipelining off, LL off, one block, a small pipelined round.
         let off = Tune {
-            pipe_min: 0,
+            pipe_min_wide: 0,
             ll_max: 0,
             ..t
         };
-        assert_eq!(plan(1 << 30, 2, &l2, &off).algo, ONE_SHOT);
+        assert_eq!(plan(1 << 30, 4, &l4, &off).algo, TWO_SHOT);
         assert_eq!(plan(8, 2, &l2, &off).algo, ONE_SHOT);
         let one = Tune { blocks: 1, ..t };
         assert_eq!(plan(1 << 20, 2, &l2, &one).blocks, 1);
@@ -834,7 +862,7 @@ mod tests {
         );
         let chunk = Tune {
             pipe_chunk: 1 << 20,
-            ..t
+            ..pipe2
         };
         let p = plan(1 << 30, 2, &l2, &chunk);
         assert_eq!((p.slice, p.rounds), (1 << 20, 1024));
@@ -855,7 +883,7 @@ mod tests {
         assert_eq!(m.blocks, 128);
         assert_eq!(m.block_bytes, 16);
         assert_eq!(m.stages, 2);
-        assert_eq!(m.ll_max, 64 << 10);
+        assert_eq!(m.ll_max, 512 << 10);
         assert_eq!(b.clamped().blocks, BLOCKS_MAX);
         assert_eq!(Tune::from_words(b.to_words()), b.clamped());
         assert_eq!(Tune { stages: 99, ..a }.clamped().stages, STAGES_MAX);
@@ -901,8 +929,11 @@ mod tests {
             assert!(small.bytes <= l.bytes && small.ll_off <= l.ll_off);
         }
         let l2 = Layout::for_budget(2, 32 << 20, &t);
-        assert_eq!(l2.ll_cap, 64 << 10);
+        assert_eq!(l2.ll_cap, 512 << 10);
         assert!(l2.slot >= 3 << 20 && l2.stage >= 1 << 20, "{l2:?}");
+        let l4 = Layout::for_budget(4, 128 << 20, &t);
+        assert_eq!(l4.ll_cap, 256 << 10);
+        assert!(l4.stage >= 1900 << 10, "{l4:?}");
         // A tiny budget still gets one 64 KiB slot and stage, and an LL area of at most a
         // quarter of it.
         let tiny = Layout::for_budget(8, 256 << 10, &t);
