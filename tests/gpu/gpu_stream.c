@@ -386,8 +386,8 @@ static void ar_check(MPI_Comm c, stream_t s, void *dsend, void *drecv, void *hse
 
 static void kernel_checks(MPI_Comm c, stream_t s, size_t maxn) {
     /* Sizes in elements around the stream kernel's boundaries: a block's 4 KiB, the LL limits
-     * (16 and 64 KiB), the 64 KiB slots and stages that GPUMPI_STREAM_SCRATCH=256k gives, the
-     * one-shot limit (512 KiB), several rounds, pipelined from 4 MiB. */
+     * (256 and 512 KiB), the 64 KiB slots and stages that GPUMPI_STREAM_SCRATCH=256k gives, the
+     * one-shot limit (512 KiB), several rounds, pipelined from 8 MiB above 2 ranks. */
     const size_t sizes[] = {1, 2, 3, 5, 7, 8, 9, 16, 17, 4095, 4097, 8191, 8192, 8193, 16383,
                             16384, 16385, 32773, 65535, 65536, 65537, 131071, 131073, 262147,
                             (1 << 20) + 3};
