@@ -625,8 +625,14 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         name: "GPUMPI_STREAM_BLOCKS",
-        default: "64",
-        doc: "Most blocks (1-128, 512 threads each) of the stream kernel of `MPIX_Allreduce_enqueue` (`GPUMPI_STREAM_KERNEL`); a call uses one block per 32 KiB of a rank's slice of a round, up to this. Block b of each rank exchanges flags only with block b of every peer: the ranks of a communicator use the smallest value among them (agreed when its scratch is set up). Kernels of stream communicators used at the same time on different streams must fit on the GPU together.",
+        default: "128",
+        doc: "Most blocks (1-128, 512 threads each; 128 was 1.2-1.3x faster than 64 from 16 MiB at 2 ranks on 4x H100, benches/NOTES.md) of the stream kernel of `MPIX_Allreduce_enqueue` (`GPUMPI_STREAM_KERNEL`); a flagged or LL call uses one block per `GPUMPI_STREAM_BLOCK_BYTES` of a rank's slice of a round, up to this; a pipelined call (`GPUMPI_STREAM_PIPE_MIN`) splits them into 2 roles (pusher, reducer; 3 with the gatherer of two-shot) of `blocks / roles` blocks each. Block b of each rank exchanges flags only with block b of every peer: the ranks of a communicator use the smallest value among them (agreed when its scratch is set up). Kernels of stream communicators used at the same time on different streams must fit on the GPU together.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_BLOCK_BYTES",
+        default: "4k",
+        doc: "Bytes of a rank's slice of a round per block of the stream kernel (`GPUMPI_STREAM_KERNEL`): a call of a smaller slice runs on fewer blocks (at least one), so 32 KiB runs on 8 blocks with the default (one block's stores over NVLink are slow; many small blocks were faster in the resident kernel, benches/NOTES.md). Rounded up to 16 bytes. The ranks of a communicator use the smallest value among them.",
         same_on_every_rank: false,
     },
     Param {
@@ -636,9 +642,51 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: true,
     },
     Param {
+        name: "GPUMPI_STREAM_LL_MAX",
+        default: "512k",
+        doc: "At 2 ranks, `MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) sends vectors of up to this many bytes as LL words (8 data bytes and two round tags per 16-byte store: no flag and no fence, twice the bytes over NVLink) in one round; `0`: never. On 4x H100 LL beat flagged rounds up to 512 KiB (8.6 against 10.2 us) and tied at 1 MiB (benches/NOTES.md). Sizes the LL area of the scratch (4 x ranks x this, on top of `GPUMPI_STREAM_SCRATCH`'s other areas, at most a quarter of it). The ranks of a communicator use the smallest value among them.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_LL_MAX_WIDE",
+        default: "256k",
+        doc: "`GPUMPI_STREAM_LL_MAX` for more than 2 ranks (each rank polls every peer's words one after another, so LL loses to flags at smaller sizes than at 2 ranks: at 4 ranks on 4x H100 it won up to 256 KiB, 11.6 against 11.9 us, and lost from 512 KiB).",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_ONE_SHOT_MAX",
+        default: "512k",
+        doc: "With more than 2 ranks, `MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) reduces vectors above this many bytes two-shot (each rank reduces one slice and sends it to every peer: 2 (n-1)/n of the vector over NVLink per rank instead of n - 1 times it), up to it one-shot (one exchange instead of two). 2 ranks are always one-shot. The ranks of a communicator use the smallest value among them.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_PIPE_CHUNK",
+        default: "0",
+        doc: "Bytes of a rank's slice per round of the stream kernel's pipelined calls (`GPUMPI_STREAM_PIPE_MIN`), rounded to 16; `0` or more than a stage: one stage (`GPUMPI_STREAM_SCRATCH`). Smaller rounds start the overlap sooner and cost more flags. The ranks of a communicator use the smallest value among them.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_PIPE_MIN",
+        default: "0",
+        doc: "At 2 ranks, `MPIX_Allreduce_enqueue`'s stream kernel (`GPUMPI_STREAM_KERNEL`) runs vectors of at least this many bytes pipelined: its blocks in roles (pushers storing round g + 1 into the peers' stages while reducers reduce round g; for two-shot also gatherers), over `GPUMPI_STREAM_STAGES` stages, instead of flagged rounds in which every block pushes, waits and reduces in turn. `0`: never (the default: at 2 ranks on 4x H100 flagged rounds on 128 blocks were as fast or faster at every size, benches/NOTES.md). The ranks of a communicator use the smallest value among them.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_PIPE_MIN_WIDE",
+        default: "8m",
+        doc: "`GPUMPI_STREAM_PIPE_MIN` for more than 2 ranks (pipelined two-shot; on 4x H100 with 128 MiB of scratch 16 MiB-1 GiB ran 1.2-1.6x faster than flagged rounds, 4 MiB 5% slower). `0`: never.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_STREAM_SCRATCH",
-        default: "32m",
-        doc: "Device scratch per rank of a stream communicator that uses the stream kernel (`GPUMPI_STREAM_KERNEL`), allocated at its first kernel call, mapped by its peers and freed with the communicator: 20 KiB of flags, then per sender a slot of each of 2 parities (and for more than 2 ranks a gather area as large again); a round of a call moves one slot per rank (2 ranks: 8 MiB with the default). The ranks use the smallest slot among them. Suffixes k, m, g.",
+        default: "128m",
+        doc: "Device scratch per rank of a stream communicator that uses the stream kernel (`GPUMPI_STREAM_KERNEL`; 128 MiB: at 4 ranks the pipelined calls ran 1 GiB in 5.1 ms with it against 7.7 with 32 MiB on 4x H100), allocated at its first kernel call, mapped by its peers and freed with the communicator: 68 KiB of counters and flags, the LL area (`GPUMPI_STREAM_LL_MAX`), and the rest in halves: flagged rounds get per sender a slot of each of 2 parities (more than 2 ranks: a gather area as large again; 2 ranks: ~15.5 MiB slots with the default), pipelined calls per sender a stage of each of `GPUMPI_STREAM_STAGES` (more than 2 ranks: gather stages as many; 4 ranks, 4 stages: ~1.9 MiB stages); slots and stages are 64 KiB multiples, at least 64 KiB. A round moves one slot or stage per rank. The ranks use the smallest sizes among them. Suffixes k, m, g.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_STREAM_STAGES",
+        default: "4",
+        doc: "Stages per sender of the stream kernel's pipelined calls (`GPUMPI_STREAM_PIPE_MIN`), 2-8: how many rounds a pusher may run ahead of the peer's reducer. The ranks of a communicator use the smallest value among them.",
         same_on_every_rank: false,
     },
     Param {
@@ -1072,6 +1120,22 @@ pub struct GpuConfig {
     pub stream_blocks: usize,
     /// `GPUMPI_STREAM_SCRATCH`.
     pub stream_scratch: usize,
+    /// `GPUMPI_STREAM_BLOCK_BYTES`.
+    pub stream_block_bytes: usize,
+    /// `GPUMPI_STREAM_LL_MAX`.
+    pub stream_ll_max: usize,
+    /// `GPUMPI_STREAM_LL_MAX_WIDE`.
+    pub stream_ll_max_wide: usize,
+    /// `GPUMPI_STREAM_ONE_SHOT_MAX`.
+    pub stream_one_shot_max: usize,
+    /// `GPUMPI_STREAM_PIPE_MIN`.
+    pub stream_pipe_min: usize,
+    /// `GPUMPI_STREAM_PIPE_MIN_WIDE`.
+    pub stream_pipe_min_wide: usize,
+    /// `GPUMPI_STREAM_PIPE_CHUNK`.
+    pub stream_pipe_chunk: usize,
+    /// `GPUMPI_STREAM_STAGES`.
+    pub stream_stages: usize,
 }
 
 /// The network between nodes, the rails and PXN: used when a job spans nodes.
@@ -1239,6 +1303,14 @@ impl Config {
                 stream_kernel: not_zero("GPUMPI_STREAM_KERNEL"),
                 stream_blocks: get_usize("GPUMPI_STREAM_BLOCKS"),
                 stream_scratch: get_usize("GPUMPI_STREAM_SCRATCH"),
+                stream_block_bytes: get_usize("GPUMPI_STREAM_BLOCK_BYTES"),
+                stream_ll_max: get_usize("GPUMPI_STREAM_LL_MAX"),
+                stream_ll_max_wide: get_usize("GPUMPI_STREAM_LL_MAX_WIDE"),
+                stream_one_shot_max: get_usize("GPUMPI_STREAM_ONE_SHOT_MAX"),
+                stream_pipe_min: get_usize("GPUMPI_STREAM_PIPE_MIN"),
+                stream_pipe_min_wide: get_usize("GPUMPI_STREAM_PIPE_MIN_WIDE"),
+                stream_pipe_chunk: get_usize("GPUMPI_STREAM_PIPE_CHUNK"),
+                stream_stages: get_usize("GPUMPI_STREAM_STAGES"),
             },
             net: NetConfig {
                 backend: get("GPUMPI_NET")

@@ -98,10 +98,16 @@ impl UserStream {
         blocks: usize,
     ) -> Result<(), String> {
         let g = super::gpu().ok_or("CUDA is not available")?;
-        let f = g
+        let k = g
             .kernels(ordinal)?
             .stream_ar
             .ok_or("the library's kernels lack gpumpi_stream_allreduce")?;
+        let f = match a.algo {
+            super::enqueue_kernel::LL => k.ll,
+            super::enqueue_kernel::PIPE | super::enqueue_kernel::PIPE_TWO => k.pipe,
+            super::enqueue_kernel::TWO_SHOT => k.two_shot,
+            _ => k.one_shot,
+        };
         let mut arg = *a;
         let mut params = [&mut arg as *mut super::enqueue_kernel::StreamAr as *mut c_void];
         self.in_ctx(|| {

@@ -28,24 +28,33 @@ use super::kernels::{KOp, KType, MAXP};
 use crate::mpi::error::MpiResult;
 use crate::sys::cuda;
 
-/// Most blocks of one kernel (`SAR_BLOCKS_MAX`: the flag array's size).
+/// Most blocks of one kernel (`SAR_BLOCKS_MAX`: the flag arrays' size).
 pub const BLOCKS_MAX: usize = 128;
 /// Threads per block (`SAR_THREADS`).
 pub const THREADS: u32 = 512;
-/// Where the flags start in a rank's scratch (`SAR_FLAG_OFF`): after the counter words.
+/// The round counter at the end of this rank's last pipelined call (`SAR_PIPE_END_OFF`).
+pub const PIPE_END_OFF: usize = 16;
+/// Each peer's done word (`SAR_DONE_OFF`): u64 per sender.
+pub const DONE_OFF: usize = 64;
+/// Where the flags of flagged rounds start in a rank's scratch (`SAR_FLAG_OFF`): after the
+/// counter words.
 pub const FLAG_OFF: usize = 4096;
-/// Where the data starts (`SAR_DATA_OFF`): after 2 phases x 2 parities x blocks x senders flags.
-pub const DATA_OFF: usize = FLAG_OFF + 2 * 2 * BLOCKS_MAX * MAXP * 8;
+/// Where the pipelined calls' flags start (`SAR_PFLAG_OFF`): after 2 phases x 2 parities x
+/// blocks x senders flags.
+pub const PFLAG_OFF: usize = FLAG_OFF + 2 * 2 * BLOCKS_MAX * MAXP * 8;
+/// Where the data starts (`SAR_DATA_OFF`): after 4 kinds x parts x senders pipelined flags.
+pub const DATA_OFF: usize = PFLAG_OFF + 4 * BLOCKS_MAX * MAXP * 8;
 pub const ONE_SHOT: u32 = 0;
 pub const TWO_SHOT: u32 = 1;
-/// Bytes of a block's part of a slice below which a call uses fewer blocks (one block up to
-/// this size: the latency of small calls is one block's flag round trip).
-pub const BLOCK_BYTES: usize = 32 << 10;
-/// With more than 2 ranks, vectors above this go two-shot (each rank moves 2 (n-1)/n of the
-/// vector instead of n - 1 times it); up to it one-shot (one flag exchange instead of two).
-pub const ONE_SHOT_MAX: usize = 512 << 10;
-/// Alignment of slices and block parts (the kernels' 16-byte vector loads).
+pub const LL: u32 = 2;
+pub const PIPE: u32 = 3;
+pub const PIPE_TWO: u32 = 4;
+/// Most stages of a pipelined call (`SAR_STAGES_MAX`).
+pub const STAGES_MAX: usize = 8;
+/// Alignment of slices, parts, slots and areas (the kernels' 16-byte vector loads and stores).
 const ALIGN: usize = 16;
+/// Slots and stages are multiples of this.
+const UNIT: usize = 64 << 10;
 
 /// `struct StreamAr` of kernels/stream_ar.cuh: the kernel's one (by-value) parameter.
 #[repr(C)]
@@ -58,19 +67,29 @@ pub struct StreamAr {
     pub slice: u64,
     pub per: u64,
     pub slot: u64,
+    pub stage: u64,
+    pub pipe_off: u64,
+    pub ll_off: u64,
+    pub ll_slot: u64,
     pub nranks: u32,
     pub rank: u32,
     pub op: u32,
     pub ty: u32,
     pub algo: u32,
+    pub parts: u32,
+    pub stages: u32,
     pub pad: u32,
 }
 
 const _: () = {
     use std::mem::{offset_of, size_of};
-    assert!(size_of::<StreamAr>() == 8 * MAXP + 48 + 24);
-    assert!(offset_of!(StreamAr, src) == 8 * MAXP && offset_of!(StreamAr, slot) == 8 * MAXP + 40);
-    assert!(offset_of!(StreamAr, nranks) == 8 * MAXP + 48);
+    assert!(size_of::<StreamAr>() == 8 * MAXP + 80 + 32);
+    assert!(
+        offset_of!(StreamAr, src) == 8 * MAXP && offset_of!(StreamAr, ll_slot) == 8 * MAXP + 72
+    );
+    assert!(offset_of!(StreamAr, nranks) == 8 * MAXP + 80);
+    // The counter words before the flags.
+    assert!(DONE_OFF + 8 * MAXP <= FLAG_OFF && PIPE_END_OFF + 8 <= DONE_OFF);
 };
 
 /// `StreamAr` as gpu::kabi's test holds it against kernels/stream_ar.cuh.
@@ -81,8 +100,10 @@ pub(crate) fn layouts() -> Vec<super::kabi::Layout> {
         "StreamAr",
         StreamAr,
         "peers" => peers, "src" => src, "dst" => dst, "bytes" => bytes, "slice" => slice,
-        "per" => per, "slot" => slot, "nranks" => nranks, "rank" => rank, "op" => op,
-        "type" => ty, "algo" => algo, "pad" => pad,
+        "per" => per, "slot" => slot, "stage" => stage, "pipe_off" => pipe_off,
+        "ll_off" => ll_off, "ll_slot" => ll_slot, "nranks" => nranks, "rank" => rank,
+        "op" => op, "type" => ty, "algo" => algo, "parts" => parts, "stages" => stages,
+        "pad" => pad,
     )]
 }
 
@@ -92,59 +113,276 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
     vec![
         ("SAR_BLOCKS_MAX", BLOCKS_MAX as u64),
         ("SAR_THREADS", THREADS as u64),
+        ("SAR_PIPE_END_OFF", PIPE_END_OFF as u64),
+        ("SAR_DONE_OFF", DONE_OFF as u64),
         ("SAR_FLAG_OFF", FLAG_OFF as u64),
+        ("SAR_PFLAG_OFF", PFLAG_OFF as u64),
         ("SAR_DATA_OFF", DATA_OFF as u64),
         ("SAR_ONE_SHOT", ONE_SHOT as u64),
         ("SAR_TWO_SHOT", TWO_SHOT as u64),
+        ("SAR_LL", LL as u64),
+        ("SAR_PIPE", PIPE as u64),
+        ("SAR_PIPE_TWO", PIPE_TWO as u64),
+        ("SAR_STAGES_MAX", STAGES_MAX as u64),
     ]
 }
 
-/// How one call runs: the same on every rank (a function of the vector's bytes, the rank count,
-/// the agreed slot and the block limit).
+/// The knobs as words of the set-up record.
+const WORDS: usize = 9;
+
+/// The knobs of a communicator's calls (`GPUMPI_STREAM_*`), agreed at set-up: every rank uses
+/// the smallest value among them, so every rank plans every call the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tune {
+    /// Most blocks of a kernel (`GPUMPI_STREAM_BLOCKS`).
+    pub blocks: usize,
+    /// A block per this many bytes of a slice (`GPUMPI_STREAM_BLOCK_BYTES`).
+    pub block_bytes: usize,
+    /// LL up to this at 2 ranks (`GPUMPI_STREAM_LL_MAX`).
+    pub ll_max: usize,
+    /// LL up to this above 2 ranks (`GPUMPI_STREAM_LL_MAX_WIDE`).
+    pub ll_max_wide: usize,
+    /// Above 2 ranks, two-shot above this (`GPUMPI_STREAM_ONE_SHOT_MAX`).
+    pub one_shot_max: usize,
+    /// Pipelined from this size at 2 ranks (`GPUMPI_STREAM_PIPE_MIN`; 0: never).
+    pub pipe_min: usize,
+    /// Pipelined from this size above 2 ranks (`GPUMPI_STREAM_PIPE_MIN_WIDE`; 0: never).
+    pub pipe_min_wide: usize,
+    /// A pipelined round's slice (`GPUMPI_STREAM_PIPE_CHUNK`; 0: one stage).
+    pub pipe_chunk: usize,
+    /// Stages of a pipelined call (`GPUMPI_STREAM_STAGES`).
+    pub stages: usize,
+}
+
+impl Tune {
+    /// The built-in defaults (docs/ENV.md).
+    pub const DEFAULT: Tune = Tune {
+        blocks: 128,
+        block_bytes: 4 << 10,
+        ll_max: 512 << 10,
+        ll_max_wide: 256 << 10,
+        one_shot_max: 512 << 10,
+        pipe_min: 0,
+        pipe_min_wide: 8 << 20,
+        pipe_chunk: 0,
+        stages: 4,
+    };
+
+    /// This rank's knobs from the environment, within their ranges.
+    pub fn from_env() -> Tune {
+        let g = &crate::config::snapshot().gpu;
+        Tune {
+            blocks: g.stream_blocks,
+            block_bytes: g.stream_block_bytes,
+            ll_max: g.stream_ll_max,
+            ll_max_wide: g.stream_ll_max_wide,
+            one_shot_max: g.stream_one_shot_max,
+            pipe_min: g.stream_pipe_min,
+            pipe_min_wide: g.stream_pipe_min_wide,
+            pipe_chunk: g.stream_pipe_chunk,
+            stages: g.stream_stages,
+        }
+        .clamped()
+    }
+
+    /// The knobs within the kernel's ranges.
+    pub fn clamped(self) -> Tune {
+        Tune {
+            blocks: self.blocks.clamp(1, BLOCKS_MAX),
+            block_bytes: self.block_bytes.max(1).next_multiple_of(ALIGN),
+            stages: self.stages.clamp(2, STAGES_MAX),
+            ..self
+        }
+    }
+
+    fn to_words(self) -> [u64; WORDS] {
+        [
+            self.blocks,
+            self.block_bytes,
+            self.ll_max,
+            self.ll_max_wide,
+            self.one_shot_max,
+            self.pipe_min,
+            self.pipe_min_wide,
+            self.pipe_chunk,
+            self.stages,
+        ]
+        .map(|x| x as u64)
+    }
+
+    fn from_words(w: [u64; WORDS]) -> Tune {
+        let u = |i: usize| usize::try_from(w[i]).unwrap_or(usize::MAX);
+        Tune {
+            blocks: u(0),
+            block_bytes: u(1),
+            ll_max: u(2),
+            ll_max_wide: u(3),
+            one_shot_max: u(4),
+            pipe_min: u(5),
+            pipe_min_wide: u(6),
+            pipe_chunk: u(7),
+            stages: u(8),
+        }
+        .clamped()
+    }
+
+    /// The least of each knob (the agreement of every rank's values).
+    pub fn least(self, o: Tune) -> Tune {
+        let w = self.to_words();
+        let v = o.to_words();
+        Tune::from_words(std::array::from_fn(|i| w[i].min(v[i])))
+    }
+
+    /// Pipelined from this many bytes for `n` ranks (0: never).
+    pub fn pipe_from(&self, n: usize) -> usize {
+        if n <= 2 {
+            self.pipe_min
+        } else {
+            self.pipe_min_wide
+        }
+    }
+
+    /// LL up to this many bytes for `n` ranks (a multiple of 16; 0: never).
+    pub fn ll_limit(&self, n: usize) -> usize {
+        let m = if n <= 2 {
+            self.ll_max
+        } else {
+            self.ll_max_wide
+        };
+        m / ALIGN * ALIGN
+    }
+}
+
+/// Where each area lies in a rank's scratch: the same on every rank (a function of agreed
+/// values: the rank count, slot, stage, stages and LL capacity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes of one sender's slot of flagged rounds.
+    pub slot: usize,
+    /// Bytes of one sender's stage of pipelined calls.
+    pub stage: usize,
+    pub stages: usize,
+    /// Most data bytes of an LL call (the LL slot holds twice this).
+    pub ll_cap: usize,
+    pub pipe_off: usize,
+    pub ll_off: usize,
+    /// The scratch's bytes.
+    pub bytes: usize,
+}
+
+impl Layout {
+    /// The areas for `n` ranks with these sizes, one after another from DATA_OFF: flagged push
+    /// (and gather) areas, pipelined stages (and gather stages), the LL area.
+    pub fn new(n: usize, slot: usize, stage: usize, stages: usize, ll_cap: usize) -> Layout {
+        let areas = if n > 2 { 4 } else { 2 };
+        let gathers = if n > 2 { 2 } else { 1 };
+        let pipe_off = DATA_OFF + areas * n * slot;
+        let ll_off = pipe_off + gathers * stages * n * stage;
+        Layout {
+            slot,
+            stage,
+            stages,
+            ll_cap,
+            pipe_off,
+            ll_off,
+            bytes: ll_off + 2 * n * 2 * ll_cap,
+        }
+    }
+
+    /// The layout of this rank's scratch for `n` ranks within `budget` bytes: the LL area for
+    /// `t`'s LL limit (at most a quarter of the budget), the rest in halves between the flagged
+    /// slots and the pipelined stages (64 KiB multiples, at least 64 KiB each, so a tiny budget
+    /// still gets a working scratch).
+    pub fn for_budget(n: usize, budget: usize, t: &Tune) -> Layout {
+        let n = n.max(1);
+        let ll_cap = t.ll_limit(n).min(budget / 4 / (4 * n) / ALIGN * ALIGN);
+        let rest = budget.saturating_sub(DATA_OFF + 4 * n * ll_cap) / 2;
+        let areas = if n > 2 { 4 } else { 2 };
+        let gathers = if n > 2 { 2 } else { 1 };
+        let slot = (rest / (areas * n) / UNIT * UNIT).max(UNIT);
+        let stage = (rest / (gathers * t.stages * n) / UNIT * UNIT).max(UNIT);
+        Layout::new(n, slot, stage, t.stages, ll_cap)
+    }
+}
+
+/// How one call runs: the same on every rank (a function of the vector's bytes, the rank
+/// count, the agreed layout and knobs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
     pub algo: u32,
+    /// Blocks of the kernel (pipelined: roles x parts).
     pub blocks: usize,
-    /// Bytes of one rank's slice of a round (one-shot: the whole round).
+    /// Pipelined: blocks of each role (else the same as `blocks`).
+    pub parts: usize,
+    /// Bytes of one rank's slice of a round (one-shot, LL: the whole round).
     pub slice: usize,
-    /// Bytes of a slice each block takes (block b: `[b * per, (b + 1) * per)`, clipped).
+    /// Bytes of a slice each block (part) takes (block b: `[b * per, (b + 1) * per)`, clipped).
     pub per: usize,
     pub rounds: usize,
 }
 
-/// The plan of an allreduce of `bytes` (> 0) over `n` ranks with scratch slots of `slot` bytes
-/// (a multiple of 16) and at most `max_blocks` blocks.
-pub fn plan(bytes: usize, n: usize, slot: usize, max_blocks: usize) -> Plan {
-    let two = n > 2 && bytes > ONE_SHOT_MAX;
+/// The algorithm's name in the debug log.
+pub fn algo_name(algo: u32) -> &'static str {
+    match algo {
+        ONE_SHOT => "one-shot",
+        TWO_SHOT => "two-shot",
+        LL => "one-shot LL",
+        PIPE => "pipelined one-shot",
+        _ => "pipelined two-shot",
+    }
+}
+
+/// The plan of an allreduce of `bytes` (> 0) over `n` ranks with scratch layout `l` and knobs
+/// `t`: LL up to `t.ll_limit(n)` (within the LL area), pipelined from `t.pipe_from(n)`, flagged
+/// rounds between; two-shot above `t.one_shot_max` with more than 2 ranks.
+pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
+    let t = t.clamped();
+    let blocks_for =
+        |slice: usize, most: usize| slice.div_ceil(t.block_bytes).clamp(1, most.max(1));
+    if bytes <= t.ll_limit(n).min(l.ll_cap) {
+        let slice = bytes.next_multiple_of(ALIGN);
+        let blocks = blocks_for(slice, t.blocks);
+        return Plan {
+            algo: LL,
+            blocks,
+            parts: blocks,
+            slice,
+            per: slice.div_ceil(blocks).next_multiple_of(ALIGN),
+            rounds: 1,
+        };
+    }
+    let two = n > 2 && bytes > t.one_shot_max;
     let want = if two { bytes.div_ceil(n) } else { bytes };
-    let slice = want.next_multiple_of(ALIGN).min(slot);
-    let blocks = slice
-        .div_ceil(BLOCK_BYTES)
-        .clamp(1, max_blocks.clamp(1, BLOCKS_MAX));
-    let per = slice.div_ceil(blocks).next_multiple_of(ALIGN);
+    if t.pipe_from(n) > 0 && bytes >= t.pipe_from(n) {
+        let roles = if two { 3 } else { 2 };
+        let chunk = if t.pipe_chunk == 0 {
+            l.stage
+        } else {
+            t.pipe_chunk.next_multiple_of(ALIGN).min(l.stage)
+        };
+        let slice = want.next_multiple_of(ALIGN).min(chunk);
+        let parts = blocks_for(slice, t.blocks / roles);
+        let round = if two { slice * n } else { slice };
+        return Plan {
+            algo: if two { PIPE_TWO } else { PIPE },
+            blocks: roles * parts,
+            parts,
+            slice,
+            per: slice.div_ceil(parts).next_multiple_of(ALIGN),
+            rounds: bytes.div_ceil(round),
+        };
+    }
+    let slice = want.next_multiple_of(ALIGN).min(l.slot);
+    let blocks = blocks_for(slice, t.blocks);
     let round = if two { slice * n } else { slice };
     Plan {
         algo: if two { TWO_SHOT } else { ONE_SHOT },
         blocks,
+        parts: blocks,
         slice,
-        per,
+        per: slice.div_ceil(blocks).next_multiple_of(ALIGN),
         rounds: bytes.div_ceil(round),
     }
-}
-
-/// Bytes of a rank's scratch with slots of `slot` bytes: the push area of both parities, and for
-/// more than 2 ranks (two-shot) the gather area of both parities.
-pub fn scratch_bytes(n: usize, slot: usize) -> usize {
-    let areas = if n > 2 { 4 } else { 2 };
-    DATA_OFF + areas * n * slot
-}
-
-/// The slot of each sender in a rank's scratch for `n` ranks within a scratch budget of
-/// `budget` bytes (64 KiB multiples, at least 64 KiB).
-pub fn slot_for(n: usize, budget: usize) -> usize {
-    let areas = if n > 2 { 4 } else { 2 };
-    let unit = 64 << 10;
-    (budget.saturating_sub(DATA_OFF) / (areas * n.max(1)) / unit * unit).max(unit)
 }
 
 /// Whether a stream communicator of `nranks` ranks may ever use the kernel (`one_node`: all its
@@ -239,13 +477,17 @@ pub struct Ready {
     pub nranks: usize,
     pub rank: usize,
     pub peers: [u64; MAXP],
-    pub slot: usize,
-    /// The most blocks of a kernel (the least of the ranks' `GPUMPI_STREAM_BLOCKS`).
-    pub blocks: usize,
+    /// The scratch's areas (the same on every rank).
+    pub layout: Layout,
+    /// The knobs (the least of the ranks' `GPUMPI_STREAM_*`).
+    pub tune: Tune,
 }
 
-/// Bytes of a rank's set-up record: ok, pid, device UUID, slot, block limit, scratch export.
-const REC: usize = 1 + 4 + 16 + 8 + 8 + EXPORT_BYTES;
+/// Where a set-up record's words start: after ok, pid, device UUID and scratch export.
+const REC_WORDS: usize = 1 + 4 + 16 + EXPORT_BYTES;
+/// Bytes of a rank's set-up record: ok, pid, device UUID, scratch export, then slot, stage,
+/// LL capacity and the knobs as u64.
+const REC: usize = REC_WORDS + 8 * (3 + WORDS);
 const _: () = assert!(REC <= super::comm::RECORD_MAX);
 
 /// Set the kernel up for a stream communicator (collective over `host`, the communicator's
@@ -268,7 +510,8 @@ fn setup_relaxed(
     rank: usize,
 ) -> MpiResult<Result<Ready, String>> {
     let budget = crate::config::snapshot().gpu.stream_scratch;
-    let slot = slot_for(nranks, budget);
+    let tune = Tune::from_env();
+    let layout = Layout::for_budget(nranks, budget, &tune);
     let state = host.gpu().state();
     let list = state.of::<Scratch>();
     // My scratch, allocated and exported (None where this rank cannot).
@@ -279,7 +522,7 @@ fn setup_relaxed(
         g.kernels(ordinal)?
             .stream_ar
             .ok_or("the library's kernels lack gpumpi_stream_allreduce")?;
-        let bytes = scratch_bytes(nranks, slot);
+        let bytes = layout.bytes;
         let addr = cuda::with_context(d.ctx, || {
             let p = cuda::mem_alloc(bytes)?;
             // SAFETY: a fresh allocation of `bytes` bytes, zeroed on gpumpi's own stream (not
@@ -311,15 +554,17 @@ fn setup_relaxed(
     if let (Ok((_, _, e)), Some(u)) = (&mine, uuid) {
         rec[0] = 1;
         rec[5..21].copy_from_slice(&u);
-        rec[37..].copy_from_slice(&e.to_bytes());
+        rec[21..REC_WORDS].copy_from_slice(&e.to_bytes());
     }
     rec[1..5].copy_from_slice(&std::process::id().to_le_bytes());
-    rec[21..29].copy_from_slice(&(slot as u64).to_le_bytes());
-    let blocks = crate::config::snapshot()
-        .gpu
-        .stream_blocks
-        .clamp(1, BLOCKS_MAX);
-    rec[29..37].copy_from_slice(&(blocks as u64).to_le_bytes());
+    let words: Vec<u64> = [layout.slot, layout.stage, layout.ll_cap]
+        .map(|x| x as u64)
+        .into_iter()
+        .chain(tune.to_words())
+        .collect();
+    for (i, w) in words.iter().enumerate() {
+        rec[REC_WORDS + 8 * i..REC_WORDS + 8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
     let all = host.allgather(&rec)?;
     let recs: Vec<&[u8]> = all.chunks(REC).collect();
     if let Some(p) = recs.iter().position(|r| r[0] != 1) {
@@ -335,13 +580,24 @@ fn setup_relaxed(
             "two ranks share a GPU (the kernel needs one rank per GPU)".into(),
         ));
     }
-    let least = |at: usize| {
+    // The least of every rank's word i: sizes every rank's scratch holds, knobs every rank
+    // plans with.
+    let least = |i: usize| {
+        let at = REC_WORDS + 8 * i;
         recs.iter()
-            .map(|r| u64::from_le_bytes(r[at..at + 8].try_into().expect("8 bytes")) as usize)
+            .map(|r| u64::from_le_bytes(r[at..at + 8].try_into().expect("8 bytes")))
             .min()
+            .unwrap_or(0)
     };
-    let slot = least(21).unwrap_or(slot);
-    let blocks = least(29).unwrap_or(1);
+    let tune = Tune::from_words(std::array::from_fn(|i| least(3 + i)));
+    let as_usize = |w: u64| usize::try_from(w).unwrap_or(usize::MAX);
+    let layout = Layout::new(
+        nranks,
+        as_usize(least(0)),
+        as_usize(least(1)),
+        tune.stages,
+        as_usize(least(2)),
+    );
     // Every rank maps every peer's scratch from here on: its release waits for every rank.
     state
         .shared
@@ -360,7 +616,7 @@ fn setup_relaxed(
                 peers[p] = my_addr as u64;
                 continue;
             }
-            let e = Export::from_bytes(&r[37..]).expect("an export");
+            let e = Export::from_bytes(&r[21..REC_WORDS]).expect("an export");
             match ipc::import_pinned(host.world_rank(p), &e, ordinal) {
                 Ok(a) => {
                     st.mapped.push((host.world_rank(p), e.buffer_id));
@@ -384,8 +640,8 @@ fn setup_relaxed(
         nranks,
         rank,
         peers,
-        slot,
-        blocks,
+        layout,
+        tune,
     }))
 }
 
@@ -393,7 +649,8 @@ impl Ready {
     /// The kernel's parameter for an allreduce of `bytes` from `src` into `dst` (device
     /// addresses the kernel may read and write; equal in place), and the plan it follows.
     pub fn params(&self, src: u64, dst: u64, bytes: usize, red: (KOp, KType)) -> (StreamAr, Plan) {
-        let p = plan(bytes, self.nranks, self.slot, self.blocks);
+        let p = plan(bytes, self.nranks, &self.layout, &self.tune);
+        let l = &self.layout;
         let a = StreamAr {
             peers: self.peers,
             src,
@@ -401,12 +658,18 @@ impl Ready {
             bytes: bytes as u64,
             slice: p.slice as u64,
             per: p.per as u64,
-            slot: self.slot as u64,
+            slot: l.slot as u64,
+            stage: l.stage as u64,
+            pipe_off: l.pipe_off as u64,
+            ll_off: l.ll_off as u64,
+            ll_slot: 2 * l.ll_cap as u64,
             nranks: self.nranks as u32,
             rank: self.rank as u32,
             op: red.0.code(),
             ty: red.1.code(),
             algo: p.algo,
+            parts: p.parts as u32,
+            stages: l.stages as u32,
             pad: 0,
         };
         (a, p)
@@ -425,15 +688,34 @@ mod tests {
     }
 
     /// Walk a call as the kernel does and return, for every byte of the vector, how many
-    /// (round, slice, block) parts cover it; check every part lies in its slot, 16-aligned.
-    fn coverage(bytes: usize, n: usize, slot: usize, max_blocks: usize) -> Vec<u8> {
-        let p = plan(bytes, n, slot, max_blocks);
-        assert!(p.blocks >= 1 && p.blocks <= max_blocks.clamp(1, BLOCKS_MAX));
-        assert!(p.slice <= slot && p.slice.is_multiple_of(ALIGN) && p.per.is_multiple_of(ALIGN));
-        assert!(p.per * p.blocks >= p.slice, "{p:?}");
-        let two = p.algo == TWO_SHOT;
+    /// (round, slice, part) pieces cover it; check every piece lies in its slot, stage or LL
+    /// slot, 16-aligned, and the grid fits the flag arrays.
+    fn coverage(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Vec<u8> {
+        let p = plan(bytes, n, l, t);
+        let pipe = p.algo == PIPE || p.algo == PIPE_TWO;
+        let two = p.algo == TWO_SHOT || p.algo == PIPE_TWO;
+        let roles = match p.algo {
+            PIPE => 2,
+            PIPE_TWO => 3,
+            _ => 1,
+        };
+        assert_eq!(p.blocks, roles * p.parts, "{p:?}");
+        assert!(p.parts >= 1 && p.blocks <= BLOCKS_MAX, "{p:?}");
+        if !pipe {
+            assert!(p.blocks <= t.blocks.max(1), "{p:?} {t:?}");
+        }
+        let room = match p.algo {
+            LL => l.ll_cap,
+            PIPE | PIPE_TWO => l.stage,
+            _ => l.slot,
+        };
+        assert!(p.slice <= room && p.slice.is_multiple_of(ALIGN) && p.per.is_multiple_of(ALIGN));
+        assert!(p.per * p.parts >= p.slice, "{p:?}");
         let round = if two { p.slice * n } else { p.slice };
         assert_eq!(p.rounds, bytes.div_ceil(round));
+        if p.algo == LL {
+            assert_eq!(p.rounds, 1);
+        }
         let mut seen = vec![0u8; bytes];
         for r in 0..p.rounds {
             let at = r * round;
@@ -446,10 +728,14 @@ mod tests {
                 } else {
                     (rlen - s0).min(p.slice)
                 };
-                for b in 0..p.blocks {
+                for b in 0..p.parts {
                     let (off, len) = part(p.per, slen, b);
                     assert!(off + len <= p.slice, "inside the slot");
                     assert!(len == 0 || off.is_multiple_of(ALIGN));
+                    if p.algo == LL {
+                        // The LL words of the part: 16 bytes per 8 data bytes, in the LL slot.
+                        assert!(2 * off + 16 * len.div_ceil(8) <= 2 * l.ll_cap);
+                    }
                     if len == 0 {
                         continue;
                     }
@@ -462,37 +748,59 @@ mod tests {
         seen
     }
 
-    /// Every byte of the vector is covered exactly once, for every rank count, around slot and
-    /// block boundaries, odd sizes and the one-shot/two-shot switch.
+    fn small_tune(blocks: usize) -> Tune {
+        Tune {
+            blocks,
+            block_bytes: 4 << 10,
+            ll_max: 4 << 10,
+            ll_max_wide: 1 << 10,
+            one_shot_max: 256 << 10,
+            pipe_min: 192 << 10,
+            pipe_min_wide: 192 << 10,
+            pipe_chunk: 0,
+            stages: 3,
+        }
+    }
+
+    /// Every byte of the vector is covered exactly once, for every rank count and algorithm,
+    /// around LL, block, slot, stage and pipelined boundaries, odd sizes and the one-shot /
+    /// two-shot switch.
     #[test]
     fn plans_cover_every_byte_once() {
-        let slot = 64 << 10;
         for n in 2..=MAXP {
-            for bytes in [
-                1usize,
-                2,
-                4,
-                8,
-                12,
-                15,
-                16,
-                17,
-                4096 + 4,
-                BLOCK_BYTES - 2,
-                BLOCK_BYTES,
-                BLOCK_BYTES + 2,
-                slot - 8,
-                slot,
-                slot + 8,
-                2 * slot + 6,
-                ONE_SHOT_MAX,
-                ONE_SHOT_MAX + 2,
-                n * slot + 4,
-                3 * n * slot - 2,
-                1_000_003 * 2,
-            ] {
-                for blocks in [1, 3, 32, 64] {
-                    let c = coverage(bytes, n, slot, blocks);
+            for blocks in [1, 2, 3, 7, 32, 64, 128] {
+                let t = small_tune(blocks);
+                let l = Layout::new(n, 64 << 10, 64 << 10, t.stages, 4 << 10);
+                let slot = l.slot;
+                for bytes in [
+                    1usize,
+                    2,
+                    4,
+                    8,
+                    12,
+                    15,
+                    16,
+                    17,
+                    1 << 10,
+                    (1 << 10) + 4,
+                    4096 - 4,
+                    4096,
+                    4096 + 4,
+                    t.block_bytes * 3 + 2,
+                    slot - 8,
+                    slot,
+                    slot + 8,
+                    2 * slot + 6,
+                    t.pipe_min - 4,
+                    t.pipe_min,
+                    t.one_shot_max,
+                    t.one_shot_max + 2,
+                    n * slot + 4,
+                    3 * n * slot - 2,
+                    2 * t.stages * n * l.stage + 20,
+                    1_000_003 * 2,
+                ] {
+                    let c = coverage(bytes, n, &l, &t);
                     assert!(
                         c.iter().all(|&x| x == 1),
                         "n={n} bytes={bytes} blocks={blocks}"
@@ -502,27 +810,83 @@ mod tests {
         }
     }
 
-    /// Small calls use one block and one round; large ones many blocks; more than 2 ranks go
-    /// two-shot above ONE_SHOT_MAX, 2 ranks never.
+    /// Which algorithm takes which size; block counts from GPUMPI_STREAM_BLOCK_BYTES.
     #[test]
     fn plan_choices() {
-        let slot = 8 << 20;
-        let p = plan(8, 2, slot, 32);
-        assert_eq!((p.algo, p.blocks, p.rounds, p.slice), (ONE_SHOT, 1, 1, 16));
-        assert_eq!(plan(1 << 30, 2, slot, 32).algo, ONE_SHOT);
-        assert_eq!(plan(1 << 30, 2, slot, 32).blocks, 32);
-        assert_eq!(plan(1 << 30, 2, slot, 32).rounds, 128);
-        assert_eq!(plan(ONE_SHOT_MAX, 4, slot, 32).algo, ONE_SHOT);
-        let t = plan(ONE_SHOT_MAX + 16, 4, slot, 32);
-        assert_eq!(t.algo, TWO_SHOT);
-        assert_eq!(t.rounds, 1);
-        assert_eq!(plan(1 << 30, 4, 2 << 20, 32).rounds, (1 << 30) / (8 << 20));
+        let t = Tune::DEFAULT;
+        let l2 = Layout::for_budget(2, 128 << 20, &t);
+        let l4 = Layout::for_budget(4, 128 << 20, &t);
+        let p = plan(8, 2, &l2, &t);
+        assert_eq!((p.algo, p.blocks, p.rounds, p.slice), (LL, 1, 1, 16));
+        // 32 KiB: LL on 8 blocks of 4 KiB; LL up to 512 KiB at 2 ranks, 256 KiB at 4.
+        let p = plan(32 << 10, 2, &l2, &t);
+        assert_eq!((p.algo, p.blocks, p.per), (LL, 8, 4 << 10));
+        assert_eq!(plan(32 << 10, 4, &l4, &t).blocks, 8);
+        assert_eq!(plan(512 << 10, 2, &l2, &t).algo, LL);
+        assert_eq!(plan((512 << 10) + 16, 2, &l2, &t).algo, ONE_SHOT);
+        assert_eq!(plan(256 << 10, 4, &l4, &t).algo, LL);
+        assert_eq!(plan((256 << 10) + 16, 4, &l4, &t).algo, ONE_SHOT);
+        // 2 MiB at 2 ranks: flagged rounds, one of them, on every block; never pipelined.
+        let p = plan(2 << 20, 2, &l2, &t);
+        assert_eq!((p.algo, p.blocks, p.rounds), (ONE_SHOT, 128, 1));
+        assert_eq!(plan(1 << 30, 2, &l2, &t).algo, ONE_SHOT);
+        // 4 ranks: two-shot above 512 KiB, pipelined (3 roles) from 8 MiB.
+        assert_eq!(plan(512 << 10, 4, &l4, &t).algo, ONE_SHOT);
+        assert_eq!(plan((512 << 10) + 16, 4, &l4, &t).algo, TWO_SHOT);
+        assert_eq!(plan(4 << 20, 4, &l4, &t).algo, TWO_SHOT);
+        let p = plan(8 << 20, 4, &l4, &t);
+        assert_eq!((p.algo, p.parts, p.blocks), (PIPE_TWO, 42, 126));
+        assert_eq!(plan(1 << 30, 4, &l4, &t).algo, PIPE_TWO);
+        // Pipelining at 2 ranks when asked: 2 roles.
+        let pipe2 = Tune {
+            pipe_min: 4 << 20,
+            ..t
+        };
+        let p = plan(4 << 20, 2, &l2, &pipe2);
+        assert_eq!((p.algo, p.parts, p.blocks), (PIPE, 64, 128));
+        assert_eq!(p.rounds, (4usize << 20).div_ceil(l2.stage));
+        // The knobs: pipelining off, LL off, one block, a small pipelined round.
+        let off = Tune {
+            pipe_min_wide: 0,
+            ll_max: 0,
+            ..t
+        };
+        assert_eq!(plan(1 << 30, 4, &l4, &off).algo, TWO_SHOT);
+        assert_eq!(plan(8, 2, &l2, &off).algo, ONE_SHOT);
+        let one = Tune { blocks: 1, ..t };
+        assert_eq!(plan(1 << 20, 2, &l2, &one).blocks, 1);
         assert_eq!(
-            plan(4 << 20, 2, slot, 0).blocks,
-            1,
-            "a zero limit means one block"
+            plan(1 << 30, 4, &l4, &one).blocks,
+            3,
+            "one block of each role"
         );
-        assert_eq!(plan(4 << 20, 2, slot, 1000).blocks, BLOCKS_MAX.min(128));
+        let chunk = Tune {
+            pipe_chunk: 1 << 20,
+            ..pipe2
+        };
+        let p = plan(1 << 30, 2, &l2, &chunk);
+        assert_eq!((p.slice, p.rounds), (1 << 20, 1024));
+    }
+
+    /// Every rank plans with the least of every knob, within the kernel's ranges.
+    #[test]
+    fn tune_agreement() {
+        let a = Tune::DEFAULT;
+        let b = Tune {
+            blocks: 1000,
+            block_bytes: 5,
+            stages: 1,
+            ll_max: 1 << 20,
+            ..a
+        };
+        let m = a.least(b);
+        assert_eq!(m.blocks, 128);
+        assert_eq!(m.block_bytes, 16);
+        assert_eq!(m.stages, 2);
+        assert_eq!(m.ll_max, 512 << 10);
+        assert_eq!(b.clamped().blocks, BLOCKS_MAX);
+        assert_eq!(Tune::from_words(b.to_words()), b.clamped());
+        assert_eq!(Tune { stages: 99, ..a }.clamped().stages, STAGES_MAX);
     }
 
     /// The choice of path: only shared arguments decide, and each refusal says why.
@@ -542,21 +906,38 @@ mod tests {
         assert!(comm_eligible(2, false).is_err());
     }
 
+    /// The areas do not overlap and fit the budget; a layout of agreed (smaller) sizes fits
+    /// every rank's scratch.
     #[test]
-    fn scratch_and_slots() {
-        assert_eq!(DATA_OFF, 36864);
-        let s = slot_for(2, 32 << 20);
-        assert_eq!(s % (64 << 10), 0);
-        assert!(scratch_bytes(2, s) <= 32 << 20);
-        for n in 3..=MAXP {
-            let s = slot_for(n, 32 << 20);
-            assert!(scratch_bytes(n, s) <= 32 << 20, "n={n}");
-            assert!(s >= 64 << 10);
+    fn scratch_layouts() {
+        assert_eq!(PFLAG_OFF, 36864);
+        assert_eq!(DATA_OFF, 69632);
+        let t = Tune::DEFAULT;
+        for n in 2..=MAXP {
+            let l = Layout::for_budget(n, 32 << 20, &t);
+            assert!(l.bytes <= 32 << 20, "n={n} {l:?}");
+            assert!(l.slot >= UNIT && l.slot.is_multiple_of(UNIT));
+            assert!(l.stage >= UNIT && l.stage.is_multiple_of(UNIT));
+            let areas = if n > 2 { 4 } else { 2 };
+            let gathers = if n > 2 { 2 } else { 1 };
+            assert_eq!(l.pipe_off, DATA_OFF + areas * n * l.slot);
+            assert_eq!(l.ll_off, l.pipe_off + gathers * l.stages * n * l.stage);
+            assert_eq!(l.bytes, l.ll_off + 4 * n * l.ll_cap);
+            assert!(l.pipe_off.is_multiple_of(ALIGN) && l.ll_off.is_multiple_of(ALIGN));
+            assert_eq!(l.ll_cap, t.ll_limit(n));
+            let small = Layout::new(n, l.slot / 2, UNIT, 2, 0);
+            assert!(small.bytes <= l.bytes && small.ll_off <= l.ll_off);
         }
-        assert_eq!(
-            slot_for(8, 0),
-            64 << 10,
-            "a tiny budget still gets one 64 KiB slot"
-        );
+        let l2 = Layout::for_budget(2, 32 << 20, &t);
+        assert_eq!(l2.ll_cap, 512 << 10);
+        assert!(l2.slot >= 3 << 20 && l2.stage >= 1 << 20, "{l2:?}");
+        let l4 = Layout::for_budget(4, 128 << 20, &t);
+        assert_eq!(l4.ll_cap, 256 << 10);
+        assert!(l4.stage >= 1900 << 10, "{l4:?}");
+        // A tiny budget still gets one 64 KiB slot and stage, and an LL area of at most a
+        // quarter of it.
+        let tiny = Layout::for_budget(8, 256 << 10, &t);
+        assert_eq!((tiny.slot, tiny.stage), (UNIT, UNIT));
+        assert!(4 * 8 * tiny.ll_cap <= 64 << 10);
     }
 }

@@ -122,6 +122,15 @@ pub fn kernel_for(op: BuiltinOp, e: Elem) -> Option<(KOp, KType)> {
     Some((k, t))
 }
 
+/// The kernels of the stream-ordered allreduce, one per algorithm family.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamArKernels {
+    pub one_shot: Function,
+    pub two_shot: Function,
+    pub ll: Function,
+    pub pipe: Function,
+}
+
 /// The loaded kernels of one device.
 pub struct Kernels {
     reduce: Vec<Function>,
@@ -136,8 +145,9 @@ pub struct Kernels {
     pub resident_mid: Option<Function>,
     /// The kernel-driven allreduce through host memory (kernels/hostar.cuh), per (op, type).
     host_ar: Vec<Function>,
-    /// The stream-ordered allreduce of `MPIX_Allreduce_enqueue` (kernels/stream_ar.cuh).
-    pub stream_ar: Option<Function>,
+    /// The stream-ordered allreduce of `MPIX_Allreduce_enqueue` (kernels/stream_ar.cuh): the
+    /// kernels of flagged rounds (one-shot, two-shot), LL words and pipelined calls.
+    pub stream_ar: Option<StreamArKernels>,
 }
 
 /// `struct HostAr` of kernels/hostar.cuh: one rank's kernel-driven allreduce through pinned
@@ -239,7 +249,14 @@ impl Kernels {
         let resident = cuda::module_function(m, c"gpumpi_resident").ok();
         let resident_mid = cuda::module_function(m, c"gpumpi_resident_mid").ok();
         let pack = cuda::module_function(m, c"gpumpi_pack").ok();
-        let stream_ar = cuda::module_function(m, c"gpumpi_stream_allreduce").ok();
+        let stream_ar = (|| {
+            Some(StreamArKernels {
+                one_shot: cuda::module_function(m, c"gpumpi_stream_allreduce").ok()?,
+                two_shot: cuda::module_function(m, c"gpumpi_stream_allreduce_two").ok()?,
+                ll: cuda::module_function(m, c"gpumpi_stream_allreduce_ll").ok()?,
+                pipe: cuda::module_function(m, c"gpumpi_stream_allreduce_pipe").ok()?,
+            })
+        })();
         Ok(Kernels {
             reduce,
             reduce_n,

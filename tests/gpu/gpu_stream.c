@@ -13,8 +13,8 @@
  * place, 8 calls back to back without synchronizing, host buffers on rank 0 (staged there),
  * and a graph of kernel + MPIX_Allreduce_enqueue + kernel captured as the stream
  * communicator's very first call (so its set-up runs during the capture), replayed 1000 times.
- * `gpu_stream bench [MAX_BYTES]`: instead of the checks, times allreduce (MPI_INT, sum) from 8 B
- * to MAX_BYTES (1 GiB):
+ * `gpu_stream bench [MAX_BYTES [MIN_BYTES [FACTOR]]]`: instead of the checks, times allreduce
+ * (MPI_INT, sum) from MIN_BYTES (8 B) to MAX_BYTES (1 GiB), each size FACTOR (8) times the last:
  * blocking MPI_Allreduce on device buffers, MPIX_Allreduce_enqueue back-to-back on one stream,
  * and the enqueue form replayed from a captured graph of 10 calls; median of 5 rounds, us per
  * call (a benchmark for benches/NOTES.md, not a test: it prints numbers and checks nothing).
@@ -385,8 +385,9 @@ static void ar_check(MPI_Comm c, stream_t s, void *dsend, void *drecv, void *hse
 }
 
 static void kernel_checks(MPI_Comm c, stream_t s, size_t maxn) {
-    /* Sizes in elements around the stream kernel's boundaries: a block's 32 KiB, the 64 KiB
-     * slots that GPUMPI_STREAM_SCRATCH=256k gives, ONE_SHOT_MAX (512 KiB), several rounds. */
+    /* Sizes in elements around the stream kernel's boundaries: a block's 4 KiB, the LL limits
+     * (256 and 512 KiB), the 64 KiB slots and stages that GPUMPI_STREAM_SCRATCH=256k gives, the
+     * one-shot limit (512 KiB), several rounds, pipelined from 8 MiB above 2 ranks. */
     const size_t sizes[] = {1, 2, 3, 5, 7, 8, 9, 16, 17, 4095, 4097, 8191, 8192, 8193, 16383,
                             16384, 16385, 32773, 65535, 65536, 65537, 131071, 131073, 262147,
                             (1 << 20) + 3};
@@ -510,7 +511,7 @@ static double time_allreduce(int kind, MPI_Comm c, stream_t s, int *a, int *b, s
     return worst;
 }
 
-static void bench(MPI_Comm c, stream_t s, size_t max_bytes) {
+static void bench(MPI_Comm c, stream_t s, size_t max_bytes, size_t min_bytes, size_t factor) {
     size_t maxn = max_bytes / sizeof(int);
     int *a, *b;
     CU(cudaMalloc_((void **)&a, maxn * sizeof(int)));
@@ -519,7 +520,9 @@ static void bench(MPI_Comm c, stream_t s, size_t max_bytes) {
     if (rank == 0)
         printf("# gpu_stream bench, %d ranks: allreduce MPI_INT sum, us per call (median of 5, slowest rank)\n"
                "# bytes  blocking  enqueue_back_to_back  enqueue_graph\n", size);
-    for (size_t bytes = 8; bytes <= maxn * sizeof(int); bytes *= 8) {
+    if (min_bytes < sizeof(int)) min_bytes = sizeof(int);
+    if (factor < 2) factor = 2;
+    for (size_t bytes = min_bytes / sizeof(int) * sizeof(int); bytes <= maxn * sizeof(int); bytes *= factor) {
         size_t n = bytes / sizeof(int);
         int iters = bytes <= (1 << 20) ? 200 : bytes <= (64 << 20) ? 20 : 10;
         double t0 = time_allreduce(0, c, s, a, b, n, iters);
@@ -552,7 +555,8 @@ int main(int argc, char **argv) {
     MPIX_Stream xa, xb;
     MPI_Comm ca = stream_comm(a, &xa), cbm = stream_comm(b, &xb);
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
-        bench(ca, a, argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (size_t)1 << 30);
+        bench(ca, a, argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (size_t)1 << 30,
+              argc > 3 ? (size_t)strtoull(argv[3], NULL, 0) : 8, argc > 4 ? (size_t)strtoull(argv[4], NULL, 0) : 8);
         MPI(MPI_Comm_free(&ca));
         MPI(MPI_Comm_free(&cbm));
         MPI_Finalize();

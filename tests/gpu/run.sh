@@ -151,6 +151,9 @@ streamrun() { # label ranks env...
     echo "== $label"
     if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
         -x GPUMPI_STREAM_KERNEL -x GPUMPI_STREAM_SCRATCH -x GPUMPI_STREAM_BLOCKS \
+        -x GPUMPI_STREAM_LL_MAX -x GPUMPI_STREAM_LL_MAX_WIDE -x GPUMPI_STREAM_PIPE_MIN \
+        -x GPUMPI_STREAM_PIPE_CHUNK -x GPUMPI_STREAM_STAGES -x GPUMPI_STREAM_ONE_SHOT_MAX \
+        -x GPUMPI_STREAM_PIPE_MIN_WIDE \
         "$out/gpu_stream" >"$log" 2>&1; then
         { grep -E "^(PASS|FAIL|SKIP)|^gpu_stream|^rank [0-9]+:" "$log" || true; } | head -20 || true
         tail -20 "$log"
@@ -175,6 +178,19 @@ done
 for n in 2 4; do
     streamrun "(stream kernel with 64 KiB slots and 3 blocks: GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3)" "$n" \
         GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3
+done
+# Every algorithm of the stream kernel at sizes it does not take by default: LL words up to 1
+# MiB (the LL area then holds them); pipelined from 16 bytes (2 ranks too) with 64 KiB stages,
+# 2 stages and 16 KiB rounds (many rounds, each stage reused within a call and across calls),
+# flagged rounds everywhere (LL and pipelining off).
+for n in 2 4; do
+    streamrun "(stream kernel, LL words up to 1 MiB: GPUMPI_STREAM_LL_MAX=1m GPUMPI_STREAM_LL_MAX_WIDE=1m GPUMPI_STREAM_SCRATCH=64m)" "$n" \
+        GPUMPI_STREAM_LL_MAX=1m GPUMPI_STREAM_LL_MAX_WIDE=1m GPUMPI_STREAM_SCRATCH=64m
+    streamrun "(stream kernel pipelined from 16 B: GPUMPI_STREAM_PIPE_MIN=16 GPUMPI_STREAM_PIPE_MIN_WIDE=16 GPUMPI_STREAM_STAGES=2 GPUMPI_STREAM_PIPE_CHUNK=16k GPUMPI_STREAM_SCRATCH=1m GPUMPI_STREAM_LL_MAX=0 GPUMPI_STREAM_LL_MAX_WIDE=0 GPUMPI_STREAM_ONE_SHOT_MAX=64k)" "$n" \
+        GPUMPI_STREAM_PIPE_MIN=16 GPUMPI_STREAM_PIPE_MIN_WIDE=16 GPUMPI_STREAM_STAGES=2 GPUMPI_STREAM_PIPE_CHUNK=16k GPUMPI_STREAM_SCRATCH=1m \
+        GPUMPI_STREAM_LL_MAX=0 GPUMPI_STREAM_LL_MAX_WIDE=0 GPUMPI_STREAM_ONE_SHOT_MAX=64k
+    streamrun "(stream kernel, flagged rounds only: GPUMPI_STREAM_PIPE_MIN_WIDE=0 GPUMPI_STREAM_LL_MAX=0 GPUMPI_STREAM_LL_MAX_WIDE=0)" "$n" \
+        GPUMPI_STREAM_PIPE_MIN_WIDE=0 GPUMPI_STREAM_LL_MAX=0 GPUMPI_STREAM_LL_MAX_WIDE=0
 done
 streamrun "(stream kernel off: GPUMPI_STREAM_KERNEL=0, the staged fallback)" 2 GPUMPI_STREAM_KERNEL=0
 for n in 2 4; do

@@ -775,8 +775,10 @@ unsafe fn allreduce_kernel(
             match &r {
                 Ok(x) => tracing::debug!(
                     ranks = x.nranks,
-                    slot = x.slot,
-                    blocks = x.blocks,
+                    slot = x.layout.slot,
+                    stage = x.layout.stage,
+                    ll_cap = x.layout.ll_cap,
+                    blocks = x.tune.blocks,
                     "{F}: stream kernel set up on the communicator"
                 ),
                 Err(why) => tracing::info!(
@@ -815,11 +817,7 @@ unsafe fn allreduce_kernel(
             blocks = p.blocks,
             rounds = p.rounds,
             "{F}: stream kernel ({}){}",
-            if p.algo == crate::gpu::enqueue_kernel::TWO_SHOT {
-                "two-shot"
-            } else {
-                "one-shot"
-            },
+            crate::gpu::enqueue_kernel::algo_name(p.algo),
             captured_note(q.stream.capturing().unwrap_or(false))
         );
         return Ok(true);
