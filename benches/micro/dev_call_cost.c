@@ -16,6 +16,18 @@
 
 static double now_us(void) { return now_ns() / 1e3; }
 
+/* Median us of n cudaMemcpy calls of `bytes` (kind 1 host to device, 2 device to host); tc
+ * holds n samples. */
+static double copy_median(void *dst, const void *src, size_t bytes, int kind, double *tc, int n)
+{
+    for (int i = 0; i < n; i++) {
+        double a = now_us();
+        cudaMemcpy_(dst, src, bytes, kind);
+        tc[i] = now_us() - a;
+    }
+    return median_sorted(tc, n);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -57,32 +69,12 @@ int main(int argc, char **argv)
         }
     }
     double ms = median_sorted(ts, n), mr = median_sorted(tr, n);
-    for (int i = 0; i < n; i++) {
-        double a = now_us();
-        cudaMemcpy_(h, d, bytes, 2);
-        tc[i] = now_us() - a;
-    }
-    double dtoh = median_sorted(tc, n);
-    for (int i = 0; i < n; i++) {
-        double a = now_us();
-        cudaMemcpy_(d, h, bytes, 1);
-        tc[i] = now_us() - a;
-    }
-    double htod = median_sorted(tc, n);
+    double dtoh = copy_median(h, d, bytes, 2, tc, n);
+    double htod = copy_median(d, h, bytes, 1, tc, n);
     /* The same copies from and to pageable memory (the driver's bounce buffer). */
     void *hp = malloc(bytes ? bytes : 1);
-    for (int i = 0; i < n; i++) {
-        double a = now_us();
-        cudaMemcpy_(hp, d, bytes, 2);
-        tc[i] = now_us() - a;
-    }
-    double pdtoh = median_sorted(tc, n);
-    for (int i = 0; i < n; i++) {
-        double a = now_us();
-        cudaMemcpy_(d, hp, bytes, 1);
-        tc[i] = now_us() - a;
-    }
-    double phtod = median_sorted(tc, n);
+    double pdtoh = copy_median(hp, d, bytes, 2, tc, n);
+    double phtod = copy_median(d, hp, bytes, 1, tc, n);
     free(hp);
     for (int r = 0; r < 2; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
