@@ -26,6 +26,10 @@ pub const HOST_SLOT: usize = 64 << 10;
 const THREADS: u32 = 512;
 /// How long a released command may take to finish ([`Res::run`]).
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a released command that has not finished is released again ([`Res::run`]): a
+/// peer's kernel that took the command up after the release overwrote that peer's flag word
+/// in my scratch with its own flag value of the call, which my kernel does not wait for.
+const RELEASE_AGAIN: std::time::Duration = std::time::Duration::from_millis(1);
 /// Largest staging copy the resident kernel can take ([`copy_small`]; its host areas' size).
 /// `GPUMPI_GPU_SMALL_COPY` sets the limit used, at most this.
 pub const COPY_MAX: usize = 16 << 10;
@@ -321,7 +325,8 @@ impl Res {
             self.launch()?;
         }
         let mut spins: u64 = 0;
-        let mut released: Option<std::time::Instant> = None;
+        // When the command was released first, and last.
+        let mut released: Option<(std::time::Instant, std::time::Instant)> = None;
         loop {
             if let Some(ok) = self.finished() {
                 return Ok(released.is_none().then_some(ok));
@@ -341,14 +346,24 @@ impl Res {
                 match released {
                     None if stop() => {
                         release()?;
-                        released = Some(std::time::Instant::now());
+                        let now = std::time::Instant::now();
+                        released = Some((now, now));
                     }
-                    Some(t) if t.elapsed() > RELEASE_WAIT => {
+                    Some((t, _)) if t.elapsed() > RELEASE_WAIT => {
                         return Err(format!(
                             "the kernel did not finish a command it was released from within \
                              {} s; the GPU's resident kernels are unusable",
                             RELEASE_WAIT.as_secs()
                         ));
+                    }
+                    Some((t, last)) if last.elapsed() > RELEASE_AGAIN => {
+                        tracing::debug!(
+                            seq = self.seq,
+                            "resident kernel: command released again (a peer's flag came after \
+                             the release)"
+                        );
+                        release()?;
+                        released = Some((t, std::time::Instant::now()));
                     }
                     _ => {}
                 }

@@ -34,6 +34,8 @@ use mid::Algo;
 
 pub mod kernel;
 pub mod mid;
+#[cfg(test)]
+mod model;
 
 /// The largest vector or block of the resident path in the current mode.
 fn slot_limit() -> usize {
@@ -63,7 +65,7 @@ pub(crate) struct CommRes {
     peers: [u64; MAXP],
     /// The peers' scratch mapped here: (world rank, buffer id).
     mapped: Vec<(usize, u64)>,
-    flagv: u64,
+    chain: Chain,
     verified: bool,
     /// The scratch of the wide kernel (mid-size calls), else of the one-block kernel.
     wide: bool,
@@ -167,10 +169,43 @@ pub fn flag_after_stop(seq: u64) -> u64 {
     (seq + 1) << 17 | 1
 }
 
+/// The chain of flag values of one resident kernel on a communicator ([`flag_value`]), the
+/// same on every rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Chain {
+    /// The flag value of the kernel's previous call, or [`flag_after_stop`] of the call given
+    /// up since.
+    prev: u64,
+    /// A call was given up since the kernel's previous call.
+    stopped: bool,
+}
+
+impl Chain {
+    /// The flag value of call `seq` of shape `shape`, and whether the ranks must first wait for
+    /// each other (a host barrier). After a given-up call they must: a rank's kernel may still
+    /// be in that call, its release (every flag word of my scratch at the call's parity, see
+    /// [`release`]) not yet written, when a peer that gave up earlier already runs its next
+    /// call. The parities do not keep them apart (the call after a stop has parity 0,
+    /// whatever the given-up call's was, and even then the peer's next call may be at the
+    /// parity of the call before, which this rank may still be reading): the peer's flag of the
+    /// new call, written into this rank's scratch, would be overwritten by the release, and this
+    /// rank's kernel would wait for it for ever.
+    pub(crate) fn next(&mut self, seq: u64, shape: u16) -> (u64, bool) {
+        self.prev = flag_value(self.prev, seq, shape);
+        (self.prev, std::mem::take(&mut self.stopped))
+    }
+
+    /// Call `seq` failed on this rank.
+    pub(crate) fn stop(&mut self, seq: u64) {
+        self.prev = flag_after_stop(seq);
+        self.stopped = true;
+    }
+}
+
 /// Call `seq` of the communicator failed on this rank (the ranks called different
 /// collectives there, or one gave it up): its next resident call's flag continues from
 /// [`flag_after_stop`], as on every rank that failed the same call, whatever each rank ran
-/// in it.
+/// in it, after a host barrier ([`Chain::next`]).
 pub fn call_failed(g: &CommGpu, seq: u64) {
     if let Some(st) = g.peek() {
         for x in st
@@ -179,7 +214,7 @@ pub fn call_failed(g: &CommGpu, seq: u64) {
             .unwrap_or_else(|e| e.into_inner())
             .iter_mut()
         {
-            x.flagv = flag_after_stop(seq);
+            x.chain.stop(seq);
         }
     }
 }
@@ -233,7 +268,7 @@ fn comm_state(c: &ResCall, st: &State, ordinal: i32, wide: bool) -> Result<Expor
         export: Some(export),
         peers: [0; MAXP],
         mapped: Vec::new(),
-        flagv: 0,
+        chain: Chain::default(),
         verified: false,
         wide,
         bytes,
@@ -469,7 +504,7 @@ fn setup_host(c: &ResCall, ordinal: i32, host: &dyn Host) -> MpiResult<bool> {
         export: None,
         peers,
         mapped: Vec::new(),
-        flagv: 0,
+        chain: Chain::default(),
         verified: true,
         wide: false,
         bytes: 0,
@@ -540,8 +575,8 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, _ready: bool) -> MpiResult<bool>
             kind |= RES_MID_LL;
         }
     }
-    st.flagv = flag_value(st.flagv, c.seq, shape_digest(kind, op, ty, c.bytes));
-    let (flagv, scratch) = (st.flagv, st.scratch);
+    let (flagv, sync) = st.chain.next(c.seq, shape_digest(kind, op, ty, c.bytes));
+    let scratch = st.scratch;
     let cmd = ResCmd {
         seq: 0,
         kind,
@@ -551,11 +586,20 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, _ready: bool) -> MpiResult<bool>
         bytes: c.bytes as u64,
         src: c.src as u64,
         dst: c.dst as u64,
-        flagv: st.flagv,
+        flagv,
         desc: (st.scratch + if wide { MID_DESC_OFF } else { DESC_OFF }) as u64,
     };
     let ordinal = st.ordinal;
     drop(comms);
+    if sync {
+        // The first call after a given-up one: every rank's kernel has left that call (and
+        // its release is written) before any rank's kernel writes this call's flags.
+        tracing::debug!(
+            seq = c.seq,
+            "resident collectives: the first call after a given-up one waits for every rank"
+        );
+        host.barrier()?;
+    }
     // Every rank runs this call here: say so in its record, with the flag value.
     host.commit(flagv);
     let failed = std::cell::RefCell::new(None);
