@@ -913,6 +913,32 @@ pub fn parse_size(s: &str) -> Option<usize> {
     num.parse::<usize>().ok()?.checked_mul(mul)
 }
 
+/// A list of numbers in the kernel's and PMIx's form (`0-3,8,10-11`: numbers and ascending
+/// ranges, blanks around each allowed), sorted and deduplicated; an empty string is the empty
+/// list. `None` when a part is empty or malformed, a range descends, or a number exceeds
+/// `max`.
+pub fn parse_index_list(s: &str, max: usize) -> Option<Vec<usize>> {
+    let mut v = Vec::new();
+    if !s.trim().is_empty() {
+        for part in s.split(',').map(str::trim) {
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (a.trim().parse::<usize>().ok()?, b.trim().parse().ok()?),
+                None => {
+                    let a = part.parse::<usize>().ok()?;
+                    (a, a)
+                }
+            };
+            if a > b || b > max {
+                return None;
+            }
+            v.extend(a..=b);
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    Some(v)
+}
+
 /// The process environment's value of `name`.
 fn environ(name: &str) -> Option<String> {
     std::env::var(name).ok()

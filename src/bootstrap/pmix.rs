@@ -78,22 +78,7 @@ pub fn job_id_from(ns: &str) -> String {
 
 /// Parse `pmix.lpeers` ("0,1,2,3" or with ranges "0-3,8"), sorted and deduplicated.
 pub fn parse_peers(s: &str) -> Option<Vec<usize>> {
-    let mut v = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if b < a || b - a > 1 << 24 {
-                    return None;
-                }
-                v.extend(a..=b);
-            }
-            None => v.push(part.parse().ok()?),
-        }
-    }
-    v.sort_unstable();
-    v.dedup();
-    Some(v)
+    crate::config::parse_index_list(s, 1 << 24)
 }
 
 pub struct PmixBootstrap {

@@ -60,24 +60,11 @@ impl RankCpus {
     /// The inverse of [`RankCpus::to_text`]; `None` when malformed.
     pub fn parse(s: &str) -> Option<RankCpus> {
         let (machine, list) = s.trim().split_once(' ')?;
-        let mut cpus = Vec::new();
-        if list != "-" {
-            for part in list.split(',') {
-                let (a, b) = match part.split_once('-') {
-                    Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
-                    None => {
-                        let a = part.parse::<usize>().ok()?;
-                        (a, a)
-                    }
-                };
-                if a > b || b >= CPU_LIMIT {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-        }
-        cpus.sort_unstable();
-        cpus.dedup();
+        let cpus = match list {
+            "-" => Vec::new(),
+            "" => return None,
+            l => crate::config::parse_index_list(l, CPU_LIMIT - 1)?,
+        };
         (!machine.is_empty()).then(|| RankCpus {
             machine: machine.to_string(),
             cpus,

@@ -302,6 +302,14 @@ fn wait_loop(
     let mut first = look_first;
     let mut fds = Vec::new();
     let mut since = std::time::Instant::now();
+    // How long a blocking wait spins without progress before it sleeps in `poll` on the
+    // network sockets, where those show everything it waits for (a rank alone on its node, see
+    // [`crate::engine::Engine::wait_fds`]): `GPUMPI_NET_SLEEP_AFTER`. A rank that polls
+    // without ever sleeping is, to the kernel's scheduler, a task that never yields, and on a
+    // machine with more runnable threads than cores it loses its core for whole time slices
+    // (milliseconds) at a time; a rank that sleeps in `poll` is woken by the data and runs at
+    // once. The default is longer than a round trip between idle nodes (tens of
+    // microseconds), so that an exchange between them still never sleeps.
     let block_after = crate::config::snapshot().net.sleep_after;
     let mut slept = false;
     loop {
@@ -345,15 +353,6 @@ fn wait_loop(
         }
     }
 }
-
-// How long a blocking wait spins without progress before it sleeps in `poll` on the network
-// sockets, where those show everything it waits for (a rank alone on its node, see
-// [`crate::engine::Engine::wait_fds`]), is `GPUMPI_NET_SLEEP_AFTER` (50 us): a rank that polls
-// without ever sleeping is, to the kernel's scheduler, a task that never yields, and on a
-// machine with more runnable threads than cores it loses its core for whole time slices
-// (milliseconds) at a time; a rank that sleeps in `poll` is woken by the data and runs at once.
-// Longer than a round trip between idle nodes (tens of microseconds), so that an exchange
-// between them still never sleeps.
 
 /// How this process's blocking waits slept in `poll` ([`wait_loop`]), for the log at
 /// `MPI_Finalize` (`GPUMPI_DEBUG=2`): the waits that slept at all, the sleeps, those ended by
@@ -466,6 +465,14 @@ fn own_cpus() -> crate::coll::pieces::RankCpus {
     }
 }
 
+/// How the log names a piece size (0: whole calls).
+fn pieces_text(most: usize) -> String {
+    match most {
+        0 => "whole calls".to_string(),
+        n => format!("in pieces of at most {n} bytes"),
+    }
+}
+
 /// Chooses the piece size of a job that spans nodes (after the fence that published every
 /// rank's [`CPUS_KEY`] when `GPUMPI_COLL_PIECE` is `auto`): every rank reads every rank's CPUs
 /// and applies the same rule (`coll::pieces::choose`), so all choose alike. Rank 0 logs the
@@ -477,10 +484,7 @@ fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
             if boot.rank() == 0 {
                 tracing::info!(
                     "collectives between nodes: {} (GPUMPI_COLL_PIECE={n})",
-                    match n {
-                        0 => "whole calls".to_string(),
-                        n => format!("in pieces of at most {n} bytes"),
-                    }
+                    pieces_text(n)
                 );
             }
             n
@@ -502,10 +506,7 @@ fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
                     "collectives between nodes: {} (GPUMPI_COLL_PIECE=auto: fewest CPUs per \
                      rank {}.{:03} on rank {} ({} CPUs in its mask), {} ranks on {} machines, \
                      pieces need {} per rank)",
-                    match c.most {
-                        0 => "whole calls".to_string(),
-                        n => format!("in pieces of at most {n} bytes"),
-                    },
+                    pieces_text(c.most),
                     c.least_milli / 1000,
                     c.least_milli % 1000,
                     c.rank,
