@@ -453,14 +453,33 @@ impl CollExec {
     /// otherwise wait for a receive that never comes.
     pub fn abandon(&mut self, eng: &mut Engine) {
         let mut in_flight = false;
+        let mut using = Vec::new();
         for Pending { id, .. } in self.pending.drain(..) {
             if !eng.is_done(id) && !eng.cancel(id) {
                 in_flight = true;
                 // A send still queued would read the caller's buffer after the call returned,
                 // a receive in flight would write it.
-                eng.detach(id);
+                if eng.detach(id) {
+                    using.push(id);
+                    continue;
+                }
             }
             eng.free(id);
+        }
+        // What cannot be moved off the caller's buffers (a bulk transfer the network writes
+        // into a receive buffer or reads from a send buffer, a copy in progress) ends before the
+        // call returns: the caller may free those buffers then.
+        let mut b = crate::engine::Backoff::new();
+        while let Some(&id) = using.first() {
+            if eng.is_done(id) {
+                eng.free(id);
+                using.remove(0);
+                b.reset();
+            } else if eng.progress() {
+                b.reset();
+            } else {
+                b.snooze();
+            }
         }
         if in_flight {
             std::mem::forget(std::mem::take(&mut self.tmp));

@@ -1426,8 +1426,12 @@ impl Engine {
     /// whose buffers the caller may free or reuse once its call returned. Device buffers,
     /// sends already in the transport (bulk transfers included), and receives whose data a
     /// copy already in progress writes (a shared read, a pipe, a bulk transfer) are left as
-    /// they are.
-    pub fn detach(&mut self, req: ReqId) {
+    /// they are: `true` for those, and for a matched receive left as it is (a shared read, a
+    /// pipe, a bulk transfer, device memory), whose writes into the caller's buffer the caller
+    /// must let end ([`Engine::progress`] until [`Engine::is_done`]) before that buffer may go
+    /// away; they end, since a bulk transfer is agreed by both ends and the sender's part is
+    /// never cancelled.
+    pub fn detach(&mut self, req: ReqId) -> bool {
         let busy = self
             .st
             .reads
@@ -1440,12 +1444,16 @@ impl Engine {
             ..
         }) = self.st.reqs.get_mut(req.0)
         {
-            if !rs.posted && !rs.dev && !busy && !rs.bulk && rs.stage.is_none() && rs.cap > 0 {
+            if rs.posted || rs.cap == 0 {
+                return false;
+            }
+            if !rs.dev && !busy && !rs.bulk && rs.stage.is_none() {
                 let mut v = vec![0u8; rs.cap];
                 rs.buf = v.as_mut_ptr();
                 rs.owned = Some(v);
+                return false;
             }
-            return;
+            return true;
         }
         if let Some(Req {
             kind: ReqKind::Send(s),
@@ -1453,8 +1461,12 @@ impl Engine {
             ..
         }) = self.st.reqs.get_mut(req.0)
         {
-            if s.dev || s.pushed || s.bulk || s.staged.is_some() || s.len == 0 {
-                return;
+            if s.bulk {
+                // An agreed bulk transfer reads the caller's buffer until it ends.
+                return true;
+            }
+            if s.dev || s.pushed || s.staged.is_some() || s.len == 0 {
+                return false;
             }
             // SAFETY: the send's buffer is valid for len bytes until the send completes (the
             // contract of isend), and the caller detaches before its buffer goes away.
@@ -1462,6 +1474,7 @@ impl Engine {
             s.buf = v.as_ptr();
             s.staged = Some(Box::new(v));
         }
+        false
     }
 
     /// Release a request; an incomplete one is released when it completes.

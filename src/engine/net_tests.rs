@@ -222,6 +222,83 @@ fn large_messages_between_nodes_move_as_bulk_transfers() {
     });
 }
 
+/// A collective schedule given up while a bulk transfer writes into its receive buffer (the
+/// call's peer ran something else and sent what the schedule had matched) returns only once
+/// the transfer has ended: its caller may free the buffer as soon as the call returns.
+#[test]
+fn a_given_up_schedule_returns_after_its_bulk_transfer_ended() {
+    use crate::coll::schedule::{BufId, Region, Schedule, Step};
+    const MIN: usize = 64 << 10;
+    const LEN: usize = 48 << 20;
+    let es = engines_with(2, Some(MIN));
+    std::thread::scope(|s| {
+        for (me, mut e) in es.into_iter().enumerate() {
+            s.spawn(move || {
+                if me == 0 {
+                    let d = data(LEN, 42);
+                    let a = SendArgs {
+                        ctx: 1,
+                        tag: -10,
+                        ..send_args(&d, 1, 0, 0)
+                    };
+                    // SAFETY: `d` outlives the wait.
+                    let r = unsafe { e.isend(a) }.unwrap();
+                    assert_eq!(wait(&mut e, r).error, MPI_SUCCESS);
+                } else {
+                    let mut out = vec![0u8; LEN];
+                    let sched = Schedule {
+                        steps: vec![
+                            Step::Recv {
+                                peer: 0,
+                                dst: Region::new(BufId::Recv, 0, LEN),
+                            },
+                            Step::Wait,
+                        ],
+                        tmp_len: 0,
+                    };
+                    // SAFETY: `out` outlives the executor; the schedule sends nothing.
+                    let mut x = unsafe {
+                        coll::CollExec::new(
+                            sched,
+                            std::ptr::null(),
+                            out.as_mut_ptr(),
+                            1,
+                            -10,
+                            std::sync::Arc::from(vec![0usize, 1]),
+                            1,
+                            Box::new(|_: &[u8], _: &mut [u8]| Ok(())),
+                        )
+                    };
+                    // Until the receive has matched and its bulk transfer is under way.
+                    let end = Instant::now() + Duration::from_secs(30);
+                    let bulk = |e: &Engine| {
+                        e.st.reqs.ids().into_iter().any(|id| {
+                            matches!(e.st.reqs.get(id),
+                                Some(Req { kind: ReqKind::Recv(rs), done: false, .. }) if rs.bulk)
+                        })
+                    };
+                    while !bulk(&e) {
+                        assert!(!x.advance(&mut e).unwrap(), "ended before it was given up");
+                        assert!(Instant::now() < end, "no bulk transfer started");
+                    }
+                    x.abandon(&mut e);
+                    assert_eq!(
+                        e.live_requests(),
+                        0,
+                        "a transfer outlived the given-up call"
+                    );
+                    assert!(
+                        out == data(LEN, 42),
+                        "every byte was written before the return"
+                    );
+                    assert_eq!(e.bulk_transfers(), 1);
+                }
+                drop(e);
+            });
+        }
+    });
+}
+
 /// With bulk transfers off (`GPUMPI_NET_BULK_MIN=off`), large messages between nodes are
 /// streamed as frames and arrive the same.
 #[test]

@@ -53,6 +53,17 @@ impl<T> Slab<T> {
     pub fn len(&self) -> usize {
         self.items.len() - self.free.len()
     }
+
+    /// The ids of the live entries.
+    #[cfg(test)]
+    pub fn ids(&self) -> Vec<u64> {
+        self.items
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, v))| v.is_some())
+            .map(|(i, (g, _))| ((*g as u64) << 32) | i as u64)
+            .collect()
+    }
 }
 
 #[cfg(test)]

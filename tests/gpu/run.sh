@@ -18,8 +18,9 @@
 # registrations, device bytes moved by the double with CUDA copies) and checks from the debug log
 # that every message from 64 KiB on went as one GPUDirect RDMA bulk transfer, nothing staged (it
 # prints "SKIP: gpu_net gdr: <why>" without a C compiler or where the backend registers no device
-# memory); gpu_net at 2 and 4 ranks, gpu_test and gpu_mem at 4 ranks over 2 emulated nodes run
-# again with GPUMPI_NET=ib over the double (every rank must log its ib rail); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# memory); gpu_net at 2 and 4 ranks (also with small chunks, staged whole, allreduce and
+# alltoall in 64 KiB pieces and whole), gpu_test at 2 and 4 and gpu_mem at 4 ranks over 2
+# emulated nodes run again with GPUMPI_NET=ib over the double (every rank must log its ib rail); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
@@ -296,18 +297,22 @@ gdrrun
 # their own each): device point-to-point from the bulk threshold on by GPUDirect RDMA, the rest
 # (smaller messages, collectives' host mirrors and relayed pieces, memory the double cannot
 # share: VMM, managed) through host memory. Every rank must log its ib rail.
-ibrun() { # program nranks [args...]
-    local label="$1 -n $2 over 2 emulated nodes, GPUMPI_NET=ib over the libibverbs test double"
-    local prog=$1 n=$2 log="$out/ib_$1_$2.log" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$-$1-$2" rails
+ibn=0
+ibrun() { # [VAR=VAL...] program nranks [args...]; IBRUN_WANT: a line the log must contain
+    local vars=() xs=() want="${IBRUN_WANT:-}"
+    while [[ "${1:-}" == *=* ]]; do vars+=("$1"); xs+=(-x "${1%%=*}"); shift; done
+    ibn=$((ibn + 1))
+    local label="$1 -n $2 over 2 emulated nodes, GPUMPI_NET=ib over the libibverbs test double${vars[*]:+ (${vars[*]})}"
+    local prog=$1 n=$2 log="$out/ib_$1_$2_$ibn.log" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$-$ibn" rails
     shift 2
     echo "== $label"
     if [ "$ib_built" = no ]; then
         echo "SKIP: $prog over ib: the libibverbs test double does not build here"
         verdict "$label" skip "the libibverbs test double does not build here"; return
     fi
-    if ! GPUMPI_DEBUG=1 GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$ib_lib" FAKEIBV_FABRIC="$fabric" \
+    if ! env GPUMPI_DEBUG=1 GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$ib_lib" FAKEIBV_FABRIC="$fabric" "${vars[@]}" \
         "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG -x GPUMPI_NET \
-        -x GPUMPI_IBVERBS_LIB -x FAKEIBV_FABRIC "$emu" 2 "$out/$prog" "$@" >"$log" 2>&1; then
+        -x GPUMPI_IBVERBS_LIB -x FAKEIBV_FABRIC "${xs[@]}" "$emu" 2 "$out/$prog" "$@" >"$log" 2>&1; then
         rm -f "$fabric"
         grep -E "^(PASS|FAIL|SKIP)|gpumpi|fakeibv" "$log" | grep -v " INFO " | head -20 || true; tail -30 "$log"
         verdict "$label" fail; return
@@ -319,14 +324,24 @@ ibrun() { # program nranks [args...]
     rails=$(grep -c "ib: rail" "$log") || rails=0
     if [ "$rails" -ne "$n" ]; then
         verdict "$label" fail "$rails of $n ranks logged an ib rail"
+    elif [ -n "$want" ] && ! grep -q "$want" "$log"; then
+        verdict "$label" fail "no \"$want\" in the log"
     else
         verdict "$label" pass
     fi
 }
 ibrun gpu_net 2
 ibrun gpu_net 4
+ibrun gpu_test 2 1048577
 ibrun gpu_test 4 1048577
 ibrun gpu_mem 4
+# The device-buffer variants of the emulated-node runs above over ib: small chunks, staged
+# whole, and allreduce/alltoall in 64 KiB pieces relayed through pinned host memory.
+ibrun GPUMPI_NET_GPU_CHUNK=65536 GPUMPI_NET_GPU_DEPTH=2 gpu_net 2
+ibrun GPUMPI_NET_GPU_PIPELINE=0 gpu_net 2
+IBRUN_WANT="alltoall between nodes in pieces, device buffers relayed" \
+    ibrun GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 gpu_net 4 4194316
+ibrun GPUMPI_COLL_PIECE=0 gpu_net 2
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {

@@ -48,6 +48,9 @@
  * the dma-buf entry point, as gpumpi's `host_memory_as_device_for_tests` does) moves as host
  * memory at the IOVA.
  *
+ * fakeibv_peer_qps() (not a verb) counts this process's connected queue pairs whose peer is
+ * another process's, for tests that count connections.
+ *
  * FAKEIBV_TRACE=PATH appends one line per executed RDMA read and per RDMA write with
  * immediate (`read <remote addr> <len>`, `write_imm <remote addr> <len>`), in execution order,
  * so tests can check when a read (the GPUDirect flush) was issued. */
@@ -541,6 +544,24 @@ int ibv_destroy_qp(struct ibv_qp *qp) {
     unlock();
     free(qp);
     return 0;
+}
+
+/* Not a verb: for tests. The queue pairs of this process connected (RTR or RTS) to a queue
+ * pair of another process, so a test can count the connections it opened (0 before the fabric
+ * is set up). */
+int fakeibv_peer_qps(void) {
+    if (!F) return 0;
+    int32_t me = getpid();
+    int n = 0;
+    lock();
+    for (int i = 0; i < MAXQP; i++) {
+        struct fqp *q = &F->qp[i];
+        if (!q->used || q->pid != me || (q->state != QPS_RTR && q->state != QPS_RTS)) continue;
+        uint32_t d = q->dest_qpn - 0x100;
+        n += d < MAXQP && F->qp[d].used && F->qp[d].pid != me;
+    }
+    unlock();
+    return n;
 }
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
