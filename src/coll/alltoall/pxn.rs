@@ -90,11 +90,8 @@ pub fn build_blocks(
     // The input blocks; in place they are copied aside first, since received blocks land in Recv.
     let src: Vec<Region> = if a.in_place {
         let at = alloc(n * len);
-        for d in 0..n {
-            b.copy(
-                Region::recv(recv[d].off, len),
-                Region::tmp(at + d * len, len),
-            );
+        for (d, blk) in recv.iter().enumerate().take(n) {
+            b.copy(Region::recv(blk.off, len), Region::tmp(at + d * len, len));
         }
         (0..n).map(|d| Region::tmp(at + d * len, len)).collect()
     } else {
