@@ -11,7 +11,8 @@
 //! scatter_ring_allgather. reduce: binomial, rabenseifner. allreduce: recursive_doubling,
 //! rabenseifner, ring (commutative only). gather: binomial; gatherv: linear. scatter: binomial;
 //! scatterv: linear. allgather: recursive_doubling (power-of-two sizes; else Bruck), bruck,
-//! ring; allgatherv: ring. alltoall: bruck, pairwise; alltoallv, alltoallw: pairwise.
+//! ring; allgatherv: ring. alltoall: bruck, pairwise (between nodes with PXN: `alltoall::pxn`,
+//! chosen by the dispatcher, not the table); alltoallv, alltoallw: pairwise.
 //! reduce_scatter(_block): recursive_halving (commutative only), recursive_halving_ordered,
 //! pairwise. scan, exscan:
 //! recursive_doubling. Every algorithm marked `ordered` combines operands in rank order

@@ -137,6 +137,29 @@ impl CollSpec {
         })
     }
 
+    /// An alltoall between nodes with PXN on (`CommObj::pxn_via`), or a piece of one (an
+    /// alltoallv whose blocks are all `p.bytes` long on every rank): the schedule through the
+    /// PXN forwarders, one network message per (forwarder, destination)
+    /// (`coll::alltoall::pxn`).
+    fn pxn_alltoall(&self, args: &CollArgs, p: &Packed) -> Option<coll::Schedule> {
+        if self.kind != CollKind::Alltoall {
+            return None;
+        }
+        let via = self.comm.pxn_via()?;
+        let nodes = self.comm.nodes.as_deref()?;
+        tracing::debug!(
+            "alltoall through the PXN forwarders over {} nodes",
+            nodes.count()
+        );
+        Some(match p.as_kind {
+            None => coll::alltoall::pxn::build(args, nodes, &via),
+            Some(CollKind::Alltoallv) => {
+                coll::alltoall::pxn::build_blocks(args, nodes, &via, p.bytes, p.sblocks, p.rblocks)
+            }
+            Some(_) => return None,
+        })
+    }
+
     /// Build the schedule of call (or internal call) `no` over packed operands `p` (the
     /// hierarchical one over `nodes` where given) and its executor, with the consistency
     /// checks of the call: the record it publishes and, between nodes, the notes its messages
@@ -164,12 +187,13 @@ impl CollSpec {
             nodes: self.comm.node_count,
         };
         let kind = p.as_kind.unwrap_or(self.kind);
-        let (algo, sched) = match nodes {
-            Some(nodes) => {
+        let (algo, sched) = match (self.pxn_alltoall(&args, &p), nodes) {
+            (Some(s), _) => ("pxn", Arc::new(s)),
+            (None, Some(nodes)) => {
                 tracing::debug!("hierarchical {} over {} nodes", kind.name(), nodes.count());
                 ("hierarchical", Arc::new(hier::build(kind, &args, nodes)?))
             }
-            None => coll::build_shared(kind, &args)?,
+            (None, None) => coll::build_shared(kind, &args)?,
         };
         tracing::debug!(
             coll = kind.name(),

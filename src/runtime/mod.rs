@@ -433,6 +433,15 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
 /// `GPUMPI_COLL_PIECE` is `auto`.
 const CPUS_KEY: &str = "gpumpi-cpus";
 
+/// The rail of every world rank where PXN is on (set at `MPI_Init`): the alltoall between
+/// nodes goes through the PXN forwarders (`coll::alltoall::pxn`, `CommObj::pxn_via`).
+static PXN_RAILS: OnceLock<Vec<usize>> = OnceLock::new();
+
+/// Each world rank's rail where PXN is on, else `None`.
+pub fn pxn_rails() -> Option<&'static [usize]> {
+    PXN_RAILS.get().map(Vec::as_slice)
+}
+
 /// The piece size of large collectives between nodes chosen at `MPI_Init` ([`coll_piece`]).
 static COLL_PIECE: OnceLock<usize> = OnceLock::new();
 
@@ -784,6 +793,9 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 .clone()
                 .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
             let pxn = layout.enabled(mode);
+            if pxn {
+                let _ = PXN_RAILS.set(layout.rail_of.clone());
+            }
             let hops = crate::topo::pxn::routes(&layout, rank, pxn);
             tracing::info!(
                 "rank {rank}: PXN {} (GPUMPI_PXN={}), {} off-node peers through a forwarder",

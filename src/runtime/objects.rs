@@ -59,6 +59,9 @@ pub struct CommObj {
     /// How many nodes the group's ranks are on (1 for a job on one node): the tuning table's
     /// `nodes` condition (`coll::select`).
     pub node_count: usize,
+    /// Where PXN is on and forwards some message between the group's nodes: the rank that puts
+    /// each block of an alltoall on the network ([`pxn_via`]), computed at the first alltoall.
+    pub pxn: OnceLock<Option<Arc<crate::coll::alltoall::pxn::Via>>>,
     /// The GPU paths' agreement on this communicator when it is not MPI_COMM_WORLD
     /// (`engine::agree::words`).
     pub agree: crate::engine::agree::words::CommState,
@@ -99,6 +102,7 @@ impl CommObj {
             one_node: crate::bootstrap::node::one_node(&group.ranks),
             node_count: nodes.as_ref().map_or(1, |n| n.count()),
             nodes: nodes.filter(|n| n.worth_it()).map(Arc::new),
+            pxn: OnceLock::new(),
             peers,
             group,
             rank,
@@ -115,6 +119,18 @@ impl CommObj {
     }
     pub fn size(&self) -> usize {
         self.group.size()
+    }
+    /// The PXN forwarders of this communicator's alltoall (`None`: PXN off, the group on one
+    /// node, or no block forwarded): every rank computes the same from the job's rails.
+    pub fn pxn_via(&self) -> Option<Arc<crate::coll::alltoall::pxn::Via>> {
+        self.pxn
+            .get_or_init(|| {
+                let nodes = self.nodes.as_deref()?;
+                let rails = crate::runtime::pxn_rails()?;
+                let rail: Vec<usize> = self.group.ranks.iter().map(|&w| rails[w]).collect();
+                pxn_via(nodes, &rail).map(Arc::new)
+            })
+            .clone()
     }
     /// The number of the next collective on this communicator, also its tag (the same on every
     /// rank, since MPI requires collectives to be called in the same order). Every collective
@@ -609,9 +625,75 @@ pub fn builtin_op(h: MPI_Op) -> Option<crate::mpi::op::BuiltinOp> {
     })
 }
 
+/// The PXN plan (`topo::pxn::proxy`) over a group's own ranks (`nodes`, `rail` of each): the
+/// rank that puts each block of an alltoall on the network; `None` where no block is forwarded.
+pub fn pxn_via(
+    nodes: &crate::coll::hier::Nodes,
+    rail: &[usize],
+) -> Option<crate::coll::alltoall::pxn::Via> {
+    let l = crate::topo::pxn::Layout {
+        node_of: nodes.of.clone(),
+        rail_of: rail.to_vec(),
+    };
+    let via = crate::coll::alltoall::pxn::Via::new(nodes, |s, d| {
+        crate::topo::pxn::proxy(&l, s, d, true).unwrap_or(s)
+    });
+    via.forwards().then_some(via)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With PXN, the alltoall between nodes of 2 nodes x 2, 4 or 8 ranks on 2 or 4 rails (local
+    /// rank i on rail i mod rails) sends exactly the PXN plan's network operations with
+    /// aggregation (`topo::pxn::alltoall`): one per (forwarder, destination), the messages of
+    /// the pairwise schedule divided by the rails (by the local ranks per rail where there are
+    /// as many rails as ranks per rail), none across rails.
+    #[test]
+    fn pxn_alltoall_sends_the_plans_network_operations() {
+        use crate::coll::schedule::{Schedule, Step};
+        use crate::coll::{alltoall, hier::Nodes, CollArgs};
+        for (per, rails) in [(2, 2), (4, 2), (4, 4), (8, 2)] {
+            let n = 2 * per;
+            let node_of: Vec<usize> = (0..n).map(|r| r / per).collect();
+            let rail: Vec<usize> = (0..n).map(|r| r % per % rails).collect();
+            let nodes = Nodes::new(&node_of);
+            let via = pxn_via(&nodes, &rail).expect("forwarders");
+            let l = crate::topo::pxn::Layout {
+                node_of,
+                rail_of: rail.clone(),
+            };
+            let net = |r: usize, s: &Schedule| -> Vec<usize> {
+                s.steps
+                    .iter()
+                    .filter_map(|st| match *st {
+                        Step::Send { peer, .. } if l.node_of[peer] != l.node_of[r] => Some(peer),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let (mut on, mut off) = (0, 0);
+            for r in 0..n {
+                let a = CollArgs::new(r, n, 64);
+                let to = net(r, &alltoall::pxn::build(&a, &nodes, &via));
+                assert!(to.iter().all(|&d| rail[d] == rail[r]), "rank {r}: {to:?}");
+                on += to.len();
+                off += net(r, &alltoall::pairwise::build(&a)).len();
+            }
+            let what = format!("2x{per} on {rails} rails");
+            assert_eq!(on, crate::topo::pxn::alltoall(&l, true, true).ops, "{what}");
+            assert_eq!(
+                off,
+                crate::topo::pxn::alltoall(&l, false, false).ops,
+                "{what}"
+            );
+            assert_eq!(on * rails, off, "{what}");
+        }
+        // One rail: nothing to forward, the communicator keeps its other schedules.
+        let nodes = Nodes::new(&[0, 0, 1, 1]);
+        assert!(pxn_via(&nodes, &[0, 0, 0, 0]).is_none());
+    }
 
     /// A user communicator in the registry with context `ctx`, this process at `rank`, over
     /// world ranks `ranks`.

@@ -1,4 +1,6 @@
-//! Alltoall: Bruck (small blocks), pairwise exchange (large; also alltoallv/alltoallw).
+//! Alltoall: Bruck (small blocks), pairwise exchange (large; also alltoallv/alltoallw), and
+//! between nodes through PXN forwarders ([`pxn`]).
 
 pub mod bruck;
 pub mod pairwise;
+pub mod pxn;

@@ -1,0 +1,433 @@
+//! Alltoall between nodes through PXN forwarders, with the forwarder's messages to one remote
+//! rank combined into one: every block from rank `s` to rank `d` on another node leaves the
+//! node from one rank, [`Via::get`]`(s, d)` (the local rank on `d`'s rail that the PXN plan
+//! names, or `s` itself where it sends directly), and a forwarder sends everything it carries
+//! for one destination as one message.
+//!
+//! Two epochs:
+//! 1. inside the node: each rank sends each other rank `t` of its node one message, its block
+//!    for `t` followed by its blocks for the remote ranks `t` forwards for it (ascending);
+//! 2. between nodes: each rank sends each remote rank `d` it carries blocks for one message,
+//!    the blocks of the senders `s` of its node with `via(s, d)` = itself, in ascending `s`;
+//!    `d` receives from each rank `p` of another node the blocks of the senders `p` carries for
+//!    it, and unpacks them.
+//!
+//! So the network carries one message per (forwarder, destination) pair: with PXN the local
+//! ranks of a rail share their messages to a remote rank, and the operations of one alltoall
+//! are those of the PXN plan with aggregation (`topo::pxn::alltoall`). Every block length is
+//! the same `len` on every rank (an alltoall, or a piece of one), so a forwarder knows the size
+//! of what it carries without asking. A message that holds a single block goes straight from
+//! the sender's buffer into the receiver's (no copy); packed ones go through `Tmp`.
+
+use crate::coll::hier::Nodes;
+use crate::coll::schedule::{Builder, Region};
+use crate::coll::{Block, CollArgs, Schedule};
+
+/// The rank that puts each block between nodes on the network: `of[s * n + d]` for the block
+/// from `s` to `d` (communicator ranks; entries between ranks of one node are unused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Via {
+    n: usize,
+    of: Vec<u32>,
+}
+
+impl Via {
+    /// The table of `f(s, d)` over the `n` ranks of a communicator whose nodes are `nodes`.
+    /// `f(s, d)` must lie on `s`'s node (checked: else `s` itself).
+    pub fn new(nodes: &Nodes, f: impl Fn(usize, usize) -> usize) -> Via {
+        let n = nodes.of.len();
+        let mut of = vec![0u32; n * n];
+        for s in 0..n {
+            for d in 0..n {
+                let p = if nodes.of[s] == nodes.of[d] {
+                    s
+                } else {
+                    let p = f(s, d);
+                    if p < n && nodes.of[p] == nodes.of[s] {
+                        p
+                    } else {
+                        s
+                    }
+                };
+                of[s * n + d] = p as u32;
+            }
+        }
+        Via { n, of }
+    }
+
+    /// The rank that sends `s`'s block for `d` over the network.
+    pub fn get(&self, s: usize, d: usize) -> usize {
+        self.of[s * self.n + d] as usize
+    }
+
+    /// Whether some block leaves through a rank other than its sender.
+    pub fn forwards(&self) -> bool {
+        (0..self.n).any(|s| (0..self.n).any(|d| self.get(s, d) != s))
+    }
+}
+
+/// The schedule of rank `a.rank` for an alltoall whose blocks are `len` bytes on every rank:
+/// `send[d]` in `Send` (`recv[d]` in `Recv` when in place) goes to `d`, `recv[s]` comes from
+/// `s`.
+pub fn build_blocks(
+    a: &CollArgs,
+    nodes: &Nodes,
+    via: &Via,
+    len: usize,
+    send: &[Block],
+    recv: &[Block],
+) -> Schedule {
+    let (r, n) = (a.rank, a.size);
+    let mut b = Builder::new();
+    if len == 0 {
+        return b.finish();
+    }
+    let mut tmp = 0;
+    let mut alloc = |l: usize| {
+        tmp += l;
+        tmp - l
+    };
+    // The input blocks; in place they are copied aside first, since received blocks land in Recv.
+    let src: Vec<Region> = if a.in_place {
+        let at = alloc(n * len);
+        for (d, blk) in recv.iter().enumerate().take(n) {
+            b.copy(Region::recv(blk.off, len), Region::tmp(at + d * len, len));
+        }
+        (0..n).map(|d| Region::tmp(at + d * len, len)).collect()
+    } else {
+        send.iter().map(|s| Region::send(s.off, len)).collect()
+    };
+    let dst = |s: usize| Region::recv(recv[s].off, len);
+    let g = nodes.of[r];
+    let members = &nodes.ranks[g];
+    let remote: Vec<usize> = (0..n).filter(|&d| nodes.of[d] != g).collect();
+    // Epoch 1, inside the node: to each other member t, my block for t and those t carries.
+    let mut got = Vec::with_capacity(members.len());
+    for &t in members {
+        if t == r {
+            continue;
+        }
+        let mine: Vec<usize> = std::iter::once(t)
+            .chain(remote.iter().copied().filter(|&d| via.get(r, d) == t))
+            .collect();
+        if mine.len() == 1 {
+            b.send(t, src[t]);
+        } else {
+            let at = alloc(mine.len() * len);
+            for (i, &d) in mine.iter().enumerate() {
+                b.copy(src[d], Region::tmp(at + i * len, len));
+            }
+            b.send(t, Region::tmp(at, mine.len() * len));
+        }
+        // What t sends me: its block for me, then its blocks for the remote ranks I carry.
+        let theirs: Vec<usize> = remote
+            .iter()
+            .copied()
+            .filter(|&d| via.get(t, d) == r)
+            .collect();
+        if theirs.is_empty() {
+            b.recv(t, dst(t));
+            got.push((t, None, theirs));
+        } else {
+            let at = alloc((1 + theirs.len()) * len);
+            b.recv(t, Region::tmp(at, (1 + theirs.len()) * len));
+            got.push((t, Some(at), theirs));
+        }
+    }
+    if !a.in_place {
+        b.copy(src[r], dst(r));
+    }
+    b.wait();
+    // Where the block from member s for remote d is now.
+    let held = |s: usize, d: usize| -> Region {
+        if s == r {
+            return src[d];
+        }
+        let (_, at, theirs) = got.iter().find(|(t, _, _)| *t == s).expect("member");
+        let i = theirs.iter().position(|&x| x == d).expect("carried block");
+        Region::tmp(at.expect("packed") + (1 + i) * len, len)
+    };
+    for (t, at, _) in &got {
+        if let Some(at) = at {
+            b.copy(Region::tmp(*at, len), dst(*t));
+        }
+    }
+    // Epoch 2, between nodes: one message per remote rank I carry blocks for.
+    for &d in &remote {
+        let from: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&s| via.get(s, d) == r)
+            .collect();
+        match from.len() {
+            0 => {}
+            1 => b.send(d, held(from[0], d)),
+            k => {
+                let at = alloc(k * len);
+                for (i, &s) in from.iter().enumerate() {
+                    b.copy(held(s, d), Region::tmp(at + i * len, len));
+                }
+                b.send(d, Region::tmp(at, k * len));
+            }
+        }
+    }
+    // One message from each remote rank p that carries blocks for me.
+    let mut unpack = Vec::new();
+    for &p in &remote {
+        let from: Vec<usize> = nodes.ranks[nodes.of[p]]
+            .iter()
+            .copied()
+            .filter(|&s| via.get(s, r) == p)
+            .collect();
+        match from.len() {
+            0 => {}
+            1 => b.recv(p, dst(from[0])),
+            k => {
+                let at = alloc(k * len);
+                b.recv(p, Region::tmp(at, k * len));
+                unpack.push((at, from));
+            }
+        }
+    }
+    b.wait();
+    for (at, from) in unpack {
+        for (i, &s) in from.iter().enumerate() {
+            b.copy(Region::tmp(at + i * len, len), dst(s));
+        }
+    }
+    b.tmp_at_least(tmp);
+    b.finish()
+}
+
+/// Alltoall (`a.bytes` per pair) through the forwarders of `via`.
+pub fn build(a: &CollArgs, nodes: &Nodes, via: &Via) -> Schedule {
+    let blocks: Vec<Block> = (0..a.size)
+        .map(|i| Block::new(i * a.bytes, a.bytes))
+        .collect();
+    build_blocks(a, nodes, via, a.bytes, &blocks, &blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coll::schedule::Step;
+    use crate::coll::sim::{simulate, RankBufs};
+
+    /// Deterministic pseudo-random numbers (an LCG), for irregular layouts.
+    fn lcg(seed: &mut u64) -> usize {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*seed >> 33) as usize
+    }
+
+    /// A forwarder rule of the PXN plan's kind: the block from `s` to `d` on another rail
+    /// leaves through a rank of `s`'s node on `d`'s rail (the `k mod m`-th of the `m` there, `d`
+    /// being the `k`-th of its node on that rail), or through `s` where none is there.
+    fn rail_rule(nodes: &Nodes, rail: &[usize]) -> Via {
+        Via::new(nodes, |s, d| {
+            if rail[s] == rail[d] {
+                return s;
+            }
+            let on = |g: usize| -> Vec<usize> {
+                nodes.ranks[g]
+                    .iter()
+                    .copied()
+                    .filter(|&x| rail[x] == rail[d])
+                    .collect()
+            };
+            let cand = on(nodes.of[s]);
+            if cand.is_empty() {
+                return s;
+            }
+            let k = on(nodes.of[d]).iter().position(|&x| x == d).unwrap();
+            cand[k % cand.len()]
+        })
+    }
+
+    /// Every shape: 2-3 nodes of 1-8 ranks on 1-8 rails, round-robin, in blocks or at random
+    /// (so that some nodes miss rails), ranks of a node consecutive or interleaved.
+    fn shapes() -> Vec<(String, Nodes, Vec<usize>)> {
+        let mut out = Vec::new();
+        let mut seed = 11u64;
+        for nodes in 2..=3 {
+            for per in 1..=8 {
+                for rails in 1..=8 {
+                    let n = nodes * per;
+                    let random: Vec<usize> = (0..n).map(|_| lcg(&mut seed) % rails).collect();
+                    for (how, node_of) in [
+                        ("blocked", (0..n).map(|r| r / per).collect::<Vec<_>>()),
+                        ("cyclic", (0..n).map(|r| r % nodes).collect()),
+                    ] {
+                        let nd = Nodes::new(&node_of);
+                        let local = |r: usize| nd.ranks[nd.of[r]].iter().position(|&x| x == r);
+                        let rr: Vec<usize> = (0..n).map(|r| local(r).unwrap() % rails).collect();
+                        let bl: Vec<usize> =
+                            (0..n).map(|r| local(r).unwrap() * rails / per).collect();
+                        for (kind, rail) in [("rr", rr), ("block", bl), ("random", random.clone())]
+                        {
+                            out.push((
+                                format!("{nodes}x{per} {how} {kind}/{rails} {rail:?}"),
+                                nd.clone(),
+                                rail,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs every rank's schedule and checks each block arrived where it belongs; returns the
+    /// schedules.
+    fn run(nodes: &Nodes, via: &Via, len: usize, in_place: bool, name: &str) -> Vec<Schedule> {
+        let n = nodes.of.len();
+        let block = |s: usize, d: usize| -> Vec<u8> {
+            (0..len).map(|i| (s * 31 + d * 7 + i) as u8).collect()
+        };
+        let input = |s: usize| (0..n).flat_map(|d| block(s, d)).collect::<Vec<u8>>();
+        let mut bufs: Vec<RankBufs> = (0..n)
+            .map(|r| match in_place {
+                true => RankBufs {
+                    send: vec![],
+                    recv: input(r),
+                },
+                false => RankBufs {
+                    send: input(r),
+                    recv: vec![0xEE; n * len],
+                },
+            })
+            .collect();
+        let scheds: Vec<Schedule> = (0..n)
+            .map(|r| {
+                let a = CollArgs {
+                    in_place,
+                    ..CollArgs::new(r, n, len)
+                };
+                build(&a, nodes, via)
+            })
+            .collect();
+        simulate(&scheds, &mut bufs, 1, &|_, _| unreachable!("no reduction"));
+        for (d, b) in bufs.iter().enumerate() {
+            let want: Vec<u8> = (0..n).flat_map(|s| block(s, d)).collect();
+            assert_eq!(
+                b.recv, want,
+                "{name} len {len} in place {in_place} rank {d}"
+            );
+        }
+        scheds
+    }
+
+    /// (network messages, blocks they carry) of every rank's schedule together.
+    fn network(nodes: &Nodes, scheds: &[Schedule], len: usize) -> (usize, usize) {
+        let mut ops = 0;
+        let mut blocks = 0;
+        for (r, s) in scheds.iter().enumerate() {
+            for st in &s.steps {
+                if let Step::Send { peer, src } = *st {
+                    if nodes.of[peer] != nodes.of[r] {
+                        ops += 1;
+                        blocks += src.len / len;
+                    }
+                }
+            }
+        }
+        (ops, blocks)
+    }
+
+    #[test]
+    fn every_block_arrives_once_with_one_message_per_forwarder_and_destination() {
+        for (name, nodes, rail) in shapes() {
+            let n = nodes.of.len();
+            let via = rail_rule(&nodes, &rail);
+            let direct = Via::new(&nodes, |s, _| s);
+            let remote: Vec<(usize, usize)> = (0..n)
+                .flat_map(|s| (0..n).map(move |d| (s, d)))
+                .filter(|&(s, d)| nodes.of[s] != nodes.of[d])
+                .collect();
+            for (len, in_place) in [(3, false), (8, true)] {
+                let scheds = run(&nodes, &via, len, in_place, &name);
+                let (ops, blocks) = network(&nodes, &scheds, len);
+                // Every block between nodes crosses the network once.
+                assert_eq!(blocks, remote.len(), "{name}");
+                // One message per (forwarder, destination) pair.
+                let pairs: std::collections::BTreeSet<(usize, usize)> =
+                    remote.iter().map(|&(s, d)| (via.get(s, d), d)).collect();
+                assert_eq!(ops, pairs.len(), "{name}");
+                for (r, s) in scheds.iter().enumerate() {
+                    let mut peers: Vec<usize> = s
+                        .steps
+                        .iter()
+                        .filter_map(|st| match *st {
+                            Step::Send { peer, .. } => Some(peer),
+                            _ => None,
+                        })
+                        .collect();
+                    let all = peers.len();
+                    peers.sort();
+                    peers.dedup();
+                    assert_eq!(peers.len(), all, "{name}: rank {r} sends twice to a peer");
+                    for &p in &peers {
+                        // Network messages stay on the destination's rail where the node has
+                        // a rank there.
+                        let has = nodes.ranks[nodes.of[r]].iter().any(|&x| rail[x] == rail[p]);
+                        if nodes.of[p] != nodes.of[r] && has {
+                            assert_eq!(rail[r], rail[p], "{name}: {r} -> {p} crosses rails");
+                        }
+                    }
+                }
+                // Without forwarders: one message per pair of ranks on different nodes.
+                let d = run(&nodes, &direct, len, in_place, &name);
+                assert_eq!(network(&nodes, &d, len), (remote.len(), remote.len()));
+            }
+        }
+    }
+
+    #[test]
+    fn local_ranks_per_rail_divide_the_network_messages() {
+        // Every node has `per_rail` ranks on each of `rails` rails: each remote rank gets one
+        // message from each rank of its rail on every other node, instead of one per rank.
+        for nodes_n in 2..=3 {
+            for rails in 1..=4 {
+                for per_rail in 1..=2 {
+                    let per = rails * per_rail;
+                    let node_of: Vec<usize> = (0..nodes_n * per).map(|r| r / per).collect();
+                    let nodes = Nodes::new(&node_of);
+                    let rail: Vec<usize> = (0..nodes_n * per).map(|r| r % per % rails).collect();
+                    let via = rail_rule(&nodes, &rail);
+                    let scheds = run(&nodes, &via, 4, false, "balanced");
+                    let remote = nodes_n * per * (nodes_n - 1) * per;
+                    assert_eq!(
+                        network(&nodes, &scheds, 4),
+                        (remote / rails, remote),
+                        "{nodes_n}x{per} on {rails} rails"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_forwarders_deliver_too() {
+        // Any rank of the sender's node may forward (and a rank outside it is refused).
+        let mut seed = 5u64;
+        for per in 1..=6 {
+            for nodes_n in 2..=3 {
+                let node_of: Vec<usize> =
+                    (0..nodes_n * per).map(|r| (r * 7 / 3) % nodes_n).collect();
+                let nodes = Nodes::new(&node_of);
+                let n = node_of.len();
+                let pick: Vec<usize> = (0..n * n).map(|_| lcg(&mut seed) % n).collect();
+                let via = Via::new(&nodes, |s, d| pick[s * n + d]);
+                for s in 0..n {
+                    for d in 0..n {
+                        assert_eq!(nodes.of[via.get(s, d)], nodes.of[s]);
+                    }
+                }
+                run(&nodes, &via, 5, false, "random");
+                run(&nodes, &via, 2, true, "random");
+            }
+        }
+    }
+}
