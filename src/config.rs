@@ -247,12 +247,6 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
-        name: "GPUMPI_GPU_PULL",
-        default: "auto",
-        doc: "How a receiver pulls a contiguous device message from a peer GPU's buffer (CUDA IPC) into its own device memory: `auto` = the one-block resident kernel up to 4 KiB; from 4 KiB to 64 MiB, per power-of-two size class and peer, whichever of the one-block resident kernel (up to 16 KiB), the wide resident kernel (`GPUMPI_GPU_RESIDENT_BLOCKS` blocks, one per 4 KiB of the message; 16-byte aligned buffers) and the copy engine (`cuMemcpyAsync`, an event polled) the pulls of this process measured fastest (each tried twice, then the lowest of its last 4 times; every 64th pull of a class tries the next one), the copy engine above; `ce` = the one-block kernel up to 16 KiB, the copy engine above; `wide` = the wide kernel for every pull it can take, any size (tests). The resident kernels are used only as for `GPUMPI_GPU_SMALL_COPY` (kernels loaded, no other process on the GPU, not `0`). Read by the receiving rank.",
-        same_on_every_rank: false,
-    },
-    Param {
         name: "GPUMPI_GPU_P2P_PUSH",
         default: "4M",
         doc: "Bytes (suffixes `k`, `m`, `g`) from which a point-to-point message between two exported device buffers (CUDA IPC) is pushed: the receiver answers the sender's request-to-send with the export of its own buffer and the sender copies local to peer (copy engines write to a peer faster than they read from one: 384-388 against 369-370 GB/s at 512 MiB, benches/NOTES.md, seventh session); smaller messages are pulled (the receiver copies peer to local, one message fewer; push gains nothing below 8 MiB). `off` = always pull. Read by the receiving rank; the sender follows what it is asked.",
@@ -268,6 +262,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_GPU_PIPE_DEPTH",
         default: "4",
         doc: "Slots per pipe (2-16; see `GPUMPI_GPU_PIPE`): a pair of ranks sending device messages through pipes holds `GPUMPI_GPU_PIPE x GPUMPI_GPU_PIPE_DEPTH` bytes (+4 KiB) of page-locked shared host memory per direction (8 MiB by default). The sender's value is used for its pipes.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_GPU_PULL",
+        default: "auto",
+        doc: "How a receiver pulls a contiguous device message from a peer GPU's buffer (CUDA IPC) into its own device memory: `auto` = the one-block resident kernel up to 4 KiB; from 4 KiB to 64 MiB, per power-of-two size class and peer, whichever of the one-block resident kernel (up to 16 KiB), the wide resident kernel (`GPUMPI_GPU_RESIDENT_BLOCKS` blocks, one per 4 KiB of the message; 16-byte aligned buffers) and the copy engine (`cuMemcpyAsync`, an event polled) the pulls of this process measured fastest (each tried twice, then the lowest of its last 4 times; every 64th pull of a class tries the next one), the copy engine above; `ce` = the one-block kernel up to 16 KiB, the copy engine above; `wide` = the wide kernel for every pull it can take, any size (tests). The resident kernels are used only as for `GPUMPI_GPU_SMALL_COPY` (kernels loaded, no other process on the GPU, not `0`). Read by the receiving rank.",
         same_on_every_rank: false,
     },
     Param {

@@ -585,10 +585,13 @@ pub fn wide_copy_ready(ordinal: i32, dst: usize, src: usize, len: usize) -> bool
     wide_built && sole::alone(ordinal)
 }
 
+/// Bytes per block of a pull by the wide kernel (the mid-size collectives' 4 KiB per block).
+const WIDE_COPY_BLOCK: usize = 4 << 10;
+
 /// Blocks of the wide kernel a pull of `len` bytes runs on, of the kernel's `blocks`: one per
-/// [`super::mid::BLOCK_MIN`] bytes (as the mid-size collectives), at least one.
+/// [`WIDE_COPY_BLOCK`] bytes, at least one.
 pub fn wide_copy_blocks(len: usize, blocks: usize) -> usize {
-    len.div_ceil(super::mid::BLOCK_MIN).clamp(1, blocks.max(1))
+    len.div_ceil(WIDE_COPY_BLOCK).clamp(1, blocks.max(1))
 }
 
 /// Copy `len` bytes from `src` (a peer's buffer mapped through CUDA IPC into device
@@ -763,6 +766,18 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pull runs on one block per 4 KiB, at least one, at most the kernel's blocks.
+    #[test]
+    fn wide_pull_blocks_by_size() {
+        assert_eq!(wide_copy_blocks(1, 32), 1);
+        assert_eq!(wide_copy_blocks(4096, 32), 1);
+        assert_eq!(wide_copy_blocks(4097, 32), 2);
+        assert_eq!(wide_copy_blocks(32 << 10, 32), 8);
+        assert_eq!(wide_copy_blocks(1 << 20, 32), 32);
+        assert_eq!(wide_copy_blocks(1 << 20, 64), 64);
+        assert_eq!(wide_copy_blocks(1 << 20, 0), 1);
+    }
 
     /// Small copies through the resident kernel against the copy engine: every length class
     /// (inline, staged, word tails), unaligned device and host ends, both directions, and
