@@ -63,25 +63,12 @@ pub struct InFlight {
     ev: cuda::Event,
     t0: std::time::Instant,
     len: usize,
-    /// A measured pull ([`super::pull`]): the (device, peer) whose picker hears its time when
-    /// it is first seen done.
-    timed: Option<(i32, usize)>,
-    reported: std::sync::atomic::AtomicBool,
 }
 
 impl InFlight {
     /// Whether the copy has finished; an error: it failed.
     pub fn done(&self) -> Result<bool, String> {
         let r = cuda::with_context(self.d.ctx, || self.ev.query()).map_err(|e| e.to_string());
-        if let (Ok(true), Some((ordinal, peer))) = (&r, self.timed) {
-            if !self
-                .reported
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                let ns = self.t0.elapsed().as_nanos() as u64;
-                record_pull(ordinal, peer, self.len, super::pull::Path::Engine, ns);
-            }
-        }
         if matches!(r, Ok(true)) && self.len >= 1 << 20 {
             let us = self.t0.elapsed().as_secs_f64() * 1e6;
             tracing::debug!(
@@ -173,29 +160,24 @@ unsafe fn peer_copy(
         Way::Pull => (remote, local),
         Way::Push => (local, remote),
     };
-    let mut timed = None;
     if way == Way::Pull && dev {
         // A pull into device memory: the one-block or the wide resident kernel (one host <->
-        // kernel round trip, done when this returns) or the copy engine, as the size and what
-        // this process measured say (gpu::pull).
+        // kernel round trip, done when this returns) or the copy engine, by size (gpu::pull).
         use super::pull::Path;
         use super::resident::kernel;
         let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev);
-        let wide = kernel::wide_copy_ready(d.ordinal, dst, src, len);
-        let can = super::pull::candidates(pull_mode(), len, narrow, wide);
-        let path = if can.len() == 1 {
-            can[0]
-        } else {
-            timed = Some((d.ordinal, peer));
-            pickers()
-                .entry((d.ordinal, peer))
-                .or_default()
-                .pick(len, &can)
-        };
-        let t0 = std::time::Instant::now();
-        let r = match path {
+        let wide_max = crate::config::snapshot().p2p.gpu_pull_wide_max;
+        let wide = !narrow && len <= wide_max && kernel::wide_copy_ready(d.ordinal, dst, src, len);
+        match super::pull::path(len, narrow, wide, wide_max) {
             Path::Narrow => {
-                kernel::copy_small_now(d.ordinal, dst, src, len, kernel::SmallCopy::DevToDev)
+                return kernel::copy_small_now(
+                    d.ordinal,
+                    dst,
+                    src,
+                    len,
+                    kernel::SmallCopy::DevToDev,
+                )
+                .map(|()| None);
             }
             Path::Wide => {
                 static SAID: std::sync::atomic::AtomicBool =
@@ -203,15 +185,9 @@ unsafe fn peer_copy(
                 if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     tracing::debug!(peer, len, "first device pull by the wide resident kernel");
                 }
-                kernel::copy_wide(d.ordinal, dst, src, len)
+                return kernel::copy_wide(d.ordinal, dst, src, len).map(|()| None);
             }
-            Path::Engine => Ok(()),
-        };
-        if path != Path::Engine {
-            if r.is_ok() && timed.is_some() {
-                record_pull(d.ordinal, peer, len, path, t0.elapsed().as_nanos() as u64);
-            }
-            return r.map(|()| None);
+            Path::Engine => {}
         }
     } else if way == Way::Pull {
         // A small pull into host memory goes through the device's resident kernel: one host
@@ -227,45 +203,7 @@ unsafe fn peer_copy(
     }
     let t0 = std::time::Instant::now();
     let ev = copy(g, d, src, dst, dev, len)?;
-    Ok(Some(InFlight {
-        d,
-        ev,
-        t0,
-        len,
-        timed,
-        reported: false.into(),
-    }))
-}
-
-/// `GPUMPI_GPU_PULL`, parsed once (an unknown value is reported once; `auto` is used).
-fn pull_mode() -> super::pull::Mode {
-    static MODE: std::sync::OnceLock<super::pull::Mode> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| {
-        let v = crate::config::snapshot().p2p.gpu_pull.clone();
-        super::pull::Mode::parse(&v).unwrap_or_else(|| {
-            tracing::warn!(value = %v, "GPUMPI_GPU_PULL: not auto, ce or wide; auto is used");
-            super::pull::Mode::Auto
-        })
-    })
-}
-
-/// The measured choice of each (device, peer) pair's pulls.
-fn pickers(
-) -> std::sync::MutexGuard<'static, std::collections::HashMap<(i32, usize), super::pull::Picker>> {
-    static P: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<(i32, usize), super::pull::Picker>>,
-    > = std::sync::OnceLock::new();
-    P.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// A measured pull of `len` bytes from `peer` into device `ordinal` by `path` took `ns`.
-fn record_pull(ordinal: i32, peer: usize, len: usize, path: super::pull::Path, ns: u64) {
-    pickers()
-        .entry((ordinal, peer))
-        .or_default()
-        .record(len, path, ns);
+    Ok(Some(InFlight { d, ev, t0, len }))
 }
 
 /// Issue a copy of device `src` to `dst` (device memory when `dev`, else host) on `d`'s stream;
@@ -396,14 +334,7 @@ pub unsafe fn chunk_copy(
         Ok(ev)
     })
     .map_err(|e| e.to_string())?;
-    Ok(InFlight {
-        d,
-        ev,
-        t0,
-        len,
-        timed: None,
-        reported: false.into(),
-    })
+    Ok(InFlight { d, ev, t0, len })
 }
 
 /// Copy host bytes to device address `dst`.
