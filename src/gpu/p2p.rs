@@ -167,7 +167,10 @@ unsafe fn peer_copy(
         use super::resident::kernel;
         let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev);
         let wide_max = crate::config::snapshot().p2p.gpu_pull_wide_max;
-        let wide = !narrow && len <= wide_max && kernel::wide_copy_ready(d.ordinal, dst, src, len);
+        // Asked only where it could be taken (each check counts towards the kernels' preload).
+        let wide = len > super::pull::NARROW_MAX
+            && len <= wide_max
+            && kernel::wide_copy_ready(d.ordinal, dst, src, len);
         match super::pull::path(len, narrow, wide, wide_max) {
             Path::Narrow => {
                 return kernel::copy_small_now(
