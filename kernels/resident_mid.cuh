@@ -29,6 +29,9 @@
 //   rank's gather area (phase 1 flags), from which each rank copies the others' slices.
 // - RES_ALLTOALL, RES_ALLGATHER: every rank pushes its block for q (alltoall: block q of the
 //   send buffer; allgather: the send buffer) into slot (p, me) of q; each copies its slots out.
+// - RES_COPY: no peers and no scratch: the first `nblk` blocks copy one chunk each of `bytes`
+//   bytes from src to dst (a point-to-point pull from a peer GPU's mapped buffer, 16-byte
+//   aligned ends).
 // - With RES_MID_LL in the kind (one-shot allreduce, alltoall, allgather of at most a quarter
 //   slot): no flags and no fence. The pieces for peers travel as LL words in the LL area
 //   [2 parities][nranks][RES_MID_LL_SLOT] after the gather area: 16-byte stores of {4 data
@@ -300,6 +303,24 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
         }
         __syncthreads();
         if (!go) return;
+        if ((c.kind & 0xffffu) == RES_COPY) {
+            // A receiver's pull of a device message (src/gpu/resident/kernel.rs, copy_wide):
+            // block blk < nblk copies its chunk of src to dst (device memory of this GPU, or a
+            // peer's buffer mapped through CUDA IPC); no scratch, no flags, no descriptor.
+            const int nblk = (int)(c.kind >> 16), blk = (int)blockIdx.x;
+            if (blk < nblk) {
+                unsigned long long co, cl;
+                mid_chunk(c.bytes, nblk, blk, &co, &cl);
+                res_copy(reinterpret_cast<char *>(c.dst) + co, reinterpret_cast<const char *>(c.src) + co, cl);
+            }
+            // The bytes are visible device-wide before the host hears of them.
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) done->blk[blk] = c.seq << 1 | 1;
+            seen = c.seq;
+            __syncthreads();
+            continue;
+        }
         if (threadIdx.x == 0) all_ok = 1;
         if (threadIdx.x < sizeof(ResDesc) / 8)
             reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =

@@ -243,7 +243,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_P2P_COPY",
         default: "ce",
-        doc: "How a point-to-point peer copy of an exported device buffer is made (the receiver's pull, or the sender's push, see `GPUMPI_GPU_P2P_PUSH`): `ce` = the copy engines (`cuMemcpyAsync`), `kernel` = gpumpi's copy kernel (SMs copying over NVLink; 333 pulled / 361 pushed against 370 / 386 GB/s at 512 MiB).",
+        doc: "How a point-to-point peer copy of an exported device buffer is made where the resident kernels do not make it (the receiver's pull above `GPUMPI_GPU_PULL_WIDE_MAX`, or into host memory, or the sender's push, see `GPUMPI_GPU_P2P_PUSH`): `ce` = the copy engines (`cuMemcpyAsync`), `kernel` = gpumpi's copy kernel (SMs copying over NVLink; 333 pulled / 361 pushed against 370 / 386 GB/s at 512 MiB).",
         same_on_every_rank: false,
     },
     Param {
@@ -262,6 +262,12 @@ pub static PARAMS: &[Param] = &[
         name: "GPUMPI_GPU_PIPE_DEPTH",
         default: "4",
         doc: "Slots per pipe (2-16; see `GPUMPI_GPU_PIPE`): a pair of ranks sending device messages through pipes holds `GPUMPI_GPU_PIPE x GPUMPI_GPU_PIPE_DEPTH` bytes (+4 KiB) of page-locked shared host memory per direction (8 MiB by default). The sender's value is used for its pipes.",
+        same_on_every_rank: false,
+    },
+    Param {
+        name: "GPUMPI_GPU_PULL_WIDE_MAX",
+        default: "2m",
+        doc: "Largest contiguous device message (bytes; suffixes `k`, `m`, `g`) that a receiver pulls from a peer GPU's buffer (CUDA IPC) into its own device memory with its GPU's wide resident kernel (one command, one host <-> kernel round trip; one block per 4 KiB of the message, up to `GPUMPI_GPU_RESIDENT_BLOCKS`, each copying its chunk over NVLink; 16-byte aligned buffers) when it is above the one-block resident kernel's 16384 bytes; larger pulls take the copy engine (`cuMemcpyAsync`, an event polled: ~8 us of driver cost on 4x H100, the links' full bandwidth). On 4x H100 NV18 one-way latency measured 7.9-8.0 us against 10.9-11.8 by the copy engine at 32 KiB and 11.3-11.5 against 13.7-14.8 at 1 MiB (benches/NOTES.md); the two meet near 2-3 MiB. `0` = the copy engine above 16 KiB. The resident kernels take pulls only as for `GPUMPI_GPU_SMALL_COPY` (kernels loaded, no other process on the GPU, not `0`). Read by the receiving rank.",
         same_on_every_rank: false,
     },
     Param {
@@ -297,7 +303,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_GPU_SMALL_COPY",
         default: "4096",
-        doc: "Bytes (at most 16384; the copy engine wins from between 4 and 8 KiB on, benches/NOTES.md) up to which the host<->device copies that point-to-point messages on device buffers (and other staging) make go through the resident kernel of the device (one block polling a command in mapped pinned host memory; device-to-host data comes back as tagged 8-byte words, so no system fence; no kernel launch or stream synchronize per copy). Used once the CUDA kernels are loaded (they are loaded in the background after the first few small copies, so the first call never waits for them) and only while no other process uses the GPU (kernels of processes sharing a GPU time-slice): the first process on a GPU holds an abstract Unix socket named after its UUID, a second one marks the GPU shared. Larger copies, and every copy with `0`, use the copy engine (`cuMemcpyAsync` and a stream synchronize). A receiver's pull of a small device message from a peer GPU (`GPUMPI_GPU_IPC_MIN`) takes the resident kernel up to 16384 bytes whatever this value, except with `0`.",
+        doc: "Bytes (at most 16384; the copy engine wins from between 4 and 8 KiB on, benches/NOTES.md) up to which the host<->device copies that point-to-point messages on device buffers (and other staging) make go through the resident kernel of the device (one block polling a command in mapped pinned host memory; device-to-host data comes back as tagged 8-byte words, so no system fence; no kernel launch or stream synchronize per copy). Used once the CUDA kernels are loaded (they are loaded in the background after the first few small copies, so the first call never waits for them) and only while no other process uses the GPU (kernels of processes sharing a GPU time-slice): the first process on a GPU holds an abstract Unix socket named after its UUID, a second one marks the GPU shared. Larger copies, and every copy with `0`, use the copy engine (`cuMemcpyAsync` and a stream synchronize). A receiver's pull of a device message from a peer GPU into device memory (`GPUMPI_GPU_IPC_MIN`) takes the one-block resident kernel up to 16384 bytes and the wide one above (`GPUMPI_GPU_PULL_WIDE_MAX`) whatever this value, except with `0`.",
         same_on_every_rank: false,
     },
     Param {
@@ -1039,6 +1045,8 @@ pub struct P2pConfig {
     pub gpu_ipc_min: usize,
     /// `GPUMPI_GPU_P2P_COPY=kernel`.
     pub gpu_copy_kernel: bool,
+    /// `GPUMPI_GPU_PULL_WIDE_MAX`.
+    pub gpu_pull_wide_max: usize,
     /// `GPUMPI_GPU_PIPE` (slot bytes; 0: no pipes) and `GPUMPI_GPU_PIPE_DEPTH`, as given.
     pub gpu_pipe: usize,
     pub gpu_pipe_depth: usize,
@@ -1286,6 +1294,7 @@ impl Config {
                 },
                 gpu_ipc_min: get_usize("GPUMPI_GPU_IPC_MIN"),
                 gpu_copy_kernel: get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"),
+                gpu_pull_wide_max: get_usize("GPUMPI_GPU_PULL_WIDE_MAX"),
                 gpu_pipe: get_usize("GPUMPI_GPU_PIPE"),
                 gpu_pipe_depth: get_usize("GPUMPI_GPU_PIPE_DEPTH"),
                 net_gpu_pipeline: not_zero("GPUMPI_NET_GPU_PIPELINE"),

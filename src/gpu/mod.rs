@@ -35,6 +35,7 @@ pub mod pack;
 pub mod path;
 pub mod pipe;
 pub mod pool;
+pub mod pull;
 pub mod resident;
 pub mod shmem;
 pub mod stage;

@@ -160,14 +160,42 @@ unsafe fn peer_copy(
         Way::Pull => (remote, local),
         Way::Push => (local, remote),
     };
-    if way == Way::Pull {
-        // A small pull goes through the device's resident kernel: one host <-> kernel round
-        // trip instead of a copy-engine copy and an event to poll.
-        let dir = if dev {
-            super::resident::kernel::SmallCopy::DevToDev
-        } else {
-            super::resident::kernel::SmallCopy::ToHost
-        };
+    if way == Way::Pull && dev {
+        // A pull into device memory: the one-block or the wide resident kernel (one host <->
+        // kernel round trip, done when this returns) or the copy engine, by size (gpu::pull).
+        use super::pull::Path;
+        use super::resident::kernel;
+        let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev);
+        let wide_max = crate::config::snapshot().p2p.gpu_pull_wide_max;
+        // Asked only where it could be taken (each check counts towards the kernels' preload).
+        let wide = len > super::pull::NARROW_MAX
+            && len <= wide_max
+            && kernel::wide_copy_ready(d.ordinal, dst, src, len);
+        match super::pull::path(len, narrow, wide, wide_max) {
+            Path::Narrow => {
+                return kernel::copy_small_now(
+                    d.ordinal,
+                    dst,
+                    src,
+                    len,
+                    kernel::SmallCopy::DevToDev,
+                )
+                .map(|()| None);
+            }
+            Path::Wide => {
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::debug!(peer, len, "first device pull by the wide resident kernel");
+                }
+                return kernel::copy_wide(d.ordinal, dst, src, len).map(|()| None);
+            }
+            Path::Engine => {}
+        }
+    } else if way == Way::Pull {
+        // A small pull into host memory goes through the device's resident kernel: one host
+        // <-> kernel round trip instead of a copy-engine copy and an event to poll.
+        let dir = super::resident::kernel::SmallCopy::ToHost;
         if let Some(r) = super::resident::kernel::copy_small(d.ordinal, dst, src, len, dir) {
             return r.map(|()| None);
         }

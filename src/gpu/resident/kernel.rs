@@ -439,7 +439,7 @@ fn small_copy_limit() -> usize {
 /// the background, and no copy waits for it); and no other process is known to use this GPU
 /// (kernels of processes sharing a GPU time-slice, so a polling kernel would delay the
 /// other's work).
-fn small_copy_ready(ordinal: i32, len: usize, dir: SmallCopy) -> bool {
+pub fn small_copy_ready(ordinal: i32, len: usize, dir: SmallCopy) -> bool {
     // A device-to-device pull uses none of the host areas: any size they would allow.
     let limit = match (dir, small_copy_limit()) {
         (SmallCopy::DevToDev, l) if l > 0 => COPY_MAX,
@@ -448,19 +448,26 @@ fn small_copy_ready(ordinal: i32, len: usize, dir: SmallCopy) -> bool {
     if len > limit {
         return false;
     }
+    kernels_ready(ordinal) && sole::alone(ordinal)
+}
+
+/// Whether the kernels of device `ordinal` are loaded. Their first load costs milliseconds, more
+/// than the first-call budget: after [`PRELOAD_AFTER`] resident copies were asked for (not at
+/// the very first copies either: the load would compete with them for the driver, and the
+/// first device send/recv must stay under 2 ms) it is started in the background, and no copy
+/// waits for it.
+fn kernels_ready(ordinal: i32) -> bool {
     let Some(g) = crate::gpu::gpu() else {
         return false;
     };
     if !g.kernels_loaded(ordinal) {
-        // Not at the very first copies either: the load would compete with them for the
-        // driver (the first device send/recv must stay under 2 ms).
         static ASKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         if ASKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= PRELOAD_AFTER {
             g.preload_kernels(ordinal);
         }
         return false;
     }
-    sole::alone(ordinal)
+    true
 }
 
 /// The direction of a small copy by the resident kernel ([`copy_small`]).
@@ -495,7 +502,21 @@ pub unsafe fn copy_small(
     if len == 0 || !small_copy_ready(ordinal, len, dir) {
         return None;
     }
-    Some(with_res(ordinal, |r| {
+    Some(copy_small_now(ordinal, dst, src, len, dir))
+}
+
+/// [`copy_small`] where the caller found [`small_copy_ready`] for a non-empty copy.
+///
+/// # Safety
+/// As [`copy_small`].
+pub unsafe fn copy_small_now(
+    ordinal: i32,
+    dst: usize,
+    src: usize,
+    len: usize,
+    dir: SmallCopy,
+) -> Result<(), String> {
+    with_res(ordinal, |r| {
         let mut c = ResCmd {
             kind: RES_COPY,
             bytes: len as u64,
@@ -546,7 +567,58 @@ pub unsafe fn copy_small(
             }
         }
         Ok(())
-    }))
+    })
+}
+
+/// Whether a device-to-device pull of `len` bytes from `src` to `dst` can take the wide
+/// resident kernel of device `ordinal` ([`copy_wide`]): resident copies are on
+/// (`GPUMPI_GPU_SMALL_COPY` not 0), both ends are 16-byte aligned (the kernel copies 16-byte
+/// words; unaligned ends would be byte loads over the link), the kernels are loaded and no other
+/// process uses the GPU (as for [`copy_small`]).
+pub fn wide_copy_ready(ordinal: i32, dst: usize, src: usize, len: usize) -> bool {
+    if len == 0 || small_copy_limit() == 0 || (dst | src) & 15 != 0 || !kernels_ready(ordinal) {
+        return false;
+    }
+    let wide_built = crate::gpu::gpu()
+        .and_then(|g| g.kernels(ordinal).ok())
+        .is_some_and(|k| k.resident_mid.is_some());
+    wide_built && sole::alone(ordinal)
+}
+
+/// Bytes per block of a pull by the wide kernel (the mid-size collectives' 4 KiB per block).
+const WIDE_COPY_BLOCK: usize = 4 << 10;
+
+/// Blocks of the wide kernel a pull of `len` bytes runs on, of the kernel's `blocks`: one per
+/// [`WIDE_COPY_BLOCK`] bytes, at least one.
+pub fn wide_copy_blocks(len: usize, blocks: usize) -> usize {
+    len.div_ceil(WIDE_COPY_BLOCK).clamp(1, blocks.max(1))
+}
+
+/// Copy `len` bytes from `src` (a peer's buffer mapped through CUDA IPC into device
+/// `ordinal`'s context, or memory of that device) to `dst` (memory of that device) with the
+/// wide resident kernel of `ordinal` (launched at its first use; exits after
+/// `GPUMPI_GPU_RESIDENT_IDLE_US` without a command): the receiver's pull of a mid-size device
+/// message, one host <-> kernel round trip, many blocks loading over NVLink at once.
+/// Synchronous. The caller found [`wide_copy_ready`].
+///
+/// # Safety
+/// Both device ranges are memory the kernel of `ordinal` may read (`src`) and write (`dst`),
+/// 16-byte aligned.
+pub unsafe fn copy_wide(ordinal: i32, dst: usize, src: usize, len: usize) -> Result<(), String> {
+    with_wide(ordinal, |r| {
+        let nblk = wide_copy_blocks(len, r.blocks as usize) as u32;
+        let c = ResCmd {
+            kind: RES_COPY | nblk << 16,
+            bytes: len as u64,
+            src: src as u64,
+            dst: dst as u64,
+            ..Default::default()
+        };
+        match r.run(c, &mut || false, &|| Ok(()))? {
+            Some(true) => Ok(()),
+            _ => Err("the wide resident kernel did not finish a copy".into()),
+        }
+    })
 }
 
 /// Whether this process is the only one (of any gpumpi job on this host's network namespace)
@@ -694,6 +766,18 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pull runs on one block per 4 KiB, at least one, at most the kernel's blocks.
+    #[test]
+    fn wide_pull_blocks_by_size() {
+        assert_eq!(wide_copy_blocks(1, 32), 1);
+        assert_eq!(wide_copy_blocks(4096, 32), 1);
+        assert_eq!(wide_copy_blocks(4097, 32), 2);
+        assert_eq!(wide_copy_blocks(32 << 10, 32), 8);
+        assert_eq!(wide_copy_blocks(1 << 20, 32), 32);
+        assert_eq!(wide_copy_blocks(1 << 20, 64), 64);
+        assert_eq!(wide_copy_blocks(1 << 20, 0), 1);
+    }
 
     /// Small copies through the resident kernel against the copy engine: every length class
     /// (inline, staged, word tails), unaligned device and host ends, both directions, and
