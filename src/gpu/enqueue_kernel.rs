@@ -903,12 +903,25 @@ mod tests {
     /// receiver (each byte tagged with its origin and round), and each receiver reads its slots
     /// of the round after the pushes. Returns, per rank, the origins (rank, input byte) that
     /// reached each output byte (reduce_scatter_block: all its operands).
-    fn run_coll(algo: u32, bytes: usize, n: usize, root: usize, l: &Layout, t: &Tune) -> Vec<Vec<Vec<(usize, usize)>>> {
+    fn run_coll(
+        algo: u32,
+        bytes: usize,
+        n: usize,
+        root: usize,
+        l: &Layout,
+        t: &Tune,
+    ) -> Vec<Vec<Vec<(usize, usize)>>> {
         let p = coll_plan(algo, bytes, l, t);
         assert_eq!(p.blocks, p.parts);
-        assert!(p.blocks >= 1 && p.blocks <= t.blocks.max(1) && p.blocks <= BLOCKS_MAX, "{p:?}");
+        assert!(
+            p.blocks >= 1 && p.blocks <= t.blocks.max(1) && p.blocks <= BLOCKS_MAX,
+            "{p:?}"
+        );
         assert!(p.slice <= l.slot && p.slice.is_multiple_of(ALIGN) && p.per.is_multiple_of(ALIGN));
-        assert!(p.per * p.blocks >= p.slice && p.rounds == bytes.div_ceil(p.slice), "{p:?}");
+        assert!(
+            p.per * p.blocks >= p.slice && p.rounds == bytes.div_ceil(p.slice),
+            "{p:?}"
+        );
         let out_len = match algo {
             BCAST | REDUCE_SCATTER => bytes,
             _ => n * bytes,
@@ -965,7 +978,11 @@ mod tests {
                             }
                             _ => {
                                 for q in 0..n {
-                                    let x = if q == me { (me, me * bytes + o) } else { got(q) };
+                                    let x = if q == me {
+                                        (me, me * bytes + o)
+                                    } else {
+                                        got(q)
+                                    };
                                     out[me][o].push(x);
                                 }
                             }
@@ -982,7 +999,14 @@ mod tests {
     #[test]
     fn coll_plans_deliver_every_byte_once() {
         for n in 2..=MAXP {
-            for (blocks, block_bytes) in [(1, 4 << 10), (3, 4 << 10), (128, 4 << 10), (128, 512), (7, 16), (128, 16)] {
+            for (blocks, block_bytes) in [
+                (1, 4 << 10),
+                (3, 4 << 10),
+                (128, 4 << 10),
+                (128, 512),
+                (7, 16),
+                (128, 16),
+            ] {
                 let t = Tune {
                     blocks,
                     block_bytes,
@@ -991,7 +1015,20 @@ mod tests {
                 // Small slots: several rounds at small sizes (the arithmetic is the same).
                 let l = Layout::new(n, 16 << 10, 64 << 10, 2, 0);
                 let slot = l.slot;
-                let sizes = [1usize, 4, 15, 16, 17, 4092, 4096, 4100, slot - 4, slot, slot + 4, 2 * slot + 20];
+                let sizes = [
+                    1usize,
+                    4,
+                    15,
+                    16,
+                    17,
+                    4092,
+                    4096,
+                    4100,
+                    slot - 4,
+                    slot,
+                    slot + 4,
+                    2 * slot + 20,
+                ];
                 for bytes in sizes {
                     if n > 4 && bytes > slot && blocks != 128 {
                         continue;
@@ -1032,16 +1069,25 @@ mod tests {
         let p = coll_plan(ALLGATHER, 32 << 10, &l, &t);
         assert_eq!((p.blocks, p.per, p.rounds), (8, 4 << 10, 1));
         let p = coll_plan(BCAST, 16 << 20, &l, &t);
-        assert_eq!((p.blocks, p.slice, p.rounds), (128, l.slot, (16usize << 20).div_ceil(l.slot)));
+        assert_eq!(
+            (p.blocks, p.slice, p.rounds),
+            (128, l.slot, (16usize << 20).div_ceil(l.slot))
+        );
         let small = Layout::for_budget(2, 256 << 10, &t);
         let p = coll_plan(REDUCE_SCATTER, (64 << 10) + 4, &small, &t);
         assert_eq!((p.slice, p.rounds, p.blocks), (64 << 10, 2, 16));
         assert!(coll_eligible(BCAST, 4, true, None).is_ok());
-        assert!(coll_eligible(ALLTOALL, 0, true, None).unwrap_err().contains("nothing"));
-        assert!(coll_eligible(ALLGATHER, 4, false, None).unwrap_err().contains("contiguous"));
+        assert!(coll_eligible(ALLTOALL, 0, true, None)
+            .unwrap_err()
+            .contains("nothing"));
+        assert!(coll_eligible(ALLGATHER, 4, false, None)
+            .unwrap_err()
+            .contains("contiguous"));
         let red = Some((KOp::Sum, KType::I32));
         assert!(coll_eligible(REDUCE_SCATTER, 4, true, Some(red)).is_ok());
-        assert!(coll_eligible(REDUCE_SCATTER, 4, true, Some(None)).unwrap_err().contains("op"));
+        assert!(coll_eligible(REDUCE_SCATTER, 4, true, Some(None))
+            .unwrap_err()
+            .contains("op"));
     }
 
     /// Which algorithm takes which size; block counts from GPUMPI_STREAM_BLOCK_BYTES.
