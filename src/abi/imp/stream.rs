@@ -924,8 +924,9 @@ unsafe fn allreduce_kernel(
 /// The bcast, allgather, alltoall and reduce_scatter_block kernels (kernels/stream_coll.cuh):
 /// the same rules as [`allreduce_kernel`]. `block` is one rank's block of the call (datatype,
 /// count), `contiguous` whether every buffer's datatype is contiguous for its count, `red` the
-/// op and type of reduce_scatter_block, and `io` this rank's buffers (given the set-up's
-/// rank count, which the caller's communicator also has).
+/// op and type of reduce_scatter_block, `io` this rank's buffers, and `null` the name of a
+/// buffer the call needs that is NULL (checked once the call is eligible: a NULL buffer may be
+/// `MPI_BOTTOM` with absolute displacements, which the fallback serves).
 #[allow(clippy::too_many_arguments)]
 unsafe fn coll_kernel(
     f: &str,
@@ -937,6 +938,7 @@ unsafe fn coll_kernel(
     red: Option<Option<(crate::gpu::kernels::KOp, crate::gpu::kernels::KType)>>,
     root: usize,
     io: KernelIo,
+    null: Option<&str>,
 ) -> MpiResult<bool> {
     let k = match stream_kernel(o) {
         Ok(k) => k,
@@ -944,6 +946,9 @@ unsafe fn coll_kernel(
     };
     if let Err(why) = crate::gpu::enqueue_kernel::coll_eligible(algo, block, contiguous, red) {
         return not_kernel(f, &why);
+    }
+    if let Some(b) = null {
+        mpi_bail!(MPI_ERR_BUFFER, "{f}: {b} is NULL with a nonzero count");
     }
     let ready = match kernel_ready(f, k, q)? {
         Ok(r) => r,
@@ -1047,9 +1052,6 @@ pub unsafe fn MPIX_Bcast_enqueue(
         let d = committed(datatype)?;
         let n = check_count(count as i64)?;
         let bytes = d.desc.packed_size(n);
-        if bytes > 0 && buffer.is_null() {
-            mpi_bail!(MPI_ERR_BUFFER, "buffer is NULL with count {count}");
-        }
         let buf = (buffer as usize).wrapping_add_signed(d.desc.true_lb());
         let io = KernelIo {
             src: buf,
@@ -1069,6 +1071,7 @@ pub unsafe fn MPIX_Bcast_enqueue(
             None,
             root as usize,
             io,
+            buffer.is_null().then_some("buffer"),
         )? {
             return Ok(());
         }
@@ -1131,6 +1134,17 @@ fn gather_parts(
     Ok((parts, ip))
 }
 
+/// Which of recvbuf and sendbuf (not in place) is NULL, if any.
+fn null_buffer(recvbuf: *const c_void, sendbuf: *const c_void, ip: bool) -> Option<&'static str> {
+    if recvbuf.is_null() {
+        Some("recvbuf")
+    } else if !ip && sendbuf.is_null() {
+        Some("sendbuf")
+    } else {
+        None
+    }
+}
+
 /// The allgather or alltoall kernel (`algo`) for these arguments, where eligible (see
 /// [`coll_kernel`]): one rank's block is `recvcount` of `recvtype`, which the send side must
 /// match in bytes.
@@ -1173,12 +1187,7 @@ unsafe fn gather_kernel(
                 && sd.desc.packed_size(sc) == block,
         )
     };
-    if block > 0 && (recvbuf.is_null() || !ip && sendbuf.is_null()) {
-        mpi_bail!(
-            MPI_ERR_BUFFER,
-            "sendbuf or recvbuf is NULL with recvcount {recvcount}"
-        );
-    }
+    let null = null_buffer(recvbuf, sendbuf, ip);
     let io = KernelIo {
         src,
         in_len: if all { block } else { block * n },
@@ -1186,7 +1195,7 @@ unsafe fn gather_kernel(
         out_len: block * n,
         in_place: ip,
     };
-    coll_kernel(f, algo, o, q, block, contiguous, None, 0, io)
+    coll_kernel(f, algo, o, q, block, contiguous, None, 0, io, null)
 }
 
 pub unsafe fn MPIX_Allgather_enqueue(
@@ -1296,12 +1305,6 @@ pub unsafe fn MPIX_Reduce_scatter_block_enqueue(
         let red = builtin_op(op)
             .zip(d.desc.elem())
             .and_then(|(b, e)| crate::gpu::kernels::kernel_for(b, e));
-        if block > 0 && (recvbuf.is_null() || !ip && sendbuf.is_null()) {
-            mpi_bail!(
-                MPI_ERR_BUFFER,
-                "sendbuf or recvbuf is NULL with recvcount {recvcount}"
-            );
-        }
         let lb = d.desc.true_lb();
         let recv = (recvbuf as usize).wrapping_add_signed(lb);
         let io = KernelIo {
@@ -1325,6 +1328,7 @@ pub unsafe fn MPIX_Reduce_scatter_block_enqueue(
             Some(red),
             0,
             io,
+            null_buffer(recvbuf, sendbuf, ip),
         )? {
             return Ok(());
         }
