@@ -903,6 +903,8 @@ mod tests {
     /// receiver (each byte tagged with its origin and round), and each receiver reads its slots
     /// of the round after the pushes. Returns, per rank, the origins (rank, input byte) that
     /// reached each output byte (reduce_scatter_block: all its operands).
+    // Indices as the kernel computes them (rank, byte of a slot), not iterators.
+    #[allow(clippy::needless_range_loop)]
     fn run_coll(
         algo: u32,
         bytes: usize,
