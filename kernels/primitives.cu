@@ -71,3 +71,4 @@ extern "C" __global__ void gpumpi_copy(uint8_t *dst, const uint8_t *src, uint64_
 #include "resident_mid.cuh"
 #include "hostar.cuh"
 #include "stream_ar.cuh"
+#include "stream_coll.cuh"

@@ -106,6 +106,10 @@ impl UserStream {
             super::enqueue_kernel::LL => k.ll,
             super::enqueue_kernel::PIPE | super::enqueue_kernel::PIPE_TWO => k.pipe,
             super::enqueue_kernel::TWO_SHOT => k.two_shot,
+            super::enqueue_kernel::BCAST
+            | super::enqueue_kernel::ALLGATHER
+            | super::enqueue_kernel::ALLTOALL => k.coll,
+            super::enqueue_kernel::REDUCE_SCATTER => k.reduce_scatter,
             _ => k.one_shot,
         };
         let mut arg = *a;

@@ -49,6 +49,11 @@ pub const TWO_SHOT: u32 = 1;
 pub const LL: u32 = 2;
 pub const PIPE: u32 = 3;
 pub const PIPE_TWO: u32 = 4;
+/// The collectives of kernels/stream_coll.cuh (`SCO_*`): flagged rounds on the same scratch.
+pub const BCAST: u32 = 16;
+pub const ALLGATHER: u32 = 17;
+pub const ALLTOALL: u32 = 18;
+pub const REDUCE_SCATTER: u32 = 19;
 /// Most stages of a pipelined call (`SAR_STAGES_MAX`).
 pub const STAGES_MAX: usize = 8;
 /// Alignment of slices, parts, slots and areas (the kernels' 16-byte vector loads and stores).
@@ -124,6 +129,10 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
         ("SAR_PIPE", PIPE as u64),
         ("SAR_PIPE_TWO", PIPE_TWO as u64),
         ("SAR_STAGES_MAX", STAGES_MAX as u64),
+        ("SCO_BCAST", BCAST as u64),
+        ("SCO_ALLGATHER", ALLGATHER as u64),
+        ("SCO_ALLTOALL", ALLTOALL as u64),
+        ("SCO_REDUCE_SCATTER", REDUCE_SCATTER as u64),
     ]
 }
 
@@ -328,6 +337,10 @@ pub fn algo_name(algo: u32) -> &'static str {
         TWO_SHOT => "two-shot",
         LL => "one-shot LL",
         PIPE => "pipelined one-shot",
+        BCAST => "bcast",
+        ALLGATHER => "allgather",
+        ALLTOALL => "alltoall",
+        REDUCE_SCATTER => "reduce_scatter_block",
         _ => "pipelined two-shot",
     }
 }
@@ -383,6 +396,46 @@ pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
         per: slice.div_ceil(blocks).next_multiple_of(ALIGN),
         rounds: bytes.div_ceil(round),
     }
+}
+
+/// The plan of a collective of kernels/stream_coll.cuh (`algo`: one of [`BCAST`],
+/// [`ALLGATHER`], [`ALLTOALL`], [`REDUCE_SCATTER`]) whose ranks' blocks are `bytes` (> 0) each,
+/// over the flagged rounds' slots of layout `l`: a round carries `slice` bytes of every block
+/// (at most a slot), a block per `t.block_bytes` of the slice.
+pub fn coll_plan(algo: u32, bytes: usize, l: &Layout, t: &Tune) -> Plan {
+    let t = t.clamped();
+    let slice = bytes.next_multiple_of(ALIGN).min(l.slot);
+    let blocks = slice.div_ceil(t.block_bytes).clamp(1, t.blocks.max(1));
+    Plan {
+        algo,
+        blocks,
+        parts: blocks,
+        slice,
+        per: slice.div_ceil(blocks).next_multiple_of(ALIGN),
+        rounds: bytes.div_ceil(slice),
+    }
+}
+
+/// Whether a bcast, allgather, alltoall or reduce_scatter_block with these shared arguments
+/// takes its kernel: `bytes` is one rank's block, `contiguous` whether every buffer's datatype
+/// is contiguous for its count, `red` (reduce_scatter_block only) the kernel's op and type.
+pub fn coll_eligible(
+    algo: u32,
+    bytes: usize,
+    contiguous: bool,
+    red: Option<Option<(KOp, KType)>>,
+) -> Result<(), String> {
+    if bytes == 0 {
+        return Err("nothing to move".into());
+    }
+    if let Some(r) = red {
+        call_eligible(bytes, r, contiguous)?;
+    }
+    if !contiguous {
+        return Err("the datatype is not contiguous".into());
+    }
+    debug_assert!((BCAST..=REDUCE_SCATTER).contains(&algo));
+    Ok(())
 }
 
 /// Whether a stream communicator of `nranks` ranks may ever use the kernel (`one_node`: all its
@@ -676,6 +729,41 @@ impl Ready {
     }
 }
 
+impl Ready {
+    /// The kernel's parameter for a collective of kernels/stream_coll.cuh (`algo`) whose
+    /// ranks' blocks are `bytes` each, from `src` into `dst` (device addresses; the input where
+    /// the standard puts it in place); `op` is the root for [`BCAST`], and `red` the op and type
+    /// for [`REDUCE_SCATTER`].
+    pub fn coll_params(
+        &self,
+        algo: u32,
+        src: u64,
+        dst: u64,
+        bytes: usize,
+        root: usize,
+        red: Option<(KOp, KType)>,
+    ) -> (StreamAr, Plan) {
+        let p = coll_plan(algo, bytes, &self.layout, &self.tune);
+        let a = StreamAr {
+            peers: self.peers,
+            src,
+            dst,
+            bytes: bytes as u64,
+            slice: p.slice as u64,
+            per: p.per as u64,
+            slot: self.layout.slot as u64,
+            nranks: self.nranks as u32,
+            rank: self.rank as u32,
+            op: red.map_or(root as u32, |r| r.0.code()),
+            ty: red.map_or(0, |r| r.1.code()),
+            algo,
+            parts: p.parts as u32,
+            ..StreamAr::default()
+        };
+        (a, p)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -808,6 +896,200 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Run a collective of kernels/stream_coll.cuh as its kernel does, on every rank, through a
+    /// model of the ranks' slots: each round's pushes land in slot (parity, sender) of the
+    /// receiver (each byte tagged with its origin and round), and each receiver reads its slots
+    /// of the round after the pushes. Returns, per rank, the origins (rank, input byte) that
+    /// reached each output byte (reduce_scatter_block: all its operands).
+    // Indices as the kernel computes them (rank, byte of a slot), not iterators.
+    #[allow(clippy::needless_range_loop)]
+    fn run_coll(
+        algo: u32,
+        bytes: usize,
+        n: usize,
+        root: usize,
+        l: &Layout,
+        t: &Tune,
+    ) -> Vec<Vec<Vec<(usize, usize)>>> {
+        let p = coll_plan(algo, bytes, l, t);
+        assert_eq!(p.blocks, p.parts);
+        assert!(
+            p.blocks >= 1 && p.blocks <= t.blocks.max(1) && p.blocks <= BLOCKS_MAX,
+            "{p:?}"
+        );
+        assert!(p.slice <= l.slot && p.slice.is_multiple_of(ALIGN) && p.per.is_multiple_of(ALIGN));
+        assert!(
+            p.per * p.blocks >= p.slice && p.rounds == bytes.div_ceil(p.slice),
+            "{p:?}"
+        );
+        let out_len = match algo {
+            BCAST | REDUCE_SCATTER => bytes,
+            _ => n * bytes,
+        };
+        let mut out = vec![vec![Vec::new(); out_len]; n];
+        // slots[receiver][sender]: (origin rank, origin byte, round) per slot byte.
+        let mut slots = vec![vec![vec![None::<(usize, usize, usize)>; l.slot]; n]; n];
+        for r in 0..p.rounds {
+            let at = r * p.slice;
+            let slen = (bytes - at).min(p.slice);
+            // Pushes of every rank's every block (the same parts on every rank).
+            for me in 0..n {
+                for b in 0..p.blocks {
+                    let (off, len) = part(p.per, slen, b);
+                    assert!(off + len <= p.slice && (len == 0 || off.is_multiple_of(ALIGN)));
+                    for q in (0..n).filter(|&q| q != me) {
+                        // The byte of my input that goes to q's slot, if any.
+                        let from = match algo {
+                            BCAST if me != root => continue,
+                            BCAST | ALLGATHER => 0,
+                            _ => q * bytes,
+                        };
+                        for k in off..off + len {
+                            slots[q][me][k] = Some((me, from + at + k, r));
+                        }
+                    }
+                }
+            }
+            // Each rank reads its slots of the round (after every peer's flag).
+            for me in 0..n {
+                for b in 0..p.blocks {
+                    let (off, len) = part(p.per, slen, b);
+                    for k in off..off + len {
+                        let o = at + k;
+                        let got = |q: usize| {
+                            let (from, i, rr) = slots[me][q][k].expect("pushed");
+                            assert_eq!((from, rr), (q, r), "slot of rank {q} at {me}");
+                            (from, i)
+                        };
+                        match algo {
+                            BCAST => {
+                                let x = if me == root { (root, o) } else { got(root) };
+                                out[me][o].push(x);
+                            }
+                            ALLGATHER | ALLTOALL => {
+                                for q in 0..n {
+                                    let x = if q == me {
+                                        (me, if algo == ALLGATHER { o } else { me * bytes + o })
+                                    } else {
+                                        got(q)
+                                    };
+                                    out[me][q * bytes + o].push(x);
+                                }
+                            }
+                            _ => {
+                                for q in 0..n {
+                                    let x = if q == me {
+                                        (me, me * bytes + o)
+                                    } else {
+                                        got(q)
+                                    };
+                                    out[me][o].push(x);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every byte of every collective of kernels/stream_coll.cuh reaches its place once, from
+    /// the right rank and byte: 2 to 8 ranks, 1 to 128 CUDA blocks, one and many rounds.
+    #[test]
+    fn coll_plans_deliver_every_byte_once() {
+        for n in 2..=MAXP {
+            for (blocks, block_bytes) in [
+                (1, 4 << 10),
+                (3, 4 << 10),
+                (128, 4 << 10),
+                (128, 512),
+                (7, 16),
+                (128, 16),
+            ] {
+                let t = Tune {
+                    blocks,
+                    block_bytes,
+                    ..Tune::DEFAULT
+                };
+                // Small slots: several rounds at small sizes (the arithmetic is the same).
+                let l = Layout::new(n, 16 << 10, 64 << 10, 2, 0);
+                let slot = l.slot;
+                let sizes = [
+                    1usize,
+                    4,
+                    15,
+                    16,
+                    17,
+                    4092,
+                    4096,
+                    4100,
+                    slot - 4,
+                    slot,
+                    slot + 4,
+                    2 * slot + 20,
+                ];
+                for bytes in sizes {
+                    if n > 4 && bytes > slot && blocks != 128 {
+                        continue;
+                    }
+                    for algo in [BCAST, ALLGATHER, ALLTOALL, REDUCE_SCATTER] {
+                        let root = (bytes + n / 2) % n;
+                        let out = run_coll(algo, bytes, n, root, &l, &t);
+                        for (me, o) in out.iter().enumerate() {
+                            for (i, x) in o.iter().enumerate() {
+                                let (blk, k) = (i / bytes, i % bytes);
+                                let want: Vec<(usize, usize)> = match algo {
+                                    BCAST => vec![(root, i)],
+                                    ALLGATHER => vec![(blk, k)],
+                                    ALLTOALL => vec![(blk, me * bytes + k)],
+                                    _ => (0..n).map(|q| (q, me * bytes + i)).collect(),
+                                };
+                                assert_eq!(
+                                    x, &want,
+                                    "{} n={n} bytes={bytes} blocks={blocks}/{block_bytes} rank {me} byte {i}",
+                                    algo_name(algo)
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The collectives' plans: a block per GPUMPI_STREAM_BLOCK_BYTES of a round, a round per
+    /// slot; who takes the kernel.
+    #[test]
+    fn coll_plan_choices() {
+        let t = Tune::DEFAULT;
+        let l = Layout::for_budget(4, 128 << 20, &t);
+        let p = coll_plan(ALLTOALL, 8, &l, &t);
+        assert_eq!((p.blocks, p.rounds, p.slice), (1, 1, 16));
+        let p = coll_plan(ALLGATHER, 32 << 10, &l, &t);
+        assert_eq!((p.blocks, p.per, p.rounds), (8, 4 << 10, 1));
+        let p = coll_plan(BCAST, 16 << 20, &l, &t);
+        assert_eq!(
+            (p.blocks, p.slice, p.rounds),
+            (128, l.slot, (16usize << 20).div_ceil(l.slot))
+        );
+        let small = Layout::for_budget(2, 256 << 10, &t);
+        let p = coll_plan(REDUCE_SCATTER, (64 << 10) + 4, &small, &t);
+        assert_eq!((p.slice, p.rounds, p.blocks), (64 << 10, 2, 16));
+        assert!(coll_eligible(BCAST, 4, true, None).is_ok());
+        assert!(coll_eligible(ALLTOALL, 0, true, None)
+            .unwrap_err()
+            .contains("nothing"));
+        assert!(coll_eligible(ALLGATHER, 4, false, None)
+            .unwrap_err()
+            .contains("contiguous"));
+        let red = Some((KOp::Sum, KType::I32));
+        assert!(coll_eligible(REDUCE_SCATTER, 4, true, Some(red)).is_ok());
+        assert!(coll_eligible(REDUCE_SCATTER, 4, true, Some(None))
+            .unwrap_err()
+            .contains("op"));
     }
 
     /// Which algorithm takes which size; block counts from GPUMPI_STREAM_BLOCK_BYTES.

@@ -129,6 +129,10 @@ pub struct StreamArKernels {
     pub two_shot: Function,
     pub ll: Function,
     pub pipe: Function,
+    /// Bcast, allgather and alltoall (kernels/stream_coll.cuh).
+    pub coll: Function,
+    /// Reduce_scatter_block (kernels/stream_coll.cuh).
+    pub reduce_scatter: Function,
 }
 
 /// The loaded kernels of one device.
@@ -255,6 +259,8 @@ impl Kernels {
                 two_shot: cuda::module_function(m, c"gpumpi_stream_allreduce_two").ok()?,
                 ll: cuda::module_function(m, c"gpumpi_stream_allreduce_ll").ok()?,
                 pipe: cuda::module_function(m, c"gpumpi_stream_allreduce_pipe").ok()?,
+                coll: cuda::module_function(m, c"gpumpi_stream_coll").ok()?,
+                reduce_scatter: cuda::module_function(m, c"gpumpi_stream_reduce_scatter").ok()?,
             })
         })();
         Ok(Kernels {

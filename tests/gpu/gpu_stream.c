@@ -13,11 +13,18 @@
  * place, 8 calls back to back without synchronizing, host buffers on rank 0 (staged there),
  * and a graph of kernel + MPIX_Allreduce_enqueue + kernel captured as the stream
  * communicator's very first call (so its set-up runs during the capture), replayed 1000 times.
- * `gpu_stream bench [MAX_BYTES [MIN_BYTES [FACTOR]]]`: instead of the checks, times allreduce
- * (MPI_INT, sum) from MIN_BYTES (8 B) to MAX_BYTES (1 GiB), each size FACTOR (8) times the last:
- * blocking MPI_Allreduce on device buffers, MPIX_Allreduce_enqueue back-to-back on one stream,
- * and the enqueue form replayed from a captured graph of 10 calls; median of 5 rounds, us per
- * call (a benchmark for benches/NOTES.md, not a test: it prints numbers and checks nothing).
+ * The stream kernels of MPIX_Bcast_enqueue, MPIX_Allgather_enqueue, MPIX_Alltoall_enqueue and
+ * MPIX_Reduce_scatter_block_enqueue (kernels/stream_coll.cuh): blocks from 4 B to 1 MiB around
+ * the kernels' block and slot boundaries, odd sizes, in place and not, 15 calls of the five
+ * forms (allreduce too) back to back, a non-contiguous bcast (the fallback), and a graph of
+ * copy-in + the five forms + copy-out replayed 200 times, checked every 10th replay.
+ * `gpu_stream bench [MAX_BYTES [MIN_BYTES [FACTOR [OP]]]]`: instead of the checks, times OP
+ * (allreduce, the default, bcast, allgather, alltoall or reduce_scatter_block; MPI_INT, sum)
+ * from MIN_BYTES (8 B) to MAX_BYTES (1 GiB), each size FACTOR (8) times the last (per rank for
+ * allreduce and bcast, over all ranks for the others, as nccl-tests): the blocking call on
+ * device buffers, the enqueue form back-to-back on one stream, and the enqueue form replayed
+ * from a captured graph of 10 calls; median of 5 rounds, us per call (a benchmark for
+ * benches/NOTES.md, not a test: it prints numbers and checks nothing).
  * Without a CUDA device it prints "SKIP: no CUDA device (<reason>)" and exits 0. */
 #include <mpi.h>
 #include <mpi-ext.h>
@@ -431,6 +438,242 @@ static void kernel_checks(MPI_Comm c, stream_t s, size_t maxn) {
     free(hrecv);
 }
 
+/* ---- The stream kernels of bcast, allgather, alltoall and reduce_scatter_block ---- */
+
+enum { F_BCAST, F_ALLGATHER, F_ALLTOALL, F_RSB, F_ALLREDUCE, NFORMS };
+static const char *fname[] = {"bcast", "allgather", "alltoall", "reduce_scatter_block", "allreduce"};
+
+/* Byte i of the block that rank `from` sends to rank `to` (bcast, allgather: to = 0). */
+static unsigned char pat(int from, int to, size_t i, int salt) {
+    return (unsigned char)(from * 37 + to * 11 + i * 7 + (i >> 9) + salt * 5 + 1);
+}
+
+/* reduce_scatter_block / allreduce: int i of rank `from`'s block for rank `to`, and the sum. */
+static int ipat(int from, int to, size_t i, int salt) { return (from + 1) * (to + 3) + (int)(i % 101) + salt; }
+static int isum(int to, size_t i, int salt) {
+    return (to + 3) * size * (size + 1) / 2 + size * ((int)(i % 101) + salt);
+}
+
+/* One enqueued call of `form` whose blocks are `b` bytes (ints for reduce_scatter_block and
+ * allreduce: b / 4 of them, at least 1), in `send` / `recv` (device), posted on the stream
+ * without synchronizing; `verify` checks it after the stream passed it. */
+struct job {
+    int form, inplace, salt;
+    size_t b;
+    unsigned char *send, *recv;
+};
+
+static size_t job_in(const struct job *j) {
+    return j->form == F_BCAST || j->form == F_ALLGATHER || j->form == F_ALLREDUCE ? j->b : j->b * size;
+}
+static size_t job_out(const struct job *j) {
+    return j->form == F_BCAST || j->form == F_RSB || j->form == F_ALLREDUCE ? j->b : j->b * size;
+}
+
+static void job_post(MPI_Comm c, stream_t s, struct job *j, unsigned char *h) {
+    size_t b = j->b, m = b / 4, in = job_in(j), out = job_out(j);
+    int root = j->salt % size;
+    int red = j->form == F_RSB || j->form == F_ALLREDUCE;
+    /* The input, laid out where the call reads it (in place: in recv). */
+    memset(h, 0xEE, in > out ? in : out);
+    for (size_t i = 0; i < (red ? in / 4 : in); i++) {
+        size_t blk = i / (red ? m : b), k = i % (red ? m : b);
+        switch (j->form) {
+        case F_BCAST: h[i] = rank == root ? pat(root, 0, k, j->salt) : 0xEE; break;
+        case F_ALLGATHER: h[i] = pat(rank, 0, k, j->salt); break;
+        case F_ALLTOALL: h[i] = pat(rank, (int)blk, k, j->salt); break;
+        case F_RSB: ((int *)h)[i] = ipat(rank, (int)blk, k, j->salt); break;
+        default: ((int *)h)[i] = ipat(rank, 0, i, j->salt); break;
+        }
+    }
+    unsigned char *inbuf = j->inplace || j->form == F_BCAST ? j->recv : j->send;
+    if (j->form == F_ALLGATHER && j->inplace) {
+        set32((int *)j->recv, (int)0xEEEEEEEE, out / 4, s);
+        CU(cudaMemcpyAsync_(j->recv + rank * b, h, b, H2D, s));
+    } else {
+        if (!j->inplace && j->form != F_BCAST) set32((int *)j->recv, (int)0xEEEEEEEE, out / 4, s);
+        CU(cudaMemcpyAsync_(inbuf, h, in, H2D, s));
+    }
+    void *sb = j->inplace ? MPI_IN_PLACE : j->send;
+    switch (j->form) {
+    case F_BCAST: MPI(MPIX_Bcast_enqueue(j->recv, (int)b, MPI_BYTE, root, c)); break;
+    case F_ALLGATHER: MPI(MPIX_Allgather_enqueue(sb, (int)b, MPI_BYTE, j->recv, (int)b, MPI_BYTE, c)); break;
+    case F_ALLTOALL: MPI(MPIX_Alltoall_enqueue(sb, (int)b, MPI_BYTE, j->recv, (int)b, MPI_BYTE, c)); break;
+    case F_RSB: MPI(MPIX_Reduce_scatter_block_enqueue(sb, j->recv, (int)m, MPI_INT, MPI_SUM, c)); break;
+    default: MPI(MPIX_Allreduce_enqueue(sb, j->recv, (int)m, MPI_INT, MPI_SUM, c)); break;
+    }
+    /* After the call: it has read its input (not in place). */
+    if (!j->inplace && j->form != F_BCAST) set32((int *)j->send, -9, in / 4, s);
+}
+
+static void job_verify(const struct job *j, unsigned char *h) {
+    size_t b = j->b, m = b / 4, out = job_out(j);
+    int root = j->salt % size, red = j->form == F_RSB || j->form == F_ALLREDUCE;
+    CU(cudaMemcpy_(h, j->recv, out, cudaMemcpyDefault_));
+    for (size_t i = 0; i < (red ? m : out); i++) {
+        size_t blk = i / b, k = i % b;
+        int got = red ? ((int *)h)[i] : h[i], want;
+        switch (j->form) {
+        case F_BCAST: want = pat(root, 0, i, j->salt); break;
+        case F_ALLGATHER: want = pat((int)blk, 0, k, j->salt); break;
+        case F_ALLTOALL: want = pat((int)blk, rank, k, j->salt); break;
+        case F_RSB: want = isum(rank, i, j->salt); break;
+        default: want = isum(0, i, j->salt); break;
+        }
+        if (got != want) {
+            EXPECT(0, "stream kernel %s%s block %zu B (salt %d): byte/int %zu is %d, want %d", fname[j->form],
+                   j->inplace ? " in place" : "", b, j->salt, i, got, want);
+            return;
+        }
+    }
+}
+
+static void coll_checks(MPI_Comm c, stream_t s, size_t maxb) {
+    /* Block sizes in bytes around the kernels' 4 KiB CUDA blocks and the 64 KiB slots that
+     * GPUMPI_STREAM_SCRATCH=256k gives (several rounds above), odd and unaligned ones. */
+    const size_t sizes[] = {4, 8, 12, 16, 17, 20, 4092, 4096, 4100, 8192, 12292, 65532, 65536, 65540,
+                            131072, 196612, 262147, (1 << 20) + 4};
+    size_t nb = (size_t)size * (maxb + 64);
+    unsigned char *h = malloc(nb);
+    struct job j = {0};
+    CU(cudaMalloc_((void **)&j.send, nb));
+    CU(cudaMalloc_((void **)&j.recv, nb));
+    int salt = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        if (sizes[k] > maxb) continue;
+        for (int f = 0; f < F_ALLREDUCE; f++)
+            for (int ip = 0; ip < 2; ip++) {
+                if (f == F_BCAST && ip) continue;
+                j.form = f, j.inplace = ip, j.salt = ++salt, j.b = sizes[k];
+                job_post(c, s, &j, h);
+                CU(cudaStreamSynchronize_(s));
+                job_verify(&j, h);
+            }
+    }
+    CU(cudaFree_(j.send));
+    CU(cudaFree_(j.recv));
+    /* Back to back without synchronizing, the forms mixed with the allreduce kernel, each call
+     * its own buffers: 3 passes over the five forms at block sizes across a slot. */
+    enum { NJ = 15 };
+    struct job js[NJ];
+    const size_t bb[] = {4100, 65540, 20};
+    for (int i = 0; i < NJ; i++) {
+        js[i].form = i % NFORMS, js[i].inplace = (i / NFORMS + i) % 2, js[i].salt = 100 + i, js[i].b = bb[i / NFORMS];
+        if (js[i].form == F_BCAST) js[i].inplace = 0;
+        size_t len = (size_t)size * js[i].b + 64;
+        CU(cudaMalloc_((void **)&js[i].send, len));
+        CU(cudaMalloc_((void **)&js[i].recv, len));
+        job_post(c, s, &js[i], h);
+    }
+    CU(cudaStreamSynchronize_(s));
+    for (int i = 0; i < NJ; i++) {
+        job_verify(&js[i], h);
+        CU(cudaFree_(js[i].send));
+        CU(cudaFree_(js[i].recv));
+    }
+    /* A datatype that is not contiguous keeps the staged fallback (its debug line says why), on
+     * host memory (the fallback stages contiguous device data only). */
+    MPI_Datatype vec;
+    MPI(MPI_Type_vector(64, 1, 2, MPI_INT, &vec));
+    MPI(MPI_Type_commit(&vec));
+    int *hv = (int *)h;
+    for (int i = 0; i < 128; i++) hv[i] = rank == 0 ? i : -1;
+    MPI(MPIX_Bcast_enqueue(hv, 1, vec, 0, c));
+    CU(cudaStreamSynchronize_(s));
+    for (int i = 0; i < 128; i++)
+        if (hv[i] != (i % 2 == 0 || rank == 0 ? i : -1)) {
+            EXPECT(0, "bcast_enqueue of a vector type: int %d is %d", i, hv[i]);
+            break;
+        }
+    MPI(MPI_Type_free(&vec));
+    free(h);
+}
+
+/* A graph capturing copy-in + bcast + allgather + alltoall + reduce_scatter_block (+ an
+ * allreduce) + copy-out, replayed 200 times with new inputs every 10 replays, checked then. */
+static void graph_colls(MPI_Comm c, stream_t s, size_t b) {
+    struct job js[NFORMS];
+    size_t len = (size_t)size * b + 64;
+    unsigned char *h = malloc(len), *pin[NFORMS], *pout[NFORMS];
+    for (int f = 0; f < NFORMS; f++) {
+        js[f].form = f, js[f].inplace = f == F_ALLTOALL, js[f].salt = 0, js[f].b = b;
+        CU(cudaMalloc_((void **)&js[f].send, len));
+        CU(cudaMalloc_((void **)&js[f].recv, len));
+        CU(cudaMallocHost_((void **)&pin[f], len));
+        CU(cudaMallocHost_((void **)&pout[f], len));
+    }
+    /* The inputs of salt `salt` into the pinned buffers (job_post's layout, read back from the
+     * device after an uncaptured run). */
+    graph_t g;
+    graph_exec_t ge;
+    for (int f = 0; f < NFORMS; f++) job_post(c, s, &js[f], h);
+    CU(cudaStreamSynchronize_(s));
+    for (int f = 0; f < NFORMS; f++) job_verify(&js[f], h);
+    CU(cudaStreamBeginCapture_(s, 0));
+    for (int f = 0; f < NFORMS; f++) {
+        struct job *j = &js[f];
+        unsigned char *in = j->inplace || f == F_BCAST ? j->recv : j->send;
+        size_t inlen = job_in(j);
+        if (f == F_ALLGATHER) in = j->send;
+        CU(cudaMemcpyAsync_(in, pin[f], inlen, H2D, s));
+        void *sb = j->inplace ? MPI_IN_PLACE : j->send;
+        int m = (int)(b / 4);
+        switch (f) {
+        case F_BCAST: MPI(MPIX_Bcast_enqueue(j->recv, (int)b, MPI_BYTE, 0, c)); break;
+        case F_ALLGATHER: MPI(MPIX_Allgather_enqueue(j->send, (int)b, MPI_BYTE, j->recv, (int)b, MPI_BYTE, c)); break;
+        case F_ALLTOALL: MPI(MPIX_Alltoall_enqueue(sb, (int)b, MPI_BYTE, j->recv, (int)b, MPI_BYTE, c)); break;
+        case F_RSB: MPI(MPIX_Reduce_scatter_block_enqueue(j->send, j->recv, m, MPI_INT, MPI_SUM, c)); break;
+        default: MPI(MPIX_Allreduce_enqueue(j->send, j->recv, m, MPI_INT, MPI_SUM, c)); break;
+        }
+        CU(cudaMemcpyAsync_(pout[f], j->recv, job_out(j), D2H, s));
+    }
+    CU(cudaStreamEndCapture_(s, &g));
+    CU(cudaGraphInstantiateWithFlags_(&ge, g, 0));
+    for (int i = 0; i < 200; i++) {
+        if (i % 10 == 0) {
+            CU(cudaStreamSynchronize_(s));
+            /* Salt i * size (bcast's root, salt % size, stays 0): each form's input as job_post
+             * lays it out (allgather not in place). */
+            for (int f = 0; f < NFORMS; f++) {
+                struct job *j = &js[f];
+                j->salt = i * size;
+                int red = f == F_RSB || f == F_ALLREDUCE;
+                size_t in = job_in(j), m = b / 4;
+                for (size_t x = 0; x < (red ? in / 4 : in); x++) {
+                    size_t blk = x / (red ? m : b), k = x % (red ? m : b);
+                    switch (f) {
+                    case F_BCAST: pin[f][x] = rank == 0 ? pat(0, 0, k, j->salt) : 0xEE; break;
+                    case F_ALLGATHER: pin[f][x] = pat(rank, 0, k, j->salt); break;
+                    case F_ALLTOALL: pin[f][x] = pat(rank, (int)blk, k, j->salt); break;
+                    case F_RSB: ((int *)pin[f])[x] = ipat(rank, (int)blk, k, j->salt); break;
+                    default: ((int *)pin[f])[x] = ipat(rank, 0, x, j->salt); break;
+                    }
+                }
+            }
+        }
+        CU(cudaGraphLaunch_(ge, s));
+        if (i % 10 == 9) {
+            CU(cudaStreamSynchronize_(s));
+            for (int f = 0; f < NFORMS; f++) {
+                /* The device output, and its copy to pinned memory by the replay. */
+                job_verify(&js[f], h);
+                EXPECT(memcmp(pout[f], h, job_out(&js[f])) == 0, "graph replay %d: %s copied out differs", i,
+                       fname[f]);
+            }
+        }
+    }
+    CU(cudaStreamSynchronize_(s));
+    CU(cudaGraphExecDestroy_(ge));
+    CU(cudaGraphDestroy_(g));
+    for (int f = 0; f < NFORMS; f++) {
+        CU(cudaFree_(js[f].send));
+        CU(cudaFree_(js[f].recv));
+        CU(cudaFreeHost_(pin[f]));
+        CU(cudaFreeHost_(pout[f]));
+    }
+    free(h);
+}
+
 /* A graph captured as the communicator's very first MPIX_Allreduce_enqueue (the stream
  * kernel's set-up runs during the capture): memset kernel + allreduce + memset kernel on the
  * input, replayed 1000 times; each replay adds the previous result back into the input. */
@@ -474,30 +717,51 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median over 5 rounds of the time per call of `iters` calls of `kind` at `n` ints. */
-static double time_allreduce(int kind, MPI_Comm c, stream_t s, int *a, int *b, size_t n, int iters) {
+/* One call of collective `op` (F_*) on `c` (enqueued) or MPI_COMM_WORLD (blocking) whose
+ * ranks' blocks are n ints: a in, b out (allreduce, bcast: n ints; allgather: n in, size * n
+ * out; alltoall: size * n each; reduce_scatter_block: size * n in, n out). */
+static void one_op(int blocking, int op, MPI_Comm c, int *a, int *b, size_t n) {
+    MPI_Comm w = MPI_COMM_WORLD;
+    int k = (int)n;
+    if (blocking) switch (op) {
+        case F_BCAST: MPI(MPI_Bcast(a, k, MPI_INT, 0, w)); break;
+        case F_ALLGATHER: MPI(MPI_Allgather(a, k, MPI_INT, b, k, MPI_INT, w)); break;
+        case F_ALLTOALL: MPI(MPI_Alltoall(a, k, MPI_INT, b, k, MPI_INT, w)); break;
+        case F_RSB: MPI(MPI_Reduce_scatter_block(a, b, k, MPI_INT, MPI_SUM, w)); break;
+        default: MPI(MPI_Allreduce(a, b, k, MPI_INT, MPI_SUM, w)); break;
+        }
+    else switch (op) {
+        case F_BCAST: MPI(MPIX_Bcast_enqueue(a, k, MPI_INT, 0, c)); break;
+        case F_ALLGATHER: MPI(MPIX_Allgather_enqueue(a, k, MPI_INT, b, k, MPI_INT, c)); break;
+        case F_ALLTOALL: MPI(MPIX_Alltoall_enqueue(a, k, MPI_INT, b, k, MPI_INT, c)); break;
+        case F_RSB: MPI(MPIX_Reduce_scatter_block_enqueue(a, b, k, MPI_INT, MPI_SUM, c)); break;
+        default: MPI(MPIX_Allreduce_enqueue(a, b, k, MPI_INT, MPI_SUM, c)); break;
+        }
+}
+
+/* Median over 5 rounds of the time per call of `iters` calls of `kind` (0 blocking, 1 enqueued
+ * back to back, 2 enqueued from a graph of 10 calls) of `op` at blocks of `n` ints. */
+static double time_op(int kind, int op, MPI_Comm c, stream_t s, int *a, int *b, size_t n, int iters) {
     double t[5];
     graph_exec_t ge = NULL;
     graph_t g = NULL;
     if (kind == 2) {
         /* Ten finished calls leave ten staging areas for the ten captured ones (no allocation
          * during the capture). */
-        for (int i = 0; i < 10; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
+        for (int i = 0; i < 10; i++) one_op(0, op, c, a, b, n);
         CU(cudaStreamSynchronize_(s));
         CU(cudaStreamBeginCapture_(s, 0));
-        for (int i = 0; i < 10; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
+        for (int i = 0; i < 10; i++) one_op(0, op, c, a, b, n);
         CU(cudaStreamEndCapture_(s, &g));
         CU(cudaGraphInstantiateWithFlags_(&ge, g, 0));
     }
     for (int r = 0; r < 5; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        if (kind == 0)
-            for (int i = 0; i < iters; i++) MPI(MPI_Allreduce(a, b, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-        else if (kind == 1)
-            for (int i = 0; i < iters; i++) MPI(MPIX_Allreduce_enqueue(a, b, (int)n, MPI_INT, MPI_SUM, c));
-        else
+        if (kind == 2)
             for (int i = 0; i < (iters + 9) / 10; i++) CU(cudaGraphLaunch_(ge, s));
+        else
+            for (int i = 0; i < iters; i++) one_op(kind == 0, op, c, a, b, n);
         CU(cudaStreamSynchronize_(s));
         t[r] = (MPI_Wtime() - t0) * 1e6 / (kind == 2 ? ((iters + 9) / 10) * 10 : iters);
     }
@@ -511,23 +775,28 @@ static double time_allreduce(int kind, MPI_Comm c, stream_t s, int *a, int *b, s
     return worst;
 }
 
-static void bench(MPI_Comm c, stream_t s, size_t max_bytes, size_t min_bytes, size_t factor) {
+/* Sizes as nccl-tests and gpumpi-bench count them: per rank for allreduce and bcast, the total
+ * over ranks for allgather, alltoall and reduce_scatter_block (a rank's block is 1/size). */
+static void bench(MPI_Comm c, stream_t s, int op, size_t max_bytes, size_t min_bytes, size_t factor) {
     size_t maxn = max_bytes / sizeof(int);
+    int total = op == F_ALLGATHER || op == F_ALLTOALL || op == F_RSB;
     int *a, *b;
-    CU(cudaMalloc_((void **)&a, maxn * sizeof(int)));
-    CU(cudaMalloc_((void **)&b, maxn * sizeof(int)));
+    CU(cudaMalloc_((void **)&a, maxn * sizeof(int) + 64));
+    CU(cudaMalloc_((void **)&b, maxn * sizeof(int) + 64));
     CU(cudaMemset_(a, 1, maxn * sizeof(int)));
     if (rank == 0)
-        printf("# gpu_stream bench, %d ranks: allreduce MPI_INT sum, us per call (median of 5, slowest rank)\n"
-               "# bytes  blocking  enqueue_back_to_back  enqueue_graph\n", size);
+        printf("# gpu_stream bench, %d ranks: %s MPI_INT%s, bytes %s, us per call (median of 5, slowest rank)\n"
+               "# bytes  blocking  enqueue_back_to_back  enqueue_graph\n",
+               size, fname[op], op == F_RSB || op == F_ALLREDUCE ? " sum" : "", total ? "over all ranks" : "per rank");
     if (min_bytes < sizeof(int)) min_bytes = sizeof(int);
     if (factor < 2) factor = 2;
     for (size_t bytes = min_bytes / sizeof(int) * sizeof(int); bytes <= maxn * sizeof(int); bytes *= factor) {
-        size_t n = bytes / sizeof(int);
+        size_t n = bytes / sizeof(int) / (total ? (size_t)size : 1);
+        if (n == 0) continue;
         int iters = bytes <= (1 << 20) ? 200 : bytes <= (64 << 20) ? 20 : 10;
-        double t0 = time_allreduce(0, c, s, a, b, n, iters);
-        double t1 = time_allreduce(1, c, s, a, b, n, iters);
-        double t2 = time_allreduce(2, c, s, a, b, n, iters);
+        double t0 = time_op(0, op, c, s, a, b, n, iters);
+        double t1 = time_op(1, op, c, s, a, b, n, iters);
+        double t2 = time_op(2, op, c, s, a, b, n, iters);
         if (rank == 0) printf("%9zu %9.1f %9.1f %9.1f\n", bytes, t0, t1, t2);
     }
     CU(cudaFree_(a));
@@ -555,7 +824,11 @@ int main(int argc, char **argv) {
     MPIX_Stream xa, xb;
     MPI_Comm ca = stream_comm(a, &xa), cbm = stream_comm(b, &xb);
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
-        bench(ca, a, argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (size_t)1 << 30,
+        int op = F_ALLREDUCE;
+        if (argc > 5)
+            for (int f = 0; f < NFORMS; f++)
+                if (strcmp(argv[5], fname[f]) == 0) op = f;
+        bench(ca, a, op, argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (size_t)1 << 30,
               argc > 3 ? (size_t)strtoull(argv[3], NULL, 0) : 8, argc > 4 ? (size_t)strtoull(argv[4], NULL, 0) : 8);
         MPI(MPI_Comm_free(&ca));
         MPI(MPI_Comm_free(&cbm));
@@ -587,8 +860,10 @@ int main(int argc, char **argv) {
         colls(ca, a, sb, rb, cb, n);
     }
     kernel_checks(ca, a, maxn);
+    coll_checks(ca, a, (1 << 20) + 4);
     two_streams(ca, a, cbm, b, cb, 4096);
     graph(ca, a, cb, 4096);
+    graph_colls(ca, a, 4100);
     graph_first(b, cb, 4097);
     MPI(MPI_Comm_free(&ca));
     MPI(MPI_Comm_free(&cbm));

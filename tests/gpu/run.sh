@@ -41,9 +41,13 @@
 # gpu_stream runs every MPIX_*_enqueue form on device buffers (ordering with the caller's own
 # stream work, two stream communicators at once, captured CUDA graphs replayed 1000 times) and
 # MPIX_Allreduce_enqueue's stream kernel (every op and type, sizes around its boundaries, host
-# buffers on one rank) at 2 and 4 ranks, again with 64 KiB slots and 3 blocks
-# (GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3), and at 2 ranks with the kernel off; with
-# one GPU per rank the debug log must show every MPIX_Allreduce_enqueue on the stream kernel.
+# buffers on one rank) and the stream kernels of bcast, allgather, alltoall and
+# reduce_scatter_block (blocks around their block and slot boundaries, in place, back to back
+# mixed with allreduce, in a replayed graph) at 2 and 4 ranks, again with 64 KiB slots and 3
+# blocks (GPUMPI_STREAM_SCRATCH=256k GPUMPI_STREAM_BLOCKS=3), and at 2 ranks with the kernel off;
+# with one GPU per rank the debug log must show every MPIX_Allreduce_enqueue on the stream
+# kernel, and every bcast/allgather/alltoall/reduce_scatter_block enqueue but one
+# non-contiguous bcast per rank.
 # --bench also runs gpu_bench and `gpu_stream bench` (allreduce 8 B to 1 GiB: blocking, enqueued
 # back-to-back, enqueued from a graph).
 # Every run is a pass (exit 0 and a PASS line), a skip (exit 0 and a SKIP line) or a failure; the
@@ -176,6 +180,24 @@ streamrun() { # label ranks env...
     echo "MPIX_Allreduce_enqueue: $k stream kernel calls, $f fallback calls (debug log)"
     if grep -q "stream kernel expected" "$log" && { [ "$k" -eq 0 ] || [ "$f" -ne 0 ]; }; then
         verdict "$label" fail "every MPIX_Allreduce_enqueue should take the stream kernel"
+        return
+    fi
+    # The other collectives' kernels: every call on the kernel but one non-contiguous bcast
+    # per rank, whose fallback line says why.
+    local form want bad=""
+    for form in Bcast Allgather Alltoall Reduce_scatter_block; do
+        k=$(grep -c "MPIX_${form}_enqueue: stream kernel (" "$log" || true)
+        f=$(grep -c "MPIX_${form}_enqueue: host-function fallback" "$log" || true)
+        echo "MPIX_${form}_enqueue: $k stream kernel calls, $f fallback calls (debug log)"
+        want=0
+        [ "$form" = Bcast ] && want=$n
+        if grep -q "stream kernel expected" "$log" && { [ "$k" -eq 0 ] || [ "$f" -ne "$want" ]; }; then
+            bad="$bad $form"
+        fi
+    done
+    grep -m2 "not the stream kernel: the datatype is not contiguous" "$log" || true
+    if [ -n "$bad" ]; then
+        verdict "$label" fail "stream kernel expected for every contiguous call of:$bad"
     else
         verdict "$label" pass
     fi

@@ -19,6 +19,7 @@ use crate::abi::consts as c;
 use crate::abi::ffi::*;
 use crate::abi::width::LargeCounts;
 use crate::gpu::enqueue::{needs_staging, Builder, Queue, UserStream};
+use crate::gpu::enqueue_kernel::{Plan, Ready, StreamAr};
 use crate::mpi::error::{MpiError, MpiResult};
 use crate::mpi_bail;
 use crate::runtime::objects::{builtin_op, comm, info_obj, nonnull, CommObj};
@@ -723,6 +724,146 @@ fn in_place(p: *const c_void) -> bool {
     std::ptr::eq(p, c::MPI_IN_PLACE as *const c_void)
 }
 
+/// A stream communicator's stream kernel, or why its calls take the staged fallback.
+fn stream_kernel(o: &CommObj) -> Result<&StreamKernel, String> {
+    match o.stream.get() {
+        None => Err("not a stream communicator".into()),
+        Some(sc) => sc.kernel.as_ref().map_err(|why| why.clone()),
+    }
+}
+
+/// The stream kernel's set-up on the communicator (collective: done by its first call that
+/// takes a stream kernel, the same call on every rank), or why it cannot run there.
+fn kernel_ready(f: &str, k: &StreamKernel, q: &Queue) -> MpiResult<Result<Ready, String>> {
+    let mut g = k.state.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        let dup = comm(k.setup_comm.load(Ordering::Acquire) as MPI_Comm)?;
+        let r = crate::dispatch::stream_kernel_setup(&dup, q.stream.primary_ordinal())?;
+        match &r {
+            Ok(x) => tracing::debug!(
+                ranks = x.nranks,
+                slot = x.layout.slot,
+                stage = x.layout.stage,
+                ll_cap = x.layout.ll_cap,
+                blocks = x.tune.blocks,
+                "{f}: stream kernel set up on the communicator"
+            ),
+            Err(why) => tracing::info!(
+                "{f}: the stream kernel cannot run on this communicator ({why}); its calls take the staged fallback"
+            ),
+        }
+        *g = Some(r);
+    }
+    Ok(g.clone().expect("set above"))
+}
+
+/// Log why a call takes the staged fallback (`GPUMPI_DEBUG=2`); `Ok(false)`.
+fn not_kernel(f: &str, why: &str) -> MpiResult<bool> {
+    tracing::debug!("{f}: not the stream kernel: {why}");
+    Ok(false)
+}
+
+/// This rank's buffers of a stream-kernel call: addresses of the data (after the datatypes'
+/// true lower bounds) and their bytes.
+#[derive(Clone, Copy, Debug)]
+struct KernelIo {
+    /// What the kernel reads (`in_len` 0: nothing, as a bcast's non-root).
+    src: usize,
+    in_len: usize,
+    /// What it writes (`out_len` 0: nothing, as a bcast's root).
+    dst: usize,
+    out_len: usize,
+    /// The input lies in the output's buffer, at `src - dst` (in place): one region.
+    in_place: bool,
+}
+
+/// Enqueue a stream kernel with the buffers of `io`: directly where they are device memory of
+/// the stream's GPU, else between copies through pinned staging (mapped into the GPU), filled
+/// and emptied in stream order. `params` gives the kernel's parameter and plan for the device
+/// addresses of (input, output). The same kernel runs on every rank whatever its buffers.
+unsafe fn kernel_launch(
+    f: &str,
+    q: &Queue,
+    ready: &Ready,
+    io: KernelIo,
+    params: impl Fn(u64, u64) -> (StreamAr, Plan),
+) -> MpiResult<bool> {
+    let err = |e: String| MpiError::new(c::MPI_ERR_OTHER, format!("{f}: {e}"));
+    let direct = |p: usize| {
+        let i = crate::gpu::classify_ordered(p as *const u8);
+        i.kind == crate::gpu::cache::MemKind::Device && i.device == ready.ordinal
+    };
+    let rdirect = (io.out_len == 0 && !io.in_place) || direct(io.dst);
+    let sdirect = if io.in_place {
+        rdirect
+    } else {
+        io.in_len == 0 || direct(io.src)
+    };
+    let captured_note = |b: bool| if b { " (captured)" } else { "" };
+    if sdirect && rdirect {
+        let (a, p) = params(io.src as u64, io.dst as u64);
+        // SAFETY: device memory of the stream's GPU that the application keeps alive until
+        // the stream passed the call (MPIX enqueue semantics); every rank enqueues this call.
+        unsafe { q.stream.launch_stream_kernel(ready.ordinal, &a, p.blocks) }.map_err(err)?;
+        tracing::debug!(
+            bytes = io.in_len.max(io.out_len),
+            blocks = p.blocks,
+            rounds = p.rounds,
+            "{f}: stream kernel ({}){}",
+            crate::gpu::enqueue_kernel::algo_name(p.algo),
+            captured_note(q.stream.capturing().unwrap_or(false))
+        );
+        return Ok(true);
+    }
+    // In place: one region holding the input at `in_off` and the output at 0. Else the input
+    // (where staged) at 0 and the output (where staged) after it.
+    let (in_off, out_off, size) = if io.in_place {
+        let in_off = io.src - io.dst;
+        (in_off, 0, io.out_len.max(in_off + io.in_len))
+    } else {
+        let in_len = if sdirect {
+            0
+        } else {
+            io.in_len.next_multiple_of(64)
+        };
+        (0, in_len, in_len + if rdirect { 0 } else { io.out_len })
+    };
+    let mut b = q.begin(size.max(1)).map_err(err)?;
+    let (host, dev) = (b.staging() as usize, b.staging_dev());
+    let src = if sdirect {
+        io.src as u64
+    } else {
+        if io.in_len > 0 {
+            stage_in(&mut b, io.src, host, in_off, io.in_len).map_err(err)?;
+        }
+        dev + in_off as u64
+    };
+    let dst = if rdirect {
+        io.dst as u64
+    } else {
+        dev + out_off as u64
+    };
+    let (a, p) = params(src, dst);
+    // SAFETY: the staging lives as long as the operation (or the graph capturing it); the
+    // user's device buffers as above.
+    unsafe { b.stream().launch_stream_kernel(ready.ordinal, &a, p.blocks) }.map_err(err)?;
+    if !rdirect && io.out_len > 0 {
+        stage_out(&mut b, io.dst, host + out_off, io.out_len).map_err(err)?;
+    }
+    tracing::debug!(
+        bytes = io.in_len.max(io.out_len),
+        blocks = p.blocks,
+        rounds = p.rounds,
+        staged_send = !sdirect,
+        staged_recv = !rdirect,
+        "{f}: stream kernel ({}) through pinned staging{}",
+        crate::gpu::enqueue_kernel::algo_name(p.algo),
+        captured_note(b.captured())
+    );
+    b.finish().map_err(err)?;
+    Ok(true)
+}
+
 /// `MPIX_Allreduce_enqueue` as the stream kernel (`gpu::enqueue_kernel`): one kernel on the
 /// stream where this rank's buffers are device memory of the stream's GPU, else the kernel
 /// between copies through pinned staging. `Ok(false)`: the call takes the staged fallback (the
@@ -737,16 +878,9 @@ unsafe fn allreduce_kernel(
     q: &Queue,
 ) -> MpiResult<bool> {
     const F: &str = "MPIX_Allreduce_enqueue";
-    let fallback = |why: &str| {
-        tracing::debug!("{F}: not the stream kernel: {why}");
-        Ok(false)
-    };
-    let Some(sc) = o.stream.get() else {
-        return fallback("not a stream communicator");
-    };
-    let k = match &sc.kernel {
+    let k = match stream_kernel(o) {
         Ok(k) => k,
-        Err(why) => return fallback(why),
+        Err(why) => return not_kernel(F, &why),
     };
     let n = check_count(count as i64)?;
     let d = committed(datatype)?;
@@ -756,7 +890,7 @@ unsafe fn allreduce_kernel(
     let bytes = d.desc.packed_size(n);
     if let Err(why) = crate::gpu::enqueue_kernel::call_eligible(bytes, red, d.desc.is_contiguous(n))
     {
-        return fallback(&why);
+        return not_kernel(F, &why);
     }
     let red = red.expect("checked by call_eligible");
     let ip = in_place(sendbuf);
@@ -766,32 +900,9 @@ unsafe fn allreduce_kernel(
     if !ip && sendbuf.is_null() {
         mpi_bail!(MPI_ERR_BUFFER, "sendbuf is NULL with count {count}");
     }
-    let err = |e: String| MpiError::new(c::MPI_ERR_OTHER, format!("{F}: {e}"));
-    let ready = {
-        let mut g = k.state.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            let dup = comm(k.setup_comm.load(Ordering::Acquire) as MPI_Comm)?;
-            let r = crate::dispatch::stream_kernel_setup(&dup, q.stream.primary_ordinal())?;
-            match &r {
-                Ok(x) => tracing::debug!(
-                    ranks = x.nranks,
-                    slot = x.layout.slot,
-                    stage = x.layout.stage,
-                    ll_cap = x.layout.ll_cap,
-                    blocks = x.tune.blocks,
-                    "{F}: stream kernel set up on the communicator"
-                ),
-                Err(why) => tracing::info!(
-                    "{F}: the stream kernel cannot run on this communicator ({why}); its calls take the staged fallback"
-                ),
-            }
-            *g = Some(r);
-        }
-        g.clone().expect("set above")
-    };
-    let ready = match ready {
+    let ready = match kernel_ready(F, k, q)? {
         Ok(r) => r,
-        Err(why) => return fallback(&why),
+        Err(why) => return not_kernel(F, &why),
     };
     let lb = d.desc.true_lb();
     let recv = (recvbuf as usize).wrapping_add_signed(lb);
@@ -800,69 +911,53 @@ unsafe fn allreduce_kernel(
     } else {
         (sendbuf as usize).wrapping_add_signed(lb)
     };
-    let direct = |p: usize| {
-        let i = crate::gpu::classify_ordered(p as *const u8);
-        i.kind == crate::gpu::cache::MemKind::Device && i.device == ready.ordinal
+    let io = KernelIo {
+        src: send,
+        in_len: bytes,
+        dst: recv,
+        out_len: bytes,
+        in_place: ip,
     };
-    let rdirect = direct(recv);
-    let sdirect = if ip { rdirect } else { direct(send) };
-    let captured_note = |b: bool| if b { " (captured)" } else { "" };
-    if sdirect && rdirect {
-        let (a, p) = ready.params(send as u64, recv as u64, bytes, red);
-        // SAFETY: device memory of the stream's GPU that the application keeps alive until
-        // the stream passed the call (MPIX enqueue semantics); every rank enqueues this call.
-        unsafe { q.stream.launch_stream_kernel(ready.ordinal, &a, p.blocks) }.map_err(err)?;
-        tracing::debug!(
-            bytes,
-            blocks = p.blocks,
-            rounds = p.rounds,
-            "{F}: stream kernel ({}){}",
-            crate::gpu::enqueue_kernel::algo_name(p.algo),
-            captured_note(q.stream.capturing().unwrap_or(false))
-        );
-        return Ok(true);
+    kernel_launch(F, q, &ready, io, |s, r| ready.params(s, r, bytes, red))
+}
+
+/// The bcast, allgather, alltoall and reduce_scatter_block kernels (kernels/stream_coll.cuh):
+/// the same rules as [`allreduce_kernel`]. `block` is one rank's block of the call (datatype,
+/// count), `contiguous` whether every buffer's datatype is contiguous for its count, `red` the
+/// op and type of reduce_scatter_block, `io` this rank's buffers, and `null` the name of a
+/// buffer the call needs that is NULL (checked once the call is eligible: a NULL buffer may be
+/// `MPI_BOTTOM` with absolute displacements, which the fallback serves).
+#[allow(clippy::too_many_arguments)]
+unsafe fn coll_kernel(
+    f: &str,
+    algo: u32,
+    o: &CommObj,
+    q: &Queue,
+    block: usize,
+    contiguous: bool,
+    red: Option<Option<(crate::gpu::kernels::KOp, crate::gpu::kernels::KType)>>,
+    root: usize,
+    io: KernelIo,
+    null: Option<&str>,
+) -> MpiResult<bool> {
+    let k = match stream_kernel(o) {
+        Ok(k) => k,
+        Err(why) => return not_kernel(f, &why),
+    };
+    if let Err(why) = crate::gpu::enqueue_kernel::coll_eligible(algo, block, contiguous, red) {
+        return not_kernel(f, &why);
     }
-    // This rank's buffers are not device memory of the stream's GPU: the kernel reads and
-    // writes pinned staging (mapped into the GPU), filled and emptied in stream order.
-    let in_len = if sdirect {
-        0
-    } else {
-        bytes.next_multiple_of(64)
-    };
-    // In place the kernel works on the staged input itself.
-    let out_off = if ip { 0 } else { in_len };
-    let size = in_len.max(out_off + if rdirect { 0 } else { bytes });
-    let mut b = q.begin(size.max(1)).map_err(err)?;
-    let (host, dev) = (b.staging() as usize, b.staging_dev());
-    let src = if sdirect {
-        send as u64
-    } else {
-        stage_in(&mut b, send, host, 0, bytes).map_err(err)?;
-        dev
-    };
-    let dst = if rdirect {
-        recv as u64
-    } else {
-        dev + out_off as u64
-    };
-    let (a, p) = ready.params(src, dst, bytes, red);
-    // SAFETY: the staging lives as long as the operation (or the graph capturing it); the
-    // user's device buffers as above.
-    unsafe { b.stream().launch_stream_kernel(ready.ordinal, &a, p.blocks) }.map_err(err)?;
-    if !rdirect {
-        stage_out(&mut b, recv, host + out_off, bytes).map_err(err)?;
+    if let Some(b) = null {
+        mpi_bail!(MPI_ERR_BUFFER, "{f}: {b} is NULL with a nonzero count");
     }
-    tracing::debug!(
-        bytes,
-        blocks = p.blocks,
-        rounds = p.rounds,
-        staged_send = !sdirect,
-        staged_recv = !rdirect,
-        "{F}: stream kernel through pinned staging{}",
-        captured_note(b.captured())
-    );
-    b.finish().map_err(err)?;
-    Ok(true)
+    let ready = match kernel_ready(f, k, q)? {
+        Ok(r) => r,
+        Err(why) => return not_kernel(f, &why),
+    };
+    let red = red.flatten();
+    kernel_launch(f, q, &ready, io, |s, r| {
+        ready.coll_params(algo, s, r, block, root, red)
+    })
 }
 
 /// Copy `len` bytes of the user's buffer at `user` into the staging at `host + off`, in stream
@@ -953,6 +1048,34 @@ pub unsafe fn MPIX_Bcast_enqueue(
         );
     }
     let me_root = o.rank == root as usize;
+    {
+        let d = committed(datatype)?;
+        let n = check_count(count as i64)?;
+        let bytes = d.desc.packed_size(n);
+        let buf = (buffer as usize).wrapping_add_signed(d.desc.true_lb());
+        let io = KernelIo {
+            src: buf,
+            in_len: if me_root { bytes } else { 0 },
+            dst: buf,
+            out_len: if me_root { 0 } else { bytes },
+            in_place: true,
+        };
+        let contiguous = d.desc.is_contiguous(n);
+        if coll_kernel(
+            "MPIX_Bcast_enqueue",
+            crate::gpu::enqueue_kernel::BCAST,
+            &o,
+            &q,
+            bytes,
+            contiguous,
+            None,
+            root as usize,
+            io,
+            buffer.is_null().then_some("buffer"),
+        )? {
+            return Ok(());
+        }
+    }
     let parts = vec![part(
         buffer,
         count as i64,
@@ -1011,6 +1134,70 @@ fn gather_parts(
     Ok((parts, ip))
 }
 
+/// Which of recvbuf and sendbuf (not in place) is NULL, if any.
+fn null_buffer(recvbuf: *const c_void, sendbuf: *const c_void, ip: bool) -> Option<&'static str> {
+    if recvbuf.is_null() {
+        Some("recvbuf")
+    } else if !ip && sendbuf.is_null() {
+        Some("sendbuf")
+    } else {
+        None
+    }
+}
+
+/// The allgather or alltoall kernel (`algo`) for these arguments, where eligible (see
+/// [`coll_kernel`]): one rank's block is `recvcount` of `recvtype`, which the send side must
+/// match in bytes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gather_kernel(
+    algo: u32,
+    o: &CommObj,
+    q: &Queue,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+) -> MpiResult<bool> {
+    let all = algo == crate::gpu::enqueue_kernel::ALLGATHER;
+    let f = if all {
+        "MPIX_Allgather_enqueue"
+    } else {
+        "MPIX_Alltoall_enqueue"
+    };
+    let n = o.size();
+    let ip = in_place(sendbuf);
+    let rd = committed(recvtype)?;
+    let rc = check_count(recvcount as i64)?;
+    let block = rd.desc.packed_size(rc);
+    let recv = (recvbuf as usize).wrapping_add_signed(rd.desc.true_lb());
+    // The send side (blocks of `sendcount`: one for allgather, one per rank for alltoall).
+    let (src, contiguous) = if ip {
+        let at = if all { o.rank * block } else { 0 };
+        (recv + at, rd.desc.is_contiguous(rc * n))
+    } else {
+        let sd = committed(sendtype)?;
+        let sc = check_count(sendcount as i64)?;
+        let blocks = if all { 1 } else { n };
+        (
+            (sendbuf as usize).wrapping_add_signed(sd.desc.true_lb()),
+            rd.desc.is_contiguous(rc * n)
+                && sd.desc.is_contiguous(sc * blocks)
+                && sd.desc.packed_size(sc) == block,
+        )
+    };
+    let null = null_buffer(recvbuf, sendbuf, ip);
+    let io = KernelIo {
+        src,
+        in_len: if all { block } else { block * n },
+        dst: recv,
+        out_len: block * n,
+        in_place: ip,
+    };
+    coll_kernel(f, algo, o, q, block, contiguous, None, 0, io, null)
+}
+
 pub unsafe fn MPIX_Allgather_enqueue(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -1021,6 +1208,19 @@ pub unsafe fn MPIX_Allgather_enqueue(
     cm: MPI_Comm,
 ) -> MpiResult<()> {
     let (o, q) = queue_of(cm)?;
+    if gather_kernel(
+        crate::gpu::enqueue_kernel::ALLGATHER,
+        &o,
+        &q,
+        sendbuf,
+        sendcount,
+        sendtype,
+        recvbuf,
+        recvcount,
+        recvtype,
+    )? {
+        return Ok(());
+    }
     let (parts, ip) = gather_parts(
         &o, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1,
     )?;
@@ -1052,6 +1252,19 @@ pub unsafe fn MPIX_Alltoall_enqueue(
     cm: MPI_Comm,
 ) -> MpiResult<()> {
     let (o, q) = queue_of(cm)?;
+    if gather_kernel(
+        crate::gpu::enqueue_kernel::ALLTOALL,
+        &o,
+        &q,
+        sendbuf,
+        sendcount,
+        sendtype,
+        recvbuf,
+        recvcount,
+        recvtype,
+    )? {
+        return Ok(());
+    }
     let n = o.size() as i64;
     let (parts, ip) = gather_parts(
         &o, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, n,
@@ -1085,6 +1298,41 @@ pub unsafe fn MPIX_Reduce_scatter_block_enqueue(
     let (o, q) = queue_of(cm)?;
     let n = o.size() as i64;
     let ip = in_place(sendbuf);
+    {
+        let d = committed(datatype)?;
+        let rc = check_count(recvcount as i64)?;
+        let block = d.desc.packed_size(rc);
+        let red = builtin_op(op)
+            .zip(d.desc.elem())
+            .and_then(|(b, e)| crate::gpu::kernels::kernel_for(b, e));
+        let lb = d.desc.true_lb();
+        let recv = (recvbuf as usize).wrapping_add_signed(lb);
+        let io = KernelIo {
+            src: if ip {
+                recv
+            } else {
+                (sendbuf as usize).wrapping_add_signed(lb)
+            },
+            in_len: block * n as usize,
+            dst: recv,
+            out_len: block,
+            in_place: ip,
+        };
+        if coll_kernel(
+            "MPIX_Reduce_scatter_block_enqueue",
+            crate::gpu::enqueue_kernel::REDUCE_SCATTER,
+            &o,
+            &q,
+            block,
+            d.desc.is_contiguous(rc * n as usize),
+            Some(red),
+            0,
+            io,
+            null_buffer(recvbuf, sendbuf, ip),
+        )? {
+            return Ok(());
+        }
+    }
     // In place, recvbuf holds the whole input (size * recvcount) and the result at its start.
     let recv_len = if ip {
         recvcount as i64 * n
