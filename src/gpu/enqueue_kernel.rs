@@ -699,37 +699,43 @@ fn setup_relaxed(
 }
 
 impl Ready {
-    /// The kernel's parameter for an allreduce of `bytes` from `src` into `dst` (device
-    /// addresses the kernel may read and write; equal in place), and the plan it follows.
-    pub fn params(&self, src: u64, dst: u64, bytes: usize, red: (KOp, KType)) -> (StreamAr, Plan) {
-        let p = plan(bytes, self.nranks, &self.layout, &self.tune);
-        let l = &self.layout;
-        let a = StreamAr {
+    /// The fields every kernel's parameter shares: the communicator's peers and rank, the
+    /// buffers `src` -> `dst` of `bytes`, and the block split of plan `p`.
+    fn common(&self, src: u64, dst: u64, bytes: usize, p: &Plan) -> StreamAr {
+        StreamAr {
             peers: self.peers,
             src,
             dst,
             bytes: bytes as u64,
             slice: p.slice as u64,
             per: p.per as u64,
-            slot: l.slot as u64,
+            slot: self.layout.slot as u64,
+            nranks: self.nranks as u32,
+            rank: self.rank as u32,
+            parts: p.parts as u32,
+            ..StreamAr::default()
+        }
+    }
+
+    /// The kernel's parameter for an allreduce of `bytes` from `src` into `dst` (device
+    /// addresses the kernel may read and write; equal in place), and the plan it follows.
+    pub fn params(&self, src: u64, dst: u64, bytes: usize, red: (KOp, KType)) -> (StreamAr, Plan) {
+        let p = plan(bytes, self.nranks, &self.layout, &self.tune);
+        let l = &self.layout;
+        let a = StreamAr {
             stage: l.stage as u64,
             pipe_off: l.pipe_off as u64,
             ll_off: l.ll_off as u64,
             ll_slot: 2 * l.ll_cap as u64,
-            nranks: self.nranks as u32,
-            rank: self.rank as u32,
             op: red.0.code(),
             ty: red.1.code(),
             algo: p.algo,
-            parts: p.parts as u32,
             stages: l.stages as u32,
-            pad: 0,
+            ..self.common(src, dst, bytes, &p)
         };
         (a, p)
     }
-}
 
-impl Ready {
     /// The kernel's parameter for a collective of kernels/stream_coll.cuh (`algo`) whose
     /// ranks' blocks are `bytes` each, from `src` into `dst` (device addresses; the input where
     /// the standard puts it in place); `op` is the root for [`BCAST`], and `red` the op and type
@@ -745,20 +751,10 @@ impl Ready {
     ) -> (StreamAr, Plan) {
         let p = coll_plan(algo, bytes, &self.layout, &self.tune);
         let a = StreamAr {
-            peers: self.peers,
-            src,
-            dst,
-            bytes: bytes as u64,
-            slice: p.slice as u64,
-            per: p.per as u64,
-            slot: self.layout.slot as u64,
-            nranks: self.nranks as u32,
-            rank: self.rank as u32,
             op: red.map_or(root as u32, |r| r.0.code()),
             ty: red.map_or(0, |r| r.1.code()),
             algo,
-            parts: p.parts as u32,
-            ..StreamAr::default()
+            ..self.common(src, dst, bytes, &p)
         };
         (a, p)
     }

@@ -1198,7 +1198,26 @@ unsafe fn gather_kernel(
     coll_kernel(f, algo, o, q, block, contiguous, None, 0, io, null)
 }
 
-pub unsafe fn MPIX_Allgather_enqueue(
+/// The blocking call the staged fallback of [`gather_enqueue`] runs on the worker.
+type GatherCall = unsafe fn(
+    *const c_void,
+    i64,
+    MPI_Datatype,
+    *mut c_void,
+    i64,
+    MPI_Datatype,
+    MPI_Comm,
+) -> MpiResult<()>;
+
+/// `MPIX_Allgather_enqueue` and `MPIX_Alltoall_enqueue` (`algo`, `f`): the stream kernel where
+/// it applies, else the staged fallback running `call` (`MPI_Allgather` / `MPI_Alltoall`),
+/// whose send buffer holds `blocks` of the rank's blocks (1 / the communicator's size).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gather_enqueue(
+    f: &'static str,
+    algo: u32,
+    all_to_all: bool,
+    call: GatherCall,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: MPI_Datatype,
@@ -1209,27 +1228,20 @@ pub unsafe fn MPIX_Allgather_enqueue(
 ) -> MpiResult<()> {
     let (o, q) = queue_of(cm)?;
     if gather_kernel(
-        crate::gpu::enqueue_kernel::ALLGATHER,
-        &o,
-        &q,
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
+        algo, &o, &q, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
     )? {
         return Ok(());
     }
+    let blocks = if all_to_all { o.size() as i64 } else { 1 };
     let (parts, ip) = gather_parts(
-        &o, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1,
+        &o, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, blocks,
     )?;
     let (st_, rt, cmv) = (sendtype as usize, recvtype as usize, cm as usize);
-    enqueue_blocking("MPIX_Allgather_enqueue", cm, &q, parts, move |a| {
+    enqueue_blocking(f, cm, &q, parts, move |a| {
         let s = if ip { c::MPI_IN_PLACE as usize } else { a[1] };
         // SAFETY: as above.
         unsafe {
-            MPI_Allgather::<LargeCounts>(
+            call(
                 s as *const c_void,
                 sendcount as i64,
                 st_ as MPI_Datatype,
@@ -1242,6 +1254,30 @@ pub unsafe fn MPIX_Allgather_enqueue(
     })
 }
 
+pub unsafe fn MPIX_Allgather_enqueue(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    cm: MPI_Comm,
+) -> MpiResult<()> {
+    gather_enqueue(
+        "MPIX_Allgather_enqueue",
+        crate::gpu::enqueue_kernel::ALLGATHER,
+        false,
+        MPI_Allgather::<LargeCounts>,
+        sendbuf,
+        sendcount,
+        sendtype,
+        recvbuf,
+        recvcount,
+        recvtype,
+        cm,
+    )
+}
+
 pub unsafe fn MPIX_Alltoall_enqueue(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -1251,40 +1287,19 @@ pub unsafe fn MPIX_Alltoall_enqueue(
     recvtype: MPI_Datatype,
     cm: MPI_Comm,
 ) -> MpiResult<()> {
-    let (o, q) = queue_of(cm)?;
-    if gather_kernel(
+    gather_enqueue(
+        "MPIX_Alltoall_enqueue",
         crate::gpu::enqueue_kernel::ALLTOALL,
-        &o,
-        &q,
+        true,
+        MPI_Alltoall::<LargeCounts>,
         sendbuf,
         sendcount,
         sendtype,
         recvbuf,
         recvcount,
         recvtype,
-    )? {
-        return Ok(());
-    }
-    let n = o.size() as i64;
-    let (parts, ip) = gather_parts(
-        &o, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, n,
-    )?;
-    let (st_, rt, cmv) = (sendtype as usize, recvtype as usize, cm as usize);
-    enqueue_blocking("MPIX_Alltoall_enqueue", cm, &q, parts, move |a| {
-        let s = if ip { c::MPI_IN_PLACE as usize } else { a[1] };
-        // SAFETY: as above.
-        unsafe {
-            MPI_Alltoall::<LargeCounts>(
-                s as *const c_void,
-                sendcount as i64,
-                st_ as MPI_Datatype,
-                a[0] as *mut c_void,
-                recvcount as i64,
-                rt as MPI_Datatype,
-                cmv as MPI_Comm,
-            )
-        }
-    })
+        cm,
+    )
 }
 
 pub unsafe fn MPIX_Reduce_scatter_block_enqueue(
