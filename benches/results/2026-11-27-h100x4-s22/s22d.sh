@@ -1,7 +1,10 @@
 #!/bin/bash
 # s22d: the merged main (build/f, unit tests build/funit) on 4x H100: unit gpu::, the GPU suite, then the helpers'
 # final benches against main at session start (build/main): dp16 (device ping-pong, wide pulls), ek24 (the new
-# stream kernels beside NCCL -z0), each under its own time limit.
+# stream kernels beside NCCL -z0), each under its own time limit. The two helper scripts (build/fsrc/*-final.sh) were
+# not kept; their outputs (dp16-final.txt, ek24-final.txt) name the commands: gpumpi-bench -d cuda -o pingpong
+# -b 1 -e 4M -f 2 -w 100 -n 1000 (and with GPUMPI_GPU_P2P_PUSH=off, GPUMPI_GPU_PULL_WIDE_MAX=16m / 0), and
+# gpu_stream bench per op at 4 ranks beside gpumpi-bench -B nccl -d cuda -z 0 -o <op>.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
