@@ -66,6 +66,28 @@ impl Via {
     }
 }
 
+/// One message to `to` carrying `blocks` (each `len` bytes) in order: a single block is sent
+/// where it lies, several are first packed into scratch from `alloc`; none sends nothing.
+fn send_packed(
+    b: &mut Builder,
+    alloc: &mut impl FnMut(usize) -> usize,
+    to: usize,
+    blocks: &[Region],
+    len: usize,
+) {
+    match blocks {
+        [] => {}
+        [one] => b.send(to, *one),
+        _ => {
+            let at = alloc(blocks.len() * len);
+            for (i, blk) in blocks.iter().enumerate() {
+                b.copy(*blk, Region::tmp(at + i * len, len));
+            }
+            b.send(to, Region::tmp(at, blocks.len() * len));
+        }
+    }
+}
+
 /// The schedule of rank `a.rank` for an alltoall whose blocks are `len` bytes on every rank:
 /// `send[d]` in `Send` (`recv[d]` in `Recv` when in place) goes to `d`, `recv[s]` comes from
 /// `s`.
@@ -110,15 +132,8 @@ pub fn build_blocks(
         let mine: Vec<usize> = std::iter::once(t)
             .chain(remote.iter().copied().filter(|&d| via.get(r, d) == t))
             .collect();
-        if mine.len() == 1 {
-            b.send(t, src[t]);
-        } else {
-            let at = alloc(mine.len() * len);
-            for (i, &d) in mine.iter().enumerate() {
-                b.copy(src[d], Region::tmp(at + i * len, len));
-            }
-            b.send(t, Region::tmp(at, mine.len() * len));
-        }
+        let blocks: Vec<Region> = mine.iter().map(|&d| src[d]).collect();
+        send_packed(&mut b, &mut alloc, t, &blocks, len);
         // What t sends me: its block for me, then its blocks for the remote ranks I carry.
         let theirs: Vec<usize> = remote
             .iter()
@@ -159,17 +174,8 @@ pub fn build_blocks(
             .copied()
             .filter(|&s| via.get(s, d) == r)
             .collect();
-        match from.len() {
-            0 => {}
-            1 => b.send(d, held(from[0], d)),
-            k => {
-                let at = alloc(k * len);
-                for (i, &s) in from.iter().enumerate() {
-                    b.copy(held(s, d), Region::tmp(at + i * len, len));
-                }
-                b.send(d, Region::tmp(at, k * len));
-            }
-        }
+        let blocks: Vec<Region> = from.iter().map(|&s| held(s, d)).collect();
+        send_packed(&mut b, &mut alloc, d, &blocks, len);
     }
     // One message from each remote rank p that carries blocks for me.
     let mut unpack = Vec::new();
