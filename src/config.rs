@@ -511,6 +511,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: true,
     },
     Param {
+        name: "GPUMPI_PXN_ALLTOALL",
+        default: "auto",
+        doc: "The schedule of an alltoall between nodes with PXN on (docs/MULTINODE.md, \"Alltoall through the forwarders\"): `rails`: one aggregator per node and rail, one network message per (pair of nodes, rail); `forwarders`: one network message per (forwarder, destination); `auto`: the aggregators while the bytes one rank gets from one node (ranks per node times the block) are below the job's bulk threshold (the smallest `GPUMPI_NET_BULK_MIN` of its ranks), the forwarders from there on. Must be the same on every rank.",
+        same_on_every_rank: true,
+    },
+    Param {
         name: "GPUMPI_RAIL",
         default: "",
         doc: "This rank's rail (a number from 0): it sends through network device `rail mod D` of the D devices `GPUMPI_NET_IFNAME` selects, and PXN routes by it (so one loopback device can carry emulated rails). Unset: the topology file's line for this rank (`GPUMPI_TOPO_FILE`), else the device under the same PCIe switch as the rank's GPU (sysfs; when the process uses CUDA before `MPI_Init`), else local rank modulo the number of devices. The rank listens and connects through that device; the choice is logged with `GPUMPI_DEBUG=1` and shown by gpumpi-info.",
@@ -1186,6 +1192,8 @@ pub struct NetConfig {
     pub topo_file: Option<String>,
     /// `GPUMPI_PXN`; `Err` names a value that is not `auto`, `0` or `1`.
     pub pxn: Result<Pxn, String>,
+    /// `GPUMPI_PXN_ALLTOALL` as given (`coll::alltoall::pxn::Force::parse` reads it).
+    pub pxn_alltoall: Option<String>,
     /// `GPUMPI_NET_ACCEPT_TIMEOUT` and `GPUMPI_NET_CONNECT_TIMEOUT`, at least 1 s.
     pub accept_timeout: std::time::Duration,
     pub connect_timeout: std::time::Duration,
@@ -1356,6 +1364,7 @@ impl Config {
                 rail: parse_rail(get("GPUMPI_RAIL").as_deref()),
                 topo_file: get("GPUMPI_TOPO_FILE"),
                 pxn: Pxn::parse(get("GPUMPI_PXN").as_deref()),
+                pxn_alltoall: get("GPUMPI_PXN_ALLTOALL"),
                 accept_timeout: v.secs("GPUMPI_NET_ACCEPT_TIMEOUT"),
                 connect_timeout: v.secs("GPUMPI_NET_CONNECT_TIMEOUT"),
                 connect_eager: match get("GPUMPI_NET_CONNECT").as_deref().map(str::trim) {

@@ -205,6 +205,7 @@ impl Pieces<'_> {
                 rblocks: blocks,
                 bytes: len,
                 in_place: sptr.is_none(),
+                tell_counts: false,
                 as_kind: match self.plan {
                     Plan::Allreduce(_) => None,
                     Plan::Alltoall { .. } => Some(CollKind::Alltoallv),

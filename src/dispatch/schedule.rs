@@ -28,6 +28,9 @@ pub(crate) struct Packed<'a> {
     /// The collective whose schedule runs the operands, where it is not the call's own (the
     /// pieces of an alltoall run as alltoallv schedules over strided blocks).
     pub(crate) as_kind: Option<CollKind>,
+    /// A blocking call: an alltoallv/alltoallw through PXN may first tell its block lengths
+    /// inside the node (a nonblocking one may not wait for the other ranks at its start).
+    pub(crate) tell_counts: bool,
 }
 
 impl CollSpec {
@@ -80,6 +83,7 @@ impl CollSpec {
         if let Some(l) = &self.rs_lens {
             rblocks = l.iter().map(|&len| Block::new(0, len)).collect();
         }
+        let blocking = no.is_some();
         let no = no.unwrap_or_else(|| CallNo::new(self.comm.next_coll_seq()));
         let (exec, check) = self.launch(
             no,
@@ -92,6 +96,7 @@ impl CollSpec {
                 bytes: self.bytes,
                 in_place: self.in_place,
                 as_kind: None,
+                tell_counts: blocking,
             },
         )?;
         let mut hold = Vec::new();
@@ -137,27 +142,108 @@ impl CollSpec {
         })
     }
 
-    /// An alltoall between nodes with PXN on (`CommObj::pxn_via`), or a piece of one (an
-    /// alltoallv whose blocks are all `p.bytes` long on every rank): the schedule through the
-    /// PXN forwarders, one network message per (forwarder, destination)
-    /// (`coll::alltoall::pxn`).
+    /// An alltoall between nodes with PXN on (`CommObj::pxn_plan`), or a piece of one (an
+    /// alltoallv whose blocks are all `p.bytes` long on every rank): the schedule through one
+    /// aggregator per node and rail (`coll::alltoall::rails`) or through the PXN forwarders
+    /// (`coll::alltoall::pxn`), as `Plan::pick` chooses for the block size.
     fn pxn_alltoall(&self, args: &CollArgs, p: &Packed) -> Option<coll::Schedule> {
+        use coll::alltoall::{pxn, rails};
         if self.kind != CollKind::Alltoall {
             return None;
         }
-        let via = self.comm.pxn_via()?;
+        let plan = self.comm.pxn_plan()?;
         let nodes = self.comm.nodes.as_deref()?;
+        let pick = plan.pick(p.bytes);
         tracing::debug!(
-            "alltoall through the PXN forwarders over {} nodes",
+            "alltoall through the PXN {} over {} nodes",
+            pick.name(),
             nodes.count()
         );
-        Some(match p.as_kind {
-            None => coll::alltoall::pxn::build(args, nodes, &via),
-            Some(CollKind::Alltoallv) => {
-                coll::alltoall::pxn::build_blocks(args, nodes, &via, p.bytes, p.sblocks, p.rblocks)
+        let len = p.bytes;
+        Some(match (p.as_kind, pick) {
+            (None, pxn::Pick::Forwarders) => pxn::build(args, nodes, &plan.via),
+            (None, pxn::Pick::Rails) => rails::build(args, nodes, &plan.rails),
+            (Some(CollKind::Alltoallv), pxn::Pick::Forwarders) => {
+                pxn::build_blocks(args, nodes, &plan.via, len, p.sblocks, p.rblocks)
             }
-            Some(_) => return None,
+            (Some(CollKind::Alltoallv), pxn::Pick::Rails) => {
+                rails::build_blocks(args, nodes, &plan.rails, &|_, _| len, p.sblocks, p.rblocks)
+            }
+            (Some(_), _) => return None,
         })
+    }
+
+    /// A blocking alltoallv/alltoallw between nodes with PXN on (`CommObj::pxn_plan`): the
+    /// ranks of each node first tell each other their block lengths (`coll::alltoall::counts`,
+    /// internal collective `no.nested(..)`, over shared memory), then the call runs through one
+    /// aggregator per node and rail (`coll::alltoall::rails`), whose blocks may have any length.
+    unsafe fn pxn_alltoallv(
+        &self,
+        no: CallNo,
+        args: &CollArgs,
+        p: &Packed,
+    ) -> MpiResult<Option<coll::Schedule>> {
+        use coll::alltoall::{counts, rails};
+        if !matches!(self.kind, CollKind::Alltoallv | CollKind::Alltoallw)
+            || p.as_kind.is_some()
+            || !p.tell_counts
+        {
+            return Ok(None);
+        }
+        let (Some(plan), Some(nodes)) = (self.comm.pxn_plan(), self.comm.nodes.as_deref()) else {
+            return Ok(None);
+        };
+        let sub = self.subs.get() + 1;
+        if sub > CallNo::MAX_SUB {
+            return Ok(None);
+        }
+        self.subs.set(sub);
+        let (n, r) = (args.size, args.rank);
+        // In place, the blocks for a rank and from it are the same (the receive layout).
+        let sblocks = if p.in_place { p.rblocks } else { p.sblocks };
+        let mine = counts::row(n, |d| sblocks[d].len, |s| p.rblocks[s].len);
+        let g = nodes.of[r];
+        let mut rows = vec![0u8; nodes.ranks[g].len() * counts::row_bytes(n)];
+        // SAFETY: `mine` and `rows` outlive the executor, which completes before they drop.
+        let exec = CollExec::new(
+            counts::build(nodes, r),
+            mine.as_ptr(),
+            rows.as_mut_ptr(),
+            self.comm.ctx | COLL_CTX_BIT,
+            no.nested(sub).tag(),
+            self.comm.peers.clone(),
+            r,
+            Box::new(|_: &[u8], _: &mut [u8]| {
+                Err(MpiError::intern("reduction step in the count exchange"))
+            }),
+        );
+        let st = runtime::wait_kind(ReqKind::Coll {
+            exec: Box::new(exec),
+            post: None,
+            result: None,
+            hold: Vec::new(),
+            check: None,
+        })?;
+        if st.error != 0 {
+            return Err(MpiError::new(
+                st.error,
+                "the count exchange inside the node failed",
+            ));
+        }
+        let lens = counts::NodeLens::new(nodes, g, &rows);
+        tracing::debug!(
+            "{} through the PXN rail aggregators over {} nodes",
+            self.kind.name(),
+            nodes.count()
+        );
+        Ok(Some(rails::build_blocks(
+            args,
+            nodes,
+            &plan.rails,
+            &|s, d| lens.len(s, d),
+            sblocks,
+            p.rblocks,
+        )))
     }
 
     /// Build the schedule of call (or internal call) `no` over packed operands `p` (the
@@ -187,7 +273,11 @@ impl CollSpec {
             nodes: self.comm.node_count,
         };
         let kind = p.as_kind.unwrap_or(self.kind);
-        let (algo, sched) = match (self.pxn_alltoall(&args, &p), nodes) {
+        let pxn = match self.pxn_alltoall(&args, &p) {
+            Some(s) => Some(s),
+            None => self.pxn_alltoallv(no, &args, &p)?,
+        };
+        let (algo, sched) = match (pxn, nodes) {
             (Some(s), _) => ("pxn", Arc::new(s)),
             (None, Some(nodes)) => {
                 tracing::debug!("hierarchical {} over {} nodes", kind.name(), nodes.count());

@@ -2188,4 +2188,6 @@ mod bye_tests;
 #[cfg(test)]
 mod net_tests;
 #[cfg(test)]
+mod pxn_tests;
+#[cfg(test)]
 mod tests;

@@ -433,13 +433,15 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
 /// `GPUMPI_COLL_PIECE` is `auto`.
 const CPUS_KEY: &str = "gpumpi-cpus";
 
-/// The rail of every world rank where PXN is on (set at `MPI_Init`): the alltoall between
-/// nodes goes through the PXN forwarders (`coll::alltoall::pxn`, `CommObj::pxn_via`).
-static PXN_RAILS: OnceLock<Vec<usize>> = OnceLock::new();
+/// Where PXN is on (set at `MPI_Init`): the rail of every world rank and the job's bulk
+/// threshold (the smallest rank's `GPUMPI_NET_BULK_MIN`, `off` counting as one frame's
+/// payload); the alltoall between nodes goes through the PXN forwarders or rail aggregators
+/// (`coll::alltoall::pxn`, `CommObj::pxn_plan`).
+static PXN_RAILS: OnceLock<(Vec<usize>, usize)> = OnceLock::new();
 
-/// Each world rank's rail where PXN is on, else `None`.
-pub fn pxn_rails() -> Option<&'static [usize]> {
-    PXN_RAILS.get().map(Vec::as_slice)
+/// Each world rank's rail and the job's bulk threshold where PXN is on, else `None`.
+pub fn pxn_rails() -> Option<(&'static [usize], usize)> {
+    PXN_RAILS.get().map(|(r, b)| (r.as_slice(), *b))
 }
 
 /// The piece size of large collectives between nodes chosen at `MPI_Init` ([`coll_piece`]).
@@ -545,7 +547,12 @@ const NET_RAIL_KEY: &str = "gpumpi-rail";
 /// a handshake. Each rank listens and connects through the device of its rail
 /// (`topo::rail`), published with the handle; returns the rail of every rank too.
 /// Collective over the job.
-fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, Vec<usize>)> {
+/// The network transport, every world rank's rail, and the job's bulk threshold (the smallest
+/// rank's; `off` counts as one frame's payload).
+fn open_network(
+    boot: &dyn Bootstrap,
+    remote: &[bool],
+) -> MpiResult<(NetFrames, Vec<usize>, usize)> {
     let fail = |e: crate::transport::net::NetError| {
         MpiError::other(format!("MPI_Init: the job spans nodes: {e}"))
     };
@@ -576,15 +583,29 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
     let dev = rail % nics.len().max(1);
     let (handle, listener) = net.listen(dev).map_err(fail)?;
     boot.put(NET_HANDLE_KEY, wire::to_hex(&handle.0).as_bytes());
-    boot.put(NET_RAIL_KEY, rail.to_string().as_bytes());
+    // "<rail> <bulk threshold>": every rank learns every rank's rail, and the job's smallest
+    // bulk threshold for the PXN alltoall's choice of schedule (`coll::alltoall::pxn::Plan`).
+    let bulk = crate::config::snapshot()
+        .net
+        .bulk_min
+        .unwrap_or(crate::transport::net::frames::MAX_PAYLOAD);
+    boot.put(NET_RAIL_KEY, format!("{rail} {bulk}").as_bytes());
     boot.fence()?;
+    let mut relay = bulk;
     let rail_of = (0..remote.len())
-        .map(|r| match r == boot.rank() {
-            true => Ok(rail),
-            false => String::from_utf8_lossy(&boot.get(r, NET_RAIL_KEY)?)
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| MpiError::other(format!("MPI_Init: rank {r}'s rail is malformed"))),
+        .map(|r| {
+            if r == boot.rank() {
+                return Ok(rail);
+            }
+            let v = String::from_utf8_lossy(&boot.get(r, NET_RAIL_KEY)?).into_owned();
+            let mut it = v.split_whitespace().map(str::parse::<usize>);
+            match (it.next(), it.next()) {
+                (Some(Ok(q)), Some(Ok(b))) => {
+                    relay = relay.min(b);
+                    Ok(q)
+                }
+                _ => mpi_bail!(MPI_ERR_OTHER, "MPI_Init: rank {r}'s rail is malformed"),
+            }
         })
         .collect::<MpiResult<Vec<usize>>>()?;
     let peers: Vec<usize> = (0..remote.len()).filter(|&r| remote[r]).collect();
@@ -643,7 +664,7 @@ fn open_network(boot: &dyn Bootstrap, remote: &[bool]) -> MpiResult<(NetFrames, 
         boot.rank()
     );
     frames.set_bulk_device(gdr);
-    Ok((frames, rail_of))
+    Ok((frames, rail_of, relay))
 }
 
 /// The PCI bus id of the GPU this rank most likely uses (local rank modulo the devices), when
@@ -782,7 +803,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
             let remote: Vec<bool> = (0..size)
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
-            let (net, rail_of) = open_network(&*boot, &remote)?;
+            let (net, rail_of, relay) = open_network(&*boot, &remote)?;
             let layout = crate::topo::pxn::Layout {
                 node_of: map.node_of.clone(),
                 rail_of,
@@ -794,7 +815,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
             let pxn = layout.enabled(mode);
             if pxn {
-                let _ = PXN_RAILS.set(layout.rail_of.clone());
+                let _ = PXN_RAILS.set((layout.rail_of.clone(), relay));
             }
             let hops = crate::topo::pxn::routes(&layout, rank, pxn);
             tracing::info!(

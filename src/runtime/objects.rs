@@ -59,9 +59,10 @@ pub struct CommObj {
     /// How many nodes the group's ranks are on (1 for a job on one node): the tuning table's
     /// `nodes` condition (`coll::select`).
     pub node_count: usize,
-    /// Where PXN is on and forwards some message between the group's nodes: the rank that puts
-    /// each block of an alltoall on the network ([`pxn_via`]), computed at the first alltoall.
-    pub pxn: OnceLock<Option<Arc<crate::coll::alltoall::pxn::Via>>>,
+    /// Where PXN is on and forwards some message between the group's nodes: the ranks that put
+    /// the blocks of an alltoall on the network ([`pxn_via`], `coll::alltoall::rails`),
+    /// computed at the first alltoall.
+    pub pxn: OnceLock<Option<Arc<crate::coll::alltoall::pxn::Plan>>>,
     /// The GPU paths' agreement on this communicator when it is not MPI_COMM_WORLD
     /// (`engine::agree::words`).
     pub agree: crate::engine::agree::words::CommState,
@@ -120,15 +121,30 @@ impl CommObj {
     pub fn size(&self) -> usize {
         self.group.size()
     }
-    /// The PXN forwarders of this communicator's alltoall (`None`: PXN off, the group on one
-    /// node, or no block forwarded): every rank computes the same from the job's rails.
-    pub fn pxn_via(&self) -> Option<Arc<crate::coll::alltoall::pxn::Via>> {
+    /// The PXN alltoall of this communicator (`None`: PXN off, the group on one node, or no
+    /// block forwarded): every rank computes the same from the job's rails, bulk threshold and
+    /// `GPUMPI_PXN_ALLTOALL`.
+    pub fn pxn_plan(&self) -> Option<Arc<crate::coll::alltoall::pxn::Plan>> {
         self.pxn
             .get_or_init(|| {
                 let nodes = self.nodes.as_deref()?;
-                let rails = crate::runtime::pxn_rails()?;
+                let (rails, relay) = crate::runtime::pxn_rails()?;
                 let rail: Vec<usize> = self.group.ranks.iter().map(|&w| rails[w]).collect();
-                pxn_via(nodes, &rail).map(Arc::new)
+                let via = pxn_via(nodes, &rail)?;
+                let force = crate::coll::alltoall::pxn::Force::parse(
+                    crate::config::snapshot().net.pxn_alltoall.as_deref(),
+                )
+                .unwrap_or_else(|e| {
+                    tracing::warn!("{e}; taking auto");
+                    crate::coll::alltoall::pxn::Force::Auto
+                });
+                Some(Arc::new(crate::coll::alltoall::pxn::Plan {
+                    via,
+                    rails: crate::coll::alltoall::rails::Rails::new(nodes, &rail),
+                    per_node: nodes.ranks.iter().map(Vec::len).max().unwrap_or(1),
+                    relay,
+                    force,
+                }))
             })
             .clone()
     }

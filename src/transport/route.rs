@@ -397,7 +397,7 @@ impl Drop for Routed {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::transport::inproc::InprocTransport;
 
@@ -484,9 +484,9 @@ mod tests {
 
     /// Network frames that publish their counters after every call, so the test reads them
     /// while a `Routed` owns the frames.
-    struct Counted(
-        crate::transport::net::frames::NetFrames,
-        std::sync::Arc<std::sync::Mutex<crate::transport::net::frames::Counters>>,
+    pub(crate) struct Counted(
+        pub(crate) crate::transport::net::frames::NetFrames,
+        pub(crate) std::sync::Arc<std::sync::Mutex<crate::transport::net::frames::Counters>>,
     );
 
     impl Counted {
