@@ -3,17 +3,21 @@
 # (scripts/netns-nodes.sh up 2 R --spine RATE --rail RATE): 2 namespace nodes, local rank i on
 # rail i mod R (scripts/emulate-nodes.sh --rails R), cross-rail packets through a spine shaped
 # to a fraction of a rail. For each layout (NODES x PER ranks) it runs gpumpi-bench's alltoall
-# with GPUMPI_PXN=0 and =1 in alternation, ROUNDS times, and prints per size the median time of
-# each and the ratio, then each run's network counters summed over the ranks (GPUMPI_DEBUG=1
-# log lines at MPI_Finalize: network sends, aggregated sends, cross-rail sends, forwarded frames,
-# bulk transfers sent: each one more network operation).
+# in each mode of MODES in alternation, ROUNDS times, and prints one table per layout: per size
+# the median time of each mode, the ratio of the first mode's to each other's, and each mode's
+# network operations and cross-rail operations of one call (summed over the ranks: the
+# GPUMPI_DEBUG=1 counters at MPI_Finalize of a job of 1+COUNT calls minus those of a job of 1
+# call, divided by COUNT; network sends plus bulk transfers, each one network operation).
 #
 # usage: benches/pxn_bench.sh GPUMPI_PREFIX [OUT_DIR]
 #   env: LAYOUTS ("2 4": ranks per node; 2 nodes each), RAILS (2), SPINE (250mbit),
-#        RAIL (1gbit), SIZES ("-b 64K -e 4M -f 4": alltoall total bytes over ranks),
-#        ROUNDS (3), ITERS (5), HIER (1: GPUMPI_COLL_HIER; MPI_Alltoall on a communicator
-#        across nodes is then hierarchical, one leader per node on the network, so PXN changes
-#        little; 0: the flat schedule, every rank on the network)
+#        RAIL (1gbit), SIZES ("-b 64K -e 4M -f 4": each rank's alltoall buffer, as in
+#        nccl-tests: a block is SIZE / ranks), ROUNDS (3), ITERS (5), HIER (1: GPUMPI_COLL_HIER;
+#        with PXN off MPI_Alltoall on a communicator across nodes is then hierarchical, one
+#        leader per node on the network; 0: the flat schedule, every rank on the network),
+#        MODES ("0 1": GPUMPI_PXN values; "1:rails" or "1:forwarders" also force
+#        GPUMPI_PXN_ALLTOALL), COUNT (4: calls of the counting jobs; 0: no counting),
+#        OP (alltoall; or alltoallv: equal blocks through the v interface)
 # Root and iproute2 needed (exit 77 otherwise, from netns-nodes.sh).
 set -uo pipefail
 prefix=${1:?usage: pxn_bench.sh GPUMPI_PREFIX [OUT_DIR]}
@@ -22,54 +26,96 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 layouts=${LAYOUTS:-2 4} rails=${RAILS:-2} spine=${SPINE:-250mbit} rail=${RAIL:-1gbit}
 sizes=${SIZES:--b 64K -e 4M -f 4} rounds=${ROUNDS:-3} iters=${ITERS:-5} hier=${HIER:-1}
+modes=${MODES:-0 1} count=${COUNT:-4} op=${OP:-alltoall}
 ns=pxnb$$
 mkdir -p "$out/raw"
 "$prefix/bin/mpicc" -std=c99 -O2 -o "$out/gpumpi-bench" "$here/gpumpi-bench.c" -ldl -lm || exit 1
 bash "$repo/scripts/netns-nodes.sh" -p "$ns" up 2 "$rails" --spine "$spine" --rail "$rail" || exit $?
 trap 'bash "$repo/scripts/netns-nodes.sh" -p "$ns" down' EXIT
 echo "# $(date -u +%FT%TZ) $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# 2 nodes, $rails rails at $rail, spine at $spine; alltoall $sizes; $rounds rounds x $iters iterations; GPUMPI_COLL_HIER=$hier"
+echo "# 2 nodes, $rails rails at $rail, spine at $spine; $op $sizes; $rounds rounds x $iters iterations; GPUMPI_COLL_HIER=$hier; modes: $modes"
+# One job of mode $1 (GPUMPI_PXN[:GPUMPI_PXN_ALLTOALL]) over $n ranks; the rest are
+# gpumpi-bench arguments; output to $out/raw/$tag.{out,err}.
+job() {
+    local mode=$1 tag=$2
+    shift 2
+    local pxn=${mode%%:*} sched=auto
+    [[ $mode == *:* ]] && sched=${mode#*:}
+    GPUMPI_COLL_HIER=$hier GPUMPI_DEBUG=1 GPUMPI_PXN=$pxn GPUMPI_PXN_ALLTOALL=$sched \
+        "$prefix/bin/mpirun" --oversubscribe -n "$n" --timeout 900 \
+        "$repo/scripts/emulate-nodes.sh" --netns "$ns" --rails "$rails" 2 \
+        "$out/gpumpi-bench" -o "$op" "$@" >"$out/raw/$tag.out" 2>"$out/raw/$tag.err" ||
+        { echo "run failed: $tag (see $out/raw)" >&2; exit 1; }
+}
 for per in $layouts; do
     n=$((2 * per))
     for ((k = 0; k < rounds; k++)); do
-        for pxn in 0 1; do
-            GPUMPI_COLL_HIER=$hier GPUMPI_DEBUG=1 GPUMPI_PXN=$pxn "$prefix/bin/mpirun" --oversubscribe -n "$n" --timeout 600 \
-                "$repo/scripts/emulate-nodes.sh" --netns "$ns" --rails "$rails" 2 \
-                "$out/gpumpi-bench" -o alltoall $sizes -w 1 -n "$iters" \
-                --csv "$out/raw/a2a-$per-$pxn-$k.csv" \
-                >"$out/raw/a2a-$per-$pxn-$k.out" 2>"$out/raw/a2a-$per-$pxn-$k.err" ||
-                { echo "run failed: 2x$per PXN=$pxn round $k (see $out/raw)" >&2; exit 1; }
+        for mode in $modes; do
+            job "$mode" "a2a-$per-${mode/:/-}-$k" $sizes -w 1 -n "$iters" \
+                --csv "$out/raw/a2a-$per-${mode/:/-}-$k.csv"
         done
     done
-    python3 - "$out/raw" "$per" "$rounds" <<'PY'
-import csv, glob, re, statistics, sys
-raw, per, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def times(pxn):
+    csizes=""
+    if ((count > 0)); then
+        csizes=$(python3 -c 'import csv,sys; print(" ".join(r["size"] for r in csv.DictReader(open(sys.argv[1]))))' \
+            "$out/raw/a2a-$per-$(echo "$modes" | cut -d' ' -f1 | tr : -)-0.csv")
+        for size in $csizes; do
+            for mode in $modes; do
+                for c in 1 $((1 + count)); do
+                    job "$mode" "cnt-$per-${mode/:/-}-$size-$c" -b "$size" -e "$size" -w 0 -n "$c"
+                done
+            done
+        done
+    fi
+    python3 - "$out/raw" "$per" "$rounds" "$count" "$modes" "$csizes" <<'PY'
+import csv, re, statistics, sys
+raw, per, rounds, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+modes, csizes = sys.argv[5].split(), sys.argv[6].split()
+def times(mode):
     t = {}
     for k in range(rounds):
-        rows = list(csv.DictReader(open(f"{raw}/a2a-{per}-{pxn}-{k}.csv")))
-        for r in rows:
+        for r in csv.DictReader(open(f"{raw}/a2a-{per}-{mode.replace(':', '-')}-{k}.csv")):
             t.setdefault(int(r["size"]), []).append(float(r["time_us"]))
-    return {s: statistics.median(v) for s, v in t.items()}
-off, on = times(0), times(1)
-print(f"2 nodes x {per} ranks: alltoall time (us, median of rounds)")
-print(f"{'bytes':>10} {'PXN=0':>12} {'PXN=1':>12} {'off/on':>8}")
-for s in sorted(off):
-    print(f"{s:>10} {off[s]:>12.1f} {on[s]:>12.1f} {off[s]/on[s]:>8.2f}")
-for pxn in (0, 1):
-    c = [0, 0, 0, 0, 0]
-    for line in open(f"{raw}/a2a-{per}-{pxn}-0.err"):
-        m = re.search(r"(\d+) network sends \((\d+) aggregated\), (\d+) cross-rail", line)
+    return {s: (statistics.median(v), min(v), max(v)) for s, v in t.items()}
+def counters(path):
+    ops = cross = 0
+    for line in open(path):
+        m = re.search(r"(\d+) network sends \(\d+ aggregated\), (\d+) cross-rail", line)
         if m:
-            for i in range(3):
-                c[i] += int(m.group(i + 1))
-        m = re.search(r"(\d+) frames \(\d+ bytes\) forwarded", line)
-        if m:
-            c[3] += int(m.group(1))
+            ops += int(m.group(1))
+            cross += int(m.group(2))
         m = re.search(r"(\d+) bulk transfers \(\d+ bytes\) sent", line)
         if m:
-            c[4] += int(m.group(1))
-    print(f"PXN={pxn} (round 0, all sizes, all ranks): {c[0]} network sends, {c[1]} aggregated, {c[2]} cross-rail, {c[3]} frames forwarded, {c[4]} bulk transfers")
+            ops += int(m.group(1))
+    return ops, cross
+def per_call(mode, size):
+    if str(size) not in csizes:
+        return None
+    tag = f"{raw}/cnt-{per}-{mode.replace(':', '-')}-{size}"
+    o1, c1 = counters(f"{tag}-1.err")
+    o2, c2 = counters(f"{tag}-{1 + count}.err")
+    return (o2 - o1) / count, (c2 - c1) / count
+t = {m: times(m) for m in modes}
+base = modes[0]
+print(f"2 nodes x {per} ranks: {len(modes)} modes; time us, median [min-max] of {rounds} rounds; "
+      f"ratio = {base}'s median / the mode's; ops and cross-rail per call, all ranks")
+head = f"{'bytes':>10} {'block':>8}"
+for m in modes:
+    head += f" | {'PXN=' + m:>28}"
+    if m != base:
+        head += f" {'ratio':>6}"
+    head += f" {'ops':>7} {'cross':>6}"
+print(head)
+for s in sorted(t[base]):
+    row = f"{s:>10} {s // (2 * per):>8}"
+    for m in modes:
+        med, lo, hi = t[m][s]
+        row += f" | {med:>10.1f} [{lo:>7.0f}-{hi:>7.0f}]"
+        if m != base:
+            row += f" {t[base][s][0] / med:>6.2f}"
+        c = per_call(m, s)
+        row += f" {c[0]:>7.1f} {c[1]:>6.1f}" if c else f" {'-':>7} {'-':>6}"
+    print(row)
 PY
 done
 echo "# raw outputs: $out/raw"
