@@ -17,6 +17,7 @@
 #        leader per node on the network; 0: the flat schedule, every rank on the network),
 #        MODES ("0 1": GPUMPI_PXN values; "1:rails" or "1:forwarders" also force
 #        GPUMPI_PXN_ALLTOALL), COUNT (4: calls of the counting jobs; 0: no counting),
+#        CMAX (4M: count only sizes up to this many bytes),
 #        OP (alltoall; or alltoallv: equal blocks through the v interface)
 # Root and iproute2 needed (exit 77 otherwise, from netns-nodes.sh).
 set -uo pipefail
@@ -26,7 +27,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 layouts=${LAYOUTS:-2 4} rails=${RAILS:-2} spine=${SPINE:-250mbit} rail=${RAIL:-1gbit}
 sizes=${SIZES:--b 64K -e 4M -f 4} rounds=${ROUNDS:-3} iters=${ITERS:-5} hier=${HIER:-1}
-modes=${MODES:-0 1} count=${COUNT:-4} op=${OP:-alltoall}
+modes=${MODES:-0 1} count=${COUNT:-4} op=${OP:-alltoall} cmax=${CMAX:-4M}
+cmax=$(numfmt --from=iec "$cmax")
 ns=pxnb$$
 mkdir -p "$out/raw"
 "$prefix/bin/mpicc" -std=c99 -O2 -o "$out/gpumpi-bench" "$here/gpumpi-bench.c" -ldl -lm || exit 1
@@ -59,6 +61,7 @@ for per in $layouts; do
     if ((count > 0)); then
         csizes=$(python3 -c 'import csv,sys; print(" ".join(r["size"] for r in csv.DictReader(open(sys.argv[1]))))' \
             "$out/raw/a2a-$per-$(echo "$modes" | cut -d' ' -f1 | tr : -)-0.csv")
+        csizes=$(for x in $csizes; do ((x <= cmax)) && echo "$x"; done | xargs)
         for size in $csizes; do
             for mode in $modes; do
                 for c in 1 $((1 + count)); do

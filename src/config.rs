@@ -1192,7 +1192,7 @@ pub struct NetConfig {
     pub topo_file: Option<String>,
     /// `GPUMPI_PXN`; `Err` names a value that is not `auto`, `0` or `1`.
     pub pxn: Result<Pxn, String>,
-    /// `GPUMPI_PXN_ALLTOALL` as given (`coll::alltoall::pxn::Force::parse` reads it).
+    /// `GPUMPI_PXN_ALLTOALL` as given (`coll::alltoall::choice::Force::parse` reads it).
     pub pxn_alltoall: Option<String>,
     /// `GPUMPI_NET_ACCEPT_TIMEOUT` and `GPUMPI_NET_CONNECT_TIMEOUT`, at least 1 s.
     pub accept_timeout: std::time::Duration,

@@ -147,7 +147,7 @@ impl CollSpec {
     /// aggregator per node and rail (`coll::alltoall::rails`) or through the PXN forwarders
     /// (`coll::alltoall::pxn`), as `Plan::pick` chooses for the block size.
     fn pxn_alltoall(&self, args: &CollArgs, p: &Packed) -> Option<coll::Schedule> {
-        use coll::alltoall::{pxn, rails};
+        use coll::alltoall::{choice::Pick, pxn, rails};
         if self.kind != CollKind::Alltoall {
             return None;
         }
@@ -161,12 +161,12 @@ impl CollSpec {
         );
         let len = p.bytes;
         Some(match (p.as_kind, pick) {
-            (None, pxn::Pick::Forwarders) => pxn::build(args, nodes, &plan.via),
-            (None, pxn::Pick::Rails) => rails::build(args, nodes, &plan.rails),
-            (Some(CollKind::Alltoallv), pxn::Pick::Forwarders) => {
+            (None, Pick::Forwarders) => pxn::build(args, nodes, &plan.via),
+            (None, Pick::Rails) => rails::build(args, nodes, &plan.rails),
+            (Some(CollKind::Alltoallv), Pick::Forwarders) => {
                 pxn::build_blocks(args, nodes, &plan.via, len, p.sblocks, p.rblocks)
             }
-            (Some(CollKind::Alltoallv), pxn::Pick::Rails) => {
+            (Some(CollKind::Alltoallv), Pick::Rails) => {
                 rails::build_blocks(args, nodes, &plan.rails, &|_, _| len, p.sblocks, p.rblocks)
             }
             (Some(_), _) => return None,

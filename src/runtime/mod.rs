@@ -584,7 +584,7 @@ fn open_network(
     let (handle, listener) = net.listen(dev).map_err(fail)?;
     boot.put(NET_HANDLE_KEY, wire::to_hex(&handle.0).as_bytes());
     // "<rail> <bulk threshold>": every rank learns every rank's rail, and the job's smallest
-    // bulk threshold for the PXN alltoall's choice of schedule (`coll::alltoall::pxn::Plan`).
+    // bulk threshold for the PXN alltoall's choice of schedule (`coll::alltoall::choice::Plan`).
     let bulk = crate::config::snapshot()
         .net
         .bulk_min

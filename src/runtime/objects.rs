@@ -62,7 +62,7 @@ pub struct CommObj {
     /// Where PXN is on and forwards some message between the group's nodes: the ranks that put
     /// the blocks of an alltoall on the network ([`pxn_via`], `coll::alltoall::rails`),
     /// computed at the first alltoall.
-    pub pxn: OnceLock<Option<Arc<crate::coll::alltoall::pxn::Plan>>>,
+    pub pxn: OnceLock<Option<Arc<crate::coll::alltoall::choice::Plan>>>,
     /// The GPU paths' agreement on this communicator when it is not MPI_COMM_WORLD
     /// (`engine::agree::words`).
     pub agree: crate::engine::agree::words::CommState,
@@ -124,21 +124,21 @@ impl CommObj {
     /// The PXN alltoall of this communicator (`None`: PXN off, the group on one node, or no
     /// block forwarded): every rank computes the same from the job's rails, bulk threshold and
     /// `GPUMPI_PXN_ALLTOALL`.
-    pub fn pxn_plan(&self) -> Option<Arc<crate::coll::alltoall::pxn::Plan>> {
+    pub fn pxn_plan(&self) -> Option<Arc<crate::coll::alltoall::choice::Plan>> {
         self.pxn
             .get_or_init(|| {
                 let nodes = self.nodes.as_deref()?;
                 let (rails, relay) = crate::runtime::pxn_rails()?;
                 let rail: Vec<usize> = self.group.ranks.iter().map(|&w| rails[w]).collect();
                 let via = pxn_via(nodes, &rail)?;
-                let force = crate::coll::alltoall::pxn::Force::parse(
+                let force = crate::coll::alltoall::choice::Force::parse(
                     crate::config::snapshot().net.pxn_alltoall.as_deref(),
                 )
                 .unwrap_or_else(|e| {
                     tracing::warn!("{e}; taking auto");
-                    crate::coll::alltoall::pxn::Force::Auto
+                    crate::coll::alltoall::choice::Force::Auto
                 });
-                Some(Arc::new(crate::coll::alltoall::pxn::Plan {
+                Some(Arc::new(crate::coll::alltoall::choice::Plan {
                     via,
                     rails: crate::coll::alltoall::rails::Rails::new(nodes, &rail),
                     per_node: nodes.ranks.iter().map(Vec::len).max().unwrap_or(1),

@@ -4,6 +4,7 @@
 //! [`counts`]).
 
 pub mod bruck;
+pub mod choice;
 pub mod counts;
 pub mod pairwise;
 pub mod pxn;
