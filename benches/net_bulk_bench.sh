@@ -19,11 +19,13 @@
 # (/usr/bin/time, where present). --net-bench (loopback only) also runs EXE (the
 # net-bench example: `cargo build --release --example net-bench`, target/release/examples/
 # net-bench) each round: raw TCP with 1 and 4 streams and the TCP backend alone, per message
-# size, in one process. Output: per round, the raw figures and each install's
-# gpumpi-bench table, then `uptime`.
+# size, in one process. --iters N: iterations per size (3; each of 64 messages). Output: per
+# round, the raw figures and each install's gpumpi-bench table, then `uptime`, then one table:
+# per size the median over rounds of base's and new's bandwidth (from each run's median time),
+# the median of each round's best raw TCP figure, and new / raw.
 set -euo pipefail
 
-netns= rounds=3 netbench= rate= max=64M
+netns= rounds=3 netbench= rate= max=64M iters=3
 envs=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -31,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --rate) rate=${2:?--rate needs a value}; shift 2 ;;
     --max) max=${2:?--max needs a size}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
+    --iters) iters=${2:?--iters needs a number}; shift 2 ;;
     --env) envs+=("${2:?--env needs VAR=VAL}"); shift 2 ;;
     --net-bench) netbench=${2:?--net-bench needs a path}; shift 2 ;;
     -*) echo "net_bulk_bench: unknown option $1" >&2; exit 2 ;;
@@ -111,7 +114,7 @@ fi
 bench() {
     local which=$1 p
     eval "p=\$$which"
-    local args=(-o bw -b 64K -e "$max" -f 4 -w 1 -n 3)
+    local args=(-o bw -b 64K -e "$max" -f 4 -w 1 -n "$iters")
     echo "== $which ($p)"
     if [[ -n $netns ]]; then
         bash "$nodes" -p "$ns" exec 0 env GPUMPI_NET_IFNAME==rail0 "${envs[@]}" "${timed[@]}" "$p/bin/mpirun" \
@@ -136,6 +139,36 @@ for r in $(seq 1 "$rounds"); do
         bench new
         bench base
     fi
-done
+done 2>&1 | tee "$work/log"
 echo "#### end $(date -u +%H:%M:%S)"
 uptime
+python3 - "$work/log" <<'PY'
+import re, statistics, sys
+runs = {"base": {}, "new": {}}
+raw, cur, best = [], None, None
+for line in open(sys.argv[1]):
+    if line.startswith("#### round"):
+        if best is not None:
+            raw.append(best)
+        best = None
+    m = re.match(r"raw TCP .*: ([0-9.]+) GB/s", line)
+    if m:
+        best = max(best or 0.0, float(m.group(1)))
+    m = re.match(r"== (base|new) ", line)
+    if m:
+        cur = m.group(1)
+    f = line.split()
+    if cur and len(f) >= 11 and f[0].isdigit() and f[1].isdigit():
+        size, med_us = int(f[0]), float(f[9])
+        runs[cur].setdefault(size, []).append(size / med_us / 1e3)
+if best is not None:
+    raw.append(best)
+rawm = statistics.median(raw) if raw else float("nan")
+print(f"# windowed bandwidth, GB/s: median over {len(raw)} rounds of each run's median time; raw TCP = "
+      f"median of each round's best raw figure ({', '.join(f'{x:.2f}' for x in raw)})")
+print(f"{'size':>10} {'base':>7} {'new':>7} {'raw TCP':>8} {'new/raw':>8} {'new/base':>9}")
+for size in sorted(runs["new"]):
+    b = statistics.median(runs["base"].get(size, [float("nan")]))
+    n = statistics.median(runs["new"][size])
+    print(f"{size:>10} {b:7.2f} {n:7.2f} {rawm:8.2f} {100 * n / rawm:7.0f}% {n / b:8.2f}x")
+PY

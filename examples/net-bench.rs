@@ -5,12 +5,15 @@
 //!
 //! For each message size: raw TCP with one stream (a sender and a receiver thread over one
 //! blocking connection), raw TCP with N streams (N such pairs, each message split evenly), and
-//! the backend (`TcpNet` with T helper threads x S sockets per thread, W messages in flight).
+//! the backend (`TcpNet` with T helper threads x S sockets per thread, W messages in flight),
+//! its messages bulk data (`TAG_BULK`) twice: striped over the data sockets above 20 KiB
+//! (`GPUMPI_NET_TCP_STRIPE=1`), and written and read on the control socket by the calling
+//! thread (`GPUMPI_NET_TCP_STRIPE=0`).
 //! Each point moves about MIB MiB. Prints GB/s (1e9 bytes per second) of payload.
 
 use mpi_abi::transport::net::ifname::Family;
-use mpi_abi::transport::net::tcp::{TcpConfig, TcpNet};
-use mpi_abi::transport::net::{MemKind, Net, RecvBuf, Request};
+use mpi_abi::transport::net::tcp::{Stripe, TcpConfig, TcpNet};
+use mpi_abi::transport::net::{MemKind, Net, RecvBuf, Request, TAG_BULK};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -112,7 +115,7 @@ fn backend(net: &TcpNet, size: usize, n: usize, window: usize) -> f64 {
                 let b = RecvBuf {
                     ptr: unsafe { rbase.add(w * size) },
                     size,
-                    tag: 0,
+                    tag: TAG_BULK,
                     mr: rmr,
                 };
                 // SAFETY: as above.
@@ -121,7 +124,7 @@ fn backend(net: &TcpNet, size: usize, n: usize, window: usize) -> f64 {
             }
             if sq[w].is_none() && posted_s < n {
                 // SAFETY: slot w of sb is not modified; sb outlives s.
-                sq[w] = unsafe { s.isend(sb[w * size..].as_ptr(), size, 0, smr) }.unwrap();
+                sq[w] = unsafe { s.isend(sb[w * size..].as_ptr(), size, TAG_BULK, smr) }.unwrap();
                 posted_s += sq[w].is_some() as usize;
             }
             if let Some(q) = sq[w] {
@@ -150,24 +153,35 @@ fn main() {
         socks_per_thread: a.socks,
         connect_timeout: Duration::from_secs(5),
         accept_timeout: Duration::from_secs(5),
+        stripe: Stripe::On,
     };
-    let net = TcpNet::new(cfg, b"net-bench").unwrap();
+    let net = TcpNet::new(cfg.clone(), b"net-bench").unwrap();
+    let inline = TcpNet::new(
+        TcpConfig {
+            stripe: Stripe::Off,
+            ..cfg
+        },
+        b"net-bench",
+    )
+    .unwrap();
     println!(
         "# loopback 127.0.0.1; backend {}x{} sockets, window {}; raw N = {} streams; GB/s",
         a.threads, a.socks, a.window, a.streams
     );
     println!(
-        "{:>10} {:>9} {:>9} {:>9} {:>8}",
-        "bytes", "raw-1", "raw-N", "backend", "vs raw-N"
+        "{:>10} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8}",
+        "bytes", "raw-1", "raw-N", "striped", "vs raw-N", "inline", "vs raw-N"
     );
     for &size in &a.sizes {
         let n = iters(&a, size);
         let r1 = raw(size, n, 1);
         let rn = raw(size, n, a.streams);
         let b = backend(&net, size, n, a.window);
+        let i = backend(&inline, size, n, a.window);
         println!(
-            "{size:>10} {r1:>9.2} {rn:>9.2} {b:>9.2} {:>7.0}%",
-            100.0 * b / rn
+            "{size:>10} {r1:>9.2} {rn:>9.2} {b:>9.2} {:>7.0}% {i:>9.2} {:>7.0}%",
+            100.0 * b / rn,
+            100.0 * i / rn
         );
     }
 }

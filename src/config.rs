@@ -463,6 +463,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_NET_TCP_STRIPE",
+        default: "auto",
+        doc: "How the TCP backend moves bulk transfers (rendezvous data from `GPUMPI_NET_BULK_MIN` on): `1` splits each over the data sockets, moved by the helper threads (several streams at once); `0` writes it on the connection's control socket behind its header from the calling thread, read there by the receiving rank's calling thread (one stream, no helper-thread wake-ups). `auto`: split where every rank of the job has at least 1 + `GPUMPI_NET_TCP_THREADS` CPUs to itself (its affinity mask shared out among the ranks of its machine, as `GPUMPI_COLL_PIECE=auto` counts them), else on the control socket: helper threads that share the calling thread's CPU cost a wake-up and a hand-over per message and move nothing in parallel (docs/MULTINODE.md). Each sender marks its choice in the message header, so ranks that choose differently still agree. With `GPUMPI_DEBUG=2` each connection logs its choice.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_NET_TCP_THREADS",
         default: "2",
         doc: "Helper threads per TCP network connection (like `NCCL_SOCKET_NTHREADS`, 1..16): each moves the data of its sockets with nonblocking calls and waits in `poll` when it cannot progress (idle threads use no CPU).",
@@ -1207,6 +1213,8 @@ pub struct NetConfig {
     /// `GPUMPI_NET_TCP_THREADS`, `GPUMPI_NET_TCP_SOCKS` (the TCP backend checks their range).
     pub tcp_threads: usize,
     pub tcp_socks: usize,
+    /// `GPUMPI_NET_TCP_STRIPE` as given (`transport::net::tcp::Stripe::parse` parses it).
+    pub tcp_stripe: String,
     /// `GPUMPI_NET_BULK_MIN`; `None` for `off`.
     pub bulk_min: Option<usize>,
     /// `GPUMPI_NET_SLEEP_AFTER`; `None` for `off`.
@@ -1376,6 +1384,7 @@ impl Config {
                 ifname: get("GPUMPI_NET_IFNAME"),
                 tcp_threads: get_usize("GPUMPI_NET_TCP_THREADS"),
                 tcp_socks: get_usize("GPUMPI_NET_TCP_SOCKS"),
+                tcp_stripe: get("GPUMPI_NET_TCP_STRIPE").unwrap_or_default(),
                 bulk_min: match get("GPUMPI_NET_BULK_MIN").as_deref() {
                     Some(v) if v.trim().eq_ignore_ascii_case("off") => None,
                     _ => Some(get_usize("GPUMPI_NET_BULK_MIN")),

@@ -10,7 +10,7 @@ mod netcheck;
 mod skip;
 
 use mpi_abi::transport::net::ifname::Family;
-use mpi_abi::transport::net::tcp::{TcpConfig, TcpNet};
+use mpi_abi::transport::net::tcp::{Stripe, TcpConfig, TcpNet};
 use mpi_abi::transport::net::{Handle, MemKind, Net, RecvBuf, Request, WaitOn, HANDLE_BYTES};
 use netcheck::*;
 use std::io::Write;
@@ -27,6 +27,7 @@ fn cfg(family: Family, threads: usize, socks: usize) -> TcpConfig {
         socks_per_thread: socks,
         connect_timeout: Duration::from_secs(5),
         accept_timeout: Duration::from_secs(5),
+        stripe: Stripe::Auto,
     }
 }
 
@@ -399,18 +400,89 @@ fn registration_rules() {
 }
 
 /// Which payloads follow their header on the control socket: every message of the engine's
-/// frames, bulk data only up to the small limit (larger bulk data is striped).
+/// frames; bulk data only up to the small limit where the comm stripes (larger bulk data is
+/// striped), every bulk payload where it does not.
 #[test]
-fn frames_go_inline_and_bulk_data_is_striped() {
+fn frames_go_inline_and_bulk_data_is_striped_where_the_comm_stripes() {
     use mpi_abi::transport::net::frames::SLOT_BYTES;
     use mpi_abi::transport::net::tcp::{goes_inline, INLINE_BULK_MAX};
     use mpi_abi::transport::net::TAG_BULK;
-    assert!(goes_inline(0, SLOT_BYTES));
-    assert!(goes_inline(0, 32 << 10));
-    assert!(!goes_inline(0, 1 << 20));
-    assert!(goes_inline(TAG_BULK, INLINE_BULK_MAX));
-    assert!(!goes_inline(TAG_BULK, INLINE_BULK_MAX + 1));
-    assert!(!goes_inline(TAG_BULK, 64 << 10));
+    for stripe in [false, true] {
+        assert!(goes_inline(0, SLOT_BYTES, stripe));
+        assert!(goes_inline(0, 32 << 10, stripe));
+        assert!(!goes_inline(0, 1 << 20, stripe));
+        assert!(goes_inline(TAG_BULK, INLINE_BULK_MAX, stripe));
+    }
+    assert!(!goes_inline(TAG_BULK, INLINE_BULK_MAX + 1, true));
+    assert!(!goes_inline(TAG_BULK, 64 << 10, true));
+    for n in [INLINE_BULK_MAX + 1, 64 << 10, 1 << 20, 64 << 20] {
+        assert!(goes_inline(TAG_BULK, n, false), "{n}");
+    }
+}
+
+/// A sender that does not stripe (`GPUMPI_NET_TCP_STRIPE=0`, or `auto` where the ranks have
+/// no CPUs to spare) writes a bulk payload of any size on the control socket itself: with the
+/// receiver not reading, a 64 MiB bulk send waits on its control socket (`WaitOn::Fd`), never
+/// on a helper thread, while a striping sender's waits on its helpers (`WaitOn::Polled`). The
+/// receiver follows each header's mark, so bulk messages of every size, mixed with frame
+/// messages and with messages above the frames' size (striped whatever the setting), arrive
+/// intact at both settings, in windows of 1 and 16.
+#[test]
+fn bulk_payloads_go_on_the_control_socket_where_the_sender_does_not_stripe() {
+    use mpi_abi::transport::net::TAG_BULK;
+    for (stripe, helpers) in [(Stripe::Off, false), (Stripe::On, true)] {
+        let mut c = cfg(Family::V4, 2, 2);
+        c.stripe = stripe;
+        let net = TcpNet::new(c, SECRET).unwrap();
+        let (mut s, mut r) = pair(&net);
+        let n = 64 << 20;
+        let big = pattern(5, n);
+        let mr = s.reg_mr(big.as_ptr(), n, MemKind::Host).unwrap();
+        // SAFETY: `big` outlives the request, completed below before it drops.
+        let q = unsafe { s.isend(big.as_ptr(), n, TAG_BULK, mr) }
+            .unwrap()
+            .unwrap();
+        match s.wait_on() {
+            WaitOn::Polled => assert!(helpers, "{stripe:?}: a bulk payload went to a helper"),
+            WaitOn::Fd(..) => assert!(!helpers, "{stripe:?}: a bulk payload went inline"),
+            WaitOn::Idle => panic!("{stripe:?}: 64 MiB sent to a receiver that read nothing"),
+        }
+        let mut got = vec![0u8; n];
+        let rmr = r.reg_mr(got.as_ptr(), n, MemKind::Host).unwrap();
+        let rb = RecvBuf {
+            ptr: got.as_mut_ptr(),
+            size: n,
+            tag: TAG_BULK,
+            mr: rmr,
+        };
+        // SAFETY: `got` outlives the request, completed below.
+        let rq = unsafe { r.irecv(&[rb]) }.unwrap().unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        let (mut sent, mut recvd) = (false, false);
+        while !(sent && recvd) {
+            assert!(Instant::now() < end, "{stripe:?}: 64 MiB did not arrive");
+            if !sent {
+                sent = s.test(q).unwrap().is_some();
+            }
+            let mut sz = [0usize];
+            if !recvd && r.test(rq, &mut sz).unwrap() {
+                assert_eq!(sz[0], n);
+                recvd = true;
+            }
+        }
+        assert!(
+            got == big,
+            "{stripe:?}: the 64 MiB bulk payload arrived damaged"
+        );
+        s.dereg_mr(mr).unwrap();
+        r.dereg_mr(rmr).unwrap();
+        let msgs: Vec<(i32, usize)> = [0, 1, 20480, 20481, 65536, 300_000, 1 << 20, (3 << 20) + 5]
+            .iter()
+            .flat_map(|&n| [(TAG_BULK, n), (3, n.min(200_000)), (4, n)])
+            .collect();
+        xfer(&mut *s, &mut *r, &msgs, 1);
+        xfer(&mut *s, &mut *r, &msgs, 16);
+    }
 }
 
 /// Every message of the engine's frames (up to `frames::SLOT_BYTES`) is written by the calling

@@ -12,7 +12,7 @@ mod netns;
 mod skip;
 
 use mpi_abi::transport::net::ifname::Family;
-use mpi_abi::transport::net::tcp::{TcpConfig, TcpNet};
+use mpi_abi::transport::net::tcp::{Stripe, TcpConfig, TcpNet};
 use mpi_abi::transport::net::{Handle, MemKind, Net, RecvBuf, HANDLE_BYTES};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,6 +39,7 @@ fn net() -> TcpNet {
         socks_per_thread: 2,
         connect_timeout: Duration::from_secs(5),
         accept_timeout: Duration::from_secs(20),
+        stripe: Stripe::Auto,
     };
     TcpNet::new(cfg, SECRET).unwrap()
 }

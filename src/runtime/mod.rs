@@ -429,8 +429,9 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
     }
 }
 
-/// Bootstrap key of each rank's machine and CPUs (`coll::pieces::RankCpus`), published when
-/// `GPUMPI_COLL_PIECE` is `auto`.
+/// Bootstrap key of each rank's machine and CPUs (`coll::pieces::RankCpus`), published by every
+/// rank of a job of several ranks (for `GPUMPI_COLL_PIECE=auto` and the TCP backend's
+/// `GPUMPI_NET_TCP_STRIPE=auto`).
 const CPUS_KEY: &str = "gpumpi-cpus";
 
 /// Where PXN is on (set at `MPI_Init`): the rail of every world rank and the job's bulk
@@ -484,12 +485,26 @@ fn pieces_text(most: usize) -> String {
     }
 }
 
+/// Every rank's CPUs ([`CPUS_KEY`], published at `MPI_Init` by every rank of a job that may
+/// span nodes).
+fn rank_cpus(boot: &dyn Bootstrap) -> MpiResult<Vec<crate::coll::pieces::RankCpus>> {
+    use crate::coll::pieces::RankCpus;
+    (0..boot.size())
+        .map(|r| {
+            let v = boot.get(r, CPUS_KEY)?;
+            RankCpus::parse(&String::from_utf8_lossy(&v)).ok_or_else(|| {
+                MpiError::other(format!("MPI_Init: rank {r}'s CPU list is malformed"))
+            })
+        })
+        .collect()
+}
+
 /// Chooses the piece size of a job that spans nodes (after the fence that published every
-/// rank's [`CPUS_KEY`] when `GPUMPI_COLL_PIECE` is `auto`): every rank reads every rank's CPUs
+/// rank's [`CPUS_KEY`]) when `GPUMPI_COLL_PIECE` is `auto`: every rank reads every rank's CPUs
 /// and applies the same rule (`coll::pieces::choose`), so all choose alike. Rank 0 logs the
 /// choice and its inputs once.
 fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
-    use crate::coll::pieces::{self, RankCpus};
+    use crate::coll::pieces;
     let n = match crate::config::snapshot().coll.piece {
         crate::config::Piece::Bytes(n) => {
             if boot.rank() == 0 {
@@ -501,14 +516,7 @@ fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
             n
         }
         crate::config::Piece::Auto => {
-            let ranks = (0..boot.size())
-                .map(|r| {
-                    let v = boot.get(r, CPUS_KEY)?;
-                    RankCpus::parse(&String::from_utf8_lossy(&v)).ok_or_else(|| {
-                        MpiError::other(format!("MPI_Init: rank {r}'s CPU list is malformed"))
-                    })
-                })
-                .collect::<MpiResult<Vec<RankCpus>>>()?;
+            let ranks = rank_cpus(boot)?;
             let c = pieces::choose(&ranks);
             if boot.rank() == 0 {
                 let machines: std::collections::BTreeSet<&str> =
@@ -564,7 +572,14 @@ fn open_network(
                 .ok_or_else(|| MpiError::other("MPI_Init: rank 0's job secret could not be read"))?
         }
     };
-    let net = crate::transport::net::open(&secret).map_err(fail)?;
+    let mut net = crate::transport::net::open(&secret).map_err(fail)?;
+    // Before any connection opens: the TCP backend stripes bulk data only where the ranks have
+    // CPUs for its helper threads (`GPUMPI_NET_TCP_STRIPE`).
+    let least = crate::coll::pieces::milli_cpus(&rank_cpus(boot)?)
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+    net.set_rank_cpus(least);
     let nics: Vec<String> = net.devices().iter().map(|d| d.name.clone()).collect();
     let (rail, how) = crate::topo::rail::from_config(
         &node::node_name(),
@@ -751,11 +766,11 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let same = crate::config::same_on_every_rank_text();
     boot.put(SAME_DIGEST_KEY, crate::config::digest(&same).as_bytes());
     boot.put(SAME_TEXT_KEY, same.as_bytes());
-    // The node of every rank, its CPUs (for `GPUMPI_COLL_PIECE=auto`) and (launchers without a
+    // The node of every rank, its CPUs (for the `auto` choices between nodes) and (launchers without a
     // job secret) rank 0's secret for the network, travel with the shared-memory names (one
     // fence).
     node::publish(&*boot, &node::choose(boot.node_name()));
-    if cfg.coll.piece == crate::config::Piece::Auto {
+    if size > 1 {
         boot.put(CPUS_KEY, own_cpus().to_text().as_bytes());
     }
     if rank == 0 && boot.secret().is_none() && size > 1 {

@@ -6,7 +6,7 @@
 use super::frames::{Counters, NetFrames};
 use super::ifname::Family;
 use super::links::Links;
-use super::tcp::{TcpConfig, TcpNet};
+use super::tcp::{Stripe, TcpConfig, TcpNet};
 use super::{Handle, Net};
 use crate::transport::{Header, Transport};
 use std::time::{Duration, Instant};
@@ -34,6 +34,7 @@ pub(crate) fn loopback_frames(
                 socks_per_thread: socks,
                 connect_timeout: Duration::from_secs(5),
                 accept_timeout: accept,
+                stripe: Stripe::Auto,
             };
             Box::new(TcpNet::new(cfg, secret).unwrap()) as Box<dyn Net>
         })

@@ -205,6 +205,11 @@ pub trait Net: Send + Sync {
     fn device_registration(&self, _dev: usize) -> Option<crate::transport::RegCheck> {
         None
     }
+    /// Tells the backend how much CPU the ranks of the job have: the fewest thousandths of a
+    /// CPU any rank has to itself (`coll::pieces::milli_cpus`), before any connection opens.
+    /// A backend that moves data with helper threads uses them only where they get CPUs of
+    /// their own. Default: ignored.
+    fn set_rank_cpus(&mut self, _least_milli: usize) {}
 }
 
 /// The receiving end of connection set-up.

@@ -13,9 +13,11 @@
 //!   bytes from a socket before it is authenticated, keeps at most [`MAX_PENDING`] such
 //!   sockets and drops any that does not finish within the accept timeout; a failed check
 //!   closes that socket only.
-//! - **Data path**: `isend` writes a 16-byte header (tag, size) to the control socket (from the
-//!   calling thread, during `isend`/`test`). A payload of at most [`INLINE_MAX`] bytes (any
-//!   message of the engine's frames) follows its header on the control socket (one `sendmsg`
+//! - **Data path**: `isend` writes a 16-byte header (tag, size, whether the payload follows
+//!   inline) to the control socket (from the calling thread, during `isend`/`test`). A payload
+//!   of at most [`INLINE_MAX`] bytes (any message of the engine's frames), and every bulk
+//!   payload where the ranks have no CPUs to spare for helper threads ([`stripes_bulk`]),
+//!   follows its header on the control socket (one `sendmsg`
 //!   from the caller's buffer; what the socket does not take is written by the next `test`),
 //!   and the
 //!   receiver takes it into the matched buffer while it tests (one `recv` reads up to
@@ -67,22 +69,72 @@ pub const MIN_CHUNK: usize = 64 << 10;
 /// [`goes_inline`]): room for the largest message of the engine's frames (`frames::SLOT_BYTES`, a
 /// little over 256 KiB), so that no frame waits for a thread to wake up at either end.
 pub const INLINE_MAX: usize = 257 << 10;
-/// Largest bulk payload ([`super::TAG_BULK`]) sent on the control socket: larger bulk data
-/// is striped over the data sockets by the helper threads, which on a many-core host moves
-/// windows of 64-256 KiB transfers faster than one stream (benches/NOTES.md).
+/// Largest bulk payload ([`super::TAG_BULK`]) sent on the control socket where bulk data is
+/// striped ([`stripes_bulk`]): larger bulk data is split over the data sockets by the helper
+/// threads, which on a many-core host moves windows of 64-256 KiB transfers faster than one
+/// stream (benches/NOTES.md).
 pub const INLINE_BULK_MAX: usize = 20 << 10;
 
 /// Whether a payload of `size` bytes with `tag` follows its header on the control socket
-/// (else the helper threads move it over the data sockets).
-pub fn goes_inline(tag: i32, size: usize) -> bool {
-    size <= if tag == super::TAG_BULK {
-        INLINE_BULK_MAX
+/// (else the helper threads move it over the data sockets); `stripe`: the comm stripes bulk
+/// data ([`stripes_bulk`]), else every bulk payload goes inline. The sender decides and says
+/// so in the header, so the ends need not agree on `stripe`.
+pub fn goes_inline(tag: i32, size: usize, stripe: bool) -> bool {
+    if tag == super::TAG_BULK {
+        !stripe || size <= INLINE_BULK_MAX
     } else {
-        INLINE_MAX
+        size <= INLINE_MAX
+    }
+}
+
+/// `GPUMPI_NET_TCP_STRIPE`: how bulk payloads travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stripe {
+    /// Striped where the ranks have the CPUs for it ([`stripes_bulk`]).
+    Auto,
+    /// Always striped over the data sockets (above [`INLINE_BULK_MAX`]).
+    On,
+    /// Always on the control socket, written and read by the calling threads.
+    Off,
+}
+
+impl Stripe {
+    /// `auto`, `1`/`on`, `0`/`off`; `None` for anything else.
+    pub fn parse(v: &str) -> Option<Stripe> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Some(Stripe::Auto),
+            "1" | "on" | "yes" | "true" => Some(Stripe::On),
+            "0" | "off" | "no" | "false" => Some(Stripe::Off),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a sending comm with `threads` helper threads stripes bulk payloads over its data
+/// sockets. Striping hands each payload to helper threads (a wake-up and a hand-over per
+/// message at each end) so that several sockets move at once: that pays only where the
+/// helpers run beside the calling thread, each on a CPU of its own. So `auto` stripes where
+/// every rank of the job has at least `1 + threads` CPUs to itself (`least_milli`, in
+/// thousandths: the calling thread and the helpers of one direction), and sends bulk data
+/// on the control socket from the calling thread otherwise (one stream, no thread hops: on
+/// 1 CPU per rank 1.3-3x the bandwidth of striping from 64 KiB to 16 MiB, while on a 64-core
+/// host striping was 1.5x faster at 64 KiB; benches/NOTES.md). Unknown CPUs: striped.
+pub fn stripes_bulk(mode: Stripe, least_milli: Option<usize>, threads: usize) -> bool {
+    match mode {
+        Stripe::On => true,
+        Stripe::Off => false,
+        Stripe::Auto => least_milli.is_none_or(|m| m >= (1 + threads) * 1000),
     }
 }
 /// Bytes a receiver reads ahead from its control socket at once.
 const READ_AHEAD: usize = 64 << 10;
+/// After an inline payload larger than this, a receiver reads the next header alone instead
+/// of reading ahead: reading ahead saves a `recv` call per message (about a microsecond) but
+/// copies the payload bytes it took from the read-ahead buffer into the receive once more;
+/// at memory-copy rates of ~10 GB/s that copy costs more than the call from about 10 KiB
+/// on. A comm that carries large inline payloads (bulk data that is not striped) so reads
+/// each payload straight from the socket into its receive.
+const READ_AHEAD_AFTER_MAX: usize = 8 << 10;
 /// Most data sockets per connection.
 pub const MAX_SOCKS: usize = 64;
 /// Most unauthenticated sockets a listener keeps (room for two connections being set up at once;
@@ -92,10 +144,13 @@ pub const MAX_PENDING: usize = 2 * (MAX_SOCKS + 1);
 const HANDLE_MAGIC: &[u8; 4] = b"GMNT";
 const HELLO_MAGIC: &[u8; 4] = b"GMNH";
 /// Wire version of handle, hello and headers: both ends must agree.
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
 const NONCE: usize = 16;
 const HELLO: usize = 64;
+/// A message header: tag (bytes 0-3), flags (byte 4), size (bytes 8-15).
 const HDR: usize = 16;
+/// Header flag: the payload follows the header on the control socket.
+const HDR_INLINE: u8 = 1;
 const ACK: u8 = 0xa5;
 
 /// Settings of the backend; [`TcpConfig::from_env`] reads them from `GPUMPI_NET_*`.
@@ -109,6 +164,8 @@ pub struct TcpConfig {
     pub connect_timeout: Duration,
     /// Time for the peer to accept and authenticate once connected.
     pub accept_timeout: Duration,
+    /// `GPUMPI_NET_TCP_STRIPE`: how bulk payloads travel ([`stripes_bulk`]).
+    pub stripe: Stripe,
 }
 
 impl TcpConfig {
@@ -128,6 +185,12 @@ impl TcpConfig {
             socks_per_thread: c.tcp_socks,
             connect_timeout: c.connect_timeout,
             accept_timeout: c.accept_timeout,
+            stripe: Stripe::parse(&c.tcp_stripe).ok_or_else(|| {
+                NetError::new(format!(
+                    "GPUMPI_NET_TCP_STRIPE={}: expected auto, 1 or 0",
+                    c.tcp_stripe
+                ))
+            })?,
         })
     }
 
@@ -152,6 +215,8 @@ struct Dev {
 /// The TCP backend: its devices, settings and the key derived from the job secret.
 pub struct TcpNet {
     cfg: TcpConfig,
+    /// The fewest thousandths of a CPU a rank of the job has ([`Net::set_rank_cpus`]).
+    rank_cpus: Option<usize>,
     key: Key,
     devs: Vec<Dev>,
     props: Vec<Props>,
@@ -214,6 +279,7 @@ impl TcpNet {
         let props = devs.iter().map(|d| d.props.clone()).collect();
         Ok(TcpNet {
             cfg,
+            rank_cpus: None,
             key: Key::from_secret(secret),
             devs,
             props,
@@ -335,6 +401,10 @@ impl Net for TcpNet {
         Ok((hd.encode(), Box::new(lis)))
     }
 
+    fn set_rank_cpus(&mut self, least_milli: usize) {
+        self.rank_cpus = Some(least_milli);
+    }
+
     fn connect(&self, dev: usize, handle: &Handle) -> NetResult<Box<dyn Connector>> {
         let d = self.dev(dev)?;
         let hd = HandleData::decode(handle)?;
@@ -359,8 +429,12 @@ impl Net for TcpNet {
             });
         }
         let now = Instant::now();
+        let stripe = stripes_bulk(self.cfg.stripe, self.rank_cpus, hd.threads as usize);
+        tracing::debug!(peer = %hd.addr, stripe, rank_cpus = ?self.rank_cpus,
+            "tcp: bulk data {}", if stripe { "striped over the data sockets" } else { "on the control socket" });
         Ok(Box::new(TcpConnect {
             hd,
+            stripe,
             key: self.key,
             conn_id,
             socks,
@@ -393,6 +467,8 @@ struct ConnSock {
 
 struct TcpConnect {
     hd: HandleData,
+    /// The comm stripes bulk payloads ([`stripes_bulk`]).
+    stripe: bool,
     key: Key,
     conn_id: u64,
     /// Index 0: control; 1..: data sockets.
@@ -522,7 +598,7 @@ impl Connector for TcpConnect {
         }
         let socks: Vec<TcpStream> = self.socks.drain(..).map(|c| c.s).collect();
         let comm = Comm::start(socks, self.hd, self.hd.addr.to_string(), Dir::Send)?;
-        Ok(Some(Box::new(TcpSend::new(comm))))
+        Ok(Some(Box::new(TcpSend::new(comm, self.stripe))))
     }
 }
 
@@ -1078,6 +1154,8 @@ struct CtrlItem {
 
 struct TcpSend {
     c: Comm,
+    /// Bulk payloads are striped over the data sockets, else inline ([`goes_inline`]).
+    stripe: bool,
     slots: [SendSlot; MAX_REQUESTS],
     /// Control bytes not yet written, in order (at most one item per request in flight).
     out: VecDeque<CtrlItem>,
@@ -1087,9 +1165,10 @@ struct TcpSend {
 }
 
 impl TcpSend {
-    fn new(c: Comm) -> Self {
+    fn new(c: Comm, stripe: bool) -> Self {
         TcpSend {
             c,
+            stripe,
             slots: [SendSlot::default(); MAX_REQUESTS],
             out: VecDeque::with_capacity(MAX_REQUESTS),
             written: 0,
@@ -1151,7 +1230,12 @@ impl SendComm for TcpSend {
         let mut hdr = [0u8; HDR];
         hdr[0..4].copy_from_slice(&tag.to_le_bytes());
         hdr[8..16].copy_from_slice(&(size as u64).to_le_bytes());
-        let inline = if goes_inline(tag, size) { size } else { 0 };
+        let inline = if goes_inline(tag, size, self.stripe) {
+            hdr[4] = HDR_INLINE;
+            size
+        } else {
+            0
+        };
         self.out.push_back(CtrlItem {
             hdr,
             ptr: data as usize,
@@ -1259,6 +1343,9 @@ struct TcpRecv {
     rend: usize,
     /// The payload being read from the control socket: (request slot, next byte, bytes left).
     inline: Option<(u32, usize, usize)>,
+    /// The last inline payload was larger than [`READ_AHEAD_AFTER_MAX`]: the next header is
+    /// read alone.
+    big_last: bool,
     /// The peer closed the control socket after its last message: the messages it sent are
     /// still delivered, and a receive that no message will reach fails when tested.
     closed: bool,
@@ -1274,6 +1361,7 @@ impl TcpRecv {
             rpos: 0,
             rend: 0,
             inline: None,
+            big_last: false,
             closed: false,
         }
     }
@@ -1333,7 +1421,12 @@ impl TcpRecv {
                     self.rend -= self.rpos;
                     self.rpos = 0;
                 }
-                match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.rbuf[self.rend..]) {
+                let want = match self.big_last {
+                    true => HDR - (self.rend - self.rpos),
+                    false => READ_AHEAD - self.rend,
+                };
+                let to = self.rend + want;
+                match sock::recv_nb(self.c.ctrl.as_raw_fd(), &mut self.rbuf[self.rend..to]) {
                     Ok(0) if self.rend == 0 => {
                         self.closed = true;
                         return Ok(());
@@ -1359,6 +1452,7 @@ impl TcpRecv {
             let h = &self.rbuf[self.rpos..self.rpos + HDR];
             let tag = i32::from_le_bytes(h[0..4].try_into().unwrap());
             let size = u64::from_le_bytes(h[8..16].try_into().unwrap()) as usize;
+            let inline = h[4] & HDR_INLINE != 0;
             self.rpos += HDR;
             let s = &mut self.slots[slot as usize];
             let n = s.n;
@@ -1389,7 +1483,8 @@ impl TcpRecv {
             if s.nmatched == n {
                 self.order.pop_front();
             }
-            if goes_inline(tag, size) {
+            if inline {
+                self.big_last = size > READ_AHEAD_AFTER_MAX;
                 self.inline = Some((slot, ptr, size));
                 if !self.read_inline()? {
                     return Ok(());
@@ -1497,6 +1592,35 @@ impl RecvComm for TcpRecv {
 mod tests {
     use super::*;
 
+    /// `auto` stripes bulk data only where every rank has a CPU for the calling thread and
+    /// one for each helper thread of a direction; unknown CPUs keep the striping; `1` and `0`
+    /// override.
+    #[test]
+    fn bulk_data_is_striped_only_where_the_helpers_have_cpus_of_their_own() {
+        // 2 ranks on a 2-CPU machine: 1 CPU each (the VM of benches/NOTES.md).
+        assert!(!stripes_bulk(Stripe::Auto, Some(1000), 2));
+        // Half a CPU each (4 ranks on 2 CPUs), and one CPU short of the helpers.
+        assert!(!stripes_bulk(Stripe::Auto, Some(500), 2));
+        assert!(!stripes_bulk(Stripe::Auto, Some(2999), 2));
+        assert!(stripes_bulk(Stripe::Auto, Some(3000), 2));
+        // 4 ranks on a 64-core host: 16 CPUs each.
+        assert!(stripes_bulk(Stripe::Auto, Some(16_000), 2));
+        // One helper needs 2 CPUs; 16 helpers need 17.
+        assert!(stripes_bulk(Stripe::Auto, Some(2000), 1));
+        assert!(!stripes_bulk(Stripe::Auto, Some(16_000), 16));
+        assert!(stripes_bulk(Stripe::Auto, None, 2));
+        for m in [None, Some(0), Some(1000), Some(64_000)] {
+            assert!(stripes_bulk(Stripe::On, m, 2));
+            assert!(!stripes_bulk(Stripe::Off, m, 2));
+        }
+        assert_eq!(Stripe::parse(""), Some(Stripe::Auto));
+        assert_eq!(Stripe::parse(" AUTO"), Some(Stripe::Auto));
+        assert_eq!(Stripe::parse("1"), Some(Stripe::On));
+        assert_eq!(Stripe::parse("0"), Some(Stripe::Off));
+        assert_eq!(Stripe::parse("off"), Some(Stripe::Off));
+        assert_eq!(Stripe::parse("2"), None);
+    }
+
     #[test]
     fn split_covers_the_message_with_at_most_one_piece_per_socket() {
         for nsocks in [1, 2, 3, 4, 8, 64] {
@@ -1559,6 +1683,7 @@ mod tests {
             socks_per_thread: 1,
             connect_timeout: Duration::from_secs(5),
             accept_timeout: Duration::from_secs(5),
+            stripe: Stripe::Auto,
         };
         let net = TcpNet::new(cfg, b"reset-after-accept").unwrap();
         let key = net.key;
