@@ -102,6 +102,7 @@ pub mod devcopy;
 pub mod devnet;
 pub mod flag;
 mod p2p;
+pub mod posted;
 mod refuse;
 pub mod rndv;
 pub mod scratch;

@@ -165,13 +165,16 @@ unsafe fn peer_copy(
         // kernel round trip, done when this returns) or the copy engine, by size (gpu::pull).
         use super::pull::Path;
         use super::resident::kernel;
-        let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev);
+        // Above the staging copies' limit only with aligned ends (else byte loads over the link).
+        let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev)
+            && (len <= kernel::COPY_MAX || (dst | src) & 15 == 0);
         let wide_max = crate::config::snapshot().p2p.gpu_pull_wide_max;
         // Asked only where it could be taken (each check counts towards the kernels' preload).
-        let wide = len > super::pull::NARROW_MAX
+        let narrow_max = kernel::pull_narrow_max();
+        let wide = len > narrow_max
             && len <= wide_max
             && kernel::wide_copy_ready(d.ordinal, dst, src, len);
-        match super::pull::path(len, narrow, wide, wide_max) {
+        match super::pull::path(len, narrow, wide, narrow_max, wide_max) {
             Path::Narrow => {
                 return kernel::copy_small_now(
                     d.ordinal,
