@@ -16,6 +16,10 @@
 //   NVLink, fence at system scope, and store a flag into the receiver's host memory, which the
 //   receiver's host polls; then the other way. "nofence" leaves out the fence (wrong: timing
 //   only, to price it). "early" also stores the sender's own completion before the fence.
+//   "relays" leaves the flag to the sender's host, which writes it once its kernel reports (the
+//   completion as a frame through shared memory would go).
+// - "non-temporal": the host writes the command with streaming stores (no core holds the line
+//   modified when the GPU reads it).
 // Every push/pull row checks the received payload (the sequence number) on the device after
 // the loop and counts mismatches seen by the kernels themselves.
 // Build: nvcc -O3 -arch=sm_90 -o p2plat p2plat.cu -lpthread; run: ./p2plat [iters]
@@ -28,11 +32,12 @@
 #include <unistd.h>
 #include <vector>
 #include <cuda_runtime.h>
+#include <immintrin.h>
 #include "micro.h"
 typedef unsigned long long u64;
 
 enum { OP_ECHO = 1, OP_PULL = 2, OP_PUSH = 3, OP_EXIT = 15 };
-enum { F_FENCE_SYS = 1, F_EARLY = 2 };
+enum { F_FENCE_SYS = 1, F_EARLY = 2, F_RELAY = 4 };
 
 // Command line (64 bytes): word 0 = seq (written last), word 1 = op | flags << 8.
 struct Args {
@@ -88,7 +93,7 @@ __global__ void resident(volatile u64 *cmd, volatile u64 *done, Args a, unsigned
                 *(volatile u64 *)a.peer = s; // the payload: over NVLink into the receiver's buffer
                 if (fl & F_EARLY) *done = s;
                 if (fl & F_FENCE_SYS) __threadfence_system();
-                *a.peer_host_flag = s;
+                if (!(fl & F_RELAY)) *a.peer_host_flag = s;
                 if (!(fl & F_EARLY)) *done = s;
             }
         }
@@ -141,7 +146,17 @@ int main(int argc, char **argv) {
         for (int g = 0; g < 2; g++) cmd[g].v[0] = ~0ull;
         sync_all(2);
     };
+    // nt: non-temporal stores (the line goes to memory, so the GPU's read needs no snoop of
+    // a core's modified copy).
+    bool nt = false;
     auto command = [&](int g, u64 s, unsigned op, unsigned fl) {
+        if (nt) {
+            _mm_stream_si64((long long *)&cmd[g].v[1], (long long)(op | (u64)fl << 8));
+            _mm_sfence();
+            _mm_stream_si64((long long *)&cmd[g].v[0], (long long)s);
+            _mm_sfence();
+            return;
+        }
         cmd[g].v[1] = op | (u64)fl << 8;
         std::atomic_thread_fence(std::memory_order_seq_cst);
         cmd[g].v[0] = s;
@@ -197,6 +212,8 @@ int main(int argc, char **argv) {
                         if (op == OP_PUSH) {
                             command(g, out, OP_PUSH, fl);
                             spin_eq(&done[g].v[0], out, "push done", g);
+                            // Relay: the sender's host passes the completion on (a host hop).
+                            if (fl & F_RELAY) flag[o].v[0] = out;
                         } else {
                             // The payload (out) is already in this GPU's buffer: the previous
                             // pull stored its value + 1 there (the first one is set before the loop).
@@ -236,12 +253,18 @@ int main(int argc, char **argv) {
         echo(1, 0);
         for (int w : {2, 4, 8})
             for (unsigned sg : stag) echo(w, sg);
+        nt = true;
+        printf("# commands by non-temporal stores:\n");
+        echo(1, 0);
+        echo(4, 300);
+        nt = false;
         for (int w : {1, 4}) {
             const unsigned sg = 300;
             pingpong("pull pingpong (today's shape)", w, sg, OP_PULL, 0);
             pingpong("push pingpong (fence.sys)", w, sg, OP_PUSH, F_FENCE_SYS);
             pingpong("push pingpong, early done", w, sg, OP_PUSH, F_FENCE_SYS | F_EARLY);
             pingpong("push pingpong, nofence (timing)", w, sg, OP_PUSH, 0);
+            pingpong("push pingpong, host relays flag", w, sg, OP_PUSH, F_FENCE_SYS | F_RELAY);
         }
     }
     return 0;
