@@ -162,35 +162,6 @@ __device__ void res_finish(const ResCmd &c, const char *base, unsigned long long
     }
 }
 
-// Copy device memory (a peer's buffer over NVLink) to device memory with every thread's loads
-// of a round issued before its stores: RES_BATCH 16-byte words per thread, so 512 threads move
-// up to 64 KiB per NVLink round trip instead of 8 KiB (res_copy's loop stores each word before
-// loading the next, since dst could alias src). Unaligned ends: res_copy.
-#define RES_BATCH 8
-__device__ __forceinline__ void res_copy_batched(char *dst, const char *src, unsigned long long n) {
-    if ((((unsigned long long)dst | (unsigned long long)src) & 15) != 0) {
-        res_copy<true>(dst, src, n);
-        return;
-    }
-    const unsigned long long nv = n / 16, step = (unsigned long long)blockDim.x * RES_BATCH;
-    const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
-    uint4 *d4 = reinterpret_cast<uint4 *>(dst);
-    for (unsigned long long base = 0; base < nv; base += step) {
-        uint4 v[RES_BATCH];
-#pragma unroll
-        for (int k = 0; k < RES_BATCH; k++) {
-            const unsigned long long i = base + k * blockDim.x + threadIdx.x;
-            if (i < nv) v[k] = __ldcv(s4 + i); // uncached: the peer rewrites it between calls
-        }
-#pragma unroll
-        for (int k = 0; k < RES_BATCH; k++) {
-            const unsigned long long i = base + k * blockDim.x + threadIdx.x;
-            if (i < nv) d4[i] = v[k];
-        }
-    }
-    for (unsigned long long i = nv * 16 + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcv(src + i);
-}
-
 // RES_COPY: one small copy between this device's memory and mapped pinned host memory, for
 // point-to-point messages of device buffers (src/gpu/resident.rs, copy_small): no launch and no
 // stream synchronize per copy.
@@ -198,8 +169,7 @@ __device__ __forceinline__ void res_copy_batched(char *dst, const char *src, uns
 //   of src (an LL protocol as NCCL's: the host checks each word's tag, so no system fence is
 //   needed before the completion store).
 // - op 1, host -> device: from mapped host memory at src (uncached reads), or, with type 1,
-//   from the command line itself (up to 16 bytes in flagv/desc), or, with type 2, from device
-//   memory (a peer's buffer: res_copy_batched); a device-scope fence before
+//   from the command line itself (up to 16 bytes in flagv/desc); a device-scope fence before
 //   the completion store makes the bytes visible to whatever the host runs next.
 __device__ void res_small_copy(const ResCmd &c) {
     const unsigned long long n = c.bytes;
@@ -223,8 +193,6 @@ __device__ void res_small_copy(const ResCmd &c) {
         if (c.type == 1) {
             const char *in = reinterpret_cast<const char *>(&c.flagv);
             if (threadIdx.x < n) d[threadIdx.x] = in[threadIdx.x];
-        } else if (c.type == 2) {
-            res_copy_batched(d, reinterpret_cast<const char *>(c.src), n);
         } else {
             res_copy<true>(d, reinterpret_cast<const char *>(c.src), n);
         }
@@ -261,68 +229,25 @@ __device__ int res_poll(const volatile ResCmd *cmd, volatile ResDone *done, unsi
     return action;
 }
 
-// Polling warp `warp` (of `pollers`) of the one-block kernel: poll the command line as
-// res_poll does until a command newer than `seen` is there, another polling warp took one, or
-// (warp 0 only) `idle_ns` passed without a command. The first warp to see a command claims it
-// in `claimed` (a compare-and-swap from `seen`; the exit claims ~0 the same way, so a command
-// and the exit are never both taken) and copies the line into `c`. With several pollers each
-// sleeps `warp * stagger_ns` first, so their reads (each a PCIe round trip) are in flight at
-// different times and a command is seen sooner after it lands than by one poller alone.
-__device__ void res_poll_multi(const volatile ResCmd *cmd, volatile ResDone *done, unsigned long long epoch,
-                               unsigned long long idle_ns, unsigned long long seen, unsigned int stagger_ns,
-                               unsigned long long *claimed, ResCmd *c) {
-    const volatile unsigned long long *w = reinterpret_cast<const volatile unsigned long long *>(cmd);
-    const volatile unsigned long long *cl = claimed;
-    const unsigned int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (warp > 0 && stagger_ns > 0) __nanosleep(warp * stagger_ns);
-    const unsigned long long t0 = res_now();
-    for (;;) {
-        if (__shfl_sync(0xffffffffu, *cl, 0) != seen) return; // taken by another warp, or exit
-        const unsigned long long v = lane < 8 ? w[lane] : 0;
-        const unsigned long long s = __shfl_sync(0xffffffffu, v, 0);
-        int won = 0;
-        if (s != seen) {
-            if (lane == 0) won = atomicCAS(claimed, seen, s) == seen;
-            won = __shfl_sync(0xffffffffu, won, 0);
-            if (won && lane < 8) reinterpret_cast<unsigned long long *>(c)[lane] = v;
-            return;
-        }
-        if (warp == 0) {
-            int ex = 0;
-            if (lane == 0 && res_now() - t0 > idle_ns) {
-                __threadfence_system();
-                if (w[0] == seen && atomicCAS(claimed, seen, ~0ull) == seen) {
-                    done->exited = epoch;
-                    __threadfence_system();
-                    ex = 1;
-                }
-            }
-            if (__shfl_sync(0xffffffffu, ex, 0)) return;
-        }
-    }
-}
-
-// `poll`: polling warps (bits 0-7; 0 counts as 1) and their stagger in ns (bits 8-31).
 extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
                                            unsigned long long epoch, unsigned long long idle_ns,
-                                           unsigned long long last_seq, unsigned long long poll) {
+                                           unsigned long long last_seq) {
     __shared__ ResCmd c;
     __shared__ ResDesc dsc;
-    __shared__ int all_ok;
-    __shared__ unsigned long long claimed;
+    __shared__ int go, all_ok;
     unsigned long long seen = last_seq;
-    unsigned int pollers = (unsigned int)(poll & 0xff);
-    if (pollers < 1) pollers = 1;
-    if (pollers > blockDim.x / 32) pollers = blockDim.x / 32;
-    const unsigned int stagger = (unsigned int)((poll >> 8) & 0xffffff);
-    if (threadIdx.x == 0) claimed = seen;
-    __syncthreads();
     for (;;) {
-        if (threadIdx.x < 32 * pollers)
-            res_poll_multi(cmd, done, epoch, idle_ns, seen, stagger, &claimed, &c);
-        if (threadIdx.x == 0) all_ok = 1;
+        if (threadIdx.x < 32) {
+            unsigned long long v = 0;
+            const int action = res_poll(cmd, done, epoch, idle_ns, seen, &v);
+            if (action == 1 && threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = v;
+            if (threadIdx.x == 0) {
+                go = action == 1;
+                all_ok = 1;
+            }
+        }
         __syncthreads();
-        if (claimed == ~0ull) return;
+        if (!go) return;
         if (c.kind == RES_COPY) {
             res_small_copy(c);
             __syncthreads();

@@ -265,12 +265,6 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
-        name: "GPUMPI_GPU_PULL_NARROW_MAX",
-        default: "16k",
-        doc: "Largest contiguous device message (bytes, 16384 to 1048576; suffixes `k`, `m`) that a receiver pulls from a peer GPU's buffer (CUDA IPC) into its own device memory with its GPU's one-block resident kernel (each of its 512 threads loads 8 16-byte words over NVLink before storing them: 64 KiB per link round trip); above 16384 bytes only with 16-byte aligned ends. Larger pulls take the wide kernel (`GPUMPI_GPU_PULL_WIDE_MAX`) or the copy engine. Read by the receiving rank.",
-        same_on_every_rank: false,
-    },
-    Param {
         name: "GPUMPI_GPU_PULL_WIDE_MAX",
         default: "2m",
         doc: "Largest contiguous device message (bytes; suffixes `k`, `m`, `g`) that a receiver pulls from a peer GPU's buffer (CUDA IPC) into its own device memory with its GPU's wide resident kernel (one command, one host <-> kernel round trip; one block per 4 KiB of the message, up to `GPUMPI_GPU_RESIDENT_BLOCKS`, each copying its chunk over NVLink; 16-byte aligned buffers) when it is above the one-block resident kernel's 16384 bytes; larger pulls take the copy engine (`cuMemcpyAsync`, an event polled: ~8 us of driver cost on 4x H100, the links' full bandwidth). On 4x H100 NV18 one-way latency measured 7.9-8.0 us against 10.9-11.8 by the copy engine at 32 KiB and 11.3-11.5 against 13.7-14.8 at 1 MiB; with every message pulled 14.9 against 18.3 at 2 MiB, 22.7 against 23.8 at 4 MiB and 38.1 against 34.7 at 8 MiB (benches/NOTES.md, BENCHMARKS.md). `0` = the copy engine above 16 KiB. The resident kernels take pulls only as for `GPUMPI_GPU_SMALL_COPY` (kernels loaded, no other process on the GPU, not `0`). Read by the receiving rank.",
@@ -299,18 +293,6 @@ pub static PARAMS: &[Param] = &[
         default: "1m",
         doc: "Largest vector (allreduce) or block (alltoall, allgather) that the resident kernels serve with peer access on (CUDA IPC): the one-block resident kernel (16 KiB at most) or the wide one (`GPUMPI_GPU_RESIDENT_BLOCKS`: one-shot, two-shot, push and their LL forms), chosen by size and rank count by the table `src/gpu/resident/tuning.txt` (`GPUMPI_GPU_RESIDENT_TUNING`); larger calls take the NVLink plans. Each rank of a communicator that makes such a call allocates, once, device scratch of 20 KiB + 2 x (ranks + 1) x this value + 2 x ranks x half this value (the LL words of the calls up to a quarter of it: 14 MiB at 4 ranks with the default), mapped by its peers and freed with the communicator. `0` or at most 16384: only the one-block kernel. Suffixes k, m.",
         same_on_every_rank: true,
-    },
-    Param {
-        name: "GPUMPI_GPU_RESIDENT_POLLERS",
-        default: "1",
-        doc: "Warps (1-16) of the one-block resident kernel that poll its command line in mapped pinned host memory, each reading it once per PCIe round trip; the first to see a command takes it. With more than one, warp `w` starts each wait `w` x `GPUMPI_GPU_RESIDENT_STAGGER_NS` later than warp 0, so the reads are in flight at different times and a command is seen sooner after it lands (one poller sees it half a read late on average). It shortens the host -> kernel hop of every resident command: small point-to-point pulls and staging copies, small collectives. Read when the kernel is launched.",
-        same_on_every_rank: false,
-    },
-    Param {
-        name: "GPUMPI_GPU_RESIDENT_STAGGER_NS",
-        default: "300",
-        doc: "Nanoseconds between the starts of the polling warps of `GPUMPI_GPU_RESIDENT_POLLERS` (at most 65535).",
-        same_on_every_rank: false,
     },
     Param {
         name: "GPUMPI_GPU_RESIDENT_TUNING",
@@ -1065,8 +1047,6 @@ pub struct P2pConfig {
     pub gpu_copy_kernel: bool,
     /// `GPUMPI_GPU_PULL_WIDE_MAX`.
     pub gpu_pull_wide_max: usize,
-    /// `GPUMPI_GPU_PULL_NARROW_MAX`.
-    pub gpu_pull_narrow_max: usize,
     /// `GPUMPI_GPU_PIPE` (slot bytes; 0: no pipes) and `GPUMPI_GPU_PIPE_DEPTH`, as given.
     pub gpu_pipe: usize,
     pub gpu_pipe_depth: usize,
@@ -1162,10 +1142,6 @@ pub struct GpuConfig {
     pub resident_idle_us: usize,
     /// `GPUMPI_GPU_RESIDENT_BLOCKS`.
     pub resident_blocks: usize,
-    /// `GPUMPI_GPU_RESIDENT_POLLERS`.
-    pub resident_pollers: usize,
-    /// `GPUMPI_GPU_RESIDENT_STAGGER_NS`.
-    pub resident_stagger_ns: usize,
     /// `GPUMPI_GPU_RESIDENT_MAX`.
     pub resident_max: usize,
     /// `GPUMPI_GPU_RESIDENT_TUNING`.
@@ -1319,7 +1295,6 @@ impl Config {
                 gpu_ipc_min: get_usize("GPUMPI_GPU_IPC_MIN"),
                 gpu_copy_kernel: get("GPUMPI_GPU_P2P_COPY").as_deref() == Some("kernel"),
                 gpu_pull_wide_max: get_usize("GPUMPI_GPU_PULL_WIDE_MAX"),
-                gpu_pull_narrow_max: get_usize("GPUMPI_GPU_PULL_NARROW_MAX"),
                 gpu_pipe: get_usize("GPUMPI_GPU_PIPE"),
                 gpu_pipe_depth: get_usize("GPUMPI_GPU_PIPE_DEPTH"),
                 net_gpu_pipeline: not_zero("GPUMPI_NET_GPU_PIPELINE"),
@@ -1357,8 +1332,6 @@ impl Config {
                 resident: not_zero("GPUMPI_GPU_RESIDENT"),
                 resident_idle_us: get_usize("GPUMPI_GPU_RESIDENT_IDLE_US"),
                 resident_blocks: get_usize("GPUMPI_GPU_RESIDENT_BLOCKS"),
-                resident_pollers: get_usize("GPUMPI_GPU_RESIDENT_POLLERS"),
-                resident_stagger_ns: get_usize("GPUMPI_GPU_RESIDENT_STAGGER_NS"),
                 resident_max: get_usize("GPUMPI_GPU_RESIDENT_MAX"),
                 resident_tuning: get("GPUMPI_GPU_RESIDENT_TUNING"),
                 small_copy: get_usize("GPUMPI_GPU_SMALL_COPY"),

@@ -165,16 +165,13 @@ unsafe fn peer_copy(
         // kernel round trip, done when this returns) or the copy engine, by size (gpu::pull).
         use super::pull::Path;
         use super::resident::kernel;
-        // Above the staging copies' limit only with aligned ends (else byte loads over the link).
-        let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev)
-            && (len <= kernel::COPY_MAX || (dst | src) & 15 == 0);
+        let narrow = kernel::small_copy_ready(d.ordinal, len, kernel::SmallCopy::DevToDev);
         let wide_max = crate::config::snapshot().p2p.gpu_pull_wide_max;
         // Asked only where it could be taken (each check counts towards the kernels' preload).
-        let narrow_max = kernel::pull_narrow_max();
-        let wide = len > narrow_max
+        let wide = len > super::pull::NARROW_MAX
             && len <= wide_max
             && kernel::wide_copy_ready(d.ordinal, dst, src, len);
-        match super::pull::path(len, narrow, wide, narrow_max, wide_max) {
+        match super::pull::path(len, narrow, wide, wide_max) {
             Path::Narrow => {
                 return kernel::copy_small_now(
                     d.ordinal,

@@ -1,8 +1,7 @@
 //! Which path a receiver's pull of a contiguous device message from a peer GPU's CUDA-IPC-mapped
 //! buffer into its own device memory takes (`gpu::p2p`):
 //! - [`Path::Narrow`]: the one-block resident kernel (one host <-> kernel round trip), up to
-//!   `GPUMPI_GPU_PULL_NARROW_MAX` (16 KiB; each of its 512 threads loads 8 words over the link
-//!   before storing them, so 64 KiB per NVLink round trip);
+//!   [`NARROW_MAX`];
 //! - [`Path::Wide`]: the wide resident kernel (one round trip, one block per 4 KiB loading over
 //!   the link at once), above that up to `GPUMPI_GPU_PULL_WIDE_MAX`;
 //! - [`Path::Engine`]: the copy engine (`cuMemcpyAsync`, an event the engine polls: a fixed
@@ -28,12 +27,14 @@ pub enum Path {
     Engine,
 }
 
+/// Largest pull the one-block kernel takes (its copy limit).
+pub const NARROW_MAX: usize = crate::gpu::resident::kernel::COPY_MAX;
+
 /// The path of a pull of `len` bytes: the one-block kernel where `narrow` (resident copies are
-/// usable here for this size) and `len <= narrow_max` (`GPUMPI_GPU_PULL_NARROW_MAX`); else the
-/// wide kernel where `wide` (usable, the ends aligned) and `len <= wide_max`
-/// (`GPUMPI_GPU_PULL_WIDE_MAX`); else the copy engine.
-pub fn path(len: usize, narrow: bool, wide: bool, narrow_max: usize, wide_max: usize) -> Path {
-    if narrow && len <= narrow_max {
+/// usable here for this size) and `len <= NARROW_MAX`; else the wide kernel where `wide` (usable,
+/// the ends aligned) and `len <= wide_max` (`GPUMPI_GPU_PULL_WIDE_MAX`); else the copy engine.
+pub fn path(len: usize, narrow: bool, wide: bool, wide_max: usize) -> Path {
+    if narrow && len <= NARROW_MAX {
         Path::Narrow
     } else if wide && len <= wide_max {
         Path::Wide
@@ -54,7 +55,6 @@ mod tests {
     fn path_by_size_and_what_can_take_it() {
         use Path::*;
         let d = crate::config::parse_size("2m").unwrap();
-        let n = 16 << 10;
         for (len, want) in [
             (1, Narrow),
             (4096, Narrow),
@@ -66,36 +66,27 @@ mod tests {
             ((2 << 20) + 1, Engine),
             (64 << 20, Engine),
         ] {
-            assert_eq!(path(len, true, true, n, d), want, "{len} B");
+            assert_eq!(path(len, true, true, d), want, "{len} B");
         }
-        assert_eq!(path(32 << 10, true, true, n, 0), Engine, "wide off");
+        assert_eq!(path(32 << 10, true, true, 0), Engine, "wide off");
         assert_eq!(
-            path(8, true, true, n, 0),
+            path(8, true, true, 0),
             Narrow,
             "wide off: small ones unchanged"
         );
-        assert_eq!(path(32 << 10, true, false, n, d), Engine, "unaligned");
-        assert_eq!(path(8 << 10, true, false, n, d), Narrow, "unaligned, small");
-        assert_eq!(path(8, false, false, n, d), Engine, "no resident kernels");
+        assert_eq!(path(32 << 10, true, false, d), Engine, "unaligned");
+        assert_eq!(path(8 << 10, true, false, d), Narrow, "unaligned, small");
+        assert_eq!(path(8, false, false, d), Engine, "no resident kernels");
         assert_eq!(
-            path(1 << 20, false, false, n, d),
+            path(1 << 20, false, false, d),
             Engine,
             "no resident kernels"
         );
         assert_eq!(
-            path(8, true, true, n, 64 << 20),
+            path(8, true, true, 64 << 20),
             Narrow,
             "a large limit: small ones unchanged"
         );
-        assert_eq!(path(16 << 20, true, true, n, 64 << 20), Wide);
-        // A larger one-block limit takes those sizes from the wide kernel, and only those.
-        let n = 64 << 10;
-        assert_eq!(path(64 << 10, true, true, n, d), Narrow);
-        assert_eq!(path((64 << 10) + 1, true, true, n, d), Wide);
-        assert_eq!(
-            path(64 << 10, false, true, n, d),
-            Wide,
-            "no one-block kernel"
-        );
+        assert_eq!(path(16 << 20, true, true, 64 << 20), Wide);
     }
 }

@@ -6,9 +6,7 @@
 # through pinned shared host memory, point-to-point staged), at 2 ranks with derived types packed on
 # the host (GPUMPI_CUDA_PACK=0), at 4 ranks with the kernel peer copy, at 4 ranks with every
 # device rendezvous pushed and at 2 ranks with every one pulled, at 2 ranks with every device
-# pull above 16 KiB by the wide resident kernel (GPUMPI_GPU_PULL_WIDE_MAX=16m, all pulled), at 4
-# ranks with four polling warps in the one-block resident kernel and every device pull up to 1 MiB
-# on it (GPUMPI_GPU_RESIDENT_POLLERS=4 GPUMPI_GPU_PULL_NARROW_MAX=1m, all pulled) and at
+# pull above 16 KiB by the wide resident kernel (GPUMPI_GPU_PULL_WIDE_MAX=16m, all pulled) and at
 # 4 ranks by the copy engine (GPUMPI_GPU_PULL_WIDE_MAX=0), at 3 and 4 ranks with every
 # allreduce that two_shot_ring_push serves taking it (a GPU tuning table); gpu_mt runs device collectives from two threads (MPI_THREAD_MULTIPLE)
 # at 2 and 4 ranks and at 4 ranks with CUDA IPC off. gpu_mem runs every memory kind (cudaMalloc, cuMemAlloc, cuMemCreate/VMM,
@@ -141,10 +139,6 @@ run "gpu_test -n 2, every device rendezvous pulled by the receiver (GPUMPI_GPU_P
 run "gpu_test -n 2, device pulls by the wide resident kernel up to 16 MiB (GPUMPI_GPU_PULL_WIDE_MAX=16m GPUMPI_GPU_P2P_PUSH=off)" \
     GPUMPI_GPU_PULL_WIDE_MAX=16m GPUMPI_GPU_P2P_PUSH=off "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
     -x GPUMPI_GPU_PULL_WIDE_MAX -x GPUMPI_GPU_P2P_PUSH "$out/gpu_test" "$max"
-run "gpu_test -n 4, four polling warps in the resident kernel and one-block device pulls up to 1 MiB (GPUMPI_GPU_RESIDENT_POLLERS=4 GPUMPI_GPU_PULL_NARROW_MAX=1m GPUMPI_GPU_P2P_PUSH=off)" \
-    GPUMPI_GPU_RESIDENT_POLLERS=4 GPUMPI_GPU_PULL_NARROW_MAX=1m GPUMPI_GPU_P2P_PUSH=off \
-    "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_RESIDENT_POLLERS \
-    -x GPUMPI_GPU_PULL_NARROW_MAX -x GPUMPI_GPU_P2P_PUSH "$out/gpu_test" 1048577
 run "gpu_test -n 4, device pulls by the copy engine above 16 KiB (GPUMPI_GPU_PULL_WIDE_MAX=0)" \
     GPUMPI_GPU_PULL_WIDE_MAX=0 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" -x GPUMPI_GPU_PULL_WIDE_MAX \
     "$out/gpu_test" 1048577

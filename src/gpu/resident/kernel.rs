@@ -33,8 +33,6 @@ const RELEASE_AGAIN: std::time::Duration = std::time::Duration::from_millis(1);
 /// Largest staging copy the resident kernel can take ([`copy_small`]; its host areas' size).
 /// `GPUMPI_GPU_SMALL_COPY` sets the limit used, at most this.
 pub const COPY_MAX: usize = 16 << 10;
-/// Largest device-to-device pull `GPUMPI_GPU_PULL_NARROW_MAX` may give the one-block kernel.
-pub const PULL_NARROW_LIMIT: usize = 1 << 20;
 /// Small copies before the kernels are loaded in the background for them.
 const PRELOAD_AFTER: usize = 16;
 /// Bytes a host-to-device command carries in its own line.
@@ -44,13 +42,6 @@ const DATA_OFF: usize = 256;
 pub const SCRATCH: usize = DATA_OFF + 2 * MAXP * SLOT;
 /// Bytes of one rank's scratch in pinned host memory (host mode).
 pub const HOST_SCRATCH: usize = DATA_OFF + 2 * MAXP * HOST_SLOT;
-
-/// The one-block kernel's `poll` parameter (kernels/resident.cuh, `gpumpi_resident`): polling
-/// warps in bits 0-7 (1 to 16, and at most the block's warps), their stagger in ns in bits 8-31.
-pub(super) fn poll_word(pollers: usize, stagger_ns: usize) -> u64 {
-    let warps = (THREADS / 32) as usize;
-    pollers.clamp(1, 16.min(warps)) as u64 | (stagger_ns.min(0xffff) as u64) << 8
-}
 
 /// `struct ResCmd` of kernels/resident.cuh: one 64-byte line.
 #[repr(C, align(64))]
@@ -159,8 +150,6 @@ pub(super) struct Res {
     seq: u64,
     launched: bool,
     idle_ns: u64,
-    /// The one-block kernel's polling warps and their stagger ([`poll_word`]).
-    poll: u64,
     /// The wide kernel: its blocks and its `MidGrid` (device memory); 0 for the one-block one.
     blocks: u32,
     grid_dev: u64,
@@ -225,9 +214,7 @@ impl Res {
             );
             std::ptr::write_bytes(ll, 0, 2 * COPY_MAX);
         }
-        let cfg = &crate::config::snapshot().gpu;
-        let idle_us = cfg.resident_idle_us.max(1) as u64;
-        let poll = poll_word(cfg.resident_pollers, cfg.resident_stagger_ns);
+        let idle_us = crate::config::snapshot().gpu.resident_idle_us.max(1) as u64;
         Ok(Res {
             ctx: d.ctx,
             stream,
@@ -244,7 +231,6 @@ impl Res {
             seq: 0,
             launched: false,
             idle_ns: idle_us * 1000,
-            poll,
             blocks,
             grid_dev,
         })
@@ -252,27 +238,19 @@ impl Res {
 
     fn launch(&mut self) -> Result<(), String> {
         self.epoch += 1;
-        let (mut c, mut d, mut grid, mut e, mut idle, mut last, mut poll) = (
+        let (mut c, mut d, mut grid, mut e, mut idle, mut last) = (
             self.cmd_dev,
             self.done_dev,
             self.grid_dev,
             self.epoch,
             self.idle_ns,
             self.seq - 1,
-            self.poll,
         );
         let p = |x: &mut u64| x as *mut u64 as *mut c_void;
-        // gpumpi_resident(cmd, done, epoch, idle_ns, last_seq, poll); gpumpi_resident_mid(cmd,
-        // done, grid, epoch, idle_ns, last_seq).
+        // gpumpi_resident(cmd, done, epoch, idle_ns, last_seq); gpumpi_resident_mid(cmd, done,
+        // grid, epoch, idle_ns, last_seq).
         let mut params: Vec<*mut c_void> = if self.blocks == 0 {
-            vec![
-                p(&mut c),
-                p(&mut d),
-                p(&mut e),
-                p(&mut idle),
-                p(&mut last),
-                p(&mut poll),
-            ]
+            vec![p(&mut c), p(&mut d), p(&mut e), p(&mut idle), p(&mut last)]
         } else {
             vec![
                 p(&mut c),
@@ -464,22 +442,13 @@ fn small_copy_limit() -> usize {
 pub fn small_copy_ready(ordinal: i32, len: usize, dir: SmallCopy) -> bool {
     // A device-to-device pull uses none of the host areas: any size they would allow.
     let limit = match (dir, small_copy_limit()) {
-        (SmallCopy::DevToDev, l) if l > 0 => pull_narrow_max(),
+        (SmallCopy::DevToDev, l) if l > 0 => COPY_MAX,
         (_, l) => l,
     };
     if len > limit {
         return false;
     }
     kernels_ready(ordinal) && sole::alone(ordinal)
-}
-
-/// Largest device-to-device pull the one-block kernel takes (`GPUMPI_GPU_PULL_NARROW_MAX`,
-/// within [`COPY_MAX`] and [`PULL_NARROW_LIMIT`]; it uses none of the host areas).
-pub fn pull_narrow_max() -> usize {
-    crate::config::snapshot()
-        .p2p
-        .gpu_pull_narrow_max
-        .clamp(COPY_MAX, PULL_NARROW_LIMIT)
 }
 
 /// Whether the kernels of device `ordinal` are loaded. Their first load costs milliseconds, more
@@ -516,7 +485,7 @@ pub enum SmallCopy {
 }
 
 /// Copy `len` bytes (at most `GPUMPI_GPU_SMALL_COPY`, itself at most [`COPY_MAX`]; a
-/// [`SmallCopy::DevToDev`] copy up to [`pull_narrow_max`] unless that variable is 0) with the resident
+/// [`SmallCopy::DevToDev`] copy up to [`COPY_MAX`] unless that variable is 0) with the resident
 /// kernel of device `ordinal`, in direction `dir`. Synchronous, like the copies it
 /// replaces. `None`: not available here (the caller copies with the copy engine).
 ///
@@ -560,7 +529,6 @@ pub unsafe fn copy_small_now(
             }
             SmallCopy::DevToDev => {
                 c.op = 1;
-                c.ty = 2;
                 c.src = src as u64;
                 c.dst = dst as u64;
             }
@@ -798,16 +766,6 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The polling warps are 1 to 16 (the block's 512 threads), 0 counting as 1; the stagger
-    /// sits above them, capped so it cannot spill out of its bits.
-    #[test]
-    fn poll_word_packs_pollers_and_stagger() {
-        assert_eq!(poll_word(1, 300), 1 | 300 << 8);
-        assert_eq!(poll_word(0, 0), 1);
-        assert_eq!(poll_word(4, 250), 4 | 250 << 8);
-        assert_eq!(poll_word(99, 1 << 30), 16 | 0xffff << 8);
-    }
 
     /// A pull runs on one block per 4 KiB, at least one, at most the kernel's blocks.
     #[test]
