@@ -47,8 +47,8 @@ struct Args {
     unsigned long long *bad;      // device counter: payload mismatches seen by a pull
 };
 
-// The polling of gpumpi's one-block resident kernel (kernels/resident.cuh, res_poll_multi):
-// warps 0..pollers-1 each read the command line once per PCIe round trip, warp w starting
+// One-block resident kernel polling as kernels/resident.cuh does with one warp, extended to
+// `pollers` warps that each read the command line once per PCIe round trip, warp w starting
 // w * stagger ns after the block's barrier; the first to see a new seq claims it (CAS in
 // shared memory) and thread 0 runs it.
 __global__ void resident(volatile u64 *cmd, volatile u64 *done, Args a, unsigned pollers, unsigned stagger) {
