@@ -1,7 +1,8 @@
 /* Device buffers through every call of the subset: p2p (device<->device, device<->host),
  * all collectives (blocking, nonblocking, in-place), derived datatypes on the device (vector,
  * indexed, struct with gaps, resized, 1M-block vector; p2p, Bcast, Allgather(v), Allreduce,
- * Pack/Unpack; gaps must keep their poison), managed
+ * Pack/Unpack; gaps must keep their poison), point-to-point matching on device buffers (order,
+ * any source, truncation, probe, cancel), managed
  * memory, MPI_Reduce_local, Pack/Unpack, and free-then-reallocate at the same address.
  * Outputs are poisoned before each call and compared with a host reference.
  * Without a CUDA device it prints "SKIP: no CUDA device (<reason>)" and exits 0. */
@@ -99,6 +100,134 @@ static void test_p2p(int sk, int rk) {
         }
         free_k(sk, s); free_k(rk, r); free(ref); free(src);
     }
+}
+
+/* Matching semantics with device buffers, across every small-message path (sizes below and
+ * above the one-block and wide pulls): messages from one sender of mixed sizes and memory kinds
+ * with one tag arrive in order, both unexpected (receives posted after a barrier) and expected
+ * (posted first); MPI_ANY_SOURCE/MPI_ANY_TAG receives get every rank's message once with the
+ * right status; a message longer than its device receive buffer fails with MPI_ERR_TRUNCATE
+ * (status count undefined, later messages unaffected); MPI_Probe gives the size of a device
+ * message; a device receive that no message matches is cancelled. */
+static void test_p2p_semantics(void) {
+    enum { NM = 7 };
+    static const size_t ord[NM] = {2, 16384, 2, 4097, 262144, 1, 8192}; /* ints */
+    const int kinds[NM] = {DEV, DEV, HOST, DEV, DEV, DEV, DEV};
+    int to = (rank + 1) % size, from = (rank - 1 + size) % size;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    for (int pass = 0; pass < 2; pass++) {
+        void *s[NM], *r[NM];
+        int *want[NM];
+        MPI_Request q[2 * NM];
+        for (int m = 0; m < NM; m++) {
+            size_t b = ord[m] * sizeof(int);
+            int *h = malloc(b);
+            want[m] = malloc(b);
+            for (size_t i = 0; i < ord[m]; i++) { h[i] = val(rank, i) + 7 * m; want[m][i] = val(from, i) + 7 * m; }
+            s[m] = alloc_k(kinds[m], b);
+            r[m] = alloc_k(DEV, 262144 * sizeof(int));
+            put(s[m], h, b);
+            poison(DEV, r[m], b);
+            free(h);
+        }
+        /* pass 0: expected (receives first); pass 1: unexpected (sends first, then a barrier). */
+        if (pass == 0)
+            for (int m = 0; m < NM; m++) MPI_Irecv(r[m], 262144, MPI_INT, from, 40, MPI_COMM_WORLD, &q[m]);
+        for (int m = 0; m < NM; m++) MPI_Isend(s[m], (int)ord[m], MPI_INT, to, 40, MPI_COMM_WORLD, &q[NM + m]);
+        if (pass == 1) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            for (int m = 0; m < NM; m++) MPI_Irecv(r[m], 262144, MPI_INT, from, 40, MPI_COMM_WORLD, &q[m]);
+        }
+        MPI_Status st[2 * NM];
+        MPI_Waitall(2 * NM, q, st);
+        for (int m = 0; m < NM; m++) {
+            int got = -1;
+            MPI_Get_count(&st[m], MPI_INT, &got);
+            char what[64];
+            snprintf(what, sizeof what, "order %s message %d", pass ? "unexpected" : "expected", m);
+            if ((size_t)got != ord[m]) { fprintf(stderr, "rank %d: %s: count %d want %zu\n", rank, what, got, ord[m]); errors++; }
+            check(what, ord[m], r[m], want[m], ord[m]);
+        }
+        for (int m = 0; m < NM; m++) { free_k(kinds[m], s[m]); free_k(DEV, r[m]); free(want[m]); }
+    }
+    /* Any source, any tag: every other rank sends its rank (tag = rank) to rank 0. */
+    int *d = alloc_k(DEV, 2 * sizeof(int));
+    if (rank == 0) {
+        int seen = 0;
+        for (int k = 1; k < size; k++) {
+            MPI_Status st;
+            poison(DEV, d, 2 * sizeof(int));
+            MPI_Recv(d, 2, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+            int h[2] = {-1, -1};
+            get(h, d, sizeof h);
+            if (st.MPI_SOURCE < 1 || st.MPI_SOURCE >= size || st.MPI_TAG != 50 + st.MPI_SOURCE || h[0] != st.MPI_SOURCE ||
+                h[1] != 3 * st.MPI_SOURCE || (seen >> st.MPI_SOURCE & 1)) {
+                fprintf(stderr, "rank 0: any-source receive %d: source %d tag %d data %d %d\n", k, st.MPI_SOURCE, st.MPI_TAG, h[0], h[1]);
+                errors++;
+            }
+            if (st.MPI_SOURCE > 0 && st.MPI_SOURCE < 31) seen |= 1 << st.MPI_SOURCE;
+        }
+    } else {
+        int h[2] = {rank, 3 * rank};
+        put(d, h, sizeof h);
+        MPI_Send(d, 2, MPI_INT, 0, 50 + rank, MPI_COMM_WORLD);
+    }
+    /* No later message (tag 60 from rank size-1 to rank 0) may meet rank 0's any-tag receives. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Truncation into a device buffer, then a message after it on the same pair. */
+    if (size > 1) {
+        int *big = alloc_k(DEV, 64 * sizeof(int)), *small = alloc_k(DEV, 8 * sizeof(int));
+        int h[64];
+        for (int i = 0; i < 64; i++) h[i] = val(rank, i);
+        put(big, h, sizeof h);
+        MPI_Request q[2];
+        MPI_Status st[2];
+        MPI_Irecv(small, 8, MPI_INT, from, 60, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(big, 64, MPI_INT, to, 60, MPI_COMM_WORLD, &q[1]);
+        int rc = MPI_Wait(&q[0], &st[0]), cls = -1;
+        MPI_Error_class(rc, &cls);
+        if (cls != MPI_ERR_TRUNCATE) { fprintf(stderr, "rank %d: truncated device receive: class %d\n", rank, cls); errors++; }
+        MPI_Wait(&q[1], &st[1]);
+        MPI_Sendrecv(big, 8, MPI_INT, to, 61, small, 8, MPI_INT, from, 61, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        int w[8];
+        for (int i = 0; i < 8; i++) w[i] = val(from, i);
+        check("message after a truncated one", 8, small, w, 8);
+        free_k(DEV, big); free_k(DEV, small);
+    }
+    /* Probe, then receive the probed size. */
+    if (size > 1) {
+        int *sd = alloc_k(DEV, 100 * sizeof(int)), *rd = alloc_k(DEV, 100 * sizeof(int));
+        int h[100];
+        for (int i = 0; i < 100; i++) h[i] = val(rank, i);
+        put(sd, h, sizeof h);
+        MPI_Request q;
+        MPI_Isend(sd, 37, MPI_INT, to, 70, MPI_COMM_WORLD, &q);
+        MPI_Status st;
+        MPI_Probe(from, 70, MPI_COMM_WORLD, &st);
+        int n = -1;
+        MPI_Get_count(&st, MPI_INT, &n);
+        if (n != 37) { fprintf(stderr, "rank %d: probe count %d want 37\n", rank, n); errors++; }
+        MPI_Recv(rd, n > 0 && n <= 100 ? n : 100, MPI_INT, from, 70, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+        int w[37];
+        for (int i = 0; i < 37; i++) w[i] = val(from, i);
+        check("probed device message", 37, rd, w, 37);
+        free_k(DEV, sd); free_k(DEV, rd);
+    }
+    /* A device receive nothing matches is cancelled. */
+    {
+        MPI_Request q;
+        MPI_Status st;
+        int flag = 0;
+        MPI_Irecv(d, 2, MPI_INT, from, 80, MPI_COMM_WORLD, &q);
+        MPI_Cancel(&q);
+        MPI_Wait(&q, &st);
+        MPI_Test_cancelled(&st, &flag);
+        if (!flag) { fprintf(stderr, "rank %d: device receive not cancelled\n", rank); errors++; }
+    }
+    free_k(DEV, d);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* A vector type on the device: every other int; gaps must keep their poison. */
@@ -721,6 +850,7 @@ int main(int argc, char **argv) {
     test_p2p(DEV, DEV);
     test_p2p(DEV, HOST);
     test_p2p(HOST, DEV);
+    test_p2p_semantics();
     test_vector();
     test_derived();
     test_coll(DEV, maxn);
