@@ -312,6 +312,15 @@ impl DevPacked {
     }
 }
 
+/// A call whose schedule runs on its device buffers ([`CollSpec::device_sides`]): their
+/// device, and which sides are device memory (the others are host memory).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DevSides {
+    pub(crate) device: i32,
+    pub(crate) send: bool,
+    pub(crate) recv: bool,
+}
+
 /// The reduction of a call: a builtin op on an element type, or a user operation (held for as
 /// long as the call, so freeing the op meanwhile leaves it usable).
 #[derive(Clone)]
@@ -434,6 +443,56 @@ impl CollSpec {
             || self.unpack_only.is_some()
             || self.rs_lens.is_some()
             || !r.tiles_span()
+    }
+
+    /// Where the call's schedule between nodes runs on its device buffers themselves
+    /// (`runtime::coll_device`, `GPUMPI_COLL_DEVICE`): a communicator that spans nodes, a
+    /// collective without a reduction or an allreduce with a commutative op, and every side
+    /// that is device memory contiguous (its blocks in packed space are the memory itself) in
+    /// one allocation of one device, at least one side being device memory. `None`: the
+    /// device buffers are staged in host memory as before. Each rank decides for itself: the
+    /// schedule and its messages are the same either way.
+    pub(crate) fn device_sides(&self) -> Option<DevSides> {
+        if self.comm.one_node || self.host_only {
+            return None;
+        }
+        match self.kind {
+            k if !k.is_reduction() => {}
+            CollKind::Allreduce if matches!(self.red, Some((_, true))) => {}
+            _ => return None,
+        }
+        let mut device = None;
+        let mut on = [false; 2];
+        for (i, side) in [&self.send, &self.recv].into_iter().enumerate() {
+            let Some(s) = side else { continue };
+            let (lo, hi) = s.span();
+            if hi <= lo {
+                continue;
+            }
+            let at = s.base.wrapping_add_signed(lo);
+            let Some(info) = crate::gpu::stage::device_info(at as *const u8) else {
+                continue;
+            };
+            let inside = at >= info.start && at + (hi - lo) as usize <= info.start + info.len;
+            if info.kind != crate::gpu::cache::MemKind::Device
+                || !s.direct()
+                || !inside
+                || device.is_some_and(|d| d != info.device)
+            {
+                return None;
+            }
+            device = Some(info.device);
+            on[i] = true;
+        }
+        let device = device?;
+        if !crate::runtime::coll_device() {
+            return None;
+        }
+        Some(DevSides {
+            device,
+            send: on[0],
+            recv: on[1],
+        })
     }
 
     /// Validate the user buffers the call will access (those set in `send` and `recv`: a buffer
