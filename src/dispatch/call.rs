@@ -447,8 +447,8 @@ impl CollSpec {
 
     /// Where the call's schedule between nodes runs on its device buffers themselves
     /// (`runtime::coll_device`, `GPUMPI_COLL_DEVICE`): a communicator that spans nodes, a
-    /// collective without a reduction or an allreduce with a commutative op, and every side
-    /// that is device memory contiguous (its blocks in packed space are the memory itself) in
+    /// collective without a reduction or an allreduce with a commutative op on device buffers
+    /// only, and every side that is device memory contiguous (its blocks in packed space are the memory itself) in
     /// one allocation of one device, at least one side being device memory. `None`: the
     /// device buffers are staged in host memory as before. Each rank decides for itself: the
     /// schedule and its messages are the same either way.
@@ -485,6 +485,18 @@ impl CollSpec {
             on[i] = true;
         }
         let device = device?;
+        // A reduction between a host and a device buffer would copy a device operand to the
+        // host at every step: such a call is staged as before.
+        if self.kind.is_reduction()
+            && on.iter().zip([&self.send, &self.recv]).any(|(&d, s)| {
+                !d && s.as_ref().is_some_and(|s| {
+                    let (lo, hi) = s.span();
+                    hi > lo
+                })
+            })
+        {
+            return None;
+        }
         if !crate::runtime::coll_device() {
             return None;
         }

@@ -82,7 +82,8 @@ pub struct OnDevice {
     pub recv: bool,
     /// Tmp as device memory (`None`: host memory from the executor's pool).
     pub tmp: Option<Box<dyn DevBuf>>,
-    /// Reduce steps on device regions; `None`: a schedule with such a step fails.
+    /// Reduce steps on device regions (`None`, or a host region with a device one: through
+    /// host memory with the executor's host reduction).
     pub reduce: Option<DevReduceFn>,
     /// The op commutes: a `ReduceRev` step on device regions is a `Reduce` step.
     pub commutative: bool,
@@ -418,8 +419,8 @@ impl CollExec {
         }
     }
 
-    /// A reduce step with a device region: through the device reduction, where both regions
-    /// are device memory (a `ReduceRev` only where the op commutes).
+    /// A reduce step with a device region (a `ReduceRev` only where the op commutes): through
+    /// the device reduction where both regions are device memory, else through host memory.
     fn reduce_dev(
         &mut self,
         eng: &mut Engine,
@@ -437,16 +438,46 @@ impl CollExec {
         let ordered = matches!(step, Step::Reduce { .. }) || self.dev.commutative;
         let s = self.ptr(src)? as usize;
         let d = self.ptr(dst)? as usize;
-        match self.dev.reduce.as_mut() {
-            Some(f) if both && ordered => {
-                eng.st.coll_dev.reduces += 1;
-                f(s, d, src.len)
-            }
-            _ => crate::mpi_bail!(
+        if !ordered {
+            crate::mpi_bail!(
                 MPI_ERR_INTERN,
-                "a schedule reduces {src:?} into {dst:?} with device memory it has no \
-                 device reduction for"
-            ),
+                "a schedule reduces {src:?} into {dst:?} (reversed, an op that does not \
+                 commute) on device memory"
+            );
+        }
+        eng.st.coll_dev.reduces += 1;
+        match self.dev.reduce.as_mut() {
+            Some(f) if both => f(s, d, src.len),
+            // A host region with a device one: the device operand through host memory, the
+            // host reduction, the result back where it belongs.
+            _ => {
+                let (sd, dd) = (self.is_dev(src.buf), self.is_dev(dst.buf));
+                let dev = &eng.st.dev;
+                let fail = |e: String| {
+                    MpiError::new(
+                        MPI_ERR_OTHER,
+                        format!("a collective's device copy failed: {e}"),
+                    )
+                };
+                // SAFETY: both regions are valid for len bytes of the memory they name and do
+                // not overlap (checked above).
+                unsafe {
+                    let input = match sd {
+                        true => dev.dtoh(s, src.len).map_err(fail)?,
+                        false => std::slice::from_raw_parts(s as *const u8, src.len).to_vec(),
+                    };
+                    if dd {
+                        let mut out = dev.dtoh(d, dst.len).map_err(fail)?;
+                        (self.reduce)(&input, &mut out)?;
+                        dev.htod(d, &out).map_err(fail)
+                    } else {
+                        (self.reduce)(
+                            &input,
+                            std::slice::from_raw_parts_mut(d as *mut u8, dst.len),
+                        )
+                    }
+                }
+            }
         }
     }
 

@@ -597,3 +597,75 @@ impl DevBuf for Borrowed {
         self.1
     }
 }
+
+/// Reduce steps between a device region and a host one (no device reduction given) go
+/// through host memory with the host reduction, the result landing where the schedule
+/// says; a device-to-device copy step is one device copy.
+#[test]
+fn a_reduction_between_device_and_host_regions_goes_through_host_memory() {
+    use crate::coll::schedule::{BufId, Region};
+    let mut es: Vec<Engine> = InprocTransport::group(1, 4, 1000, false)
+        .into_iter()
+        .map(|t| Engine::new(Box::new(t), 0, 1))
+        .collect();
+    let dev = Slow::new(Duration::ZERO);
+    let counts = dev.counts.clone();
+    es[0].set_device_copies(Box::new(dev));
+    let send: Vec<u8> = (0..64).map(|k| val(1, k)).collect();
+    let mut recv: Vec<u8> = (0..64).map(|k| val(2, k)).collect();
+    let sched = Schedule {
+        steps: vec![
+            Step::Copy {
+                src: Region::new(BufId::Send, 0, 64),
+                dst: Region::new(BufId::Tmp, 0, 64),
+            },
+            // Device into host, then host into device.
+            Step::Reduce {
+                src: Region::new(BufId::Tmp, 0, 64),
+                dst: Region::new(BufId::Recv, 0, 64),
+            },
+            Step::Reduce {
+                src: Region::new(BufId::Recv, 0, 64),
+                dst: Region::new(BufId::Tmp, 0, 64),
+            },
+            Step::Copy {
+                src: Region::new(BufId::Tmp, 0, 64),
+                dst: Region::new(BufId::Recv, 0, 64),
+            },
+        ],
+        tmp_len: 64,
+    };
+    // SAFETY: the buffers outlive the executor.
+    let mut x = unsafe {
+        CollExec::new(
+            sched,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            3,
+            -500,
+            Arc::from(vec![0usize]),
+            0,
+            Box::new(|i: &[u8], o: &mut [u8]| {
+                add(i, o);
+                Ok(())
+            }),
+        )
+        .on_device(OnDevice {
+            send: true,
+            recv: false,
+            tmp: Some(Box::new(VecBuf(vec![0u8; 64]))),
+            reduce: None,
+            commutative: true,
+        })
+        .unwrap()
+    };
+    assert!(x.advance(&mut es[0]).unwrap());
+    // recv = s + r, then tmp = s + (s + r), copied to recv.
+    let want: Vec<u8> = (0..64)
+        .map(|k| val(1, k).wrapping_add(val(1, k)).wrapping_add(val(2, k)))
+        .collect();
+    assert_eq!(recv, want);
+    assert_eq!(counts.dtod.load(SeqCst), 1, "Send to Tmp: one device copy");
+    let steps = es[0].coll_device_steps();
+    assert_eq!((steps.copies, steps.reduces), (2, 2));
+}
