@@ -37,7 +37,7 @@ impl crate::engine::coll::DevBuf for crate::gpu::collmem::Scratch {
     fn addr(&self) -> usize {
         crate::gpu::collmem::Scratch::addr(self)
     }
-    fn len(&self) -> usize {
+    fn bytes(&self) -> usize {
         crate::gpu::collmem::Scratch::len(self)
     }
 }

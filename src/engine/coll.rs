@@ -68,11 +68,11 @@ pub type ReduceFn = Box<dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + Send>;
 /// inout` over `len` bytes of device memory of this process.
 pub type DevReduceFn = Box<dyn FnMut(usize, usize, usize) -> MpiResult<()> + Send>;
 
-/// Device memory a schedule's Tmp lives in: at least [`DevBuf::len`] bytes at
-/// [`DevBuf::addr`], given back by its owner when dropped.
+/// Device memory a schedule's Tmp lives in: [`DevBuf::bytes`] bytes at [`DevBuf::addr`],
+/// given back by its owner when dropped.
 pub trait DevBuf: Send {
     fn addr(&self) -> usize;
-    fn len(&self) -> usize;
+    fn bytes(&self) -> usize;
 }
 
 /// Which of a schedule's buffers are device memory of this process ([`CollExec::on_device`]).
@@ -195,11 +195,11 @@ impl CollExec {
     /// schedule's `tmp_len` bytes, checked), valid as [`CollExec::new`] requires.
     pub unsafe fn on_device(mut self, dev: OnDevice) -> MpiResult<Self> {
         if let Some(t) = &dev.tmp {
-            if t.len() < self.sched.tmp_len {
+            if t.bytes() < self.sched.tmp_len {
                 crate::mpi_bail!(
                     MPI_ERR_INTERN,
                     "device scratch of {} bytes for a schedule that needs {}",
-                    t.len(),
+                    t.bytes(),
                     self.sched.tmp_len
                 );
             }

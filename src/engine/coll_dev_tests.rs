@@ -104,7 +104,7 @@ impl DevBuf for VecBuf {
     fn addr(&self) -> usize {
         self.0.as_ptr() as usize
     }
-    fn len(&self) -> usize {
+    fn bytes(&self) -> usize {
         self.0.len()
     }
 }
@@ -593,7 +593,7 @@ impl DevBuf for Borrowed {
     fn addr(&self) -> usize {
         self.0
     }
-    fn len(&self) -> usize {
+    fn bytes(&self) -> usize {
         self.1
     }
 }

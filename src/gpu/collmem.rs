@@ -161,6 +161,9 @@ pub unsafe fn dtod(dst: usize, src: usize, len: usize) -> Result<(), String> {
     .map_err(|e| format!("device to device copy of {len} bytes: {e}"))
 }
 
+/// A host reduction: `inout = input op inout`.
+pub type HostReduce<'a> = dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + 'a;
+
 /// `inout = input op inout` over `len` bytes of device memory: the reduction kernel where the
 /// op and type have one (`gpu::stage::reduce_on_device`), else through host memory (both
 /// operands copied to the host, reduced by `host`, the result copied back).
@@ -172,7 +175,7 @@ pub unsafe fn reduce(
     input: usize,
     inout: usize,
     len: usize,
-    host: &mut dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()>,
+    host: &mut HostReduce,
 ) -> MpiResult<()> {
     if len == 0 {
         return Ok(());
