@@ -447,8 +447,8 @@ impl CollSpec {
 
     /// Where the call's schedule between nodes runs on its device buffers themselves
     /// (`runtime::coll_device`, `GPUMPI_COLL_DEVICE`): a communicator that spans nodes, a
-    /// collective without a reduction or an allreduce with a commutative op on device buffers
-    /// only, and every side that is device memory contiguous (its blocks in packed space are the memory itself) in
+    /// collective without a reduction or an allreduce on device buffers only whose op commutes
+    /// and has a GPU kernel for its type, and every side that is device memory contiguous (its blocks in packed space are the memory itself) in
     /// one allocation of one device, at least one side being device memory. `None`: the
     /// device buffers are staged in host memory as before. Each rank decides for itself: the
     /// schedule and its messages are the same either way.
@@ -456,9 +456,18 @@ impl CollSpec {
         if self.comm.one_node || self.host_only {
             return None;
         }
-        match self.kind {
-            k if !k.is_reduction() => {}
-            CollKind::Allreduce if matches!(self.red, Some((_, true))) => {}
+        // An allreduce needs a GPU kernel for its op and type: a reduction through host memory
+        // at every step would cost more than staging the call once.
+        let kernel = |r: &Reduction| match r {
+            Reduction::Builtin(op, e) => {
+                crate::gpu::kernels::embedded()
+                    && crate::gpu::kernels::kernel_for(*op, *e).is_some()
+            }
+            Reduction::User { .. } => false,
+        };
+        match (self.kind, &self.red) {
+            (k, _) if !k.is_reduction() => {}
+            (CollKind::Allreduce, Some((r, true))) if kernel(r) => {}
             _ => return None,
         }
         let mut device = None;
