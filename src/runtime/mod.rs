@@ -860,6 +860,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
             );
             let mut routed = Routed::with_routes(Box::new(shm), Box::new(net), rank, &hops);
             routed.set_forwarded_to(&crate::topo::pxn::forwarded_to(&layout, rank, pxn));
+            routed.set_forwarded_for(&crate::topo::pxn::forwarded_for(&layout, rank, pxn));
             Box::new(routed)
         }
     };

@@ -115,6 +115,14 @@ pub fn forwarded_to(l: &Layout, me: usize, pxn: bool) -> Vec<bool> {
         .collect()
 }
 
+/// The ranks of `me`'s node that send through `me` (index = world rank): `me` keeps
+/// forwarding at `MPI_Finalize` until each of them said it sends nothing more.
+pub fn forwarded_for(l: &Layout, me: usize, pxn: bool) -> Vec<bool> {
+    (0..l.size())
+        .map(|s| s != me && (0..l.size()).any(|d| proxy(l, s, d, pxn) == Some(me)))
+        .collect()
+}
+
 /// What one all-to-all (every rank one message to every rank of another node) puts on the
 /// network under a plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

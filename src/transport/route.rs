@@ -23,6 +23,15 @@
 //! polls); a rank that stays outside MPI delays what goes through it, as a receiver outside
 //! MPI does.
 //!
+//! **The end of forwarding** (drop, at `MPI_Finalize` after its barrier): a rank's last frames
+//! through a forwarder (its share of that barrier, say) may still wait in the forwarder's
+//! shared-memory ring when the forwarder finishes its own barrier, so a forwarder must not
+//! stop reading its ring at its own finalize. Each rank sends every forwarder it routes
+//! through an end frame ([`KIND_FWD_END`], behind all its frames: the ring keeps a sender's
+//! order) and a forwarder keeps polling, forwarding what comes, until every rank of its node
+//! that sends through it ([`Routed::set_forwarded_for`]) sent its end, then until its queue
+//! is out; only then does the network transport close (say its goodbyes).
+//!
 //! A job on one node does not use this type: the engine holds the shared-memory transport
 //! itself.
 
@@ -34,6 +43,12 @@ use std::time::{Duration, Instant};
 /// Header kind of a forwarding frame (kinds from 0xF0 up belong to transports; the engine
 /// never sees them).
 pub const KIND_FWD: u8 = 0xF0;
+/// Header kind of an end frame: the sender (`src_rank`) sends nothing more through this
+/// forwarder (see the module documentation).
+pub const KIND_FWD_END: u8 = 0xF1;
+/// How long a forwarder waits at drop for the end frames of the ranks it forwards for and for
+/// its queue to drain.
+const END_LIMIT: Duration = Duration::from_secs(10);
 /// Bytes of forwarded frames a forwarding rank queues before it stops reading its
 /// shared-memory rings until the network drains some.
 const PENDING_MAX: usize = 16 << 20;
@@ -70,6 +85,9 @@ pub struct Routed {
     counts: PxnCounters,
     /// No other rank is on this node (nothing arrives over shared memory).
     alone: bool,
+    /// Per world rank: it sends through this rank, and it sent its end frame (`None`: no end
+    /// exchange at drop, [`Routed::set_forwarded_for`] not called).
+    sources: Option<Vec<(bool, bool)>>,
 }
 
 impl Routed {
@@ -110,7 +128,22 @@ impl Routed {
                 .iter()
                 .enumerate()
                 .all(|(r, h)| r == me || *h != Hop::Local),
+            sources: None,
         }
+    }
+
+    /// The ranks of this node that send through this rank (`topo::pxn::forwarded_for`, index
+    /// = world rank): at drop this rank tells its own forwarders it is done and forwards until
+    /// each of these told it the same (see the module documentation).
+    pub fn set_forwarded_for(&mut self, from: &[bool]) {
+        self.sources = Some(from.iter().map(|&f| (f, false)).collect());
+    }
+
+    /// Some rank that sends through this rank did not send its end frame yet.
+    fn sources_left(&self) -> bool {
+        self.sources
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|&(f, ended)| f && !ended))
     }
 
     /// The ranks this rank forwards frames to for ranks of its node (`topo::pxn::forwarded_to`,
@@ -221,9 +254,16 @@ impl Transport for Routed {
                 parts,
                 pending,
                 pending_bytes,
+                sources,
                 ..
             } = self;
             n += parts[0].poll(&mut |s, h, p| {
+                if h.kind == KIND_FWD_END {
+                    if let Some(e) = sources.as_mut().and_then(|v| v.get_mut(s)) {
+                        e.1 = true;
+                    }
+                    return;
+                }
                 if h.kind != KIND_FWD {
                     return f(s, h, p);
                 }
@@ -367,18 +407,50 @@ impl Transport for Routed {
 }
 
 impl Drop for Routed {
-    /// Passes on what is still queued (the network transport then sends it before it closes).
+    /// The end of forwarding (see the module documentation): tells this rank's forwarders it
+    /// is done, passes on what the ranks it forwards for send until each is done, and what is
+    /// still queued (the network transport then sends it before it closes).
     fn drop(&mut self) {
-        let end = Instant::now() + Duration::from_secs(10);
-        while !self.pending.is_empty() && Instant::now() < end {
-            self.flush();
-            self.parts[1].post_held();
+        let end = Instant::now() + END_LIMIT;
+        // The forwarders to tell (none without the end exchange).
+        let mut tell: Vec<usize> = Vec::new();
+        if self.sources.is_some() {
+            for &v in &self.via {
+                if v != u32::MAX && !tell.contains(&(v as usize)) {
+                    tell.push(v as usize);
+                }
+            }
+        }
+        let done = Header {
+            kind: KIND_FWD_END,
+            src_rank: self.me as i32,
+            ..Default::default()
+        };
+        // Frames for this rank itself have no engine to go to any more.
+        let mut sink = |_: usize, _: &Header, _: &[u8]| {};
+        loop {
+            tell.retain(|&p| !self.parts[0].try_send(p, &done, &[]));
+            if tell.is_empty() && !self.sources_left() && self.pending.is_empty() {
+                break;
+            }
+            if Instant::now() >= end {
+                break;
+            }
+            if self.sources.is_some() {
+                self.poll(&mut sink);
+            } else {
+                self.flush();
+                self.parts[1].post_held();
+            }
             std::thread::yield_now();
         }
         self.parts[1].post_held();
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || self.sources_left() || !tell.is_empty() {
+            let left: Vec<usize> = self.sources.as_ref().map_or(Vec::new(), |s| {
+                (0..s.len()).filter(|&r| s[r].0 && !s[r].1).collect()
+            });
             tracing::warn!(
-                "pxn: rank {}: {} forwarded frames not sent within 10 s",
+                "pxn: rank {}: within {END_LIMIT:?}, {} forwarded frames not sent, no end from ranks {left:?}, forwarders {tell:?} not told",
                 self.me,
                 self.pending.len()
             );
@@ -480,6 +552,57 @@ pub(crate) mod tests {
         assert!(r[0].has_channel(3));
         // Rank 0 reaches rank 2 (its rail) directly, rank 1 over shared memory.
         assert!(!r[0].same_node(2) && r[0].same_node(1) && !r[0].same_node(3));
+    }
+
+    /// Two nodes {0, 1} and {2, 3}, rails 0, 1, 0, 1, routes and end exchange as `MPI_Init`
+    /// sets them up: rank 0's frame to rank 3 waits in its forwarder's (rank 1's) ring when
+    /// rank 1 is dropped (finalizes) before polling; rank 1 still passes it on, because it
+    /// forwards until rank 0 (dropped after) sent its end frame.
+    #[test]
+    fn a_forwarder_dropped_first_still_passes_on_what_waits_in_its_ring() {
+        use crate::topo::pxn::{forwarded_for, forwarded_to, routes, Layout};
+        let l = Layout {
+            node_of: vec![0, 0, 1, 1],
+            rail_of: vec![0, 1, 0, 1],
+        };
+        let mut shm = InprocTransport::group(4, 64, 1 << 10, false);
+        let mut net = InprocTransport::group(4, 64, 1 << 10, false);
+        let mut r: Vec<Option<Routed>> = (0..4)
+            .rev()
+            .map(|i| {
+                let (a, b) = (shm.pop().unwrap(), net.pop().unwrap());
+                let mut x = Routed::with_routes(Box::new(a), Box::new(b), i, &routes(&l, i, true));
+                x.set_forwarded_to(&forwarded_to(&l, i, true));
+                x.set_forwarded_for(&forwarded_for(&l, i, true));
+                Some(x)
+            })
+            .collect();
+        r.reverse();
+        assert_eq!(forwarded_for(&l, 1, true), [true, false, false, false]);
+        let h = Header {
+            tag: 9,
+            kind: 1,
+            ..Default::default()
+        };
+        assert!(r[0].as_mut().unwrap().try_send(3, &h, b"last"));
+        // Rank 1 finalizes first, without polling; rank 0 after it.
+        let r1 = r[1].take().unwrap();
+        let t = std::thread::spawn(move || drop(r1));
+        drop(r[0].take());
+        t.join().unwrap();
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            r[3].as_mut()
+                .unwrap()
+                .poll(&mut |s, h, p| got.push((s, h.tag, p.to_vec())));
+        }
+        assert_eq!(got, [(0, 9, b"last".to_vec())]);
+        // Ranks 2 and 3 end together (each forwards for the other).
+        let (r2, r3) = (r[2].take().unwrap(), r[3].take().unwrap());
+        std::thread::scope(|sc| {
+            sc.spawn(move || drop(r2));
+            sc.spawn(move || drop(r3));
+        });
     }
 
     /// Network frames that publish their counters after every call, so the test reads them
