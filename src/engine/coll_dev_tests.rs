@@ -8,6 +8,7 @@
 //! memory, no staging copy, the copy steps as device copies, the device steps counted.
 
 use super::coll::{CollExec, DevBuf, DevSteps, OnDevice};
+use super::tests::net_device::{ClaimDev, Handed};
 use super::tests::slow_dev::{Counts, Slow};
 use super::*;
 use crate::coll::alltoall::pxn::{self, Via};
@@ -15,87 +16,12 @@ use crate::coll::hier::{self, Nodes};
 use crate::coll::schedule::{Schedule, Step};
 use crate::coll::{CollArgs, CollKind};
 use crate::transport::inproc::InprocTransport;
-use crate::transport::net::frames::NetFrames;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BULK_MIN: usize = 64 << 10;
 const N: usize = 4;
-
-/// A bulk transfer a rank handed its transport: a send (else a receive), from or into device
-/// memory, its bytes.
-type Handed = Arc<Mutex<Vec<(bool, bool, usize)>>>;
-
-/// Network frames whose bulk transfers take device memory where `claim` (the fake device's
-/// buffers are host memory, which the TCP backend moves); every bulk transfer is recorded.
-struct Claim {
-    inner: NetFrames,
-    claim: bool,
-    handed: Handed,
-}
-
-impl Transport for Claim {
-    fn max_payload(&self) -> usize {
-        self.inner.max_payload()
-    }
-    fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
-        self.inner.try_send(dst, hdr, payload)
-    }
-    fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
-        self.inner.poll(f)
-    }
-    fn same_node(&self, peer: usize) -> bool {
-        self.inner.same_node(peer)
-    }
-    fn has_channel(&self, peer: usize) -> bool {
-        self.inner.has_channel(peer)
-    }
-    fn bulk_min(&self, peer: usize) -> Option<usize> {
-        self.inner.bulk_min(peer)
-    }
-    fn bulk_device(&self, peer: usize) -> bool {
-        self.claim && self.inner.bulk_min(peer).is_some()
-    }
-    fn device_registration(&self) -> Option<crate::transport::RegCheck> {
-        Some(Arc::new(|_, _| Ok(())))
-    }
-    unsafe fn bulk_send(
-        &mut self,
-        dst: usize,
-        id: u64,
-        data: *const u8,
-        len: usize,
-        dev: bool,
-    ) -> bool {
-        assert!(
-            !dev || self.claim,
-            "device memory to a transport that said no"
-        );
-        self.handed.lock().unwrap().push((true, dev, len));
-        // SAFETY: the caller's contract (the fake device's memory is host memory).
-        unsafe { self.inner.bulk_send(dst, id, data, len, false) }
-    }
-    unsafe fn bulk_recv(
-        &mut self,
-        src: usize,
-        id: u64,
-        buf: *mut u8,
-        len: usize,
-        dev: bool,
-    ) -> bool {
-        assert!(
-            !dev || self.claim,
-            "device memory to a transport that said no"
-        );
-        self.handed.lock().unwrap().push((false, dev, len));
-        // SAFETY: as above.
-        unsafe { self.inner.bulk_recv(src, id, buf, len, false) }
-    }
-    fn bulk_poll(&mut self, f: &mut dyn FnMut(crate::transport::BulkDone)) -> usize {
-        self.inner.bulk_poll(f)
-    }
-}
 
 /// A schedule's Tmp as "device memory" (host memory the fake device copies).
 struct VecBuf(Vec<u8>);
@@ -307,9 +233,10 @@ fn ranks(claim: [bool; N], body: fn(&mut Engine, usize, &Handed, &Counts)) {
             frames.set_bulk_min(Some(BULK_MIN));
             std::thread::spawn(move || {
                 let handed = Handed::default();
-                let tp = Claim {
+                let tp = ClaimDev {
                     inner: frames,
                     claim: claim[me],
+                    refuse: usize::MAX,
                     handed: handed.clone(),
                 };
                 let mut e = Engine::with_config(

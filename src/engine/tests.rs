@@ -2341,7 +2341,7 @@ fn a_detached_receive_leaves_the_callers_buffer() {
 /// of the TCP backend on loopback, with device copies faked in host memory whose copies finish
 /// later (a chunk's bytes move only when its copy is first seen done, so a buffer used before
 /// its copy finished shows in the data).
-mod net_device {
+pub(super) mod net_device {
     use super::devnet::PipeConfig;
     use super::slow_dev::{Counts, Slow};
     use super::*;
@@ -2361,7 +2361,7 @@ mod net_device {
 
     /// A bulk transfer a rank handed its transport: a send (else a receive), from or into
     /// device memory, its bytes.
-    type Handed = Arc<std::sync::Mutex<Vec<(bool, bool, usize)>>>;
+    pub(in crate::engine) type Handed = Arc<std::sync::Mutex<Vec<(bool, bool, usize)>>>;
 
     /// Network frames that say their bulk transfers take device memory (`claim`) as a backend
     /// registering it with the NIC would (GPUDirect RDMA): the buffers of the [`Slow`] device
@@ -2369,11 +2369,11 @@ mod net_device {
     /// recorded. Device buffers of `refuse` bytes or more do not register (as VMM memory
     /// without the GPUDirect RDMA flag): the registration check says so, and one handed over
     /// anyway fails the test (a real backend's registration would end the job).
-    struct ClaimDev {
-        inner: crate::transport::net::frames::NetFrames,
-        claim: bool,
-        refuse: usize,
-        handed: Handed,
+    pub(in crate::engine) struct ClaimDev {
+        pub(in crate::engine) inner: crate::transport::net::frames::NetFrames,
+        pub(in crate::engine) claim: bool,
+        pub(in crate::engine) refuse: usize,
+        pub(in crate::engine) handed: Handed,
     }
 
     impl Transport for ClaimDev {
