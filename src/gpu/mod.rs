@@ -19,7 +19,6 @@
 
 pub mod cache;
 pub mod call;
-pub mod collmem;
 pub mod comm;
 pub mod device;
 pub mod enqueue;
