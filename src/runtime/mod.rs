@@ -503,7 +503,7 @@ fn rank_cpus(boot: &dyn Bootstrap) -> MpiResult<Vec<crate::coll::pieces::RankCpu
 /// rank's [`CPUS_KEY`]) when `GPUMPI_COLL_PIECE` is `auto`: every rank reads every rank's CPUs
 /// and applies the same rule (`coll::pieces::choose`), so all choose alike. Rank 0 logs the
 /// choice and its inputs once.
-fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
+fn choose_piece(boot: &dyn Bootstrap, ranks: &[crate::coll::pieces::RankCpus]) -> MpiResult<usize> {
     use crate::coll::pieces;
     let n = match crate::config::snapshot().coll.piece {
         crate::config::Piece::Bytes(n) => {
@@ -516,8 +516,7 @@ fn choose_piece(boot: &dyn Bootstrap) -> MpiResult<usize> {
             n
         }
         crate::config::Piece::Auto => {
-            let ranks = rank_cpus(boot)?;
-            let c = pieces::choose(&ranks);
+            let c = pieces::choose(ranks);
             if boot.rank() == 0 {
                 let machines: std::collections::BTreeSet<&str> =
                     ranks.iter().map(|r| r.machine.as_str()).collect();
@@ -560,6 +559,7 @@ const NET_RAIL_KEY: &str = "gpumpi-rail";
 fn open_network(
     boot: &dyn Bootstrap,
     remote: &[bool],
+    cpus: &[crate::coll::pieces::RankCpus],
 ) -> MpiResult<(NetFrames, Vec<usize>, usize)> {
     let fail = |e: crate::transport::net::NetError| {
         MpiError::other(format!("MPI_Init: the job spans nodes: {e}"))
@@ -575,7 +575,7 @@ fn open_network(
     let mut net = crate::transport::net::open(&secret).map_err(fail)?;
     // Before any connection opens: the TCP backend stripes bulk data only where the ranks have
     // CPUs for its helper threads (`GPUMPI_NET_TCP_STRIPE`).
-    let least = crate::coll::pieces::milli_cpus(&rank_cpus(boot)?)
+    let least = crate::coll::pieces::milli_cpus(cpus)
         .into_iter()
         .min()
         .unwrap_or(0);
@@ -814,11 +814,13 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let transport: Box<dyn crate::transport::Transport> = match map.nodes() {
         1 => Box::new(shm),
         _ => {
-            let _ = COLL_PIECE.set(choose_piece(&*boot)?);
+            // Every rank's CPUs, read once: the piece size and the TCP backend's striping use them.
+            let cpus = rank_cpus(&*boot)?;
+            let _ = COLL_PIECE.set(choose_piece(&*boot, &cpus)?);
             let remote: Vec<bool> = (0..size)
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
-            let (net, rail_of, relay) = open_network(&*boot, &remote)?;
+            let (net, rail_of, relay) = open_network(&*boot, &remote, &cpus)?;
             let layout = crate::topo::pxn::Layout {
                 node_of: map.node_of.clone(),
                 rail_of,
