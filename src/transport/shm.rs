@@ -1286,6 +1286,7 @@ mod tests {
         let len = BOUNCE_BYTES + 5000;
         let src: Vec<u8> = (0..len + 4096).map(|i| (i * 7 + 3) as u8).collect();
         for d in [0usize, 8, 16, 40, 64, 2048] {
+            // Room for the page offset (< 4096) plus the distance (<= 2048) before len bytes.
             let mut dst = vec![0u8; len + 8192];
             // A destination `d` bytes past the source modulo the page.
             let at = near::bounce_at(dst.as_ptr() as usize, src.as_ptr() as usize + 2048) + d;
@@ -1297,8 +1298,10 @@ mod tests {
                 near::is_near(out.as_ptr() as usize, src.as_ptr() as usize),
                 (1..near::NEAR).contains(&d)
             );
-            let mut back = vec![0u8; len + 4096];
+            // Room for the page offset (< 4096) plus the distance (<= 2048) before len bytes.
+            let mut back = vec![0u8; len + 8192];
             let wat = near::bounce_at(back.as_ptr() as usize, out.as_ptr() as usize + 2048) + d;
+            assert!(wat + len <= back.len(), "write target inside back");
             let to = back.as_mut_ptr() as u64 + wat as u64;
             // SAFETY: back is alive in this process and holds len bytes from wat.
             assert!(unsafe { a.write_remote(1, to, out) });
