@@ -22,7 +22,7 @@
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
  * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) and
  * Alltoall (blocks of n bytes where they fit) on device buffers over the whole world, then
- * Gather, Scatter, Allgatherv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
+ * Gather, Scatter, Allgatherv, Alltoallv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
  * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
  * "SKIP: no CUDA device (<reason>)" and exits 0. */
@@ -252,6 +252,31 @@ static void colls(size_t max) {
         MPI_Allgatherv(d, (int)b, MPI_BYTE, d2, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
         CU(cudaMemcpy_(h, d2, all, cudaMemcpyDefault_));
         for (int r = 0; r < size; r++) check("allgatherv", h + (size_t)displs[r], b, r, salt + 2);
+        /* Alltoallv: rank r sends rank q a block of b - (r + 2q) % 3 bytes (b from 8 on),
+         * packed in reverse order of q; each block carries its sender's and receiver's pattern. */
+        {
+            int *sc = malloc(sizeof(int) * (size_t)size * 4), *sd = sc + size, *rc = sd + size, *rd = rc + size;
+            size_t so = 0, ro = 0;
+            for (int q = size - 1; q >= 0; q--) {
+                sc[q] = (int)(b >= 8 ? b - (size_t)((rank + 2 * q) % 3) : b);
+                sd[q] = (int)so;
+                so += (size_t)sc[q];
+            }
+            for (int q = 0; q < size; q++) {
+                rc[q] = (int)(b >= 8 ? b - (size_t)((q + 2 * rank) % 3) : b);
+                rd[q] = (int)ro;
+                ro += (size_t)rc[q];
+            }
+            for (int q = 0; q < size; q++) fill(h + sd[q], (size_t)sc[q], rank, salt + 3 + q);
+            CU(cudaMemcpy_(d, h, so, cudaMemcpyDefault_));
+            CU(cudaMemset_(d2, 0xee, ro + 64));
+            MPI_Alltoallv(d, sc, sd, MPI_BYTE, d2, rc, rd, MPI_BYTE, MPI_COMM_WORLD);
+            CU(cudaMemcpy_(h, d2, ro + 64, cudaMemcpyDefault_));
+            for (int q = 0; q < size; q++) check("alltoallv", h + rd[q], (size_t)rc[q], q, salt + 3 + rank);
+            for (size_t i = ro; i < ro + 64; i++)
+                if (h[i] != 0xee) { fail("alltoallv wrote past its buffer", b, i, h[i], 0xee); break; }
+            free(sc);
+        }
         /* Reduce_scatter_block: element i of every rank's input is rank + 1 + i % 7. */
         size_t cnt = b / sizeof(int);
         int *hi = (int *)h;

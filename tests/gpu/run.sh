@@ -279,6 +279,36 @@ piecerun() {
 }
 piecerun 2
 piecerun 4
+# PXN on device buffers (GPUMPI_PXN=1): 4 ranks over 2 emulated nodes on 2 rails, so every
+# rank has a peer on the other rail of the other node. Point-to-point, allreduce, alltoall(v),
+# gather, scatter, allgatherv and reduce_scatter_block must pass with every network message on
+# its sender's rail (each rank's counters: 0 cross-rail) and frames forwarded inside the node.
+pxnrun() { # label-suffix [VAR=VAL...]
+    local what=$1 vars=() xs=() log cross fwd
+    shift
+    for v in "$@"; do vars+=("$v"); xs+=(-x "${v%%=*}"); done
+    pxnn=$((${pxnn:-0} + 1))
+    local label="gpu_net -n 4 over 2 emulated nodes on 2 rails, PXN on ($what)"
+    log="$out/gpu_net_pxn_$pxnn.log"
+    echo "== $label"
+    if ! env GPUMPI_PXN=1 GPUMPI_DEBUG=1 "${vars[@]}" "$mpirun" -n 4 --oversubscribe --timeout "$tmo" \
+        -x GPUMPI_PXN -x GPUMPI_DEBUG "${xs[@]}" "$emu" --rails 2 2 "$out/gpu_net" 4194316 >"$log" 2>&1; then
+        grep -E "^(PASS|FAIL|SKIP)|gpumpi|fakeibv" "$log" | grep -v " INFO " | head -20 || true; tail -30 "$log"
+        verdict "$label" fail; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)" "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: gpu_net" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    cross=$(grep -c "rail [0-9]*: .* 0 cross-rail" "$log") || cross=0
+    fwd=$(grep -c "pxn: rank [0-9]*: [1-9][0-9]* frames .* forwarded for" "$log") || fwd=0
+    grep -E "net: rank [0-9]+ rail|pxn: rank" "$log" | sed -e 's/^.*\(net: rank\|pxn: rank\)/\1/' | head -8
+    if [ "$cross" -ne 4 ] || [ "$fwd" -lt 1 ]; then
+        verdict "$label" fail "$cross of 4 ranks logged 0 cross-rail, $fwd forwarded frames"
+    else
+        verdict "$label" pass
+    fi
+}
+pxnrun "TCP, device data staged through host memory"
 run "gpu_net -n 2 over 2 emulated nodes, allreduce and alltoall whole (GPUMPI_COLL_PIECE=0)" \
     GPUMPI_COLL_PIECE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
     -x GPUMPI_COLL_PIECE "$emu" 2 "$out/gpu_net"
@@ -434,6 +464,14 @@ if GPUMPI_DEBUG=1 GPUMPI_COLL_DEVICE=1 "$mpirun" -n 4 --oversubscribe --timeout 
     else verdict "$label" pass; fi
 else
     tail -30 "$tcplog"; verdict "$label" fail
+fi
+# The whole gpu_net (point-to-point, every collective, 0 B..4 MiB+12) with device steps over the
+# ib double at 4 ranks, then PXN on over 2 double devices (device steps, forward hop GPU to GPU).
+if [ "$ib_built" = yes ]; then
+    ibrun GPUMPI_COLL_DEVICE=1 gpu_net 4 4194316
+    pxnrun "ib double, device steps" GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$ib_lib" \
+        FAKEIBV_FABRIC="/dev/shm/gpumpi-fakeibv-gpu-$$-pxn" FAKEIBV_DEVICES=fake0,fake1 GPUMPI_COLL_DEVICE=1
+    rm -f "/dev/shm/gpumpi-fakeibv-gpu-$$-pxn"
 fi
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
