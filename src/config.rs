@@ -99,7 +99,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_COLL_DEVICE",
         default: "auto",
-        doc: "Collectives with device buffers on a communicator that spans nodes, without a reduction (`MPI_Alltoall` flat, hierarchical or through the PXN forwarders, `MPI_Allgather`, `MPI_Bcast`, gather, scatter and the v variants), and `MPI_Allreduce` with an op and type the GPU reduction kernels serve (sum, prod, min, max), device buffers on both sides: `1` runs their schedules on the device buffers themselves (`src/engine/coll.rs`, device steps): each message is a device message (between nodes one GPUDirect RDMA bulk transfer where both ranks' network backends register device memory, else the pipeline through host memory; inside the node CUDA IPC, GPU to GPU), the schedule's scratch is device memory, copies are device copies and reductions run on the GPU (the reduction kernels). `0`: the device buffers are staged in host memory (host mirrors, or the pieces of `GPUMPI_COLL_PIECE` relayed through page-locked buffers) and the schedule runs on host memory. `auto`: `0` for now (the full device test `tests/gpu/gpu_net.c` over the ibverbs test double on GPUs fails an RDMA write with device steps on, a defect not yet found: docs/MULTINODE.md); set `1` to use device steps. Each rank chooses for itself (the messages are the same either way); the buffers must be contiguous device memory of one device (else staged). `GPUMPI_DEBUG=1` logs at `MPI_Finalize` how many of the collectives' messages and copies were on device memory.",
+        doc: "Collectives with device buffers on a communicator that spans nodes, without a reduction (`MPI_Alltoall` flat, hierarchical or through the PXN forwarders, `MPI_Allgather`, `MPI_Bcast`, gather, scatter and the v variants), and `MPI_Allreduce` with an op and type the GPU reduction kernels serve (sum, prod, min, max), device buffers on both sides: `1` runs their schedules on the device buffers themselves (`src/engine/coll.rs`, device steps): each message is a device message (between nodes one GPUDirect RDMA bulk transfer where both ranks' network backends register device memory, else the pipeline through host memory; inside the node CUDA IPC, GPU to GPU), the schedule's scratch is device memory, copies are device copies and reductions run on the GPU (the reduction kernels). `0`: the device buffers are staged in host memory (host mirrors, or the pieces of `GPUMPI_COLL_PIECE` relayed through page-locked buffers) and the schedule runs on host memory. `auto`: `1` where this rank's network backend registers device memory with the NIC (`GPUMPI_NET_GDR`), else `0`. Each rank chooses for itself (the messages are the same either way); the buffers must be contiguous device memory of one device (else staged). `GPUMPI_DEBUG=1` logs at `MPI_Finalize` how many of the collectives' messages and copies were on device memory.",
         same_on_every_rank: false,
     },
     Param {
@@ -1100,7 +1100,7 @@ impl Piece {
 /// `GPUMPI_COLL_DEVICE`: whether schedules between nodes run on device buffers directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CollDevice {
-    /// Off for now (see `runtime::coll_device`).
+    /// Where this rank's network backend registers device memory (GPUDirect RDMA).
     Auto,
     On,
     Off,

@@ -467,14 +467,12 @@ pub fn coll_piece() -> usize {
 static NET_GDR: AtomicBool = AtomicBool::new(false);
 
 /// Whether the collectives' schedules between nodes run on device buffers directly
-/// (`GPUMPI_COLL_DEVICE`). `auto` is off: the full device test over the ibverbs test double
-/// on GPUs (`tests/gpu/gpu_net.c`, default mode) fails an RDMA write with device steps on, a
-/// defect not yet found (docs/MULTINODE.md); `1` turns them on where this rank does GPUDirect
-/// RDMA or not.
+/// (`GPUMPI_COLL_DEVICE`: `auto` where this rank does GPUDirect RDMA).
 pub fn coll_device() -> bool {
     match crate::config::snapshot().coll.device {
         crate::config::CollDevice::On => true,
-        crate::config::CollDevice::Off | crate::config::CollDevice::Auto => false,
+        crate::config::CollDevice::Off => false,
+        crate::config::CollDevice::Auto => NET_GDR.load(Ordering::Relaxed),
     }
 }
 

@@ -404,10 +404,10 @@ ibrun gpu_mem 4
 ibrun GPUMPI_NET_GPU_CHUNK=65536 GPUMPI_NET_GPU_DEPTH=2 gpu_net 2
 ibrun GPUMPI_NET_GPU_PIPELINE=0 gpu_net 2
 IBRUN_WANT="alltoall between nodes in pieces, device buffers relayed" \
-    ibrun GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 gpu_net 4 4194316
+    ibrun GPUMPI_COLL_DEVICE=0 GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 gpu_net 4 4194316
 ibrun GPUMPI_COLL_PIECE=0 gpu_net 2
-# Collectives between nodes on the device buffers themselves (GPUMPI_COLL_DEVICE=1: `auto` is
-# off until the full gpu_net's RDMA write failure with device steps is found): `gpu_net coll` runs device alltoall,
+# Collectives between nodes on the device buffers themselves (GPUMPI_COLL_DEVICE=auto: where the
+# backend registers device memory, as the double does): `gpu_net coll` runs device alltoall,
 # allgather, bcast and allreduce (64 KiB..4 MiB blocks) at 4 ranks over 2 emulated nodes, PXN off
 # and on (2 rails: the alltoall schedule through the PXN forwarders, the forward hop GPU to GPU).
 # Every rank must log collective steps on device memory and bulk transfers from and into device
@@ -449,8 +449,8 @@ devcollrun() { # label-suffix [VAR=VAL...] [-- --rails R]
         verdict "$label" pass
     fi
 }
-devcollrun "PXN off" GPUMPI_COLL_DEVICE=1
-devcollrun "PXN on, 2 rails" GPUMPI_COLL_DEVICE=1 GPUMPI_PXN=1 FAKEIBV_DEVICES=fake0,fake1 -- --rails 2
+devcollrun "PXN off"
+devcollrun "PXN on, 2 rails" GPUMPI_PXN=1 FAKEIBV_DEVICES=fake0,fake1 -- --rails 2
 tcplog="$out/devcoll_tcp.log"
 label="gpu_net coll -n 4 over 2 emulated nodes, device steps forced over TCP (GPUMPI_COLL_DEVICE=1)"
 echo "== $label"
