@@ -23,6 +23,10 @@
 # memory); gpu_net at 2 and 4 ranks (also with small chunks, staged whole, allreduce and
 # alltoall in 64 KiB pieces and whole), gpu_test at 2 and 4 and gpu_mem at 4 ranks over 2
 # emulated nodes run again with GPUMPI_NET=ib over the double (every rank must log its ib rail);
+# gpu_net at 4 ranks over 2 emulated nodes on 2 rails with PXN on (GPUMPI_PXN=1), over TCP and
+# over the double with device steps, must pass with 0 cross-rail network sends on every rank and
+# frames forwarded inside the node; the whole gpu_net (0 B..4 MiB+12) runs at 4 ranks over the
+# double with device steps (GPUMPI_COLL_DEVICE=1);
 # `gpu_net coll` (device alltoall, allgather, bcast, allreduce) at 4 ranks over the double, PXN off
 # and on, must run its collectives on the device buffers (every rank logs collective steps on
 # device memory and GPUDirect RDMA receives), and once more forced over TCP
