@@ -97,6 +97,12 @@ pub static PARAMS: &[Param] = &[
         same_on_every_rank: false,
     },
     Param {
+        name: "GPUMPI_COLL_DEVICE",
+        default: "auto",
+        doc: "Collectives with device buffers on a communicator that spans nodes, without a reduction (`MPI_Alltoall` flat, hierarchical or through the PXN forwarders, `MPI_Allgather`, `MPI_Bcast`, gather, scatter and the v variants), and `MPI_Allreduce` with an op and type the GPU reduction kernels serve (sum, prod, min, max), device buffers on both sides: `1` runs their schedules on the device buffers themselves (`src/engine/coll.rs`, device steps): each message is a device message (between nodes one GPUDirect RDMA bulk transfer where both ranks' network backends register device memory, else the pipeline through host memory; inside the node CUDA IPC, GPU to GPU), the schedule's scratch is device memory, copies are device copies and reductions run on the GPU (the reduction kernels). `0`: the device buffers are staged in host memory (host mirrors, or the pieces of `GPUMPI_COLL_PIECE` relayed through page-locked buffers) and the schedule runs on host memory. `auto`: `1` where this rank's network backend registers device memory with the NIC (`GPUMPI_NET_GDR`), else `0`. Each rank chooses for itself (the messages are the same either way); the buffers must be contiguous device memory of one device (else staged). `GPUMPI_DEBUG=1` logs at `MPI_Finalize` how many of the collectives' messages and copies were on device memory.",
+        same_on_every_rank: false,
+    },
+    Param {
         name: "GPUMPI_COLL_HIER",
         default: "1",
         doc: "Hierarchical collectives on communicators that span nodes (`src/coll/hier.rs`): blocking and nonblocking `MPI_Allreduce`, `MPI_Reduce`, `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` (commutative ops), `MPI_Bcast`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Allgatherv` and `MPI_Alltoall` work inside each node first, then between one leader per node over the network, then inside the node again, whenever a node has more than one of the communicator's ranks. `0`: every collective of such a communicator is one flat schedule over point-to-point.",
@@ -1091,6 +1097,31 @@ impl Piece {
     }
 }
 
+/// `GPUMPI_COLL_DEVICE`: whether schedules between nodes run on device buffers directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollDevice {
+    /// Where this rank's network backend registers device memory (GPUDirect RDMA).
+    Auto,
+    On,
+    Off,
+}
+
+impl CollDevice {
+    /// `auto` (any case, or unset), `1` or `0`; anything else is logged and taken as `auto`.
+    pub fn parse(v: Option<&str>) -> CollDevice {
+        match v.map(str::trim) {
+            Some("1") => CollDevice::On,
+            Some("0") => CollDevice::Off,
+            None => CollDevice::Auto,
+            Some(v) if v.is_empty() || v.eq_ignore_ascii_case("auto") => CollDevice::Auto,
+            Some(v) => {
+                tracing::warn!("GPUMPI_COLL_DEVICE={v:?} is neither auto, 1 nor 0; using auto");
+                CollDevice::Auto
+            }
+        }
+    }
+}
+
 /// Host collective algorithm selection.
 #[derive(Debug, Clone)]
 pub struct CollConfig {
@@ -1102,6 +1133,8 @@ pub struct CollConfig {
     pub hier: bool,
     /// `GPUMPI_COLL_PIECE`.
     pub piece: Piece,
+    /// `GPUMPI_COLL_DEVICE`.
+    pub device: CollDevice,
 }
 
 impl CollConfig {
@@ -1326,6 +1359,7 @@ impl Config {
                     .collect(),
                 hier: not_zero("GPUMPI_COLL_HIER"),
                 piece: Piece::parse(get("GPUMPI_COLL_PIECE").as_deref()),
+                device: CollDevice::parse(get("GPUMPI_COLL_DEVICE").as_deref()),
             },
             cuda: CudaConfig {
                 enabled: not_zero("GPUMPI_CUDA"),

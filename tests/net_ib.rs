@@ -547,6 +547,11 @@ fn fault_child() {
         println!("CHILD {sc} OK");
         return;
     }
+    if sc == "gdr_coll" {
+        gdr_coll_child();
+        println!("CHILD {sc} OK");
+        return;
+    }
     if sc == "frames_sender_ends" {
         frames_sender_ends_child();
         println!("CHILD {sc} OK");
@@ -966,6 +971,213 @@ fn gdr_engine_child() {
     println!("gdr_engine: bulk {b0}/{b1}, copies {c0}/{c1}");
 }
 
+/// A schedule's Tmp as device memory (host memory the backend registers as device memory).
+struct VecDev(Vec<u8>);
+
+impl mpi_abi::engine::coll::DevBuf for VecDev {
+    fn addr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+    fn bytes(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Collective schedules on device operands (`engine::coll::OnDevice`) between 4 engines on
+/// nodes of their own over the ibverbs backend and the double, in a child process (the
+/// device-memory hook is process-wide): alltoall flat, alltoall through PXN forwarders (the
+/// schedule for 2 nodes of 2 ranks), allgather and allreduce (wrapping byte sums, reduced by
+/// the device reduction), blocks of 128 KiB (the allreduce: a vector of 512 KiB). Every byte lands; every message is one bulk
+/// transfer (GPUDirect RDMA: the engine makes no host copy for it), each flushed once where
+/// it lands in device memory; the only device copies are the schedules' copy steps.
+fn gdr_coll_child() {
+    use mpi_abi::coll::alltoall::pxn::{self, Via};
+    use mpi_abi::coll::hier::Nodes;
+    use mpi_abi::coll::schedule::{Schedule, Step};
+    use mpi_abi::coll::{CollArgs, CollKind};
+    use mpi_abi::engine::coll::{CollExec, DevBuf, OnDevice};
+    use mpi_abi::engine::{Engine, EngineConfig};
+    use mpi_abi::transport::net::frames::{gdr_choice, NetFrames};
+    use mpi_abi::transport::net::links::Links;
+    const N: usize = 4;
+    const B: usize = 128 << 10;
+    mpi_abi::transport::net::ib::host_memory_as_device_for_tests(true);
+    let trace = std::env::var("FAKEIBV_TRACE").unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let val = |r: usize, k: usize| (r * 131 + k * 7 + k / 251) as u8;
+    // (name, schedule of rank r, send bytes, receive bytes, expected result of rank r)
+    type Sched = fn(usize) -> Schedule;
+    let cases: [(&str, Sched); 4] = [
+        ("alltoall", |r| {
+            let mut a = CollArgs::new(r, N, B);
+            a.nodes = 2;
+            mpi_abi::coll::build(CollKind::Alltoall, &a).unwrap().1
+        }),
+        ("alltoall pxn", |r| {
+            let mut a = CollArgs::new(r, N, B);
+            a.nodes = 2;
+            let nodes = Nodes::new(&[0, 0, 1, 1]);
+            let via = Via::new(&nodes, |s, d| (s / 2) * 2 + d % 2);
+            pxn::build(&a, &nodes, &via)
+        }),
+        ("allgather", |r| {
+            let mut a = CollArgs::new(r, N, B);
+            a.nodes = 2;
+            mpi_abi::coll::build(CollKind::Allgather, &a).unwrap().1
+        }),
+        ("allreduce", |r| {
+            // A vector of N blocks: whatever it is cut into stays bulk-sized.
+            let mut a = CollArgs::new(r, N, N * B);
+            a.nodes = 2;
+            mpi_abi::coll::build(CollKind::Allreduce, &a).unwrap().1
+        }),
+    ];
+    let nets: Vec<IbNet> = (0..N)
+        .map(|_| {
+            let mut c = cfg("", 2);
+            c.gdr = "dmabuf".into();
+            c.gdr_flush = "1".into();
+            IbNet::new(c, SECRET).unwrap()
+        })
+        .collect();
+    let ls: Vec<_> = nets.iter().map(|n| n.listen(0).unwrap()).collect();
+    let handles: Vec<Option<Handle>> = ls.iter().map(|l| Some(l.0)).collect();
+    let mut joins = Vec::new();
+    for (me, (net, (_, l))) in nets.into_iter().zip(ls).enumerate() {
+        let mut hs = handles.clone();
+        hs[me] = None;
+        let can = net.device_memory();
+        assert!(can, "the backend registers device memory");
+        let links = Links::new(Box::new(net), 0, l, me, hs, Duration::from_secs(5));
+        let mut frames = NetFrames::new(links, me, N);
+        frames.set_bulk_min(Some(GDR_BULK_MIN));
+        frames.set_bulk_device(gdr_choice("auto", "ib", can).unwrap().0);
+        joins.push(std::thread::spawn(move || {
+            let mut e = Engine::with_config(
+                Box::new(frames),
+                me,
+                N,
+                EngineConfig {
+                    eager_limit: 16 << 10,
+                    cma_min: None,
+                    push_min: usize::MAX,
+                    share: false,
+                },
+            );
+            let copies = Arc::new(AtomicUsize::new(0));
+            e.set_device_copies(Box::new(HostDev(copies.clone())));
+            let mut msgs = (0u64, 0u64);
+            for (i, (name, build)) in cases.iter().enumerate() {
+                let sched = build(me);
+                let kind = *name;
+                let (slen, rlen) = match kind {
+                    "allgather" => (B, N * B),
+                    "allreduce" => (N * B, N * B),
+                    _ => (N * B, N * B),
+                };
+                let send: Vec<u8> = (0..slen).map(|k| val(me, k)).collect();
+                let mut recv = vec![0xEEu8; rlen];
+                let want: Vec<u8> = match kind {
+                    "allgather" => (0..rlen).map(|k| val(k / B, k % B)).collect(),
+                    "allreduce" => (0..N * B)
+                        .map(|k| (0..N).fold(0u8, |a, r| a.wrapping_add(val(r, k))))
+                        .collect(),
+                    _ => (0..rlen).map(|k| val(k / B, me * B + k % B)).collect(),
+                };
+                let copy_steps = sched
+                    .steps
+                    .iter()
+                    .filter(|s| matches!(s, Step::Copy { src, .. } if src.len > 0))
+                    .count();
+                for st in &sched.steps {
+                    match st {
+                        Step::Send { src, .. } => {
+                            assert!(src.len >= GDR_BULK_MIN, "{kind}: bulk-sized messages");
+                            msgs.0 += 1;
+                        }
+                        Step::Recv { .. } => msgs.1 += 1,
+                        _ => {}
+                    }
+                }
+                let tmp = (sched.tmp_len > 0)
+                    .then(|| Box::new(VecDev(vec![0u8; sched.tmp_len])) as Box<dyn DevBuf>);
+                let add = |i: &[u8], o: &mut [u8]| {
+                    for (x, y) in i.iter().zip(o.iter_mut()) {
+                        *y = y.wrapping_add(*x);
+                    }
+                };
+                let dev_reduce: mpi_abi::engine::coll::DevReduceFn = Box::new(move |i, o, len| {
+                    // SAFETY: the fake device's memory is host memory; the executor passes
+                    // non-overlapping regions of `len` bytes.
+                    unsafe {
+                        add(
+                            std::slice::from_raw_parts(i as *const u8, len),
+                            std::slice::from_raw_parts_mut(o as *mut u8, len),
+                        )
+                    };
+                    Ok(())
+                });
+                let before = copies.load(SeqCst);
+                // SAFETY: the buffers outlive the executor, which finishes below; they count
+                // as device memory for the test hook and the fake device copies.
+                let mut x = unsafe {
+                    CollExec::new(
+                        sched,
+                        send.as_ptr(),
+                        recv.as_mut_ptr(),
+                        5,
+                        -100 - i as i32,
+                        Arc::from((0..N).collect::<Vec<_>>()),
+                        me,
+                        Box::new(move |i: &[u8], o: &mut [u8]| {
+                            add(i, o);
+                            Ok(())
+                        }),
+                    )
+                    .on_device(OnDevice {
+                        send: true,
+                        recv: true,
+                        tmp,
+                        reduce: Some(dev_reduce),
+                        commutative: true,
+                    })
+                    .unwrap()
+                };
+                let end = deadline();
+                while !x.advance(&mut e).unwrap() {
+                    assert!(Instant::now() < end, "rank {me}: {kind} never completed");
+                }
+                drop(x);
+                assert!(recv == want, "rank {me}: {kind}: every byte lands");
+                assert_eq!(
+                    copies.load(SeqCst) - before,
+                    2 * copy_steps,
+                    "rank {me}: {kind}: no host copy but the copy steps' (through the host here)"
+                );
+            }
+            assert_eq!(
+                e.bulk_transfers(),
+                msgs.0 + msgs.1,
+                "rank {me}: every message one bulk transfer"
+            );
+            assert_eq!(e.live_requests(), 0);
+            drop(e);
+            msgs.1
+        }));
+    }
+    let recvs: u64 = joins.into_iter().map(|j| j.join().unwrap()).sum();
+    let flushes = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("read ") && l.ends_with(" 1"))
+        .count() as u64;
+    assert_eq!(
+        flushes, recvs,
+        "one flush per bulk transfer into device memory"
+    );
+    println!("gdr_coll: {recvs} device messages by GPUDirect RDMA");
+}
+
 /// Device buffers the NIC cannot register, over the double (`FAKEIBV_FAULT=dmabuf_refuse=N`:
 /// dma-buf registrations of [`GDR_REFUSE`] bytes or more fail, as for VMM memory without the
 /// GPUDirect RDMA flag), in a child process: both backends register device memory, yet a
@@ -1034,6 +1246,18 @@ fn engine_moves_device_buffers_between_nodes_by_gpudirect_rdma() {
     let out = child("gdr_engine", &[("FAKEIBV_TRACE", &trace)]);
     let _ = std::fs::remove_file(&trace);
     assert!(out.contains("CHILD gdr_engine OK"), "{out}");
+}
+
+#[test]
+fn device_collectives_between_nodes_move_by_gpudirect_rdma() {
+    let trace = format!(
+        "{}/fakeibv-trace-gdr-coll-{}",
+        env!("CARGO_TARGET_TMPDIR"),
+        std::process::id()
+    );
+    let out = child("gdr_coll", &[("FAKEIBV_TRACE", &trace)]);
+    let _ = std::fs::remove_file(&trace);
+    assert!(out.contains("CHILD gdr_coll OK"), "{out}");
 }
 
 #[test]

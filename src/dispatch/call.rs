@@ -312,6 +312,15 @@ impl DevPacked {
     }
 }
 
+/// A call whose schedule runs on its device buffers ([`CollSpec::device_sides`]): their
+/// device, and which sides are device memory (the others are host memory).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DevSides {
+    pub(crate) device: i32,
+    pub(crate) send: bool,
+    pub(crate) recv: bool,
+}
+
 /// The reduction of a call: a builtin op on an element type, or a user operation (held for as
 /// long as the call, so freeing the op meanwhile leaves it usable).
 #[derive(Clone)]
@@ -434,6 +443,77 @@ impl CollSpec {
             || self.unpack_only.is_some()
             || self.rs_lens.is_some()
             || !r.tiles_span()
+    }
+
+    /// Where the call's schedule between nodes runs on its device buffers themselves
+    /// (`runtime::coll_device`, `GPUMPI_COLL_DEVICE`): a communicator that spans nodes, a
+    /// collective without a reduction or an allreduce on device buffers only whose op commutes
+    /// and has a GPU kernel for its type, and every side that is device memory contiguous (its blocks in packed space are the memory itself) in
+    /// one allocation of one device, at least one side being device memory. `None`: the
+    /// device buffers are staged in host memory as before. Each rank decides for itself: the
+    /// schedule and its messages are the same either way.
+    pub(crate) fn device_sides(&self) -> Option<DevSides> {
+        if self.comm.one_node || self.host_only {
+            return None;
+        }
+        // An allreduce needs a GPU kernel for its op and type: a reduction through host memory
+        // at every step would cost more than staging the call once.
+        let kernel = |r: &Reduction| match r {
+            Reduction::Builtin(op, e) => {
+                crate::gpu::kernels::embedded()
+                    && crate::gpu::kernels::kernel_for(*op, *e).is_some()
+            }
+            Reduction::User { .. } => false,
+        };
+        match (self.kind, &self.red) {
+            (k, _) if !k.is_reduction() => {}
+            (CollKind::Allreduce, Some((r, true))) if kernel(r) => {}
+            _ => return None,
+        }
+        let mut device = None;
+        let mut on = [false; 2];
+        for (i, side) in [&self.send, &self.recv].into_iter().enumerate() {
+            let Some(s) = side else { continue };
+            let (lo, hi) = s.span();
+            if hi <= lo {
+                continue;
+            }
+            let at = s.base.wrapping_add_signed(lo);
+            let Some(info) = crate::gpu::stage::device_info(at as *const u8) else {
+                continue;
+            };
+            let inside = at >= info.start && at + (hi - lo) as usize <= info.start + info.len;
+            if info.kind != crate::gpu::cache::MemKind::Device
+                || !s.direct()
+                || !inside
+                || device.is_some_and(|d| d != info.device)
+            {
+                return None;
+            }
+            device = Some(info.device);
+            on[i] = true;
+        }
+        let device = device?;
+        // A reduction between a host and a device buffer would copy a device operand to the
+        // host at every step: such a call is staged as before.
+        if self.kind.is_reduction()
+            && on.iter().zip([&self.send, &self.recv]).any(|(&d, s)| {
+                !d && s.as_ref().is_some_and(|s| {
+                    let (lo, hi) = s.span();
+                    hi > lo
+                })
+            })
+        {
+            return None;
+        }
+        if !crate::runtime::coll_device() {
+            return None;
+        }
+        Some(DevSides {
+            device,
+            send: on[0],
+            recv: on[1],
+        })
     }
 
     /// Validate the user buffers the call will access (those set in `send` and `recv`: a buffer

@@ -9,7 +9,10 @@
 //! each reduction. An alltoall piece is the same range of every block, run as a pairwise
 //! alltoallv over those ranges.
 //!
-//! Device buffers move piece by piece through a ring of [`SLOTS`] page-locked buffers
+//! Device buffers where the schedules run on them directly ([`CollSpec::device_sides`],
+//! `GPUMPI_COLL_DEVICE`) are the pieces' operands as host buffers are: each piece's messages
+//! are device messages. Otherwise device buffers move piece by piece through a ring of
+//! [`SLOTS`] page-locked buffers
 //! (`gpu::stage::Relay`): the copy engine fetches the next piece and stores the last one while
 //! the current one is on the network; an allreduce piece is reduced in place in its buffer, an
 //! alltoall piece's blocks are sent from the buffer's first half and received into its second.
@@ -120,18 +123,30 @@ pub(super) unsafe fn run(spec: &CollSpec, no: CallNo, plan: &Plan) -> MpiResult<
         (Some(s), false) => s,
         (None, false) => return Err(MpiError::intern(format!("{what} without a send buffer"))),
     };
-    let pieces = Pieces {
+    let mut pieces = Pieces {
         spec,
         no,
         first,
         plan,
+        dev: None,
     };
     let total = match plan {
         Plan::Allreduce(_) => spec.bytes,
         Plan::Alltoall { n, block, .. } => n * block,
     };
     let host_direct = matches!(plan, Plan::Allreduce(_)) || !spec.in_place;
+    let dev = spec.device_sides();
     match (range(input), range(recv)) {
+        (Some((src, _)), Some((dst, _))) if dev.is_some() && host_direct => {
+            tracing::debug!(
+                pieces = count,
+                bytes = total,
+                "{what} between nodes in pieces, on the device buffers (device steps)"
+            );
+            pieces.dev = dev;
+            let src = (!spec.in_place).then_some(src as *const u8);
+            pieces.direct(src, dst as *mut u8)?;
+        }
         (Some((src, Some(a))), Some((dst, Some(b)))) if a.device == b.device => {
             tracing::debug!(
                 pieces = count,
@@ -179,6 +194,8 @@ struct Pieces<'a> {
     /// The internal-call number of the first piece.
     first: u32,
     plan: &'a Plan,
+    /// The pieces run on the device buffers themselves ([`CollSpec::device_sides`]).
+    dev: Option<super::call::DevSides>,
 }
 
 impl Pieces<'_> {
@@ -210,6 +227,7 @@ impl Pieces<'_> {
                     Plan::Allreduce(_) => None,
                     Plan::Alltoall { .. } => Some(CollKind::Alltoallv),
                 },
+                dev: self.dev,
             },
         )?;
         Ok(Request::new(ReqKind::Coll {

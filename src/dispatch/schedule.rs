@@ -3,7 +3,7 @@
 //! at start and unpacked at completion), builds the schedule `coll::build` selects and hands
 //! it to the engine's executor.
 
-use super::call::CollSpec;
+use super::call::{CollSpec, DevSides};
 use super::flag::check_kept;
 use crate::coll::hier::{self, Nodes};
 use crate::coll::{self, Block, CollArgs, CollKind};
@@ -31,6 +31,18 @@ pub(crate) struct Packed<'a> {
     /// A blocking call: an alltoallv/alltoallw through PXN may first tell its block lengths
     /// inside the node (a nonblocking one may not wait for the other ranks at its start).
     pub(crate) tell_counts: bool,
+    /// The operands that are device memory, where the schedule runs on them directly
+    /// ([`CollSpec::device_sides`]).
+    pub(crate) dev: Option<DevSides>,
+}
+
+impl crate::engine::coll::DevBuf for crate::gpu::collmem::Scratch {
+    fn addr(&self) -> usize {
+        crate::gpu::collmem::Scratch::addr(self)
+    }
+    fn bytes(&self) -> usize {
+        crate::gpu::collmem::Scratch::len(self)
+    }
 }
 
 impl CollSpec {
@@ -51,23 +63,35 @@ impl CollSpec {
         // Host buffers (the common case) are used through `self` without cloning their sides.
         // Non-contiguous device layouts are packed into host memory instead (on the GPU where
         // it applies). Exscan leaves rank 0's output unwritten: it is packed too, so it keeps
-        // its contents.
-        let sdev = match &self.send {
-            Some(s) => s.device_packed(true)?,
-            None => None,
-        };
-        let mut rdev = match &self.recv {
-            Some(r) => r.device_packed(self.recv_is_input || self.kind == CollKind::Exscan)?,
-            None => None,
-        };
-        let smir = match (&self.send, &sdev) {
-            (Some(s), None) => s.mirrored(true)?,
+        // its contents. Where the schedule runs on the device buffers themselves
+        // (`device_sides`: contiguous device memory between nodes), nothing is staged.
+        let dev = self.device_sides();
+        let sdev = match (&self.send, dev) {
+            (Some(s), None) => s.device_packed(true)?,
             _ => None,
         };
-        let rmir = match (&self.recv, &rdev) {
-            (Some(r), None) => r.mirrored(self.recv_mirror_needs_fill(r))?,
+        let mut rdev = match (&self.recv, dev) {
+            (Some(r), None) => {
+                r.device_packed(self.recv_is_input || self.kind == CollKind::Exscan)?
+            }
             _ => None,
         };
+        let smir = match (&self.send, &sdev, dev) {
+            (Some(s), None, None) => s.mirrored(true)?,
+            _ => None,
+        };
+        let rmir = match (&self.recv, &rdev, dev) {
+            (Some(r), None, None) => r.mirrored(self.recv_mirror_needs_fill(r))?,
+            _ => None,
+        };
+        if let Some(d) = dev {
+            tracing::debug!(
+                coll = self.kind.name(),
+                bytes = self.bytes,
+                device = d.device,
+                "schedule between nodes on the device buffers (device steps)"
+            );
+        }
         let send = smir.as_ref().map(|(_, side)| side).or(self.send.as_ref());
         let recv = rmir.as_ref().map(|(_, side)| side).or(self.recv.as_ref());
         let (sptr, sblocks, shold) = match (&sdev, send) {
@@ -97,6 +121,7 @@ impl CollSpec {
                 in_place: self.in_place,
                 as_kind: None,
                 tell_counts: blocking,
+                dev,
             },
         )?;
         let mut hold = Vec::new();
@@ -292,6 +317,10 @@ impl CollSpec {
             ranks = self.comm.size(),
             "collective schedule over point-to-point"
         );
+        let on_device = match p.dev {
+            Some(d) => Some(self.on_device(d, sched.tmp_len)?),
+            None => None,
+        };
         let reduce: crate::engine::coll::ReduceFn = match self.red.clone() {
             Some((r, _)) => Box::new(move |i: &[u8], o: &mut [u8]| r.apply(i, o)),
             None => Box::new(|_: &[u8], _: &mut [u8]| {
@@ -314,6 +343,9 @@ impl CollSpec {
             self.comm.rank,
             reduce,
         );
+        if let Some(o) = on_device {
+            exec = exec.on_device(o)?;
+        }
         if !self.comm.one_node {
             // Ranks on other nodes do not see this rank's record: its messages carry it
             // (engine::collnote).
@@ -328,5 +360,46 @@ impl CollSpec {
             exec = exec.with_cross_check(CrossCheck::new(rec, self.comm.rank, runtime::rings()));
         }
         Ok((Box::new(exec), check))
+    }
+}
+
+impl CollSpec {
+    /// What the executor needs to run a schedule on device operands `d`: the sides that are
+    /// device memory, Tmp (`tmp_len` bytes) in device memory of their device from the
+    /// communicator's pool (`gpu::collmem`), and the reduction of device regions (the GPU
+    /// kernel, or through host memory for an op or type without one).
+    fn on_device(&self, d: DevSides, tmp_len: usize) -> MpiResult<crate::engine::coll::OnDevice> {
+        let tmp = match tmp_len {
+            0 => None,
+            n => Some(Box::new(crate::gpu::collmem::Scratch::take(
+                &self.comm.gpu,
+                d.device,
+                n,
+            )?) as Box<dyn crate::engine::coll::DevBuf>),
+        };
+        let (reduce, commutative) = match self.red.clone() {
+            Some((r, commute)) => {
+                let builtin = match &r {
+                    super::call::Reduction::Builtin(op, e) => Some((*op, *e)),
+                    super::call::Reduction::User { .. } => None,
+                };
+                let f: crate::engine::coll::DevReduceFn = Box::new(move |i, o, len| {
+                    // SAFETY: the executor passes device regions of `len` bytes of the call's
+                    // elements (its reduce steps on device memory).
+                    unsafe {
+                        crate::gpu::collmem::reduce(builtin, i, o, len, &mut |a, b| r.apply(a, b))
+                    }
+                });
+                (Some(f), commute)
+            }
+            None => (None, true),
+        };
+        Ok(crate::engine::coll::OnDevice {
+            send: d.send,
+            recv: d.recv,
+            tmp,
+            reduce,
+            commutative,
+        })
     }
 }

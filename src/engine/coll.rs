@@ -8,12 +8,21 @@
 //! through `peers_world`. `Reduce` computes `dst = src op dst` with the callback
 //! (`reduce(input, inout)`: `inout = input op inout`); `ReduceRev` computes `dst = dst op src`
 //! through a scratch copy.
+//!
+//! Buffers in device memory ([`CollExec::on_device`]: the send or receive buffer, and Tmp,
+//! which the caller then provides as device memory): a send step from a device region is a
+//! device message ([`SendArgs::dev`]: CUDA IPC or the pipe to a peer of this node, the
+//! GPUDirect RDMA bulk transfer or the pipeline through host memory to another node, as the
+//! engine decides per message), a receive step into one is a device receive
+//! ([`Engine::irecv_dev`]), a copy step touching one goes through the engine's device copies,
+//! and a reduce step on device regions through the caller's device reduction. Host regions
+//! keep the host path.
 
 use super::collnote::{CrossCheck, Found};
-use super::{Engine, ReqId, SendArgs};
+use super::{DevSend, Engine, ReqId, SendArgs};
 use crate::coll::schedule::{BufId, Region, Schedule, Step};
 use crate::mpi::error::{MpiError, MpiResult};
-use crate::standard::consts::{MPI_ERR_TRUNCATE, MPI_SUCCESS};
+use crate::standard::consts::{MPI_ERR_OTHER, MPI_ERR_TRUNCATE, MPI_SUCCESS};
 use std::sync::{Arc, Mutex};
 
 /// Scratch buffers (Tmp and the reduction scratch) of finished collectives, kept for reuse: a
@@ -55,6 +64,46 @@ fn give_buf(v: Vec<u8>) {
 /// The reduction callback: `inout = input op inout`.
 pub type ReduceFn = Box<dyn FnMut(&[u8], &mut [u8]) -> MpiResult<()> + Send>;
 
+/// The reduction of device regions: `reduce(input, inout, len)` computes `inout = input op
+/// inout` over `len` bytes of device memory of this process.
+pub type DevReduceFn = Box<dyn FnMut(usize, usize, usize) -> MpiResult<()> + Send>;
+
+/// Device memory a schedule's Tmp lives in: [`DevBuf::bytes`] bytes at [`DevBuf::addr`],
+/// given back by its owner when dropped.
+pub trait DevBuf: Send {
+    fn addr(&self) -> usize;
+    fn bytes(&self) -> usize;
+}
+
+/// Which of a schedule's buffers are device memory of this process ([`CollExec::on_device`]).
+#[derive(Default)]
+pub struct OnDevice {
+    pub send: bool,
+    pub recv: bool,
+    /// Tmp as device memory (`None`: host memory from the executor's pool).
+    pub tmp: Option<Box<dyn DevBuf>>,
+    /// Reduce steps on device regions (`None`, or a host region with a device one: through
+    /// host memory with the executor's host reduction).
+    pub reduce: Option<DevReduceFn>,
+    /// The op commutes: a `ReduceRev` step on device regions is a `Reduce` step.
+    pub commutative: bool,
+}
+
+/// How many of an executor's messages and copies were device memory (counted into the
+/// engine's statistics, `Engine::coll_device_report`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevSteps {
+    /// Sends from device regions, and their bytes.
+    pub sends: u64,
+    pub send_bytes: u64,
+    /// Receives into device regions, and their bytes.
+    pub recvs: u64,
+    pub recv_bytes: u64,
+    /// Copy and reduce steps that touched device memory.
+    pub copies: u64,
+    pub reduces: u64,
+}
+
 pub struct CollExec {
     sched: Arc<Schedule>,
     pc: usize,
@@ -69,6 +118,8 @@ pub struct CollExec {
     peers_world: Arc<[usize]>,
     my_comm_rank: usize,
     reduce: ReduceFn,
+    /// Device memory among the buffers (all host memory by default).
+    dev: OnDevice,
     pending: Vec<Pending>,
     /// The check of this call's messages on a communicator that spans nodes
     /// (`engine::collnote`).
@@ -80,12 +131,13 @@ pub struct CollExec {
     done: bool,
 }
 
-/// An issued send or receive: its peer (communicator rank) and, for a receive, its length.
-#[derive(Clone, Copy)]
+/// An issued send or receive: its peer (communicator rank) and, for a receive, its length;
+/// a device send to a peer of this node small enough to go eagerly holds its host copy.
 struct Pending {
     id: ReqId,
     peer: usize,
     recv: Option<usize>,
+    staged: Option<super::devcopy::HostStage>,
 }
 
 // SAFETY: the buffer pointers are only used by advance(), which runs under the engine's lock; the
@@ -122,6 +174,7 @@ impl CollExec {
             peers_world,
             my_comm_rank,
             reduce,
+            dev: OnDevice::default(),
             pending: Vec::new(),
             cross: None,
             failed: None,
@@ -135,11 +188,42 @@ impl CollExec {
         self
     }
 
+    /// The executor with device memory among its buffers (see the module docs).
+    ///
+    /// # Safety
+    /// The buffers `dev` names are device memory of this process (Tmp: at least the
+    /// schedule's `tmp_len` bytes, checked), valid as [`CollExec::new`] requires.
+    pub unsafe fn on_device(mut self, dev: OnDevice) -> MpiResult<Self> {
+        if let Some(t) = &dev.tmp {
+            if t.bytes() < self.sched.tmp_len {
+                crate::mpi_bail!(
+                    MPI_ERR_INTERN,
+                    "device scratch of {} bytes for a schedule that needs {}",
+                    t.bytes(),
+                    self.sched.tmp_len
+                );
+            }
+            give_buf(std::mem::take(&mut self.tmp));
+        }
+        self.dev = dev;
+        Ok(self)
+    }
+
+    /// Whether buffer `b` is device memory.
+    fn is_dev(&self, b: BufId) -> bool {
+        match b {
+            BufId::Send => self.dev.send,
+            BufId::Recv => self.dev.recv,
+            BufId::Tmp => self.dev.tmp.is_some(),
+        }
+    }
+
     fn ptr(&mut self, r: &Region) -> MpiResult<*mut u8> {
-        let (base, len) = match r.buf {
-            BufId::Send => (self.send as *mut u8, usize::MAX),
-            BufId::Recv => (self.recv, usize::MAX),
-            BufId::Tmp => (self.tmp.as_mut_ptr(), self.sched.tmp_len),
+        let (base, len) = match (r.buf, &self.dev.tmp) {
+            (BufId::Send, _) => (self.send as *mut u8, usize::MAX),
+            (BufId::Recv, _) => (self.recv, usize::MAX),
+            (BufId::Tmp, Some(t)) => (t.addr() as *mut u8, self.sched.tmp_len),
+            (BufId::Tmp, None) => (self.tmp.as_mut_ptr(), self.sched.tmp_len),
         };
         // A user buffer may be MPI_BOTTOM (NULL) with absolute offsets (datatypes built from
         // MPI_Get_address): only the resulting address must be non-null.
@@ -167,7 +251,9 @@ impl CollExec {
         }
         let mut i = 0;
         while i < self.pending.len() {
-            let Pending { id: r, peer, recv } = self.pending[i];
+            let Pending {
+                id: r, peer, recv, ..
+            } = self.pending[i];
             if eng.is_done(r) {
                 let note = match (&self.cross, recv) {
                     (Some(_), Some(_)) => eng.note(r),
@@ -242,20 +328,40 @@ impl CollExec {
                 Step::Recv { peer, dst } => {
                     let buf = self.ptr(&dst)?;
                     self.world(peer)?; // validates the peer
-                                       // SAFETY: as for Send; the schedule does not touch dst before the Wait.
-                    let r = unsafe { eng.irecv(buf, dst.len, self.ctx, peer as i32, self.tag)? };
+                    let dev = self.is_dev(dst.buf);
+                    if dev {
+                        eng.st.coll_dev.recvs += 1;
+                        eng.st.coll_dev.recv_bytes += dst.len as u64;
+                    }
+                    // SAFETY: as for Send; the schedule does not touch dst before the Wait.
+                    let r = unsafe {
+                        eng.irecv_dev(buf, dst.len, dev, self.ctx, peer as i32, self.tag)?
+                    };
                     self.pending.push(Pending {
                         id: r,
                         peer,
                         recv: Some(dst.len),
+                        staged: None,
                     });
                 }
                 Step::Copy { src, dst } => {
                     let s = self.ptr(&src)?;
                     let d = self.ptr(&dst)?;
                     let n = src.len.min(dst.len);
-                    // SAFETY: both regions are valid for n bytes; ptr::copy allows overlap.
-                    unsafe { std::ptr::copy(s, d, n) };
+                    let (sd, dd) = (self.is_dev(src.buf), self.is_dev(dst.buf));
+                    if sd || dd {
+                        let overlap = src.overlaps(&dst);
+                        // SAFETY: both regions are valid for n bytes of the memory they name.
+                        unsafe { copy_dev(eng, s, sd, d, dd, n, overlap)? };
+                    } else {
+                        // SAFETY: both regions are valid for n bytes; ptr::copy allows overlap.
+                        unsafe { std::ptr::copy(s, d, n) };
+                    }
+                }
+                Step::Reduce { src, dst } | Step::ReduceRev { src, dst }
+                    if self.is_dev(src.buf) || self.is_dev(dst.buf) =>
+                {
+                    self.reduce_dev(eng, &step, &src, &dst)?;
                 }
                 Step::Reduce { src, dst } => {
                     if src.len != dst.len {
@@ -313,10 +419,86 @@ impl CollExec {
         }
     }
 
+    /// A reduce step with a device region (a `ReduceRev` only where the op commutes): through
+    /// the device reduction where both regions are device memory, else through host memory.
+    fn reduce_dev(
+        &mut self,
+        eng: &mut Engine,
+        step: &Step,
+        src: &Region,
+        dst: &Region,
+    ) -> MpiResult<()> {
+        if src.len != dst.len || src.overlaps(dst) {
+            crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "reduce step with regions {src:?} {dst:?} on device memory"
+            );
+        }
+        let both = self.is_dev(src.buf) && self.is_dev(dst.buf);
+        let ordered = matches!(step, Step::Reduce { .. }) || self.dev.commutative;
+        let s = self.ptr(src)? as usize;
+        let d = self.ptr(dst)? as usize;
+        if !ordered {
+            crate::mpi_bail!(
+                MPI_ERR_INTERN,
+                "a schedule reduces {src:?} into {dst:?} (reversed, an op that does not \
+                 commute) on device memory"
+            );
+        }
+        eng.st.coll_dev.reduces += 1;
+        match self.dev.reduce.as_mut() {
+            Some(f) if both => f(s, d, src.len),
+            // A host region with a device one: the device operand through host memory, the
+            // host reduction, the result back where it belongs.
+            _ => {
+                let (sd, dd) = (self.is_dev(src.buf), self.is_dev(dst.buf));
+                let dev = &eng.st.dev;
+                let fail = |e: String| {
+                    MpiError::new(
+                        MPI_ERR_OTHER,
+                        format!("a collective's device copy failed: {e}"),
+                    )
+                };
+                // SAFETY: both regions are valid for len bytes of the memory they name and do
+                // not overlap (checked above).
+                unsafe {
+                    let input = match sd {
+                        true => dev.dtoh(s, src.len).map_err(fail)?,
+                        false => std::slice::from_raw_parts(s as *const u8, src.len).to_vec(),
+                    };
+                    if dd {
+                        let mut out = dev.dtoh(d, dst.len).map_err(fail)?;
+                        (self.reduce)(&input, &mut out)?;
+                        dev.htod(d, &out).map_err(fail)
+                    } else {
+                        (self.reduce)(
+                            &input,
+                            std::slice::from_raw_parts_mut(d as *mut u8, dst.len),
+                        )
+                    }
+                }
+            }
+        }
+    }
+
     /// Issue a `Send` step of the schedule, with the note its destination gets.
     fn send(&mut self, eng: &mut Engine, peer: usize, src: &Region) -> MpiResult<()> {
-        let buf = self.ptr(src)?;
+        let mut buf = self.ptr(src)? as *const u8;
         let dst_world = self.world(peer)?;
+        let (dev, staged) = if self.is_dev(src.buf) {
+            eng.st.coll_dev.sends += 1;
+            eng.st.coll_dev.send_bytes += src.len as u64;
+            // SAFETY: the region is device memory valid for its length (on_device's contract).
+            match unsafe { device_send(eng, buf as usize, src.len, dst_world)? } {
+                DevWay::Send(d) => (Some(d), None),
+                DevWay::Staged(v) => {
+                    buf = v.as_ptr();
+                    (None, Some(v))
+                }
+            }
+        } else {
+            (None, None)
+        };
         let a = SendArgs {
             buf,
             len: src.len,
@@ -325,19 +507,21 @@ impl CollExec {
             src_rank: self.my_comm_rank as i32,
             tag: self.tag,
             sync: false,
-            dev: None,
+            dev,
             note: self
                 .cross
                 .as_ref()
                 .and_then(|c| c.note_to(eng.same_node(dst_world))),
         };
         // SAFETY: the region is valid until the executor finishes (new's contract), and a
-        // later Wait (or the end, or abandon) waits for the send or detaches it.
+        // later Wait (or the end, or abandon) waits for the send or detaches it; a staged copy
+        // is held with the send.
         let r = unsafe { eng.isend(a)? };
         self.pending.push(Pending {
             id: r,
             peer,
             recv: None,
+            staged,
         });
         Ok(())
     }
@@ -420,12 +604,9 @@ impl CollExec {
             }
         }
         self.abandon(eng);
-        self.failed.take().unwrap_or_else(|| {
-            MpiError::new(
-                crate::standard::consts::MPI_ERR_OTHER,
-                "collective mismatch",
-            )
-        })
+        self.failed
+            .take()
+            .unwrap_or_else(|| MpiError::new(MPI_ERR_OTHER, "collective mismatch"))
     }
 
     fn world(&self, peer: usize) -> MpiResult<usize> {
@@ -483,6 +664,7 @@ impl CollExec {
         }
         if in_flight {
             std::mem::forget(std::mem::take(&mut self.tmp));
+            std::mem::forget(self.dev.tmp.take());
         }
         if let Some(c) = &self.cross {
             eng.refuse(self.ctx, self.tag, c.note_to(false));
@@ -501,9 +683,95 @@ impl Drop for CollExec {
             );
             // The engine may still write into Tmp: leak it rather than reuse it.
             std::mem::forget(std::mem::take(&mut self.tmp));
+            std::mem::forget(self.dev.tmp.take());
+            for p in self.pending.drain(..) {
+                std::mem::forget(p.staged);
+            }
             return;
         }
         give_buf(std::mem::take(&mut self.tmp));
         give_buf(std::mem::take(&mut self.scratch));
     }
+}
+
+/// How a device region is sent ([`device_send`]).
+enum DevWay {
+    /// As a device message.
+    Send(DevSend),
+    /// Copied to host memory now, sent from there (eagerly).
+    Staged(super::devcopy::HostStage),
+}
+
+/// How a send step's device region of `len` bytes at `addr` goes to world rank `dst`, as a
+/// point-to-point device send goes: to a peer of this node, exported for CUDA IPC above
+/// `GPUMPI_GPU_IPC_MIN` (the receiver copies GPU to GPU), else through the pipe to it above the
+/// eager limit, else staged whole and sent eagerly; to a peer on another node, as a device
+/// message the engine moves by GPUDirect RDMA where both ends' backends take device memory,
+/// else pipelines through host memory (or stages, below the bulk threshold).
+///
+/// # Safety
+/// `addr..addr+len` is device memory of this process.
+unsafe fn device_send(eng: &mut Engine, addr: usize, len: usize, dst: usize) -> MpiResult<DevWay> {
+    let me = eng.st.me;
+    if dst == me || !eng.st.near[dst] {
+        return Ok(DevWay::Send(DevSend::Pipe));
+    }
+    if len > crate::config::snapshot().p2p.gpu_ipc_min {
+        if let Some(e) = eng.st.dev.export_range(addr, len) {
+            if let Ok(e) = <[u8; super::devcopy::EXPORT_BYTES]>::try_from(&e[..]) {
+                return Ok(DevWay::Send(DevSend::Ipc(e)));
+            }
+        }
+    }
+    if len > eng.eager_to(dst) {
+        return Ok(DevWay::Send(DevSend::Pipe));
+    }
+    match eng.st.dev.dtoh_stage(addr, len) {
+        Ok(v) => Ok(DevWay::Staged(v)),
+        Err(e) => crate::mpi_bail!(
+            MPI_ERR_OTHER,
+            "copying a collective's device data to host memory failed: {e}"
+        ),
+    }
+}
+
+/// A copy step of `n` bytes from `s` to `d` where either is device memory (`sd`, `dd`), through
+/// the engine's device copies; overlapping regions of one buffer go through host memory.
+///
+/// # Safety
+/// Both ranges are valid for `n` bytes of the memory they are.
+unsafe fn copy_dev(
+    eng: &mut Engine,
+    s: *mut u8,
+    sd: bool,
+    d: *mut u8,
+    dd: bool,
+    n: usize,
+    overlap: bool,
+) -> MpiResult<()> {
+    if n == 0 || s == d {
+        return Ok(());
+    }
+    eng.st.coll_dev.copies += 1;
+    let dev = &eng.st.dev;
+    let r = match (sd, dd) {
+        (true, true) if !overlap => dev.dtod(d as usize, s as usize, n),
+        (true, true) => dev
+            .dtoh(s as usize, n)
+            .and_then(|v| dev.htod(d as usize, &v)),
+        (true, false) => dev.dtoh(s as usize, n).map(|v| {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), d, n);
+        }),
+        (false, true) => dev.htod(d as usize, std::slice::from_raw_parts(s, n)),
+        (false, false) => {
+            std::ptr::copy(s, d, n);
+            Ok(())
+        }
+    };
+    r.map_err(|e| {
+        MpiError::new(
+            MPI_ERR_OTHER,
+            format!("a collective's device copy failed: {e}"),
+        )
+    })
 }

@@ -147,6 +147,17 @@ pub trait DevCopy {
     /// `src..src+len` is readable device memory of this process.
     unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String>;
 
+    /// Copy `len` bytes between device buffers of this process (a collective schedule's copy
+    /// step on device operands); finished on return. The default goes through host memory.
+    ///
+    /// # Safety
+    /// `src..src+len` is readable and `dst..dst+len` writable device memory of this process;
+    /// the ranges do not overlap.
+    unsafe fn dtod(&self, dst: usize, src: usize, len: usize) -> Result<(), String> {
+        let v = self.dtoh(src, len)?;
+        self.htod(dst, &v)
+    }
+
     /// The `len` bytes at device address `src`, copied to host memory the implementation
     /// keeps for such copies (page-locked and reused where it can: a send staged whole, which
     /// its transport reads once); the default is [`DevCopy::dtoh`]'s new vector.

@@ -591,6 +591,8 @@ struct State {
     rx_pipes: Vec<(u64, usize, u64)>,
     /// Where device messages spent their time ([`devnet::Stats`]).
     dev_stats: devnet::Stats,
+    /// Collective schedule steps on device memory ([`coll::DevSteps`]).
+    coll_dev: coll::DevSteps,
     /// Collective calls this rank gave up (context, tag, its note), newest last
     /// ([`refuse`]): their messages that arrive later are refused.
     refused: VecDeque<(u32, i32, Option<Note>)>,
@@ -769,6 +771,7 @@ impl Engine {
                 tx_pipes: Vec::new(),
                 rx_pipes: Vec::new(),
                 dev_stats: devnet::Stats::default(),
+                coll_dev: coll::DevSteps::default(),
                 refused: VecDeque::new(),
                 records: None,
                 told: VecDeque::new(),
@@ -1732,6 +1735,23 @@ impl Engine {
         self.st.dev_stats.report()
     }
 
+    /// The collective schedule steps this rank ran on device memory ([`coll::DevSteps`]).
+    pub fn coll_device_steps(&self) -> coll::DevSteps {
+        self.st.coll_dev
+    }
+
+    /// One line for the log at `MPI_Finalize` of the collective steps on device memory;
+    /// `None` when there were none.
+    pub fn coll_device_report(&self) -> Option<String> {
+        let c = self.st.coll_dev;
+        (c != coll::DevSteps::default()).then(|| {
+            format!(
+                "collective steps on device memory: {} sends ({} bytes), {} receives ({} bytes), {} copies, {} reductions",
+                c.sends, c.send_bytes, c.recvs, c.recv_bytes, c.copies, c.reduces
+            )
+        })
+    }
+
     /// Whether peer copies of device messages are in flight: a blocking wait should poll
     /// without sleeping, since nothing but polling tells when they finish.
     pub fn device_copies_pending(&self) -> bool {
@@ -2185,6 +2205,8 @@ impl Engine {
 
 #[cfg(test)]
 mod bye_tests;
+#[cfg(test)]
+mod coll_dev_tests;
 #[cfg(test)]
 mod net_tests;
 #[cfg(test)]

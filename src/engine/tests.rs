@@ -1190,7 +1190,7 @@ fn zero_byte_messages_with_null_buffers() {
 /// polls (or fail when told to); a pipe numbers its messages in chunks of [`fake_dev::CHUNK`]
 /// bytes in the order the receiver takes them, and the sender's side of message `start` copies
 /// into that receive's buffer (the receiver's side is done only after that).
-mod fake_dev {
+pub(super) mod fake_dev {
     use super::devcopy::{pending, DevCopy, Pending, EXPORT_BYTES};
     use std::cell::Cell;
     use std::collections::HashMap;
@@ -2122,6 +2122,8 @@ pub(super) mod slow_dev {
         pub whole: AtomicUsize,
         /// Of those, the sends staged in the device copies' own memory (`DevCopy::dtoh_stage`).
         pub staged: AtomicUsize,
+        /// Device-to-device copies (`DevCopy::dtod`).
+        pub dtod: AtomicUsize,
     }
 
     /// `delay`: how long a copy takes; `fail`: every copy fails when polled.
@@ -2257,6 +2259,11 @@ pub(super) mod slow_dev {
         unsafe fn dtoh(&self, src: usize, len: usize) -> Result<Vec<u8>, String> {
             self.counts.whole.fetch_add(1, SeqCst);
             Ok(std::slice::from_raw_parts(src as *const u8, len).to_vec())
+        }
+        unsafe fn dtod(&self, dst: usize, src: usize, len: usize) -> Result<(), String> {
+            self.counts.dtod.fetch_add(1, SeqCst);
+            std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
+            Ok(())
         }
         unsafe fn dtoh_stage(&self, src: usize, len: usize) -> Result<HostStage, String> {
             self.counts.staged.fetch_add(1, SeqCst);

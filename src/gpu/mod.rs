@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod call;
+pub mod collmem;
 pub mod comm;
 pub mod device;
 pub mod enqueue;

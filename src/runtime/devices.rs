@@ -105,6 +105,10 @@ impl DevCopy for Cuda {
         crate::gpu::p2p::dtoh(src, len)
     }
 
+    unsafe fn dtod(&self, dst: usize, src: usize, len: usize) -> Result<(), String> {
+        crate::gpu::collmem::dtod(dst, src, len)
+    }
+
     unsafe fn dtoh_stage(&self, src: usize, len: usize) -> Result<HostStage, String> {
         crate::gpu::p2p::dtoh_stage(src, len).map(|b| Box::new(b) as HostStage)
     }

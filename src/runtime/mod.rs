@@ -462,6 +462,20 @@ pub fn coll_piece() -> usize {
     }
 }
 
+/// Whether this rank's network backend takes device memory in bulk transfers (GPUDirect
+/// RDMA, chosen at `MPI_Init`; false in a job on one node).
+static NET_GDR: AtomicBool = AtomicBool::new(false);
+
+/// Whether the collectives' schedules between nodes run on device buffers directly
+/// (`GPUMPI_COLL_DEVICE`: `auto` where this rank does GPUDirect RDMA).
+pub fn coll_device() -> bool {
+    match crate::config::snapshot().coll.device {
+        crate::config::CollDevice::On => true,
+        crate::config::CollDevice::Off => false,
+        crate::config::CollDevice::Auto => NET_GDR.load(Ordering::Relaxed),
+    }
+}
+
 /// This rank's machine and CPUs, for `GPUMPI_COLL_PIECE=auto` (all CPUs online where the
 /// affinity mask cannot be read).
 fn own_cpus() -> crate::coll::pieces::RankCpus {
@@ -679,6 +693,7 @@ fn open_network(
         boot.rank()
     );
     frames.set_bulk_device(gdr);
+    NET_GDR.store(gdr, Ordering::Relaxed);
     Ok((frames, rail_of, relay))
 }
 
@@ -987,6 +1002,9 @@ pub fn finalize(barrier: impl FnOnce() -> MpiResult<()>) -> MpiResult<()> {
                 "rank {}: device messages between nodes: {r}",
                 rt.boot.rank()
             );
+        }
+        if let Some(r) = rt.engine.coll_device_report() {
+            tracing::info!("rank {}: {r}", rt.boot.rank());
         }
         if let Some(r) = SLEEPS.report() {
             tracing::debug!("rank {}: {r}", rt.boot.rank());

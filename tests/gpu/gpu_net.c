@@ -11,13 +11,18 @@
  *                                       and device to host, both directions at once
  *   gpu_net bench [MAX_BYTES] [REPS]    device-to-device bandwidth between rank 0 and its
  *                                       off-node partner, one line per size
+ *   gpu_net coll [MAX_BYTES] [REPS]     device Alltoall, Allgather, Bcast (root 1) and
+ *                                       Allreduce (MPI_SUM, ints) over the world, blocks
+ *                                       (vectors) of 64 KiB..MAX_BYTES (default 4 MiB): each
+ *                                       checked, then timed, rank 0 printing
+ *                                       "coll NAME BYTES USEC" (best of 3 rounds of REPS calls)
  *
  * The test, for sizes 8 B..MAX_BYTES (default 64 MiB; 0, around the eager limit and around
  * chunk edges): Sendrecv between off-node partners device to device, Isend/Irecv device to
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
  * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) and
  * Alltoall (blocks of n bytes where they fit) on device buffers over the whole world, then
- * Gather, Scatter, Allgatherv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
+ * Gather, Scatter, Allgatherv, Alltoallv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
  * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
  * "SKIP: no CUDA device (<reason>)" and exits 0. */
@@ -247,6 +252,31 @@ static void colls(size_t max) {
         MPI_Allgatherv(d, (int)b, MPI_BYTE, d2, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
         CU(cudaMemcpy_(h, d2, all, cudaMemcpyDefault_));
         for (int r = 0; r < size; r++) check("allgatherv", h + (size_t)displs[r], b, r, salt + 2);
+        /* Alltoallv: rank r sends rank q a block of b - (r + 2q) % 3 bytes (b from 8 on),
+         * packed in reverse order of q; each block carries its sender's and receiver's pattern. */
+        {
+            int *sc = malloc(sizeof(int) * (size_t)size * 4), *sd = sc + size, *rc = sd + size, *rd = rc + size;
+            size_t so = 0, ro = 0;
+            for (int q = size - 1; q >= 0; q--) {
+                sc[q] = (int)(b >= 8 ? b - (size_t)((rank + 2 * q) % 3) : b);
+                sd[q] = (int)so;
+                so += (size_t)sc[q];
+            }
+            for (int q = 0; q < size; q++) {
+                rc[q] = (int)(b >= 8 ? b - (size_t)((q + 2 * rank) % 3) : b);
+                rd[q] = (int)ro;
+                ro += (size_t)rc[q];
+            }
+            for (int q = 0; q < size; q++) fill(h + sd[q], (size_t)sc[q], rank, salt + 3 + q);
+            CU(cudaMemcpy_(d, h, so, cudaMemcpyDefault_));
+            CU(cudaMemset_(d2, 0xee, ro + 64));
+            MPI_Alltoallv(d, sc, sd, MPI_BYTE, d2, rc, rd, MPI_BYTE, MPI_COMM_WORLD);
+            CU(cudaMemcpy_(h, d2, ro + 64, cudaMemcpyDefault_));
+            for (int q = 0; q < size; q++) check("alltoallv", h + rd[q], (size_t)rc[q], q, salt + 3 + rank);
+            for (size_t i = ro; i < ro + 64; i++)
+                if (h[i] != 0xee) { fail("alltoallv wrote past its buffer", b, i, h[i], 0xee); break; }
+            free(sc);
+        }
         /* Reduce_scatter_block: element i of every rank's input is rank + 1 + i % 7. */
         size_t cnt = b / sizeof(int);
         int *hi = (int *)h;
@@ -309,6 +339,69 @@ static void bench(size_t max, int reps) {
     CU(cudaFree_(d));
 }
 
+/* One collective of `collrun` on device buffers d (input) and d2 (output), cnt ints each
+ * block; 0 = bcast (in d). */
+static void coll_call(int which, int *d, int *d2, size_t cnt) {
+    switch (which) {
+    case 0: MPI_Alltoall(d, (int)cnt, MPI_INT, d2, (int)cnt, MPI_INT, MPI_COMM_WORLD); break;
+    case 1: MPI_Allgather(d, (int)cnt, MPI_INT, d2, (int)cnt, MPI_INT, MPI_COMM_WORLD); break;
+    case 2: MPI_Bcast(d, (int)cnt, MPI_INT, 1, MPI_COMM_WORLD); break;
+    default: MPI_Allreduce(d, d2, (int)cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD); break;
+    }
+}
+
+static void collrun(size_t max, int reps) {
+    static const char *names[] = {"alltoall", "allgather", "bcast", "allreduce"};
+    size_t sizes[] = {65536, 1 << 20, 4 << 20, 16 << 20};
+    size_t cap = max * (size_t)size + 64;
+    int *d, *d2, *h = malloc(cap);
+    CU(cudaMalloc_((void **)&d, cap));
+    CU(cudaMalloc_((void **)&d2, cap));
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes && sizes[k] <= max; k++) {
+        size_t n = sizes[k], cnt = n / sizeof(int), all = cnt * (size_t)size;
+        for (int which = 0; which < 4; which++) {
+            /* Inputs, the call, the check. */
+            size_t in = which == 0 ? all : cnt;
+            for (size_t i = 0; i < in; i++)
+                h[i] = which == 0   ? rank * 1000003 + (int)(i / cnt) * 7919 + (int)(i % cnt)
+                       : which == 1 ? rank * 7919 + (int)i
+                       : which == 2 ? (rank == 1 ? 5 * (int)i + 3 : -1)
+                                    : rank + 1 + (int)(i % 7);
+            CU(cudaMemcpy_(d, h, in * sizeof(int), cudaMemcpyDefault_));
+            CU(cudaMemset_(d2, 0xee, all * sizeof(int)));
+            coll_call(which, d, d2, cnt);
+            size_t out = which <= 1 ? all : cnt;
+            CU(cudaMemcpy_(h, which == 2 ? d : d2, out * sizeof(int), cudaMemcpyDefault_));
+            for (size_t i = 0; i < out; i++) {
+                int q = (int)(i / cnt), j = (int)(i % cnt);
+                int want = which == 0   ? q * 1000003 + rank * 7919 + j
+                           : which == 1 ? q * 7919 + j
+                           : which == 2 ? 5 * (int)i + 3
+                                        : size * (size + 1) / 2 + size * (int)(i % 7);
+                if (h[i] != want) {
+                    fail(names[which], n, i, (unsigned)h[i], (unsigned)want);
+                    break;
+                }
+            }
+            /* Timed: the best of 3 rounds of `reps` calls. */
+            double best = 1e30;
+            for (int round = 0; round < 3; round++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                for (int r = 0; r < reps; r++) coll_call(which, d, d2, cnt);
+                double t = (MPI_Wtime() - t0) / reps;
+                MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (t < best) best = t;
+            }
+            if (rank == 0) printf("coll %s %zu %.1f\n", names[which], n, best * 1e6);
+            fflush(stdout);
+        }
+    }
+    CU(cudaFree_(d));
+    CU(cudaFree_(d2));
+    free(h);
+}
+
 int main(int argc, char **argv) {
     if (cudart_mpi_init(&argc, &argv, -1, &rank, &size) < 0) return 0;
     int n = 0;
@@ -316,7 +409,8 @@ int main(int argc, char **argv) {
     cudaSetDevice_(rank % n);
     int is_bench = argc > 1 && strcmp(argv[1], "bench") == 0;
     int is_gdr = argc > 1 && strcmp(argv[1], "gdr") == 0;
-    int a = is_bench ? 2 : 1;
+    int is_coll = argc > 1 && strcmp(argv[1], "coll") == 0;
+    int a = is_bench || is_coll ? 2 : 1;
     size_t max = argc > a ? strtoull(argv[a], NULL, 0) : (size_t)64 << 20;
     if (size < 2) {
         if (rank == 0) printf("SKIP: gpu_net needs 2 or more ranks\n");
@@ -328,7 +422,8 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    if (is_gdr) gdr();
+    if (is_coll) collrun(argc > 2 ? max : (size_t)4 << 20, argc > 3 ? atoi(argv[3]) : 5);
+    else if (is_gdr) gdr();
     else {
         test(max);
         colls(max);
@@ -338,6 +433,7 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         if (all) printf("FAIL: gpu_net: %d mismatches\n", all);
         else if (is_gdr) printf("PASS: gpu_net gdr (%d ranks, 0 B..64 MiB, device and host ends)\n", size);
+        else if (is_coll) printf("PASS: gpu_net coll (%d ranks, device alltoall, allgather, bcast, allreduce)\n", size);
         else printf("PASS: gpu_net (%d ranks, up to %zu bytes)\n", size, max);
     }
     MPI_Finalize();

@@ -22,7 +22,15 @@
 # prints "SKIP: gpu_net gdr: <why>" without a C compiler or where the backend registers no device
 # memory); gpu_net at 2 and 4 ranks (also with small chunks, staged whole, allreduce and
 # alltoall in 64 KiB pieces and whole), gpu_test at 2 and 4 and gpu_mem at 4 ranks over 2
-# emulated nodes run again with GPUMPI_NET=ib over the double (every rank must log its ib rail); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
+# emulated nodes run again with GPUMPI_NET=ib over the double (every rank must log its ib rail);
+# gpu_net at 4 ranks over 2 emulated nodes on 2 rails with PXN on (GPUMPI_PXN=1), over TCP and
+# over the double with device steps, must pass with 0 cross-rail network sends on every rank and
+# frames forwarded inside the node; the whole gpu_net (0 B..4 MiB+12) runs at 4 ranks over the
+# double with device steps (GPUMPI_COLL_DEVICE=1);
+# `gpu_net coll` (device alltoall, allgather, bcast, allreduce) at 4 ranks over the double, PXN off
+# and on, must run its collectives on the device buffers (every rank logs collective steps on
+# device memory and GPUDirect RDMA receives), and once more forced over TCP
+# (GPUMPI_COLL_DEVICE=1); `gpu_mem fd` checks from the debug log that cuMemCreate memory is
 # mapped through POSIX descriptors; `gpu_mem big` runs its 1 GiB-per-buffer part once at 4 ranks (it
 # prints "SKIP: gpu_mem big: <why>" when device memory is short). Without a CUDA runtime or device
 # each run prints "SKIP: no CUDA device (<reason>)". err_matrix (tests/c) runs every misuse with
@@ -275,6 +283,36 @@ piecerun() {
 }
 piecerun 2
 piecerun 4
+# PXN on device buffers (GPUMPI_PXN=1): 4 ranks over 2 emulated nodes on 2 rails, so every
+# rank has a peer on the other rail of the other node. Point-to-point, allreduce, alltoall(v),
+# gather, scatter, allgatherv and reduce_scatter_block must pass with every network message on
+# its sender's rail (each rank's counters: 0 cross-rail) and frames forwarded inside the node.
+pxnrun() { # label-suffix [VAR=VAL...]
+    local what=$1 vars=() xs=() log cross fwd
+    shift
+    for v in "$@"; do vars+=("$v"); xs+=(-x "${v%%=*}"); done
+    pxnn=$((${pxnn:-0} + 1))
+    local label="gpu_net -n 4 over 2 emulated nodes on 2 rails, PXN on ($what)"
+    log="$out/gpu_net_pxn_$pxnn.log"
+    echo "== $label"
+    if ! env GPUMPI_PXN=1 GPUMPI_DEBUG=1 "${vars[@]}" "$mpirun" -n 4 --oversubscribe --timeout "$tmo" \
+        -x GPUMPI_PXN -x GPUMPI_DEBUG "${xs[@]}" "$emu" --rails 2 2 "$out/gpu_net" 4194316 >"$log" 2>&1; then
+        grep -E "^(PASS|FAIL|SKIP)|gpumpi|fakeibv" "$log" | grep -v " INFO " | head -20 || true; tail -30 "$log"
+        verdict "$label" fail; return
+    fi
+    grep -E "^(PASS|FAIL|SKIP)" "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if ! grep -q "^PASS: gpu_net" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    cross=$(grep -c "rail [0-9]*: .* 0 cross-rail" "$log") || cross=0
+    fwd=$(grep -c "pxn: rank [0-9]*: [1-9][0-9]* frames .* forwarded for" "$log") || fwd=0
+    grep -E "net: rank [0-9]+ rail|pxn: rank" "$log" | sed -e 's/^.*\(net: rank\|pxn: rank\)/\1/' | head -8
+    if [ "$cross" -ne 4 ] || [ "$fwd" -lt 1 ]; then
+        verdict "$label" fail "$cross of 4 ranks logged 0 cross-rail, $fwd forwarded frames"
+    else
+        verdict "$label" pass
+    fi
+}
+pxnrun "TCP, device data staged through host memory"
 run "gpu_net -n 2 over 2 emulated nodes, allreduce and alltoall whole (GPUMPI_COLL_PIECE=0)" \
     GPUMPI_COLL_PIECE=0 "$mpirun" -n 2 --oversubscribe --timeout "$tmo" \
     -x GPUMPI_COLL_PIECE "$emu" 2 "$out/gpu_net"
@@ -370,8 +408,75 @@ ibrun gpu_mem 4
 ibrun GPUMPI_NET_GPU_CHUNK=65536 GPUMPI_NET_GPU_DEPTH=2 gpu_net 2
 ibrun GPUMPI_NET_GPU_PIPELINE=0 gpu_net 2
 IBRUN_WANT="alltoall between nodes in pieces, device buffers relayed" \
-    ibrun GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 gpu_net 4 4194316
+    ibrun GPUMPI_COLL_DEVICE=0 GPUMPI_COLL_PIECE=65536 GPUMPI_DEBUG=2 gpu_net 4 4194316
 ibrun GPUMPI_COLL_PIECE=0 gpu_net 2
+# Collectives between nodes on the device buffers themselves (GPUMPI_COLL_DEVICE=auto: where the
+# backend registers device memory, as the double does): `gpu_net coll` runs device alltoall,
+# allgather, bcast and allreduce (64 KiB..4 MiB blocks) at 4 ranks over 2 emulated nodes, PXN off
+# and on (2 rails: the alltoall schedule through the PXN forwarders, the forward hop GPU to GPU).
+# Every rank must log collective steps on device memory and bulk transfers from and into device
+# memory (GPUDirect RDMA). Then device steps forced over TCP (the engine's pipeline per message).
+devcollrun() { # label-suffix [VAR=VAL...] [-- --rails R]
+    local what=$1 vars=() xs=() rails=() log fabric n=4 steps gdr
+    shift
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); xs+=(-x "${1%%=*}"); shift; done
+    [ "${1:-}" = -- ] && { shift; rails=("$@"); }
+    ibn=$((ibn + 1))
+    local label="gpu_net coll -n $n over 2 emulated nodes, device collectives on the device buffers over the ib double ($what)"
+    log="$out/devcoll_$ibn.log" fabric="/dev/shm/gpumpi-fakeibv-gpu-$$-$ibn"
+    echo "== $label"
+    if [ "$ib_built" = no ]; then
+        echo "SKIP: gpu_net coll over ib: the libibverbs test double does not build here"
+        verdict "$label" skip "the libibverbs test double does not build here"; return
+    fi
+    if ! env GPUMPI_DEBUG=1 GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$ib_lib" FAKEIBV_FABRIC="$fabric" "${vars[@]}" \
+        "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG -x GPUMPI_NET \
+        -x GPUMPI_IBVERBS_LIB -x FAKEIBV_FABRIC "${xs[@]}" "$emu" "${rails[@]}" 2 "$out/gpu_net" coll >"$log" 2>&1; then
+        rm -f "$fabric"
+        grep -E "^(PASS|FAIL|SKIP)|gpumpi|fakeibv" "$log" | grep -v " INFO " | head -20 || true; tail -30 "$log"
+        verdict "$label" fail; return
+    fi
+    rm -f "$fabric"
+    grep -E "^(PASS|FAIL|SKIP)|^coll " "$log" || true
+    if grep -q "^SKIP: " "$log"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$log")"; return; fi
+    if grep -q "GPUDirect RDMA for device buffers between nodes off" "$log"; then
+        echo "SKIP: gpu_net coll over ib: $(grep -m1 -o "GPUDirect RDMA for device buffers between nodes off.*" "$log")"
+        verdict "$label" skip "the ibverbs backend registers no device memory here"; return
+    fi
+    if ! grep -q "^PASS: gpu_net coll" "$log"; then verdict "$label" fail "no PASS line"; return; fi
+    steps=$(grep -c "collective steps on device memory: [1-9]" "$log") || steps=0
+    gdr=$(grep -c "received into device memory (GPUDirect RDMA)" "$log") || gdr=0
+    grep -E "collective steps on device memory|device memory \(GPUDirect RDMA\)" "$log" | sed -e 's/^.*gpumpi[^ ]* //' | head -8
+    if [ "$steps" -ne "$n" ] || [ "$gdr" -ne "$n" ]; then
+        verdict "$label" fail "$steps of $n ranks logged device steps, $gdr of $n GPUDirect RDMA receives"
+    else
+        verdict "$label" pass
+    fi
+}
+devcollrun "PXN off"
+devcollrun "PXN on, 2 rails" GPUMPI_PXN=1 FAKEIBV_DEVICES=fake0,fake1 -- --rails 2
+tcplog="$out/devcoll_tcp.log"
+label="gpu_net coll -n 4 over 2 emulated nodes, device steps forced over TCP (GPUMPI_COLL_DEVICE=1)"
+echo "== $label"
+if GPUMPI_DEBUG=1 GPUMPI_COLL_DEVICE=1 "$mpirun" -n 4 --oversubscribe --timeout "$tmo" \
+    -x GPUMPI_DEBUG -x GPUMPI_COLL_DEVICE "$emu" 2 "$out/gpu_net" coll >"$tcplog" 2>&1; then
+    grep -E "^(PASS|FAIL|SKIP)" "$tcplog" || true
+    if grep -q "^SKIP: " "$tcplog"; then verdict "$label" skip "$(grep -m1 "^SKIP: " "$tcplog")"
+    elif ! grep -q "^PASS: gpu_net coll" "$tcplog"; then verdict "$label" fail "no PASS line"
+    elif [ "$(grep -c "collective steps on device memory: [1-9]" "$tcplog")" -ne 4 ]; then
+        verdict "$label" fail "not every rank logged collective steps on device memory"
+    else verdict "$label" pass; fi
+else
+    tail -30 "$tcplog"; verdict "$label" fail
+fi
+# The whole gpu_net (point-to-point, every collective, 0 B..4 MiB+12) with device steps over the
+# ib double at 4 ranks, then PXN on over 2 double devices (device steps, forward hop GPU to GPU).
+if [ "$ib_built" = yes ]; then
+    ibrun GPUMPI_COLL_DEVICE=1 gpu_net 4 4194316
+    pxnrun "ib double, device steps" GPUMPI_NET=ib GPUMPI_IBVERBS_LIB="$ib_lib" \
+        FAKEIBV_FABRIC="/dev/shm/gpumpi-fakeibv-gpu-$$-pxn" FAKEIBV_DEVICES=fake0,fake1 GPUMPI_COLL_DEVICE=1
+    rm -f "/dev/shm/gpumpi-fakeibv-gpu-$$-pxn"
+fi
 # cuMemCreate memory with the POSIX descriptor handle type must be mapped (zero-copy), not staged:
 # the debug log of each rank that imported a peer's buffer says so.
 fdrun() {

@@ -323,6 +323,7 @@ static pthread_mutex_t cu_mu = PTHREAD_MUTEX_INITIALIZER;
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define CU_MEMORYTYPE_DEVICE 2
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 1
+#define CUDA_ERROR_ALREADY_MAPPED 208
 
 /* Whether the CUDA driver API is usable; `may_load`: dlopen libcuda if this process has not
  * (else only where it is already loaded: a process that never loaded it has no device memory). */
@@ -414,7 +415,22 @@ static cuptr ipc_map(int32_t pid, const struct fmr *m) {
     struct cuipc h;
     memcpy(h.reserved, m->ipc, sizeof h.reserved);
     cuptr p = 0;
-    if (cu.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0) return 0;
+    int rc = cu.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (rc == CUDA_ERROR_ALREADY_MAPPED) {
+        /* A mapping of a freed allocation of `pid` still holds memory the new allocation
+         * came from (CUDA maps a sub-allocated range's whole block): close that process's
+         * other mappings (none is in use between transfers) and open again. */
+        for (int i = 0; i < NMAP; i++)
+            if (maps[i].mapped && maps[i].pid == pid) {
+                cu.IpcCloseMemHandle(maps[i].mapped);
+                maps[i].mapped = 0;
+            }
+        rc = cu.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "fakeibv: cuIpcOpenMemHandle of pid %d's allocation at %#llx: CUresult %d\n", (int)pid, (unsigned long long)m->base, rc);
+        return 0;
+    }
     x->pid = pid; x->base = m->base; x->mapped = p; x->used = ++map_clock;
     memcpy(x->ipc, m->ipc, sizeof x->ipc);
     return p;
@@ -632,37 +648,49 @@ static struct fmr *mr_check(uint32_t key, int32_t pid, uint64_t addr, uint64_t l
 
 /* Copies between device memory and host memory where one end (or both) is a device region:
  * see the header comment. */
+static int dev_fail(const char *step, int rc, int32_t pid, uint64_t local, uint64_t remote, size_t len, int to_remote) {
+    fprintf(stderr, "fakeibv: device %s of %zu bytes %s pid %d failed (CUresult %d; local %#llx remote %#llx)\n",
+            to_remote ? "write" : "read", len, step, (int)pid, rc, (unsigned long long)local, (unsigned long long)remote);
+    return -1;
+}
+
 static int dev_xfer(int32_t pid, const struct fmr *lm, uint64_t local, const struct fmr *rm, uint64_t remote, size_t len, int to_remote) {
-    int ldev = lm && lm->dev, rdev = rm && rm->dev;
-    if (!cu_load(1) || cu_ctx(ldev ? lm->ordinal : rm->ordinal) != 0) return -1;
+    int ldev = lm && lm->dev, rdev = rm && rm->dev, rc;
+    if (!cu_load(1)) return dev_fail("loading libcuda for", 0, pid, local, remote, len, to_remote);
+    if (cu_ctx(ldev ? lm->ordinal : rm->ordinal) != 0) return dev_fail("making a context for", 0, pid, local, remote, len, to_remote);
     uint64_t r = remote;
     if (rdev && pid != getpid()) {
         cuptr base = ipc_map(pid, rm);
-        if (!base) return -1;
+        if (!base) return dev_fail("opening the IPC handle of the target of", -1, pid, local, remote, len, to_remote);
         r = base + (remote - rm->base);
     }
     if (pid == getpid() || rdev) { /* both ends addressable here: one copy */
         cuptr dst = to_remote ? r : local, src = to_remote ? local : r;
-        return cu.Memcpy(dst, src, len) == 0 && cu.CtxSynchronize() == 0 ? 0 : -1;
+        if ((rc = cu.Memcpy(dst, src, len)) != 0) return dev_fail("cuMemcpy in", rc, pid, local, remote, len, to_remote);
+        if ((rc = cu.CtxSynchronize()) != 0) return dev_fail("cuCtxSynchronize after", rc, pid, local, remote, len, to_remote);
+        return 0;
     }
     /* Local device memory, host memory of another process: through a bounce buffer. */
     size_t chunk = len < (4u << 20) ? len : (4u << 20);
     char *b = malloc(chunk);
     if (!b) return -1;
-    int rc = 0;
-    for (size_t off = 0; off < len && !rc; off += chunk) {
+    const char *step = 0;
+    rc = 0;
+    for (size_t off = 0; off < len && !step; off += chunk) {
         size_t n = len - off < chunk ? len - off : chunk;
         struct iovec l = {b, n}, rv = {(void *)(remote + off), n};
         if (to_remote) {
-            rc = cu.Memcpy((cuptr)(uintptr_t)b, local + off, n) != 0 || cu.CtxSynchronize() != 0 ||
-                 process_vm_writev(pid, &l, 1, &rv, 1, 0) != (ssize_t)n;
+            if ((rc = cu.Memcpy((cuptr)(uintptr_t)b, local + off, n)) != 0) step = "cuMemcpy to the bounce buffer in";
+            else if ((rc = cu.CtxSynchronize()) != 0) step = "cuCtxSynchronize in";
+            else if (process_vm_writev(pid, &l, 1, &rv, 1, 0) != (ssize_t)n) { rc = errno; step = "process_vm_writev in"; }
         } else {
-            rc = process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)n ||
-                 cu.Memcpy(local + off, (cuptr)(uintptr_t)b, n) != 0 || cu.CtxSynchronize() != 0;
+            if (process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)n) { rc = errno; step = "process_vm_readv in"; }
+            else if ((rc = cu.Memcpy(local + off, (cuptr)(uintptr_t)b, n)) != 0) step = "cuMemcpy from the bounce buffer in";
+            else if ((rc = cu.CtxSynchronize()) != 0) step = "cuCtxSynchronize in";
         }
     }
     free(b);
-    return rc ? -1 : 0;
+    return step ? dev_fail(step, rc, pid, local, remote, len, to_remote) : 0;
 }
 
 /* Copies between this process (local, in region `lm`) and `pid` (remote, in region `rm`);
