@@ -447,8 +447,8 @@ impl CollSpec {
 
     /// Where the call's schedule between nodes runs on its device buffers themselves
     /// (`runtime::coll_device`, `GPUMPI_COLL_DEVICE`): a communicator that spans nodes, a
-    /// collective without a reduction or an allreduce on device buffers only whose op commutes
-    /// and has a GPU kernel for its type, and every side that is device memory contiguous (its blocks in packed space are the memory itself) in
+    /// collective without a reduction, or an allreduce, reduce or reduce_scatter_block on
+    /// device buffers only whose op commutes and has a GPU kernel for its type, and every side that is device memory contiguous (its blocks in packed space are the memory itself) in
     /// one allocation of one device, at least one side being device memory. `None`: the
     /// device buffers are staged in host memory as before. Each rank decides for itself: the
     /// schedule and its messages are the same either way.
@@ -467,7 +467,8 @@ impl CollSpec {
         };
         match (self.kind, &self.red) {
             (k, _) if !k.is_reduction() => {}
-            (CollKind::Allreduce, Some((r, true))) if kernel(r) => {}
+            (CollKind::Allreduce | CollKind::Reduce | CollKind::ReduceScatterBlock, Some((r, true)))
+                if kernel(r) => {}
             _ => return None,
         }
         let mut device = None;

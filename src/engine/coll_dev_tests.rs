@@ -1,5 +1,6 @@
 //! The collective executor on device operands ([`coll::OnDevice`]): schedules of alltoall
-//! (flat, hierarchical, through PXN forwarders), allgather, bcast and allreduce run on buffers
+//! (flat, hierarchical, through PXN forwarders), allgather, bcast, allreduce, reduce and
+//! reduce_scatter_block (flat and hierarchical) run on buffers
 //! the engine takes as device memory (the device copies are faked in host memory), between
 //! ranks on different "nodes" over the TCP backend on loopback whose bulk transfers claim
 //! device memory (as a backend registering it with the NIC: GPUDirect RDMA), and between
@@ -55,6 +56,12 @@ enum Case {
     /// Allreduce (wrapping byte sum), flat and hierarchical.
     Allreduce,
     AllreduceHier,
+    /// Reduce to rank 1 (wrapping byte sum), flat and hierarchical.
+    Reduce,
+    ReduceHier,
+    /// Reduce_scatter_block (wrapping byte sum), flat and hierarchical.
+    ReduceScatterBlock,
+    ReduceScatterBlockHier,
 }
 
 const CASES: &[Case] = &[
@@ -66,7 +73,14 @@ const CASES: &[Case] = &[
     Case::Bcast,
     Case::Allreduce,
     Case::AllreduceHier,
+    Case::Reduce,
+    Case::ReduceHier,
+    Case::ReduceScatterBlock,
+    Case::ReduceScatterBlockHier,
 ];
+
+/// The root of the rooted reductions.
+const ROOT: usize = 1;
 
 fn nodes() -> Nodes {
     Nodes::new(&[0, 0, 1, 1])
@@ -79,6 +93,10 @@ impl Case {
             Case::Allgather | Case::AllgatherHier => CollKind::Allgather,
             Case::Bcast => CollKind::Bcast,
             Case::Allreduce | Case::AllreduceHier => CollKind::Allreduce,
+            Case::Reduce | Case::ReduceHier => CollKind::Reduce,
+            Case::ReduceScatterBlock | Case::ReduceScatterBlockHier => {
+                CollKind::ReduceScatterBlock
+            }
         }
     }
 
@@ -88,6 +106,7 @@ impl Case {
             CollKind::Alltoall => (N * b, N * b),
             CollKind::Allgather => (b, N * b),
             CollKind::Bcast => (0, b),
+            CollKind::ReduceScatterBlock => (N * b, b),
             _ => (b, b),
         }
     }
@@ -95,9 +114,16 @@ impl Case {
     fn schedule(self, me: usize, b: usize) -> Schedule {
         let mut a = CollArgs::new(me, N, b);
         a.nodes = 2;
+        if self.kind() == CollKind::Reduce {
+            a.root = ROOT;
+        }
         let ns = nodes();
         match self {
-            Case::AlltoallHier | Case::AllgatherHier | Case::AllreduceHier => {
+            Case::AlltoallHier
+            | Case::AllgatherHier
+            | Case::AllreduceHier
+            | Case::ReduceHier
+            | Case::ReduceScatterBlockHier => {
                 hier::build(self.kind(), &a, &ns).unwrap()
             }
             Case::AlltoallPxn => {
@@ -125,6 +151,11 @@ impl Case {
             CollKind::Alltoall => (0..N * b).map(|k| val(k / b, me * b + k % b)).collect(),
             CollKind::Allgather => (0..N * b).map(|k| val(k / b, k % b)).collect(),
             CollKind::Bcast => (0..b).map(|k| val(0, k)).collect(),
+            // Only the root receives the result: the other ranks' buffers stay untouched.
+            CollKind::Reduce if me != ROOT => vec![0xEE; b],
+            CollKind::ReduceScatterBlock => (0..b)
+                .map(|k| (0..N).fold(0u8, |acc, r| acc.wrapping_add(val(r, me * b + k))))
+                .collect(),
             _ => (0..b)
                 .map(|k| (0..N).fold(0u8, |acc, r| acc.wrapping_add(val(r, k))))
                 .collect(),

@@ -22,7 +22,7 @@
  * host and host to device, a truncated device receive (MPI_ERR_TRUNCATE, the bytes that fit),
  * Allreduce (MPI_SUM on ints, and in place; MPI_MAX from a device into a host buffer) and
  * Alltoall (blocks of n bytes where they fit) on device buffers over the whole world, then
- * Gather, Scatter, Allgatherv, Alltoallv and Reduce_scatter_block on device buffers (blocks 0 B..1 MiB,
+ * Gather, Scatter, Allgatherv, Alltoallv, Reduce_scatter_block and Reduce on device buffers (blocks 0 B..1 MiB,
  * at most MAX_BYTES in all per buffer). Every
  * result is compared with closed-form values. Without a CUDA device it prints
  * "SKIP: no CUDA device (<reason>)" and exits 0. */
@@ -289,6 +289,19 @@ static void colls(size_t max) {
             int want = size * (size + 1) / 2 + size * (int)(at % 7);
             if (hi[i] != want) { fail("reduce_scatter_block", b, i, (unsigned)hi[i], (unsigned)want); break; }
         }
+        /* Reduce to rank 1 of the same input's first size * cnt ints: the root's result only. */
+        size_t rn = cnt * (size_t)size;
+        for (size_t i = 0; i < rn; i++) hi[i] = rank + 1 + (int)(i % 7);
+        CU(cudaMemcpy_(d, h, rn * sizeof(int), cudaMemcpyDefault_));
+        CU(cudaMemset_(d2, 0xee, rn * sizeof(int) + 64));
+        MPI_Reduce(d, d2, (int)rn, MPI_INT, MPI_SUM, 1, MPI_COMM_WORLD);
+        CU(cudaMemcpy_(h, d2, rn * sizeof(int) + 64, cudaMemcpyDefault_));
+        for (size_t i = 0; i < rn && rank == 1; i++) {
+            int want = size * (size + 1) / 2 + size * (int)(i % 7);
+            if (hi[i] != want) { fail("reduce", b, i, (unsigned)hi[i], (unsigned)want); break; }
+        }
+        for (size_t i = rn * sizeof(int); i < rn * sizeof(int) + 64; i++)
+            if (h[i] != 0xee) { fail("reduce wrote past its buffer", b, i, h[i], 0xee); break; }
     }
     CU(cudaFree_(d));
     CU(cudaFree_(d2));
