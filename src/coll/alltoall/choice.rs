@@ -218,7 +218,7 @@ mod tests {
                 milli_cpus: 250,
                 force: Force::Auto,
             };
-            let edge = 65536 / per_node;
+            let edge = 65536usize.div_ceil(per_node);
             assert_eq!(plan.pick(1), Pick::Leaders, "{nodes:?}");
             assert_eq!(plan.pick(edge - 1), Pick::Leaders, "{nodes:?}");
             assert_eq!(plan.pick(edge), Pick::Forwarders, "{nodes:?}");
