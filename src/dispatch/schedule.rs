@@ -146,8 +146,7 @@ impl CollSpec {
     /// alltoallv whose blocks are all `p.bytes` long on every rank): the schedule through the
     /// node leaders (`coll::hier`), one aggregator per node and rail (`coll::alltoall::rails`)
     /// or the PXN forwarders (`coll::alltoall::pxn`), as `Plan::pick` chooses for the block
-    /// size. A piece that the plan gives the leaders takes the schedule the call would without
-    /// PXN (`None`).
+    /// size. A piece that the plan gives the leaders takes the aggregators.
     fn pxn_alltoall(&self, args: &CollArgs, p: &Packed) -> MpiResult<Option<coll::Schedule>> {
         use coll::alltoall::{choice::Pick, pxn, rails};
         if self.kind != CollKind::Alltoall {
@@ -164,7 +163,10 @@ impl CollSpec {
                     Pick::Forwarders,
                     pxn::build_blocks(args, nodes, &plan.via, &|_, _| len, p.sblocks, p.rblocks),
                 ),
-                Pick::Rails => (
+                // A piece's blocks lie apart in the user's buffers, which the leaders'
+                // schedule (whole contiguous buffers) cannot take: the aggregators, the
+                // cheaper of the other two below the same size.
+                Pick::Rails | Pick::Leaders => (
                     Pick::Rails,
                     rails::build_blocks(
                         args,
@@ -175,7 +177,6 @@ impl CollSpec {
                         p.rblocks,
                     ),
                 ),
-                Pick::Leaders => return Ok(None),
             },
             Some(_) => return Ok(None),
         };

@@ -210,8 +210,20 @@ fn alltoall_auto_choice_by_size_and_cpus() {
         });
         (pick, ops)
     };
-    assert_eq!(run(&plan, 64), (Pick::Leaders, (2, 0)), "small, shared CPUs");
-    assert_eq!(run(&plan, 256), (Pick::Forwarders, (16, 0)), "large, shared CPUs");
+    assert_eq!(
+        run(&plan, 64),
+        (Pick::Leaders, (2, 0)),
+        "small, shared CPUs"
+    );
+    assert_eq!(
+        run(&plan, 256),
+        (Pick::Forwarders, (16, 0)),
+        "large, shared CPUs"
+    );
     plan.milli_cpus = 8000;
-    assert_eq!(run(&plan, 64), (Pick::Rails, (4, 0)), "small, a CPU per rank");
+    assert_eq!(
+        run(&plan, 64),
+        (Pick::Rails, (4, 0)),
+        "small, a CPU per rank"
+    );
 }

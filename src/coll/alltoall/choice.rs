@@ -206,7 +206,10 @@ mod tests {
         for (nodes, rail) in [
             (vec![0, 0, 0, 0, 1, 1, 1, 1], vec![0, 1, 0, 1, 0, 1, 0, 1]),
             (vec![0, 0, 1, 1], vec![0, 1, 0, 1]),
-            (vec![0, 0, 0, 1, 1, 1, 2, 2, 2], vec![0, 1, 2, 0, 1, 2, 0, 1, 2]),
+            (
+                vec![0, 0, 0, 1, 1, 1, 2, 2, 2],
+                vec![0, 1, 2, 0, 1, 2, 0, 1, 2],
+            ),
         ] {
             let g = Nodes::new(&nodes);
             let per_node = g.ranks.iter().map(Vec::len).max().unwrap();
