@@ -7,7 +7,9 @@
 # the median time of each mode, the ratio of the first mode's to each other's, and each mode's
 # network operations and cross-rail operations of one call (summed over the ranks: the
 # GPUMPI_DEBUG=1 counters at MPI_Finalize of a job of 1+COUNT calls minus those of a job of 1
-# call, divided by COUNT; network sends plus bulk transfers, each one network operation).
+# call, divided by COUNT; network sends plus bulk transfers, each one network operation), and
+# the CPU time of one call (user plus system of every rank of the job, from the same two jobs:
+# where the ranks outnumber the cores, the call's time is about this divided by the cores).
 #
 # usage: benches/pxn_bench.sh GPUMPI_PREFIX [OUT_DIR]
 #   env: LAYOUTS ("2 4": ranks per node; 2 nodes each), RAILS (2), SPINE (250mbit),
@@ -44,7 +46,7 @@ job() {
     local pxn=${mode%%:*} sched=auto
     [[ $mode == *:* ]] && sched=${mode#*:}
     GPUMPI_COLL_HIER=$hier GPUMPI_DEBUG=1 GPUMPI_PXN=$pxn GPUMPI_PXN_ALLTOALL=$sched \
-        "$prefix/bin/mpirun" --oversubscribe -n "$n" --timeout 900 \
+        /usr/bin/time -o "$out/raw/$tag.cpu" -f '%U %S' "$prefix/bin/mpirun" --oversubscribe -n "$n" --timeout 900 \
         "$repo/scripts/emulate-nodes.sh" --netns "$ns" --rails "$rails" 2 \
         "$out/gpumpi-bench" -o "$op" "$@" >"$out/raw/$tag.out" 2>"$out/raw/$tag.err" ||
         { echo "run failed: $tag (see $out/raw)" >&2; exit 1; }
@@ -97,17 +99,18 @@ def per_call(mode, size):
     tag = f"{raw}/cnt-{per}-{mode.replace(':', '-')}-{size}"
     o1, c1 = counters(f"{tag}-1.err")
     o2, c2 = counters(f"{tag}-{1 + count}.err")
-    return (o2 - o1) / count, (c2 - c1) / count
+    cpu = lambda c: sum(float(x) for x in open(f"{tag}-{c}.cpu").read().split()[-2:])
+    return (o2 - o1) / count, (c2 - c1) / count, (cpu(1 + count) - cpu(1)) / count * 1e6
 t = {m: times(m) for m in modes}
 base = modes[0]
 print(f"2 nodes x {per} ranks: {len(modes)} modes; time us, median [min-max] of {rounds} rounds; "
-      f"ratio = {base}'s median / the mode's; ops and cross-rail per call, all ranks")
+      f"ratio = {base}'s median / the mode's; ops, cross-rail and CPU us per call, all ranks")
 head = f"{'bytes':>10} {'block':>8}"
 for m in modes:
     head += f" | {'PXN=' + m:>28}"
     if m != base:
         head += f" {'ratio':>6}"
-    head += f" {'ops':>7} {'cross':>6}"
+    head += f" {'ops':>7} {'cross':>6} {'cpu':>7}"
 print(head)
 for s in sorted(t[base]):
     row = f"{s:>10} {s // (2 * per):>8}"
@@ -117,7 +120,7 @@ for s in sorted(t[base]):
         if m != base:
             row += f" {t[base][s][0] / med:>6.2f}"
         c = per_call(m, s)
-        row += f" {c[0]:>7.1f} {c[1]:>6.1f}" if c else f" {'-':>7} {'-':>6}"
+        row += f" {c[0]:>7.1f} {c[1]:>6.1f} {c[2]:>7.0f}" if c else f" {'-':>7} {'-':>6} {'-':>7}"
     print(row)
 PY
 done

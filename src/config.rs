@@ -525,7 +525,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_PXN_ALLTOALL",
         default: "auto",
-        doc: "The schedule of an alltoall between nodes with PXN on (docs/MULTINODE.md, \"Alltoall through the forwarders\"): `rails`: one aggregator per node and rail, one network message per (pair of nodes, rail); `forwarders`: one network message per (forwarder, destination); `auto`: the aggregators while the bytes one rank gets from one node (ranks per node times the block) are below the job's bulk threshold (the smallest `GPUMPI_NET_BULK_MIN` of its ranks), the forwarders from there on. Must be the same on every rank.",
+        doc: "The schedule of an alltoall between nodes with PXN on (docs/MULTINODE.md, \"Alltoall through the forwarders\"): `leaders`: the node leaders' schedule PXN off takes (one rank of each node gathers and sends one network message per pair of nodes); `rails`: one aggregator per node and rail, one network message per (pair of nodes, rail); `forwarders`: one network message per (forwarder, destination); `auto`: while the bytes one rank gets from one node (ranks per node times the block) are below the job's bulk threshold (the smallest `GPUMPI_NET_BULK_MIN` of its ranks), the leaders where some rank has less than a CPU to itself (ranks sharing CPUs, as exchanged at MPI_Init) and the aggregators where each has one; the forwarders from there on. Must be the same on every rank.",
         same_on_every_rank: true,
     },
     Param {

@@ -168,47 +168,65 @@ impl CollSpec {
     }
 
     /// An alltoall between nodes with PXN on (`CommObj::pxn_plan`), or a piece of one (an
-    /// alltoallv whose blocks are all `p.bytes` long on every rank): the schedule through one
-    /// aggregator per node and rail (`coll::alltoall::rails`) or through the PXN forwarders
-    /// (`coll::alltoall::pxn`), as `Plan::pick` chooses for the block size.
-    fn pxn_alltoall(&self, args: &CollArgs, p: &Packed) -> Option<coll::Schedule> {
+    /// alltoallv whose blocks are all `p.bytes` long on every rank): the schedule through the
+    /// node leaders (`coll::hier`), one aggregator per node and rail (`coll::alltoall::rails`)
+    /// or the PXN forwarders (`coll::alltoall::pxn`), as `Plan::pick` chooses for the block
+    /// size. A piece that the plan gives the leaders takes the aggregators.
+    fn pxn_alltoall(&self, args: &CollArgs, p: &Packed) -> MpiResult<Option<coll::Schedule>> {
         use coll::alltoall::{choice::Pick, pxn, rails};
         if self.kind != CollKind::Alltoall {
-            return None;
+            return Ok(None);
         }
-        let plan = self.comm.pxn_plan()?;
-        let nodes = self.comm.nodes.as_deref()?;
-        let pick = plan.pick(p.bytes);
+        let (Some(plan), Some(nodes)) = (self.comm.pxn_plan(), self.comm.nodes.as_deref()) else {
+            return Ok(None);
+        };
+        let len = p.bytes;
+        let (pick, sched) = match p.as_kind {
+            None => plan.build(args, nodes)?,
+            Some(CollKind::Alltoallv) => match plan.pick(len) {
+                Pick::Forwarders => (
+                    Pick::Forwarders,
+                    pxn::build_blocks(args, nodes, &plan.via, &|_, _| len, p.sblocks, p.rblocks),
+                ),
+                // A piece's blocks lie apart in the user's buffers, which the leaders'
+                // schedule (whole contiguous buffers) cannot take: the aggregators, the
+                // cheaper of the other two below the same size.
+                Pick::Rails | Pick::Leaders => (
+                    Pick::Rails,
+                    rails::build_blocks(
+                        args,
+                        nodes,
+                        &plan.rails,
+                        &|_, _| len,
+                        p.sblocks,
+                        p.rblocks,
+                    ),
+                ),
+            },
+            Some(_) => return Ok(None),
+        };
         tracing::debug!(
             "alltoall through the PXN {} over {} nodes",
             pick.name(),
             nodes.count()
         );
-        let len = p.bytes;
-        Some(match (p.as_kind, pick) {
-            (None, Pick::Forwarders) => pxn::build(args, nodes, &plan.via),
-            (None, Pick::Rails) => rails::build(args, nodes, &plan.rails),
-            (Some(CollKind::Alltoallv), Pick::Forwarders) => {
-                pxn::build_blocks(args, nodes, &plan.via, len, p.sblocks, p.rblocks)
-            }
-            (Some(CollKind::Alltoallv), Pick::Rails) => {
-                rails::build_blocks(args, nodes, &plan.rails, &|_, _| len, p.sblocks, p.rblocks)
-            }
-            (Some(_), _) => return None,
-        })
+        Ok(Some(sched))
     }
 
     /// A blocking alltoallv/alltoallw between nodes with PXN on (`CommObj::pxn_plan`): the
     /// ranks of each node first tell each other their block lengths (`coll::alltoall::counts`,
     /// internal collective `no.nested(..)`, over shared memory), then the call runs through one
-    /// aggregator per node and rail (`coll::alltoall::rails`), whose blocks may have any length.
+    /// aggregator per node and rail (`coll::alltoall::rails`), or through the forwarders
+    /// (`coll::alltoall::pxn`) where `GPUMPI_PXN_ALLTOALL=forwarders`; both take blocks of any
+    /// length.
     unsafe fn pxn_alltoallv(
         &self,
         no: CallNo,
         args: &CollArgs,
         p: &Packed,
     ) -> MpiResult<Option<coll::Schedule>> {
-        use coll::alltoall::{counts, rails};
+        use coll::alltoall::choice::{Force, Pick};
+        use coll::alltoall::{counts, pxn, rails};
         if !matches!(self.kind, CollKind::Alltoallv | CollKind::Alltoallw)
             || p.as_kind.is_some()
             || !p.tell_counts
@@ -256,19 +274,24 @@ impl CollSpec {
             ));
         }
         let lens = counts::NodeLens::new(nodes, g, &rows);
+        let len = |s: usize, d: usize| lens.len(s, d);
+        // Only the lengths between this node and the others are known here, so every rank
+        // takes the same schedule only where nothing depends on them: the forwarders where
+        // `GPUMPI_PXN_ALLTOALL` forces them, else the aggregators (any length, any size).
+        let pick = match plan.force {
+            Force::Forwarders => Pick::Forwarders,
+            _ => Pick::Rails,
+        };
         tracing::debug!(
-            "{} through the PXN rail aggregators over {} nodes",
+            "{} through the PXN {} over {} nodes",
             self.kind.name(),
+            pick.name(),
             nodes.count()
         );
-        Ok(Some(rails::build_blocks(
-            args,
-            nodes,
-            &plan.rails,
-            &|s, d| lens.len(s, d),
-            sblocks,
-            p.rblocks,
-        )))
+        Ok(Some(match pick {
+            Pick::Forwarders => pxn::build_blocks(args, nodes, &plan.via, &len, sblocks, p.rblocks),
+            _ => rails::build_blocks(args, nodes, &plan.rails, &len, sblocks, p.rblocks),
+        }))
     }
 
     /// Build the schedule of call (or internal call) `no` over packed operands `p` (the
@@ -298,7 +321,7 @@ impl CollSpec {
             nodes: self.comm.node_count,
         };
         let kind = p.as_kind.unwrap_or(self.kind);
-        let pxn = match self.pxn_alltoall(&args, &p) {
+        let pxn = match self.pxn_alltoall(&args, &p)? {
             Some(s) => Some(s),
             None => self.pxn_alltoallv(no, &args, &p)?,
         };

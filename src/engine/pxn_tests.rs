@@ -174,3 +174,56 @@ fn alltoall_network_operations_with_and_without_pxn() {
     assert_eq!(pw_on_cross, 0, "pairwise, PXN on");
     assert!(pw_on <= off, "pairwise, PXN on: {pw_on} operations");
 }
+
+/// The automatic choice (`coll::alltoall::choice::Plan::build`) on the same 2 nodes x 4 ranks
+/// on 2 rails with PXN on: where ranks share CPUs (250 thousandths each, as 8 ranks on 2
+/// CPUs), blocks below the plan's size (ranks per node x block below `relay`) take the node
+/// leaders (2 network operations, none across rails) and blocks from there on the forwarders
+/// (16, none across); where every rank has a CPU the small blocks take the rail aggregators (4).
+#[test]
+fn alltoall_auto_choice_by_size_and_cpus() {
+    use crate::coll::alltoall::choice::{Force, Pick, Plan};
+    let l = Layout {
+        node_of: vec![0, 0, 0, 0, 1, 1, 1, 1],
+        rail_of: vec![0, 1, 0, 1, 0, 1, 0, 1],
+    };
+    let n = l.node_of.len();
+    let nodes = Nodes::new(&l.node_of);
+    let mut plan = Plan {
+        via: pxn::Via::new(&nodes, |s, d| proxy(&l, s, d, true).unwrap_or(s)),
+        rails: rails::Rails::new(&nodes, &l.rail_of),
+        per_node: 4,
+        relay: 1024,
+        milli_cpus: 250,
+        force: Force::Auto,
+    };
+    let run = |plan: &Plan, len: usize| {
+        let args = |r: usize| CollArgs {
+            nodes: 2,
+            ..CollArgs::new(r, n, len)
+        };
+        let pick = plan.pick(len);
+        let ops = second_call_ops(&l, true, len, &|r| {
+            let (p, s) = plan.build(&args(r), &nodes).unwrap();
+            assert_eq!(p, pick);
+            s
+        });
+        (pick, ops)
+    };
+    assert_eq!(
+        run(&plan, 64),
+        (Pick::Leaders, (2, 0)),
+        "small, shared CPUs"
+    );
+    assert_eq!(
+        run(&plan, 256),
+        (Pick::Forwarders, (16, 0)),
+        "large, shared CPUs"
+    );
+    plan.milli_cpus = 8000;
+    assert_eq!(
+        run(&plan, 64),
+        (Pick::Rails, (4, 0)),
+        "small, a CPU per rank"
+    );
+}

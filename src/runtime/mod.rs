@@ -434,15 +434,17 @@ fn check_same_on_every_rank(boot: &dyn Bootstrap, mine: &str) -> MpiResult<()> {
 /// `GPUMPI_NET_TCP_STRIPE=auto`).
 const CPUS_KEY: &str = "gpumpi-cpus";
 
-/// Where PXN is on (set at `MPI_Init`): the rail of every world rank and the job's bulk
+/// Where PXN is on (set at `MPI_Init`): the rail of every world rank, the job's bulk
 /// threshold (the smallest rank's `GPUMPI_NET_BULK_MIN`, `off` counting as one frame's
-/// payload); the alltoall between nodes goes through the PXN forwarders or rail aggregators
-/// (`coll::alltoall::pxn`, `CommObj::pxn_plan`).
-static PXN_RAILS: OnceLock<(Vec<usize>, usize)> = OnceLock::new();
+/// payload) and the thousandths of a CPU the rank with the fewest has to itself
+/// (`coll::pieces::milli_cpus`); the alltoall between nodes goes through the node leaders, the
+/// rail aggregators or the PXN forwarders (`coll::alltoall::choice`, `CommObj::pxn_plan`).
+static PXN_RAILS: OnceLock<(Vec<usize>, usize, usize)> = OnceLock::new();
 
-/// Each world rank's rail and the job's bulk threshold where PXN is on, else `None`.
-pub fn pxn_rails() -> Option<(&'static [usize], usize)> {
-    PXN_RAILS.get().map(|(r, b)| (r.as_slice(), *b))
+/// Each world rank's rail, the job's bulk threshold and its ranks' least thousandths of a CPU
+/// where PXN is on, else `None`.
+pub fn pxn_rails() -> Option<(&'static [usize], usize, usize)> {
+    PXN_RAILS.get().map(|(r, b, c)| (r.as_slice(), *b, *c))
 }
 
 /// The piece size of large collectives between nodes chosen at `MPI_Init` ([`coll_piece`]).
@@ -847,7 +849,11 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 .map_err(|e| MpiError::other(format!("MPI_Init: {e}")))?;
             let pxn = layout.enabled(mode);
             if pxn {
-                let _ = PXN_RAILS.set((layout.rail_of.clone(), relay));
+                let least = crate::coll::pieces::milli_cpus(&cpus)
+                    .into_iter()
+                    .min()
+                    .unwrap_or(0);
+                let _ = PXN_RAILS.set((layout.rail_of.clone(), relay, least));
             }
             let hops = crate::topo::pxn::routes(&layout, rank, pxn);
             tracing::info!(

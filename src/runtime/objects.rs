@@ -128,7 +128,7 @@ impl CommObj {
         self.pxn
             .get_or_init(|| {
                 let nodes = self.nodes.as_deref()?;
-                let (rails, relay) = crate::runtime::pxn_rails()?;
+                let (rails, relay, milli_cpus) = crate::runtime::pxn_rails()?;
                 let rail: Vec<usize> = self.group.ranks.iter().map(|&w| rails[w]).collect();
                 let via = pxn_via(nodes, &rail)?;
                 let force = crate::coll::alltoall::choice::Force::parse(
@@ -143,6 +143,7 @@ impl CommObj {
                     rails: crate::coll::alltoall::rails::Rails::new(nodes, &rail),
                     per_node: nodes.ranks.iter().map(Vec::len).max().unwrap_or(1),
                     relay,
+                    milli_cpus,
                     force,
                 }))
             })

@@ -1,6 +1,11 @@
-//! Which schedule an alltoall between nodes takes with PXN on: the rail aggregators
-//! (`rails`) or the forwarders (`pxn`), by block size ([`rail_aggregators_pay`]), or as
+//! Which schedule an alltoall between nodes takes with PXN on: the node leaders (`hier`, the
+//! schedule PXN off takes), the rail aggregators (`rails`) or the forwarders (`pxn`), by block
+//! size and the CPUs the ranks have ([`leaders_pay`], [`rail_aggregators_pay`]), or as
 //! `GPUMPI_PXN_ALLTOALL` forces.
+
+use crate::coll::hier::{self, Nodes};
+use crate::coll::{CollArgs, CollKind, Schedule};
+use crate::mpi::error::MpiResult;
 
 /// The PXN alltoall of a communicator: the forwarders (`pxn::Via`) and the rail aggregators
 /// (`rails::Rails`) over its ranks, with the size below which the rail aggregators' schedule
@@ -13,14 +18,19 @@ pub struct Plan {
     pub per_node: usize,
     /// `relay` of [`rail_aggregators_pay`]: the job's bulk threshold.
     pub relay: usize,
+    /// `milli_cpus` of [`leaders_pay`]: the thousandths of a CPU the job's rank with the fewest
+    /// has to itself (`coll::pieces::milli_cpus`, exchanged at `MPI_Init`).
+    pub milli_cpus: usize,
     pub force: Force,
 }
 
 /// `GPUMPI_PXN_ALLTOALL`: which schedule an alltoall through PXN takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Force {
-    /// By size ([`rail_aggregators_pay`]).
+    /// By size and CPUs ([`leaders_pay`], [`rail_aggregators_pay`]).
     Auto,
+    /// The node leaders at every size.
+    Leaders,
     /// One aggregator per (node, rail) at every size.
     Rails,
     /// The forwarders at every size.
@@ -31,10 +41,11 @@ impl Force {
     pub fn parse(v: Option<&str>) -> Result<Force, String> {
         match v.map(str::trim).unwrap_or("") {
             "" | "auto" => Ok(Force::Auto),
+            "leaders" => Ok(Force::Leaders),
             "rails" => Ok(Force::Rails),
             "forwarders" => Ok(Force::Forwarders),
             o => Err(format!(
-                "GPUMPI_PXN_ALLTOALL={o}: expected auto, rails or forwarders"
+                "GPUMPI_PXN_ALLTOALL={o}: expected auto, leaders, rails or forwarders"
             )),
         }
     }
@@ -43,6 +54,10 @@ impl Force {
 /// The schedule an alltoall through PXN takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pick {
+    /// `hier`: the lowest rank of each node gathers its node's blocks and sends one network
+    /// message per pair of nodes (the schedule PXN off takes; its messages follow the PXN
+    /// routes, so none crosses rails where a rank of the node sits on the other leader's rail).
+    Leaders,
     /// `rails`: one network message per (node pair, rail), relayed by the rail's aggregators.
     Rails,
     /// `pxn`: one network message per (forwarder, destination).
@@ -52,6 +67,7 @@ pub enum Pick {
 impl Pick {
     pub fn name(self) -> &'static str {
         match self {
+            Pick::Leaders => "node leaders",
             Pick::Rails => "rail aggregators",
             Pick::Forwarders => "forwarders",
         }
@@ -78,22 +94,63 @@ pub fn rail_aggregators_pay(per_node: usize, block: usize, relay: usize) -> bool
     per_node.saturating_mul(block) < relay
 }
 
+/// Whether the node leaders' schedule (one rank of each node gathers, sends one message per
+/// other node, and scatters: the schedule PXN off takes) costs less than the rail aggregators'
+/// for blocks of `block` bytes on nodes of up to `per_node` ranks, where the rank with the
+/// fewest CPUs has `milli_cpus` thousandths of one to itself.
+///
+/// Below the size where [`rail_aggregators_pay`] a call's cost is its messages, not its bytes.
+/// The two schedules take the same hops on a block's way (one through shared memory, one over
+/// the network, one through shared memory) but differ in how many messages they move:
+///
+/// - one rank's path: a leader handles `2(P-1)` messages inside the node and `2(N-1)` over the
+///   network, an aggregator as many plus `k-1` relayed, and the leader alone copies its whole
+///   node's blocks twice and sends them over one rail. With a CPU per rank the ranks work in
+///   parallel, a call takes about its longest path, and the aggregators cost no more;
+/// - the node's total: the leaders' schedule moves `2(P-1)` messages inside the node, every
+///   schedule without a leader `P(P-1)` (each ordered pair of the node's ranks, which
+///   [`rail_aggregators_pay`] weighs on one path only). Where ranks share CPUs (fewer CPUs
+///   than ranks: a rank waiting for a message gives its CPU to the others) a call takes about
+///   the node's total work divided by its CPUs, which the leaders keep smallest.
+///
+/// So the leaders pay below the aggregators' size where a rank has less than a CPU to itself,
+/// never where each has one. From the aggregators' size on the bytes dominate, and the rails
+/// carrying their share (instead of the leader's one) win. `milli_cpus` is the job's least
+/// (every rank computes the same, so every rank decides alike).
+pub fn leaders_pay(per_node: usize, block: usize, relay: usize, milli_cpus: usize) -> bool {
+    milli_cpus < 1000 && rail_aggregators_pay(per_node, block, relay)
+}
+
 impl Plan {
     /// The schedule for blocks of `block` bytes.
     pub fn pick(&self, block: usize) -> Pick {
+        let (p, r, c) = (self.per_node, self.relay, self.milli_cpus);
         match self.force {
+            Force::Leaders => Pick::Leaders,
             Force::Rails => Pick::Rails,
             Force::Forwarders => Pick::Forwarders,
-            Force::Auto if rail_aggregators_pay(self.per_node, block, self.relay) => Pick::Rails,
+            Force::Auto if leaders_pay(p, block, r, c) => Pick::Leaders,
+            Force::Auto if rail_aggregators_pay(p, block, r) => Pick::Rails,
             Force::Auto => Pick::Forwarders,
         }
+    }
+
+    /// The schedule of a whole alltoall of `a.bytes` per block over `nodes` (the
+    /// communicator's), and which one it is.
+    pub fn build(&self, a: &CollArgs, nodes: &Nodes) -> MpiResult<(Pick, Schedule)> {
+        let pick = self.pick(a.bytes);
+        let sched = match pick {
+            Pick::Leaders => hier::build(CollKind::Alltoall, a, nodes)?,
+            Pick::Rails => super::rails::build(a, nodes, &self.rails),
+            Pick::Forwarders => super::pxn::build(a, nodes, &self.via),
+        };
+        Ok((pick, sched))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coll::hier::Nodes;
 
     #[test]
     fn rail_aggregators_below_the_relay_size_forwarders_from_there() {
@@ -110,6 +167,7 @@ mod tests {
             rails: crate::coll::alltoall::rails::Rails::new(&nodes, &rail),
             per_node: 4,
             relay: 65536,
+            milli_cpus: 8000,
             force: Force::Auto,
         };
         assert_eq!(plan.pick(1), Pick::Rails);
@@ -122,10 +180,67 @@ mod tests {
         plan.force = Force::Rails;
         assert_eq!(plan.pick(1 << 30), Pick::Rails);
         assert_eq!(Force::parse(None), Ok(Force::Auto));
+        assert_eq!(Force::parse(Some("leaders")), Ok(Force::Leaders));
         assert_eq!(Force::parse(Some(" rails ")), Ok(Force::Rails));
         assert_eq!(Force::parse(Some("forwarders")), Ok(Force::Forwarders));
-        assert!(Force::parse(Some("leaders"))
+        assert!(Force::parse(Some("pairwise"))
             .unwrap_err()
             .contains("GPUMPI_PXN_ALLTOALL"));
+    }
+
+    /// The leaders below the aggregators' size where ranks share CPUs (less than 1000
+    /// thousandths each), never where each has a CPU; the same size boundary for any shape.
+    #[test]
+    fn leaders_below_the_relay_size_where_ranks_share_cpus() {
+        // 2 nodes x 4 ranks on one 2-CPU machine (this build VM): 250 thousandths each.
+        assert!(leaders_pay(4, 1, 65536, 250));
+        assert!(leaders_pay(4, 16383, 65536, 250));
+        assert!(!leaders_pay(4, 16384, 65536, 250));
+        assert!(leaders_pay(4, 16383, 65536, 999));
+        // A 64-core host with 8 ranks (8000 each), or exactly one CPU per rank.
+        assert!(!leaders_pay(8, 1, 65536, 8000));
+        assert!(!leaders_pay(4, 1, 65536, 1000));
+        // 16 ranks per node on 8 CPUs: the size boundary scales with the ranks per node.
+        assert!(leaders_pay(16, 4095, 65536, 500));
+        assert!(!leaders_pay(16, 4096, 65536, 500));
+        for (nodes, rail) in [
+            (vec![0, 0, 0, 0, 1, 1, 1, 1], vec![0, 1, 0, 1, 0, 1, 0, 1]),
+            (vec![0, 0, 1, 1], vec![0, 1, 0, 1]),
+            (
+                vec![0, 0, 0, 1, 1, 1, 2, 2, 2],
+                vec![0, 1, 2, 0, 1, 2, 0, 1, 2],
+            ),
+        ] {
+            let g = Nodes::new(&nodes);
+            let per_node = g.ranks.iter().map(Vec::len).max().unwrap();
+            let mut plan = Plan {
+                via: crate::coll::alltoall::pxn::tests::rail_rule(&g, &rail),
+                rails: crate::coll::alltoall::rails::Rails::new(&g, &rail),
+                per_node,
+                relay: 65536,
+                milli_cpus: 250,
+                force: Force::Auto,
+            };
+            let edge = 65536usize.div_ceil(per_node);
+            assert_eq!(plan.pick(1), Pick::Leaders, "{nodes:?}");
+            assert_eq!(plan.pick(edge - 1), Pick::Leaders, "{nodes:?}");
+            assert_eq!(plan.pick(edge), Pick::Forwarders, "{nodes:?}");
+            plan.milli_cpus = 16000;
+            assert_eq!(plan.pick(1), Pick::Rails, "{nodes:?}");
+            assert_eq!(plan.pick(edge - 1), Pick::Rails, "{nodes:?}");
+            assert_eq!(plan.pick(edge), Pick::Forwarders, "{nodes:?}");
+            plan.force = Force::Leaders;
+            assert_eq!(plan.pick(1 << 30), Pick::Leaders, "{nodes:?}");
+            // Every rank of the shape builds the schedule its pick names.
+            for r in 0..nodes.len() {
+                let a = CollArgs {
+                    nodes: g.count(),
+                    ..CollArgs::new(r, nodes.len(), 8)
+                };
+                let (pick, sched) = plan.build(&a, &g).unwrap();
+                assert_eq!(pick, Pick::Leaders);
+                assert_eq!(sched, hier::build(CollKind::Alltoall, &a, &g).unwrap());
+            }
+        }
     }
 }

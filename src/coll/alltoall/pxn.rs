@@ -14,10 +14,11 @@
 //!
 //! So the network carries one message per (forwarder, destination) pair: with PXN the local
 //! ranks of a rail share their messages to a remote rank, and the operations of one alltoall
-//! are those of the PXN plan with aggregation (`topo::pxn::alltoall`). Every block length is
-//! the same `len` on every rank (an alltoall, or a piece of one), so a forwarder knows the size
-//! of what it carries without asking. A message that holds a single block goes straight from
-//! the sender's buffer into the receiver's (no copy); packed ones go through `Tmp`.
+//! are those of the PXN plan with aggregation (`topo::pxn::alltoall`). A forwarder must know
+//! the length of every block it carries: in an alltoall (or a piece of one) every block has
+//! the same length; in an alltoallv the ranks of a node tell each other theirs first
+//! (`counts`). A message that holds a single block goes straight from the sender's buffer into
+//! the receiver's (no copy); packed ones go through `Tmp`; empty ones are not sent.
 
 use crate::coll::hier::Nodes;
 use crate::coll::schedule::{Builder, Region};
@@ -66,44 +67,47 @@ impl Via {
     }
 }
 
-/// One message to `to` carrying `blocks` (each `len` bytes) in order: a single block is sent
-/// where it lies, several are first packed into scratch from `alloc`; none sends nothing.
+/// One message to `to` carrying `blocks` in order: a single block is sent where it lies,
+/// several are first packed into scratch from `alloc`; none, or only empty ones, send nothing
+/// (the receiver knows the same lengths and posts nothing either).
 fn send_packed(
     b: &mut Builder,
     alloc: &mut impl FnMut(usize) -> usize,
     to: usize,
     blocks: &[Region],
-    len: usize,
 ) {
+    let total: usize = blocks.iter().map(|x| x.len).sum();
     match blocks {
         [] => {}
-        [one] => b.send(to, *one),
+        [one] => b.send_nz(to, *one),
+        _ if total == 0 => {}
         _ => {
-            let at = alloc(blocks.len() * len);
-            for (i, blk) in blocks.iter().enumerate() {
-                b.copy(*blk, Region::tmp(at + i * len, len));
+            let at = alloc(total);
+            let mut k = at;
+            for blk in blocks {
+                b.copy(*blk, Region::tmp(k, blk.len));
+                k += blk.len;
             }
-            b.send(to, Region::tmp(at, blocks.len() * len));
+            b.send(to, Region::tmp(at, total));
         }
     }
 }
 
-/// The schedule of rank `a.rank` for an alltoall whose blocks are `len` bytes on every rank:
-/// `send[d]` in `Send` (`recv[d]` in `Recv` when in place) goes to `d`, `recv[s]` comes from
-/// `s`.
+/// The schedule of rank `a.rank` for an alltoall whose block from `s` to `d` is `len(s, d)`
+/// bytes: `send[d]` in `Send` (`recv[d]` in `Recv` when in place) goes to `d`, `recv[s]`
+/// comes from `s`. Rank `r` asks `len` only for blocks from or to a rank of its node (its own
+/// counts and those the count exchange tells it, `counts::NodeLens`), and every rank that
+/// asks for the same block must get the same length.
 pub fn build_blocks(
     a: &CollArgs,
     nodes: &Nodes,
     via: &Via,
-    len: usize,
+    len: &dyn Fn(usize, usize) -> usize,
     send: &[Block],
     recv: &[Block],
 ) -> Schedule {
     let (r, n) = (a.rank, a.size);
     let mut b = Builder::new();
-    if len == 0 {
-        return b.finish();
-    }
     let mut tmp = 0;
     let mut alloc = |l: usize| {
         tmp += l;
@@ -111,15 +115,23 @@ pub fn build_blocks(
     };
     // The input blocks; in place they are copied aside first, since received blocks land in Recv.
     let src: Vec<Region> = if a.in_place {
-        let at = alloc(n * len);
+        let total: usize = (0..n).map(|d| len(r, d)).sum();
+        let at = alloc(total);
+        let mut k = at;
+        let mut v = Vec::with_capacity(n);
         for (d, blk) in recv.iter().enumerate().take(n) {
-            b.copy(Region::recv(blk.off, len), Region::tmp(at + d * len, len));
+            let l = len(r, d);
+            b.copy(Region::recv(blk.off, l), Region::tmp(k, l));
+            v.push(Region::tmp(k, l));
+            k += l;
         }
-        (0..n).map(|d| Region::tmp(at + d * len, len)).collect()
+        v
     } else {
-        send.iter().map(|s| Region::send(s.off, len)).collect()
+        (0..n)
+            .map(|d| Region::send(send[d].off, len(r, d)))
+            .collect()
     };
-    let dst = |s: usize| Region::recv(recv[s].off, len);
+    let dst = |s: usize| Region::recv(recv[s].off, len(s, r));
     let g = nodes.of[r];
     let members = &nodes.ranks[g];
     let remote: Vec<usize> = (0..n).filter(|&d| nodes.of[d] != g).collect();
@@ -133,19 +145,20 @@ pub fn build_blocks(
             .chain(remote.iter().copied().filter(|&d| via.get(r, d) == t))
             .collect();
         let blocks: Vec<Region> = mine.iter().map(|&d| src[d]).collect();
-        send_packed(&mut b, &mut alloc, t, &blocks, len);
+        send_packed(&mut b, &mut alloc, t, &blocks);
         // What t sends me: its block for me, then its blocks for the remote ranks I carry.
         let theirs: Vec<usize> = remote
             .iter()
             .copied()
             .filter(|&d| via.get(t, d) == r)
             .collect();
+        let total = len(t, r) + theirs.iter().map(|&d| len(t, d)).sum::<usize>();
         if theirs.is_empty() {
-            b.recv(t, dst(t));
+            b.recv_nz(t, dst(t));
             got.push((t, None, theirs));
         } else {
-            let at = alloc((1 + theirs.len()) * len);
-            b.recv(t, Region::tmp(at, (1 + theirs.len()) * len));
+            let at = alloc(total);
+            b.recv_nz(t, Region::tmp(at, total));
             got.push((t, Some(at), theirs));
         }
     }
@@ -159,12 +172,18 @@ pub fn build_blocks(
             return src[d];
         }
         let (_, at, theirs) = got.iter().find(|(t, _, _)| *t == s).expect("member");
-        let i = theirs.iter().position(|&x| x == d).expect("carried block");
-        Region::tmp(at.expect("packed") + (1 + i) * len, len)
+        let mut k = at.expect("packed") + len(s, r);
+        for &x in theirs {
+            if x == d {
+                return Region::tmp(k, len(s, d));
+            }
+            k += len(s, x);
+        }
+        unreachable!("a carried block")
     };
     for (t, at, _) in &got {
         if let Some(at) = at {
-            b.copy(Region::tmp(*at, len), dst(*t));
+            b.copy(Region::tmp(*at, len(*t, r)), dst(*t));
         }
     }
     // Epoch 2, between nodes: one message per remote rank I carry blocks for.
@@ -175,7 +194,7 @@ pub fn build_blocks(
             .filter(|&s| via.get(s, d) == r)
             .collect();
         let blocks: Vec<Region> = from.iter().map(|&s| held(s, d)).collect();
-        send_packed(&mut b, &mut alloc, d, &blocks, len);
+        send_packed(&mut b, &mut alloc, d, &blocks);
     }
     // One message from each remote rank p that carries blocks for me.
     let mut unpack = Vec::new();
@@ -185,20 +204,24 @@ pub fn build_blocks(
             .copied()
             .filter(|&s| via.get(s, r) == p)
             .collect();
+        let total: usize = from.iter().map(|&s| len(s, r)).sum();
         match from.len() {
             0 => {}
-            1 => b.recv(p, dst(from[0])),
-            k => {
-                let at = alloc(k * len);
-                b.recv(p, Region::tmp(at, k * len));
+            1 => b.recv_nz(p, dst(from[0])),
+            _ if total == 0 => {}
+            _ => {
+                let at = alloc(total);
+                b.recv(p, Region::tmp(at, total));
                 unpack.push((at, from));
             }
         }
     }
     b.wait();
     for (at, from) in unpack {
-        for (i, &s) in from.iter().enumerate() {
-            b.copy(Region::tmp(at + i * len, len), dst(s));
+        let mut k = at;
+        for &s in &from {
+            b.copy(Region::tmp(k, len(s, r)), dst(s));
+            k += len(s, r);
         }
     }
     b.tmp_at_least(tmp);
@@ -210,7 +233,10 @@ pub fn build(a: &CollArgs, nodes: &Nodes, via: &Via) -> Schedule {
     let blocks: Vec<Block> = (0..a.size)
         .map(|i| Block::new(i * a.bytes, a.bytes))
         .collect();
-    build_blocks(a, nodes, via, a.bytes, &blocks, &blocks)
+    if a.bytes == 0 {
+        return Builder::new().finish();
+    }
+    build_blocks(a, nodes, via, &|_, _| a.bytes, &blocks, &blocks)
 }
 
 #[cfg(test)]
@@ -440,6 +466,113 @@ pub(crate) mod tests {
                 run(&nodes, &via, 5, false, "random");
                 run(&nodes, &via, 2, true, "random");
             }
+        }
+    }
+
+    /// Runs every rank's schedule over blocks of `len(s, d)` bytes (packed in rank order in
+    /// each buffer) and checks each block arrived where it belongs; returns the schedules.
+    fn run_blocks(
+        nodes: &Nodes,
+        via: &Via,
+        len: &dyn Fn(usize, usize) -> usize,
+        in_place: bool,
+        name: &str,
+    ) -> Vec<Schedule> {
+        let n = nodes.of.len();
+        let block = |s: usize, d: usize| -> Vec<u8> {
+            (0..len(s, d)).map(|i| (s * 31 + d * 7 + i) as u8).collect()
+        };
+        let layout = |lens: &dyn Fn(usize) -> usize| -> Vec<Block> {
+            let mut off = 0;
+            (0..n)
+                .map(|x| {
+                    let b = Block::new(off, lens(x));
+                    off += lens(x);
+                    b
+                })
+                .collect()
+        };
+        let mut bufs = Vec::with_capacity(n);
+        let mut scheds = Vec::with_capacity(n);
+        for r in 0..n {
+            let (send, recv) = if in_place {
+                let b = layout(&|x| len(r, x));
+                (b.clone(), b)
+            } else {
+                (layout(&|d| len(r, d)), layout(&|s| len(s, r)))
+            };
+            let input: Vec<u8> = (0..n).flat_map(|d| block(r, d)).collect();
+            let rlen: usize = recv.iter().map(|b| b.len).sum();
+            bufs.push(match in_place {
+                true => RankBufs {
+                    send: vec![],
+                    recv: input,
+                },
+                false => RankBufs {
+                    send: input,
+                    recv: vec![0xEE; rlen],
+                },
+            });
+            let a = CollArgs {
+                in_place,
+                ..CollArgs::new(r, n, 0)
+            };
+            scheds.push(build_blocks(&a, nodes, via, len, &send, &recv));
+        }
+        simulate(&scheds, &mut bufs, 1, &|_, _| unreachable!("no reduction"));
+        for (d, b) in bufs.iter().enumerate() {
+            let want: Vec<u8> = (0..n).flat_map(|s| block(s, d)).collect();
+            assert_eq!(b.recv, want, "{name} in place {in_place} rank {d}");
+        }
+        scheds
+    }
+
+    #[test]
+    fn blocks_of_any_length_arrive_through_the_forwarders() {
+        // Alltoallv-like: every (sender, destination) its own length, zeros included.
+        let mut seed = 9u64;
+        for (i, (name, nodes, rail)) in shapes().into_iter().enumerate() {
+            if i % 5 != 0 {
+                continue;
+            }
+            let n = nodes.of.len();
+            let lens: Vec<usize> = (0..n * n)
+                .map(|_| match lcg(&mut seed) % 4 {
+                    0 => 0,
+                    k => lcg(&mut seed) % (7 * k),
+                })
+                .collect();
+            let via = rail_rule(&nodes, &rail);
+            run_blocks(&nodes, &via, &|s, d| lens[s * n + d], false, &name);
+            // In place: the block from s to d and from d to s are the same size.
+            let sym = |s: usize, d: usize| lens[s.min(d) * n + s.max(d)];
+            run_blocks(&nodes, &via, &sym, true, &name);
+            // Nothing at all: no message.
+            let none = run_blocks(&nodes, &via, &|_, _| 0, false, &name);
+            assert!(
+                none.iter().all(|s| s
+                    .steps
+                    .iter()
+                    .all(|st| !matches!(st, Step::Send { .. } | Step::Recv { .. }))),
+                "{name}: empty blocks sent"
+            );
+            // Lengths of at least one byte: one network message per (forwarder,
+            // destination), as with equal blocks.
+            let ones = run_blocks(&nodes, &via, &|s, d| 1 + lens[s * n + d], false, &name);
+            let pairs: std::collections::BTreeSet<(usize, usize)> = (0..n)
+                .flat_map(|s| (0..n).map(move |d| (s, d)))
+                .filter(|&(s, d)| nodes.of[s] != nodes.of[d])
+                .map(|(s, d)| (via.get(s, d), d))
+                .collect();
+            let ops = ones
+                .iter()
+                .enumerate()
+                .flat_map(|(r, s)| s.steps.iter().map(move |st| (r, st)))
+                .filter(|(r, st)| {
+                    matches!(st, Step::Send { peer, .. } if nodes.of[*peer] != nodes.of[*r])
+                })
+                .count();
+            assert_eq!(ops, pairs.len(), "{name}");
         }
     }
 }
