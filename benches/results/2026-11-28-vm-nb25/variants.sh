@@ -24,6 +24,7 @@ for v in "$@"; do
         "${parts[0]}/bin/mpicc" -std=c99 -O2 -o "$work/bench-$(basename "${parts[0]}")" "$here/benches/gpumpi-bench.c" -ldl -lm
 done
 raw() {
+    local z s r
     for z in 1048576 67108864; do for s in 1 2; do
         bash "$nodes" -p "$ns" exec 1 python3 "$here/benches/raw_tcp.py" recv 198.18.0.2 47100 "$s" "$z" &
         r=$!; sleep 0.5

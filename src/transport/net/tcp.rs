@@ -17,12 +17,15 @@
 //!   inline) to the control socket (from the calling thread, during `isend`/`test`). A payload
 //!   of at most [`INLINE_MAX`] bytes (any message of the engine's frames), and every bulk
 //!   payload where the ranks have no CPUs to spare for helper threads ([`stripes_bulk`]),
-//!   follows its header on the control socket (one `sendmsg`
-//!   from the caller's buffer; what the socket does not take is written by the next `test`),
-//!   and the
+//!   follows its header on the control socket (straight from the caller's buffer: one
+//!   `sendmsg` writes the headers and payloads of every message queued; what the socket does
+//!   not take is written by a later `test`), and the
 //!   receiver takes it into the matched buffer while it tests (one `recv` reads up to
 //!   64 KiB of headers and inline payloads ahead; a payload larger than what was read
-//!   ahead is read straight into the receive buffer): a small
+//!   ahead is read straight into the receive buffer, with the next message's header behind
+//!   it in the same `readv`). While the socket is full (sending) or empty (receiving),
+//!   only the test of the request whose bytes move next calls the kernel, so a caller that
+//!   tests every request in flight makes one call per pass, not one per request: a small
 //!   message never waits for a helper thread to wake up at either end (two thread wake-ups
 //!   cost more than the whole loopback round trip). A larger payload is split into at most
 //!   one piece per data socket (pieces of at least [`MIN_CHUNK`] bytes), each piece handed to
@@ -1217,7 +1220,10 @@ impl TcpSend {
                     self.written += n as u64;
                     let mut left = n;
                     while left > 0 {
-                        let it = self.out.front_mut().expect("bytes written of a queued item");
+                        let it = self
+                            .out
+                            .front_mut()
+                            .expect("bytes written of a queued item");
                         let t = left.min(HDR + it.len - it.off);
                         it.off += t;
                         left -= t;
