@@ -596,9 +596,9 @@ fn frame_messages_are_written_inline_and_a_cut_write_resumes_when_writable() {
 /// A caller that tests only the last of many requests in flight still completes it: while the
 /// socket is full (sender) or empty (receiver), tests of requests other than the one whose
 /// bytes move next skip the kernel, but only for a bounded number of tests, so the earlier
-/// messages keep moving. 48 payloads of 1 MiB (more than the socket buffers hold together) on the
-/// control socket, each read straight into its receive with the next header behind it; every
-/// payload arrives intact and in order.
+/// messages keep moving. 32 payloads of 2 MiB (more than the socket buffers hold together) on
+/// the control socket, each read straight into its receive with the next header behind it;
+/// every payload arrives intact and in order.
 #[test]
 fn testing_only_the_last_request_moves_the_earlier_ones() {
     use mpi_abi::transport::net::TAG_BULK;
@@ -606,8 +606,8 @@ fn testing_only_the_last_request_moves_the_earlier_ones() {
     c.stripe = Stripe::Off;
     let net = TcpNet::new(c, SECRET).unwrap();
     let (mut s, mut r) = pair(&net);
-    const K: usize = 48;
-    const N: usize = 1 << 20;
+    const K: usize = 32;
+    const N: usize = 2 << 20;
     let out: Vec<Vec<u8>> = (0..K).map(|i| pattern(100 + i as u64, N)).collect();
     let mut got: Vec<Vec<u8>> = (0..K).map(|_| vec![0u8; N]).collect();
     let smr: Vec<_> = out
