@@ -592,3 +592,82 @@ fn frame_messages_are_written_inline_and_a_cut_write_resumes_when_writable() {
     }
     assert_eq!(s.wait_on(), WaitOn::Idle);
 }
+
+/// A caller that tests only the last of many requests in flight still completes it: while the
+/// socket is full (sender) or empty (receiver), tests of requests other than the one whose
+/// bytes move next skip the kernel, but only for a bounded number of tests, so the earlier
+/// messages keep moving. 32 payloads of 2 MiB (more than the socket buffers hold together) on
+/// the control socket, each read straight into its receive with the next header behind it;
+/// every payload arrives intact and in order.
+#[test]
+fn testing_only_the_last_request_moves_the_earlier_ones() {
+    use mpi_abi::transport::net::TAG_BULK;
+    let mut c = cfg(Family::V4, 1, 1);
+    c.stripe = Stripe::Off;
+    let net = TcpNet::new(c, SECRET).unwrap();
+    let (mut s, mut r) = pair(&net);
+    const K: usize = 32;
+    const N: usize = 2 << 20;
+    let out: Vec<Vec<u8>> = (0..K).map(|i| pattern(100 + i as u64, N)).collect();
+    let mut got: Vec<Vec<u8>> = (0..K).map(|_| vec![0u8; N]).collect();
+    let smr: Vec<_> = out
+        .iter()
+        .map(|b| s.reg_mr(b.as_ptr(), N, MemKind::Host).unwrap())
+        .collect();
+    let rmr: Vec<_> = got
+        .iter()
+        .map(|b| r.reg_mr(b.as_ptr(), N, MemKind::Host).unwrap())
+        .collect();
+    let mut rq = Vec::new();
+    for (b, mr) in got.iter_mut().zip(&rmr) {
+        let rb = RecvBuf {
+            ptr: b.as_mut_ptr(),
+            size: N,
+            tag: TAG_BULK,
+            mr: *mr,
+        };
+        // SAFETY: `got` outlives the requests, all completed below.
+        rq.push(unsafe { r.irecv(&[rb]) }.unwrap().unwrap());
+    }
+    let mut sq = Vec::new();
+    for (b, mr) in out.iter().zip(&smr) {
+        // SAFETY: `out` outlives the requests, all completed below.
+        sq.push(
+            unsafe { s.isend(b.as_ptr(), N, TAG_BULK, *mr) }
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let end = deadline();
+    let (mut sent, mut recvd) = (false, false);
+    while !(sent && recvd) {
+        assert!(
+            Instant::now() < end,
+            "the last of {K} messages did not complete while only it was tested"
+        );
+        if !sent {
+            sent = s.test(sq[K - 1]).unwrap().is_some();
+        }
+        let mut sz = [0usize];
+        if !recvd && r.test(rq[K - 1], &mut sz).unwrap() {
+            assert_eq!(sz[0], N);
+            recvd = true;
+        }
+    }
+    for i in 0..K - 1 {
+        assert_eq!(
+            s.test(sq[i]).unwrap(),
+            Some(N),
+            "send {i} after the last one completed"
+        );
+        let mut sz = [0usize];
+        assert!(
+            r.test(rq[i], &mut sz).unwrap(),
+            "receive {i} after the last one completed"
+        );
+        assert_eq!(sz[0], N);
+    }
+    for (i, (g, o)) in got.iter().zip(&out).enumerate() {
+        assert!(g == o, "message {i} arrived damaged or out of order");
+    }
+}

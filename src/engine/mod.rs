@@ -2096,25 +2096,43 @@ impl Engine {
     }
 
     /// Push queued frames for `dst` until the channel is full. Returns whether any went out.
+    /// A protocol frame with more frames queued behind it is written held
+    /// ([`Transport::try_send_held`]), so that the frames of one flush (a pass's answers to a
+    /// window of requests-to-send) leave as one network operation where the transport
+    /// aggregates; the last frame is written with `try_send`, which posts them all, and a flush
+    /// that stops early posts what it held.
     fn flush(&mut self, dst: usize) -> bool {
         let maxp = self.max_payload;
         let mut did = false;
+        let mut held = false;
         loop {
+            let more = self.st.outq[dst].len() > 1;
             let Some(front) = self.st.outq[dst].front_mut() else {
                 self.st.busy -= 1;
+                if held {
+                    self.tp.post_held();
+                }
                 return did;
             };
             match front {
-                Out::Ctrl(h) => {
-                    if !self.tp.try_send(dst, h, &[]) {
+                Out::Ctrl(_) | Out::CtrlP(..) => {
+                    let (h, p): (&Header, &[u8]) = match &*front {
+                        Out::Ctrl(h) => (h, &[]),
+                        Out::CtrlP(h, p) => (h, p),
+                        _ => unreachable!("matched a control frame"),
+                    };
+                    let ok = if more {
+                        self.tp.try_send_held(dst, h, p)
+                    } else {
+                        self.tp.try_send(dst, h, p)
+                    };
+                    if !ok {
+                        if held {
+                            self.tp.post_held();
+                        }
                         return did;
                     }
-                    self.st.outq[dst].pop_front();
-                }
-                Out::CtrlP(h, p) => {
-                    if !self.tp.try_send(dst, h, p) {
-                        return did;
-                    }
+                    held |= more;
                     self.st.outq[dst].pop_front();
                 }
                 Out::Eager { sreq, off, first } => {
@@ -2155,6 +2173,9 @@ impl Engine {
                         }
                     };
                     if !self.tp.try_send(dst, &h, data) {
+                        if held {
+                            self.tp.post_held();
+                        }
                         return did;
                     }
                     *first = false;
@@ -2189,6 +2210,9 @@ impl Engine {
                         ..Default::default()
                     };
                     if !self.tp.try_send(dst, &h, data) {
+                        if held {
+                            self.tp.post_held();
+                        }
                         return did;
                     }
                     *off += n;

@@ -191,6 +191,66 @@ pub fn send2_nb(fd: RawFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// [`send_nb`] of the slices of `bufs` in order, in one `sendmsg` (at most [`MAX_IOV`] of
+/// them): the headers and payloads of several queued messages leave in one call. Returns the
+/// bytes written, counted across the slices in order.
+pub fn sendv_nb(fd: RawFd, bufs: &[&[u8]]) -> io::Result<usize> {
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_IOV];
+    let n = bufs.len().min(MAX_IOV);
+    for (v, b) in iov.iter_mut().zip(&bufs[..n]) {
+        v.iov_base = b.as_ptr() as *mut libc::c_void;
+        v.iov_len = b.len();
+    }
+    // SAFETY: a zeroed msghdr is valid; it points at n iovecs describing readable slices that
+    // outlive the call; sendmsg does not write through iov_base.
+    let r = unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = n as _;
+        libc::sendmsg(fd, &m, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Most slices one [`sendv_nb`] writes.
+pub const MAX_IOV: usize = 64;
+
+/// [`recv_nb`] into `a`, then (once `a` is full) into `b`, in one `readv`: a payload read
+/// straight into its receive buffer and the header behind it. Returns the bytes read into
+/// `a` then `b` together; `Ok(0)` means the peer closed the connection.
+pub fn recv2_nb(fd: RawFd, a: &mut [u8], b: &mut [u8]) -> io::Result<usize> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_mut_ptr().cast(),
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: a zeroed msghdr is valid; it points at two iovecs describing writable slices
+    // that outlive the call.
+    let r = unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 2;
+        libc::recvmsg(fd, &mut m, libc::MSG_DONTWAIT)
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// `recv` without blocking. `Ok(0)` for a non-empty `buf` means the peer closed the connection.
 pub fn recv_nb(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: buf is a valid writable slice of buf.len() bytes.

@@ -244,6 +244,15 @@ impl Transport for Routed {
         ok
     }
 
+    /// A direct peer's frame waits in its part ([`Transport::try_send_held`]); a forwarded
+    /// one goes as [`Transport::try_send`] does.
+    fn try_send_held(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+        if self.via[dst] == u32::MAX {
+            return self.parts[self.link[dst] as usize].try_send_held(dst, hdr, payload);
+        }
+        self.try_send(dst, hdr, payload)
+    }
+
     /// Node-local frames first: the frames to forward that arrive in this pass are written
     /// to the network after this rank's own held ones, and each peer's are posted once.
     fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {

@@ -16,7 +16,8 @@
 //!   [`Transport::try_send_held`] leaves a frame in the open slot even when nothing is in
 //!   flight, until [`Transport::post_held`] or the next poll: a PXN forwarder writes its own
 //!   frames to a peer it forwards for and the frames it passes on in one progress pass this
-//!   way, so they leave as one operation.
+//!   way, so they leave as one operation; so does the engine with every queued protocol frame
+//!   to a peer but the last (a pass's answers to a window of requests-to-send).
 //!   Slots are freed in posting order as the backend reports them complete.
 //! - **Receive**: every receive slot is posted at set-up and re-posted after its frames are
 //!   delivered. Messages are delivered in posting order (the backend matches a comm's

@@ -17,12 +17,15 @@
 //!   inline) to the control socket (from the calling thread, during `isend`/`test`). A payload
 //!   of at most [`INLINE_MAX`] bytes (any message of the engine's frames), and every bulk
 //!   payload where the ranks have no CPUs to spare for helper threads ([`stripes_bulk`]),
-//!   follows its header on the control socket (one `sendmsg`
-//!   from the caller's buffer; what the socket does not take is written by the next `test`),
-//!   and the
+//!   follows its header on the control socket (straight from the caller's buffer: one
+//!   `sendmsg` writes the headers and payloads of every message queued; what the socket does
+//!   not take is written by a later `test`), and the
 //!   receiver takes it into the matched buffer while it tests (one `recv` reads up to
 //!   64 KiB of headers and inline payloads ahead; a payload larger than what was read
-//!   ahead is read straight into the receive buffer): a small
+//!   ahead is read straight into the receive buffer, with the next message's header behind
+//!   it in the same `readv`). While the socket is full (sending) or empty (receiving),
+//!   only the test of the request whose bytes move next calls the kernel, so a caller that
+//!   tests every request in flight makes one call per pass, not one per request: a small
 //!   message never waits for a helper thread to wake up at either end (two thread wake-ups
 //!   cost more than the whole loopback round trip). A larger payload is split into at most
 //!   one piece per data socket (pieces of at least [`MIN_CHUNK`] bytes), each piece handed to
@@ -1146,6 +1149,8 @@ struct SendSlot {
 #[derive(Clone, Copy)]
 struct CtrlItem {
     hdr: [u8; HDR],
+    /// The request slot of the message.
+    slot: u32,
     ptr: usize,
     len: usize,
     /// Bytes of `hdr` then payload written so far.
@@ -1162,6 +1167,10 @@ struct TcpSend {
     /// Control bytes written so far.
     written: u64,
     queued: u64,
+    /// The last flush left bytes queued: the socket buffer was full.
+    full: bool,
+    /// Tests since the last flush that skipped it ([`SendComm::test`]).
+    skips: u32,
 }
 
 impl TcpSend {
@@ -1173,23 +1182,57 @@ impl TcpSend {
             out: VecDeque::with_capacity(MAX_REQUESTS),
             written: 0,
             queued: 0,
+            full: false,
+            skips: 0,
         }
     }
 
+    /// Writes the queued control bytes (headers and inline payloads, straight from the
+    /// callers' buffers) in as few `sendmsg` calls as the socket takes: every queued message
+    /// in one call (up to [`sock::MAX_IOV`] slices), and no second call once a call wrote
+    /// less than it was given (the socket buffer is full: the call would only say so).
     fn flush(&mut self) -> NetResult<()> {
-        while let Some(it) = self.out.front_mut() {
-            let h = &it.hdr[it.off.min(HDR)..];
-            let skip = it.off.saturating_sub(HDR);
-            // SAFETY: the payload lies in the buffer passed to isend, valid and unchanged
-            // until the request completes, which it cannot before these bytes are written.
-            let p =
-                unsafe { std::slice::from_raw_parts((it.ptr + skip) as *const u8, it.len - skip) };
-            match sock::send2_nb(self.c.ctrl.as_raw_fd(), h, p) {
+        let fd = self.c.ctrl.as_raw_fd();
+        while !self.out.is_empty() {
+            let mut bufs: [&[u8]; sock::MAX_IOV] = [&[]; sock::MAX_IOV];
+            let (mut k, mut total) = (0, 0);
+            for it in self.out.iter() {
+                if k + 2 > sock::MAX_IOV {
+                    break;
+                }
+                let h = &it.hdr[it.off.min(HDR)..];
+                let skip = it.off.saturating_sub(HDR);
+                // SAFETY: the payload lies in the buffer passed to isend, valid and unchanged
+                // until the request completes, which it cannot before these bytes are written.
+                let p = unsafe {
+                    std::slice::from_raw_parts((it.ptr + skip) as *const u8, it.len - skip)
+                };
+                for b in [h, p] {
+                    if !b.is_empty() {
+                        bufs[k] = b;
+                        k += 1;
+                        total += b.len();
+                    }
+                }
+            }
+            match sock::sendv_nb(fd, &bufs[..k]) {
                 Ok(n) => {
-                    it.off += n;
                     self.written += n as u64;
-                    if it.off == HDR + it.len {
-                        self.out.pop_front();
+                    let mut left = n;
+                    while left > 0 {
+                        let it = self
+                            .out
+                            .front_mut()
+                            .expect("bytes written of a queued item");
+                        let t = left.min(HDR + it.len - it.off);
+                        it.off += t;
+                        left -= t;
+                        if it.off == HDR + it.len {
+                            self.out.pop_front();
+                        }
+                    }
+                    if n < total {
+                        break;
                     }
                 }
                 Err(e) if would_block(&e) => break,
@@ -1202,6 +1245,8 @@ impl TcpSend {
                 }
             }
         }
+        self.full = !self.out.is_empty();
+        self.skips = 0;
         self.c.sh.check()
     }
 }
@@ -1238,6 +1283,7 @@ impl SendComm for TcpSend {
         };
         self.out.push_back(CtrlItem {
             hdr,
+            slot: slot as u32,
             ptr: data as usize,
             len: inline,
             off: 0,
@@ -1287,7 +1333,18 @@ impl SendComm for TcpSend {
                 )))
             }
         };
-        self.flush()?;
+        // A caller tests every request in flight at each pass (the engine's bulk transfers):
+        // while the socket is full, only the test of the message whose bytes go next writes,
+        // so that a pass makes one `sendmsg` that the socket refuses, not one per request.
+        // Any other test writes too after [`MAX_REQUESTS`] tests that did not, so that a
+        // caller testing only a later request still moves the ones before it.
+        let next = self.out.front().is_some_and(|it| it.slot == req.slot);
+        if !self.full || next || self.skips >= MAX_REQUESTS as u32 {
+            self.flush()?;
+        } else {
+            self.skips += 1;
+            self.c.sh.check()?;
+        }
         let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
         if self.written >= s.hdr_end && done == s.pieces {
             self.slots[req.slot as usize].active = false;
@@ -1349,6 +1406,11 @@ struct TcpRecv {
     /// The peer closed the control socket after its last message: the messages it sent are
     /// still delivered, and a receive that no message will reach fails when tested.
     closed: bool,
+    /// The last read from the control socket found it empty (cleared by any read that got
+    /// bytes).
+    dry: bool,
+    /// Tests since the socket was last read that skipped reading it ([`RecvComm::test`]).
+    skips: u32,
 }
 
 impl TcpRecv {
@@ -1363,6 +1425,8 @@ impl TcpRecv {
             inline: None,
             big_last: false,
             closed: false,
+            dry: false,
+            skips: 0,
         }
     }
 
@@ -1384,7 +1448,11 @@ impl TcpRecv {
                 self.inline = Some((slot, ptr + have, left - have));
                 continue;
             }
-            match sock::recv_nb(self.c.ctrl.as_raw_fd(), b) {
+            // The read-ahead bytes are used up: the next header is read behind the payload in
+            // the same call (one call per message, not two), and only the header, so that no
+            // payload byte is copied out of the read-ahead buffer.
+            (self.rpos, self.rend) = (0, 0);
+            match sock::recv2_nb(self.c.ctrl.as_raw_fd(), b, &mut self.rbuf[..HDR]) {
                 Ok(0) => {
                     self.c.sh.fail(format!(
                         "tcp: {} closed the connection in the middle of a message ({left} \
@@ -1393,8 +1461,19 @@ impl TcpRecv {
                     ));
                     return self.c.sh.check().map(|()| false);
                 }
-                Ok(n) => self.inline = Some((slot, ptr + n, left - n)),
-                Err(e) if would_block(&e) => return Ok(false),
+                Ok(n) if n > left => {
+                    self.dry = false;
+                    self.rend = n - left;
+                    self.inline = Some((slot, ptr + left, 0));
+                }
+                Ok(n) => {
+                    self.dry = false;
+                    self.inline = Some((slot, ptr + n, left - n));
+                }
+                Err(e) if would_block(&e) => {
+                    self.dry = true;
+                    return Ok(false);
+                }
                 Err(e) => {
                     self.c.sh.fail(format!(
                         "tcp: control connection from {}: {e}",
@@ -1438,8 +1517,14 @@ impl TcpRecv {
                         ));
                         return self.c.sh.check();
                     }
-                    Ok(n) => self.rend += n,
-                    Err(e) if would_block(&e) => return Ok(()),
+                    Ok(n) => {
+                        self.dry = false;
+                        self.rend += n;
+                    }
+                    Err(e) if would_block(&e) => {
+                        self.dry = true;
+                        return Ok(());
+                    }
                     Err(e) => {
                         self.c.sh.fail(format!(
                             "tcp: control connection from {}: {e}",
@@ -1563,7 +1648,21 @@ impl RecvComm for TcpRecv {
                 "tcp: test: {req:?} is not a receive request in flight"
             )));
         }
-        self.progress()?;
+        // A caller tests every receive in flight at each pass (the engine's bulk transfers):
+        // while the socket is empty, only the test of the receive that reads from it next
+        // reads, so that a pass makes one `recv` that finds nothing, not one per request. Any
+        // other test reads too after [`MAX_REQUESTS`] tests that did not.
+        let next = match self.inline {
+            Some((slot, ..)) => slot == req.slot,
+            None => self.order.front() == Some(&req.slot),
+        };
+        if !self.dry || next || self.skips >= MAX_REQUESTS as u32 {
+            self.skips = 0;
+            self.progress()?;
+        } else {
+            self.skips += 1;
+            self.c.sh.check()?;
+        }
         let s = &self.slots[req.slot as usize];
         let done = self.c.sh.done[req.slot as usize].load(Ordering::Acquire);
         let reading = self.inline.is_some_and(|(slot, ..)| slot == req.slot);
