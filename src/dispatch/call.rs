@@ -467,8 +467,10 @@ impl CollSpec {
         };
         match (self.kind, &self.red) {
             (k, _) if !k.is_reduction() => {}
-            (CollKind::Allreduce | CollKind::Reduce | CollKind::ReduceScatterBlock, Some((r, true)))
-                if kernel(r) => {}
+            (
+                CollKind::Allreduce | CollKind::Reduce | CollKind::ReduceScatterBlock,
+                Some((r, true)),
+            ) if kernel(r) => {}
             _ => return None,
         }
         let mut device = None;

@@ -94,9 +94,7 @@ impl Case {
             Case::Bcast => CollKind::Bcast,
             Case::Allreduce | Case::AllreduceHier => CollKind::Allreduce,
             Case::Reduce | Case::ReduceHier => CollKind::Reduce,
-            Case::ReduceScatterBlock | Case::ReduceScatterBlockHier => {
-                CollKind::ReduceScatterBlock
-            }
+            Case::ReduceScatterBlock | Case::ReduceScatterBlockHier => CollKind::ReduceScatterBlock,
         }
     }
 
@@ -123,9 +121,7 @@ impl Case {
             | Case::AllgatherHier
             | Case::AllreduceHier
             | Case::ReduceHier
-            | Case::ReduceScatterBlockHier => {
-                hier::build(self.kind(), &a, &ns).unwrap()
-            }
+            | Case::ReduceScatterBlockHier => hier::build(self.kind(), &a, &ns).unwrap(),
             Case::AlltoallPxn => {
                 let via = Via::new(&ns, |s, d| (s / 2) * 2 + d % 2);
                 assert!(via.forwards(), "some block goes through a forwarder");
