@@ -469,8 +469,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// Runs every rank's schedule over blocks of `len(s, d)` bytes (packed in rank order in
-    /// each buffer) and checks each block arrived where it belongs; returns the schedules.
+    /// [`run_built`] over the forwarders' schedule.
     fn run_blocks(
         nodes: &Nodes,
         via: &Via,
@@ -478,7 +477,21 @@ pub(crate) mod tests {
         in_place: bool,
         name: &str,
     ) -> Vec<Schedule> {
-        let n = nodes.of.len();
+        run_built(nodes.of.len(), len, in_place, name, &|a, send, recv| {
+            build_blocks(a, nodes, via, len, send, recv)
+        })
+    }
+
+    /// Runs every rank's schedule (`build` from its arguments and its send and receive blocks)
+    /// over blocks of `len(s, d)` bytes between `n` ranks (packed in rank order in each buffer)
+    /// and checks each block arrived where it belongs; returns the schedules.
+    pub(crate) fn run_built(
+        n: usize,
+        len: &dyn Fn(usize, usize) -> usize,
+        in_place: bool,
+        name: &str,
+        build: &dyn Fn(&CollArgs, &[Block], &[Block]) -> Schedule,
+    ) -> Vec<Schedule> {
         let block = |s: usize, d: usize| -> Vec<u8> {
             (0..len(s, d)).map(|i| (s * 31 + d * 7 + i) as u8).collect()
         };
@@ -496,6 +509,7 @@ pub(crate) mod tests {
         let mut scheds = Vec::with_capacity(n);
         for r in 0..n {
             let (send, recv) = if in_place {
+                // In place, the send and receive blocks of one peer are the same size.
                 let b = layout(&|x| len(r, x));
                 (b.clone(), b)
             } else {
@@ -517,7 +531,7 @@ pub(crate) mod tests {
                 in_place,
                 ..CollArgs::new(r, n, 0)
             };
-            scheds.push(build_blocks(&a, nodes, via, len, &send, &recv));
+            scheds.push(build(&a, &send, &recv));
         }
         simulate(&scheds, &mut bufs, 1, &|_, _| unreachable!("no reduction"));
         for (d, b) in bufs.iter().enumerate() {

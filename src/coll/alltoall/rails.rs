@@ -335,13 +335,11 @@ pub fn build(a: &CollArgs, nodes: &Nodes, rails: &Rails) -> Schedule {
 mod tests {
     use super::*;
     use crate::coll::alltoall::pxn::tests::{
-        lcg, network, rail_rule, run as run_forwarders, shapes,
+        lcg, network, rail_rule, run as run_forwarders, run_built, shapes,
     };
     use crate::coll::schedule::Step;
-    use crate::coll::sim::{simulate, RankBufs};
 
-    /// Runs every rank's schedule over blocks of `len(s, d)` bytes (packed in rank order in
-    /// each buffer) and checks each block arrived where it belongs; returns the schedules.
+    /// `pxn::tests::run_built` over the rail aggregators' schedule.
     fn run(
         nodes: &Nodes,
         rails: &Rails,
@@ -349,54 +347,9 @@ mod tests {
         in_place: bool,
         name: &str,
     ) -> Vec<Schedule> {
-        let n = nodes.of.len();
-        let block = |s: usize, d: usize| -> Vec<u8> {
-            (0..len(s, d)).map(|i| (s * 31 + d * 7 + i) as u8).collect()
-        };
-        let layout = |lens: &dyn Fn(usize) -> usize| -> Vec<Block> {
-            let mut off = 0;
-            (0..n)
-                .map(|x| {
-                    let b = Block::new(off, lens(x));
-                    off += lens(x);
-                    b
-                })
-                .collect()
-        };
-        let mut bufs = Vec::with_capacity(n);
-        let mut scheds = Vec::with_capacity(n);
-        for r in 0..n {
-            let (send, recv) = if in_place {
-                // In place, the send and receive blocks of one peer are the same size.
-                let b = layout(&|x| len(r, x));
-                (b.clone(), b)
-            } else {
-                (layout(&|d| len(r, d)), layout(&|s| len(s, r)))
-            };
-            let input: Vec<u8> = (0..n).flat_map(|d| block(r, d)).collect();
-            let rlen: usize = recv.iter().map(|b| b.len).sum();
-            bufs.push(match in_place {
-                true => RankBufs {
-                    send: vec![],
-                    recv: input,
-                },
-                false => RankBufs {
-                    send: input,
-                    recv: vec![0xEE; rlen],
-                },
-            });
-            let a = CollArgs {
-                in_place,
-                ..CollArgs::new(r, n, 0)
-            };
-            scheds.push(build_blocks(&a, nodes, rails, len, &send, &recv));
-        }
-        simulate(&scheds, &mut bufs, 1, &|_, _| unreachable!("no reduction"));
-        for (d, b) in bufs.iter().enumerate() {
-            let want: Vec<u8> = (0..n).flat_map(|s| block(s, d)).collect();
-            assert_eq!(b.recv, want, "{name} in place {in_place} rank {d}");
-        }
-        scheds
+        run_built(nodes.of.len(), len, in_place, name, &|a, send, recv| {
+            build_blocks(a, nodes, rails, len, send, recv)
+        })
     }
 
     /// Every rank's network messages: (sender, receiver).
