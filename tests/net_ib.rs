@@ -821,6 +821,41 @@ const GDR_SIZES: [usize; 5] = [20_000, 65_536, 100_003, (1 << 20) + 3, 8 << 20];
 const GDR_MIXES: [(bool, bool); 3] = [(true, true), (true, false), (false, true)];
 const GDR_BULK_MIN: usize = 64 << 10;
 
+/// Rank `me` of `n` as an engine over network frames on the ibverbs backend `net` (listening
+/// on `l`; the peers' handles `hs`, `None` for itself): bulk transfers from [`GDR_BULK_MIN`]
+/// bytes on, from and into device memory where the backend registers it (`auto`); device
+/// copies go through [`HostDev`], counted in the returned counter.
+fn gdr_engine(
+    net: IbNet,
+    l: Box<dyn mpi_abi::transport::net::Listener>,
+    me: usize,
+    n: usize,
+    hs: Vec<Option<Handle>>,
+) -> (mpi_abi::engine::Engine, Arc<AtomicUsize>) {
+    use mpi_abi::engine::{Engine, EngineConfig};
+    use mpi_abi::transport::net::frames::{gdr_choice, NetFrames};
+    use mpi_abi::transport::net::links::Links;
+    let can = net.device_memory();
+    let links = Links::new(Box::new(net), 0, l, me, hs, Duration::from_secs(5));
+    let mut frames = NetFrames::new(links, me, n);
+    frames.set_bulk_min(Some(GDR_BULK_MIN));
+    frames.set_bulk_device(gdr_choice("auto", "ib", can).unwrap().0);
+    let mut e = Engine::with_config(
+        Box::new(frames),
+        me,
+        n,
+        EngineConfig {
+            eager_limit: 16 << 10,
+            cma_min: None,
+            push_min: usize::MAX,
+            share: false,
+        },
+    );
+    let copies = Arc::new(AtomicUsize::new(0));
+    e.set_device_copies(Box::new(HostDev(copies.clone())));
+    (e, copies)
+}
+
 /// Two engines, each on a node of its own, over network frames on the ibverbs backend (the
 /// double) with device memory registered through the dma-buf entry point (the test hook) and
 /// the GPUDirect flush on. `gdr[rank]`: that rank's backend registers device memory
@@ -829,9 +864,7 @@ const GDR_BULK_MIN: usize = 64 << 10;
 /// each end) to rank 1, which checks every byte. Returns each rank's device copies and bulk
 /// transfers.
 fn gdr_engines(gdr: [bool; 2]) -> [(usize, u64); 2] {
-    use mpi_abi::engine::{devnet::PipeConfig, DevSend, Engine, EngineConfig, SendArgs};
-    use mpi_abi::transport::net::frames::{gdr_choice, NetFrames};
-    use mpi_abi::transport::net::links::Links;
+    use mpi_abi::engine::{devnet::PipeConfig, DevSend, Engine, SendArgs};
     let nets: Vec<IbNet> = gdr
         .iter()
         .map(|&on| {
@@ -847,26 +880,9 @@ fn gdr_engines(gdr: [bool; 2]) -> [(usize, u64); 2] {
     for (me, (net, (_, l))) in nets.into_iter().zip(ls).enumerate() {
         let mut hs = handles.clone();
         hs[me] = None;
-        let can = net.device_memory();
-        assert_eq!(can, gdr[me]);
-        let links = Links::new(Box::new(net), 0, l, me, hs, Duration::from_secs(5));
-        let mut frames = NetFrames::new(links, me, 2);
-        frames.set_bulk_min(Some(GDR_BULK_MIN));
-        frames.set_bulk_device(gdr_choice("auto", "ib", can).unwrap().0);
+        assert_eq!(net.device_memory(), gdr[me]);
         joins.push(std::thread::spawn(move || {
-            let mut e = Engine::with_config(
-                Box::new(frames),
-                me,
-                2,
-                EngineConfig {
-                    eager_limit: 16 << 10,
-                    cma_min: None,
-                    push_min: usize::MAX,
-                    share: false,
-                },
-            );
-            let copies = Arc::new(AtomicUsize::new(0));
-            e.set_device_copies(Box::new(HostDev(copies.clone())));
+            let (mut e, copies) = gdr_engine(net, l, me, 2, hs);
             e.set_net_pipeline(PipeConfig {
                 on: true,
                 chunk: 1 << 16,
@@ -996,9 +1012,6 @@ fn gdr_coll_child() {
     use mpi_abi::coll::schedule::{Schedule, Step};
     use mpi_abi::coll::{CollArgs, CollKind};
     use mpi_abi::engine::coll::{CollExec, DevBuf, OnDevice};
-    use mpi_abi::engine::{Engine, EngineConfig};
-    use mpi_abi::transport::net::frames::{gdr_choice, NetFrames};
-    use mpi_abi::transport::net::links::Links;
     const N: usize = 4;
     const B: usize = 128 << 10;
     mpi_abi::transport::net::ib::host_memory_as_device_for_tests(true);
@@ -1046,26 +1059,9 @@ fn gdr_coll_child() {
     for (me, (net, (_, l))) in nets.into_iter().zip(ls).enumerate() {
         let mut hs = handles.clone();
         hs[me] = None;
-        let can = net.device_memory();
-        assert!(can, "the backend registers device memory");
-        let links = Links::new(Box::new(net), 0, l, me, hs, Duration::from_secs(5));
-        let mut frames = NetFrames::new(links, me, N);
-        frames.set_bulk_min(Some(GDR_BULK_MIN));
-        frames.set_bulk_device(gdr_choice("auto", "ib", can).unwrap().0);
+        assert!(net.device_memory(), "the backend registers device memory");
         joins.push(std::thread::spawn(move || {
-            let mut e = Engine::with_config(
-                Box::new(frames),
-                me,
-                N,
-                EngineConfig {
-                    eager_limit: 16 << 10,
-                    cma_min: None,
-                    push_min: usize::MAX,
-                    share: false,
-                },
-            );
-            let copies = Arc::new(AtomicUsize::new(0));
-            e.set_device_copies(Box::new(HostDev(copies.clone())));
+            let (mut e, copies) = gdr_engine(net, l, me, N, hs);
             let mut msgs = (0u64, 0u64);
             for (i, (name, build)) in cases.iter().enumerate() {
                 let sched = build(me);
