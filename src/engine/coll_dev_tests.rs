@@ -434,27 +434,7 @@ fn host_collectives_between_nodes_take_no_device_step() {
 /// included); every byte lands.
 #[test]
 fn device_collectives_inside_a_node_copy_gpu_to_gpu() {
-    use super::tests::fake_dev::Fake;
-    let fake = Fake::default();
-    let mut es: Vec<Engine> = InprocTransport::group(N, 64, 1000, false)
-        .into_iter()
-        .enumerate()
-        .map(|(r, t)| {
-            let mut e = Engine::with_config(
-                Box::new(t),
-                r,
-                N,
-                EngineConfig {
-                    eager_limit: 4096,
-                    cma_min: Some(0),
-                    push_min: usize::MAX,
-                    share: true,
-                },
-            );
-            e.set_device_copies(Box::new(fake.clone()));
-            e
-        })
-        .collect();
+    let (mut es, fake) = super::tests::dev_group(N, 64, 4096, usize::MAX);
     let b = 8192;
     for (i, &case) in [
         Case::Alltoall,

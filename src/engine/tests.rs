@@ -1444,17 +1444,28 @@ pub(super) mod fake_dev {
 
 /// Two engines with the fake device copies and a push threshold.
 fn dev_pair(push_min: usize) -> (Vec<Engine>, fake_dev::Fake) {
+    dev_group(2, 8, LIMIT, push_min)
+}
+
+/// `n` engines of one node (the in-process transport, `slots` queue slots per pair) sharing
+/// buffers (CUDA IPC faked) with the fake device copies, an eager limit and a push threshold.
+pub(super) fn dev_group(
+    n: usize,
+    slots: usize,
+    eager_limit: usize,
+    push_min: usize,
+) -> (Vec<Engine>, fake_dev::Fake) {
     let fake = fake_dev::Fake::default();
-    let es = InprocTransport::group(2, 8, 1000, false)
+    let es = InprocTransport::group(n, slots, 1000, false)
         .into_iter()
         .enumerate()
         .map(|(r, t)| {
             let mut e = Engine::with_config(
                 Box::new(t),
                 r,
-                2,
+                n,
                 EngineConfig {
-                    eager_limit: LIMIT,
+                    eager_limit,
                     cma_min: Some(0),
                     push_min,
                     share: true,
