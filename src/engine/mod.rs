@@ -857,8 +857,8 @@ impl Engine {
         self.st.dev = d;
     }
 
-    /// Whether the ranks of this node outnumber its CPUs ([`rndv::PeerFacts::crowded`]; false
-    /// until set).
+    /// Whether this rank shares its CPUs with more ranks than there are CPUs (the node's ranks,
+    /// or the job's ranks on this machine: [`rndv::PeerFacts::crowded`]; false until set).
     pub fn set_crowded(&mut self, yes: bool) {
         for f in &mut self.st.peers {
             f.crowded = yes;

@@ -828,12 +828,17 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let map = nodes.take().expect("node map read with the names");
     let on_node = map.ranks[map.node_of[rank]].len();
     let one_node = map.nodes() == 1;
+    // More ranks than CPUs share this rank's cores: counted on the node, and, where the job
+    // spans nodes, over the job's ranks on this machine (emulated or namespace nodes share
+    // one), so that waits yield early instead of spinning away a core a peer needs.
+    let mut crowded = oversubscribed(on_node);
     let transport: Box<dyn crate::transport::Transport> = match map.nodes() {
         1 => Box::new(shm),
         _ => {
             // Every rank's CPUs, read once: the piece size and the TCP backend's striping use them.
             let cpus = rank_cpus(&*boot)?;
             let _ = COLL_PIECE.set(choose_piece(&*boot, &cpus)?);
+            crowded |= crate::coll::pieces::milli_cpus(&cpus)[rank] < 1000;
             let remote: Vec<bool> = (0..size)
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
@@ -876,8 +881,8 @@ pub fn init(required: i32) -> MpiResult<i32> {
     // engine learns a communicator's world ranks from its context id here.
     engine.set_members(Box::new(objects::members_of));
     engine.set_device_copies(Box::new(devices::Cuda));
-    engine.set_crowded(oversubscribed(on_node));
-    crate::engine::backoff::set_placement(engine.own_core(), oversubscribed(on_node));
+    engine.set_crowded(crowded);
+    crate::engine::backoff::set_placement(engine.own_core(), crowded);
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {
         Some(bases) if size > 1 && flag_max > 0 => {
