@@ -397,9 +397,55 @@ impl Sleeps {
 
 /// Whether `size` ranks outnumber this process's CPUs (they then share cores on one node).
 fn oversubscribed(size: usize) -> bool {
+    crowded(size, online_cpus(), None)
+}
+
+/// The CPUs online on this machine.
+fn online_cpus() -> usize {
     // SAFETY: sysconf with a valid name has no preconditions.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    size > online
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
+}
+
+/// Whether a rank shares its cores with more ranks than there are: the `on_node` ranks of its
+/// node outnumber the `online` CPUs, or (a job across nodes) the rank has less than one CPU to
+/// itself among the job's ranks on its machine (`milli`: thousandths of a CPU,
+/// `coll::pieces::milli_cpus`), as where emulated or namespace nodes share one machine.
+fn crowded(on_node: usize, online: usize, milli: Option<usize>) -> bool {
+    on_node > online || milli.is_some_and(|m| m < 1000)
+}
+
+#[cfg(test)]
+mod crowded_tests {
+    use super::crowded;
+    use crate::coll::pieces::{milli_cpus, RankCpus};
+
+    fn ranks(machines: &[&str], cpus: &[usize]) -> Vec<RankCpus> {
+        machines
+            .iter()
+            .map(|m| RankCpus {
+                machine: m.to_string(),
+                cpus: cpus.to_vec(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ranks_of_several_nodes_on_one_machine_count_together() {
+        // 2 emulated nodes x 2 ranks on a 2-CPU machine: 2 ranks per node fit its CPUs, but
+        // 4 ranks share them.
+        let same = ranks(&["m", "m", "m", "m"], &[0, 1]);
+        let m = milli_cpus(&same);
+        assert_eq!(m, vec![500; 4]);
+        assert!(!crowded(2, 2, None));
+        assert!(crowded(2, 2, Some(m[0])));
+        // 2 x 1 on 2 CPUs, and 2 real machines of 2 ranks on 2 CPUs each: a CPU per rank.
+        let two = ranks(&["m", "m"], &[0, 1]);
+        assert!(!crowded(1, 2, Some(milli_cpus(&two)[0])));
+        let apart = ranks(&["a", "a", "b", "b"], &[0, 1]);
+        assert!(milli_cpus(&apart).iter().all(|&c| !crowded(2, 2, Some(c))));
+        // More ranks on a node than CPUs: crowded whatever the machine count says.
+        assert!(crowded(3, 2, Some(4000)));
+    }
 }
 
 /// Bootstrap keys of the variables that must be the same on every rank: their digest, and
@@ -828,17 +874,17 @@ pub fn init(required: i32) -> MpiResult<i32> {
     let map = nodes.take().expect("node map read with the names");
     let on_node = map.ranks[map.node_of[rank]].len();
     let one_node = map.nodes() == 1;
-    // More ranks than CPUs share this rank's cores: counted on the node, and, where the job
-    // spans nodes, over the job's ranks on this machine (emulated or namespace nodes share
-    // one), so that waits yield early instead of spinning away a core a peer needs.
-    let mut crowded = oversubscribed(on_node);
+    // This rank's thousandths of a CPU among the job's ranks on its machine, where the job
+    // spans nodes (emulated or namespace nodes share one machine): with the node's rank count,
+    // whether waits must yield early instead of spinning away a core a peer needs.
+    let mut milli = None;
     let transport: Box<dyn crate::transport::Transport> = match map.nodes() {
         1 => Box::new(shm),
         _ => {
             // Every rank's CPUs, read once: the piece size and the TCP backend's striping use them.
             let cpus = rank_cpus(&*boot)?;
             let _ = COLL_PIECE.set(choose_piece(&*boot, &cpus)?);
-            crowded |= crate::coll::pieces::milli_cpus(&cpus)[rank] < 1000;
+            milli = crate::coll::pieces::milli_cpus(&cpus).get(rank).copied();
             let remote: Vec<bool> = (0..size)
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
@@ -881,8 +927,9 @@ pub fn init(required: i32) -> MpiResult<i32> {
     // engine learns a communicator's world ranks from its context id here.
     engine.set_members(Box::new(objects::members_of));
     engine.set_device_copies(Box::new(devices::Cuda));
-    engine.set_crowded(crowded);
-    crate::engine::backoff::set_placement(engine.own_core(), crowded);
+    let shares = crowded(on_node, online_cpus(), milli);
+    engine.set_crowded(shares);
+    crate::engine::backoff::set_placement(engine.own_core(), shares);
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {
         Some(bases) if size > 1 && flag_max > 0 => {
