@@ -414,40 +414,6 @@ fn crowded(on_node: usize, online: usize, milli: Option<usize>) -> bool {
     on_node > online || milli.is_some_and(|m| m < 1000)
 }
 
-#[cfg(test)]
-mod crowded_tests {
-    use super::crowded;
-    use crate::coll::pieces::{milli_cpus, RankCpus};
-
-    fn ranks(machines: &[&str], cpus: &[usize]) -> Vec<RankCpus> {
-        machines
-            .iter()
-            .map(|m| RankCpus {
-                machine: m.to_string(),
-                cpus: cpus.to_vec(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn ranks_of_several_nodes_on_one_machine_count_together() {
-        // 2 emulated nodes x 2 ranks on a 2-CPU machine: 2 ranks per node fit its CPUs, but
-        // 4 ranks share them.
-        let same = ranks(&["m", "m", "m", "m"], &[0, 1]);
-        let m = milli_cpus(&same);
-        assert_eq!(m, vec![500; 4]);
-        assert!(!crowded(2, 2, None));
-        assert!(crowded(2, 2, Some(m[0])));
-        // 2 x 1 on 2 CPUs, and 2 real machines of 2 ranks on 2 CPUs each: a CPU per rank.
-        let two = ranks(&["m", "m"], &[0, 1]);
-        assert!(!crowded(1, 2, Some(milli_cpus(&two)[0])));
-        let apart = ranks(&["a", "a", "b", "b"], &[0, 1]);
-        assert!(milli_cpus(&apart).iter().all(|&c| !crowded(2, 2, Some(c))));
-        // More ranks on a node than CPUs: crowded whatever the machine count says.
-        assert!(crowded(3, 2, Some(4000)));
-    }
-}
-
 /// Bootstrap keys of the variables that must be the same on every rank: their digest, and
 /// their values (read only when digests differ).
 const SAME_DIGEST_KEY: &str = "gpumpi-same-digest";
@@ -1121,4 +1087,38 @@ pub fn wait_request(req: Request) -> MpiResult<Status> {
         }
     })?;
     Ok(out.unwrap())
+}
+
+#[cfg(test)]
+mod crowded_tests {
+    use super::crowded;
+    use crate::coll::pieces::{milli_cpus, RankCpus};
+
+    fn ranks(machines: &[&str], cpus: &[usize]) -> Vec<RankCpus> {
+        machines
+            .iter()
+            .map(|m| RankCpus {
+                machine: m.to_string(),
+                cpus: cpus.to_vec(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ranks_of_several_nodes_on_one_machine_count_together() {
+        // 2 emulated nodes x 2 ranks on a 2-CPU machine: 2 ranks per node fit its CPUs, but
+        // 4 ranks share them.
+        let same = ranks(&["m", "m", "m", "m"], &[0, 1]);
+        let m = milli_cpus(&same);
+        assert_eq!(m, vec![500; 4]);
+        assert!(!crowded(2, 2, None));
+        assert!(crowded(2, 2, Some(m[0])));
+        // 2 x 1 on 2 CPUs, and 2 real machines of 2 ranks on 2 CPUs each: a CPU per rank.
+        let two = ranks(&["m", "m"], &[0, 1]);
+        assert!(!crowded(1, 2, Some(milli_cpus(&two)[0])));
+        let apart = ranks(&["a", "a", "b", "b"], &[0, 1]);
+        assert!(milli_cpus(&apart).iter().all(|&c| !crowded(2, 2, Some(c))));
+        // More ranks on a node than CPUs: crowded whatever the machine count says.
+        assert!(crowded(3, 2, Some(4000)));
+    }
 }

@@ -482,6 +482,9 @@ pub(crate) mod tests {
         })
     }
 
+    /// A schedule from a rank's arguments and its send and receive blocks.
+    pub(crate) type BuildFn<'a> = dyn Fn(&CollArgs, &[Block], &[Block]) -> Schedule + 'a;
+
     /// Runs every rank's schedule (`build` from its arguments and its send and receive blocks)
     /// over blocks of `len(s, d)` bytes between `n` ranks (packed in rank order in each buffer)
     /// and checks each block arrived where it belongs; returns the schedules.
@@ -490,7 +493,7 @@ pub(crate) mod tests {
         len: &dyn Fn(usize, usize) -> usize,
         in_place: bool,
         name: &str,
-        build: &dyn Fn(&CollArgs, &[Block], &[Block]) -> Schedule,
+        build: &BuildFn,
     ) -> Vec<Schedule> {
         let block = |s: usize, d: usize| -> Vec<u8> {
             (0..len(s, d)).map(|i| (s * 31 + d * 7 + i) as u8).collect()
