@@ -22,6 +22,7 @@
 //! for an alltoallv the ranks of a node first tell each other their counts
 //! (`dispatch::schedule`).
 
+use super::input_blocks;
 use crate::coll::hier::Nodes;
 use crate::coll::schedule::{Builder, Region};
 use crate::coll::{Block, CollArgs, Schedule};
@@ -88,28 +89,10 @@ pub fn build_blocks(
 ) -> Schedule {
     let (r, n) = (a.rank, a.size);
     let mut b = Builder::new();
-    let mut tmp = 0;
+    let (src, mut tmp) = input_blocks(&mut b, a, len, send, recv);
     let mut alloc = |l: usize| {
         tmp += l;
         tmp - l
-    };
-    // The input blocks; in place they are copied aside first, since received blocks land in Recv.
-    let src: Vec<Region> = if a.in_place {
-        let total: usize = (0..n).map(|d| len(r, d)).sum();
-        let at = alloc(total);
-        let mut k = at;
-        let mut v = Vec::with_capacity(n);
-        for (d, blk) in recv.iter().enumerate().take(n) {
-            let l = len(r, d);
-            b.copy(Region::recv(blk.off, l), Region::tmp(k, l));
-            v.push(Region::tmp(k, l));
-            k += l;
-        }
-        v
-    } else {
-        (0..n)
-            .map(|d| Region::send(send[d].off, len(r, d)))
-            .collect()
     };
     let dst = |s: usize| Region::recv(recv[s].off, len(s, r));
     let g = nodes.of[r];
