@@ -18,7 +18,8 @@
 #        with PXN off MPI_Alltoall on a communicator across nodes is then hierarchical, one
 #        leader per node on the network; 0: the flat schedule, every rank on the network),
 #        MODES ("0 1": GPUMPI_PXN values; "1:rails" or "1:forwarders" also force
-#        GPUMPI_PXN_ALLTOALL), COUNT (4: calls of the counting jobs; 0: no counting),
+#        GPUMPI_PXN_ALLTOALL; a suffix "/H" sets GPUMPI_COLL_HIER=H for that mode only, e.g.
+#        "0/0": PXN off with the flat schedule, every rank on the network), COUNT (4: calls of the counting jobs; 0: no counting),
 #        CMAX (4M: count only sizes up to this many bytes),
 #        OP (alltoall; or alltoallv: equal blocks through the v interface)
 # Root and iproute2 needed (exit 77 otherwise, from netns-nodes.sh).
@@ -43,31 +44,34 @@ echo "# 2 nodes, $rails rails at $rail, spine at $spine; $op $sizes; $rounds rou
 job() {
     local mode=$1 tag=$2
     shift 2
-    local pxn=${mode%%:*} sched=auto
+    local pxn=${mode%%[:/]*} sched=auto h=$hier
+    [[ $mode == */* ]] && h=${mode#*/} && mode=${mode%/*}
     [[ $mode == *:* ]] && sched=${mode#*:}
-    GPUMPI_COLL_HIER=$hier GPUMPI_DEBUG=1 GPUMPI_PXN=$pxn GPUMPI_PXN_ALLTOALL=$sched \
+    GPUMPI_COLL_HIER=$h GPUMPI_DEBUG=1 GPUMPI_PXN=$pxn GPUMPI_PXN_ALLTOALL=$sched \
         /usr/bin/time -o "$out/raw/$tag.cpu" -f '%U %S' "$prefix/bin/mpirun" --oversubscribe -n "$n" --timeout 900 \
         "$repo/scripts/emulate-nodes.sh" --netns "$ns" --rails "$rails" 2 \
         "$out/gpumpi-bench" -o "$op" "$@" >"$out/raw/$tag.out" 2>"$out/raw/$tag.err" ||
         { echo "run failed: $tag (see $out/raw)" >&2; exit 1; }
 }
+# A mode's name in file names: ':' and '/' become '-'.
+tagof() { echo "$1" | tr :/ --; }
 for per in $layouts; do
     n=$((2 * per))
     for ((k = 0; k < rounds; k++)); do
         for mode in $modes; do
-            job "$mode" "a2a-$per-${mode/:/-}-$k" $sizes -w 1 -n "$iters" \
-                --csv "$out/raw/a2a-$per-${mode/:/-}-$k.csv"
+            job "$mode" "a2a-$per-$(tagof "$mode")-$k" $sizes -w 1 -n "$iters" \
+                --csv "$out/raw/a2a-$per-$(tagof "$mode")-$k.csv"
         done
     done
     csizes=""
     if ((count > 0)); then
         csizes=$(python3 -c 'import csv,sys; print(" ".join(r["size"] for r in csv.DictReader(open(sys.argv[1]))))' \
-            "$out/raw/a2a-$per-$(echo "$modes" | cut -d' ' -f1 | tr : -)-0.csv")
+            "$out/raw/a2a-$per-$(tagof "${modes%% *}")-0.csv")
         csizes=$(for x in $csizes; do ((x <= cmax)) && echo "$x"; done | xargs)
         for size in $csizes; do
             for mode in $modes; do
                 for c in 1 $((1 + count)); do
-                    job "$mode" "cnt-$per-${mode/:/-}-$size-$c" -b "$size" -e "$size" -w 0 -n "$c"
+                    job "$mode" "cnt-$per-$(tagof "$mode")-$size-$c" -b "$size" -e "$size" -w 0 -n "$c"
                 done
             done
         done
@@ -76,10 +80,11 @@ for per in $layouts; do
 import csv, re, statistics, sys
 raw, per, rounds, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 modes, csizes = sys.argv[5].split(), sys.argv[6].split()
+tag = lambda mode: mode.replace(':', '-').replace('/', '-')
 def times(mode):
     t = {}
     for k in range(rounds):
-        for r in csv.DictReader(open(f"{raw}/a2a-{per}-{mode.replace(':', '-')}-{k}.csv")):
+        for r in csv.DictReader(open(f"{raw}/a2a-{per}-{tag(mode)}-{k}.csv")):
             t.setdefault(int(r["size"]), []).append(float(r["time_us"]))
     return {s: (statistics.median(v), min(v), max(v)) for s, v in t.items()}
 def counters(path):
@@ -96,10 +101,10 @@ def counters(path):
 def per_call(mode, size):
     if str(size) not in csizes:
         return None
-    tag = f"{raw}/cnt-{per}-{mode.replace(':', '-')}-{size}"
-    o1, c1 = counters(f"{tag}-1.err")
-    o2, c2 = counters(f"{tag}-{1 + count}.err")
-    cpu = lambda c: sum(float(x) for x in open(f"{tag}-{c}.cpu").read().split()[-2:])
+    t = f"{raw}/cnt-{per}-{tag(mode)}-{size}"
+    o1, c1 = counters(f"{t}-1.err")
+    o2, c2 = counters(f"{t}-{1 + count}.err")
+    cpu = lambda c: sum(float(x) for x in open(f"{t}-{c}.cpu").read().split()[-2:])
     return (o2 - o1) / count, (c2 - c1) / count, (cpu(1 + count) - cpu(1)) / count * 1e6
 t = {m: times(m) for m in modes}
 base = modes[0]
