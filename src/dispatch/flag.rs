@@ -246,10 +246,14 @@ pub(super) fn idle_with<'a>(
         Backoff::new()
     };
     move || {
-        runtime::with(|rt| {
+        let look = backoff.time_to_look();
+        let give_way = runtime::with(|rt| {
             rt.progress();
-            Ok(())
+            Ok(look && rt.engine.shares_cpu())
         })?;
+        if give_way {
+            backoff.give_way();
+        }
         backoff.snooze();
         if backoff.is_sleeping() {
             if let (Some(w), Some(r)) = (watch.as_deref_mut(), runtime::rings()) {

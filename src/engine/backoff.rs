@@ -15,7 +15,9 @@
 //! spreads them; a peer rarely shares the core), and a rank of an oversubscribed job the 20
 //! rounds above. On a loaded machine every yield or sleep hands the core to another process
 //! for a whole time slice (milliseconds), which stalls every exchange that needs this rank's
-//! answer.
+//! answer. Unbound ranks of a job with no more ranks than cores may still find themselves on
+//! one core for a while; a long spin therefore looks every few rounds whether another rank of
+//! the node runs on its CPU ([`Backoff::time_to_look`]) and yields at once if one does.
 //!
 //! ```ignore
 //! let mut b = Backoff::new();
@@ -34,6 +36,9 @@ const MAX_SLEEP_US: u64 = 50;
 /// rank of a job with no more ranks than cores.
 const OWN_CORE_SPINS: u32 = 10_000;
 const SPREAD_SPINS: u32 = 2_000;
+/// Spin rounds between two looks at which CPUs the node's other ranks run on
+/// ([`Backoff::time_to_look`]).
+const LOOK_EVERY: u32 = 16;
 static SPIN_ROUNDS: AtomicU32 = AtomicU32::new(SPINS);
 
 /// Where this rank runs: `own_core` (bound to one CPU that no other rank of the job is bound
@@ -130,6 +135,23 @@ impl Backoff {
         }
     }
 
+    /// Whether the caller should look now whether a rank of its node runs on its CPU
+    /// (`Transport::shares_cpu`), and [`Backoff::give_way`] if one does: every
+    /// [`LOOK_EVERY`]th round of a long spin. Where ranks are not bound, the scheduler may put
+    /// two on one core for a while (a third process, a moment's load); a waiter that spins its
+    /// full spell there keeps the rank it waits for off the core for the whole spell (hundreds
+    /// of microseconds per message), so it looks early and yields.
+    pub fn time_to_look(&self) -> bool {
+        self.spins > SPINS && self.step < self.spins && self.step % LOOK_EVERY == LOOK_EVERY - 1
+    }
+
+    /// A rank of this node runs on this CPU: stop spinning, yield from the next [`snooze`].
+    ///
+    /// [`snooze`]: Backoff::snooze
+    pub fn give_way(&mut self) {
+        self.step = self.step.max(self.spins);
+    }
+
     /// Whether the spinning phase is over (callers may release locks around `snooze` then).
     pub fn is_sleeping(&self) -> bool {
         self.step >= self.spins
@@ -139,6 +161,40 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long spin looks every 16 rounds and stops at `give_way`; a short one (oversubscribed)
+    /// never looks: it yields within 20 rounds anyway.
+    #[test]
+    fn long_spins_look_and_give_way() {
+        let mut b = Backoff {
+            step: 0,
+            blocks: 0,
+            spins: SPREAD_SPINS,
+        };
+        let mut looks = Vec::new();
+        for _ in 0..64 {
+            if b.time_to_look() {
+                looks.push(b.step);
+            }
+            b.snooze();
+        }
+        assert_eq!(looks, [15, 31, 47, 63]);
+        assert!(!b.is_sleeping());
+        b.give_way();
+        assert!(b.is_sleeping(), "given way: no more spinning");
+        assert!(!b.time_to_look());
+        b.reset();
+        assert!(!b.is_sleeping(), "progress: spinning again");
+        let mut short = Backoff {
+            step: 0,
+            blocks: 0,
+            spins: SPINS,
+        };
+        for _ in 0..SPINS {
+            assert!(!short.time_to_look());
+            short.snooze();
+        }
+    }
 
     #[test]
     fn spins_follow_placement() {

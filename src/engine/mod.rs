@@ -831,6 +831,12 @@ impl Engine {
                 .all(|r| self.st.peers[r].own_cores)
     }
 
+    /// Whether another rank of this node last ran on this rank's CPU
+    /// ([`Transport::shares_cpu`]).
+    pub fn shares_cpu(&self) -> bool {
+        self.tp.shares_cpu()
+    }
+
     /// The transport's collective slot areas ([`Transport::coll_slots`]).
     pub fn coll_slots(&self) -> Option<Vec<usize>> {
         self.tp.coll_slots()

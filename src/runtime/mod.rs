@@ -335,6 +335,9 @@ fn wait_loop(
                     since = std::time::Instant::now();
                 }
             }
+            if backoff.time_to_look() && rt.engine.shares_cpu() {
+                backoff.give_way();
+            }
             if block_after.is_some_and(|b| since.elapsed() >= b) {
                 fds.clear();
                 block = rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();

@@ -266,6 +266,14 @@ pub trait Transport: Send {
         false
     }
 
+    /// Whether another rank of this node last ran on the CPU this rank runs on now: each rank
+    /// publishes its CPU (`sched_getcpu`) when it asks. Unbound ranks that the scheduler put on
+    /// one core take turns on it; a waiter that spins there only keeps the rank it waits for
+    /// from answering. Cheap (a few shared-memory reads); false where not known.
+    fn shares_cpu(&self) -> bool {
+        false
+    }
+
     /// Addresses (in this process) of every rank's collective slot area, in world rank order:
     /// [`crate::engine::flag::AREA`] bytes each, 64-byte aligned, zero at creation, shared by
     /// the whole job and mapped as long as the transport lives. `None`: not offered.

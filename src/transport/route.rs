@@ -398,6 +398,10 @@ impl Transport for Routed {
         self.to(peer).own_cores(peer)
     }
 
+    fn shares_cpu(&self) -> bool {
+        self.parts[0].shares_cpu()
+    }
+
     fn coll_slots(&self) -> Option<Vec<usize>> {
         self.parts[0].coll_slots()
     }

@@ -72,7 +72,7 @@
 use super::{near, CopyRates, Header, Transport, HEADER_BYTES};
 use crate::mpi::error::{MpiError, MpiResult};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6770_756d_7069_5348; // "gpumpiSH"
 const PAGE: usize = 4096;
@@ -117,6 +117,9 @@ struct SegHeader {
     probe_addr: u64,
     /// Data bytes of the collective scratch area (0: none).
     scratch: u64,
+    /// The CPU this rank last ran on when it looked ([`Transport::shares_cpu`]), plus one (0:
+    /// not known yet).
+    cpu: AtomicU32,
 }
 
 /// An `mmap`ed segment, unmapped on drop.
@@ -1091,6 +1094,26 @@ impl Transport for ShmTransport {
         self.own_cores[peer]
     }
 
+    fn shares_cpu(&self) -> bool {
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        if cpu < 0 {
+            return false;
+        }
+        let mine = cpu as u32 + 1;
+        let own = &self.own.header().cpu;
+        // Written only when it changed, so that the peers' copies of the line stay valid.
+        if own.load(Ordering::Relaxed) != mine {
+            own.store(mine, Ordering::Relaxed);
+        }
+        self.peers
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != self.rank)
+            .filter_map(|(_, m)| m.as_ref())
+            .any(|m| m.header().cpu.load(Ordering::Relaxed) == mine)
+    }
+
     unsafe fn read_remote(&mut self, src: usize, addr: u64, dst: &mut [u8]) -> bool {
         if !self.cma[src] {
             return false;
@@ -1167,6 +1190,41 @@ mod tests {
         for p in &squats {
             std::fs::remove_dir(p).unwrap();
         }
+    }
+
+    /// Each rank publishes its CPU when it asks whether another rank runs there: true once a
+    /// peer published this CPU, false before, and false once the peer moved elsewhere.
+    #[test]
+    fn ranks_see_a_peer_on_their_cpu() {
+        let j = job("cpu");
+        let a = ShmTransport::create_with(&j, 0, 2, 1024, false).unwrap();
+        let b = ShmTransport::create_with(&j, 1, 2, 1024, false).unwrap();
+        let (mut a, mut b) = (a, b);
+        a.attach_peers().unwrap();
+        b.attach_peers().unwrap();
+        // Keep this thread on one CPU so that both "ranks" run on the same one.
+        // SAFETY: plain libc calls on this thread's own affinity mask.
+        let (old, cpu) = unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old);
+            let cpu = libc::sched_getcpu();
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut one);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+                0
+            );
+            (old, cpu)
+        };
+        assert!(!a.shares_cpu(), "the peer has not published a CPU yet");
+        assert!(b.shares_cpu(), "rank 0 published this CPU");
+        assert!(a.shares_cpu(), "rank 1 published this CPU");
+        b.own.header().cpu.store(cpu as u32 + 2, Ordering::Relaxed);
+        assert!(!a.shares_cpu(), "rank 1 moved to another CPU");
+        // SAFETY: restores the mask read above.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &old) };
+        a.unlink();
+        b.unlink();
     }
 
     #[test]
