@@ -844,6 +844,7 @@ c_tests!(
     p2p_dtype,
     p2p_finalized,
     coll_data,
+    coll_a2av_pairs,
     coll_reduce,
     dtype_basic,
     type_half,

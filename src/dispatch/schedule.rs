@@ -215,18 +215,18 @@ impl CollSpec {
 
     /// A blocking alltoallv/alltoallw between nodes with PXN on (`CommObj::pxn_plan`): the
     /// ranks of each node first tell each other their block lengths (`coll::alltoall::counts`,
-    /// internal collective `no.nested(..)`, over shared memory), then the call runs through one
-    /// aggregator per node and rail (`coll::alltoall::rails`), or through the forwarders
-    /// (`coll::alltoall::pxn`) where `GPUMPI_PXN_ALLTOALL=forwarders`; both take blocks of any
-    /// length.
+    /// internal collective `no.nested(..)`, over shared memory), then the blocks between each
+    /// pair of nodes go through one aggregator per node and rail (`coll::alltoall::rails`) or
+    /// through the forwarders (`coll::alltoall::pxn`), as `Plan::picks_between` chooses from
+    /// the lengths between the two nodes or `GPUMPI_PXN_ALLTOALL` forces
+    /// (`coll::alltoall::pairs`); both take blocks of any length.
     unsafe fn pxn_alltoallv(
         &self,
         no: CallNo,
         args: &CollArgs,
         p: &Packed,
     ) -> MpiResult<Option<coll::Schedule>> {
-        use coll::alltoall::choice::{Force, Pick};
-        use coll::alltoall::{counts, pxn, rails};
+        use coll::alltoall::{counts, pairs};
         if !matches!(self.kind, CollKind::Alltoallv | CollKind::Alltoallw)
             || p.as_kind.is_some()
             || !p.tell_counts
@@ -275,23 +275,25 @@ impl CollSpec {
         }
         let lens = counts::NodeLens::new(nodes, g, &rows);
         let len = |s: usize, d: usize| lens.len(s, d);
-        // Only the lengths between this node and the others are known here, so every rank
-        // takes the same schedule only where nothing depends on them: the forwarders where
-        // `GPUMPI_PXN_ALLTOALL` forces them, else the aggregators (any length, any size).
-        let pick = match plan.force {
-            Force::Forwarders => Pick::Forwarders,
-            _ => Pick::Rails,
-        };
+        // Per pair of nodes, from the lengths between them, which both nodes know: every rank
+        // of the two takes the same schedule for the pair without a word between nodes.
+        let picks = plan.picks_between(nodes, g, &len);
         tracing::debug!(
             "{} through the PXN {} over {} nodes",
             self.kind.name(),
-            pick.name(),
+            pairs::describe(&picks, g),
             nodes.count()
         );
-        Ok(Some(match pick {
-            Pick::Forwarders => pxn::build_blocks(args, nodes, &plan.via, &len, sblocks, p.rblocks),
-            _ => rails::build_blocks(args, nodes, &plan.rails, &len, sblocks, p.rblocks),
-        }))
+        Ok(Some(pairs::build_blocks(
+            args,
+            nodes,
+            &plan.via,
+            &plan.rails,
+            &picks,
+            &len,
+            sblocks,
+            p.rblocks,
+        )))
     }
 
     /// Build the schedule of call (or internal call) `no` over packed operands `p` (the

@@ -227,3 +227,53 @@ fn alltoall_auto_choice_by_size_and_cpus() {
         "small, a CPU per rank"
     );
 }
+
+/// The automatic choice of an alltoallv (`Plan::picks_between`, `coll::alltoall::pairs`) on
+/// the same 2 nodes x 4 ranks on 2 rails, from the lengths between the two nodes (here all
+/// `len`: the mean of what one rank gets from the other node is 4 x `len`, against `relay`
+/// 1024): blocks of 64 bytes take the rail aggregators (4 network operations), blocks of 256
+/// the forwarders (16), none across rails, whatever the ranks' CPUs (the leaders' schedule
+/// takes no blocks of other lengths).
+#[test]
+fn alltoallv_auto_choice_by_the_lengths_between_nodes() {
+    use crate::coll::alltoall::choice::{Force, Pick, Plan};
+    use crate::coll::alltoall::pairs;
+    use crate::coll::Block;
+    let l = Layout {
+        node_of: vec![0, 0, 0, 0, 1, 1, 1, 1],
+        rail_of: vec![0, 1, 0, 1, 0, 1, 0, 1],
+    };
+    let n = l.node_of.len();
+    let nodes = Nodes::new(&l.node_of);
+    let plan = Plan {
+        via: pxn::Via::new(&nodes, |s, d| proxy(&l, s, d, true).unwrap_or(s)),
+        rails: rails::Rails::new(&nodes, &l.rail_of),
+        per_node: 4,
+        relay: 1024,
+        milli_cpus: 250,
+        force: Force::Auto,
+    };
+    for (len, pick, ops) in [(64, Pick::Rails, 4), (256, Pick::Forwarders, 16)] {
+        let blocks: Vec<Block> = (0..n).map(|i| Block::new(i * len, len)).collect();
+        let got = second_call_ops(&l, true, len, &|r| {
+            let g = nodes.of[r];
+            let picks = plan.picks_between(&nodes, g, &|_, _| len);
+            assert_eq!(picks[1 - g], pick, "rank {r}, {len} bytes");
+            let a = CollArgs {
+                nodes: 2,
+                ..CollArgs::new(r, n, len)
+            };
+            pairs::build_blocks(
+                &a,
+                &nodes,
+                &plan.via,
+                &plan.rails,
+                &picks,
+                &|_, _| len,
+                &blocks,
+                &blocks,
+            )
+        });
+        assert_eq!(got, (ops, 0), "{len} bytes");
+    }
+}

@@ -1,7 +1,9 @@
 //! Which schedule an alltoall between nodes takes with PXN on: the node leaders (`hier`, the
 //! schedule PXN off takes), the rail aggregators (`rails`) or the forwarders (`pxn`), by block
 //! size and the CPUs the ranks have ([`leaders_pay`], [`rail_aggregators_pay`]), or as
-//! `GPUMPI_PXN_ALLTOALL` forces.
+//! `GPUMPI_PXN_ALLTOALL` forces; for an alltoallv or alltoallw, the forwarders or the
+//! aggregators per pair of nodes by the lengths between them
+//! ([`rail_aggregators_pay_between`], [`Plan::picks_between`]).
 
 use crate::coll::hier::{self, Nodes};
 use crate::coll::{CollArgs, CollKind, Schedule};
@@ -121,6 +123,29 @@ pub fn leaders_pay(per_node: usize, block: usize, relay: usize, milli_cpus: usiz
     milli_cpus < 1000 && rail_aggregators_pay(per_node, block, relay)
 }
 
+/// [`rail_aggregators_pay`] for the blocks between one pair of nodes, of any lengths (an
+/// alltoallv or alltoallw): `bytes` in all both ways between the two nodes, whose ranks
+/// together are `ranks`. The aggregators pay while the mean of what one rank of the pair gets
+/// from the other node, `bytes / ranks`, is below `relay`.
+///
+/// The mean, not the largest: both costs of [`rail_aggregators_pay`] add up over a rail. A
+/// receiving aggregator relays the sum of what its rail's other ranks get from the other node
+/// (one copy per byte), and the forwarders cost one network message more per such rank
+/// (message counts do not depend on lengths, except that empty blocks are not sent), so on
+/// each rail the comparison is the mean of what its ranks get against `relay`; over the pair
+/// it is the mean over both nodes' ranks. With blocks of one length on nodes of `per_node`
+/// ranks this is `rail_aggregators_pay(per_node, block, relay)` exactly (`bytes = 2 per_node^2
+/// block`, `ranks = 2 per_node`), so an alltoallv with equal blocks takes the alltoall's
+/// schedule (the leaders aside). A few large receivers among small ones on a rail (a skewed
+/// pattern) can make the aggregators' busiest rail slower than the mean says; the largest
+/// would misjudge the opposite way (one large block would send every small one through the
+/// forwarders). Both nodes of the pair know every length between them after the count
+/// exchange inside the node (`counts`: a node's ranks' send and receive lengths), so both
+/// compute the same `bytes` and decide alike.
+pub fn rail_aggregators_pay_between(bytes: usize, ranks: usize, relay: usize) -> bool {
+    bytes < relay.saturating_mul(ranks)
+}
+
 impl Plan {
     /// The schedule for blocks of `block` bytes.
     pub fn pick(&self, block: usize) -> Pick {
@@ -133,6 +158,46 @@ impl Plan {
             Force::Auto if rail_aggregators_pay(p, block, r) => Pick::Rails,
             Force::Auto => Pick::Forwarders,
         }
+    }
+
+    /// The schedule of the blocks between one pair of nodes of an alltoallv or alltoallw:
+    /// `bytes` both ways between them, `ranks` ranks on the two together (the forwarders or
+    /// the aggregators: the leaders' schedule takes no blocks of other lengths, so where it
+    /// is forced, or where [`leaders_pay`] for an alltoall, below the same size, the
+    /// aggregators take it).
+    pub fn pick_between(&self, bytes: usize, ranks: usize) -> Pick {
+        match self.force {
+            Force::Forwarders => Pick::Forwarders,
+            Force::Rails | Force::Leaders => Pick::Rails,
+            Force::Auto if rail_aggregators_pay_between(bytes, ranks, self.relay) => Pick::Rails,
+            Force::Auto => Pick::Forwarders,
+        }
+    }
+
+    /// [`Self::pick_between`] for node `g` and each node `h` of `nodes` (entry `g`: the
+    /// aggregators, not used), where `len(s, d)` is the length of the block from `s` to `d`
+    /// for every `s` or `d` on `g` (`counts::NodeLens`). A rank of `h` computes the same
+    /// entry for `g` from its own node's lengths: the same blocks both ways.
+    pub fn picks_between(
+        &self,
+        nodes: &Nodes,
+        g: usize,
+        len: &dyn Fn(usize, usize) -> usize,
+    ) -> Vec<Pick> {
+        (0..nodes.count())
+            .map(|h| {
+                if h == g {
+                    return Pick::Rails;
+                }
+                let mut bytes = 0usize;
+                for &s in &nodes.ranks[g] {
+                    for &d in &nodes.ranks[h] {
+                        bytes = bytes.saturating_add(len(s, d)).saturating_add(len(d, s));
+                    }
+                }
+                self.pick_between(bytes, nodes.ranks[g].len() + nodes.ranks[h].len())
+            })
+            .collect()
     }
 
     /// The schedule of a whole alltoall of `a.bytes` per block over `nodes` (the
@@ -240,6 +305,107 @@ mod tests {
                 let (pick, sched) = plan.build(&a, &g).unwrap();
                 assert_eq!(pick, Pick::Leaders);
                 assert_eq!(sched, hier::build(CollKind::Alltoall, &a, &g).unwrap());
+            }
+        }
+    }
+
+    /// The per-pair rule is the alltoall's for blocks of one length, at every length.
+    #[test]
+    fn between_a_pair_equal_blocks_decide_as_the_alltoall() {
+        for per_node in 1..=8 {
+            for block in [0, 1, 100, 8191, 8192, 16383, 16384, 65535, 65536, 1 << 20] {
+                let bytes = 2 * per_node * per_node * block;
+                assert_eq!(
+                    rail_aggregators_pay_between(bytes, 2 * per_node, 65536),
+                    rail_aggregators_pay(per_node, block, 65536),
+                    "{per_node} x {block}"
+                );
+            }
+        }
+        // The mean over the pair's ranks: 2 + 3 ranks, 5 * 65536 bytes is the edge.
+        assert!(rail_aggregators_pay_between(5 * 65536 - 1, 5, 65536));
+        assert!(!rail_aggregators_pay_between(5 * 65536, 5, 65536));
+        assert!(!rail_aggregators_pay_between(usize::MAX, usize::MAX, 65536));
+    }
+
+    /// Synthetic length matrices over 3 nodes of 2, 3 and 4 ranks: small blocks between nodes
+    /// 0 and 1, large between 0 and 2, and between 1 and 2 large one way and empty the other
+    /// (the mean of both ways decides). Each rank computes its node's picks from what the count
+    /// exchange inside its node tells it (simulated), and the two nodes of every pair agree.
+    #[test]
+    fn picks_between_pairs_from_either_nodes_lengths() {
+        use crate::coll::alltoall::counts;
+        use crate::coll::sim::{simulate, RankBufs};
+        let node_of = [0, 1, 2, 0, 1, 2, 2, 1, 2];
+        let nodes = Nodes::new(&node_of);
+        let n = node_of.len();
+        let rail: Vec<usize> = (0..n).map(|r| r % 2).collect();
+        let mut plan = Plan {
+            via: crate::coll::alltoall::pxn::tests::rail_rule(&nodes, &rail),
+            rails: crate::coll::alltoall::rails::Rails::new(&nodes, &rail),
+            per_node: 4,
+            relay: 65536,
+            milli_cpus: 250,
+            force: Force::Auto,
+        };
+        // Lengths vary per block around each pair's scale.
+        let scale = |g: usize, h: usize| match (g.min(h), g.max(h), g < h) {
+            (0, 1, _) => 1000,
+            (0, 2, _) => 300_000,
+            (1, 2, true) => 200_000,
+            (1, 2, false) => 0,
+            _ => 7,
+        };
+        let global = |s: usize, d: usize| {
+            let k = scale(node_of[s], node_of[d]);
+            k + (s * 13 + d * 5) % 11 * k / 10
+        };
+        let picks_of = |plan: &Plan| -> Vec<Vec<Pick>> {
+            let scheds: Vec<Schedule> = (0..n).map(|r| counts::build(&nodes, r)).collect();
+            let mut bufs: Vec<RankBufs> = (0..n)
+                .map(|r| RankBufs {
+                    send: counts::row(n, |d| global(r, d), |s| global(s, r)),
+                    recv: vec![0; nodes.ranks[node_of[r]].len() * counts::row_bytes(n)],
+                })
+                .collect();
+            simulate(&scheds, &mut bufs, 1, &|_, _| unreachable!("no reduction"));
+            (0..n)
+                .map(|r| {
+                    let g = node_of[r];
+                    let lens = counts::NodeLens::new(&nodes, g, &bufs[r].recv);
+                    plan.picks_between(&nodes, g, &|s, d| lens.len(s, d))
+                })
+                .collect()
+        };
+        let want = |g: usize, h: usize| match (g.min(h), g.max(h)) {
+            (0, 1) => Pick::Rails,
+            _ => Pick::Forwarders,
+        };
+        let picks = picks_of(&plan);
+        for r in 0..n {
+            for p in 0..n {
+                let (g, h) = (node_of[r], node_of[p]);
+                if g != h {
+                    assert_eq!(picks[r][h], picks[p][g], "rank {r} and rank {p}");
+                    assert_eq!(picks[r][h], want(g, h), "rank {r}: node {g} with {h}");
+                }
+            }
+        }
+        // A larger threshold keeps every pair on the aggregators; forcing overrides the sizes.
+        plan.relay = 1 << 30;
+        assert!(picks_of(&plan).iter().flatten().all(|&p| p == Pick::Rails));
+        plan.relay = 1;
+        plan.force = Force::Rails;
+        assert!(picks_of(&plan).iter().flatten().all(|&p| p == Pick::Rails));
+        plan.force = Force::Leaders;
+        assert!(picks_of(&plan).iter().flatten().all(|&p| p == Pick::Rails));
+        plan.force = Force::Forwarders;
+        plan.relay = 1 << 30;
+        for (r, v) in picks_of(&plan).iter().enumerate() {
+            for (h, &p) in v.iter().enumerate() {
+                if h != node_of[r] {
+                    assert_eq!(p, Pick::Forwarders);
+                }
             }
         }
     }

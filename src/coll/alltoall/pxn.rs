@@ -71,7 +71,7 @@ impl Via {
 /// One message to `to` carrying `blocks` in order: a single block is sent where it lies,
 /// several are first packed into scratch from `alloc`; none, or only empty ones, send nothing
 /// (the receiver knows the same lengths and posts nothing either).
-fn send_packed(
+pub(super) fn send_packed(
     b: &mut Builder,
     alloc: &mut impl FnMut(usize) -> usize,
     to: usize,

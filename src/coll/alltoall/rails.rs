@@ -70,7 +70,7 @@ impl Rails {
     }
 
     /// The rails with a rank on node `h`, ascending.
-    fn rails_of(&self, h: usize) -> Vec<usize> {
+    pub fn rails_of(&self, h: usize) -> Vec<usize> {
         (0..self.lowest[h].len())
             .filter(|&q| self.lowest[h][q].is_some())
             .collect()
