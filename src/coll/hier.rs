@@ -17,9 +17,10 @@
 //! | scatterv (blocking) | | one message per node from the root | each member's block from the leader |
 //!
 //! Gatherv and scatterv ([`build_v`], `rooted_v`) have their counts at the root only: before
-//! the schedule, the ranks of each node without the root tell their leader their lengths
-//! ([`lens_schedule`], run by the dispatcher as an internal collective), which a nonblocking
-//! call cannot wait for at its start, so `MPI_Igatherv`/`MPI_Iscatterv` stay flat. Alltoallv and
+//! the schedule, the leader of each node without the root learns its members' lengths (from
+//! the members for gatherv, from the root for scatterv: [`lens_schedule`], run by the
+//! dispatcher as an internal collective), which a nonblocking call cannot wait for at its
+//! start, so `MPI_Igatherv`/`MPI_Iscatterv` stay flat. Alltoallv and
 //! alltoallw stay flat (pairwise: one message per pair of ranks, none crossing twice): a
 //! leader does not know its members' counts for other nodes.
 //!
@@ -927,7 +928,7 @@ impl Hier<'_> {
 
 mod rooted_v;
 pub use rooted_v::{
-    decode_lens, encode_len, lens_recv_bytes, lens_schedule, tells_lens, through_leader,
+    decode_lens, encode_len, lens_recv_bytes, lens_schedule, root_lens, tells_lens, through_leader,
 };
 
 #[cfg(test)]

@@ -301,27 +301,30 @@ impl CollSpec {
         p.tell_counts && p.as_kind.is_none() && no.sub == 0 && self.subs.get() < CallNo::MAX_SUB
     }
 
-    /// Before a hierarchical gatherv/scatterv (`coll::hier::build_v`): the ranks of each node
-    /// without the root tell their leader their block lengths (`hier::lens_schedule`, internal
-    /// collective `no.nested(..)`, over shared memory). The members' lengths in node order at
-    /// such a leader; empty elsewhere.
+    /// Before a hierarchical gatherv/scatterv (`coll::hier::build_v`): the leader of each node
+    /// without the root learns its members' block lengths (`hier::lens_schedule`, internal
+    /// collective `no.nested(..)`: gatherv from its members over shared memory, scatterv from
+    /// the root). The members' lengths in node order at such a leader; empty elsewhere.
     unsafe fn node_lens(
         &self,
         no: CallNo,
         args: &CollArgs,
         nodes: &Nodes,
     ) -> MpiResult<Vec<usize>> {
-        let (r, root) = (args.rank, args.root);
-        if !hier::tells_lens(nodes, r, root) {
+        let (r, root, kind) = (args.rank, args.root, self.kind);
+        if !hier::tells_lens(kind, nodes, r, root) {
             return Ok(Vec::new());
         }
         let sub = self.subs.get() + 1;
         self.subs.set(sub);
-        let mine = hier::encode_len(args.bytes);
+        let mine = match (kind, r == root) {
+            (CollKind::Scatterv, true) => hier::root_lens(nodes, root, |s| args.send_blocks[s].len),
+            _ => hier::encode_len(args.bytes).to_vec(),
+        };
         let mut lens = vec![0u8; hier::lens_recv_bytes(nodes, r)];
         // SAFETY: `mine` and `lens` outlive the executor, which completes before they drop.
         let exec = CollExec::new(
-            Arc::new(hier::lens_schedule(nodes, r, root)),
+            Arc::new(hier::lens_schedule(kind, nodes, r, root)),
             mine.as_ptr(),
             lens.as_mut_ptr(),
             self.comm.ctx | COLL_CTX_BIT,
@@ -342,10 +345,10 @@ impl CollSpec {
         if st.error != 0 {
             return Err(MpiError::new(
                 st.error,
-                "the count exchange inside the node failed",
+                "the count exchange before the call failed",
             ));
         }
-        Ok(match nodes.ranks[nodes.of[r]][0] == r {
+        Ok(match r != root && nodes.ranks[nodes.of[r]][0] == r {
             true => hier::decode_lens(&lens),
             false => Vec::new(),
         })

@@ -1,11 +1,12 @@
-//! Gatherv and scatterv through the node leaders: one network message between the root and
-//! each other node (its packed blocks) instead of one per rank.
+//! Gatherv and scatterv through the node leaders: one network message of data between the
+//! root and each other node (its packed blocks) instead of one per rank.
 //!
 //! Only the root knows every count; each other rank knows its own. Before the schedule, the
-//! ranks of every node without the root tell their node's leader (its lowest rank) their
-//! block lengths ([`lens_schedule`], over shared memory; nothing crosses nodes), so that the
-//! leader knows how to pack or unpack its node's message; the root derives the same lengths
-//! from its counts. The schedules then:
+//! leader (lowest rank) of every node without the root learns its members' block lengths
+//! ([`lens_schedule`]), so that it knows how to pack or unpack its node's message: for gatherv
+//! from the members themselves (over shared memory; nothing crosses nodes), for scatterv from
+//! the root (one small network message per node, ahead of the data), so that no member sends
+//! anything before it receives its block. The schedules then:
 //!
 //! - gatherv: each member of a node without the root sends its block to the leader, which
 //!   packs them member by member behind its own and sends the packing to the root in one
@@ -29,7 +30,7 @@
 //! all empty exchanges no message with the root. A node of one rank exchanges its block with
 //! the root directly, as the flat schedule does.
 
-use super::{Block, BufId, Hier, Nodes, Region, Schedule};
+use super::{Block, BufId, CollKind, Hier, Nodes, Region, Schedule};
 use crate::coll::schedule::Builder;
 use crate::mpi::error::MpiResult;
 use crate::mpi_bail;
@@ -43,19 +44,53 @@ pub fn through_leader(len: usize, m: usize, relay: usize) -> bool {
     len.saturating_mul(m) < relay
 }
 
-/// Whether `rank` takes part in the count exchange before a gatherv/scatterv with root `root`:
-/// it is on a node of more than one rank, not the root's.
-pub fn tells_lens(nodes: &Nodes, rank: usize, root: usize) -> bool {
-    let g = nodes.of[rank];
-    g != nodes.of[root] && nodes.ranks[g].len() > 1
+/// The nodes whose leader must learn its members' lengths before a gatherv/scatterv with root
+/// `root`: those of more than one rank, not the root's.
+fn told_nodes(nodes: &Nodes, root: usize) -> impl Iterator<Item = &[usize]> {
+    let rn = nodes.of[root];
+    (0..nodes.count())
+        .filter(move |&j| j != rn && nodes.ranks[j].len() > 1)
+        .map(|j| nodes.ranks[j].as_slice())
 }
 
-/// The count exchange of `rank` ([`tells_lens`]): its length (8 bytes, little-endian, at
-/// `Send[0..8]`) to its node's leader, which receives member `i`'s at `Recv[8 i..]` (its own
-/// copied). Empty where the rank takes no part.
-pub fn lens_schedule(nodes: &Nodes, rank: usize, root: usize) -> Schedule {
+/// Whether `rank` takes part in the count exchange of `kind` (gatherv or scatterv) with root
+/// `root`: gatherv, the ranks of the nodes of [`told_nodes`] (each tells its leader);
+/// scatterv, the leaders of those nodes and the root (which tells them).
+pub fn tells_lens(kind: CollKind, nodes: &Nodes, rank: usize, root: usize) -> bool {
+    let g = nodes.of[rank];
+    let told = g != nodes.of[root] && nodes.ranks[g].len() > 1;
+    match kind {
+        CollKind::Scatterv if rank == root => told_nodes(nodes, root).next().is_some(),
+        CollKind::Scatterv => told && nodes.ranks[g][0] == rank,
+        _ => told,
+    }
+}
+
+/// The count exchange of `rank` ([`tells_lens`]) before `kind` (gatherv or scatterv); empty
+/// where the rank takes no part. A leader of a node of [`told_nodes`] receives member `i`'s
+/// length (8 bytes, little-endian) at `Recv[8 i..]`, from:
+/// - gatherv: member `i` itself (its length at `Send[0..8]`; the leader's own copied), over
+///   shared memory: nothing crosses nodes, and the leader waits for what its members send
+///   anyway;
+/// - scatterv: the root, one message per node from [`root_lens`] at the root's `Send`: no
+///   member sends anything before it receives its block, so the leader never waits for its
+///   members (a message from each would hold the leader, and so its node's blocks, up until
+///   every member has reached the call).
+pub fn lens_schedule(kind: CollKind, nodes: &Nodes, rank: usize, root: usize) -> Schedule {
     let mut b = Builder::new();
-    if !tells_lens(nodes, rank, root) {
+    if !tells_lens(kind, nodes, rank, root) {
+        return b.finish();
+    }
+    if kind == CollKind::Scatterv {
+        if rank == root {
+            let mut off = 0;
+            for m in told_nodes(nodes, root) {
+                b.send(m[0], Region::send(off, m.len() * LEN));
+                off += m.len() * LEN;
+            }
+        } else {
+            b.recv(root, Region::recv(0, lens_recv_bytes(nodes, rank)));
+        }
         return b.finish();
     }
     let members = &nodes.ranks[nodes.of[rank]];
@@ -70,14 +105,23 @@ pub fn lens_schedule(nodes: &Nodes, rank: usize, root: usize) -> Schedule {
     b.finish()
 }
 
-/// Bytes of the `Recv` buffer of [`lens_schedule`] at `rank`.
+/// Bytes of the `Recv` buffer of [`lens_schedule`] at `rank` (read at the leaders only).
 pub fn lens_recv_bytes(nodes: &Nodes, rank: usize) -> usize {
     nodes.ranks[nodes.of[rank]].len() * LEN
 }
 
-/// The `Send` buffer of [`lens_schedule`]: a block length.
+/// The `Send` buffer of [`lens_schedule`] at a rank other than scatterv's root: its length.
 pub fn encode_len(len: usize) -> [u8; LEN] {
     (len as u64).to_le_bytes()
+}
+
+/// The `Send` buffer of [`lens_schedule`] at scatterv's root, whose block for rank `r` is
+/// `len(r)` bytes: the lengths of the members of each node of [`told_nodes`], node after node.
+pub fn root_lens(nodes: &Nodes, root: usize, len: impl Fn(usize) -> usize) -> Vec<u8> {
+    told_nodes(nodes, root)
+        .flatten()
+        .flat_map(|&r| encode_len(len(r)))
+        .collect()
 }
 
 /// The members' lengths a leader received by [`lens_schedule`], in node order.
@@ -118,16 +162,25 @@ fn in_order(items: &[(usize, Block)]) -> Option<usize> {
 impl Hier<'_> {
     /// The lengths of this node's members' blocks at a leader of a node without the root
     /// (from the count exchange), checked against its own.
-    fn member_lens(&self, m: usize) -> MpiResult<Vec<usize>> {
+    fn member_lens(&self, kind: CollKind, m: usize) -> MpiResult<Vec<usize>> {
         let lens = self.node_lens;
-        if lens.len() != m || lens[0] != self.a.bytes {
+        if lens.len() != m {
             mpi_bail!(
                 MPI_ERR_INTERN,
-                "{} block lengths of a node of {} ranks (own {}, told {:?})",
+                "{}: {} block lengths for a node of {} ranks",
+                kind.name(),
                 lens.len(),
-                m,
-                self.a.bytes,
-                lens.first()
+                m
+            );
+        }
+        if lens[0] != self.a.bytes {
+            mpi_bail!(
+                MPI_ERR_TRUNCATE,
+                "{}: the root's count for rank {} is {} bytes, the rank's own {} bytes",
+                kind.name(),
+                self.a.rank,
+                lens[0],
+                self.a.bytes
             );
         }
         Ok(lens.to_vec())
@@ -163,7 +216,7 @@ impl Hier<'_> {
         }
         // The leader of a node without the root (its own block, where it goes straight, is
         // on its way already).
-        let lens = self.member_lens(m)?;
+        let lens = self.member_lens(CollKind::Gatherv, m)?;
         let relay = self.relay;
         let via = |i: usize| through_leader(lens[i], m, relay);
         let total: usize = (0..m).filter(|&i| via(i)).map(|i| lens[i]).sum();
@@ -250,7 +303,7 @@ impl Hier<'_> {
         }
         // The leader of a node without the root (its own block, where it comes straight, is
         // received first).
-        let lens = self.member_lens(m)?;
+        let lens = self.member_lens(CollKind::Scatterv, m)?;
         let relay = self.relay;
         let via = |i: usize| through_leader(lens[i], m, relay);
         let total: usize = (0..m).filter(|&i| via(i)).map(|i| lens[i]).sum();

@@ -677,27 +677,38 @@ fn flat_v_collectives_cross_once_per_pair() {
 
 /// Runs the count exchange of a gatherv/scatterv (`lens_schedule`) on every rank with
 /// `lens[r]` as rank r's length, and returns what each rank passes to `build_v` (the members'
-/// lengths at a leader of a node without the root, nothing elsewhere). Checks that nothing
-/// crosses nodes.
-fn told_lens(nodes: &Nodes, root: usize, lens: &[usize]) -> Vec<Vec<usize>> {
+/// lengths at a leader of a node without the root, nothing elsewhere). Checks what crosses
+/// nodes: nothing for gatherv, one message from the root to each leader that needs the
+/// lengths for scatterv.
+fn told_lens(kind: CollKind, nodes: &Nodes, root: usize, lens: &[usize]) -> Vec<Vec<usize>> {
     let n = lens.len();
-    let scheds: Vec<Schedule> = (0..n).map(|r| lens_schedule(nodes, r, root)).collect();
+    let scheds: Vec<Schedule> = (0..n)
+        .map(|r| lens_schedule(kind, nodes, r, root))
+        .collect();
     let mut bufs: Vec<RankBufs> = (0..n)
         .map(|r| RankBufs {
-            send: encode_len(lens[r]).to_vec(),
+            send: match (kind, r == root) {
+                (CollKind::Scatterv, true) => root_lens(nodes, root, |s| lens[s]),
+                _ => encode_len(lens[r]).to_vec(),
+            },
             recv: vec![0xEE; lens_recv_bytes(nodes, r)],
         })
         .collect();
     simulate(&scheds, &mut bufs, 1, &sum);
-    assert_eq!(
-        crossings(&scheds, nodes),
-        0,
-        "{nodes:?}: count exchange crosses nodes"
-    );
+    let rn = nodes.of[root];
+    let told = (0..nodes.count())
+        .filter(|&j| j != rn && nodes.ranks[j].len() > 1)
+        .count();
+    let want = match kind {
+        CollKind::Scatterv => told,
+        _ => 0,
+    };
+    assert_eq!(crossings(&scheds, nodes), want, "{kind:?} {nodes:?}");
     (0..n)
         .map(|r| {
-            let leads = nodes.ranks[nodes.of[r]][0] == r;
-            match tells_lens(nodes, r, root) && leads {
+            let g = nodes.of[r];
+            let leads = nodes.ranks[g][0] == r && r != root;
+            match leads && g != rn && nodes.ranks[g].len() > 1 {
                 true => decode_lens(&bufs[r].recv),
                 false => Vec::new(),
             }
@@ -757,7 +768,7 @@ fn run_v(
     mut bufs: Vec<RankBufs>,
 ) -> Vec<RankBufs> {
     let nodes = Nodes::new(labels);
-    let told = told_lens(&nodes, root, lens);
+    let told = told_lens(kind, &nodes, root, lens);
     let scheds: Vec<Schedule> = (0..labels.len())
         .map(|r| {
             build_v(kind, &args(r), &nodes, &told[r], relay)
