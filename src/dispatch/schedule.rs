@@ -29,7 +29,8 @@ pub(crate) struct Packed<'a> {
     /// pieces of an alltoall run as alltoallv schedules over strided blocks).
     pub(crate) as_kind: Option<CollKind>,
     /// A blocking call: an alltoallv/alltoallw through PXN may first tell its block lengths
-    /// inside the node (a nonblocking one may not wait for the other ranks at its start).
+    /// inside the node, a gatherv/scatterv between nodes its leaders their members' lengths (a
+    /// nonblocking one may not wait for the other ranks at its start).
     pub(crate) tell_counts: bool,
     /// The operands that are device memory, where the schedule runs on them directly
     /// ([`CollSpec::device_sides`]).
@@ -294,9 +295,8 @@ impl CollSpec {
         }))
     }
 
-    /// Whether call `no` over `p` may tell its counts inside the node before its schedule: a
-    /// blocking call of its own (not a collective inside another call), with an internal call
-    /// number left.
+    /// Whether call `no` over `p` may exchange its counts before its schedule: a blocking call
+    /// of its own (not a collective inside another call), with an internal call number left.
     fn tells_v(&self, no: CallNo, p: &Packed) -> bool {
         p.tell_counts && p.as_kind.is_none() && no.sub == 0 && self.subs.get() < CallNo::MAX_SUB
     }
