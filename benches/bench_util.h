@@ -214,11 +214,12 @@ static inline size_t bu_check_pattern(bu_type t, int src, const void *buf, size_
 typedef enum { BU_OP_PINGPONG, BU_OP_BW, BU_OP_BIBW, BU_OP_SENDRECV, BU_OP_ALLREDUCE,
                BU_OP_REDUCE, BU_OP_ALLTOALL, BU_OP_ALLTOALLV, BU_OP_BCAST, BU_OP_ALLGATHER,
                BU_OP_REDUCE_SCATTER, BU_OP_FIRSTCALL, BU_OP_GATHER, BU_OP_SCATTER,
-               BU_OP_ALLGATHERV, BU_NOPS } bu_opkind;
+               BU_OP_ALLGATHERV, BU_OP_GATHERV, BU_OP_SCATTERV, BU_NOPS } bu_opkind;
 
 static const char *const bu_op_names[BU_NOPS] = {
     "pingpong", "bw", "bibw", "sendrecv", "allreduce", "reduce", "alltoall", "alltoallv",
-    "bcast", "allgather", "reduce_scatter", "firstcall", "gather", "scatter", "allgatherv" };
+    "bcast", "allgather", "reduce_scatter", "firstcall", "gather", "scatter", "allgatherv",
+    "gatherv", "scatterv" };
 
 static inline int bu_op_from_name(const char *s)
 {
@@ -237,12 +238,12 @@ static inline int bu_op_reduces(bu_opkind k)
 
 /* 1 if `size` is the total over ranks, split into nranks blocks
  * (nccl-tests convention for allgather, reduce_scatter, alltoall; also gather, scatter and
- * allgatherv). */
+ * allgatherv, gatherv and scatterv). */
 static inline int bu_op_blocked(bu_opkind k)
 {
     return k == BU_OP_ALLTOALL || k == BU_OP_ALLTOALLV || k == BU_OP_ALLGATHER ||
            k == BU_OP_REDUCE_SCATTER || k == BU_OP_GATHER || k == BU_OP_SCATTER ||
-           k == BU_OP_ALLGATHERV;
+           k == BU_OP_ALLGATHERV || k == BU_OP_GATHERV || k == BU_OP_SCATTERV;
 }
 
 /* busbw = algbw * factor (nccl-tests definitions):
@@ -258,6 +259,8 @@ static inline double bu_busbw_factor(bu_opkind k, int n)
     case BU_OP_ALLGATHERV:
     case BU_OP_GATHER:
     case BU_OP_SCATTER:
+    case BU_OP_GATHERV:
+    case BU_OP_SCATTERV:
     case BU_OP_ALLTOALL:
     case BU_OP_ALLTOALLV: return (double)(n - 1) / n;
     default: return 1.0;

@@ -38,7 +38,8 @@ static void usage(FILE *f)
 "usage: gpumpi-bench [options]\n"
 "  -o op       pingpong bw bibw sendrecv allreduce reduce alltoall alltoallv bcast\n"
 "              allgather reduce_scatter firstcall gather       (allreduce)\n"
-"              scatter allgatherv\n"
+"              scatter allgatherv gatherv scatterv (equal blocks\n"
+"              through the v interface)\n"
 "  -b bytes    smallest size, K/M/G suffixes                  (8)\n"
 "  -e bytes    largest size                                   (1M)\n"
 "  -f factor   size multiplier                                (2)\n"
@@ -48,7 +49,7 @@ static void usage(FILE *f)
 "              vmm-nohandle: the same without a shareable handle type\n"
 "  -t type     int8 uint8 int32 uint32 int64 uint64 float double (float)\n"
 "  -p redop    sum prod max min                               (sum)\n"
-"  -r root     root of bcast/reduce/gather/scatter            (0)\n"
+"  -r root     root of bcast/reduce/gather(v)/scatter(v)      (0)\n"
 "  -w n        warm-up iterations                             (5)\n"
 "  -n n        timed iterations                               (20)\n"
 "  -z 0|1      0 back-to-back (n ops, one completion), 1 blocking (1)\n"
@@ -61,7 +62,7 @@ static void usage(FILE *f)
 "  --csv FILE  --json FILE   also write results there (rank 0)\n"
 "  --inject-error  corrupt one output element per size (tests the validation)\n"
 "Sizes are per rank for allreduce/reduce/bcast/p2p and the total over ranks\n"
-"for allgather(v)/reduce_scatter/alltoall(v)/gather/scatter, as in nccl-tests.\n");
+"for allgather(v)/reduce_scatter/alltoall(v)/gather(v)/scatter(v), as in nccl-tests.\n");
 }
 
 /* Rank as told by the launcher's environment, before MPI_Init (0 if none):
@@ -597,6 +598,14 @@ static void issue(const opctx *c)
         for (int p = 0; p < nranks; p++) { a2av_counts[p] = ib; a2av_displs[p] = p * ib; }
         MPI_Allgatherv(s, ib, c->dt, r, a2av_counts, a2av_displs, c->dt, w);
         break;
+    case BU_OP_GATHERV:
+        for (int p = 0; p < nranks; p++) { a2av_counts[p] = ib; a2av_displs[p] = p * ib; }
+        MPI_Gatherv(s, ib, c->dt, r, a2av_counts, a2av_displs, c->dt, O.root, w);
+        break;
+    case BU_OP_SCATTERV:
+        for (int p = 0; p < nranks; p++) { a2av_counts[p] = ib; a2av_displs[p] = p * ib; }
+        MPI_Scatterv(s, a2av_counts, a2av_displs, c->dt, r, ib, c->dt, O.root, w);
+        break;
     case BU_OP_ALLTOALL: MPI_Alltoall(s, ib, c->dt, r, ib, c->dt, w); break;
     case BU_OP_ALLTOALLV:
         for (int p = 0; p < nranks; p++) { a2av_counts[p] = ib; a2av_displs[p] = p * ib; }
@@ -626,11 +635,11 @@ static void fill_inputs(const opctx *c)
         sb = c->count * ts;
         bu_fill_input(t, (bu_redop)O.redop, rank, hs, c->count, 0);
         break;
-    case BU_OP_ALLGATHER: case BU_OP_ALLGATHERV: case BU_OP_GATHER:
+    case BU_OP_ALLGATHER: case BU_OP_ALLGATHERV: case BU_OP_GATHER: case BU_OP_GATHERV:
         sb = c->blk * ts;
         bu_fill_pattern(t, rank, hs, c->blk, 0);
         break;
-    case BU_OP_SCATTER: /* element i of the root's input is pattern(root, i) */
+    case BU_OP_SCATTER: case BU_OP_SCATTERV: /* element i of the root's input is pattern(root, i) */
         sb = c->count * ts;
         if (rank == O.root) bu_fill_pattern(t, rank, hs, c->count, 0);
         else memset(hs, 0xA5, sb);
@@ -656,7 +665,8 @@ static void fill_inputs(const opctx *c)
 static void inject_error(const opctx *c)
 {
     int p2p = c->k == BU_OP_PINGPONG || c->k == BU_OP_BW || c->k == BU_OP_BIBW;
-    int rooted = c->k == BU_OP_REDUCE || c->k == BU_OP_BCAST || c->k == BU_OP_GATHER;
+    int rooted = c->k == BU_OP_REDUCE || c->k == BU_OP_BCAST || c->k == BU_OP_GATHER ||
+                 c->k == BU_OP_GATHERV;
     int who = p2p ? 1 : rooted ? O.root : 0;
     if (rank != who || c->count == 0) return;
     void *buf = c->k == BU_OP_BCAST ? B.sbuf : B.rbuf;
@@ -696,11 +706,11 @@ static size_t check_outputs(const opctx *c)
     case BU_OP_BCAST:
         out = check_view(B.sbuf, B.hs, c->count * ts);
         return bu_check_pattern(t, O.root, out, c->count, 0);
-    case BU_OP_SCATTER:
+    case BU_OP_SCATTER: case BU_OP_SCATTERV:
         out = check_view(B.rbuf, B.hr, c->blk * ts);
         return bu_check_pattern(t, O.root, out, c->blk, (size_t)rank * c->blk);
-    case BU_OP_GATHER: case BU_OP_ALLGATHER: case BU_OP_ALLGATHERV:
-        if (c->k == BU_OP_GATHER && rank != O.root) return 0;
+    case BU_OP_GATHER: case BU_OP_GATHERV: case BU_OP_ALLGATHER: case BU_OP_ALLGATHERV:
+        if ((c->k == BU_OP_GATHER || c->k == BU_OP_GATHERV) && rank != O.root) return 0;
         out = check_view(B.rbuf, B.hr, c->count * ts);
         for (int p = 0; p < nranks; p++)
             wrong += bu_check_pattern(t, p, (const char *)out + (size_t)p * c->blk * ts, c->blk, 0);
@@ -766,7 +776,7 @@ static void print_row(const result *r)
 {
     int reduces = bu_op_reduces((bu_opkind)O.op);
     int rooted = O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE || O.op == BU_OP_GATHER ||
-                 O.op == BU_OP_SCATTER;
+                 O.op == BU_OP_SCATTER || O.op == BU_OP_GATHERV || O.op == BU_OP_SCATTERV;
     char root[16];
     snprintf(root, sizeof root, "%d", O.root);
     char wrong[24];
@@ -1005,13 +1015,14 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    if (O.nccl && (O.op == BU_OP_GATHER || O.op == BU_OP_SCATTER || O.op == BU_OP_ALLGATHERV)) {
+    if (O.nccl && (O.op == BU_OP_GATHER || O.op == BU_OP_SCATTER || O.op == BU_OP_ALLGATHERV ||
+                   O.op == BU_OP_GATHERV || O.op == BU_OP_SCATTERV)) {
         if (rank == 0) fprintf(stderr, "gpumpi-bench: %s has no NCCL form here\n", bu_op_names[O.op]);
         MPI_Finalize();
         return 2;
     }
     if ((O.op == BU_OP_BCAST || O.op == BU_OP_REDUCE || O.op == BU_OP_GATHER ||
-         O.op == BU_OP_SCATTER) &&
+         O.op == BU_OP_SCATTER || O.op == BU_OP_GATHERV || O.op == BU_OP_SCATTERV) &&
         (O.root < 0 || O.root >= nranks)) {
         if (rank == 0) fprintf(stderr, "gpumpi-bench: root %d out of range\n", O.root);
         MPI_Finalize();

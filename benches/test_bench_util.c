@@ -87,6 +87,8 @@ static void test_types(void)
     CHECK(bu_redop_from_name("avg") == -1);
     CHECK(bu_op_from_name("reduce_scatter") == BU_OP_REDUCE_SCATTER);
     CHECK(bu_op_from_name("firstcall") == BU_OP_FIRSTCALL);
+    CHECK(bu_op_from_name("gatherv") == BU_OP_GATHERV && bu_op_blocked(BU_OP_GATHERV));
+    CHECK(bu_op_from_name("scatterv") == BU_OP_SCATTERV && bu_op_blocked(BU_OP_SCATTERV));
     CHECK(bu_op_from_name("allreduc") == -1);
     for (int t = 0; t < BU_NTYPES; t++) {
         unsigned char b[16] = { 0 };

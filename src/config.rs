@@ -105,7 +105,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_COLL_HIER",
         default: "1",
-        doc: "Hierarchical collectives on communicators that span nodes (`src/coll/hier.rs`): blocking and nonblocking `MPI_Allreduce`, `MPI_Reduce`, `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` (commutative ops), `MPI_Bcast`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Allgatherv` and `MPI_Alltoall` work inside each node first, then between one leader per node over the network, then inside the node again, whenever a node has more than one of the communicator's ranks. `0`: every collective of such a communicator is one flat schedule over point-to-point.",
+        doc: "Hierarchical collectives on communicators that span nodes (`src/coll/hier.rs`): blocking and nonblocking `MPI_Allreduce`, `MPI_Reduce`, `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` (commutative ops), `MPI_Bcast`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgather`, `MPI_Allgatherv` and `MPI_Alltoall`, and blocking `MPI_Gatherv` and `MPI_Scatterv` (after each node's leader learns its members' counts; one data message per node to or from the root, holding the blocks below the job's `GPUMPI_NET_BULK_MIN` divided by the node's ranks), work inside each node first, then between one leader per node over the network, then inside the node again, whenever a node has more than one of the communicator's ranks. `0`: every collective of such a communicator is one flat schedule over point-to-point.",
         same_on_every_rank: true,
     },
     Param {

@@ -13,11 +13,15 @@
 //! | scatter | | one message per node from the root | scatter from the leader |
 //! | allgatherv | gatherv to the leader | allgatherv of whole nodes | bcast of the result |
 //! | reduce_scatter(_block) | reduce of the whole vector to the leader | reduce_scatter, one block per node | scatterv from the leader |
+//! | gatherv (blocking) | the members' blocks to the leader (the root's node: to the root) | one message per node to the root | |
+//! | scatterv (blocking) | | one message per node from the root | each member's block from the leader |
 //!
-//! Gatherv and scatterv stay flat (linear: each rank's block crosses at most one node boundary,
-//! in one message to or from the root): their counts are known at the root only, so a leader
-//! cannot size a packed node block without a message from the root first. Alltoallv and
-//! alltoallw stay flat too (pairwise: one message per pair of ranks, none crossing twice): a
+//! Gatherv and scatterv ([`build_v`], `rooted_v`) have their counts at the root only: before
+//! the schedule, the leader of each node without the root learns its members' lengths (from
+//! the members for gatherv, from the root for scatterv: [`lens_schedule`], run by the
+//! dispatcher as an internal collective), which a nonblocking call cannot wait for at its
+//! start, so `MPI_Igatherv`/`MPI_Iscatterv` stay flat. Alltoallv and
+//! alltoallw stay flat (pairwise: one message per pair of ranks, none crossing twice): a
 //! leader does not know its members' counts for other nodes.
 //!
 //! Each phase is a schedule of an existing algorithm (chosen by `select` for the phase's rank
@@ -32,8 +36,8 @@
 //! nodes' leaders (other peers, other ranges of its buffers), so that neither waits for the
 //! other.
 //!
-//! A node's leader is its lowest rank, except that the root of bcast, reduce, gather and
-//! scatter leads its own node. Reductions must be commutative: members of a node need not be
+//! A node's leader is its lowest rank, except that the root of bcast, reduce, gather(v) and
+//! scatter(v) leads its own node. Reductions must be commutative: members of a node need not be
 //! consecutive ranks, so the partial results are not in rank order.
 
 use super::schedule::{BufId, Builder, Region, Schedule, Step};
@@ -132,14 +136,60 @@ pub const SUPPORTED: &[CollKind] = &[
     CollKind::ReduceScatterBlock,
 ];
 
-/// Whether `kind` has a hierarchical schedule ([`SUPPORTED`]).
-pub fn supports(kind: CollKind) -> bool {
-    SUPPORTED.contains(&kind)
+/// The collectives with a hierarchical schedule when blocking only ([`build_v`]): their
+/// schedule needs the count exchange inside the node first, which a nonblocking call cannot
+/// wait for at its start.
+pub const SUPPORTED_BLOCKING: &[CollKind] = &[CollKind::Gatherv, CollKind::Scatterv];
+
+/// Whether `kind` has a hierarchical schedule ([`SUPPORTED`]; with `blocking`, also
+/// [`SUPPORTED_BLOCKING`]).
+pub fn supports(kind: CollKind, blocking: bool) -> bool {
+    SUPPORTED.contains(&kind) || (blocking && SUPPORTED_BLOCKING.contains(&kind))
+}
+
+/// The hierarchical schedule of gatherv or scatterv ([`SUPPORTED_BLOCKING`], module docs of
+/// `rooted_v`) for rank `a.rank`: `node_lens` are the block lengths of the members of its node
+/// in node order where it leads a node without the root ([`tells_lens`]; [`lens_schedule`]
+/// tells them), and are not read elsewhere. `relay`: the job's bulk threshold, below which a
+/// node's packed message must stay ([`through_leader`]; the same on every rank).
+pub fn build_v(
+    kind: CollKind,
+    a: &CollArgs,
+    nodes: &Nodes,
+    node_lens: &[usize],
+    relay: usize,
+) -> MpiResult<Schedule> {
+    if !SUPPORTED_BLOCKING.contains(&kind) {
+        mpi_bail!(
+            MPI_ERR_INTERN,
+            "{} has no hierarchical schedule with counts",
+            kind.name()
+        );
+    }
+    build_with(kind, a, nodes, node_lens, relay)
 }
 
 /// The hierarchical schedule of `kind` for rank `a.rank` of a communicator whose ranks lie on
 /// `nodes` (`a.size == nodes.of.len()`). Reductions need a commutative op.
+/// Gatherv and scatterv take [`build_v`].
 pub fn build(kind: CollKind, a: &CollArgs, nodes: &Nodes) -> MpiResult<Schedule> {
+    if SUPPORTED_BLOCKING.contains(&kind) {
+        mpi_bail!(
+            MPI_ERR_INTERN,
+            "{}: the hierarchical schedule needs the node's counts",
+            kind.name()
+        );
+    }
+    build_with(kind, a, nodes, &[], usize::MAX)
+}
+
+fn build_with(
+    kind: CollKind,
+    a: &CollArgs,
+    nodes: &Nodes,
+    node_lens: &[usize],
+    relay: usize,
+) -> MpiResult<Schedule> {
     super::validate(kind, a)?;
     if nodes.of.len() != a.size {
         mpi_bail!(
@@ -161,6 +211,8 @@ pub fn build(kind: CollKind, a: &CollArgs, nodes: &Nodes) -> MpiResult<Schedule>
         tmp: 0,
         a,
         nodes,
+        node_lens,
+        relay,
     };
     match kind {
         CollKind::Allreduce => h.allreduce()?,
@@ -176,6 +228,8 @@ pub fn build(kind: CollKind, a: &CollArgs, nodes: &Nodes) -> MpiResult<Schedule>
             h.reduce_scatter(&lens)?
         }
         CollKind::ReduceScatterBlock => h.reduce_scatter(&vec![a.bytes; a.size])?,
+        CollKind::Gatherv => h.gatherv()?,
+        CollKind::Scatterv => h.scatterv()?,
         _ => mpi_bail!(
             MPI_ERR_INTERN,
             "{} has no hierarchical schedule",
@@ -204,6 +258,11 @@ struct Hier<'a> {
     tmp: usize,
     a: &'a CollArgs<'a>,
     nodes: &'a Nodes,
+    /// Gatherv and scatterv at the leader of a node without the root: its members' block
+    /// lengths in node order (`rooted_v`); empty elsewhere.
+    node_lens: &'a [usize],
+    /// Gatherv and scatterv: [`through_leader`]'s `relay`.
+    relay: usize,
 }
 
 impl Hier<'_> {
@@ -866,6 +925,11 @@ impl Hier<'_> {
         }
     }
 }
+
+mod rooted_v;
+pub use rooted_v::{
+    decode_lens, encode_len, lens_recv_bytes, lens_schedule, root_lens, tells_lens, through_leader,
+};
 
 #[cfg(test)]
 mod tests;

@@ -93,7 +93,7 @@ impl Path {
             Path::Flag => flag::flag_eligible(spec).is_some(),
             Path::Scratch => mid::mid_eligible(spec),
             Path::Piped => piped::serves(spec).is_some(),
-            Path::Hier => hier::serves(spec).is_some(),
+            Path::Hier => hier::serves(spec, true).is_some(),
             Path::Schedule => true,
         }
     }
@@ -111,7 +111,7 @@ impl Path {
                 Some(plan) => piped::run(spec, no, &plan),
                 None => Ok(false),
             },
-            Path::Hier => match hier::serves(spec) {
+            Path::Hier => match hier::serves(spec, true) {
                 Some(nodes) => wait_schedule(spec.start_on(Some(no), Some(nodes))?),
                 None => Ok(false),
             },
@@ -153,7 +153,8 @@ pub(crate) unsafe fn run_numbered(spec: &CollSpec, no: CallNo) -> MpiResult<()> 
 }
 
 /// Start a nonblocking or persistent collective: its schedule (hierarchical where
-/// [`Path::Hier`] would take the blocking call), as a request's state machine.
+/// [`Path::Hier`] would take the blocking call, except gatherv and scatterv, which stay flat),
+/// as a request's state machine.
 pub(crate) unsafe fn start(spec: &CollSpec) -> MpiResult<ReqKind> {
-    spec.start_on(None, hier::serves(spec))
+    spec.start_on(None, hier::serves(spec, false))
 }

@@ -212,7 +212,7 @@ impl Pieces<'_> {
         let (exec, check) = self.spec.launch(
             self.no.nested(self.first + k as u32),
             match self.plan {
-                Plan::Allreduce(_) => super::hier::serves(self.spec),
+                Plan::Allreduce(_) => super::hier::serves(self.spec, true),
                 Plan::Alltoall { .. } => None,
             },
             Packed {

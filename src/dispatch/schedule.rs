@@ -29,7 +29,8 @@ pub(crate) struct Packed<'a> {
     /// pieces of an alltoall run as alltoallv schedules over strided blocks).
     pub(crate) as_kind: Option<CollKind>,
     /// A blocking call: an alltoallv/alltoallw through PXN may first tell its block lengths
-    /// inside the node (a nonblocking one may not wait for the other ranks at its start).
+    /// inside the node, a gatherv/scatterv between nodes its leaders their members' lengths (a
+    /// nonblocking one may not wait for the other ranks at its start).
     pub(crate) tell_counts: bool,
     /// The operands that are device memory, where the schedule runs on them directly
     /// ([`CollSpec::device_sides`]).
@@ -296,6 +297,65 @@ impl CollSpec {
         )))
     }
 
+    /// Whether call `no` over `p` may exchange its counts before its schedule: a blocking call
+    /// of its own (not a collective inside another call), with an internal call number left.
+    fn tells_v(&self, no: CallNo, p: &Packed) -> bool {
+        p.tell_counts && p.as_kind.is_none() && no.sub == 0 && self.subs.get() < CallNo::MAX_SUB
+    }
+
+    /// Before a hierarchical gatherv/scatterv (`coll::hier::build_v`): the leader of each node
+    /// without the root learns its members' block lengths (`hier::lens_schedule`, internal
+    /// collective `no.nested(..)`: gatherv from its members over shared memory, scatterv from
+    /// the root). The members' lengths in node order at such a leader; empty elsewhere.
+    unsafe fn node_lens(
+        &self,
+        no: CallNo,
+        args: &CollArgs,
+        nodes: &Nodes,
+    ) -> MpiResult<Vec<usize>> {
+        let (r, root, kind) = (args.rank, args.root, self.kind);
+        if !hier::tells_lens(kind, nodes, r, root) {
+            return Ok(Vec::new());
+        }
+        let sub = self.subs.get() + 1;
+        self.subs.set(sub);
+        let mine = match (kind, r == root) {
+            (CollKind::Scatterv, true) => hier::root_lens(nodes, root, |s| args.send_blocks[s].len),
+            _ => hier::encode_len(args.bytes).to_vec(),
+        };
+        let mut lens = vec![0u8; hier::lens_recv_bytes(nodes, r)];
+        // SAFETY: `mine` and `lens` outlive the executor, which completes before they drop.
+        let exec = CollExec::new(
+            Arc::new(hier::lens_schedule(kind, nodes, r, root)),
+            mine.as_ptr(),
+            lens.as_mut_ptr(),
+            self.comm.ctx | COLL_CTX_BIT,
+            no.nested(sub).tag(),
+            self.comm.peers.clone(),
+            r,
+            Box::new(|_: &[u8], _: &mut [u8]| {
+                Err(MpiError::intern("reduction step in the count exchange"))
+            }),
+        );
+        let st = runtime::wait_kind(ReqKind::Coll {
+            exec: Box::new(exec),
+            post: None,
+            result: None,
+            hold: Vec::new(),
+            check: None,
+        })?;
+        if st.error != 0 {
+            return Err(MpiError::new(
+                st.error,
+                "the count exchange before the call failed",
+            ));
+        }
+        Ok(match r != root && nodes.ranks[nodes.of[r]][0] == r {
+            true => hier::decode_lens(&lens),
+            false => Vec::new(),
+        })
+    }
+
     /// Build the schedule of call (or internal call) `no` over packed operands `p` (the
     /// hierarchical one over `nodes` where given) and its executor, with the consistency
     /// checks of the call: the record it publishes and, between nodes, the notes its messages
@@ -327,8 +387,20 @@ impl CollSpec {
             Some(s) => Some(s),
             None => self.pxn_alltoallv(no, &args, &p)?,
         };
+        // Gatherv and scatterv through the node leaders need the node's counts first: a
+        // blocking top-level call only (the same on every rank), else the flat schedule.
+        let nodes = match nodes {
+            Some(_) if hier::SUPPORTED_BLOCKING.contains(&kind) && !self.tells_v(no, &p) => None,
+            n => n,
+        };
         let (algo, sched) = match (pxn, nodes) {
             (Some(s), _) => ("pxn", Arc::new(s)),
+            (None, Some(nodes)) if hier::SUPPORTED_BLOCKING.contains(&kind) => {
+                tracing::debug!("hierarchical {} over {} nodes", kind.name(), nodes.count());
+                let lens = self.node_lens(no, &args, nodes)?;
+                let s = hier::build_v(kind, &args, nodes, &lens, runtime::job_bulk())?;
+                ("hierarchical", Arc::new(s))
+            }
             (None, Some(nodes)) => {
                 tracing::debug!("hierarchical {} over {} nodes", kind.name(), nodes.count());
                 ("hierarchical", Arc::new(hier::build(kind, &args, nodes)?))

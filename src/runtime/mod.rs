@@ -456,6 +456,20 @@ const CPUS_KEY: &str = "gpumpi-cpus";
 /// rail aggregators or the PXN forwarders (`coll::alltoall::choice`, `CommObj::pxn_plan`).
 static PXN_RAILS: OnceLock<(Vec<usize>, usize, usize)> = OnceLock::new();
 
+/// The job's bulk threshold (the smallest rank's `GPUMPI_NET_BULK_MIN`, `off` counting as one
+/// frame's payload), set at `MPI_Init` in a job that spans nodes: the same on every rank.
+static JOB_BULK: OnceLock<usize> = OnceLock::new();
+
+/// [`JOB_BULK`]: below it a message between nodes goes eagerly (the node-aggregated gatherv
+/// and scatterv keep their packed messages below it, `coll::hier::through_leader`); one
+/// frame's payload before `MPI_Init` set it.
+pub fn job_bulk() -> usize {
+    JOB_BULK
+        .get()
+        .copied()
+        .unwrap_or(crate::transport::net::frames::MAX_PAYLOAD)
+}
+
 /// Each world rank's rail, the job's bulk threshold and its ranks' least thousandths of a CPU
 /// where PXN is on, else `None`.
 pub fn pxn_rails() -> Option<(&'static [usize], usize, usize)> {
@@ -858,6 +872,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
                 .map(|r| map.node_of[r] != map.node_of[rank])
                 .collect();
             let (net, rail_of, relay) = open_network(&*boot, &remote, &cpus)?;
+            let _ = JOB_BULK.set(relay);
             let layout = crate::topo::pxn::Layout {
                 node_of: map.node_of.clone(),
                 rail_of,

@@ -296,7 +296,21 @@ fn refuses_what_it_cannot_do() {
     a.commutative = true;
     assert!(build(CollKind::Scan, &a, &nodes).is_err());
     assert!(build(CollKind::Allreduce, &a, &Nodes::new(&[0, 1])).is_err());
-    assert!(supports(CollKind::Gather) && !supports(CollKind::Gatherv));
+    assert!(supports(CollKind::Gather, false) && !supports(CollKind::Gatherv, false));
+    assert!(supports(CollKind::Gatherv, true) && supports(CollKind::Scatterv, true));
+    assert!(!supports(CollKind::Alltoallv, true));
+    // Gatherv and scatterv need the node's counts (build_v); nothing else takes them.
+    assert!(build(CollKind::Gatherv, &a, &nodes).is_err());
+    assert!(build_v(CollKind::Gather, &a, &nodes, &[16, 16], usize::MAX).is_err());
+    // A leader told lengths of another node size, or a length of its own that is not its
+    // count, refuses.
+    let a = CollArgs {
+        root: 2,
+        ..CollArgs::new(0, 4, 16)
+    };
+    assert!(build_v(CollKind::Gatherv, &a, &nodes, &[16], usize::MAX).is_err());
+    assert!(build_v(CollKind::Scatterv, &a, &nodes, &[8, 16], usize::MAX).is_err());
+    assert!(build_v(CollKind::Scatterv, &a, &nodes, &[16, 8], usize::MAX).is_ok());
 }
 
 /// Builds every rank's schedule from `args(rank)` and runs them.
@@ -656,6 +670,273 @@ fn flat_v_collectives_cross_once_per_pair() {
                     total += peers.len();
                 }
                 assert_eq!(total, off_node, "{kind:?} {labels:?} root {root}");
+            }
+        }
+    }
+}
+
+/// Runs the count exchange of a gatherv/scatterv (`lens_schedule`) on every rank with
+/// `lens[r]` as rank r's length, and returns what each rank passes to `build_v` (the members'
+/// lengths at a leader of a node without the root, nothing elsewhere). Checks what crosses
+/// nodes: nothing for gatherv, one message from the root to each leader that needs the
+/// lengths for scatterv.
+fn told_lens(kind: CollKind, nodes: &Nodes, root: usize, lens: &[usize]) -> Vec<Vec<usize>> {
+    let n = lens.len();
+    let scheds: Vec<Schedule> = (0..n)
+        .map(|r| lens_schedule(kind, nodes, r, root))
+        .collect();
+    let mut bufs: Vec<RankBufs> = (0..n)
+        .map(|r| RankBufs {
+            send: match (kind, r == root) {
+                (CollKind::Scatterv, true) => root_lens(nodes, root, |s| lens[s]),
+                _ => encode_len(lens[r]).to_vec(),
+            },
+            recv: vec![0xEE; lens_recv_bytes(nodes, r)],
+        })
+        .collect();
+    simulate(&scheds, &mut bufs, 1, &sum);
+    let rn = nodes.of[root];
+    let told = (0..nodes.count())
+        .filter(|&j| j != rn && nodes.ranks[j].len() > 1)
+        .count();
+    let want = match kind {
+        CollKind::Scatterv => told,
+        _ => 0,
+    };
+    assert_eq!(crossings(&scheds, nodes), want, "{kind:?} {nodes:?}");
+    (0..n)
+        .map(|r| {
+            let g = nodes.of[r];
+            let leads = nodes.ranks[g][0] == r && r != root;
+            match leads && g != rn && nodes.ranks[g].len() > 1 {
+                true => decode_lens(&bufs[r].recv),
+                false => Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// Layouts of the root's blocks for lengths `lens`: back to back in rank order, reversed with
+/// gaps of 3 bytes, and odd ranks before even ones (both descending) from an offset of 5.
+fn v_layouts(lens: &[usize]) -> Vec<Vec<Block>> {
+    let n = lens.len();
+    let place = |order: Vec<usize>, start: usize, gap: usize| {
+        let mut out = vec![Block::default(); n];
+        let mut off = start;
+        for r in order {
+            out[r] = Block::new(off, lens[r]);
+            off += lens[r] + gap;
+        }
+        out
+    };
+    let odd_even: Vec<usize> = (0..n)
+        .rev()
+        .filter(|r| r % 2 == 1)
+        .chain((0..n).rev().filter(|r| r % 2 == 0))
+        .collect();
+    vec![
+        place((0..n).collect(), 0, 0),
+        place((0..n).rev().collect(), 3, 3),
+        place(odd_even, 5, 0),
+    ]
+}
+
+/// Block lengths of the v tests: the pattern of `vlens` (zeros included), every rank but the
+/// root's node empty, and only the last rank non-empty.
+fn v_lens_cases(n: usize, count: usize) -> Vec<Vec<usize>> {
+    let mut last = vec![0; n];
+    last[n - 1] = count;
+    vec![vlens(n, count, 1), vec![0; n], last]
+}
+
+/// The `relay` values of the v tests for blocks of up to `count` bytes: every block through
+/// its leader, none (a flat schedule), and those below `8 count` bytes per node (a mix).
+fn relays(count: usize) -> [usize; 3] {
+    [usize::MAX, 0, 8 * count]
+}
+
+/// Builds every rank's gatherv/scatterv schedule with `relay` through the count exchange,
+/// checks that every message across nodes is one between the root and a node's leader (one
+/// per node with data through the leader, none from the root's node) or the straight one of a
+/// block that does not go through the leader, and runs them.
+fn run_v(
+    kind: CollKind,
+    labels: &[usize],
+    (root, relay): (usize, usize),
+    lens: &[usize],
+    args: &dyn Fn(usize) -> CollArgs<'static>,
+    mut bufs: Vec<RankBufs>,
+) -> Vec<RankBufs> {
+    let nodes = Nodes::new(labels);
+    let told = told_lens(kind, &nodes, root, lens);
+    let scheds: Vec<Schedule> = (0..labels.len())
+        .map(|r| {
+            build_v(kind, &args(r), &nodes, &told[r], relay)
+                .unwrap_or_else(|e| panic!("{kind:?} rank {r}: {e:?}"))
+        })
+        .collect();
+    let rn = nodes.of[root];
+    let via = |r: usize| {
+        let m = nodes.ranks[nodes.of[r]].len();
+        nodes.of[r] != rn && m > 1 && through_leader(lens[r], m, relay)
+    };
+    for (r, s) in scheds.iter().enumerate() {
+        for st in &s.steps {
+            if let Step::Send { peer, .. } | Step::Recv { peer, .. } = *st {
+                if nodes.of[peer] != nodes.of[r] {
+                    let other = if r == root { peer } else { r };
+                    assert!(
+                        (r == root || peer == root)
+                            && (nodes.ranks[nodes.of[other]][0] == other || !via(other)),
+                        "{kind:?} {labels:?} root {root} relay {relay}: {r} talks to {peer}"
+                    );
+                }
+            }
+        }
+    }
+    // One message per node with data through its leader, one per block that goes straight.
+    let packed = (0..nodes.count())
+        .filter(|&j| j != rn && nodes.ranks[j].iter().any(|&r| lens[r] > 0 && via(r)))
+        .count();
+    let straight = (0..lens.len())
+        .filter(|&r| nodes.of[r] != rn && lens[r] > 0 && !via(r))
+        .count();
+    assert_eq!(
+        crossings(&scheds, &nodes),
+        packed + straight,
+        "{kind:?} {labels:?} root {root} relay {relay} {lens:?}"
+    );
+    // Without a threshold, only the blocks of nodes of one rank go straight.
+    if relay == usize::MAX {
+        let one = |r: usize| nodes.ranks[nodes.of[r]].len() == 1;
+        let alone = (0..lens.len()).filter(|&r| nodes.of[r] != rn && lens[r] > 0 && one(r));
+        assert_eq!(
+            straight,
+            alone.count(),
+            "{kind:?} {labels:?} root {root} {lens:?}"
+        );
+    }
+    simulate(&scheds, &mut bufs, 1, &sum);
+    bufs
+}
+
+#[test]
+fn gatherv() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            for lens in v_lens_cases(n, count) {
+                for layout in v_layouts(&lens) {
+                    let extent = layout.iter().map(|b| b.off + b.len).max().unwrap() + 3;
+                    let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, lens[r], 9)).collect();
+                    let mut want = vec![0xEE; extent];
+                    for r in 0..n {
+                        want[layout[r].off..layout[r].off + layout[r].len]
+                            .copy_from_slice(&blocks[r]);
+                    }
+                    let layout = leak(layout);
+                    for (root, relay) in (0..n).flat_map(|t| relays(count).map(|x| (t, x))) {
+                        for in_place in [false, true] {
+                            let bufs = (0..n)
+                                .map(|r| match (r == root, in_place) {
+                                    (true, true) => {
+                                        let mut recv = vec![0xEE; extent];
+                                        let b = layout[r];
+                                        recv[b.off..b.off + b.len].copy_from_slice(&blocks[r]);
+                                        RankBufs { send: vec![], recv }
+                                    }
+                                    (true, false) => RankBufs {
+                                        send: blocks[r].clone(),
+                                        recv: vec![0xEE; extent],
+                                    },
+                                    (false, _) => RankBufs {
+                                        send: blocks[r].clone(),
+                                        recv: vec![],
+                                    },
+                                })
+                                .collect();
+                            // Only the root has the blocks; every other rank its own count.
+                            let args = |r: usize| CollArgs {
+                                root,
+                                in_place: in_place && r == root,
+                                recv_blocks: if r == root { layout } else { &[] },
+                                ..CollArgs::new(
+                                    r,
+                                    n,
+                                    if in_place && r == root { 0 } else { lens[r] },
+                                )
+                            };
+                            let out = run_v(
+                                CollKind::Gatherv,
+                                &labels,
+                                (root, relay),
+                                &lens,
+                                &args,
+                                bufs,
+                            );
+                            assert_eq!(
+                                out[root].recv, want,
+                                "{labels:?} {lens:?} {layout:?} root {root} relay {relay} in_place {in_place}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scatterv() {
+    for labels in maps() {
+        let n = labels.len();
+        for count in COUNTS {
+            for lens in v_lens_cases(n, count) {
+                for layout in v_layouts(&lens) {
+                    let extent = layout.iter().map(|b| b.off + b.len).max().unwrap() + 3;
+                    let blocks: Vec<Vec<u8>> = (0..n).map(|r| gen(r, lens[r], 10)).collect();
+                    let mut send = vec![0xDD; extent];
+                    for r in 0..n {
+                        send[layout[r].off..layout[r].off + layout[r].len]
+                            .copy_from_slice(&blocks[r]);
+                    }
+                    let layout = leak(layout);
+                    for (root, relay) in (0..n).flat_map(|t| relays(count).map(|x| (t, x))) {
+                        for in_place in [false, true] {
+                            // Two bytes past each count show a write beyond it.
+                            let bufs = (0..n)
+                                .map(|r| RankBufs {
+                                    send: if r == root { send.clone() } else { vec![] },
+                                    recv: vec![0xEE; lens[r] + 2],
+                                })
+                                .collect();
+                            let args = |r: usize| CollArgs {
+                                root,
+                                in_place: in_place && r == root,
+                                send_blocks: if r == root { layout } else { &[] },
+                                ..CollArgs::new(r, n, lens[r])
+                            };
+                            let out = run_v(
+                                CollKind::Scatterv,
+                                &labels,
+                                (root, relay),
+                                &lens,
+                                &args,
+                                bufs,
+                            );
+                            for (r, b) in out.iter().enumerate() {
+                                let mut want = vec![0xEE; lens[r] + 2];
+                                if !(r == root && in_place) {
+                                    want[..lens[r]].copy_from_slice(&blocks[r]);
+                                }
+                                assert_eq!(
+                                    b.recv, want,
+                                    "{labels:?} {lens:?} {layout:?} root {root} relay {relay} in_place {in_place} rank {r}"
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }
