@@ -248,32 +248,14 @@ impl CollSpec {
         let mine = counts::row(n, |d| sblocks[d].len, |s| p.rblocks[s].len);
         let g = nodes.of[r];
         let mut rows = vec![0u8; nodes.ranks[g].len() * counts::row_bytes(n)];
-        // SAFETY: `mine` and `rows` outlive the executor, which completes before they drop.
-        let exec = CollExec::new(
+        self.exchange_counts(
+            no,
+            sub,
             counts::build(nodes, r),
-            mine.as_ptr(),
-            rows.as_mut_ptr(),
-            self.comm.ctx | COLL_CTX_BIT,
-            no.nested(sub).tag(),
-            self.comm.peers.clone(),
-            r,
-            Box::new(|_: &[u8], _: &mut [u8]| {
-                Err(MpiError::intern("reduction step in the count exchange"))
-            }),
-        );
-        let st = runtime::wait_kind(ReqKind::Coll {
-            exec: Box::new(exec),
-            post: None,
-            result: None,
-            hold: Vec::new(),
-            check: None,
-        })?;
-        if st.error != 0 {
-            return Err(MpiError::new(
-                st.error,
-                "the count exchange inside the node failed",
-            ));
-        }
+            &mine,
+            &mut rows,
+            "the count exchange inside the node failed",
+        )?;
         let lens = counts::NodeLens::new(nodes, g, &rows);
         let len = |s: usize, d: usize| lens.len(s, d);
         // Per pair of nodes, from the lengths between them, which both nodes know: every rank
@@ -324,19 +306,47 @@ impl CollSpec {
             _ => hier::encode_len(args.bytes).to_vec(),
         };
         let mut lens = vec![0u8; hier::lens_recv_bytes(nodes, r)];
-        // SAFETY: `mine` and `lens` outlive the executor, which completes before they drop.
-        let exec = CollExec::new(
-            Arc::new(hier::lens_schedule(kind, nodes, r, root)),
-            mine.as_ptr(),
-            lens.as_mut_ptr(),
-            self.comm.ctx | COLL_CTX_BIT,
-            no.nested(sub).tag(),
-            self.comm.peers.clone(),
-            r,
-            Box::new(|_: &[u8], _: &mut [u8]| {
-                Err(MpiError::intern("reduction step in the count exchange"))
-            }),
-        );
+        self.exchange_counts(
+            no,
+            sub,
+            hier::lens_schedule(kind, nodes, r, root),
+            &mine,
+            &mut lens,
+            "the count exchange before the call failed",
+        )?;
+        Ok(match r != root && nodes.ranks[nodes.of[r]][0] == r {
+            true => hier::decode_lens(&lens),
+            false => Vec::new(),
+        })
+    }
+
+    /// Run `sched`, an internal collective of call `no` (sub-call `sub`) that exchanges block
+    /// lengths without reductions, from `send` into `recv`, and wait for it; `what` names a
+    /// failure.
+    fn exchange_counts(
+        &self,
+        no: CallNo,
+        sub: u32,
+        sched: coll::Schedule,
+        send: &[u8],
+        recv: &mut [u8],
+        what: &str,
+    ) -> MpiResult<()> {
+        // SAFETY: `send` and `recv` outlive the executor, which completes before this returns.
+        let exec = unsafe {
+            CollExec::new(
+                sched,
+                send.as_ptr(),
+                recv.as_mut_ptr(),
+                self.comm.ctx | COLL_CTX_BIT,
+                no.nested(sub).tag(),
+                self.comm.peers.clone(),
+                self.comm.rank,
+                Box::new(|_: &[u8], _: &mut [u8]| {
+                    Err(MpiError::intern("reduction step in the count exchange"))
+                }),
+            )
+        };
         let st = runtime::wait_kind(ReqKind::Coll {
             exec: Box::new(exec),
             post: None,
@@ -345,15 +355,9 @@ impl CollSpec {
             check: None,
         })?;
         if st.error != 0 {
-            return Err(MpiError::new(
-                st.error,
-                "the count exchange before the call failed",
-            ));
+            return Err(MpiError::new(st.error, what));
         }
-        Ok(match r != root && nodes.ranks[nodes.of[r]][0] == r {
-            true => hier::decode_lens(&lens),
-            false => Vec::new(),
-        })
+        Ok(())
     }
 
     /// Build the schedule of call (or internal call) `no` over packed operands `p` (the
