@@ -66,13 +66,26 @@ template <bool HOSTMEM, typename T> __device__ __forceinline__ T res_ld(const T 
 
 // Copy through L2 only (ld.cg): a resident kernel's L1 would keep stale lines across calls.
 // Returns whether this thread stored anything (only those threads need a fence afterwards).
-template <bool HOSTMEM = false>
+// PAIRS: two words per thread in flight (both loads issued before either store; the compiler
+// cannot know that dst does not alias src, so a plain loop waits for each load, a whole NVLink
+// or PCIe round trip for a peer's or the host's memory, before the next one). It costs registers:
+// only the one-block kernel uses it (the wide one is at its 128-register limit).
+template <bool HOSTMEM = false, bool PAIRS = false>
 __device__ __forceinline__ bool res_copy(char *dst, const char *src, unsigned long long n) {
     bool wrote = false;
     if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
-        unsigned long long nv = n / 16;
-        for (unsigned long long i = threadIdx.x; i < nv; i += blockDim.x) {
-            reinterpret_cast<uint4 *>(dst)[i] = res_ld<HOSTMEM>(reinterpret_cast<const uint4 *>(src) + i);
+        const unsigned long long nv = n / 16, step = blockDim.x;
+        const uint4 *s = reinterpret_cast<const uint4 *>(src);
+        uint4 *d = reinterpret_cast<uint4 *>(dst);
+        unsigned long long i = threadIdx.x;
+        for (; PAIRS && i + step < nv; i += 2 * step) {
+            const uint4 a = res_ld<HOSTMEM>(s + i), b = res_ld<HOSTMEM>(s + i + step);
+            d[i] = a;
+            d[i + step] = b;
+            wrote = true;
+        }
+        for (; i < nv; i += step) {
+            d[i] = res_ld<HOSTMEM>(s + i);
             wrote = true;
         }
         for (unsigned long long i = nv * 16 + threadIdx.x; i < n; i += blockDim.x) {
@@ -109,22 +122,35 @@ __device__ void res_reduce(T *dst, const char *base, unsigned long long slot, in
 // (block, 16-byte word) pairs, so small blocks to or from several ranks go in parallel.
 // Falls back to byte copies when anything is not 16-byte aligned. Returns whether this thread
 // stored anything.
-template <bool HOSTMEM = false, typename Src, typename Dst>
+template <bool HOSTMEM = false, bool PAIRS = false, typename Src, typename Dst>
 __device__ __forceinline__ bool res_copy_n(int n, unsigned long long b, Src src, Dst dst) {
     bool wrote = false;
     bool aligned = (b & 15) == 0;
     for (int q = 0; q < n; q++)
         aligned = aligned && ((((unsigned long long)src(q)) | ((unsigned long long)dst(q))) & 15) == 0;
     if (aligned) {
-        const unsigned long long nv = b / 16, total = nv * (unsigned long long)n;
-        for (unsigned long long i = threadIdx.x; i < total; i += blockDim.x) {
+        const unsigned long long nv = b / 16, total = nv * (unsigned long long)n, step = blockDim.x;
+        // PAIRS: two words per thread in flight, as in res_copy.
+        for (unsigned long long i = threadIdx.x; i < total; i += (PAIRS ? 2 : 1) * step) {
             const int q = (int)(i / nv);
             const unsigned long long j = i % nv;
-            reinterpret_cast<uint4 *>(dst(q))[j] = res_ld<HOSTMEM>(reinterpret_cast<const uint4 *>(src(q)) + j);
+            const uint4 a = res_ld<HOSTMEM>(reinterpret_cast<const uint4 *>(src(q)) + j);
             wrote = true;
+            if constexpr (PAIRS) {
+                const unsigned long long i2 = i + step;
+                if (i2 < total) {
+                    const int q2 = (int)(i2 / nv);
+                    const unsigned long long j2 = i2 % nv;
+                    const uint4 b2 = res_ld<HOSTMEM>(reinterpret_cast<const uint4 *>(src(q2)) + j2);
+                    reinterpret_cast<uint4 *>(dst(q))[j] = a;
+                    reinterpret_cast<uint4 *>(dst(q2))[j2] = b2;
+                    continue;
+                }
+            }
+            reinterpret_cast<uint4 *>(dst(q))[j] = a;
         }
     } else {
-        for (int q = 0; q < n; q++) wrote |= res_copy<HOSTMEM>(dst(q), src(q), b);
+        for (int q = 0; q < n; q++) wrote |= res_copy<HOSTMEM, PAIRS>(dst(q), src(q), b);
     }
     return wrote;
 }
@@ -194,7 +220,7 @@ __device__ void res_small_copy(const ResCmd &c) {
             const char *in = reinterpret_cast<const char *>(&c.flagv);
             if (threadIdx.x < n) d[threadIdx.x] = in[threadIdx.x];
         } else {
-            res_copy<true>(d, reinterpret_cast<const char *>(c.src), n);
+            res_copy<true, true>(d, reinterpret_cast<const char *>(c.src), n);
         }
         __threadfence();
     }
@@ -229,7 +255,9 @@ __device__ int res_poll(const volatile ResCmd *cmd, volatile ResDone *done, unsi
     return action;
 }
 
-extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
+// 512 threads per block (src/gpu/resident/kernel.rs): at most 128 registers per thread.
+extern "C" __global__ void __launch_bounds__(512)
+gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
                                            unsigned long long epoch, unsigned long long idle_ns,
                                            unsigned long long last_seq) {
     __shared__ ResCmd c;
@@ -265,7 +293,7 @@ extern "C" __global__ void gpumpi_resident(const volatile ResCmd *cmd, volatile 
         bool wrote = false;
         if (c.ok) {
             const bool a2a = c.kind == RES_ALLTOALL;
-            wrote = res_copy_n(
+            wrote = res_copy_n<false, true>(
                 n, b,
                 [&](int p) { return reinterpret_cast<const char *>(c.src) + (a2a ? p * b : 0); },
                 [&](int p) {

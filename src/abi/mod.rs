@@ -27,7 +27,11 @@ pub enum ErrObj {
 /// Run one MPI function body: catch panics (no panic crosses the C ABI), and
 /// route an error through the error handler of `obj`, prefixed with `func`.
 pub fn guard(func: &'static str, obj: ErrObj, body: impl FnOnce() -> MpiResult<()>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let r = {
+        let _call = crate::gpu::CallScope::enter();
+        catch_unwind(AssertUnwindSafe(body))
+    };
+    match r {
         Ok(Ok(())) => consts::MPI_SUCCESS,
         Ok(Err(e)) => raise(func, obj, e),
         Err(p) => raise(
@@ -40,7 +44,11 @@ pub fn guard(func: &'static str, obj: ErrObj, body: impl FnOnce() -> MpiResult<(
 
 /// Like [`guard`] for the few functions whose C return type is not `int`.
 pub fn guard_value<T>(func: &'static str, default: T, body: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let r = {
+        let _call = crate::gpu::CallScope::enter();
+        catch_unwind(AssertUnwindSafe(body))
+    };
+    match r {
         Ok(v) => v,
         Err(p) => {
             raise(

@@ -137,6 +137,77 @@ impl PtrCache {
     }
 }
 
+/// Entries of a [`CallMemo`].
+const MEMO_ENTRIES: usize = 4;
+
+/// The classifications one thread made during its current MPI call. While a call runs, every
+/// buffer it classifies belongs to an operation that is still pending (the call's own, or one
+/// it progresses), and MPI forbids freeing such a buffer, so a second look at the same
+/// allocation within the call needs no driver call. Where other threads may start operations
+/// during the call (`MPI_THREAD_MULTIPLE`), an operation completed by this call could have its
+/// buffer freed and the address reused by a new operation that this same call progresses: there
+/// the memo is never entered. Outside a call it answers nothing.
+pub struct CallMemo {
+    active: bool,
+    n: usize,
+    /// (first address, one past the last, classification): the allocation's range, or the one
+    /// byte looked at for memory the driver does not know.
+    e: [(usize, usize, PtrInfo); MEMO_ENTRIES],
+}
+
+impl Default for CallMemo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CallMemo {
+    pub const fn new() -> Self {
+        CallMemo {
+            active: false,
+            n: 0,
+            e: [(0, 0, PtrInfo::HOST); MEMO_ENTRIES],
+        }
+    }
+
+    /// A call starts: remember from now on (anything from an earlier call is forgotten).
+    pub fn enter(&mut self) {
+        self.active = true;
+        self.n = 0;
+    }
+
+    /// The call ends: forget everything, answer nothing until the next [`CallMemo::enter`].
+    pub fn leave(&mut self) {
+        self.active = false;
+        self.n = 0;
+    }
+
+    /// What this call already learned about `ptr`.
+    pub fn get(&self, ptr: usize) -> Option<PtrInfo> {
+        if !self.active {
+            return None;
+        }
+        self.e[..self.n.min(MEMO_ENTRIES)]
+            .iter()
+            .find(|(lo, hi, _)| (*lo..*hi).contains(&ptr))
+            .map(|&(_, _, i)| i)
+    }
+
+    /// Remember `info`, the classification of `ptr` (the oldest entry makes room).
+    pub fn put(&mut self, ptr: usize, info: PtrInfo) {
+        if !self.active {
+            return;
+        }
+        let range = if info.len > 0 {
+            (info.start, info.start + info.len)
+        } else {
+            (ptr, ptr + 1)
+        };
+        self.e[self.n % MEMO_ENTRIES] = (range.0, range.1, info);
+        self.n += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +371,45 @@ mod tests {
         let calls = *f.classify_calls.borrow();
         c.lookup(0x100000 * 10, &f);
         assert_eq!(*f.classify_calls.borrow(), calls);
+    }
+
+    /// The memo answers only inside a call, for addresses inside what it was told (the
+    /// allocation's range, or the one byte of unknown memory), forgets at both ends of a call,
+    /// and keeps the newest entries when more allocations are seen than it holds.
+    #[test]
+    fn call_memo_answers_within_one_call_only() {
+        let dev = |start, len, id| PtrInfo {
+            kind: MemKind::Device,
+            device: 1,
+            buffer_id: id,
+            start,
+            len,
+        };
+        let mut m = CallMemo::new();
+        m.put(0x1000, dev(0x1000, 0x100, 7));
+        assert_eq!(m.get(0x1000), None, "outside a call nothing is kept");
+        m.enter();
+        assert_eq!(m.get(0x1000), None);
+        m.put(0x1010, dev(0x1000, 0x100, 7));
+        m.put(0x9000, PtrInfo::HOST);
+        assert_eq!(m.get(0x1000).map(|i| i.buffer_id), Some(7));
+        assert_eq!(m.get(0x10ff).map(|i| i.buffer_id), Some(7));
+        assert_eq!(m.get(0x1100), None, "one past the allocation");
+        assert_eq!(m.get(0x9000), Some(PtrInfo::HOST));
+        assert_eq!(m.get(0x9001), None, "host memory: only the byte looked at");
+        m.leave();
+        assert_eq!(m.get(0x1000), None, "forgotten when the call ends");
+        m.enter();
+        assert_eq!(m.get(0x1000), None, "and not back in the next call");
+        for k in 0..6usize {
+            m.put(
+                0x10_0000 * (k + 1),
+                dev(0x10_0000 * (k + 1), 64, k as u64 + 1),
+            );
+        }
+        let kept: Vec<u64> = (0..6usize)
+            .filter_map(|k| m.get(0x10_0000 * (k + 1)).map(|i| i.buffer_id))
+            .collect();
+        assert_eq!(kept, [3, 4, 5, 6], "the newest {MEMO_ENTRIES}");
     }
 }

@@ -176,21 +176,25 @@ pub fn export(ptr: usize) -> Option<(Export, i32)> {
             buffer_id: info.buffer_id,
             offset: (ptr - base) as u64,
             kind,
-            pid: std::process::id(),
+            pid: own_pid(),
         },
         info.device,
     ))
+}
+
+/// This process's id, asked of the kernel once: every device message's export carries it, and
+/// `getpid` is a system call each time.
+fn own_pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
 }
 
 /// Start this process's descriptor service once (`gpu::fdshare`).
 fn start_service() -> Result<(), String> {
     static S: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     S.get_or_init(|| {
-        fdshare::serve(
-            &fdshare::socket_name(std::process::id()),
-            Box::new(provide_fd),
-        )
-        .map_err(|e| e.to_string())
+        fdshare::serve(&fdshare::socket_name(own_pid()), Box::new(provide_fd))
+            .map_err(|e| e.to_string())
     })
     .clone()
 }
@@ -676,10 +680,7 @@ mod tests {
         })
         .unwrap();
         let (e, ordinal) = export(ptr).expect("VMM memory with a POSIX handle type exports");
-        assert_eq!(
-            (e.kind, ordinal, e.pid),
-            (Kind::PosixFd, 0, std::process::id())
-        );
+        assert_eq!((e.kind, ordinal, e.pid), (Kind::PosixFd, 0, own_pid()));
         assert_eq!(
             (e.base as usize, e.size as usize, e.offset),
             (second, sizes[1], 100),
@@ -711,7 +712,7 @@ mod tests {
         assert!(export(plain).is_none(), "VMM memory without a handle type");
         // The service refuses a buffer id it does not hold.
         let r = fdshare::fetch(
-            &fdshare::socket_name(std::process::id()),
+            &fdshare::socket_name(own_pid()),
             &fdshare::Request {
                 base: e.base,
                 size: e.size,

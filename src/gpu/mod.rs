@@ -42,7 +42,7 @@ pub mod shmem;
 pub mod stage;
 
 use crate::sys::cuda;
-use cache::{Classifier, MemKind, PtrCache, PtrInfo};
+use cache::{CallMemo, Classifier, MemKind, PtrCache, PtrInfo};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -247,6 +247,49 @@ pub fn classify_ordered(ptr: *const u8) -> PtrInfo {
     r
 }
 
+/// Whether MPI calls keep a [`CallMemo`] of their classifications: set by `MPI_Init` below
+/// `MPI_THREAD_MULTIPLE` (see [`CallMemo`] for why not there).
+static MEMO_CALLS: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// This thread's classifications during its current MPI call ([`CallScope`]).
+    static MEMO: std::cell::RefCell<CallMemo> = const { std::cell::RefCell::new(CallMemo::new()) };
+}
+
+/// Whether MPI calls may remember their classifications ([`CallMemo`]): not under
+/// `MPI_THREAD_MULTIPLE`.
+pub fn memo_calls(on: bool) {
+    MEMO_CALLS.store(on, Ordering::Relaxed);
+}
+
+/// One MPI call of this thread, from [`CallScope::enter`] to the drop: within it [`classify`]
+/// asks the driver about an allocation once (a device message's buffers are otherwise looked
+/// up by the ABI entry, the send path, the IPC export and the receiver's copy, ~0.1 us of
+/// driver call each). Costs nothing in a process without CUDA.
+pub struct CallScope(bool);
+
+impl CallScope {
+    #[inline]
+    pub fn enter() -> CallScope {
+        if !(DRIVER_SEEN.load(Ordering::Relaxed) && MEMO_CALLS.load(Ordering::Relaxed)) {
+            return CallScope(false);
+        }
+        CallScope(MEMO.with(|m| m.try_borrow_mut().map(|mut m| m.enter()).is_ok()))
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        if self.0 {
+            MEMO.with(|m| {
+                if let Ok(mut m) = m.try_borrow_mut() {
+                    m.leave();
+                }
+            });
+        }
+    }
+}
+
 /// Where `ptr` lives. Cheap for host memory in a process that does not use CUDA.
 pub fn classify(ptr: *const u8) -> PtrInfo {
     let p = ptr as usize;
@@ -266,8 +309,20 @@ pub fn classify(ptr: *const u8) -> PtrInfo {
     let Some(g) = gpu() else {
         return PtrInfo::HOST;
     };
-    let mut c = g.cache.lock().unwrap_or_else(|e| e.into_inner());
-    c.lookup(p, &Driver)
+    if let Some(i) = MEMO.with(|m| m.try_borrow().ok().and_then(|m| m.get(p))) {
+        return i;
+    }
+    let info = g
+        .cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .lookup(p, &Driver);
+    MEMO.with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            m.put(p, info);
+        }
+    });
+    info
 }
 
 /// Whether the CPU cannot (or should not) touch `ptr` directly: device or managed memory.

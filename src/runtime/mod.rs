@@ -312,6 +312,11 @@ fn wait_loop(
     // microseconds), so that an exchange between them still never sleeps.
     let block_after = crate::config::snapshot().net.sleep_after;
     let mut slept = false;
+    // While spinning, the clock is read every CLOCK_EVERY-th round only (a read per round was
+    // a tenth of a spinning rank's time); `moved` says whether anything moved since the last
+    // read, which then restarts `since`.
+    const CLOCK_EVERY: u32 = 16;
+    let (mut rounds, mut moved_any) = (0u32, false);
     loop {
         let mut block = false;
         {
@@ -332,15 +337,23 @@ fn wait_loop(
                     // Data is flowing (a message streamed through the ring takes many
                     // rounds), or only polling sees a device copy end: no sleeping, spin again.
                     backoff.reset();
-                    since = std::time::Instant::now();
+                    moved_any = true;
                 }
             }
             if backoff.time_to_look() && rt.engine.shares_cpu() {
                 backoff.give_way();
             }
-            if block_after.is_some_and(|b| since.elapsed() >= b) {
-                fds.clear();
-                block = rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
+            rounds = rounds.wrapping_add(1);
+            if let Some(b) = block_after {
+                if backoff.is_sleeping() || rounds.is_multiple_of(CLOCK_EVERY) {
+                    if std::mem::take(&mut moved_any) {
+                        since = std::time::Instant::now();
+                    } else if since.elapsed() >= b {
+                        fds.clear();
+                        block =
+                            rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
+                    }
+                }
             }
         }
         if block {
@@ -985,6 +998,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
     }
     objects::set_predefined(world, Arc::new(selfc));
     let provided = required.clamp(c::MPI_THREAD_SINGLE, c::MPI_THREAD_MULTIPLE);
+    crate::gpu::memo_calls(provided != c::MPI_THREAD_MULTIPLE);
     let mut ctx_used = [0u64; CTX_WORDS];
     ctx_used[0] = 0b11;
     *lock() = Some(Runtime {
