@@ -141,18 +141,22 @@ impl PtrCache {
 const MEMO_ENTRIES: usize = 4;
 
 /// The classifications one thread made during its current MPI call. While a call runs, every
-/// buffer it classifies belongs to an operation that is still pending (the call's own, or one
-/// it progresses), and MPI forbids freeing such a buffer, so a second look at the same
-/// allocation within the call needs no driver call. Where other threads may start operations
+/// application buffer it classifies belongs to an operation that is still pending (the call's
+/// own, or one it progresses), and MPI forbids freeing such a buffer, so a second look at the
+/// same allocation within the call needs no driver call. The library's own buffers (scratch,
+/// staging) can be freed and the address reused within one call: each entry keeps the count of
+/// memory the library gave back when it was classified (`sys::cuda::given_back`), and answers
+/// only while that count has not moved. Where other threads may start operations
 /// during the call (`MPI_THREAD_MULTIPLE`), an operation completed by this call could have its
 /// buffer freed and the address reused by a new operation that this same call progresses: there
 /// the memo is never entered. Outside a call it answers nothing.
 pub struct CallMemo {
     active: bool,
     n: usize,
-    /// (first address, one past the last, classification): the allocation's range, or the one
-    /// byte looked at for memory the driver does not know.
-    e: [(usize, usize, PtrInfo); MEMO_ENTRIES],
+    /// (first address, one past the last, classification, count of memory given back before
+    /// the classification): the allocation's range, or the one byte looked at for memory the
+    /// driver does not know.
+    e: [(usize, usize, PtrInfo, u64); MEMO_ENTRIES],
 }
 
 impl Default for CallMemo {
@@ -166,7 +170,7 @@ impl CallMemo {
         CallMemo {
             active: false,
             n: 0,
-            e: [(0, 0, PtrInfo::HOST); MEMO_ENTRIES],
+            e: [(0, 0, PtrInfo::HOST, 0); MEMO_ENTRIES],
         }
     }
 
@@ -182,19 +186,21 @@ impl CallMemo {
         self.n = 0;
     }
 
-    /// What this call already learned about `ptr`.
-    pub fn get(&self, ptr: usize) -> Option<PtrInfo> {
+    /// What this call already learned about `ptr`, while the count of memory given back is
+    /// still `given_back`.
+    pub fn get(&self, ptr: usize, given_back: u64) -> Option<PtrInfo> {
         if !self.active {
             return None;
         }
         self.e[..self.n.min(MEMO_ENTRIES)]
             .iter()
-            .find(|(lo, hi, _)| (*lo..*hi).contains(&ptr))
-            .map(|&(_, _, i)| i)
+            .find(|(lo, hi, _, g)| (*lo..*hi).contains(&ptr) && *g == given_back)
+            .map(|&(_, _, i, _)| i)
     }
 
-    /// Remember `info`, the classification of `ptr` (the oldest entry makes room).
-    pub fn put(&mut self, ptr: usize, info: PtrInfo) {
+    /// Remember `info`, the classification of `ptr` made after the count of memory given back
+    /// was read as `given_back` (the oldest entry makes room).
+    pub fn put(&mut self, ptr: usize, info: PtrInfo, given_back: u64) {
         if !self.active {
             return;
         }
@@ -203,7 +209,7 @@ impl CallMemo {
         } else {
             (ptr, ptr + 1)
         };
-        self.e[self.n % MEMO_ENTRIES] = (range.0, range.1, info);
+        self.e[self.n % MEMO_ENTRIES] = (range.0, range.1, info, given_back);
         self.n += 1;
     }
 }
@@ -386,30 +392,43 @@ mod tests {
             len,
         };
         let mut m = CallMemo::new();
-        m.put(0x1000, dev(0x1000, 0x100, 7));
-        assert_eq!(m.get(0x1000), None, "outside a call nothing is kept");
+        m.put(0x1000, dev(0x1000, 0x100, 7), 0);
+        assert_eq!(m.get(0x1000, 0), None, "outside a call nothing is kept");
         m.enter();
-        assert_eq!(m.get(0x1000), None);
-        m.put(0x1010, dev(0x1000, 0x100, 7));
-        m.put(0x9000, PtrInfo::HOST);
-        assert_eq!(m.get(0x1000).map(|i| i.buffer_id), Some(7));
-        assert_eq!(m.get(0x10ff).map(|i| i.buffer_id), Some(7));
-        assert_eq!(m.get(0x1100), None, "one past the allocation");
-        assert_eq!(m.get(0x9000), Some(PtrInfo::HOST));
-        assert_eq!(m.get(0x9001), None, "host memory: only the byte looked at");
+        assert_eq!(m.get(0x1000, 0), None);
+        m.put(0x1010, dev(0x1000, 0x100, 7), 0);
+        m.put(0x9000, PtrInfo::HOST, 0);
+        assert_eq!(m.get(0x1000, 0).map(|i| i.buffer_id), Some(7));
+        assert_eq!(m.get(0x10ff, 0).map(|i| i.buffer_id), Some(7));
+        assert_eq!(m.get(0x1100, 0), None, "one past the allocation");
+        assert_eq!(m.get(0x9000, 0), Some(PtrInfo::HOST));
+        assert_eq!(
+            m.get(0x9001, 0),
+            None,
+            "host memory: only the byte looked at"
+        );
         m.leave();
-        assert_eq!(m.get(0x1000), None, "forgotten when the call ends");
+        assert_eq!(m.get(0x1000, 0), None, "forgotten when the call ends");
         m.enter();
-        assert_eq!(m.get(0x1000), None, "and not back in the next call");
+        assert_eq!(m.get(0x1000, 0), None, "and not back in the next call");
         for k in 0..6usize {
             m.put(
                 0x10_0000 * (k + 1),
                 dev(0x10_0000 * (k + 1), 64, k as u64 + 1),
+                0,
             );
         }
         let kept: Vec<u64> = (0..6usize)
-            .filter_map(|k| m.get(0x10_0000 * (k + 1)).map(|i| i.buffer_id))
+            .filter_map(|k| m.get(0x10_0000 * (k + 1), 0).map(|i| i.buffer_id))
             .collect();
         assert_eq!(kept, [3, 4, 5, 6], "the newest {MEMO_ENTRIES}");
+        // Memory given back after an entry was made: the entry no longer answers.
+        assert_eq!(
+            m.get(0x60_0000, 1),
+            None,
+            "the library gave memory back since"
+        );
+        m.put(0x60_0000, dev(0x60_0000, 64, 9), 1);
+        assert_eq!(m.get(0x60_0000, 1).map(|i| i.buffer_id), Some(9));
     }
 }

@@ -263,7 +263,7 @@ pub fn memo_calls(on: bool) {
 }
 
 /// One MPI call of this thread, from [`CallScope::enter`] to the drop: within it [`classify`]
-/// asks the driver about an allocation once (a device message's buffers are otherwise looked
+/// asks the driver about an allocation once (while the library gives no memory back) (a device message's buffers are otherwise looked
 /// up by the ABI entry, the send path, the IPC export and the receiver's copy, ~0.1 us of
 /// driver call each). Costs nothing in a process without CUDA.
 pub struct CallScope(bool);
@@ -309,7 +309,10 @@ pub fn classify(ptr: *const u8) -> PtrInfo {
     let Some(g) = gpu() else {
         return PtrInfo::HOST;
     };
-    if let Some(i) = MEMO.with(|m| m.try_borrow().ok().and_then(|m| m.get(p))) {
+    // Read before the driver is asked: memory given back after this read makes the answer
+    // stale for the memo (see CallMemo).
+    let given_back = cuda::given_back();
+    if let Some(i) = MEMO.with(|m| m.try_borrow().ok().and_then(|m| m.get(p, given_back))) {
         return i;
     }
     let info = g
@@ -319,7 +322,7 @@ pub fn classify(ptr: *const u8) -> PtrInfo {
         .lookup(p, &Driver);
     MEMO.with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
-            m.put(p, info);
+            m.put(p, info, given_back);
         }
     });
     info

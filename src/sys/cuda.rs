@@ -760,12 +760,28 @@ pub fn ipc_open_mem_handle(handle: &[u8; 64]) -> CuResult<usize> {
     Ok(p as usize)
 }
 
+/// How many times this library gave memory the driver knew back to it (device allocations,
+/// page-locked or registered host memory, VMM mappings, IPC mappings), counted after each is
+/// gone: a classification remembered before the count moved may describe an allocation no
+/// longer there (`gpu::CallMemo`).
+static GIVEN_BACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The count of [`GIVEN_BACK`] now.
+pub fn given_back() -> u64 {
+    GIVEN_BACK.load(std::sync::atomic::Ordering::Acquire)
+}
+
+fn note_given_back() {
+    GIVEN_BACK.fetch_add(1, std::sync::atomic::Ordering::Release);
+}
+
 /// Unmap a mapping made by [`ipc_open_mem_handle`].
 ///
 /// # Safety
 /// `p` came from `ipc_open_mem_handle` and no copy or kernel still uses it.
 pub unsafe fn ipc_close_mem_handle(p: usize) {
     let _ = cu::cuIpcCloseMemHandle(p as cu::CUdeviceptr);
+    note_given_back();
 }
 
 /// A CUDA event without timing (ordering only), in the context that was current at creation.
@@ -928,6 +944,7 @@ pub fn vmm_import(fd: &std::os::fd::OwnedFd, size: usize, ordinal: i32) -> CuRes
 pub unsafe fn vmm_unmap(va: usize, size: usize) {
     let _ = cu::cuMemUnmap(va as cu::CUdeviceptr, size);
     let _ = cu::cuMemAddressFree(va as cu::CUdeviceptr, size);
+    note_given_back();
 }
 
 /// Fill `len` bytes of device memory with `v`, ordered on `s`.
@@ -977,6 +994,7 @@ pub fn host_alloc_mapped(len: usize) -> CuResult<(*mut u8, u64)> {
 /// `p` came from `host_alloc` and is not used afterwards.
 pub unsafe fn host_free(p: *mut u8) {
     let _ = cu::cuMemFreeHost(p as *mut c_void);
+    note_given_back();
 }
 
 /// Page-lock `len` bytes of existing host memory (a shared-memory mapping) for every context
@@ -1020,6 +1038,7 @@ pub unsafe fn host_device_pointer(p: *mut u8) -> CuResult<u64> {
 /// `p` was registered and no device work uses it any more.
 pub unsafe fn host_unregister(p: *mut u8) {
     let _ = cu::cuMemHostUnregister(p as *mut c_void);
+    note_given_back();
 }
 
 /// Make `s` wait until each 64-bit word at device address `addr` is >= its `v` (stream memory
@@ -1074,6 +1093,7 @@ pub fn mem_alloc(len: usize) -> CuResult<usize> {
 /// `p` came from [`mem_alloc`] and is not used afterwards.
 pub unsafe fn mem_free(p: usize) {
     let _ = cu::cuMemFree_v2(p as cu::CUdeviceptr);
+    note_given_back();
 }
 
 /// Test helper: back-to-back VMM allocations on device `ordinal` in one reserved range, each
