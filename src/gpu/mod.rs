@@ -420,3 +420,52 @@ impl Gpu {
         (c.hits, c.misses)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inside one MPI call a second look at an allocation is answered by the call's memo, but
+    /// not once the library gave memory back: a buffer freed and another allocated within the
+    /// same call (often at the same address) is classified anew, with its own buffer id.
+    #[test]
+    fn a_call_sees_memory_given_back_and_allocated_again() {
+        let Some(g) = gpu_or_skip() else {
+            return;
+        };
+        let d = g.device(0).unwrap();
+        let a = cuda::with_context(d.ctx, || cuda::mem_alloc(1 << 20)).unwrap();
+        // The driver is seen in the process from the first classification on.
+        assert_eq!(classify(a as *const u8).kind, MemKind::Device);
+        memo_calls(true);
+        let call = CallScope::enter();
+        assert!(call.0, "a call of a process using CUDA keeps a memo");
+        let first = classify(a as *const u8);
+        let memo = |p: usize| MEMO.with(|m| m.borrow().get(p, cuda::given_back()));
+        assert_eq!(
+            memo(a + 64),
+            Some(first),
+            "remembered for the rest of the call"
+        );
+        assert_eq!(classify((a + 64) as *const u8), first);
+        // SAFETY: a came from mem_alloc and nothing uses it any more.
+        unsafe { cuda::mem_free(a) };
+        assert_eq!(
+            memo(a),
+            None,
+            "memory given back: the memo no longer answers"
+        );
+        let b = cuda::with_context(d.ctx, || cuda::mem_alloc(1 << 19)).unwrap();
+        let second = classify(b as *const u8);
+        assert_eq!(second.kind, MemKind::Device);
+        assert_ne!(
+            second.buffer_id, first.buffer_id,
+            "at {b:#x} (first at {a:#x})"
+        );
+        assert!((second.start..second.start + second.len).contains(&b));
+        drop(call);
+        assert_eq!(memo(b), None, "forgotten when the call ends");
+        // SAFETY: as above.
+        unsafe { cuda::mem_free(b) };
+    }
+}
