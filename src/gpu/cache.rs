@@ -146,10 +146,10 @@ const MEMO_ENTRIES: usize = 4;
 /// same allocation within the call needs no driver call. The library's own buffers (scratch,
 /// staging) can be freed and the address reused within one call: each entry keeps the count of
 /// memory the library gave back when it was classified (`sys::cuda::given_back`), and answers
-/// only while that count has not moved. Where other threads may start operations
-/// during the call (`MPI_THREAD_MULTIPLE`), an operation completed by this call could have its
-/// buffer freed and the address reused by a new operation that this same call progresses: there
-/// the memo is never entered. Outside a call it answers nothing.
+/// only while that count has not moved. Where other threads may start operations during the call
+/// (`MPI_THREAD_MULTIPLE`), an operation completed by this call could have its buffer freed and
+/// the address reused by a new operation that this same call progresses: there the memo is never
+/// entered. Outside a call it answers nothing.
 pub struct CallMemo {
     active: bool,
     n: usize,

@@ -263,9 +263,10 @@ pub fn memo_calls(on: bool) {
 }
 
 /// One MPI call of this thread, from [`CallScope::enter`] to the drop: within it [`classify`]
-/// asks the driver about an allocation once (while the library gives no memory back) (a device message's buffers are otherwise looked
-/// up by the ABI entry, the send path, the IPC export and the receiver's copy, ~0.1 us of
-/// driver call each). Costs nothing in a process without CUDA.
+/// asks the driver about an allocation once, while the library gives no memory back (a device
+/// message's buffer is otherwise looked up by the ABI entry, the send path, the IPC export and
+/// the receiver's copy, ~0.1 us of driver call each). Costs nothing in a process without CUDA;
+/// a nested call (an MPI call from a callback) ends the outer call's memo.
 pub struct CallScope(bool);
 
 impl CallScope {
