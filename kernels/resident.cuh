@@ -257,9 +257,8 @@ __device__ int res_poll(const volatile ResCmd *cmd, volatile ResDone *done, unsi
 
 // 512 threads per block (src/gpu/resident/kernel.rs): at most 128 registers per thread.
 extern "C" __global__ void __launch_bounds__(512)
-gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done,
-                                           unsigned long long epoch, unsigned long long idle_ns,
-                                           unsigned long long last_seq) {
+gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done, unsigned long long epoch,
+                unsigned long long idle_ns, unsigned long long last_seq) {
     __shared__ ResCmd c;
     __shared__ ResDesc dsc;
     __shared__ int go, all_ok;
