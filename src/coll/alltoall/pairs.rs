@@ -31,7 +31,7 @@
 //! ones), and between two ranks of one node one per epoch, received in the order sent.
 
 use super::choice::Pick;
-use super::input_blocks;
+use super::{gather_in_node, input_blocks};
 use super::pxn::{self, send_packed, Via};
 use super::rails::{self, Rails};
 use crate::coll::hier::Nodes;
@@ -132,55 +132,15 @@ fn mixed(
     };
 
     // Epoch 1, inside the node: to each other member t, my block for t and those t carries.
-    let mut got = Vec::with_capacity(members.len());
-    for &t in members {
-        if t == r {
-            continue;
-        }
-        let mine: Vec<Region> = std::iter::once(t)
-            .chain(remote.iter().copied().filter(|&d| carrier(r, d) == t))
-            .map(|d| src[d])
-            .collect();
-        send_packed(&mut b, &mut alloc, t, &mine);
-        let theirs: Vec<usize> = remote
-            .iter()
-            .copied()
-            .filter(|&d| carrier(t, d) == r)
-            .collect();
-        let total = len(t, r) + theirs.iter().map(|&d| len(t, d)).sum::<usize>();
-        if theirs.is_empty() {
-            b.recv_nz(t, dst(t));
-            got.push((t, None, theirs));
-        } else {
-            let at = alloc(total);
-            b.recv_nz(t, Region::tmp(at, total));
-            got.push((t, Some(at), theirs));
-        }
-    }
+    let gathered = gather_in_node(
+        &mut b, &mut alloc, r, members, &remote, &carrier, &src, len, &dst,
+    );
     if !a.in_place {
         b.copy(src[r], dst(r));
     }
     b.wait();
-    for (t, at, _) in &got {
-        if let Some(at) = at {
-            b.copy(Region::tmp(*at, len(*t, r)), dst(*t));
-        }
-    }
-    // Where the block from member s for remote d is now.
-    let held = |s: usize, d: usize| -> Region {
-        if s == r {
-            return src[d];
-        }
-        let (_, at, theirs) = got.iter().find(|(t, _, _)| *t == s).expect("member");
-        let mut k = at.expect("packed") + len(s, r);
-        for &x in theirs {
-            if x == d {
-                return Region::tmp(k, len(s, d));
-            }
-            k += len(s, x);
-        }
-        unreachable!("block {s} -> {d} is not carried here")
-    };
+    gathered.unpack_own(&mut b, r, len, &dst);
+    let held = |s: usize, d: usize| gathered.held(r, &src, len, s, d);
 
     // Epoch 2, between nodes: what I send.
     for (h, hm) in nodes.ranks.iter().enumerate() {

@@ -20,7 +20,7 @@
 //! (`counts`). A message that holds a single block goes straight from the sender's buffer into
 //! the receiver's (no copy); packed ones go through `Tmp`; empty ones are not sent.
 
-use super::input_blocks;
+use super::{gather_in_node, input_blocks};
 use crate::coll::hier::Nodes;
 use crate::coll::schedule::{Builder, Region};
 use crate::coll::{Block, CollArgs, Schedule};
@@ -119,56 +119,23 @@ pub fn build_blocks(
     let members = &nodes.ranks[g];
     let remote: Vec<usize> = (0..n).filter(|&d| nodes.of[d] != g).collect();
     // Epoch 1, inside the node: to each other member t, my block for t and those t carries.
-    let mut got = Vec::with_capacity(members.len());
-    for &t in members {
-        if t == r {
-            continue;
-        }
-        let mine: Vec<usize> = std::iter::once(t)
-            .chain(remote.iter().copied().filter(|&d| via.get(r, d) == t))
-            .collect();
-        let blocks: Vec<Region> = mine.iter().map(|&d| src[d]).collect();
-        send_packed(&mut b, &mut alloc, t, &blocks);
-        // What t sends me: its block for me, then its blocks for the remote ranks I carry.
-        let theirs: Vec<usize> = remote
-            .iter()
-            .copied()
-            .filter(|&d| via.get(t, d) == r)
-            .collect();
-        let total = len(t, r) + theirs.iter().map(|&d| len(t, d)).sum::<usize>();
-        if theirs.is_empty() {
-            b.recv_nz(t, dst(t));
-            got.push((t, None, theirs));
-        } else {
-            let at = alloc(total);
-            b.recv_nz(t, Region::tmp(at, total));
-            got.push((t, Some(at), theirs));
-        }
-    }
+    let gathered = gather_in_node(
+        &mut b,
+        &mut alloc,
+        r,
+        members,
+        &remote,
+        &|s, d| via.get(s, d),
+        &src,
+        len,
+        &dst,
+    );
     if !a.in_place {
         b.copy(src[r], dst(r));
     }
     b.wait();
-    // Where the block from member s for remote d is now.
-    let held = |s: usize, d: usize| -> Region {
-        if s == r {
-            return src[d];
-        }
-        let (_, at, theirs) = got.iter().find(|(t, _, _)| *t == s).expect("member");
-        let mut k = at.expect("packed") + len(s, r);
-        for &x in theirs {
-            if x == d {
-                return Region::tmp(k, len(s, d));
-            }
-            k += len(s, x);
-        }
-        unreachable!("a carried block")
-    };
-    for (t, at, _) in &got {
-        if let Some(at) = at {
-            b.copy(Region::tmp(*at, len(*t, r)), dst(*t));
-        }
-    }
+    let held = |s: usize, d: usize| gathered.held(r, &src, len, s, d);
+    gathered.unpack_own(&mut b, r, len, &dst);
     // Epoch 2, between nodes: one message per remote rank I carry blocks for.
     for &d in &remote {
         let from: Vec<usize> = members

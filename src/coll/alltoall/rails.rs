@@ -22,7 +22,7 @@
 //! for an alltoallv the ranks of a node first tell each other their counts
 //! (`dispatch::schedule`).
 
-use super::input_blocks;
+use super::{gather_in_node, input_blocks};
 use crate::coll::hier::Nodes;
 use crate::coll::schedule::{Builder, Region};
 use crate::coll::{Block, CollArgs, Schedule};
@@ -106,42 +106,17 @@ pub fn build_blocks(
         |d: usize| -> Vec<(usize, usize)> { remote.iter().map(|&s| (s, len(s, d))).collect() };
 
     // Epoch 1, inside the node: to each other member t, my block for t and those t sends on.
-    let mut got = Vec::with_capacity(members.len());
-    for &t in members {
-        if t == r {
-            continue;
-        }
-        let mine: Vec<usize> = std::iter::once(t)
-            .chain(remote.iter().copied().filter(|&d| out_via(d) == t))
-            .collect();
-        let total: usize = mine.iter().map(|&d| len(r, d)).sum();
-        if mine.len() == 1 {
-            b.send_nz(t, src[t]);
-        } else if total > 0 {
-            let at = alloc(total);
-            let mut k = at;
-            for &d in &mine {
-                b.copy(src[d], Region::tmp(k, len(r, d)));
-                k += len(r, d);
-            }
-            b.send(t, Region::tmp(at, total));
-        }
-        // What t sends me: its block for me, then its blocks for the remote ranks I send on.
-        let theirs: Vec<usize> = remote
-            .iter()
-            .copied()
-            .filter(|&d| out_via(d) == r)
-            .collect();
-        let total = len(t, r) + theirs.iter().map(|&d| len(t, d)).sum::<usize>();
-        if theirs.is_empty() {
-            b.recv_nz(t, dst(t));
-            got.push((t, None, theirs));
-        } else {
-            let at = alloc(total);
-            b.recv_nz(t, Region::tmp(at, total));
-            got.push((t, Some(at), theirs));
-        }
-    }
+    let gathered = gather_in_node(
+        &mut b,
+        &mut alloc,
+        r,
+        members,
+        &remote,
+        &|_, d| out_via(d),
+        &src,
+        len,
+        &dst,
+    );
     // Epoch 3's receive of a rank that is not its rail's receiving aggregator.
     let mut unpack_late = None;
     if my_recv_agg != r {
@@ -164,26 +139,8 @@ pub fn build_blocks(
         b.copy(src[r], dst(r));
     }
     b.wait();
-    for (t, at, _) in &got {
-        if let Some(at) = at {
-            b.copy(Region::tmp(*at, len(*t, r)), dst(*t));
-        }
-    }
-    // Where the block from member s for remote d is now.
-    let held = |s: usize, d: usize| -> Region {
-        if s == r {
-            return src[d];
-        }
-        let (_, at, theirs) = got.iter().find(|(t, _, _)| *t == s).expect("member");
-        let mut k = at.expect("packed") + len(s, r);
-        for &x in theirs {
-            if x == d {
-                return Region::tmp(k, len(s, d));
-            }
-            k += len(s, x);
-        }
-        unreachable!("block {s} -> {d} is not carried here")
-    };
+    gathered.unpack_own(&mut b, r, len, &dst);
+    let held = |s: usize, d: usize| gathered.held(r, &src, len, s, d);
     let is_sender = remote.iter().any(|&d| out_via(d) == r);
     let is_receiver = my_recv_agg == r;
     if !is_sender && !is_receiver {
