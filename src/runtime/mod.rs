@@ -312,9 +312,9 @@ fn wait_loop(
     // microseconds), so that an exchange between them still never sleeps.
     let block_after = crate::config::snapshot().net.sleep_after;
     let mut slept = false;
-    // While spinning, the clock is read every CLOCK_EVERY-th round only (a read per round was
-    // a tenth of a spinning rank's time); `moved_any` says whether anything moved since the last
-    // read, which then restarts `since`.
+    // While spinning, the clock is read every CLOCK_EVERY-th round only (a read every round
+    // costs about a tenth of a spinning rank's time); `moved_any` says whether anything moved
+    // since the last read, which then restarts `since`.
     const CLOCK_EVERY: u32 = 16;
     let (mut rounds, mut moved_any) = (0u32, false);
     loop {

@@ -31,9 +31,9 @@
 //! ones), and between two ranks of one node one per epoch, received in the order sent.
 
 use super::choice::Pick;
-use super::{gather_in_node, input_blocks};
 use super::pxn::{self, send_packed, Via};
 use super::rails::{self, Rails};
+use super::{gather_in_node, input_blocks};
 use crate::coll::hier::Nodes;
 use crate::coll::schedule::{Builder, Region};
 use crate::coll::{Block, CollArgs, Schedule};
