@@ -1072,21 +1072,23 @@ impl Engine {
     /// A send that is complete as soon as it is in the transport, written there at once when
     /// it can be: a standard eager send of host memory to another rank, no note, that fits
     /// one frame, with nothing queued to that rank before it (so it cannot overtake an earlier
-    /// message), into free ring space. No request is made: the receiver needs the sender's
-    /// request only for an acknowledgement (synchronous sends) or to match later fragments,
-    /// and this message has neither. Returns whether it was sent; `false` leaves nothing
+    /// message), into free ring space; or the same send to this rank, delivered at once when
+    /// nothing sent to this rank before waits in the loopback queue. No request is made: the
+    /// receiver needs the sender's request only for an acknowledgement (synchronous sends) or
+    /// to match later fragments, and this message has neither. Returns whether it was sent; `false` leaves nothing
     /// behind (the caller takes [`Engine::isend`]).
     ///
     /// # Safety
     /// `a.buf .. a.buf + a.len` must be valid to read for the duration of the call.
     pub unsafe fn send_now(&mut self, a: &SendArgs) -> bool {
+        let to_self = a.dst_world == self.st.me;
         if a.sync
             || a.dev.is_some()
             || a.note.is_some()
             || a.dst_world >= self.size
             || a.len > self.eager_to(a.dst_world)
-            || a.len > self.max_payload
-            || a.dst_world == self.st.me
+            || (a.len > self.max_payload && !to_self)
+            || (to_self && !self.st.loopq.is_empty())
             || !self.st.outq[a.dst_world].is_empty()
         {
             return false;
@@ -1105,6 +1107,14 @@ impl Engine {
             // SAFETY: the caller guarantees a.buf..a.buf+a.len is readable.
             unsafe { std::slice::from_raw_parts(a.buf, a.len) }
         };
+        if to_self {
+            // Delivered here and now, as progress would deliver it from the loopback queue
+            // (empty: nothing sent to this rank earlier is still waiting there): into a
+            // matching posted receive, else copied once into the unexpected queue.
+            let me = self.st.me;
+            self.st.on_frame(me, &hdr, data);
+            return true;
+        }
         let sent = self.tp.try_send(a.dst_world, &hdr, data);
         if sent {
             self.tp.post_held();

@@ -235,10 +235,9 @@ fn sends_at_once_keep_order_behind_queued_ones() {
     let bufs: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 1 + i as usize]).collect();
     // SAFETY (every send_now below): the buffers outlive the calls.
     unsafe {
-        // Refused, with nothing left behind: synchronous, longer than a frame, to itself.
+        // Refused, with nothing left behind: synchronous, longer than a frame.
         assert!(!es[0].send_now(&send_args(&bufs[1], 2, 0, 1, true)));
         assert!(!es[0].send_now(&send_args(&[0u8; 65], 2, 0, 1, false)));
-        assert!(!es[0].send_now(&send_args(&bufs[1], 0, 0, 1, false)));
         assert_eq!(es[0].live_requests(), 0);
         // Three fit the channel; the fourth does not and is queued by the ordinary path;
         // then nothing may pass it.
@@ -277,6 +276,47 @@ fn sends_at_once_keep_order_behind_queued_ones() {
     for e in &es {
         assert_eq!(e.live_requests(), 0);
     }
+}
+
+/// A send to this rank written at once ([`Engine::send_now`]) is delivered before it returns,
+/// to a posted receive or the unexpected queue, without a request; it is refused while an
+/// earlier send to this rank waits in the loopback queue (a rendezvous), and the receives see
+/// every message in the order sent.
+#[test]
+fn sends_to_self_at_once_keep_order_behind_the_loopback_queue() {
+    let mut es = group(2, 4, 64, true);
+    let small: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 3 + i as usize]).collect();
+    let big = vec![7u8; LIMIT + 1];
+    // Into a posted receive: complete at once.
+    let mut o = vec![0u8; 16];
+    let posted = recv(&mut es[0], &mut o, 0, 20);
+    // SAFETY (every send_now below): the buffers outlive the calls.
+    assert!(unsafe { es[0].send_now(&send_args(&small[0], 0, 0, 20, false)) });
+    assert_eq!(es[0].test(posted).map(|s| s.bytes), Some(3));
+    assert_eq!(&o[..3], &small[0][..]);
+    // Into the unexpected queue; then a rendezvous waits in the loopback queue and a send
+    // at once may not pass it.
+    assert!(unsafe { es[0].send_now(&send_args(&small[1], 0, 0, 21, false)) });
+    assert_eq!(es[0].live_requests(), 0);
+    let rndv = send(&mut es[0], &big, 0, 0, 22, false);
+    assert!(!unsafe { es[0].send_now(&send_args(&small[2], 0, 0, 23, false)) });
+    let later = send(&mut es[0], &small[2], 0, 0, 23, false);
+    let mut tags = vec![];
+    for want in [&small[1], &big, &small[2]] {
+        let mut o = vec![0u8; LIMIT + 8];
+        let r = recv(&mut es[0], &mut o, 0, ANY_TAG);
+        let st = wait_on(&mut es, 0, r);
+        assert_eq!(&o[..st.bytes], &want[..]);
+        tags.push(st.tag);
+    }
+    assert_eq!(tags, [21, 22, 23]);
+    wait_on(&mut es, 0, rndv);
+    wait_on(&mut es, 0, later);
+    assert!(unsafe { es[0].send_now(&send_args(&small[3], 0, 0, 24, false)) });
+    let mut o = vec![0u8; 16];
+    let r = recv(&mut es[0], &mut o, ANY_SRC, 24);
+    assert_eq!(wait_on(&mut es, 0, r).bytes, 6);
+    assert_eq!(es[0].live_requests(), 0);
 }
 
 /// An eager send from `e` to `dst`, complete (in the transport) before it returns: only `e`

@@ -125,7 +125,7 @@ pub fn driver_in_process() -> bool {
     const RESCAN_NS: u64 = 1_000_000;
     static SCANNED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
     static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
-    let t = coarse_now_ns();
+    let t = super::clock_ns(libc::CLOCK_MONOTONIC_COARSE);
     if t != 0 && t < QUIET_UNTIL.load(Ordering::Relaxed) {
         return false;
     }
@@ -151,19 +151,6 @@ pub fn driver_in_process() -> bool {
         quiet();
     }
     found
-}
-
-/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (0 when unavailable, which disables the pause).
-fn coarse_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
 /// Load libcuda and initialize the driver; returns (driver version, device count).

@@ -6,6 +6,7 @@
 //! - `fdpass`: libc's `SCM_RIGHTS`/`SO_PEERCRED` on Unix sockets (descriptors of cuMem memory).
 //! - `socket`: libc sockets beyond std (getifaddrs, nonblocking connect, poll, eventfd).
 //! - [`prefetch`]: the CPU's prefetch instruction (an intrinsic, not FFI, but `unsafe`).
+//! - [`clock_ns`]: libc's `clock_gettime`.
 pub mod cuda;
 pub mod fdpass;
 pub mod ibverbs;
@@ -26,4 +27,20 @@ pub fn prefetch(p: *const u8) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// `clock_gettime(clock)` in nanoseconds; 0 when the clock is unavailable. Straight to libc
+/// (the vDSO), without `Instant`'s conversions: `MPI_Wtime` and the checks of every send and
+/// receive read it.
+#[inline]
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }

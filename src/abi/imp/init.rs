@@ -8,8 +8,7 @@ use crate::mpi_bail;
 use crate::runtime::objects::{check_info, comm};
 use crate::runtime::{self, state};
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub unsafe fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> MpiResult<()> {
     runtime::init(c::MPI_THREAD_SINGLE).map(|_| ())
@@ -69,14 +68,22 @@ pub unsafe fn MPI_Is_thread_main(flag: *mut c_int) -> MpiResult<()> {
     out(flag, "flag", f as c_int)
 }
 
-fn epoch() -> Instant {
-    static T0: OnceLock<Instant> = OnceLock::new();
-    *T0.get_or_init(Instant::now)
-}
+/// `CLOCK_MONOTONIC` at the first `MPI_Wtime` of the process (ns; 0 until then).
+static WTIME_EPOCH_NS: AtomicU64 = AtomicU64::new(0);
 
 pub unsafe fn MPI_Wtime() -> f64 {
-    // Seconds since the first call: monotonic; offset by 1 s so it is never 0.
-    1.0 + epoch().elapsed().as_secs_f64()
+    // Seconds since the first call: monotonic; offset by 1 s so it is never 0. Read straight
+    // from the clock: timing loops call this around every operation.
+    let now = crate::sys::clock_ns(libc::CLOCK_MONOTONIC);
+    let mut epoch = WTIME_EPOCH_NS.load(Ordering::Relaxed);
+    if epoch == 0 {
+        epoch = match WTIME_EPOCH_NS.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => now,
+            Err(first) => first,
+        };
+    }
+    1.0 + now.saturating_sub(epoch) as f64 * 1e-9
 }
 
 pub unsafe fn MPI_Wtick() -> f64 {

