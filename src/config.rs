@@ -459,7 +459,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_SLEEP_AFTER",
         default: "50",
-        doc: "Microseconds a blocking wait of a rank whose every peer is on another node (nothing but the network can move it) polls without progress before it sleeps in `poll` on its network sockets, woken by the data (a rank that never sleeps loses its core for whole time slices on a busy machine). While device copies of a message are in flight the wait never sleeps. `off`: never sleep in `poll` (the wait spins, then yields, as on one node); to measure what the sleeping costs. With `GPUMPI_DEBUG=2` each rank logs at `MPI_Finalize` how often its waits slept and for how long.",
+        doc: "Microseconds a blocking wait of a rank whose every peer is on another node (nothing but the network can move it) polls without progress before it sleeps in `poll` on its network sockets, woken by the data (a rank that never sleeps loses its core for whole time slices on a busy machine). Where the job has more ranks than the machine has CPUs (nodes emulated on one machine, counted from the CPU lists the ranks exchange at `MPI_Init`), such a wait sleeps at once instead, for up to 1 ms per `poll`: its spinning would take the CPU from the rank it waits for. While device copies of a message are in flight the wait never sleeps. `off`: never sleep in `poll` (the wait spins, then yields, as on one node); to measure what the sleeping costs. With `GPUMPI_DEBUG=2` each rank logs at `MPI_Finalize` how often its waits slept and for how long.",
         same_on_every_rank: false,
     },
     Param {

@@ -26,7 +26,7 @@
 //! }
 //! ```
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 const SPINS: u32 = 20;
@@ -40,11 +40,31 @@ const SPREAD_SPINS: u32 = 2_000;
 /// ([`Backoff::time_to_look`]).
 const LOOK_EVERY: u32 = 16;
 static SPIN_ROUNDS: AtomicU32 = AtomicU32::new(SPINS);
+static SLEEP_AT_ONCE: AtomicBool = AtomicBool::new(false);
 
 /// Where this rank runs: `own_core` (bound to one CPU that no other rank of the job is bound
-/// to) or `oversubscribed` (more ranks than CPUs): sets how long blocking waits spin.
-pub fn set_placement(own_core: bool, oversubscribed: bool) {
+/// to) or `oversubscribed` (more ranks than CPUs), and whether it is `alone` on its node (every
+/// peer reached over the network): sets how long blocking waits spin, and whether a wait that
+/// only the network can end sleeps at once ([`sleep_at_once`]).
+pub fn set_placement(own_core: bool, oversubscribed: bool, alone: bool) {
     SPIN_ROUNDS.store(spin_rounds(own_core, oversubscribed), Ordering::Relaxed);
+    SLEEP_AT_ONCE.store(sleeps_at_once(oversubscribed, alone), Ordering::Relaxed);
+}
+
+/// A rank with node peers waits on shared memory too, which no descriptor shows: its waits
+/// never sleep in `poll`, whatever this says. A rank alone on its node whose CPU is shared
+/// sleeps at once; one with a CPU of its own spins first (the reply of an idle peer node comes
+/// within the spin).
+fn sleeps_at_once(oversubscribed: bool, alone: bool) -> bool {
+    oversubscribed && alone
+}
+
+/// Whether a blocking wait of this rank that only the network can end sleeps in `poll` at
+/// once, until the data comes (`runtime::wait_loop`): a rank alone on its node whose job has
+/// more ranks than this machine has CPUs (nodes emulated on one machine), where every round it
+/// spins is CPU time the rank it waits for may be queued behind.
+pub fn sleep_at_once() -> bool {
+    SLEEP_AT_ONCE.load(Ordering::Relaxed)
 }
 
 fn spin_rounds(own_core: bool, oversubscribed: bool) -> u32 {
@@ -203,6 +223,17 @@ mod tests {
         assert_eq!(spin_rounds(false, true), SPINS);
         assert_eq!(spin_rounds(true, true), SPINS);
         assert_eq!(Backoff::yielding().spins, 0);
+    }
+
+    #[test]
+    fn only_a_rank_alone_on_its_node_of_a_crowded_machine_sleeps_at_once() {
+        assert!(sleeps_at_once(true, true));
+        assert!(
+            !sleeps_at_once(true, false),
+            "node peers: shared memory, no descriptor"
+        );
+        assert!(!sleeps_at_once(false, true), "a CPU of its own: spin first");
+        assert!(!sleeps_at_once(false, false));
     }
 
     #[test]

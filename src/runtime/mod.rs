@@ -310,12 +310,24 @@ fn wait_loop(
     // (milliseconds) at a time; a rank that sleeps in `poll` is woken by the data and runs at
     // once. The default is longer than a round trip between idle nodes (tens of
     // microseconds), so that an exchange between them still never sleeps.
-    let block_after = crate::config::snapshot().net.sleep_after;
+    // Where the job's ranks outnumber the CPUs, such a wait of a rank alone on its node sleeps
+    // at once ([`crate::engine::backoff::sleep_at_once`]): its spinning would take the CPU
+    // from the rank it waits for.
+    let at_once = crate::engine::backoff::sleep_at_once();
+    let block_after = crate::config::snapshot().net.sleep_after.map(|b| {
+        if at_once {
+            std::time::Duration::ZERO
+        } else {
+            b
+        }
+    });
     let mut slept = false;
     // While spinning, the clock is read every CLOCK_EVERY-th round only (a read every round
-    // costs about a tenth of a spinning rank's time); `moved_any` says whether anything moved
-    // since the last read, which then restarts `since`.
+    // costs about a tenth of a spinning rank's time; a wait that sleeps at once looks every
+    // round); `moved_any` says whether anything moved since the last read, which then
+    // restarts `since`.
     const CLOCK_EVERY: u32 = 16;
+    let clock_every = if at_once { 1 } else { CLOCK_EVERY };
     let (mut rounds, mut moved_any) = (0u32, false);
     loop {
         let mut block = false;
@@ -345,7 +357,7 @@ fn wait_loop(
             }
             rounds = rounds.wrapping_add(1);
             if let Some(b) = block_after {
-                if backoff.is_sleeping() || rounds.is_multiple_of(CLOCK_EVERY) {
+                if backoff.is_sleeping() || rounds.is_multiple_of(clock_every) {
                     if std::mem::take(&mut moved_any) {
                         since = std::time::Instant::now();
                     } else if since.elapsed() >= b {
@@ -360,6 +372,12 @@ fn wait_loop(
             // Only the network can move this wait on: sleep in the kernel until a socket is
             // ready (or the timeout, which bounds what the descriptors might miss).
             backoff.block(|t| {
+                // A wait that sleeps at once sleeps until the data comes: the descriptors show
+                // all it waits for, and each early wake-up is a progress pass of CPU time the
+                // other ranks need (4 ranks alone on 4 namespace nodes of a 2-CPU machine, 8 B
+                // allreduce: 250-450 us spinning first with the back-off's 1-50 us sleeps,
+                // 140-200 us sleeping at once for up to 1 ms; benches/NOTES.md).
+                let t = if at_once { AT_ONCE_SLEEP } else { t };
                 let t0 = std::time::Instant::now();
                 let woken = crate::sys::socket::ppoll(&mut fds, t).is_ok_and(|n| n > 0);
                 SLEEPS.note(!std::mem::replace(&mut slept, true), woken, t0.elapsed());
@@ -369,6 +387,10 @@ fn wait_loop(
         }
     }
 }
+
+/// The longest sleep in `poll` of a network-only wait that sleeps at once
+/// ([`crate::engine::backoff::sleep_at_once`], [`wait_loop`]).
+const AT_ONCE_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How this process's blocking waits slept in `poll` ([`wait_loop`]), for the log at
 /// `MPI_Finalize` (`GPUMPI_DEBUG=2`): the waits that slept at all, the sleeps, those ended by
@@ -926,7 +948,7 @@ pub fn init(required: i32) -> MpiResult<i32> {
     engine.set_device_copies(Box::new(devices::Cuda));
     let shares = crowded(on_node, online_cpus(), milli);
     engine.set_crowded(shares);
-    crate::engine::backoff::set_placement(engine.own_core(), shares);
+    crate::engine::backoff::set_placement(engine.own_core(), shares, on_node == 1);
     let flag_max = cfg.shm.coll_max.min(SLOT_MAX);
     let flag = match engine.coll_slots() {
         Some(bases) if size > 1 && flag_max > 0 => {
