@@ -354,6 +354,10 @@ enum UBody {
     },
 }
 
+/// The largest send to the calling rank that [`Engine::send_now`] delivers at once (through a
+/// copy on the stack); a larger one takes the loopback queue.
+const SELF_NOW_MAX: usize = 1024;
+
 /// Bytes of an unexpected eager message kept in its queue entry itself, so that small
 /// messages that arrive before their receive cost no allocation of their own.
 const INLINE: usize = 64;
@@ -1083,6 +1087,7 @@ impl Engine {
     pub unsafe fn send_now(&mut self, a: &SendArgs) -> bool {
         let to_self = a.dst_world == self.st.me;
         if a.sync
+            || (to_self && a.len > SELF_NOW_MAX)
             || a.dev.is_some()
             || a.note.is_some()
             || a.dst_world >= self.size
@@ -1110,9 +1115,13 @@ impl Engine {
         if to_self {
             // Delivered here and now, as progress would deliver it from the loopback queue
             // (empty: nothing sent to this rank earlier is still waiting there): into a
-            // matching posted receive, else copied once into the unexpected queue.
+            // matching posted receive, else into the unexpected queue. Through a copy on the
+            // stack: the matching receive's buffer may be this very buffer (an `MPI_Irecv`
+            // and an `MPI_Send` of one buffer to self), and deliveries copy without overlap.
+            let mut bounce = [0u8; SELF_NOW_MAX];
+            bounce[..data.len()].copy_from_slice(data);
             let me = self.st.me;
-            self.st.on_frame(me, &hdr, data);
+            self.st.on_frame(me, &hdr, &bounce[..data.len()]);
             return true;
         }
         let sent = self.tp.try_send(a.dst_world, &hdr, data);

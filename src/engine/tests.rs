@@ -316,6 +316,20 @@ fn sends_to_self_at_once_keep_order_behind_the_loopback_queue() {
     let mut o = vec![0u8; 16];
     let r = recv(&mut es[0], &mut o, ANY_SRC, 24);
     assert_eq!(wait_on(&mut es, 0, r).bytes, 6);
+    // A receive posted on the very buffer then sent from (stream_api's MPI_Irecv and MPI_Send
+    // of one int to self): the data arrives whole (debug builds check that no copy overlaps).
+    let mut same = vec![9u8, 8, 7, 6];
+    let r = recv(&mut es[0], &mut same, 0, 25);
+    let args = SendArgs {
+        buf: same.as_ptr(),
+        ..send_args(&[0u8; 4], 0, 0, 25, false)
+    };
+    assert!(unsafe { es[0].send_now(&args) });
+    assert_eq!(wait_on(&mut es, 0, r).bytes, 4);
+    assert_eq!(same, [9, 8, 7, 6]);
+    // Above the bound of the copy on the stack: the loopback queue, then the same result.
+    let big_small = vec![3u8; SELF_NOW_MAX + 1];
+    assert!(!unsafe { es[0].send_now(&send_args(&big_small, 0, 0, 26, false)) });
     assert_eq!(es[0].live_requests(), 0);
 }
 
