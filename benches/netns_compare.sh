@@ -12,7 +12,8 @@
 #        pingpong bw allreduce2x2 allreduce4x1), MPIS (default "gpumpi ompi mpich"),
 #        ALLREDUCE_MAX (64M: the largest allreduce; where the ranks outnumber the CPUs, as 4
 #        ranks on a 2-CPU machine, Open MPI's and MPICH's spinning ranks take milliseconds to
-#        seconds per call, and 1M keeps a run within minutes)
+#        seconds per call, and 1M keeps a run within minutes), BASE_PREFIX (another gpumpi
+#        install, run as "base" beside the others: an A/B of a change in the same run)
 #
 # Cases: 8 B-64 KiB ping-pong and windowed bandwidth 64 KiB-64 MiB (window 64) between 2 nodes
 # of 1 rank; allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank. Open MPI runs
@@ -27,7 +28,8 @@ prefix=${1:?usage: netns_compare.sh GPUMPI_PREFIX [OUT_DIR]}
 out=${2:-$(mktemp -d /tmp/netns-compare.XXXXXX)}
 rounds=${ROUNDS:-2}
 venvs=${VENVS:-$HOME/.cache/gpumpi-bench}
-mpis=${MPIS:-gpumpi ompi mpich}
+base=${BASE_PREFIX:-}
+mpis=${MPIS:-gpumpi${base:+ base} ompi mpich}
 here=$(cd "$(dirname "$0")/.." && pwd)
 nodes="$here/scripts/netns-nodes.sh"
 ns=gnc$$
@@ -51,6 +53,7 @@ chmod +x "$agent" "$agentk"
 
 build() { "$1" -std=c99 -O2 -o "$2" "$here/benches/gpumpi-bench.c" -ldl -lm || exit 1; }
 build "$prefix/bin/mpicc" "$out/gb-gpumpi"
+[ -n "$base" ] && build "$base/bin/mpicc" "$out/gb-base"
 PATH=$ompi/bin:$PATH build "$ompi/bin/mpicc" "$out/gb-ompi"
 PATH=$mpich/bin:$PATH build "$mpich/bin/mpicc" "$out/gb-mpich"
 
@@ -65,9 +68,11 @@ launch() {
     done
     local np=$((n * per))
     case $mpi in
-    gpumpi)
+    gpumpi | base)
+        local p=$prefix
+        [ "$mpi" = base ] && p=$base
         timeout 600 bash "$nodes" -p "$ns" exec 0 env GPUMPI_BIND=none GPUMPI_NET_IFNAME==rail0 \
-            "$prefix/bin/mpirun" --host "$ours" --launch-agent "$agent" "$out/gb-gpumpi" "$@" ;;
+            "$p/bin/mpirun" --host "$ours" --launch-agent "$agent" "$out/gb-$mpi" "$@" ;;
     ompi)
         timeout 600 "$agent" 198.18.0.1 env PATH="$ompi/bin:$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 \
             OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$ompi/bin/mpirun" --allow-run-as-root --bind-to none \
@@ -150,7 +155,7 @@ for name in ["pingpong", "bw", "allreduce2x2", "allreduce4x1"]:
                 med = st.median(x)
                 v[m] = s / med / 1e3 if name == "bw" else med
         row = f"{s:>10}" + "".join(f"{v[m]:>10.3f}" if m in v else f"{'-':>10}" for m in mpis)
-        others = [v[m] for m in mpis if m != "gpumpi" and m in v]
+        others = [v[m] for m in mpis if m not in ("gpumpi", "base") and m in v]
         if "gpumpi" in v and others:
             g = v["gpumpi"]
             row += f"  {(g / max(others) if name == 'bw' else min(others) / g):>10.2f}x"

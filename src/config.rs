@@ -411,7 +411,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "GPUMPI_NET_CONNECT",
         default: "lazy",
-        doc: "When ranks on different nodes connect: `lazy` (default): a rank opens a connection to an off-node peer when it first sends to it (a point-to-point message, a collective's message or a protocol reply), and accepts connections from peers while it makes progress, so a job opens only the connections its traffic needs and `MPI_Init` opens none; `eager`: every rank connects to every rank on another node at `MPI_Init` (one connection each way per pair). Must be the same on every rank. docs/MULTINODE.md.",
+        doc: "When ranks on different nodes connect: `lazy` (default): a rank opens a connection to an off-node peer when it first sends to it (a point-to-point message, a collective's message or a protocol reply) unless that peer connected to it first (with TCP the answer then goes back on that connection, which carries both directions), and accepts connections from peers while it makes progress, so a job opens only the connections its traffic needs and `MPI_Init` opens none; `eager`: every rank connects to every rank on another node at `MPI_Init` (one connection each way per pair). Must be the same on every rank. docs/MULTINODE.md.",
         same_on_every_rank: true,
     },
     Param {

@@ -671,3 +671,55 @@ fn testing_only_the_last_request_moves_the_earlier_ones() {
         assert!(g == o, "message {i} arrived damaged or out of order");
     }
 }
+
+/// The other direction of a connection ([`SendComm::reverse`], [`RecvComm::reverse`]): handed
+/// out once per end, it carries every size inline (bulk data too) while the first direction
+/// carries its own traffic, and dropping its sending comm ends a receive posted on it with an
+/// error naming the peer, while the first direction goes on.
+#[test]
+fn the_other_direction_of_a_connection_carries_every_size_and_closes_on_its_own() {
+    use mpi_abi::transport::net::TAG_BULK;
+    let net = net_on("the_other_direction", Family::V4, 2, 2).unwrap();
+    let (mut s, mut r) = pair(&net);
+    let mut back_s = r.reverse().unwrap().expect("tcp carries both directions");
+    let mut back_r = s.reverse().unwrap().expect("tcp carries both directions");
+    assert!(s.reverse().unwrap().is_none() && r.reverse().unwrap().is_none());
+    assert!(back_s.reverse().unwrap().is_none() && back_r.reverse().unwrap().is_none());
+    let msgs: Vec<(i32, usize)> = SIZES.iter().map(|&n| (7, n)).collect();
+    let bulk: Vec<(i32, usize)> = SIZES.iter().map(|&n| (TAG_BULK, n)).collect();
+    xfer(&mut *back_s, &mut *back_r, &msgs, 8);
+    xfer(&mut *back_s, &mut *back_r, &bulk, 4);
+    xfer(&mut *s, &mut *r, &msgs, 8);
+    xfer(&mut *back_s, &mut *back_r, &msgs[..10], 1);
+    let peer = back_r.peer();
+    drop(back_s);
+    let mut rb = vec![0u8; 64];
+    let rmr = back_r.reg_mr(rb.as_ptr(), 64, MemKind::Host).unwrap();
+    // SAFETY: rb outlives back_r (dropped at the end of the test).
+    let rq = unsafe {
+        back_r.irecv(&[RecvBuf {
+            ptr: rb.as_mut_ptr(),
+            size: 64,
+            tag: 0,
+            mr: rmr,
+        }])
+    }
+    .unwrap()
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(30);
+    let e = loop {
+        assert!(
+            Instant::now() < end,
+            "no error after the other direction closed"
+        );
+        match back_r.test(rq, &mut [0]) {
+            Err(e) => break e,
+            Ok(done) => assert!(!done, "a message arrived on a direction nobody sent on"),
+        }
+    };
+    assert!(
+        e.msg.contains("closed the connection") && e.msg.contains(&peer),
+        "{e}"
+    );
+    xfer(&mut *s, &mut *r, &msgs[..10], 2);
+}

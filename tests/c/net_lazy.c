@@ -13,8 +13,11 @@
  * every connection exists when MPI_Init returns, so no socket appears later).
  *
  * 1. Each rank exchanges its node name (GPUMPI_NODE_ID) with both ring neighbours, four times.
- *    Lazy: the sockets it gained are exactly 2 connections (one each way) per distinct
- *    neighbour on another node, and the later exchanges add none.
+ *    Lazy: the sockets it gained are exactly one connection per distinct neighbour on another
+ *    node, and the later exchanges add none. Over TCP that connection carries both directions
+ *    (a rank first sends to its right neighbour, which has received from it before it answers
+ *    on the same connection), its other direction a duplicated descriptor at each end (one
+ *    socket more); over ib it is one connection each way.
  * 2. A token goes round the ring from rank 0 (neighbours only), so that rank 0 has counted
  *    before anyone else sends to it; then every other rank sends its rank and node name to
  *    rank 0, which receives them with MPI_ANY_SOURCE. Rank 0 gained one connection (accepted)
@@ -126,11 +129,12 @@ int main(int argc, char **argv)
     }
     int off_left = strcmp(from_left, mine) != 0, off_right = strcmp(from_right, mine) != 0;
     int off = left == right ? off_left : off_left + off_right;
-    int want = lazy ? 2 * per_conn * off : 0;
+    int per_pair = ib ? 2 * per_conn : per_conn + 1;
+    int want = lazy ? per_pair * off : 0;
     CHECK(s1 - s0 == want,
           "%d sockets after MPI_Init, %d after talking to neighbours %d (%s) and %d (%s) from "
-          "node %s: want %d more (%d off-node neighbours, %d sockets per connection, %s)",
-          s0, s1, left, from_left, right, from_right, mine, want, off, per_conn, argv[1]);
+          "node %s: want %d more (%d off-node neighbours, %d sockets per pair, %s)",
+          s0, s1, left, from_left, right, from_right, mine, want, off, per_pair, argv[1]);
     CHECK(q1 - q0 == (lazy ? 2 * qps_per_conn * off : 0),
           "%d queue pairs connected to other processes after MPI_Init, %d after talking to "
           "neighbours: want %d more (%d off-node neighbours, %d per connection, %s)",

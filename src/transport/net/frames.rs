@@ -26,7 +26,18 @@
 //! - **Set-up** ([`super::links`]): each rank listens once at `MPI_Init` and its handle
 //!   travels through the bootstrap; a connection to a peer is opened by the first frame
 //!   written to it (the frame waits in the engine, [`Transport::try_send`] answering "full",
-//!   until the connection is up), and connections from peers are accepted while this rank
+//!   until the connection is up) unless that peer dialed this rank first and this rank never
+//!   dialed it: then the frame goes back on that connection's other direction, where the
+//!   backend carries both (TCP; one connection per pair that talks both ways, and each
+//!   reply carries the acknowledgement of the message before it), and the dialer's receive
+//!   side takes it there. Two ranks that dial each other at once (a barrier's first round)
+//!   keep the lower rank's connection for both directions: the higher rank gives up its dial
+//!   if it is still in flight, or else sends a goodbye on its own connection behind the frames
+//!   it carried and a hello marked "moved" ([`super::links::MOVED_BIT`]) on the other
+//!   direction of the lower rank's, and the lower rank delivers the old connection's frames
+//!   up to that goodbye before any of the new one's (the sender's order holds across the
+//!   move; the old connection stays open, idle, until the transport closes). Connections
+//!   from peers are accepted while this rank
 //!   polls (every [`ACCEPT_EVERY`] polls, every poll while one is being set up). The first
 //!   message of each connection carries the sender's world rank (tag
 //!   [`super::links::TAG_HELLO`], from slot 0), which names the accepted comm. So a job opens
@@ -119,6 +130,9 @@ pub struct Counters {
     /// to it).
     pub opened: u64,
     pub accepted: u64,
+    /// Connections whose other direction this rank uses: its frames to a peer that dialed it,
+    /// or the frames of a peer it dialed.
+    pub reversed: u64,
     /// Bulk transfers sent and received, and their bytes.
     pub bulk_sends: u64,
     pub bulk_bytes: u64,
@@ -164,6 +178,15 @@ struct Rx {
     /// A re-post failed: the receives still posted are taken, and the failure counts only if
     /// they run out before the goodbye.
     lost: Option<NetError>,
+    /// The peer dialed this connection while this rank had no connection to it: this rank's
+    /// first frame to it takes the connection's other direction instead of dialing.
+    may_reverse: bool,
+    /// The peer's frames continue there once this connection's goodbye arrived (it moved to
+    /// the other direction of this rank's connection, see the module documentation).
+    next: Option<Box<Rx>>,
+    /// The peer moved here from a connection of its own that is not accepted yet: nothing is
+    /// delivered from this one before that one's frames.
+    after_old: bool,
 }
 
 /// One bulk transfer: the engine's id, the user's buffer (an address: the engine keeps it
@@ -206,6 +229,16 @@ pub struct NetFrames {
     tx: Vec<Option<Tx>>,
     /// Peers whose send slot is open (posted by the next poll).
     open: Vec<usize>,
+    /// Frames go both ways on one connection where the backend can (see the module
+    /// documentation); off once every pair dialed each other ([`NetFrames::connect_all`]).
+    duplex: bool,
+    /// Per peer: the other direction of the connection it dialed, which this rank (the higher
+    /// rank of a pair that dialed each other) moves its frames to once its own connection's
+    /// open slot is posted.
+    move_to: Vec<Option<Box<dyn SendComm>>>,
+    /// Send sides this rank moved away from: kept until the transport closes (their last
+    /// messages are written by their tests, and closing the socket early could lose them).
+    retired: Vec<Tx>,
     /// Rail of every rank and of this one, when known (for [`Counters::cross_rail`]).
     rails: Option<(usize, Vec<usize>)>,
     rx: Vec<Option<Rx>>,
@@ -301,6 +334,9 @@ impl NetFrames {
             tx: (0..size).map(|_| None).collect(),
             rx: (0..size).map(|_| None).collect(),
             open: Vec::new(),
+            duplex: true,
+            move_to: (0..size).map(|_| None).collect(),
+            retired: Vec::new(),
             rails: None,
             peers: Vec::new(),
             next: 0,
@@ -378,6 +414,8 @@ impl NetFrames {
     /// by them); fails after `timeout` naming the missing peers.
     pub fn connect_all(&mut self, remote: &[usize], timeout: Duration) -> NetResult<()> {
         let me = self.me;
+        // Both ends dial: neither direction of a connection is used the other way.
+        self.duplex = false;
         for &p in remote {
             self.links.dial(p, false)?;
         }
@@ -435,7 +473,8 @@ impl NetFrames {
                 if bulk {
                     bin[p].is_some()
                 } else {
-                    rx[p].is_some()
+                    // A receive side held for the peer's own connection is not a second one.
+                    rx[p].as_ref().is_some_and(|r| !r.after_old)
                 }
             },
             &mut got,
@@ -458,12 +497,42 @@ impl NetFrames {
                     self.bulk_tx[p] = BulkQueue::default();
                     continue;
                 }
-                Link::Out(p, false, c) => {
-                    self.tx[p] = Some(Tx::new(c, self.frame, self.slots, self.me)?);
+                Link::Out(p, false, mut c) => {
+                    // The peer answers on this connection unless it dialed this rank too and
+                    // is the lower rank (see the module documentation).
+                    let back = if self.duplex && (self.rx[p].is_none() || self.me < p) {
+                        c.reverse()?
+                    } else {
+                        None
+                    };
+                    self.tx[p] = Some(Tx::new(c, self.frame, self.slots, self.me, false)?);
+                    if let Some(b) = back {
+                        self.links.await_back(p, b)?;
+                    }
                     p
                 }
                 Link::In(p, false, c) => {
-                    self.rx[p] = Some(Rx::new(c, self.frame, self.slots)?);
+                    self.accepted_from(p, c)?;
+                    p
+                }
+                Link::Back(p, moved, c) => {
+                    let mut r = Rx::new(c, self.frame, self.slots)?;
+                    self.counts.reversed += 1;
+                    match self.rx[p].as_mut() {
+                        None => {
+                            r.after_old = moved;
+                            self.rx[p] = Some(r);
+                        }
+                        Some(old) if moved && old.next.is_none() && !old.after_old => {
+                            old.next = Some(Box::new(r));
+                        }
+                        Some(_) => {
+                            return Err(NetError::new(format!(
+                                "net: rank {}: rank {p} answered on a second connection",
+                                self.me
+                            )))
+                        }
+                    }
                     p
                 }
                 Link::Failed(p, false, e) => {
@@ -480,6 +549,81 @@ impl NetFrames {
         }
         self.fresh = got;
         moved
+    }
+
+    /// Takes the frame connection `c` that peer `p` dialed. A pair that dials each other at
+    /// once keeps the lower rank's connection for both directions: the higher rank gives up
+    /// its dial in flight (frames wait in the engine) and sends on `c`'s other direction, or
+    /// moves there once its own connection is up ([`NetFrames::move_to`]); the lower rank
+    /// closes the other direction of `c`.
+    fn accepted_from(&mut self, p: usize, c: Box<dyn RecvComm>) -> NetResult<()> {
+        let mut r = Rx::new(c, self.frame, self.slots)?;
+        let dialing = self.links.dialing(p, false);
+        if let Some(held) = self.rx[p].take() {
+            // The peer moved to the other direction of this rank's connection before this,
+            // its own, was accepted: this one's frames come first.
+            debug_assert!(held.after_old);
+            r.next = Some(Box::new(Rx {
+                after_old: false,
+                ..held
+            }));
+            drop(r.comm.reverse()?);
+        } else if !self.duplex {
+            drop(r.comm.reverse()?);
+        } else if self.tx[p].is_none() && !dialing {
+            r.may_reverse = true;
+        } else if self.me > p {
+            if let Some(rev) = r.comm.reverse()? {
+                if dialing {
+                    self.links.stop_dialing_to(p);
+                    self.tx[p] = Some(Tx::new(rev, self.frame, self.slots, self.me, false)?);
+                    self.counts.reversed += 1;
+                } else {
+                    self.move_to[p] = Some(rev);
+                }
+            }
+        } else {
+            // The lower rank keeps its own connection: close the other direction of the
+            // peer's, so that the peer stops waiting for frames there.
+            drop(r.comm.reverse()?);
+        }
+        self.rx[p] = Some(r);
+        Ok(())
+    }
+
+    /// Moves this rank's frames to a peer onto the other direction of the peer's connection
+    /// ([`NetFrames::move_to`]) once its own connection's open slot is posted: a goodbye
+    /// ends the old connection behind the frames it carried, and the new one's hello says
+    /// that the peer is to deliver those first.
+    fn move_sends(&mut self) {
+        for p in 0..self.move_to.len() {
+            if self.move_to[p].is_none() || self.open.contains(&p) {
+                continue;
+            }
+            let Some(t) = self.tx[p].as_mut() else {
+                continue;
+            };
+            let bye = match t.say_hello() {
+                // SAFETY: an empty message reads nothing.
+                Ok(true) => unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) },
+                Ok(false) => Ok(None),
+                Err(e) => Err(e),
+            };
+            match bye {
+                Ok(Some(q)) => t.inflight.push_back((0, q)),
+                Ok(None) => continue,
+                Err(e) => fatal(self.me, e),
+            }
+            let rev = self.move_to[p].take().expect("checked above");
+            match Tx::new(rev, self.frame, self.slots, self.me, true) {
+                Ok(new) => {
+                    let old = self.tx[p].replace(new).expect("checked above");
+                    self.retired.push(old);
+                    self.counts.reversed += 1;
+                }
+                Err(e) => fatal(self.me, e),
+            }
+        }
     }
 
     /// A dial to `p` failed with `e`: fatal unless every frame waiting for `p` may be dropped,
@@ -557,7 +701,7 @@ impl NetFrames {
 impl BulkOut {
     /// The sending end of a new bulk lane; its hello goes first.
     fn new(mut comm: Box<dyn SendComm>, me: usize) -> NetResult<BulkOut> {
-        let hello = Box::new(hello(me, true));
+        let hello = Box::new(hello(me, true, false));
         let mr = comm.reg_mr(hello.as_ptr(), 8, MemKind::Host)?;
         let mut o = BulkOut {
             comm,
@@ -812,9 +956,17 @@ impl NetFrames {
 impl Tx {
     /// The send side of a new connection; its hello (this rank's number, `me`) goes first,
     /// from slot 0, which is freed like a frame's once the hello is sent.
-    fn new(mut comm: Box<dyn SendComm>, frame: usize, slots: usize, me: usize) -> NetResult<Tx> {
+    /// `moved`: this rank moves its frames to the peer here from a connection it dialed
+    /// ([`super::links::MOVED_BIT`]).
+    fn new(
+        mut comm: Box<dyn SendComm>,
+        frame: usize,
+        slots: usize,
+        me: usize,
+        moved: bool,
+    ) -> NetResult<Tx> {
         let mut buf = vec![0u8; frame * slots];
-        buf[..8].copy_from_slice(&hello(me, false));
+        buf[..8].copy_from_slice(&hello(me, false, moved));
         let mr = comm.reg_mr(buf.as_ptr(), buf.len(), MemKind::Host)?;
         let mut t = Tx {
             comm,
@@ -870,6 +1022,9 @@ impl Rx {
             posted: VecDeque::with_capacity(slots),
             bye: false,
             lost: None,
+            may_reverse: false,
+            next: None,
+            after_old: false,
         };
         for s in 0..slots {
             rx.post(s, frame)?;
@@ -908,8 +1063,26 @@ impl NetFrames {
         let frame = self.frame;
         debug_assert!(payload.len() <= MAX_PAYLOAD);
         let need = record_len(payload.len());
-        // The first frame to a peer dials it; frames wait (in the engine) until it is up. A
-        // question or answer to a peer that turns out to be gone is dropped.
+        // The first frame to a peer that dialed this rank goes on that connection's other
+        // direction.
+        if self.tx[dst].is_none() {
+            if let Some(r) = self.rx[dst].as_mut().filter(|r| r.may_reverse) {
+                r.may_reverse = false;
+                match r.comm.reverse() {
+                    Ok(Some(c)) => match Tx::new(c, frame, self.slots, me, false) {
+                        Ok(t) => {
+                            self.tx[dst] = Some(t);
+                            self.counts.reversed += 1;
+                        }
+                        Err(e) => fatal(me, e),
+                    },
+                    Ok(None) => {}
+                    Err(e) => fatal(me, e),
+                }
+            }
+        }
+        // The first frame to any other peer dials it; frames wait (in the engine) until it is
+        // up. A question or answer to a peer that turns out to be gone is dropped.
         let Some(t) = self.tx[dst].as_mut() else {
             let droppable = hdr.flags & FLAG_UNLESS_GONE != 0;
             if let Some(e) = &self.gone[dst] {
@@ -1040,7 +1213,13 @@ impl Transport for NetFrames {
     /// set up or accepted, a slot waits to be posted, the transport is closing, or a comm
     /// progresses where no descriptor shows it ([`super::WaitOn::Polled`]).
     fn wait_fds(&self, out: &mut Vec<PollFd>) -> bool {
-        if self.closing || self.links.busy() || !self.open.is_empty() || self.bulk_waiting() {
+        if self.closing
+            || self.links.busy()
+            || !self.open.is_empty()
+            || self.bulk_waiting()
+            || self.move_to.iter().any(Option::is_some)
+            || !self.links.wait_fds(out)
+        {
             return false;
         }
         let sends = self.tx.iter().flatten().map(|t| {
@@ -1054,11 +1233,21 @@ impl Transport for NetFrames {
             .rx
             .iter()
             .flatten()
-            .filter(|r| !r.bye)
+            .filter(|r| !r.bye && !r.after_old)
             .map(|r| r.comm.wait_on());
+        let retired = self
+            .retired
+            .iter()
+            .filter(|t| !t.inflight.is_empty())
+            .map(|t| t.comm.wait_on());
         let bulk_sends = self.bulk_out.iter().flatten().map(|b| b.comm.wait_on());
         let bulk_recvs = self.bulk_in.iter().flatten().map(|c| c.wait_on());
-        for w in sends.chain(recvs).chain(bulk_sends).chain(bulk_recvs) {
+        for w in sends
+            .chain(recvs)
+            .chain(retired)
+            .chain(bulk_sends)
+            .chain(bulk_recvs)
+        {
             match w {
                 WaitOn::Idle => {}
                 WaitOn::Fd(fd, events) => out.push(PollFd {
@@ -1109,6 +1298,16 @@ impl Transport for NetFrames {
             _ => {}
         }
         self.flush();
+        if self.move_to.iter().any(Option::is_some) {
+            self.move_sends();
+        }
+        for t in &mut self.retired {
+            match t.reap() {
+                Err(e) if !self.closing => fatal(self.me, e),
+                Err(_) => t.inflight.clear(),
+                Ok(()) => {}
+            }
+        }
         let n = self.peers.len();
         let mut delivered = 0;
         for i in 0..n {
@@ -1120,7 +1319,16 @@ impl Transport for NetFrames {
                     _ => {}
                 }
             }
-            let Some(r) = self.rx[p].as_mut().filter(|r| !r.bye) else {
+            // A connection the peer moved away from ends with a goodbye; its frames continue
+            // on the next one.
+            if let Some(r) = self.rx[p].as_mut() {
+                if r.bye {
+                    if let Some(next) = r.next.take() {
+                        self.rx[p] = Some(*next);
+                    }
+                }
+            }
+            let Some(r) = self.rx[p].as_mut().filter(|r| !r.bye && !r.after_old) else {
                 continue;
             };
             for _ in 0..POLL_BUDGET {
@@ -1199,6 +1407,11 @@ impl NetFrames {
         self.closing = true;
         // A dial still in flight carries nothing (frames wait in the engine until it is up).
         self.links.stop_dialing();
+        // Frames to a peer stay on the connection they went on so far: the goodbye goes there
+        // too (dropping the other direction closes it, which ends the peer's wait for it).
+        for m in &mut self.move_to {
+            *m = None;
+        }
         // Per peer with a send comm: its goodbye's request and whether it completed.
         let mut said: Vec<Option<(Request, bool)>> = (0..self.tx.len()).map(|_| None).collect();
         loop {
@@ -1243,7 +1456,8 @@ impl NetFrames {
                     }
                 }
             }
-            done &= self.rx.iter().flatten().all(|r| r.bye);
+            done &= self.rx.iter().flatten().all(|r| r.bye && r.next.is_none());
+            done &= self.retired.iter().all(|t| t.inflight.is_empty());
             done &= self.bulk_peers.is_empty();
             if done {
                 return Ok(());
@@ -1271,12 +1485,13 @@ impl Drop for NetFrames {
         let c = self.counts;
         let (fs, bs, fr, br) = (c.frames, c.bytes, c.frames_in, c.bytes_in);
         tracing::info!(
-            "net: rank {}: {} connections opened (to ranks {:?}), {} accepted (from ranks {:?})",
+            "net: rank {}: {} connections opened (to ranks {:?}), {} accepted (from ranks {:?}), {} used both ways",
             self.me,
             self.links.opened().len(),
             self.links.opened(),
             self.links.accepted().len(),
-            self.links.accepted()
+            self.links.accepted(),
+            c.reversed
         );
         if fs == 0 && fr == 0 {
             tracing::info!("net: rank {}: no frames went over the network", self.me);

@@ -88,8 +88,9 @@ fn until(fs: &mut [NetFrames], got: &mut Got, done: impl Fn(&Got) -> bool) {
     }
 }
 
-fn conns(c: Counters) -> (u64, u64) {
-    (c.opened, c.accepted)
+/// Connections opened, accepted, and used the other way.
+fn conns(c: Counters) -> (u64, u64, u64) {
+    (c.opened, c.accepted, c.reversed)
 }
 
 /// Closes every rank at once (one thread each, as `MPI_Finalize` runs in every process);
@@ -116,10 +117,11 @@ fn only_the_pairs_that_talk_connect() {
     assert_eq!(got[1], vec![(0, 10, b"zero to one".to_vec())]);
     assert_eq!(got[0], vec![(1, 11, b"one to zero".to_vec())]);
     assert_eq!(got[2], vec![(1, 12, b"one to two".to_vec())]);
-    // Ranks 0 and 2 never exchanged anything: no connection between them either way.
-    assert_eq!(conns(fs[0].counts()), (1, 1));
-    assert_eq!(conns(fs[1].counts()), (2, 1));
-    assert_eq!(conns(fs[2].counts()), (0, 1));
+    // Ranks 0 and 2 never exchanged anything: no connection between them either way. Rank 1
+    // answered rank 0 on the connection rank 0 opened.
+    assert_eq!(conns(fs[0].counts()), (1, 0, 1));
+    assert_eq!(conns(fs[1].counts()), (1, 1, 1));
+    assert_eq!(conns(fs[2].counts()), (0, 1, 0));
     // More traffic on the same pairs opens nothing new.
     for k in 0..20u8 {
         send(&mut fs, &mut got, 0, 1, 20, &[k; 100]);
@@ -129,31 +131,163 @@ fn only_the_pairs_that_talk_connect() {
         .iter()
         .enumerate()
         .all(|(k, f)| *f == (0, 20, vec![k as u8; 100])));
-    assert_eq!(conns(fs[0].counts()), (1, 1));
-    assert_eq!(conns(fs[1].counts()), (2, 1));
+    assert_eq!(conns(fs[0].counts()), (1, 0, 1));
+    assert_eq!(conns(fs[1].counts()), (1, 1, 1));
     // Closing waits only for connected peers: nowhere near the 10 s close limit.
     let t = close(fs);
     assert!(t < Duration::from_secs(5), "close took {t:?}");
 }
 
+/// A rank that answers a peer which dialed it sends on that connection's other direction: a
+/// pair that talks both ways holds one connection. Frames keep their order each way (of every
+/// size a frame has, up to the largest aggregated message), interleaved or in bursts, and the
+/// pair closes at once.
 #[test]
-fn ranks_that_start_sending_to_each_other_at_once_open_one_connection_each() {
+fn an_answer_goes_back_on_the_connection_its_question_came_on() {
+    use super::frames::MAX_PAYLOAD;
     let mut fs = ranks(2, Duration::from_secs(5));
     let mut got: Got = vec![Vec::new(); 2];
-    let h = Header {
-        tag: 5,
+    send(&mut fs, &mut got, 0, 1, 1, b"question");
+    until(&mut fs, &mut got, |g| g[1].len() == 1);
+    send(&mut fs, &mut got, 1, 0, 2, b"answer");
+    until(&mut fs, &mut got, |g| g[0].len() == 1);
+    assert_eq!(got[0], vec![(1, 2, b"answer".to_vec())]);
+    assert_eq!(conns(fs[0].counts()), (1, 0, 1));
+    assert_eq!(conns(fs[1].counts()), (0, 1, 1));
+    let sizes = [0, 1, 8, 200, 4096, 60_000, MAX_PAYLOAD];
+    let body = |k: usize, from: usize| -> Vec<u8> {
+        let n = sizes[k % sizes.len()];
+        (0..n).map(|i| (i * 13 + k * 7 + from) as u8).collect()
+    };
+    // Interleaved, then a burst each way (aggregated into large messages).
+    for k in 0..30 {
+        send(&mut fs, &mut got, 0, 1, 10 + k as i32, &body(k, 0));
+        send(&mut fs, &mut got, 1, 0, 10 + k as i32, &body(k, 1));
+    }
+    for k in 30..90 {
+        send(&mut fs, &mut got, 1, 0, 10 + k as i32, &body(k, 1));
+    }
+    for k in 30..90 {
+        send(&mut fs, &mut got, 0, 1, 10 + k as i32, &body(k, 0));
+    }
+    until(&mut fs, &mut got, |g| g[0].len() == 91 && g[1].len() == 91);
+    for k in 0..90 {
+        assert!(
+            got[1][k + 1] == (0, 10 + k as i32, body(k, 0)),
+            "frame {k} to rank 1"
+        );
+        assert!(
+            got[0][k + 1] == (1, 10 + k as i32, body(k, 1)),
+            "frame {k} to rank 0"
+        );
+    }
+    assert_eq!(conns(fs[0].counts()), (1, 0, 1));
+    assert_eq!(conns(fs[1].counts()), (0, 1, 1));
+    let t = close(fs);
+    assert!(t < Duration::from_secs(5), "close took {t:?}");
+}
+
+/// Two ranks that start sending to each other at once end up on one connection, the lower
+/// rank's: whichever way the race between their dials goes, every frame arrives once and in
+/// order, and later frames both ways stay on that connection.
+#[test]
+fn ranks_that_start_sending_to_each_other_at_once_keep_one_connection() {
+    for round in 0..5 {
+        let mut fs = ranks(2, Duration::from_secs(5));
+        let mut got: Got = vec![Vec::new(); 2];
+        let h = Header {
+            tag: 5,
+            ..Default::default()
+        };
+        // Both dial before either polled.
+        assert!(!fs[0].try_send(1, &h, b"from 0"));
+        assert!(!fs[1].try_send(0, &h, b"from 1"));
+        send(&mut fs, &mut got, 0, 1, 5, b"from 0");
+        send(&mut fs, &mut got, 1, 0, 5, b"from 1");
+        for k in 0..10u8 {
+            send(&mut fs, &mut got, 0, 1, 6, &[k; 40]);
+            send(&mut fs, &mut got, 1, 0, 6, &[k; 50]);
+        }
+        until(&mut fs, &mut got, |g| g[0].len() == 11 && g[1].len() == 11);
+        assert_eq!(got[0][0], (1, 5, b"from 1".to_vec()), "round {round}");
+        assert_eq!(got[1][0], (0, 5, b"from 0".to_vec()), "round {round}");
+        for k in 0..10usize {
+            assert_eq!(got[0][k + 1], (1, 6, vec![k as u8; 50]), "round {round}");
+            assert_eq!(got[1][k + 1], (0, 6, vec![k as u8; 40]), "round {round}");
+        }
+        // Rank 0 opened the connection both use; rank 1 either gave up its dial in flight
+        // or moved off its own connection (which rank 0 then accepted).
+        let (c0, c1) = (conns(fs[0].counts()), conns(fs[1].counts()));
+        assert_eq!(
+            (c0.0, c0.2, c1.1, c1.2),
+            (1, 1, 1, 1),
+            "round {round}: {c0:?} {c1:?}"
+        );
+        assert_eq!(c0.1, c1.0, "round {round}: {c0:?} {c1:?}");
+        let t = close(fs);
+        assert!(
+            t < Duration::from_secs(5),
+            "round {round}: close took {t:?}"
+        );
+    }
+}
+
+/// The higher rank of a pair that dialed each other, whose own connection was up and carrying
+/// frames when it accepted the lower rank's, moves its frames to the other direction of the
+/// lower rank's connection: the frames on its own connection are delivered first, then the
+/// rest, in order, and both close at once.
+#[test]
+fn a_rank_that_moves_to_its_peers_connection_keeps_its_frames_in_order() {
+    let mut fs = ranks(2, Duration::from_secs(5));
+    let mut got: Got = vec![Vec::new(); 2];
+    let h = |tag| Header {
+        tag,
         ..Default::default()
     };
-    // Both dial before either polled: two one-way connections, no race between them.
-    assert!(!fs[0].try_send(1, &h, b"from 0"));
-    assert!(!fs[1].try_send(0, &h, b"from 1"));
-    send(&mut fs, &mut got, 0, 1, 5, b"from 0");
-    send(&mut fs, &mut got, 1, 0, 5, b"from 1");
-    until(&mut fs, &mut got, |g| g[0].len() == 1 && g[1].len() == 1);
-    assert_eq!(got[0], vec![(1, 5, b"from 1".to_vec())]);
-    assert_eq!(got[1], vec![(0, 5, b"from 0".to_vec())]);
-    for f in &fs {
-        assert_eq!(conns(f.counts()), (1, 1));
+    // Rank 1 dials rank 0; once its connection is up (rank 0 has accepted it but not polled
+    // since, so it has not read rank 1's hello), rank 0 dials rank 1 too.
+    assert!(!fs[1].try_send(0, &h(1), b"first"));
+    let end = Instant::now() + Duration::from_secs(20);
+    while fs[1].counts().opened == 0 {
+        assert!(Instant::now() < end, "rank 1's dial never completed");
+        poll(&mut fs, &[0, 1], &mut got);
+    }
+    let mut k = 0i32;
+    while k < 5 && fs[1].try_send(0, &h(100 + k), &[k as u8; 300]) {
+        k += 1;
+    }
+    assert!(!fs[0].try_send(1, &h(2), b"from 0"), "rank 0 dials");
+    // Frames from rank 1 before, during and after the move; rank 0's too.
+    send(&mut fs, &mut got, 0, 1, 2, b"from 0");
+    for _ in 0..60 {
+        send(&mut fs, &mut got, 1, 0, 100 + k, &[k as u8; 300]);
+        k += 1;
+        poll(&mut fs, &[0, 1], &mut got);
+    }
+    until(&mut fs, &mut got, |g| {
+        g[0].len() == k as usize && g[1].len() == 1
+    });
+    assert_eq!(got[1], vec![(0, 2, b"from 0".to_vec())]);
+    for (i, f) in got[0].iter().enumerate() {
+        let want = (1, 100 + i as i32, vec![i as u8; 300]);
+        assert!(
+            *f == want,
+            "frame {i} from rank 1: {:?}",
+            (f.0, f.1, f.2.len())
+        );
+    }
+    let (c0, c1) = (conns(fs[0].counts()), conns(fs[1].counts()));
+    assert_eq!((c0, c1), ((1, 1, 1), (1, 1, 1)));
+    for j in 0..10u8 {
+        send(&mut fs, &mut got, 0, 1, 7, &[j; 20]);
+        send(&mut fs, &mut got, 1, 0, 7, &[j; 30]);
+    }
+    until(&mut fs, &mut got, |g| {
+        g[0].len() == k as usize + 10 && g[1].len() == 11
+    });
+    for j in 0..10usize {
+        assert_eq!(got[0][k as usize + j], (1, 7, vec![j as u8; 30]));
+        assert_eq!(got[1][1 + j], (0, 7, vec![j as u8; 20]));
     }
     let t = close(fs);
     assert!(t < Duration::from_secs(5), "close took {t:?}");
@@ -177,13 +311,13 @@ fn eager_set_up_connects_every_pair_before_any_frame() {
         js.into_iter().map(|j| j.join().unwrap()).collect()
     });
     for f in &fs {
-        assert_eq!(conns(f.counts()), (2, 2));
+        assert_eq!(conns(f.counts()), (2, 2, 0));
     }
     let mut got: Got = vec![Vec::new(); 3];
     send(&mut fs, &mut got, 2, 0, 3, b"late");
     until(&mut fs, &mut got, |g| g[0].len() == 1);
     assert_eq!(got[0], vec![(2, 3, b"late".to_vec())]);
-    assert_eq!(conns(fs[2].counts()), (2, 2));
+    assert_eq!(conns(fs[2].counts()), (2, 2, 0));
     let t = close(fs);
     assert!(t < Duration::from_secs(5), "close took {t:?}");
 }
@@ -208,8 +342,8 @@ fn a_peer_busy_past_the_accept_limit_is_dialed_again() {
     send(&mut fs, &mut got, 0, 1, 9, b"patient");
     until(&mut fs, &mut got, |g| g[1].len() == 1);
     assert_eq!(got[1], vec![(0, 9, b"patient".to_vec())]);
-    assert_eq!(conns(fs[0].counts()), (1, 0));
-    assert_eq!(conns(fs[1].counts()), (0, 1));
+    assert_eq!(conns(fs[0].counts()), (1, 0, 0));
+    assert_eq!(conns(fs[1].counts()), (0, 1, 0));
     close(fs);
 }
 
@@ -217,7 +351,7 @@ fn a_peer_busy_past_the_accept_limit_is_dialed_again() {
 fn ranks_that_never_talked_close_at_once() {
     let fs = ranks(3, Duration::from_secs(5));
     for f in &fs {
-        assert_eq!(conns(f.counts()), (0, 0));
+        assert_eq!(conns(f.counts()), (0, 0, 0));
     }
     let t = close(fs);
     assert!(t < Duration::from_secs(2), "close took {t:?}");
@@ -249,7 +383,7 @@ fn questions_to_a_rank_that_has_ended_are_dropped() {
         fs[0].try_send(1, &h, b"again"),
         "a later question is dropped at once"
     );
-    assert_eq!(conns(fs[0].counts()), (0, 0));
+    assert_eq!(conns(fs[0].counts()), (0, 0, 0));
     close(fs);
 }
 
@@ -327,8 +461,8 @@ fn bulk_transfers_match_in_queue_order_over_their_own_connection() {
     assert_eq!(c0.bulk_bytes, sizes.iter().sum::<usize>() as u64);
     assert_eq!(c1.bulk_bytes_in, c0.bulk_bytes);
     // The frame connection is counted as before; the bulk lane apart.
-    assert_eq!(conns(c0), (1, 0));
-    assert_eq!(conns(c1), (0, 1));
+    assert_eq!(conns(c0), (1, 0, 0));
+    assert_eq!(conns(c1), (0, 1, 0));
     let t = close(fs);
     assert!(t < Duration::from_secs(5), "close took {t:?}");
 }

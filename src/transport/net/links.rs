@@ -4,11 +4,16 @@
 //! [`Links`] holds the listener and every off-node peer's handle, and nothing else until a
 //! connection is needed:
 //! - **Out** ([`Links::dial`]): the first frame this rank writes to a peer starts a connection
-//!   to that peer's listener. Connections are one-way (the interface's [`SendComm`] on the
-//!   dialing side, [`RecvComm`] on the accepting side), so a pair of ranks that talk both ways
-//!   holds two, each opened by its sender: two ranks that start sending to each other at once
-//!   open one each and never race for the same one (no tie-break is needed, and neither waits
-//!   for the other to dial).
+//!   to that peer's listener (the interface's [`SendComm`] on the dialing side, [`RecvComm`]
+//!   on the accepting side), unless the peer dialed this rank first and the backend carries
+//!   both directions: then the caller answers on that connection's other direction
+//!   ([`RecvComm::reverse`]), and the dialer, which cannot know whether it will, awaits the
+//!   peer's hello there ([`Links::await_back`], [`Link::Back`]); a peer that closes that
+//!   direction unused ends the wait. Two ranks that start sending to each other at once each
+//!   dial, and neither waits for the other: which connection they keep is the caller's rule
+//!   ([`super::frames`]: the lower rank's; the higher rank gives up its dial in flight
+//!   ([`Links::stop_dialing_to`]) or moves off its own connection, its hello on the other
+//!   direction marked [`MOVED_BIT`]).
 //! - **In** ([`Links::progress`] with `accept`): connections other ranks opened to this one
 //!   are accepted whenever this rank makes progress, and named by their first message, the
 //!   sender's world rank (tag [`TAG_HELLO`], which the caller sends first on every
@@ -37,7 +42,8 @@
 //! `MPI_Finalize` and the tests that check a job opens only the connections its traffic needs.
 
 use super::{Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult};
-use super::{RecvBuf, RecvComm, Request, SendComm};
+use super::{RecvBuf, RecvComm, Request, SendComm, WaitOn};
+use crate::sys::socket::PollFd;
 use std::time::{Duration, Instant};
 
 /// Tag of the first message of a connection: the sender's world rank (8 bytes, little endian),
@@ -45,6 +51,10 @@ use std::time::{Duration, Instant};
 pub const TAG_HELLO: i32 = 1;
 /// The bit of a hello that marks a bulk connection.
 pub const BULK_BIT: u64 = 1 << 63;
+/// The bit of a hello on the other direction of a connection that says the sender moved its
+/// frames there from a connection it had dialed itself (which ends with a goodbye): the
+/// receiver delivers that connection's frames first.
+pub const MOVED_BIT: u64 = 1 << 62;
 
 /// A connection being dialed: the peer, the backend's set-up, when it started.
 struct Dial {
@@ -55,12 +65,15 @@ struct Dial {
 }
 
 /// An accepted connection whose hello has not arrived: the comm, the hello's buffer (boxed: the
-/// backend writes into it while the comm moves), its registration and the receive.
+/// backend writes into it while the comm moves), its registration and the receive. `back`:
+/// the other direction of a connection this rank dialed to that peer, which the peer may use
+/// or decline ([`Links::await_back`]).
 struct Greeting {
     comm: Box<dyn RecvComm>,
     buf: Box<[u8; 8]>,
     mr: Mr,
     req: Request,
+    back: Option<usize>,
 }
 
 /// A connection [`Links::progress`] completed.
@@ -70,14 +83,20 @@ pub enum Link {
     Out(usize, bool, Box<dyn SendComm>),
     /// Opened by `peer` to this rank (`true`: the bulk lane), its hello received.
     In(usize, bool, Box<dyn RecvComm>),
+    /// `peer` sends its frames to this rank on the other direction of the frame connection
+    /// this rank dialed to it: its hello arrived there. `true`: the peer moved there from a
+    /// connection of its own to this rank ([`MOVED_BIT`]), whose frames come first.
+    Back(usize, bool, Box<dyn RecvComm>),
     /// The dial to `peer` (`true`: the bulk lane) failed (refused, reset, closed during
     /// set-up): the peer is gone or unreachable. The caller decides whether that is an error.
     Failed(usize, bool, NetError),
 }
 
-/// The hello this rank sends first on every connection it dialed (`bulk`: on the bulk lane).
-pub fn hello(me: usize, bulk: bool) -> [u8; 8] {
-    (me as u64 | if bulk { BULK_BIT } else { 0 }).to_le_bytes()
+/// The hello this rank sends first on every connection it sends on (`bulk`: on the bulk lane;
+/// `moved`: see [`MOVED_BIT`]).
+pub fn hello(me: usize, bulk: bool, moved: bool) -> [u8; 8] {
+    let bits = if bulk { BULK_BIT } else { 0 } | if moved { MOVED_BIT } else { 0 };
+    (me as u64 | bits).to_le_bytes()
 }
 
 /// The connection set-up of one rank. See the module documentation.
@@ -177,9 +196,79 @@ impl Links {
     }
 
     /// Whether set-up is in progress on either side (a dial, or an accepted connection whose
-    /// hello has not arrived): the caller then accepts at every progress call.
+    /// hello has not arrived): the caller then accepts at every progress call. The other
+    /// directions of dialed connections do not count: a peer may never send on one.
     pub fn busy(&self) -> bool {
-        !self.dialing.is_empty() || !self.greeting.is_empty()
+        !self.dialing.is_empty() || self.greeting.iter().any(|g| g.back.is_none())
+    }
+
+    /// Waits for `peer`'s hello on `comm`, the other direction of the frame connection this
+    /// rank dialed to it: the peer sends its frames there unless it dialed this rank too
+    /// (then it closes that direction, and the wait ends quietly). Checked by the progress
+    /// calls that accept ([`Links::progress`]), and a waiting thread sleeps on it too
+    /// ([`Links::wait_fds`]).
+    pub fn await_back(&mut self, peer: usize, comm: Box<dyn RecvComm>) -> NetResult<()> {
+        if let Some(g) = self.greet(comm)? {
+            self.greeting.push(Greeting {
+                back: Some(peer),
+                ..g
+            });
+        }
+        Ok(())
+    }
+
+    /// What a thread that waits can sleep on for the other directions still awaited; `false`
+    /// when one shows on no descriptor.
+    pub fn wait_fds(&self, out: &mut Vec<PollFd>) -> bool {
+        for g in self.greeting.iter().filter(|g| g.back.is_some()) {
+            match g.comm.wait_on() {
+                WaitOn::Idle => {}
+                WaitOn::Fd(fd, events) => out.push(PollFd {
+                    fd,
+                    events,
+                    revents: 0,
+                }),
+                WaitOn::Polled => return false,
+            }
+        }
+        true
+    }
+
+    /// Posts the hello's receive on a new connection; `None` when the connection already
+    /// failed (it carried nothing: a dialer that gave up, a peer that declined).
+    fn greet(&self, mut c: Box<dyn RecvComm>) -> NetResult<Option<Greeting>> {
+        let mut buf = Box::new([0u8; 8]);
+        let mr = c.reg_mr(buf.as_ptr(), 8, MemKind::Host)?;
+        let rb = RecvBuf {
+            ptr: buf.as_mut_ptr(),
+            size: 8,
+            tag: TAG_HELLO,
+            mr,
+        };
+        // SAFETY: the boxed buffer moves with the comm into `greeting` and is read only after
+        // the receive completed (or dropped with the comm).
+        let req = match unsafe { c.irecv(&[rb]) } {
+            Ok(Some(req)) => req,
+            Ok(None) => return Err(NetError::new("net: no request slot for the hello")),
+            // Posting the receive reads what already arrived: a dialer that gave up (closing,
+            // or dialing again) after the backend accepted may have reset the connection
+            // already. It carried nothing: drop it, as below.
+            Err(e) => {
+                tracing::debug!(
+                    "net: rank {}: a connection from {} closed before its hello: {e}",
+                    self.me,
+                    c.peer()
+                );
+                return Ok(None);
+            }
+        };
+        Ok(Some(Greeting {
+            comm: c,
+            buf,
+            mr,
+            req,
+            back: None,
+        }))
     }
 
     /// Peers this rank dialed and accepted connections from, in order.
@@ -204,6 +293,12 @@ impl Links {
     /// them); bulk dials go on (bulk sends queued for them wait for them).
     pub fn stop_dialing(&mut self) {
         self.dialing.retain(|d| d.bulk);
+    }
+
+    /// Gives up the dial of a frame connection to `peer` in flight (nothing was written to it:
+    /// the peer's accept of it, if any, ends before its hello).
+    pub fn stop_dialing_to(&mut self, peer: usize) {
+        self.dialing.retain(|d| d.bulk || d.peer != peer);
     }
 
     /// Moves set-up along: polls the dials, accepts new connections when `accept`, and takes
@@ -252,45 +347,23 @@ impl Links {
             }
         }
         if accept {
-            while let Some(mut c) = self.listener.accept()? {
+            while let Some(c) = self.listener.accept()? {
                 moved = true;
-                let mut buf = Box::new([0u8; 8]);
-                let mr = c.reg_mr(buf.as_ptr(), 8, MemKind::Host)?;
-                let rb = RecvBuf {
-                    ptr: buf.as_mut_ptr(),
-                    size: 8,
-                    tag: TAG_HELLO,
-                    mr,
-                };
-                // SAFETY: the boxed buffer moves with the comm into `greeting` and is read
-                // only after the receive completed (or dropped with the comm).
-                let req = match unsafe { c.irecv(&[rb]) } {
-                    Ok(Some(req)) => req,
-                    Ok(None) => return Err(NetError::new("net: no request slot for the hello")),
-                    // Posting the receive reads what already arrived: a dialer that gave up
-                    // (closing, or dialing again) after the backend accepted may have reset
-                    // the connection already. It carried nothing: drop it, as below.
-                    Err(e) => {
-                        tracing::debug!(
-                            "net: rank {}: a connection from {} closed before its hello: {e}",
-                            self.me,
-                            c.peer()
-                        );
-                        continue;
-                    }
-                };
-                self.greeting.push(Greeting {
-                    comm: c,
-                    buf,
-                    mr,
-                    req,
-                });
+                if let Some(g) = self.greet(c)? {
+                    self.greeting.push(g);
+                }
             }
         }
         let mut i = 0;
         while i < self.greeting.len() {
             let mut n = [0usize];
             let g = &mut self.greeting[i];
+            // The other directions of dialed connections only with the accepts: a peer may
+            // never send there, and each test reads the socket.
+            if g.back.is_some() && !accept {
+                i += 1;
+                continue;
+            }
             match g.comm.test(g.req, &mut n) {
                 Ok(false) => i += 1,
                 Err(e) => {
@@ -307,21 +380,30 @@ impl Links {
                     g.comm.dereg_mr(g.mr)?;
                     let word = u64::from_le_bytes(*g.buf);
                     let bulk = word & BULK_BIT != 0;
-                    let p = (word & !BULK_BIT) as usize;
+                    let moved_here = word & MOVED_BIT != 0;
+                    let p = (word & !(BULK_BIT | MOVED_BIT)) as usize;
                     let remote = self.handles.get(p).is_some_and(Option::is_some);
-                    if n[0] != 8 || !remote || known(p, bulk) {
+                    let fits = match g.back {
+                        // The caller checks what it knows of the peer's other connection.
+                        Some(b) => b == p && !bulk,
+                        None => !moved_here && !known(p, bulk),
+                    };
+                    if n[0] != 8 || !remote || !fits {
                         return Err(NetError::new(format!(
                             "net: rank {}: unexpected hello from {} (rank {p})",
                             self.me,
                             g.comm.peer()
                         )));
                     }
-                    if bulk {
+                    if g.back.is_some() {
+                        out.push(Link::Back(p, moved_here, g.comm));
+                    } else if bulk {
                         self.bulk_accepted += 1;
+                        out.push(Link::In(p, bulk, g.comm));
                     } else {
                         self.accepted.push(p);
+                        out.push(Link::In(p, bulk, g.comm));
                     }
-                    out.push(Link::In(p, bulk, g.comm));
                     moved = true;
                 }
             }

@@ -28,6 +28,15 @@
 //!   progress, and retries: the data path allocates nothing.
 //! - **test**: [`SendComm::test`] / [`RecvComm::test`] return `Ok(None)` while a request is in
 //!   flight, then its size(s) once; a send is complete when its buffer may be reused.
+//! - **Both directions on one connection** (optional, [`SendComm::reverse`],
+//!   [`RecvComm::reverse`]): a backend may carry messages the other way on a connection, so
+//!   that a pair of ranks that talk both ways holds one connection (replies then carry the
+//!   transport's acknowledgements: on TCP a pure ACK segment per message fewer each way).
+//!   Each end takes the other direction from its own comm: the accepting side's
+//!   `RecvComm::reverse` gives a `SendComm`, the dialing side's `SendComm::reverse` the
+//!   `RecvComm` that receives from it. The caller decides whether it uses the other direction
+//!   (dropping an unused reverse `SendComm` closes it, and the peer's receive on it fails);
+//!   the comms of one connection close independently.
 //! - **Close** is `Drop` of a comm or listener. Errors ([`NetError`]) name the peer's address;
 //!   a peer that closes mid-message is an error, never a hang.
 //!
@@ -266,6 +275,13 @@ pub trait SendComm: Send {
     fn wait_on(&self) -> WaitOn {
         WaitOn::Polled
     }
+    /// The receiving end of this connection's other direction, where the backend can carry
+    /// messages both ways on one connection (see the module documentation); `Ok(None)` where
+    /// it cannot, for a comm that is itself the other direction of one, and after the first
+    /// call. Default: `Ok(None)`.
+    fn reverse(&mut self) -> NetResult<Option<Box<dyn RecvComm>>> {
+        Ok(None)
+    }
 }
 
 /// The receiving side of one connection.
@@ -287,6 +303,12 @@ pub trait RecvComm: Send {
     /// Default: [`WaitOn::Polled`].
     fn wait_on(&self) -> WaitOn {
         WaitOn::Polled
+    }
+    /// The sending end of this connection's other direction, as [`SendComm::reverse`].
+    /// Dropping it unused closes that direction: the peer's receive on it fails (so a peer
+    /// that waits for a message there learns that none comes). Default: `Ok(None)`.
+    fn reverse(&mut self) -> NetResult<Option<Box<dyn SendComm>>> {
+        Ok(None)
     }
 }
 
