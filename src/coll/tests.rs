@@ -956,6 +956,12 @@ fn selection_by_size_ranks_and_commutativity() {
     assert_eq!(across(16, 1 << 20, true, 4), "ring");
     assert_eq!(across(2, 8, true, 2), "recursive_doubling");
     assert_eq!(across(2, 1 << 20, false, 2), "recursive_doubling");
+    // Up to 32 KiB between nodes recursive doubling's fewer steps win; inside one node and from
+    // 32 KiB on Rabenseifner keeps the mid sizes.
+    assert_eq!(across(4, 16 << 10, true, 4), "recursive_doubling");
+    assert_eq!(across(16, (32 << 10) - 1, true, 4), "recursive_doubling");
+    assert_eq!(across(16, 32 << 10, true, 4), "rabenseifner");
+    assert_eq!(across(16, 16 << 10, true, 1), "rabenseifner");
     assert!(select::parse_table("allreduce nodes>1 nodes<=8 ring\n").is_ok());
     assert_eq!(pick(CollKind::Bcast, 16, 8, true), "binomial");
     assert_eq!(

@@ -1242,23 +1242,12 @@ impl Transport for NetFrames {
             .map(|t| t.comm.wait_on());
         let bulk_sends = self.bulk_out.iter().flatten().map(|b| b.comm.wait_on());
         let bulk_recvs = self.bulk_in.iter().flatten().map(|c| c.wait_on());
-        for w in sends
+        let all = sends
             .chain(recvs)
             .chain(retired)
             .chain(bulk_sends)
-            .chain(bulk_recvs)
-        {
-            match w {
-                WaitOn::Idle => {}
-                WaitOn::Fd(fd, events) => out.push(PollFd {
-                    fd,
-                    events,
-                    revents: 0,
-                }),
-                WaitOn::Polled => return false,
-            }
-        }
-        true
+            .chain(bulk_recvs);
+        super::wait_fds(all, out)
     }
 
     /// Every peer of this transport is on another node.

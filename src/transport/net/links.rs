@@ -42,7 +42,7 @@
 //! `MPI_Finalize` and the tests that check a job opens only the connections its traffic needs.
 
 use super::{Connector, Handle, Listener, MemKind, Mr, Net, NetError, NetResult};
-use super::{RecvBuf, RecvComm, Request, SendComm, WaitOn};
+use super::{RecvBuf, RecvComm, Request, SendComm};
 use crate::sys::socket::PollFd;
 use std::time::{Duration, Instant};
 
@@ -220,18 +220,8 @@ impl Links {
     /// What a thread that waits can sleep on for the other directions still awaited; `false`
     /// when one shows on no descriptor.
     pub fn wait_fds(&self, out: &mut Vec<PollFd>) -> bool {
-        for g in self.greeting.iter().filter(|g| g.back.is_some()) {
-            match g.comm.wait_on() {
-                WaitOn::Idle => {}
-                WaitOn::Fd(fd, events) => out.push(PollFd {
-                    fd,
-                    events,
-                    revents: 0,
-                }),
-                WaitOn::Polled => return false,
-            }
-        }
-        true
+        let waits = self.greeting.iter().filter(|g| g.back.is_some());
+        super::wait_fds(waits.map(|g| g.comm.wait_on()), out)
     }
 
     /// Posts the hello's receive on a new connection; `None` when the connection already

@@ -249,6 +249,26 @@ pub enum WaitOn {
     Polled,
 }
 
+/// Appends the descriptors of `waits` to `out` (a wait that sleeps in `poll` on them); `false`
+/// when one of them progresses on no descriptor ([`WaitOn::Polled`]).
+pub(crate) fn wait_fds(
+    waits: impl IntoIterator<Item = WaitOn>,
+    out: &mut Vec<crate::sys::socket::PollFd>,
+) -> bool {
+    for w in waits {
+        match w {
+            WaitOn::Idle => {}
+            WaitOn::Fd(fd, events) => out.push(crate::sys::socket::PollFd {
+                fd,
+                events,
+                revents: 0,
+            }),
+            WaitOn::Polled => return false,
+        }
+    }
+    true
+}
+
 /// The sending side of one connection.
 pub trait SendComm: Send {
     fn reg_mr(&mut self, ptr: *const u8, len: usize, kind: MemKind) -> NetResult<Mr>;
