@@ -40,31 +40,40 @@ const SPREAD_SPINS: u32 = 2_000;
 /// ([`Backoff::time_to_look`]).
 const LOOK_EVERY: u32 = 16;
 static SPIN_ROUNDS: AtomicU32 = AtomicU32::new(SPINS);
-static SLEEP_AT_ONCE: AtomicBool = AtomicBool::new(false);
+static LONG_SLEEPS: AtomicBool = AtomicBool::new(false);
+static ALONE: AtomicBool = AtomicBool::new(false);
 
 /// Where this rank runs: `own_core` (bound to one CPU that no other rank of the job is bound
 /// to) or `oversubscribed` (more ranks than CPUs), and whether it is `alone` on its node (every
 /// peer reached over the network): sets how long blocking waits spin, and whether a wait that
-/// only the network can end sleeps at once ([`sleep_at_once`]).
+/// only the network can end sleeps in `poll` for up to a millisecond at a time
+/// ([`sleeps_long`]).
 pub fn set_placement(own_core: bool, oversubscribed: bool, alone: bool) {
     SPIN_ROUNDS.store(spin_rounds(own_core, oversubscribed), Ordering::Relaxed);
-    SLEEP_AT_ONCE.store(sleeps_at_once(oversubscribed, alone), Ordering::Relaxed);
+    LONG_SLEEPS.store(long_sleeps(oversubscribed, alone), Ordering::Relaxed);
+    ALONE.store(alone, Ordering::Relaxed);
+}
+
+/// Whether this rank is alone on its node (every peer reached over the network): its blocking
+/// waits look every round whether only the network can move them (`runtime::wait_loop`).
+pub fn alone() -> bool {
+    ALONE.load(Ordering::Relaxed)
 }
 
 /// A rank with node peers waits on shared memory too, which no descriptor shows: its waits
 /// never sleep in `poll`, whatever this says. A rank alone on its node whose CPU is shared
-/// sleeps at once; one with a CPU of its own spins first (the reply of an idle peer node comes
-/// within the spin).
-fn sleeps_at_once(oversubscribed: bool, alone: bool) -> bool {
+/// sleeps until the data comes; one with a CPU of its own sleeps in the back-off's short steps.
+fn long_sleeps(oversubscribed: bool, alone: bool) -> bool {
     oversubscribed && alone
 }
 
-/// Whether a blocking wait of this rank that only the network can end sleeps in `poll` at
-/// once, until the data comes (`runtime::wait_loop`): a rank alone on its node whose job has
-/// more ranks than this machine has CPUs (nodes emulated on one machine), where every round it
-/// spins is CPU time the rank it waits for may be queued behind.
-pub fn sleep_at_once() -> bool {
-    SLEEP_AT_ONCE.load(Ordering::Relaxed)
+/// Whether a blocking wait of this rank that only the network can end, once it sleeps in
+/// `poll`, sleeps until the data comes (up to a millisecond at a time) rather than in the
+/// back-off's 1-50 us steps (`runtime::wait_loop`): a rank alone on its node whose job has
+/// more ranks than this machine has CPUs (nodes emulated on one machine), where every early
+/// wake-up is CPU time the rank it waits for may be queued behind.
+pub fn sleeps_long() -> bool {
+    LONG_SLEEPS.load(Ordering::Relaxed)
 }
 
 fn spin_rounds(own_core: bool, oversubscribed: bool) -> u32 {
@@ -226,14 +235,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_rank_alone_on_its_node_of_a_crowded_machine_sleeps_at_once() {
-        assert!(sleeps_at_once(true, true));
+    fn only_a_rank_alone_on_its_node_of_a_crowded_machine_sleeps_long() {
+        assert!(long_sleeps(true, true));
         assert!(
-            !sleeps_at_once(true, false),
+            !long_sleeps(true, false),
             "node peers: shared memory, no descriptor"
         );
-        assert!(!sleeps_at_once(false, true), "a CPU of its own: spin first");
-        assert!(!sleeps_at_once(false, false));
+        assert!(!long_sleeps(false, true), "a CPU of its own: spin first");
+        assert!(!long_sleeps(false, false));
     }
 
     #[test]

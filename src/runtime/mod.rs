@@ -302,33 +302,35 @@ fn wait_loop(
     let mut first = look_first;
     let mut fds = Vec::new();
     let mut since = std::time::Instant::now();
-    // How long a blocking wait spins without progress before it sleeps in `poll` on the
-    // network sockets, where those show everything it waits for (a rank alone on its node, see
-    // [`crate::engine::Engine::wait_fds`]): `GPUMPI_NET_SLEEP_AFTER`. A rank that polls
-    // without ever sleeping is, to the kernel's scheduler, a task that never yields, and on a
-    // machine with more runnable threads than cores it loses its core for whole time slices
-    // (milliseconds) at a time; a rank that sleeps in `poll` is woken by the data and runs at
-    // once. The default is longer than a round trip between idle nodes (tens of
-    // microseconds), so that an exchange between them still never sleeps.
-    // Where the job's ranks outnumber the CPUs, such a wait of a rank alone on its node sleeps
-    // at once ([`crate::engine::backoff::sleep_at_once`]): its spinning would take the CPU
-    // from the rank it waits for.
-    let at_once = crate::engine::backoff::sleep_at_once();
-    let block_after = crate::config::snapshot().net.sleep_after.map(|b| {
-        if at_once {
-            std::time::Duration::ZERO
-        } else {
-            b
-        }
-    });
+    // How long a blocking wait that only the network can move (a rank alone on its node, see
+    // [`crate::engine::Engine::wait_fds`]) polls without progress before it sleeps in `poll` on
+    // the network sockets: `GPUMPI_NET_SLEEP_AFTER`, while it spins; a rank that never sleeps
+    // loses its core for whole time slices on a machine with more runnable threads than cores.
+    // Where the job's ranks outnumber the CPUs ([`crate::engine::backoff::sleeps_long`]) it
+    // polls and yields its CPU between polls for [`CROWDED_YIELD`] instead, then sleeps until
+    // the data comes: a yielding rank stays runnable and the CPU passes between the ranks that
+    // share it at each yield, where a rank woken from `poll` first waits for the CPU (4 ranks
+    // on 4 namespace nodes of 2 CPUs, 8 B allreduce 45-65 us against 94-116 sleeping at once;
+    // benches/NOTES.md).
+    let long_sleeps = crate::engine::backoff::sleeps_long();
+    let block_after =
+        crate::config::snapshot()
+            .net
+            .sleep_after
+            .map(|b| if long_sleeps { CROWDED_YIELD } else { b });
     let mut slept = false;
     // While spinning, the clock is read every CLOCK_EVERY-th round only (a read every round
-    // costs about a tenth of a spinning rank's time; a wait that sleeps at once looks every
-    // round); `moved_any` says whether anything moved since the last read, which then
-    // restarts `since`.
+    // costs about a tenth of a spinning rank's time; where the ranks outnumber the CPUs a wait
+    // looks every round, so that a network-only one yields from its first rounds); `moved_any` says
+    // whether anything moved since the last read, which then restarts `since`.
     const CLOCK_EVERY: u32 = 16;
-    let clock_every = if at_once { 1 } else { CLOCK_EVERY };
+    // Only a rank alone on its node has waits that the network alone can move (one with node
+    // peers waits on shared memory too, which no descriptor shows).
+    let alone = crate::engine::backoff::alone();
+    let clock_every = if long_sleeps { 1 } else { CLOCK_EVERY };
     let (mut rounds, mut moved_any) = (0u32, false);
+    // The wait is network-only and has not gone `block_after` without progress: it yields.
+    let mut yielding = false;
     loop {
         let mut block = false;
         {
@@ -356,15 +358,24 @@ fn wait_loop(
                 backoff.give_way();
             }
             rounds = rounds.wrapping_add(1);
-            if let Some(b) = block_after {
-                if backoff.is_sleeping() || rounds.is_multiple_of(clock_every) {
-                    if std::mem::take(&mut moved_any) {
+            if let Some(b) = block_after.filter(|_| alone) {
+                if yielding || backoff.is_sleeping() || rounds.is_multiple_of(clock_every) {
+                    // A wait whose data is flowing (bytes moved since the last look) spins on
+                    // without yielding; one that spins first has nothing to decide before `b`.
+                    let moved = std::mem::take(&mut moved_any);
+                    if moved {
                         since = std::time::Instant::now();
-                    } else if since.elapsed() >= b {
-                        fds.clear();
-                        block =
-                            rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
                     }
+                    let idle = since.elapsed();
+                    let mut step = NetWait::Backoff;
+                    if !moved && (long_sleeps || idle >= b) {
+                        fds.clear();
+                        let net_only =
+                            rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
+                        step = net_wait(net_only, idle, b, long_sleeps);
+                    }
+                    block = step == NetWait::Sleep;
+                    yielding = step == NetWait::Yield;
                 }
             }
         }
@@ -372,25 +383,56 @@ fn wait_loop(
             // Only the network can move this wait on: sleep in the kernel until a socket is
             // ready (or the timeout, which bounds what the descriptors might miss).
             backoff.block(|t| {
-                // A wait that sleeps at once sleeps until the data comes: the descriptors show
-                // all it waits for, and each early wake-up is a progress pass of CPU time the
-                // other ranks need (4 ranks alone on 4 namespace nodes of a 2-CPU machine, 8 B
-                // allreduce: 250-450 us spinning first with the back-off's 1-50 us sleeps,
-                // 140-200 us sleeping at once for up to 1 ms; benches/NOTES.md).
-                let t = if at_once { AT_ONCE_SLEEP } else { t };
+                // Where the ranks outnumber the CPUs a sleep lasts until the data comes: the
+                // descriptors show all the wait needs, and each early wake-up is a progress
+                // pass of CPU time the other ranks need (benches/NOTES.md).
+                let t = if long_sleeps { LONG_SLEEP } else { t };
                 let t0 = std::time::Instant::now();
                 let woken = crate::sys::socket::ppoll(&mut fds, t).is_ok_and(|n| n > 0);
                 SLEEPS.note(!std::mem::replace(&mut slept, true), woken, t0.elapsed());
             });
+        } else if yielding {
+            std::thread::yield_now();
         } else {
             backoff.snooze();
         }
     }
 }
 
-/// The longest sleep in `poll` of a network-only wait that sleeps at once
-/// ([`crate::engine::backoff::sleep_at_once`], [`wait_loop`]).
-const AT_ONCE_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
+/// What a blocking wait of a rank alone on its node does next ([`wait_loop`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NetWait {
+    /// Something besides the network can move it: the back-off's spin, yield and sleep.
+    Backoff,
+    /// Only the network can: poll again after yielding the CPU.
+    Yield,
+    /// Only the network can, and nothing moved for `GPUMPI_NET_SLEEP_AFTER`: sleep in `poll`.
+    Sleep,
+}
+
+/// [`NetWait`] for a wait that only the network can move (`net_only`), idle for `idle`, that
+/// may sleep after `after` and until then yields between polls (`yields`) or spins.
+fn net_wait(
+    net_only: bool,
+    idle: std::time::Duration,
+    after: std::time::Duration,
+    yields: bool,
+) -> NetWait {
+    match (net_only, idle >= after, yields) {
+        (false, _, _) => NetWait::Backoff,
+        (true, true, _) => NetWait::Sleep,
+        (true, false, true) => NetWait::Yield,
+        (true, false, false) => NetWait::Backoff,
+    }
+}
+
+/// How long a network-only wait of a rank whose job has more ranks than the machine has CPUs
+/// polls and yields before it sleeps ([`wait_loop`]).
+const CROWDED_YIELD: std::time::Duration = std::time::Duration::from_millis(3);
+
+/// The longest sleep in `poll` of a network-only wait where the ranks outnumber the CPUs
+/// ([`crate::engine::backoff::sleeps_long`], [`wait_loop`]).
+const LONG_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How this process's blocking waits slept in `poll` ([`wait_loop`]), for the log at
 /// `MPI_Finalize` (`GPUMPI_DEBUG=2`): the waits that slept at all, the sleeps, those ended by
@@ -1174,5 +1216,35 @@ mod crowded_tests {
         assert!(milli_cpus(&apart).iter().all(|&c| !crowded(2, 2, Some(c))));
         // More ranks on a node than CPUs: crowded whatever the machine count says.
         assert!(crowded(3, 2, Some(4000)));
+    }
+}
+
+#[cfg(test)]
+mod net_wait_tests {
+    use super::{net_wait, NetWait};
+    use std::time::Duration;
+
+    /// A network-only wait yields (where the ranks outnumber the CPUs) or spins until it has
+    /// been idle for the threshold, then sleeps; any other wait keeps the back-off, however
+    /// long it has been idle.
+    #[test]
+    fn a_network_only_wait_yields_or_spins_then_sleeps() {
+        let after = Duration::from_micros(3000);
+        for yields in [true, false] {
+            let before = if yields {
+                NetWait::Yield
+            } else {
+                NetWait::Backoff
+            };
+            assert_eq!(net_wait(true, Duration::ZERO, after, yields), before);
+            let almost = Duration::from_micros(2999);
+            assert_eq!(net_wait(true, almost, after, yields), before);
+            assert_eq!(net_wait(true, after, after, yields), NetWait::Sleep);
+            let zero = Duration::ZERO;
+            assert_eq!(net_wait(true, zero, zero, yields), NetWait::Sleep);
+            let long = Duration::from_secs(1);
+            assert_eq!(net_wait(false, long, after, yields), NetWait::Backoff);
+            assert_eq!(net_wait(false, zero, after, yields), NetWait::Backoff);
+        }
     }
 }
