@@ -310,8 +310,8 @@ fn wait_loop(
     // polls and yields its CPU between polls for [`CROWDED_YIELD`] instead, then sleeps until
     // the data comes: a yielding rank stays runnable and the CPU passes between the ranks that
     // share it at each yield, where a rank woken from `poll` first waits for the CPU (4 ranks
-    // on 4 namespace nodes of 2 CPUs, 8 B allreduce 45-65 us against 94-116 sleeping at once;
-    // benches/NOTES.md).
+    // on 4 namespace nodes of 2 CPUs, 8 B allreduce: 47-60 us yielding first, 91-115 sleeping
+    // at once; benches/NOTES.md).
     let long_sleeps = crate::engine::backoff::sleeps_long();
     let block_after =
         crate::config::snapshot()
@@ -324,9 +324,6 @@ fn wait_loop(
     // looks every round, so that a network-only one yields from its first rounds); `moved_any` says
     // whether anything moved since the last read, which then restarts `since`.
     const CLOCK_EVERY: u32 = 16;
-    // Only a rank alone on its node has waits that the network alone can move (one with node
-    // peers waits on shared memory too, which no descriptor shows).
-    let alone = crate::engine::backoff::alone();
     let clock_every = if long_sleeps { 1 } else { CLOCK_EVERY };
     let (mut rounds, mut moved_any) = (0u32, false);
     // The wait is network-only and has not gone `block_after` without progress: it yields.
@@ -358,7 +355,7 @@ fn wait_loop(
                 backoff.give_way();
             }
             rounds = rounds.wrapping_add(1);
-            if let Some(b) = block_after.filter(|_| alone) {
+            if let Some(b) = block_after {
                 if yielding || backoff.is_sleeping() || rounds.is_multiple_of(clock_every) {
                     // A wait whose data is flowing (bytes moved since the last look) spins on
                     // without yielding; one that spins first has nothing to decide before `b`.

@@ -232,10 +232,10 @@ pub struct NetFrames {
     /// Frames go both ways on one connection where the backend can (see the module
     /// documentation); off once every pair dialed each other ([`NetFrames::connect_all`]).
     duplex: bool,
-    /// Per peer: the other direction of the connection it dialed, which this rank (the higher
-    /// rank of a pair that dialed each other) moves its frames to once its own connection's
-    /// open slot is posted.
-    move_to: Vec<Option<Box<dyn SendComm>>>,
+    /// Peers this rank (the higher rank of a pair that dialed each other) moves its frames to,
+    /// each with the other direction of the connection the peer dialed: done once its own
+    /// connection's open slot is posted ([`NetFrames::move_sends`]).
+    move_to: Vec<(usize, Box<dyn SendComm>)>,
     /// Send sides this rank moved away from: kept until the transport closes (their last
     /// messages are written by their tests, and closing the socket early could lose them).
     retired: Vec<Tx>,
@@ -335,7 +335,7 @@ impl NetFrames {
             rx: (0..size).map(|_| None).collect(),
             open: Vec::new(),
             duplex: true,
-            move_to: (0..size).map(|_| None).collect(),
+            move_to: Vec::new(),
             retired: Vec::new(),
             rails: None,
             peers: Vec::new(),
@@ -559,36 +559,38 @@ impl NetFrames {
     fn accepted_from(&mut self, p: usize, c: Box<dyn RecvComm>) -> NetResult<()> {
         let mut r = Rx::new(c, self.frame, self.slots)?;
         let dialing = self.links.dialing(p, false);
-        if let Some(held) = self.rx[p].take() {
-            // The peer moved to the other direction of this rank's connection before this,
-            // its own, was accepted: this one's frames come first.
-            debug_assert!(held.after_old);
-            r.next = Some(Box::new(Rx {
-                after_old: false,
-                ..held
-            }));
-            drop(r.comm.reverse()?);
-        } else if !self.duplex {
-            drop(r.comm.reverse()?);
-        } else if self.tx[p].is_none() && !dialing {
+        // The peer moved to the other direction of this rank's connection before this, its
+        // own, was accepted: this one's frames come first.
+        let held = self.rx[p].take();
+        if held.is_none() && self.duplex && self.tx[p].is_none() && !dialing {
             r.may_reverse = true;
-        } else if self.me > p {
-            if let Some(rev) = r.comm.reverse()? {
+        } else if let Some(rev) = r.comm.reverse()? {
+            if held.is_none() && self.duplex && self.me > p {
                 if dialing {
                     self.links.stop_dialing_to(p);
-                    self.tx[p] = Some(Tx::new(rev, self.frame, self.slots, self.me, false)?);
-                    self.counts.reversed += 1;
+                    self.tx[p] = Some(self.back_tx(rev, false)?);
                 } else {
-                    self.move_to[p] = Some(rev);
+                    self.move_to.push((p, rev));
                 }
             }
-        } else {
-            // The lower rank keeps its own connection: close the other direction of the
-            // peer's, so that the peer stops waiting for frames there.
-            drop(r.comm.reverse()?);
+            // Otherwise dropped unused: the lower rank keeps its own connection, and closing
+            // the other direction of the peer's ends the peer's wait for frames there.
+        }
+        if let Some(h) = held {
+            debug_assert!(h.after_old);
+            r.next = Some(Box::new(Rx {
+                after_old: false,
+                ..h
+            }));
         }
         self.rx[p] = Some(r);
         Ok(())
+    }
+
+    /// The send side of a connection's other direction (`moved`: see [`Tx::new`]), counted.
+    fn back_tx(&mut self, c: Box<dyn SendComm>, moved: bool) -> NetResult<Tx> {
+        self.counts.reversed += 1;
+        Tx::new(c, self.frame, self.slots, self.me, moved)
     }
 
     /// Moves this rank's frames to a peer onto the other direction of the peer's connection
@@ -596,30 +598,33 @@ impl NetFrames {
     /// ends the old connection behind the frames it carried, and the new one's hello says
     /// that the peer is to deliver those first.
     fn move_sends(&mut self) {
-        for p in 0..self.move_to.len() {
-            if self.move_to[p].is_none() || self.open.contains(&p) {
-                continue;
-            }
-            let Some(t) = self.tx[p].as_mut() else {
-                continue;
-            };
+        let mut i = 0;
+        while i < self.move_to.len() {
+            let p = self.move_to[i].0;
+            let t = self.tx[p]
+                .as_mut()
+                .expect("a rank moves off a connection it has");
             let bye = match t.say_hello() {
-                // SAFETY: an empty message reads nothing.
-                Ok(true) => unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) },
-                Ok(false) => Ok(None),
+                Ok(true) if !self.open.contains(&p) => {
+                    // SAFETY: an empty message reads nothing.
+                    unsafe { t.comm.isend(t.buf.as_ptr(), 0, TAG_FRAME, t.mr) }
+                }
+                Ok(_) => Ok(None),
                 Err(e) => Err(e),
             };
             match bye {
                 Ok(Some(q)) => t.inflight.push_back((0, q)),
-                Ok(None) => continue,
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
                 Err(e) => fatal(self.me, e),
             }
-            let rev = self.move_to[p].take().expect("checked above");
-            match Tx::new(rev, self.frame, self.slots, self.me, true) {
+            let (_, rev) = self.move_to.swap_remove(i);
+            match self.back_tx(rev, true) {
                 Ok(new) => {
                     let old = self.tx[p].replace(new).expect("checked above");
                     self.retired.push(old);
-                    self.counts.reversed += 1;
                 }
                 Err(e) => fatal(self.me, e),
             }
@@ -1068,15 +1073,12 @@ impl NetFrames {
         if self.tx[dst].is_none() {
             if let Some(r) = self.rx[dst].as_mut().filter(|r| r.may_reverse) {
                 r.may_reverse = false;
-                match r.comm.reverse() {
-                    Ok(Some(c)) => match Tx::new(c, frame, self.slots, me, false) {
-                        Ok(t) => {
-                            self.tx[dst] = Some(t);
-                            self.counts.reversed += 1;
-                        }
-                        Err(e) => fatal(me, e),
-                    },
-                    Ok(None) => {}
+                match r
+                    .comm
+                    .reverse()
+                    .and_then(|c| c.map(|c| self.back_tx(c, false)).transpose())
+                {
+                    Ok(t) => self.tx[dst] = t,
                     Err(e) => fatal(me, e),
                 }
             }
@@ -1217,7 +1219,7 @@ impl Transport for NetFrames {
             || self.links.busy()
             || !self.open.is_empty()
             || self.bulk_waiting()
-            || self.move_to.iter().any(Option::is_some)
+            || !self.move_to.is_empty()
             || !self.links.wait_fds(out)
         {
             return false;
@@ -1287,7 +1289,7 @@ impl Transport for NetFrames {
             _ => {}
         }
         self.flush();
-        if self.move_to.iter().any(Option::is_some) {
+        if !self.move_to.is_empty() {
             self.move_sends();
         }
         for t in &mut self.retired {
@@ -1398,9 +1400,7 @@ impl NetFrames {
         self.links.stop_dialing();
         // Frames to a peer stay on the connection they went on so far: the goodbye goes there
         // too (dropping the other direction closes it, which ends the peer's wait for it).
-        for m in &mut self.move_to {
-            *m = None;
-        }
+        self.move_to.clear();
         // Per peer with a send comm: its goodbye's request and whether it completed.
         let mut said: Vec<Option<(Request, bool)>> = (0..self.tx.len()).map(|_| None).collect();
         loop {

@@ -47,7 +47,7 @@
 //!   one TCP connection, and each reply carries the acknowledgement of the message before
 //!   it: with one connection per direction every message costs a pure ACK segment on the
 //!   other connection, and a ping-pong between two network namespaces of one machine took
-//!   9.8-10 us one way against 5.7-6.1 on one connection (benches/NOTES.md). A reverse
+//!   9.7-11.4 us one way against 5.7-6.6 on one connection (benches/NOTES.md). A reverse
 //!   sending comm shuts the socket's sending side when dropped (its descriptor is not the
 //!   socket's last), so the peer's receive on it ends.
 //! - **Errors** name the peer's address: a connection closed mid-message, a truncated receive,
@@ -823,6 +823,15 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(peer: String) -> Arc<Shared> {
+        Arc::new(Shared {
+            done: std::array::from_fn(|_| AtomicU32::new(0)),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            peer,
+        })
+    }
+
     fn fail(&self, msg: String) {
         let mut e = self.error.lock().unwrap_or_else(|p| p.into_inner());
         if e.is_none() {
@@ -990,12 +999,7 @@ impl Comm {
         let nsocks = threads * hd.socks_per_thread as usize;
         let data = socks.split_off(1);
         let ctrl = socks.pop().unwrap();
-        let sh = Arc::new(Shared {
-            done: std::array::from_fn(|_| AtomicU32::new(0)),
-            failed: AtomicBool::new(false),
-            error: Mutex::new(None),
-            peer,
-        });
+        let sh = Shared::new(peer);
         // Socket s belongs to thread s % threads, as its (s / threads)-th socket.
         let mut per: Vec<Vec<TcpStream>> = (0..threads).map(|_| Vec::new()).collect();
         for (s, st) in data.into_iter().enumerate() {
@@ -1056,12 +1060,7 @@ impl Comm {
         })?;
         self.no_reverse = true;
         Ok(Some(Comm {
-            sh: Arc::new(Shared {
-                done: std::array::from_fn(|_| AtomicU32::new(0)),
-                failed: AtomicBool::new(false),
-                error: Mutex::new(None),
-                peer: self.sh.peer.clone(),
-            }),
+            sh: Shared::new(self.sh.peer.clone()),
             ctrl,
             helpers: Vec::new(),
             threads: 0,
