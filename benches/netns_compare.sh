@@ -13,7 +13,9 @@
 #        ALLREDUCE_MAX (64M: the largest allreduce; where the ranks outnumber the CPUs, as 4
 #        ranks on a 2-CPU machine, Open MPI's and MPICH's spinning ranks take milliseconds to
 #        seconds per call, and 1M keeps a run within minutes), BASE_PREFIX (another gpumpi
-#        install, run as "base" beside the others: an A/B of a change in the same run)
+#        install, run as "base" beside the others: an A/B of a change in the same run),
+#        BUSY (1: a process spinning on the machine, outside the namespaces, for the whole run:
+#        a machine busy with other work; default 0)
 #
 # Cases: 8 B-64 KiB ping-pong and windowed bandwidth 64 KiB-64 MiB (window 64) between 2 nodes
 # of 1 rank; allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank. Open MPI runs
@@ -34,7 +36,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 nodes="$here/scripts/netns-nodes.sh"
 ns=gnc$$
 mkdir -p "$out/raw"
-cleanup() { bash "$nodes" -p "$ns" down > /dev/null 2>&1 || true; }
+spinner=
+cleanup() {
+    [ -n "$spinner" ] && kill "$spinner" 2> /dev/null
+    bash "$nodes" -p "$ns" down > /dev/null 2>&1 || true
+}
 trap cleanup EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -97,8 +103,12 @@ if [ -n "${ONLY:-}" ]; then
     for c in "${cases[@]}"; do [[ ${c%%|*} =~ $ONLY ]] && kept+=("$c"); done
     cases=("${kept[@]}")
 fi
+if [ "${BUSY:-0}" = 1 ]; then
+    sh -c 'while :; do :; done' &
+    spinner=$!
+fi
 {
-    echo "# netns_compare.sh $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs, rounds=$rounds"
+    echo "# netns_compare.sh $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs, rounds=$rounds${spinner:+, busy (one spinning process)}"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/summary.txt"
 for r in $(seq 1 "$rounds"); do

@@ -41,6 +41,7 @@ const SPREAD_SPINS: u32 = 2_000;
 const LOOK_EVERY: u32 = 16;
 static SPIN_ROUNDS: AtomicU32 = AtomicU32::new(SPINS);
 static LONG_SLEEPS: AtomicBool = AtomicBool::new(false);
+static ALONE: AtomicBool = AtomicBool::new(false);
 
 /// Where this rank runs: `own_core` (bound to one CPU that no other rank of the job is bound
 /// to) or `oversubscribed` (more ranks than CPUs), and whether it is `alone` on its node (every
@@ -50,6 +51,14 @@ static LONG_SLEEPS: AtomicBool = AtomicBool::new(false);
 pub fn set_placement(own_core: bool, oversubscribed: bool, alone: bool) {
     SPIN_ROUNDS.store(spin_rounds(own_core, oversubscribed), Ordering::Relaxed);
     LONG_SLEEPS.store(long_sleeps(oversubscribed, alone), Ordering::Relaxed);
+    ALONE.store(alone, Ordering::Relaxed);
+}
+
+/// Whether this rank is alone on its node (every peer reached over the network): only then can
+/// a blocking wait be one that nothing but the network moves, which yields and sleeps in `poll`
+/// (`runtime::wait_loop`); the waits of a rank with node peers never look.
+pub fn alone() -> bool {
+    ALONE.load(Ordering::Relaxed)
 }
 
 /// A rank with node peers waits on shared memory too, which no descriptor shows: its waits

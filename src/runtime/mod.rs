@@ -302,29 +302,22 @@ fn wait_loop(
     let mut first = look_first;
     let mut fds = Vec::new();
     let mut since = std::time::Instant::now();
-    // How long a blocking wait that only the network can move (a rank alone on its node, see
-    // [`crate::engine::Engine::wait_fds`]) polls without progress before it sleeps in `poll` on
-    // the network sockets: `GPUMPI_NET_SLEEP_AFTER`, while it spins; a rank that never sleeps
-    // loses its core for whole time slices on a machine with more runnable threads than cores.
-    // Where the job's ranks outnumber the CPUs ([`crate::engine::backoff::sleeps_long`]) it
-    // polls and yields its CPU between polls for [`CROWDED_YIELD`] instead, then sleeps until
-    // the data comes: a yielding rank stays runnable and the CPU passes between the ranks that
-    // share it at each yield, where a rank woken from `poll` first waits for the CPU (4 ranks
-    // on 4 namespace nodes of 2 CPUs, 8 B allreduce: 47-60 us yielding first, 91-115 sleeping
-    // at once; benches/NOTES.md).
+    // A blocking wait that only the network can move (a rank alone on its node, see
+    // [`crate::engine::Engine::wait_fds`]) sleeps in `poll` on the network sockets after a
+    // while without progress: a rank that never sleeps loses its core for whole time slices on
+    // a machine with more runnable threads than cores. Until then it polls and yields its CPU
+    // between polls ([`wait_yields`]) for [`NET_YIELD`], or spins for `GPUMPI_NET_SLEEP_AFTER`.
     let long_sleeps = crate::engine::backoff::sleeps_long();
-    let block_after =
-        crate::config::snapshot()
-            .net
-            .sleep_after
-            .map(|b| if long_sleeps { CROWDED_YIELD } else { b });
+    let alone = crate::engine::backoff::alone();
+    let block_after = crate::config::snapshot().net.sleep_after;
     let mut slept = false;
+    // Whether a progress pass of this wait moved anything yet.
+    let mut moved_ever = false;
     // While spinning, the clock is read every CLOCK_EVERY-th round only (a read every round
-    // costs about a tenth of a spinning rank's time; where the ranks outnumber the CPUs a wait
-    // looks every round, so that a network-only one yields from its first rounds); `moved_any` says
-    // whether anything moved since the last read, which then restarts `since`.
+    // costs about a tenth of a spinning rank's time; a wait that may yield looks every round,
+    // so that a network-only one yields from its first rounds); `moved_any` says whether
+    // anything moved since the last read, which then restarts `since`.
     const CLOCK_EVERY: u32 = 16;
-    let clock_every = if long_sleeps { 1 } else { CLOCK_EVERY };
     let (mut rounds, mut moved_any) = (0u32, false);
     // The wait is network-only and has not gone `block_after` without progress: it yields.
     let mut yielding = false;
@@ -349,13 +342,20 @@ fn wait_loop(
                     // rounds), or only polling sees a device copy end: no sleeping, spin again.
                     backoff.reset();
                     moved_any = true;
+                    moved_ever = true;
                 }
             }
             if backoff.time_to_look() && rt.engine.shares_cpu() {
                 backoff.give_way();
             }
             rounds = rounds.wrapping_add(1);
-            if let Some(b) = block_after {
+            if let Some(after) = block_after {
+                let yields = wait_yields(long_sleeps, alone, moved_ever);
+                let (b, clock_every) = if yields {
+                    (NET_YIELD, 1)
+                } else {
+                    (after, CLOCK_EVERY)
+                };
                 if yielding || backoff.is_sleeping() || rounds.is_multiple_of(clock_every) {
                     // A wait whose data is flowing (bytes moved since the last look) spins on
                     // without yielding; one that spins first has nothing to decide before `b`.
@@ -365,11 +365,11 @@ fn wait_loop(
                     }
                     let idle = since.elapsed();
                     let mut step = NetWait::Backoff;
-                    if !moved && (long_sleeps || idle >= b) {
+                    if !moved && (yields || idle >= b) {
                         fds.clear();
                         let net_only =
                             rt.active.is_empty() && rt.engine.wait_fds(&mut fds) && !fds.is_empty();
-                        step = net_wait(net_only, idle, b, long_sleeps);
+                        step = net_wait(net_only, idle, b, yields);
                     }
                     block = step == NetWait::Sleep;
                     yielding = step == NetWait::Yield;
@@ -394,6 +394,23 @@ fn wait_loop(
             backoff.snooze();
         }
     }
+}
+
+/// Whether a network-only wait polls and yields its CPU between polls before it sleeps (for
+/// [`NET_YIELD`]) rather than spinning (for `GPUMPI_NET_SLEEP_AFTER`): where the job's ranks
+/// outnumber the CPUs (`long_sleeps`, [`crate::engine::backoff::sleeps_long`]), and in any
+/// wait of a rank `alone` on its node until its first progress pass that moves something
+/// (`moved_ever`), that is while it waits for an answer. A yielding rank stays runnable and gets the CPU back at the next yield
+/// point of whatever shares it, where a rank woken from `poll` first waits for the CPU: on a
+/// machine busy with other work that wake-up took the rest of another process's time slice
+/// (2 namespace nodes beside a spinning process, 8 B one way 60-125 us sleeping, 13-15 yielding;
+/// 4 ranks on 4 namespace nodes of 2 CPUs, 8 B allreduce 91-115 us sleeping, 47-60 yielding;
+/// benches/NOTES.md). Once data flows, the wait spins and sleeps instead: yields between the
+/// pieces of a stream take the CPU from the threads that move it (window-64 bandwidth at 1 MiB
+/// between 2 namespace nodes of 2 CPUs: 1.46 GB/s yielding throughout, 1.89 yielding only
+/// before the first piece, 1.94 never yielding).
+fn wait_yields(long_sleeps: bool, alone: bool, moved_ever: bool) -> bool {
+    long_sleeps || (alone && !moved_ever)
 }
 
 /// What a blocking wait of a rank alone on its node does next ([`wait_loop`]).
@@ -423,9 +440,9 @@ fn net_wait(
     }
 }
 
-/// How long a network-only wait of a rank whose job has more ranks than the machine has CPUs
-/// polls and yields before it sleeps ([`wait_loop`]).
-const CROWDED_YIELD: std::time::Duration = std::time::Duration::from_millis(3);
+/// How long a network-only wait that yields ([`wait_yields`]) polls and yields without
+/// progress before it sleeps ([`wait_loop`]).
+const NET_YIELD: std::time::Duration = std::time::Duration::from_millis(3);
 
 /// The longest sleep in `poll` of a network-only wait where the ranks outnumber the CPUs
 /// ([`crate::engine::backoff::sleeps_long`], [`wait_loop`]).
@@ -1218,8 +1235,21 @@ mod crowded_tests {
 
 #[cfg(test)]
 mod net_wait_tests {
-    use super::{net_wait, NetWait};
+    use super::{net_wait, wait_yields, NetWait};
     use std::time::Duration;
+
+    /// A wait yields before it sleeps where the ranks outnumber the CPUs, and, where the rank
+    /// is alone on its node, until data first moves (it waits for an answer); a stream (data
+    /// moved) and a rank with node peers spin instead.
+    #[test]
+    fn waits_yield_while_they_wait_for_an_answer() {
+        assert!(wait_yields(true, true, false));
+        assert!(wait_yields(true, true, true), "crowded: always");
+        assert!(wait_yields(false, true, false), "alone, nothing moved yet");
+        assert!(!wait_yields(false, true, true), "alone, data flows");
+        assert!(!wait_yields(false, false, false), "node peers");
+        assert!(!wait_yields(false, false, true));
+    }
 
     /// A network-only wait yields (where the ranks outnumber the CPUs) or spins until it has
     /// been idle for the threshold, then sleeps; any other wait keeps the back-off, however
