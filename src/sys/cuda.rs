@@ -4,7 +4,7 @@
 //!
 //! Contract: nothing here is called before [`load`] returned `Ok`; [`load`] never panics and
 //! fails cleanly where there is no libcuda or no usable driver (cudarc panics when a symbol or
-//! the library is missing, so the first calls run under `catch_unwind`).
+//! the library is missing, so the first calls run under [`catch_quietly`]).
 
 use cudarc::driver::sys as cu;
 use std::ffi::{c_void, CStr};
@@ -153,9 +153,35 @@ pub fn driver_in_process() -> bool {
     found
 }
 
+std::thread_local! {
+    /// Depth of [`catch_quietly`] calls on this thread.
+    static QUIET_PANICS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f`, turning a panic into `Err` without the panic hook's report: cudarc panics where
+/// libcuda lacks a symbol (an old driver, a stub), which this module turns into an error, and
+/// the default hook would print a message (and a backtrace) to the application's stderr for
+/// each. The first call chains a hook in front of the one installed then, which stays silent
+/// only inside `catch_quietly` on the panicking thread and hands every other panic on.
+fn catch_quietly<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET_PANICS.with(|q| q.get()) == 0 {
+                prev(info);
+            }
+        }));
+    });
+    QUIET_PANICS.with(|q| q.set(q.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET_PANICS.with(|q| q.set(q.get() - 1));
+    r
+}
+
 /// Load libcuda and initialize the driver; returns (driver version, device count).
 pub fn load() -> CuResult<(i32, i32)> {
-    let r = std::panic::catch_unwind(|| -> CuResult<(i32, i32)> {
+    let r = catch_quietly(|| -> CuResult<(i32, i32)> {
         // SAFETY: probing dlopen of the candidate library names has no side effect on failure.
         if !unsafe { cu::is_culib_present() } {
             return Err(fail("dlopen", "libcuda.so not found"));
@@ -1139,7 +1165,7 @@ pub fn dmabuf_supported() -> bool {
     if !driver_in_process() || load().map(|(_, n)| n).unwrap_or(0) < 1 {
         return false;
     }
-    let r = std::panic::catch_unwind(|| {
+    let r = catch_quietly(|| {
         let mut dev = 0;
         let mut v = 0;
         // SAFETY: out-pointers to locals; device 0 exists (count checked above).
@@ -1161,7 +1187,7 @@ pub fn dmabuf_supported() -> bool {
 pub fn dmabuf_fd(base: usize, len: usize) -> CuResult<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let mut fd: std::ffi::c_int = -1;
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let r = catch_quietly(|| {
         // SAFETY: the driver writes one int for the dma-buf handle type; it fails cleanly for
         // a range that is not device memory.
         unsafe {
@@ -1173,7 +1199,7 @@ pub fn dmabuf_fd(base: usize, len: usize) -> CuResult<std::os::fd::OwnedFd> {
                 0,
             )
         }
-    }))
+    })
     .map_err(|_| fail("cuMemGetHandleForAddressRange", "not in this libcuda"))?;
     check("cuMemGetHandleForAddressRange", r)?;
     // SAFETY: the driver returned a new descriptor that nothing else owns.
@@ -1182,6 +1208,18 @@ pub fn dmabuf_fd(base: usize, len: usize) -> CuResult<std::os::fd::OwnedFd> {
 
 #[cfg(test)]
 mod tests {
+    /// A panic inside `catch_quietly` comes back as `Err` (silently), a value as `Ok`, and the
+    /// thread leaves the quiet section either way, so later panics reach the previous hook.
+    #[test]
+    fn quiet_catch_returns_panics_as_errors() {
+        assert!(super::catch_quietly(|| panic!("a missing symbol")).is_err());
+        assert_eq!(super::QUIET_PANICS.with(|q| q.get()), 0);
+        assert_eq!(super::catch_quietly(|| 7).ok(), Some(7));
+        let nested = super::catch_quietly(|| super::catch_quietly(|| panic!("inner")).is_err());
+        assert_eq!(nested.ok(), Some(true));
+        assert_eq!(super::QUIET_PANICS.with(|q| q.get()), 0);
+    }
+
     #[test]
     fn driver_check_is_cheap() {
         // Asked on every buffer classification until libcuda shows up: must not cost a
