@@ -400,15 +400,15 @@ fn wait_loop(
 /// [`NET_YIELD`]) rather than spinning (for `GPUMPI_NET_SLEEP_AFTER`): where the job's ranks
 /// outnumber the CPUs (`long_sleeps`, [`crate::engine::backoff::sleeps_long`]), and in any
 /// wait of a rank `alone` on its node until its first progress pass that moves something
-/// (`moved_ever`), that is while it waits for an answer. A yielding rank stays runnable and gets the CPU back at the next yield
-/// point of whatever shares it, where a rank woken from `poll` first waits for the CPU: on a
-/// machine busy with other work that wake-up took the rest of another process's time slice
-/// (2 namespace nodes beside a spinning process, 8 B one way 60-125 us sleeping, 13-15 yielding;
-/// 4 ranks on 4 namespace nodes of 2 CPUs, 8 B allreduce 91-115 us sleeping, 47-60 yielding;
-/// benches/NOTES.md). Once data flows, the wait spins and sleeps instead: yields between the
-/// pieces of a stream take the CPU from the threads that move it (window-64 bandwidth at 1 MiB
-/// between 2 namespace nodes of 2 CPUs: 1.46 GB/s yielding throughout, 1.89 yielding only
-/// before the first piece, 1.94 never yielding).
+/// (`moved_ever`), that is while it waits for an answer. A yielding rank stays runnable and
+/// gets the CPU back at the next yield point of whatever shares it, where a rank woken from
+/// `poll` first waits for the CPU: on a machine busy with other work, the rest of another
+/// process's time slice (2 namespace nodes beside a spinning process, 8 B one way 10.1-15.6 us
+/// yielding first, 80.6-131.9 sleeping; 4 ranks on 4 namespace nodes of 2 CPUs, 8 B allreduce
+/// 47-60 us yielding, 91-115 sleeping; benches/NOTES.md). Once data flows, the wait spins and
+/// sleeps instead: yields between the pieces of a stream take the CPU from the threads that
+/// move it (window-64 bandwidth at 1 MiB between 2 namespace nodes of 2 CPUs: 1.46 GB/s
+/// yielding throughout, 1.89 yielding only before the first piece, 1.94 never yielding).
 fn wait_yields(long_sleeps: bool, alone: bool, moved_ever: bool) -> bool {
     long_sleeps || (alone && !moved_ever)
 }
