@@ -18,7 +18,8 @@
 #        a machine busy with other work; default 0)
 #
 # Cases: 8 B-64 KiB ping-pong and windowed bandwidth 64 KiB-64 MiB (window 64) between 2 nodes
-# of 1 rank; allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank. Open MPI runs
+# of 1 rank; allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank (8 B-32 KiB in x8
+# steps, 200 iterations; 256 KiB-64 MiB in x4 steps, 10 iterations). Open MPI runs
 # `--mca pml ob1 --mca btl tcp,sm,self` on rail0 (TCP between nodes, shared memory inside one,
 # as a user would run it), MPICH `FI_PROVIDER=tcp` on rail0 (its ch4 ofi netmod). No MPI binds
 # its ranks: each namespace node would otherwise bind its first rank to the machine's first core,
@@ -91,12 +92,18 @@ launch() {
     esac
 }
 
-# name|nodes|ranks per node|benchmark arguments
+# Allreduce: 8 B-32 KiB with 200 timed iterations (a median over 10 iterations of a
+# microsecond-scale call moves by tens of percent from run to run where ranks share CPUs), then
+# 256 KiB up to ALLREDUCE_MAX in x4 steps (to 64 MiB by default) with 10.
+amax=${ALLREDUCE_MAX:-64M}
+small="-o allreduce -b 8 -e 32K -f 8 -w 20 -n 200"
+large="-o allreduce -b 256K -e $amax -f 4 -w 2 -n 10"
+# name|nodes|ranks per node|benchmark arguments (one launch per ';'-separated part)
 cases=(
     "pingpong|2|1|-o pingpong -b 8 -e 64K -f 8 -w 200 -n 2000"
     "bw|2|1|-o bw -b 64K -e 64M -f 4 -w 1 -n 3"
-    "allreduce2x2|2|2|-o allreduce -b 8 -e ${ALLREDUCE_MAX:-64M} -f 8 -w 2 -n 10"
-    "allreduce4x1|4|1|-o allreduce -b 8 -e ${ALLREDUCE_MAX:-64M} -f 8 -w 2 -n 10"
+    "allreduce2x2|2|2|$small;$large"
+    "allreduce4x1|4|1|$small;$large"
 )
 if [ -n "${ONLY:-}" ]; then
     kept=()
@@ -124,10 +131,14 @@ for r in $(seq 1 "$rounds"); do
     done
     for c in "${cases[@]}"; do
         IFS='|' read -r name n per args <<< "$c"
+        IFS=';' read -r -a parts <<< "$args"
         for mpi in $mpis; do
-            # shellcheck disable=SC2086
-            launch "$mpi" "$n" "$per" $args > "$out/raw/$name-$mpi-$r.txt" 2>&1 ||
-                echo "# $name $mpi round $r: exit $?" | tee -a "$out/summary.txt"
+            : > "$out/raw/$name-$mpi-$r.txt"
+            for a in "${parts[@]}"; do
+                # shellcheck disable=SC2086
+                launch "$mpi" "$n" "$per" $a >> "$out/raw/$name-$mpi-$r.txt" 2>&1 ||
+                    echo "# $name $mpi round $r ($a): exit $?" | tee -a "$out/summary.txt"
+            done
         done
     done
 done

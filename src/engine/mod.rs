@@ -16,10 +16,13 @@
 //!
 //! # Protocols (message kinds in [`Header::kind`])
 //! - **Eager** (`len <= eager limit`; to an off-node peer that takes bulk transfers, every
-//!   message below the bulk threshold, at most [`OFF_NODE_EAGER_MAX`]): `EAGER` frame with the first `max_payload` bytes, then
-//!   `FRAG` frames. A receive that matches copies straight out of the ring; otherwise the message
-//!   is buffered on the heap (unexpected queue). The send completes when the last frame is in the
-//!   ring, or, for a synchronous send, when the receiver's `ACK` (sent at match time) arrives.
+//!   message below the bulk threshold, at most [`OFF_NODE_EAGER_MAX`]): `EAGER` frame with
+//!   the first bytes that fit a frame to that peer ([`Transport::max_payload_to`]: the
+//!   network's frames to an off-node peer reached directly, so a message below the bulk
+//!   threshold goes as one), then `FRAG` frames. A receive that matches copies straight out
+//!   of the ring; otherwise the message is buffered on the heap (unexpected queue). The send
+//!   completes when the last frame is in the ring, or, for a synchronous send, when the
+//!   receiver's `ACK` (sent at match time) arrives.
 //! - **Rendezvous** (`len > eager limit`): `RTS` carrying the sender's buffer address. When a
 //!   receive matches, the receiver reads `min(len, capacity)` bytes straight from the sender's
 //!   memory (CMA `process_vm_readv`, a single copy) and sends `FIN`; the send completes on `FIN`.
@@ -677,7 +680,8 @@ pub struct Engine {
     in_colls: bool,
     size: usize,
     eager_limit: usize,
-    max_payload: usize,
+    /// Per world rank: the largest frame payload to it ([`Transport::max_payload_to`]).
+    max_payload: Vec<usize>,
     /// The first frame of an eager send with a note, assembled (kept for reuse).
     note_frame: Vec<u8>,
 }
@@ -719,7 +723,9 @@ impl Engine {
         world_size: usize,
         cfg: EngineConfig,
     ) -> Self {
-        let max_payload = transport.max_payload().max(8);
+        let max_payload: Vec<usize> = (0..world_size)
+            .map(|r| transport.max_payload_to(r).max(8))
+            .collect();
         let peers: Vec<rndv::PeerFacts> = (0..world_size)
             .map(|r| rndv::PeerFacts {
                 can_read: r == my_world_rank || transport.can_read_remote(r),
@@ -742,9 +748,11 @@ impl Engine {
         let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
         let dev_reg = transport.device_registration();
         tracing::debug!(
-            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {max_payload} bytes",
+            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {} bytes ({} to the farthest peer)",
             cfg.eager_limit,
-            cfg.cma_min
+            cfg.cma_min,
+            transport.max_payload().max(8),
+            max_payload.iter().max().copied().unwrap_or(8)
         );
         Engine {
             tp: transport,
@@ -957,7 +965,9 @@ impl Engine {
         }
         let eager = a.len <= eager_limit && ipc.is_none() && pipe.is_none();
         // A note needs room in the first frame (every transport here has it).
-        let note = a.note.filter(|_| self.max_payload >= 2 * NOTE_BYTES);
+        let note = a
+            .note
+            .filter(|_| self.max_payload[a.dst_world] >= 2 * NOTE_BYTES);
         let coop = if !eager && a.dev.is_none() && a.dst_world != self.st.me {
             self.st.offer_slot(a.dst_world, a.len)
         } else {
@@ -1092,7 +1102,7 @@ impl Engine {
             || a.note.is_some()
             || a.dst_world >= self.size
             || a.len > self.eager_to(a.dst_world)
-            || (a.len > self.max_payload && !to_self)
+            || (a.len > self.max_payload[a.dst_world] && !to_self)
             || (to_self && !self.st.loopq.is_empty())
             || !self.st.outq[a.dst_world].is_empty()
         {
@@ -1805,7 +1815,6 @@ impl Engine {
     /// anything moved.
     fn run_pipes(&mut self) -> bool {
         let mut moved = false;
-        let maxp = self.max_payload;
         let mut i = 0;
         while i < self.st.tx_pipes.len() {
             let State {
@@ -1826,6 +1835,7 @@ impl Engine {
                 }
             };
             let (peer, rreq) = (p.peer, p.rreq);
+            let maxp = self.max_payload[peer];
             let tp = &mut self.tp;
             // SAFETY: the send's buffer holds len >= want bytes and stays valid until the send
             // completes, which is only after the pipe is done (below).
@@ -2127,7 +2137,7 @@ impl Engine {
     /// aggregates; the last frame is written with `try_send`, which posts them all, and a flush
     /// that stops early posts what it held.
     fn flush(&mut self, dst: usize) -> bool {
-        let maxp = self.max_payload;
+        let maxp = self.max_payload[dst];
         let mut did = false;
         let mut held = false;
         loop {

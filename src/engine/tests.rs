@@ -333,6 +333,84 @@ fn sends_to_self_at_once_keep_order_behind_the_loopback_queue() {
     assert_eq!(es[0].live_requests(), 0);
 }
 
+/// In-process frames that take payloads of up to `wide` bytes to rank 1 and `narrow` to any
+/// other rank (as shared-memory rings beside the network's larger frames), recording the
+/// payload length of every frame sent.
+struct Widths {
+    inner: InprocTransport,
+    narrow: usize,
+    wide: usize,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+}
+
+impl Transport for Widths {
+    fn max_payload(&self) -> usize {
+        self.narrow
+    }
+    fn max_payload_to(&self, dst: usize) -> usize {
+        if dst == 1 {
+            self.wide
+        } else {
+            self.narrow
+        }
+    }
+    fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
+        assert!(payload.len() <= self.max_payload_to(dst));
+        let ok = self.inner.try_send(dst, hdr, payload);
+        if ok {
+            self.sent.lock().unwrap().push((dst, payload.len()));
+        }
+        ok
+    }
+    fn poll(&mut self, f: &mut dyn FnMut(usize, &Header, &[u8])) -> usize {
+        self.inner.poll(f)
+    }
+}
+
+/// An eager message goes in frames of the largest payload its destination takes
+/// ([`Transport::max_payload_to`]): one frame where it fits (sent at once, without a request),
+/// several of the common size to a peer that takes only that; the data arrives whole both ways.
+#[test]
+fn eager_frames_take_the_largest_payload_of_their_destination() {
+    let (narrow, wide, len) = (16 << 10, 64 << 10, 40_000);
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut es: Vec<Engine> = InprocTransport::group(2, 16, wide, false)
+        .into_iter()
+        .enumerate()
+        .map(|(r, inner)| {
+            let t = Widths {
+                inner,
+                narrow,
+                wide,
+                sent: sent.clone(),
+            };
+            let cfg = EngineConfig {
+                eager_limit: wide,
+                cma_min: None,
+                push_min: usize::MAX,
+                share: false,
+            };
+            Engine::with_config(Box::new(t), r, 2, cfg)
+        })
+        .collect();
+    let (a, b) = (pattern(len, 1), pattern(len, 2));
+    // SAFETY: the buffers outlive the calls (sent at once: nothing keeps the pointer).
+    assert!(unsafe { es[0].send_now(&send_args(&a, 1, 0, 5, false)) });
+    assert!(!unsafe { es[1].send_now(&send_args(&b, 0, 1, 5, false)) });
+    let sb = send(&mut es[1], &b, 0, 1, 5, false);
+    let (mut got_a, mut got_b) = (vec![0u8; len], vec![0u8; len]);
+    let ra = recv(&mut es[1], &mut got_a, 0, 5);
+    let rb = recv(&mut es[0], &mut got_b, 1, 5);
+    assert_eq!(wait_on(&mut es, 1, ra).bytes, len);
+    assert_eq!(wait_on(&mut es, 0, rb).bytes, len);
+    wait_on(&mut es, 1, sb);
+    assert!(got_a == a && got_b == b);
+    let frames = sent.lock().unwrap().clone();
+    let to = |d: usize| -> Vec<usize> { frames.iter().filter(|f| f.0 == d).map(|f| f.1).collect() };
+    assert_eq!(to(1), [len]);
+    assert_eq!(to(0), [narrow, narrow, len - 2 * narrow]);
+}
+
 /// An eager send from `e` to `dst`, complete (in the transport) before it returns: only `e`
 /// makes progress.
 fn sent(e: &mut Engine, buf: &[u8], dst: usize, src_rank: i32, tag: i32) {

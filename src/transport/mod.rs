@@ -105,8 +105,16 @@ pub struct BulkDone {
 
 /// A channel between the ranks of one job. See the module documentation.
 pub trait Transport: Send {
-    /// Largest payload one [`Transport::try_send`] accepts.
+    /// Largest payload one [`Transport::try_send`] accepts, to any peer.
     fn max_payload(&self) -> usize;
+
+    /// Largest payload one [`Transport::try_send`] to `dst` accepts (at least
+    /// [`Transport::max_payload`]): a transport that reaches some peers through a channel with
+    /// larger frames (the network's, beside shared-memory rings) says so per peer, so that a
+    /// message to them takes fewer frames. Default: [`Transport::max_payload`].
+    fn max_payload_to(&self, _dst: usize) -> usize {
+        self.max_payload()
+    }
 
     /// Push one message to world rank `dst` (never this rank). `false`: the channel is full,
     /// nothing was sent, try again after polling.

@@ -216,6 +216,15 @@ impl Transport for Routed {
         }
     }
 
+    /// A peer reached directly over the network takes the network's frames; through a
+    /// forwarder or over shared memory, [`Transport::max_payload`].
+    fn max_payload_to(&self, dst: usize) -> usize {
+        match (self.link.get(dst), self.via.get(dst)) {
+            (Some(1), Some(&u32::MAX)) => self.parts[1].max_payload_to(dst),
+            _ => self.max_payload(),
+        }
+    }
+
     fn try_send(&mut self, dst: usize, hdr: &Header, payload: &[u8]) -> bool {
         let v = self.via[dst];
         if v == u32::MAX {
@@ -771,7 +780,7 @@ pub(crate) mod tests {
 
     impl Transport for Sockets {
         fn max_payload(&self) -> usize {
-            64
+            64 << 10
         }
         fn try_send(&mut self, _: usize, _: &Header, _: &[u8]) -> bool {
             true
@@ -787,6 +796,27 @@ pub(crate) mod tests {
             });
             true
         }
+    }
+
+    /// A peer reached directly over the network takes the network's frames; a peer of this
+    /// node or one behind a forwarder, the frames every peer takes (less the inner header a
+    /// forwarded frame carries).
+    #[test]
+    fn a_peer_reached_directly_over_the_network_takes_the_networks_frames() {
+        let local = || Box::new(InprocTransport::group(1, 4, 16 << 10, false).pop().unwrap());
+        let direct = Routed::with_routes(local(), Box::new(Sockets), 0, &[Hop::Local, Hop::Net]);
+        assert_eq!(direct.max_payload(), 16 << 10);
+        assert_eq!(direct.max_payload_to(1), 64 << 10);
+        assert_eq!(direct.max_payload_to(0), 16 << 10);
+        let routes = [Hop::Local, Hop::Local, Hop::Net, Hop::Via(1)];
+        let pxn = Routed::with_routes(local(), Box::new(Sockets), 0, &routes);
+        let every = (16 << 10) - HEADER_BYTES;
+        assert_eq!(pxn.max_payload(), every);
+        let want = [every, every, 64 << 10, every];
+        assert_eq!(
+            (0..4).map(|r| pxn.max_payload_to(r)).collect::<Vec<_>>(),
+            want
+        );
     }
 
     /// Frames from node-local peers arrive over shared memory, where no descriptor shows them:
