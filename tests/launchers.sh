@@ -247,6 +247,11 @@ fi
 # (ranks unlink their segments once set up: one left means a job died in set-up; a new name
 # that goes within a second was another job's, running beside this one). The namespaces are
 # removed on every exit.
+# Each node has 2 rails (rail0, rail1: 198.18.r.(i+1)); the runs above use rail0 only
+# (GPUMPI_NET_IFNAME==rail0). Then prterun and hydra run p2p_basic and coll_data over both
+# (GPUMPI_NET_IFNAME=rail): each node's 2 ranks must take one rail each (local rank
+# round-robin), and both rails of both nodes must carry the job's traffic (their receive
+# counters grow by at least 1 KiB).
 # With --ib LIB, prterun and hydra run the same programs again with GPUMPI_NET=ib over the
 # libibverbs test double (one fabric file per job, in /dev/shm, which the namespaces share;
 # the variables reach the ranks through their daemons' environment): every rank must log its
@@ -289,13 +294,13 @@ netns_leftovers() {
 netns_shm() { ls /dev/shm 2>/dev/null | grep '^gpumpi-' | grep -v '^gpumpi-fakeibv-' | sort; }
 
 echo "== namespace nodes (prterun, ompi-mpirun over PMIx; hydra over PMI-1; 2 nodes x 2 ranks)"
-bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" up 2 1 > "$out/netns-up.log" 2>&1
+bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" up 2 2 > "$out/netns-up.log" 2>&1
 rc=$?
 if [ $rc -eq 77 ]; then
     echo "SKIP namespace nodes: $(tail -1 "$out/netns-up.log")"
 elif [ $rc -ne 0 ]; then
     netns_up=yes
-    fail "namespace nodes: scripts/netns-nodes.sh up 2 1 failed (rc=$rc): $(tail -3 "$out/netns-up.log")"
+    fail "namespace nodes: scripts/netns-nodes.sh up 2 2 failed (rc=$rc): $(tail -3 "$out/netns-up.log")"
 elif ! command -v unshare > /dev/null 2>&1; then
     netns_up=yes
     echo "SKIP namespace nodes: unshare (util-linux) is not installed (scripts/netns-agent needs it)"
@@ -390,6 +395,45 @@ else
         if [ -n "${new// /}" ]; then
             fail "$name over namespace nodes: /dev/shm files left: $new"
         fi
+    done
+    # Both rails: prterun and hydra, one rail per local rank.
+    rx_bytes() { ip netns exec "$netns_pfx-n$1" cat "/sys/class/net/rail$2/statistics/rx_bytes"; }
+    for l in "${netns_launchers[@]}"; do
+        IFS='|' read -r name method start cmd <<< "$l"
+        case $name in prterun | hydra-mpiexec) ;; *) continue ;; esac
+        for pa in "p2p_basic" "coll_data blocking"; do
+            set -- $pa
+            prog=$1
+            shift
+            [ -x "$bin/$prog" ] || continue
+            log="$out/netns-rails-$name-$prog${1:+-$1}"
+            before=()
+            for nr in "0 0" "0 1" "1 0" "1 1"; do before+=("$(rx_bytes $nr)"); done
+            t0=$(date +%s%N)
+            timeout 120 $start env -u GPUMPI_NODE_ID GPUMPI_DEBUG=1 GPUMPI_NET_IFNAME=rail \
+                $cmd "$bin/$prog" "$@" > "$log.out" 2> "$log.err" < /dev/null
+            rc=$?
+            ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+            grown=0
+            i=0
+            for nr in "0 0" "0 1" "1 0" "1 1"; do
+                [ $(( $(rx_bytes $nr) - ${before[$i]} )) -ge 1024 ] && grown=$((grown + 1))
+                i=$((i + 1))
+            done
+            oks=$(grep -c "^OK $prog" "$log.out")
+            r0=$(grep -ac 'rail 0 (local rank round-robin; 2 network devices), device rail0' "$log.err")
+            r1=$(grep -ac 'rail 1 (local rank round-robin; 2 network devices), device rail1' "$log.err")
+            what="$name $prog${1:+ $1} over 2 namespace nodes x 2 rails"
+            if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$r0" != 2 ] || [ "$r1" != 2 ] || [ $grown != 4 ]; then
+                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks on rail0/rail1=$r0/$r1 (want 2/2), rails with traffic=$grown (want 4) (see $log.*)"
+                grep -av ' INFO ' "$log.err" | tail -5 | sed 's/^/    /'
+            elif ! netns_leftovers; then
+                fail "$what: processes left in the namespaces after the job (killed)"
+            else
+                pass=$((pass + 1))
+                printf '  ok  %-14s %-24s %5d ms  one rail per local rank, traffic on both rails of both nodes\n' "$name" "$prog${1:+ $1}" $ms
+            fi
+        done
     done
     netns_down
     if bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" list | grep -q .; then
