@@ -18,7 +18,8 @@
 #        a machine busy with other work; default 0)
 #
 # Cases: 8 B-64 KiB ping-pong and windowed bandwidth 64 KiB-64 MiB (window 64) between 2 nodes
-# of 1 rank; allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank (8 B-32 KiB in x8
+# of 1 rank (64-256 KiB with 50 windows timed, a window there taking milliseconds; from 1 MiB
+# with 3); allreduce 8 B-64 MiB at 2 nodes x 2 ranks and 4 nodes x 1 rank (8 B-32 KiB in x8
 # steps, 200 iterations; 256 KiB-64 MiB in x4 steps, 10 iterations). Open MPI runs
 # `--mca pml ob1 --mca btl tcp,sm,self` on rail0 (TCP between nodes, shared memory inside one,
 # as a user would run it), MPICH `FI_PROVIDER=tcp` on rail0 (its ch4 ofi netmod). No MPI binds
@@ -101,7 +102,7 @@ large="-o allreduce -b 256K -e $amax -f 4 -w 2 -n 10"
 # name|nodes|ranks per node|benchmark arguments (one launch per ';'-separated part)
 cases=(
     "pingpong|2|1|-o pingpong -b 8 -e 64K -f 8 -w 200 -n 2000"
-    "bw|2|1|-o bw -b 64K -e 64M -f 4 -w 1 -n 3"
+    "bw|2|1|-o bw -b 64K -e 256K -f 4 -w 5 -n 50;-o bw -b 1M -e 64M -f 4 -w 1 -n 3"
     "allreduce2x2|2|2|$small;$large"
     "allreduce4x1|4|1|$small;$large"
 )
