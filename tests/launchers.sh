@@ -250,8 +250,9 @@ fi
 # Each node has 2 rails (rail0, rail1: 198.18.r.(i+1)); the runs above use rail0 only
 # (GPUMPI_NET_IFNAME==rail0). Then prterun and hydra run p2p_basic and coll_data over both
 # (GPUMPI_NET_IFNAME=rail): each node's 2 ranks must take one rail each (local rank
-# round-robin), and both rails of both nodes must carry the job's traffic (their receive
-# counters grow by at least 1 KiB).
+# round-robin), each rank must reach its rail peer over the network (the other through its
+# node's PXN forwarder), and both rails of both nodes must carry the job's traffic (their
+# receive counters grow by at least 1 KiB; over rail0 alone only the rail0 counters may).
 # With --ib LIB, prterun and hydra run the same programs again with GPUMPI_NET=ib over the
 # libibverbs test double (one fabric file per job, in /dev/shm, which the namespaces share;
 # the variables reach the ranks through their daemons' environment): every rank must log its
@@ -325,16 +326,29 @@ else
     )
     netns_progs=("p2p_basic" "p2p_nonblocking" "p2p_large" "coll_data blocking" "coll_data nonblocking"
         "coll_reduce blocking" "comm_basic")
+    # Runs: over rail0 (tcp), over both rails (rails: prterun and hydra), over the ib double.
     runs=("${netns_launchers[@]/#/tcp|}")
+    for l in "${netns_launchers[@]}"; do
+        case $l in prterun\|* | hydra-mpiexec\|*) runs+=("rails|$l") ;; esac
+    done
     if [ -n "$ib_lib" ]; then
         for l in "${netns_launchers[@]}"; do
             case $l in prterun\|* | hydra-mpiexec\|*) runs+=("ib|$l") ;; esac
         done
     fi
+    # Receive bytes of rail $2 of node $1.
+    rx_bytes() { ip netns exec "$netns_pfx-n$1" cat "/sys/class/net/rail$2/statistics/rx_bytes"; }
     for l in "${runs[@]}"; do
         IFS='|' read -r via name method start cmd <<< "$l"
         [ "$via" = ib ] && echo "== namespace nodes over the ibverbs test double (GPUMPI_NET=ib): $name"
-        for pa in "${netns_progs[@]}" "abort_job"; do
+        [ "$via" = rails ] && echo "== namespace nodes, both rails (GPUMPI_NET_IFNAME=rail): $name"
+        progs=("${netns_progs[@]}" "abort_job")
+        ifname="=rail0"
+        if [ "$via" = rails ]; then
+            progs=("p2p_basic" "coll_data blocking")
+            ifname=rail
+        fi
+        for pa in "${progs[@]}"; do
             set -- $pa
             prog=$1
             shift
@@ -346,14 +360,25 @@ else
                 fabric="/dev/shm/gpumpi-fakeibv-$netns_pfx-$name-$prog${1:+-$1}"
                 ibenv=(GPUMPI_NET=ib "GPUMPI_IBVERBS_LIB=$ib_lib" "FAKEIBV_FABRIC=$fabric")
             fi
+            before=()
+            for nr in "0 0" "0 1" "1 0" "1 1"; do before+=("$(rx_bytes $nr)"); done
             t0=$(date +%s%N)
             timeout 120 $start env -u GPUMPI_NODE_ID GPUMPI_DEBUG=1 "${ibenv[@]}" \
-                GPUMPI_NET_IFNAME==rail0 $cmd "$bin/$prog" "$@" > "$log.out" 2> "$log.err" < /dev/null
+                GPUMPI_NET_IFNAME=$ifname $cmd "$bin/$prog" "$@" > "$log.out" 2> "$log.err" < /dev/null
             rc=$?
             ms=$(( ($(date +%s%N) - t0) / 1000000 ))
             [ -n "$fabric" ] && rm -f "$fabric"
+            # Interfaces whose receive counter grew by at least 1 KiB during the job.
+            grown=0
+            i=0
+            for nr in "0 0" "0 1" "1 0" "1 1"; do
+                [ $(( $(rx_bytes $nr) - ${before[$i]} )) -ge 1024 ] && grown=$((grown + 1))
+                i=$((i + 1))
+            done
             what="$name $prog${1:+ $1} over 2 namespace nodes"
-            [ "$via" = ib ] && what="$what (ib)"
+            extra=", 2 off-node peers each"
+            [ "$via" = ib ] && what="$what (ib)" extra="$extra, over ib"
+            [ "$via" = rails ] && what="$what x 2 rails" extra=", one rail per local rank (PXN), traffic on both rails"
             if [ "$prog" = abort_job ]; then
                 if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -aq "MPI_Abort" "$log.err"; then
                     fail "$what: rc=$rc (want non-zero, not a timeout, 'MPI_Abort' on stderr; see $log.*)"
@@ -370,21 +395,35 @@ else
             net=$(grep -ac "received over the network, 2 off-node peers" "$log.err")
             at1=$(grep -ac 'name: "rail0", addr: "198.18.0.1"' "$log.err")
             at2=$(grep -ac 'name: "rail0", addr: "198.18.0.2"' "$log.err")
-            if [ "$via" = ib ]; then
+            # Over both rails: one rank per rail on each node (local rank round-robin) and
+            # traffic on both rails of both nodes; over rail0 alone, on rail0 only.
+            r0=$(grep -ac 'rail 0 (local rank round-robin; 2 network devices), device rail0' "$log.err")
+            r1=$(grep -ac 'rail 1 (local rank round-robin; 2 network devices), device rail1' "$log.err")
+            want_rails="0/0" want_grown=2
+            if [ "$via" = rails ]; then
+                # PXN (on by default with 2 rails): each rank talks over the network to the
+                # peer on its own rail only, and reaches the other through its node's forwarder.
+                want_rails="2/2" want_grown=4
+                net=$(grep -ac "received over the network, 1 off-node peers" "$log.err")
+                at1=$(grep -ac 'name: "rail1", addr: "198.18.1.1"' "$log.err")
+                at2=$(grep -ac 'name: "rail1", addr: "198.18.1.2"' "$log.err")
+            elif [ "$via" = ib ]; then
                 # The ib backend logs its port, not an address: each of the 4 ranks must log one
-                # (2 per node: the node check below).
+                # (2 per node: the node check below); the double moves nothing over the rails.
                 rails=$(grep -ac 'ib: rail port=fake0:1' "$log.err")
                 [ "$rails" = 4 ] && at1=2 at2=2
+                want_grown=$grown
             fi
             if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$chosen" != 4 ] || [ "$net" != 4 ] ||
-                [ "$at1" != 2 ] || [ "$at2" != 2 ]; then
-                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen, ranks with network traffic and 2 off-node peers=$net, ranks on 198.18.0.1/.2=$at1/$at2 (see $log.*)"
+                [ "$at1" != 2 ] || [ "$at2" != 2 ] || [ "$r0/$r1" != "$want_rails" ] ||
+                [ "$grown" != "$want_grown" ]; then
+                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen, ranks with network traffic and 2 off-node peers=$net, ranks on node 0/1 addresses=$at1/$at2, ranks on rail0/rail1=$r0/$r1 (want $want_rails), interfaces with traffic=$grown (want $want_grown) (see $log.*)"
                 grep -av ' INFO ' "$log.err" | tail -5 | sed 's/^/    /'
             elif ! netns_leftovers; then
                 fail "$what: processes left in the namespaces after the job (killed)"
             else
                 pass=$((pass + 1))
-                printf '  ok  %-14s %-24s %5d ms  network traffic on every rank, 2 off-node peers each%s\n' "$name" "$prog${1:+ $1}" $ms "${fabric:+, over ib}"
+                printf '  ok  %-14s %-24s %5d ms  network traffic on every rank%s\n' "$name" "$prog${1:+ $1}" $ms "$extra"
             fi
         done
         new=$(comm -13 <(echo "$shm_before") <(netns_shm) | tr '\n' ' ')
@@ -395,45 +434,6 @@ else
         if [ -n "${new// /}" ]; then
             fail "$name over namespace nodes: /dev/shm files left: $new"
         fi
-    done
-    # Both rails: prterun and hydra, one rail per local rank.
-    rx_bytes() { ip netns exec "$netns_pfx-n$1" cat "/sys/class/net/rail$2/statistics/rx_bytes"; }
-    for l in "${netns_launchers[@]}"; do
-        IFS='|' read -r name method start cmd <<< "$l"
-        case $name in prterun | hydra-mpiexec) ;; *) continue ;; esac
-        for pa in "p2p_basic" "coll_data blocking"; do
-            set -- $pa
-            prog=$1
-            shift
-            [ -x "$bin/$prog" ] || continue
-            log="$out/netns-rails-$name-$prog${1:+-$1}"
-            before=()
-            for nr in "0 0" "0 1" "1 0" "1 1"; do before+=("$(rx_bytes $nr)"); done
-            t0=$(date +%s%N)
-            timeout 120 $start env -u GPUMPI_NODE_ID GPUMPI_DEBUG=1 GPUMPI_NET_IFNAME=rail \
-                $cmd "$bin/$prog" "$@" > "$log.out" 2> "$log.err" < /dev/null
-            rc=$?
-            ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-            grown=0
-            i=0
-            for nr in "0 0" "0 1" "1 0" "1 1"; do
-                [ $(( $(rx_bytes $nr) - ${before[$i]} )) -ge 1024 ] && grown=$((grown + 1))
-                i=$((i + 1))
-            done
-            oks=$(grep -c "^OK $prog" "$log.out")
-            r0=$(grep -ac 'rail 0 (local rank round-robin; 2 network devices), device rail0' "$log.err")
-            r1=$(grep -ac 'rail 1 (local rank round-robin; 2 network devices), device rail1' "$log.err")
-            what="$name $prog${1:+ $1} over 2 namespace nodes x 2 rails"
-            if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$r0" != 2 ] || [ "$r1" != 2 ] || [ $grown != 4 ]; then
-                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks on rail0/rail1=$r0/$r1 (want 2/2), rails with traffic=$grown (want 4) (see $log.*)"
-                grep -av ' INFO ' "$log.err" | tail -5 | sed 's/^/    /'
-            elif ! netns_leftovers; then
-                fail "$what: processes left in the namespaces after the job (killed)"
-            else
-                pass=$((pass + 1))
-                printf '  ok  %-14s %-24s %5d ms  one rail per local rank, traffic on both rails of both nodes\n' "$name" "$prog${1:+ $1}" $ms
-            fi
-        done
     done
     netns_down
     if bash "$root/scripts/netns-nodes.sh" -p "$netns_pfx" list | grep -q .; then
