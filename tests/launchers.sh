@@ -392,7 +392,12 @@ else
             fi
             oks=$(grep -c "^OK $prog" "$log.out")
             chosen=$(grep -ac "bootstrap: $method " "$log.err")
-            net=$(grep -ac "received over the network, 2 off-node peers" "$log.err")
+            # Off-node peers each rank reaches over the network itself: both ranks of the other
+            # node, or with both rails (PXN, on by default there) only the one on its own rail,
+            # the other through its node's forwarder.
+            peers=2
+            [ "$via" = rails ] && peers=1
+            net=$(grep -ac "received over the network, $peers off-node peers" "$log.err")
             at1=$(grep -ac 'name: "rail0", addr: "198.18.0.1"' "$log.err")
             at2=$(grep -ac 'name: "rail0", addr: "198.18.0.2"' "$log.err")
             # Over both rails: one rank per rail on each node (local rank round-robin) and
@@ -401,10 +406,7 @@ else
             r1=$(grep -ac 'rail 1 (local rank round-robin; 2 network devices), device rail1' "$log.err")
             want_rails="0/0" want_grown=2
             if [ "$via" = rails ]; then
-                # PXN (on by default with 2 rails): each rank talks over the network to the
-                # peer on its own rail only, and reaches the other through its node's forwarder.
                 want_rails="2/2" want_grown=4
-                net=$(grep -ac "received over the network, 1 off-node peers" "$log.err")
                 at1=$(grep -ac 'name: "rail1", addr: "198.18.1.1"' "$log.err")
                 at2=$(grep -ac 'name: "rail1", addr: "198.18.1.2"' "$log.err")
             elif [ "$via" = ib ]; then
@@ -417,7 +419,7 @@ else
             if [ $rc -ne 0 ] || [ "$oks" != 1 ] || [ "$chosen" != 4 ] || [ "$net" != 4 ] ||
                 [ "$at1" != 2 ] || [ "$at2" != 2 ] || [ "$r0/$r1" != "$want_rails" ] ||
                 [ "$grown" != "$want_grown" ]; then
-                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen, ranks with network traffic and 2 off-node peers=$net, ranks on node 0/1 addresses=$at1/$at2, ranks on rail0/rail1=$r0/$r1 (want $want_rails), interfaces with traffic=$grown (want $want_grown) (see $log.*)"
+                fail "$what: rc=$rc, 'OK $prog' lines=$oks, ranks that chose '$method'=$chosen, ranks with network traffic and $peers off-node peers=$net, ranks on node 0/1 addresses=$at1/$at2, ranks on rail0/rail1=$r0/$r1 (want $want_rails), interfaces with traffic=$grown (want $want_grown) (see $log.*)"
                 grep -av ' INFO ' "$log.err" | tail -5 | sed 's/^/    /'
             elif ! netns_leftovers; then
                 fail "$what: processes left in the namespaces after the job (killed)"

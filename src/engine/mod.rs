@@ -748,7 +748,7 @@ impl Engine {
         let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
         let dev_reg = transport.device_registration();
         tracing::debug!(
-            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {} bytes ({} to the farthest peer)",
+            "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {} bytes (up to {} to some peers)",
             cfg.eager_limit,
             cfg.cma_min,
             transport.max_payload().max(8),
