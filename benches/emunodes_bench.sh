@@ -38,11 +38,12 @@ else
 fi
 
 port=$((47000 + $$ % 1000))
+cc -O2 -pthread -o "$work/raw_tcp" "$here/benches/raw_tcp.c" || exit 1
 for s in 1 4; do
-    python3 "$here/benches/raw_tcp.py" recv 127.0.0.1 "$port" "$s" &
+    "$work/raw_tcp" recv 127.0.0.1 "$port" "$s" 1048576 spin &
     r=$!
-    sleep 0.5
-    python3 "$here/benches/raw_tcp.py" send 127.0.0.1 "$port" "$s" 3
+    sleep 0.3
+    "$work/raw_tcp" send 127.0.0.1 "$port" "$s" 3 1048576 spin
     wait "$r"
     port=$((port + 1))
 done

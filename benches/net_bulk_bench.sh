@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Windowed point-to-point bandwidth between two nodes (gpumpi-bench -o bw: 64 nonblocking sends
 # of one reused buffer per iteration, 1+1 ranks) for two installs side by side, interleaved
-# round by round, beside raw TCP between the same endpoints (python sockets, 1 and 4 streams,
+# round by round, beside raw TCP between the same endpoints (benches/raw_tcp.c, both ends
+# polling their sockets, 1 and 4 streams,
 # writes and reads of 1 MiB and of 64 MiB buffers, 2 s each: on loopback and veth the copies
 # of large buffers come from memory, not cache, as the benchmark's do).
 #
@@ -78,6 +79,7 @@ for which in base new; do
     eval "p=\$$which"
     "$p/bin/mpicc" -std=c99 -O2 -o "$work/bench-$which" "$here/benches/gpumpi-bench.c" -ldl -lm
 done
+cc -O2 -pthread -o "$work/raw_tcp" "$here/benches/raw_tcp.c"
 
 
 # in_node I CMD...: CMD in namespace node I (--netns), else here.
@@ -95,10 +97,10 @@ raw() {
     local s z
     for z in 1048576 67108864; do
         for s in 1 4; do
-            in_node 1 python3 "$here/benches/raw_tcp.py" recv "$raddr" 47100 "$s" "$z" &
+            in_node 1 "$work/raw_tcp" recv "$raddr" 47100 "$s" "$z" spin &
             local r=$!
-            sleep 0.5
-            in_node 0 python3 "$here/benches/raw_tcp.py" send "$raddr" 47100 "$s" 2 "$z"
+            sleep 0.3
+            in_node 0 "$work/raw_tcp" send "$raddr" 47100 "$s" 2 "$z" spin
             wait "$r"
         done
     done

@@ -49,13 +49,14 @@ fi
 
 "$prefix/bin/mpicc" -std=c99 -O2 -o "$work/gpumpi-bench" "$here/benches/gpumpi-bench.c" -ldl -lm
 
-# Raw TCP between the namespaces: one stream and four, 1 MiB writes, 2 s each (python sockets;
-# the receiver in node 1, the sender in node 0).
+# Raw TCP between the namespaces: one stream and four, 1 MiB writes, 2 s each (benches/raw_tcp.c,
+# both ends polling their sockets; the receiver in node 1, the sender in node 0).
+cc -O2 -pthread -o "$work/raw_tcp" "$here/benches/raw_tcp.c"
 for s in 1 4; do
-    ip netns exec "$ns-n1" python3 "$here/benches/raw_tcp.py" recv 198.18.0.2 47000 "$s" &
+    ip netns exec "$ns-n1" "$work/raw_tcp" recv 198.18.0.2 47000 "$s" 1048576 spin &
     r=$!
-    sleep 0.5
-    ip netns exec "$ns-n0" python3 "$here/benches/raw_tcp.py" send 198.18.0.2 47000 "$s" 2
+    sleep 0.3
+    ip netns exec "$ns-n0" "$work/raw_tcp" send 198.18.0.2 47000 "$s" 2 1048576 spin
     wait "$r"
 done
 

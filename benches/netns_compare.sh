@@ -26,7 +26,7 @@
 # its ranks: each namespace node would otherwise bind its first rank to the machine's first core,
 # all of them to the same one. Prints one table per case: the median over rounds of each run's
 # median (one-way us for ping-pong, GB/s for bandwidth, us for allreduce), and for bandwidth the
-# best raw TCP figure (1 or 4 streams). Needs root and `ip` (else exit 77 with the reason).
+# best raw TCP figure (benches/raw_tcp.c: 1 or 4 streams of 64 KiB or 1 MiB writes). Needs root and `ip` (else exit 77 with the reason).
 set -uo pipefail
 prefix=${1:?usage: netns_compare.sh GPUMPI_PREFIX [OUT_DIR]}
 out=${2:-$(mktemp -d /tmp/netns-compare.XXXXXX)}
@@ -38,6 +38,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 nodes="$here/scripts/netns-nodes.sh"
 ns=gnc$$
 mkdir -p "$out/raw"
+cc -O2 -pthread -o "$out/raw_tcp" "$(dirname "$0")/raw_tcp.c" || exit 1
 spinner=
 cleanup() {
     [ -n "$spinner" ] && kill "$spinner" 2> /dev/null
@@ -120,15 +121,18 @@ fi
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/summary.txt"
 for r in $(seq 1 "$rounds"); do
-    # Raw TCP node 0 -> node 1 in each round: 1 and 4 streams of 1 MiB writes, 2 s each.
-    for s in 1 4; do
-        port=$((47000 + s))
-        bash "$nodes" -p "$ns" exec 1 python3 "$here/benches/raw_tcp.py" recv 198.18.0.2 $port "$s" &
-        rp=$!
-        sleep 0.5
-        bash "$nodes" -p "$ns" exec 0 python3 "$here/benches/raw_tcp.py" send 198.18.0.2 $port "$s" 2 \
-            >> "$out/raw/raw-tcp.txt"
-        wait "$rp"
+    # Raw TCP node 0 -> node 1 in each round (benches/raw_tcp.c, both ends polling their
+    # sockets as the MPIs do): 1 and 4 streams of 64 KiB and 1 MiB writes, 2 s each.
+    for z in 65536 1048576; do
+        for s in 1 4; do
+            port=$((47000 + s))
+            bash "$nodes" -p "$ns" exec 1 "$out/raw_tcp" recv 198.18.0.2 $port "$s" $z spin &
+            rp=$!
+            sleep 0.3
+            bash "$nodes" -p "$ns" exec 0 "$out/raw_tcp" send 198.18.0.2 $port "$s" 2 $z spin \
+                >> "$out/raw/raw-tcp.txt"
+            wait "$rp"
+        done
     done
     for c in "${cases[@]}"; do
         IFS='|' read -r name n per args <<< "$c"
@@ -160,7 +164,7 @@ for fn in os.listdir(os.path.join(out, "raw")):
             continue
         res.setdefault((name, int(f[0]), mpi), []).append(float(f[9]))
 raw = [float(x) for x in re.findall(r"([0-9.]+) GB/s", open(os.path.join(out, "raw", "raw-tcp.txt")).read())]
-print(f"\nraw TCP node 0 -> node 1, GB/s per run (1 and 4 streams alternating): {' '.join(f'{x:.2f}' for x in raw)}")
+print(f"\nraw TCP node 0 -> node 1, GB/s per run (1 and 4 streams of 64 KiB, then of 1 MiB writes, per round): {' '.join(f'{x:.2f}' for x in raw)}")
 best_raw = st.median(sorted(raw)[len(raw) // 2:]) if raw else None
 for name in ["pingpong", "bw", "allreduce2x2", "allreduce4x1"]:
     sizes = sorted({k[1] for k in res if k[0] == name})

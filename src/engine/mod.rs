@@ -15,8 +15,9 @@
 //!   that `progress` advances; blocking ones may instead loop on `CollExec::advance`.
 //!
 //! # Protocols (message kinds in [`Header::kind`])
-//! - **Eager** (`len <= eager limit`; to an off-node peer that takes bulk transfers, every
-//!   message below the bulk threshold, at most [`OFF_NODE_EAGER_MAX`]): `EAGER` frame with
+//! - **Eager** (`len <= eager limit`; to an off-node peer reached directly, every message of
+//!   at most [`OFF_NODE_EAGER_MAX`] bytes, below the bulk threshold where the peer takes bulk
+//!   transfers): `EAGER` frame with
 //!   the first bytes that fit a frame to that peer ([`Transport::max_payload_to`]: the
 //!   network's frames to an off-node peer reached directly, so a message below the bulk
 //!   threshold goes as one), then `FRAG` frames. A receive that matches copies straight out
@@ -611,6 +612,8 @@ struct State {
     /// bulk transfers take device memory ([`Transport::bulk_device`]).
     bulk_min: Vec<Option<usize>>,
     bulk_dev: Vec<bool>,
+    /// Per peer: on another node and reached directly ([`Transport::net_direct`]).
+    net_direct: Vec<bool>,
     /// Whether one device buffer can go in bulk transfers ([`Transport::device_registration`]):
     /// asked before this rank offers or accepts GPUDirect RDMA with it.
     dev_reg: Option<crate::transport::RegCheck>,
@@ -746,6 +749,7 @@ impl Engine {
         let byes = bye::Byes::new(world_size, &near);
         let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
         let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
+        let net_direct = (0..world_size).map(|r| transport.net_direct(r)).collect();
         let dev_reg = transport.device_registration();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {} bytes (up to {} to some peers)",
@@ -789,6 +793,7 @@ impl Engine {
                 told: VecDeque::new(),
                 bulk_min,
                 bulk_dev,
+                net_direct,
                 dev_reg,
                 bulk_rx: Vec::new(),
                 bulk_tx: Vec::new(),
@@ -818,20 +823,19 @@ impl Engine {
         self.eager_limit
     }
 
-    /// The eager limit for messages to `dst`: to an off-node peer that takes bulk transfers
-    /// (reached directly: one behind a PXN forwarder takes none), every message below the
-    /// bulk threshold, at most [`OFF_NODE_EAGER_MAX`], goes eagerly (a rendezvous round trip
-    /// over the network costs more than the copies eager data takes, and from the threshold
-    /// on the bulk transfer pays for its round trip); the configured limit otherwise. The
-    /// threshold is this rank's setting: a receiver takes an eager message of any size, so
-    /// ranks that differ still agree.
+    /// The eager limit for messages to `dst`: to an off-node peer reached directly (not
+    /// behind a PXN forwarder), every message of at most [`OFF_NODE_EAGER_MAX`] bytes goes
+    /// eagerly (a rendezvous round trip over the network costs more than the copies eager
+    /// data takes), below the bulk threshold where the peer takes bulk transfers (from the
+    /// threshold on the bulk transfer pays for its round trip); the configured limit
+    /// otherwise. The threshold is this rank's setting: a receiver takes an eager message of
+    /// any size, so ranks that differ still agree.
     fn eager_to(&self, dst: usize) -> usize {
-        match self.st.bulk_min[dst] {
-            Some(m) if !self.st.near[dst] => self
-                .eager_limit
-                .max(m.saturating_sub(1).min(OFF_NODE_EAGER_MAX)),
-            _ => self.eager_limit,
+        if !self.st.net_direct[dst] {
+            return self.eager_limit;
         }
+        let below = self.st.bulk_min[dst].map_or(OFF_NODE_EAGER_MAX, |m| m.saturating_sub(1));
+        self.eager_limit.max(below.min(OFF_NODE_EAGER_MAX))
     }
 
     /// Whether this rank is bound to a core no other rank shares (every peer's

@@ -326,10 +326,10 @@ fn without_bulk_transfers_large_messages_stream_as_frames() {
     });
 }
 
-/// Up to an off-node peer's bulk threshold (at most `OFF_NODE_EAGER_MAX`), messages go eagerly:
-/// a standard send completes before its receive is posted (its data waits at the receiver,
-/// unexpected) and a synchronous one only after; from the threshold on, or above the
-/// configured eager limit without bulk transfers, a send waits for its receiver.
+/// Up to an off-node peer's bulk threshold, at most `OFF_NODE_EAGER_MAX` (that many without
+/// bulk transfers), messages go eagerly: a standard send completes before its receive is
+/// posted (its data waits at the receiver, unexpected) and a synchronous one only after; from
+/// the threshold on, or above `OFF_NODE_EAGER_MAX`, a send waits for its receiver.
 #[test]
 fn below_the_bulk_threshold_messages_to_another_node_go_eagerly() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -345,7 +345,11 @@ fn below_the_bulk_threshold_messages_to_another_node_go_eagerly() {
             &[OFF_NODE_EAGER_MAX],
             &[OFF_NODE_EAGER_MAX + 1],
         ),
-        (None, &[LIMIT], &[LIMIT + 1]),
+        (
+            None,
+            &[LIMIT + 1, OFF_NODE_EAGER_MAX],
+            &[OFF_NODE_EAGER_MAX + 1, 1 << 20],
+        ),
     ];
     for (min, eager, waits) in cases {
         let es = engines_with(2, min);

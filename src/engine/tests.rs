@@ -2538,6 +2538,9 @@ pub(super) mod net_device {
         fn bulk_min(&self, peer: usize) -> Option<usize> {
             self.inner.bulk_min(peer)
         }
+        fn net_direct(&self, peer: usize) -> bool {
+            self.inner.net_direct(peer)
+        }
         fn bulk_device(&self, peer: usize) -> bool {
             self.claim && self.inner.bulk_min(peer).is_some()
         }

@@ -199,6 +199,13 @@ pub trait Transport: Send {
         None
     }
 
+    /// Whether world rank `peer` is on another node and reached directly over the network
+    /// (not through a forwarder): a rendezvous with it costs a network round trip, so the
+    /// engine sends messages of up to one network frame to it eagerly. Default: no.
+    fn net_direct(&self, _peer: usize) -> bool {
+        false
+    }
+
     /// Whether bulk transfers with world rank `peer` may also send from and receive into
     /// device memory (the network backend registers device buffers with the NIC: GPUDirect
     /// RDMA). Only this rank's side: the engine agrees it with the peer in the rendezvous.

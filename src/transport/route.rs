@@ -324,9 +324,13 @@ impl Transport for Routed {
     /// Bulk transfers are offered (the receiver's choice) only with off-node peers reached
     /// directly; a peer reached through a forwarder is on another rail.
     fn bulk_min(&self, peer: usize) -> Option<usize> {
-        (self.link[peer] == 1 && self.via[peer] == u32::MAX)
+        self.net_direct(peer)
             .then(|| self.parts[1].bulk_min(peer))
             .flatten()
+    }
+
+    fn net_direct(&self, peer: usize) -> bool {
+        self.link[peer] == 1 && self.via[peer] == u32::MAX
     }
 
     /// Device memory in bulk transfers: as the network transport says for off-node peers (a

@@ -1164,8 +1164,11 @@ impl Transport for NetFrames {
     }
 
     fn bulk_min(&self, peer: usize) -> Option<usize> {
-        self.bulk_min
-            .filter(|_| peer != self.me && self.links.reaches(peer))
+        self.bulk_min.filter(|_| self.net_direct(peer))
+    }
+
+    fn net_direct(&self, peer: usize) -> bool {
+        peer != self.me && self.links.reaches(peer)
     }
 
     fn bulk_device(&self, peer: usize) -> bool {
