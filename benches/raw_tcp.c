@@ -7,7 +7,8 @@
  *
  * One thread per connection at each end. `spin`: that end's calls do not block (MSG_DONTWAIT)
  * and are retried at once, as an MPI library's progress loop polls its sockets, instead of
- * sleeping in the kernel until the socket is ready.
+ * sleeping in the kernel until the socket is ready. RAW_TCP_NODELAY=1: the sender's sockets
+ * set TCP_NODELAY, as the MPIs' do.
  *
  * The sender prints "raw TCP N stream(s) of K KiB writes: X GB/s" (bytes written over the wall
  * time, from the first write to the last connection's close). Plain blocking sockets, one
@@ -31,6 +32,7 @@
 
 static size_t block = 1 << 20;
 static int flags; /* MSG_DONTWAIT with `spin` */
+static int nodelay; /* TCP_NODELAY on the sender's sockets (RAW_TCP_NODELAY=1) */
 static double secs;
 static int fds[MAX_STREAMS];
 static unsigned long long sent[MAX_STREAMS];
@@ -111,6 +113,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "raw_tcp: %s is not an IPv4 address\n", argv[2]);
         return 2;
     }
+    const char *nd = getenv("RAW_TCP_NODELAY");
+    nodelay = nd && *nd == '1';
     pthread_t th[MAX_STREAMS];
     if (!is_send) {
         int srv = socket(AF_INET, SOCK_STREAM, 0), one = 1;
@@ -131,6 +135,7 @@ int main(int argc, char **argv) {
         fds[i] = socket(AF_INET, SOCK_STREAM, 0);
         if (fds[i] < 0) die("socket");
         if (connect(fds[i], (struct sockaddr *)&a, sizeof a) < 0) die("connect");
+        if (nodelay) setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
     }
     double t0 = now();
     t_end = t0 + secs;
