@@ -330,7 +330,7 @@ impl Transport for Routed {
     }
 
     fn net_direct(&self, peer: usize) -> bool {
-        self.link[peer] == 1 && self.via[peer] == u32::MAX
+        self.link[peer] == 1 && self.via[peer] == u32::MAX && self.parts[1].net_direct(peer)
     }
 
     /// Device memory in bulk transfers: as the network transport says for off-node peers (a
@@ -800,11 +800,15 @@ pub(crate) mod tests {
             });
             true
         }
+        fn net_direct(&self, peer: usize) -> bool {
+            peer != 0
+        }
     }
 
-    /// A peer reached directly over the network takes the network's frames; a peer of this
-    /// node or one behind a forwarder, the frames every peer takes (less the inner header a
-    /// forwarded frame carries).
+    /// A peer reached directly over the network takes the network's frames, and is the one
+    /// kind of peer the engine sends up to a network frame eagerly (`net_direct`); a peer of
+    /// this node or one behind a forwarder, the frames every peer takes (less the inner header
+    /// a forwarded frame carries).
     #[test]
     fn a_peer_reached_directly_over_the_network_takes_the_networks_frames() {
         let local = || Box::new(InprocTransport::group(1, 4, 16 << 10, false).pop().unwrap());
@@ -821,6 +825,11 @@ pub(crate) mod tests {
             (0..4).map(|r| pxn.max_payload_to(r)).collect::<Vec<_>>(),
             want
         );
+        assert_eq!(
+            (0..4).map(|r| pxn.net_direct(r)).collect::<Vec<_>>(),
+            [false, false, true, false]
+        );
+        assert!(direct.net_direct(1) && !direct.net_direct(0));
     }
 
     /// Frames from node-local peers arrive over shared memory, where no descriptor shows them:
