@@ -26,7 +26,8 @@
 # its ranks: each namespace node would otherwise bind its first rank to the machine's first core,
 # all of them to the same one. Prints one table per case: the median over rounds of each run's
 # median (one-way us for ping-pong, GB/s for bandwidth, us for allreduce), and for bandwidth the
-# best raw TCP figure (benches/raw_tcp.c: 1 or 4 streams of 64 KiB or 1 MiB writes). Needs root and `ip` (else exit 77 with the reason).
+# best raw TCP figure (benches/raw_tcp.c: 1 or 4 streams of 64 KiB or 1 MiB writes). Needs root
+# and `ip` (else exit 77 with the reason).
 set -uo pipefail
 prefix=${1:?usage: netns_compare.sh GPUMPI_PREFIX [OUT_DIR]}
 out=${2:-$(mktemp -d /tmp/netns-compare.XXXXXX)}
