@@ -182,6 +182,21 @@ pub const NOTE_BYTES: usize = collnote::NOTE_BYTES;
 /// ([`Engine::eager_to`]): what an unexpected one may hold on its receiver's heap (Open MPI's
 /// TCP path sends up to 64 KiB eagerly too).
 pub const OFF_NODE_EAGER_MAX: usize = 64 << 10;
+
+/// The eager limit for messages to one peer, from the configured `limit`: to an off-node peer
+/// reached directly (`net_direct`, [`Transport::net_direct`]: not behind a PXN forwarder),
+/// every message of at most [`OFF_NODE_EAGER_MAX`] bytes goes eagerly (a rendezvous round trip
+/// over the network costs more than the copies eager data takes), below its bulk threshold
+/// `bulk_min` where it takes bulk transfers (from there on the bulk transfer pays for its
+/// round trip); `limit` otherwise. The threshold is this rank's setting: a receiver takes an
+/// eager message of any size, so ranks that differ still agree.
+fn eager_limit_to(limit: usize, net_direct: bool, bulk_min: Option<usize>) -> usize {
+    if !net_direct {
+        return limit;
+    }
+    let below = bulk_min.map_or(OFF_NODE_EAGER_MAX, |m| m.saturating_sub(1));
+    limit.max(below.min(OFF_NODE_EAGER_MAX))
+}
 /// What a message may carry beside its data for the receiver's collective check (opaque here).
 pub type Note = [u8; NOTE_BYTES];
 
@@ -612,8 +627,8 @@ struct State {
     /// bulk transfers take device memory ([`Transport::bulk_device`]).
     bulk_min: Vec<Option<usize>>,
     bulk_dev: Vec<bool>,
-    /// Per peer: on another node and reached directly ([`Transport::net_direct`]).
-    net_direct: Vec<bool>,
+    /// Per peer: the largest message sent to it eagerly ([`eager_limit_to`]).
+    eager_max: Vec<usize>,
     /// Whether one device buffer can go in bulk transfers ([`Transport::device_registration`]):
     /// asked before this rank offers or accepts GPUDirect RDMA with it.
     dev_reg: Option<crate::transport::RegCheck>,
@@ -747,9 +762,11 @@ impl Engine {
         let rates = transport.copy_rates();
         let near: Vec<bool> = (0..world_size).map(|r| transport.same_node(r)).collect();
         let byes = bye::Byes::new(world_size, &near);
-        let bulk_min = (0..world_size).map(|r| transport.bulk_min(r)).collect();
+        let bulk_min: Vec<Option<usize>> = (0..world_size).map(|r| transport.bulk_min(r)).collect();
         let bulk_dev = (0..world_size).map(|r| transport.bulk_device(r)).collect();
-        let net_direct = (0..world_size).map(|r| transport.net_direct(r)).collect();
+        let eager_max = (0..world_size)
+            .map(|r| eager_limit_to(cfg.eager_limit, transport.net_direct(r), bulk_min[r]))
+            .collect();
         let dev_reg = transport.device_registration();
         tracing::debug!(
             "engine: rank {my_world_rank}/{world_size}, eager limit {} bytes, single-copy threshold {:?} (None: measured choice), rates {rates:?}, frame payload {} bytes (up to {} to some peers)",
@@ -793,7 +810,7 @@ impl Engine {
                 told: VecDeque::new(),
                 bulk_min,
                 bulk_dev,
-                net_direct,
+                eager_max,
                 dev_reg,
                 bulk_rx: Vec::new(),
                 bulk_tx: Vec::new(),
@@ -823,19 +840,9 @@ impl Engine {
         self.eager_limit
     }
 
-    /// The eager limit for messages to `dst`: to an off-node peer reached directly (not
-    /// behind a PXN forwarder), every message of at most [`OFF_NODE_EAGER_MAX`] bytes goes
-    /// eagerly (a rendezvous round trip over the network costs more than the copies eager
-    /// data takes), below the bulk threshold where the peer takes bulk transfers (from the
-    /// threshold on the bulk transfer pays for its round trip); the configured limit
-    /// otherwise. The threshold is this rank's setting: a receiver takes an eager message of
-    /// any size, so ranks that differ still agree.
+    /// The eager limit for messages to `dst` ([`eager_limit_to`], fixed at set-up).
     fn eager_to(&self, dst: usize) -> usize {
-        if !self.st.net_direct[dst] {
-            return self.eager_limit;
-        }
-        let below = self.st.bulk_min[dst].map_or(OFF_NODE_EAGER_MAX, |m| m.saturating_sub(1));
-        self.eager_limit.max(below.min(OFF_NODE_EAGER_MAX))
+        self.st.eager_max[dst]
     }
 
     /// Whether this rank is bound to a core no other rank shares (every peer's
