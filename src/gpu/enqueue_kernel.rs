@@ -345,6 +345,21 @@ pub fn algo_name(algo: u32) -> &'static str {
     }
 }
 
+/// Bytes of each round's slice when `want` bytes move in rounds of at most `most` (a multiple of
+/// [`ALIGN`]): one round when they fit; else as few rounds as fit, of one size rounded up to
+/// [`UNIT`] (within `most`), so that no round is a small remainder that costs a whole round's
+/// flags and waits (16 MiB at 2 ranks with ~15.5 MiB slots: two rounds of 8 MiB, not 15.5 and
+/// 0.5), while every round still starts at a 64 KiB multiple of the vector (rounds of 16-byte
+/// multiples only, whose blocks' parts straddle cache lines, were 1-7% slower from 256 MiB on 2x
+/// H200, benches/NOTES.md). The last round takes what is left.
+fn even_slice(want: usize, most: usize) -> usize {
+    if want <= most {
+        return want.next_multiple_of(ALIGN);
+    }
+    let rounds = want.div_ceil(most.max(1));
+    want.div_ceil(rounds).next_multiple_of(UNIT).min(most)
+}
+
 /// The plan of an allreduce of `bytes` (> 0) over `n` ranks with scratch layout `l` and knobs
 /// `t`: LL up to `t.ll_limit(n)` (within the LL area), pipelined from `t.pipe_from(n)`, flagged
 /// rounds between; two-shot above `t.one_shot_max` with more than 2 ranks.
@@ -373,6 +388,8 @@ pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
         } else {
             t.pipe_chunk.next_multiple_of(ALIGN).min(l.stage)
         };
+        // Pipelined rounds keep whole stages (4 ranks on 4x H200: even rounds were 4-8% faster
+        // at 8-32 MiB and 3% slower at 64-128 MiB; benches/NOTES.md).
         let slice = want.next_multiple_of(ALIGN).min(chunk);
         let parts = blocks_for(slice, t.blocks / roles);
         let round = if two { slice * n } else { slice };
@@ -385,7 +402,7 @@ pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
             rounds: bytes.div_ceil(round),
         };
     }
-    let slice = want.next_multiple_of(ALIGN).min(l.slot);
+    let slice = even_slice(want, l.slot);
     let blocks = blocks_for(slice, t.blocks);
     let round = if two { slice * n } else { slice };
     Plan {
@@ -401,10 +418,11 @@ pub fn plan(bytes: usize, n: usize, l: &Layout, t: &Tune) -> Plan {
 /// The plan of a collective of kernels/stream_coll.cuh (`algo`: one of [`BCAST`],
 /// [`ALLGATHER`], [`ALLTOALL`], [`REDUCE_SCATTER`]) whose ranks' blocks are `bytes` (> 0) each,
 /// over the flagged rounds' slots of layout `l`: a round carries `slice` bytes of every block
-/// (at most a slot), a block per `t.block_bytes` of the slice.
+/// (at most a slot, the same in every round: [`even_slice`]), a block per `t.block_bytes` of
+/// the slice.
 pub fn coll_plan(algo: u32, bytes: usize, l: &Layout, t: &Tune) -> Plan {
     let t = t.clamped();
-    let slice = bytes.next_multiple_of(ALIGN).min(l.slot);
+    let slice = even_slice(bytes, l.slot);
     let blocks = slice.div_ceil(t.block_bytes).clamp(1, t.blocks.max(1));
     Plan {
         algo,
@@ -1066,14 +1084,26 @@ mod tests {
         assert_eq!((p.blocks, p.rounds, p.slice), (1, 1, 16));
         let p = coll_plan(ALLGATHER, 32 << 10, &l, &t);
         assert_eq!((p.blocks, p.per, p.rounds), (8, 4 << 10, 1));
+        // More than a slot: as few rounds as fit, of one size.
         let p = coll_plan(BCAST, 16 << 20, &l, &t);
+        let rounds = (16usize << 20).div_ceil(l.slot);
+        assert!(rounds > 1);
         assert_eq!(
             (p.blocks, p.slice, p.rounds),
-            (128, l.slot, (16usize << 20).div_ceil(l.slot))
+            (
+                128,
+                (16usize << 20).div_ceil(rounds).next_multiple_of(UNIT),
+                rounds
+            )
         );
         let small = Layout::for_budget(2, 256 << 10, &t);
+        assert_eq!(small.slot, 64 << 10);
         let p = coll_plan(REDUCE_SCATTER, (64 << 10) + 4, &small, &t);
-        assert_eq!((p.slice, p.rounds, p.blocks), (64 << 10, 2, 16));
+        assert_eq!(
+            (p.slice, p.rounds, p.blocks),
+            (64 << 10, 2, 16),
+            "rounds start at 64 KiB multiples: a slot, then the 4 bytes left"
+        );
         assert!(coll_eligible(BCAST, 4, true, None).is_ok());
         assert!(coll_eligible(ALLTOALL, 0, true, None)
             .unwrap_err()
@@ -1107,6 +1137,24 @@ mod tests {
         // 2 MiB at 2 ranks: flagged rounds, one of them, on every block; never pipelined.
         let p = plan(2 << 20, 2, &l2, &t);
         assert_eq!((p.algo, p.blocks, p.rounds), (ONE_SHOT, 128, 1));
+        // 16 MiB at 2 ranks, a little more than a slot: two rounds of 8 MiB.
+        assert!(l2.slot < 16 << 20 && l2.slot >= 8 << 20);
+        let p = plan(16 << 20, 2, &l2, &t);
+        assert_eq!((p.algo, p.slice, p.rounds), (ONE_SHOT, 8 << 20, 2));
+        // Rounds of one size whatever the remainder: 1 GiB + 16 at 2 ranks.
+        let p = plan((1 << 30) + 16, 2, &l2, &t);
+        assert!(p.slice <= l2.slot);
+        assert_eq!(p.rounds, ((1usize << 30) + 16).div_ceil(l2.slot));
+        let total = (1usize << 30) + 16;
+        assert!(p.slice.is_multiple_of(UNIT), "{p:?}");
+        assert!(
+            p.slice * (p.rounds - 1) < total,
+            "{p:?}: the last round is not empty"
+        );
+        assert!(
+            p.slice * p.rounds - total < UNIT * p.rounds,
+            "{p:?}: the last round is short"
+        );
         assert_eq!(plan(1 << 30, 2, &l2, &t).algo, ONE_SHOT);
         // 4 ranks: two-shot above 512 KiB, pipelined (3 roles) from 8 MiB.
         assert_eq!(plan(512 << 10, 4, &l4, &t).algo, ONE_SHOT);
