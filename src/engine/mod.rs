@@ -197,6 +197,7 @@ fn eager_limit_to(limit: usize, net_direct: bool, bulk_min: Option<usize>) -> us
     let below = bulk_min.map_or(OFF_NODE_EAGER_MAX, |m| m.saturating_sub(1));
     limit.max(below.min(OFF_NODE_EAGER_MAX))
 }
+
 /// What a message may carry beside its data for the receiver's collective check (opaque here).
 pub type Note = [u8; NOTE_BYTES];
 

@@ -1142,10 +1142,10 @@ mod tests {
         let p = plan(16 << 20, 2, &l2, &t);
         assert_eq!((p.algo, p.slice, p.rounds), (ONE_SHOT, 8 << 20, 2));
         // Rounds of one size whatever the remainder: 1 GiB + 16 at 2 ranks.
-        let p = plan((1 << 30) + 16, 2, &l2, &t);
-        assert!(p.slice <= l2.slot);
-        assert_eq!(p.rounds, ((1usize << 30) + 16).div_ceil(l2.slot));
         let total = (1usize << 30) + 16;
+        let p = plan(total, 2, &l2, &t);
+        assert!(p.slice <= l2.slot);
+        assert_eq!(p.rounds, total.div_ceil(l2.slot));
         assert!(p.slice.is_multiple_of(UNIT), "{p:?}");
         assert!(
             p.slice * (p.rounds - 1) < total,
