@@ -229,10 +229,15 @@ __device__ void res_small_copy(const ResCmd &c) {
 // Warp 0 of a resident kernel: poll the whole command line in one coalesced read per poll
 // (each read of mapped host memory is a PCIe round trip) until its seq differs from `seen`:
 // returns 1, with this lane's word of the line (lanes 0-7) in *v. After `idle_ns` without a
-// command (re-checked after the decision), says so in `done->exited` (the host relaunches when
-// it sees `exited` for this epoch and its command not done) and returns 2.
+// command (re-checked after the decision), and once `quiet()` (called by the whole warp) says
+// that the kernel has finished command `seen` everywhere, says so in `done->exited` (the host
+// relaunches when it sees `exited` for this epoch and its command not done, and the new launch
+// runs that command: a kernel that exited while some of its blocks still ran the command would
+// have it run twice) and returns 2.
+template <typename Quiet>
 __device__ int res_poll(const volatile ResCmd *cmd, volatile ResDone *done, unsigned long long epoch,
-                        unsigned long long idle_ns, unsigned long long seen, unsigned long long *out) {
+                        unsigned long long idle_ns, unsigned long long seen, unsigned long long *out,
+                        Quiet quiet) {
     const volatile unsigned long long *w = reinterpret_cast<const volatile unsigned long long *>(cmd);
     const unsigned long long t0 = res_now();
     int action = 0;
@@ -241,7 +246,8 @@ __device__ int res_poll(const volatile ResCmd *cmd, volatile ResDone *done, unsi
         v = threadIdx.x < 8 ? w[threadIdx.x] : 0;
         if (__shfl_sync(0xffffffffu, v, 0) != seen) {
             action = 1;
-        } else if (threadIdx.x == 0 && res_now() - t0 > idle_ns) {
+        } else if (__shfl_sync(0xffffffffu, threadIdx.x == 0 && res_now() - t0 > idle_ns ? 1 : 0, 0) && quiet() &&
+                   threadIdx.x == 0) {
             __threadfence_system();
             if (w[0] == seen) {
                 done->exited = epoch;
@@ -266,7 +272,8 @@ gpumpi_resident(const volatile ResCmd *cmd, volatile ResDone *done, unsigned lon
     for (;;) {
         if (threadIdx.x < 32) {
             unsigned long long v = 0;
-            const int action = res_poll(cmd, done, epoch, idle_ns, seen, &v);
+            // One block: every command is finished when it polls.
+            const int action = res_poll(cmd, done, epoch, idle_ns, seen, &v, [] { return true; });
             if (action == 1 && threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = v;
             if (threadIdx.x == 0) {
                 go = action == 1;

@@ -280,8 +280,15 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
                 // Exit (action 2) reaches the other blocks as a command of kind 0; the host's
                 // relaunch queues behind this whole grid on the kernel's stream.
                 unsigned long long v = 0;
+                // Quiet: every block has reported command `seen` (block 0 finishes its chunk
+                // first, the others may still be copying theirs).
+                auto quiet = [&] {
+                    bool all = true;
+                    for (unsigned int b = threadIdx.x; b < gridDim.x; b += 32) all = all && (done->blk[b] >> 1) == seen;
+                    return __all_sync(0xffffffffu, all) != 0;
+                };
                 const int action =
-                    res_poll(cmd, reinterpret_cast<volatile ResDone *>(done), epoch, idle_ns, seen, &v);
+                    res_poll(cmd, reinterpret_cast<volatile ResDone *>(done), epoch, idle_ns, seen, &v, quiet);
                 if (threadIdx.x < 8) reinterpret_cast<unsigned long long *>(&c)[threadIdx.x] = action == 1 ? v : 0;
                 __syncwarp();
                 if (threadIdx.x == 0) {

@@ -550,6 +550,7 @@ midrun() { # label ranks env...
     echo "== gpu_resident_mid -n $n $label"
     if ! env GPUMPI_DEBUG=2 "$@" "$mpirun" -n "$n" --oversubscribe --timeout "$tmo" -x GPUMPI_DEBUG \
         -x GPUMPI_GPU_RESIDENT_TUNING -x GPUMPI_GPU_RESIDENT_MAX -x GPUMPI_GPU_RESIDENT_BLOCKS \
+        -x GPUMPI_GPU_RESIDENT_IDLE_US \
         "$out/gpu_resident_mid" $((4 << 20)) >"$log" 2>&1; then
         { grep -E "^(PASS|FAIL|SKIP)|^gpu_resident_mid:" "$log" || true; } | head -20 || true
         tail -20 "$log"
@@ -588,6 +589,11 @@ midrun "(two_shot from 4 B to 4 MiB, 3 blocks)" 3 GPUMPI_GPU_RESIDENT_TUNING="$o
     GPUMPI_GPU_RESIDENT_MAX=4m GPUMPI_GPU_RESIDENT_BLOCKS=3
 midrun "(two_shot from 4 B to 4 MiB)" 2 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \
     GPUMPI_GPU_RESIDENT_MAX=4m
+# A kernel idle for 1 us exits between calls, and must not exit while some of its blocks still
+# run a call: the relaunch would run that call again (in place, the second run pushes results).
+for n in 2 4; do
+    midrun "(kernels idle 1 us)" "$n" GPUMPI_GPU_RESIDENT_IDLE_US=1 GPUMPI_GPU_RESIDENT_MAX=4m
+done
 run "gpu_mem big -n 4 (1 GiB per buffer)" \
     "$mpirun" -n 4 --oversubscribe --timeout "$tmo" "$out/gpu_mem" big
 if [ "$bench" = yes ]; then
