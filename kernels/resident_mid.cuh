@@ -43,9 +43,25 @@
 //   leave words behind, which the next LL call over them waits past), then reduces or copies
 //   out as above. A released command (mismatched peers) is seen in the block's first-phase
 //   flags, as with flags.
+// - With RES_MID_LL128 in the kind (one-shot allreduce, alltoall, allgather up to a slot): no
+//   flags, no fence and no copy through the plain slots. The pieces for peers travel as LL128
+//   lines in the LL128 area [2 parities][nranks][mid_ll128_slot] (128-byte aligned, after the
+//   LL area): 128-byte lines of 15 data words of 8 bytes and a flag word (the last), each line
+//   stored by the 8 threads of an octet with one 16-byte store each, the flag word (the
+//   sender's flagv << 1 | ok, a value no earlier call of the communicator used) in the eighth
+//   thread's second half. A warp's 128-byte line store reaches the peer's memory over NVLink
+//   whole (NCCL's LL128 protocol rests on the same property), so a line whose flag word is the
+//   call's carries its data. Each block takes a range of lines; its receiving threads poll
+//   their lines and reduce or copy them straight into the output, storing a line only once
+//   every peer's copy of it said ok (a rank that stages the call afterwards finds its buffers
+//   untouched). Flag words are never cleared: the next call of the same parity waits for a
+//   larger value.
 
 #define RES_AR_TWO_SHOT 5u
 #define RES_MID_LL 0x8000u
+#define RES_MID_LL128 0x4000u
+// Lines in flight per thread in an LL128 loop (loads issued together, then checked).
+#define MID_LL128_U 2
 #define RES_MID_BLOCKS_MAX 64
 #define RES_MID_DESC_OFF 16384ull
 #define RES_MID_DATA_OFF 20480ull
@@ -265,7 +281,350 @@ __device__ __forceinline__ void mid_ll_get(char *plain, char *ll, unsigned long 
     }
 }
 
-extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volatile MidDone *done,
+// Bytes of the LL128 area of one (parity, sender): the lines of a slot's data (15 words of 8
+// bytes per 128-byte line; src/gpu/resident/mid.rs, ll128_slot: the two must agree).
+__device__ __forceinline__ unsigned long long mid_ll128_slot(unsigned long long slot) {
+    return ((slot + 7) / 8 + 14) / 15 * 128;
+}
+
+// The LL128 lines of block blk of nblk for a call of `len` bytes: [*l0, *l1).
+__device__ __forceinline__ void mid_ll128_lines(unsigned long long len, int nblk, int blk, unsigned int *l0,
+                                                unsigned int *l1) {
+    const unsigned int lines = (unsigned int)(((len + 7) / 8 + 14) / 15);
+    const unsigned int per = (lines + nblk - 1) / nblk;
+    *l0 = min(lines, (unsigned int)blk * per);
+    *l1 = min(lines, *l0 + per);
+}
+
+// A thread's lines in the LL128 loops: its octet (threadIdx.x / 8) takes MID_LL128_U
+// consecutive lines of each batch, from the returned one; lane t = threadIdx.x % 8 holds bytes
+// 16 t to 16 t + 16 of each line (for t = 7: 8 data bytes, then the flag word), that is data
+// bytes 120 l + 16 t of the call.
+__device__ __forceinline__ unsigned int mid_ll128_first(unsigned int base) {
+    return base + (threadIdx.x / 8) * MID_LL128_U;
+}
+__device__ __forceinline__ unsigned int mid_ll128_step() {
+    return MID_LL128_U * (blockDim.x / 8);
+}
+
+// The bytes below len of the 8 at p + o, one at a time (all loads issued before any is used),
+// and their store: an unaligned buffer, or a short last word.
+__device__ __noinline__ unsigned long long mid_ld8_bytes(const char *p, unsigned long long len, unsigned long long o) {
+    unsigned char b[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) b[k] = o + k < len ? (unsigned char)__ldcg(p + o + k) : 0;
+    unsigned long long v = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) v |= (unsigned long long)b[k] << (8 * k);
+    return v;
+}
+__device__ __noinline__ void mid_st8_bytes(char *p, unsigned long long len, unsigned long long o,
+                                           unsigned long long v) {
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (o + k < len) p[o + k] = (char)(v >> (8 * k));
+}
+
+// Data word at byte o of the `len` bytes at p: zero past len or without p, one 8-byte load
+// where the word is aligned and whole.
+__device__ __forceinline__ unsigned long long mid_ld8(const char *p, unsigned long long len, unsigned long long o) {
+    if (p == nullptr || o >= len) return 0;
+    if (o + 8 <= len && ((reinterpret_cast<unsigned long long>(p) + o) & 7) == 0)
+        return __ldcg(reinterpret_cast<const unsigned long long *>(p + o));
+    return mid_ld8_bytes(p, len, o);
+}
+
+// Store data word v at byte o of the `len` bytes at p (only its bytes below len).
+__device__ __forceinline__ void mid_st8(char *p, unsigned long long len, unsigned long long o, unsigned long long v) {
+    if (o >= len) return;
+    if (o + 8 <= len && ((reinterpret_cast<unsigned long long>(p) + o) & 7) == 0)
+        *reinterpret_cast<unsigned long long *>(p + o) = v;
+    else
+        mid_st8_bytes(p, len, o, v);
+}
+
+// The words of data bytes [120 l + 16 t, +16) of the `len` bytes at p (nullptr: zeros) for the
+// MID_LL128_U lines from l: one 8-byte load each where p is 8-byte aligned and the lines lie
+// inside len, else word by word (mid_ld8: zeros past len); w1 of lane 7 is `flag`.
+__device__ __forceinline__ void mid_ll128_ld(const char *p, unsigned long long len, unsigned int l,
+                                             unsigned long long flag, unsigned long long *w0,
+                                             unsigned long long *w1) {
+    const unsigned int t = threadIdx.x & 7;
+    const unsigned long long o = 120ull * l + 16 * t;
+    if (p != nullptr && (reinterpret_cast<unsigned long long>(p) & 7) == 0 && 120ull * (l + MID_LL128_U) <= len) {
+        const unsigned long long *q = reinterpret_cast<const unsigned long long *>(p + o);
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++) {
+            w0[j] = __ldcg(q + 15 * j);
+            w1[j] = t < 7 ? __ldcg(q + 15 * j + 1) : flag;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++) {
+            w0[j] = mid_ld8(p, len, o + 120 * j);
+            w1[j] = t < 7 ? mid_ld8(p, len, o + 120 * j + 8) : flag;
+        }
+    }
+}
+
+// Store the words of mid_ll128_ld back at p (only lines below l1, only bytes below len).
+__device__ __forceinline__ void mid_ll128_st(char *p, unsigned long long len, unsigned int l, unsigned int l1,
+                                             const unsigned long long *w0, const unsigned long long *w1) {
+    const unsigned int t = threadIdx.x & 7;
+    const unsigned long long o = 120ull * l + 16 * t;
+    if ((reinterpret_cast<unsigned long long>(p) & 7) == 0 && 120ull * (l + MID_LL128_U) <= len &&
+        l + MID_LL128_U <= l1) {
+        unsigned long long *q = reinterpret_cast<unsigned long long *>(p + o);
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++) {
+            q[15 * j] = w0[j];
+            if (t < 7) q[15 * j + 1] = w1[j];
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++) {
+            if (l + j < l1) {
+                mid_st8(p, len, o + 120 * j, w0[j]);
+                if (t < 7) mid_st8(p, len, o + 120 * j + 8, w1[j]);
+            }
+        }
+    }
+}
+
+// Send lines [l0, l1) of the `len` bytes at src(q) (nullptr: zeros) to area(q) for every peer
+// q != me, flag word `tag`; `same`: one source for every peer (loaded once).
+template <typename Src, typename Area>
+__device__ __forceinline__ void mid_ll128_put(int n, int me, bool same, Src src, Area area, unsigned long long len,
+                                              unsigned int l0, unsigned int l1, unsigned long long tag) {
+    const unsigned int t = threadIdx.x & 7;
+    unsigned long long w0[MID_LL128_U], w1[MID_LL128_U];
+    auto store = [&](unsigned int l, char *to) {
+        to += 128ull * l + 16 * t;
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++)
+            if (l + j < l1)
+                asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(to + 128 * j), "l"(w0[j]), "l"(w1[j])
+                             : "memory");
+    };
+#pragma unroll 1
+    for (unsigned int base = l0; base < l1; base += mid_ll128_step()) {
+        const unsigned int l = mid_ll128_first(base);
+#pragma unroll 1
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            if (!same || q == (me == 0 ? 1 : 0)) {
+                if (l < l1) mid_ll128_ld(src(q), len, l, tag, w0, w1);
+                // The octet's eight 16-byte stores of a line leave as one warp store.
+                __syncwarp();
+            }
+            store(l, area(q));
+        }
+    }
+}
+
+// Wait until this thread's lines from l (below l1) in `ar` carry flag word `tag` (either ok
+// bit; the whole warp waits for its lines): their words in x0, x1; a sender's "not ok" clears
+// *ok. False: the command was released (the first-phase flag `rel` set to flagv << 1 by the
+// host) before they came.
+__device__ __forceinline__ bool mid_ll128_wait(const char *ar, unsigned int l, unsigned int l1,
+                                               unsigned long long tag, const unsigned long long *rel,
+                                               unsigned long long flagv, unsigned long long *x0,
+                                               unsigned long long *x1, bool *ok) {
+    const unsigned int lane = threadIdx.x & 31;
+    ar += 128ull * l + 16 * (lane & 7);
+#pragma unroll 1
+    for (unsigned int spin = 1;; spin++) {
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++) {
+            if (l + j < l1)
+                asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];"
+                             : "=l"(x0[j]), "=l"(x1[j])
+                             : "l"(ar + 128 * j)
+                             : "memory");
+            else
+                x0[j] = 0, x1[j] = tag;
+        }
+        bool miss = false, bad = false;
+#pragma unroll
+        for (int j = 0; j < MID_LL128_U; j++) {
+            const unsigned long long f = __shfl_sync(0xffffffffu, x1[j], lane | 7);
+            miss = miss || (f | 1) != (tag | 1);
+            bad = bad || !(f & 1);
+        }
+        if (!__any_sync(0xffffffffu, miss)) {
+            if (bad) *ok = false;
+            return true;
+        }
+        if ((spin & 1023u) == 0) {
+            unsigned long long r;
+            asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(r) : "l"(rel) : "memory");
+            if (r == flagv << 1) return false;
+        }
+    }
+}
+
+// a op b on the elements of type T of two 8-byte words, by shifts and bit copies of scalars
+// (the words stay whole in their registers: element views of them through memory make the
+// compiler split every word into 16-bit pieces, each in a register of its own).
+template <int B> struct MidUint;
+template <> struct MidUint<2> { typedef unsigned short t; };
+template <> struct MidUint<4> { typedef unsigned int t; };
+template <> struct MidUint<8> { typedef unsigned long long t; };
+template <typename T, typename Op>
+__device__ __forceinline__ unsigned long long mid_red8(unsigned long long a, unsigned long long b) {
+    typedef typename MidUint<sizeof(T)>::t U;
+    constexpr int S = 8 * sizeof(T);
+    unsigned long long r = 0;
+#pragma unroll
+    for (int e = 0; e < 64 / S; e++) {
+        const U ua = (U)(a >> (S * e)), ub = (U)(b >> (S * e));
+        T ta, tb;
+        memcpy(&ta, &ua, sizeof(T));
+        memcpy(&tb, &ub, sizeof(T));
+        const T tr = Op::apply(ta, tb);
+        U ur;
+        memcpy(&ur, &tr, sizeof(T));
+        r |= (unsigned long long)ur << (S * e);
+    }
+    return r;
+}
+
+// a[j] = a[j] op x[j] on the elements of 8-byte words, j < n.
+template <typename T, typename Op>
+__device__ __forceinline__ void mid_red_words(unsigned long long *a, const unsigned long long *x, int n) {
+#pragma unroll
+    for (int j = 0; j < 2 * MID_LL128_U; j++)
+        if (j < n) a[j] = mid_red8<T, Op>(a[j], x[j]);
+}
+
+template <typename T>
+__device__ __forceinline__ void mid_red_words_op(unsigned int op, unsigned long long *a, const unsigned long long *x,
+                                                 int n) {
+    switch (op) {
+    case 0: mid_red_words<T, OpSum<T>>(a, x, n); break;
+    case 1: mid_red_words<T, OpProd<T>>(a, x, n); break;
+    case 2: mid_red_words<T, OpMin<T>>(a, x, n); break;
+    default: mid_red_words<T, OpMax<T>>(a, x, n); break;
+    }
+}
+
+// The op and type switch of mid_red_words (types as in resident.cuh), once per batch of words.
+__device__ __forceinline__ void mid_red_words_any(unsigned int op, unsigned int type, unsigned long long *a,
+                                                  const unsigned long long *x, int n) {
+    switch (type) {
+    case 0: mid_red_words_op<int32_t>(op, a, x, n); break;
+    case 1: mid_red_words_op<long long>(op, a, x, n); break;
+    case 2: mid_red_words_op<float>(op, a, x, n); break;
+    case 3: mid_red_words_op<double>(op, a, x, n); break;
+    case 4: mid_red_words_op<__half>(op, a, x, n); break;
+    default: mid_red_words_op<__nv_bfloat16>(op, a, x, n); break;
+    }
+}
+
+// One-shot allreduce over LL128 lines, receiving side: this block's lines of every peer's
+// vector (area(q), rel(q): its LL128 slot and release flag) reduced with my own words of src
+// (nullptr: I do not take part) into dst, a batch of lines stored once every peer's copy of it
+// said ok. Clears *all_ok where a peer or I said not ok or the command was released.
+// The op and the type are read where they are used, through `opty` (the command's op and type
+// words, volatile): a loop-invariant switch would be hoisted out of the waits, which would
+// then be compiled once per op and type, each holding its elements unpacked (more registers
+// than the kernel has).
+template <typename Area, typename Rel>
+__device__ __forceinline__ void mid_ll128_ar(const volatile unsigned int *opty, int n, int me, const char *src,
+                                             char *dst, Area area, Rel rel, unsigned long long len, unsigned int l0,
+                                             unsigned int l1, unsigned long long tag, unsigned long long flagv,
+                                             int *all_ok) {
+    const unsigned int t = threadIdx.x & 7;
+    bool ok = src != nullptr;
+    // a: my words (2 per line: [w0 of each line, w1 of each line]), x: a peer's.
+    unsigned long long a[2 * MID_LL128_U], x[2 * MID_LL128_U];
+#pragma unroll 1
+    for (unsigned int base = l0; base < l1; base += mid_ll128_step()) {
+        const unsigned int l = mid_ll128_first(base);
+        if (l < l1) mid_ll128_ld(src, len, l, 0, a, a + MID_LL128_U);
+#pragma unroll 1
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            if (!mid_ll128_wait(area(q), l, l1, tag, rel(q), flagv, x, x + MID_LL128_U, &ok)) {
+                *all_ok = 0;
+                return;
+            }
+            mid_red_words_any(opty[0], opty[1], a, x, t < 7 ? 2 * MID_LL128_U : MID_LL128_U);
+        }
+        if (ok && l < l1) mid_ll128_st(dst, len, l, l1, a, a + MID_LL128_U);
+    }
+    if (!ok) *all_ok = 0;
+}
+
+// Alltoall and allgather over LL128 lines, receiving side: this block's lines of every peer's
+// block (area(q), rel(q) as above) copied to dst + q * len, each batch of lines once every
+// peer's copy of it said ok (at 2 ranks from the words the wait loaded, else loaded again).
+template <typename Area, typename Rel>
+__device__ __forceinline__ void mid_ll128_copy(int n, int me, bool me_ok, char *dst, Area area, Rel rel,
+                                               unsigned long long len, unsigned int l0, unsigned int l1,
+                                               unsigned long long tag, unsigned long long flagv, int *all_ok) {
+    bool ok = me_ok;
+    unsigned long long x0[MID_LL128_U], x1[MID_LL128_U];
+#pragma unroll 1
+    for (unsigned int base = l0; base < l1; base += mid_ll128_step()) {
+        const unsigned int l = mid_ll128_first(base);
+#pragma unroll 1
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            if (!mid_ll128_wait(area(q), l, l1, tag, rel(q), flagv, x0, x1, &ok)) {
+                *all_ok = 0;
+                return;
+            }
+        }
+        if (!ok || l >= l1) continue;
+#pragma unroll 1
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            if (n > 2) mid_ll128_wait(area(q), l, l1, tag, rel(q), flagv, x0, x1, &ok);
+            mid_ll128_st(dst + q * len, len, l, l1, x0, x1);
+        }
+    }
+    if (!ok) *all_ok = 0;
+}
+
+// An LL128 command (one-shot allreduce, alltoall, allgather) on block blk of nblk: my lines to
+// every peer, then theirs into my output.
+__device__ __forceinline__ void mid_ll128_cmd(const ResCmd &c, const ResDesc &dsc, unsigned int kind, int nblk, int blk,
+                                           int *all_ok) {
+    const int n = (int)dsc.nranks, me = (int)dsc.rank;
+    const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
+    const unsigned long long sig = c.flagv << 1 | (c.ok ? 1 : 0);
+    const unsigned long long area =
+        (RES_MID_DATA_OFF + 2ull * (n + 1) * slot + 2ull * n * mid_ll_slot(slot) + 127) & ~127ull;
+    auto at = [&](int q, int from) { // LL128 slot (par, from) of rank q
+        return reinterpret_cast<char *>(dsc.peers[q]) + area + (par * n + from) * mid_ll128_slot(slot);
+    };
+    const char *src = reinterpret_cast<const char *>(c.src);
+    char *dst = reinterpret_cast<char *>(c.dst);
+    unsigned int l0, l1;
+    mid_ll128_lines(b, nblk, blk, &l0, &l1);
+    const bool a2a = kind == RES_ALLTOALL;
+    mid_ll128_put(
+        n, me, !a2a, [&](int q) { return c.ok ? src + (a2a ? q * b : 0) : nullptr; },
+        [&](int q) { return at(q, me); }, b, l0, l1, sig);
+    auto mine = [&](int q) { return at(me, q); };
+    auto rel = [&](int q) { return const_cast<const unsigned long long *>(mid_flag(dsc.peers[me], 0, par, blk, q)); };
+    if (kind == RES_ALLREDUCE) {
+        mid_ll128_ar(&const_cast<const volatile ResCmd &>(c).op, n, me, c.ok ? src : nullptr, dst, mine, rel, b, l0, l1, sig, c.flagv, all_ok);
+    } else {
+        if (c.ok) {
+            // My own block: this block's bytes of it.
+            const unsigned long long o = min(b, 120ull * l0), e = min(b, 120ull * l1);
+            const char *from = src + (a2a ? me * b : 0) + o;
+            if (from != dst + me * b + o) res_copy(dst + me * b + o, from, e - o);
+        }
+        mid_ll128_copy(n, me, c.ok, dst, mine, rel, b, l0, l1, sig, c.flagv, all_ok);
+    }
+}
+
+// 512 threads a block (src/gpu/resident/kernel.rs): at most 128 registers a thread. Without the
+// bound ptxas gives the LL128 loops more and the launch fails.
+extern "C" __global__ void __launch_bounds__(512) gpumpi_resident_mid(const volatile ResCmd *cmd, volatile MidDone *done,
                                                MidGrid *grid, unsigned long long epoch,
                                                unsigned long long idle_ns, unsigned long long last_seq) {
     __shared__ ResCmd c;
@@ -333,8 +692,8 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
             reinterpret_cast<unsigned long long *>(&dsc)[threadIdx.x] =
                 __ldcv(reinterpret_cast<const unsigned long long *>(c.desc) + threadIdx.x);
         __syncthreads();
-        const unsigned int kind = c.kind & 0xffffu & ~RES_MID_LL;
-        const bool ll = (c.kind & RES_MID_LL) != 0;
+        const unsigned int kind = c.kind & 0xffffu & ~(RES_MID_LL | RES_MID_LL128);
+        const bool ll = (c.kind & RES_MID_LL) != 0, ll128 = (c.kind & RES_MID_LL128) != 0;
         const int nblk = (int)(c.kind >> 16), blk = (int)blockIdx.x;
         const int n = (int)dsc.nranks, me = (int)dsc.rank;
         const unsigned long long par = c.flagv & 1, slot = dsc.slot, b = c.bytes;
@@ -351,7 +710,9 @@ extern "C" __global__ void gpumpi_resident_mid(const volatile ResCmd *cmd, volat
         };
         const char *src = reinterpret_cast<const char *>(c.src);
         char *dst = reinterpret_cast<char *>(c.dst);
-        if (blk < nblk) {
+        if (blk < nblk && ll128) {
+            mid_ll128_cmd(c, dsc, kind, nblk, blk, &all_ok);
+        } else if (blk < nblk) {
             if (kind == RES_AR_TWO_SHOT) {
                 // Phase 0: my piece of slice q to rank q.
                 if (c.ok) {

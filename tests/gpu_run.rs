@@ -47,9 +47,9 @@ fn gpu_tests_pass_or_skip() {
     assert!(out.status.success(), "tests/gpu/run.sh failed:\n{text}");
     let runs = text.matches("\n== gpu_").count() + usize::from(text.starts_with("== gpu_"));
     assert_eq!(
-        runs, 75,
+        runs, 78,
         "expected 18 gpu_test, 3 gpu_mt, 11 gpu_stream, 7 gpu_mem, 2 gpu_err_matrix, 2 gpu_churn, \
-         3 gpu_mismatch, 9 gpu_resident_mid and 20 gpu_net runs:\n{text}"
+         3 gpu_mismatch, 12 gpu_resident_mid and 20 gpu_net runs:\n{text}"
     );
     let passes = text.lines().filter(|l| l.starts_with("PASS: gpu_")).count();
     let skips: Vec<&str> = text.lines().filter(|l| l.starts_with("SKIP: ")).collect();

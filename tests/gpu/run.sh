@@ -42,9 +42,11 @@
 # gpu_resident_mid runs allreduce (every op and type the GPU kernels serve), alltoall and
 # allgather from 4 B to 4 MiB, in place and not, at 2 and 4 ranks with the built-in resident
 # table, at 4 ranks with one_shot and at 3 and 2 ranks with two_shot for every allreduce (and
-# push for the others) up to 4 MiB, at 2 and 4 ranks with one_shot_ll and push_ll up to 1 MiB
-# (GPUMPI_GPU_RESIDENT_TUNING, GPUMPI_GPU_RESIDENT_MAX=4m; the
-# 3-rank run with GPUMPI_GPU_RESIDENT_BLOCKS=3); where every rank has its own GPU each run must
+# push for the others) up to 4 MiB, at 2 and 4 ranks with one_shot_ll and push_ll up to 1 MiB,
+# at 2 and 4 ranks with one_shot_ll128 and push_ll128 up to 4 MiB and at 2 with them on 3 blocks
+# (GPUMPI_GPU_RESIDENT_TUNING, GPUMPI_GPU_RESIDENT_MAX=4m; the 3-block runs with
+# GPUMPI_GPU_RESIDENT_BLOCKS=3), and with the kernels idle 1 us at 2 and 4 ranks (they exit
+# between calls); where every rank has its own GPU each run must
 # set up the wide resident kernel on every rank (its debug log says so).
 # gpu_stream runs every MPIX_*_enqueue form on device buffers (ordering with the caller's own
 # stream work, two stream communicators at once, captured CUDA graphs replayed 1000 times) and
@@ -585,6 +587,16 @@ for n in 2 4; do
     midrun "(one_shot_ll and push_ll up to 1 MiB, flags above)" "$n" \
         GPUMPI_GPU_RESIDENT_TUNING="$out/resident_ll.txt" GPUMPI_GPU_RESIDENT_MAX=4m
 done
+# LL128 lines (the built-in table's allreduce at 2 ranks above 16 KiB) for every collective that
+# has them, up to 4 MiB, and with 3 blocks (many batches of lines per block, partial last lines).
+printf 'allreduce resident\nallreduce one_shot_ll128\nalltoall resident\nalltoall push_ll128\nallgather resident\nallgather push_ll128\n' \
+    >"$out/resident_ll128.txt"
+for n in 2 4; do
+    midrun "(one_shot_ll128 and push_ll128 up to 4 MiB)" "$n" \
+        GPUMPI_GPU_RESIDENT_TUNING="$out/resident_ll128.txt" GPUMPI_GPU_RESIDENT_MAX=4m
+done
+midrun "(one_shot_ll128 and push_ll128 up to 4 MiB, 3 blocks)" 2 \
+    GPUMPI_GPU_RESIDENT_TUNING="$out/resident_ll128.txt" GPUMPI_GPU_RESIDENT_MAX=4m GPUMPI_GPU_RESIDENT_BLOCKS=3
 midrun "(two_shot from 4 B to 4 MiB, 3 blocks)" 3 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \
     GPUMPI_GPU_RESIDENT_MAX=4m GPUMPI_GPU_RESIDENT_BLOCKS=3
 midrun "(two_shot from 4 B to 4 MiB)" 2 GPUMPI_GPU_RESIDENT_TUNING="$out/resident_two_shot.txt" \

@@ -78,6 +78,8 @@ const RES_COPY: u32 = 4;
 pub(super) const RES_AR_TWO_SHOT: u32 = 5;
 /// Kind bit of the wide kernel: the data travel as LL words (tagged, no flags and no fence).
 pub(super) const RES_MID_LL: u32 = 0x8000;
+/// The data of a wide command as LL128 lines (kernels/resident_mid.cuh).
+pub(super) const RES_MID_LL128: u32 = 0x4000;
 /// Most blocks of the wide kernel (its flag array's size).
 pub const MID_BLOCKS_MAX: usize = 64;
 /// Where the wide kernel's scratch keeps its `ResDesc` and its data (after the flags: u64
@@ -756,6 +758,7 @@ pub(crate) fn constants() -> Vec<(&'static str, u64)> {
         ("RES_DESC_OFF", DESC_OFF as u64),
         ("RES_AR_TWO_SHOT", RES_AR_TWO_SHOT as u64),
         ("RES_MID_LL", RES_MID_LL as u64),
+        ("RES_MID_LL128", RES_MID_LL128 as u64),
         ("RES_MID_BLOCKS_MAX", MID_BLOCKS_MAX as u64),
         ("RES_MID_DESC_OFF", MID_DESC_OFF as u64),
         ("RES_MID_DATA_OFF", MID_DATA_OFF as u64),

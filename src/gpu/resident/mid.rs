@@ -25,6 +25,11 @@ pub enum Algo {
     OneShotLl,
     /// [`Algo::Push`] with the data as LL words, up to [`ll_limit`].
     PushLl,
+    /// [`Algo::OneShot`] with the data as LL128 lines (128-byte lines of 120 data bytes and a
+    /// flag word: no flags, no fence, no copy through the plain slots), up to the wide limit.
+    OneShotLl128,
+    /// [`Algo::Push`] with the data as LL128 lines.
+    PushLl128,
     /// Not the resident kernels (the NVLink plans take the call).
     Nvlink,
 }
@@ -38,6 +43,8 @@ impl Algo {
             "push" => Algo::Push,
             "one_shot_ll" => Algo::OneShotLl,
             "push_ll" => Algo::PushLl,
+            "one_shot_ll128" => Algo::OneShotLl128,
+            "push_ll128" => Algo::PushLl128,
             "nvlink" => Algo::Nvlink,
             _ => return None,
         })
@@ -50,8 +57,12 @@ impl Algo {
                 kind,
                 CollKind::Allreduce | CollKind::Alltoall | CollKind::Allgather
             ),
-            Algo::OneShot | Algo::TwoShot | Algo::OneShotLl => kind == CollKind::Allreduce,
-            Algo::Push | Algo::PushLl => matches!(kind, CollKind::Alltoall | CollKind::Allgather),
+            Algo::OneShot | Algo::TwoShot | Algo::OneShotLl | Algo::OneShotLl128 => {
+                kind == CollKind::Allreduce
+            }
+            Algo::Push | Algo::PushLl | Algo::PushLl128 => {
+                matches!(kind, CollKind::Alltoall | CollKind::Allgather)
+            }
         }
     }
 
@@ -63,6 +74,11 @@ impl Algo {
     /// Whether the wide kernel moves its data as LL words.
     pub fn ll(self) -> bool {
         matches!(self, Algo::OneShotLl | Algo::PushLl)
+    }
+
+    /// Whether the wide kernel moves its data as LL128 lines.
+    pub fn ll128(self) -> bool {
+        matches!(self, Algo::OneShotLl128 | Algo::PushLl128)
     }
 }
 
@@ -156,6 +172,18 @@ pub fn ll_slot(slot: usize) -> usize {
     (slot / 2).next_multiple_of(16) + 16
 }
 
+/// Bytes of the LL128 area of one (parity, sender): the 128-byte lines of `slot` bytes, 120
+/// data bytes a line (kernels/resident_mid.cuh, `mid_ll128_slot`: the two must agree).
+pub fn ll128_slot(slot: usize) -> usize {
+    slot.div_ceil(8).div_ceil(15) * 128
+}
+
+/// Offset of the LL128 area in a scratch of `nranks` with slots of `slot` bytes: after the LL
+/// area, 128-byte aligned (a line must not straddle two 128-byte segments).
+pub fn ll128_area(nranks: usize, slot: usize) -> usize {
+    (MID_DATA_OFF + 2 * (nranks + 1) * slot + 2 * nranks * ll_slot(slot)).next_multiple_of(128)
+}
+
 /// Piece `i` of `parts` of `len` bytes: (offset, length), in 16-byte units except the last
 /// piece (kernels/resident_mid.cuh, `mid_chunk`: the two must agree).
 pub fn chunk(len: usize, parts: usize, i: usize) -> (usize, usize) {
@@ -179,9 +207,9 @@ pub fn blocks_for(algo: Algo, nranks: usize, bytes: usize, blocks: usize) -> usi
 
 /// Bytes of one rank's wide scratch for a communicator of `nranks` with slots of `slot` bytes:
 /// flags and descriptor, the push area [2][nranks][slot], the gather area [2][slot], the LL
-/// area [2][nranks][ll_slot].
+/// area [2][nranks][ll_slot], the LL128 area [2][nranks][ll128_slot].
 pub fn scratch_bytes(nranks: usize, slot: usize) -> usize {
-    MID_DATA_OFF + 2 * (nranks + 1) * slot + 2 * nranks * ll_slot(slot)
+    ll128_area(nranks, slot) + 2 * nranks * ll128_slot(slot)
 }
 
 #[cfg(test)]
@@ -202,24 +230,23 @@ mod tests {
                 "above the limit: NVLink plans"
             );
         }
-        for k in [K::Allreduce, K::Alltoall, K::Allgather] {
+        for k in [K::Alltoall, K::Allgather] {
             // 2 ranks: LL words up to 128 KiB, then flags.
-            let flags = if k == K::Allreduce {
-                Algo::OneShot
-            } else {
-                Algo::Push
-            };
-            let ll = if k == K::Allreduce {
-                Algo::OneShotLl
-            } else {
-                Algo::PushLl
-            };
-            assert_eq!(sel(k, 2, SLOT + 4), Some(ll));
-            assert_eq!(sel(k, 2, 128 << 10), Some(ll));
-            assert_eq!(sel(k, 2, (128 << 10) + 4), Some(flags));
-            assert_eq!(sel(k, 2, 1 << 20), Some(flags));
-            assert_eq!(sel(k, 3, 64 << 10), Some(flags), "LL only at 2 ranks");
+            assert_eq!(sel(k, 2, SLOT + 4), Some(Algo::PushLl));
+            assert_eq!(sel(k, 2, 128 << 10), Some(Algo::PushLl));
+            assert_eq!(sel(k, 2, (128 << 10) + 4), Some(Algo::Push));
+            assert_eq!(sel(k, 2, 1 << 20), Some(Algo::Push));
+            assert_eq!(sel(k, 3, 64 << 10), Some(Algo::Push), "LL only at 2 ranks");
         }
+        // Allreduce at 2 ranks: LL words up to 16 KiB, then LL128 lines up to the limit.
+        assert_eq!(sel(K::Allreduce, 2, SLOT), Some(Algo::OneShotLl));
+        assert_eq!(sel(K::Allreduce, 2, SLOT + 4), Some(Algo::OneShotLl128));
+        assert_eq!(sel(K::Allreduce, 2, 1 << 20), Some(Algo::OneShotLl128));
+        assert_eq!(
+            sel(K::Allreduce, 3, 64 << 10),
+            Some(Algo::OneShot),
+            "LL128 only at 2 ranks"
+        );
         // Allreduce leaves the one-block kernel above 4 KiB; alltoall and allgather above 8 KiB
         // at 2 ranks and at its limit with more.
         assert_eq!(sel(K::Allreduce, 2, (4 << 10) + 4), Some(Algo::OneShotLl));
@@ -343,7 +370,12 @@ mod tests {
                 let end_push = MID_DATA_OFF + (2 * n) * slot;
                 let end_gather = end_push + 2 * slot;
                 let end_ll = end_gather + 2 * n * ll_slot(slot);
-                assert_eq!(scratch_bytes(n, slot), end_ll);
+                assert!(ll128_area(n, slot) >= end_ll && ll128_area(n, slot) < end_ll + 128);
+                assert_eq!(ll128_area(n, slot) % 128, 0);
+                assert_eq!(
+                    scratch_bytes(n, slot),
+                    ll128_area(n, slot) + 2 * n * ll128_slot(slot)
+                );
             }
             assert_eq!(ll_slot(slot) % 16, 0);
             for len in [ll_limit(slot), ll_limit(slot) - 4, ll_limit(slot) - 12] {
@@ -355,6 +387,30 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// LL128 lines: a slot's data fits its LL128 slot whatever the block count (each block's
+    /// lines inside the call's lines: kernels/resident_mid.cuh, `mid_ll128_lines`), and the
+    /// LL128 algorithms serve up to the wide limit.
+    #[test]
+    fn ll128_lines_fit_and_serve_up_to_the_wide_limit() {
+        for slot in [16400usize, 1 << 20, (1 << 20) + 16, 4 << 20] {
+            assert_eq!(ll128_slot(slot) % 128, 0);
+            for len in [1, 119, 120, 121, slot - 4, slot] {
+                let lines = len.div_ceil(8).div_ceil(15);
+                assert!(lines * 128 <= ll128_slot(slot), "{slot} {len}");
+                assert!(lines * 120 >= len, "every byte in a line");
+            }
+        }
+        let rows = parse_table("allreduce one_shot_ll128\nalltoall push_ll128\n").unwrap();
+        let sel = |k, b| select_from(&rows, k, 2, b, SLOT, 1 << 20);
+        assert_eq!(sel(K::Allreduce, 1 << 20), Some(Algo::OneShotLl128));
+        assert_eq!(sel(K::Allreduce, (1 << 20) + 4), None);
+        assert_eq!(sel(K::Alltoall, 4 << 10), Some(Algo::PushLl128));
+        assert!(Algo::PushLl128.ll128() && Algo::OneShotLl128.wide() && !Algo::OneShotLl128.ll());
+        for bad in ["alltoall one_shot_ll128", "allreduce push_ll128"] {
+            assert!(parse_table(bad).is_err(), "{bad}");
         }
     }
 

@@ -28,7 +28,8 @@ use crate::mpi::error::{MpiError, MpiResult};
 use crate::sys::cuda;
 use kernel::{
     with_res, with_wide, ResCmd, ResDesc, DESC_OFF, HOST_SLOT, MID_BLOCKS_MAX, MID_DESC_OFF,
-    RES_ALLGATHER, RES_ALLREDUCE, RES_ALLTOALL, RES_AR_TWO_SHOT, RES_MID_LL, SCRATCH, SLOT,
+    RES_ALLGATHER, RES_ALLREDUCE, RES_ALLTOALL, RES_AR_TWO_SHOT, RES_MID_LL, RES_MID_LL128,
+    SCRATCH, SLOT,
 };
 use mid::Algo;
 
@@ -573,6 +574,9 @@ pub unsafe fn run(c: &ResCall, host: &dyn Host, _ready: bool) -> MpiResult<bool>
         kind |= (mid::blocks_for(algo, c.nranks, c.bytes, st.blocks) as u32) << 16;
         if algo.ll() {
             kind |= RES_MID_LL;
+        }
+        if algo.ll128() {
+            kind |= RES_MID_LL128;
         }
     }
     let (flagv, sync) = st.chain.next(c.seq, shape_digest(kind, op, ty, c.bytes));
